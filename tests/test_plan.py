@@ -1,0 +1,115 @@
+"""The layout planner, checked on the CPU: for every layout, offset and ragged size, the views it
+hands a kernel obey the kernel contract, aligned inputs travel without a copy, and a CPU stand-in
+for the kernel (C[m,n,l] = sum_k A[m,k,l] B[n,k,l], run on the views) gives torch.matmul's answer.
+"""
+
+import itertools
+
+import pytest
+import torch
+from operands import make
+
+from wsgemm.api import plan
+
+F16 = torch.float16
+
+
+def contract_ok(t: torch.Tensor, need_extent: bool, unit: int | None = None):
+    vec = 16 // t.element_size()
+    assert t.dim() == 3
+    assert t.data_ptr() % 16 == 0
+    units = [i for i in (0, 1) if t.stride(i) == 1]
+    assert units, f"no unit stride in {t.stride()}"
+    major = units[0] if unit is None else unit
+    assert t.stride(major) == 1
+    minor = 1 - major
+    assert t.stride(minor) % vec == 0 and t.stride(minor) > 0
+    if t.shape[2] > 1:
+        assert t.stride(2) % vec == 0 and t.stride(2) > 0
+    if need_extent:
+        assert t.shape[major] % vec == 0
+    return "rows" if major == 0 else "cols"
+
+
+def simulate(launch):
+    """What a kernel computes, in float64, written where the kernel writes."""
+    acc = torch.einsum("mkl,nkl->mnl", launch.a.double(), launch.b.double())
+    launch.c.copy_(acc.to(launch.c.dtype))
+    launch.finish()
+
+
+SIZES = [(1, 1, 1), (7, 5, 3), (8, 16, 8), (37, 29, 13), (64, 48, 40), (1, 17, 9), (13, 1, 24)]
+
+
+@pytest.mark.parametrize("need_extent", [False, True], ids=["tma", "cpasync"])
+@pytest.mark.parametrize("a_col, b_col", list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("m, n, k", SIZES)
+@pytest.mark.parametrize("batch", [None, 3])
+@pytest.mark.parametrize("offset", [0, 3])
+def test_plan_matches_torch(need_extent, a_col, b_col, m, n, k, batch, offset):
+    gen = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    lead = () if batch is None else (batch,)
+    a = make((*lead, m, k), F16, "cpu", col_major=a_col, offset=offset, gen=gen)
+    b = make((*lead, k, n), F16, "cpu", col_major=b_col, offset=offset, gen=gen)
+    out = torch.full((*lead, m, n), float("nan"), dtype=F16)
+    launch = plan(a, b, out, need_extent)
+    contract_ok(launch.a, need_extent)
+    contract_ok(launch.b, need_extent)
+    assert contract_ok(launch.c, need_extent, unit=1) == "cols"
+    assert launch.a.shape[1] == launch.b.shape[1]
+    assert launch.c.shape[:2] == (launch.a.shape[0], launch.b.shape[0])
+    simulate(launch)
+    ref = torch.matmul(a.double(), b.double()).to(F16)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("need_extent", [False, True])
+@pytest.mark.parametrize("a_col, b_col", list(itertools.product([False, True], repeat=2)))
+def test_aligned_operands_travel_without_a_copy(need_extent, a_col, b_col):
+    a = make((64, 32), F16, "cpu", col_major=a_col)
+    b = make((32, 48), F16, "cpu", col_major=b_col)
+    out = torch.empty(64, 48, dtype=F16)
+    launch = plan(a, b, out, need_extent)
+    assert launch.a.data_ptr() == a.data_ptr() and launch.b.data_ptr() == b.data_ptr()
+    assert launch.c.data_ptr() == out.data_ptr() and launch.copy_back is None
+    assert launch.a_major == ("m" if a_col else "k")
+    assert launch.b_major == ("k" if b_col else "n")
+
+
+def test_unaligned_leading_dim_is_copied_once_and_padded_with_zeros():
+    a = make((16, 12), F16, "cpu", pad=3)  # row stride 15: not 16-byte aligned
+    b = make((12, 16), F16, "cpu")
+    out = torch.empty(16, 16, dtype=F16)
+    launch = plan(a, b, out, need_extent=True)
+    assert launch.a.data_ptr() != a.data_ptr()
+    assert launch.a.shape[1] == 16  # K padded to a whole vector for cp.async ...
+    assert torch.all(launch.a[:, 12:] == 0)  # ... with zeros
+    assert launch.b.shape[1] == 16 and torch.all(launch.b[:, 12:] == 0)
+
+
+def test_broadcast_3d_by_2d_folds_into_one_product():
+    a = make((4, 24, 16), F16, "cpu")
+    b = make((16, 8), F16, "cpu")
+    out = torch.empty(4, 24, 8, dtype=F16)
+    launch = plan(a, b, out, need_extent=False)
+    assert launch.a.shape == (96, 16, 1) and launch.a.data_ptr() == a.data_ptr()
+    assert launch.c.shape == (96, 8, 1) and launch.copy_back is None
+
+
+def test_broadcast_2d_by_3d_is_materialized_correctly():
+    a = make((24, 16), F16, "cpu")
+    b = make((4, 16, 8), F16, "cpu")
+    out = torch.empty(4, 24, 8, dtype=F16)
+    launch = plan(a, b, out, need_extent=False)
+    assert launch.a.shape == (24, 16, 4) and launch.a.stride(2) != 0
+    simulate(launch)
+    torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
+def test_non_row_major_out_goes_through_a_temporary():
+    a, b = make((16, 16), F16, "cpu"), make((16, 24), F16, "cpu")
+    out = torch.empty(24, 16, dtype=F16).t()  # column-major (16, 24)
+    launch = plan(a, b, out, need_extent=False)
+    assert launch.copy_back is not None
+    simulate(launch)
+    torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)

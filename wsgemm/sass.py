@@ -1,0 +1,144 @@
+"""Reading what the compiler made of a kernel, without a GPU: registers, shared memory, local
+memory (spills) from the cubin's ELF sections, and opcode counts from the SASS text.
+
+The cubin is a CUDA ELF file. Per kernel it has a ``.text.<kernel>`` section (its ``sh_info`` is
+the function's symbol index) and an optional ``.nv.shared.<kernel>`` section sized by the static
+shared memory; the module-wide ``.nv.info`` section holds, per function symbol, the register
+count and the per-thread stack frame (local memory: where spilled registers go).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+
+# The opcodes worth counting: what tells a reader which hardware path a GEMM takes.
+KEY_OPCODES = (
+    "HGMMA",  # warpgroup MMA (sm_90a)
+    "HMMA",  # warp MMA, mma.sync
+    "UTMALDG",  # TMA load
+    "UTMASTG",  # TMA store
+    "UBLKCP",  # bulk copy
+    "LDGSTS",  # cp.async
+    "LDSM",  # ldmatrix
+    "STSM",  # stmatrix
+    "SYNCS",  # mbarrier operations
+    "USETMAXREG",  # setmaxnreg
+    "BAR",  # named / block barriers
+    "LDG",
+    "STG",
+    "LDS",
+    "STS",
+    "LDL",  # local-memory load: a spill (or a runtime-indexed register array)
+    "STL",  # local-memory store
+)
+
+_EIATTR_REGCOUNT = 0x2F
+_EIATTR_FRAME_SIZE = 0x11
+_EIFMT_SVAL = 0x04
+_EIFMT_HVAL = 0x03
+
+
+@dataclass
+class KernelResources:
+    name: str
+    registers: int
+    static_smem_bytes: int
+    frame_bytes: int
+    sass: Counter = field(default_factory=Counter)
+
+    @property
+    def spill_bytes(self) -> int:
+        """Local memory per thread. Zero for every shipped kernel (the CPU tests assert it)."""
+        return self.frame_bytes
+
+
+def _elf_sections(blob: bytes) -> dict[str, tuple[int, int, int]]:
+    """name -> (offset, size, sh_info) for a 64-bit little-endian ELF."""
+    if blob[:4] != b"\x7fELF" or blob[4] != 2:
+        raise ValueError("not a 64-bit ELF cubin")
+    shoff = struct.unpack_from("<Q", blob, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+    headers = []
+    for i in range(shnum):
+        name, _type, _flags, _addr, off, size, _link, info = struct.unpack_from(
+            "<IIQQQQII", blob, shoff + i * shentsize
+        )
+        headers.append((name, off, size, info))
+    str_off = headers[shstrndx][1]
+
+    def name_at(idx: int) -> str:
+        end = blob.index(b"\0", str_off + idx)
+        return blob[str_off + idx : end].decode()
+
+    return {name_at(n): (off, size, info) for n, off, size, info in headers}
+
+
+def _per_function_attrs(info: bytes) -> dict[int, dict[int, int]]:
+    """attr -> {function symbol index: value} from the module-wide ``.nv.info`` section, whose
+    per-function entries are (u32 symbol index, u32 value)."""
+    attrs: dict[int, dict[int, int]] = {}
+    pos = 0
+    while pos + 4 <= len(info):
+        fmt, attr = info[pos], info[pos + 1]
+        if fmt == _EIFMT_SVAL:
+            (size,) = struct.unpack_from("<H", info, pos + 2)
+            if size == 8:
+                sym, value = struct.unpack_from("<II", info, pos + 4)
+                attrs.setdefault(attr, {})[sym] = value
+            pos += 4 + size
+        elif fmt == _EIFMT_HVAL:
+            pos += 4
+        else:
+            pos += 2
+    return attrs
+
+
+_SASS_FUNC = re.compile(r"^\s*\.text\.(\S+):\s*$")
+_SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def count_opcodes(sass: str) -> dict[str, Counter]:
+    """kernel -> Counter of base opcodes (``HGMMA.64x256x16.F32`` counts as ``HGMMA``)."""
+    counts: dict[str, Counter] = {}
+    current: Counter | None = None
+    for line in sass.splitlines():
+        m = _SASS_FUNC.match(line)
+        if m:
+            current = counts.setdefault(m.group(1), Counter())
+            continue
+        m = _SASS_INSN.search(line)
+        if m and current is not None:
+            current[m.group(1).split(".")[0]] += 1
+    return counts
+
+
+def kernel_resources(cubin: bytes, sass: str) -> list[KernelResources]:
+    sections = _elf_sections(cubin)
+    opcodes = count_opcodes(sass)
+    out = []
+    off, size, _ = sections[".nv.info"]
+    attrs = _per_function_attrs(cubin[off : off + size])
+    for sec, (_off, _size, sym) in sections.items():
+        if not sec.startswith(".text."):
+            continue
+        name = sec[len(".text.") :]
+        shared = sections.get(f".nv.shared.{name}")
+        out.append(
+            KernelResources(
+                name=name,
+                # a .text section's sh_info is its function's symbol index
+                registers=attrs.get(_EIATTR_REGCOUNT, {}).get(sym, 0),
+                static_smem_bytes=shared[1] if shared else 0,
+                frame_bytes=attrs.get(_EIATTR_FRAME_SIZE, {}).get(sym, 0),
+                sass=opcodes.get(name, Counter()),
+            )
+        )
+    return out
+
+
+def summarize(sass_counts: Counter) -> dict[str, int]:
+    """The key opcodes, zeros included, so reports line up across kernels."""
+    return {op: int(sass_counts.get(op, 0)) for op in KEY_OPCODES}
