@@ -310,3 +310,25 @@ class CompileCache:
 
 
 COMPILE_CACHE = CompileCache()
+
+
+def _warm_one(variant: Variant) -> str:
+    COMPILE_CACHE.get(variant)
+    return variant.key()
+
+
+def warm(variants: list[Variant], jobs: int = 1, progress: Callable[[str], None] | None = None):
+    """Compile ``variants`` into the on-disk cache, ``jobs`` processes at a time (cute.compile is
+    neither thread-safe nor re-entrant, so parallelism is by process)."""
+    if cache_dir() is None:
+        raise ValueError("the on-disk cache is off (WSGEMM_DISK_CACHE=0): nothing to warm")
+    if jobs <= 1:
+        for v in variants:
+            (progress or (lambda _: None))(_warm_one(v))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for fut in as_completed([pool.submit(_warm_one, v) for v in variants]):
+            (progress or (lambda _: None))(fut.result())

@@ -1,0 +1,159 @@
+"""GPU correctness: random cases against a float64 reference, per backend.
+
+Tolerance: twice the error PyTorch itself makes for the same dtypes (its own matmul, or, for fp16
+accumulation which torch does not expose, an emulation that rounds the running sum to fp16 after
+every 16-deep k-step, as the tensor cores do), plus a small eps. Outputs are poisoned with NaN
+first so an unwritten element fails.
+"""
+
+import random
+
+import pytest
+import torch
+from operands import make
+
+import wsgemm
+
+pytestmark = pytest.mark.gpu
+
+# (ab dtype, out dtype or None for the input dtype, accumulate)
+DTYPES = [
+    (torch.float16, None, torch.float32),
+    (torch.bfloat16, None, torch.float32),
+    (torch.float16, torch.float32, torch.float32),
+    (torch.bfloat16, torch.float32, torch.float32),
+    (torch.float16, torch.bfloat16, torch.float32),
+    (torch.bfloat16, torch.float16, torch.float32),
+    (torch.float16, None, torch.float16),
+    (torch.float16, torch.float32, torch.float16),
+]
+DIMS = [1, 2, 3, 7, 8, 13, 16, 31, 64, 97, 127, 128, 129, 191, 256, 257, 383, 512, 640, 1021]
+BATCH = ["none", "both", "a3b2", "a2b3", "a1b3"]
+CASES_PER_BACKEND = 320
+
+
+def _cases(seed: int):
+    rng = random.Random(seed)
+    cases = []
+    for i in range(CASES_PER_BACKEND):
+        m, n, k = (rng.choice(DIMS) for _ in range(3))
+        if i % 40 == 0:  # a few large, tile-crossing problems
+            m, n, k = rng.choice([(2048, 1536, 1024), (1031, 2053, 777), (4096, 256, 4096)])
+        cases.append(
+            dict(
+                m=m, n=n, k=k,
+                dtypes=DTYPES[i % len(DTYPES)],
+                a_col=rng.random() < 0.5,
+                b_col=rng.random() < 0.5,
+                batch=rng.choice(BATCH) if i % 3 else "none",
+                offset=rng.choice([0, 0, 8, 3]),
+                pad=rng.choice([0, 0, 8, 5]),
+                use_out=i % 2 == 0,
+            )
+        )  # fmt: skip
+    return cases
+
+
+def _backends():
+    names = wsgemm.available_backends() if torch.cuda.is_available() else []
+    return names or ["sm90"]
+
+
+def _operands(case, gen):
+    ab = case["dtypes"][0]
+    lb = {"none": (None, None), "both": (3, 3), "a3b2": (3, None), "a2b3": (None, 3)}
+    la, lb_ = lb.get(case["batch"], (1, 3))
+    sa = ((la,) if la else ()) + (case["m"], case["k"])
+    sb = ((lb_,) if lb_ else ()) + (case["k"], case["n"])
+    kw = dict(offset=case["offset"], pad=case["pad"], gen=gen)
+    a = make(sa, ab, "cuda", col_major=case["a_col"], **kw)
+    b = make(sb, ab, "cuda", col_major=case["b_col"], **kw)
+    return a, b
+
+
+def _fp16_accumulate_emulation(a, b, out_dtype):
+    acc = None
+    for k0 in range(0, a.shape[-1], 16):
+        part = torch.matmul(a[..., k0 : k0 + 16].float(), b[..., k0 : k0 + 16, :].float())
+        acc = part.half() if acc is None else (acc.float() + part).half()
+    return acc.to(out_dtype)
+
+
+def _torch_same_dtypes(a, b, out_dtype, acc):
+    if acc == torch.float16:
+        return _fp16_accumulate_emulation(a, b, out_dtype)
+    if out_dtype == torch.float32:
+        return torch.matmul(a.float(), b.float())
+    return torch.matmul(a, b).to(out_dtype)
+
+
+def check(case, backend, gen):
+    ab, out_dtype, acc = case["dtypes"]
+    a, b = _operands(case, gen)
+    ref = torch.matmul(a.double(), b.double())
+    want_dtype = out_dtype or ab
+    kwargs = dict(out_dtype=out_dtype, accumulate=acc, backend=backend)
+    if case["use_out"]:
+        out = torch.full(ref.shape, float("nan"), dtype=want_dtype, device="cuda")
+        got = wsgemm.matmul(a, b, out=out, **kwargs)
+        assert got is out
+    else:
+        # poison what the allocator will hand out next
+        torch.full((ref.numel() + 4096,), float("nan"), dtype=want_dtype, device="cuda")
+        got = wsgemm.matmul(a, b, **kwargs)
+    assert got.shape == ref.shape and got.dtype == want_dtype
+    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
+    theirs = _torch_same_dtypes(a, b, want_dtype, acc)
+    err = (got.double() - ref).abs().max().item()
+    torch_err = (theirs.double() - ref).abs().max().item()
+    eps = 1e-6 * (ref.abs().max().item() + 1.0)
+    assert err <= 2 * torch_err + eps, f"max error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+    return got
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("index", range(CASES_PER_BACKEND))
+def test_random_case(backend, index):
+    case = _cases(1234)[index]
+    if case["dtypes"][2] == torch.float16 and case["dtypes"][0] != torch.float16:
+        pytest.fail("case table invariant broken")
+    gen = torch.Generator().manual_seed(index)
+    check(case, backend, gen)
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_bitwise_deterministic(backend):
+    gen = torch.Generator().manual_seed(7)
+    a = make((1031, 777), torch.float16, "cuda", gen=gen)
+    b = make((777, 2053), torch.float16, "cuda", gen=gen)
+    first = wsgemm.matmul(a, b, backend=backend)
+    for _ in range(3):
+        assert torch.equal(wsgemm.matmul(a, b, backend=backend), first)
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_zero_sizes_follow_torch(backend):
+    for sa, sb in [((0, 8), (8, 5)), ((5, 8), (8, 0)), ((5, 0), (0, 7)), ((2, 0, 4), (4, 3))]:
+        a = torch.randn(sa, dtype=torch.float16, device="cuda")
+        b = torch.randn(sb, dtype=torch.float16, device="cuda")
+        got = wsgemm.matmul(a, b, backend=backend)
+        torch.testing.assert_close(got, torch.matmul(a, b))
+
+
+def test_failed_call_leaves_nothing_broken():
+    a = torch.randn(64, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError):
+        wsgemm.matmul(a, a[:32])
+    torch.testing.assert_close(wsgemm.matmul(a, a), torch.matmul(a, a), rtol=2e-3, atol=2e-3)
+
+
+def test_new_shape_does_not_recompile():
+    from wsgemm import host
+
+    a = torch.randn(100, 64, dtype=torch.float16, device="cuda")
+    wsgemm.matmul(a, a.t())
+    before = len(host.COMPILE_CACHE)
+    for m in (33, 257, 1000):
+        x = torch.randn(m, 64, dtype=torch.float16, device="cuda")
+        wsgemm.matmul(x, a.t())
+    assert len(host.COMPILE_CACHE) == before
