@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
+# run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
+#   usage: bash scripts/gpu_session.sh [tests|sanitize|bench|all]...
+set -uo pipefail
+source .gpu/p2/install.sh || exit 1
+export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+steps=${*:-all}
+has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
+start=$SECONDS
+if has warm || has tests; then
+  python3 -m wsgemm warm --jobs 15 2>&1 | tail -3
+  python3 -m wsgemm warm --arch sm_90a --jobs 15 2>&1 | tail -1
+  echo "warm done in $((SECONDS - start)) s"
+fi
+if has tests; then
+  python3 -m pytest -q -m gpu -x --no-header -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  echo "tests done at $((SECONDS - start)) s"
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py 2>&1 \
+      | tee "$OUT/sanitize_$tool.log" | tail -12
+    echo "$tool rc=${PIPESTATUS[0]}"
+  done
+  echo "sanitize done at $((SECONDS - start)) s"
+fi
+if has bench; then
+  python3 -m wsgemm bench --quick 2>&1 | tee "$OUT/bench_quick.log" | tail -30
+fi
+echo "session done in $((SECONDS - start)) s"

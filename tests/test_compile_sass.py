@@ -1,0 +1,116 @@
+"""Every shipped kernel compiles for its targets without a GPU, and its SASS shows the hardware
+path it was written for, with no local-memory spills. Also: the ``inspect`` command's JSON."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from wsgemm import host
+from wsgemm import inspect as insp
+
+SM90 = host.shipped_backends("sm90")
+SM80 = host.shipped_backends("sm80")
+
+# opcode -> why it must be there
+SM90_NEEDS = {
+    "HGMMA": "consumers issue warpgroup MMA",
+    "UTMALDG": "the producer loads tiles with TMA",
+    "UTMASTG": "the epilogue stores with TMA",
+    "USETMAXREG": "the producer gives registers to the consumers",
+    "SYNCS": "roles meet on mbarriers",
+}
+SM80_NEEDS = {
+    "HMMA": "mma.sync",
+    "LDGSTS": "16-byte cp.async loads",
+    "LDSM": "ldmatrix fragment loads",
+}
+
+_reports: dict = {}
+
+
+def report(variant: host.Variant) -> insp.Report:
+    if variant not in _reports:
+        _reports[variant] = insp.inspect_variant(variant)
+    return _reports[variant]
+
+
+def assert_clean(r: insp.Report):
+    assert r.spill_bytes == 0, f"{r.kernel} {r.arch}: {r.spill_bytes} bytes of local memory"
+    assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, f"{r.kernel} {r.arch}: spills in SASS"
+    assert 0 < r.registers <= 255
+
+
+def test_every_backend_is_shipped():
+    assert sorted(SM90 + SM80) == sorted(host.BACKENDS)
+
+
+@pytest.mark.parametrize("backend", SM90)
+@pytest.mark.parametrize(
+    "ab, c, acc, a_major, b_major",
+    [
+        ("float16", "float16", "float32", "k", "k"),
+        ("bfloat16", "float32", "float32", "m", "n"),
+        ("float16", "bfloat16", "float16", "k", "n"),
+    ],
+)
+def test_sm90_kernels_compile_to_wgmma_and_tma(backend, ab, c, acc, a_major, b_major):
+    r = report(host.Variant(backend, "sm_90a", ab, c, acc, a_major, b_major))
+    for op, why in SM90_NEEDS.items():
+        assert r.sass[op] > 0, f"{backend}: no {op} in SASS ({why})"
+    assert r.sass["HMMA"] == 0 and r.sass["LDGSTS"] == 0
+    assert_clean(r)
+
+
+@pytest.mark.parametrize("backend", SM80)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
+def test_sm80_kernels_compile_to_cp_async_and_mma_sync(backend, arch):
+    r = report(host.Variant(backend, arch))
+    for op, why in SM80_NEEDS.items():
+        assert r.sass[op] > 0, f"{backend} {arch}: no {op} in SASS ({why})"
+    assert r.sass["HGMMA"] == 0
+    assert_clean(r)
+
+
+@pytest.mark.parametrize("backend", SM80)
+@pytest.mark.parametrize(
+    "ab, c, acc, a_major, b_major",
+    [
+        ("bfloat16", "bfloat16", "float32", "m", "n"),
+        ("float16", "float32", "float16", "m", "k"),
+        ("float16", "float16", "float16", "k", "n"),
+    ],
+)
+def test_sm80_variants_compile_spill_free(backend, ab, c, acc, a_major, b_major):
+    assert_clean(report(host.Variant(backend, "sm_80", ab, c, acc, a_major, b_major)))
+
+
+def test_specialized_sm80_meets_on_mbarriers_and_the_baseline_does_not():
+    ws = report(host.Variant("sm80", "sm_80"))
+    base = report(host.Variant("sm80-multistage", "sm_80"))
+    assert ws.sass["SYNCS"] > 0, "the producer/consumer pipeline lives on mbarriers"
+    assert base.sass["SYNCS"] == 0, "the baseline synchronizes with block barriers only"
+
+
+def test_inspect_json_lists_both_sm80_kernels():
+    proc = subprocess.run(
+        [sys.executable, "-m", "wsgemm", "inspect", "--arch", "sm_80", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = json.loads(proc.stdout)
+    assert {r["kernel"] for r in rows} == set(SM80)
+    assert any("multistage" in r["kernel"] for r in rows)
+    for r in rows:
+        assert set(r) >= {
+            "kernel",
+            "arch",
+            "config",
+            "registers",
+            "smem_bytes",
+            "spill_bytes",
+            "sass",
+        }
+        assert r["arch"] == "sm_80" and r["sass"]["HMMA"] > 0 and r["spill_bytes"] == 0
