@@ -1,0 +1,183 @@
+"""Multistage (non-specialized) cp.async + mma.sync GEMM: the ablation baseline of ``sm80``."""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+from wsgemm.runtime.sm80_tiles import (
+    BUFFER_ALIGN_BYTES,
+    MMA_THREADS,
+    SHIPPED_CONFIGS,
+    Sm80Config,
+    Sm80Tiles,
+    carve_smem,
+    check_dtypes,
+    check_operands,
+    make_accumulators,
+    make_mma_fragments,
+    make_operand_loader,
+    make_tiles,
+    smem_bytes,
+    store_accumulators,
+    zero_fill,
+)
+
+__all__ = ["SHIPPED_CONFIGS", "Sm80Config", "Sm80MultistageGemm"]
+
+
+class Sm80MultistageGemm:
+    """The ablation baseline of :class:`~wsgemm.kernels.sm80_ws.Sm80WsGemm`: the same tile,
+    stages, shared layouts, fragment double buffer and epilogue, but no warp specialization.
+    Every warp both loads and computes, the way CUTLASS's sm80 multistage GEMM does; comparing
+    the two measures what specialization buys.
+
+    Roles
+        * warps 0-3 (128 threads, 2x2 warps of m16n8k16), all alike: cp.async.cg 16-byte
+          copies of A and B k-tiles into a ``stages``-deep ring, ldmatrix + mma.sync, then the
+          epilogue shared with the WS kernel.
+
+    Pipelines
+        * ``ab``: cp.async commit groups, one per k-tile (empty ones past the last k-tile keep
+          the count uniform). A stage is read after ``cp.async.wait_group(stages - 2)`` plus
+          ``__syncthreads`` (each thread waits for its own copies; the block barrier makes
+          everyone's copies visible and proves everyone is done reading the stage refilled
+          next). No mbarriers.
+        * epilogue: named barrier 1 over the 128 threads.
+
+    Per-role timeline
+        * prologue: issue k-tiles 0 .. stages-2 (k-tile 0 residue-predicated), wait for k-tile
+          0, ldmatrix its k-block 0.
+        * steady state, per k-block b of k-tile t: at b = 0, issue k-tile t + stages - 1 into
+          the stage read during t - 1 and commit; ldmatrix b + 1 into the other register slot
+          while mma.sync consumes b; at the last b, ``wait_group`` + ``__syncthreads`` and
+          ldmatrix k-block 0 of k-tile t + 1 instead.
+        * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
+    """
+
+    name = "sm80-multistage"
+    arch = "sm_80"
+    needs_vector_extent = True
+
+    THREADS = MMA_THREADS
+
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
+        if not isinstance(config, Sm80Config):
+            raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
+        check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        self.config = config
+        self.ab_dtype = ab_dtype
+        self.c_dtype = c_dtype
+        self.acc_dtype = acc_dtype
+
+    def shared_memory_bytes(self) -> int:
+        """Dynamic shared memory per CTA: max(A/B ring, epilogue slab); no mbarriers."""
+        return smem_bytes(self.config, self.ab_dtype, self.c_dtype, barrier_stages=0)
+
+    @cute.jit
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
+        tiles = make_tiles(
+            self.config, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.THREADS
+        )
+        c = self.config
+        grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
+        self.device(mA, mB, mC, tiles).launch(
+            grid=grid, block=[self.THREADS, 1, 1], smem=self.shared_memory_bytes(), stream=stream
+        )
+
+    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
+    __call__ = kernel
+
+    @cute.kernel
+    def device(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: cutlass.Constexpr):
+        tidx, _, _ = cute.arch.thread_idx()
+        bm, bn, bl = cute.arch.block_idx()
+
+        smem = cutlass.utils.SmemAllocator()
+        buffer = smem.allocate(
+            self.shared_memory_bytes() - BUFFER_ALIGN_BYTES, byte_alignment=BUFFER_ALIGN_BYTES
+        )
+        views = carve_smem(tiles, buffer)
+        # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
+        zero_fill(buffer, views.ab_bytes, tidx, self.THREADS)
+        cute.arch.sync_threads()
+
+        tiled_mma = tiles.tiled_mma()
+        acc = self.mma(
+            tiles, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx
+        )
+        store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tidx)
+
+    @cute.jit
+    def mma(
+        self,
+        tiles: Sm80Tiles,
+        tiled_mma: cute.TiledMma,
+        mA_mk: cute.Tensor,
+        mB_nk: cute.Tensor,
+        views,
+        bm: cutlass.Int32,
+        bn: cutlass.Int32,
+        tid: cutlass.Int32,
+    ) -> cute.Tensor:
+        """All warps: load k-tiles ``stages - 1`` ahead and multiply the current one."""
+        c = tiles.config
+        stages = c.stages
+        load_a = make_operand_loader(
+            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
+        )
+        load_b = make_operand_loader(
+            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
+        )
+        k_tiles = cute.size(load_a.tXgX, mode=[3])
+        frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
+        acc = make_accumulators(tiles, tiled_mma)
+        k_blocks = tiles.k_blocks
+
+        # k-tile j always lives in stage j % stages.
+        load_a.load_first(0)
+        load_b.load_first(0)
+        cute.arch.cp_async_commit_group()
+        for s in cutlass.range_constexpr(1, stages - 1):
+            if s < k_tiles:
+                load_a.load(s, s)
+                load_b.load(s, s)
+            cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(stages - 2)
+        cute.arch.sync_threads()
+        frags.load(0, 0, 0)
+
+        stage = cutlass.Int32(0)
+        for k_tile in cutlass.range(k_tiles, unroll=1):
+            for kb in cutlass.range_constexpr(k_blocks):
+                next_slot = (kb + 1) % 2
+                if cutlass.const_expr(kb == k_blocks - 1):
+                    # k-tile t + 1 has landed once at most stages - 2 groups are pending; the
+                    # barrier publishes everyone's copies and closes everyone's reads of the
+                    # stage refilled at the next k-tile's first k-block.
+                    cute.arch.cp_async_wait_group(stages - 2)
+                    cute.arch.sync_threads()
+                    if k_tile + 1 < k_tiles:
+                        frags.load(0, (stage + 1) % stages, next_slot)
+                else:
+                    frags.load(kb + 1, stage, next_slot)
+                if cutlass.const_expr(kb == 0):
+                    # The stage of k-tile t - 1: every thread passed the barrier after its
+                    # last ldmatrix of it.
+                    refill = k_tile + stages - 1
+                    if refill < k_tiles:
+                        load_a.load(refill, (stage + stages - 1) % stages)
+                        load_b.load(refill, (stage + stages - 1) % stages)
+                    cute.arch.cp_async_commit_group()
+                frags.mma(tiled_mma, acc, kb % 2)
+            stage = (stage + 1) % stages
+        return acc

@@ -1,0 +1,267 @@
+"""Warp-specialized cp.async + mma.sync GEMM for sm_80 / sm_86 / sm_89 (also runs on sm_90a)."""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+from wsgemm.runtime.arrive import check_arrive_count
+from wsgemm.runtime.sm80_pipeline import CpAsyncPipeline
+from wsgemm.runtime.sm80_tiles import (
+    BUFFER_ALIGN_BYTES,
+    MMA_THREADS,
+    SHIPPED_CONFIGS,
+    Sm80Config,
+    Sm80Tiles,
+    barrier_bytes,
+    carve_smem,
+    check_dtypes,
+    check_operands,
+    make_accumulators,
+    make_mma_fragments,
+    make_operand_loader,
+    make_tiles,
+    smem_bytes,
+    store_accumulators,
+    zero_fill,
+)
+
+__all__ = ["SHIPPED_CONFIGS", "Sm80Config", "Sm80WsGemm"]
+
+WARP_SIZE = 32
+
+
+class Sm80WsGemm:
+    """Warp-specialized GEMM: one cp.async producer warp feeds four mma.sync consumer warps.
+
+    ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]``, one (tile_m, tile_n) tile per CTA (grid
+    ``(ceil(M / tile_m), ceil(N / tile_n), L)``), all four A/B majors, any M, N, K, L >= 1
+    (major extents multiples of 8: ``needs_vector_extent``).
+
+    Roles
+        * warp 0, producer (32 threads): cp.async.cg 16-byte copies of the A and B k-tiles of
+          the CTA's tile into a ``stages``-deep shared ring (Swizzle<3,3,3> atoms); k-tile 0
+          carries the K residue, rows past M/N are never copied (zero-filled stages).
+        * warps 1-4, consumers (128 threads, 2x2 warps of m16n8k16): ldmatrix (transposed for
+          M/N-major operands) + mma.sync into fp32 or fp16 accumulators, then the epilogue:
+          convert, stage through the (reused) A/B shared buffer, 16-byte predicated stores.
+
+    Pipelines
+        * ``ab`` (:class:`~wsgemm.runtime.sm80_pipeline.CpAsyncPipeline`), producer ->
+          consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase, one
+          ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
+          copies of the stage have landed. ``empty[s]``: 4 arrivals a phase, lane 0 of each
+          consumer warp after ``__syncwarp``, once the warp has issued its last ldmatrix of the
+          stage. No block-wide barrier after the start; the producer runs up to ``stages``
+          k-tiles ahead of the oldest stage still being read.
+        * epilogue: named barrier 1 over the 128 consumer threads (the producer has exited).
+
+    Per-role timeline
+        * producer: acquire ``empty[s]`` -> cp.async A and B of k-tile t -> commit ``full[s]``
+          -> t+1, s+1 (mod stages); after the last k-tile, drain its copies and exit.
+        * consumer: wait ``full[s]``, ldmatrix k-block 0; then per k-block b of the stage:
+          ldmatrix b+1 into the other register slot while mma.sync consumes b; right after
+          the stage's last ldmatrix and the MMAs of the k-block before it, release ``empty[s]``
+          (before the stage's last MMAs); the next
+          stage's k-block 0 is read only after waiting on its ``full``. After the last k-tile:
+          barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass of columns.
+
+    Registers: a 128x256 tile over 128 MMA threads is 256 fp32 accumulators per thread, plus
+    96 for the fragment double buffer: that cannot fit ptxas' 255 and spills. So the shipped
+    fp32-accumulation config is 128x128x32 with 4 stages (128 + 64 live registers, spill-free);
+    128x256x32 with 3 stages is kept for fp16 accumulation (128 + 96). See
+    :func:`wsgemm.runtime.sm80_tiles.shipped_config`.
+    """
+
+    name = "sm80"
+    arch = "sm_80"
+    needs_vector_extent = True
+
+    PRODUCER_WARP = 0
+    PRODUCER_WARPS = 1
+    CONSUMER_WARPS = MMA_THREADS // WARP_SIZE
+    THREADS = (PRODUCER_WARPS + CONSUMER_WARPS) * WARP_SIZE
+    #: What the ``ab`` mbarriers are initialised to expect per phase (checked while tracing).
+    FULL_BARRIER_ARRIVALS = 32
+    EMPTY_BARRIER_ARRIVALS = 4
+
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
+        if not isinstance(config, Sm80Config):
+            raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
+        check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        self.config = config
+        self.ab_dtype = ab_dtype
+        self.c_dtype = c_dtype
+        self.acc_dtype = acc_dtype
+
+    def arrive_counts(self) -> tuple[int, int]:
+        """(full, empty) arrivals per phase of the ``ab`` ring, checked against the roles."""
+        full = check_arrive_count(
+            "sm80 ab full",
+            self.FULL_BARRIER_ARRIVALS,
+            {
+                "producer warps": self.PRODUCER_WARPS,
+                "threads per warp": WARP_SIZE,
+                "cp.async.mbarrier.arrive.noinc per thread per stage": 1,
+            },
+        )
+        empty = check_arrive_count(
+            "sm80 ab empty",
+            self.EMPTY_BARRIER_ARRIVALS,
+            {"consumer warps": self.CONSUMER_WARPS, "elected lanes per warp per stage": 1},
+        )
+        return full, empty
+
+    def shared_memory_bytes(self) -> int:
+        """Dynamic shared memory per CTA: the mbarriers plus max(A/B ring, epilogue slab)."""
+        return smem_bytes(
+            self.config, self.ab_dtype, self.c_dtype, barrier_stages=self.config.stages
+        )
+
+    @cute.jit
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
+        tiles = make_tiles(
+            self.config,
+            self.ab_dtype,
+            self.c_dtype,
+            self.acc_dtype,
+            mA,
+            mB,
+            load_threads=self.PRODUCER_WARPS * WARP_SIZE,
+        )
+        full, empty = self.arrive_counts()
+        c = self.config
+        grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
+        self.device(mA, mB, mC, tiles, full, empty).launch(
+            grid=grid, block=[self.THREADS, 1, 1], smem=self.shared_memory_bytes(), stream=stream
+        )
+
+    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
+    __call__ = kernel
+
+    @cute.kernel
+    def device(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        tiles: cutlass.Constexpr,
+        full_arrivals: cutlass.Constexpr,
+        empty_arrivals: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        bm, bn, bl = cute.arch.block_idx()
+        c = tiles.config
+
+        smem = cutlass.utils.SmemAllocator()
+        barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=8)
+        buffer_bytes = self.shared_memory_bytes() - BUFFER_ALIGN_BYTES - barrier_bytes(c.stages)
+        buffer = smem.allocate(buffer_bytes, byte_alignment=BUFFER_ALIGN_BYTES)
+        views = carve_smem(tiles, buffer)
+        pipe = CpAsyncPipeline(barriers, c.stages)
+        if tidx == 0:
+            pipe.init(full_arrivals, empty_arrivals)
+        # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
+        zero_fill(buffer, views.ab_bytes, tidx, self.THREADS)
+        # The kernel's only block-wide barrier: the mbarriers and the zeros are visible to both
+        # roles before either starts.
+        cute.arch.sync_threads()
+
+        if warp_idx == self.PRODUCER_WARP:
+            self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn)
+        else:
+            tid = tidx - self.PRODUCER_WARPS * WARP_SIZE
+            lane = cute.arch.lane_idx()
+            tiled_mma = tiles.tiled_mma()
+            k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
+            acc = self.mma(tiles, tiled_mma, views, pipe, k_tiles, tid, lane)
+            store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
+
+    @cute.jit
+    def load(
+        self,
+        tiles: Sm80Tiles,
+        mA_mk: cute.Tensor,
+        mB_nk: cute.Tensor,
+        views,
+        pipe: CpAsyncPipeline,
+        bm: cutlass.Int32,
+        bn: cutlass.Int32,
+    ):
+        """Producer warp: every k-tile of this CTA's A and B, in order, into the ring."""
+        c = tiles.config
+        lane = cute.arch.lane_idx()
+        load_a = make_operand_loader(
+            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, lane
+        )
+        load_b = make_operand_loader(
+            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, lane
+        )
+        k_tiles = cute.size(load_a.tXgX, mode=[3])
+
+        state = pipe.producer_state()
+        pipe.producer_acquire(state)
+        load_a.load_first(state.index)
+        load_b.load_first(state.index)
+        pipe.producer_commit(state)
+        state.advance()
+        for k_tile in cutlass.range(1, k_tiles, unroll=1):
+            pipe.producer_acquire(state)
+            load_a.load(k_tile, state.index)
+            load_b.load(k_tile, state.index)
+            pipe.producer_commit(state)
+            state.advance()
+        # Stay resident until the last copies (and the arrivals they trigger) have landed.
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+
+    @cute.jit
+    def mma(
+        self,
+        tiles: Sm80Tiles,
+        tiled_mma: cute.TiledMma,
+        views,
+        pipe: CpAsyncPipeline,
+        k_tiles: cutlass.Int32,
+        tid: cutlass.Int32,
+        lane: cutlass.Int32,
+    ) -> cute.Tensor:
+        """Consumer warps: the whole K loop into register accumulators."""
+        frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
+        acc = make_accumulators(tiles, tiled_mma)
+        k_blocks = tiles.k_blocks
+
+        state = pipe.consumer_state()
+        pipe.consumer_wait(state)
+        frags.load(0, state.index, 0)
+        for k_tile in cutlass.range(k_tiles, unroll=1):
+            for kb in cutlass.range_constexpr(k_blocks):
+                next_slot = (kb + 1) % 2
+                if cutlass.const_expr(kb == k_blocks - 1):
+                    # k-block kb is the stage's last and already in registers; the next one
+                    # is k-block 0 of the next stage, readable only once its full barrier
+                    # has flipped.
+                    state.advance()
+                    if k_tile + 1 < k_tiles:
+                        pipe.consumer_wait(state)
+                        frags.load(0, state.index, next_slot)
+                else:
+                    frags.load(kb + 1, state.index, next_slot)
+                frags.mma(tiled_mma, acc, kb % 2)
+                if cutlass.const_expr(kb == k_blocks - 2):
+                    # The stage's last ldmatrix is issued: hand the stage back before its last
+                    # MMA. After this k-block's MMAs, not before them: the arrive's release
+                    # fence (MEMBAR.CTA on sm_80) waits for the ldmatrix results, and the
+                    # tensor cores should not wait with it.
+                    pipe.consumer_release(state, lane)
+        return acc

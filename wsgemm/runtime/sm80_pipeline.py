@@ -1,0 +1,149 @@
+"""An mbarrier ring for a cp.async producer warp and mma.sync consumer warps (sm_80 and later).
+
+The wheel's ``cutlass.pipeline.PipelineCpAsync`` has the right protocol but its mbarrier calls
+refuse to trace for targets below sm_90 (``check_arch``), although ``mbarrier.init``,
+``mbarrier.arrive``, ``mbarrier.test_wait.parity`` and ``cp.async.mbarrier.arrive.noinc`` all
+exist since sm_80 (PTX ISA 7.0/7.1). This module emits those four instructions itself, so one
+kernel body traces for sm_80, sm_86, sm_89 and sm_90a alike. Stage/phase bookkeeping reuses the
+wheel's arch-neutral ``PipelineState``.
+
+Protocol, per stage ``s`` (``full[s]`` and ``empty[s]`` are mbarriers):
+
+* producer: ``acquire`` waits until ``empty[s]`` finished the phase the consumers last released,
+  issues its cp.async copies, then ``commit``: ``cp.async.mbarrier.arrive.noinc`` makes each
+  producer thread arrive on ``full[s]`` once its own copies have landed in shared memory;
+* consumer: ``wait`` blocks on ``full[s]``, reads the stage, then ``release`` arrives on
+  ``empty[s]`` (one elected lane per warp, after ``__syncwarp``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import dsl_user_op
+from cutlass.pipeline import PipelineState, PipelineUserType, make_pipeline_state
+
+
+def _smem_address(ptr: cute.Pointer, *, loc=None, ip=None):
+    """The 32-bit shared-window address that PTX ``.shared`` operands expect."""
+    return ptr.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip)
+
+
+@dsl_user_op
+def mbarrier_init(mbar: cute.Pointer, count: int, *, loc=None, ip=None) -> None:
+    """``mbarrier.init``: expect ``count`` arrivals per phase. One thread only."""
+    cute.arch.mbarrier_init(mbar, count, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def mbarrier_arrive(mbar: cute.Pointer, *, loc=None, ip=None) -> None:
+    """One arrival (release semantics for this thread's earlier shared-memory accesses)."""
+    llvm.inline_asm(
+        None,
+        [_smem_address(mbar, loc=loc, ip=ip)],
+        "{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared.b64 state, [$0];\n\t}",
+        "r,~{memory}",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def cp_async_mbarrier_arrive_noinc(mbar: cute.Pointer, *, loc=None, ip=None) -> None:
+    """Arrive on ``mbar`` when all of this thread's earlier cp.async copies have completed.
+
+    ``.noinc``: the arrival counts against the barrier's expected count (it does not raise the
+    pending count first), so the barrier is initialised with one arrival per producer thread.
+    """
+    llvm.inline_asm(
+        None,
+        [_smem_address(mbar, loc=loc, ip=ip)],
+        "cp.async.mbarrier.arrive.noinc.shared.b64 [$0];",
+        "r,~{memory}",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def mbarrier_wait(mbar: cute.Pointer, phase: cutlass.Int32, *, loc=None, ip=None) -> None:
+    """Spin until the phase of parity ``phase`` has completed (acquire semantics).
+
+    ``test_wait`` rather than ``try_wait``: the latter needs sm_90. Labels inside the braces
+    are local to this asm block, so the block can be inlined many times.
+    """
+    llvm.inline_asm(
+        None,
+        [
+            _smem_address(mbar, loc=loc, ip=ip),
+            cutlass.Int32(phase).ir_value(loc=loc, ip=ip),
+        ],
+        "{\n\t.reg .pred done;\n\t"
+        "WAIT_AGAIN:\n\t"
+        "mbarrier.test_wait.parity.shared.b64 done, [$0], $1;\n\t"
+        "@!done bra WAIT_AGAIN;\n\t}",
+        "r,r,~{memory}",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dataclass(frozen=True)
+class CpAsyncPipeline:
+    """``stages`` full/empty mbarrier pairs in shared memory; see the module docstring.
+
+    ``barriers`` points at ``2 * stages`` 8-byte words: ``full[0..stages)`` then
+    ``empty[0..stages)``. One thread calls :meth:`init`; the caller then makes the
+    initialisation visible with a block-wide barrier before any role starts.
+    """
+
+    barriers: cute.Pointer
+    stages: int
+
+    def init(self, producer_arrivals: int, consumer_arrivals: int) -> None:
+        """Initialise every barrier. Exactly one thread calls this."""
+        for s in range(self.stages):
+            mbarrier_init(self.full(s), producer_arrivals)
+            mbarrier_init(self.empty(s), consumer_arrivals)
+
+    def full(self, index) -> cute.Pointer:
+        return self.barriers + index
+
+    def empty(self, index) -> cute.Pointer:
+        return self.barriers + self.stages + index
+
+    def producer_state(self) -> PipelineState:
+        """Starts at phase 1: every stage is free before the consumers ever released it."""
+        return make_pipeline_state(PipelineUserType.Producer, self.stages)
+
+    def consumer_state(self) -> PipelineState:
+        return make_pipeline_state(PipelineUserType.Consumer, self.stages)
+
+    def producer_acquire(self, state: PipelineState) -> None:
+        mbarrier_wait(self.empty(state.index), state.phase)
+
+    def producer_commit(self, state: PipelineState) -> None:
+        cp_async_mbarrier_arrive_noinc(self.full(state.index))
+
+    def consumer_wait(self, state: PipelineState) -> None:
+        mbarrier_wait(self.full(state.index), state.phase)
+
+    @cute.jit
+    def consumer_release(self, state: PipelineState, lane: cutlass.Int32) -> None:
+        """One arrival per warp: ``__syncwarp`` orders every lane's reads of the stage before
+        lane 0's arrive, whose release semantics then cover the whole warp."""
+        cute.arch.sync_warp()
+        if lane == 0:
+            mbarrier_arrive(self.empty(state.index))

@@ -1,0 +1,617 @@
+"""What the two sm80 kernels (cp.async loads, ldmatrix + mma.sync) share.
+
+``Sm80Config`` and its budgets, the shared-memory layouts, the tiled copies and the tiled MMA,
+the per-thread operand loaders (global -> shared, residue-aware), the fragment readers (shared ->
+registers) and the epilogue (accumulators -> shared -> 16-byte global stores). The kernels only
+differ in who loads and how loads and MMAs are synchronised.
+
+Residues. The k-tile loop runs over ``ceil(K / tile_k)`` tiles with the *first* one shifted to
+start at ``K - tile_k * k_tiles <= 0`` (CUTLASS's "residue first"): only that tile holds
+out-of-range k, and it is loaded into a zero-filled stage. Rows beyond M (N) are never copied
+in any k-tile, so they stay zero in every stage. The zero fill happens once, before the loads.
+Every 16-byte vector is entirely in or out of range, because the contract makes the major
+mode's extent a multiple of 8 (one vector); so each copy is predicated per vector.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync, warp
+
+#: m16n8k16: the fp16/bf16 ``mma.sync`` shape of sm_80..sm_90.
+MMA_INST_MNK = (16, 8, 16)
+#: Warps of the tiled MMA along (M, N): four MMA warps share each operand fragment in pairs.
+MMA_WARPS_MN = (2, 2)
+#: Threads that run the MMA (and the epilogue) in both kernels.
+MMA_THREADS = MMA_WARPS_MN[0] * MMA_WARPS_MN[1] * 32
+#: Every global<->shared copy moves one 16-byte vector per thread per instruction.
+COPY_BITS = 128
+#: Named barrier 0 is ``__syncthreads``; the epilogue's barrier among the MMA threads is 1.
+EPILOGUE_BARRIER_ID = 1
+#: ptxas' per-thread ceiling; a kernel that needs more spills to local memory.
+MAX_REGISTERS_PER_THREAD = 255
+
+_TILE_MN_CHOICES = (64, 128, 256)
+_TILE_K_CHOICES = (32, 64)
+_STAGE_RANGE = (3, 8)
+
+
+def vector_elems(dtype) -> int:
+    """Elements in one 16-byte vector of ``dtype``."""
+    return COPY_BITS // dtype.width
+
+
+def smem_capacity_bytes() -> int:
+    """Opt-in shared memory per block of sm_86/sm_89 (99 KiB): the smallest of the GPUs this
+    backend serves (sm_80 has 163 KiB, sm_90 227 KiB), so one config runs on all of them."""
+    return 101376
+
+
+def _elem_bytes(dtype) -> int:
+    return dtype.width // 8
+
+
+@dataclass(frozen=True)
+class Sm80Config:
+    """CTA tile and shared-memory ring depth of the sm80 kernels.
+
+    ``tile_m``/``tile_n`` in {64, 128, 256} (the M/N-major shared atom is 64 wide), ``tile_k``
+    in {32, 64} (an even number of 16-deep k-blocks, for the two-slot fragment buffer),
+    ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes`.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 32
+    stages: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("tile_m", "tile_n", "tile_k", "stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"Sm80Config.{name} must be an int, got {value!r}")
+        for name in ("tile_m", "tile_n"):
+            if getattr(self, name) not in _TILE_MN_CHOICES:
+                raise ValueError(
+                    f"Sm80Config.{name}={getattr(self, name)} is not allowed; "
+                    f"choose one of {_TILE_MN_CHOICES}"
+                )
+        if self.tile_k not in _TILE_K_CHOICES:
+            raise ValueError(
+                f"Sm80Config.tile_k={self.tile_k} is not allowed; choose one of {_TILE_K_CHOICES}"
+            )
+        lo, hi = _STAGE_RANGE
+        if not lo <= self.stages <= hi:
+            raise ValueError(f"Sm80Config.stages={self.stages} must be in [{lo}, {hi}]")
+        need = smem_bytes(self, cutlass.Float16, cutlass.Float16, barrier_stages=self.stages)
+        if need > smem_capacity_bytes():
+            raise ValueError(
+                f"Sm80Config {self.tile_m}x{self.tile_n}x{self.tile_k} with {self.stages} stages "
+                f"needs {need} bytes of shared memory; at most {smem_capacity_bytes()} are "
+                "allowed (sm_89): use fewer stages or a smaller tile"
+            )
+
+    @property
+    def tile_shape_mnk(self) -> tuple[int, int, int]:
+        return (self.tile_m, self.tile_n, self.tile_k)
+
+
+# ----------------------------------------------------------------------------------------------
+# Budgets
+
+
+def ab_smem_bytes(config: Sm80Config, ab_dtype) -> int:
+    """The A and B rings: ``stages`` tiles of (tile_m + tile_n) x tile_k."""
+    return (config.tile_m + config.tile_n) * config.tile_k * config.stages * _elem_bytes(ab_dtype)
+
+
+def epilogue_tile_n(config: Sm80Config, ab_dtype, c_dtype) -> int:
+    """Columns of C staged through shared memory per epilogue pass: the whole tile when it fits
+    in the A/B ring it reuses, else the largest half, quarter... that does (fp32 C of a 128x256
+    tile is 128 KiB, more than the 72 KiB ring)."""
+    epi_n = config.tile_n
+    while config.tile_m * epi_n * _elem_bytes(c_dtype) > ab_smem_bytes(config, ab_dtype):
+        epi_n //= 2
+    if epi_n < 8 * vector_elems(c_dtype):
+        raise ValueError(f"{config} leaves too little shared memory for a {c_dtype} epilogue")
+    return epi_n
+
+
+def epilogue_smem_bytes(config: Sm80Config, ab_dtype, c_dtype) -> int:
+    """One epilogue pass: a (tile_m, epilogue_tile_n) slab of C in the output dtype."""
+    return config.tile_m * epilogue_tile_n(config, ab_dtype, c_dtype) * _elem_bytes(c_dtype)
+
+
+def barrier_bytes(stages: int) -> int:
+    """A full and an empty 8-byte mbarrier per stage (0 stages: no mbarrier pipeline)."""
+    return 2 * 8 * stages
+
+
+#: Alignment of the A/B/C buffer: a whole 8x64 swizzle atom of 16-bit elements (1 KiB) starts
+#: on a boundary, so the swizzle is a function of the buffer offset alone.
+BUFFER_ALIGN_BYTES = 1024
+
+
+def smem_bytes(config: Sm80Config, ab_dtype, c_dtype, *, barrier_stages: int) -> int:
+    """Dynamic shared memory of a CTA: the epilogue reuses the A/B ring, so the buffer is the
+    max of the two needs, not their sum; the mbarriers sit in front of it."""
+    buffer = max(ab_smem_bytes(config, ab_dtype), epilogue_smem_bytes(config, ab_dtype, c_dtype))
+    return BUFFER_ALIGN_BYTES + buffer + barrier_bytes(barrier_stages)
+
+
+def accumulator_registers(config: Sm80Config, acc_dtype) -> int:
+    """32-bit registers of one MMA thread's accumulators (fp16 ones pack two per register)."""
+    return config.tile_m * config.tile_n * acc_dtype.width // (32 * MMA_THREADS)
+
+
+def fragment_registers(config: Sm80Config) -> int:
+    """32-bit registers of one MMA thread's A and B fragments, two k-block slots each: per
+    warp tile (tile_m / 2) x 16 of A (4 registers per 16x16) and (tile_n / 2) x 16 of B (2 per
+    8x16)."""
+    warp_m = config.tile_m // MMA_WARPS_MN[0]
+    warp_n = config.tile_n // MMA_WARPS_MN[1]
+    per_slot = (warp_m // 16) * 4 + (warp_n // 8) * 2
+    return 2 * per_slot
+
+
+def mainloop_registers(config: Sm80Config, acc_dtype) -> int:
+    """Registers that stay live through the main loop (before addresses and predicates);
+    over :data:`MAX_REGISTERS_PER_THREAD` means the kernel spills for sure."""
+    return accumulator_registers(config, acc_dtype) + fragment_registers(config)
+
+
+# ----------------------------------------------------------------------------------------------
+# Dtypes and operands
+
+AB_DTYPES = (cutlass.Float16, cutlass.BFloat16)
+C_DTYPES = (cutlass.Float16, cutlass.BFloat16, cutlass.Float32)
+ACC_DTYPES = (cutlass.Float32, cutlass.Float16)
+
+
+def check_dtypes(ab_dtype, c_dtype, acc_dtype) -> None:
+    """Raise ``ValueError`` unless the dtypes are ones ``mma.sync`` m16n8k16 offers."""
+    if ab_dtype not in AB_DTYPES:
+        raise ValueError(f"A/B dtype {ab_dtype} is not supported; use one of {AB_DTYPES}")
+    if c_dtype not in C_DTYPES:
+        raise ValueError(f"C dtype {c_dtype} is not supported; use one of {C_DTYPES}")
+    if acc_dtype not in ACC_DTYPES:
+        raise ValueError(f"accumulator dtype {acc_dtype} is not supported; use one of {ACC_DTYPES}")
+    if acc_dtype is cutlass.Float16 and ab_dtype is not cutlass.Float16:
+        raise ValueError(
+            f"fp16 accumulation needs fp16 inputs (mma.sync has no {ab_dtype} x {ab_dtype} -> "
+            "fp16 form); use Float32 accumulation"
+        )
+
+
+def check_operands(mA, mB, mC, ab_dtype, c_dtype) -> None:
+    """Trace-time checks of the kernel contract the layouts depend on."""
+    for name, tensor, dtype in (("A", mA, ab_dtype), ("B", mB, ab_dtype), ("C", mC, c_dtype)):
+        if tensor.element_type is not dtype:
+            raise ValueError(f"{name} is {tensor.element_type}, the kernel was built for {dtype}")
+        major_mode(tensor)
+    if major_mode(mC) != 1:
+        raise ValueError("C must be N-major (row-major (M, N)): the epilogue stores along N")
+
+
+# ----------------------------------------------------------------------------------------------
+# Static layouts, copies and the tiled MMA (built while tracing; no run-time cost)
+
+
+def major_mode(tensor: cute.Tensor) -> int:
+    """0 if mode 0 of ``tensor`` has a static stride of 1, 1 if mode 1 has (the contract
+    guarantees exactly one of the first two does)."""
+    for mode in (0, 1):
+        stride = tensor.stride[mode]
+        if cute.is_static(stride) and stride == 1:
+            return mode
+    raise ValueError(f"neither of the first two modes of {tensor.layout} has a static stride 1")
+
+
+def make_tiled_mma(ab_dtype, acc_dtype) -> cute.TiledMma:
+    """2x2 warps of m16n8k16; each warp takes two n8 atoms per 32-wide N step, so one
+    ldmatrix.x4 fills a 16x16 B fragment."""
+    op = warp.MmaF16BF16Op(ab_dtype, acc_dtype, MMA_INST_MNK)
+    warps_m, warps_n = MMA_WARPS_MN
+    permutation = (
+        warps_m * MMA_INST_MNK[0],
+        warps_n * MMA_INST_MNK[1] * 2,
+        MMA_INST_MNK[2],
+    )
+    return cute.make_tiled_mma(op, cute.make_layout((warps_m, warps_n, 1)), permutation)
+
+
+def make_ab_smem_layout(dtype, k_major: bool, tile_mn: int, tile_k: int, stages: int):
+    """(tile_mn, tile_k, stages) ring of Swizzle<3,3,3> atoms: 8 x tile_k for K-major operands,
+    64 x 8 for M/N-major ones. The swizzle XORs the 128-byte line index into the 16-byte chunk
+    index, so the eight 16-byte rows one ldmatrix reads sit in eight different bank groups."""
+    vec = vector_elems(dtype)
+    swizzle = cute.make_swizzle(3, int(math.log2(vec)), 3)
+    if k_major:
+        outer = cute.make_layout((8, tile_k), stride=(tile_k, 1))
+    else:
+        mn_atom = 8 * vec
+        outer = cute.make_layout((mn_atom, 8), stride=(1, mn_atom))
+    atom = cute.make_composed_layout(swizzle, 0, outer)
+    return cute.tile_to_shape(atom, (tile_mn, tile_k, stages), (0, 1, 2))
+
+
+def make_c_smem_layout(dtype, tile_m: int, epi_n: int):
+    """(tile_m, epi_n) row-major slab of 8 x (8 vectors) atoms, Swizzle<3, log2(vec), 3>: the
+    accumulator stores of a warp (8 rows x one 16-byte chunk) hit 8 different bank groups and
+    each 16-byte vector read stays contiguous."""
+    vec = vector_elems(dtype)
+    swizzle = cute.make_swizzle(3, int(math.log2(vec)), 3)
+    outer = cute.make_layout((8, 8 * vec), stride=(8 * vec, 1))
+    atom = cute.make_composed_layout(swizzle, 0, outer)
+    return cute.tile_to_shape(atom, (tile_m, epi_n), (1, 0))
+
+
+def make_g2s_copy(dtype, k_major: bool, num_threads: int, tile_mn: int, tile_k: int):
+    """cp.async.cg 16-byte copies; threads run along the major mode first so each warp reads
+    whole contiguous row segments of global memory."""
+    atom = cute.make_copy_atom(
+        cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+        dtype,
+        num_bits_per_copy=COPY_BITS,
+    )
+    vec = vector_elems(dtype)
+    if k_major:
+        along_k = tile_k // vec
+        threads = cute.make_layout((num_threads // along_k, along_k), stride=(along_k, 1))
+        values = cute.make_layout((1, vec))
+    else:
+        along_mn = min(tile_mn // vec, num_threads)
+        threads = cute.make_layout((along_mn, num_threads // along_mn), stride=(1, along_mn))
+        values = cute.make_layout((vec, 1))
+    return cute.make_tiled_copy_tv(atom, threads, values)
+
+
+def make_s2r_copy(dtype, k_major: bool, tiled_mma: cute.TiledMma, operand: str):
+    """ldmatrix.x4 matching the MMA's fragment layout; transposed for M/N-major operands."""
+    atom = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(not k_major, 4), dtype)
+    if operand == "A":
+        return cute.make_tiled_copy_A(atom, tiled_mma)
+    return cute.make_tiled_copy_B(atom, tiled_mma)
+
+
+@dataclass(frozen=True)
+class Sm80Tiles:
+    """Everything static a kernel body needs for one (config, dtypes, operand majors)."""
+
+    config: Sm80Config
+    ab_dtype: type
+    c_dtype: type
+    acc_dtype: type
+    a_k_major: bool
+    b_k_major: bool
+    load_threads: int
+    epi_n: int
+
+    @property
+    def k_blocks(self) -> int:
+        """16-deep MMA k-blocks per k-tile."""
+        return self.config.tile_k // MMA_INST_MNK[2]
+
+    def tiled_mma(self) -> cute.TiledMma:
+        return make_tiled_mma(self.ab_dtype, self.acc_dtype)
+
+    def smem_layout_a(self):
+        c = self.config
+        return make_ab_smem_layout(self.ab_dtype, self.a_k_major, c.tile_m, c.tile_k, c.stages)
+
+    def smem_layout_b(self):
+        c = self.config
+        return make_ab_smem_layout(self.ab_dtype, self.b_k_major, c.tile_n, c.tile_k, c.stages)
+
+    def smem_layout_c(self):
+        return make_c_smem_layout(self.c_dtype, self.config.tile_m, self.epi_n)
+
+    def g2s_copy_a(self):
+        c = self.config
+        return make_g2s_copy(self.ab_dtype, self.a_k_major, self.load_threads, c.tile_m, c.tile_k)
+
+    def g2s_copy_b(self):
+        c = self.config
+        return make_g2s_copy(self.ab_dtype, self.b_k_major, self.load_threads, c.tile_n, c.tile_k)
+
+
+def make_tiles(
+    config: Sm80Config, ab_dtype, c_dtype, acc_dtype, mA, mB, load_threads: int
+) -> Sm80Tiles:
+    return Sm80Tiles(
+        config=config,
+        ab_dtype=ab_dtype,
+        c_dtype=c_dtype,
+        acc_dtype=acc_dtype,
+        a_k_major=major_mode(mA) == 1,
+        b_k_major=major_mode(mB) == 1,
+        load_threads=load_threads,
+        epi_n=epilogue_tile_n(config, ab_dtype, c_dtype),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared memory carving
+
+
+@dataclass(frozen=True)
+class SmemViews:
+    """The A/B ring and the epilogue slab over one buffer (the slab reuses the ring)."""
+
+    sA: cute.Tensor  # (tile_m, tile_k, stages)
+    sB: cute.Tensor  # (tile_n, tile_k, stages)
+    sC: cute.Tensor  # (tile_m, epi_n)
+    buffer: cute.Pointer
+    ab_bytes: int
+
+
+def carve_smem(tiles: Sm80Tiles, buffer: cute.Pointer) -> SmemViews:
+    layout_a = tiles.smem_layout_a()
+    layout_b = tiles.smem_layout_b()
+    a_ptr = cute.recast_ptr(buffer, dtype=tiles.ab_dtype)
+    sA = cute.make_tensor(a_ptr, layout_a)
+    sB = cute.make_tensor(a_ptr + cute.cosize(layout_a), layout_b)
+    sC = cute.make_tensor(cute.recast_ptr(buffer, dtype=tiles.c_dtype), tiles.smem_layout_c())
+    return SmemViews(sA, sB, sC, buffer, ab_smem_bytes(tiles.config, tiles.ab_dtype))
+
+
+@cute.jit
+def zero_fill(
+    buffer: cute.Pointer, num_bytes: cutlass.Constexpr, tid, num_threads: cutlass.Constexpr
+):
+    """Zero ``num_bytes`` of shared memory with 16-byte stores spread over ``num_threads``."""
+    num_vectors = num_bytes // 16
+    words = cute.make_tensor(
+        cute.recast_ptr(buffer, dtype=cutlass.Int32), cute.make_layout((4, num_vectors))
+    )
+    zeros = cute.make_rmem_tensor(cute.make_layout(4), cutlass.Int32)
+    zeros.fill(0)
+    for i in cutlass.range_constexpr((num_vectors + num_threads - 1) // num_threads):
+        v = i * num_threads + tid
+        if v < num_vectors:
+            cute.autovec_copy(zeros, words[None, v])
+
+
+# ----------------------------------------------------------------------------------------------
+# Global -> shared: one operand's per-thread copies
+
+
+@dataclass(frozen=True)
+class OperandLoader:
+    """One thread's cp.async work for one operand (A or B) of one CTA tile."""
+
+    tiled_copy: cute.TiledCopy
+    tXgX: cute.Tensor  # (CPY, CPY_MN, CPY_K, k_tiles) global source, residue-shifted along k
+    tXsX: cute.Tensor  # (CPY, CPY_MN, CPY_K, stages) shared destination
+    tXcX: cute.Tensor  # (CPY, CPY_MN, CPY_K, k_tiles) (mn, k) coordinates of the source
+    tXpX: cute.Tensor  # (CPY_V, CPY_MN, CPY_K) row-in-range predicates, broadcast along k
+
+    @cute.jit
+    def load(self, k_tile, stage):
+        """A k-tile after the first: every k is in range, rows are predicated."""
+        cute.copy(
+            self.tiled_copy,
+            self.tXgX[None, None, None, k_tile],
+            self.tXsX[None, None, None, stage],
+            pred=self.tXpX,
+        )
+
+    @cute.jit
+    def load_first(self, stage):
+        """k-tile 0 holds the k residue: vectors at negative (shifted) k are skipped and keep
+        the zeros of the stage."""
+        for k in cutlass.range_constexpr(cute.size(self.tXsX, mode=[2])):
+            if cute.elem_less(cutlass.Int32(-1), self.tXcX[0, 0, k, 0][1]):
+                cute.copy(
+                    self.tiled_copy,
+                    self.tXgX[None, None, k, 0],
+                    self.tXsX[None, None, k, stage],
+                    pred=self.tXpX[None, None, k],
+                )
+
+
+@cute.jit
+def make_operand_loader(
+    tiled_copy: cute.TiledCopy,
+    mX: cute.Tensor,
+    sX: cute.Tensor,
+    tile_mn: cutlass.Constexpr,
+    tile_k: cutlass.Constexpr,
+    tile_idx,
+    tid,
+) -> OperandLoader:
+    """``mX``: one batch of the operand, (MN, K); ``tile_idx``: this CTA's tile along MN."""
+    gX = cute.local_tile(mX, (tile_mn, tile_k), (tile_idx, None))  # (tile_mn, tile_k, k_tiles)
+    cX = cute.local_tile(cute.make_identity_tensor(mX.shape), (tile_mn, tile_k), (tile_idx, None))
+    # Shift the k-tiles so the partial one is first (its start is <= 0).
+    residue_k = cute.size(mX, mode=[1]) - tile_k * cute.size(gX, mode=[2])
+    gX = cute.domain_offset((0, residue_k, 0), gX)
+    cX = cute.domain_offset((0, residue_k, 0), cX)
+    # The shift is a multiple of 8 elements along a stride-1 K or a K stride that is a
+    # multiple of 8, so every k-tile still starts on a 16-byte boundary.
+    gX = cute.make_tensor(gX.iterator.align(16), gX.layout)
+
+    thr = tiled_copy.get_slice(tid)
+    tXgX = thr.partition_S(gX)
+    tXsX = thr.partition_D(sX)
+    tXcX = thr.partition_S(cX)
+    tXpX = cute.make_rmem_tensor(
+        cute.make_layout(
+            (tXsX.shape[0][1], cute.size(tXsX, mode=[1]), cute.size(tXsX, mode=[2])),
+            stride=(cute.size(tXsX, mode=[1]), 1, 0),
+        ),
+        cutlass.Boolean,
+    )
+    extent_mn = cute.size(mX, mode=[0])
+    for v in cutlass.range_constexpr(tXpX.shape[0]):
+        for i in cutlass.range_constexpr(tXpX.shape[1]):
+            tXpX[v, i, 0] = cute.elem_less(tXcX[(0, v), i, 0, 0][0], extent_mn)
+    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared -> registers: one operand's fragments, two k-block slots
+
+
+@dataclass(frozen=True)
+class FragmentReader:
+    """ldmatrix of one k-block of one operand into one of two register slots."""
+
+    tiled_copy: cute.TiledCopy
+    tCsX: cute.Tensor  # (CPY, CPY_MN, k_blocks, stages) shared source
+    tCrX_copy: cute.Tensor  # (CPY, CPY_MN, 2) the two slots, as the copy sees them
+
+    @cute.jit
+    def load(self, k_block, stage, slot):
+        cute.copy(
+            self.tiled_copy,
+            self.tCsX[None, None, k_block, stage],
+            self.tCrX_copy[None, None, slot],
+        )
+
+
+@dataclass(frozen=True)
+class MmaFragments:
+    """One MMA thread's operand fragments (two k-block slots each) and their readers."""
+
+    tCrA: cute.Tensor  # (MMA, MMA_M, 2)
+    tCrB: cute.Tensor  # (MMA, MMA_N, 2)
+    read_a: FragmentReader
+    read_b: FragmentReader
+
+    @cute.jit
+    def load(self, k_block, stage, slot):
+        self.read_a.load(k_block, stage, slot)
+        self.read_b.load(k_block, stage, slot)
+
+    @cute.jit
+    def mma(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, slot):
+        cute.gemm(tiled_mma, acc, self.tCrA[None, None, slot], self.tCrB[None, None, slot], acc)
+
+
+@cute.jit
+def make_mma_fragments(tiles: Sm80Tiles, tiled_mma, sA, sB, tid) -> MmaFragments:
+    c = tiles.config
+    # Fragments of two k-blocks only, whatever tile_k is: the register double buffer.
+    two_k_blocks = 2 * MMA_INST_MNK[2]
+    tCrA = tiled_mma.make_fragment_A(tiled_mma.partition_shape_A((c.tile_m, two_k_blocks)))
+    tCrB = tiled_mma.make_fragment_B(tiled_mma.partition_shape_B((c.tile_n, two_k_blocks)))
+    copy_a = make_s2r_copy(tiles.ab_dtype, tiles.a_k_major, tiled_mma, "A")
+    copy_b = make_s2r_copy(tiles.ab_dtype, tiles.b_k_major, tiled_mma, "B")
+    thr_a = copy_a.get_slice(tid)
+    thr_b = copy_b.get_slice(tid)
+    read_a = FragmentReader(copy_a, thr_a.partition_S(sA), thr_a.retile(tCrA))
+    read_b = FragmentReader(copy_b, thr_b.partition_S(sB), thr_b.retile(tCrB))
+    return MmaFragments(tCrA, tCrB, read_a, read_b)
+
+
+def make_accumulators(tiles: Sm80Tiles, tiled_mma: cute.TiledMma) -> cute.Tensor:
+    """(MMA, MMA_M, MMA_N) accumulators of the whole CTA tile, zeroed."""
+    c = tiles.config
+    acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((c.tile_m, c.tile_n)))
+    acc.fill(0.0)
+    return acc
+
+
+# ----------------------------------------------------------------------------------------------
+# Epilogue: accumulators -> output dtype -> swizzled shared slab -> 16-byte global stores
+
+
+@cute.jit
+def store_accumulators(
+    tiles: Sm80Tiles,
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    sC: cute.Tensor,
+    mC: cute.Tensor,
+    tile_mn,
+    tid,
+):
+    """Write this CTA's (tile_m, tile_n) tile of ``mC`` (one batch, (M, N), N-major).
+
+    Runs on the MMA threads only and synchronises them with named barrier
+    :data:`EPILOGUE_BARRIER_ID`; the first barrier also guarantees that every MMA warp is done
+    reading the A/B ring before the slab overwrites it. The tile goes out in passes of
+    ``epi_n`` columns when the whole of it does not fit in the ring.
+    """
+    c = tiles.config
+    c_dtype = tiles.c_dtype
+    vec = vector_elems(c_dtype)
+    epi_n = tiles.epi_n
+    barrier = cutlass.pipeline.NamedBarrier(barrier_id=EPILOGUE_BARRIER_ID, num_threads=MMA_THREADS)
+
+    # Registers -> shared: two adjacent columns per store, the MMA's accumulator pairs.
+    r2s = cute.make_tiled_copy_C(
+        cute.make_copy_atom(
+            cute.nvgpu.CopyUniversalOp(), c_dtype, num_bits_per_copy=2 * c_dtype.width
+        ),
+        tiled_mma,
+    )
+    thr_r2s = r2s.get_slice(tid)
+    tRsC = thr_r2s.partition_D(sC)
+    pass_layout = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((c.tile_m, epi_n))).layout
+    pass_size = cute.size(pass_layout)
+
+    # Shared -> global: one 16-byte vector per thread, threads along N.
+    along_n = epi_n // vec
+    s2g = cute.make_tiled_copy_tv(
+        cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype, num_bits_per_copy=COPY_BITS),
+        cute.make_layout((MMA_THREADS // along_n, along_n), stride=(along_n, 1)),
+        cute.make_layout((1, vec)),
+    )
+    thr_s2g = s2g.get_slice(tid)
+    tSsC = thr_s2g.partition_S(sC)  # (CPY, CPY_M, CPY_N)
+
+    gC = cute.local_tile(mC, (c.tile_m, c.tile_n), tile_mn)
+    cC = cute.local_tile(cute.make_identity_tensor(mC.shape), (c.tile_m, c.tile_n), tile_mn)
+    extent = mC.shape
+    for p in cutlass.range_constexpr(c.tile_n // epi_n):
+        # The accumulators' N mode is the outermost, so a pass is a contiguous run of them.
+        acc_pass = cute.make_tensor(acc.iterator + p * pass_size, pass_layout)
+        out = cute.make_fragment_like(acc_pass, c_dtype)
+        out.store(acc_pass.load().to(c_dtype))
+        # Pass 0: every MMA warp is done with the A/B ring. Later passes: done reading the slab.
+        barrier.arrive_and_wait()
+        cute.copy(r2s, thr_r2s.retile(out), tRsC)
+        barrier.arrive_and_wait()
+
+        gC_pass = cute.local_tile(gC, (c.tile_m, epi_n), (0, p))
+        cC_pass = cute.local_tile(cC, (c.tile_m, epi_n), (0, p))
+        tSgC = thr_s2g.partition_D(gC_pass)
+        tScC = thr_s2g.partition_D(cC_pass)
+        tSrC = cute.make_fragment_like(tSsC)
+        cute.autovec_copy(tSsC, tSrC)
+        for m in cutlass.range_constexpr(cute.size(tSrC, mode=[1])):
+            for n in cutlass.range_constexpr(cute.size(tSrC, mode=[2])):
+                coord = tScC[0, m, n]
+                if cute.elem_less(coord[0], extent[0]) and cute.elem_less(coord[1], extent[1]):
+                    cute.copy(s2g, tSrC[None, m, n], tSgC[None, m, n])
+
+
+# ----------------------------------------------------------------------------------------------
+# Shipped configs
+
+#: 128x128x32, 4 stages: spill-free with fp32 accumulators (128 + 64 fragment registers per
+#: MMA thread) in both kernels; 64 KiB ring, so the fp32 128x128 slab fits without passes.
+SHIPPED_CONFIGS = {
+    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
+}
+#: 128x256x32, 3 stages (the study kernel's tile): spill-free only with fp16 accumulators,
+#: whose 256 values pack into 128 registers; with fp32 ones it needs 256 + 96 > 255.
+SHIPPED_FP16_ACC_CONFIGS = {
+    "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=3),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=3),
+}
+
+
+def shipped_config(name: str, acc_dtype) -> Sm80Config:
+    """The largest spill-free config of kernel ``name`` for this accumulator dtype."""
+    table = SHIPPED_FP16_ACC_CONFIGS if acc_dtype is cutlass.Float16 else SHIPPED_CONFIGS
+    if name not in table:
+        raise ValueError(f"no sm80 kernel named {name!r}; known: {sorted(table)}")
+    return table[name]
