@@ -86,11 +86,14 @@ def test_sm80_variants_compile_spill_free(backend, ab, c, acc, a_major, b_major)
     assert_clean(report(host.Variant(backend, "sm_80", ab, c, acc, a_major, b_major)))
 
 
-def test_specialized_sm80_meets_on_mbarriers_and_the_baseline_does_not():
-    ws = report(host.Variant("sm80", "sm_80"))
-    base = report(host.Variant("sm80-multistage", "sm_80"))
-    assert ws.sass["SYNCS"] > 0, "the producer/consumer pipeline lives on mbarriers"
-    assert base.sass["SYNCS"] == 0, "the baseline synchronizes with block barriers only"
+@pytest.mark.parametrize("arch, mbarrier_op", [("sm_80", "ARRIVES"), ("sm_90a", "SYNCS")])
+def test_specialized_sm80_meets_on_mbarriers_and_the_baseline_does_not(arch, mbarrier_op):
+    ws = report(host.Variant("sm80", arch))
+    base = report(host.Variant("sm80-multistage", arch))
+    # cp.async completion is signalled on the stage's mbarrier (ARRIVES on sm_80, SYNCS on sm_90)
+    assert ws.sass[mbarrier_op] > 0, "the producer/consumer pipeline lives on mbarriers"
+    assert base.sass["ARRIVES"] == 0 and base.sass["SYNCS"] == 0
+    assert base.sass["DEPBAR"] > 0, "the baseline waits on cp.async groups"
 
 
 def test_inspect_json_lists_both_sm80_kernels():

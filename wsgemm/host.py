@@ -210,7 +210,7 @@ _COMPILE_LOCK = threading.Lock()
 
 
 def compile_variant(variant: Variant, *, keep: bool = False):
-    """Trace and compile one variant (no GPU needed). ``keep`` retains PTX, cubin and SASS in
+    """Trace and compile one variant (no GPU needed). ``keep`` retains the PTX and the cubin in
     ``compiled.artifacts`` for inspection."""
     import cutlass.cute as cute
 
@@ -220,21 +220,17 @@ def compile_variant(variant: Variant, *, keep: bool = False):
     with _COMPILE_LOCK:
         if not keep:
             return cute.compile(kernel, *args, options=options)
-        # The DSL writes the kept files into a dump folder before reading them back.
+        # The DSL writes kept files into a dump folder; read the cubin back into the artifacts.
         with tempfile.TemporaryDirectory(prefix="wsgemm-keep-") as dump:
-            saved = {k: os.environ.get(k) for k in ("CUTE_DSL_KEEP", "CUTE_DSL_DUMP_DIR")}
-            os.environ["CUTE_DSL_KEEP"] = "ptx,cubin,sass"
-            os.environ["CUTE_DSL_DUMP_DIR"] = dump
-            try:
-                return cute.compile(
-                    kernel, *args, options=options + " --keep-ptx --keep-cubin --keep-sass"
-                )
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            compiled = cute.compile(
+                kernel, *args, options=f"{options} --keep-ptx --keep-cubin --dump-dir {dump}"
+            )
+            art = compiled.artifacts
+            for attr, read in (("CUBIN", Path.read_bytes), ("PTX", Path.read_text)):
+                value = getattr(art, attr, None)
+                if isinstance(value, str) and os.path.isfile(value):
+                    setattr(art, attr, read(Path(value)))
+            return compiled
 
 
 def _source_fingerprint() -> str:

@@ -52,7 +52,7 @@ def variants(arch: str, backend: str, everything: bool = False) -> list[host.Var
 def inspect_variant(variant: host.Variant) -> Report:
     compiled = host.compile_variant(variant, keep=True)
     art = compiled.artifacts
-    kernels = sass.kernel_resources(art.CUBIN, art.SASS)
+    kernels = sass.kernel_resources(art.CUBIN, sass.disassemble(art.CUBIN))
     if len(kernels) != 1:
         raise RuntimeError(f"{variant.key()}: expected one kernel in the cubin, got {len(kernels)}")
     (k,) = kernels

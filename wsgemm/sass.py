@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -24,7 +26,9 @@ KEY_OPCODES = (
     "LDGSTS",  # cp.async
     "LDSM",  # ldmatrix
     "STSM",  # stmatrix
-    "SYNCS",  # mbarrier operations
+    "SYNCS",  # mbarrier operations (sm_90)
+    "ARRIVES",  # cp.async completion arriving on an mbarrier (sm_80)
+    "DEPBAR",  # cp.async.wait_group
     "USETMAXREG",  # setmaxnreg
     "BAR",  # named / block barriers
     "LDG",
@@ -121,22 +125,38 @@ def kernel_resources(cubin: bytes, sass: str) -> list[KernelResources]:
     out = []
     off, size, _ = sections[".nv.info"]
     attrs = _per_function_attrs(cubin[off : off + size])
-    for sec, (_off, _size, sym) in sections.items():
+    for sec, (_off, _size, info) in sections.items():
         if not sec.startswith(".text."):
             continue
+        # sh_info: function symbol index in the low 24 bits; some toolchains put the register
+        # count in the top byte as well
+        sym = info & 0xFFFFFF
         name = sec[len(".text.") :]
         shared = sections.get(f".nv.shared.{name}")
         out.append(
             KernelResources(
                 name=name,
-                # a .text section's sh_info is its function's symbol index
-                registers=attrs.get(_EIATTR_REGCOUNT, {}).get(sym, 0),
+                registers=attrs.get(_EIATTR_REGCOUNT, {}).get(sym, info >> 24),
                 static_smem_bytes=shared[1] if shared else 0,
                 frame_bytes=attrs.get(_EIATTR_FRAME_SIZE, {}).get(sym, 0),
                 sass=opcodes.get(name, Counter()),
             )
         )
     return out
+
+
+def disassemble(cubin: bytes) -> str:
+    """SASS text of a cubin, by the nvdisasm the DSL would use (the ``nvidia-cuda-nvdisasm``
+    wheel, or a CUDA toolkit's)."""
+    from cutlass.base_dsl.env_manager import _find_nvdisasm_binary
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        proc = subprocess.run(
+            [_find_nvdisasm_binary(), "-c", f.name], capture_output=True, text=True, check=True
+        )
+    return proc.stdout
 
 
 def summarize(sass_counts: Counter) -> dict[str, int]:
