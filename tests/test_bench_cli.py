@@ -1,0 +1,143 @@
+"""``python -m wsgemm bench`` argument handling and its no-GPU behaviour (CPU only)."""
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from wsgemm.bench import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults():
+    args = parse()
+    assert (args.dtype, args.accumulate, args.layout, args.backends) == (
+        "fp16",
+        "fp32",
+        "TN",
+        "all",
+    )
+    assert not args.quick and args.suite is None and args.shapes is None
+    shapes, options, suite = cli._plan(args)
+    assert suite == "square" and len(shapes) == 5
+    assert options.rounds == cli.DEFAULT_ROUNDS and options.target_ms == cli.DEFAULT_TARGET_MS
+
+
+def test_quick_is_three_shapes_three_rounds_fp16():
+    shapes, options, suite = cli._plan(parse("--quick"))
+    assert suite == "quick" and len(shapes) == 3
+    assert options.rounds == 3 and options.dtype == "fp16" and options.target_ms == 5.0
+    _, options, _ = cli._plan(parse("--quick", "--rounds", "7", "--dtype", "bf16"))
+    assert options.rounds == 7 and options.dtype == "bf16"
+
+
+def test_every_option_parses():
+    args = parse(
+        "--suite", "llm", "--tokens", "1,4096", "--models", "8b", "--dtype", "fp16",
+        "--accumulate", "fp16", "--layout", "NT", "--backends", "cublas,wsgemm:sm90,triton",
+        "--rounds", "9", "--target-ms", "2.5", "--min-reps", "2", "--max-reps", "40",
+        "--seed", "3", "--device", "cuda:1", "--json", "r.json", "--csv", "r.csv",
+        "--plot", "r.png", "--markdown", "r.md", "--no-progress",
+    )  # fmt: skip
+    shapes, options, suite = cli._plan(args)
+    assert suite == "llm" and len(shapes) == 4 * 2 and {s.m for s in shapes} == {1, 4096}
+    assert options.layout == "NT" and options.accumulate == "fp16" and options.seed == 3
+    assert (options.rounds, options.target_ms, options.min_reps, options.max_reps) == (
+        9,
+        2.5,
+        2,
+        40,
+    )
+    assert args.device == "cuda:1" and args.no_progress
+
+
+def test_custom_shapes():
+    shapes, _, suite = cli._plan(parse("--shapes", "1,2,3;4,5,6"))
+    assert suite == "custom" and [(s.m, s.n, s.k) for s in shapes] == [(1, 2, 3), (4, 5, 6)]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--quick", "--suite", "square"],
+        ["--suite", "square", "--shapes", "1,1,1"],
+        ["--dtype", "fp8"],
+        ["--layout", "TX"],
+        ["--accumulate", "bf16"],
+        ["--rounds", "0"],
+        ["--target-ms", "-1"],
+    ],
+)
+def test_parser_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse(*argv)
+    assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dtype", "bf16", "--accumulate", "fp16"], "fp16 inputs"),
+        (["--suite", "square", "--tokens", "1"], "llm and decode"),
+        (["--shapes", "1,2"], "three positive integers"),
+        (["--shapes", "1,2,3", "--models", "8b"], "not --shapes"),
+        (["--suite", "llm", "--tokens", "0"], "positive integers"),
+        (["--min-reps", "9", "--max-reps", "3"], "min_reps"),
+    ],
+)
+def test_run_reports_inconsistent_options_as_usage_errors(argv, message, capsys):
+    assert cli.run(parse(*argv)) == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_without_a_gpu_run_says_so_and_fails(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.run(parse("--quick")) == cli.EXIT_NO_GPU
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "--from-json" in err
+
+
+def test_cpu_device_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.run(parse("--quick", "--device", "cpu")) == cli.EXIT_NO_GPU
+    assert "must be a CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_module_entry_point_without_a_gpu():
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "wsgemm.bench", "--quick", "--no-progress"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == cli.EXIT_NO_GPU, proc.stderr
+    assert "no CUDA GPU" in proc.stderr
+
+
+def test_command_line_is_what_the_user_typed():
+    from wsgemm.bench import env
+
+    main = str(REPO / "wsgemm" / "__main__.py")
+    assert env.command_line([main, "bench", "--shapes", "1,2,3;4,5,6"]) == (
+        "python -m wsgemm bench --shapes '1,2,3;4,5,6'"
+    )
+    bench_main = "/home/me/wsgemm/wsgemm/bench/__main__.py"
+    assert env.command_line([bench_main, "--quick"]) == "python -m wsgemm.bench --quick"
+    assert env.command_line(["bench.py", "-x"]) == "bench.py -x"

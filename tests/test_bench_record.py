@@ -1,0 +1,387 @@
+"""The benchmark record end to end on the CPU: the runner (with a scripted timer), the schema,
+and the table, CSV, Markdown and plot drawn from a record.
+
+The record comes from running the real runner on CPU tensors with stand-in backends, so the
+check-then-time logic is exercised without a GPU. When the H200 fixture
+``tests/data/bench_h200.json`` (a real run, committed by the lead) exists, every rendering test
+also runs on it.
+"""
+
+import argparse
+import copy
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from wsgemm.bench import cli, plot, report, runner, schema
+from wsgemm.bench.backends import Backend, Unavailable, cublas
+from wsgemm.bench.hardware import peak_tflops
+from wsgemm.bench.measure import Estimate, Sample
+from wsgemm.bench.suites import Shape
+
+FIXTURE = Path(__file__).parent / "data" / "bench_h200.json"
+SHAPES = [Shape(64, 96, 128, label="64x96x128", group="custom"), Shape(33, 65, 17, group="ragged")]
+OPTIONS = runner.Options(dtype="fp16", accumulate="fp32", layout="TN", rounds=4, target_ms=2.0)
+
+
+class ScriptedTimer:
+    """Times each call as its ``fake_ms`` (1 ms for cuBLAS), drifting per measurement like a
+    moving clock, and logs which backend it timed, in order."""
+
+    def __init__(self):
+        self.log: list[str] = []
+
+    def estimate(self, fn):
+        ms = getattr(fn, "fake_ms", 1.0)
+        return Estimate(gpu_ms=ms, host_ms=0.01, cycle_ms=ms + 0.1)
+
+    def measure(self, fn, reps, estimate):
+        fn()
+        self.log.append(getattr(fn, "fake_name", "cublas"))
+        drift = 1.0 + 0.05 * (len(self.log) % 3)
+        return Sample(getattr(fn, "fake_ms", 1.0) * drift, 1980.0 / drift, 650.0)
+
+
+def stand_in(name, ms, *, corrupt=False, raises=None, skip=None):
+    """A backend that computes the right product (or corrupts it, or raises); counts calls."""
+    calls = []
+
+    def make(problem, out):
+        def call():
+            calls.append(name)
+            if raises is not None:
+                raise raises
+            torch.matmul(problem.a, problem.b, out=out)
+            if corrupt:
+                out[0, 0] += 100.0
+
+        call.fake_ms, call.fake_name = ms, name
+        return call
+
+    return Backend(name, make, skip or (lambda problem: None)), calls
+
+
+def h200_header(options: runner.Options, backends: list[str]) -> dict:
+    return {
+        "gpu": "NVIDIA H200 (synthetic)",
+        "compute_capability": "9.0",
+        "sm_count": 132,
+        "l2_bytes": 62914560,
+        "flop_per_clock_per_sm": 4096,
+        "driver": "580.159.04",
+        "cuda": "13.0",
+        "torch": torch.__version__,
+        "cutlass_dsl": "4.8.1",
+        "triton": "3.6.0",
+        "quack": None,
+        "wsgemm": "0.1.0",
+        "python": "3.12.3",
+        "clocks": {
+            "sm_max_mhz": 1980.0,
+            "mem_max_mhz": 3201.0,
+            "sm_at_start_mhz": 345.0,
+            "power_limit_w": 700.0,
+            "sm_observed_mhz": [1650.0, 1980.0],
+        },
+        "date": "2026-11-30T00:00:00+00:00",
+        "command": "python -m wsgemm bench --shapes '64,96,128;33,65,17'",
+        "options": options.to_dict("custom", backends),
+        "method": {
+            "l2_flush_bytes": 256 * 2**20,
+            "hold_gpu": True,
+            "order": "rotated",
+            "clock_source": "nvml",
+            "cublas_reduced_precision_reduction": False,
+        },
+        "notes": ["quack: import failed: ModuleNotFoundError: No module named 'quack'"],
+    }
+
+
+@pytest.fixture(scope="module")
+def run_result():
+    fast, fast_calls = stand_in("fast", 0.5)
+    broken, broken_calls = stand_in("broken", 0.1, corrupt=True)
+    crash, _ = stand_in("crash", 0.1, raises=RuntimeError("kernel exploded\nmore detail"))
+    refuse, _ = stand_in("refuse", 0.1, raises=ValueError("K must be a multiple of 8"))
+    picky, picky_calls = stand_in("picky", 0.1, skip=lambda p: "needs fp16 accumulation")
+    timer = ScriptedTimer()
+    unavailable = [Unavailable("quack", "import failed: ModuleNotFoundError")]
+    output = runner.run(
+        SHAPES,
+        [cublas(), fast, broken, crash, refuse, picky],
+        unavailable,
+        OPTIONS,
+        timer,
+        "cpu",
+        lambda clock: peak_tflops(132, 4096, clock),
+    )
+    names = ["cublas", "fast", "broken", "crash", "refuse", "picky", "quack"]
+    rec = schema.record(h200_header(OPTIONS, names), output.rows)
+    calls = {"fast": fast_calls, "broken": broken_calls, "picky": picky_calls}
+    return rec, output, timer, calls
+
+
+@pytest.fixture(scope="module")
+def synthetic(run_result):
+    return run_result[0]
+
+
+def _row(rec, label, backend):
+    (row,) = [r for r in rec["results"] if r["label"] == label and r["backend"] == backend]
+    return row
+
+
+def test_every_shape_gets_a_row_per_backend(synthetic):
+    assert len(synthetic["results"]) == len(SHAPES) * 7
+    assert report.backends_in_order(synthetic)[0] == "cublas"
+
+
+def test_wrong_backend_is_reported_and_never_timed(run_result):
+    rec, _, timer, calls = run_result
+    for shape in SHAPES:
+        row = _row(rec, shape.label, "broken")
+        assert row["status"] == "wrong"
+        assert "> tolerance" in row["note"]
+        assert row["median_ms"] is None and row["round_ms"] == [] and row["ratio_to_cublas"] is None
+        assert row["error"]["peak"] > row["error"]["tol_peak"]
+    assert len(calls["broken"]) == len(SHAPES)  # the checking call only
+    assert "broken" not in timer.log
+
+
+def test_failures_and_refusals_are_reported_not_timed(run_result):
+    rec, _, timer, calls = run_result
+    row = _row(rec, "64x96x128", "crash")
+    assert row["status"] == "error" and row["note"] == "RuntimeError: kernel exploded"
+    row = _row(rec, "64x96x128", "refuse")
+    assert row["status"] == "skipped" and "unsupported: ValueError: K must be" in row["note"]
+    row = _row(rec, "64x96x128", "picky")
+    assert row["status"] == "skipped" and row["note"] == "needs fp16 accumulation"
+    assert calls["picky"] == []
+    row = _row(rec, "64x96x128", "quack")
+    assert row["status"] == "skipped" and "import failed" in row["note"]
+    assert set(timer.log) == {"cublas", "fast"}
+
+
+def test_ratios_are_paired_with_cublas_per_round(synthetic):
+    for shape in SHAPES:
+        base = _row(synthetic, shape.label, "cublas")
+        assert base["ratio_to_cublas"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+        fast = _row(synthetic, shape.label, "fast")
+        r = fast["ratio_to_cublas"]
+        assert 1.5 < r["min"] <= r["median"] <= r["max"] < 2.5
+        assert len(fast["round_ms"]) == OPTIONS.rounds
+        assert fast["tflops"] == pytest.approx(shape.flop / (fast["median_ms"] * 1e9))
+        assert 0 < fast["pct_of_peak"] and fast["sm_clock_mhz"] and fast["power_w"] == 650.0
+        assert fast["error"]["rel"] <= fast["error"]["tol_rel"]
+
+
+def test_rounds_interleave_backends_in_rotated_order(run_result):
+    _, _, timer, _ = run_result
+    per_shape = 2 * OPTIONS.rounds
+    first_shape = timer.log[:per_shape]
+    rounds = [first_shape[i : i + 2] for i in range(0, per_shape, 2)]
+    assert rounds == [["cublas", "fast"], ["fast", "cublas"]] * (OPTIONS.rounds // 2)
+
+
+def test_clocks_seen_are_collected(run_result):
+    _, output, _, _ = run_result
+    assert output.aborted is None
+    assert min(output.clocks_mhz) == pytest.approx(1980.0 / 1.1)
+
+
+def test_runner_wants_cublas_first():
+    with pytest.raises(ValueError, match="baseline"):
+        runner.run(SHAPES, [], [], OPTIONS, ScriptedTimer(), "cpu", lambda c: None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dtype": "fp8"}, "dtype"),
+        ({"dtype": "bf16", "accumulate": "fp16"}, "fp16 inputs"),
+        ({"layout": "XX"}, "layout"),
+        ({"rounds": 0}, "rounds"),
+        ({"min_reps": 5, "max_reps": 2}, "min_reps"),
+    ],
+)
+def test_options_validate(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        runner.Options(**kwargs)
+
+
+# ---- the schema ----------------------------------------------------------------------------
+
+
+def test_record_round_trips_through_json(synthetic, tmp_path):
+    path = tmp_path / "r.json"
+    schema.write_json(synthetic, path)
+    assert schema.load(path) == json.loads(json.dumps(synthetic))
+
+
+def _break(rec, how):
+    rec = copy.deepcopy(rec)
+    ok = next(r for r in rec["results"] if r["status"] == "ok")
+    wrong = next(r for r in rec["results"] if r["status"] == "wrong")
+    if how == "version":
+        rec["version"] = 2
+    elif how == "header":
+        del rec["header"]["gpu"]
+    elif how == "status":
+        ok["status"] = "great"
+    elif how == "ok-without-time":
+        ok["median_ms"] = None
+    elif how == "wrong-with-time":
+        wrong["median_ms"] = 1.0
+    elif how == "wrong-without-errors":
+        wrong["error"] = None
+    elif how == "ratio-order":
+        ok["ratio_to_cublas"] = {"median": 1.0, "min": 1.2, "max": 1.3}
+    elif how == "bool-count":
+        ok["reps"] = True
+    elif how == "nested-type":
+        rec["header"]["clocks"]["sm_max_mhz"] = "fast"
+    return rec
+
+
+@pytest.mark.parametrize(
+    "how, where",
+    [
+        ("version", "version"),
+        ("header", "header: missing gpu"),
+        ("status", ".status"),
+        ("ok-without-time", ".median_ms"),
+        ("wrong-with-time", "carries no timing"),
+        ("wrong-without-errors", ".error"),
+        ("ratio-order", ".ratio_to_cublas"),
+        ("bool-count", ".reps"),
+        ("nested-type", "header.clocks.sm_max_mhz"),
+    ],
+)
+def test_validation_names_the_bad_field(synthetic, how, where):
+    with pytest.raises(schema.RecordError, match=where.replace(".", r"\.")):
+        schema.validate(_break(synthetic, how))
+
+
+def test_load_rejects_non_json(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(schema.RecordError, match="not JSON"):
+        schema.load(path)
+
+
+def test_result_rejects_keys_outside_the_schema():
+    with pytest.raises(schema.RecordError, match="outside the schema"):
+        schema.result(
+            SHAPES[0], dtype="fp16", layout="TN", accumulate="fp32", backend="x", status="ok",
+            speed=1,
+        )  # fmt: skip
+
+
+# ---- renderings, on the synthetic record and on the H200 fixture when it exists -------------
+
+RECORDS = ["synthetic"] + (["h200-fixture"] if FIXTURE.exists() else [])
+
+
+@pytest.fixture(params=RECORDS)
+def any_record(request, synthetic):
+    return synthetic if request.param == "synthetic" else schema.load(FIXTURE)
+
+
+def test_csv_has_a_row_per_result(any_record, tmp_path):
+    path = tmp_path / "r.csv"
+    schema.write_csv(any_record, path)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(any_record["results"])
+    assert tuple(rows[0]) == schema.CSV_COLUMNS
+    for row, result in zip(rows, any_record["results"], strict=True):
+        assert row["backend"] == result["backend"] and row["status"] == result["status"]
+        if result["status"] == "ok":
+            assert float(row["tflops"]) == pytest.approx(result["tflops"])
+
+
+def test_table_shows_header_every_backend_and_the_summary(any_record):
+    text = report.render_text(any_record, width=200)
+    header = any_record["header"]
+    assert header["gpu"] in text and header["command"] in text
+    assert "SM clock MHz" in text and "tensor peak" in text
+    for backend in report.backends_in_order(any_record):
+        assert backend in text
+    for r in any_record["results"]:
+        if r["status"] == "wrong":
+            assert "wrong:" in text
+    assert "per backend" in text and "geomean" in text
+
+
+def test_table_marks_the_synthetic_failures(synthetic):
+    text = report.render_text(synthetic, width=220)
+    assert "wrong: relative error" in text
+    assert "error: RuntimeError: kernel exploded" in text
+    assert "note: quack: import failed" in text
+
+
+def test_markdown_table(any_record):
+    text = report.markdown(any_record)
+    lines = text.splitlines()
+    backends = report.backends_in_order(any_record)
+    assert lines[0] == "| shape | M x N x K | " + " | ".join(backends) + " |"
+    assert len([ln for ln in lines if ln.startswith("| ")]) == (
+        1 + len(report.shapes_in_order(any_record)) + 1 + len(backends)
+    )
+
+
+def test_summary_geomean(synthetic):
+    rows = {s["backend"]: s for s in report.summary(synthetic)}
+    assert rows["cublas"]["geomean_ratio"] == pytest.approx(1.0)
+    assert 1.5 < rows["fast"]["geomean_ratio"] < 2.5
+    assert rows["broken"]["counts"] == {"ok": 0, "wrong": 2, "skipped": 0, "error": 0}
+    assert rows["broken"]["geomean_ratio"] is None
+
+
+def test_plot_writes_a_png(any_record, tmp_path):
+    path = tmp_path / "r.png"
+    plot.plot(any_record, path)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_cli_renders_a_recorded_json_without_a_gpu(any_record, tmp_path, capsys):
+    source = tmp_path / "in.json"
+    schema.write_json(any_record, source)
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    outputs = {ext: tmp_path / f"out.{ext}" for ext in ("csv", "png", "md", "json")}
+    args = parser.parse_args(
+        ["--from-json", str(source), "--csv", str(outputs["csv"]), "--plot", str(outputs["png"]),
+         "--markdown", str(outputs["md"]), "--json", str(outputs["json"])]
+    )  # fmt: skip
+    assert cli.run(args) == cli.EXIT_OK
+    assert all(p.stat().st_size > 0 for p in outputs.values())
+    assert schema.load(outputs["json"]) == schema.load(source)
+    assert any_record["header"]["gpu"] in capsys.readouterr().out
+
+
+def test_cli_refuses_a_bad_record(tmp_path):
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps({"schema": "something else"}))
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["--from-json", str(source)])) == cli.EXIT_USAGE
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="tests/data/bench_h200.json not committed yet")
+def test_h200_fixture_is_a_real_h200_run():
+    rec = schema.load(FIXTURE)
+    h = rec["header"]
+    assert "H200" in h["gpu"] and h["compute_capability"] == "9.0"
+    assert h["sm_count"] == 132 and h["flop_per_clock_per_sm"] == 4096
+    assert h["torch"] and h["driver"]
+    for r in rec["results"]:
+        if r["backend"] == "cublas":
+            assert r["status"] == "ok", r
+            assert r["ratio_to_cublas"]["median"] == pytest.approx(1.0)
+        if r["status"] == "ok" and r["pct_of_peak"] is not None:
+            assert 0 < r["pct_of_peak"] <= 100.0, r

@@ -1,0 +1,191 @@
+"""The GEMM implementations the benchmark times, behind one small interface.
+
+A ``Backend`` turns a problem and a preallocated output into a zero-argument call that writes
+``a @ b`` into that output; the runner checks the call's result, then times the call. Names:
+
+* ``cublas``: ``torch.matmul`` (cuBLAS), the baseline every ratio is taken against.
+* ``wsgemm:<backend>``: ``wsgemm.matmul(..., backend=<backend>)`` for each name
+  ``wsgemm.available_backends()`` lists (``sm90``, ``sm90-pingpong``, ``sm80``, ...);
+  ``wsgemm:auto`` times wsgemm's own dispatch when asked for by name.
+* ``triton``: our persistent autotuned Triton matmul (``wsgemm.bench.triton_matmul``).
+* ``quack``: ``quack.gemm_interface.gemm`` with its heuristic config (``tuned=False``);
+  ``quack-tuned`` lets QuACK autotune, which compiles every config it has (minutes), so it is
+  only run when asked for by name.
+
+Every import here is lazy: a backend whose package is missing is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+BASELINE = "cublas"
+DEFAULT_SELECTION = ("cublas", "wsgemm", "triton", "quack")
+SELECTABLE = ("all", "cublas", "wsgemm", "wsgemm:<name>", "triton", "quack", "quack-tuned")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What every backend computes: ``out = a @ b`` with ``accumulate`` accumulators."""
+
+    a: object  # torch.Tensor (M, K), a view in the benchmark's layout
+    b: object  # torch.Tensor (K, N)
+    accumulate: object  # torch.float32 or torch.float16
+    accumulate_name: str  # "fp32" or "fp16"
+
+
+Call = Callable[[], object]
+
+
+def _never(problem: Problem) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """``make(problem, out)`` returns the call to check and time; ``skip(problem)`` says why a
+    problem is outside what the backend supports (None when it is not)."""
+
+    name: str
+    make: Callable[[Problem, object], Call]
+    skip: Callable[[Problem], str | None] = field(default=_never)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A requested backend that cannot run here, and why (shown in the header and the table)."""
+
+    name: str
+    reason: str
+
+
+def cublas() -> Backend:
+    def make(problem: Problem, out) -> Call:
+        import torch
+
+        a, b = problem.a, problem.b
+        return lambda: torch.matmul(a, b, out=out)
+
+    return Backend(BASELINE, make)
+
+
+def wsgemm_backend(kernel: str) -> Backend:
+    def make(problem: Problem, out) -> Call:
+        import wsgemm
+
+        a, b, acc = problem.a, problem.b, problem.accumulate
+        return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel)
+
+    return Backend(f"wsgemm:{kernel}", make)
+
+
+def triton_backend() -> Backend:
+    def make(problem: Problem, out) -> Call:
+        from . import triton_matmul
+
+        a, b, acc = problem.a, problem.b, problem.accumulate
+        return lambda: triton_matmul.matmul(a, b, out=out, accumulate=acc)
+
+    return Backend("triton", make)
+
+
+def quack_backend(tuned: bool) -> Backend:
+    def make(problem: Problem, out) -> Call:
+        from quack.gemm_interface import gemm
+
+        a, b = problem.a, problem.b
+        return lambda: gemm(a, b, out=out, tuned=tuned)
+
+    def skip(problem: Problem) -> str | None:
+        if problem.accumulate_name != "fp32":
+            return "QuACK accumulates in fp32 only"
+        return None
+
+    return Backend("quack-tuned" if tuned else "quack", make, skip)
+
+
+def resolve(selection: list[str], device) -> tuple[list[Backend], list[Unavailable]]:
+    """Backends for the names in ``selection`` (see ``SELECTABLE``), cuBLAS always first."""
+    names = _expand(selection)
+    backends = [cublas()]
+    missing: list[Unavailable] = []
+    wsgemm_names, wsgemm_problem = [], None
+    if any(name.startswith("wsgemm") for name in names):
+        wsgemm_names, wsgemm_problem = _wsgemm_kernels(device)
+    for name in names:
+        if name == BASELINE:
+            continue
+        if name == "wsgemm":
+            if wsgemm_problem:
+                missing.append(Unavailable("wsgemm", wsgemm_problem))
+            backends += [wsgemm_backend(k) for k in wsgemm_names]
+        elif name.startswith("wsgemm:"):
+            kernel = name.split(":", 1)[1]
+            if wsgemm_problem:
+                missing.append(Unavailable(name, wsgemm_problem))
+            elif kernel != "auto" and kernel not in wsgemm_names:
+                listed = ", ".join(wsgemm_names) or "none"
+                missing.append(Unavailable(name, f"not available here (available: {listed})"))
+            else:
+                backends.append(wsgemm_backend(kernel))
+        elif name == "triton":
+            problem = _import_problem("triton")
+            if problem:
+                missing.append(Unavailable(name, problem))
+            else:
+                backends.append(triton_backend())
+        elif name in ("quack", "quack-tuned"):
+            problem = _import_problem("quack.gemm_interface", attribute="gemm")
+            if problem:
+                missing.append(Unavailable(name, problem))
+            else:
+                backends.append(quack_backend(tuned=name == "quack-tuned"))
+    unique = {b.name: b for b in backends}
+    return list(unique.values()), missing
+
+
+def _expand(selection: list[str]) -> list[str]:
+    names: list[str] = []
+    for item in selection:
+        item = item.strip()
+        if not item:
+            continue
+        if item == "all":
+            names += DEFAULT_SELECTION
+        elif item in ("cublas", "wsgemm", "triton", "quack", "quack-tuned") or (
+            item.startswith("wsgemm:") and len(item) > len("wsgemm:")
+        ):
+            names.append(item)
+        else:
+            raise ValueError(f"unknown backend {item!r}; choose from {', '.join(SELECTABLE)}")
+    return list(dict.fromkeys(names))
+
+
+def _wsgemm_kernels(device) -> tuple[list[str], str | None]:
+    """wsgemm's backends that run on ``device``, or why we cannot know."""
+    try:
+        import wsgemm
+
+        kernels = list(wsgemm.available_backends(device))
+    except Exception as exc:  # an unbuilt or broken package must not stop the other backends
+        return [], f"wsgemm.available_backends failed: {_describe(exc)}"
+    if not kernels:
+        return [], "wsgemm.available_backends lists no backend for this device"
+    return kernels, None
+
+
+def _import_problem(module: str, attribute: str | None = None) -> str | None:
+    try:
+        imported = importlib.import_module(module)
+        if attribute is not None:
+            getattr(imported, attribute)
+    except Exception as exc:
+        return f"import failed: {_describe(exc)}"
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -1,0 +1,318 @@
+"""``python -m wsgemm bench``: argument parsing and the run from options to files.
+
+Exit codes: 0 all backends ran or were skipped with a reason; 1 a backend gave a wrong result,
+a requested output could not be written, or a backend broke the CUDA context (the record up to
+there is still written); 2 bad arguments; 3 no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from . import suites
+from .backends import SELECTABLE
+from .layouts import LAYOUTS
+from .runner import ACCUMULATORS, DTYPES, Options
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+
+# --quick: three shapes, three rounds, 5 ms per measurement: well under a minute of GPU time
+# once kernels are compiled (compilation is excluded from timing by the checking call).
+QUICK = {"suite": "quick", "rounds": 3, "target_ms": 5.0}
+DEFAULT_ROUNDS = 5
+DEFAULT_TARGET_MS = 10.0
+# Table width when stdout is not a terminal.
+PIPE_WIDTH = 200
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``bench`` options to ``parser`` (the lead's ``wsgemm.cli`` subparser)."""
+    parser.description = (
+        "Check every backend against an fp32 reference, then time the right ones interleaved "
+        "round-robin with cold L2, and report TFLOP/s, ratio to cuBLAS and % of the "
+        "clock-adjusted tensor peak. See docs/benchmarking.md."
+    )
+    what = parser.add_argument_group("what to run")
+    pick = what.add_mutually_exclusive_group()
+    pick.add_argument(
+        "--quick",
+        action="store_true",
+        help="the README's smoke benchmark: 4096^3, 8192^3 and the 8B gate/up GEMM at 4096 "
+        "tokens, 3 rounds",
+    )
+    pick.add_argument("--suite", choices=suites.SUITES, help="a named suite (default: square)")
+    pick.add_argument(
+        "--shapes", metavar="M,N,K;...", help='explicit shapes, e.g. "4096,4096,4096;1,8192,8192"'
+    )
+    what.add_argument(
+        "--tokens", metavar="T,T,...", help="token counts (M) for the llm/decode suites"
+    )
+    what.add_argument(
+        "--models",
+        metavar="NAME,...",
+        help=f"models for the llm/decode suites ({', '.join(suites.MODELS)})",
+    )
+    what.add_argument("--dtype", choices=DTYPES, default="fp16", help="input and output dtype")
+    what.add_argument(
+        "--accumulate",
+        choices=ACCUMULATORS,
+        default="fp32",
+        help="accumulator dtype (fp16 needs --dtype fp16)",
+    )
+    what.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="TN",
+        help="operand storage, BLAS letters for A then B: T row-major, N column-major "
+        "(TN: both K-major, the cuBLAS and linear-layer case)",
+    )
+    what.add_argument(
+        "--backends",
+        metavar="NAME,...",
+        default="all",
+        help=f"comma-separated, from {', '.join(SELECTABLE)} (default: all; cuBLAS always "
+        "runs as the baseline)",
+    )
+    how = parser.add_argument_group("how to measure")
+    how.add_argument(
+        "--rounds", type=_positive_int, help=f"interleaved rounds (default {DEFAULT_ROUNDS})"
+    )
+    how.add_argument(
+        "--target-ms",
+        type=_positive_float,
+        help=f"GEMM time per measurement, sets the reps (default {DEFAULT_TARGET_MS:g})",
+    )
+    how.add_argument("--min-reps", type=_positive_int, default=3, help="fewest calls a measurement")
+    how.add_argument("--max-reps", type=_positive_int, default=100, help="most calls a measurement")
+    how.add_argument("--seed", type=int, default=0, help="seed of the randn operands")
+    how.add_argument("--device", default="cuda", help="CUDA device (default: cuda)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", help="write the record (docs/benchmarking.md)")
+    out.add_argument("--csv", metavar="FILE", help="write one row per shape and backend")
+    out.add_argument("--plot", metavar="FILE.png", help="TFLOP/s and ratio-to-cuBLAS figure")
+    out.add_argument("--markdown", metavar="FILE", help="write a Markdown results table")
+    out.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="measure nothing: render a recorded JSON (works without a GPU)",
+    )
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``bench`` subcommand; returns the process exit code."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if args.from_json:
+        from . import schema
+
+        try:
+            rec = schema.load(args.from_json)
+        except (OSError, schema.RecordError) as exc:
+            console.print(f"[red]bench: cannot read {args.from_json}: {exc}[/red]")
+            return EXIT_USAGE
+        return _emit(rec, args, _stdout_console(), console)
+    try:
+        shapes, options, suite_name = _plan(args)
+    except ValueError as exc:
+        console.print(f"[red]bench: {exc}[/red]")
+        return EXIT_USAGE
+    problem = _no_gpu_reason(args.device)
+    if problem:
+        console.print(f"[red]bench: {problem}[/red]\nThe benchmark needs a CUDA GPU; "
+                      "--from-json FILE renders a recorded run without one.")  # fmt: skip
+        return EXIT_NO_GPU
+    return _measure(args, shapes, options, suite_name, console)
+
+
+def _plan(args) -> tuple[list, Options, str]:
+    quick = getattr(args, "quick", False)
+    tokens = suites.parse_int_list(args.tokens) if args.tokens else None
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip()) if args.models else None
+    if args.shapes:
+        if tokens or models:
+            raise ValueError("--tokens/--models apply to the llm and decode suites, not --shapes")
+        shapes, suite_name = suites.parse_shapes(args.shapes), "custom"
+    else:
+        suite_name = QUICK["suite"] if quick else (args.suite or "square")
+        shapes = suites.suite(suite_name, tokens=tokens, models=models)
+    options = Options(
+        dtype=args.dtype,
+        accumulate=args.accumulate,
+        layout=args.layout,
+        rounds=args.rounds or (QUICK["rounds"] if quick else DEFAULT_ROUNDS),
+        target_ms=args.target_ms or (QUICK["target_ms"] if quick else DEFAULT_TARGET_MS),
+        min_reps=args.min_reps,
+        max_reps=args.max_reps,
+        seed=args.seed,
+    )
+    return shapes, options, suite_name
+
+
+def _no_gpu_reason(device: str) -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible (torch.cuda.is_available() is False)"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        return f"bad --device {device!r}: {exc}"
+    if dev.type != "cuda":
+        return f"--device must be a CUDA device, got {device!r}"
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        return f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible"
+    return None
+
+
+def _measure(args, shapes, options: Options, suite_name: str, console) -> int:
+    import torch
+
+    from . import env, hardware, runner, schema
+    from .backends import resolve
+    from .measure import CudaTimer
+    from .nvml import Nvml
+
+    device = torch.device(args.device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    try:
+        backends, unavailable = resolve(args.backends.split(","), device)
+    except ValueError as exc:
+        console.print(f"[red]bench: {exc}[/red]")
+        return EXIT_USAGE
+    nvml = Nvml.open(device.index)
+    props = torch.cuda.get_device_properties(device)
+    timer = CudaTimer(device, nvml, getattr(props, "L2_cache_size", None))
+    notes = [f"{u.name}: {u.reason}" for u in unavailable]
+    if nvml is None:
+        notes.append("NVML unavailable (pip install nvidia-ml-py): no clocks, power or % of peak")
+    if options.accumulate == "fp16":
+        notes.append("cuBLAS (torch.matmul) accumulates in fp32 whatever --accumulate says")
+    method = {
+        "l2_flush_bytes": timer.flush_bytes,
+        "hold_gpu": timer.can_hold,
+        "order": "rotated",
+        "clock_source": "nvml" if nvml is not None else None,
+        "cublas_reduced_precision_reduction": False,
+    }
+    names = [b.name for b in backends] + [u.name for u in unavailable]
+    header = env.collect(
+        device, nvml, options=options.to_dict(suite_name, names), method=method, notes=notes
+    )
+    fpc = header["flop_per_clock_per_sm"]
+
+    def peak_at(clock_mhz):
+        return hardware.peak_tflops(props.multi_processor_count, fpc, clock_mhz)
+
+    with _progress(console, len(shapes) * (1 + options.rounds), args.no_progress) as step:
+        output = runner.run(shapes, backends, unavailable, options, timer, device, peak_at, step)
+    if output.clocks_mhz:
+        header["clocks"]["sm_observed_mhz"] = [min(output.clocks_mhz), max(output.clocks_mhz)]
+    if output.aborted:
+        header["notes"].append(f"run stopped early: {output.aborted}")
+    rec = schema.record(header, output.rows)
+    code = _emit(rec, args, _stdout_console(), console)
+    if output.aborted:
+        console.print(f"[red]bench: stopped early: {output.aborted}[/red]")
+        return EXIT_FAILED
+    if any(r["status"] == "wrong" for r in rec["results"]):
+        console.print("[red]bench: at least one backend gave a wrong result (see the table)[/red]")
+        return EXIT_FAILED
+    return code
+
+
+def _emit(rec: dict, args, out_console, err_console) -> int:
+    """Print the tables and write every requested file; 1 if a file could not be written."""
+    from . import report, schema
+
+    report.render(rec, out_console)
+    writers = [
+        (args.json, lambda p: schema.write_json(rec, p)),
+        (args.csv, lambda p: schema.write_csv(rec, p)),
+        (args.markdown, lambda p: _write_text(p, report.markdown(rec))),
+        (args.plot, lambda p: _plot(rec, p)),
+    ]
+    code = EXIT_OK
+    for path, write in writers:
+        if not path:
+            continue
+        try:
+            write(path)
+        except Exception as exc:  # one unwritable file must not lose the others
+            err_console.print(f"[red]bench: could not write {path}: {exc}[/red]")
+            code = EXIT_FAILED
+        else:
+            err_console.print(f"wrote {path}")
+    return code
+
+
+def _plot(rec: dict, path: str) -> None:
+    from .plot import plot
+
+    plot(rec, path)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def _progress(console, total: int, disabled: bool):
+    """A transient rich progress bar over ``total`` steps; yields the per-step callback."""
+    if disabled:
+        yield lambda description: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=total)
+        started = False
+
+        def step(description: str) -> None:
+            # Each call starts a step, so the one before it is done.
+            nonlocal started
+            if started:
+                bar.advance(task)
+            started = True
+            bar.update(task, description=description)
+
+        yield step
+
+
+def _stdout_console():
+    """Tables on stdout; when it is not a terminal (a log, a remote run) rich would wrap them
+    at 80 columns, so give them room."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m wsgemm.bench``)."""
+    parser = argparse.ArgumentParser(prog="python -m wsgemm.bench")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

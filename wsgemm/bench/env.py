@@ -1,0 +1,90 @@
+"""The record's header: which GPU, driver, library versions and clocks a run measured."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import shlex
+import sys
+from importlib import metadata
+
+from .hardware import flop_per_clock_per_sm
+from .nvml import Nvml
+
+# Distribution names of the versions the header reports.
+DISTRIBUTIONS = {
+    "cutlass_dsl": "nvidia-cutlass-dsl",
+    "triton": "triton",
+    "quack": "quack-kernels",
+    "wsgemm": "wsgemm",
+}
+
+
+def version_of(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """How this run was started, as a shell would take it back."""
+    argv = sys.argv if argv is None else argv
+    if argv and argv[0].endswith("__main__.py"):
+        # ``python -m wsgemm bench`` puts the package's __main__.py path in argv[0].
+        argv = ["python", "-m", _module_of(argv[0]), *argv[1:]]
+    return shlex.join(argv)
+
+
+def _module_of(main_path: str) -> str:
+    parts = main_path.replace("\\", "/").split("/")
+    if "wsgemm" not in parts:
+        return "wsgemm"
+    # The last "wsgemm" is the package (a checkout may itself be called wsgemm).
+    start = len(parts) - 1 - parts[::-1].index("wsgemm")
+    return ".".join(parts[start:-1])
+
+
+def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: list[str]) -> dict:
+    """The header for a run on ``device`` (a CUDA torch.device)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    capability = (props.major, props.minor)
+    info = nvml.info() if nvml is not None else {}
+    versions = {key: version_of(dist) for key, dist in DISTRIBUTIONS.items()}
+    if versions["wsgemm"] is None:
+        versions["wsgemm"] = _wsgemm_version()
+    return {
+        "gpu": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "flop_per_clock_per_sm": flop_per_clock_per_sm(capability),
+        "driver": info.get("driver"),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        **versions,
+        "python": platform.python_version(),
+        "clocks": {
+            "sm_max_mhz": info.get("sm_max_mhz"),
+            "mem_max_mhz": info.get("mem_max_mhz"),
+            "sm_at_start_mhz": info.get("sm_at_start_mhz"),
+            "power_limit_w": info.get("power_limit_w"),
+            "sm_observed_mhz": None,
+        },
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(),
+        "options": options,
+        "method": method,
+        "notes": notes,
+    }
+
+
+def _wsgemm_version() -> str | None:
+    try:
+        import wsgemm
+
+        return getattr(wsgemm, "__version__", None)
+    except Exception:
+        return None

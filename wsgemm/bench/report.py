@@ -1,0 +1,229 @@
+"""Tables drawn from a benchmark record: the terminal report (rich) and a Markdown summary."""
+
+from __future__ import annotations
+
+import io
+import math
+import statistics
+
+from .backends import BASELINE
+
+STATUS_STYLE = {"ok": "green", "wrong": "bold red", "skipped": "dim", "error": "red"}
+
+
+def shapes_in_order(rec: dict) -> list[tuple]:
+    """(label, m, n, k) of every shape, in run order."""
+    seen: dict[tuple, None] = {}
+    for r in rec["results"]:
+        seen.setdefault((r["label"], r["m"], r["n"], r["k"]), None)
+    return list(seen)
+
+
+def backends_in_order(rec: dict) -> list[str]:
+    return list(dict.fromkeys(r["backend"] for r in rec["results"]))
+
+
+def header_lines(rec: dict) -> list[str]:
+    h = rec["header"]
+    c = h["clocks"]
+    o = h["options"]
+    observed = c.get("sm_observed_mhz")
+    seen = f"{observed[0]:.0f}-{observed[1]:.0f}" if observed else "n/a"
+    lines = [
+        f"GPU {h['gpu']} (sm_{(h['compute_capability'] or '?').replace('.', '')}, "
+        f"{h['sm_count']} SMs), driver {_v(h['driver'])}, CUDA {_v(h['cuda'])}",
+        f"torch {_v(h['torch'])}, cutlass-dsl {_v(h['cutlass_dsl'])}, triton {_v(h['triton'])}, "
+        f"quack {_v(h['quack'])}, wsgemm {_v(h['wsgemm'])}, python {_v(h['python'])}",
+        f"SM clock MHz: max {_num(c['sm_max_mhz'], 0)}, at start {_num(c['sm_at_start_mhz'], 0)}, "
+        f"during measurements {seen}; power limit {_num(c['power_limit_w'], 0)} W; "
+        f"tensor peak {_peak_line(h)}",
+        f"{o['dtype']} inputs, {o['accumulate']} accumulate, layout {o['layout']}, "
+        f"{o['rounds']} interleaved rounds, ~{o['target_ms']:g} ms per measurement, "
+        f"L2 flushed ({rec['header']['method']['l2_flush_bytes'] >> 20} MiB) before every call",
+        f"{h['date']}  {h['command']}",
+    ]
+    lines += [f"note: {n}" for n in h["notes"]]
+    return lines
+
+
+def render(rec: dict, console=None) -> None:
+    """Print the header, the per-shape table and the per-backend summary."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    for line in header_lines(rec):
+        console.print(line, highlight=False, markup=False)
+
+    table = Table(show_lines=False, header_style="bold")
+    for name, justify in (
+        ("shape", "left"), ("M x N x K", "right"), ("backend", "left"), ("status", "left"),
+        ("ms", "right"), ("TFLOP/s", "right"), ("vs cuBLAS (min-max)", "right"),
+        ("% peak", "right"), ("SM MHz", "right"), ("W", "right"),
+    ):  # fmt: skip
+        table.add_column(Text(name), justify=justify)
+    groups = _by_shape(rec)
+    for g, (shape, rows) in enumerate(groups.items()):
+        for i, r in enumerate(rows):
+            last = i == len(rows) - 1 and g != len(groups) - 1
+            table.add_row(*_cells(shape, r, first=i == 0), end_section=last)
+    console.print(table)
+    console.print(_summary_table(rec))
+
+
+def render_text(rec: dict, width: int = 160) -> str:
+    """``render`` into a string (no colour), for tests and logs."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    render(rec, Console(file=buffer, width=width, color_system=None, force_terminal=False))
+    return buffer.getvalue()
+
+
+def summary(rec: dict) -> list[dict]:
+    """Per backend: counts by status and the geometric means over the shapes it ran."""
+    out = []
+    for backend in backends_in_order(rec):
+        rows = [r for r in rec["results"] if r["backend"] == backend]
+        ok = [r for r in rows if r["status"] == "ok"]
+        ratios = [r["ratio_to_cublas"]["median"] for r in ok if r["ratio_to_cublas"]]
+        out.append(
+            {
+                "backend": backend,
+                "counts": {s: sum(r["status"] == s for r in rows) for s in _STATUSES},
+                "geomean_ratio": _geomean(ratios),
+                "geomean_tflops": _geomean([r["tflops"] for r in ok]),
+                "worst_ratio": min(ratios) if ratios else None,
+                "best_ratio": max(ratios) if ratios else None,
+            }
+        )
+    return out
+
+
+def markdown(rec: dict) -> str:
+    """Shapes x backends, each cell ``TFLOP/s (median ratio to cuBLAS)``, then a summary."""
+    backends = backends_in_order(rec)
+    cells = {(r["label"], r["backend"]): r for r in rec["results"]}
+    lines = [
+        "| shape | M x N x K | " + " | ".join(backends) + " |",
+        "|---|---:|" + "---:|" * len(backends),
+    ]
+    for label, m, n, k in shapes_in_order(rec):
+        row = [label, f"{m} x {n} x {k}"]
+        for backend in backends:
+            r = cells.get((label, backend))
+            row.append(_md_cell(r))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "| backend | geomean vs cuBLAS | range | geomean TFLOP/s | ok/wrong/skipped/error |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for s in summary(rec):
+        c = s["counts"]
+        span = (
+            f"{s['worst_ratio']:.2f}-{s['best_ratio']:.2f}" if s["worst_ratio"] is not None else "-"
+        )
+        lines.append(
+            f"| {s['backend']} | {_ratio_text(s['geomean_ratio'])} | {span} | "
+            f"{_num(s['geomean_tflops'], 0)} | "
+            f"{c['ok']}/{c['wrong']}/{c['skipped']}/{c['error']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+_STATUSES = ("ok", "wrong", "skipped", "error")
+
+
+def _by_shape(rec: dict) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in rec["results"]:
+        groups.setdefault((r["label"], r["m"], r["n"], r["k"]), []).append(r)
+    return groups
+
+
+def _cells(shape: tuple, r: dict, first: bool) -> list:
+    from rich.text import Text
+
+    label, m, n, k = shape
+    status = Text(r["status"] if r["status"] == "ok" else f"{r['status']}: {r['note']}")
+    status.stylize(STATUS_STYLE[r["status"]])
+    ratio = r["ratio_to_cublas"]
+    ratio_text = "-"
+    if ratio:
+        ratio_text = f"{ratio['median']:.3f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+    # Text, not str: rich would read "[...]" in a label or note as markup.
+    return [
+        Text(label if first else ""),
+        Text(f"{m}x{n}x{k}" if first else ""),
+        Text(r["backend"]),
+        status,
+        Text(_num(r["median_ms"], 4)),
+        Text(_num(r["tflops"], 1)),
+        Text(ratio_text),
+        Text(_num(r["pct_of_peak"], 1)),
+        Text(_num(r["sm_clock_mhz"], 0)),
+        Text(_num(r["power_w"], 0)),
+    ]
+
+
+def _summary_table(rec: dict):
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="per backend, over the shapes it ran", header_style="bold")
+    for name in ("backend", "geomean vs cuBLAS", "range", "geomean TFLOP/s", "ok", "wrong",
+                 "skipped", "error"):  # fmt: skip
+        table.add_column(name, justify="left" if name == "backend" else "right")
+    for s in summary(rec):
+        c = s["counts"]
+        span = "-"
+        if s["worst_ratio"] is not None:
+            span = f"{s['worst_ratio']:.2f}-{s['best_ratio']:.2f}"
+        table.add_row(
+            Text(s["backend"]),
+            _ratio_text(s["geomean_ratio"]),
+            span,
+            _num(s["geomean_tflops"], 1),
+            *(str(c[k]) for k in _STATUSES),
+        )
+    return table
+
+
+def _md_cell(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if r["status"] != "ok":
+        return r["status"]
+    ratio = r["ratio_to_cublas"]
+    tflops = f"{r['tflops']:.{0 if r['tflops'] >= 10 else 1}f}"
+    if r["backend"] == BASELINE or not ratio:
+        return tflops
+    return f"{tflops} ({ratio['median']:.2f}x)"
+
+
+def _peak_line(h: dict) -> str:
+    fpc = h["flop_per_clock_per_sm"]
+    if not fpc:
+        return "unknown for this GPU (no % of peak)"
+    return f"{h['sm_count']} SMs x {fpc} FLOP/clock/SM x measured clock"
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return None
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def _num(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _v(value) -> str:
+    return "n/a" if value is None else str(value)

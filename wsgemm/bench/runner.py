@@ -1,0 +1,365 @@
+"""One benchmark run: for each shape, check every backend, then time the right ones interleaved.
+
+Per shape::
+
+    operands  <- randn A, B in the layout (seeded per shape)
+    reference <- fp32 A @ B
+    for each backend (cuBLAS first: its error sets the others' tolerance):
+        poison out with NaN; call once (compiles); compare with the reference
+        wrong -> reported with its errors, never timed; raised -> error (or skipped if the
+        backend refused the problem with ValueError/NotImplementedError)
+        estimate one call's time -> reps for the measurement
+    for round in range(rounds):
+        for backend in the checked ones, rotated by one each round:
+            one measurement (measure.py)
+    summarize each backend across rounds, ratios paired with cuBLAS round by round
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import check, schema
+from .backends import BASELINE, Backend, Problem, Unavailable
+from .layouts import Layout, make_operands
+from .measure import Estimate, Sample, Timer, reps_for, rotated, summarize, tflops
+from .suites import Shape
+
+DTYPES = ("fp16", "bf16")
+ACCUMULATORS = ("fp32", "fp16")
+# Exceptions a backend raises to refuse a problem it does not support (its validation), as
+# opposed to failing on one it accepted.
+REFUSALS = (ValueError, NotImplementedError)
+
+
+@dataclass(frozen=True)
+class Options:
+    dtype: str = "fp16"
+    accumulate: str = "fp32"
+    layout: str = "TN"
+    rounds: int = 5
+    target_ms: float = 10.0
+    min_reps: int = 3
+    max_reps: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.accumulate not in ACCUMULATORS:
+            raise ValueError(f"accumulate must be one of {ACCUMULATORS}, got {self.accumulate!r}")
+        if self.accumulate == "fp16" and self.dtype != "fp16":
+            raise ValueError("an fp16 accumulator needs fp16 inputs (bf16 MMAs accumulate in fp32)")
+        Layout(self.layout)
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if not self.target_ms > 0:
+            raise ValueError(f"target_ms must be > 0, got {self.target_ms}")
+        if not 1 <= self.min_reps <= self.max_reps:
+            raise ValueError(
+                f"need 1 <= min_reps <= max_reps, got {self.min_reps} and {self.max_reps}"
+            )
+
+    def to_dict(self, suite: str, backends: list[str]) -> dict:
+        return {
+            "suite": suite,
+            "dtype": self.dtype,
+            "accumulate": self.accumulate,
+            "layout": self.layout,
+            "backends": backends,
+            "rounds": self.rounds,
+            "target_ms": self.target_ms,
+            "min_reps": self.min_reps,
+            "max_reps": self.max_reps,
+            "seed": self.seed,
+        }
+
+
+class FatalCudaError(RuntimeError):
+    """A backend broke the CUDA context; nothing after it in this process can run."""
+
+
+@dataclass
+class _Outcome:
+    """One backend on one shape, as the run goes."""
+
+    status: str = "ok"
+    note: str = ""
+    call: Callable[[], object] | None = None
+    estimate: Estimate | None = None
+    reps: int | None = None
+    errors: check.Errors | None = None
+    tolerance: check.Tolerance | None = None
+    samples: list[Sample] = field(default_factory=list)
+
+    def fail(self, status: str, note: str) -> None:
+        self.status, self.note, self.call, self.samples = status, note, None, []
+
+
+@dataclass
+class RunOutput:
+    rows: list[dict]
+    clocks_mhz: list[float]
+    aborted: str | None = None
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every step of a run needs."""
+
+    backends: list[Backend]
+    options: Options
+    timer: Timer
+    device: object  # torch.device
+    on_step: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """One shape's operands, what every backend is handed, and the answer it must give."""
+
+    shape: Shape
+    problem: Problem
+    dtype: object  # torch dtype of A, B and the output
+    ref: object  # fp32 (M, N) reference
+
+
+def run(
+    shapes: list[Shape],
+    backends: list[Backend],
+    unavailable: list[Unavailable],
+    options: Options,
+    timer: Timer,
+    device,
+    peak_tflops_at: Callable[[float | None], float | None],
+    on_step: Callable[[str], None] | None = None,
+) -> RunOutput:
+    """Check and time every backend on every shape; stops early only if CUDA breaks."""
+    import torch
+
+    if not backends or backends[0].name != BASELINE:
+        raise ValueError(f"the first backend must be the baseline {BASELINE!r}")
+    ctx = _Context(backends, options, timer, torch.device(device), on_step or _quiet)
+    output = RunOutput(rows=[], clocks_mhz=[])
+    with _full_precision_cublas_reductions(torch):
+        for index, shape in enumerate(shapes):
+            outcomes, aborted = _run_shape(ctx, index, shape)
+            output.rows += _rows(shape, backends, unavailable, outcomes, options, peak_tflops_at)
+            output.clocks_mhz += [
+                s.sm_clock_mhz
+                for o in outcomes.values()
+                for s in o.samples
+                if s.sm_clock_mhz is not None
+            ]
+            if aborted:
+                output.aborted = aborted
+                break
+    return output
+
+
+def _quiet(step: str) -> None:
+    pass
+
+
+def _run_shape(ctx: _Context, index: int, shape: Shape):
+    """Check every backend on ``shape``, then time the right ones; (outcomes, abort reason)."""
+    ctx.on_step(f"{shape.label}: checking")
+    outcomes = {backend.name: _Outcome() for backend in ctx.backends}
+    inputs = _inputs(ctx, index, shape)
+    try:
+        for backend in ctx.backends:
+            baseline = outcomes[BASELINE]
+            tolerance = check.model_tolerance(ctx.options.dtype, ctx.options.accumulate, shape.k)
+            if backend.name != BASELINE and baseline.status == "ok":
+                tolerance = check.tolerance(tolerance, baseline.errors)
+            outcome = outcomes[backend.name]
+            _check(ctx, backend, inputs, tolerance, outcome)
+            if outcome.status == "ok":
+                _estimate(outcome, ctx.timer, ctx.options)
+    except FatalCudaError as exc:
+        _abandon(outcomes, str(exc))
+        return outcomes, str(exc)
+    del inputs  # the fp32 M x N reference goes before the timing rounds
+    timed = [name for name, o in outcomes.items() if o.status == "ok"]
+    for round_index in range(ctx.options.rounds):
+        ctx.on_step(f"{shape.label}: round {round_index + 1}/{ctx.options.rounds}")
+        for name in rotated(timed, round_index):
+            outcome = outcomes[name]
+            if outcome.status != "ok":
+                continue
+            try:
+                outcome.samples.append(
+                    ctx.timer.measure(outcome.call, outcome.reps, outcome.estimate)
+                )
+            except Exception as exc:
+                outcome.fail("error", f"failed while timed: {_describe(exc)}")
+                if not _context_alive(ctx.device):
+                    message = f"CUDA context lost while timing {name} on {shape.label}"
+                    _abandon(outcomes, message)
+                    return outcomes, message
+    return outcomes, None
+
+
+def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
+    import torch
+
+    options = ctx.options
+    generator = torch.Generator(device=ctx.device)
+    generator.manual_seed(options.seed + index)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[options.dtype]
+    layout = Layout(options.layout)
+    a, b = make_operands(layout, shape.m, shape.n, shape.k, dtype, ctx.device, generator)
+    accumulate = {"fp32": torch.float32, "fp16": torch.float16}[options.accumulate]
+    problem = Problem(a=a, b=b, accumulate=accumulate, accumulate_name=options.accumulate)
+    return _Inputs(shape, problem, dtype, check.reference(a, b))
+
+
+def _check(ctx: _Context, backend: Backend, inputs: _Inputs, tolerance, outcome: _Outcome):
+    import torch
+
+    reason = backend.skip(inputs.problem)
+    if reason:
+        outcome.fail("skipped", reason)
+        return
+    shape = inputs.shape
+    out = torch.empty((shape.m, shape.n), dtype=inputs.dtype, device=ctx.device)
+    check.poison(out)
+    try:
+        call = backend.make(inputs.problem, out)
+        call()  # the first call compiles (or autotunes): checked here, never timed
+        _sync(ctx.device)
+    except REFUSALS as exc:
+        outcome.fail("skipped", f"unsupported: {_describe(exc)}")
+        return
+    except Exception as exc:
+        outcome.fail("error", _describe(exc))
+        if not _context_alive(ctx.device):
+            lost = f"CUDA context lost after {backend.name} on {shape.label}"
+            raise FatalCudaError(lost) from exc
+        return
+    outcome.errors = check.errors(out, inputs.ref)
+    outcome.tolerance = tolerance
+    verdict = tolerance.verdict(outcome.errors)
+    if verdict:
+        outcome.fail("wrong", verdict)
+        return
+    outcome.call = call
+
+
+def _estimate(outcome: _Outcome, timer: Timer, options: Options) -> None:
+    try:
+        outcome.estimate = timer.estimate(outcome.call)
+    except Exception as exc:
+        outcome.fail("error", f"failed in warm-up: {_describe(exc)}")
+        return
+    outcome.reps = reps_for(
+        outcome.estimate.gpu_ms, options.target_ms, options.min_reps, options.max_reps
+    )
+
+
+def _abandon(outcomes: dict[str, _Outcome], message: str) -> None:
+    for outcome in outcomes.values():
+        if outcome.status == "ok":
+            outcome.fail("error", f"not run: {message}")
+
+
+def _rows(shape, backends, unavailable, outcomes, options, peak_tflops_at) -> list[dict]:
+    common = dict(dtype=options.dtype, layout=options.layout, accumulate=options.accumulate)
+    baseline = outcomes[BASELINE]
+    baseline_samples = baseline.samples if baseline.status == "ok" else None
+    rows = []
+    for backend in backends:
+        o = outcomes[backend.name]
+        error = _error_dict(o)
+        if o.status != "ok":
+            rows.append(
+                schema.result(
+                    shape, backend=backend.name, status=o.status, note=o.note, error=error, **common
+                )
+            )
+            continue
+        s = summarize(o.samples, baseline_samples, shape.flop, peak_tflops_at)
+        ratio = None
+        if s.ratio is not None:
+            ratio = {"median": s.ratio[0], "min": s.ratio[1], "max": s.ratio[2]}
+        rows.append(
+            schema.result(
+                shape,
+                backend=backend.name,
+                status="ok",
+                median_ms=s.median_ms,
+                tflops=tflops(shape.flop, s.median_ms),
+                ratio_to_cublas=ratio,
+                sm_clock_mhz=s.sm_clock_mhz,
+                power_w=s.power_w,
+                pct_of_peak=s.pct_of_peak,
+                reps=o.reps,
+                round_ms=list(s.round_ms),
+                error=error,
+                **common,
+            )
+        )
+    for missing in unavailable:
+        rows.append(
+            schema.result(
+                shape, backend=missing.name, status="skipped", note=missing.reason, **common
+            )
+        )
+    return rows
+
+
+def _error_dict(o: _Outcome) -> dict | None:
+    if o.errors is None or o.tolerance is None:
+        return None
+
+    def finite(x):
+        return x if math.isfinite(x) else None
+
+    return {
+        "rel": finite(o.errors.rel),
+        "peak": finite(o.errors.peak),
+        "tol_rel": o.tolerance.rel,
+        "tol_peak": o.tolerance.peak,
+    }
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _context_alive(device) -> bool:
+    """After an exception: can this process still run CUDA work (a sticky error says no)?"""
+    import torch
+
+    try:
+        _sync(device)
+        torch.ones(1, device=device).add_(1)
+        _sync(device)
+    except Exception:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _full_precision_cublas_reductions(torch):
+    """cuBLAS may reduce split-K partial sums in fp16/bf16 unless told not to; an "fp32
+    accumulate" baseline must accumulate in fp32 end to end, as our kernels do."""
+    m = torch.backends.cuda.matmul
+    saved = (m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction)
+    m.allow_fp16_reduced_precision_reduction = False
+    m.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction = saved
+
+
+def _describe(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__

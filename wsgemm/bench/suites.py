@@ -1,0 +1,169 @@
+"""The problem sizes the benchmark runs: named suites and ``--shapes`` strings.
+
+A shape is a GEMM ``C[M, N] = A[M, K] @ B[K, N]``. For transformer layers M is the number of
+tokens, N the layer's output features and K its input features (``x @ W.T`` with ``W`` of shape
+``(N, K)``), so the weights are the K-major B of the ``TN`` layout.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One GEMM problem size; ``label`` names it in tables and plots, ``group`` groups plots."""
+
+    m: int
+    n: int
+    k: int
+    label: str = ""
+    group: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Shape.{name} must be an int >= 1, got {value!r}")
+        if not self.label:
+            object.__setattr__(self, "label", f"{self.m}x{self.n}x{self.k}")
+
+    @property
+    def flop(self) -> int:
+        """Multiply-adds count twice, the usual GEMM convention."""
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """The four GEMMs of one layer of a Llama-style decoder (grouped-query attention, SwiGLU).
+
+    Gate and up projections are fused into one GEMM of ``2 * ffn`` outputs, as serving stacks
+    run them."""
+
+    name: str
+    hidden: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+
+    def projections(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, N, K) of each projection."""
+        q = self.q_heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        return (
+            ("qkv", q + 2 * kv, self.hidden),
+            ("o", self.hidden, q),
+            ("gate_up", 2 * self.ffn, self.hidden),
+            ("down", self.hidden, self.ffn),
+        )
+
+
+# Llama-3 8B and 70B: the published configs (hidden, heads, kv heads, head dim, FFN width).
+MODELS = {
+    "8b": Transformer("8b", hidden=4096, q_heads=32, kv_heads=8, head_dim=128, ffn=14336),
+    "70b": Transformer("70b", hidden=8192, q_heads=64, kv_heads=8, head_dim=128, ffn=28672),
+}
+
+SQUARE_SIZES = (1024, 2048, 4096, 8192, 16384)
+LLM_TOKENS = (1, 16, 128, 1024, 4096, 16384)
+DECODE_TOKENS = (1, 16, 64, 128)
+
+# Shapes no tile divides: primes (M, N and K all prime, so no tile, vector width or cluster
+# shape divides them, and K-major rows are not 16-byte aligned), then multiples of 8 that are
+# multiples of no tile (aligned rows, ragged edge tiles only).
+RAGGED = (
+    (1021, 1021, 1021),
+    (2053, 4099, 1031),
+    (4093, 4093, 4093),
+    (8191, 8191, 8191),
+    (127, 4099, 8191),
+    (1000, 3000, 5000),
+    (4104, 6152, 4104),
+    (8200, 2056, 8200),
+)
+
+
+def square(sizes: tuple[int, ...] = SQUARE_SIZES) -> list[Shape]:
+    return [Shape(s, s, s, label=f"{s}^3", group="square") for s in sizes]
+
+
+def llm(
+    tokens: tuple[int, ...] = LLM_TOKENS, models: tuple[str, ...] = ("8b", "70b")
+) -> list[Shape]:
+    shapes = []
+    for model_name in models:
+        model = _model(model_name)
+        for proj, n, k in model.projections():
+            for t in tokens:
+                shapes.append(Shape(t, n, k, label=f"{model.name} {proj} t={t}", group=model.name))
+    return shapes
+
+
+def decode(
+    tokens: tuple[int, ...] = DECODE_TOKENS, models: tuple[str, ...] = ("8b", "70b")
+) -> list[Shape]:
+    return llm(tokens, models)
+
+
+def ragged() -> list[Shape]:
+    return [Shape(m, n, k, group="ragged") for m, n, k in RAGGED]
+
+
+def quick() -> list[Shape]:
+    """The README's main-job suite: two square sizes and the 8B gate/up GEMM at 4096 tokens."""
+    gate_up = next(p for p in MODELS["8b"].projections() if p[0] == "gate_up")
+    return square((4096, 8192)) + [
+        Shape(4096, gate_up[1], gate_up[2], label="8b gate_up t=4096", group="8b")
+    ]
+
+
+SUITES = ("square", "llm", "decode", "ragged", "quick")
+
+
+def suite(
+    name: str,
+    *,
+    tokens: tuple[int, ...] | None = None,
+    models: tuple[str, ...] | None = None,
+) -> list[Shape]:
+    """The shapes of suite ``name``; ``tokens``/``models`` override the LLM suites' defaults."""
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    if name in ("llm", "decode"):
+        default = LLM_TOKENS if name == "llm" else DECODE_TOKENS
+        return llm(tokens or default, models or tuple(MODELS))
+    if tokens or models:
+        raise ValueError(f"--tokens and --models apply to the llm and decode suites, not {name!r}")
+    return {"square": square, "ragged": ragged, "quick": quick}[name]()
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    """Parse ``"M,N,K;M,N,K"`` (``x`` also separates, whitespace is ignored)."""
+    shapes = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        fields = [f for f in re.split(r"[,xX\s]+", item) if f]
+        if len(fields) != 3 or not all(f.isdigit() for f in fields):
+            raise ValueError(f"bad shape {item!r}: expected three positive integers M,N,K")
+        m, n, k = (int(f) for f in fields)
+        shapes.append(Shape(m, n, k, group="custom"))
+    if not shapes:
+        raise ValueError(f"no shapes in {text!r}: expected 'M,N,K;M,N,K;...'")
+    return shapes
+
+
+def parse_int_list(text: str) -> tuple[int, ...]:
+    """Parse ``"1,16,128"`` into positive ints."""
+    fields = [f.strip() for f in text.split(",") if f.strip()]
+    if not fields or not all(f.isdigit() and int(f) > 0 for f in fields):
+        raise ValueError(f"expected a comma-separated list of positive integers, got {text!r}")
+    return tuple(int(f) for f in fields)
+
+
+def _model(name: str) -> Transformer:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}") from None
