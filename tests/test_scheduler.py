@@ -1,0 +1,105 @@
+"""The persistent tile schedule, replayed on the host with the kernel's own index arithmetic."""
+
+import itertools
+
+import pytest
+
+from wsgemm.runtime.scheduler import (
+    GroupedTileScheduler,
+    grouped_cluster_coord,
+    persistent_cluster_count,
+    tile_order,
+)
+
+# (num_m, num_n, L): square, ragged, one row, one column, one tile, batched.
+PROBLEMS = [(1, 1, 1), (7, 5, 1), (16, 16, 1), (1, 9, 2), (9, 1, 3), (13, 11, 2), (4, 6, 5)]
+GROUPS = [1, 2, 4, 8]
+CTAS = [1, 2, 3, 8, 132]
+CLUSTERS = [(1, 1), (2, 1), (1, 2), (2, 2)]
+
+
+def _reference_order(clusters_m, clusters_n, num_l, group):
+    """The specified grouped order, written the obvious way: per batch, per group of `group`
+    cluster-rows, each column walked down the group's rows, columns left to right."""
+    order = []
+    for batch in range(num_l):
+        for first in range(0, clusters_m, group):
+            rows = range(first, min(first + group, clusters_m))
+            for n in range(clusters_n):
+                order.extend((m, n, batch) for m in rows)
+    return order
+
+
+@pytest.mark.parametrize(
+    "ctas, cluster",
+    [(c, cl) for c in CTAS for cl in CLUSTERS if c >= cl[0] * cl[1]],
+)
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_every_tile_exactly_once(problem, group, ctas, cluster):
+    num_m, num_n, num_l = problem
+    cm, cn = cluster
+    group *= cm  # the raster group counts m-tiles and must hold whole clusters
+    order = tile_order(num_m, num_n, num_l, group, ctas, cluster)
+    assert len(order) % (cm * cn) == 0 and len(order) <= ctas
+    visited = [t for per_cta in order for t in per_cta]
+    inside = [(m, n, b) for m, n, b in visited if m < num_m and n < num_n]
+    expected = set(itertools.product(range(num_m), range(num_n), range(num_l)))
+    assert len(inside) == len(set(inside)) == len(expected)
+    assert set(inside) == expected
+    # Tiles past the edge only come from clusters overhanging a ragged edge.
+    for m, n, b in visited:
+        assert b < num_l
+        assert m < -(-num_m // cm) * cm and n < -(-num_n // cn) * cn
+    # The CTAs of one cluster run the same number of tiles (they leave the loop together),
+    # on adjacent tiles of one cluster tile.
+    for c in range(len(order) // (cm * cn)):
+        members = order[c * cm * cn : (c + 1) * cm * cn]
+        assert len({len(tiles) for tiles in members}) == 1
+        for step in zip(*members, strict=True):
+            bases = {(m - i % cm, n - i // cm, b) for i, (m, n, b) in enumerate(step)}
+            assert len(bases) == 1
+            base_m, base_n, _ = bases.pop()
+            assert base_m % cm == 0 and base_n % cn == 0
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_grouped_order_is_the_specified_one(problem, group):
+    num_m, num_n, num_l = problem
+    (single,) = tile_order(num_m, num_n, num_l, group, 1)
+    assert single == _reference_order(num_m, num_n, num_l, group)
+
+
+@pytest.mark.parametrize("group", [2, 4])
+def test_clusters_follow_the_grouped_order_in_cluster_units(group):
+    num_m, num_n, num_l, cluster = 7, 5, 2, (2, 1)
+    per_cta = tile_order(num_m, num_n, num_l, group, 2, cluster)
+    leader = [(m // 2, n, b) for m, n, b in per_cta[0]]
+    assert leader == _reference_order(4, 5, 2, group // 2)
+
+
+def test_persistent_ctas_take_turns_in_order():
+    # With P clusters, work unit w goes to cluster w % P: CTA 0 takes units 0, P, 2P, ...
+    order = tile_order(4, 4, 1, 2, 3)
+    reference = _reference_order(4, 4, 1, 2)
+    for cta, tiles in enumerate(order):
+        assert tiles == reference[cta::3]
+
+
+def test_grid_is_min_of_work_and_resident_clusters():
+    assert persistent_cluster_count(10, 132) == 10
+    assert persistent_cluster_count(1000, 132) == 132
+    assert len(tile_order(3, 3, 1, 1, 132)) == 9
+    assert len(tile_order(3, 3, 1, 2, 132, (2, 1))) == 2 * 2 * 3
+
+
+def test_last_group_may_be_short():
+    # 5 rows in groups of 2: rows 4 alone form the last group, walked along n.
+    coords = [grouped_cluster_coord(w, 5, 3, 2) for w in range(15)]
+    assert coords[12:] == [(4, 0, 0), (4, 1, 0), (4, 2, 0)]
+
+
+def test_scheduler_rejects_group_not_holding_whole_clusters():
+    with pytest.raises(ValueError, match="multiple of cluster_m"):
+        GroupedTileScheduler((4, 4, 1), (2, 1), 3, 1, 0, (0, 0))

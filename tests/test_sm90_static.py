@@ -1,0 +1,155 @@
+"""Static facts of the Hopper kernel: config validation, smem stages, registers, arrive counts.
+
+CPU only: nothing here traces or compiles a kernel.
+"""
+
+import dataclasses
+
+import cutlass
+import pytest
+
+from wsgemm.kernels.sm90 import SHIPPED_CONFIGS, Sm90Config, Sm90Gemm, mainloop_arrive_terms
+from wsgemm.runtime.arrive import ArriveCountError, check_arrive_count
+from wsgemm.runtime.sm90_budget import (
+    SM90_REGISTERS_PER_SM,
+    SM90_SMEM_CAPACITY,
+    STATIC_SMEM_BYTES,
+    register_split,
+    stage_counts,
+)
+
+F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
+# (A/B, C, accumulator) combinations the kernel accepts.
+DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
+    (F16, c, F16) for c in (F16, BF16, F32)
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"schedule": "stream-k"}, "schedule must be one of"),
+        ({"tile_m": 64}, "cooperative tile_m must be one of"),
+        ({"tile_m": 256, "schedule": "pingpong"}, "pingpong tile_m must be one of"),
+        ({"tile_n": 96}, "tile_n must be one of"),
+        ({"tile_k": 48}, "tile_k must be one of"),
+        ({"schedule": "pingpong", "tile_n": 256}, "too large"),
+        ({"cluster_m": 4}, "must each be 1 or 2"),
+        ({"cluster_n": 0}, "must each be 1 or 2"),
+        ({"cluster_m": 2, "raster_group": 3}, "multiple of cluster_m"),
+        ({"raster_group": 0}, "positive multiple"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Sm90Config(**kwargs)
+
+
+def test_shipped_configs():
+    assert SHIPPED_CONFIGS["sm90"].schedule == "cooperative"
+    assert (SHIPPED_CONFIGS["sm90"].tile_m, SHIPPED_CONFIGS["sm90"].tile_n) == (128, 256)
+    assert SHIPPED_CONFIGS["sm90-pingpong"].schedule == "pingpong"
+    assert Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32).name == "sm90-cooperative"
+    assert Sm90Gemm(SHIPPED_CONFIGS["sm90-pingpong"], F16, F16, F32).name == "sm90-pingpong"
+    assert Sm90Gemm.arch == "sm_90a" and Sm90Gemm.needs_vector_extent is False
+
+
+@pytest.mark.parametrize(
+    "ab, c, acc, message",
+    [
+        (BF16, F16, F16, "Float16 accumulator needs Float16 inputs"),
+        (F32, F32, F32, "A/B dtype"),
+        (F16, cutlass.Int8, F32, "C dtype"),
+        (F16, F16, BF16, "accumulator dtype"),
+    ],
+)
+def test_kernel_rejects_bad_dtypes(ab, c, acc, message):
+    with pytest.raises(ValueError, match=message):
+        Sm90Gemm(SHIPPED_CONFIGS["sm90"], ab, c, acc)
+
+
+@pytest.mark.parametrize(
+    "name, c, expected",
+    [
+        # 128x256x64 fp16: 48 KiB per stage; epilogue 128x32 subtiles.
+        ("sm90", F16, (4, 4)),
+        ("sm90", F32, (4, 2)),
+        # 128x128x64 fp16: 32 KiB per stage; epilogue 64x32 subtiles.
+        ("sm90-pingpong", F16, (6, 4)),
+        ("sm90-pingpong", F32, (6, 4)),
+    ],
+)
+def test_stage_counts_of_shipped_configs(name, c, expected):
+    assert Sm90Gemm(SHIPPED_CONFIGS[name], F16, c, F32).stage_counts() == expected
+
+
+@pytest.mark.parametrize("ab, c, acc", DTYPES)
+@pytest.mark.parametrize(
+    "config",
+    [
+        *SHIPPED_CONFIGS.values(),
+        Sm90Config(tile_n=128, tile_k=128),
+        Sm90Config(tile_n=64, tile_k=32),
+        Sm90Config(tile_m=64, tile_n=256, schedule="pingpong"),
+    ],
+)
+def test_smem_fits_and_is_used(config, ab, c, acc):
+    gemm = Sm90Gemm(config, ab, c, acc)
+    assert gemm.ab_stages >= 2 and 1 <= gemm.epi_stages <= config.num_epi_subtiles
+    assert gemm.shared_memory_bytes() + STATIC_SMEM_BYTES <= SM90_SMEM_CAPACITY
+    # One more mainloop stage would not fit beside the epilogue's minimum buffers.
+    ab_stage = (config.tile_m + config.tile_n) * config.tile_k * 2
+    assert gemm.shared_memory_bytes() + STATIC_SMEM_BYTES + ab_stage > SM90_SMEM_CAPACITY
+
+
+def test_stage_counts_need_two_stages():
+    with pytest.raises(ValueError, match="at least 2"):
+        stage_counts(120 * 1024, 8 * 1024, 8)
+
+
+def test_register_split():
+    producer, consumer = register_split(2)
+    assert (producer, consumer) == (40, 232)
+    assert producer % 8 == 0 and consumer % 8 == 0
+    assert 128 * (producer + 2 * consumer) <= SM90_REGISTERS_PER_SM
+    # Gemm instances carry the same split.
+    gemm = Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32)
+    assert (gemm.producer_regs, gemm.consumer_regs) == (40, 232)
+
+
+@pytest.mark.parametrize(
+    "schedule, mma_threads, cluster, expected",
+    [
+        ("cooperative", 256, (1, 1), 8),
+        ("cooperative", 256, (2, 1), 16),
+        ("cooperative", 256, (2, 2), 24),
+        ("pingpong", 128, (1, 1), 4),
+        ("pingpong", 128, (2, 1), 8),
+        ("pingpong", 128, (1, 2), 8),
+    ],
+)
+def test_mainloop_empty_arrivals_derived(schedule, mma_threads, cluster, expected):
+    tile_n = 256 if schedule == "cooperative" else 128
+    config = Sm90Config(
+        tile_n=tile_n, schedule=schedule, cluster_m=cluster[0], cluster_n=cluster[1], raster_group=8
+    )
+    gemm = Sm90Gemm(config, F16, F16, F32)
+    assert gemm.mainloop_consumer_arrivals(mma_threads) == expected
+
+
+@pytest.mark.parametrize(
+    "schedule, wrong_mma_threads",
+    [("cooperative", 128), ("cooperative", 384), ("pingpong", 256)],
+)
+def test_wrong_mainloop_arrivals_raise(schedule, wrong_mma_threads):
+    config = dataclasses.replace(SHIPPED_CONFIGS["sm90"], schedule=schedule, tile_n=128)
+    gemm = Sm90Gemm(config, F16, F16, F32)
+    with pytest.raises(ArriveCountError, match="sm90 mainloop empty"):
+        gemm.mainloop_consumer_arrivals(wrong_mma_threads)
+
+
+def test_arrive_terms_spell_out_multicast():
+    terms = mainloop_arrive_terms(Sm90Config(cluster_m=2))
+    assert check_arrive_count("sm90 mainloop empty", 16, terms) == 16
+    with pytest.raises(ArriveCountError, match="CTAs writing each stage"):
+        check_arrive_count("sm90 mainloop empty", 8, terms)

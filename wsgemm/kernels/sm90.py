@@ -1,0 +1,805 @@
+"""Hopper (sm_90a) warp-specialized persistent GEMM: TMA loads, WGMMA, TMA-store epilogue."""
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Int32, const_expr
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
+from cutlass.memory import SmemAllocator
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+from cutlass.tensor_utils import LayoutEnum
+
+from wsgemm.runtime.arrive import check_arrive_count
+from wsgemm.runtime.scheduler import (
+    GroupedTileScheduler,
+    cluster_tile_counts,
+    persistent_cluster_count,
+)
+from wsgemm.runtime.sm90_budget import (
+    SM90_SMEM_CAPACITY,
+    SMEM_BUFFER_ALIGN,
+    epilogue_stage_bytes,
+    mainloop_stage_bytes,
+    register_split,
+    reserved_smem_bytes,
+    stage_counts,
+)
+
+__all__ = ["SHIPPED_CONFIGS", "Sm90Config", "Sm90Gemm"]
+
+SCHEDULES = ("cooperative", "pingpong")
+WARP_SIZE = 32
+WARPS_PER_WARPGROUP = 4
+THREADS_PER_WARPGROUP = WARP_SIZE * WARPS_PER_WARPGROUP
+# Two consumer warpgroups (0 and 1) and one producer warpgroup (2).
+NUM_CONSUMER_WARPGROUPS = 2
+PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
+PRODUCER_WARP = PRODUCER_WARPGROUP * WARPS_PER_WARPGROUP
+THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
+# One WGMMA atom covers 64 rows of M and k = 16 for 16-bit inputs.
+WGMMA_M = 64
+WGMMA_K = 16
+# Output subtile width: a 32-column strip keeps the epilogue's smem buffers small enough that
+# the mainloop ring keeps its stages.
+EPI_TILE_N = 32
+
+
+class _Barrier(enum.IntEnum):
+    """Named hardware barriers (id 0 is __syncthreads)."""
+
+    EPILOGUE = 1  # cooperative: both consumer warpgroups; ping-pong: +wg for each warpgroup
+    MMA_ORDER = 3  # ping-pong: +wg, the warpgroup whose turn it is to issue WGMMAs
+    EPI_ORDER = 5  # ping-pong: +wg, the warpgroup whose turn it is to run its epilogue
+
+
+@dataclass(frozen=True)
+class Sm90Config:
+    """Static shape of the kernel.
+
+    ``tile_m x tile_n x tile_k``: CTA tile; ``cluster_m x cluster_n``: CTAs per cluster (a
+    cluster along M multicasts B, along N multicasts A); ``schedule``: "cooperative" (both
+    consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
+    tiles, alternating); ``raster_group``: m-tiles walked down a column before the next column.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+    raster_group: int = 8
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        allowed_m = (128,) if self.schedule == "cooperative" else (64, 128)
+        if self.tile_m not in allowed_m:
+            raise ValueError(
+                f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
+            )
+        if self.tile_n not in (64, 128, 192, 256):
+            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {self.tile_n}")
+        if self.tile_k not in (32, 64, 128):
+            raise ValueError(f"tile_k must be one of 32, 64, 128, got {self.tile_k}")
+        if self.schedule == "pingpong" and self.tile_m * self.tile_n > 128 * 128:
+            # One warpgroup holds the whole tile: 128 fp32 accumulators per thread at most,
+            # or the 232-register budget spills.
+            raise ValueError(
+                f"pingpong tile {self.tile_m}x{self.tile_n} is too large: one warpgroup holds it, "
+                "so tile_m * tile_n must be <= 16384"
+            )
+        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
+            raise ValueError(
+                "cluster_m and cluster_n must each be 1 or 2, "
+                f"got {self.cluster_m}x{self.cluster_n}"
+            )
+        if self.raster_group < 1 or self.raster_group % self.cluster_m != 0:
+            raise ValueError(
+                f"raster_group must be a positive multiple of cluster_m ({self.cluster_m}), "
+                f"got {self.raster_group}"
+            )
+
+    @property
+    def pingpong(self) -> bool:
+        return self.schedule == "pingpong"
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def epi_tile(self) -> tuple[int, int]:
+        """Output subtile: all the tile's rows for cooperative (both warpgroups write one
+        buffer), one 64-row WGMMA band for ping-pong (one warpgroup writes it)."""
+        return (self.tile_m if not self.pingpong else WGMMA_M, EPI_TILE_N)
+
+    @property
+    def num_epi_subtiles(self) -> int:
+        return (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1])
+
+
+SHIPPED_CONFIGS = {
+    "sm90": Sm90Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="cooperative"),
+    "sm90-pingpong": Sm90Config(
+        tile_m=128, tile_n=128, tile_k=64, cluster_m=2, schedule="pingpong"
+    ),
+}
+
+
+def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
+    """Why the mainloop's barriers expect the arrivals they do.
+
+    full: the producer's one elected lane arrives once with the stage's byte count; every TMA
+    that fills the stage (this CTA's and its multicast peers') then completes bytes on it.
+    empty: every consumer warp that reads the stage arrives once (one elected lane) on the
+    barrier of each CTA whose TMA writes into this CTA's stage, i.e. on itself and on each
+    multicast peer along M and along N.
+    """
+    return {
+        "consumer warpgroups reading each stage": 1 if config.pingpong else NUM_CONSUMER_WARPGROUPS,
+        "warps per warpgroup": WARPS_PER_WARPGROUP,
+        "arrivals per warp and CTA": 1,
+        "CTAs writing each stage (self + M peers + N peers)": config.cluster_m
+        + config.cluster_n
+        - 1,
+    }
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Static facts fixed when the kernel is traced (tensor majors decide the smem layouts)."""
+
+    config: Sm90Config
+    ab_dtype: Any
+    c_dtype: Any
+    acc_dtype: Any
+    ab_stages: int
+    epi_stages: int
+    producer_regs: int
+    consumer_regs: int
+    tma_bytes_per_stage: int
+    storage: Any
+
+
+@dataclass(frozen=True)
+class _LoadArgs:
+    """What the producer warp needs: TMA atoms, partitioned tensors and multicast masks."""
+
+    tma_a: Any
+    tAgA: Any  # (TMA, tiles_m, k_tiles, L)
+    tAsA: Any  # (TMA, stages)
+    mask_a: Any
+    tma_b: Any
+    tBgB: Any  # (TMA, tiles_n, k_tiles, L)
+    tBsB: Any  # (TMA, stages)
+    mask_b: Any
+    k_tiles: Any
+
+
+@dataclass(frozen=True)
+class _MmaArgs:
+    tiled_mma: Any
+    tCrA: Any  # (MMA, MMA_M, MMA_K, stages) smem descriptors
+    tCrB: Any  # (MMA, MMA_N, MMA_K, stages) smem descriptors
+    k_tiles: Any
+    warpgroup: Any
+
+
+@dataclass(frozen=True)
+class _EpilogueArgs:
+    tiled_copy_r2s: Any
+    tRS_rAcc: Any  # accumulator viewed per r2s copy: (R2S, R2S_M, R2S_N * subtiles)
+    tRS_sC: Any  # (R2S, R2S_M, R2S_N, epi_stages)
+    rD_shape: Any  # one subtile of registers in the copy's source shape: (R2S, R2S_M, R2S_N)
+    tma_c: Any
+    sC: Any  # (epi_m, epi_n, epi_stages)
+    gC_mnl: Any  # (tile_m, tile_n, tiles_m, tiles_n, L)
+    barrier: Any
+    is_store_warp: Any
+
+
+class Sm90Gemm:
+    """Persistent warp-specialized GEMM for Hopper: TMA -> smem ring -> WGMMA -> TMA store.
+
+    Roles (384 threads, three warpgroups):
+      * producer, warpgroup 2: after ``setmaxnreg`` down to 40 registers, its first warp walks
+        the tile schedule and issues the TMA loads of A and B into an S-stage smem ring
+        (multicasting the operand its cluster peers share); its other three warps exit.
+      * consumers, warpgroups 0 and 1: ``setmaxnreg`` up, issue WGMMAs from the ring into fp32
+        (or fp16) register accumulators, then run the epilogue: convert, store to smem
+        subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each.
+        Ping-pong: each owns every other tile; ordered barriers let one warpgroup's epilogue
+        run while the other issues its mainloop.
+
+    Pipelines:
+      * mainloop (``PipelineTmaAsync``, S stages), producer -> consumers. full: 1 arrival (the
+        producer's elected lane, with the stage's byte count) + the TMA bytes of this CTA and
+        its multicast peers. empty: 1 arrival per consumer warp reading the stage (8
+        cooperative, 4 ping-pong) from each CTA that writes into the stage
+        (``mainloop_arrive_terms``).
+      * epilogue store (``PipelineTmaStore``, E buffers), consumers -> TMA unit: bulk-group
+        commit per subtile; a buffer is rewritten only after at most E-1 stores are pending.
+      * ping-pong order: named barriers MMA_ORDER+wg and EPI_ORDER+wg (256 threads: one
+        warpgroup syncs, the other arrives) hand the mainloop and the epilogue back and forth.
+
+    Per-role timeline (steady state):
+      * producer: per tile, per k-tile: wait empty[s] -> arm full[s] with bytes -> TMA A, B.
+        At the end: wait every stage empty (peers may still be reading what it multicast).
+      * consumer: per tile: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
+        release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [ping-pong:
+        wait epilogue turn] -> per subtile: convert -> wait buffer free -> st.shared -> fence
+        -> TMA store -> [ping-pong: drain stores, pass epilogue turn].
+    """
+
+    name = "sm90-cooperative"
+    arch = "sm_90a"
+    needs_vector_extent = False
+
+    def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype):
+        if not isinstance(config, Sm90Config):
+            raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
+        if ab_dtype not in (cutlass.Float16, cutlass.BFloat16):
+            raise ValueError(f"A/B dtype must be Float16 or BFloat16, got {ab_dtype}")
+        if c_dtype not in (cutlass.Float16, cutlass.BFloat16, cutlass.Float32):
+            raise ValueError(f"C dtype must be Float16, BFloat16 or Float32, got {c_dtype}")
+        if acc_dtype not in (cutlass.Float32, cutlass.Float16):
+            raise ValueError(f"accumulator dtype must be Float32 or Float16, got {acc_dtype}")
+        if acc_dtype == cutlass.Float16 and ab_dtype != cutlass.Float16:
+            raise ValueError("a Float16 accumulator needs Float16 inputs (WGMMA has no bf16->f16)")
+        self.config = config
+        self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
+        self.name = f"sm90-{config.schedule}"
+        self.ab_stages, self.epi_stages = self.stage_counts()
+        self.producer_regs, self.consumer_regs = register_split(NUM_CONSUMER_WARPGROUPS)
+
+    def stage_counts(self) -> tuple[int, int]:
+        """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
+        cfg = self.config
+        ab_bytes = mainloop_stage_bytes(
+            cfg.tile_m, cfg.tile_n, cfg.tile_k, self.ab_dtype.width // 8
+        )
+        epi_bytes = epilogue_stage_bytes(*cfg.epi_tile, self.c_dtype.width // 8)
+        return stage_counts(ab_bytes, epi_bytes, cfg.num_epi_subtiles, SM90_SMEM_CAPACITY)
+
+    def shared_memory_bytes(self) -> int:
+        """Shared memory the kernel allocates: barriers (one aligned unit), ring, epilogue."""
+        cfg = self.config
+        ab_bytes = mainloop_stage_bytes(
+            cfg.tile_m, cfg.tile_n, cfg.tile_k, self.ab_dtype.width // 8
+        )
+        epi_bytes = epilogue_stage_bytes(*cfg.epi_tile, self.c_dtype.width // 8)
+        return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
+
+    def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
+        """The empty barrier's count, from the traced WGMMA (its thread count) and the cluster,
+        checked against ``mainloop_arrive_terms``."""
+        cfg = self.config
+        actual = (mma_threads // WARP_SIZE) * (cfg.cluster_m + cfg.cluster_n - 1)
+        return check_arrive_count("sm90 mainloop empty", actual, mainloop_arrive_terms(cfg))
+
+    # ----------------------------------------------------------------------------- host side
+
+    @cute.jit
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: Int32,
+        stream,
+    ):
+        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring."""
+        cfg = self.config
+        for t, want, what in (
+            (mA, self.ab_dtype, "A"),
+            (mB, self.ab_dtype, "B"),
+            (mC, self.c_dtype, "C"),
+        ):
+            if const_expr(t.element_type != want):
+                raise ValueError(f"{what} is {t.element_type}, the kernel was built for {want}")
+        a_major = LayoutEnum.from_tensor(mA)
+        b_major = LayoutEnum.from_tensor(mB)
+        if const_expr(LayoutEnum.from_tensor(mC) != LayoutEnum.ROW_MAJOR):
+            raise ValueError("C must be N-major (row-major per batch)")
+
+        tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            a_major.sm90_mma_major_mode(),
+            b_major.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (1, 1, 1) if const_expr(cfg.pingpong) else (NUM_CONSUMER_WARPGROUPS, 1, 1),
+            tiler_mn=(WGMMA_M, cfg.tile_n),
+        )
+        if const_expr(cute.size(tiled_mma.shape_mnk, mode=[2]) != WGMMA_K):
+            raise ValueError("expected a k=16 WGMMA for 16-bit inputs")
+        a_layout = sm90_utils.make_smem_layout_a(a_major, tile_mnk, self.ab_dtype, self.ab_stages)
+        b_layout = sm90_utils.make_smem_layout_b(b_major, tile_mnk, self.ab_dtype, self.ab_stages)
+        c_layout = sm90_utils.make_smem_layout_epi(
+            self.c_dtype, LayoutEnum.ROW_MAJOR, cfg.epi_tile, self.epi_stages
+        )
+
+        # A is shared by the CTAs of a cluster row (same m), B by a cluster column (same n).
+        tma_a, tma_mA = cpasync.make_tiled_tma_atom(
+            self._load_op(cfg.cluster_n),
+            mA,
+            cute.slice_(a_layout, (None, None, 0)),
+            (cfg.tile_m, cfg.tile_k),
+            num_multicast=cfg.cluster_n,
+        )
+        tma_b, tma_mB = cpasync.make_tiled_tma_atom(
+            self._load_op(cfg.cluster_m),
+            mB,
+            cute.slice_(b_layout, (None, None, 0)),
+            (cfg.tile_n, cfg.tile_k),
+            num_multicast=cfg.cluster_m,
+        )
+        tma_c, tma_mC = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(),
+            mC,
+            cute.slice_(c_layout, (None, None, 0)),
+            cfg.epi_tile,
+        )
+
+        tma_bytes = cute.size_in_bytes(
+            self.ab_dtype, cute.slice_(a_layout, (None, None, 0))
+        ) + cute.size_in_bytes(self.ab_dtype, cute.slice_(b_layout, (None, None, 0)))
+        check_arrive_count(
+            "sm90 mainloop full (transaction bytes)",
+            tma_bytes,
+            {
+                "rows of A and B per stage": cfg.tile_m + cfg.tile_n,
+                "k per stage": cfg.tile_k,
+                "bytes per element": self.ab_dtype.width // 8,
+            },
+        )
+        plan = _Plan(
+            config=cfg,
+            ab_dtype=self.ab_dtype,
+            c_dtype=self.c_dtype,
+            acc_dtype=self.acc_dtype,
+            ab_stages=self.ab_stages,
+            epi_stages=self.epi_stages,
+            producer_regs=self.producer_regs,
+            consumer_regs=self.consumer_regs,
+            tma_bytes_per_stage=tma_bytes,
+            storage=self._shared_storage(a_layout, b_layout, c_layout),
+        )
+
+        # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
+        num_m = Int32(cute.ceil_div(cute.size(mC, mode=[0]), cfg.tile_m))
+        num_n = Int32(cute.ceil_div(cute.size(mC, mode=[1]), cfg.tile_n))
+        num_l = Int32(cute.size(mC, mode=[2]))
+        k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
+        clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
+        num_clusters = persistent_cluster_count(
+            clusters_m * clusters_n * num_l, max_active_clusters
+        )
+
+        self.device_kernel(
+            plan,
+            tiled_mma,
+            tma_a,
+            tma_mA,
+            tma_b,
+            tma_mB,
+            tma_c,
+            tma_mC,
+            a_layout,
+            b_layout,
+            c_layout,
+            num_m,
+            num_n,
+            num_l,
+            k_tiles,
+        ).launch(
+            grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
+            block=[THREADS_PER_CTA, 1, 1],
+            cluster=(cfg.cluster_m, cfg.cluster_n, 1),
+            # One persistent CTA per SM: ptxas then budgets 64K / 384 registers per thread at
+            # launch and keeps the setmaxnreg hand-over (without it, a kernel that fits in fewer
+            # registers loses its USETMAXREG and launches with its bare count).
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
+    __call__ = kernel
+
+    @staticmethod
+    def _load_op(num_multicast: int):
+        if num_multicast == 1:
+            return cpasync.CopyBulkTensorTileG2SOp()
+        return cpasync.CopyBulkTensorTileG2SMulticastOp()
+
+    def _shared_storage(self, a_layout, b_layout, c_layout):
+        """Barriers first, then the swizzled A, B and C buffers on 1 KiB boundaries."""
+
+        @cute.struct
+        class SharedStorage:
+            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.ab_stages]
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], SMEM_BUFFER_ALIGN
+            ]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], SMEM_BUFFER_ALIGN
+            ]
+            sC: cute.struct.Align[
+                cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], SMEM_BUFFER_ALIGN
+            ]
+
+        # The layouts' footprint must be what the stage budget assumed.
+        if SharedStorage.size_in_bytes() != self.shared_memory_bytes():
+            raise ValueError(
+                f"shared storage is {SharedStorage.size_in_bytes()} bytes, the budget planned "
+                f"{self.shared_memory_bytes()} (capacity {SM90_SMEM_CAPACITY})"
+            )
+        return SharedStorage
+
+    # --------------------------------------------------------------------------- device side
+
+    @cute.kernel
+    def device_kernel(
+        self,
+        plan: cutlass.Constexpr,
+        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom,
+        mA_mkl: cute.Tensor,
+        tma_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_c: cute.CopyAtom,
+        mC_mnl: cute.Tensor,
+        a_layout: cute.ComposedLayout,
+        b_layout: cute.ComposedLayout,
+        c_layout: cute.ComposedLayout,
+        num_m: Int32,
+        num_n: Int32,
+        num_l: Int32,
+        k_tiles: Int32,
+    ):
+        """Set up smem, pipelines and the schedule, then hand each warpgroup its role."""
+        cfg = plan.config
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == PRODUCER_WARP:
+            for atom in (tma_a, tma_b, tma_c):
+                cpasync.prefetch_descriptor(atom)
+
+        storage = SmemAllocator().allocate(plan.storage)
+        cluster_layout = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
+        ab_pipeline = self._make_mainloop_pipeline(
+            plan, storage.mainloop_barriers.data_ptr(), tiled_mma, cluster_layout
+        )
+        # Barrier inits must be visible cluster-wide before any peer multicasts or arrives.
+        pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n), is_relaxed=True)
+
+        sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        sC = storage.sC.get_tensor(c_layout.outer, swizzle=c_layout.inner)
+
+        rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord = cluster_layout.get_flat_coord(rank)
+        _, _, cluster_idx = cute.arch.block_idx()
+        _, _, num_clusters = cute.arch.grid_dim()
+        scheduler = GroupedTileScheduler(
+            (num_m, num_n, num_l),
+            (cfg.cluster_m, cfg.cluster_n),
+            cfg.raster_group,
+            Int32(num_clusters),
+            Int32(cluster_idx),
+            (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
+        )
+
+        pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
+
+        if warp_idx >= PRODUCER_WARP:
+            cute.arch.setmaxregister_decrease(plan.producer_regs)
+            if warp_idx == PRODUCER_WARP:
+                load_args = self._load_args(
+                    plan,
+                    tma_a,
+                    mA_mkl,
+                    sA,
+                    tma_b,
+                    mB_nkl,
+                    sB,
+                    cluster_layout,
+                    cluster_coord,
+                    k_tiles,
+                )
+                self.load(plan, load_args, scheduler, ab_pipeline)
+        else:
+            cute.arch.setmaxregister_increase(plan.consumer_regs)
+            self.consume(
+                plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline
+            )
+
+    def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
+        producer_arrivals = check_arrive_count(
+            "sm90 mainloop full",
+            1,
+            {"TMA-issuing warps": 1, "elected arrive.expect_tx per warp": 1},
+        )
+        consumer_arrivals = self.mainloop_consumer_arrivals(cute.size(tiled_mma))
+        return pipeline.PipelineTmaAsync.create(
+            barrier_storage=barrier_ptr,
+            num_stages=plan.ab_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, producer_arrivals),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals),
+            tx_count=plan.tma_bytes_per_stage,
+            cta_layout_vmnk=cute.make_layout((1, *cluster_layout.shape)),
+            defer_sync=True,
+        )
+
+    def _load_args(
+        self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles
+    ) -> _LoadArgs:
+        cfg = plan.config
+        # (tile_m, tile_k, tiles_m, k_tiles, L)
+        gA = cute.local_tile(mA_mkl, (cfg.tile_m, cfg.tile_k), (None, None, None))
+        # (tile_n, tile_k, tiles_n, k_tiles, L)
+        gB = cute.local_tile(mB_nkl, (cfg.tile_n, cfg.tile_k), (None, None, None))
+        # Each CTA of a multicast group loads its slice of the shared tile for all of them.
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_a,
+            cluster_coord[1],
+            cute.make_layout(cfg.cluster_n),
+            cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA, 0, 2),
+        )
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_b,
+            cluster_coord[0],
+            cute.make_layout(cfg.cluster_m),
+            cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2),
+        )
+        mask_a = mask_b = None
+        if const_expr(cfg.cluster_n > 1):
+            mask_a = cute.make_layout_image_mask(cluster_layout, cluster_coord, mode=1)
+        if const_expr(cfg.cluster_m > 1):
+            mask_b = cute.make_layout_image_mask(cluster_layout, cluster_coord, mode=0)
+        return _LoadArgs(tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles)
+
+    @cute.jit
+    def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline):
+        """Producer warp: fill the ring, tile after tile, k-tile after k-tile."""
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.ab_stages)
+        tile = scheduler.initial_work_tile()
+        while tile.is_valid:
+            tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
+            tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
+            for k in cutlass.range(args.k_tiles, unroll=1):
+                # Waits until every consumer of this stage, here and in the peers this CTA
+                # multicasts to, released it; then arms full[s] with the stage's bytes.
+                ab_pipeline.producer_acquire(state)
+                full = ab_pipeline.producer_get_barrier(state)
+                self._tma_load(
+                    args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a
+                )
+                self._tma_load(
+                    args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
+                )
+                ab_pipeline.producer_commit(state)
+                state.advance()
+            tile = scheduler.next_work_tile(tile)
+        # Peers may still be reading stages this CTA multicast into, and will arrive on its
+        # empty barriers: wait for all of them before the CTA may exit.
+        ab_pipeline.producer_tail(state)
+
+    @cute.jit
+    def _tma_load(self, atom, src, dst, full_barrier, mask):
+        if const_expr(mask is None):
+            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier)
+        else:
+            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, mcast_mask=mask)
+
+    @cute.jit
+    def consume(
+        self,
+        plan: cutlass.Constexpr,
+        tiled_mma,
+        sA,
+        sB,
+        sC,
+        tma_c,
+        mC_mnl,
+        k_tiles,
+        scheduler,
+        ab_pipeline,
+    ):
+        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue."""
+        cfg = plan.config
+        tidx, _, _ = cute.arch.thread_idx()
+        wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
+        # Cooperative: one 256-thread MMA over both warpgroups; ping-pong: one per warpgroup.
+        mma_tidx = tidx % THREADS_PER_WARPGROUP if const_expr(cfg.pingpong) else tidx
+        thr_mma = tiled_mma.get_slice(mma_tidx)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        # (tile_m, tile_n, tiles_m, tiles_n, L)
+        gC_mnl = cute.local_tile(mC_mnl, (cfg.tile_m, cfg.tile_n), (None, None, None))
+        acc = cute.make_rmem_tensor(
+            thr_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), plan.acc_dtype
+        )
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, k_tiles, wg)
+        epi_args = self._epilogue_args(plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg)
+        store_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=plan.epi_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cute.size(tiled_mma)),
+        )
+
+        read_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, plan.ab_stages
+        )
+        steps = 1
+        first = 0
+        if const_expr(cfg.pingpong):
+            # Warpgroup w takes the CTA's tiles w, w + 2, ...; the ring holds every tile's
+            # stages in order, so it starts w tiles (w * k_tiles stages) in.
+            steps = NUM_CONSUMER_WARPGROUPS
+            first = wg
+            read_state.advance(k_tiles * wg)
+            if wg == 0:
+                # Warpgroup 0 goes first in both orders.
+                self._order_arrive(_Barrier.MMA_ORDER, 0)
+                self._order_arrive(_Barrier.EPI_ORDER, 0)
+        tile = scheduler.initial_work_tile(first)
+        subtiles_done = Int32(0)
+        while tile.is_valid:
+            if const_expr(cfg.pingpong):
+                self._order_wait(_Barrier.MMA_ORDER, wg)
+            read_state = self.mma(plan, mma_args, ab_pipeline, read_state, acc)
+            if const_expr(cfg.pingpong):
+                self._order_wait(_Barrier.EPI_ORDER, wg)
+            self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done)
+            if const_expr(cfg.pingpong):
+                # The other warpgroup reuses the epilogue buffers: they must be drained.
+                if epi_args.is_store_warp:
+                    store_pipeline.producer_tail()
+                self._order_arrive(_Barrier.EPI_ORDER, 1 - wg)
+                read_state.advance(k_tiles)  # skip the other warpgroup's tile
+            else:
+                subtiles_done += cfg.num_epi_subtiles
+            tile = scheduler.next_work_tile(tile, steps)
+        if const_expr(not cfg.pingpong):
+            # Outstanding TMA stores still read the epilogue buffers.
+            if epi_args.is_store_warp:
+                store_pipeline.producer_tail()
+
+    @cute.jit
+    def mma(self, plan: cutlass.Constexpr, args: _MmaArgs, ab_pipeline, read_state, acc):
+        """One tile's mainloop. One k-tile of WGMMAs stays in flight; a stage is released as
+        soon as the WGMMAs reading it have retired."""
+        release_state = read_state.clone()
+        acc.fill(0.0)
+        warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
+        # K >= 1, so there is always a first k-tile.
+        ab_pipeline.consumer_wait(read_state)
+        self._mma_k_tile(args, acc, read_state.index)
+        warpgroup.commit_group()
+        read_state.advance()
+        for _k in cutlass.range(1, args.k_tiles, unroll=1):
+            ab_pipeline.consumer_wait(read_state)
+            self._mma_k_tile(args, acc, read_state.index)
+            warpgroup.commit_group()
+            warpgroup.wait_group(1)  # the previous k-tile's WGMMAs are done reading smem
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
+            read_state.advance()
+        if const_expr(plan.config.pingpong):
+            # All WGMMAs of this tile are issued: the other warpgroup may issue its own.
+            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
+        warpgroup.wait_group(0)
+        ab_pipeline.consumer_release(release_state)
+        return read_state
+
+    @cute.jit
+    def _mma_k_tile(self, args: _MmaArgs, acc, stage):
+        for kb in cutlass.range_constexpr(cute.size(args.tCrA, mode=[2])):
+            cute.gemm(
+                args.tiled_mma,
+                acc,
+                args.tCrA[(None, None, kb, stage)],
+                args.tCrB[(None, None, kb, stage)],
+                acc,
+            )
+
+    def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg):
+        cfg = plan.config
+        # st.matrix for 16-bit outputs, plain st.shared for fp32; the C-atom tiling (16-bit
+        # st.matrix shape) only fixes which accumulator values each thread owns per subtile.
+        store_atom = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, plan.c_dtype, plan.acc_dtype
+        )
+        layout_atom = cute.make_copy_atom(
+            warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), cutlass.Float16
+        )
+        tiled_copy_r2s = cute.make_tiled_copy_S(
+            store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
+        )
+        thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
+        if const_expr(cfg.pingpong):
+            barrier = pipeline.NamedBarrier(
+                barrier_id=int(_Barrier.EPILOGUE) + wg, num_threads=THREADS_PER_WARPGROUP
+            )
+            is_store_warp = (
+                cute.arch.make_warp_uniform(cute.arch.warp_idx()) % WARPS_PER_WARPGROUP == 0
+            )
+        else:
+            barrier = pipeline.NamedBarrier(
+                barrier_id=int(_Barrier.EPILOGUE),
+                num_threads=NUM_CONSUMER_WARPGROUPS * THREADS_PER_WARPGROUP,
+            )
+            is_store_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0
+        return _EpilogueArgs(
+            tiled_copy_r2s=tiled_copy_r2s,
+            tRS_rAcc=tiled_copy_r2s.retile(acc),
+            tRS_sC=thr_copy_r2s.partition_D(sC),
+            # st.matrix exchanges values inside the warp: the register side has its own shape.
+            rD_shape=thr_copy_r2s.partition_S(sC).shape[:3],
+            tma_c=tma_c,
+            sC=sC,
+            gC_mnl=gC_mnl,
+            barrier=barrier,
+            is_store_warp=is_store_warp,
+        )
+
+    @cute.jit
+    def epilogue(
+        self, plan: cutlass.Constexpr, args: _EpilogueArgs, store_pipeline, tile, subtiles_done
+    ):
+        """Accumulators -> output dtype -> smem subtile -> TMA store, one subtile at a time.
+
+        Buffer ``b`` is rewritten only after the store that last read it has finished reading
+        (the store warp waits for at most E-1 pending stores, then the barrier tells everyone).
+        """
+        cfg = plan.config
+        gC = args.gC_mnl[(None, None, tile.m, tile.n, tile.l)]  # (tile_m, tile_n)
+        gC_epi = cute.zipped_divide(gC, cfg.epi_tile)  # ((epi_m, epi_n), (subtiles_m, subtiles_n))
+        # (TMA, epi_stages), (TMA, (subtiles_m, subtiles_n))
+        bSG_sC, bSG_gC = cpasync.tma_partition(
+            args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
+        )
+        # The accumulator holds the subtiles row-major (all n of the first 64-row band first).
+        subtile_grid = gC_epi.shape[1]
+        subtile_order = cute.make_layout(subtile_grid, stride=(subtile_grid[1], 1))
+        tRS_rD = cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype)
+        tRS_rD_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
+        per_subtile = cute.size(tRS_rD)
+        for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
+            for v in cutlass.range_constexpr(per_subtile):
+                tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+            tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
+            buf = (subtiles_done + e) % plan.epi_stages
+            if args.is_store_warp:
+                store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
+            args.barrier.arrive_and_wait()
+            cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
+            # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
+            cute.arch.fence_proxy("async.shared", space="cta")
+            args.barrier.arrive_and_wait()
+            if args.is_store_warp:
+                cute.copy(
+                    args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile_order.get_hier_coord(e))]
+                )
+                store_pipeline.producer_commit()
+
+    @staticmethod
+    def _order_wait(base: _Barrier, wg):
+        """Wait for warpgroup ``wg``'s turn (the other warpgroup arrives, ``wg`` syncs)."""
+        cute.arch.barrier(barrier_id=int(base) + wg, number_of_threads=2 * THREADS_PER_WARPGROUP)
+
+    @staticmethod
+    def _order_arrive(base: _Barrier, wg):
+        """Give warpgroup ``wg`` its turn."""
+        cute.arch.barrier_arrive(
+            barrier_id=int(base) + wg, number_of_threads=2 * THREADS_PER_WARPGROUP
+        )

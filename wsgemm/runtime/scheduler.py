@@ -1,0 +1,215 @@
+"""Persistent tile scheduling with grouped (L2-friendly) rasterization.
+
+A persistent kernel launches ``min(work clusters, max active clusters)`` clusters; cluster ``c``
+takes work units ``c, c + P, c + 2P, ...`` (``P`` = clusters launched). A work unit is one
+*cluster tile*: ``cluster_m x cluster_n`` adjacent output tiles, one per CTA of the cluster, so
+the CTAs of a cluster always agree on how many units they run (they share multicast loads and
+must leave the loop together).
+
+Rasterization order (``grouped_cluster_coord``): within a batch, cluster tiles are cut into
+groups of ``group`` cluster-rows along M. Inside a group the walk goes *down a column first*
+(``group`` consecutive m-tiles at the same n), then to the next n; after the last n the next
+group of rows starts. The last group takes the rows that are left (it may be shorter). Batches
+follow one another. Concurrent CTAs thus share a few rows of A and a band of columns of B in L2.
+
+The index arithmetic is written once and runs on plain Python ints (host tests, ``tile_order``)
+and on CuTe DSL ``Int32`` values (inside the kernel) alike: it only uses ``+ - * // %``, ``<``
+and ``cutlass.min``, which both kinds of value understand.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import cutlass
+
+__all__ = [
+    "GroupedTileScheduler",
+    "TileScheduler",
+    "WorkTile",
+    "cluster_tile_counts",
+    "grouped_cluster_coord",
+    "persistent_cluster_count",
+    "tile_order",
+]
+
+
+def _ceil_div(a: Any, b: Any) -> Any:
+    return (a + b - 1) // b
+
+
+def cluster_tile_counts(num_m_tiles: Any, num_n_tiles: Any, cluster_m: int, cluster_n: int):
+    """Cluster tiles along M and N. A ragged edge gets a whole cluster whose surplus CTAs work on
+    tiles past the end (TMA zero-fills their loads and drops their stores)."""
+    return _ceil_div(num_m_tiles, cluster_m), _ceil_div(num_n_tiles, cluster_n)
+
+
+def persistent_cluster_count(total_work: Any, max_active_clusters: Any) -> Any:
+    """Clusters to launch: one per work unit, but never more than can be resident at once."""
+    return cutlass.min(total_work, max_active_clusters)
+
+
+def grouped_cluster_coord(work: Any, clusters_m: Any, clusters_n: Any, group: int):
+    """(cluster_m_idx, cluster_n_idx, batch) of linear work unit ``work`` in grouped order.
+
+    ``group`` is the number of cluster-rows walked down one column before moving to the next
+    column (see the module docstring). ``work`` must be below ``clusters_m * clusters_n * L``.
+    """
+    per_batch = clusters_m * clusters_n
+    batch = work // per_batch
+    in_batch = work - batch * per_batch
+    per_group = group * clusters_n
+    group_idx = in_batch // per_group
+    first_m = group_idx * group
+    # The last group of rows may be shorter than `group`.
+    rows = cutlass.min(clusters_m - first_m, group)
+    in_group = in_batch - group_idx * per_group
+    return first_m + in_group % rows, in_group // rows, batch
+
+
+class WorkTile:
+    """One CTA's output tile: tile indices ``m``, ``n``, batch ``l``, the linear work unit it
+    came from, and ``is_valid`` (False once the schedule is exhausted)."""
+
+    __slots__ = ("m", "n", "l", "work", "is_valid")
+
+    def __init__(self, m: Any, n: Any, l: Any, work: Any, is_valid: Any):  # noqa: E741
+        self.m, self.n, self.l, self.work, self.is_valid = m, n, l, work, is_valid
+
+    @property
+    def coord_mnl(self) -> tuple:
+        return (self.m, self.n, self.l)
+
+    # Let a WorkTile be carried through dynamic (scf) loops in the DSL.
+    def __extract_mlir_values__(self) -> list:
+        ints = [cutlass.Int32(v).ir_value() for v in (self.m, self.n, self.l, self.work)]
+        return [*ints, cutlass.Boolean(self.is_valid).ir_value()]
+
+    def __new_from_mlir_values__(self, values: list) -> WorkTile:
+        m, n, l, work, valid = values  # noqa: E741
+        return WorkTile(
+            cutlass.Int32(m),
+            cutlass.Int32(n),
+            cutlass.Int32(l),
+            cutlass.Int32(work),
+            cutlass.Boolean(valid),
+        )
+
+    def __repr__(self) -> str:
+        return f"WorkTile(m={self.m}, n={self.n}, l={self.l}, valid={self.is_valid})"
+
+
+class TileScheduler(Protocol):
+    """What a kernel role needs from a scheduler."""
+
+    def initial_work_tile(self, skip: int = 0) -> WorkTile: ...
+
+    def next_work_tile(self, tile: WorkTile, steps: int = 1) -> WorkTile: ...
+
+
+class GroupedTileScheduler:
+    """Static persistent schedule in grouped order for one CTA of one cluster.
+
+    ``num_tiles_mnl``: output tiles along M, N and the batch count. ``cluster_mn``: the static
+    cluster shape. ``group``: raster group size in m-tiles (a multiple of ``cluster_mn[0]``).
+    ``num_clusters``: clusters launched (``persistent_cluster_count``). ``cluster_idx``: this
+    CTA's cluster. ``cta_in_cluster_mn``: this CTA's (m, n) position inside its cluster.
+    All values may be Python ints or DSL ``Int32``.
+    """
+
+    def __init__(
+        self,
+        num_tiles_mnl: tuple,
+        cluster_mn: tuple[int, int],
+        group: int,
+        num_clusters: Any,
+        cluster_idx: Any,
+        cta_in_cluster_mn: tuple,
+    ):
+        if group < 1 or group % cluster_mn[0] != 0:
+            raise ValueError(
+                f"raster group {group} must be a positive multiple of cluster_m {cluster_mn[0]}"
+            )
+        self.cluster_mn = cluster_mn
+        self.group_clusters = group // cluster_mn[0]
+        self.clusters_m, self.clusters_n = cluster_tile_counts(
+            num_tiles_mnl[0], num_tiles_mnl[1], *cluster_mn
+        )
+        self.total_work = self.clusters_m * self.clusters_n * num_tiles_mnl[2]
+        self.num_clusters = num_clusters
+        self.cluster_idx = cluster_idx
+        self.cta_m, self.cta_n = cta_in_cluster_mn
+
+    # Run-time fields; the rest (cluster shape, group) are static.
+    _DYNAMIC = (
+        "clusters_m",
+        "clusters_n",
+        "total_work",
+        "num_clusters",
+        "cluster_idx",
+        "cta_m",
+        "cta_n",
+    )
+
+    # Let the scheduler be referenced inside dynamic (scf) loops in the DSL.
+    def __extract_mlir_values__(self) -> list:
+        return [cutlass.Int32(getattr(self, f)).ir_value() for f in self._DYNAMIC]
+
+    def __new_from_mlir_values__(self, values: list) -> GroupedTileScheduler:
+        new = object.__new__(GroupedTileScheduler)
+        new.cluster_mn, new.group_clusters = self.cluster_mn, self.group_clusters
+        for field, value in zip(self._DYNAMIC, values, strict=True):
+            setattr(new, field, cutlass.Int32(value))
+        return new
+
+    def work_tile(self, work: Any) -> WorkTile:
+        """This CTA's tile of work unit ``work`` (coordinates are meaningless when invalid)."""
+        cm, cn, batch = grouped_cluster_coord(
+            work, self.clusters_m, self.clusters_n, self.group_clusters
+        )
+        m = cm * self.cluster_mn[0] + self.cta_m
+        n = cn * self.cluster_mn[1] + self.cta_n
+        return WorkTile(m, n, batch, work, work < self.total_work)
+
+    def initial_work_tile(self, skip: int = 0) -> WorkTile:
+        """The first tile, or the ``skip``-th one (ping-pong's second consumer starts at 1)."""
+        return self.work_tile(self.cluster_idx + skip * self.num_clusters)
+
+    def next_work_tile(self, tile: WorkTile, steps: int = 1) -> WorkTile:
+        """The tile ``steps`` turns after ``tile`` (ping-pong consumers step by 2)."""
+        return self.work_tile(tile.work + steps * self.num_clusters)
+
+
+def tile_order(
+    num_m: int,
+    num_n: int,
+    num_l: int,
+    group: int,
+    num_ctas: int,
+    cluster: tuple[int, int] = (1, 1),
+) -> list[list[tuple[int, int, int]]]:
+    """Host replay of the kernel's schedule: for each launched CTA, in launch-grid order (block
+    ``(cta_m, cta_n, cluster)`` of grid ``(cluster_m, cluster_n, clusters)``, x fastest), the
+    (m, n, l) tiles it runs, in order.
+
+    ``num_ctas`` is how many CTAs may be resident (``max_active_clusters * cluster size``).
+    Tiles past the problem edge that a ragged cluster runs are included as they are.
+    """
+    cluster_m, cluster_n = cluster
+    per_cluster = cluster_m * cluster_n
+    total = GroupedTileScheduler((num_m, num_n, num_l), cluster, group, 1, 0, (0, 0)).total_work
+    launched = persistent_cluster_count(total, num_ctas // per_cluster)
+    order = []
+    for cluster_idx in range(launched):
+        for cta_n in range(cluster_n):
+            for cta_m in range(cluster_m):
+                sched = GroupedTileScheduler(
+                    (num_m, num_n, num_l), cluster, group, launched, cluster_idx, (cta_m, cta_n)
+                )
+                tiles = []
+                tile = sched.initial_work_tile()
+                while tile.is_valid:
+                    tiles.append(tile.coord_mnl)
+                    tile = sched.next_work_tile(tile)
+                order.append(tiles)
+    return order
