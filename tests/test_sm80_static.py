@@ -124,7 +124,8 @@ def test_shipped_config_leaves_register_headroom(name, acc):
     config = shipped_config(name, acc)
     # Addresses, predicates and loop state need the rest (measured in SASS: <= 240 in all).
     assert mainloop_registers(config, acc) <= MAX_REGISTERS_PER_THREAD - 30
-    assert config.tile_n == (256 if acc is F16 else 128)
+    # Only the WS kernel's MMA threads are free of load state: they alone fit 128x256.
+    assert config.tile_n == (256 if acc is F16 and name == "sm80" else 128)
 
 
 def test_shipped_config_unknown_name():

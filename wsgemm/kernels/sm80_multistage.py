@@ -54,6 +54,11 @@ class Sm80MultistageGemm:
           while mma.sync consumes b; at the last b, ``wait_group`` + ``__syncthreads`` and
           ldmatrix k-block 0 of k-tile t + 1 instead.
         * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
+
+    Registers: the MMA threads here also keep the cp.async addresses and predicates live, so
+    the shipped config is 128x128x32 with 4 stages for both accumulator dtypes (232-255
+    registers, spill-free); 128x256 with fp16 accumulators spills 3-9 words (the WS kernel
+    fits it).
     """
 
     name = "sm80-multistage"

@@ -61,17 +61,17 @@ class Sm80WsGemm:
         * producer: acquire ``empty[s]`` -> cp.async A and B of k-tile t -> commit ``full[s]``
           -> t+1, s+1 (mod stages); after the last k-tile, drain its copies and exit.
         * consumer: wait ``full[s]``, ldmatrix k-block 0; then per k-block b of the stage:
-          ldmatrix b+1 into the other register slot while mma.sync consumes b; right after
-          the stage's last ldmatrix and the MMAs of the k-block before it, release ``empty[s]``
-          (before the stage's last MMAs); the next
-          stage's k-block 0 is read only after waiting on its ``full``. After the last k-tile:
-          barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass of columns.
+          ldmatrix b+1 into the other register slot while mma.sync consumes b; once the
+          stage's last ldmatrix and the MMAs of the k-block before it are issued, release
+          ``empty[s]`` (before the stage's last MMAs); k-block 0 of the next stage is read only
+          after waiting on its ``full``. After the last k-tile: barrier -> accumulators to
+          shared -> barrier -> 16-byte stores, per pass of columns.
 
     Registers: a 128x256 tile over 128 MMA threads is 256 fp32 accumulators per thread, plus
-    96 for the fragment double buffer: that cannot fit ptxas' 255 and spills. So the shipped
-    fp32-accumulation config is 128x128x32 with 4 stages (128 + 64 live registers, spill-free);
-    128x256x32 with 3 stages is kept for fp16 accumulation (128 + 96). See
-    :func:`wsgemm.runtime.sm80_tiles.shipped_config`.
+    96 for the fragment double buffer: more than ptxas' 255, so it spills (174 LDL / 200 STL
+    on sm_80). ``SHIPPED_CONFIGS`` (what the host uses for every dtype) is therefore 128x128x32
+    with 4 stages (208-213 registers, spill-free); with fp16 accumulators the study kernel's
+    128x256x32, 3 stages fits (237-248 registers), and ``sm80_tiles.shipped_config`` picks it.
     """
 
     name = "sm80"

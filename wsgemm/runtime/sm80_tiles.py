@@ -601,11 +601,13 @@ SHIPPED_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
     "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
 }
-#: 128x256x32, 3 stages (the study kernel's tile): spill-free only with fp16 accumulators,
-#: whose 256 values pack into 128 registers; with fp32 ones it needs 256 + 96 > 255.
+#: With fp16 accumulators (256 values pack into 128 registers) the WS kernel takes the study
+#: kernel's 128x256x32, 3 stages, spill-free (237-248 registers); with fp32 ones it would need
+#: 256 + 96 > 255. The multistage baseline cannot: its MMA threads also hold the cp.async
+#: addresses and predicates, and 128x256 spills 3-9 words there, so it keeps 128x128x32.
 SHIPPED_FP16_ACC_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=3),
-    "sm80-multistage": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=3),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
 }
 
 
