@@ -11,12 +11,13 @@ steps=${*:-all}
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
 start=$SECONDS
 if has warm || has tests; then
-  python3 -m wsgemm warm --jobs 15 2>&1 | tail -3
-  python3 -m wsgemm warm --arch sm_90a --jobs 15 2>&1 | tail -1
+  python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -2 "$OUT/warm.log"
   echo "warm done in $((SECONDS - start)) s"
 fi
 if has tests; then
-  python3 -m pytest -q -m gpu -x --no-header -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --maxfail=${MAXFAIL:-40} --no-header \
+    -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" ${TESTS:-tests/} 2>&1 \
+    | tee "$OUT/gpu_tests.log" | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -45
   echo "tests done at $((SECONDS - start)) s"
 fi
 if has sanitize; then

@@ -45,8 +45,14 @@ class Backend:
     def kernel_class(self) -> type:
         return getattr(importlib.import_module(self.module), self.cls)
 
-    def config(self) -> Any:
-        return importlib.import_module(self.module).SHIPPED_CONFIGS[self.name]
+    def config(self, acc_dtype: str = "float32") -> Any:
+        """The shipped config; a kernel module may pick it per accumulator dtype (fp16
+        accumulators take half the registers, so sm80 affords the study kernel's larger tile)."""
+        module = importlib.import_module(self.module)
+        pick = getattr(module, "shipped_config", None)
+        if pick is not None:
+            return pick(self.name, _cutlass_dtype(acc_dtype))
+        return module.SHIPPED_CONFIGS[self.name]
 
     def supports(self, cc: tuple[int, int]) -> bool:
         if self.family == "sm90":
@@ -76,7 +82,7 @@ BACKENDS: dict[str, Backend] = {
             "wsgemm.kernels.sm80_ws",
             "Sm80WsGemm",
             "sm80",
-            "Ampere+: one cp.async producer warp, four mma.sync consumer warps, 3-stage ring",
+            "Ampere+: one cp.async producer warp, four mma.sync consumer warps, swizzled smem ring",
         ),
         Backend(
             "sm80-multistage",
@@ -198,7 +204,7 @@ def make_kernel(variant: Variant):
 
     backend = BACKENDS[variant.backend]
     return backend.kernel_class()(
-        backend.config(),
+        backend.config(variant.acc_dtype),
         _cutlass_dtype(variant.ab_dtype),
         _cutlass_dtype(variant.c_dtype),
         _cutlass_dtype(variant.acc_dtype) if variant.acc_dtype else cutlass.Float32,

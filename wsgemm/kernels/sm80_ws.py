@@ -22,12 +22,13 @@ from wsgemm.runtime.sm80_tiles import (
     make_mma_fragments,
     make_operand_loader,
     make_tiles,
+    shipped_config,
     smem_bytes,
     store_accumulators,
     zero_fill,
 )
 
-__all__ = ["SHIPPED_CONFIGS", "Sm80Config", "Sm80WsGemm"]
+__all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80WsGemm"]
 
 WARP_SIZE = 32
 
