@@ -14,6 +14,11 @@ if has warm || has tests; then
   python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -2 "$OUT/warm.log"
   echo "warm done in $((SECONDS - start)) s"
 fi
+if has smoke || has tests; then
+  for b in ${BACKENDS:-sm90 sm90-pingpong sm80 sm80-multistage}; do
+    timeout 90 python3 scripts/sanitize_cases.py $b 2>&1 | tail -4; echo "smoke $b rc=${PIPESTATUS[0]}"
+  done
+fi
 if has tests; then
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --maxfail=${MAXFAIL:-40} --no-header \
     -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" ${TESTS:-tests/} 2>&1 \
