@@ -1,14 +1,21 @@
-"""Static facts of the Hopper kernel: config validation, smem stages, registers, arrive counts.
-
-CPU only: nothing here traces or compiles a kernel.
+"""Static facts of the Hopper kernel: config validation, smem stages, registers, arrive counts,
+and (slow) the epilogue's register-to-output index map, traced without a GPU.
 """
 
 import dataclasses
 
 import cutlass
+import cutlass.cute as cute
 import pytest
+from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.kernels.sm90 import SHIPPED_CONFIGS, Sm90Config, Sm90Gemm, mainloop_arrive_terms
+from wsgemm.kernels.sm90 import (
+    SHIPPED_CONFIGS,
+    Sm90Config,
+    Sm90Gemm,
+    epilogue_subtile_order,
+    mainloop_arrive_terms,
+)
 from wsgemm.runtime.arrive import ArriveCountError, check_arrive_count
 from wsgemm.runtime.sm90_budget import (
     SM90_REGISTERS_PER_SM,
@@ -153,3 +160,50 @@ def test_arrive_terms_spell_out_multicast():
     assert check_arrive_count("sm90 mainloop empty", 16, terms) == 16
     with pytest.raises(ArriveCountError, match="CTAs writing each stage"):
         check_arrive_count("sm90 mainloop empty", 8, terms)
+
+
+def _epilogue_mapping(gemm, tiled_mma, r2s, order):
+    """For every consumer thread: (coordinate the MMA computed, coordinate the epilogue writes)
+    for each accumulator value, following the kernel's own retile / subtile walk."""
+    cfg = gemm.config
+    tile = (cfg.tile_m, cfg.tile_n)
+    c_tile = cute.make_identity_tensor(tile)
+    c_sub = cute.make_identity_tensor((*cfg.epi_tile, 1))
+    pairs = []
+    for t in range(cute.size(tiled_mma)):
+        computed = r2s.retile(tiled_mma.get_slice(t).partition_C(c_tile))
+        # st.matrix moves values across lanes: the register side's coordinates are the copy's
+        # source partition of the subtile.
+        written = r2s.get_slice(t).partition_S(c_sub)[(None, None, None, 0)]
+        per_subtile = cute.size(written)
+        for e in range(cfg.num_epi_subtiles):
+            sub_m, sub_n = order.get_hier_coord(e)
+            for v in range(per_subtile):
+                m, n, _ = written[v]
+                pairs.append(
+                    (
+                        computed[e * per_subtile + v],
+                        (sub_m * cfg.epi_tile[0] + m, sub_n * cfg.epi_tile[1] + n),
+                    )
+                )
+    return pairs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("c", [F16, F32])
+@pytest.mark.parametrize("name", list(SHIPPED_CONFIGS))
+def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c):
+    gemm = Sm90Gemm(SHIPPED_CONFIGS[name], F16, c, F32)
+    found = []
+
+    @cute.jit
+    def trace():
+        tiled_mma = gemm.make_tiled_mma(LayoutEnum.ROW_MAJOR, LayoutEnum.ROW_MAJOR)
+        r2s = gemm.make_epilogue_copy(tiled_mma)
+        found.extend(_epilogue_mapping(gemm, tiled_mma, r2s, epilogue_subtile_order(gemm.config)))
+
+    cute.compile(trace, options="--gpu-arch sm_90a")
+    cfg = gemm.config
+    assert len(found) == cfg.tile_m * cfg.tile_n
+    assert len({computed for computed, _ in found}) == cfg.tile_m * cfg.tile_n
+    assert all(computed == written for computed, written in found)

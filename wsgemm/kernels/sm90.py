@@ -151,6 +151,14 @@ def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
     }
 
 
+def epilogue_subtile_order(config: Sm90Config) -> cute.Layout:
+    """Subtile index -> (subtile row, subtile column). Row-major, because that is the order in
+    which the retiled accumulator holds them (every column of a 64-row WGMMA band, then the
+    next band)."""
+    grid = (config.tile_m // config.epi_tile[0], config.tile_n // config.epi_tile[1])
+    return cute.make_layout(grid, stride=(grid[1], 1))
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Static facts fixed when the kernel is traced (tensor majors decide the smem layouts)."""
@@ -258,22 +266,20 @@ class Sm90Gemm:
         self.ab_stages, self.epi_stages = self.stage_counts()
         self.producer_regs, self.consumer_regs = register_split(NUM_CONSUMER_WARPGROUPS)
 
+    def _stage_bytes(self) -> tuple[int, int]:
+        """(bytes of one mainloop stage, bytes of one epilogue buffer)."""
+        cfg = self.config
+        ab = mainloop_stage_bytes(cfg.tile_m, cfg.tile_n, cfg.tile_k, self.ab_dtype.width // 8)
+        return ab, epilogue_stage_bytes(*cfg.epi_tile, self.c_dtype.width // 8)
+
     def stage_counts(self) -> tuple[int, int]:
         """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
-        cfg = self.config
-        ab_bytes = mainloop_stage_bytes(
-            cfg.tile_m, cfg.tile_n, cfg.tile_k, self.ab_dtype.width // 8
-        )
-        epi_bytes = epilogue_stage_bytes(*cfg.epi_tile, self.c_dtype.width // 8)
-        return stage_counts(ab_bytes, epi_bytes, cfg.num_epi_subtiles, SM90_SMEM_CAPACITY)
+        ab_bytes, epi_bytes = self._stage_bytes()
+        return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, SM90_SMEM_CAPACITY)
 
     def shared_memory_bytes(self) -> int:
-        """Shared memory the kernel allocates: barriers (one aligned unit), ring, epilogue."""
-        cfg = self.config
-        ab_bytes = mainloop_stage_bytes(
-            cfg.tile_m, cfg.tile_n, cfg.tile_k, self.ab_dtype.width // 8
-        )
-        epi_bytes = epilogue_stage_bytes(*cfg.epi_tile, self.c_dtype.width // 8)
+        """Dynamic shared memory: barriers (one aligned unit), the ring, the epilogue buffers."""
+        ab_bytes, epi_bytes = self._stage_bytes()
         return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
 
     def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
@@ -309,17 +315,7 @@ class Sm90Gemm:
             raise ValueError("C must be N-major (row-major per batch)")
 
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype,
-            self.ab_dtype,
-            a_major.sm90_mma_major_mode(),
-            b_major.sm90_mma_major_mode(),
-            self.acc_dtype,
-            (1, 1, 1) if const_expr(cfg.pingpong) else (NUM_CONSUMER_WARPGROUPS, 1, 1),
-            tiler_mn=(WGMMA_M, cfg.tile_n),
-        )
-        if const_expr(cute.size(tiled_mma.shape_mnk, mode=[2]) != WGMMA_K):
-            raise ValueError("expected a k=16 WGMMA for 16-bit inputs")
+        tiled_mma = self.make_tiled_mma(a_major, b_major)
         a_layout = sm90_utils.make_smem_layout_a(a_major, tile_mnk, self.ab_dtype, self.ab_stages)
         b_layout = sm90_utils.make_smem_layout_b(b_major, tile_mnk, self.ab_dtype, self.ab_stages)
         c_layout = sm90_utils.make_smem_layout_epi(
@@ -408,6 +404,37 @@ class Sm90Gemm:
             # registers loses its USETMAXREG and launches with its bare count).
             min_blocks_per_mp=1,
             stream=stream,
+        )
+
+    def make_tiled_mma(self, a_major: LayoutEnum, b_major: LayoutEnum) -> cute.TiledMma:
+        """64 x tile_n WGMMA atoms: two warpgroups stacked along M (cooperative) or one
+        warpgroup repeating the atom over its whole tile (ping-pong)."""
+        cfg = self.config
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            a_major.sm90_mma_major_mode(),
+            b_major.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (1, 1, 1) if cfg.pingpong else (NUM_CONSUMER_WARPGROUPS, 1, 1),
+            tiler_mn=(WGMMA_M, cfg.tile_n),
+        )
+        if cute.size(tiled_mma.shape_mnk, mode=[2]) != WGMMA_K:
+            raise ValueError("expected a k=16 WGMMA for 16-bit inputs")
+        return tiled_mma
+
+    def make_epilogue_copy(self, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
+        """Registers -> smem subtile: st.matrix for 16-bit outputs, plain st.shared for fp32.
+        The C-atom tiling (16-bit st.matrix shape) only fixes which accumulator values each
+        thread owns per subtile."""
+        store_atom = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, self.c_dtype, self.acc_dtype
+        )
+        layout_atom = cute.make_copy_atom(
+            warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), cutlass.Float16
+        )
+        return cute.make_tiled_copy_S(
+            store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
         )
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
@@ -714,31 +741,26 @@ class Sm90Gemm:
 
     def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg):
         cfg = plan.config
-        # st.matrix for 16-bit outputs, plain st.shared for fp32; the C-atom tiling (16-bit
-        # st.matrix shape) only fixes which accumulator values each thread owns per subtile.
-        store_atom = sm90_utils.get_smem_store_op(
-            LayoutEnum.ROW_MAJOR, plan.c_dtype, plan.acc_dtype
-        )
-        layout_atom = cute.make_copy_atom(
-            warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), cutlass.Float16
-        )
-        tiled_copy_r2s = cute.make_tiled_copy_S(
-            store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
-        )
+        tiled_copy_r2s = self.make_epilogue_copy(tiled_mma)
         thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
+        # Every thread of the MMA writes into each subtile, so all of them meet per subtile.
+        epilogue_threads = check_arrive_count(
+            "sm90 epilogue barrier",
+            cute.size(tiled_mma),
+            {
+                "warpgroups writing each subtile": 1 if cfg.pingpong else NUM_CONSUMER_WARPGROUPS,
+                "threads per warpgroup": THREADS_PER_WARPGROUP,
+            },
+        )
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if const_expr(cfg.pingpong):
-            barrier = pipeline.NamedBarrier(
-                barrier_id=int(_Barrier.EPILOGUE) + wg, num_threads=THREADS_PER_WARPGROUP
-            )
-            is_store_warp = (
-                cute.arch.make_warp_uniform(cute.arch.warp_idx()) % WARPS_PER_WARPGROUP == 0
-            )
+            # Each warpgroup has its own barrier and its own store warp (its first warp).
+            barrier_id = int(_Barrier.EPILOGUE) + wg
+            is_store_warp = warp_idx % WARPS_PER_WARPGROUP == 0
         else:
-            barrier = pipeline.NamedBarrier(
-                barrier_id=int(_Barrier.EPILOGUE),
-                num_threads=NUM_CONSUMER_WARPGROUPS * THREADS_PER_WARPGROUP,
-            )
-            is_store_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0
+            barrier_id = int(_Barrier.EPILOGUE)
+            is_store_warp = warp_idx == 0
+        barrier = pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=epilogue_threads)
         return _EpilogueArgs(
             tiled_copy_r2s=tiled_copy_r2s,
             tRS_rAcc=tiled_copy_r2s.retile(acc),
@@ -768,9 +790,7 @@ class Sm90Gemm:
         bSG_sC, bSG_gC = cpasync.tma_partition(
             args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
         )
-        # The accumulator holds the subtiles row-major (all n of the first 64-row band first).
-        subtile_grid = gC_epi.shape[1]
-        subtile_order = cute.make_layout(subtile_grid, stride=(subtile_grid[1], 1))
+        subtile_order = epilogue_subtile_order(cfg)
         tRS_rD = cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype)
         tRS_rD_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
         per_subtile = cute.size(tRS_rD)
