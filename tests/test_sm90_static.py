@@ -190,8 +190,11 @@ def _epilogue_mapping(gemm, tiled_mma, r2s, order):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("c", [F16, F32])
-@pytest.mark.parametrize("name", list(SHIPPED_CONFIGS))
+@pytest.mark.parametrize(
+    "name, c",
+    # st.matrix (16-bit C) moves values across lanes; plain st.shared (fp32 C) does not.
+    [("sm90", F16), ("sm90-pingpong", F16), ("sm90-pingpong", F32)],
+)
 def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c):
     gemm = Sm90Gemm(SHIPPED_CONFIGS[name], F16, c, F32)
     found = []
