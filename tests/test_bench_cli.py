@@ -141,3 +141,16 @@ def test_command_line_is_what_the_user_typed():
     bench_main = "/home/me/wsgemm/wsgemm/bench/__main__.py"
     assert env.command_line([bench_main, "--quick"]) == "python -m wsgemm.bench --quick"
     assert env.command_line(["bench.py", "-x"]) == "bench.py -x"
+
+
+def test_tuning_candidates_parse_into_config_overrides():
+    from wsgemm.bench.backends import parse_candidate
+
+    assert parse_candidate("sm90") == ("sm90", {})
+    assert parse_candidate("sm90{cluster_m=1,raster_group=4}") == (
+        "sm90",
+        {"cluster_m": 1, "raster_group": 4},
+    )
+    assert parse_candidate("sm90-pingpong{schedule=pingpong}")[1] == {"schedule": "pingpong"}
+    with pytest.raises(ValueError, match="name"):
+        parse_candidate("sm90{cluster_m=1")

@@ -276,3 +276,13 @@ def test_compiles_for_sm80_without_spills(tmp_path: Path, module, cls, needs):
     if module == "sm80_ws":
         # One block-wide barrier (start-up), none in the main loop.
         assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1
+
+
+def test_ctas_per_sm_is_validated_and_becomes_launch_bounds():
+    from wsgemm.runtime.sm80_tiles import Sm80Config
+
+    with pytest.raises(ValueError, match="ctas_per_sm"):
+        Sm80Config(ctas_per_sm=5)
+    assert Sm80Config(tile_n=128, ctas_per_sm=1).launch_bounds(160) == {}
+    bounds = Sm80Config(tile_n=64, ctas_per_sm=2).launch_bounds(160)
+    assert bounds["min_blocks_per_mp"] == 2 and bounds["max_number_threads"] == [160, 1, 1]

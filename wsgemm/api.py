@@ -334,6 +334,11 @@ def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend=
         the product, (M, N) or (L, M, N), of ``out_dtype`` (``out`` itself when given).
     """
     p = validate(a, b, out, out_dtype, accumulate, backend)
+    return _run(a, b, out, p)
+
+
+def _run(a, b, out, p: Problem, config=None):
+    """Launch a validated call; ``config`` overrides the backend's shipped config (tuning)."""
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     if out.numel() == 0:
@@ -343,9 +348,10 @@ def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend=
     arch = host.arch_for_capability(_device_capability(a.device))
     dtypes = (_AB_DTYPES[p.ab_dtype], _C_DTYPES[p.c_dtype], _ACC_DTYPES[p.acc_dtype])
     launch = plan(a, b, out, host.needs_vector_extent(p.backend))
-    variant = host.Variant(p.backend, arch, *dtypes, launch.a_major, launch.b_major)
+    variant = host.Variant(p.backend, arch, *dtypes, launch.a_major, launch.b_major, config)
     fn = host.COMPILE_CACHE.get(variant)
+    clusters = _sm_count(a.device) // host.cluster_size(variant.kernel_config())
     with torch.cuda.device(a.device):
-        fn(launch.a, launch.b, launch.c, _sm_count(a.device) // host.cluster_size(p.backend))
+        fn(launch.a, launch.b, launch.c, clusters)
         launch.finish()
     return out

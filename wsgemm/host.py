@@ -121,9 +121,8 @@ def needs_vector_extent(backend: str) -> bool:
     return bool(BACKENDS[backend].kernel_class().needs_vector_extent)
 
 
-def cluster_size(backend: str) -> int:
+def cluster_size(config: Any) -> int:
     """CTAs per cluster: the persistent grid has (SMs // this) clusters."""
-    config = BACKENDS[backend].config()
     return getattr(config, "cluster_m", 1) * getattr(config, "cluster_n", 1)
 
 
@@ -138,6 +137,7 @@ class Variant:
     acc_dtype: str = "float32"
     a_major: str = "k"  # A is (M, K, L): "k" (row-major a) or "m"
     b_major: str = "k"  # B is (N, K, L): "k" (column-major b) or "n" (row-major b)
+    config: Any = None  # None: the backend's shipped config; else a config to try (tuning)
 
     def __post_init__(self) -> None:
         checks = (
@@ -158,7 +158,16 @@ class Variant:
             )
 
     def key(self) -> str:
-        return "-".join(str(v) for v in dataclasses.astuple(self))
+        names = [f.name for f in dataclasses.fields(self) if f.name != "config"]
+        fields = [str(getattr(self, name)) for name in names]
+        if self.config is not None:
+            fields.append(repr(self.config))
+        return "-".join(fields)
+
+    def kernel_config(self) -> Any:
+        if self.config is not None:
+            return self.config
+        return BACKENDS[self.backend].config(self.acc_dtype)
 
 
 def _cutlass_dtype(name: str):
@@ -204,7 +213,7 @@ def make_kernel(variant: Variant):
 
     backend = BACKENDS[variant.backend]
     return backend.kernel_class()(
-        backend.config(variant.acc_dtype),
+        variant.kernel_config(),
         _cutlass_dtype(variant.ab_dtype),
         _cutlass_dtype(variant.c_dtype),
         _cutlass_dtype(variant.acc_dtype) if variant.acc_dtype else cutlass.Float32,

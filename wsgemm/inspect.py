@@ -59,7 +59,7 @@ def inspect_variant(variant: host.Variant) -> Report:
     kernel_obj = host.make_kernel(variant)
     dynamic = getattr(kernel_obj, "shared_memory_bytes", None)
     smem = k.static_smem_bytes + (int(dynamic()) if callable(dynamic) else 0)
-    config = host.BACKENDS[variant.backend].config(variant.acc_dtype)
+    config = variant.kernel_config()
     return Report(
         kernel=variant.backend,
         arch=variant.arch,

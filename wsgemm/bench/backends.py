@@ -81,6 +81,39 @@ def wsgemm_backend(kernel: str) -> Backend:
     return Backend(f"wsgemm:{kernel}", make)
 
 
+def parse_candidate(kernel: str) -> tuple[str, dict]:
+    """``"sm90{cluster_m=1,raster_group=4}"`` -> ("sm90", {"cluster_m": 1, "raster_group": 4}):
+    a wsgemm backend with its shipped config changed in the named fields, for tuning sweeps."""
+    if "{" not in kernel:
+        return kernel, {}
+    base, _, rest = kernel.partition("{")
+    if not rest.endswith("}"):
+        raise ValueError(f"candidate {kernel!r} must look like name{{field=value,...}}")
+    overrides = {}
+    for item in filter(None, rest[:-1].split(",")):
+        field_name, _, value = item.partition("=")
+        overrides[field_name.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return base, overrides
+
+
+def wsgemm_candidate(kernel: str) -> Backend:
+    """A wsgemm backend run with a changed config (see ``parse_candidate``)."""
+    base, overrides = parse_candidate(kernel)
+
+    def make(problem: Problem, out) -> Call:
+        import dataclasses
+
+        from wsgemm import api, host
+
+        a, b, acc = problem.a, problem.b, problem.accumulate
+        p = api.validate(a, b, out, None, acc, base)
+        acc_name = "float16" if problem.accumulate_name == "fp16" else "float32"
+        config = dataclasses.replace(host.BACKENDS[base].config(acc_name), **overrides)
+        return lambda: api._run(a, b, out, p, config)
+
+    return Backend(f"wsgemm:{kernel}", make)
+
+
 def triton_backend() -> Backend:
     def make(problem: Problem, out) -> Call:
         from . import triton_matmul
@@ -125,6 +158,8 @@ def resolve(selection: list[str], device) -> tuple[list[Backend], list[Unavailab
             kernel = name.split(":", 1)[1]
             if wsgemm_problem:
                 missing.append(Unavailable(name, wsgemm_problem))
+            elif "{" in kernel and parse_candidate(kernel)[0] in wsgemm_names:
+                backends.append(wsgemm_candidate(kernel))
             elif kernel != "auto" and kernel not in wsgemm_names:
                 listed = ", ".join(wsgemm_names) or "none"
                 missing.append(Unavailable(name, f"not available here (available: {listed})"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 
 from . import suites
@@ -183,7 +184,8 @@ def _measure(args, shapes, options: Options, suite_name: str, console) -> int:
         device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     try:
-        backends, unavailable = resolve(args.backends.split(","), device)
+        # commas inside {...} belong to a tuning candidate, not to the list
+        backends, unavailable = resolve(re.split(r",(?![^{]*\})", args.backends), device)
     except ValueError as exc:
         console.print(f"[red]bench: {exc}[/red]")
         return EXIT_USAGE

@@ -97,7 +97,11 @@ class Sm80MultistageGemm:
         c = self.config
         grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
         self.device(mA, mB, mC, tiles).launch(
-            grid=grid, block=[self.THREADS, 1, 1], smem=self.shared_memory_bytes(), stream=stream
+            grid=grid,
+            block=[self.THREADS, 1, 1],
+            smem=self.shared_memory_bytes(),
+            stream=stream,
+            **c.launch_bounds(self.THREADS),
         )
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.

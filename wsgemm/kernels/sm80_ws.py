@@ -143,7 +143,11 @@ class Sm80WsGemm:
         c = self.config
         grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
         self.device(mA, mB, mC, tiles, full, empty).launch(
-            grid=grid, block=[self.THREADS, 1, 1], smem=self.shared_memory_bytes(), stream=stream
+            grid=grid,
+            block=[self.THREADS, 1, 1],
+            smem=self.shared_memory_bytes(),
+            stream=stream,
+            **c.launch_bounds(self.THREADS),
         )
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.

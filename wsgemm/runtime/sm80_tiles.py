@@ -61,15 +61,21 @@ class Sm80Config:
 
     ``tile_m``/``tile_n`` in {64, 128, 256} (the M/N-major shared atom is 64 wide), ``tile_k``
     in {32, 64} (an even number of 16-deep k-blocks, for the two-slot fragment buffer),
-    ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes`.
+    ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes`. ``ctas_per_sm``
+    (1-4) is the residency the launch promises ptxas (``min_blocks_per_mp``): with more than one
+    CTA per SM, ptxas caps registers so that many fit, which trades registers for warps that
+    hide each other's latency.
     """
 
     tile_m: int = 128
     tile_n: int = 256
     tile_k: int = 32
     stages: int = 3
+    ctas_per_sm: int = 1
 
     def __post_init__(self) -> None:
+        if self.ctas_per_sm not in (1, 2, 3, 4):
+            raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
         for name in ("tile_m", "tile_n", "tile_k", "stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -98,6 +104,17 @@ class Sm80Config:
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:
         return (self.tile_m, self.tile_n, self.tile_k)
+
+    def launch_bounds(self, threads: int) -> dict:
+        """Launch keywords that tell ptxas the block size and residency to budget registers for
+        (a carveout is given so the DSL does not query a device for it: this compiles GPU-less)."""
+        if self.ctas_per_sm == 1:
+            return {}
+        return {
+            "min_blocks_per_mp": self.ctas_per_sm,
+            "max_number_threads": [threads, 1, 1],
+            "preferred_smem_carveout": 100,
+        }
 
 
 # ----------------------------------------------------------------------------------------------
