@@ -157,3 +157,11 @@ def test_new_shape_does_not_recompile():
         x = torch.randn(m, 64, dtype=torch.float16, device="cuda")
         wsgemm.matmul(x, a.t())
     assert len(host.COMPILE_CACHE) == before
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_batch_larger_than_one_grid_dimension(backend):
+    a = torch.randn(70000, 2, 8, dtype=torch.float16, device="cuda")
+    b = torch.randn(70000, 8, 8, dtype=torch.float16, device="cuda")
+    got = wsgemm.matmul(a, b, backend=backend)
+    torch.testing.assert_close(got, torch.matmul(a, b), rtol=2e-3, atol=2e-3)

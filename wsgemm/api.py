@@ -308,6 +308,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, need_extent: bool)
 # ----------------------------------------------------------------------------- entry point
 
 _SM_COUNT: dict[int, int] = {}
+MAX_BATCH_PER_LAUNCH = 65535
 
 
 def _sm_count(device: torch.device) -> int:
@@ -352,6 +353,9 @@ def _run(a, b, out, p: Problem, config=None):
     fn = host.COMPILE_CACHE.get(variant)
     clusters = _sm_count(a.device) // host.cluster_size(variant.kernel_config())
     with torch.cuda.device(a.device):
-        fn(launch.a, launch.b, launch.c, clusters)
+        # Non-persistent kernels put the batch on the grid's z, which holds at most 65535.
+        for l0 in range(0, launch.c.shape[2], MAX_BATCH_PER_LAUNCH):
+            batch = slice(l0, l0 + MAX_BATCH_PER_LAUNCH)
+            fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
         launch.finish()
     return out
