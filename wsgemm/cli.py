@@ -30,22 +30,23 @@ def _inspect(args: argparse.Namespace) -> int:
         print(json.dumps([r.as_json() for r in reports], indent=2))
         return 0
     ops = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STSM", "SYNCS", "USETMAXREG")
+    short = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
     table = Table(title=f"wsgemm kernels compiled for {args.arch}")
-    for col in ("kernel", "variant", "config", "regs", "smem", "spill", *ops):
-        table.add_column(col, justify="left" if col in ("kernel", "variant", "config") else "right")
+    for col in ("kernel", "in>out acc A B", "config", "regs", "smem", "spill", *ops):
+        table.add_column(col, justify="right" if col not in ("kernel", "config") else "left")
     for r in reports:
         v = r.variant
         table.add_row(
             r.kernel,
-            f"{v['ab_dtype']}->{v['c_dtype']} acc {v['acc_dtype']} "
-            f"A:{v['a_major']} B:{v['b_major']}",
+            f"{short[v['ab_dtype']]}>{short[v['c_dtype']]} {short[v['acc_dtype']]} "
+            f"{v['a_major']} {v['b_major']}",
             " ".join(f"{k}={val}" for k, val in r.config.items()),
             str(r.registers),
             str(r.smem_bytes),
             str(r.spill_bytes),
             *(str(r.sass.get(op, 0)) for op in ops),
         )
-    Console().print(table)
+    Console(width=max(Console().width, 200)).print(table)
     return 0
 
 
