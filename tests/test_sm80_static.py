@@ -28,6 +28,7 @@ from wsgemm.runtime.sm80_tiles import (
     epilogue_smem_bytes,
     epilogue_tile_n,
     mainloop_registers,
+    register_budget,
     shipped_config,
     smem_bytes,
     smem_capacity_bytes,
@@ -35,6 +36,9 @@ from wsgemm.runtime.sm80_tiles import (
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 KERNELS = (Sm80WsGemm, Sm80MultistageGemm)
+#: The study design (4 consumer warps, 160 threads) and the shipped 8-MMA-warp tile.
+STUDY = Sm80Config()
+WIDE = Sm80Config(128, 256, 32, 4, mma_warps_n=4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -42,8 +46,17 @@ KERNELS = (Sm80WsGemm, Sm80MultistageGemm)
 
 
 def test_default_config_is_the_study_tile():
-    assert Sm80Config().tile_shape_mnk == (128, 256, 32)
-    assert Sm80Config().stages == 3
+    assert STUDY.tile_shape_mnk == (128, 256, 32)
+    assert STUDY.stages == 3
+    assert (STUDY.mma_warps_n, STUDY.mma_warps, STUDY.mma_threads) == (2, 4, 128)
+    assert STUDY.warp_tile_mn == (64, 128)
+
+
+def test_mma_warps_n_sets_the_warp_grid():
+    assert (WIDE.mma_warps, WIDE.mma_threads, WIDE.mma_tile_n) == (8, 256, 64)
+    # 8 warps of 64x64: the per-warp tile of 128x128 with 2x2 warps.
+    assert WIDE.warp_tile_mn == Sm80Config(128, 128, 32, 4).warp_tile_mn == (64, 64)
+    assert Sm80Config(tile_n=64, mma_warps_n=4).warp_tile_mn == (64, 16)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +71,9 @@ def test_default_config_is_the_study_tile():
         ({"tile_m": 128.0}, "must be an int"),
         ({"stages": True}, "must be an int"),
         ({"tile_m": 256, "tile_n": 256, "tile_k": 64, "stages": 3}, "bytes of shared memory"),
+        ({"mma_warps_n": 3}, r"mma_warps_n=3 is not allowed; choose one of \(2, 4\)"),
+        ({"mma_warps_n": 8}, "mma_warps_n=8"),
+        ({"mma_warps_n": True}, "mma_warps_n=True"),
     ],
 )
 def test_bad_config_raises_with_what_is_allowed(kwargs, message):
@@ -75,7 +91,11 @@ def test_config_is_frozen():
 
 
 @pytest.mark.parametrize("c_dtype", [F16, BF16, F32])
-@pytest.mark.parametrize("config", [Sm80Config(), Sm80Config(128, 128, 32, 4)], ids=str)
+@pytest.mark.parametrize(
+    "config",
+    [STUDY, Sm80Config(128, 128, 32, 4), WIDE, Sm80Config(128, 128, 32, 4, mma_warps_n=4)],
+    ids=str,
+)
 def test_epilogue_reuses_the_ab_ring(config, c_dtype):
     ab = ab_smem_bytes(config, F16)
     epi = epilogue_smem_bytes(config, F16, c_dtype)
@@ -97,11 +117,19 @@ def test_budget_numbers_of_the_two_shipped_tiles():
     assert epilogue_tile_n(big, F16, F16) == 256
     assert epilogue_tile_n(small, F16, F32) == 128
     assert smem_bytes(big, F16, F32, barrier_stages=3) == 1024 + 73728 + 48
+    # Four stages of 128x256x32: 96 KiB, still within sm_89's 99 KiB with the mbarriers.
+    assert ab_smem_bytes(WIDE, F16) == 98304
+    assert epilogue_tile_n(WIDE, F16, F32) == 128
+    assert epilogue_tile_n(WIDE, F16, F16) == 256
+    assert smem_bytes(WIDE, F16, F32, barrier_stages=4) == 1024 + 98304 + 64 <= 101376
 
 
 @pytest.mark.parametrize("table", [SHIPPED_CONFIGS, SHIPPED_FP16_ACC_CONFIGS])
 def test_shipped_configs_fit_every_sm80_family_gpu(table):
     assert set(table) == {"sm80", "sm80-multistage"}
+    # The ablation compares like with like: same tile, stages and MMA warps.
+    assert table["sm80"] == table["sm80-multistage"]
+    assert table["sm80"].mma_warps == 8
     for config in table.values():
         for c_dtype in (F16, BF16, F32):
             assert smem_bytes(config, F16, c_dtype, barrier_stages=config.stages) <= 101376
@@ -118,14 +146,32 @@ def test_fp32_accumulators_of_128x256_cannot_fit_255_registers():
     assert mainloop_registers(big, F16) < MAX_REGISTERS_PER_THREAD
 
 
-@pytest.mark.parametrize("name", ["sm80", "sm80-multistage"])
+@pytest.mark.parametrize(
+    "threads, ctas, budget",
+    [(128, 2, 255), (160, 1, 255), (256, 1, 255), (160, 2, 168), (288, 1, 168), (256, 2, 128)],
+)
+def test_register_budget_counts_warps_per_sub_partition(threads, ctas, budget):
+    # Measured with ptxas 13.0 (-arch=sm_80, .reqntid/.minnctapersm): 288 threads are
+    # budgeted like 384, not like 288 (65536 / 288 would allow 227).
+    assert register_budget(threads, ctas) == budget
+
+
+def test_eight_consumer_warps_of_64x64_fp32_do_not_fit_the_ws_budget():
+    ws = Sm80WsGemm(WIDE, F16, F16, F32)
+    assert ws.threads == 288
+    assert mainloop_registers(WIDE, F32) == 128 + 64 > register_budget(ws.threads)
+    assert mainloop_registers(WIDE, F16) == 64 + 64 < register_budget(ws.threads)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("acc", [F32, F16])
-def test_shipped_config_leaves_register_headroom(name, acc):
-    config = shipped_config(name, acc)
-    # Addresses, predicates and loop state need the rest (measured in SASS: <= 240 in all).
-    assert mainloop_registers(config, acc) <= MAX_REGISTERS_PER_THREAD - 30
-    # Only the WS kernel's MMA threads are free of load state: they alone fit 128x256.
-    assert config.tile_n == (256 if acc is F16 and name == "sm80" else 128)
+def test_shipped_config_leaves_register_headroom(kernel, acc):
+    config = shipped_config(kernel.name, acc)
+    budget = register_budget(kernel(config, F16, F16, acc).threads)
+    # Addresses, predicates and loop state need the rest (measured in SASS: <= 175 in all).
+    assert mainloop_registers(config, acc) <= budget - 30
+    # fp16 accumulators afford 64x64 per warp; fp32 ones 64x32 (see SHIPPED_CONFIGS).
+    assert config.warp_tile_mn == ((64, 64) if acc is F16 else (64, 32))
 
 
 def test_shipped_config_unknown_name():
@@ -137,31 +183,42 @@ def test_shipped_config_unknown_name():
 # Arrive counts
 
 
-def test_ws_arrive_counts_are_derived_from_the_roles():
-    kernel = Sm80WsGemm(Sm80Config(), F16, F16, F32)
-    assert kernel.arrive_counts() == (32, 4)
-    assert kernel.THREADS == 160
+@pytest.mark.parametrize(
+    "config, counts, threads", [(STUDY, (32, 4), 160), (WIDE, (32, 8), 288)], ids=["study", "wide"]
+)
+def test_ws_arrive_counts_are_derived_from_the_roles(config, counts, threads):
+    kernel = Sm80WsGemm(config, F16, F16, F32)
+    assert kernel.arrive_counts() == counts
+    assert kernel.threads == threads
+    assert kernel.consumer_warps == config.mma_warps
 
 
+@pytest.mark.parametrize("config", [STUDY, WIDE], ids=["study", "wide"])
 @pytest.mark.parametrize(
     "attribute, wrong, barrier",
     [
         ("FULL_BARRIER_ARRIVALS", 1, "sm80 ab full"),
-        ("EMPTY_BARRIER_ARRIVALS", 128, "sm80 ab empty"),
-        ("EMPTY_BARRIER_ARRIVALS", 3, "sm80 ab empty"),
+        ("FULL_BARRIER_ARRIVALS", 64, "sm80 ab full"),
+        ("RELEASE_LANES_PER_WARP", 32, "sm80 ab empty"),
+        ("empty_barrier_arrivals", lambda self: 4 * self.config.mma_warps, "sm80 ab empty"),
+        ("empty_barrier_arrivals", lambda self: self.config.mma_warps - 1, "sm80 ab empty"),
     ],
 )
-def test_wrong_arrive_count_raises(attribute, wrong, barrier):
+def test_wrong_arrive_count_raises(config, attribute, wrong, barrier):
     broken = type("Broken", (Sm80WsGemm,), {attribute: wrong})
     with pytest.raises(ArriveCountError, match=barrier):
-        broken(Sm80Config(), F16, F16, F32).arrive_counts()
+        broken(config, F16, F16, F32).arrive_counts()
 
 
-def test_arrive_count_follows_the_consumer_warps():
-    # Five consumer warps would need five empty arrivals: the count is checked, not assumed.
-    five = type("Five", (Sm80WsGemm,), {"CONSUMER_WARPS": 5})
-    with pytest.raises(ArriveCountError, match="5 \\(consumer warps\\)"):
-        five(Sm80Config(), F16, F16, F32).arrive_counts()
+def test_arrive_counts_follow_the_launched_consumer_warps():
+    # A 160-thread launch of the 8-warp tile: its four consumer warps would never complete an
+    # 8-arrival empty phase, and the epilogue barrier would wait for 256 threads.
+    short = type("Short", (Sm80WsGemm,), {"threads": 160})
+    with pytest.raises(ArriveCountError, match="4 \\(consumer warps\\)"):
+        short(WIDE, F16, F16, F32).arrive_counts()
+    four = type("Four", (Sm80WsGemm,), {"empty_barrier_arrivals": lambda self: 4})
+    with pytest.raises(ArriveCountError, match="epilogue named barrier"):
+        type("Both", (short, four), {})(WIDE, F16, F16, F32).arrive_counts()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,7 +233,8 @@ def test_contract_attributes():
     )
     assert Sm80MultistageGemm.name == "sm80-multistage"
     assert Sm80MultistageGemm.needs_vector_extent
-    assert Sm80MultistageGemm.THREADS == 128
+    assert Sm80MultistageGemm(STUDY, F16, F16, F32).threads == 128
+    assert Sm80MultistageGemm(WIDE, F16, F16, F32).threads == 256
     for cls in KERNELS:
         for section in ("Roles", "Pipelines", "Per-role timeline"):
             assert section in cls.__doc__
@@ -222,7 +280,7 @@ _COMPILE = textwrap.dedent(
     from cutlass.cute.runtime import make_fake_tensor
     from cutlass.runtime import make_fake_stream
     from wsgemm.kernels.{module} import {cls} as Kernel
-    from wsgemm.runtime.sm80_tiles import shipped_config
+    from wsgemm.runtime.sm80_tiles import Sm80Config, shipped_config
 
     def operand(dtype, unit_first):
         x, k, l = cute.sym_int64(), cute.sym_int64(), cute.sym_int64()
@@ -231,7 +289,8 @@ _COMPILE = textwrap.dedent(
         return make_fake_tensor(dtype, (x, k, l), stride, assumed_align=16)
 
     f16, f32 = cutlass.Float16, cutlass.Float32
-    kernel = Kernel(shipped_config(Kernel.name, f32), f16, f16, f32)
+    acc = {acc}
+    kernel = Kernel({config}, f16, f16, acc)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     cute.compile(kernel.kernel, operand(f16, True), operand(f16, False), operand(f16, False),
                  cutlass.Int32(1), stream, options="--enable-tvm-ffi")
@@ -239,23 +298,26 @@ _COMPILE = textwrap.dedent(
 )
 
 
+_SHIPPED = "shipped_config(Kernel.name, acc)"
+_STUDY = "Sm80Config()"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "module, cls, needs",
+    "module, cls, config, acc, mma_threads, needs",
     [
-        (
-            "sm80_ws",
-            "Sm80WsGemm",
-            ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR", "BAR.SYNC.DEFER_BLOCKING 0x1, 0x80"),
-        ),
-        (
-            "sm80_multistage",
-            "Sm80MultistageGemm",
-            ("LDGDEPBAR", "BAR.SYNC.DEFER_BLOCKING 0x1, 0x80"),
-        ),
+        ("sm80_ws", "Sm80WsGemm", _SHIPPED, "f32", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("sm80_ws", "Sm80WsGemm", _SHIPPED, "f16", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        # The 160-thread study design (4 consumer warps of 64x128) stays spill-free with fp16
+        # accumulators.
+        ("sm80_ws", "Sm80WsGemm", _STUDY, "f16", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f32", 256, ("LDGDEPBAR",)),
+        ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f16", 256, ("LDGDEPBAR",)),
     ],
 )
-def test_compiles_for_sm80_without_spills(tmp_path: Path, module, cls, needs):
+def test_compiles_for_sm80_without_spills(
+    tmp_path: Path, module, cls, config, acc, mma_threads, needs
+):
     env = dict(
         os.environ,
         CUTE_DSL_ARCH="sm_80",
@@ -263,16 +325,19 @@ def test_compiles_for_sm80_without_spills(tmp_path: Path, module, cls, needs):
         CUTE_DSL_DUMP_DIR=str(tmp_path),
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
     )
-    script = _COMPILE.format(module=module, cls=cls)
+    script = _COMPILE.format(module=module, cls=cls, config=config, acc=acc)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
     (sass_file,) = tmp_path.glob("*.sass")
     sass = sass_file.read_text()
     opcodes = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
     assert not [op for op in opcodes if op.startswith(("LDL", "STL"))], "register spills"
-    for prefix in ("HMMA.16816.F32", "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
+    hmma = "HMMA.16816.F32" if acc == "f32" else "HMMA.16816.F16"
+    for prefix in (hmma, "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
         assert prefix in opcodes
     for text in needs:
         assert text in sass
+    # The epilogue's named barrier counts the MMA threads, and only them.
+    assert f"BAR.SYNC.DEFER_BLOCKING 0x1, {mma_threads:#x}" in sass
     if module == "sm80_ws":
         # One block-wide barrier (start-up), none in the main loop.
         assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1

@@ -8,7 +8,6 @@ import cutlass.cute as cute
 
 from wsgemm.runtime.sm80_tiles import (
     BUFFER_ALIGN_BYTES,
-    MMA_THREADS,
     SHIPPED_CONFIGS,
     Sm80Config,
     Sm80Tiles,
@@ -35,9 +34,10 @@ class Sm80MultistageGemm:
     the two measures what specialization buys.
 
     Roles
-        * warps 0-3 (128 threads, 2x2 warps of m16n8k16), all alike: cp.async.cg 16-byte
-          copies of A and B k-tiles into a ``stages``-deep ring, ldmatrix + mma.sync, then the
-          epilogue shared with the WS kernel.
+        * warps 0 .. mma_warps - 1 (2 x ``config.mma_warps_n`` warps of m16n8k16: 128 or 256
+          threads), all alike: cp.async.cg 16-byte copies of A and B k-tiles into a
+          ``stages``-deep ring, ldmatrix + mma.sync, then the epilogue shared with the WS
+          kernel.
 
     Pipelines
         * ``ab``: cp.async commit groups, one per k-tile (empty ones past the last k-tile keep
@@ -45,7 +45,7 @@ class Sm80MultistageGemm:
           ``__syncthreads`` (each thread waits for its own copies; the block barrier makes
           everyone's copies visible and proves everyone is done reading the stage refilled
           next). No mbarriers.
-        * epilogue: named barrier 1 over the 128 threads.
+        * epilogue: named barrier 1 over all ``mma_threads`` (128 or 256) threads.
 
     Per-role timeline
         * prologue: issue k-tiles 0 .. stages-2 (k-tile 0 residue-predicated), wait for k-tile
@@ -56,17 +56,16 @@ class Sm80MultistageGemm:
           ldmatrix k-block 0 of k-tile t + 1 instead.
         * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
 
-    Registers: the MMA threads here also keep the cp.async addresses and predicates live, so
-    the shipped config is 128x128x32 with 4 stages for both accumulator dtypes (232-255
-    registers, spill-free); 128x256 with fp16 accumulators spills 3-9 words (the WS kernel
-    fits it).
+    Registers: the MMA threads here also keep the cp.async addresses and predicates live. The
+    shipped configs are the WS kernel's (2x4 warps, 256 threads, budget 255): fp32
+    accumulators 128x128x32, 4 stages (128-148 registers; at 128, ptxas leaves room for two
+    CTAs per SM), fp16 accumulators 128x256x32, 4 stages (166-175). With 2x2 warps, 128x256
+    and fp16 accumulators spills 3-9 words.
     """
 
     name = "sm80-multistage"
     arch = "sm_80"
     needs_vector_extent = True
-
-    THREADS = MMA_THREADS
 
     def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
         if not isinstance(config, Sm80Config):
@@ -76,6 +75,11 @@ class Sm80MultistageGemm:
         self.ab_dtype = ab_dtype
         self.c_dtype = c_dtype
         self.acc_dtype = acc_dtype
+
+    @property
+    def threads(self) -> int:
+        """Every warp is an MMA warp (and a loader, and an epilogue warp)."""
+        return self.config.mma_threads
 
     def shared_memory_bytes(self) -> int:
         """Dynamic shared memory per CTA: max(A/B ring, epilogue slab); no mbarriers."""
@@ -92,16 +96,16 @@ class Sm80MultistageGemm:
     ):
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         tiles = make_tiles(
-            self.config, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.THREADS
+            self.config, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.threads
         )
         c = self.config
         grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
         self.device(mA, mB, mC, tiles).launch(
             grid=grid,
-            block=[self.THREADS, 1, 1],
+            block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),
             stream=stream,
-            **c.launch_bounds(self.THREADS),
+            **c.launch_bounds(self.threads),
         )
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
@@ -118,7 +122,7 @@ class Sm80MultistageGemm:
         )
         views = carve_smem(tiles, buffer)
         # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
-        zero_fill(buffer, views.ab_bytes, tidx, self.THREADS)
+        zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         cute.arch.sync_threads()
 
         tiled_mma = tiles.tiled_mma()

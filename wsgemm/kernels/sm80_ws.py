@@ -10,8 +10,8 @@ from wsgemm.runtime.arrive import check_arrive_count
 from wsgemm.runtime.sm80_pipeline import CpAsyncPipeline
 from wsgemm.runtime.sm80_tiles import (
     BUFFER_ALIGN_BYTES,
-    MMA_THREADS,
     SHIPPED_CONFIGS,
+    WARP_SIZE,
     Sm80Config,
     Sm80Tiles,
     barrier_bytes,
@@ -30,33 +30,34 @@ from wsgemm.runtime.sm80_tiles import (
 
 __all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80WsGemm"]
 
-WARP_SIZE = 32
-
 
 class Sm80WsGemm:
-    """Warp-specialized GEMM: one cp.async producer warp feeds four mma.sync consumer warps.
+    """Warp-specialized GEMM: one cp.async producer warp feeds 4 or 8 mma.sync consumer warps.
 
     ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]``, one (tile_m, tile_n) tile per CTA (grid
     ``(ceil(M / tile_m), ceil(N / tile_n), L)``), all four A/B majors, any M, N, K, L >= 1
-    (major extents multiples of 8: ``needs_vector_extent``).
+    (major extents multiples of 8: ``needs_vector_extent``). ``config.mma_warps_n`` (2 or 4)
+    sets the consumers: 2 x 2 warps (160 threads, the study design) or 2 x 4 (288 threads).
 
     Roles
-        * warp 0, producer (32 threads): cp.async.cg 16-byte copies of the A and B k-tiles of
-          the CTA's tile into a ``stages``-deep shared ring (Swizzle<3,3,3> atoms); k-tile 0
-          carries the K residue, rows past M/N are never copied (zero-filled stages).
-        * warps 1-4, consumers (128 threads, 2x2 warps of m16n8k16): ldmatrix (transposed for
-          M/N-major operands) + mma.sync into fp32 or fp16 accumulators, then the epilogue:
-          convert, stage through the (reused) A/B shared buffer, 16-byte predicated stores.
+        * warp 0, producer (32 threads): cp.async.cg 16-byte copies of all of the A and B
+          k-tiles of the CTA's tile into a ``stages``-deep shared ring (Swizzle<3,3,3> atoms);
+          k-tile 0 carries the K residue, rows past M/N are never copied (zero-filled stages).
+        * warps 1 .. mma_warps, consumers (2 x mma_warps_n warps of m16n8k16, 128 or 256
+          threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
+          accumulators, then the epilogue: convert, stage through the (reused) A/B shared
+          buffer, 16-byte predicated stores.
 
     Pipelines
         * ``ab`` (:class:`~wsgemm.runtime.sm80_pipeline.CpAsyncPipeline`), producer ->
           consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase, one
           ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
-          copies of the stage have landed. ``empty[s]``: 4 arrivals a phase, lane 0 of each
-          consumer warp after ``__syncwarp``, once the warp has issued its last ldmatrix of the
-          stage. No block-wide barrier after the start; the producer runs up to ``stages``
-          k-tiles ahead of the oldest stage still being read.
-        * epilogue: named barrier 1 over the 128 consumer threads (the producer has exited).
+          copies of the stage have landed. ``empty[s]``: ``mma_warps`` (4 or 8) arrivals a
+          phase, lane 0 of each consumer warp after ``__syncwarp``, once the warp has issued
+          its last ldmatrix of the stage. No block-wide barrier after the start; the producer
+          runs up to ``stages`` k-tiles ahead of the oldest stage still being read.
+        * epilogue: named barrier 1 over the ``mma_threads`` (128 or 256) consumer threads (the
+          producer has exited).
 
     Per-role timeline
         * producer: acquire ``empty[s]`` -> cp.async A and B of k-tile t -> commit ``full[s]``
@@ -68,11 +69,17 @@ class Sm80WsGemm:
           after waiting on its ``full``. After the last k-tile: barrier -> accumulators to
           shared -> barrier -> 16-byte stores, per pass of columns.
 
-    Registers: a 128x256 tile over 128 MMA threads is 256 fp32 accumulators per thread, plus
-    96 for the fragment double buffer: more than ptxas' 255, so it spills (174 LDL / 200 STL
-    on sm_80). ``SHIPPED_CONFIGS`` (what the host uses for every dtype) is therefore 128x128x32
-    with 4 stages (208-213 registers, spill-free); with fp16 accumulators the study kernel's
-    128x256x32, 3 stages fits (237-248 registers), and ``sm80_tiles.shipped_config`` picks it.
+    Registers. An SM's 64K registers sit in four sub-partitions, each holding the warps
+    ``w % 4`` of every resident CTA, so ptxas budgets the fullest one
+    (:func:`~wsgemm.runtime.sm80_tiles.register_budget`): 5 warps (160 threads) may use 255,
+    9 warps (288 threads) only 168, the same as two 160-thread CTAs. The producer warp thus
+    costs the consumers registers the multistage baseline keeps. Shipped (both dtypes: 2x4
+    consumer warps, one CTA and eight MMA warps per SM): fp32 accumulators 128x128x32, 4
+    stages, 64x32 per warp (128-133 registers); fp16 accumulators 128x256x32, 4 stages, 64x64
+    per warp (144-147 registers). 64x64 per warp with fp32 accumulators needs 128 + 64
+    registers before addresses: over 168, ptxas spills over 1 KiB. The study design
+    (``Sm80Config()``, 128x256x32, 3 stages, 2x2 warps of 64x128) fits only with fp16
+    accumulators (237-248 registers); with fp32 ones it spills (256 + 96 > 255).
     """
 
     name = "sm80"
@@ -81,11 +88,11 @@ class Sm80WsGemm:
 
     PRODUCER_WARP = 0
     PRODUCER_WARPS = 1
-    CONSUMER_WARPS = MMA_THREADS // WARP_SIZE
-    THREADS = (PRODUCER_WARPS + CONSUMER_WARPS) * WARP_SIZE
-    #: What the ``ab`` mbarriers are initialised to expect per phase (checked while tracing).
+    #: What ``full[s]`` is initialised to expect per phase (checked while tracing).
     FULL_BARRIER_ARRIVALS = 32
-    EMPTY_BARRIER_ARRIVALS = 4
+    #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage (lane 0, after
+    #: ``__syncwarp``: ``CpAsyncPipeline.consumer_release``).
+    RELEASE_LANES_PER_WARP = 1
 
     def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
         if not isinstance(config, Sm80Config):
@@ -96,8 +103,23 @@ class Sm80WsGemm:
         self.c_dtype = c_dtype
         self.acc_dtype = acc_dtype
 
+    @property
+    def threads(self) -> int:
+        """The CTA: the producer warp(s) and one consumer warp per warp of the tiled MMA."""
+        return (self.PRODUCER_WARPS + self.config.mma_warps) * WARP_SIZE
+
+    @property
+    def consumer_warps(self) -> int:
+        """The warps of the launched CTA that are not the producer's (they release stages)."""
+        return self.threads // WARP_SIZE - self.PRODUCER_WARPS
+
+    def empty_barrier_arrivals(self) -> int:
+        """What ``empty[s]`` is initialised to expect per phase: one per MMA warp."""
+        return self.config.mma_warps
+
     def arrive_counts(self) -> tuple[int, int]:
-        """(full, empty) arrivals per phase of the ``ab`` ring, checked against the roles."""
+        """(full, empty) arrivals per phase of the ``ab`` ring, checked against the roles; also
+        checks the epilogue's named barrier against the consumer threads of the launch."""
         full = check_arrive_count(
             "sm80 ab full",
             self.FULL_BARRIER_ARRIVALS,
@@ -109,8 +131,16 @@ class Sm80WsGemm:
         )
         empty = check_arrive_count(
             "sm80 ab empty",
-            self.EMPTY_BARRIER_ARRIVALS,
-            {"consumer warps": self.CONSUMER_WARPS, "elected lanes per warp per stage": 1},
+            self.empty_barrier_arrivals(),
+            {
+                "consumer warps": self.consumer_warps,
+                "elected lanes per warp per stage": self.RELEASE_LANES_PER_WARP,
+            },
+        )
+        check_arrive_count(
+            "sm80 epilogue named barrier",
+            self.config.mma_threads,
+            {"consumer warps": self.consumer_warps, "threads per warp": WARP_SIZE},
         )
         return full, empty
 
@@ -144,10 +174,10 @@ class Sm80WsGemm:
         grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
         self.device(mA, mB, mC, tiles, full, empty).launch(
             grid=grid,
-            block=[self.THREADS, 1, 1],
+            block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),
             stream=stream,
-            **c.launch_bounds(self.THREADS),
+            **c.launch_bounds(self.threads),
         )
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
@@ -177,7 +207,7 @@ class Sm80WsGemm:
         if tidx == 0:
             pipe.init(full_arrivals, empty_arrivals)
         # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
-        zero_fill(buffer, views.ab_bytes, tidx, self.THREADS)
+        zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         # The kernel's only block-wide barrier: the mbarriers and the zeros are visible to both
         # roles before either starts.
         cute.arch.sync_threads()

@@ -24,20 +24,24 @@ from cutlass.cute.nvgpu import cpasync, warp
 
 #: m16n8k16: the fp16/bf16 ``mma.sync`` shape of sm_80..sm_90.
 MMA_INST_MNK = (16, 8, 16)
-#: Warps of the tiled MMA along (M, N): four MMA warps share each operand fragment in pairs.
-MMA_WARPS_MN = (2, 2)
-#: Threads that run the MMA (and the epilogue) in both kernels.
-MMA_THREADS = MMA_WARPS_MN[0] * MMA_WARPS_MN[1] * 32
+#: Warps of the tiled MMA along M; along N it is ``Sm80Config.mma_warps_n`` (2 or 4).
+MMA_WARPS_M = 2
+WARP_SIZE = 32
 #: Every global<->shared copy moves one 16-byte vector per thread per instruction.
 COPY_BITS = 128
 #: Named barrier 0 is ``__syncthreads``; the epilogue's barrier among the MMA threads is 1.
 EPILOGUE_BARRIER_ID = 1
 #: ptxas' per-thread ceiling; a kernel that needs more spills to local memory.
 MAX_REGISTERS_PER_THREAD = 255
+#: Each of an SM's four sub-partitions owns a quarter of its 64K registers and the warps
+#: ``w % 4 == p`` of every resident CTA: ptxas budgets for the fullest sub-partition.
+SM_SUBPARTITIONS = 4
+SUBPARTITION_REGISTERS = 65536 // SM_SUBPARTITIONS
 
 _TILE_MN_CHOICES = (64, 128, 256)
 _TILE_K_CHOICES = (32, 64)
 _STAGE_RANGE = (3, 8)
+_MMA_WARPS_N_CHOICES = (2, 4)
 
 
 def vector_elems(dtype) -> int:
@@ -65,6 +69,14 @@ class Sm80Config:
     (1-4) is the residency the launch promises ptxas (``min_blocks_per_mp``): with more than one
     CTA per SM, ptxas caps registers so that many fit, which trades registers for warps that
     hide each other's latency.
+
+    ``mma_warps_n`` in {2, 4}: the MMA (consumer) warps form a 2 x ``mma_warps_n`` grid of
+    m16n8k16 warps, so a CTA has 4 or 8 of them, each owning a (tile_m / 2) x
+    (tile_n / mma_warps_n) block of C. ``tile_n`` must be a multiple of ``16 * mma_warps_n``
+    (each warp takes two n8 atoms per step). 2 is the study design (128x256: 64x128 per warp);
+    4 gives 128x256 the per-warp tile and registers of 128x128 with 2x2 warps (64x64) and
+    twice the warps. Thread counts, the epilogue's barrier, the arrive counts and the register
+    budget all follow from it (:attr:`mma_threads`).
     """
 
     tile_m: int = 128
@@ -72,10 +84,16 @@ class Sm80Config:
     tile_k: int = 32
     stages: int = 3
     ctas_per_sm: int = 1
+    mma_warps_n: int = 2
 
     def __post_init__(self) -> None:
         if self.ctas_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
+        if self.mma_warps_n not in _MMA_WARPS_N_CHOICES or isinstance(self.mma_warps_n, bool):
+            raise ValueError(
+                f"Sm80Config.mma_warps_n={self.mma_warps_n!r} is not allowed; choose one of "
+                f"{_MMA_WARPS_N_CHOICES} (a 2 x mma_warps_n grid of MMA warps)"
+            )
         for name in ("tile_m", "tile_n", "tile_k", "stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -93,6 +111,11 @@ class Sm80Config:
         lo, hi = _STAGE_RANGE
         if not lo <= self.stages <= hi:
             raise ValueError(f"Sm80Config.stages={self.stages} must be in [{lo}, {hi}]")
+        if self.tile_n % self.mma_tile_n:
+            raise ValueError(
+                f"Sm80Config.tile_n={self.tile_n} with mma_warps_n={self.mma_warps_n} is not "
+                f"allowed: tile_n must be a multiple of {self.mma_tile_n} (16 per N warp)"
+            )
         need = smem_bytes(self, cutlass.Float16, cutlass.Float16, barrier_stages=self.stages)
         if need > smem_capacity_bytes():
             raise ValueError(
@@ -104,6 +127,25 @@ class Sm80Config:
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:
         return (self.tile_m, self.tile_n, self.tile_k)
+
+    @property
+    def mma_warps(self) -> int:
+        """Warps that run the MMA and the epilogue (consumers in the WS kernel)."""
+        return MMA_WARPS_M * self.mma_warps_n
+
+    @property
+    def mma_threads(self) -> int:
+        return self.mma_warps * WARP_SIZE
+
+    @property
+    def mma_tile_n(self) -> int:
+        """Columns of the tiled MMA's permutation: two n8 atoms per N warp."""
+        return self.mma_warps_n * MMA_INST_MNK[1] * 2
+
+    @property
+    def warp_tile_mn(self) -> tuple[int, int]:
+        """The block of C one MMA warp owns."""
+        return (self.tile_m // MMA_WARPS_M, self.tile_n // self.mma_warps_n)
 
     def launch_bounds(self, threads: int) -> dict:
         """Launch keywords that tell ptxas the block size and residency to budget registers for
@@ -133,8 +175,16 @@ def epilogue_tile_n(config: Sm80Config, ab_dtype, c_dtype) -> int:
     epi_n = config.tile_n
     while config.tile_m * epi_n * _elem_bytes(c_dtype) > ab_smem_bytes(config, ab_dtype):
         epi_n //= 2
-    if epi_n < 8 * vector_elems(c_dtype):
+    # A pass is a whole number of the tiled MMA's N steps (a contiguous run of accumulators)
+    # and of 8-vector swizzle atoms.
+    if epi_n < max(8 * vector_elems(c_dtype), config.mma_tile_n):
         raise ValueError(f"{config} leaves too little shared memory for a {c_dtype} epilogue")
+    # The 16-byte stores: rows of epi_n / vec threads, a whole number of rows per pass.
+    along_n = epi_n // vector_elems(c_dtype)
+    if config.mma_threads % along_n or config.tile_m % (config.mma_threads // along_n):
+        raise ValueError(
+            f"{config.mma_threads} threads cannot store a {config.tile_m}x{epi_n} slab"
+        )
     return epi_n
 
 
@@ -162,15 +212,13 @@ def smem_bytes(config: Sm80Config, ab_dtype, c_dtype, *, barrier_stages: int) ->
 
 def accumulator_registers(config: Sm80Config, acc_dtype) -> int:
     """32-bit registers of one MMA thread's accumulators (fp16 ones pack two per register)."""
-    return config.tile_m * config.tile_n * acc_dtype.width // (32 * MMA_THREADS)
+    return config.tile_m * config.tile_n * acc_dtype.width // (32 * config.mma_threads)
 
 
 def fragment_registers(config: Sm80Config) -> int:
     """32-bit registers of one MMA thread's A and B fragments, two k-block slots each: per
-    warp tile (tile_m / 2) x 16 of A (4 registers per 16x16) and (tile_n / 2) x 16 of B (2 per
-    8x16)."""
-    warp_m = config.tile_m // MMA_WARPS_MN[0]
-    warp_n = config.tile_n // MMA_WARPS_MN[1]
+    warp tile warp_m x 16 of A (4 registers per 16x16) and warp_n x 16 of B (2 per 8x16)."""
+    warp_m, warp_n = config.warp_tile_mn
     per_slot = (warp_m // 16) * 4 + (warp_n // 8) * 2
     return 2 * per_slot
 
@@ -179,6 +227,16 @@ def mainloop_registers(config: Sm80Config, acc_dtype) -> int:
     """Registers that stay live through the main loop (before addresses and predicates);
     over :data:`MAX_REGISTERS_PER_THREAD` means the kernel spills for sure."""
     return accumulator_registers(config, acc_dtype) + fragment_registers(config)
+
+
+def register_budget(threads: int, ctas_per_sm: int = 1) -> int:
+    """Registers per thread ptxas allows a CTA of ``threads`` with ``ctas_per_sm`` resident:
+    the fullest SM sub-partition holds ceil(warps / 4) warps, and allocation is in units of 8
+    (why 160 threads x 2 CTAs and 288 threads x 1 CTA both get 168, 256 x 1 gets 255)."""
+    warps = ctas_per_sm * math.ceil(threads / WARP_SIZE)
+    per_subpartition = math.ceil(warps / SM_SUBPARTITIONS)
+    budget = SUBPARTITION_REGISTERS // (per_subpartition * WARP_SIZE) // 8 * 8
+    return min(budget, MAX_REGISTERS_PER_THREAD)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,17 +286,16 @@ def major_mode(tensor: cute.Tensor) -> int:
     raise ValueError(f"neither of the first two modes of {tensor.layout} has a static stride 1")
 
 
-def make_tiled_mma(ab_dtype, acc_dtype) -> cute.TiledMma:
-    """2x2 warps of m16n8k16; each warp takes two n8 atoms per 32-wide N step, so one
-    ldmatrix.x4 fills a 16x16 B fragment."""
+def make_tiled_mma(ab_dtype, acc_dtype, warps_n: int) -> cute.TiledMma:
+    """2 x ``warps_n`` warps of m16n8k16; each warp takes two n8 atoms per (16 * warps_n)-wide
+    N step, so one ldmatrix.x4 fills a 16x16 B fragment."""
     op = warp.MmaF16BF16Op(ab_dtype, acc_dtype, MMA_INST_MNK)
-    warps_m, warps_n = MMA_WARPS_MN
     permutation = (
-        warps_m * MMA_INST_MNK[0],
+        MMA_WARPS_M * MMA_INST_MNK[0],
         warps_n * MMA_INST_MNK[1] * 2,
         MMA_INST_MNK[2],
     )
-    return cute.make_tiled_mma(op, cute.make_layout((warps_m, warps_n, 1)), permutation)
+    return cute.make_tiled_mma(op, cute.make_layout((MMA_WARPS_M, warps_n, 1)), permutation)
 
 
 def make_ab_smem_layout(dtype, k_major: bool, tile_mn: int, tile_k: int, stages: int):
@@ -277,13 +334,21 @@ def make_g2s_copy(dtype, k_major: bool, num_threads: int, tile_mn: int, tile_k: 
     )
     vec = vector_elems(dtype)
     if k_major:
-        along_k = tile_k // vec
-        threads = cute.make_layout((num_threads // along_k, along_k), stride=(along_k, 1))
+        along = tile_k // vec
+        threads = cute.make_layout((num_threads // along, along), stride=(along, 1))
         values = cute.make_layout((1, vec))
+        covers = (num_threads // along, tile_k)
     else:
-        along_mn = min(tile_mn // vec, num_threads)
-        threads = cute.make_layout((along_mn, num_threads // along_mn), stride=(1, along_mn))
+        along = min(tile_mn // vec, num_threads)
+        threads = cute.make_layout((along, num_threads // along), stride=(1, along))
         values = cute.make_layout((vec, 1))
+        covers = (along * vec, num_threads // along)
+    # One pass of the threads must tile the (tile_mn, tile_k) tile exactly: no thread idles or
+    # copies a vector twice.
+    if num_threads % along or tile_mn % covers[0] or tile_k % covers[1]:
+        raise ValueError(
+            f"{num_threads} threads cannot split a {tile_mn}x{tile_k} tile into 16-byte copies"
+        )
     return cute.make_tiled_copy_tv(atom, threads, values)
 
 
@@ -314,7 +379,7 @@ class Sm80Tiles:
         return self.config.tile_k // MMA_INST_MNK[2]
 
     def tiled_mma(self) -> cute.TiledMma:
-        return make_tiled_mma(self.ab_dtype, self.acc_dtype)
+        return make_tiled_mma(self.ab_dtype, self.acc_dtype, self.config.mma_warps_n)
 
     def smem_layout_a(self):
         c = self.config
@@ -550,8 +615,9 @@ def store_accumulators(
 ):
     """Write this CTA's (tile_m, tile_n) tile of ``mC`` (one batch, (M, N), N-major).
 
-    Runs on the MMA threads only and synchronises them with named barrier
-    :data:`EPILOGUE_BARRIER_ID`; the first barrier also guarantees that every MMA warp is done
+    Runs on the ``config.mma_threads`` MMA threads only (``tid`` in [0, mma_threads)) and
+    synchronises them with named barrier :data:`EPILOGUE_BARRIER_ID`, which counts exactly
+    those threads; the first barrier also guarantees that every MMA warp is done
     reading the A/B ring before the slab overwrites it. The tile goes out in passes of
     ``epi_n`` columns when the whole of it does not fit in the ring.
     """
@@ -559,7 +625,8 @@ def store_accumulators(
     c_dtype = tiles.c_dtype
     vec = vector_elems(c_dtype)
     epi_n = tiles.epi_n
-    barrier = cutlass.pipeline.NamedBarrier(barrier_id=EPILOGUE_BARRIER_ID, num_threads=MMA_THREADS)
+    mma_threads = c.mma_threads
+    barrier = cutlass.pipeline.NamedBarrier(barrier_id=EPILOGUE_BARRIER_ID, num_threads=mma_threads)
 
     # Registers -> shared: two adjacent columns per store, the MMA's accumulator pairs.
     r2s = cute.make_tiled_copy_C(
@@ -573,11 +640,12 @@ def store_accumulators(
     pass_layout = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((c.tile_m, epi_n))).layout
     pass_size = cute.size(pass_layout)
 
-    # Shared -> global: one 16-byte vector per thread, threads along N.
+    # Shared -> global: one 16-byte vector per thread, threads along N, whole rows per pass of
+    # the threads (``epilogue_tile_n`` checked that they divide the slab).
     along_n = epi_n // vec
     s2g = cute.make_tiled_copy_tv(
         cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype, num_bits_per_copy=COPY_BITS),
-        cute.make_layout((MMA_THREADS // along_n, along_n), stride=(along_n, 1)),
+        cute.make_layout((mma_threads // along_n, along_n), stride=(along_n, 1)),
         cute.make_layout((1, vec)),
     )
     thr_s2g = s2g.get_slice(tid)
@@ -612,19 +680,22 @@ def store_accumulators(
 # ----------------------------------------------------------------------------------------------
 # Shipped configs
 
-#: 128x128x32, 4 stages: spill-free with fp32 accumulators (128 + 64 fragment registers per
-#: MMA thread) in both kernels; 64 KiB ring, so the fp32 128x128 slab fits without passes.
+#: Both kernels ship the same tile, stages and warps (the ablation compares like with like),
+#: with eight MMA warps per SM: the WS kernel's 9-warp CTA (288 threads) puts three warps on
+#: one SM sub-partition, so ptxas caps it at :func:`register_budget` (288) = 168 registers.
+#: fp32 accumulators: 64x64 per warp (128 + 64 fragment registers) cannot fit that (ptxas
+#: spills over 1 KiB), so the 8 warps take 64x32 each: 128x128x32, 4 stages, 2x4 warps
+#: (WS 130 registers x 288 threads, multistage 145 x 256; 64 KiB ring, one epilogue pass).
 SHIPPED_CONFIGS = {
-    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
-    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
+    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=4),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=4),
 }
-#: With fp16 accumulators (256 values pack into 128 registers) the WS kernel takes the study
-#: kernel's 128x256x32, 3 stages, spill-free (237-248 registers); with fp32 ones it would need
-#: 256 + 96 > 255. The multistage baseline cannot: its MMA threads also hold the cp.async
-#: addresses and predicates, and 128x256 spills 3-9 words there, so it keeps 128x128x32.
+#: fp16 accumulators pack two per register: 128x256x32, 4 stages, 2x4 warps of 64x64 (WS 144
+#: registers x 288 threads, multistage 166 x 256; 96 KiB ring + 1 KiB alignment + mbarriers
+#: fits sm_89's 99 KiB; fp32 C goes out in two 128-column passes).
 SHIPPED_FP16_ACC_CONFIGS = {
-    "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=3),
-    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4),
+    "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4),
 }
 
 
