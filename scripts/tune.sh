@@ -15,15 +15,16 @@ wsgemm:sm90-pingpong{tile_m=64,tile_n=256}" \
   echo "sm90 sweep rc=$?"; tail -14 "$OUT/tune_sm90.md"
 fi
 if [[ " $what " == *" sm80 "* ]]; then
+  # both kernels always with the same config: the ablation compares like with like
   cands="cublas"
   for k in sm80 sm80-multistage; do
-    cands+=",wsgemm:$k,wsgemm:$k{tile_n=64,ctas_per_sm=2},wsgemm:$k{tile_n=64,ctas_per_sm=3}"
-    cands+=",wsgemm:$k{tile_n=64,tile_k=64,stages=3,ctas_per_sm=2}"
+    cands+=",wsgemm:$k,wsgemm:$k{mma_warps_n=2},wsgemm:$k{tile_k=64,stages=3}"
+    cands+=",wsgemm:$k{tile_n=128,mma_warps_n=2}"
   done
   for acc in fp32 fp16; do
     bench --shapes "4096,4096,4096;8192,8192,8192;4096,28672,4096;4096,4096,14336" \
       --accumulate $acc --backends "$cands" \
       --json "$OUT/tune_sm80_$acc.json" --markdown "$OUT/tune_sm80_$acc.md" > "$OUT/tune_sm80_$acc.log" 2>&1
-    echo "sm80 $acc sweep rc=$?"; tail -12 "$OUT/tune_sm80_$acc.md"
+    echo "sm80 $acc sweep rc=$?"; tail -11 "$OUT/tune_sm80_$acc.md"
   done
 fi

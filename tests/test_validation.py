@@ -90,10 +90,26 @@ def test_disjoint_views_of_one_buffer_are_not_aliases():
 )
 def test_output_shape_follows_torch_matmul(sa, sb, expected, monkeypatch):
     # stop just before the GPU: everything the CPU can check has been checked
-    monkeypatch.setattr("wsgemm.api._pick_backend", lambda backend, device: "sm90")
+    monkeypatch.setattr("wsgemm.api._pick_backend", lambda backend, device, m, n, batch: "sm90")
     a, b = t(*sa), t(*sb)
     assert torch.matmul(a.float(), b.float()).shape == expected
     monkeypatch.setattr("torch.Tensor.device", property(lambda self: torch.device("cuda", 0)))
     p = validate(a, b, None, None, torch.float32, "auto")
     assert p.out_shape == expected
     assert p.c_dtype == F16 and p.backend == "sm90"
+
+
+@pytest.mark.parametrize(
+    "m, n, batch, expected",
+    [
+        (128, 6144, 0, "sm90-pingpong"),  # 24 cooperative tiles on 132 SMs
+        (128, 28672, 0, "sm90"),  # 112 tiles: enough
+        (4096, 4096, 0, "sm90"),
+        (128, 4096, 8, "sm90"),  # the batch fills the machine
+    ],
+)
+def test_auto_picks_ping_pong_only_when_cooperative_tiles_leave_sms_idle(m, n, batch, expected):
+    from wsgemm.api import auto_sm90
+
+    assert auto_sm90(m, n, batch, 132, ["sm90", "sm90-pingpong"]) == expected
+    assert auto_sm90(m, n, batch, 132, ["sm90"]) == "sm90"

@@ -76,7 +76,19 @@ def available_backends(device=None) -> list[str]:
     return [n for n in host.shipped_backends() if host.BACKENDS[n].supports(cc)]
 
 
-def _pick_backend(backend, device: torch.device) -> str:
+def auto_sm90(m: int, n: int, batch: int, sm_count: int, names: list[str]) -> str:
+    """Cooperative 128x256 tiles unless they would leave most SMs idle: then ping-pong, whose
+    128x128 tiles are twice as many. Measured on the H200 (docs/perf.md, entry 5): at 128 tokens
+    ping-pong wins the QKV, O and down projections (24 or 16 cooperative tiles, 0.33-0.53x ->
+    0.58-0.70x of cuBLAS) and loses gate/up (112 tiles, 0.75x -> 0.60x)."""
+    config = host.BACKENDS["sm90"].config()
+    tiles = -(-m // config.tile_m) * -(-n // config.tile_n) * max(batch, 1)
+    if tiles < sm_count // 2 and "sm90-pingpong" in names:
+        return "sm90-pingpong"
+    return names[0]
+
+
+def _pick_backend(backend, device: torch.device, m: int, n: int, batch: int) -> str:
     cc = _device_capability(device)
     if cc < (8, 0):
         raise ValueError(
@@ -90,6 +102,8 @@ def _pick_backend(backend, device: torch.device) -> str:
             raise NotImplementedError(
                 f"no {family} backend is built into this wsgemm for sm_{cc[0]}{cc[1]} yet"
             )
+        if family == "sm90":
+            return auto_sm90(m, n, batch, _sm_count(device), names)
         return names[0]
     if not host.BACKENDS[backend].supports(cc):
         raise ValueError(
@@ -167,7 +181,7 @@ def validate(a, b, out, out_dtype, accumulate, backend) -> Problem:
     if out is not None and out.device != a.device:
         raise ValueError(f"out is on {out.device}, the operands on {a.device}")
     c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    chosen = _pick_backend(backend, a.device)
+    chosen = _pick_backend(backend, a.device, m, n, batch)
     return Problem(batch, m, n, k, a.dtype, c_dtype, accumulate, chosen)
 
 

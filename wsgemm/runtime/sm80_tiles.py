@@ -687,8 +687,8 @@ def store_accumulators(
 #: spills over 1 KiB), so the 8 warps take 64x32 each: 128x128x32, 4 stages, 2x4 warps
 #: (WS 130 registers x 288 threads, multistage 145 x 256; 64 KiB ring, one epilogue pass).
 SHIPPED_CONFIGS = {
-    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=4),
-    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=4),
+    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=2),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=2),
 }
 #: fp16 accumulators pack two per register: 128x256x32, 4 stages, 2x4 warps of 64x64 (WS 144
 #: registers x 288 threads, multistage 166 x 256; 96 KiB ring + 1 KiB alignment + mbarriers
