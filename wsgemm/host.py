@@ -82,7 +82,7 @@ BACKENDS: dict[str, Backend] = {
             "wsgemm.kernels.sm80_ws",
             "Sm80WsGemm",
             "sm80",
-            "Ampere+: one cp.async producer warp, four mma.sync consumer warps, swizzled smem ring",
+            "Ampere+: one cp.async producer warp, mma.sync consumer warps, swizzled smem ring",
         ),
         Backend(
             "sm80-multistage",

@@ -681,11 +681,12 @@ def store_accumulators(
 # Shipped configs
 
 #: Both kernels ship the same tile, stages and warps (the ablation compares like with like),
-#: with eight MMA warps per SM: the WS kernel's 9-warp CTA (288 threads) puts three warps on
-#: one SM sub-partition, so ptxas caps it at :func:`register_budget` (288) = 168 registers.
-#: fp32 accumulators: 64x64 per warp (128 + 64 fragment registers) cannot fit that (ptxas
-#: spills over 1 KiB), so the 8 warps take 64x32 each: 128x128x32, 4 stages, 2x4 warps
-#: (WS 130 registers x 288 threads, multistage 145 x 256; 64 KiB ring, one epilogue pass).
+#: chosen by measurement on the H200 (docs/perf.md, entries 3-4; scripts/tune.sh).
+#: fp32 accumulators: 128x128x32, 4 stages, 2x2 warps of 64x64 (the study layout; WS 211
+#: registers x 160 threads, one CTA an SM; multistage 242 x 128, two). Eight warps of 64x32
+#: (2x4) were slower for both kernels (thinner warp tiles read more shared memory per MMA), and
+#: eight warps of 64x64 in one WS CTA do not fit: a 288-thread CTA is capped at
+#: :func:`register_budget` (288) = 168 registers, under the 128 accumulators + 64 fragments.
 SHIPPED_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=2),
     "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=2),
