@@ -10,9 +10,9 @@ from wsgemm.runtime.sm80_tiles import (
     BUFFER_ALIGN_BYTES,
     SHIPPED_CONFIGS,
     Sm80Config,
+    Sm80Kernel,
     Sm80Tiles,
     carve_smem,
-    check_dtypes,
     check_operands,
     make_accumulators,
     make_mma_fragments,
@@ -27,7 +27,7 @@ from wsgemm.runtime.sm80_tiles import (
 __all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80MultistageGemm"]
 
 
-class Sm80MultistageGemm:
+class Sm80MultistageGemm(Sm80Kernel):
     """The ablation baseline of :class:`~wsgemm.kernels.sm80_ws.Sm80WsGemm`: the same tile,
     stages, shared layouts, fragment double buffer and epilogue, but no warp specialization.
     Every warp both loads and computes, the way CUTLASS's sm80 multistage GEMM does; comparing
@@ -57,24 +57,13 @@ class Sm80MultistageGemm:
         * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
 
     Registers: the MMA threads here also keep the cp.async addresses and predicates live. The
-    shipped configs are the WS kernel's (2x4 warps, 256 threads, budget 255): fp32
-    accumulators 128x128x32, 4 stages (128-148 registers; at 128, ptxas leaves room for two
-    CTAs per SM), fp16 accumulators 128x256x32, 4 stages (166-175). With 2x2 warps, 128x256
+    shipped configs are the WS kernel's: fp32 accumulators 128x128x32, 4 stages, 2x2 warps
+    (232-255 registers x 128 threads: two CTAs per SM), fp16 accumulators 128x256x32, 4
+    stages, 2x4 warps (166-175 x 256). With 2x2 warps, 128x256
     and fp16 accumulators spills 3-9 words.
     """
 
     name = "sm80-multistage"
-    arch = "sm_80"
-    needs_vector_extent = True
-
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
-        if not isinstance(config, Sm80Config):
-            raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
-        check_dtypes(ab_dtype, c_dtype, acc_dtype)
-        self.config = config
-        self.ab_dtype = ab_dtype
-        self.c_dtype = c_dtype
-        self.acc_dtype = acc_dtype
 
     @property
     def threads(self) -> int:

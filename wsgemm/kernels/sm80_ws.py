@@ -13,10 +13,10 @@ from wsgemm.runtime.sm80_tiles import (
     SHIPPED_CONFIGS,
     WARP_SIZE,
     Sm80Config,
+    Sm80Kernel,
     Sm80Tiles,
     barrier_bytes,
     carve_smem,
-    check_dtypes,
     check_operands,
     make_accumulators,
     make_mma_fragments,
@@ -31,7 +31,7 @@ from wsgemm.runtime.sm80_tiles import (
 __all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80WsGemm"]
 
 
-class Sm80WsGemm:
+class Sm80WsGemm(Sm80Kernel):
     """Warp-specialized GEMM: one cp.async producer warp feeds 4 or 8 mma.sync consumer warps.
 
     ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]``, one (tile_m, tile_n) tile per CTA (grid
@@ -73,18 +73,18 @@ class Sm80WsGemm:
     ``w % 4`` of every resident CTA, so ptxas budgets the fullest one
     (:func:`~wsgemm.runtime.sm80_tiles.register_budget`): 5 warps (160 threads) may use 255,
     9 warps (288 threads) only 168, the same as two 160-thread CTAs. The producer warp thus
-    costs the consumers registers the multistage baseline keeps. Shipped (both dtypes: 2x4
-    consumer warps, one CTA and eight MMA warps per SM): fp32 accumulators 128x128x32, 4
-    stages, 64x32 per warp (128-133 registers); fp16 accumulators 128x256x32, 4 stages, 64x64
-    per warp (144-147 registers). 64x64 per warp with fp32 accumulators needs 128 + 64
-    registers before addresses: over 168, ptxas spills over 1 KiB. The study design
+    costs the consumers registers the multistage baseline keeps. Shipped (measured best,
+    docs/perf.md): fp32 accumulators 128x128x32, 4 stages, 2x2 warps of 64x64 (the study
+    layout, 208-215 registers, one CTA per SM); fp16 accumulators 128x256x32, 4 stages, 2x4
+    warps of 64x64 (144-147 registers, one CTA and eight MMA warps per SM). 2x4 warps of 64x32
+    with fp32 accumulators fit (128-133 registers) but read twice the A fragments per MMA and
+    were slower; 2x4 warps of 64x64 with fp32 accumulators need 128 + 64 registers before
+    addresses: over 168, ptxas spills over 1 KiB. The study design on its own tile
     (``Sm80Config()``, 128x256x32, 3 stages, 2x2 warps of 64x128) fits only with fp16
     accumulators (237-248 registers); with fp32 ones it spills (256 + 96 > 255).
     """
 
     name = "sm80"
-    arch = "sm_80"
-    needs_vector_extent = True
 
     PRODUCER_WARP = 0
     PRODUCER_WARPS = 1
@@ -93,15 +93,6 @@ class Sm80WsGemm:
     #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage (lane 0, after
     #: ``__syncwarp``: ``CpAsyncPipeline.consumer_release``).
     RELEASE_LANES_PER_WARP = 1
-
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
-        if not isinstance(config, Sm80Config):
-            raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
-        check_dtypes(ab_dtype, c_dtype, acc_dtype)
-        self.config = config
-        self.ab_dtype = ab_dtype
-        self.c_dtype = c_dtype
-        self.acc_dtype = acc_dtype
 
     @property
     def threads(self) -> int:

@@ -677,6 +677,25 @@ def store_accumulators(
                     cute.copy(s2g, tSrC[None, m, n], tSgC[None, m, n])
 
 
+class Sm80Kernel:
+    """What both sm80 kernel classes share: the contract's attributes and a validated
+    constructor (each subclass sets ``name`` and writes its own roles)."""
+
+    name = "sm80"
+    arch = "sm_80"
+    # cp.async moves whole 16-byte vectors: the host pads unit-stride extents to 8 elements
+    needs_vector_extent = True
+
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
+        if not isinstance(config, Sm80Config):
+            raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
+        check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        self.config = config
+        self.ab_dtype = ab_dtype
+        self.c_dtype = c_dtype
+        self.acc_dtype = acc_dtype
+
+
 # ----------------------------------------------------------------------------------------------
 # Shipped configs
 
