@@ -76,7 +76,7 @@ def available_backends(device=None) -> list[str]:
     return [n for n in host.shipped_backends() if host.BACKENDS[n].supports(cc)]
 
 
-def auto_sm90(m: int, n: int, batch: int, sm_count: int, names: list[str]) -> str:
+def auto_sm90(m: int, n: int, batch: int, sm_count: int, names) -> str:
     """Cooperative 128x256 tiles unless they would leave most SMs idle: then ping-pong, whose
     128x128 tiles are twice as many. Measured on the H200 (docs/perf.md, entry 5): at 128 tokens
     ping-pong wins the QKV, O and down projections (24 or 16 cooperative tiles, 0.33-0.53x ->

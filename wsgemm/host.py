@@ -10,6 +10,7 @@ by the variant and a fingerprint of the kernel sources and toolchain versions).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import os
@@ -102,8 +103,10 @@ def arch_for_capability(cc: tuple[int, int]) -> str:
     return f"sm_{major}{minor}{suffix}"
 
 
-def shipped_backends(family: str | None = None) -> list[str]:
-    """Backends whose kernel module imports (all of them in a complete install)."""
+@functools.cache
+def shipped_backends(family: str | None = None) -> tuple[str, ...]:
+    """Backends whose kernel module imports (all of them in a complete install). Cached: the
+    answer cannot change within a process, and ``matmul``'s dispatch asks on every call."""
     names = []
     for name, backend in BACKENDS.items():
         if family is not None and backend.family != family:
@@ -113,7 +116,7 @@ def shipped_backends(family: str | None = None) -> list[str]:
         except (ImportError, AttributeError, KeyError):
             continue
         names.append(name)
-    return names
+    return tuple(names)
 
 
 def needs_vector_extent(backend: str) -> bool:
