@@ -113,3 +113,84 @@ def test_non_row_major_out_goes_through_a_temporary():
     assert launch.copy_back is not None
     simulate(launch)
     torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
+class _StandInKernel:
+    """What a compiled kernel does, in float64 on the CPU, with a count of launches."""
+
+    def __init__(self):
+        self.launches = 0
+
+    def __call__(self, a, b, c, clusters):
+        self.launches += 1
+        c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+
+
+@pytest.fixture
+def cpu_run(monkeypatch):
+    """``api._run`` end to end on the CPU: the compiled kernel replaced by a stand-in."""
+    import contextlib
+
+    from wsgemm import api, host
+
+    kernel = _StandInKernel()
+    monkeypatch.setattr(api, "_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(api, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(host.COMPILE_CACHE, "get", lambda variant: kernel)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+
+    def run(a, b, backend="sm90"):
+        batch = (
+            None
+            if a.dim() == b.dim() == 2
+            else (b.shape[0] if a.dim() == 2 or a.shape[0] == 1 else a.shape[0])
+        )
+        p = api.Problem(
+            batch, a.shape[-2], b.shape[-1], a.shape[-1], a.dtype, a.dtype, torch.float32, backend
+        )
+        return api._run(a, b, None, p)
+
+    run.kernel = kernel
+    return run
+
+
+@pytest.mark.parametrize(
+    "sa, sb",
+    [((0, 4, 8), (8, 16)), ((0, 4, 8), (1, 8, 16)), ((1, 4, 8), (0, 8, 16)), ((3, 0, 8), (8, 5))],
+)
+def test_zero_size_batches_follow_torch(cpu_run, sa, sb):
+    a, b = torch.randn(sa).half(), torch.randn(sb).half()
+    got = cpu_run(a, b)
+    assert got.shape == torch.matmul(a.float(), b.float()).shape
+    assert cpu_run.kernel.launches == 0
+
+
+def test_large_broadcast_copies_become_one_launch_per_batch(cpu_run, monkeypatch):
+    from wsgemm import api
+
+    monkeypatch.setattr(api, "_MAX_BROADCAST_COPY_BYTES", 0)
+    a = make((24, 16), F16, "cpu")
+    b = make((5, 16, 8), F16, "cpu")
+    got = cpu_run(a, b)
+    assert cpu_run.kernel.launches == 5
+    torch.testing.assert_close(got, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
+def test_batches_past_the_grid_limit_are_split(cpu_run, monkeypatch):
+    from wsgemm import api
+
+    monkeypatch.setattr(api, "MAX_BATCH_PER_LAUNCH", 2)
+    a, b = make((5, 9, 16), F16, "cpu"), make((5, 16, 8), F16, "cpu")
+    got = cpu_run(a, b, backend="sm80")
+    assert cpu_run.kernel.launches == 3
+    torch.testing.assert_close(got, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
+def test_broadcast_copy_cost_counts_only_what_cannot_fold():
+    from wsgemm.api import _broadcast_copy_bytes
+
+    out = torch.empty(4, 24, 8)
+    assert _broadcast_copy_bytes(torch.empty(4, 24, 16), torch.empty(1, 16, 8), out) == 0  # folds
+    assert _broadcast_copy_bytes(torch.empty(1, 24, 16), torch.empty(4, 16, 8), out) == (
+        4 * 24 * 16 * 4
+    )

@@ -68,7 +68,18 @@ def test_out_aliasing_an_input_is_an_error():
         call(a, t(8, 8), out=a)
     b = t(8, 16)
     with pytest.raises(ValueError, match="out overlaps b"):
-        call(t(8, 8), b[:, :8], out=b[:, 8:])  # interleaved rows: conservative, as torch is
+        call(t(8, 8), b[:, :8], out=b[:, 4:12])
+
+
+def test_interleaved_column_blocks_of_one_buffer_are_not_aliases():
+    buf = t(8, 32)  # a fused output: a in columns 0-15, out in columns 16-31
+    with pytest.raises(ValueError, match="CUDA"):  # passes the overlap check, stops at device
+        call(buf[:, :16], t(16, 16), out=buf[:, 16:])
+
+
+def test_out_with_repeated_elements_is_an_error():
+    with pytest.raises(ValueError, match="stride 0"):
+        call(t(2, 4, 4), t(4, 4), out=t(1, 4, 4).expand(2, 4, 4))
 
 
 def test_disjoint_views_of_one_buffer_are_not_aliases():

@@ -10,6 +10,8 @@ rejected call leaves nothing behind.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +24,7 @@ _ACC_DTYPES = {torch.float32: "float32", torch.float16: "float16"}
 
 
 def _names(dtypes) -> str:
-    return ", ".join(str(d).replace("torch.", "torch.") for d in dtypes)
+    return ", ".join(str(d) for d in dtypes)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -32,7 +34,7 @@ def _names(dtypes) -> str:
 class Problem:
     """A validated call: sizes, dtypes, the backend that will run it."""
 
-    batch: int  # L after broadcasting; 0 for a 2-D @ 2-D call
+    batch: int | None  # L after broadcasting (may be 0); None for a 2-D @ 2-D call
     m: int
     n: int
     k: int
@@ -43,7 +45,7 @@ class Problem:
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        return (self.batch, self.m, self.n) if self.batch else (self.m, self.n)
+        return (self.m, self.n) if self.batch is None else (self.batch, self.m, self.n)
 
 
 def _check_operand(name: str, t) -> None:
@@ -60,6 +62,7 @@ def _check_operand(name: str, t) -> None:
         )
 
 
+@functools.cache
 def _device_capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 
@@ -76,14 +79,18 @@ def available_backends(device=None) -> list[str]:
     return [n for n in host.shipped_backends() if host.BACKENDS[n].supports(cc)]
 
 
+# Cooperative tiles fewer than SMs / this leave most of the machine idle (see auto_sm90).
+_IDLE_SM_FRACTION = 2
+
+
 def auto_sm90(m: int, n: int, batch: int, sm_count: int, names) -> str:
     """Cooperative 128x256 tiles unless they would leave most SMs idle: then ping-pong, whose
     128x128 tiles are twice as many. Measured on the H200 (docs/perf.md, entry 5): at 128 tokens
     ping-pong wins the QKV, O and down projections (24 or 16 cooperative tiles, 0.33-0.53x ->
     0.58-0.70x of cuBLAS) and loses gate/up (112 tiles, 0.75x -> 0.60x)."""
     config = host.BACKENDS["sm90"].config()
-    tiles = -(-m // config.tile_m) * -(-n // config.tile_n) * max(batch, 1)
-    if tiles < sm_count // 2 and "sm90-pingpong" in names:
+    tiles = -(-m // config.tile_m) * -(-n // config.tile_n) * (batch or 1)
+    if tiles < sm_count // _IDLE_SM_FRACTION and "sm90-pingpong" in names:
         return "sm90-pingpong"
     return names[0]
 
@@ -139,7 +146,8 @@ def validate(a, b, out, out_dtype, accumulate, backend) -> Problem:
             f"batch dimensions differ: a has {la}, b has {lb}; they must be equal or one of "
             "them 1 (broadcast), as in torch.matmul"
         )
-    batch = 0 if la is None and lb is None else max(x for x in (la, lb) if x is not None)
+    # torch.matmul's broadcast: a batch of 1 (or none) takes the other's, which may be 0
+    batch = lb if la is None or la == 1 else la
 
     if out_dtype is not None and out_dtype not in _C_DTYPES:
         raise TypeError(
@@ -159,9 +167,14 @@ def validate(a, b, out, out_dtype, accumulate, backend) -> Problem:
             raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
         if out.dtype not in _C_DTYPES:
             raise TypeError(f"out has dtype {out.dtype}; allowed: {_names(_C_DTYPES)}")
-        expected = (batch, m, n) if batch else (m, n)
+        expected = (m, n) if batch is None else (batch, m, n)
         if tuple(out.shape) != expected:
             raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {expected}")
+        if any(st == 0 and size > 1 for size, st in zip(out.shape, out.stride(), strict=True)):
+            raise ValueError(
+                f"out has stride 0 along a dimension (strides {tuple(out.stride())}): several "
+                "of its elements share one memory location; pass a tensor without overlap"
+            )
         for name, t in (("a", a), ("b", b)):
             if _overlaps(out, t):
                 raise ValueError(f"out overlaps {name} in memory; pass a separate output tensor")
@@ -186,23 +199,46 @@ def validate(a, b, out, out_dtype, accumulate, backend) -> Problem:
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, one past the last byte] that ``t`` can touch."""
     if t.numel() == 0:
         return (0, 0)
     lo = t.data_ptr()
-    extent = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
+    extent = sum((size - 1) * st for size, st in zip(t.shape, t.stride(), strict=True))
     return lo, lo + (extent + 1) * t.element_size()
 
 
+# Above this many bytes of shared span, an exact overlap test would cost more memory than it is
+# worth: such views are reported as overlapping (what torch's own conservative check does).
+_EXACT_OVERLAP_LIMIT_BYTES = 1 << 28
+
+
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Do ``x`` and ``y`` share a byte? Exact: interleaved views of one buffer (column blocks
+    of a fused QKV output, say) do not overlap, though their address ranges do."""
     (x0, x1), (y0, y1) = _span(x), _span(y)
-    return x0 < y1 and y0 < x1
+    if not (x0 < y1 and y0 < x1):
+        return False
+    lo, hi = min(x0, y0), max(x1, y1)
+    if hi - lo > _EXACT_OVERLAP_LIMIT_BYTES:
+        return True
+    # Mark every byte of x in a scratch array over the union of the spans, then look under y.
+    marks = torch.zeros(hi - lo, dtype=torch.uint8, device=x.device)
+
+    def bytes_of(t: torch.Tensor) -> torch.Tensor:
+        es = t.element_size()
+        shape = (*t.shape, es)
+        stride = (*(st * es for st in t.stride()), 1)
+        return marks.as_strided(shape, stride, t.data_ptr() - lo)
+
+    bytes_of(x).fill_(1)
+    return bool(bytes_of(y).any())
 
 
 # ----------------------------------------------------------------------------- layouts
 
 
 def _vector(dtype: torch.dtype) -> int:
-    return host.VECTOR_BYTES // torch.empty((), dtype=dtype).element_size()
+    return host.VECTOR_BYTES // dtype.itemsize
 
 
 def _round_up(x: int, m: int) -> int:
@@ -250,6 +286,22 @@ def _padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     buf = torch.zeros((batch, rows, width), dtype=t.dtype, device=t.device)
     buf[:, :r, :c].copy_(t.permute(2, 0, 1))
     return buf[:, :, :cols].permute(1, 2, 0)
+
+
+# A broadcast operand that cannot be folded is copied once per batch (TMA cannot address a
+# stride-0 batch). Past this many bytes of copies, one launch per batch is cheaper.
+_MAX_BROADCAST_COPY_BYTES = 64 << 20
+
+
+def _broadcast_copy_bytes(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor) -> int:
+    """Bytes ``plan`` would spend expanding broadcast operands of (L, ...) views."""
+    L = out3.shape[0]
+    if L <= 1:
+        return 0
+    folded, _ = _fold_broadcast(a3, b3, out3)
+    if folded.shape[0] == 1 and a3.shape[0] != 1:
+        return 0  # (L, M, K) @ (K, N) became one (L*M, K) @ (K, N) product
+    return sum(L * t[0].numel() * t.element_size() for t in (a3, b3) if t.shape[0] == 1)
 
 
 def _fold_broadcast(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor):
@@ -360,6 +412,14 @@ def _run(a, b, out, p: Problem, config=None):
         return out
     if p.k == 0:
         return out.zero_()
+    if p.batch is not None:
+        a3 = a if a.dim() == 3 else a.unsqueeze(0)
+        b3 = b if b.dim() == 3 else b.unsqueeze(0)
+        if _broadcast_copy_bytes(a3, b3, out) > _MAX_BROADCAST_COPY_BYTES:
+            one = dataclasses.replace(p, batch=None)
+            for l_ in range(p.batch):
+                _run(a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out[l_], one, config)
+            return out
     arch = host.arch_for_capability(_device_capability(a.device))
     dtypes = (_AB_DTYPES[p.ab_dtype], _C_DTYPES[p.c_dtype], _ACC_DTYPES[p.acc_dtype])
     launch = plan(a, b, out, host.needs_vector_extent(p.backend))

@@ -56,6 +56,11 @@ def _warm(args: argparse.Namespace) -> int:
     from . import host
     from . import inspect as insp
 
+    if host.cache_dir() is None:
+        print(
+            "warm: the on-disk cache is off (WSGEMM_DISK_CACHE=0): nothing to warm", file=sys.stderr
+        )
+        return 2
     names = [n for n in insp.backends_for(args.arch) if not args.backend or n in args.backend]
     variants = [v for n in names for v in insp.variants(args.arch, n, everything=True)]
     jobs = args.jobs or max(1, (os.cpu_count() or 2) - 1)
@@ -77,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="compile every shipped kernel for an arch (no GPU needed) and report its resources",
     )
+    from .host import BACKENDS
     from .inspect import ARCHES
 
     p.add_argument("--arch", default="sm_90a", choices=ARCHES, help="target (default sm_90a)")
@@ -84,14 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="every dtype/accumulator/layout variant, not one each"
     )
-    p.add_argument("--backend", action="append", help="only this backend (repeatable)")
+    p.add_argument(
+        "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)"
+    )
     p.set_defaults(func=_inspect)
 
     p = sub.add_parser(
         "warm", help="compile every variant of the shipped kernels into the on-disk cache"
     )
     p.add_argument("--arch", default="sm_90a", choices=ARCHES, help="target (default sm_90a)")
-    p.add_argument("--backend", action="append", help="only this backend (repeatable)")
+    p.add_argument(
+        "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)"
+    )
     p.add_argument("--jobs", type=int, default=0, help="compile processes (default: cores - 1)")
     p.set_defaults(func=_warm)
 

@@ -212,14 +212,13 @@ def fake_arguments(variant: Variant) -> tuple:
 
 
 def make_kernel(variant: Variant):
-    import cutlass
 
     backend = BACKENDS[variant.backend]
     return backend.kernel_class()(
         variant.kernel_config(),
         _cutlass_dtype(variant.ab_dtype),
         _cutlass_dtype(variant.c_dtype),
-        _cutlass_dtype(variant.acc_dtype) if variant.acc_dtype else cutlass.Float32,
+        _cutlass_dtype(variant.acc_dtype),
     )
 
 
@@ -312,14 +311,19 @@ class CompileCache:
                 path.unlink(missing_ok=True)
         compiled = compile_variant(variant)
         if path is not None:
+            tmp = None
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(dir=folder, suffix=".o.tmp")
                 os.close(fd)
                 compiled.export_to_c(tmp, function_name=name)
                 os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
-            except OSError:
-                pass  # an unwritable cache folder only costs a recompile next process
+                tmp = None
+            except Exception:  # a failed export only costs a recompile in the next process
+                pass
+            finally:
+                if tmp is not None:
+                    Path(tmp).unlink(missing_ok=True)
         return compiled
 
 
