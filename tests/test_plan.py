@@ -138,6 +138,8 @@ def cpu_run(monkeypatch):
     monkeypatch.setattr(api, "_sm_count", lambda device: 132)
     monkeypatch.setattr(host.COMPILE_CACHE, "get", lambda variant: kernel)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(api, "_current_device", lambda: None)
+    monkeypatch.setattr(api, "_KERNELS", {})
 
     def run(a, b, backend="sm90"):
         batch = (

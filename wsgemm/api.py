@@ -10,6 +10,7 @@ rejected call leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -273,7 +274,8 @@ def _kernel_view(t: torch.Tensor, need_extent: bool) -> tuple[torch.Tensor, str]
                 continue
         stride = [0, 0, bs]
         stride[major], stride[minor] = 1, ld
-        return t.as_strided(t.shape, stride), ("rows" if major == 0 else "cols")
+        view = t if tuple(stride) == t.stride() else t.as_strided(t.shape, stride)
+        return view, ("rows" if major == 0 else "cols")
     return None
 
 
@@ -404,6 +406,26 @@ def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend=
     return _run(a, b, out, p)
 
 
+_KERNELS: dict[tuple, tuple] = {}
+
+
+def _current_device() -> int:
+    return torch.cuda.current_device()
+
+
+def _kernel_for(p: Problem, device: torch.device, a_major: str, b_major: str, config):
+    """(compiled kernel, clusters to launch) for a call, memoized off the per-call path."""
+    key = (p.backend, device, p.ab_dtype, p.c_dtype, p.acc_dtype, a_major, b_major, config)
+    hit = _KERNELS.get(key)
+    if hit is None:
+        arch = host.arch_for_capability(_device_capability(device))
+        dtypes = (_AB_DTYPES[p.ab_dtype], _C_DTYPES[p.c_dtype], _ACC_DTYPES[p.acc_dtype])
+        variant = host.Variant(p.backend, arch, *dtypes, a_major, b_major, config)
+        clusters = _sm_count(device) // host.cluster_size(variant.kernel_config())
+        hit = _KERNELS[key] = (host.COMPILE_CACHE.get(variant), clusters)
+    return hit
+
+
 def _run(a, b, out, p: Problem, config=None):
     """Launch a validated call; ``config`` overrides the backend's shipped config (tuning)."""
     if out is None:
@@ -420,16 +442,19 @@ def _run(a, b, out, p: Problem, config=None):
             for l_ in range(p.batch):
                 _run(a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out[l_], one, config)
             return out
-    arch = host.arch_for_capability(_device_capability(a.device))
-    dtypes = (_AB_DTYPES[p.ab_dtype], _C_DTYPES[p.c_dtype], _ACC_DTYPES[p.acc_dtype])
     launch = plan(a, b, out, host.needs_vector_extent(p.backend))
-    variant = host.Variant(p.backend, arch, *dtypes, launch.a_major, launch.b_major, config)
-    fn = host.COMPILE_CACHE.get(variant)
-    clusters = _sm_count(a.device) // host.cluster_size(variant.kernel_config())
-    with torch.cuda.device(a.device):
-        # Non-persistent kernels put the batch on the grid's z, which holds at most 65535.
-        for l0 in range(0, launch.c.shape[2], MAX_BATCH_PER_LAUNCH):
-            batch = slice(l0, l0 + MAX_BATCH_PER_LAUNCH)
-            fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
+    fn, clusters = _kernel_for(p, a.device, launch.a_major, launch.b_major, config)
+    L = launch.c.shape[2]
+    with (
+        contextlib.nullcontext()
+        if a.device.index == _current_device()
+        else torch.cuda.device(a.device)
+    ):
+        if L <= MAX_BATCH_PER_LAUNCH:
+            fn(launch.a, launch.b, launch.c, clusters)
+        else:  # non-persistent kernels put the batch on the grid's z, which holds 65535
+            for l0 in range(0, L, MAX_BATCH_PER_LAUNCH):
+                batch = slice(l0, l0 + MAX_BATCH_PER_LAUNCH)
+                fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
         launch.finish()
     return out

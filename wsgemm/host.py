@@ -119,6 +119,7 @@ def shipped_backends(family: str | None = None) -> tuple[str, ...]:
     return tuple(names)
 
 
+@functools.cache
 def needs_vector_extent(backend: str) -> bool:
     """cp.async kernels need each unit-stride extent to be a whole number of 16-byte vectors."""
     return bool(BACKENDS[backend].kernel_class().needs_vector_extent)
