@@ -9,7 +9,7 @@ import pytest
 import torch
 from operands import make
 
-from wsgemm.api import plan
+from wsgemm.api import batched, plan
 
 F16 = torch.float16
 
@@ -52,7 +52,7 @@ def test_plan_matches_torch(need_extent, a_col, b_col, m, n, k, batch, offset):
     a = make((*lead, m, k), F16, "cpu", col_major=a_col, offset=offset, gen=gen)
     b = make((*lead, k, n), F16, "cpu", col_major=b_col, offset=offset, gen=gen)
     out = torch.full((*lead, m, n), float("nan"), dtype=F16)
-    launch = plan(a, b, out, need_extent)
+    launch = plan(*batched(a, b, out), need_extent)
     contract_ok(launch.a, need_extent)
     contract_ok(launch.b, need_extent)
     assert contract_ok(launch.c, need_extent, unit=1) == "cols"
@@ -69,7 +69,7 @@ def test_aligned_operands_travel_without_a_copy(need_extent, a_col, b_col):
     a = make((64, 32), F16, "cpu", col_major=a_col)
     b = make((32, 48), F16, "cpu", col_major=b_col)
     out = torch.empty(64, 48, dtype=F16)
-    launch = plan(a, b, out, need_extent)
+    launch = plan(*batched(a, b, out), need_extent)
     assert launch.a.data_ptr() == a.data_ptr() and launch.b.data_ptr() == b.data_ptr()
     assert launch.c.data_ptr() == out.data_ptr() and launch.copy_back is None
     assert launch.a_major == ("m" if a_col else "k")
@@ -80,7 +80,7 @@ def test_unaligned_leading_dim_is_copied_once_and_padded_with_zeros():
     a = make((16, 12), F16, "cpu", pad=3)  # row stride 15: not 16-byte aligned
     b = make((12, 16), F16, "cpu")
     out = torch.empty(16, 16, dtype=F16)
-    launch = plan(a, b, out, need_extent=True)
+    launch = plan(*batched(a, b, out), need_extent=True)
     assert launch.a.data_ptr() != a.data_ptr()
     assert launch.a.shape[1] == 16  # K padded to a whole vector for cp.async ...
     assert torch.all(launch.a[:, 12:] == 0)  # ... with zeros
@@ -91,7 +91,7 @@ def test_broadcast_3d_by_2d_folds_into_one_product():
     a = make((4, 24, 16), F16, "cpu")
     b = make((16, 8), F16, "cpu")
     out = torch.empty(4, 24, 8, dtype=F16)
-    launch = plan(a, b, out, need_extent=False)
+    launch = plan(*batched(a, b, out), need_extent=False)
     assert launch.a.shape == (96, 16, 1) and launch.a.data_ptr() == a.data_ptr()
     assert launch.c.shape == (96, 8, 1) and launch.copy_back is None
 
@@ -100,7 +100,7 @@ def test_broadcast_2d_by_3d_is_materialized_correctly():
     a = make((24, 16), F16, "cpu")
     b = make((4, 16, 8), F16, "cpu")
     out = torch.empty(4, 24, 8, dtype=F16)
-    launch = plan(a, b, out, need_extent=False)
+    launch = plan(*batched(a, b, out), need_extent=False)
     assert launch.a.shape == (24, 16, 4) and launch.a.stride(2) != 0
     simulate(launch)
     torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
@@ -109,7 +109,7 @@ def test_broadcast_2d_by_3d_is_materialized_correctly():
 def test_non_row_major_out_goes_through_a_temporary():
     a, b = make((16, 16), F16, "cpu"), make((16, 24), F16, "cpu")
     out = torch.empty(24, 16, dtype=F16).t()  # column-major (16, 24)
-    launch = plan(a, b, out, need_extent=False)
+    launch = plan(*batched(a, b, out), need_extent=False)
     assert launch.copy_back is not None
     simulate(launch)
     torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
@@ -192,7 +192,7 @@ def test_broadcast_copy_cost_counts_only_what_cannot_fold():
     from wsgemm.api import _broadcast_copy_bytes
 
     out = torch.empty(4, 24, 8)
-    assert _broadcast_copy_bytes(torch.empty(4, 24, 16), torch.empty(1, 16, 8), out) == 0  # folds
-    assert _broadcast_copy_bytes(torch.empty(1, 24, 16), torch.empty(4, 16, 8), out) == (
-        4 * 24 * 16 * 4
-    )
+    folds = batched(torch.empty(4, 24, 16), torch.empty(16, 8), out)
+    assert _broadcast_copy_bytes(*folds) == 0
+    cannot = batched(torch.empty(1, 24, 16), torch.empty(4, 16, 8), out)
+    assert _broadcast_copy_bytes(*cannot) == 4 * 24 * 16 * 4

@@ -19,9 +19,10 @@ import torch
 
 from . import host
 
-_AB_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_C_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
-_ACC_DTYPES = {torch.float32: "float32", torch.float16: "float16"}
+# torch dtype -> the host's name for it (host.AB_DTYPES etc. are the one list of what is allowed)
+_AB_DTYPES = {getattr(torch, name): name for name in host.AB_DTYPES}
+_C_DTYPES = {getattr(torch, name): name for name in host.C_DTYPES}
+_ACC_DTYPES = {getattr(torch, name): name for name in host.ACC_DTYPES}
 
 
 def _names(dtypes) -> str:
@@ -296,14 +297,19 @@ _MAX_BROADCAST_COPY_BYTES = 64 << 20
 
 
 def _broadcast_copy_bytes(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor) -> int:
-    """Bytes ``plan`` would spend expanding broadcast operands of (L, ...) views."""
+    """Bytes ``plan`` would spend expanding the broadcast operands of batched (folded) views."""
     L = out3.shape[0]
-    if L <= 1:
-        return 0
-    folded, _ = _fold_broadcast(a3, b3, out3)
-    if folded.shape[0] == 1 and a3.shape[0] != 1:
-        return 0  # (L, M, K) @ (K, N) became one (L*M, K) @ (K, N) product
-    return sum(L * t[0].numel() * t.element_size() for t in (a3, b3) if t.shape[0] == 1)
+    return sum(L * t[0].numel() * t.element_size() for t in (a3, b3) if t.shape[0] < L)
+
+
+def batched(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor):
+    """(L, M, K), (L or 1, K, N), (L, M, N) views of a call, with a broadcast B folded away
+    where the rows allow it (see ``_fold_broadcast``)."""
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    out3 = out if out.dim() == 3 else out.unsqueeze(0)
+    a3, out3 = _fold_broadcast(a3, b3, out3)
+    return a3, b3, out3
 
 
 def _fold_broadcast(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor):
@@ -337,19 +343,16 @@ class Launch:
             self.copy_back.copy_(self.c[:, :n])
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, need_extent: bool) -> Launch:
-    """Kernel views of a validated call; copies only what the kernel cannot address."""
-    a3 = a if a.dim() == 3 else a.unsqueeze(0)
-    b3 = b if b.dim() == 3 else b.unsqueeze(0)
-    out3 = out if out.dim() == 3 else out.unsqueeze(0)
-    a3, out3 = _fold_broadcast(a3, b3, out3)
+def plan(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor, need_extent: bool) -> Launch:
+    """Kernel views of a validated call's ``batched`` views; copies only what the kernel cannot
+    address."""
     L = out3.shape[0]
     a_mkl = a3.expand(L, -1, -1).permute(1, 2, 0)
     b_nkl = b3.expand(L, -1, -1).permute(2, 1, 0)
     c_mnl = out3.permute(1, 2, 0)
     m, k, _ = a_mkl.shape
     n = b_nkl.shape[0]
-    vec = _vector(a.dtype)
+    vec = _vector(a3.dtype)
     # cp.async kernels move whole 16-byte vectors along each unit-stride mode.
     k_kernel = _round_up(k, vec) if need_extent else k
     n_kernel = _round_up(n, vec) if need_extent else n
@@ -368,22 +371,19 @@ def plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, need_extent: bool)
     if view is not None and view[1] == "cols":
         return Launch(a_v, b_v, view[0], a_major, b_major, None)
     c_tmp = torch.empty(
-        (L, m, _round_up(n_kernel, _vector(out.dtype))), dtype=out.dtype, device=out.device
+        (L, m, _round_up(n_kernel, _vector(out3.dtype))), dtype=out3.dtype, device=out3.device
     )[:, :, :n_kernel].permute(1, 2, 0)
     return Launch(a_v, b_v, c_tmp, a_major, b_major, c_mnl)
 
 
 # ----------------------------------------------------------------------------- entry point
 
-_SM_COUNT: dict[int, int] = {}
 MAX_BATCH_PER_LAUNCH = 65535
 
 
+@functools.cache
 def _sm_count(device: torch.device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto"):
@@ -434,15 +434,13 @@ def _run(a, b, out, p: Problem, config=None):
         return out
     if p.k == 0:
         return out.zero_()
-    if p.batch is not None:
-        a3 = a if a.dim() == 3 else a.unsqueeze(0)
-        b3 = b if b.dim() == 3 else b.unsqueeze(0)
-        if _broadcast_copy_bytes(a3, b3, out) > _MAX_BROADCAST_COPY_BYTES:
-            one = dataclasses.replace(p, batch=None)
-            for l_ in range(p.batch):
-                _run(a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out[l_], one, config)
-            return out
-    launch = plan(a, b, out, host.needs_vector_extent(p.backend))
+    a3, b3, out3 = batched(a, b, out)
+    if _broadcast_copy_bytes(a3, b3, out3) > _MAX_BROADCAST_COPY_BYTES:
+        one = dataclasses.replace(p, batch=None)
+        for l_ in range(out3.shape[0]):
+            _run(a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, config)
+        return out
+    launch = plan(a3, b3, out3, host.needs_vector_extent(p.backend))
     fn, clusters = _kernel_for(p, a.device, launch.a_major, launch.b_major, config)
     L = launch.c.shape[2]
     with (
