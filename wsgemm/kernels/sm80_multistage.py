@@ -87,15 +87,7 @@ class Sm80MultistageGemm(Sm80Kernel):
         tiles = make_tiles(
             self.config, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.threads
         )
-        c = self.config
-        grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
-        self.device(mA, mB, mC, tiles).launch(
-            grid=grid,
-            block=[self.threads, 1, 1],
-            smem=self.shared_memory_bytes(),
-            stream=stream,
-            **c.launch_bounds(self.threads),
-        )
+        self.launch(self.device(mA, mB, mC, tiles), mC, stream)
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
     __call__ = kernel

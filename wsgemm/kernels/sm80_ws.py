@@ -161,15 +161,7 @@ class Sm80WsGemm(Sm80Kernel):
             load_threads=self.PRODUCER_WARPS * WARP_SIZE,
         )
         full, empty = self.arrive_counts()
-        c = self.config
-        grid = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
-        self.device(mA, mB, mC, tiles, full, empty).launch(
-            grid=grid,
-            block=[self.threads, 1, 1],
-            smem=self.shared_memory_bytes(),
-            stream=stream,
-            **c.launch_bounds(self.threads),
-        )
+        self.launch(self.device(mA, mB, mC, tiles, full, empty), mC, stream)
 
     # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
     __call__ = kernel

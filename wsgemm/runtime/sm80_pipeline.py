@@ -32,6 +32,22 @@ def _smem_address(ptr: cute.Pointer, *, loc=None, ip=None):
     return ptr.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip)
 
 
+def _shared_asm(operands: list, text: str, constraints: str, *, loc=None, ip=None) -> None:
+    """One inline-PTX statement on shared memory, with side effects and a memory clobber (so
+    the compiler neither drops nor reorders it across other memory accesses)."""
+    llvm.inline_asm(
+        None,
+        operands,
+        text,
+        constraints + ",~{memory}",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
+
+
 @dsl_user_op
 def mbarrier_init(mbar: cute.Pointer, count: int, *, loc=None, ip=None) -> None:
     """``mbarrier.init``: expect ``count`` arrivals per phase. One thread only."""
@@ -41,14 +57,10 @@ def mbarrier_init(mbar: cute.Pointer, count: int, *, loc=None, ip=None) -> None:
 @dsl_user_op
 def mbarrier_arrive(mbar: cute.Pointer, *, loc=None, ip=None) -> None:
     """One arrival (release semantics for this thread's earlier shared-memory accesses)."""
-    llvm.inline_asm(
-        None,
+    _shared_asm(
         [_smem_address(mbar, loc=loc, ip=ip)],
         "{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared.b64 state, [$0];\n\t}",
-        "r,~{memory}",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
+        "r",
         loc=loc,
         ip=ip,
     )
@@ -61,14 +73,10 @@ def cp_async_mbarrier_arrive_noinc(mbar: cute.Pointer, *, loc=None, ip=None) -> 
     ``.noinc``: the arrival counts against the barrier's expected count (it does not raise the
     pending count first), so the barrier is initialised with one arrival per producer thread.
     """
-    llvm.inline_asm(
-        None,
+    _shared_asm(
         [_smem_address(mbar, loc=loc, ip=ip)],
         "cp.async.mbarrier.arrive.noinc.shared.b64 [$0];",
-        "r,~{memory}",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
+        "r",
         loc=loc,
         ip=ip,
     )
@@ -81,8 +89,7 @@ def mbarrier_wait(mbar: cute.Pointer, phase: cutlass.Int32, *, loc=None, ip=None
     ``test_wait`` rather than ``try_wait``: the latter needs sm_90. Labels inside the braces
     are local to this asm block, so the block can be inlined many times.
     """
-    llvm.inline_asm(
-        None,
+    _shared_asm(
         [
             _smem_address(mbar, loc=loc, ip=ip),
             cutlass.Int32(phase).ir_value(loc=loc, ip=ip),
@@ -91,10 +98,7 @@ def mbarrier_wait(mbar: cute.Pointer, phase: cutlass.Int32, *, loc=None, ip=None
         "WAIT_AGAIN:\n\t"
         "mbarrier.test_wait.parity.shared.b64 done, [$0], $1;\n\t"
         "@!done bra WAIT_AGAIN;\n\t}",
-        "r,r,~{memory}",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
+        "r,r",
         loc=loc,
         ip=ip,
     )

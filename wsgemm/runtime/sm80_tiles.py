@@ -695,6 +695,18 @@ class Sm80Kernel:
         self.c_dtype = c_dtype
         self.acc_dtype = acc_dtype
 
+    def launch(self, device_kernel, mC: cute.Tensor, stream) -> None:
+        """Launch a traced ``@cute.kernel`` call: one CTA per (tile_m, tile_n) output tile and
+        batch, the shared memory and launch bounds of the config (called while tracing)."""
+        c = self.config
+        device_kernel.launch(
+            grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
+            block=[self.threads, 1, 1],
+            smem=self.shared_memory_bytes(),
+            stream=stream,
+            **c.launch_bounds(self.threads),
+        )
+
 
 # ----------------------------------------------------------------------------------------------
 # Shipped configs
