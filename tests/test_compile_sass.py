@@ -96,6 +96,21 @@ def test_specialized_sm80_meets_on_mbarriers_and_the_baseline_does_not(arch, mba
     assert base.sass["DEPBAR"] > 0, "the baseline waits on cp.async groups"
 
 
+def test_specialized_sm80_waits_in_hardware_on_hopper():
+    """On sm_90a a waiting producer or consumer uses try_wait (the thread is suspended until
+    the phase flips); sm_80 has only the polling test_wait."""
+    from wsgemm import sass
+
+    texts = {
+        arch: sass.disassemble(
+            host.compile_variant(host.Variant("sm80", arch), keep=True).artifacts.CUBIN
+        )
+        for arch in ("sm_90a", "sm_80")
+    }
+    assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in texts["sm_90a"]
+    assert "TRYWAIT" not in texts["sm_80"]
+
+
 def test_inspect_json_lists_both_sm80_kernels():
     proc = subprocess.run(
         [sys.executable, "-m", "wsgemm", "inspect", "--arch", "sm_80", "--json"],

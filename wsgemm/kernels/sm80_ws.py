@@ -12,6 +12,7 @@ from wsgemm.runtime.sm80_tiles import (
     BUFFER_ALIGN_BYTES,
     SHIPPED_CONFIGS,
     WARP_SIZE,
+    OperandLoader,
     Sm80Config,
     Sm80Kernel,
     Sm80Tiles,
@@ -227,21 +228,42 @@ class Sm80WsGemm(Sm80Kernel):
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
 
-        state = pipe.producer_state()
-        pipe.producer_acquire(state)
-        load_a.load_first(state.index)
-        load_b.load_first(state.index)
-        pipe.producer_commit(state)
-        state.advance()
-        for k_tile in cutlass.range(1, k_tiles, unroll=1):
-            pipe.producer_acquire(state)
-            load_a.load(k_tile, state.index)
-            load_b.load(k_tile, state.index)
-            pipe.producer_commit(state)
-            state.advance()
+        # k-tile 0 (the K residue) into stage 0, whose empty barrier the producer may pass at
+        # once (parity 1: the phase before the first).
+        pipe.producer_acquire(0, 1)
+        load_a.load_first(0)
+        load_b.load_first(0)
+        pipe.producer_commit(0)
+        if cutlass.const_expr(c.fast_interior):
+            if load_a.interior and load_b.interior:
+                self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=False)
+            else:
+                self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=True)
+        else:
+            self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=True)
         # Stay resident until the last copies (and the arrivals they trigger) have landed.
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
+
+    @cute.jit
+    def load_k_tiles(
+        self,
+        load_a: OperandLoader,
+        load_b: OperandLoader,
+        pipe: CpAsyncPipeline,
+        k_tiles: cutlass.Int32,
+        predicated: cutlass.Constexpr,
+    ):
+        """k-tiles 1 .. k_tiles - 1 (full in k), rows predicated unless the tile is interior.
+        k-tile t goes to stage t % stages, after waiting for phase parity 1 ^ (t // stages) & 1
+        of ``empty`` (the producer's view of the ring: every stage starts free)."""
+        stages = pipe.stages
+        for k_tile in cutlass.range(1, k_tiles, unroll=1):
+            stage = k_tile % stages
+            pipe.producer_acquire(stage, (k_tile // stages + 1) % 2)
+            load_a.load(k_tile, stage, predicated)
+            load_b.load(k_tile, stage, predicated)
+            pipe.producer_commit(stage)
 
     @cute.jit
     def mma(

@@ -4,12 +4,15 @@ The wheel's ``cutlass.pipeline.PipelineCpAsync`` has the right protocol but its 
 refuse to trace for targets below sm_90 (``check_arch``), although ``mbarrier.init``,
 ``mbarrier.arrive``, ``mbarrier.test_wait.parity`` and ``cp.async.mbarrier.arrive.noinc`` all
 exist since sm_80 (PTX ISA 7.0/7.1). This module emits those four instructions itself, so one
-kernel body traces for sm_80, sm_86, sm_89 and sm_90a alike. Stage/phase bookkeeping reuses the
-wheel's arch-neutral ``PipelineState``.
+kernel body traces for sm_80, sm_86, sm_89 and sm_90a alike (on sm_90a a waiting thread uses
+``mbarrier.try_wait``, which the hardware suspends). The consumers' stage/phase bookkeeping reuses
+the wheel's arch-neutral ``PipelineState``; the producer computes both from the k-tile index.
 
 Protocol, per stage ``s`` (``full[s]`` and ``empty[s]`` are mbarriers):
 
-* producer: ``acquire`` waits until ``empty[s]`` finished the phase the consumers last released,
+* producer, k-tile t into stage s = t % stages: ``acquire`` waits until ``empty[s]`` finished
+  phase parity 1 ^ (t // stages) & 1 (the phase the consumers last released; every stage
+  starts free),
   issues its cp.async copies, then ``commit``: ``cp.async.mbarrier.arrive.noinc`` makes each
   producer thread arrive on ``full[s]`` once its own copies have landed in shared memory;
 * consumer: ``wait`` blocks on ``full[s]``, reads the stage, then ``release`` arrives on
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import cutlass
 import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import dsl_user_op
+from cutlass.cutlass_dsl import BaseDSL, dsl_user_op
 from cutlass.pipeline import PipelineState, PipelineUserType, make_pipeline_state
 
 
@@ -82,22 +85,30 @@ def cp_async_mbarrier_arrive_noinc(mbar: cute.Pointer, *, loc=None, ip=None) -> 
     )
 
 
+def target_has_try_wait() -> bool:
+    """Whether the target being traced has ``mbarrier.try_wait`` (sm_90 and later)."""
+    return BaseDSL._get_dsl().get_arch_enum().major >= 9
+
+
 @dsl_user_op
 def mbarrier_wait(mbar: cute.Pointer, phase: cutlass.Int32, *, loc=None, ip=None) -> None:
-    """Spin until the phase of parity ``phase`` has completed (acquire semantics).
+    """Wait until the phase of parity ``phase`` has completed (acquire semantics).
 
-    ``test_wait`` rather than ``try_wait``: the latter needs sm_90. Labels inside the braces
-    are local to this asm block, so the block can be inlined many times.
+    On sm_90 and later ``mbarrier.try_wait``, which suspends the thread in hardware until the
+    phase completes or a time limit passes, in a loop; below sm_90 (no ``try_wait``)
+    ``mbarrier.test_wait`` in a loop. (On the H200 the two measured the same: docs/perf.md.)
+    Labels inside the braces are local to this asm block, so it can be inlined many times.
     """
+    if target_has_try_wait():
+        poll = "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;"
+    else:
+        poll = "mbarrier.test_wait.parity.shared.b64 done, [$0], $1;"
     _shared_asm(
         [
             _smem_address(mbar, loc=loc, ip=ip),
             cutlass.Int32(phase).ir_value(loc=loc, ip=ip),
         ],
-        "{\n\t.reg .pred done;\n\t"
-        "WAIT_AGAIN:\n\t"
-        "mbarrier.test_wait.parity.shared.b64 done, [$0], $1;\n\t"
-        "@!done bra WAIT_AGAIN;\n\t}",
+        "{\n\t.reg .pred done;\n\tWAIT_AGAIN:\n\t" + poll + "\n\t@!done bra WAIT_AGAIN;\n\t}",
         "r,r",
         loc=loc,
         ip=ip,
@@ -128,18 +139,17 @@ class CpAsyncPipeline:
     def empty(self, index) -> cute.Pointer:
         return self.barriers + self.stages + index
 
-    def producer_state(self) -> PipelineState:
-        """Starts at phase 1: every stage is free before the consumers ever released it."""
-        return make_pipeline_state(PipelineUserType.Producer, self.stages)
-
     def consumer_state(self) -> PipelineState:
         return make_pipeline_state(PipelineUserType.Consumer, self.stages)
 
-    def producer_acquire(self, state: PipelineState) -> None:
-        mbarrier_wait(self.empty(state.index), state.phase)
+    def producer_acquire(self, index, phase) -> None:
+        """Wait until stage ``index`` is free: ``empty[index]`` completed phase parity
+        ``phase`` (``index`` may be a constant: its mbarrier address then is one too)."""
+        mbarrier_wait(self.empty(index), phase)
 
-    def producer_commit(self, state: PipelineState) -> None:
-        cp_async_mbarrier_arrive_noinc(self.full(state.index))
+    def producer_commit(self, index) -> None:
+        """Arrive on ``full[index]`` once this thread's copies so far have landed."""
+        cp_async_mbarrier_arrive_noinc(self.full(index))
 
     def consumer_wait(self, state: PipelineState) -> None:
         mbarrier_wait(self.full(state.index), state.phase)

@@ -24,8 +24,8 @@ from cutlass.cute.nvgpu import cpasync, warp
 
 #: m16n8k16: the fp16/bf16 ``mma.sync`` shape of sm_80..sm_90.
 MMA_INST_MNK = (16, 8, 16)
-#: Warps of the tiled MMA along M; along N it is ``Sm80Config.mma_warps_n`` (2 or 4).
-MMA_WARPS_M = 2
+#: Warps of the tiled MMA along M and N: ``Sm80Config.mma_warps_m`` x ``mma_warps_n``.
+_MMA_WARPS_CHOICES = (2, 4)
 WARP_SIZE = 32
 #: Every global<->shared copy moves one 16-byte vector per thread per instruction.
 COPY_BITS = 128
@@ -38,10 +38,9 @@ MAX_REGISTERS_PER_THREAD = 255
 SM_SUBPARTITIONS = 4
 SUBPARTITION_REGISTERS = 65536 // SM_SUBPARTITIONS
 
-_TILE_MN_CHOICES = (64, 128, 256)
+_TILE_MN_CHOICES = (64, 128, 192, 256)
 _TILE_K_CHOICES = (32, 64)
 _STAGE_RANGE = (3, 8)
-_MMA_WARPS_N_CHOICES = (2, 4)
 
 
 def vector_elems(dtype) -> int:
@@ -63,20 +62,22 @@ def _elem_bytes(dtype) -> int:
 class Sm80Config:
     """CTA tile and shared-memory ring depth of the sm80 kernels.
 
-    ``tile_m``/``tile_n`` in {64, 128, 256} (the M/N-major shared atom is 64 wide), ``tile_k``
+    ``tile_m``/``tile_n`` in {64, 128, 192, 256} (the M/N-major shared atom is 64 wide), ``tile_k``
     in {32, 64} (an even number of 16-deep k-blocks, for the two-slot fragment buffer),
     ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes`. ``ctas_per_sm``
     (1-4) is the residency the launch promises ptxas (``min_blocks_per_mp``): with more than one
     CTA per SM, ptxas caps registers so that many fit, which trades registers for warps that
     hide each other's latency.
 
-    ``mma_warps_n`` in {2, 4}: the MMA (consumer) warps form a 2 x ``mma_warps_n`` grid of
-    m16n8k16 warps, so a CTA has 4 or 8 of them, each owning a (tile_m / 2) x
-    (tile_n / mma_warps_n) block of C. ``tile_n`` must be a multiple of ``16 * mma_warps_n``
-    (each warp takes two n8 atoms per step). 2 is the study design (128x256: 64x128 per warp);
-    4 gives 128x256 the per-warp tile and registers of 128x128 with 2x2 warps (64x64) and
-    twice the warps. Thread counts, the epilogue's barrier, the arrive counts and the register
-    budget all follow from it (:attr:`mma_threads`).
+    ``mma_warps_m`` x ``mma_warps_n`` in {2, 4} x {2, 4}, not 4 x 4: the MMA (consumer) warps
+    form that grid of m16n8k16 warps, so a CTA has 4 or 8 of them, each owning a
+    (tile_m / mma_warps_m) x (tile_n / mma_warps_n) block of C. ``tile_m`` must be a multiple
+    of ``16 * mma_warps_m`` and ``tile_n`` of ``16 * mma_warps_n`` (each warp takes two n8
+    atoms per step). 2 x 2 is the study design (128x256: 64x128 per warp); 2 x 4 gives 128x256
+    the per-warp tile and registers of 128x128 with 2x2 warps (64x64) and twice the warps;
+    4 x 2 on 192x128 gives eight warps of 48x64, whose fp32 accumulators fit the 168
+    registers of a 288-thread CTA. Thread counts, the epilogue's barrier, the arrive counts
+    and the register budget all follow from it (:attr:`mma_threads`).
     """
 
     tile_m: int = 128
@@ -85,14 +86,28 @@ class Sm80Config:
     stages: int = 3
     ctas_per_sm: int = 1
     mma_warps_n: int = 2
+    mma_warps_m: int = 2
+    #: 1: a CTA whose tile has every row in range loads it without row predicates, from a
+    #: second copy of the loading loop (fewer instructions per copy; docs/perf.md); 0: one
+    #: predicated loop for every tile.
+    fast_interior: int = 1
 
     def __post_init__(self) -> None:
+        if self.fast_interior not in (0, 1) or isinstance(self.fast_interior, bool):
+            raise ValueError(f"Sm80Config.fast_interior={self.fast_interior!r} must be 0 or 1")
         if self.ctas_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
-        if self.mma_warps_n not in _MMA_WARPS_N_CHOICES or isinstance(self.mma_warps_n, bool):
+        for name in ("mma_warps_m", "mma_warps_n"):
+            value = getattr(self, name)
+            if value not in _MMA_WARPS_CHOICES or isinstance(value, bool):
+                raise ValueError(
+                    f"Sm80Config.{name}={value!r} is not allowed; choose one of "
+                    f"{_MMA_WARPS_CHOICES} (a mma_warps_m x mma_warps_n grid of MMA warps)"
+                )
+        if self.mma_warps > 8:
             raise ValueError(
-                f"Sm80Config.mma_warps_n={self.mma_warps_n!r} is not allowed; choose one of "
-                f"{_MMA_WARPS_N_CHOICES} (a 2 x mma_warps_n grid of MMA warps)"
+                f"Sm80Config.mma_warps_m x mma_warps_n = {self.mma_warps_m} x {self.mma_warps_n}"
+                " is not allowed: at most 8 MMA warps"
             )
         for name in ("tile_m", "tile_n", "tile_k", "stages"):
             value = getattr(self, name)
@@ -111,6 +126,11 @@ class Sm80Config:
         lo, hi = _STAGE_RANGE
         if not lo <= self.stages <= hi:
             raise ValueError(f"Sm80Config.stages={self.stages} must be in [{lo}, {hi}]")
+        if self.tile_m % self.mma_tile_m:
+            raise ValueError(
+                f"Sm80Config.tile_m={self.tile_m} with mma_warps_m={self.mma_warps_m} is not "
+                f"allowed: tile_m must be a multiple of {self.mma_tile_m} (16 per M warp)"
+            )
         if self.tile_n % self.mma_tile_n:
             raise ValueError(
                 f"Sm80Config.tile_n={self.tile_n} with mma_warps_n={self.mma_warps_n} is not "
@@ -131,11 +151,16 @@ class Sm80Config:
     @property
     def mma_warps(self) -> int:
         """Warps that run the MMA and the epilogue (consumers in the WS kernel)."""
-        return MMA_WARPS_M * self.mma_warps_n
+        return self.mma_warps_m * self.mma_warps_n
 
     @property
     def mma_threads(self) -> int:
         return self.mma_warps * WARP_SIZE
+
+    @property
+    def mma_tile_m(self) -> int:
+        """Rows of the tiled MMA's permutation: one m16 atom per M warp."""
+        return self.mma_warps_m * MMA_INST_MNK[0]
 
     @property
     def mma_tile_n(self) -> int:
@@ -145,7 +170,7 @@ class Sm80Config:
     @property
     def warp_tile_mn(self) -> tuple[int, int]:
         """The block of C one MMA warp owns."""
-        return (self.tile_m // MMA_WARPS_M, self.tile_n // self.mma_warps_n)
+        return (self.tile_m // self.mma_warps_m, self.tile_n // self.mma_warps_n)
 
     def launch_bounds(self, threads: int) -> dict:
         """Launch keywords that tell ptxas the block size and residency to budget registers for
@@ -286,16 +311,16 @@ def major_mode(tensor: cute.Tensor) -> int:
     raise ValueError(f"neither of the first two modes of {tensor.layout} has a static stride 1")
 
 
-def make_tiled_mma(ab_dtype, acc_dtype, warps_n: int) -> cute.TiledMma:
-    """2 x ``warps_n`` warps of m16n8k16; each warp takes two n8 atoms per (16 * warps_n)-wide
-    N step, so one ldmatrix.x4 fills a 16x16 B fragment."""
+def make_tiled_mma(ab_dtype, acc_dtype, warps_m: int, warps_n: int) -> cute.TiledMma:
+    """``warps_m`` x ``warps_n`` warps of m16n8k16; each warp takes two n8 atoms per
+    (16 * warps_n)-wide N step, so one ldmatrix.x4 fills a 16x16 B fragment."""
     op = warp.MmaF16BF16Op(ab_dtype, acc_dtype, MMA_INST_MNK)
     permutation = (
-        MMA_WARPS_M * MMA_INST_MNK[0],
+        warps_m * MMA_INST_MNK[0],
         warps_n * MMA_INST_MNK[1] * 2,
         MMA_INST_MNK[2],
     )
-    return cute.make_tiled_mma(op, cute.make_layout((MMA_WARPS_M, warps_n, 1)), permutation)
+    return cute.make_tiled_mma(op, cute.make_layout((warps_m, warps_n, 1)), permutation)
 
 
 def make_ab_smem_layout(dtype, k_major: bool, tile_mn: int, tile_k: int, stages: int):
@@ -334,12 +359,18 @@ def make_g2s_copy(dtype, k_major: bool, num_threads: int, tile_mn: int, tile_k: 
     )
     vec = vector_elems(dtype)
     if k_major:
+        # Whole 64-byte rows of a 32-deep k-tile per group of threads: one instruction reads
+        # num_threads / along full rows. (Two threads per row, a 32-byte sector each, shares
+        # addresses between a thread's copies but doubles the lines an instruction touches:
+        # both kernels lost 10-30% on the H200, docs/perf.md.)
         along = tile_k // vec
         threads = cute.make_layout((num_threads // along, along), stride=(along, 1))
         values = cute.make_layout((1, vec))
         covers = (num_threads // along, tile_k)
     else:
-        along = min(tile_mn // vec, num_threads)
+        # Threads along MN: as many as divide both the vectors of a column and the threads
+        # (16 of 32 for a 128-wide tile, 8 of 32 for a 192-wide one).
+        along = math.gcd(tile_mn // vec, num_threads)
         threads = cute.make_layout((along, num_threads // along), stride=(1, along))
         values = cute.make_layout((vec, 1))
         covers = (along * vec, num_threads // along)
@@ -379,7 +410,8 @@ class Sm80Tiles:
         return self.config.tile_k // MMA_INST_MNK[2]
 
     def tiled_mma(self) -> cute.TiledMma:
-        return make_tiled_mma(self.ab_dtype, self.acc_dtype, self.config.mma_warps_n)
+        c = self.config
+        return make_tiled_mma(self.ab_dtype, self.acc_dtype, c.mma_warps_m, c.mma_warps_n)
 
     def smem_layout_a(self):
         c = self.config
@@ -471,16 +503,30 @@ class OperandLoader:
     tXsX: cute.Tensor  # (CPY, CPY_MN, CPY_K, stages) shared destination
     tXcX: cute.Tensor  # (CPY, CPY_MN, CPY_K, k_tiles) (mn, k) coordinates of the source
     tXpX: cute.Tensor  # (CPY_V, CPY_MN, CPY_K) row-in-range predicates, broadcast along k
+    #: Whether every row of the CTA's tile is in range (run-time, uniform over the CTA).
+    interior: cutlass.Boolean
 
     @cute.jit
-    def load(self, k_tile, stage):
-        """A k-tile after the first: every k is in range, rows are predicated."""
-        cute.copy(
-            self.tiled_copy,
-            self.tXgX[None, None, None, k_tile],
-            self.tXsX[None, None, None, stage],
-            pred=self.tXpX,
-        )
+    def load(self, k_tile, stage, predicated: cutlass.Constexpr = True):
+        """A k-tile after the first: every k is in range; rows are predicated unless the
+        caller knows the tile is ``interior`` (then each copy is one instruction, with no
+        predicate to rebuild: the producer warp's budget, docs/sm80.md)."""
+        # Row group by row group, the k-direction copies of a row group back to back: they
+        # share one address (constant offsets), which the compiler then computes once.
+        for i in cutlass.range_constexpr(cute.size(self.tXsX, mode=[1])):
+            if cutlass.const_expr(predicated):
+                cute.copy(
+                    self.tiled_copy,
+                    self.tXgX[None, i, None, k_tile],
+                    self.tXsX[None, i, None, stage],
+                    pred=self.tXpX[None, i, None],
+                )
+            else:
+                cute.copy(
+                    self.tiled_copy,
+                    self.tXgX[None, i, None, k_tile],
+                    self.tXsX[None, i, None, stage],
+                )
 
     @cute.jit
     def load_first(self, stage):
@@ -532,7 +578,8 @@ def make_operand_loader(
     for v in cutlass.range_constexpr(tXpX.shape[0]):
         for i in cutlass.range_constexpr(tXpX.shape[1]):
             tXpX[v, i, 0] = cute.elem_less(tXcX[(0, v), i, 0, 0][0], extent_mn)
-    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX)
+    interior = (tile_idx + 1) * tile_mn <= extent_mn
+    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -712,22 +759,31 @@ class Sm80Kernel:
 # Shipped configs
 
 #: Both kernels ship the same tile, stages and warps (the ablation compares like with like),
-#: chosen by measurement on the H200 (docs/perf.md, entries 3-4; scripts/tune.sh).
-#: fp32 accumulators: 128x128x32, 4 stages, 2x2 warps of 64x64 (the study layout; WS 211
-#: registers x 160 threads, one CTA an SM; multistage 242 x 128, two). Eight warps of 64x32
-#: (2x4) were slower for both kernels (thinner warp tiles read more shared memory per MMA), and
-#: eight warps of 64x64 in one WS CTA do not fit: a 288-thread CTA is capped at
-#: :func:`register_budget` (288) = 168 registers, under the 128 accumulators + 64 fragments.
+#: chosen by measurement on the H200 (docs/perf.md, entries 3-4 and 7; scripts/sm80_study.sh):
+#: the specialized kernel's fastest, run by the baseline too. The one field that differs is
+#: ``fast_interior``, set to what measured faster for each kernel (a second, unpredicated copy
+#: of the loading loop is worth 25% to the single producer warp and costs the multistage
+#: kernel, whose loads share the MMA loop's code, 3-5%).
+#: fp32 accumulators: 128x128x64, 3 stages (96 KiB), 2x2 warps of 64x64 (the study layout;
+#: WS 210-215 registers x 160 threads, one CTA an SM; multistage 242-254 x 128, two). Whole
+#: 128-byte rows per k-tile halve the global lines and shared wavefronts of every cp.async
+#: against 64-byte ones. Eight warps of 48x64 (4x2 on 192x128) fit the 9-warp CTA's 168
+#: registers and measured the same for the specialized kernel; eight warps of 64x64 do not
+#: fit (:func:`register_budget` (288) = 168 < 128 accumulators + 64 fragments).
 SHIPPED_CONFIGS = {
-    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=2),
-    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=32, stages=4, mma_warps_n=2),
+    "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2),
+    "sm80-multistage": Sm80Config(
+        tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2, fast_interior=0
+    ),
 }
 #: fp16 accumulators pack two per register: 128x256x32, 4 stages, 2x4 warps of 64x64 (WS 144
 #: registers x 288 threads, multistage 166 x 256; 96 KiB ring + 1 KiB alignment + mbarriers
 #: fits sm_89's 99 KiB; fp32 C goes out in two 128-column passes).
 SHIPPED_FP16_ACC_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4),
-    "sm80-multistage": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4),
+    "sm80-multistage": Sm80Config(
+        tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4, fast_interior=0
+    ),
 }
 
 
