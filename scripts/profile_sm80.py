@@ -1,0 +1,39 @@
+"""One GEMM call of a wsgemm kernel inside a cudaProfilerStart/Stop window, for Nsight Compute:
+
+    ncu --profile-from-start off --section WarpStateStats ... \\
+        python scripts/profile_sm80.py 'sm80{producer_sleep_ns=64}' fp32 4096 4096 4096
+
+The kernel is compiled and run twice before the window, so ncu sees one warm launch only.
+The candidate syntax is the benchmark's (``wsgemm.bench.backends.parse_candidate``)."""
+
+import dataclasses
+import sys
+
+import torch
+
+from wsgemm import api, host
+from wsgemm.bench.backends import parse_candidate
+
+
+def main(candidate: str, accumulate: str, m: int, n: int, k: int) -> None:
+    base, overrides = parse_candidate(candidate)
+    acc = torch.float16 if accumulate == "fp16" else torch.float32
+    a = torch.randn(m, k, dtype=torch.float16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.float16, device="cuda").t()
+    out = torch.empty(m, n, dtype=torch.float16, device="cuda")
+    p = api.validate(a, b, out, None, acc, base)
+    acc_name = "float16" if accumulate == "fp16" else "float32"
+    config = dataclasses.replace(host.BACKENDS[base].config(acc_name), **overrides)
+    for _ in range(2):
+        api._run(a, b, out, p, config)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    api._run(a, b, out, p, config)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    err = (out.float() - a.float() @ b.float()).abs().max().item()
+    print(f"{candidate} {accumulate} {m}x{n}x{k}: max error {err:.3g}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]))
