@@ -35,8 +35,8 @@ class Sm80MultistageGemm(Sm80Kernel):
     the two measures what specialization buys.
 
     Roles
-        * warps 0 .. mma_warps - 1 (2 x ``config.mma_warps_n`` warps of m16n8k16: 128 or 256
-          threads), all alike: cp.async.cg 16-byte copies of A and B k-tiles into a
+        * warps 0 .. mma_warps - 1 (``mma_warps_m`` x ``mma_warps_n`` warps of m16n8k16: 128
+          or 256 threads), all alike: cp.async.cg 16-byte copies of A and B k-tiles into a
           ``stages``-deep ring, ldmatrix + mma.sync, then the epilogue shared with the WS
           kernel.
 
@@ -58,10 +58,12 @@ class Sm80MultistageGemm(Sm80Kernel):
         * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
 
     Registers: the MMA threads here also keep the cp.async addresses and predicates live. The
-    shipped configs are the WS kernel's: fp32 accumulators 128x128x32, 4 stages, 2x2 warps
-    (232-255 registers x 128 threads: two CTAs per SM), fp16 accumulators 128x256x32, 4
-    stages, 2x4 warps (166-175 x 256). With 2x2 warps, 128x256
-    and fp16 accumulators spills 3-9 words.
+    shipped configs are the WS kernel's tile, stages and warps: fp32 accumulators 128x128x64,
+    3 stages, 2x2 warps (242-254 registers x 128 threads: two CTAs per SM), fp16 accumulators
+    128x256x32, 4 stages, 2x4 warps (166-175 x 256), with ``fast_interior=0``: an unpredicated
+    second copy of this kernel's main loop measured 3-5% slower (the loads share the loop with
+    the MMAs, so the copy doubles the loop's code). With 2x2 warps, 128x256 and fp16
+    accumulators spills 3-9 words.
     """
 
     name = "sm80-multistage"

@@ -37,15 +37,18 @@ class Sm80WsGemm(Sm80Kernel):
 
     ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]``, one (tile_m, tile_n) tile per CTA (grid
     ``(ceil(M / tile_m), ceil(N / tile_n), L)``), all four A/B majors, any M, N, K, L >= 1
-    (major extents multiples of 8: ``needs_vector_extent``). ``config.mma_warps_n`` (2 or 4)
-    sets the consumers: 2 x 2 warps (160 threads, the study design) or 2 x 4 (288 threads).
+    (major extents multiples of 8: ``needs_vector_extent``). ``config.mma_warps_m`` x
+    ``mma_warps_n`` sets the consumers: 2 x 2 warps (160 threads, the study design), 2 x 4 or
+    4 x 2 (288 threads).
 
     Roles
         * warp 0, producer (32 threads): cp.async.cg 16-byte copies of all of the A and B
           k-tiles of the CTA's tile into a ``stages``-deep shared ring (Swizzle<3,3,3> atoms);
           k-tile 0 carries the K residue, rows past M/N are never copied (zero-filled stages).
-        * warps 1 .. mma_warps, consumers (2 x mma_warps_n warps of m16n8k16, 128 or 256
-          threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
+          A tile with every row in range is loaded by a second copy of the loop without row
+          predicates (``config.fast_interior``): this one warp issues every copy of the CTA.
+        * warps 1 .. mma_warps, consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
+          256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
           accumulators, then the epilogue: convert, stage through the (reused) A/B shared
           buffer, 16-byte predicated stores.
 
@@ -61,8 +64,9 @@ class Sm80WsGemm(Sm80Kernel):
           producer has exited).
 
     Per-role timeline
-        * producer: acquire ``empty[s]`` -> cp.async A and B of k-tile t -> commit ``full[s]``
-          -> t+1, s+1 (mod stages); after the last k-tile, drain its copies and exit.
+        * producer: k-tile t into stage s = t % stages: acquire ``empty[s]`` (parity
+          1 ^ (t // stages) & 1) -> cp.async A and B of k-tile t -> commit ``full[s]``; after
+          the last k-tile, drain its copies and exit.
         * consumer: wait ``full[s]``, ldmatrix k-block 0; then per k-block b of the stage:
           ldmatrix b+1 into the other register slot while mma.sync consumes b; once the
           stage's last ldmatrix and the MMAs of the k-block before it are issued, release
@@ -75,12 +79,13 @@ class Sm80WsGemm(Sm80Kernel):
     (:func:`~wsgemm.runtime.sm80_tiles.register_budget`): 5 warps (160 threads) may use 255,
     9 warps (288 threads) only 168, the same as two 160-thread CTAs. The producer warp thus
     costs the consumers registers the multistage baseline keeps. Shipped (measured best,
-    docs/perf.md): fp32 accumulators 128x128x32, 4 stages, 2x2 warps of 64x64 (the study
-    layout, 208-215 registers, one CTA per SM); fp16 accumulators 128x256x32, 4 stages, 2x4
-    warps of 64x64 (144-147 registers, one CTA and eight MMA warps per SM). 2x4 warps of 64x32
-    with fp32 accumulators fit (128-133 registers) but read twice the A fragments per MMA and
-    were slower; 2x4 warps of 64x64 with fp32 accumulators need 128 + 64 registers before
-    addresses: over 168, ptxas spills over 1 KiB. The study design on its own tile
+    docs/perf.md): fp32 accumulators 128x128x64, 3 stages, 2x2 warps of 64x64 (the study
+    layout, 210-215 registers, one CTA per SM); fp16 accumulators 128x256x32, 4 stages, 2x4
+    warps of 64x64 (144-147 registers, one CTA and eight MMA warps per SM). 4x2 warps of 48x64
+    on 192x128 fit fp32 accumulators in 168 registers and measured the same; 2x4 warps of 64x32
+    fit too but read twice the A fragments per MMA and were slower; 2x4 warps of 64x64 with
+    fp32 accumulators need 128 + 64 registers before addresses: over 168, ptxas spills over
+    1 KiB. The study design on its own tile
     (``Sm80Config()``, 128x256x32, 3 stages, 2x2 warps of 64x128) fits only with fp16
     accumulators (237-248 registers); with fp32 ones it spills (256 + 96 > 255).
     """
