@@ -218,8 +218,8 @@ def test_ws_arrive_counts_are_derived_from_the_roles(config, counts, threads):
 @pytest.mark.parametrize(
     "attribute, wrong, barrier",
     [
-        ("FULL_BARRIER_ARRIVALS", 1, "sm80 ab full"),
-        ("FULL_BARRIER_ARRIVALS", 64, "sm80 ab full"),
+        ("full_barrier_arrivals", lambda self: 1, "sm80 ab full"),
+        ("full_barrier_arrivals", lambda self: 64, "sm80 ab full"),
         ("RELEASE_LANES_PER_WARP", 32, "sm80 ab empty"),
         ("empty_barrier_arrivals", lambda self: 4 * self.config.mma_warps, "sm80 ab empty"),
         ("empty_barrier_arrivals", lambda self: self.config.mma_warps - 1, "sm80 ab empty"),
@@ -229,6 +229,17 @@ def test_wrong_arrive_count_raises(config, attribute, wrong, barrier):
     broken = type("Broken", (Sm80WsGemm,), {attribute: wrong})
     with pytest.raises(ArriveCountError, match=barrier):
         broken(config, F16, F16, F32).arrive_counts()
+
+
+@pytest.mark.parametrize("producers", [1, 2, 4])
+def test_producer_warps_set_the_full_count_and_the_launch(producers):
+    config = dataclasses.replace(shipped_config("sm80", F32), producer_warps=producers)
+    kernel = Sm80WsGemm(config, F16, F16, F32)
+    assert kernel.arrive_counts() == (32 * producers, 4)
+    assert kernel.threads == 32 * (producers + 4)
+    assert kernel.consumer_warps == 4
+    with pytest.raises(ValueError, match="producer_warps=3 must be 1, 2 or 4"):
+        dataclasses.replace(config, producer_warps=3)
 
 
 def test_arrive_counts_follow_the_launched_consumer_warps():

@@ -92,23 +92,28 @@ class Sm80WsGemm(Sm80Kernel):
 
     name = "sm80"
 
-    PRODUCER_WARP = 0
-    PRODUCER_WARPS = 1
-    #: What ``full[s]`` is initialised to expect per phase (checked while tracing).
-    FULL_BARRIER_ARRIVALS = 32
     #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage (lane 0, after
     #: ``__syncwarp``: ``CpAsyncPipeline.consumer_release``).
     RELEASE_LANES_PER_WARP = 1
 
     @property
+    def producer_warps(self) -> int:
+        """Warps 0 .. producer_warps - 1 load (one in the study design; ``config``)."""
+        return self.config.producer_warps
+
+    @property
     def threads(self) -> int:
         """The CTA: the producer warp(s) and one consumer warp per warp of the tiled MMA."""
-        return (self.PRODUCER_WARPS + self.config.mma_warps) * WARP_SIZE
+        return (self.producer_warps + self.config.mma_warps) * WARP_SIZE
 
     @property
     def consumer_warps(self) -> int:
         """The warps of the launched CTA that are not the producer's (they release stages)."""
-        return self.threads // WARP_SIZE - self.PRODUCER_WARPS
+        return self.threads // WARP_SIZE - self.producer_warps
+
+    def full_barrier_arrivals(self) -> int:
+        """What ``full[s]`` is initialised to expect per phase: 32 in the study design."""
+        return self.config.producer_warps * WARP_SIZE
 
     def empty_barrier_arrivals(self) -> int:
         """What ``empty[s]`` is initialised to expect per phase: one per MMA warp."""
@@ -119,9 +124,9 @@ class Sm80WsGemm(Sm80Kernel):
         checks the epilogue's named barrier against the consumer threads of the launch."""
         full = check_arrive_count(
             "sm80 ab full",
-            self.FULL_BARRIER_ARRIVALS,
+            self.full_barrier_arrivals(),
             {
-                "producer warps": self.PRODUCER_WARPS,
+                "producer warps": self.producer_warps,
                 "threads per warp": WARP_SIZE,
                 "cp.async.mbarrier.arrive.noinc per thread per stage": 1,
             },
@@ -164,7 +169,7 @@ class Sm80WsGemm(Sm80Kernel):
             self.acc_dtype,
             mA,
             mB,
-            load_threads=self.PRODUCER_WARPS * WARP_SIZE,
+            load_threads=self.producer_warps * WARP_SIZE,
         )
         full, empty = self.arrive_counts()
         self.launch(self.device(mA, mB, mC, tiles, full, empty), mC, stream)
@@ -201,10 +206,10 @@ class Sm80WsGemm(Sm80Kernel):
         # roles before either starts.
         cute.arch.sync_threads()
 
-        if warp_idx == self.PRODUCER_WARP:
-            self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn)
+        if warp_idx < self.producer_warps:
+            self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
         else:
-            tid = tidx - self.PRODUCER_WARPS * WARP_SIZE
+            tid = tidx - self.producer_warps * WARP_SIZE
             lane = cute.arch.lane_idx()
             tiled_mma = tiles.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
@@ -221,15 +226,16 @@ class Sm80WsGemm(Sm80Kernel):
         pipe: CpAsyncPipeline,
         bm: cutlass.Int32,
         bn: cutlass.Int32,
+        tid: cutlass.Int32,
     ):
-        """Producer warp: every k-tile of this CTA's A and B, in order, into the ring."""
+        """Producer warp(s), thread ``tid``: every k-tile of this CTA's A and B, in order, into
+        the ring (with several producer warps each copies its share of every k-tile)."""
         c = tiles.config
-        lane = cute.arch.lane_idx()
         load_a = make_operand_loader(
-            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, lane
+            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
         )
         load_b = make_operand_loader(
-            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, lane
+            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
 

@@ -87,12 +87,17 @@ class Sm80Config:
     ctas_per_sm: int = 1
     mma_warps_n: int = 2
     mma_warps_m: int = 2
+    #: Warps that load, in the specialized kernel only: 1 is the study design; 2 or 4 spread
+    #: the copies over as many SM sub-partitions (a measured departure, docs/perf.md entry 8).
+    producer_warps: int = 1
     #: 1: a CTA whose tile has every row in range loads it without row predicates, from a
     #: second copy of the loading loop (fewer instructions per copy; docs/perf.md); 0: one
     #: predicated loop for every tile.
     fast_interior: int = 1
 
     def __post_init__(self) -> None:
+        if self.producer_warps not in (1, 2, 4) or isinstance(self.producer_warps, bool):
+            raise ValueError(f"Sm80Config.producer_warps={self.producer_warps!r} must be 1, 2 or 4")
         if self.fast_interior not in (0, 1) or isinstance(self.fast_interior, bool):
             raise ValueError(f"Sm80Config.fast_interior={self.fast_interior!r} must be 0 or 1")
         if self.ctas_per_sm not in (1, 2, 3, 4):
