@@ -47,6 +47,8 @@ class Sm80WsGemm(Sm80Kernel):
           k-tile 0 carries the K residue, rows past M/N are never copied (zero-filled stages).
           A tile with every row in range is loaded by a second copy of the loop without row
           predicates (``config.fast_interior``): this one warp issues every copy of the CTA.
+          (``config.producer_warps`` = 2 or 4 splits the copies over warps 0 .. P - 1, a
+          measured departure from the study design; the consumers' indices shift by P - 1.)
         * warps 1 .. mma_warps, consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
           256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
           accumulators, then the epilogue: convert, stage through the (reused) A/B shared
@@ -54,7 +56,7 @@ class Sm80WsGemm(Sm80Kernel):
 
     Pipelines
         * ``ab`` (:class:`~wsgemm.runtime.sm80_pipeline.CpAsyncPipeline`), producer ->
-          consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase, one
+          consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase per producer warp, one
           ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
           copies of the stage have landed. ``empty[s]``: ``mma_warps`` (4 or 8) arrivals a
           phase, lane 0 of each consumer warp after ``__syncwarp``, once the warp has issued
