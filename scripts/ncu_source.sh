@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Per-SASS-instruction warp-stall samples of one wsgemm kernel (Nsight Compute source page):
-#   OUT=/tmp/out bash scripts/ncu_source.sh NAME 'sm80{tile_m=192,mma_warps_m=4}' fp32 [M N K]
+#   OUT=/tmp/out bash scripts/ncu_source.sh NAME 'sm80{tile_m=192,tile_k=32,stages=4,mma_warps_m=4}' fp32 [M N K]
 # writes $OUT/NAME.csv (one row per SASS instruction with its stall-reason sample counts).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -18,7 +18,7 @@ if [[ " $what " == *" sm80 "* ]]; then
   # both kernels always with the same config: the ablation compares like with like
   cands="cublas"
   for k in sm80 sm80-multistage; do
-    cands+=",wsgemm:$k,wsgemm:$k{mma_warps_n=2},wsgemm:$k{tile_k=64,stages=3}"
+    cands+=",wsgemm:$k,wsgemm:$k{mma_warps_n=2},wsgemm:$k{tile_k=32,stages=4}"
     cands+=",wsgemm:$k{tile_n=128,mma_warps_n=2}"
   done
   for acc in fp32 fp16; do

@@ -1,7 +1,10 @@
 """Every shipped kernel compiles for its targets without a GPU, and its SASS shows the hardware
 path it was written for, with no local-memory spills. Also: the ``inspect`` command's JSON."""
 
+import concurrent.futures
 import json
+import multiprocessing
+import os
 import subprocess
 import sys
 
@@ -73,17 +76,32 @@ def test_sm80_kernels_compile_to_cp_async_and_mma_sync(backend, arch):
     assert_clean(r)
 
 
-@pytest.mark.parametrize("backend", SM80)
-@pytest.mark.parametrize(
-    "ab, c, acc, a_major, b_major",
-    [
-        ("bfloat16", "bfloat16", "float32", "m", "n"),
-        ("float16", "float32", "float16", "m", "k"),
-        ("float16", "float16", "float16", "k", "n"),
-    ],
-)
-def test_sm80_variants_compile_spill_free(backend, ab, c, acc, a_major, b_major):
-    assert_clean(report(host.Variant(backend, "sm_80", ab, c, acc, a_major, b_major)))
+def _sm80_summary(variant: host.Variant) -> tuple[str, int, int, int, int, int]:
+    """(key, spill bytes, LDL + STL, HMMA, LDGSTS, LDSM) of one variant (a worker process)."""
+    r = insp.inspect_variant(variant)
+    s = r.sass
+    return variant.key(), r.spill_bytes, s["LDL"] + s["STL"], s["HMMA"], s["LDGSTS"], s["LDSM"]
+
+
+@pytest.mark.slow
+def test_every_sm80_variant_compiles_spill_free_on_sm80_and_sm90a():
+    """All 144 shipped sm80 variants (two kernels x dtypes x accumulators x four layouts x two
+    targets), compiled in parallel worker processes: no local memory, and the hardware path."""
+    variants = [
+        v
+        for arch in ("sm_80", "sm_90a")
+        for backend in SM80
+        for v in insp.variants(arch, backend, everything=True)
+    ]
+    assert len(variants) == 144
+    workers = max(1, min(8, os.cpu_count() or 1))
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        rows = list(pool.map(_sm80_summary, variants))
+    spills = [(key, b, n) for key, b, n, *_ in rows if b or n]
+    assert not spills, f"local-memory spills: {spills}"
+    missing = [key for key, _, _, hmma, ldgsts, ldsm in rows if not (hmma and ldgsts and ldsm)]
+    assert not missing, f"no HMMA/LDGSTS/LDSM in {missing}"
 
 
 @pytest.mark.parametrize("arch, mbarrier_op", [("sm_80", "ARRIVES"), ("sm_90a", "SYNCS")])

@@ -59,11 +59,12 @@ class Sm80MultistageGemm(Sm80Kernel):
 
     Registers: the MMA threads here also keep the cp.async addresses and predicates live. The
     shipped configs are the WS kernel's tile, stages and warps: fp32 accumulators 128x128x64,
-    3 stages, 2x2 warps (242-254 registers x 128 threads: two CTAs per SM), fp16 accumulators
-    128x256x32, 4 stages, 2x4 warps (166-175 x 256), with ``fast_interior=0``: an unpredicated
-    second copy of this kernel's main loop measured 3-5% slower (the loads share the loop with
-    the MMAs, so the copy doubles the loop's code). With 2x2 warps, 128x256 and fp16
-    accumulators spills 3-9 words.
+    3 stages, 2x2 warps (246-255 registers x 128 threads: two CTAs per SM), fp16 accumulators
+    128x256x32, 4 stages, 2x4 warps (166-175 x 256) with ``fast_interior=0``: an unpredicated
+    second copy of this kernel's main loop measured 3-7% slower on most configs (the loads
+    share the loop with the MMAs, so the copy doubles the loop's code); with fp32 accumulators
+    the copy stays, since without it two variants spill (``SHIPPED_CONFIGS``). With 2x2 warps,
+    128x256 and fp16 accumulators spills 3-9 words.
     """
 
     name = "sm80-multistage"

@@ -84,7 +84,7 @@ class Sm80WsGemm(Sm80Kernel):
     docs/perf.md): fp32 accumulators 128x128x64, 3 stages, 2x2 warps of 64x64 (the study
     layout, 210-215 registers, one CTA per SM); fp16 accumulators 128x256x32, 4 stages, 2x4
     warps of 64x64 (144-147 registers, one CTA and eight MMA warps per SM). 4x2 warps of 48x64
-    on 192x128 fit fp32 accumulators in 168 registers and measured the same; 2x4 warps of 64x32
+    on 192x128 fit fp32 accumulators in 168 registers but measured ~6% slower; 2x4 warps of 64x32
     fit too but read twice the A fragments per MMA and were slower; 2x4 warps of 64x64 with
     fp32 accumulators need 128 + 64 registers before addresses: over 168, ptxas spills over
     1 KiB. The study design on its own tile

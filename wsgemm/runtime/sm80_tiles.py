@@ -62,7 +62,8 @@ def _elem_bytes(dtype) -> int:
 class Sm80Config:
     """CTA tile and shared-memory ring depth of the sm80 kernels.
 
-    ``tile_m``/``tile_n`` in {64, 128, 192, 256} (the M/N-major shared atom is 64 wide), ``tile_k``
+    ``tile_m``/``tile_n`` in {64, 128, 192, 256} (the M/N-major shared atom is 64 wide; 192 is
+    for ``tile_m``: no 192-wide C slab splits over the epilogue's threads), ``tile_k``
     in {32, 64} (an even number of 16-deep k-blocks, for the two-slot fragment buffer),
     ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes`. ``ctas_per_sm``
     (1-4) is the residency the launch promises ptxas (``min_blocks_per_mp``): with more than one
@@ -96,9 +97,9 @@ class Sm80Config:
     fast_interior: int = 1
 
     def __post_init__(self) -> None:
-        if self.producer_warps not in (1, 2, 4) or isinstance(self.producer_warps, bool):
+        if type(self.producer_warps) is not int or self.producer_warps not in (1, 2, 4):
             raise ValueError(f"Sm80Config.producer_warps={self.producer_warps!r} must be 1, 2 or 4")
-        if self.fast_interior not in (0, 1) or isinstance(self.fast_interior, bool):
+        if type(self.fast_interior) is not int or self.fast_interior not in (0, 1):
             raise ValueError(f"Sm80Config.fast_interior={self.fast_interior!r} must be 0 or 1")
         if self.ctas_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
@@ -364,10 +365,10 @@ def make_g2s_copy(dtype, k_major: bool, num_threads: int, tile_mn: int, tile_k: 
     )
     vec = vector_elems(dtype)
     if k_major:
-        # Whole 64-byte rows of a 32-deep k-tile per group of threads: one instruction reads
-        # num_threads / along full rows. (Two threads per row, a 32-byte sector each, shares
-        # addresses between a thread's copies but doubles the lines an instruction touches:
-        # both kernels lost 10-30% on the H200, docs/perf.md.)
+        # Whole rows of the k-tile (64 or 128 bytes) per group of threads: one instruction reads
+        # num_threads / along full rows. (Two threads per 64-byte row, a 32-byte sector each,
+        # shares addresses between a thread's copies but doubles the lines an instruction
+        # touches: both kernels lost 10-30% on the H200, docs/perf.md entry 7.)
         along = tile_k // vec
         threads = cute.make_layout((num_threads // along, along), stride=(along, 1))
         values = cute.make_layout((1, vec))
@@ -765,25 +766,27 @@ class Sm80Kernel:
 
 #: Both kernels ship the same tile, stages and warps (the ablation compares like with like),
 #: chosen by measurement on the H200 (docs/perf.md, entries 3-4 and 7; scripts/sm80_study.sh):
-#: the specialized kernel's fastest, run by the baseline too. The one field that differs is
-#: ``fast_interior``, set to what measured faster for each kernel (a second, unpredicated copy
-#: of the loading loop is worth 25% to the single producer warp and costs the multistage
-#: kernel, whose loads share the MMA loop's code, 3-5%).
+#: the specialized kernel's fastest, run by the baseline too. The one field that may differ is
+#: ``fast_interior``: a second, unpredicated copy of the loading loop is worth +16% (fp32) and
+#: +6% (fp16) to the single producer warp; to the multistage kernel, whose loads share the MMA
+#: loop's code, it cost 3-7% on most configs (entry 7).
 #: fp32 accumulators: 128x128x64, 3 stages (96 KiB), 2x2 warps of 64x64 (the study layout;
-#: WS 210-215 registers x 160 threads, one CTA an SM; multistage 242-254 x 128, two). Whole
+#: WS 210-215 registers x 160 threads, one CTA an SM; multistage 246-255 x 128, two). Whole
 #: 128-byte rows per k-tile halve the global lines and shared wavefronts of every cp.async
-#: against 64-byte ones. Eight warps of 48x64 (4x2 on 192x128) fit the 9-warp CTA's 168
-#: registers and measured the same for the specialized kernel; eight warps of 64x64 do not
-#: fit (:func:`register_budget` (288) = 168 < 128 accumulators + 64 fragments).
+#: against 64-byte ones. The baseline keeps ``fast_interior=1`` here: without it, it ran 3%
+#: faster on the measured fp16 TN variant but spilled 16 bytes in two of its 48 fp32 variants
+#: (bf16 in, fp32 out, A M-major; docs/perf.md quotes both). Eight warps of 48x64 (4x2 on
+#: 192x128) fit the 9-warp CTA's 168 registers but measured ~6% slower for the specialized
+#: kernel; eight warps of 64x64 do not fit (:func:`register_budget` (288) = 168 < 128
+#: accumulators + 64 fragments).
 SHIPPED_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2),
-    "sm80-multistage": Sm80Config(
-        tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2, fast_interior=0
-    ),
+    "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2),
 }
 #: fp16 accumulators pack two per register: 128x256x32, 4 stages, 2x4 warps of 64x64 (WS 144
 #: registers x 288 threads, multistage 166 x 256; 96 KiB ring + 1 KiB alignment + mbarriers
-#: fits sm_89's 99 KiB; fp32 C goes out in two 128-column passes).
+#: fits sm_89's 99 KiB; fp32 C goes out in two 128-column passes). The baseline without the
+#: unpredicated loop copy (``fast_interior=0``): 5% faster for it.
 SHIPPED_FP16_ACC_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4),
     "sm80-multistage": Sm80Config(
