@@ -76,32 +76,43 @@ def test_sm80_kernels_compile_to_cp_async_and_mma_sync(backend, arch):
     assert_clean(r)
 
 
-def _sm80_summary(variant: host.Variant) -> tuple[str, int, int, int, int, int]:
-    """(key, spill bytes, LDL + STL, HMMA, LDGSTS, LDSM) of one variant (a worker process)."""
+def _summary(variant: host.Variant) -> tuple[str, int, dict]:
+    """(key, spill bytes, SASS opcode counts) of one variant (runs in a worker process)."""
     r = insp.inspect_variant(variant)
-    s = r.sass
-    return variant.key(), r.spill_bytes, s["LDL"] + s["STL"], s["HMMA"], s["LDGSTS"], s["LDSM"]
+    return variant.key(), r.spill_bytes, dict(r.sass)
 
 
-@pytest.mark.slow
-def test_every_sm80_variant_compiles_spill_free_on_sm80_and_sm90a():
-    """All 144 shipped sm80 variants (two kernels x dtypes x accumulators x four layouts x two
-    targets), compiled in parallel worker processes: no local memory, and the hardware path."""
-    variants = [
-        v
-        for arch in ("sm_80", "sm_90a")
-        for backend in SM80
-        for v in insp.variants(arch, backend, everything=True)
-    ]
-    assert len(variants) == 144
+def _compile_all(variants: list) -> list:
     workers = max(1, min(8, os.cpu_count() or 1))
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        rows = list(pool.map(_sm80_summary, variants))
-    spills = [(key, b, n) for key, b, n, *_ in rows if b or n]
+        return list(pool.map(_summary, variants))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "family, archs, count, needs",
+    [
+        ("sm80", ("sm_80", "sm_90a"), 144, SM80_NEEDS),
+        ("sm90", ("sm_90a",), 72, SM90_NEEDS),
+    ],
+)
+def test_every_shipped_variant_compiles_spill_free(family, archs, count, needs):
+    """Every shipped variant (kernels x dtypes x accumulators x four layouts x targets),
+    compiled in parallel worker processes: no local memory, and the hardware path."""
+    variants = [
+        v
+        for arch in archs
+        for backend in host.shipped_backends(family)
+        for v in insp.variants(arch, backend, everything=True)
+    ]
+    assert len(variants) == count
+    rows = _compile_all(variants)
+    spills = [(key, b) for key, b, ops in rows if b or ops["LDL"] or ops["STL"]]
     assert not spills, f"local-memory spills: {spills}"
-    missing = [key for key, _, _, hmma, ldgsts, ldsm in rows if not (hmma and ldgsts and ldsm)]
-    assert not missing, f"no HMMA/LDGSTS/LDSM in {missing}"
+    for op, why in needs.items():
+        missing = [key for key, _, ops in rows if not ops[op]]
+        assert not missing, f"no {op} ({why}) in {missing}"
 
 
 @pytest.mark.parametrize("arch, mbarrier_op", [("sm_80", "ARRIVES"), ("sm_90a", "SYNCS")])
