@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
@@ -14,11 +13,9 @@ from wsgemm.runtime.sm80_tiles import (
     Sm80Kernel,
     Sm80Tiles,
     carve_smem,
-    check_operands,
     make_accumulators,
     make_mma_fragments,
     make_operand_loader,
-    make_tiles,
     shipped_config,
     smem_bytes,
     store_accumulators,
@@ -78,23 +75,9 @@ class Sm80MultistageGemm(Sm80Kernel):
         """Dynamic shared memory per CTA: max(A/B ring, epilogue slab); no mbarriers."""
         return smem_bytes(self.config, self.ab_dtype, self.c_dtype, barrier_stages=0)
 
-    @cute.jit
-    def kernel(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        max_active_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-    ):
-        check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
-        tiles = make_tiles(
-            self.config, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.threads
-        )
-        self.launch(self.device(mA, mB, mC, tiles), mC, stream)
-
-    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
-    __call__ = kernel
+    def device_call(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: Sm80Tiles):
+        """The traced kernel (no pipeline counts: cp.async groups and block barriers)."""
+        return self.device(mA, mB, mC, tiles)
 
     @cute.kernel
     def device(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: cutlass.Constexpr):

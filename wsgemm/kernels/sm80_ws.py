@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
@@ -18,11 +17,9 @@ from wsgemm.runtime.sm80_tiles import (
     Sm80Tiles,
     barrier_bytes,
     carve_smem,
-    check_operands,
     make_accumulators,
     make_mma_fragments,
     make_operand_loader,
-    make_tiles,
     shipped_config,
     smem_bytes,
     store_accumulators,
@@ -154,30 +151,14 @@ class Sm80WsGemm(Sm80Kernel):
             self.config, self.ab_dtype, self.c_dtype, barrier_stages=self.config.stages
         )
 
-    @cute.jit
-    def kernel(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        max_active_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-    ):
-        check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
-        tiles = make_tiles(
-            self.config,
-            self.ab_dtype,
-            self.c_dtype,
-            self.acc_dtype,
-            mA,
-            mB,
-            load_threads=self.producer_warps * WARP_SIZE,
-        )
-        full, empty = self.arrive_counts()
-        self.launch(self.device(mA, mB, mC, tiles, full, empty), mC, stream)
+    @property
+    def load_threads(self) -> int:
+        return self.producer_warps * WARP_SIZE
 
-    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
-    __call__ = kernel
+    def device_call(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: Sm80Tiles):
+        """The traced kernel, with its ring's arrive counts checked against the roles."""
+        full, empty = self.arrive_counts()
+        return self.device(mA, mB, mC, tiles, full, empty)
 
     @cute.kernel
     def device(

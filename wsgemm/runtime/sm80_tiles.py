@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
@@ -748,17 +749,38 @@ class Sm80Kernel:
         self.c_dtype = c_dtype
         self.acc_dtype = acc_dtype
 
-    def launch(self, device_kernel, mC: cute.Tensor, stream) -> None:
-        """Launch a traced ``@cute.kernel`` call: one CTA per (tile_m, tile_n) output tile and
-        batch, the shared memory and launch bounds of the config (called while tracing)."""
+    @property
+    def load_threads(self) -> int:
+        """Threads that issue the cp.async copies (all of them, or the producer warps)."""
+        return self.threads
+
+    @cute.jit
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        """The host's entry: check the operands, build the static tiles, launch one CTA per
+        (tile_m, tile_n) output tile and batch with the config's shared memory and launch
+        bounds. Each kernel class supplies ``device_call`` (its traced ``@cute.kernel``)."""
+        check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
-        device_kernel.launch(
+        tiles = make_tiles(
+            c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads
+        )
+        self.device_call(mA, mB, mC, tiles).launch(
             grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
             block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),
             stream=stream,
             **c.launch_bounds(self.threads),
         )
+
+    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
+    __call__ = kernel
 
 
 # ----------------------------------------------------------------------------------------------
