@@ -47,17 +47,23 @@ class Backend:
 
     def config(self, acc_dtype: str = "float32") -> Any:
         """The shipped config; a kernel module may pick it per accumulator dtype (fp16
-        accumulators take half the registers, so sm80 affords the study kernel's larger tile)."""
-        module = importlib.import_module(self.module)
-        pick = getattr(module, "shipped_config", None)
-        if pick is not None:
-            return pick(self.name, _cutlass_dtype(acc_dtype))
-        return module.SHIPPED_CONFIGS[self.name]
+        accumulators take half the registers, so sm80 affords the study kernel's larger tile).
+        Memoized: ``matmul``'s dispatch asks on every call, and configs are frozen."""
+        return _shipped_config(self.module, self.name, acc_dtype)
 
     def supports(self, cc: tuple[int, int]) -> bool:
         if self.family == "sm90":
             return cc == (9, 0)
         return cc >= (8, 0)
+
+
+@functools.cache
+def _shipped_config(module_name: str, name: str, acc_dtype: str) -> Any:
+    module = importlib.import_module(module_name)
+    pick = getattr(module, "shipped_config", None)
+    if pick is not None:
+        return pick(name, _cutlass_dtype(acc_dtype))
+    return module.SHIPPED_CONFIGS[name]
 
 
 # What each one is: README's backend table and the kernel classes' docstrings.
