@@ -6,29 +6,25 @@
 The kernel is compiled and run twice before the window, so ncu sees one warm launch only.
 The candidate syntax is the benchmark's (``wsgemm.bench.backends.parse_candidate``)."""
 
-import dataclasses
 import sys
 
 import torch
 
-from wsgemm import api, host
-from wsgemm.bench.backends import parse_candidate
+from wsgemm.bench.backends import Problem, wsgemm_candidate
 
 
 def main(candidate: str, accumulate: str, m: int, n: int, k: int) -> None:
-    base, overrides = parse_candidate(candidate)
     acc = torch.float16 if accumulate == "fp16" else torch.float32
     a = torch.randn(m, k, dtype=torch.float16, device="cuda")
     b = torch.randn(n, k, dtype=torch.float16, device="cuda").t()
     out = torch.empty(m, n, dtype=torch.float16, device="cuda")
-    p = api.validate(a, b, out, None, acc, base)
-    acc_name = "float16" if accumulate == "fp16" else "float32"
-    config = dataclasses.replace(host.BACKENDS[base].config(acc_name), **overrides)
+    # The benchmark's own resolution of a candidate (shipped config + overrides), one call.
+    call = wsgemm_candidate(candidate).make(Problem(a, b, acc, accumulate), out)
     for _ in range(2):
-        api._run(a, b, out, p, config)
+        call()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    api._run(a, b, out, p, config)
+    call()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     err = (out.float() - a.float() @ b.float()).abs().max().item()
