@@ -732,8 +732,9 @@ def store_accumulators(
 
 
 class Sm80Kernel:
-    """What both sm80 kernel classes share: the contract's attributes and a validated
-    constructor (each subclass sets ``name`` and writes its own roles)."""
+    """What both sm80 kernel classes share: the contract's attributes, a validated constructor
+    and the host entry (``kernel``); each subclass sets ``name``, ``threads``, ``device_call``
+    (and ``load_threads`` when not every thread loads) and writes its own roles."""
 
     name = "sm80"
     arch = "sm_80"
