@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: bash scripts/gpu_session.sh [tests|sanitize|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -27,7 +27,7 @@ if has tests; then
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py 2>&1 \
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_cases.py ${SANITIZE:-} 2>&1 \
       | tee "$OUT/sanitize_$tool.log" | tail -12
     echo "$tool rc=${PIPESTATUS[0]}"
   done

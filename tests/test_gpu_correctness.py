@@ -87,13 +87,20 @@ def _torch_same_dtypes(a, b, out_dtype, acc):
     return torch.matmul(a, b).to(out_dtype)
 
 
-def check(case, backend, gen):
+def check(case, backend, gen, config=None):
+    """One case; ``config`` (an ``Sm80Config``) runs a non-shipped config through ``api._run``,
+    the benchmark's path, with ``out=`` given."""
     ab, out_dtype, acc = case["dtypes"]
     a, b = _operands(case, gen)
     ref = torch.matmul(a.double(), b.double())
     want_dtype = out_dtype or ab
     kwargs = dict(out_dtype=out_dtype, accumulate=acc, backend=backend)
-    if case["use_out"]:
+    if config is not None:
+        from wsgemm import api
+
+        out = torch.full(ref.shape, float("nan"), dtype=want_dtype, device="cuda")
+        got = api._run(a, b, out, api.validate(a, b, out, out_dtype, acc, backend), config)
+    elif case["use_out"]:
         out = torch.full(ref.shape, float("nan"), dtype=want_dtype, device="cuda")
         got = wsgemm.matmul(a, b, out=out, **kwargs)
         assert got is out
@@ -119,6 +126,54 @@ def test_random_case(backend, index):
         pytest.fail("case table invariant broken")
     gen = torch.Generator().manual_seed(index)
     check(case, backend, gen)
+
+
+def _studied_configs():
+    """Non-shipped sm80 configs the performance log measures (docs/perf.md entries 9-10)."""
+    from wsgemm.runtime.sm80_tiles import Sm80Config
+
+    hopper = dict(target="sm_90a")
+    return {
+        "ws-handoff-128x256x64": (
+            "sm80",
+            Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, **hopper),
+        ),
+        "ws-handoff-256x128x32": (
+            "sm80",
+            Sm80Config(256, 128, 32, 4, mma_warps_m=4, register_handoff=1, **hopper),
+        ),
+        "ws-96x128-2ctas": ("sm80", Sm80Config(96, 128, 64, 3, ctas_per_sm=2)),
+        "ms-96x128": ("sm80-multistage", Sm80Config(96, 128, 64, 3, ctas_per_sm=2)),
+        "ms-hopper-128x256x64": (
+            "sm80-multistage",
+            Sm80Config(128, 256, 64, 3, mma_warps_n=4, **hopper),
+        ),
+    }
+
+
+STUDIED_CASES = 48
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ws-handoff-128x256x64",
+        "ws-handoff-256x128x32",
+        "ws-96x128-2ctas",
+        "ms-96x128",
+        "ms-hopper-128x256x64",
+    ],
+)
+@pytest.mark.parametrize("index", range(STUDIED_CASES))
+def test_studied_config_random_case(name, index):
+    if torch.cuda.get_device_capability() != (9, 0) and "96" not in name:
+        pytest.skip("sm_90a-only config")
+    backend, config = _studied_configs()[name]
+    case = _cases(4321)[index]
+    if case["dtypes"][2] == torch.float16:
+        # the studied configs are fp32-accumulator ones (fp16 ones fit without the hand-over)
+        case = dict(case, dtypes=(case["dtypes"][0], case["dtypes"][1], torch.float32))
+    check(case, backend, torch.Generator().manual_seed(index), config)
 
 
 @pytest.mark.parametrize("backend", _backends())

@@ -62,7 +62,8 @@ def test_mma_warps_n_sets_the_warp_grid():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"tile_m": 96}, "tile_m=96"),
+        ({"tile_m": 80}, "tile_m=80"),
+        ({"tile_n": 96}, "128 threads cannot store a 128x96 slab"),
         ({"tile_n": 32}, "tile_n=32"),
         ({"tile_k": 16}, "tile_k=16"),
         ({"tile_k": 48}, "tile_k=48"),
@@ -80,6 +81,15 @@ def test_mma_warps_n_sets_the_warp_grid():
         ({"fast_interior": 2}, "fast_interior=2 must be 0 or 1"),
         ({"fast_interior": True}, "fast_interior=True"),
         ({"producer_warps": 1.0}, "producer_warps=1.0 must be 1, 2 or 4"),
+        ({"target": "sm_89"}, "target='sm_89' is not allowed"),
+        (
+            {"tile_n": 256, "tile_k": 64, "mma_warps_n": 4},
+            r"at most 101376 are allowed \(sm_89; target='sm_90a' allows more\)",
+        ),
+        ({"register_handoff": 2}, "register_handoff=2 must be 0 or 1"),
+        ({"register_handoff": True}, "register_handoff=True must be 0 or 1"),
+        ({"register_handoff": 1, "mma_warps_n": 4}, "register_handoff=1 needs target='sm_90a'"),
+        ({"register_handoff": 1, "target": "sm_90a"}, "2 x 2 warps"),
     ],
 )
 def test_bad_config_raises_with_what_is_allowed(kwargs, message):
@@ -98,6 +108,34 @@ def test_mma_warps_m_sets_the_warp_grid():
     assert tall.warp_tile_mn == (48, 64)
     assert accumulator_registers(tall, F32) == 96
     assert mainloop_registers(tall, F32) == 96 + 2 * (3 * 4 + 8 * 2) < register_budget(288)
+
+
+def test_hopper_target_allows_its_shared_memory():
+    assert smem_capacity_bytes() == smem_capacity_bytes("sm_80") == 101376
+    assert smem_capacity_bytes("sm_90a") == 227 * 1024
+    big = Sm80Config(128, 256, 64, 3, mma_warps_n=4, target="sm_90a")
+    assert 101376 < smem_bytes(big, F16, F16, barrier_stages=3) <= 227 * 1024
+    with pytest.raises(ValueError, match=r"at most 232448 are allowed \(sm_90a\)"):
+        Sm80Config(256, 256, 64, 4, mma_warps_n=4, target="sm_90a")
+    with pytest.raises(ValueError, match="unknown sm80 config target"):
+        smem_capacity_bytes("sm_100a")
+
+
+@pytest.mark.parametrize("tile_mn, vectors", [(64, 8), (96, 4), (128, 8), (192, 8), (256, 8)])
+def test_mn_major_atoms_are_conflict_free_for_ldmatrix(tile_mn, vectors):
+    from wsgemm.runtime.sm80_tiles import mn_atom_vectors
+
+    assert mn_atom_vectors(tile_mn, F16) == mn_atom_vectors(tile_mn, BF16) == vectors
+    assert tile_mn % (vectors * 8) == 0  # whole atoms
+    bits = vectors.bit_length() - 1  # Swizzle<bits, 3, 3> on an (8 * vectors) x 8 atom
+
+    def swizzle(offset):
+        return offset ^ (((offset >> 6) & ((1 << bits) - 1)) << 3)
+
+    # ldmatrix.trans reads one 16-byte chunk of 8 consecutive k-rows: 8 bank groups.
+    for chunk in range(vectors):
+        groups = {(2 * swizzle(k * vectors * 8 + chunk * 8) // 16) % 8 for k in range(8)}
+        assert len(groups) == 8
 
 
 def test_config_is_frozen():
@@ -243,6 +281,36 @@ def test_producer_warps_set_the_full_count_and_the_launch(producers):
         dataclasses.replace(config, producer_warps=3)
 
 
+#: The register hand-over measured in docs/perf.md entry 9 (Hopper only).
+HANDOFF = Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target="sm_90a")
+
+
+def test_register_handoff_gives_the_producer_a_warpgroup():
+    kernel = Sm80WsGemm(HANDOFF, F16, F16, F32)
+    # Warps 0-3: the producer warpgroup (warp 0 loads); warps 4-11: eight consumers.
+    assert (kernel.first_consumer_warp, kernel.consumer_warps, kernel.threads) == (4, 8, 384)
+    assert kernel.arrive_counts() == (32, 8)
+    assert HANDOFF.launch_bounds(384) == {"min_blocks_per_mp": 1, "max_number_threads": [384, 1, 1]}
+    # Without the hand-over the same tile is 9 warps (288 threads) at 168 registers.
+    plain = dataclasses.replace(HANDOFF, register_handoff=0)
+    assert Sm80WsGemm(plain, F16, F16, F32).threads == 288
+
+
+def test_register_handoff_split_fits_the_launch_pool():
+    from wsgemm.runtime.sm80_tiles import HANDOFF_CONSUMER_REGISTERS, HANDOFF_PRODUCER_REGISTERS
+
+    producer, consumer = HANDOFF_PRODUCER_REGISTERS, HANDOFF_CONSUMER_REGISTERS
+    launch = register_budget(384)
+    assert launch == 168
+    # setmaxnreg takes multiples of 8 in [24, 256]; what the producer warpgroup gives up is
+    # what the consumer warpgroups take, within the pool the CTA launched with.
+    assert all(r % 8 == 0 and 24 <= r <= 256 for r in (producer, consumer))
+    assert 128 * producer + 256 * consumer <= 384 * launch
+    # Eight 64x64 fp32 consumers need 128 accumulators + 64 fragment registers before addresses.
+    assert mainloop_registers(HANDOFF, F32) == 192 < consumer
+    assert mainloop_registers(HANDOFF, F32) > launch
+
+
 def test_arrive_counts_follow_the_launched_consumer_warps():
     # A 160-thread launch of the 8-warp tile: its four consumer warps would never complete an
     # 8-arrival empty phase, and the epilogue barrier would wait for 256 threads.
@@ -336,6 +404,34 @@ _STUDY = "Sm80Config()"
 _TALL = "Sm80Config(192, 128, 32, 4, mma_warps_m=4)"
 _TWO = "Sm80Config(128, 128, 64, 3, producer_warps=2)"
 _FI1 = "Sm80Config(128, 256, 32, 4, mma_warps_n=4, fast_interior=1)"
+_96 = "Sm80Config(96, 128, 64, 3)"
+_HANDOFF = "Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target='sm_90a')"
+
+
+def _compile(tmp_path: Path, module, cls, config, acc, arch="sm_80"):
+    """Compile one variant in a fresh process (A M-major, B K-major); the completed process."""
+    env = dict(
+        os.environ,
+        CUTE_DSL_ARCH=arch,
+        CUTE_DSL_KEEP="sass",
+        CUTE_DSL_DUMP_DIR=str(tmp_path),
+        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+    )
+    script = _COMPILE.format(module=module, cls=cls, config=config, acc=acc)
+    return subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def _sass(tmp_path: Path, module, cls, config, acc, arch="sm_80") -> tuple[str, list]:
+    """(SASS text, opcodes) of one variant, asserting it compiled without spills."""
+    done = _compile(tmp_path, module, cls, config, acc, arch)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (sass_file,) = tmp_path.glob("*.sass")
+    sass = sass_file.read_text()
+    opcodes = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
+    assert not [op for op in opcodes if op.startswith(("LDL", "STL"))], "register spills"
+    return sass, opcodes
 
 
 @pytest.mark.slow
@@ -355,24 +451,15 @@ _FI1 = "Sm80Config(128, 256, 32, 4, mma_warps_n=4, fast_interior=1)"
         ("sm80_multistage", "Sm80MultistageGemm", _FI1, "f16", 256, ("LDGDEPBAR",)),
         ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f32", 128, ("LDGDEPBAR",)),
         ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f16", 256, ("LDGDEPBAR",)),
+        # 96-row tiles: the M-major A operand in 64-byte shared rows.
+        ("sm80_ws", "Sm80WsGemm", _96, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("sm80_multistage", "Sm80MultistageGemm", _96, "f32", 128, ("LDGDEPBAR",)),
     ],
 )
 def test_compiles_for_sm80_without_spills(
     tmp_path: Path, module, cls, config, acc, mma_threads, needs
 ):
-    env = dict(
-        os.environ,
-        CUTE_DSL_ARCH="sm_80",
-        CUTE_DSL_KEEP="sass",
-        CUTE_DSL_DUMP_DIR=str(tmp_path),
-        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
-    )
-    script = _COMPILE.format(module=module, cls=cls, config=config, acc=acc)
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
-    (sass_file,) = tmp_path.glob("*.sass")
-    sass = sass_file.read_text()
-    opcodes = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
-    assert not [op for op in opcodes if op.startswith(("LDL", "STL"))], "register spills"
+    sass, opcodes = _sass(tmp_path, module, cls, config, acc)
     hmma = "HMMA.16816.F32" if acc == "f32" else "HMMA.16816.F16"
     for prefix in (hmma, "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
         assert prefix in opcodes
@@ -388,6 +475,33 @@ def test_compiles_for_sm80_without_spills(
         copies = re.findall(r"LDGSTS\.[^;]*;", sass)
         predicated = [c for c in copies if re.search(r",\s*!?P\d\s*;", c)]
         assert predicated and len(predicated) < len(copies)
+
+
+@pytest.mark.slow
+def test_register_handoff_compiles_for_sm90a(tmp_path: Path):
+    sass, opcodes = _sass(tmp_path, "sm80_ws", "Sm80WsGemm", _HANDOFF, "f32", arch="sm_90a")
+    # The producer warpgroup gives registers back (56), the consumers take them (224).
+    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL 0x38 ;", sass)
+    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, 0xe0 ;", sass)
+    for prefix in ("HMMA.16816.F32", "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
+        assert prefix in opcodes
+    assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass
+    assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" in sass  # eight consumer warps
+    assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1
+    copies = re.findall(r"LDGSTS\.[^;]*;", sass)
+    predicated = [c for c in copies if re.search(r",\s*!?P\d\s*;", c)]
+    assert predicated and len(predicated) < len(copies)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "module, cls", [("sm80_ws", "Sm80WsGemm"), ("sm80_multistage", "Sm80MultistageGemm")]
+)
+def test_hopper_target_config_refuses_ampere(tmp_path: Path, module, cls):
+    config = "Sm80Config(128, 256, 64, 3, mma_warps_n=4, target='sm_90a')"
+    done = _compile(tmp_path, module, cls, config, "f32", arch="sm_80")
+    assert done.returncode != 0
+    assert "has target='sm_90a'" in done.stderr and "ValueError" in done.stderr
 
 
 def test_ctas_per_sm_is_validated_and_becomes_launch_bounds():

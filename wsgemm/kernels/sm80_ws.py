@@ -9,8 +9,11 @@ from wsgemm.runtime.arrive import check_arrive_count
 from wsgemm.runtime.sm80_pipeline import CpAsyncPipeline
 from wsgemm.runtime.sm80_tiles import (
     BUFFER_ALIGN_BYTES,
+    HANDOFF_CONSUMER_REGISTERS,
+    HANDOFF_PRODUCER_REGISTERS,
     SHIPPED_CONFIGS,
     WARP_SIZE,
+    WARPGROUP_WARPS,
     OperandLoader,
     Sm80Config,
     Sm80Kernel,
@@ -46,6 +49,9 @@ class Sm80WsGemm(Sm80Kernel):
           predicates (``config.fast_interior``): this one warp issues every copy of the CTA.
           (``config.producer_warps`` = 2 or 4 splits the copies over warps 0 .. P - 1, a
           measured departure from the study design; the consumers' indices shift by P - 1.)
+          With ``config.register_handoff`` (sm_90a) warps 0-3 form the producer warpgroup:
+          all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to fit the
+          smaller budget), warps 1-3 exit; the consumers are warps 4-11 and ``setmaxnreg`` up.
         * warps 1 .. mma_warps, consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
           256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
           accumulators, then the epilogue: convert, stage through the (reused) A/B shared
@@ -101,14 +107,23 @@ class Sm80WsGemm(Sm80Kernel):
         return self.config.producer_warps
 
     @property
+    def first_consumer_warp(self) -> int:
+        """Warps before the consumers: the producer warp(s), or with ``register_handoff`` a
+        whole warpgroup (``setmaxnreg`` acts on warpgroups), whose other warps exit."""
+        if self.config.register_handoff:
+            return WARPGROUP_WARPS
+        return self.producer_warps
+
+    @property
     def threads(self) -> int:
-        """The CTA: the producer warp(s) and one consumer warp per warp of the tiled MMA."""
-        return (self.producer_warps + self.config.mma_warps) * WARP_SIZE
+        """The CTA: the producer warp(s) (or their warpgroup) and one consumer warp per warp
+        of the tiled MMA."""
+        return (self.first_consumer_warp + self.config.mma_warps) * WARP_SIZE
 
     @property
     def consumer_warps(self) -> int:
-        """The warps of the launched CTA that are not the producer's (they release stages)."""
-        return self.threads // WARP_SIZE - self.producer_warps
+        """The warps of the launched CTA after the producer's (they release stages)."""
+        return self.threads // WARP_SIZE - self.first_consumer_warp
 
     def full_barrier_arrivals(self) -> int:
         """What ``full[s]`` is initialised to expect per phase: 32 in the study design."""
@@ -189,10 +204,15 @@ class Sm80WsGemm(Sm80Kernel):
         # roles before either starts.
         cute.arch.sync_threads()
 
-        if warp_idx < self.producer_warps:
-            self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
+        if warp_idx < self.first_consumer_warp:
+            if cutlass.const_expr(c.register_handoff):
+                cute.arch.setmaxregister_decrease(HANDOFF_PRODUCER_REGISTERS)
+            if warp_idx < self.producer_warps:
+                self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
         else:
-            tid = tidx - self.producer_warps * WARP_SIZE
+            if cutlass.const_expr(c.register_handoff):
+                cute.arch.setmaxregister_increase(HANDOFF_CONSUMER_REGISTERS)
+            tid = tidx - self.first_consumer_warp * WARP_SIZE
             lane = cute.arch.lane_idx()
             tiled_mma = tiles.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
@@ -255,8 +275,12 @@ class Sm80WsGemm(Sm80Kernel):
         for k_tile in cutlass.range(1, k_tiles, unroll=1):
             stage = k_tile % stages
             pipe.producer_acquire(stage, (k_tile // stages + 1) % 2)
-            load_a.load(k_tile, stage, predicated)
-            load_b.load(k_tile, stage, predicated)
+            if cutlass.const_expr(self.config.register_handoff and predicated):
+                load_a.load_rolled(k_tile, stage, predicated)
+                load_b.load_rolled(k_tile, stage, predicated)
+            else:
+                load_a.load(k_tile, stage, predicated)
+                load_b.load(k_tile, stage, predicated)
             pipe.producer_commit(stage)
 
     @cute.jit

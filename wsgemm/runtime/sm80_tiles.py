@@ -23,11 +23,15 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
 
+from wsgemm.runtime.sm80_pipeline import target_has_try_wait
+
 #: m16n8k16: the fp16/bf16 ``mma.sync`` shape of sm_80..sm_90.
 MMA_INST_MNK = (16, 8, 16)
 #: Warps of the tiled MMA along M and N: ``Sm80Config.mma_warps_m`` x ``mma_warps_n``.
 _MMA_WARPS_CHOICES = (2, 4)
 WARP_SIZE = 32
+#: Warps of a warpgroup, the unit `setmaxnreg` acts on (sm_90a).
+WARPGROUP_WARPS = 4
 #: Every global<->shared copy moves one 16-byte vector per thread per instruction.
 COPY_BITS = 128
 #: Named barrier 0 is ``__syncthreads``; the epilogue's barrier among the MMA threads is 1.
@@ -39,7 +43,7 @@ MAX_REGISTERS_PER_THREAD = 255
 SM_SUBPARTITIONS = 4
 SUBPARTITION_REGISTERS = 65536 // SM_SUBPARTITIONS
 
-_TILE_MN_CHOICES = (64, 128, 192, 256)
+_TILE_MN_CHOICES = (64, 96, 128, 192, 256)
 _TILE_K_CHOICES = (32, 64)
 _STAGE_RANGE = (3, 8)
 
@@ -49,10 +53,17 @@ def vector_elems(dtype) -> int:
     return COPY_BITS // dtype.width
 
 
-def smem_capacity_bytes() -> int:
-    """Opt-in shared memory per block of sm_86/sm_89 (99 KiB): the smallest of the GPUs this
-    backend serves (sm_80 has 163 KiB, sm_90 227 KiB), so one config runs on all of them."""
-    return 101376
+#: What an :class:`Sm80Config` may be built for: every GPU of the family, or Hopper only.
+TARGETS = ("sm_80", "sm_90a")
+
+
+def smem_capacity_bytes(target: str = "sm_80") -> int:
+    """Opt-in shared memory per block: for ``target="sm_80"`` configs that of sm_86/sm_89
+    (99 KiB), the smallest of the GPUs this backend serves (sm_80 has 163 KiB), so one config
+    runs on all of them; for ``"sm_90a"`` configs Hopper's 227 KiB."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown sm80 config target {target!r}; choose one of {TARGETS}")
+    return 232448 if target == "sm_90a" else 101376
 
 
 def _elem_bytes(dtype) -> int:
@@ -63,10 +74,12 @@ def _elem_bytes(dtype) -> int:
 class Sm80Config:
     """CTA tile and shared-memory ring depth of the sm80 kernels.
 
-    ``tile_m``/``tile_n`` in {64, 128, 192, 256} (the M/N-major shared atom is 64 wide; 192 is
-    for ``tile_m``: no 192-wide C slab splits over the epilogue's threads), ``tile_k``
+    ``tile_m``/``tile_n`` in {64, 96, 128, 192, 256} (96 and 192 are for ``tile_m``: no 96- or
+    192-wide C slab splits over the epilogue's threads; M/N-major operands of a 96-row tile use
+    64-byte shared rows instead of 128-byte ones), ``tile_k``
     in {32, 64} (an even number of 16-deep k-blocks, for the two-slot fragment buffer),
-    ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes`. ``ctas_per_sm``
+    ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes` of ``target``
+    (sm_89's 99 KiB unless ``target="sm_90a"``). ``ctas_per_sm``
     (1-4) is the residency the launch promises ptxas (``min_blocks_per_mp``): with more than one
     CTA per SM, ptxas caps registers so that many fit, which trades registers for warps that
     hide each other's latency.
@@ -96,12 +109,41 @@ class Sm80Config:
     #: second copy of the loading loop (fewer instructions per copy; docs/perf.md); 0: one
     #: predicated loop for every tile.
     fast_interior: int = 1
+    #: 1 (specialized kernel, ``target="sm_90a"`` only): the producer warp(s) sit in a
+    #: warpgroup of their own, padded to four warps, which ``setmaxnreg`` shrinks to
+    #: :data:`HANDOFF_PRODUCER_REGISTERS` so the eight consumer warps (``mma_warps`` must be 8)
+    #: grow past the 168 registers a 12-warp CTA launches with to
+    #: :data:`HANDOFF_CONSUMER_REGISTERS`: eight 64x64 fp32 warps fit (docs/perf.md entry 9).
+    #: Ampere and Ada have no ``setmaxnreg``; the shipped configs keep 0.
+    register_handoff: int = 0
+    #: "sm_80": runs on every GPU of the family (sm_80, sm_86, sm_89, sm_90a), within sm_89's
+    #: 99 KiB of shared memory; "sm_90a": Hopper only (its 227 KiB, ``register_handoff``).
+    target: str = "sm_80"
 
     def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(
+                f"Sm80Config.target={self.target!r} is not allowed; choose one of {TARGETS}"
+            )
         if type(self.producer_warps) is not int or self.producer_warps not in (1, 2, 4):
             raise ValueError(f"Sm80Config.producer_warps={self.producer_warps!r} must be 1, 2 or 4")
         if type(self.fast_interior) is not int or self.fast_interior not in (0, 1):
             raise ValueError(f"Sm80Config.fast_interior={self.fast_interior!r} must be 0 or 1")
+        if type(self.register_handoff) is not int or self.register_handoff not in (0, 1):
+            raise ValueError(
+                f"Sm80Config.register_handoff={self.register_handoff!r} must be 0 or 1"
+            )
+        if self.register_handoff and (
+            self.mma_warps_m * self.mma_warps_n != 8
+            or self.ctas_per_sm != 1
+            or self.target != "sm_90a"
+        ):
+            raise ValueError(
+                "Sm80Config.register_handoff=1 needs target='sm_90a' (setmaxnreg), 8 MMA warps "
+                f"(two consumer warpgroups) and ctas_per_sm=1, got target={self.target!r}, "
+                f"{self.mma_warps_m} x {self.mma_warps_n} warps and "
+                f"ctas_per_sm={self.ctas_per_sm}"
+            )
         if self.ctas_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
         for name in ("mma_warps_m", "mma_warps_n"):
@@ -144,11 +186,13 @@ class Sm80Config:
                 f"allowed: tile_n must be a multiple of {self.mma_tile_n} (16 per N warp)"
             )
         need = smem_bytes(self, cutlass.Float16, cutlass.Float16, barrier_stages=self.stages)
-        if need > smem_capacity_bytes():
+        if need > smem_capacity_bytes(self.target):
+            where = "sm_90a" if self.target == "sm_90a" else "sm_89; target='sm_90a' allows more"
             raise ValueError(
                 f"Sm80Config {self.tile_m}x{self.tile_n}x{self.tile_k} with {self.stages} stages "
-                f"needs {need} bytes of shared memory; at most {smem_capacity_bytes()} are "
-                "allowed (sm_89): use fewer stages or a smaller tile"
+                f"needs {need} bytes of shared memory; at most "
+                f"{smem_capacity_bytes(self.target)} are allowed ({where}): use fewer stages "
+                "or a smaller tile"
             )
 
     @property
@@ -182,6 +226,10 @@ class Sm80Config:
     def launch_bounds(self, threads: int) -> dict:
         """Launch keywords that tell ptxas the block size and residency to budget registers for
         (a carveout is given so the DSL does not query a device for it: this compiles GPU-less)."""
+        if self.register_handoff:
+            # ptxas budgets the launch for exactly one CTA of ``threads`` (168 registers for
+            # 384) and keeps the setmaxnreg hand-over.
+            return {"min_blocks_per_mp": 1, "max_number_threads": [threads, 1, 1]}
         if self.ctas_per_sm == 1:
             return {}
         return {
@@ -229,6 +277,16 @@ def barrier_bytes(stages: int) -> int:
     """A full and an empty 8-byte mbarrier per stage (0 stages: no mbarrier pipeline)."""
     return 2 * 8 * stages
 
+
+#: Registers per thread after ``setmaxnreg`` with ``Sm80Config.register_handoff``. The CTA
+#: launches 12 warps at 168 each (its pool: 168 x 384 threads); the producer warpgroup (the
+#: loading warp and three that exit) drops to 56 and the two consumer warpgroups rise to 224:
+#: 56 x 128 + 224 x 256 = 168 x 384. 56 holds the producer's unrolled interior loop; its loop
+#: for edge tiles is rolled (``OperandLoader.load_rolled``): fully unrolled, it spilled at 88
+#: (its 48-96 copy addresses are all computed before the first copy). 224 holds eight 64x64
+#: fp32 consumers (a 104 / 200 split spilled in every variant).
+HANDOFF_PRODUCER_REGISTERS = 56
+HANDOFF_CONSUMER_REGISTERS = 224
 
 #: Alignment of the A/B/C buffer: a whole 8x64 swizzle atom of 16-bit elements (1 KiB) starts
 #: on a boundary, so the swizzle is a function of the buffer offset alone.
@@ -294,6 +352,15 @@ def check_dtypes(ab_dtype, c_dtype, acc_dtype) -> None:
         )
 
 
+def check_target(config: Sm80Config, kernel_name: str) -> None:
+    """Trace-time: a ``target="sm_90a"`` config compiles for Hopper only."""
+    if config.target == "sm_90a" and not target_has_try_wait():
+        raise ValueError(
+            f"{kernel_name}: this Sm80Config has target='sm_90a' (Hopper's shared memory or "
+            "setmaxnreg); Ampere and Ada take target='sm_80' configs"
+        )
+
+
 def check_operands(mA, mB, mC, ab_dtype, c_dtype) -> None:
     """Trace-time checks of the kernel contract the layouts depend on."""
     for name, tensor, dtype in (("A", mA, ab_dtype), ("B", mB, ab_dtype), ("C", mC, c_dtype)):
@@ -330,16 +397,27 @@ def make_tiled_mma(ab_dtype, acc_dtype, warps_m: int, warps_n: int) -> cute.Tile
     return cute.make_tiled_mma(op, cute.make_layout((warps_m, warps_n, 1)), permutation)
 
 
+def mn_atom_vectors(tile_mn: int, dtype) -> int:
+    """16-byte vectors per row of an M/N-major shared atom: 8 (128-byte rows, Swizzle<3,3,3>)
+    when they tile ``tile_mn``, else 4 (64-byte rows, Swizzle<2,3,3>: 96-row tiles). With 64-byte
+    rows two rows fill the 32 banks and the row-pair index picks one of four chunk orders, so
+    the 8 rows one ldmatrix reads are again 8 different bank groups."""
+    vec = vector_elems(dtype)
+    return 8 if tile_mn % (8 * vec) == 0 else 4
+
+
 def make_ab_smem_layout(dtype, k_major: bool, tile_mn: int, tile_k: int, stages: int):
     """(tile_mn, tile_k, stages) ring of Swizzle<3,3,3> atoms: 8 x tile_k for K-major operands,
     64 x 8 for M/N-major ones. The swizzle XORs the 128-byte line index into the 16-byte chunk
     index, so the eight 16-byte rows one ldmatrix reads sit in eight different bank groups."""
     vec = vector_elems(dtype)
-    swizzle = cute.make_swizzle(3, int(math.log2(vec)), 3)
     if k_major:
+        swizzle = cute.make_swizzle(3, int(math.log2(vec)), 3)
         outer = cute.make_layout((8, tile_k), stride=(tile_k, 1))
     else:
-        mn_atom = 8 * vec
+        chunks = mn_atom_vectors(tile_mn, dtype)
+        swizzle = cute.make_swizzle(int(math.log2(chunks)), int(math.log2(vec)), 3)
+        mn_atom = chunks * vec
         outer = cute.make_layout((mn_atom, 8), stride=(1, mn_atom))
     atom = cute.make_composed_layout(swizzle, 0, outer)
     return cute.tile_to_shape(atom, (tile_mn, tile_k, stages), (0, 1, 2))
@@ -501,6 +579,10 @@ def zero_fill(
 # Global -> shared: one operand's per-thread copies
 
 
+#: Row groups per trip of :meth:`OperandLoader.load_rolled`'s loop.
+ROLLED_UNROLL = 4
+
+
 @dataclass(frozen=True)
 class OperandLoader:
     """One thread's cp.async work for one operand (A or B) of one CTA tile."""
@@ -512,6 +594,8 @@ class OperandLoader:
     tXpX: cute.Tensor  # (CPY_V, CPY_MN, CPY_K) row-in-range predicates, broadcast along k
     #: Whether every row of the CTA's tile is in range (run-time, uniform over the CTA).
     interior: cutlass.Boolean
+    #: Rows of the operand (M or N), for predicates computed where they are used.
+    extent_mn: cutlass.Int32
 
     @cute.jit
     def load(self, k_tile, stage, predicated: cutlass.Constexpr = True):
@@ -527,6 +611,35 @@ class OperandLoader:
                     self.tXgX[None, i, None, k_tile],
                     self.tXsX[None, i, None, stage],
                     pred=self.tXpX[None, i, None],
+                )
+            else:
+                cute.copy(
+                    self.tiled_copy,
+                    self.tXgX[None, i, None, k_tile],
+                    self.tXsX[None, i, None, stage],
+                )
+
+    @cute.jit
+    def load_rolled(self, k_tile, stage, predicated: cutlass.Constexpr = True):
+        """:meth:`load` for a producer with few registers (``register_handoff``): a loop over
+        the row groups, unrolled :data:`ROLLED_UNROLL` times, so only that many addresses are
+        live (fully unrolled, ptxas computes every copy's 64-bit address before the first
+        copy: 96 registers for 48 copies); row predicates are compared where they are used
+        instead of kept in a mask."""
+        vecs = self.tXsX.shape[0][1]
+        for i in cutlass.range(cute.size(self.tXsX, mode=[1]), unroll=ROLLED_UNROLL):
+            if cutlass.const_expr(predicated):
+                pred = cute.make_rmem_tensor(
+                    cute.make_layout((vecs, cute.size(self.tXsX, mode=[2])), stride=(1, 0)),
+                    cutlass.Boolean,
+                )
+                for v in cutlass.range_constexpr(vecs):
+                    pred[v, 0] = cute.elem_less(self.tXcX[(0, v), i, 0, 0][0], self.extent_mn)
+                cute.copy(
+                    self.tiled_copy,
+                    self.tXgX[None, i, None, k_tile],
+                    self.tXsX[None, i, None, stage],
+                    pred=pred,
                 )
             else:
                 cute.copy(
@@ -586,7 +699,7 @@ def make_operand_loader(
         for i in cutlass.range_constexpr(tXpX.shape[1]):
             tXpX[v, i, 0] = cute.elem_less(tXcX[(0, v), i, 0, 0][0], extent_mn)
     interior = (tile_idx + 1) * tile_mn <= extent_mn
-    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior)
+    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior, extent_mn)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -769,6 +882,7 @@ class Sm80Kernel:
         bounds. Each kernel class supplies ``device_call`` (its traced ``@cute.kernel``)."""
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
+        check_target(c, self.name)
         tiles = make_tiles(
             c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads
         )
