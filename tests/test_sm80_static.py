@@ -244,7 +244,9 @@ def test_shipped_config_unknown_name():
 
 
 @pytest.mark.parametrize(
-    "config, counts, threads", [(STUDY, (32, 4), 160), (WIDE, (32, 8), 288)], ids=["study", "wide"]
+    "config, counts, threads",
+    [(STUDY, (32, 128), 160), (WIDE, (32, 256), 288)],
+    ids=["study", "wide"],
 )
 def test_ws_arrive_counts_are_derived_from_the_roles(config, counts, threads):
     kernel = Sm80WsGemm(config, F16, F16, F32)
@@ -259,7 +261,7 @@ def test_ws_arrive_counts_are_derived_from_the_roles(config, counts, threads):
     [
         ("full_barrier_arrivals", lambda self: 1, "sm80 ab full"),
         ("full_barrier_arrivals", lambda self: 64, "sm80 ab full"),
-        ("RELEASE_LANES_PER_WARP", 32, "sm80 ab empty"),
+        ("RELEASE_LANES_PER_WARP", 1, "sm80 ab empty"),
         ("empty_barrier_arrivals", lambda self: 4 * self.config.mma_warps, "sm80 ab empty"),
         ("empty_barrier_arrivals", lambda self: self.config.mma_warps - 1, "sm80 ab empty"),
     ],
@@ -274,7 +276,7 @@ def test_wrong_arrive_count_raises(config, attribute, wrong, barrier):
 def test_producer_warps_set_the_full_count_and_the_launch(producers):
     config = dataclasses.replace(shipped_config("sm80", F32), producer_warps=producers)
     kernel = Sm80WsGemm(config, F16, F16, F32)
-    assert kernel.arrive_counts() == (32 * producers, 4)
+    assert kernel.arrive_counts() == (32 * producers, 128)
     assert kernel.threads == 32 * (producers + 4)
     assert kernel.consumer_warps == 4
     with pytest.raises(ValueError, match="producer_warps=3 must be 1, 2 or 4"):
@@ -289,7 +291,7 @@ def test_register_handoff_gives_the_producer_a_warpgroup():
     kernel = Sm80WsGemm(HANDOFF, F16, F16, F32)
     # Warps 0-3: the producer warpgroup (warp 0 loads); warps 4-11: eight consumers.
     assert (kernel.first_consumer_warp, kernel.consumer_warps, kernel.threads) == (4, 8, 384)
-    assert kernel.arrive_counts() == (32, 8)
+    assert kernel.arrive_counts() == (32, 256)
     assert HANDOFF.launch_bounds(384) == {"min_blocks_per_mp": 1, "max_number_threads": [384, 1, 1]}
     # Without the hand-over the same tile is 9 warps (288 threads) at 168 registers.
     plain = dataclasses.replace(HANDOFF, register_handoff=0)
@@ -317,7 +319,7 @@ def test_arrive_counts_follow_the_launched_consumer_warps():
     short = type("Short", (Sm80WsGemm,), {"threads": 160})
     with pytest.raises(ArriveCountError, match="4 \\(consumer warps\\)"):
         short(WIDE, F16, F16, F32).arrive_counts()
-    four = type("Four", (Sm80WsGemm,), {"empty_barrier_arrivals": lambda self: 4})
+    four = type("Four", (Sm80WsGemm,), {"empty_barrier_arrivals": lambda self: 128})
     with pytest.raises(ArriveCountError, match="epilogue named barrier"):
         type("Both", (short, four), {})(WIDE, F16, F16, F32).arrive_counts()
 

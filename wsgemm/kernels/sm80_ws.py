@@ -61,8 +61,8 @@ class Sm80WsGemm(Sm80Kernel):
         * ``ab`` (:class:`~wsgemm.runtime.sm80_pipeline.CpAsyncPipeline`), producer ->
           consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase per producer warp, one
           ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
-          copies of the stage have landed. ``empty[s]``: ``mma_warps`` (4 or 8) arrivals a
-          phase, lane 0 of each consumer warp after ``__syncwarp``, once the warp has issued
+          copies of the stage have landed. ``empty[s]``: ``mma_threads`` (128 or 256) arrivals
+          a phase, every consumer thread, once its warp has issued
           its last ldmatrix of the stage. No block-wide barrier after the start; the producer
           runs up to ``stages`` k-tiles ahead of the oldest stage still being read.
         * epilogue: named barrier 1 over the ``mma_threads`` (128 or 256) consumer threads (the
@@ -97,9 +97,11 @@ class Sm80WsGemm(Sm80Kernel):
 
     name = "sm80"
 
-    #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage (lane 0, after
-    #: ``__syncwarp``: ``CpAsyncPipeline.consumer_release``).
-    RELEASE_LANES_PER_WARP = 1
+    #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage: every one, each
+    #: releasing its own ldmatrix reads (``CpAsyncPipeline.consumer_release``). One elected lane
+    #: after ``__syncwarp`` is enough under the PTX memory model, but compute-sanitizer's
+    #: racecheck cannot see that ordering and reported every reuse of a stage (docs/sm80.md).
+    RELEASE_LANES_PER_WARP = WARP_SIZE
 
     @property
     def producer_warps(self) -> int:
@@ -130,8 +132,8 @@ class Sm80WsGemm(Sm80Kernel):
         return self.config.producer_warps * WARP_SIZE
 
     def empty_barrier_arrivals(self) -> int:
-        """What ``empty[s]`` is initialised to expect per phase: one per MMA warp."""
-        return self.config.mma_warps
+        """What ``empty[s]`` is initialised to expect per phase: every MMA thread."""
+        return self.config.mma_threads
 
     def arrive_counts(self) -> tuple[int, int]:
         """(full, empty) arrivals per phase of the ``ab`` ring, checked against the roles; also
@@ -321,5 +323,5 @@ class Sm80WsGemm(Sm80Kernel):
                     # MMA. After this k-block's MMAs, not before them: the arrive's release
                     # fence (MEMBAR.CTA on sm_80) waits for the ldmatrix results, and the
                     # tensor cores should not wait with it.
-                    pipe.consumer_release(state, lane)
+                    pipe.consumer_release(state, lane, every_lane=True)
         return acc

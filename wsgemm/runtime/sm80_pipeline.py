@@ -16,7 +16,7 @@ Protocol, per stage ``s`` (``full[s]`` and ``empty[s]`` are mbarriers):
   issues its cp.async copies, then ``commit``: ``cp.async.mbarrier.arrive.noinc`` makes each
   producer thread arrive on ``full[s]`` once its own copies have landed in shared memory;
 * consumer: ``wait`` blocks on ``full[s]``, reads the stage, then ``release`` arrives on
-  ``empty[s]`` (one elected lane per warp, after ``__syncwarp``).
+  ``empty[s]`` (every consumer thread; see ``consumer_release``).
 """
 
 from __future__ import annotations
@@ -155,9 +155,16 @@ class CpAsyncPipeline:
         mbarrier_wait(self.full(state.index), state.phase)
 
     @cute.jit
-    def consumer_release(self, state: PipelineState, lane: cutlass.Int32) -> None:
-        """One arrival per warp: ``__syncwarp`` orders every lane's reads of the stage before
-        lane 0's arrive, whose release semantics then cover the whole warp."""
-        cute.arch.sync_warp()
-        if lane == 0:
+    def consumer_release(
+        self, state: PipelineState, lane: cutlass.Int32, every_lane: cutlass.Constexpr = False
+    ) -> None:
+        """Hand stage ``state.index`` back. ``every_lane``: each thread arrives, its own reads
+        released by its own arrive (``empty`` then counts threads); else one arrival per warp:
+        ``__syncwarp`` orders every lane's reads of the stage before lane 0's arrive, whose
+        release semantics then cover the whole warp."""
+        if cutlass.const_expr(every_lane):
             mbarrier_arrive(self.empty(state.index))
+        else:
+            cute.arch.sync_warp()
+            if lane == 0:
+                mbarrier_arrive(self.empty(state.index))
