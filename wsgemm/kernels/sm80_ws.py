@@ -152,7 +152,7 @@ class Sm80WsGemm(Sm80Kernel):
             self.empty_barrier_arrivals(),
             {
                 "consumer warps": self.consumer_warps,
-                "elected lanes per warp per stage": self.RELEASE_LANES_PER_WARP,
+                "arriving lanes per warp per stage": self.RELEASE_LANES_PER_WARP,
             },
         )
         check_arrive_count(
