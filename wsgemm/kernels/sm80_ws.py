@@ -278,8 +278,8 @@ class Sm80WsGemm(Sm80Kernel):
             stage = k_tile % stages
             pipe.producer_acquire(stage, (k_tile // stages + 1) % 2)
             if cutlass.const_expr(self.config.register_handoff and predicated):
-                load_a.load_rolled(k_tile, stage, predicated)
-                load_b.load_rolled(k_tile, stage, predicated)
+                load_a.load_rolled(k_tile, stage)
+                load_b.load_rolled(k_tile, stage)
             else:
                 load_a.load(k_tile, stage, predicated)
                 load_b.load(k_tile, stage, predicated)

@@ -408,7 +408,8 @@ def mn_atom_vectors(tile_mn: int, dtype) -> int:
 
 def make_ab_smem_layout(dtype, k_major: bool, tile_mn: int, tile_k: int, stages: int):
     """(tile_mn, tile_k, stages) ring of Swizzle<3,3,3> atoms: 8 x tile_k for K-major operands,
-    64 x 8 for M/N-major ones. The swizzle XORs the 128-byte line index into the 16-byte chunk
+    64 x 8 for M/N-major ones (32 x 8 under Swizzle<2,3,3> for 96-row tiles:
+    :func:`mn_atom_vectors`). The swizzle XORs the 128-byte line index into the 16-byte chunk
     index, so the eight 16-byte rows one ldmatrix reads sit in eight different bank groups."""
     vec = vector_elems(dtype)
     if k_major:
@@ -620,33 +621,26 @@ class OperandLoader:
                 )
 
     @cute.jit
-    def load_rolled(self, k_tile, stage, predicated: cutlass.Constexpr = True):
-        """:meth:`load` for a producer with few registers (``register_handoff``): a loop over
-        the row groups, unrolled :data:`ROLLED_UNROLL` times, so only that many addresses are
-        live (fully unrolled, ptxas computes every copy's 64-bit address before the first
-        copy: 96 registers for 48 copies); row predicates are compared where they are used
-        instead of kept in a mask."""
+    def load_rolled(self, k_tile, stage):
+        """:meth:`load` with row predicates, for a producer with few registers
+        (``register_handoff``): a loop over the row groups, unrolled :data:`ROLLED_UNROLL`
+        times, so only that many addresses are live (fully unrolled, ptxas computes every
+        copy's 64-bit address before the first copy: 96 registers for 48 copies); each row
+        predicate is compared where it is used instead of kept in a mask."""
         vecs = self.tXsX.shape[0][1]
         for i in cutlass.range(cute.size(self.tXsX, mode=[1]), unroll=ROLLED_UNROLL):
-            if cutlass.const_expr(predicated):
-                pred = cute.make_rmem_tensor(
-                    cute.make_layout((vecs, cute.size(self.tXsX, mode=[2])), stride=(1, 0)),
-                    cutlass.Boolean,
-                )
-                for v in cutlass.range_constexpr(vecs):
-                    pred[v, 0] = cute.elem_less(self.tXcX[(0, v), i, 0, 0][0], self.extent_mn)
-                cute.copy(
-                    self.tiled_copy,
-                    self.tXgX[None, i, None, k_tile],
-                    self.tXsX[None, i, None, stage],
-                    pred=pred,
-                )
-            else:
-                cute.copy(
-                    self.tiled_copy,
-                    self.tXgX[None, i, None, k_tile],
-                    self.tXsX[None, i, None, stage],
-                )
+            pred = cute.make_rmem_tensor(
+                cute.make_layout((vecs, cute.size(self.tXsX, mode=[2])), stride=(1, 0)),
+                cutlass.Boolean,
+            )
+            for v in cutlass.range_constexpr(vecs):
+                pred[v, 0] = cute.elem_less(self.tXcX[(0, v), i, 0, 0][0], self.extent_mn)
+            cute.copy(
+                self.tiled_copy,
+                self.tXgX[None, i, None, k_tile],
+                self.tXsX[None, i, None, stage],
+                pred=pred,
+            )
 
     @cute.jit
     def load_first(self, stage):
