@@ -90,6 +90,10 @@ def test_mma_warps_n_sets_the_warp_grid():
         ({"register_handoff": True}, "register_handoff=True must be 0 or 1"),
         ({"register_handoff": 1, "mma_warps_n": 4}, "register_handoff=1 needs target='sm_90a'"),
         ({"register_handoff": 1, "target": "sm_90a"}, "2 x 2 warps"),
+        (
+            {"register_handoff": 1, "target": "sm_90a", "mma_warps_n": 4, "producer_warps": 2},
+            "producer_warps=2",
+        ),
     ],
 )
 def test_bad_config_raises_with_what_is_allowed(kwargs, message):
@@ -296,6 +300,23 @@ def test_register_handoff_gives_the_producer_a_warpgroup():
     # Without the hand-over the same tile is 9 warps (288 threads) at 168 registers.
     plain = dataclasses.replace(HANDOFF, register_handoff=0)
     assert Sm80WsGemm(plain, F16, F16, F32).threads == 288
+
+
+def test_multistage_refuses_the_specialized_kernels_options():
+    plain = dataclasses.replace(HANDOFF, register_handoff=0)
+    for config in (HANDOFF, dataclasses.replace(plain, producer_warps=2)):
+        with pytest.raises(ValueError, match="has no producer warp"):
+            Sm80MultistageGemm(config, F16, F16, F32)
+    assert Sm80MultistageGemm(plain, F16, F16, F32).threads == 256
+
+
+def test_release_mode_follows_the_declared_lanes():
+    # The kernel releases with every lane because RELEASE_LANES_PER_WARP says 32; declaring one
+    # lane without changing the barrier's count is caught while tracing, not left to hang.
+    assert Sm80WsGemm.RELEASE_LANES_PER_WARP == 32
+    one = type("One", (Sm80WsGemm,), {"RELEASE_LANES_PER_WARP": 1})
+    with pytest.raises(ArriveCountError, match="sm80 ab empty"):
+        one(STUDY, F16, F16, F32).arrive_counts()
 
 
 def test_register_handoff_split_fits_the_launch_pool():

@@ -66,6 +66,15 @@ class Sm80MultistageGemm(Sm80Kernel):
 
     name = "sm80-multistage"
 
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
+        super().__init__(config, ab_dtype, c_dtype, acc_dtype)
+        # The specialized kernel's role options mean nothing here: refuse them, not ignore.
+        if config.register_handoff or config.producer_warps != 1:
+            raise ValueError(
+                f"{self.name} has no producer warp: register_handoff and producer_warps are "
+                "options of the specialized kernel (sm80); leave them at 0 and 1"
+            )
+
     @property
     def threads(self) -> int:
         """Every warp is an MMA warp (and a loader, and an epilogue warp)."""

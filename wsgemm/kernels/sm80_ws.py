@@ -52,7 +52,8 @@ class Sm80WsGemm(Sm80Kernel):
           With ``config.register_handoff`` (sm_90a) warps 0-3 form the producer warpgroup:
           all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to fit the
           smaller budget), warps 1-3 exit; the consumers are warps 4-11 and ``setmaxnreg`` up.
-        * warps 1 .. mma_warps, consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
+        * the next mma_warps warps (from warp ``first_consumer_warp``: 1 in the study design),
+          consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
           256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
           accumulators, then the epilogue: convert, stage through the (reused) A/B shared
           buffer, 16-byte predicated stores.
@@ -90,7 +91,9 @@ class Sm80WsGemm(Sm80Kernel):
     on 192x128 fit fp32 accumulators in 168 registers but measured ~6% slower; 2x4 warps of 64x32
     fit too but read twice the A fragments per MMA and were slower; 2x4 warps of 64x64 with
     fp32 accumulators need 128 + 64 registers before addresses: over 168, ptxas spills over
-    1 KiB. The study design on its own tile
+    1 KiB, unless ``register_handoff`` (Hopper) moves the producer's registers to them (224
+    each; docs/perf.md entry 9: faster, still behind the baseline). The study design on its
+    own tile
     (``Sm80Config()``, 128x256x32, 3 stages, 2x2 warps of 64x128) fits only with fp16
     accumulators (237-248 registers); with fp32 ones it spills (256 + 96 > 255).
     """
@@ -323,5 +326,7 @@ class Sm80WsGemm(Sm80Kernel):
                     # MMA. After this k-block's MMAs, not before them: the arrive's release
                     # fence (MEMBAR.CTA on sm_80) waits for the ldmatrix results, and the
                     # tensor cores should not wait with it.
-                    pipe.consumer_release(state, lane, every_lane=True)
+                    pipe.consumer_release(
+                        state, lane, every_lane=self.RELEASE_LANES_PER_WARP == WARP_SIZE
+                    )
         return acc

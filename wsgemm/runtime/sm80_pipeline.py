@@ -90,6 +90,11 @@ def target_has_try_wait() -> bool:
     return BaseDSL._get_dsl().get_arch_enum().major >= 9
 
 
+def target_is_hopper() -> bool:
+    """Whether the target being traced is sm_90 (227 KiB of shared memory per block)."""
+    return BaseDSL._get_dsl().get_arch_enum().major == 9
+
+
 @dsl_user_op
 def mbarrier_wait(mbar: cute.Pointer, phase: cutlass.Int32, *, loc=None, ip=None) -> None:
     """Wait until the phase of parity ``phase`` has completed (acquire semantics).

@@ -23,7 +23,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
 
-from wsgemm.runtime.sm80_pipeline import target_has_try_wait
+from wsgemm.runtime.sm80_pipeline import target_is_hopper
 
 #: m16n8k16: the fp16/bf16 ``mma.sync`` shape of sm_80..sm_90.
 MMA_INST_MNK = (16, 8, 16)
@@ -137,12 +137,15 @@ class Sm80Config:
             self.mma_warps_m * self.mma_warps_n != 8
             or self.ctas_per_sm != 1
             or self.target != "sm_90a"
+            or self.producer_warps != 1
         ):
+            # (producer_warps 2 and 4 would load from the warpgroup's idle warps: they compile
+            # spill-free but have not run on a GPU yet.)
             raise ValueError(
                 "Sm80Config.register_handoff=1 needs target='sm_90a' (setmaxnreg), 8 MMA warps "
-                f"(two consumer warpgroups) and ctas_per_sm=1, got target={self.target!r}, "
-                f"{self.mma_warps_m} x {self.mma_warps_n} warps and "
-                f"ctas_per_sm={self.ctas_per_sm}"
+                "(two consumer warpgroups), ctas_per_sm=1 and producer_warps=1, got "
+                f"target={self.target!r}, {self.mma_warps_m} x {self.mma_warps_n} warps, "
+                f"ctas_per_sm={self.ctas_per_sm}, producer_warps={self.producer_warps}"
             )
         if self.ctas_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
@@ -353,11 +356,11 @@ def check_dtypes(ab_dtype, c_dtype, acc_dtype) -> None:
 
 
 def check_target(config: Sm80Config, kernel_name: str) -> None:
-    """Trace-time: a ``target="sm_90a"`` config compiles for Hopper only."""
-    if config.target == "sm_90a" and not target_has_try_wait():
+    """Trace-time: a ``target="sm_90a"`` config compiles for Hopper (sm_90) only."""
+    if config.target == "sm_90a" and not target_is_hopper():
         raise ValueError(
             f"{kernel_name}: this Sm80Config has target='sm_90a' (Hopper's shared memory or "
-            "setmaxnreg); Ampere and Ada take target='sm_80' configs"
+            "setmaxnreg); other GPUs take target='sm_80' configs"
         )
 
 
@@ -623,10 +626,12 @@ class OperandLoader:
     @cute.jit
     def load_rolled(self, k_tile, stage):
         """:meth:`load` with row predicates, for a producer with few registers
-        (``register_handoff``): a loop over the row groups, unrolled :data:`ROLLED_UNROLL`
-        times, so only that many addresses are live (fully unrolled, ptxas computes every
-        copy's 64-bit address before the first copy: 96 registers for 48 copies); each row
-        predicate is compared where it is used instead of kept in a mask."""
+        (``register_handoff``): a loop over the row groups (mode 1 of the partition), unrolled
+        :data:`ROLLED_UNROLL` times, so only their addresses are live at once (fully unrolled,
+        ptxas computes every copy's 64-bit address before the first copy: 96 registers for 48
+        copies); each row predicate is compared where it is used instead of kept in a mask.
+        K-major operands have a row group per 4 or 8 rows; an M/N-major 128- or 256-wide tile
+        has one, whose k-direction copies stay unrolled."""
         vecs = self.tXsX.shape[0][1]
         for i in cutlass.range(cute.size(self.tXsX, mode=[1]), unroll=ROLLED_UNROLL):
             pred = cute.make_rmem_tensor(
