@@ -310,9 +310,9 @@ def test_multistage_refuses_the_specialized_kernels_options():
     assert Sm80MultistageGemm(plain, F16, F16, F32).threads == 256
 
 
-def test_release_mode_follows_the_declared_lanes():
-    # The kernel releases with every lane because RELEASE_LANES_PER_WARP says 32; declaring one
-    # lane without changing the barrier's count is caught while tracing, not left to hang.
+def test_declaring_one_release_lane_fails_the_trace():
+    # Every consumer thread releases; declaring one lane per warp without changing the
+    # barrier's count is caught while tracing, not left to hang.
     assert Sm80WsGemm.RELEASE_LANES_PER_WARP == 32
     one = type("One", (Sm80WsGemm,), {"RELEASE_LANES_PER_WARP": 1})
     with pytest.raises(ArriveCountError, match="sm80 ab empty"):

@@ -100,10 +100,8 @@ class Sm80WsGemm(Sm80Kernel):
 
     name = "sm80"
 
-    #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage: every one, each
-    #: releasing its own ldmatrix reads (``CpAsyncPipeline.consumer_release``). One elected lane
-    #: after ``__syncwarp`` is enough under the PTX memory model, but compute-sanitizer's
-    #: racecheck cannot see that ordering and reported every reuse of a stage (docs/sm80.md).
+    #: Lanes of a consumer warp that arrive on ``empty[s]`` per stage: every one
+    #: (``CpAsyncPipeline.consumer_release``); checked against the barrier's count.
     RELEASE_LANES_PER_WARP = WARP_SIZE
 
     @property
@@ -218,10 +216,9 @@ class Sm80WsGemm(Sm80Kernel):
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_increase(HANDOFF_CONSUMER_REGISTERS)
             tid = tidx - self.first_consumer_warp * WARP_SIZE
-            lane = cute.arch.lane_idx()
             tiled_mma = tiles.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
-            acc = self.mma(tiles, tiled_mma, views, pipe, k_tiles, tid, lane)
+            acc = self.mma(tiles, tiled_mma, views, pipe, k_tiles, tid)
             store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
 
     @cute.jit
@@ -239,11 +236,13 @@ class Sm80WsGemm(Sm80Kernel):
         """Producer warp(s), thread ``tid``: every k-tile of this CTA's A and B, in order, into
         the ring (with several producer warps each copies its share of every k-tile)."""
         c = tiles.config
+        # With the register hand-over the producer's edge-tile loop is rolled to fit its budget.
+        rolled = bool(c.register_handoff)
         load_a = make_operand_loader(
-            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
+            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid, rolled
         )
         load_b = make_operand_loader(
-            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
+            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid, rolled
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
 
@@ -280,12 +279,8 @@ class Sm80WsGemm(Sm80Kernel):
         for k_tile in cutlass.range(1, k_tiles, unroll=1):
             stage = k_tile % stages
             pipe.producer_acquire(stage, (k_tile // stages + 1) % 2)
-            if cutlass.const_expr(self.config.register_handoff and predicated):
-                load_a.load_rolled(k_tile, stage)
-                load_b.load_rolled(k_tile, stage)
-            else:
-                load_a.load(k_tile, stage, predicated)
-                load_b.load(k_tile, stage, predicated)
+            load_a.load(k_tile, stage, predicated)
+            load_b.load(k_tile, stage, predicated)
             pipe.producer_commit(stage)
 
     @cute.jit
@@ -297,7 +292,6 @@ class Sm80WsGemm(Sm80Kernel):
         pipe: CpAsyncPipeline,
         k_tiles: cutlass.Int32,
         tid: cutlass.Int32,
-        lane: cutlass.Int32,
     ) -> cute.Tensor:
         """Consumer warps: the whole K loop into register accumulators."""
         frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
@@ -326,7 +320,5 @@ class Sm80WsGemm(Sm80Kernel):
                     # MMA. After this k-block's MMAs, not before them: the arrive's release
                     # fence (MEMBAR.CTA on sm_80) waits for the ldmatrix results, and the
                     # tensor cores should not wait with it.
-                    pipe.consumer_release(
-                        state, lane, every_lane=self.RELEASE_LANES_PER_WARP == WARP_SIZE
-                    )
+                    pipe.consumer_release(state)
         return acc

@@ -85,14 +85,19 @@ def cp_async_mbarrier_arrive_noinc(mbar: cute.Pointer, *, loc=None, ip=None) -> 
     )
 
 
+def _traced_arch_major() -> int:
+    """Compute-capability major of the target being traced (8 for sm_80..sm_89, 9 for sm_90a)."""
+    return BaseDSL._get_dsl().get_arch_enum().major
+
+
 def target_has_try_wait() -> bool:
     """Whether the target being traced has ``mbarrier.try_wait`` (sm_90 and later)."""
-    return BaseDSL._get_dsl().get_arch_enum().major >= 9
+    return _traced_arch_major() >= 9
 
 
 def target_is_hopper() -> bool:
     """Whether the target being traced is sm_90 (227 KiB of shared memory per block)."""
-    return BaseDSL._get_dsl().get_arch_enum().major == 9
+    return _traced_arch_major() == 9
 
 
 @dsl_user_op
@@ -159,17 +164,9 @@ class CpAsyncPipeline:
     def consumer_wait(self, state: PipelineState) -> None:
         mbarrier_wait(self.full(state.index), state.phase)
 
-    @cute.jit
-    def consumer_release(
-        self, state: PipelineState, lane: cutlass.Int32, every_lane: cutlass.Constexpr = False
-    ) -> None:
-        """Hand stage ``state.index`` back. ``every_lane``: each thread arrives, its own reads
-        released by its own arrive (``empty`` then counts threads); else one arrival per warp:
-        ``__syncwarp`` orders every lane's reads of the stage before lane 0's arrive, whose
-        release semantics then cover the whole warp."""
-        if cutlass.const_expr(every_lane):
-            mbarrier_arrive(self.empty(state.index))
-        else:
-            cute.arch.sync_warp()
-            if lane == 0:
-                mbarrier_arrive(self.empty(state.index))
+    def consumer_release(self, state: PipelineState) -> None:
+        """Hand stage ``state.index`` back: every consumer thread arrives, its own reads of the
+        stage released by its own arrive (``empty`` counts consumer threads). One elected lane
+        after ``__syncwarp`` would be enough under the PTX memory model, but compute-sanitizer's
+        racecheck cannot follow that ordering (docs/perf.md, entry 10)."""
+        mbarrier_arrive(self.empty(state.index))

@@ -285,7 +285,7 @@ def barrier_bytes(stages: int) -> int:
 #: launches 12 warps at 168 each (its pool: 168 x 384 threads); the producer warpgroup (the
 #: loading warp and three that exit) drops to 56 and the two consumer warpgroups rise to 224:
 #: 56 x 128 + 224 x 256 = 168 x 384. 56 holds the producer's unrolled interior loop; its loop
-#: for edge tiles is rolled (``OperandLoader.load_rolled``): fully unrolled, it spilled at 88
+#: for edge tiles is rolled (``OperandLoader._load_rolled``): fully unrolled, it spilled at 88
 #: (its 48-96 copy addresses are all computed before the first copy). 224 holds eight 64x64
 #: fp32 consumers (a 104 / 200 split spilled in every variant).
 HANDOFF_PRODUCER_REGISTERS = 56
@@ -583,7 +583,7 @@ def zero_fill(
 # Global -> shared: one operand's per-thread copies
 
 
-#: Row groups per trip of :meth:`OperandLoader.load_rolled`'s loop.
+#: Row groups per trip of :meth:`OperandLoader._load_rolled`'s loop.
 ROLLED_UNROLL = 4
 
 
@@ -600,38 +600,37 @@ class OperandLoader:
     interior: cutlass.Boolean
     #: Rows of the operand (M or N), for predicates computed where they are used.
     extent_mn: cutlass.Int32
+    #: Edge tiles through :meth:`_load_rolled` (a producer with few registers:
+    #: ``register_handoff``), static.
+    rolled_edges: bool = False
 
     @cute.jit
     def load(self, k_tile, stage, predicated: cutlass.Constexpr = True):
         """A k-tile after the first: every k is in range; rows are predicated unless the
         caller knows the tile is ``interior`` (then each copy is one instruction, with no
         predicate to rebuild: the producer warp's budget, docs/sm80.md)."""
-        # Row group by row group, the k-direction copies of a row group back to back: they
-        # share one address (constant offsets), which the compiler then computes once.
-        for i in cutlass.range_constexpr(cute.size(self.tXsX, mode=[1])):
-            if cutlass.const_expr(predicated):
+        if cutlass.const_expr(predicated and self.rolled_edges):
+            self._load_rolled(k_tile, stage)
+        else:
+            # Row group by row group, the k-direction copies of a row group back to back: they
+            # share one address (constant offsets), which the compiler then computes once.
+            for i in cutlass.range_constexpr(cute.size(self.tXsX, mode=[1])):
                 cute.copy(
                     self.tiled_copy,
                     self.tXgX[None, i, None, k_tile],
                     self.tXsX[None, i, None, stage],
-                    pred=self.tXpX[None, i, None],
-                )
-            else:
-                cute.copy(
-                    self.tiled_copy,
-                    self.tXgX[None, i, None, k_tile],
-                    self.tXsX[None, i, None, stage],
+                    pred=self.tXpX[None, i, None] if predicated else None,
                 )
 
     @cute.jit
-    def load_rolled(self, k_tile, stage):
-        """:meth:`load` with row predicates, for a producer with few registers
-        (``register_handoff``): a loop over the row groups (mode 1 of the partition), unrolled
-        :data:`ROLLED_UNROLL` times, so only their addresses are live at once (fully unrolled,
-        ptxas computes every copy's 64-bit address before the first copy: 96 registers for 48
-        copies); each row predicate is compared where it is used instead of kept in a mask.
-        K-major operands have a row group per 4 or 8 rows; an M/N-major 128- or 256-wide tile
-        has one, whose k-direction copies stay unrolled."""
+    def _load_rolled(self, k_tile, stage):
+        """:meth:`load` with row predicates, for a producer with few registers: a loop over
+        the row groups (mode 1 of the partition), unrolled :data:`ROLLED_UNROLL` times, so only
+        their addresses are live at once (fully unrolled, ptxas computes every copy's 64-bit
+        address before the first copy: 96 registers for 48 copies); each row predicate is
+        compared where it is used instead of kept in a mask. K-major operands have a row group
+        per 4 or 8 rows; an M/N-major 128- or 256-wide tile has one, whose k-direction copies
+        stay unrolled."""
         vecs = self.tXsX.shape[0][1]
         for i in cutlass.range(cute.size(self.tXsX, mode=[1]), unroll=ROLLED_UNROLL):
             pred = cute.make_rmem_tensor(
@@ -639,7 +638,7 @@ class OperandLoader:
                 cutlass.Boolean,
             )
             for v in cutlass.range_constexpr(vecs):
-                pred[v, 0] = cute.elem_less(self.tXcX[(0, v), i, 0, 0][0], self.extent_mn)
+                pred[v, 0] = _row_in_range(self.tXcX, v, i, self.extent_mn)
             cute.copy(
                 self.tiled_copy,
                 self.tXgX[None, i, None, k_tile],
@@ -661,6 +660,11 @@ class OperandLoader:
                 )
 
 
+def _row_in_range(tXcX: cute.Tensor, v, i, extent_mn):
+    """Whether vector ``v`` of row group ``i`` of a thread's copies lies in rows [0, extent)."""
+    return cute.elem_less(tXcX[(0, v), i, 0, 0][0], extent_mn)
+
+
 @cute.jit
 def make_operand_loader(
     tiled_copy: cute.TiledCopy,
@@ -670,8 +674,10 @@ def make_operand_loader(
     tile_k: cutlass.Constexpr,
     tile_idx,
     tid,
+    rolled_edges: cutlass.Constexpr = False,
 ) -> OperandLoader:
-    """``mX``: one batch of the operand, (MN, K); ``tile_idx``: this CTA's tile along MN."""
+    """``mX``: one batch of the operand, (MN, K); ``tile_idx``: this CTA's tile along MN;
+    ``rolled_edges``: see :attr:`OperandLoader.rolled_edges`."""
     gX = cute.local_tile(mX, (tile_mn, tile_k), (tile_idx, None))  # (tile_mn, tile_k, k_tiles)
     cX = cute.local_tile(cute.make_identity_tensor(mX.shape), (tile_mn, tile_k), (tile_idx, None))
     # Shift the k-tiles so the partial one is first (its start is <= 0).
@@ -696,9 +702,9 @@ def make_operand_loader(
     extent_mn = cute.size(mX, mode=[0])
     for v in cutlass.range_constexpr(tXpX.shape[0]):
         for i in cutlass.range_constexpr(tXpX.shape[1]):
-            tXpX[v, i, 0] = cute.elem_less(tXcX[(0, v), i, 0, 0][0], extent_mn)
+            tXpX[v, i, 0] = _row_in_range(tXcX, v, i, extent_mn)
     interior = (tile_idx + 1) * tile_mn <= extent_mn
-    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior, extent_mn)
+    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior, extent_mn, rolled_edges)
 
 
 # ----------------------------------------------------------------------------------------------
