@@ -1,0 +1,49 @@
+"""Host layer: the backend registry, compiling kernel variants, the compile caches, launching.
+
+A *variant* is everything a kernel is specialized on: backend (kernel class and config), target
+arch, dtypes and the operands' major modes. Problem sizes (M, N, K, L) and the non-unit strides
+are run-time values: a new shape never recompiles. Each variant is compiled once per process
+(an in-memory dict) and, across processes, once per machine (an on-disk object-file cache keyed
+by the variant and a fingerprint of the kernel sources and toolchain versions).
+"""
+
+from .cache import COMPILE_CACHE, CompileCache, cache_dir, warm
+from .compile import compile_variant, fake_arguments, make_kernel
+from .registry import (
+    AB_DTYPES,
+    ACC_DTYPES,
+    BACKENDS,
+    C_DTYPES,
+    ELEMENT_BYTES,
+    VECTOR_BYTES,
+    Backend,
+    Variant,
+    arch_for_capability,
+    cluster_size,
+    cutlass_dtype,
+    needs_vector_extent,
+    shipped_backends,
+)
+
+__all__ = [
+    "AB_DTYPES",
+    "ACC_DTYPES",
+    "BACKENDS",
+    "C_DTYPES",
+    "COMPILE_CACHE",
+    "ELEMENT_BYTES",
+    "VECTOR_BYTES",
+    "Backend",
+    "CompileCache",
+    "Variant",
+    "arch_for_capability",
+    "cache_dir",
+    "cluster_size",
+    "compile_variant",
+    "cutlass_dtype",
+    "fake_arguments",
+    "make_kernel",
+    "needs_vector_extent",
+    "shipped_backends",
+    "warm",
+]

@@ -1,0 +1,76 @@
+"""Compiling one variant with the DSL (no GPU needed): fake arguments, kernel object, compile."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from .registry import BACKENDS, ELEMENT_BYTES, VECTOR_BYTES, Variant, cutlass_dtype
+
+
+def fake_arguments(variant: Variant) -> tuple:
+    """Compile-time stand-ins for (mA, mB, mC, max_active_clusters, stream).
+
+    M, N, K, L and every non-unit stride are symbolic; the unit stride is static, so the major
+    mode is part of the variant. Non-unit strides are declared 16-byte divisible (the host only
+    passes such tensors) so the kernels can vectorize and build TMA descriptors.
+    """
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    m, n, k, l_ = (cute.sym_int64(symbol=s) for s in "MNKL")
+
+    def operand(dtype: str, rows, cols, major_is_rows: bool):
+        div = VECTOR_BYTES // ELEMENT_BYTES[dtype]
+        ld = cute.sym_int64(divisibility=div)
+        batch = cute.sym_int64(divisibility=div)
+        stride = (1, ld, batch) if major_is_rows else (ld, 1, batch)
+        return make_fake_tensor(
+            cutlass_dtype(dtype), (rows, cols, l_), stride, assumed_align=VECTOR_BYTES
+        )
+
+    a = operand(variant.ab_dtype, m, k, variant.a_major == "m")
+    b = operand(variant.ab_dtype, n, k, variant.b_major == "n")
+    c = operand(variant.c_dtype, m, n, False)
+    return a, b, c, cutlass.Int32(1), make_fake_stream(use_tvm_ffi_env_stream=True)
+
+
+def make_kernel(variant: Variant):
+    backend = BACKENDS[variant.backend]
+    return backend.kernel_class()(
+        variant.kernel_config(),
+        cutlass_dtype(variant.ab_dtype),
+        cutlass_dtype(variant.c_dtype),
+        cutlass_dtype(variant.acc_dtype),
+    )
+
+
+# cute.compile keeps MLIR state per thread and is not re-entrant: one compile at a time.
+_COMPILE_LOCK = threading.Lock()
+
+
+def compile_variant(variant: Variant, *, keep: bool = False):
+    """Trace and compile one variant (no GPU needed). ``keep`` retains the PTX and the cubin in
+    ``compiled.artifacts`` for inspection."""
+    import cutlass.cute as cute
+
+    options = f"--enable-tvm-ffi --gpu-arch {variant.arch}"
+    kernel = make_kernel(variant)
+    args = fake_arguments(variant)
+    with _COMPILE_LOCK:
+        if not keep:
+            return cute.compile(kernel, *args, options=options)
+        # The DSL writes kept files into a dump folder; read the cubin back into the artifacts.
+        with tempfile.TemporaryDirectory(prefix="wsgemm-keep-") as dump:
+            compiled = cute.compile(
+                kernel, *args, options=f"{options} --keep-ptx --keep-cubin --dump-dir {dump}"
+            )
+            art = compiled.artifacts
+            for attr, read in (("CUBIN", Path.read_bytes), ("PTX", Path.read_text)):
+                value = getattr(art, attr, None)
+                if isinstance(value, str) and os.path.isfile(value):
+                    setattr(art, attr, read(Path(value)))
+            return compiled

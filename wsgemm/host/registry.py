@@ -1,0 +1,152 @@
+"""The backend registry: which kernels exist, what a compiled variant is specialized on."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+# Dtype names used throughout the host and API layers (torch-free on purpose: `inspect` and the
+# CPU tests compile without torch tensors).
+AB_DTYPES = ("float16", "bfloat16")
+C_DTYPES = ("float16", "bfloat16", "float32")
+ACC_DTYPES = ("float32", "float16")
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# TMA and cp.async move 16-byte vectors: base pointers and non-unit strides must be 16-byte
+# multiples, i.e. this many elements.
+VECTOR_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One selectable kernel: where its class lives and which config it ships with."""
+
+    name: str
+    module: str
+    cls: str
+    family: str  # "sm90" kernels need sm_90a exactly; "sm80" kernels run on sm_80 and later
+
+    def kernel_class(self) -> type:
+        return getattr(importlib.import_module(self.module), self.cls)
+
+    def config(self, acc_dtype: str = "float32") -> Any:
+        """The shipped config; a kernel module may pick it per accumulator dtype (fp16
+        accumulators take half the registers, so sm80 affords the study kernel's larger tile).
+        Memoized: ``matmul``'s dispatch asks on every call, and configs are frozen."""
+        return _shipped_config(self.module, self.name, acc_dtype)
+
+    def supports(self, cc: tuple[int, int]) -> bool:
+        if self.family == "sm90":
+            return cc == (9, 0)
+        return cc >= (8, 0)
+
+
+@functools.cache
+def _shipped_config(module_name: str, name: str, acc_dtype: str) -> Any:
+    module = importlib.import_module(module_name)
+    pick = getattr(module, "shipped_config", None)
+    if pick is not None:
+        return pick(name, cutlass_dtype(acc_dtype))
+    return module.SHIPPED_CONFIGS[name]
+
+
+# What each one is: README's backend table and the kernel classes' docstrings.
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("sm90", "wsgemm.kernels.sm90", "Sm90Gemm", "sm90"),
+        Backend("sm90-pingpong", "wsgemm.kernels.sm90", "Sm90Gemm", "sm90"),
+        Backend("sm80", "wsgemm.kernels.sm80_ws", "Sm80WsGemm", "sm80"),
+        Backend("sm80-multistage", "wsgemm.kernels.sm80_multistage", "Sm80MultistageGemm", "sm80"),
+    )
+}
+
+
+def arch_for_capability(cc: tuple[int, int]) -> str:
+    """The DSL target for a device: sm_90a-only instructions (WGMMA, setmaxnreg) need the 'a'."""
+    major, minor = cc
+    suffix = "a" if major >= 9 else ""
+    return f"sm_{major}{minor}{suffix}"
+
+
+@functools.cache
+def shipped_backends(family: str | None = None) -> tuple[str, ...]:
+    """Backends whose kernel module imports (all of them in a complete install). Cached: the
+    answer cannot change within a process, and ``matmul``'s dispatch asks on every call."""
+    names = []
+    for name, backend in BACKENDS.items():
+        if family is not None and backend.family != family:
+            continue
+        try:
+            backend.config()
+        except (ImportError, AttributeError, KeyError):
+            continue
+        names.append(name)
+    return tuple(names)
+
+
+@functools.cache
+def needs_vector_extent(backend: str) -> bool:
+    """cp.async kernels need each unit-stride extent to be a whole number of 16-byte vectors."""
+    return bool(BACKENDS[backend].kernel_class().needs_vector_extent)
+
+
+def cluster_size(config: Any) -> int:
+    """CTAs per cluster: the persistent grid has (SMs // this) clusters."""
+    return getattr(config, "cluster_m", 1) * getattr(config, "cluster_n", 1)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Everything one compiled kernel is specialized on."""
+
+    backend: str
+    arch: str
+    ab_dtype: str = "float16"
+    c_dtype: str = "float16"
+    acc_dtype: str = "float32"
+    a_major: str = "k"  # A is (M, K, L): "k" (row-major a) or "m"
+    b_major: str = "k"  # B is (N, K, L): "k" (column-major b) or "n" (row-major b)
+    config: Any = None  # None: the backend's shipped config; else a config to try (tuning)
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("backend", self.backend, tuple(BACKENDS)),
+            ("ab_dtype", self.ab_dtype, AB_DTYPES),
+            ("c_dtype", self.c_dtype, C_DTYPES),
+            ("acc_dtype", self.acc_dtype, ACC_DTYPES),
+            ("a_major", self.a_major, ("k", "m")),
+            ("b_major", self.b_major, ("k", "n")),
+        )
+        for field, value, allowed in checks:
+            if value not in allowed:
+                raise ValueError(f"Variant.{field}={value!r}; allowed: {', '.join(allowed)}")
+        if self.acc_dtype == "float16" and self.ab_dtype != "float16":
+            raise ValueError(
+                "fp16 accumulation needs fp16 inputs: the tensor cores accumulate bf16 products "
+                "in fp32 only"
+            )
+
+    def key(self) -> str:
+        names = [f.name for f in dataclasses.fields(self) if f.name != "config"]
+        fields = [str(getattr(self, name)) for name in names]
+        if self.config is not None:
+            fields.append(repr(self.config))
+        return "-".join(fields)
+
+    def kernel_config(self) -> Any:
+        if self.config is not None:
+            return self.config
+        return BACKENDS[self.backend].config(self.acc_dtype)
+
+
+def cutlass_dtype(name: str):
+    import cutlass
+
+    return {
+        "float16": cutlass.Float16,
+        "bfloat16": cutlass.BFloat16,
+        "float32": cutlass.Float32,
+    }[name]
