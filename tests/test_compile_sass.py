@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from wsgemm import host
-from wsgemm import inspect as insp
+from wsgemm import inspection as insp
 
 SM90 = host.shipped_backends("sm90")
 SM80 = host.shipped_backends("sm80")

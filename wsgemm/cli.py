@@ -11,7 +11,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from . import inspect as insp
+    from . import inspection as insp
 
     names = insp.backends_for(args.arch)
     if args.backend:
@@ -54,7 +54,7 @@ def _warm(args: argparse.Namespace) -> int:
     import os
 
     from . import host
-    from . import inspect as insp
+    from . import inspection as insp
 
     if host.cache_dir() is None:
         print(
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile every shipped kernel for an arch (no GPU needed) and report its resources",
     )
     from .host import BACKENDS
-    from .inspect import ARCHES
+    from .inspection import ARCHES
 
     p.add_argument("--arch", default="sm_90a", choices=ARCHES, help="target (default sm_90a)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
