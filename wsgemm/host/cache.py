@@ -53,14 +53,12 @@ def cache_dir() -> Path | None:
 
 
 def reset() -> None:
-    """Forget opened folders and given warnings (tests, or after changing the environment)."""
-    from . import fingerprint
-
+    """Forget opened folders and given warnings (tests, or after changing the environment;
+    the fingerprint is computed once per process)."""
     with _open_lock:
         _opened.clear()
-    disk._warned.clear()
-    fingerprint.toolchain.cache_clear()
-    fingerprint.fingerprint.cache_clear()
+    with disk._warned_lock:
+        disk._warned.clear()
 
 
 def compile_logged(variant: Variant):

@@ -215,6 +215,13 @@ def link(payload: bytes, name: str) -> Callable:
     return getattr(module, name)
 
 
+def _is_dir(path: Path) -> bool:
+    try:  # Path.is_dir raises on some errors, e.g. a name too long
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _drop_marker(marker: tuple[int, str]) -> None:
     fd, path = marker
     with contextlib.suppress(OSError):
@@ -224,7 +231,7 @@ def _drop_marker(marker: tuple[int, str]) -> None:
 
 def _is_private(st: os.stat_result) -> str:
     """Why a folder or entry with this stat cannot be trusted, or ''."""
-    if st.st_uid not in (os.getuid(), 0):
+    if st.st_uid not in (os.getuid(), 0):  # root's files: root can change ours anyway
         return f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"it is writable by group or others (mode {stat.filemode(st.st_mode)})"
@@ -263,7 +270,7 @@ class DiskCache:
             self.root.mkdir(mode=self._dir_mode, parents=True, exist_ok=True)
             self.folder.mkdir(mode=self._dir_mode, exist_ok=True)
         except OSError as exc:
-            if not self.folder.is_dir():
+            if not _is_dir(self.folder):
                 return f"cannot create {self.folder} ({exc.strerror or exc})"
         for folder in (self.root, self.folder):
             try:
