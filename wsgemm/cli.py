@@ -136,8 +136,7 @@ def _warm(args: argparse.Namespace) -> int:
     import os
 
     from . import inspection as insp
-    from .host import cache, disk
-    from .host import warm as warming
+    from .host import cache, disk, warming
 
     console = _err_console()
     arch = args.arch

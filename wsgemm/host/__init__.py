@@ -24,7 +24,7 @@ from .registry import (
     needs_vector_extent,
     shipped_backends,
 )
-from .warm import warm
+from .warming import warm
 
 __all__ = [
     "AB_DTYPES",

@@ -32,8 +32,11 @@ class Outcome:
 def max_jobs() -> int:
     """Worker processes this machine can hold: one per core, 0.5 GB each of available memory."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    by_memory = _available_bytes() // WORKER_BYTES if _available_bytes() else None
-    return max(1, min(cores or 1, by_memory if by_memory is not None else cores or 1))
+    limit = cores or 1
+    available = _available_bytes()
+    if available is not None:
+        limit = min(limit, available // WORKER_BYTES)
+    return max(1, limit)
 
 
 def _available_bytes() -> int | None:
@@ -79,14 +82,16 @@ def warm(
     variants: list[Variant],
     jobs: int = 1,
     on_outcome: Callable[[Outcome], None] | None = None,
+    task: Callable[[Variant], Outcome] = warm_one,
 ) -> list[Outcome]:
-    """Put every variant in the on-disk cache, ``jobs`` processes at a time. Returns an outcome
-    per variant; a worker that dies fails the variants it had not finished, in one line."""
+    """Put every variant in the on-disk cache (``task`` does one), ``jobs`` processes at a time.
+    Returns an outcome per variant; a worker that dies fails the variants not yet finished, all
+    with one reason."""
     report = on_outcome or (lambda _: None)
     outcomes = []
     if jobs <= 1:
         for v in variants:
-            outcomes.append(warm_one(v))
+            outcomes.append(task(v))
             report(outcomes[-1])
         return outcomes
     import multiprocessing
@@ -97,7 +102,7 @@ def warm(
     with ProcessPoolExecutor(
         jobs, mp_context=context, initializer=_end_with_parent, initargs=(os.getpid(),)
     ) as pool:
-        futures = {pool.submit(warm_one, v): v for v in variants}
+        futures = {pool.submit(task, v): v for v in variants}
         try:
             for fut in as_completed(futures):
                 outcomes.append(fut.result())
