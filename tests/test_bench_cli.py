@@ -76,7 +76,13 @@ def test_custom_shapes():
         ["--layout", "TX"],
         ["--accumulate", "bf16"],
         ["--rounds", "0"],
+        ["--rounds", "1000000000"],
         ["--target-ms", "-1"],
+        ["--target-ms", "inf"],
+        ["--target-ms", "nan"],
+        ["--seed", str(2**64)],
+        ["--seed", "-1"],
+        ["--max-reps", "1000000000"],
     ],
 )
 def test_parser_rejects(argv, capsys):
@@ -91,6 +97,8 @@ def test_parser_rejects(argv, capsys):
         (["--dtype", "bf16", "--accumulate", "fp16"], "fp16 inputs"),
         (["--suite", "square", "--tokens", "1"], "llm and decode"),
         (["--shapes", "1,2"], "three positive integers"),
+        (["--shapes", "0,0,0"], "three positive integers"),
+        (["--backends", "foo"], "unknown backend 'foo'"),
         (["--shapes", "1,2,3", "--models", "8b"], "not --shapes"),
         (["--suite", "llm", "--tokens", "0"], "positive integers"),
         (["--min-reps", "9", "--max-reps", "3"], "min_reps"),
@@ -154,3 +162,28 @@ def test_tuning_candidates_parse_into_config_overrides():
     assert parse_candidate("sm90-pingpong{schedule=pingpong}")[1] == {"schedule": "pingpong"}
     with pytest.raises(ValueError, match="name"):
         parse_candidate("sm90{cluster_m=1")
+
+
+def test_usage_errors_come_before_the_gpu_check_and_name_no_internals(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.run(parse("--backends", "foo")) == cli.EXIT_USAGE
+    assert cli.run(parse("--shapes", "0,0,0")) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "unknown backend 'foo'" in err and "Shape." not in err and "no CUDA GPU" not in err
+
+
+def test_error_text_is_not_wrapped_when_stderr_is_not_a_terminal():
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "wsgemm.bench", "--backends", "x" * 120],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == cli.EXIT_USAGE
+    (line,) = [ln for ln in proc.stderr.splitlines() if "unknown backend" in ln]
+    assert "x" * 120 in line and "choose from" in line

@@ -387,3 +387,75 @@ def test_h200_fixture_is_a_real_h200_run():
             assert r["ratio_to_cublas"]["median"] == pytest.approx(1.0)
         if r["status"] == "ok" and r["pct_of_peak"] is not None:
             assert 0 < r["pct_of_peak"] <= 100.0, r
+
+
+def test_a_shape_that_fails_outside_a_backend_keeps_the_rows_before_and_after(monkeypatch):
+    """One shape whose operands cannot be made (out of memory on a GPU) errors its own rows;
+    the rows measured before it and the shapes after it are kept."""
+    real = runner.make_operands
+    doomed = Shape(40, 40, 40, group="custom")
+
+    def make_operands(layout, m, n, k, *args):
+        if (m, n, k) == (40, 40, 40):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 TiB")
+        return real(layout, m, n, k, *args)
+
+    monkeypatch.setattr(runner, "make_operands", make_operands)
+    fast, _ = stand_in("fast", 0.5)
+    shapes = [SHAPES[0], doomed, SHAPES[1]]
+    output = runner.run(
+        shapes, [cublas(), fast], [], OPTIONS, ScriptedTimer(), "cpu", lambda clock: None
+    )
+    assert output.aborted is None
+    by_shape = {(r["m"], r["n"], r["k"]): r for r in output.rows if r["backend"] == "fast"}
+    assert by_shape[(64, 96, 128)]["status"] == "ok" and by_shape[(33, 65, 17)]["status"] == "ok"
+    failed = by_shape[(40, 40, 40)]
+    assert failed["status"] == "error" and "out of memory" in failed["note"]
+    schema.validate(schema.record(h200_header(OPTIONS, ["cublas", "fast"]), output.rows))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"target_ms": float("inf")}, "target_ms"),
+        ({"target_ms": float("nan")}, "target_ms"),
+        ({"seed": 2**64}, "seed"),
+        ({"seed": -1}, "seed"),
+        ({"rounds": 10**9}, "rounds"),
+        ({"max_reps": 10**9}, "max_reps"),
+    ],
+)
+def test_options_reject_out_of_range_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        runner.Options(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xe9t\xe9 {}", "not UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+    ids=["latin-1", "deep nesting"],
+)
+def test_from_json_refuses_unreadable_files_without_a_traceback(tmp_path, capsys, content, message):
+    source = tmp_path / "in.json"
+    source.write_bytes(content)
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["--from-json", str(source)])) == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("observed", [["x", "y"], [1500], [1500, 1400], [1, 2, 3]])
+def test_from_json_refuses_an_observed_clock_range_it_cannot_print(
+    synthetic, tmp_path, capsys, observed
+):
+    rec = copy.deepcopy(synthetic)
+    rec["header"]["clocks"]["sm_observed_mhz"] = observed
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps(rec))
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["--from-json", str(source)])) == cli.EXIT_USAGE
+    assert "sm_observed_mhz" in capsys.readouterr().err

@@ -1,35 +1,66 @@
-"""``python -m wsgemm``: ``inspect`` (compile and read SASS, no GPU needed) and ``bench``."""
+"""``python -m wsgemm``: ``inspect`` (compile and read SASS, no GPU needed), ``warm`` (fill the
+compile cache), ``cache info|clear`` and ``bench``.
+
+Building the parser imports neither torch nor the DSL, so ``--help`` is fast; each command
+imports what it needs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _err_console():
+    """Messages and progress on stderr; not hard-wrapped at 80 columns when stderr is a file
+    or a pipe (a log keeps each message on one line)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=not sys.stderr.isatty(), highlight=False)
+
+
+# ----------------------------------------------------------------------------- inspect
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    import json
+
     from rich.console import Console
     from rich.table import Table
 
     from . import inspection as insp
+    from .sass import NvdisasmMissing
 
+    console = _err_console()
     names = insp.backends_for(args.arch)
     if args.backend:
+        problem = insp.mismatch(args.arch, args.backend)
+        if problem:
+            console.print(f"inspect: {problem}", markup=False)
+            return EXIT_USAGE
         names = [n for n in names if n in args.backend]
     if not names:
-        print(f"no shipped kernel builds for {args.arch}", file=sys.stderr)
-        return 1
+        console.print(f"inspect: no shipped kernel builds for {args.arch}", markup=False)
+        return EXIT_FAILED
+    todo = [v for name in names for v in insp.variants(args.arch, name, args.all)]
     reports = []
-    console = Console(stderr=True)
-    for name in names:
-        for variant in insp.variants(args.arch, name, args.all):
-            if not args.json:
-                console.print(f"compiling {variant.key()} ...", style="dim")
-            reports.append(insp.inspect_variant(variant))
+    try:
+        with _progress(console, len(todo), "inspect") as bar:
+            for variant in todo:
+                bar.start(variant.key())
+                reports.append(insp.inspect_variant(variant))
+    except NvdisasmMissing as exc:
+        console.print(f"inspect: {exc}", markup=False)
+        return EXIT_FAILED
     if args.json:
         print(json.dumps([r.as_json() for r in reports], indent=2))
-        return 0
-    ops = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STSM", "SYNCS", "USETMAXREG")
+        return EXIT_OK
+    from .host import BACKENDS
+
+    ops = insp.opcode_columns(args.arch, {BACKENDS[n].family for n in names})
     short = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
     table = Table(title=f"wsgemm kernels compiled for {args.arch}")
     for col in ("kernel", "in>out acc A B", "config", "regs", "smem", "spill", *ops):
@@ -47,32 +78,202 @@ def _inspect(args: argparse.Namespace) -> int:
             *(str(r.sass.get(op, 0)) for op in ops),
         )
     Console(width=max(Console().width, 200)).print(table)
-    return 0
+    return EXIT_OK
+
+
+class _progress:
+    """A transient rich progress bar (i/N, elapsed, ETA) on ``console``: ``start`` a step (the
+    one before is done) or count one ``done``. Shows nothing when stderr is not a terminal."""
+
+    def __init__(self, console, total: int, what: str):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        columns = (TextColumn(f"{what} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+        self._bar = Progress(*columns, console=console, transient=True)
+        self._task = self._bar.add_task("", total=total)
+        self._started = False
+
+    def __enter__(self) -> _progress:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    def start(self, description: str) -> None:
+        self._bar.update(self._task, advance=int(self._started), description=description)
+        self._started = True
+
+    def done(self, description: str) -> None:
+        self._bar.update(self._task, advance=1, description=description)
+
+
+# ----------------------------------------------------------------------------- warm
+
+
+def _local_arch() -> tuple[str | None, str]:
+    """(the local GPU's DSL target, '') or (None, why there is none)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return None, "no CUDA GPU is visible"
+    from .host import arch_for_capability
+
+    return arch_for_capability(torch.cuda.get_device_capability()), ""
 
 
 def _warm(args: argparse.Namespace) -> int:
     import os
 
-    from . import host
     from . import inspection as insp
+    from .host import cache, disk, warming
 
-    if host.cache_dir() is None:
-        print(
-            "warm: the on-disk cache is off (WSGEMM_DISK_CACHE=0): nothing to warm", file=sys.stderr
-        )
-        return 2
-    names = [n for n in insp.backends_for(args.arch) if not args.backend or n in args.backend]
-    variants = [v for n in names for v in insp.variants(args.arch, n, everything=True)]
-    jobs = args.jobs or max(1, (os.cpu_count() or 2) - 1)
-    print(
-        f"compiling {len(variants)} variants for {args.arch} with {jobs} processes into "
-        f"{host.cache_dir()}"
+    console = _err_console()
+    arch = args.arch
+    if arch is None:
+        arch, why = _local_arch()
+        if arch is None:
+            console.print(
+                f"warm: {why}, so there is no local arch to compile for; pass --arch "
+                f"({', '.join(insp.ARCHES)})",
+                markup=False,
+            )
+            return EXIT_USAGE
+    names = insp.backends_for(arch)
+    if args.backend:
+        problem = insp.mismatch(arch, args.backend)
+        if problem:
+            console.print(f"warm: {problem}", markup=False)
+            return EXIT_USAGE
+        names = [n for n in names if n in args.backend]
+    variants = [v for n in names for v in insp.variants(arch, n, everything=True)]
+    if not variants:
+        console.print(f"warm: no shipped kernel builds for {arch}", markup=False)
+        return EXIT_FAILED
+    where = disk.location()
+    if where.root is None:
+        console.print(f"warm: the on-disk cache is {where.why_not}: nothing to warm", markup=False)
+        return EXIT_USAGE
+    store = cache.open_disk_cache()
+    if store is None:
+        console.print(f"warm: cannot use the cache at {where.root} (see the warning above)")
+        return EXIT_FAILED
+    unwritable = store.probe_writable()
+    if unwritable:
+        console.print(f"warm: {unwritable}", markup=False)
+        return EXIT_FAILED
+    limit = warming.max_jobs()
+    jobs = args.jobs or max(1, min(limit, (os.cpu_count() or 2) - 1))
+    if jobs > limit:
+        console.print(f"warm: --jobs {jobs} is more than this machine holds (cores, 0.5 GB of "
+                      f"available memory per worker): using {limit}", markup=False)  # fmt: skip
+        jobs = limit
+    jobs = min(jobs, len(variants))
+    console.print(
+        f"warm: {len(variants)} variants for {arch} into {store.folder}, {jobs} "
+        f"process{'es' if jobs > 1 else ''}",
+        markup=False,
     )
-    host.warm(variants, jobs, progress=lambda key: print("  ok", key, flush=True))
-    return 0
+    start = time.perf_counter()
+    seen_errors: set[str] = set()
+    with _progress(console, len(variants), "warm") as bar:
+
+        def on_outcome(o: warming.Outcome) -> None:
+            if o.status == "failed" and o.error not in seen_errors:
+                seen_errors.add(o.error)
+                console.print(f"warm: {o.key} failed: {o.error}", markup=False)
+            bar.done(o.key)
+
+        outcomes = warming.warm(variants, jobs, on_outcome)
+    return _warm_summary(console, outcomes, time.perf_counter() - start, store.folder)
+
+
+def _warm_summary(console, outcomes, seconds: float, folder) -> int:
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("compiled", "cached", "failed")}
+    line = (
+        f"warm: {counts['compiled']} compiled, {counts['cached']} already cached, "
+        f"{counts['failed']} failed in {seconds:.0f} s ({folder})"
+    )
+    console.print(line, markup=False)
+    if counts["failed"]:
+        failed = [o.key for o in outcomes if o.status == "failed"]
+        console.print(f"warm: not cached: {', '.join(failed)}", markup=False)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def _cache(args: argparse.Namespace) -> int:
+    import datetime
+
+    from .host import disk
+
+    where = disk.location()
+    if where.root is None:
+        print(f"cache: {where.why_not}")
+        return EXIT_OK if args.action == "info" else EXIT_USAGE
+    if args.action == "clear":
+        folders, size = disk.clear(where.root)
+        print(f"cache: removed {folders} folder(s), {size / 1e6:.1f} MB from {where.root}")
+        return EXIT_OK
+    from .host.fingerprint import fingerprint, toolchain
+
+    current = fingerprint()
+    facts = toolchain()
+    settings = " ".join(f"{k}={v}" for k, v in facts["dsl_settings"].items()) or "none"
+    print(f"location     {where.root}{' (shared: WSGEMM_CACHE_SHARED)' if where.shared else ''}")
+    print(f"fingerprint  {current} (this environment)")
+    print(
+        f"toolchain    cutlass-dsl {facts['cutlass_dsl']} ({facts['dsl_flavour']}, CUDA "
+        f"{facts['dsl_cuda']}), apache-tvm-ffi {facts['tvm_ffi']}, Python {facts['python']}"
+    )
+    print(f"DSL settings {settings}")
+    total_entries = total_bytes = 0
+    for folder in disk.fingerprint_folders(where.root):
+        info = disk.folder_info(folder)
+        total_entries += info["entries"]
+        total_bytes += info["bytes"]
+        used = datetime.datetime.fromtimestamp(info["last_used"]).strftime("%Y-%m-%d %H:%M")
+        notes = ["this environment"] if folder.name == current else []
+        if info["quarantined"]:
+            notes.append(f"{info['quarantined']} quarantined")
+        print(
+            f"  {folder.name}  {info['entries']:4d} entries  {info['bytes'] / 1e6:7.1f} MB  "
+            f"last used {used}" + (f"  ({', '.join(notes)})" if notes else "")
+        )
+    print(f"total        {total_entries} entries, {total_bytes / 1e6:.1f} MB")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- parser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .host.registry import BACKENDS
+    from .inspection import ARCHES
+
     parser = argparse.ArgumentParser(
         prog="python -m wsgemm", description="Warp-specialized GEMM kernels in CuTe DSL."
     )
@@ -82,9 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="compile every shipped kernel for an arch (no GPU needed) and report its resources",
     )
-    from .host import BACKENDS
-    from .inspection import ARCHES
-
     p.add_argument("--arch", default="sm_90a", choices=ARCHES, help="target (default sm_90a)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.add_argument(
@@ -98,12 +296,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "warm", help="compile every variant of the shipped kernels into the on-disk cache"
     )
-    p.add_argument("--arch", default="sm_90a", choices=ARCHES, help="target (default sm_90a)")
+    p.add_argument(
+        "--arch", choices=ARCHES, help="target (default: the local GPU's; required without one)"
+    )
     p.add_argument(
         "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)"
     )
-    p.add_argument("--jobs", type=int, default=0, help="compile processes (default: cores - 1)")
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        help="compile processes (default: cores - 1, at most one per 0.5 GB of free memory)",
+    )
     p.set_defaults(func=_warm)
+
+    p = sub.add_parser("cache", help="show or clear the on-disk compile cache")
+    p.add_argument(
+        "action",
+        choices=("info", "clear"),
+        help="info: location, fingerprint, entries per folder; clear: remove every entry",
+    )
+    p.set_defaults(func=_cache)
 
     p = sub.add_parser("bench", help="time wsgemm against torch.matmul and peers on the GPU")
     from .bench import cli as bench_cli

@@ -1,6 +1,10 @@
 """Compile shipped kernel variants for an arch, without a GPU, and report what the compiler made:
 registers, shared memory, spills and the key SASS opcodes. Serves ``python -m wsgemm inspect``
-and the CPU tests."""
+and the CPU tests.
+
+The cubin comes from the on-disk compile cache when the variant is there (the cached object
+carries it; ``warm`` fills the cache for ``inspect`` too), else the variant is compiled and
+stored, so a second ``inspect`` compiles nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +15,17 @@ from dataclasses import dataclass
 from . import host, sass
 
 ARCHES = ("sm_90a", "sm_80", "sm_86", "sm_89")
+
+# The opcode columns of the table, per kernel family: what shows which hardware path it takes.
+# sm80 kernels meet on mbarriers: cp.async arrives are ARRIVES before Hopper and SYNCS on it;
+# the baseline has neither (DEPBAR and BAR instead).
+OPCODE_COLUMNS = {
+    "sm90": ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"),
+    "sm80": ("HMMA", "LDGSTS", "LDSM", "ARRIVES", "SYNCS", "DEPBAR", "BAR"),
+}
+# Config fields a kernel has no use for: the baseline has no producer warp (it refuses any
+# value but the default for these), so its report leaves them out.
+UNUSED_CONFIG_FIELDS = {"sm80-multistage": ("producer_warps", "register_handoff")}
 
 
 @dataclass
@@ -30,8 +45,34 @@ class Report:
 
 def backends_for(arch: str) -> list[str]:
     """sm90 kernels need sm_90a; sm80 kernels build for every arch from sm_80 on."""
-    family_ok = {"sm90": arch == "sm_90a", "sm80": True}
-    return [n for n in host.shipped_backends() if family_ok[host.BACKENDS[n].family]]
+    return [n for n in host.shipped_backends() if arch_allows(arch, host.BACKENDS[n].family)]
+
+
+def arch_allows(arch: str, family: str) -> bool:
+    return arch == "sm_90a" if family == "sm90" else True
+
+
+def mismatch(arch: str, backends: list[str]) -> str:
+    """Why none of ``backends`` builds for ``arch`` (empty if one does)."""
+    wrong = [b for b in backends if not arch_allows(arch, host.BACKENDS[b].family)]
+    if not wrong or len(wrong) < len(backends):
+        return ""
+    fits = ", ".join(backends_for(arch))
+    return (
+        f"{', '.join(wrong)} {'needs' if len(wrong) == 1 else 'need'} --arch sm_90a (WGMMA, "
+        f"TMA and setmaxnreg are Hopper-only); for {arch} choose from: {fits}"
+    )
+
+
+def opcode_columns(arch: str, families) -> tuple[str, ...]:
+    """The opcode columns for a table of kernels of ``families`` compiled for ``arch``."""
+    columns: list[str] = []
+    for family in ("sm90", "sm80"):
+        if family in families:
+            columns += [op for op in OPCODE_COLUMNS[family] if op not in columns]
+    if arch != "sm_90a":
+        columns = [op for op in columns if op != "SYNCS"]  # no such instruction before Hopper
+    return tuple(columns)
 
 
 def variants(arch: str, backend: str, everything: bool = False) -> list[host.Variant]:
@@ -49,10 +90,21 @@ def variants(arch: str, backend: str, everything: bool = False) -> list[host.Var
     return out
 
 
+def cubin(variant: host.Variant) -> bytes:
+    """The variant's cubin: from its cached object (compiled and stored on a miss)."""
+    from .host.cache import object_bytes
+
+    found = sass.embedded_cubin(object_bytes(variant))
+    if found is not None:
+        return found
+    # An object that does not carry one plain cubin (a DSL that packs it differently): compile
+    # again, keeping the cubin.
+    return host.compile_variant(variant, keep=True).artifacts.CUBIN
+
+
 def inspect_variant(variant: host.Variant) -> Report:
-    compiled = host.compile_variant(variant, keep=True)
-    art = compiled.artifacts
-    kernels = sass.kernel_resources(art.CUBIN, sass.disassemble(art.CUBIN))
+    blob = cubin(variant)
+    kernels = sass.kernel_resources(blob, sass.disassemble(blob))
     if len(kernels) != 1:
         raise RuntimeError(f"{variant.key()}: expected one kernel in the cubin, got {len(kernels)}")
     (k,) = kernels
@@ -60,10 +112,13 @@ def inspect_variant(variant: host.Variant) -> Report:
     dynamic = getattr(kernel_obj, "shared_memory_bytes", None)
     smem = k.static_smem_bytes + (int(dynamic()) if callable(dynamic) else 0)
     config = variant.kernel_config()
+    fields = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {}
+    for unused in UNUSED_CONFIG_FIELDS.get(variant.backend, ()):
+        fields.pop(unused, None)
     return Report(
         kernel=variant.backend,
         arch=variant.arch,
-        config=dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {},
+        config=fields,
         variant={
             f: getattr(variant, f)
             for f in ("ab_dtype", "c_dtype", "acc_dtype", "a_major", "b_major")

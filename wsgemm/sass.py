@@ -145,18 +145,76 @@ def kernel_resources(cubin: bytes, sass: str) -> list[KernelResources]:
     return out
 
 
-def disassemble(cubin: bytes) -> str:
-    """SASS text of a cubin, by the nvdisasm the DSL would use (the ``nvidia-cuda-nvdisasm``
-    wheel, or a CUDA toolkit's)."""
+# What to install when nvdisasm is missing: the DSL's own extra that pins the nvdisasm its cubins
+# need (the DSL's hint names ``nvidia-cutlass-dsl[sass]``, an extra that does not exist).
+NVDISASM_PACKAGE = "nvidia-cutlass-dsl-libs-base[sass]"
+
+
+class NvdisasmMissing(RuntimeError):
+    """No usable nvdisasm: reading SASS needs CUDA's disassembler."""
+
+
+def nvdisasm() -> str:
+    """The nvdisasm the DSL would use (the ``nvidia-cuda-nvdisasm`` wheel, or a CUDA toolkit's
+    on CUDA_HOME), or NvdisasmMissing saying what to install."""
     from cutlass.base_dsl.env_manager import _find_nvdisasm_binary
 
+    try:
+        return _find_nvdisasm_binary()
+    except Exception as exc:  # the DSL's DSLUserCodeError, with advice that does not work
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NvdisasmMissing(
+            f"reading SASS needs CUDA's nvdisasm ({first}); install it with "
+            f"pip install '{NVDISASM_PACKAGE}' (a wsgemm dependency), or point CUDA_HOME at a "
+            "CUDA toolkit at least as new as the DSL's"
+        ) from None
+
+
+def disassemble(cubin: bytes) -> str:
+    """SASS text of a cubin."""
+    tool = nvdisasm()
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        proc = subprocess.run(
-            [_find_nvdisasm_binary(), "-c", f.name], capture_output=True, text=True, check=True
-        )
+        proc = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True)
     return proc.stdout
+
+
+_EM_CUDA = 190
+
+
+def embedded_cubin(obj: bytes) -> bytes | None:
+    """The cubin a kernel object file carries (the DSL embeds it verbatim in the host object's
+    read-only data), or None if there is not exactly one."""
+    found = []
+    start = obj.find(b"\x7fELF", 1)
+    while start >= 0:
+        end = _elf_end(obj, start)
+        if end is not None:
+            found.append(obj[start:end])
+        start = obj.find(b"\x7fELF", start + 1)
+    return found[0] if len(found) == 1 else None
+
+
+def _elf_end(blob: bytes, at: int) -> int | None:
+    """End offset of a 64-bit little-endian CUDA ELF starting at ``at``: its last section or
+    header table, whichever ends later."""
+    try:
+        if blob[at + 4] != 2 or blob[at + 5] != 1:
+            return None
+        if struct.unpack_from("<H", blob, at + 0x12)[0] != _EM_CUDA:
+            return None
+        phoff, shoff = struct.unpack_from("<QQ", blob, at + 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", blob, at + 0x36)
+        end = max(shoff + shnum * shentsize, phoff + phnum * phentsize)
+        for i in range(shnum):
+            sh_type = struct.unpack_from("<I", blob, at + shoff + i * shentsize + 4)[0]
+            off, size = struct.unpack_from("<QQ", blob, at + shoff + i * shentsize + 0x18)
+            if sh_type != 8:  # SHT_NOBITS occupies no file space
+                end = max(end, off + size)
+    except (struct.error, IndexError):
+        return None
+    return at + end if at + end <= len(blob) else None
 
 
 def summarize(sass_counts: Counter) -> dict[str, int]:

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import re
 import sys
 
 from . import suites
 from .backends import SELECTABLE
 from .layouts import LAYOUTS
-from .runner import ACCUMULATORS, DTYPES, Options
+from .runner import (
+    ACCUMULATORS,
+    DTYPES,
+    MAX_REPS,
+    MAX_ROUNDS,
+    MAX_TARGET_MS,
+    SEED_LIMIT,
+    Options,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 
@@ -78,16 +87,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     how = parser.add_argument_group("how to measure")
     how.add_argument(
-        "--rounds", type=_positive_int, help=f"interleaved rounds (default {DEFAULT_ROUNDS})"
+        "--rounds",
+        type=_bounded_int(1, MAX_ROUNDS),
+        help=f"interleaved rounds (default {DEFAULT_ROUNDS})",
     )
     how.add_argument(
         "--target-ms",
         type=_positive_float,
         help=f"GEMM time per measurement, sets the reps (default {DEFAULT_TARGET_MS:g})",
     )
-    how.add_argument("--min-reps", type=_positive_int, default=3, help="fewest calls a measurement")
-    how.add_argument("--max-reps", type=_positive_int, default=100, help="most calls a measurement")
-    how.add_argument("--seed", type=int, default=0, help="seed of the randn operands")
+    reps = _bounded_int(1, MAX_REPS)
+    how.add_argument("--min-reps", type=reps, default=3, help="fewest calls a measurement")
+    how.add_argument("--max-reps", type=reps, default=100, help="most calls a measurement")
+    how.add_argument(
+        "--seed", type=_bounded_int(0, SEED_LIMIT - 1), default=0, help="seed of the randn operands"
+    )
     how.add_argument("--device", default="cuda", help="CUDA device (default: cuda)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the record (docs/benchmarking.md)")
@@ -104,29 +118,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``bench`` subcommand; returns the process exit code."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = _stderr_console()
     if args.from_json:
         from . import schema
 
         try:
             rec = schema.load(args.from_json)
         except (OSError, schema.RecordError) as exc:
-            console.print(f"[red]bench: cannot read {args.from_json}: {exc}[/red]")
+            console.print(f"bench: cannot read {args.from_json}: {exc}", style="red", markup=False)
             return EXIT_USAGE
         return _emit(rec, args, _stdout_console(), console)
     try:
         shapes, options, suite_name = _plan(args)
+        selection = _selection(args.backends)
     except ValueError as exc:
-        console.print(f"[red]bench: {exc}[/red]")
+        console.print(f"bench: {exc}", style="red", markup=False)
         return EXIT_USAGE
     problem = _no_gpu_reason(args.device)
     if problem:
-        console.print(f"[red]bench: {problem}[/red]\nThe benchmark needs a CUDA GPU; "
-                      "--from-json FILE renders a recorded run without one.")  # fmt: skip
+        console.print(f"bench: {problem}", style="red", markup=False)
+        console.print("The benchmark needs a CUDA GPU; --from-json FILE renders a recorded run "
+                      "without one.", markup=False)  # fmt: skip
         return EXIT_NO_GPU
-    return _measure(args, shapes, options, suite_name, console)
+    return _measure(args, shapes, options, suite_name, selection, console)
+
+
+def _selection(text: str) -> list[str]:
+    """The --backends list, names checked (no GPU needed): ValueError for an unknown one."""
+    from .backends import _expand
+
+    # commas inside {...} belong to a tuning candidate, not to the list
+    names = re.split(r",(?![^{]*\})", text)
+    _expand(names)
+    return names
 
 
 def _plan(args) -> tuple[list, Options, str]:
@@ -171,7 +195,7 @@ def _no_gpu_reason(device: str) -> str | None:
     return None
 
 
-def _measure(args, shapes, options: Options, suite_name: str, console) -> int:
+def _measure(args, shapes, options: Options, suite_name: str, selection, console) -> int:
     import torch
 
     from . import env, hardware, runner, schema
@@ -184,10 +208,9 @@ def _measure(args, shapes, options: Options, suite_name: str, console) -> int:
         device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     try:
-        # commas inside {...} belong to a tuning candidate, not to the list
-        backends, unavailable = resolve(re.split(r",(?![^{]*\})", args.backends), device)
+        backends, unavailable = resolve(selection, device)
     except ValueError as exc:
-        console.print(f"[red]bench: {exc}[/red]")
+        console.print(f"bench: {exc}", style="red", markup=False)
         return EXIT_USAGE
     nvml = Nvml.open(device.index)
     props = torch.cuda.get_device_properties(device)
@@ -222,7 +245,7 @@ def _measure(args, shapes, options: Options, suite_name: str, console) -> int:
     rec = schema.record(header, output.rows)
     code = _emit(rec, args, _stdout_console(), console)
     if output.aborted:
-        console.print(f"[red]bench: stopped early: {output.aborted}[/red]")
+        console.print(f"bench: stopped early: {output.aborted}", style="red", markup=False)
         return EXIT_FAILED
     if any(r["status"] == "wrong" for r in rec["results"]):
         console.print("[red]bench: at least one backend gave a wrong result (see the table)[/red]")
@@ -248,10 +271,10 @@ def _emit(rec: dict, args, out_console, err_console) -> int:
         try:
             write(path)
         except Exception as exc:  # one unwritable file must not lose the others
-            err_console.print(f"[red]bench: could not write {path}: {exc}[/red]")
+            err_console.print(f"bench: could not write {path}: {exc}", style="red", markup=False)
             code = EXIT_FAILED
         else:
-            err_console.print(f"wrote {path}")
+            err_console.print(f"wrote {path}", markup=False)
     return code
 
 
@@ -299,17 +322,33 @@ def _stdout_console():
     return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
+def _stderr_console():
+    """Messages on stderr; not hard-wrapped at 80 columns when stderr is a file or a pipe."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+
+
+def _bounded_int(low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text}")
+        return value
+
+    return parse
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_TARGET_MS):
+        raise argparse.ArgumentTypeError(f"expected a number in (0, {MAX_TARGET_MS:g}], got {text}")
     return value
 
 

@@ -28,7 +28,7 @@ def header_lines(rec: dict) -> list[str]:
     c = h["clocks"]
     o = h["options"]
     observed = c.get("sm_observed_mhz")
-    seen = f"{observed[0]:.0f}-{observed[1]:.0f}" if observed else "n/a"
+    seen = f"{_num(observed[0], 0)}-{_num(observed[-1], 0)}" if observed else "n/a"
     lines = [
         f"GPU {h['gpu']} (sm_{(h['compute_capability'] or '?').replace('.', '')}, "
         f"{h['sm_count']} SMs), driver {_v(h['driver'])}, CUDA {_v(h['cuda'])}",
@@ -222,7 +222,11 @@ def _ratio_text(value: float | None) -> str:
 
 
 def _num(value, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.{digits}f}"
 
 
 def _v(value) -> str:

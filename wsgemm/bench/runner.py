@@ -33,6 +33,12 @@ ACCUMULATORS = ("fp32", "fp16")
 # Exceptions a backend raises to refuse a problem it does not support (its validation), as
 # opposed to failing on one it accepted.
 REFUSALS = (ValueError, NotImplementedError)
+# Option ranges: beyond these a run is a typo, not a measurement (and --seed must fit torch's
+# 64-bit generator seed after adding a shape index).
+MAX_ROUNDS = 1000
+MAX_REPS = 100_000
+MAX_TARGET_MS = 60_000.0
+SEED_LIMIT = 2**63
 
 
 @dataclass(frozen=True)
@@ -54,14 +60,17 @@ class Options:
         if self.accumulate == "fp16" and self.dtype != "fp16":
             raise ValueError("an fp16 accumulator needs fp16 inputs (bf16 MMAs accumulate in fp32)")
         Layout(self.layout)
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
-        if not self.target_ms > 0:
-            raise ValueError(f"target_ms must be > 0, got {self.target_ms}")
-        if not 1 <= self.min_reps <= self.max_reps:
+        if not 1 <= self.rounds <= MAX_ROUNDS:
+            raise ValueError(f"rounds must be in [1, {MAX_ROUNDS}], got {self.rounds}")
+        if not (math.isfinite(self.target_ms) and 0 < self.target_ms <= MAX_TARGET_MS):
+            raise ValueError(f"target_ms must be in (0, {MAX_TARGET_MS:g}], got {self.target_ms}")
+        if not 1 <= self.min_reps <= self.max_reps <= MAX_REPS:
             raise ValueError(
-                f"need 1 <= min_reps <= max_reps, got {self.min_reps} and {self.max_reps}"
+                f"need 1 <= min_reps <= max_reps <= {MAX_REPS}, got {self.min_reps} and "
+                f"{self.max_reps}"
             )
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
 
     def to_dict(self, suite: str, backends: list[str]) -> dict:
         return {
@@ -137,7 +146,9 @@ def run(
     peak_tflops_at: Callable[[float | None], float | None],
     on_step: Callable[[str], None] | None = None,
 ) -> RunOutput:
-    """Check and time every backend on every shape; stops early only if CUDA breaks."""
+    """Check and time every backend on every shape; stops early only if CUDA breaks. A shape
+    that fails outside a backend (its operands do not fit in memory, ...) gets error rows and
+    the run goes on, so the rows measured before it are never lost."""
     import torch
 
     if not backends or backends[0].name != BASELINE:
@@ -146,7 +157,14 @@ def run(
     output = RunOutput(rows=[], clocks_mhz=[])
     with _full_precision_cublas_reductions(torch):
         for index, shape in enumerate(shapes):
-            outcomes, aborted = _run_shape(ctx, index, shape)
+            try:
+                outcomes, aborted = _run_shape(ctx, index, shape)
+            except Exception as exc:
+                outcomes = {backend.name: _Outcome() for backend in backends}
+                _abandon(outcomes, f"shape failed: {_describe(exc)}")
+                aborted = None
+                if not _context_alive(ctx.device):
+                    aborted = f"CUDA context lost on {shape.label}: {_describe(exc)}"
             output.rows += _rows(shape, backends, unavailable, outcomes, options, peak_tflops_at)
             output.clocks_mhz += [
                 s.sm_clock_mhz

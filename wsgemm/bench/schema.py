@@ -55,7 +55,7 @@ _CLOCKS = {
     "mem_max_mhz": OPT_NUM,
     "sm_at_start_mhz": OPT_NUM,
     "power_limit_w": OPT_NUM,
-    "sm_observed_mhz": (list, type(None)),
+    "sm_observed_mhz": (list, type(None)),  # [min, max]: checked in _check_header
 }
 _OPTIONS = {
     "suite": str,
@@ -190,6 +190,7 @@ def validate(rec: dict) -> None:
     if rec.get("version") != VERSION:
         raise RecordError(f"version: this reader knows {VERSION}, got {rec.get('version')!r}")
     _check_fields(rec.get("header"), _HEADER, "header")
+    _check_header(rec["header"])
     results = rec.get("results")
     if not isinstance(results, list):
         raise RecordError("results: expected a list")
@@ -197,6 +198,16 @@ def validate(rec: dict) -> None:
         path = f"results[{i}]"
         _check_fields(row, _RESULT, path)
         _check_result(row, path)
+
+
+def _check_header(header: dict) -> None:
+    observed = header["clocks"]["sm_observed_mhz"]
+    if observed is not None and not (
+        len(observed) == 2
+        and all(_is_instance(v, NUM) and math.isfinite(v) for v in observed)
+        and observed[0] <= observed[1]
+    ):
+        raise RecordError("header.clocks.sm_observed_mhz: expected null or [min, max] in MHz")
 
 
 def _check_result(row: dict, path: str) -> None:
@@ -262,11 +273,17 @@ def write_json(rec: dict, path) -> None:
 
 
 def load(path) -> dict:
-    """Read and validate a record."""
+    """Read and validate a record; RecordError for anything but a readable file that follows
+    the schema (OSError when it cannot be read at all)."""
+    data = Path(path).read_bytes()
     try:
-        rec = json.loads(Path(path).read_text())
+        rec = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise RecordError(f"{path}: JSON nested too deeply to be a record") from None
     validate(rec)
     return rec
 

@@ -145,7 +145,7 @@ def parse_shapes(text: str) -> list[Shape]:
     shapes = []
     for item in filter(None, (part.strip() for part in text.split(";"))):
         fields = [f for f in re.split(r"[,xX\s]+", item) if f]
-        if len(fields) != 3 or not all(f.isdigit() for f in fields):
+        if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
             raise ValueError(f"bad shape {item!r}: expected three positive integers M,N,K")
         m, n, k = (int(f) for f in fields)
         shapes.append(Shape(m, n, k, group="custom"))

@@ -4,10 +4,10 @@ A *variant* is everything a kernel is specialized on: backend (kernel class and 
 arch, dtypes and the operands' major modes. Problem sizes (M, N, K, L) and the non-unit strides
 are run-time values: a new shape never recompiles. Each variant is compiled once per process
 (an in-memory dict) and, across processes, once per machine (an on-disk object-file cache keyed
-by the variant and a fingerprint of the kernel sources and toolchain versions).
+by the variant and a fingerprint of the kernel sources and toolchain versions: ``disk.py``).
 """
 
-from .cache import COMPILE_CACHE, CompileCache, cache_dir, warm
+from .cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compile import compile_variant, fake_arguments, make_kernel
 from .registry import (
     AB_DTYPES,
@@ -24,6 +24,7 @@ from .registry import (
     needs_vector_extent,
     shipped_backends,
 )
+from .warming import warm
 
 __all__ = [
     "AB_DTYPES",
@@ -34,6 +35,7 @@ __all__ = [
     "ELEMENT_BYTES",
     "VECTOR_BYTES",
     "Backend",
+    "CacheError",
     "CompileCache",
     "Variant",
     "arch_for_capability",

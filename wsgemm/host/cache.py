@@ -1,42 +1,131 @@
-"""The compile cache: variant -> callable, in memory and in an on-disk object-file cache keyed
-by the variant and a fingerprint of the kernel sources and toolchain versions."""
+"""The compile cache: variant -> callable, in memory and in the on-disk cache of ``disk.py``
+(keyed by the variant and the toolchain fingerprint of ``fingerprint.py``).
+
+A first use of a variant in a process loads its entry from disk (milliseconds) or compiles it
+(seconds, logged on the ``wsgemm`` logger at INFO with the variant and the time) and stores it.
+"""
 
 from __future__ import annotations
 
-import functools
-import hashlib
+import logging
 import os
-import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from . import disk
 from .compile import compile_variant
 from .registry import Variant
 
+log = logging.getLogger("wsgemm")
 
-@functools.cache
-def _source_fingerprint() -> str:
-    """Kernel sources plus toolchain versions: any change invalidates the on-disk cache."""
-    import cutlass
+_open_lock = threading.Lock()
+_opened: dict[tuple, disk.DiskCache | None] = {}
 
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for sub in ("kernels", "runtime", "host"):
-        for path in sorted((root / sub).rglob("*.py")):
-            h.update(path.relative_to(root).as_posix().encode())
-            h.update(path.read_bytes())
-    h.update(f"{sys.version_info[:2]} cutlass-dsl={getattr(cutlass, '__version__', '?')}".encode())
-    return h.hexdigest()[:16]
+
+class CacheError(RuntimeError):
+    """An entry could not be put in the on-disk cache (``warm`` reports it)."""
+
+
+def open_disk_cache() -> disk.DiskCache | None:
+    """This process's cache folder, or None when the cache is off or unusable (one warning
+    per cause). Opened once per (location, fingerprint)."""
+    from .fingerprint import fingerprint
+
+    where = disk.location()
+    if where.root is None:
+        if not where.why_not.startswith("off"):
+            disk.warn_once("location", f"{where.why_not}; compiling in memory")
+        return None
+    key = (where.root, where.shared, fingerprint())
+    with _open_lock:
+        if key not in _opened:
+            _opened[key] = disk.DiskCache.open(where.root, key[2], where.shared)
+        return _opened[key]
 
 
 def cache_dir() -> Path | None:
-    """``$WSGEMM_CACHE_DIR`` or ``~/.cache/wsgemm``; ``WSGEMM_DISK_CACHE=0`` turns it off."""
-    if os.environ.get("WSGEMM_DISK_CACHE", "1") == "0":
-        return None
-    base = os.environ.get("WSGEMM_CACHE_DIR") or Path.home() / ".cache" / "wsgemm"
-    return Path(base) / _source_fingerprint()
+    """The folder entries of this toolchain go to, or None when the cache is off or unusable."""
+    cache = open_disk_cache()
+    return cache.folder if cache is not None else None
+
+
+def reset() -> None:
+    """Forget opened folders and given warnings (tests, or after changing the environment;
+    the fingerprint is computed once per process)."""
+    with _open_lock:
+        _opened.clear()
+    with disk._warned_lock:
+        disk._warned.clear()
+
+
+def compile_logged(variant: Variant):
+    """``compile_variant`` with one INFO line on the ``wsgemm`` logger: a first call that
+    compiles blocks for seconds, and this says why."""
+    start = time.perf_counter()
+    compiled = compile_variant(variant)
+    log.info("compiled %s in %.1f s", variant.key(), time.perf_counter() - start)
+    return compiled
+
+
+def export_object(compiled, name: str) -> bytes:
+    """The tvm-ffi object file of a compiled kernel, exporting ``name``."""
+    with tempfile.TemporaryDirectory(prefix="wsgemm-export-") as folder:
+        path = os.path.join(folder, f"{name}.o")
+        compiled.export_to_c(path, function_name=name)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def store(cache: disk.DiskCache, variant: Variant, compiled) -> tuple[bytes | None, str]:
+    """Export and write ``compiled``: (its object bytes or None, '' or why it is not stored)."""
+    key = variant.key()
+    try:
+        payload = export_object(compiled, disk.entry_name(key))
+    except Exception as exc:  # the DSL's export failing (TMPDIR full, ...) costs a recompile
+        why = f"cannot export {key} ({type(exc).__name__}: {exc})"
+        disk.warn_once("export", why)
+        return None, why
+    return payload, cache.write(key, payload)
+
+
+def object_bytes(variant: Variant) -> bytes:
+    """The verified object of ``variant`` from the disk cache, compiled and stored on a miss
+    (``inspect`` reads the cubin inside it)."""
+    key = variant.key()
+    cache = open_disk_cache()
+    if cache is not None:
+        payload = cache.read(key)
+        if payload is not None:
+            return payload
+        with cache.locked(key):
+            payload = cache.read(key)
+            if payload is not None:
+                return payload
+            payload, _ = store(cache, variant, compile_logged(variant))
+            if payload is not None:
+                return payload
+    return export_object(compile_logged(variant), disk.entry_name(key))
+
+
+def ensure_on_disk(variant: Variant) -> str:
+    """'cached' or 'compiled': ``variant`` has a verified entry now; CacheError if it could not
+    be written. Never links: a full cache is checked without running its code."""
+    cache = open_disk_cache()
+    if cache is None:
+        raise CacheError(disk.location().why_not or "the on-disk cache cannot be used")
+    key = variant.key()
+    if cache.read(key) is not None:
+        return "cached"
+    with cache.locked(key):
+        if cache.read(key) is not None:
+            return "cached"
+        _, why = store(cache, variant, compile_logged(variant))
+    if why:
+        raise CacheError(why)
+    return "compiled"
 
 
 class CompileCache:
@@ -64,56 +153,22 @@ class CompileCache:
     def __len__(self) -> int:
         return len(self._fns)
 
-    def _load_or_compile(self, variant: Variant) -> Callable:
-        import cutlass.cute as cute
-
-        folder = cache_dir()
-        name = "wsgemm_" + hashlib.sha256(variant.key().encode()).hexdigest()[:24]
-        path = folder / f"{name}.o" if folder else None
-        if path is not None and path.exists():
-            try:
-                return getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), name)
-            except Exception:  # a truncated or stale object is a miss, not an error
-                path.unlink(missing_ok=True)
-        compiled = compile_variant(variant)
-        if path is not None:
-            tmp = None
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=folder, suffix=".o.tmp")
-                os.close(fd)
-                compiled.export_to_c(tmp, function_name=name)
-                os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
-                tmp = None
-            except Exception:  # a failed export only costs a recompile in the next process
-                pass
-            finally:
-                if tmp is not None:
-                    Path(tmp).unlink(missing_ok=True)
+    @staticmethod
+    def _load_or_compile(variant: Variant) -> Callable:
+        cache = open_disk_cache()
+        if cache is None:
+            return compile_logged(variant)
+        key = variant.key()
+        fn = cache.load(key)
+        if fn is not None:
+            return fn
+        with cache.locked(key):
+            fn = cache.load(key)  # another process may have compiled it while we waited
+            if fn is not None:
+                return fn
+            compiled = compile_logged(variant)
+            store(cache, variant, compiled)
         return compiled
 
 
 COMPILE_CACHE = CompileCache()
-
-
-def _warm_one(variant: Variant) -> str:
-    COMPILE_CACHE.get(variant)
-    return variant.key()
-
-
-def warm(variants: list[Variant], jobs: int = 1, progress: Callable[[str], None] | None = None):
-    """Compile ``variants`` into the on-disk cache, ``jobs`` processes at a time (cute.compile is
-    neither thread-safe nor re-entrant, so parallelism is by process)."""
-    if cache_dir() is None:
-        raise ValueError("the on-disk cache is off (WSGEMM_DISK_CACHE=0): nothing to warm")
-    report = progress or (lambda _: None)
-    if jobs <= 1:
-        for v in variants:
-            report(_warm_one(v))
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for fut in as_completed([pool.submit(_warm_one, v) for v in variants]):
-            report(fut.result())

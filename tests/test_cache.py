@@ -1,0 +1,591 @@
+"""The on-disk compile cache (wsgemm/host/disk.py, cache.py) on the CPU: hits, misses, every
+kind of bad entry, crash markers, ownership and permission checks, degraded caches, locks,
+pruning. A stand-in replaces the compiler and the linker (a real round trip is the last test),
+so these run in well under a second each."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+import warnings
+
+import pytest
+
+from wsgemm.host import cache, disk, fingerprint
+from wsgemm.host.registry import Variant
+
+FP = "0123456789abcdef"
+V1 = Variant("sm80-multistage", "sm_80")
+V2 = Variant("sm80-multistage", "sm_80", "bfloat16")
+
+
+class FakeCompiled:
+    """What the stand-in compile returns: exports a small object naming its variant."""
+
+    def __init__(self, variant):
+        self.key = variant.key()
+
+    def export_to_c(self, path, function_name):
+        with open(path, "wb") as f:
+            f.write(payload_of(self.key, function_name))
+
+
+def payload_of(key: str, name: str) -> bytes:
+    # a few KB with a "code" and a "data" part, like an object file
+    return b"\x7fOBJ" + name.encode() + b"\0" + key.encode() + bytes(range(256)) * 16
+
+
+class World:
+    """The cache under test: counts compiles and records the bytes each link received."""
+
+    def __init__(self, root):
+        self.root = root
+        self.folder = root / FP
+        self.compiles: list[str] = []
+        self.links: list[bytes] = []
+
+    def get(self, variant=V1):
+        """One call of a fresh process: a new in-memory cache, folders opened anew."""
+        cache.reset()
+        return cache.CompileCache().get(variant)
+
+    def entry(self, variant=V1):
+        return self.folder / f"{disk.entry_name(variant.key())}.o"
+
+    def quarantined(self):
+        q = self.folder / "quarantine"
+        return sorted(q.iterdir()) if q.is_dir() else []
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    for name in ("WSGEMM_DISK_CACHE", "WSGEMM_CACHE_SHARED", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(root))
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda: FP)
+    w = World(root)
+
+    def fake_compile(variant, keep=False):
+        w.compiles.append(variant.key())
+        return FakeCompiled(variant)
+
+    def fake_link(payload, name):
+        w.links.append(payload)
+        assert name.encode() in payload, "linked an object exporting another name"
+        return ("linked", payload)
+
+    monkeypatch.setattr(cache, "compile_variant", fake_compile)
+    monkeypatch.setattr(disk, "link", fake_link)
+    cache.reset()
+    yield w
+    cache.reset()
+
+
+def cache_warnings(record) -> list[str]:
+    return [str(r.message) for r in record if issubclass(r.category, disk.CacheWarning)]
+
+
+# ----------------------------------------------------------------------------- hits and misses
+
+
+def test_miss_compiles_and_stores_then_a_new_process_links_the_verified_bytes(world):
+    first = world.get()
+    assert isinstance(first, FakeCompiled) and world.compiles == [V1.key()]
+    data = world.entry().read_bytes()
+    assert data.startswith(disk.MAGIC)
+    payload = payload_of(V1.key(), disk.entry_name(V1.key()))
+    assert data.endswith(payload)
+    assert world.get() == ("linked", payload)
+    assert world.compiles == [V1.key()] and world.links == [payload]
+    assert world.entry().stat().st_mode & 0o777 == 0o600
+    assert world.folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_in_memory_cache_compiles_once_per_process(world):
+    c = cache.CompileCache()
+    assert c.get(V1) is c.get(V1) and len(c) == 1
+    assert world.compiles == [V1.key()]
+
+
+def test_compile_is_logged_with_the_variant_and_time(world, caplog):
+    caplog.set_level("INFO", logger="wsgemm")
+    world.get()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "wsgemm"]
+    assert line.startswith(f"compiled {V1.key()} in ") and line.endswith(" s")
+
+
+# ----------------------------------------------------------------------------- bad entries
+
+
+def _flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _payload_start(path) -> int:
+    return path.read_bytes().index(b"\n", len(disk.MAGIC)) + 1
+
+
+CORRUPTIONS = {
+    "flip in the data": lambda p: _flip(p, p.stat().st_size - 100),
+    "flip in the code": lambda p: _flip(p, _payload_start(p) + 10),
+    "flip in the header": lambda p: _flip(p, len(disk.MAGIC) + 15),
+    "truncated to half": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+    "truncated to zero": lambda p: p.write_bytes(b""),
+    "no header (a bare object)": lambda p: p.write_bytes(p.read_bytes()[_payload_start(p) :]),
+    "bytes appended": lambda p: p.write_bytes(p.read_bytes() + b"\0"),
+    "random bytes": lambda p: p.write_bytes(os.urandom(5000)),
+}
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_a_corrupt_entry_is_quarantined_and_recompiled(world, how):
+    world.get()
+    CORRUPTIONS[how](world.entry())
+    bad = world.entry().read_bytes()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert isinstance(world.get(), FakeCompiled)
+    assert world.links == [], "a corrupt entry was linked"
+    assert len(world.compiles) == 2
+    (moved,) = world.quarantined()
+    assert moved.read_bytes() == bad
+    (message,) = cache_warnings(record)
+    assert "quarantined" in message
+    assert world.get()[0] == "linked", "the rewritten entry is good"
+
+
+def test_an_entry_of_another_variant_under_this_name_is_refused(world):
+    world.get(V2)
+    os.replace(world.entry(V2), world.entry(V1))
+    with pytest.warns(disk.CacheWarning, match="another variant"):
+        assert isinstance(world.get(V1), FakeCompiled) and world.links == []
+    assert len(world.quarantined()) == 1
+
+
+def test_a_directory_at_the_entry_path_is_moved_away(world):
+    world.folder.mkdir(parents=True)
+    world.entry().mkdir()
+    (world.entry() / "x").write_text("x")
+    with pytest.warns(disk.CacheWarning):
+        assert isinstance(world.get(), FakeCompiled)
+    assert world.entry().is_file() and len(world.quarantined()) == 1
+
+
+def test_a_fifo_at_the_entry_path_never_blocks(world):
+    world.folder.mkdir(parents=True)
+    os.mkfifo(world.entry())
+    done = threading.Event()
+    result = []
+    thread = threading.Thread(target=lambda: (result.append(world.get()), done.set()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        thread.start()
+        assert done.wait(10), "reading a FIFO entry blocked"
+    assert isinstance(result[0], FakeCompiled) and world.entry().is_file()
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "missing"])
+def test_a_symlink_at_the_entry_path_is_not_followed(world, target):
+    world.folder.mkdir(parents=True)
+    world.entry().symlink_to(target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert isinstance(world.get(), FakeCompiled)
+    assert not world.entry().is_symlink() and world.get()[0] == "linked"
+
+
+# ----------------------------------------------------------------------------- crash markers
+
+
+def test_an_entry_that_killed_its_process_while_linking_is_quarantined_once(world, monkeypatch):
+    world.get()
+    pid = os.fork()
+    if pid == 0:  # the child dies inside the linker, as a SIGSEGV would end it
+        monkeypatch.setattr(disk, "link", lambda payload, name: os._exit(139))
+        cache.reset()
+        cache.CompileCache().get(V1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 139
+    assert list(world.folder.glob("*.loading.*")), "the dead process left its marker"
+    with pytest.warns(disk.CacheWarning, match="died while linking"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert world.links == [] and len(world.quarantined()) == 1
+    assert not list(world.folder.glob("*.loading.*"))
+    assert world.get()[0] == "linked"
+
+
+def test_a_marker_whose_process_is_still_linking_is_left_alone(world):
+    world.get()
+    marker = world.folder / f"{disk.entry_name(V1.key())}.loading.other"
+    with open(marker, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a live process linking the same entry right now
+        assert world.get()[0] == "linked"
+    assert world.quarantined() == [] and marker.exists()
+
+
+def test_a_clean_link_leaves_no_marker(world):
+    world.get()
+    world.get()
+    assert not list(world.folder.glob("*.loading.*"))
+
+
+def test_an_entry_that_fails_to_link_is_quarantined(world, monkeypatch):
+    world.get()
+
+    def broken(payload, name):
+        raise RuntimeError("JITLink: symbol not found")
+
+    monkeypatch.setattr(disk, "link", broken)
+    with pytest.warns(disk.CacheWarning, match="does not link"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert len(world.quarantined()) == 1
+
+
+# ----------------------------------------------------------------------------- trust
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o1777])
+def test_a_folder_writable_by_others_is_not_loaded_from(world, mode):
+    world.get()
+    world.root.chmod(mode)
+    with pytest.warns(disk.CacheWarning, match="WSGEMM_CACHE_SHARED"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert world.links == []
+    world.root.chmod(0o700)
+
+
+def test_a_shared_cache_is_used_when_the_user_opts_in(world, monkeypatch):
+    world.get()
+    world.root.chmod(0o777)
+    monkeypatch.setenv("WSGEMM_CACHE_SHARED", "1")
+    assert world.get()[0] == "linked"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")
+def test_another_users_entry_or_folder_is_refused(world, monkeypatch):
+    world.get()
+    monkeypatch.setattr(os, "getuid", lambda: 4242)
+    os.chown(world.root, 4242, -1)
+    os.chown(world.folder, 4242, -1)
+    os.chown(world.entry(), 4343, -1)
+    with pytest.warns(disk.CacheWarning, match="owned by uid 4343"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert world.links == [] and len(world.quarantined()) == 1
+    os.chown(world.folder, 4343, -1)
+    with pytest.warns(disk.CacheWarning, match="owned by uid 4343"):
+        assert isinstance(world.get(), FakeCompiled)
+
+
+def test_a_group_writable_entry_is_refused(world):
+    world.get()
+    world.entry().chmod(0o620)
+    with pytest.warns(disk.CacheWarning, match="writable by group"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert world.links == []
+
+
+# ----------------------------------------------------------------------------- degraded caches
+
+
+def _erofs(*args, **kwargs):
+    raise OSError(30, "Read-only file system")
+
+
+def test_a_read_only_cache_loads_good_entries_and_compiles_the_rest_in_memory(world, monkeypatch):
+    world.get()
+    monkeypatch.setattr(disk.tempfile, "mkstemp", _erofs)
+    assert world.get()[0] == "linked", "a read-only cache still serves its entries"
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        cache.reset()
+        c = cache.CompileCache()
+        assert isinstance(c.get(V2), FakeCompiled)
+        assert isinstance(c.get(Variant("sm80", "sm_80")), FakeCompiled)
+    (message,) = cache_warnings(record)
+    assert "cannot write" in message and "Read-only" in message
+
+
+def test_a_bad_entry_that_cannot_be_moved_is_skipped_not_raised(world, monkeypatch):
+    world.get()
+    world.entry().write_bytes(b"junk")
+    monkeypatch.setattr(disk.os, "replace", _erofs)
+    monkeypatch.setattr(disk.os, "unlink", _erofs)
+    monkeypatch.setattr(disk.Path, "unlink", _erofs)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        cache.reset()
+        assert isinstance(cache.CompileCache().get(V1), FakeCompiled)
+    assert any("cannot be moved away" in m for m in cache_warnings(record))
+    assert world.entry().read_bytes() == b"junk"
+
+
+@pytest.mark.parametrize("case", ["root is a file", "folder is a file", "name too long"])
+def test_an_unusable_location_compiles_in_memory_with_one_warning(world, monkeypatch, case):
+    if case == "root is a file":
+        world.root.write_text("a file")
+    elif case == "folder is a file":
+        world.root.mkdir()
+        world.folder.write_text("")
+    else:
+        monkeypatch.setenv("WSGEMM_CACHE_DIR", str(world.root / ("x" * 300)))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        cache.reset()
+        c = cache.CompileCache()
+        assert isinstance(c.get(V1), FakeCompiled) and isinstance(c.get(V2), FakeCompiled)
+    (message,) = cache_warnings(record)
+    assert "cannot create" in message
+
+
+def test_a_full_disk_is_one_warning_and_no_partial_entry(world, monkeypatch):
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def write(self, data):
+            self.f.write(data[:100])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(disk.os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
+    with pytest.warns(disk.CacheWarning, match="No space left"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert not world.entry().exists() and not list(world.folder.glob("*.tmp"))
+
+
+def test_no_home_directory_compiles_in_memory(world, monkeypatch):
+    monkeypatch.delenv("WSGEMM_CACHE_DIR")
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(disk.Path, "home", staticmethod(no_home))
+    assert disk.location().root is None
+    with pytest.warns(disk.CacheWarning, match="WSGEMM_CACHE_DIR"):
+        assert isinstance(world.get(), FakeCompiled)
+
+
+@pytest.mark.parametrize("word", ["0", "false", "No", " off ", "OFF\n"])
+def test_the_usual_false_words_turn_the_cache_off(world, monkeypatch, word):
+    monkeypatch.setenv("WSGEMM_DISK_CACHE", word)
+    assert disk.location().root is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(world.get(), FakeCompiled)
+    assert not world.root.exists()
+
+
+@pytest.mark.parametrize("word", ["1", "yes", "on", ""])
+def test_true_words_and_empty_keep_it_on(world, monkeypatch, word):
+    monkeypatch.setenv("WSGEMM_DISK_CACHE", word)
+    assert disk.location().root == world.root
+
+
+def test_an_unknown_word_keeps_it_on_with_a_warning(world, monkeypatch):
+    monkeypatch.setenv("WSGEMM_DISK_CACHE", "maybe")
+    with pytest.warns(disk.CacheWarning, match="maybe"):
+        assert disk.location().root == world.root
+
+
+def test_xdg_cache_home_and_a_relative_dir(world, monkeypatch, tmp_path):
+    monkeypatch.delenv("WSGEMM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert disk.location().root == tmp_path / "xdg" / "wsgemm"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", "rel/c")
+    assert disk.location().root == tmp_path / "rel" / "c"
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+
+def test_a_process_waits_for_the_one_compiling_the_entry_and_loads_its_result(world):
+    world.folder.mkdir(parents=True)
+    lock = world.folder / f"{disk.entry_name(V1.key())}.lock"
+    result = []
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process is compiling V1
+        cache.reset()
+        thread = threading.Thread(target=lambda: result.append(cache.CompileCache().get(V1)))
+        thread.start()
+        time.sleep(0.3)
+        assert thread.is_alive() and world.compiles == []
+        other = disk.DiskCache(world.root, FP)
+        other.write(V1.key(), payload_of(V1.key(), disk.entry_name(V1.key())))
+    thread.join(10)
+    assert world.compiles == [], "the waiting process compiled again"
+    assert result[0][0] == "linked"
+
+
+def test_a_concurrent_writer_never_exposes_a_partial_entry(world):
+    store = disk.DiskCache.open(world.root, FP)
+    payload = payload_of(V1.key(), "x") * 50
+    stop = threading.Event()
+    seen = []
+
+    def reader():
+        while not stop.is_set():
+            got = store.read(V1.key())
+            if got is not None:
+                seen.append(got == payload)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(50):
+        assert store.write(V1.key(), payload) == ""
+    stop.set()
+    thread.join()
+    assert seen and all(seen) and world.quarantined() == []
+
+
+# ----------------------------------------------------------------------------- housekeeping
+
+
+def test_prune_removes_stale_temporaries_and_long_unused_folders_only(world):
+    world.get()
+    now = time.time()
+    old, recent, current = (
+        world.root / "aaaaaaaaaaaaaaaa",
+        world.root / "bbbbbbbbbbbbbbbb",
+        world.folder,
+    )
+    for folder, age_days in ((old, 40), (recent, 3)):
+        folder.mkdir()
+        (folder / "e.o").write_bytes(b"x")
+        (folder / ".last-used").touch()
+        t = now - age_days * 86400
+        os.utime(folder / ".last-used", (t, t))
+        os.utime(folder, (t, t))
+    mine = world.root / "notes"
+    mine.mkdir()
+    os.utime(mine, (now - 400 * 86400,) * 2)
+    stale, fresh = current / "x.tmp", current / "y.tmp"
+    stale.touch()
+    fresh.touch()
+    os.utime(stale, (now - 7200, now - 7200))
+    disk.DiskCache(world.root, FP).maybe_prune(force=True)
+    assert not old.exists() and recent.exists() and current.exists() and mine.exists()
+    assert not stale.exists() and fresh.exists() and world.entry().exists()
+
+
+def test_prune_runs_at_most_once_a_day(world):
+    world.get()
+    old = world.root / "aaaaaaaaaaaaaaaa"
+    old.mkdir()
+    os.utime(old, (time.time() - 40 * 86400,) * 2)
+    world.get(V2)  # a write, and the first prune happened with the first write
+    assert old.exists()
+
+
+def test_quarantine_keeps_a_bounded_number(world, monkeypatch):
+    monkeypatch.setattr(disk, "QUARANTINE_KEEP", 3)
+    for _ in range(5):
+        world.get()
+        world.entry().write_bytes(b"junk")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            world.get()
+    assert len(world.quarantined()) == 3
+
+
+def test_clear_removes_only_the_caches_folders(world):
+    world.get()
+    (world.root / "notes").mkdir()
+    folders, size = disk.clear(world.root)
+    assert folders == 1 and size > 0
+    assert not world.folder.exists() and (world.root / "notes").exists()
+
+
+def test_private_copy_holds_exactly_the_bytes_and_leaves_nothing(monkeypatch):
+    payload = os.urandom(100_000)
+    with disk.private_copy(payload) as path:
+        with open(path, "rb") as f:
+            assert f.read() == payload
+    monkeypatch.delattr(os, "memfd_create")
+    with disk.private_copy(payload) as path:
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        with open(path, "rb") as f:
+            assert f.read() == payload
+    assert not os.path.exists(path)
+
+
+# ----------------------------------------------------------------------------- the key
+
+
+def test_the_fingerprint_covers_flavour_tvm_ffi_and_compile_settings(monkeypatch):
+    pytest.importorskip("cutlass")
+    for name in list(os.environ):
+        if name.startswith("CUTE_DSL_"):
+            monkeypatch.delenv(name)
+
+    def fresh():
+        fingerprint.toolchain.cache_clear()
+        fingerprint.fingerprint.cache_clear()
+        return fingerprint.fingerprint()
+
+    try:
+        base = fresh()
+        facts = fingerprint.toolchain()
+        assert facts["dsl_flavour"] in ("cu12", "cu13")
+        assert facts["tvm_ffi"] != "none" and facts["dsl_settings"] == {}
+        for setting in ("LINEINFO", "ARCH", "COMPILER_OPT", "DEBUG", "ENABLE_ASSERTIONS"):
+            monkeypatch.setenv(f"CUTE_DSL_{setting}", "1")
+            assert fresh() != base, f"CUTE_DSL_{setting} is not in the key"
+            monkeypatch.delenv(f"CUTE_DSL_{setting}")
+        monkeypatch.setenv("CUTE_DSL_LOG_TO_CONSOLE", "1")  # changes no code
+        assert fresh() == base
+    finally:
+        fingerprint.toolchain.cache_clear()
+        fingerprint.fingerprint.cache_clear()
+
+
+# ----------------------------------------------------------------------------- the real thing
+
+
+def test_real_round_trip_compiles_stores_checks_and_links(tmp_path, monkeypatch):
+    """One real compile (sm_80, no GPU needed), stored, linked back in this process; then byte
+    flips inside the embedded cubin and inside the host code are caught before linking."""
+    pytest.importorskip("cutlass")
+    from wsgemm import sass
+
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("WSGEMM_DISK_CACHE", raising=False)
+    cache.reset()
+    try:
+        compiled = cache.CompileCache().get(V1)
+        store = cache.open_disk_cache()
+        path = store.entry(V1.key())
+        payload = store.read(V1.key())
+        assert payload is not None and payload[:4] == b"\x7fELF"
+        fn = cache.CompileCache().get(V1)  # a new in-memory cache: linked from the entry
+        assert type(fn).__name__ == "Function" and fn is not compiled
+        cubin = sass.embedded_cubin(payload)
+        assert cubin is not None and sass.kernel_resources(cubin, "")
+        header = len(path.read_bytes()) - len(payload)
+        code = sass._elf_sections(payload)[".ltext"][0]
+        for offset in (payload.find(cubin) + len(cubin) // 2, code + 16):
+            good = path.read_bytes()
+            _flip(path, header + offset)
+            with pytest.warns(disk.CacheWarning, match="checksum"):
+                assert store.read(V1.key()) is None
+            path.write_bytes(good)
+            cache.reset()
+            store = cache.open_disk_cache()
+    finally:
+        cache.reset()

@@ -1,0 +1,326 @@
+"""``python -m wsgemm`` on the CPU: ``warm`` (with a stand-in compiler), ``cache info|clear``,
+``inspect``'s messages and progress, a fast ``--help``, and warm's worker processes."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from wsgemm import cli, inspection
+from wsgemm.host import cache, disk, fingerprint, warming
+
+REPO = Path(__file__).resolve().parents[1]
+FP = "fedcba9876543210"
+
+
+def _env():
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+
+
+class Compiled:
+    def __init__(self, key):
+        self.key = key
+
+    def export_to_c(self, path, function_name):
+        Path(path).write_bytes(b"OBJ " + function_name.encode() + self.key.encode())
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """A private cache in tmp_path, a fixed fingerprint, and a compiler that takes no time
+    (and fails for the keys in ``fail``)."""
+    for name in ("WSGEMM_DISK_CACHE", "WSGEMM_CACHE_SHARED"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "cache"
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(root))
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda: FP)
+    monkeypatch.setattr(fingerprint, "toolchain", lambda: {
+        "cutlass_dsl": "4.8.1", "dsl_flavour": "cu13", "dsl_cuda": "13.4", "tvm_ffi": "0.1.15",
+        "python": "3.11", "dsl_settings": {"CUTE_DSL_LINEINFO": "1"},
+    })  # fmt: skip
+    fail: set[str] = set()
+    compiled: list[str] = []
+
+    def compile_variant(variant, keep=False):
+        if variant.key() in fail:
+            raise RuntimeError("ptxas: out of registers\nmore")
+        compiled.append(variant.key())
+        return Compiled(variant.key())
+
+    monkeypatch.setattr(cache, "compile_variant", compile_variant)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cache.reset()
+    yield root, fail, compiled
+    cache.reset()
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+WARM_80 = ("warm", "--arch", "sm_80", "--backend", "sm80-multistage", "--jobs", "1")
+
+
+def test_warm_fills_the_cache_then_finds_it_full(stand_in, capsys):
+    root, _, compiled = stand_in
+    code, _, err = run(capsys, *WARM_80)
+    assert code == 0, err
+    assert "warm: 36 compiled, 0 already cached, 0 failed" in err
+    assert len(list((root / FP).glob("*.o"))) == 36 == len(compiled)
+    cache.reset()
+    code, _, err = run(capsys, *WARM_80)
+    assert code == 0 and "warm: 0 compiled, 36 already cached, 0 failed" in err
+    assert len(compiled) == 36
+
+
+def test_warm_without_a_gpu_needs_an_arch(stand_in, capsys):
+    code, _, err = run(capsys, "warm")
+    assert code == 2 and "no CUDA GPU" in err and "pass --arch" in err
+
+
+def test_warm_uses_the_local_gpus_arch(stand_in, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 6))
+    code, _, err = run(capsys, "warm", "--backend", "sm80-multistage", "--jobs", "1")
+    assert code == 0 and "variants for sm_86" in err
+
+
+def test_warm_names_the_arch_a_backend_needs(stand_in, capsys):
+    code, _, err = run(capsys, "warm", "--arch", "sm_80", "--backend", "sm90")
+    assert code == 2 and "sm90 needs --arch sm_90a" in err and "sm80-multistage" in err
+
+
+def test_warm_with_the_cache_off_refuses(stand_in, capsys, monkeypatch):
+    monkeypatch.setenv("WSGEMM_DISK_CACHE", "off")
+    code, _, err = run(capsys, *WARM_80)
+    assert code == 2 and "nothing to warm" in err
+
+
+def test_warm_fails_at_once_when_nothing_can_be_written(stand_in, capsys, monkeypatch):
+    _, _, compiled = stand_in
+
+    def erofs(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(disk.tempfile, "mkstemp", erofs)
+    code, _, err = run(capsys, *WARM_80)
+    assert code == 1 and "Read-only file system" in err and compiled == []
+
+
+def test_warm_into_a_path_that_is_a_file_fails(stand_in, capsys):
+    root, _, _ = stand_in
+    root.write_text("not a folder")
+    with pytest.warns(disk.CacheWarning):
+        code, _, err = run(capsys, *WARM_80)
+    assert code == 1 and "cannot use the cache" in err
+
+
+def test_a_failed_variant_is_one_line_and_a_non_zero_exit(stand_in, capsys):
+    _, fail, _ = stand_in
+    variants = inspection.variants("sm_80", "sm80-multistage", everything=True)
+    fail.update(v.key() for v in variants[:3])
+    code, _, err = run(capsys, *WARM_80)
+    assert code == 1
+    assert "33 compiled, 0 already cached, 3 failed" in err
+    assert err.count("RuntimeError: ptxas: out of registers") == 1
+    assert "more" not in err.replace("more than", "")
+
+
+@pytest.mark.parametrize("jobs", ["0", "-3", "two"])
+def test_warm_jobs_must_be_a_positive_integer(jobs, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["warm", "--arch", "sm_80", "--jobs", jobs])
+    assert exc.value.code == 2
+
+
+def test_warm_jobs_are_bounded_by_the_machine(stand_in, capsys, monkeypatch):
+    monkeypatch.setattr(warming, "max_jobs", lambda: 1)
+    code, _, err = run(capsys, *WARM_80[:-1], "100000")
+    assert code == 0 and "--jobs 100000 is more than this machine holds" in err
+
+
+def test_max_jobs_counts_cores_and_memory(monkeypatch):
+    monkeypatch.setattr(warming, "_available_bytes", lambda: 3 * warming.WORKER_BYTES)
+    assert 1 <= warming.max_jobs() <= 3
+    monkeypatch.setattr(warming, "_available_bytes", lambda: 0)
+    assert warming.max_jobs() == 1
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+
+def _die(variant):
+    """A warm task that kills its worker (run in a spawned worker process)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_worker_fails_the_rest_with_one_reason():
+    variants = inspection.variants("sm_80", "sm80-multistage", everything=True)[:3]
+    outcomes = warming.warm(variants, jobs=2, task=_die)
+    assert len(outcomes) == 3 and {o.status for o in outcomes} == {"failed"}
+    assert {o.error for o in outcomes} == {"a compile worker died (killed, or out of memory?)"}
+
+
+def test_workers_end_when_the_parent_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(
+        textwrap.dedent("""
+        import multiprocessing, os, time
+        from concurrent.futures import ProcessPoolExecutor
+        from wsgemm.host.warming import _end_with_parent
+
+        if __name__ == "__main__":
+            pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_end_with_parent, initargs=(os.getpid(),))
+            print(pool.submit(os.getpid).result(), flush=True)
+            pool.submit(time.sleep, 600)
+            time.sleep(0.5)
+            os._exit(0)  # dies like a killed parent: no pool shutdown
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    worker = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    alive = _alive(worker)
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the worker outlived its parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# ----------------------------------------------------------------------------- cache info|clear
+
+
+def test_cache_info_and_clear(stand_in, capsys):
+    root, _, _ = stand_in
+    assert run(capsys, *WARM_80)[0] == 0
+    (root / "aaaaaaaaaaaaaaaa").mkdir()
+    code, out, _ = run(capsys, "cache", "info")
+    assert code == 0
+    assert f"location     {root}" in out and f"fingerprint  {FP}" in out
+    assert "cutlass-dsl 4.8.1 (cu13, CUDA 13.4)" in out and "CUTE_DSL_LINEINFO=1" in out
+    assert f"{FP}    36 entries" in out and "(this environment)" in out
+    assert "total        36 entries" in out
+    code, out, _ = run(capsys, "cache", "clear")
+    assert code == 0 and "removed 2 folder(s)" in out
+    assert not (root / FP).exists()
+
+
+def test_cache_info_when_off(monkeypatch, capsys):
+    monkeypatch.setenv("WSGEMM_DISK_CACHE", "0")
+    code, out, _ = run(capsys, "cache", "info")
+    assert code == 0 and "off" in out
+
+
+# ----------------------------------------------------------------------------- inspect
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--arch", "sm_80", "--backend", "sm90"], "sm90 needs --arch sm_90a"),
+        (["--arch", "sm_89", "--backend", "sm90", "--backend", "sm90-pingpong"], "need --arch"),
+    ],
+)
+def test_inspect_names_the_arch_a_backend_needs(argv, message, capsys):
+    code, _, err = run(capsys, "inspect", *argv)
+    assert code == 2 and message in err and "choose from: sm80" in err
+
+
+def test_inspect_opcode_columns_follow_the_family():
+    sm80 = inspection.opcode_columns("sm_80", {"sm80"})
+    assert "HGMMA" not in sm80 and "SYNCS" not in sm80
+    assert {"HMMA", "LDGSTS", "LDSM", "ARRIVES", "DEPBAR", "BAR"} <= set(sm80)
+    hopper = inspection.opcode_columns("sm_90a", {"sm80", "sm90"})
+    assert {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "HMMA", "ARRIVES"} <= set(hopper)
+
+
+def _fake_report(variant):
+    time.sleep(0.3)
+    return inspection.Report(variant.backend, variant.arch, {}, {}, 1, 2, 0, {"HMMA": 3})
+
+
+def test_inspect_json_shows_progress_on_stderr(monkeypatch, capsys):
+    from rich.console import Console
+
+    screen = io.StringIO()
+    monkeypatch.setattr(inspection, "inspect_variant", _fake_report)
+    monkeypatch.setattr(
+        cli, "_err_console", lambda: Console(file=screen, force_terminal=True, width=120)
+    )
+    code, out, _ = run(capsys, "inspect", "--arch", "sm_80", "--json")
+    assert code == 0 and '"kernel": "sm80"' in out
+    assert "inspect" in screen.getvalue() and "/2" in screen.getvalue()
+
+
+def test_inspect_says_what_to_install_without_nvdisasm(monkeypatch, capsys):
+    from wsgemm import sass
+
+    def missing(cubin):
+        raise sass.NvdisasmMissing("reading SASS needs CUDA's nvdisasm; install it with x")
+
+    monkeypatch.setattr(inspection, "cubin", lambda variant: b"")
+    monkeypatch.setattr(sass, "disassemble", missing)
+    code, _, err = run(capsys, "inspect", "--arch", "sm_80", "--backend", "sm80")
+    assert code == 1 and "nvdisasm" in err and "Traceback" not in err
+
+
+def test_nvdisasm_missing_names_a_package_that_exists(monkeypatch):
+    pytest.importorskip("cutlass")
+    from cutlass.base_dsl import env_manager
+
+    from wsgemm import sass
+
+    def not_found():
+        raise RuntimeError("SASS dumping requires the nvdisasm tool, but it was not found.")
+
+    monkeypatch.setattr(env_manager, "_find_nvdisasm_binary", not_found)
+    with pytest.raises(sass.NvdisasmMissing, match=r"nvidia-cutlass-dsl-libs-base\[sass\]"):
+        sass.nvdisasm()
+
+
+def test_the_baseline_report_has_no_producer_fields(monkeypatch):
+    pytest.importorskip("cutlass")
+    assert "producer_warps" in inspection.UNUSED_CONFIG_FIELDS["sm80-multistage"]
+
+
+# ----------------------------------------------------------------------------- --help
+
+
+def test_help_imports_neither_torch_nor_the_dsl():
+    code = (
+        "import sys, contextlib, io\n"
+        "from wsgemm import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    cli.main(['--help'])\n"
+        "print(sorted(m for m in ('torch', 'cutlass') if m in sys.modules))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
