@@ -363,6 +363,10 @@ def test_gpu_every_menu_entry_gives_the_same_bits():
     m, n, k = 300, 1000, 1021
     x = torch.randn(m, -(-k // 8) * 8, generator=gen).half().cuda()[:, :k]
     w = torch.randn(n, -(-k // 8) * 8, generator=gen).half().cuda()[:, :k]
+
+    def view(t):  # (rows, cols, 1), every non-unit stride 16-byte divisible, as the plan's
+        return t.as_strided((*t.shape, 1), (t.stride(0), 1, t.shape[0] * t.stride(0)))
+
     for c_dtype, torch_dtype in (("float16", torch.float16), ("float32", torch.float32)):
         outs = {}
         for e in policy.MENU:
@@ -371,7 +375,7 @@ def test_gpu_every_menu_entry_gives_the_same_bits():
             clusters = sms // host.cluster_size(v.kernel_config())
             for rows in (m, 1):
                 out = torch.full((rows, n), math.nan, dtype=torch_dtype, device="cuda")
-                fn(x[:rows].unsqueeze(2), w.unsqueeze(2), out.unsqueeze(2), clusters)
+                fn(view(x[:rows]), view(w), view(out), clusters)
                 outs[e.name, rows] = out
         first = outs["sm90", m]
         assert not torch.isnan(first).any()
