@@ -260,7 +260,7 @@ def test_batch_invariant_mode_never_splits(shape):
     assert "batch-invariant" in choice.reason
 
 
-def test_batch_invariant_from_the_environment(monkeypatch):
+def test_batch_invariant_from_the_environment(monkeypatch, empty_table):
     assert choose(16, 4096, 14336).split == 2
     monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
     policy._environment.cache_clear()
@@ -301,13 +301,18 @@ def test_empty_problems_choose_without_measuring():
 
 
 def test_explain_says_kernel_split_and_why():
-    text = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0))
-    lines = text.splitlines()
-    assert lines[0].startswith("problem: M=16 N=4096 K=14336 batch=1, float16 inputs")
-    assert lines[1] == (
-        "kernel: pingpong-64x128-c1x2 (backend sm90-pingpong: pingpong 64x128x64 tile, cluster 1x2)"
+    choice = policy.choose(16, 4096, 14336, 1, *FP16, 132, (9, 0))
+    e = choice.menu_entry
+    lines = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0)).splitlines()
+    assert lines[0] == (
+        "problem: M=16 N=4096 K=14336 batch=1, float16 inputs, float16 output, float32 "
+        "accumulate; sm_90 with 132 SMs"
     )
-    assert lines[2].startswith("split-K: 2 ")
+    assert lines[1] == f"kernel: {e.name} (backend {e.backend}: {e.describe()})"
+    assert e.describe() == "{} {}x{}x{} tile, cluster {}x{}".format(
+        e.config["schedule"], e.tile_m, e.tile_n, e.tile_k, *e.cluster
+    )
+    assert lines[2].startswith(f"split-K: {choice.split} ")
     assert lines[3].startswith("why (table): sm90_h200.json") and "8b down t=16" in lines[3]
     text = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0), batch_invariant=True)
     assert "batch-invariant" in text.splitlines()[0] and "split-K: 1 (none)" in text

@@ -58,6 +58,7 @@ from typing import Any
 from .registry import AB_DTYPES, ACC_DTYPES, BACKENDS, C_DTYPES, Variant
 
 __all__ = [
+    "DROPPED",
     "MENU",
     "Choice",
     "MenuEntry",
