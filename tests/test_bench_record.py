@@ -134,6 +134,28 @@ def _row(rec, label, backend):
     return row
 
 
+def test_a_shape_with_its_own_layout_runs_and_is_recorded_in_it():
+    seen = []
+
+    def make(problem, out):
+        def call():
+            seen.append((problem.a.stride(), problem.b.stride()))
+            torch.matmul(problem.a, problem.b, out=out)
+
+        return call
+
+    shapes = [Shape(24, 40, 16, layout="NT"), Shape(24, 40, 16)]
+    output = runner.run(
+        shapes, [cublas(), Backend("probe", make, lambda p: None)], [], OPTIONS,
+        ScriptedTimer(), "cpu", lambda clock: None,
+    )  # fmt: skip
+    rows = [r for r in output.rows if r["backend"] == "probe"]
+    assert [r["layout"] for r in rows] == ["NT", "TN"] and {r["status"] for r in rows} == {"ok"}
+    # NT: A stored column-major (its M mode contiguous), B row-major (its N mode contiguous)
+    assert seen[0] == ((1, 24), (40, 1))
+    assert seen[-1] == ((16, 1), (1, 16))
+
+
 def test_every_shape_gets_a_row_per_backend(synthetic):
     assert len(synthetic["results"]) == len(SHAPES) * 7
     assert report.backends_in_order(synthetic)[0] == "cublas"

@@ -146,3 +146,19 @@ def test_tn_is_the_linear_layer_layout():
 def test_layout_rejects_unknown_letters():
     with pytest.raises(ValueError, match="unknown layout"):
         Layout("TX")
+
+
+def test_midsize_suite_is_fixed_ragged_and_mixed_layout():
+    shapes = suites.suite("midsize")
+    assert [(s.m, s.n, s.k, s.layout) for s in shapes] == list(suites.MIDSIZE)
+    assert all(500 <= v <= 6000 for s in shapes for v in (s.m, s.n, s.k))
+    assert {s.layout for s in shapes} == set(LAYOUTS)
+    aligned = [s for s in shapes if all(v % 8 == 0 for v in (s.m, s.n, s.k))]
+    assert 0 < len(aligned) < len(shapes)  # both 16-byte rows and ragged ones
+    assert len({s.label for s in shapes}) == len(shapes)
+
+
+def test_shape_layout_must_be_known():
+    assert Shape(8, 8, 8).layout == ""
+    with pytest.raises(ValueError, match="Shape.layout must be empty or one of"):
+        Shape(8, 8, 8, layout="XY")

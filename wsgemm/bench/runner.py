@@ -228,7 +228,7 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     generator = torch.Generator(device=ctx.device)
     generator.manual_seed(options.seed + index)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[options.dtype]
-    layout = Layout(options.layout)
+    layout = Layout(shape.layout or options.layout)
     a, b = make_operands(layout, shape.m, shape.n, shape.k, dtype, ctx.device, generator)
     accumulate = {"fp32": torch.float32, "fp16": torch.float16}[options.accumulate]
     problem = Problem(a=a, b=b, accumulate=accumulate, accumulate_name=options.accumulate)
@@ -285,7 +285,8 @@ def _abandon(outcomes: dict[str, _Outcome], message: str) -> None:
 
 
 def _rows(shape, backends, unavailable, outcomes, options, peak_tflops_at) -> list[dict]:
-    common = dict(dtype=options.dtype, layout=options.layout, accumulate=options.accumulate)
+    layout = shape.layout or options.layout
+    common = dict(dtype=options.dtype, layout=layout, accumulate=options.accumulate)
     baseline = outcomes[BASELINE]
     baseline_samples = baseline.samples if baseline.status == "ok" else None
     rows = []

@@ -10,22 +10,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .layouts import LAYOUTS
+
 
 @dataclass(frozen=True)
 class Shape:
-    """One GEMM problem size; ``label`` names it in tables and plots, ``group`` groups plots."""
+    """One GEMM problem size; ``label`` names it in tables and plots, ``group`` groups plots;
+    ``layout`` (``TN``, ...) is this shape's own operand layout, which wins over the run's
+    ``--layout`` (empty: the run's)."""
 
     m: int
     n: int
     k: int
     label: str = ""
     group: str = ""
+    layout: str = ""
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Shape.{name} must be an int >= 1, got {value!r}")
+        if self.layout and self.layout not in LAYOUTS:
+            raise ValueError(
+                f"Shape.layout must be empty or one of {', '.join(LAYOUTS)}, got {self.layout!r}"
+            )
         if not self.label:
             object.__setattr__(self, "label", f"{self.m}x{self.n}x{self.k}")
 
@@ -85,6 +94,39 @@ RAGGED = (
     (8200, 2056, 8200),
 )
 
+# Mid-size problems, a few thousand per dimension, where the tile menu and its policy must hold
+# up without a model's shapes to be tuned on (issue #10: geomean >= 0.97x cuBLAS). Drawn once,
+# before any tuning, and fixed here: random.Random(20261201), each dimension
+# round(exp(uniform(ln 500, ln 6000))), every other shape rounded down to a multiple of 8 (16-byte
+# rows, ragged edge tiles only) and the rest left ragged (unaligned rows, which the API copies),
+# layouts TN, NN, NT, TT in turn.
+MIDSIZE = (
+    (704, 5528, 720, "TN"),
+    (808, 5903, 591, "NN"),
+    (5024, 880, 1112, "NT"),
+    (4527, 3910, 4047, "TT"),
+    (2360, 632, 3488, "TN"),
+    (4241, 2251, 5402, "NN"),
+    (1128, 1968, 4056, "NT"),
+    (935, 4933, 2295, "TT"),
+    (2144, 1776, 1960, "TN"),
+    (535, 3073, 1084, "NN"),
+    (4272, 4552, 544, "NT"),
+    (2345, 778, 1684, "TT"),
+    (736, 5440, 2400, "TN"),
+    (1116, 2557, 4337, "NN"),
+    (840, 760, 2560, "NT"),
+    (2530, 4278, 4085, "TT"),
+    (4472, 1928, 680, "TN"),
+    (5793, 1015, 1586, "NN"),
+    (560, 1088, 2336, "NT"),
+    (608, 3263, 4259, "TT"),
+    (2712, 3592, 2920, "TN"),
+    (1118, 811, 646, "NN"),
+    (2888, 2072, 1504, "NT"),
+    (943, 2078, 845, "TT"),
+)
+
 
 def square(sizes: tuple[int, ...] = SQUARE_SIZES) -> list[Shape]:
     return [Shape(s, s, s, label=f"{s}^3", group="square") for s in sizes]
@@ -112,6 +154,13 @@ def ragged() -> list[Shape]:
     return [Shape(m, n, k, group="ragged") for m, n, k in RAGGED]
 
 
+def midsize() -> list[Shape]:
+    return [
+        Shape(m, n, k, label=f"{m}x{n}x{k} {layout}", group="midsize", layout=layout)
+        for m, n, k, layout in MIDSIZE
+    ]
+
+
 def quick() -> list[Shape]:
     """The README's main-job suite: two square sizes and the 8B gate/up GEMM at 4096 tokens."""
     gate_up = next(p for p in MODELS["8b"].projections() if p[0] == "gate_up")
@@ -120,7 +169,7 @@ def quick() -> list[Shape]:
     ]
 
 
-SUITES = ("square", "llm", "decode", "ragged", "quick")
+SUITES = ("square", "llm", "decode", "ragged", "midsize", "quick")
 
 
 def suite(
@@ -137,7 +186,7 @@ def suite(
         return llm(tokens or default, models or tuple(MODELS))
     if tokens or models:
         raise ValueError(f"--tokens and --models apply to the llm and decode suites, not {name!r}")
-    return {"square": square, "ragged": ragged, "quick": quick}[name]()
+    return {"square": square, "ragged": ragged, "midsize": midsize, "quick": quick}[name]()
 
 
 def parse_shapes(text: str) -> list[Shape]:

@@ -1,0 +1,360 @@
+"""Measure the sm90 shape policy's table: every menu entry x split-K count against cuBLAS on the
+``llm`` suite (more token counts) and the ``midsize`` suite, on the GPU this runs on.
+
+    source .gpu/p2/install.sh            # on the H200 host
+    PYTHONPATH=$PWD python scripts/tune_menu.py --out "$OUT"
+
+Writes into ``--out``: ``sm90_<gpu>.json`` (the table ``wsgemm.host.policy`` reads: copy it to
+``wsgemm/host/data/`` to ship it), ``tune_menu.csv`` (every candidate on every shape),
+``tune_menu.log`` (what was printed). Both data files are rewritten after every shape, so a run
+cut short still leaves what it measured.
+
+Protocol: fp16 inputs, TN (``x @ W.T``, both operands K-major), fp32 accumulate, fp16 out. For
+each shape, decode-sized first: the candidates are each menu entry that fits the shape with each
+split ``host.policy.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
+and cuBLAS is checked against an fp32 reference (``wsgemm.bench.check``; a wrong one is reported
+and never timed), then all are timed in ``--rounds`` rounds, each round every one once in an order
+rotated per round, each timing the median of ``--reps`` calls, each after an L2 flush
+(``wsgemm.bench.measure.CudaTimer``). A candidate's ratio is the median over rounds of cuBLAS's
+time over its own in the same round. Split candidates run ``wsgemm.splitk.split_k`` (workspace,
+launches, reduction), i.e. what the library will run; unsplit ones call the compiled kernel on
+kernel views (the API's host path is not timed: CUDA events bracket the GPU work). Every variant
+is compiled first, in ``--jobs`` processes, into the on-disk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from wsgemm import host
+from wsgemm.bench import suites
+from wsgemm.host import policy
+
+TOKENS = (1, 16, 64, 128, 256, 1024, 4096, 16384)
+SUITES = ("llm", "midsize")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    entry: policy.MenuEntry
+    split: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.entry.name}/{self.split}"
+
+    @property
+    def c_dtype(self) -> str:
+        return "float16" if self.split == 1 else "float32"
+
+
+def shapes_to_tune(names=SUITES, tokens=TOKENS) -> list[suites.Shape]:
+    """The suites' shapes (TN whatever their own layout), fewest FLOP first: the decode shapes,
+    the policy's reason to be, are measured first if a run is cut short."""
+    shapes = []
+    for name in names:
+        shapes += suites.suite(name, tokens=tokens) if name == "llm" else suites.suite(name)
+    return sorted(shapes, key=lambda s: s.flop)
+
+
+def plan(shapes, entries, sm_count: int) -> list[tuple[suites.Shape, list[Candidate]]]:
+    """Per shape: each entry that fits with each split the policy allows; the shipped entries
+    unsplit even where they do not fit (the baseline the menu is measured against)."""
+    out = []
+    for s in shapes:
+        cands = []
+        for e in entries:
+            if policy.fits(e, s.m, s.n):
+                splits = policy.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
+            else:
+                splits = (1,) if e.shipped else ()
+            cands += [Candidate(e, split) for split in splits]
+        out.append((s, cands))
+    return out
+
+
+def variants(planned, arch: str = "sm_90a") -> dict[tuple[str, str], host.Variant]:
+    """(entry name, C dtype) -> the compiled variant: fp16 out unsplit, fp32 out split."""
+    out = {}
+    for _, cands in planned:
+        for c in cands:
+            key = (c.entry.name, c.c_dtype)
+            if key not in out:
+                config = c.entry.variant_config()
+                out[key] = host.Variant(c.entry.backend, arch, "float16", c.c_dtype, "float32",
+                                        "k", "k", config)  # fmt: skip
+    return out
+
+
+def kernel_view(t):
+    """(rows, cols) -> (rows, cols, 1) with a 16-byte-multiple batch stride, as the API's plan
+    makes them (the compiled kernel declares every non-unit stride 16-byte divisible)."""
+    rows, _ = t.shape
+    return t.as_strided((*t.shape, 1), (t.stride(0), 1, rows * t.stride(0)))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="output folder ($OUT)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=10, help="calls per timing (median)")
+    parser.add_argument("--jobs", type=int, default=14, help="compile processes")
+    parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="llm token counts")
+    parser.add_argument(
+        "--with-dropped",
+        action="store_true",
+        help="also time policy.DROPPED (CSV only, never in the table)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=330.0,
+        help="stop starting new shapes after this many seconds",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
+    parser.add_argument("--sm-count", type=int, default=132, help="SMs, for --dry-run")
+    args = parser.parse_args(argv)  # fmt: skip
+
+    entries = policy.MENU + (policy.DROPPED if args.with_dropped else ())
+    shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
+    if args.dry_run:
+        planned = plan(shapes, entries, args.sm_count)
+        for s, cands in planned:
+            print(f"{s.label:22s} {s.m}x{s.n}x{s.k}: {' '.join(c.name for c in cands)}")
+        count = sum(len(c) for _, c in planned)
+        print(f"{len(planned)} shapes, {count} candidates, {len(variants(planned))} variants")
+        return 0
+    if not args.out:
+        parser.error("--out (or $OUT) is required")
+    return _tune(args, entries, shapes)
+
+
+class _Log:
+    def __init__(self, path: Path):
+        self._file = path.open("w")
+
+    def __call__(self, text: str) -> None:
+        print(text, flush=True)
+        self._file.write(text + "\n")
+        self._file.flush()
+
+
+def _tune(args, entries, shapes) -> int:
+    import torch
+
+    from wsgemm.bench import check
+    from wsgemm.bench.measure import CudaTimer, rotated
+    from wsgemm.bench.nvml import Nvml
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = _Log(out / "tune_menu.log")
+    start = time.perf_counter()
+    device = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(device)
+    cc = torch.cuda.get_device_capability(device)
+    if cc != (9, 0):
+        raise SystemExit(
+            f"the sm90 menu needs an sm_90 GPU; this is {props.name} sm_{cc[0]}{cc[1]}"
+        )
+    sms = props.multi_processor_count
+    planned = plan(shapes, entries, sms)
+    needed = variants(planned)
+    log(f"{props.name}, {sms} SMs; {len(planned)} shapes, "
+        f"{sum(len(c) for _, c in planned)} candidates, {len(needed)} variants")  # fmt: skip
+    # A failed compile: the current warm reports it per variant, an older one raised.
+    outcomes = host.warm(list(needed.values()), jobs=args.jobs) or []
+    failed = [o for o in outcomes if getattr(o, "status", "") == "failed"]
+    for o in failed:
+        log(f"compile FAILED: {o.key}: {getattr(o, 'error', '')}")
+    if failed:
+        return 1
+    kernels = {
+        key: (host.COMPILE_CACHE.get(v), sms // host.cluster_size(v.kernel_config()))
+        for key, v in needed.items()
+    }
+    log(f"compiled and loaded in {time.perf_counter() - start:.0f} s")
+
+    # As the benchmark (runner._full_precision_cublas_reductions): an fp32-accumulate cuBLAS
+    # must not reduce its split-K partials in fp16.
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    nvml = Nvml.open(device.index)
+    timer = CudaTimer(device, nvml, getattr(props, "L2_cache_size", None))
+    words = props.name.lower().replace("nvidia", "").split()
+    stem = "sm90_" + "_".join("".join(ch for ch in w if ch.isalnum()) for w in words)
+    table = {
+        "schema": policy.TABLE_SCHEMA,
+        "device": props.name,
+        "sm_count": sms,
+        "cc": list(cc),
+        "source": (
+            f"scripts/tune_menu.py on {props.name}, {datetime.date.today()}, git {_git_sha()}, "
+            f"torch {torch.__version__}: fp16 TN, fp32 accumulate (cuBLAS too), fp16 out; "
+            f"{args.rounds} interleaved rounds x {args.reps} cold-L2 reps, median of rounds"
+        ),
+        "points": [],
+    }
+    rows = []
+    done = 0
+    for shape, cands in planned:
+        if time.perf_counter() - start > args.budget_s:
+            log(f"budget of {args.budget_s:.0f} s spent: {len(planned) - done} shapes not measured")
+            table["source"] += f"; cut short: {len(planned) - done} shapes not measured"
+            break
+        point, shape_rows = _measure_shape(
+            shape, cands, kernels, timer, args, device, torch, check, rotated, log
+        )
+        table["points"].append(point)
+        rows += shape_rows
+        done += 1
+        _write(out, stem, table, rows)
+    _summary(table, rows, log)
+    log(f"done in {time.perf_counter() - start:.0f} s; wrote {out / (stem + '.json')}")
+    return 0
+
+
+def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rotated, log):
+    from wsgemm.splitk import split_k
+
+    m, n, k = shape.m, shape.n, shape.k
+    gen = torch.Generator(device=device).manual_seed(m * 131 + n * 7 + k)
+    pad = -(-k // 8) * 8  # 16-byte rows, as the API's kernel views
+    x = torch.randn(m, pad, device=device, generator=gen).half()[:, :k]
+    w = torch.randn(n, pad, device=device, generator=gen).half()[:, :k]
+    ref = check.reference(x, w.t())
+    a, b = kernel_view(x), kernel_view(w)
+
+    def buffer():
+        return torch.empty(m, -(-n // 8) * 8, dtype=torch.float16, device=device)[:, :n]
+
+    calls = {}
+    cublas_out = buffer()
+    calls["cublas"] = (lambda: torch.mm(x, w.t(), out=cublas_out), cublas_out)
+    for c in cands:
+        fn, clusters = kernels[(c.entry.name, c.c_dtype)]
+        o = buffer()
+        calls[c.name] = (_call(fn, a, b, kernel_view(o), clusters, c.split, split_k), o)
+
+    model = check.model_tolerance("fp16", "fp32", k)
+    status, errors = {}, {}
+    for name, (call, o) in calls.items():
+        check.poison(o)
+        call()
+        torch.cuda.synchronize(device)
+        errors[name] = check.errors(o, ref)
+        tol = model if name == "cublas" else check.tolerance(model, errors["cublas"])
+        status[name] = tol.verdict(errors[name]) or "ok"
+        if status[name] != "ok":
+            log(f"  WRONG {shape.label} {name}: {status[name]}")
+    del ref
+    timed = [name for name in calls if status[name] == "ok"]
+    estimates = {name: timer.estimate(calls[name][0]) for name in timed}
+    samples = {name: [] for name in timed}
+    for r in range(args.rounds):
+        for name in rotated(timed, r):
+            samples[name].append(timer.measure(calls[name][0], args.reps, estimates[name]))
+
+    base = samples.get("cublas")
+    point = dict(label=shape.label, m=m, n=n, k=k, batch=1, layout="TN", ratios=[])
+    if base:
+        point["cublas_us"] = round(statistics.median(s.ms for s in base) * 1e3, 2)
+    rows = []
+    menu = {e.name for e in policy.MENU}
+    for c in [None, *cands]:
+        name = "cublas" if c is None else c.name
+        row = dict(label=shape.label, group=shape.group, m=m, n=n, k=k,
+                   entry="cublas" if c is None else c.entry.name, split=1 if c is None else c.split,
+                   status=status[name], median_us=None, cublas_us=point.get("cublas_us"),
+                   ratio=None, ratio_min=None, ratio_max=None, sm_mhz=None,
+                   on_menu=c is not None and c.entry.name in menu)  # fmt: skip
+        if name in samples and base:
+            ratios = [bs.ms / s.ms for bs, s in zip(base, samples[name], strict=True)]
+            clocks = [s.sm_clock_mhz for s in samples[name] if s.sm_clock_mhz]
+            row.update(
+                median_us=round(statistics.median(s.ms for s in samples[name]) * 1e3, 2),
+                ratio=round(statistics.median(ratios), 4),
+                ratio_min=round(min(ratios), 4),
+                ratio_max=round(max(ratios), 4),
+                sm_mhz=round(statistics.median(clocks)) if clocks else None,
+            )
+            if c is not None and row["on_menu"]:
+                point["ratios"].append(
+                    dict(
+                        entry=c.entry.name, split=c.split, ratio=row["ratio"], us=row["median_us"]
+                    )  # fmt: skip
+                )
+        rows.append(row)
+    best = max((r for r in rows if r["ratio"] and r["entry"] != "cublas"),
+               key=lambda r: r["ratio"], default=None)  # fmt: skip
+    if best:
+        log(f"{shape.label:22s} cuBLAS {point.get('cublas_us', 0):8.1f} us  best "
+            f"{best['entry']}/{best['split']} {best['ratio']:.3f}x "
+            f"({len(timed) - 1} timed)")  # fmt: skip
+    return point, rows
+
+
+def _call(fn, a, b, c, clusters, split, split_k):
+    if split == 1:
+        return lambda: fn(a, b, c, clusters)
+    return lambda: split_k(fn, a, b, c, split, clusters, a_major="k", b_major="k")
+
+
+def _write(out: Path, stem: str, table: dict, rows: list[dict]) -> None:
+    (out / f"{stem}.json").write_text(json.dumps(table, indent=1) + "\n")
+    with (out / "tune_menu.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _geomean(values) -> float:
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def _summary(table: dict, rows: list[dict], log) -> None:
+    """Per suite: the best menu candidate per shape (what the table makes the policy pick at
+    these shapes) against the shipped choice (api.auto_sm90's rule: the 128x256 tile unless it
+    has fewer tiles than half the SMs, then the shipped ping-pong)."""
+    by_shape = {}
+    for r in rows:
+        by_shape.setdefault((r["group"], r["label"]), []).append(r)
+    sms = table["sm_count"]
+    groups = {}
+    for (group, _), rs in by_shape.items():
+        m, n = rs[0]["m"], rs[0]["n"]
+        menu = [r for r in rs if r["ratio"] and r["on_menu"] and r["entry"] != "cublas"]
+        if not menu:
+            continue
+        best = max(r["ratio"] for r in menu)
+        shipped_name = "sm90" if -(-m // 128) * -(-n // 256) >= sms // 2 else "sm90-pingpong"
+        shipped = [r["ratio"] for r in menu if r["entry"] == shipped_name and r["split"] == 1]
+        groups.setdefault(group, []).append((best, shipped[0] if shipped else None))
+    for group, pairs in sorted(groups.items()):
+        best, shipped = zip(*pairs, strict=True)
+        log(f"{group:8s} {len(pairs):3d} shapes: menu+policy geomean {_geomean(best):.3f}x "
+            f"(min {min(best):.3f}), shipped auto {_geomean(shipped):.3f}x")  # fmt: skip
+
+
+def _git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

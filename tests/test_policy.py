@@ -1,0 +1,388 @@
+"""The sm90 tile menu and shape policy (wsgemm.host.policy): the menu's configs, the rules, the
+choices against the shipped table, the heuristic, batch invariance, explain(); one compile of a
+new entry (every entry's variants behind ``slow``); on the GPU, the claim that every entry sums
+in one order."""
+
+import ast
+import concurrent.futures
+import dataclasses
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wsgemm import host
+from wsgemm.bench import suites
+from wsgemm.host import policy
+from wsgemm.kernels.sm90 import SHIPPED_CONFIGS, Sm90Config
+
+H200 = dict(sm_count=132, cc=(9, 0))
+FP16 = ("float16", "float16", "float32")
+LLM = suites.suite("llm", tokens=(1, 16, 64, 128, 256, 1024, 4096, 16384))
+
+
+def choose(m, n, k, batch=1, dtypes=FP16, sm_count=132, **kw):
+    return policy.choose(m, n, k, batch, *dtypes, sm_count, (9, 0), **kw)
+
+
+@pytest.fixture(autouse=True)
+def fresh_environment(monkeypatch):
+    """Each test reads the environment it sets (the policy reads it once per process)."""
+    monkeypatch.delenv(policy.ENV_BATCH_INVARIANT, raising=False)
+    monkeypatch.delenv(policy.ENV_TABLE, raising=False)
+    policy._environment.cache_clear()
+    yield
+    policy._environment.cache_clear()
+
+
+@pytest.fixture
+def empty_table(tmp_path, monkeypatch):
+    """No measured point anywhere: every choice is the heuristic's."""
+    path = tmp_path / "empty.json"
+    path.write_text(
+        json.dumps(dict(schema=1, device="none", sm_count=132, cc=[9, 0], source="test", points=[]))
+    )
+    monkeypatch.setenv(policy.ENV_TABLE, str(path))
+    policy._environment.cache_clear()
+
+
+# ----------------------------------------------------------------------------- the menu
+
+
+def test_policy_imports_neither_torch_nor_the_dsl():
+    tree = ast.parse(Path(policy.__file__).read_text())
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0
+    }
+    assert not imported & {"torch", "cutlass", "cuda"}, imported
+    code = "import sys, wsgemm.host.policy as p; p.choose(16, 4096, 4096, 1, 'float16', "
+    code += "'float16', 'float32', 132, (9, 0)); print('cutlass' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("e", policy.MENU + policy.DROPPED, ids=lambda e: e.name)
+def test_menu_entries_are_valid_sm90_configs(e):
+    config = Sm90Config(**e.config)  # validates every field
+    assert dataclasses.asdict(config) == e.config, "every field spelled out"
+    assert e.backend in host.BACKENDS and host.BACKENDS[e.backend].family == "sm90"
+    assert (e.backend == "sm90-pingpong") == config.pingpong, "backend label matches schedule"
+    if e.shipped:
+        assert config == SHIPPED_CONFIGS[e.backend] and e.variant_config() is None
+    else:
+        assert e.variant_config() == config
+        assert config not in SHIPPED_CONFIGS.values()
+
+
+def test_menu_is_small_named_once_and_always_has_a_fitting_entry():
+    names = [e.name for e in policy.MENU + policy.DROPPED]
+    assert len(names) == len(set(names))
+    assert len(policy.MENU) <= 6, "each entry costs 36 compiles in warm"
+    assert [e.name for e in policy.MENU if e.shipped] == ["sm90", "sm90-pingpong"]
+    # A 1x1 cluster fits any problem, so fits() never leaves the policy empty-handed.
+    assert any(e.cluster == (1, 1) for e in policy.MENU)
+    # Batch invariance rests on one accumulation order: one tile_k across the menu.
+    assert len({e.tile_k for e in policy.MENU}) == 1
+
+
+def test_menu_variants_are_what_warm_compiles():
+    from wsgemm import inspection
+
+    variants = policy.menu_variants()
+    assert len(variants) == 36 * len(policy.MENU) == len(set(variants))
+    shipped = {v for v in variants if v.config is None}
+    assert shipped == {
+        v for b in ("sm90", "sm90-pingpong") for v in inspection.variants("sm_90a", b, True)
+    }
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def test_clusters_need_two_tiles_along_their_mode():
+    sm90, c12 = policy.entry("sm90"), policy.entry("pingpong-64x128-c1x2")
+    assert not policy.fits(sm90, 128, 4096) and policy.fits(sm90, 129, 4096)
+    assert not policy.fits(c12, 16, 128) and policy.fits(c12, 16, 129)
+
+
+@pytest.mark.parametrize("shape", [s for s in LLM if s.m <= 128], ids=lambda s: s.label)
+def test_decode_and_128_tokens_never_run_an_m_cluster(shape):
+    choice = choose(shape.m, shape.n, shape.k)
+    assert choice.menu_entry.cluster[0] == 1, choice
+
+
+def test_split_candidates():
+    e = policy.entry("pingpong-64x128-c1x2")
+    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132) == (1, 2, 4, 8)
+    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132, "float16") == (1,)
+    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132, batch_invariant=True) == (1,)
+    assert policy.split_candidates(e, 16, 4096, 1021, 1, 132) == (1,)  # no equal aligned chunks
+    assert policy.split_candidates(e, 16, 4096, 8 * 12, 1, 132) == (1, 2, 4)
+    # 32 tiles: 8 x 32 = 256 CTAs fit two waves of 132, 16 x 32 would not
+    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132)[-1] * 32 <= 2 * 132
+    assert policy.split_candidates(e, 16, 4096, 14336, 1, 66) == (1, 2, 4)
+    assert policy.split_candidates(policy.entry("sm90"), 16384, 57344, 8192, 1, 132) == (1,)
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def _cell_best(table, m, n, k, allowed):
+    """The best mean ratio among allowed candidates over the table points in (m, n, k)'s cell."""
+    blocks = -(-m // 64)
+    scores = {}
+    for p in table.points:
+        if (-(-p.m // 64), p.n, p.k) == (blocks, n, k):
+            for name, s, r in p.ratios:
+                if s in allowed.get(name, ()):
+                    scores.setdefault((name, s), []).append(r)
+    return max((sum(r) / len(r), key) for key, r in scores.items()) if scores else None
+
+
+def test_shipped_table_loads_and_names_menu_entries_only():
+    (table,) = policy._tables(None)
+    assert table.cc == (9, 0) and table.sm_count == 132 and table.source
+    assert table.points
+    names = {e.name for e in policy.MENU}
+    for p in table.points:
+        assert all(name in names and s in policy.SPLITS and r > 0 for name, s, r in p.ratios)
+
+
+@pytest.mark.parametrize("point", policy._tables(None)[0].points, ids=lambda p: p.label)
+@pytest.mark.parametrize("invariant", [False, True])
+def test_each_measured_problem_chooses_its_best_allowed_candidate(point, invariant):
+    (table,) = policy._tables(None)
+    args = (point.m, point.n, point.k, point.batch, 132, "float32", invariant)
+    entries = [e for e in policy.MENU if policy.fits(e, point.m, point.n)]
+    allowed = {e.name: policy.split_candidates(e, *args) for e in entries}
+    best = _cell_best(table, point.m, point.n, point.k, allowed)
+    choice = choose(point.m, point.n, point.k, point.batch, batch_invariant=invariant)
+    if best is None:
+        assert choice.source in ("table", "heuristic")
+        return
+    assert choice.source == "table"
+    assert (choice.menu_entry.name, choice.split) == best[1], choice.reason
+    assert choice.split in allowed[choice.menu_entry.name]
+
+
+def test_m_enters_only_through_64_row_blocks():
+    for n, k in ((6144, 4096), (8192, 28672), (1000, 3000)):
+        for lo, hi in ((1, 64), (65, 128), (129, 192), (4033, 4096)):
+            assert len({choose(m, n, k) for m in range(lo, hi + 1, 7)} | {choose(hi, n, k)}) == 1
+
+
+def test_other_sm90_parts_read_the_row_measured_at_their_tiles_per_sm():
+    # Half the SMs and half of N: the same tiles per SM, so the same measured row.
+    for m, n, k in ((16, 8192, 8192), (1, 16384, 28672), (128, 8192, 4096)):
+        full = choose(m, n, k, sm_count=132)
+        half = choose(m, n // 2, k, sm_count=66)
+        assert full.source == half.source == "table"
+        assert full.menu_entry == half.menu_entry
+    # H100 PCIe and H20 get a choice that fits (and splits only within their own SM count).
+    for sms in (114, 78):
+        for s in LLM:
+            c = choose(s.m, s.n, s.k, sm_count=sms)
+            assert policy.fits(c.menu_entry, s.m, s.n)
+            assert c.split in policy.split_candidates(c.menu_entry, s.m, s.n, s.k, 1, sms)
+
+
+def test_load_table_checks_its_input(tmp_path):
+    good = dict(schema=1, device="d", sm_count=132, cc=[9, 0], source="s", points=[])
+    bad = [
+        ("not json", "{"),
+        ("schema", json.dumps(good | {"schema": 99})),
+        ("missing", json.dumps({k: v for k, v in good.items() if k != "cc"})),
+    ]
+    for name, text in bad:
+        path = tmp_path / f"{name}.json"
+        path.write_text(text)
+        with pytest.raises(ValueError, match="policy table"):
+            policy.load_table(path)
+    point = dict(label="x", m=1, n=8, k=8, ratios=[
+        dict(entry="no-such-entry", split=1, ratio=2.0), dict(entry="sm90", split=1, ratio=0.5)
+    ])  # fmt: skip
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(good | {"points": [point]}))
+    (p,) = policy.load_table(path).points
+    assert p.ratios == (("sm90", 1, 0.5),) and p.batch == 1
+
+
+# ----------------------------------------------------------------------------- heuristic
+
+
+@pytest.mark.parametrize("shape", [s for s in LLM if s.m >= 4096], ids=lambda s: s.label)
+def test_large_shapes_run_the_shipped_large_tile(shape, empty_table):
+    choice = choose(shape.m, shape.n, shape.k)
+    assert (choice.menu_entry.name, choice.split, choice.source) == ("sm90", 1, "heuristic")
+
+
+def test_heuristic_rules(empty_table):
+    def pick(m, n, k, **kw):
+        c = choose(m, n, k, **kw)
+        assert c.source == "heuristic"
+        return c.menu_entry.name, c.split
+
+    assert pick(16, 28672, 4096) == ("pingpong-64x256-c1x1", 1)  # 112 tiles fill 85%
+    assert pick(16, 6144, 4096) == ("pingpong-64x128-c1x2", 1)  # 24 wide tiles: narrower
+    assert pick(16, 4096, 14336) == ("pingpong-64x128-c1x2", 2)  # 32 tiles, long K
+    assert pick(16, 4096, 4096) == ("pingpong-64x128-c1x2", 1)  # K too short to split
+    assert pick(1, 8192, 28672) == ("pingpong-64x128-c1x2", 2)  # 64 tiles: 2 x 64 <= 132
+    assert pick(16, 128, 4096)[0] == "pingpong-64x256-c1x1"  # one n-tile: no N pair
+    assert pick(128, 8192, 8192) == ("cooperative-128x128-c1x2", 1)
+    assert pick(1024, 4096, 4096) == ("sm90-pingpong", 1)  # 128 tiles < 2 waves
+    assert pick(1024, 28672, 4096) == ("sm90", 1)
+    assert pick(16, 4096, 14336, dtypes=("float16", "float16", "float16")) == (
+        "pingpong-64x128-c1x2",
+        1,
+    )
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize("shape", LLM + suites.suite("midsize"), ids=lambda s: s.label)
+def test_batch_invariant_mode_never_splits(shape):
+    choice = choose(shape.m, shape.n, shape.k, batch_invariant=True)
+    assert choice.split == 1
+    assert choice.menu_entry.tile_k == policy.MENU[0].tile_k
+    assert "batch-invariant" in choice.reason
+
+
+def test_batch_invariant_from_the_environment(monkeypatch, empty_table):
+    assert choose(16, 4096, 14336).split == 2
+    monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
+    policy._environment.cache_clear()
+    assert choose(16, 4096, 14336).split == 1
+    assert choose(16, 4096, 14336, batch_invariant=False).split == 2
+    monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "yes")
+    policy._environment.cache_clear()
+    with pytest.raises(ValueError, match="WSGEMM_BATCH_INVARIANT='yes'"):
+        choose(16, 4096, 14336)
+
+
+def test_fp16_accumulation_never_splits():
+    for s in LLM:
+        assert choose(s.m, s.n, s.k, dtypes=("float16", "float32", "float16")).split == 1
+
+
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        ((1.5, 8, 8, 1, *FP16, 132, (9, 0)), TypeError, "m must be an int"),
+        ((-1, 8, 8, 1, *FP16, 132, (9, 0)), ValueError, "m=-1"),
+        ((8, 8, 8, 1, "float32", "float16", "float32", 132, (9, 0)), ValueError, "ab_dtype"),
+        ((8, 8, 8, 1, "bfloat16", "float16", "float16", 132, (9, 0)), ValueError, "fp16 inputs"),
+        ((8, 8, 8, 1, *FP16, 0, (9, 0)), ValueError, "sm_count=0"),
+        ((8, 8, 8, 1, *FP16, 108, (8, 0)), ValueError, "sm_90"),
+    ],
+)
+def test_choose_rejects_bad_arguments(args, error, message):
+    with pytest.raises(error, match=message):
+        policy.choose(*args)
+    with pytest.raises(TypeError, match="batch_invariant"):
+        policy.choose(8, 8, 8, 1, *FP16, 132, (9, 0), batch_invariant="yes")
+
+
+def test_empty_problems_choose_without_measuring():
+    for m, n, k, batch in ((0, 8, 8, 1), (8, 0, 8, 1), (8, 8, 0, 1), (8, 8, 8, 0)):
+        assert policy.choose(m, n, k, batch, *FP16, 132, (9, 0)).source == "empty"
+
+
+def test_explain_says_kernel_split_and_why():
+    choice = policy.choose(16, 4096, 14336, 1, *FP16, 132, (9, 0))
+    e = choice.menu_entry
+    lines = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0)).splitlines()
+    assert lines[0] == (
+        "problem: M=16 N=4096 K=14336 batch=1, float16 inputs, float16 output, float32 "
+        "accumulate; sm_90 with 132 SMs"
+    )
+    assert lines[1] == f"kernel: {e.name} (backend {e.backend}: {e.describe()})"
+    assert e.describe() == "{} {}x{}x{} tile, cluster {}x{}".format(
+        e.config["schedule"], e.tile_m, e.tile_n, e.tile_k, *e.cluster
+    )
+    assert lines[2].startswith(f"split-K: {choice.split} ")
+    assert lines[3].startswith("why (table): sm90_h200.json") and "8b down t=16" in lines[3]
+    text = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0), batch_invariant=True)
+    assert "batch-invariant" in text.splitlines()[0] and "split-K: 1 (none)" in text
+
+
+# ----------------------------------------------------------------------------- compiles
+
+
+def test_a_new_menu_entry_compiles_spill_free_for_sm_90a():
+    from wsgemm import inspection
+
+    e = policy.entry("pingpong-64x128-c1x2")
+    r = inspection.inspect_variant(host.Variant(e.backend, "sm_90a", config=e.variant_config()))
+    assert r.config == e.config
+    assert r.spill_bytes == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0
+    assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
+
+
+def _summary(variant):
+    from wsgemm import inspection
+
+    r = inspection.inspect_variant(variant)
+    return variant.key(), r.spill_bytes + r.sass["LDL"] + r.sass["STL"], r.sass["HGMMA"]
+
+
+@pytest.mark.slow
+def test_every_new_menu_variant_compiles_spill_free():
+    """The menu's new entries in all 36 variants each (the shipped two are the shipped
+    backends, swept in test_compile_sass)."""
+    variants = policy.menu_variants(entries=tuple(e for e in policy.MENU if not e.shipped))
+    workers = max(1, min(8, os.cpu_count() or 1))
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        rows = list(pool.map(_summary, variants))
+    assert not [key for key, spills, _ in rows if spills], "local-memory spills"
+    assert all(hgmma for _, _, hgmma in rows)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_gpu_every_menu_entry_gives_the_same_bits():
+    """Batch-invariant mode lets M pick any menu entry (no split): that is sound only if every
+    entry sums each element in the same order. Same inputs through every entry, fp16 and fp32
+    out; and a row computed alone (1 token) equals that row inside a large M."""
+    import torch
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90 only")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator().manual_seed(11)
+    m, n, k = 300, 1000, 1021
+    x = torch.randn(m, -(-k // 8) * 8, generator=gen).half().cuda()[:, :k]
+    w = torch.randn(n, -(-k // 8) * 8, generator=gen).half().cuda()[:, :k]
+
+    def view(t):  # (rows, cols, 1), every non-unit stride 16-byte divisible, as the plan's
+        return t.as_strided((*t.shape, 1), (t.stride(0), 1, t.shape[0] * t.stride(0)))
+
+    for c_dtype, torch_dtype in (("float16", torch.float16), ("float32", torch.float32)):
+        outs = {}
+        for e in policy.MENU:
+            v = host.Variant(e.backend, "sm_90a", "float16", c_dtype, config=e.variant_config())
+            fn = host.COMPILE_CACHE.get(v)
+            clusters = sms // host.cluster_size(v.kernel_config())
+            for rows in (m, 1):
+                out = torch.full((rows, n), math.nan, dtype=torch_dtype, device="cuda")
+                fn(view(x[:rows]), view(w), view(out), clusters)
+                outs[e.name, rows] = out
+        first = outs["sm90", m]
+        assert not torch.isnan(first).any()
+        for (name, rows), out in outs.items():
+            assert torch.equal(out, first[:rows]), f"{name} with M={rows} differs ({c_dtype})"

@@ -1,0 +1,45 @@
+"""scripts/tune_menu.py's plan, on the CPU (the run itself needs an sm_90 GPU)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from wsgemm.bench import suites
+from wsgemm.host import policy
+
+_spec = importlib.util.spec_from_file_location(
+    "tune_menu", Path(__file__).parent.parent / "scripts" / "tune_menu.py"
+)
+tune_menu = importlib.util.module_from_spec(_spec)
+sys.modules["tune_menu"] = tune_menu  # its dataclasses look their module up while defined
+_spec.loader.exec_module(tune_menu)
+
+
+def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
+    shapes = tune_menu.shapes_to_tune()
+    assert {s.label for s in shapes} >= {s.label for s in suites.suite("llm")}
+    assert {s.label for s in shapes} >= {s.label for s in suites.suite("midsize")}
+    assert [s.flop for s in shapes] == sorted(s.flop for s in shapes)  # decode first
+    planned = tune_menu.plan(shapes, policy.MENU, 132)
+    for s, cands in planned:
+        names = {(c.entry.name, c.split) for c in cands}
+        assert len(names) == len(cands)
+        for e in policy.MENU:
+            if policy.fits(e, s.m, s.n):
+                want = policy.split_candidates(e, s.m, s.n, s.k, 1, 132)
+                assert {split for name, split in names if name == e.name} == set(want)
+            elif e.shipped:
+                assert (e.name, 1) in names  # the baseline, though the policy never picks it
+            else:
+                assert all(name != e.name for name, _ in names)
+    variants = tune_menu.variants(planned)
+    assert set(variants) == {(e.name, c) for e in policy.MENU for c in ("float16", "float32")}
+    for (name, c_dtype), v in variants.items():
+        assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == (c_dtype, "float32", "k", "k")
+        assert v.config == policy.entry(name).variant_config()
+
+
+def test_dry_run_prints_the_plan(capsys):
+    assert tune_menu.main(["--dry-run", "--with-dropped"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.endswith(f"{2 * len(policy.MENU + policy.DROPPED)} variants")

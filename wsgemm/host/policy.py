@@ -1,0 +1,563 @@
+"""The sm90 shape policy: a small, fixed menu of kernel configs, and which entry and which split-K
+count run a given problem.
+
+Why a menu: no one tile serves both ends of an LLM's GEMMs. At decode (1-64 tokens) the shipped
+128x256 tile with a 2x1 cluster has one m-tile, so each cluster's second CTA computes a tile
+that lies wholly outside the problem, and most SMs idle: 0.45-0.60x of cuBLAS, where 64-row
+ping-pong tiles reach 0.83-1.08x (docs/perf.md, entry 11). At prefill the shipped tile is within
+3% of cuBLAS. The menu stays small and fixed because ``warm`` compiles every entry in all 36
+dtype x major variants (``menu_variants``).
+
+How ``choose`` decides, in this order:
+
+1. Rules no measurement overturns (``fits``, ``split_candidates``): a cluster of two CTAs along
+   M (N) needs at least two m-tiles (n-tiles), or one of them computes nothing; split-K only
+   with an fp32 accumulator and outside batch-invariant mode, and only into equal chunks whose
+   starts are 16-byte aligned (K a multiple of 8 x split), with at most two waves of CTAs.
+2. The measured table (``data/sm90_*.json``, one per measured GPU; ``WSGEMM_POLICY_TABLE=path``
+   replaces them): the nearest measured problem in the features ``(log2 ceil(M / 64),
+   log2(N x L x table SMs / this GPU's SMs), log2 K)``, weighted 1, 1, 0.5, decides if it lies
+   within ``MAX_TABLE_DISTANCE``: the best candidate measured there that rule 1 allows here.
+   M counts 64-row blocks (the smallest tile's rows) because that, not M itself, sets the work:
+   1 and 64 tokens run the same tiles. N is scaled by the SM count so another sm_90 part (H100
+   SXM 132 SMs, H100 PCIe 114, H20 78) reads the row measured at its tiles-per-SM.
+3. Otherwise the heuristic (``_heuristic``): 64-row ping-pong tiles up to 64 tokens (64x256
+   when they fill 80% of the SMs, else 64x128 in an N-pair cluster that shares A), 128x128
+   cooperative tiles clustered along N up to 128 tokens, then the shipped 128x256 tile when it
+   makes two waves and the shipped 128x128 ping-pong when it does not; a split only while the
+   split CTAs fit one wave and each chunk keeps 6144 of K (the two extra kernels of the host
+   split cost ~3-5 us, repaid only by long chunks).
+
+Batch invariance (``batch_invariant=True`` or ``WSGEMM_BATCH_INVARIANT=1``): the summation order
+of every output element must not depend on M. Split-K changes it (chunks then a reduction), so
+this mode never splits. Every entry accumulates in one order: the consumer walks k-tiles in
+ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order, from zeroed
+accumulators, so every entry issues the same sequence of k16 steps whatever its tile_k
+(a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
+element, never in the order of its sum. The mode still keeps to entries of one ``tile_k``.
+``tests/test_policy_gpu.py`` checks on the GPU that every entry gives the same bits.
+
+Pure Python on purpose: importing this module imports neither torch nor the DSL. An entry is a
+backend name and a dict of its config's fields; ``MenuEntry.variant_config`` builds the kernel's
+config through the registry only when asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .registry import AB_DTYPES, ACC_DTYPES, BACKENDS, C_DTYPES, Variant
+
+__all__ = [
+    "DROPPED",
+    "MENU",
+    "Choice",
+    "MenuEntry",
+    "Table",
+    "batch_invariant_requested",
+    "choose",
+    "entry",
+    "explain",
+    "fits",
+    "load_table",
+    "menu_variants",
+    "split_candidates",
+]
+
+SPLITS = (1, 2, 4, 8)
+# Split chunks start on 16-byte boundaries: a multiple of this many 16-bit elements of K.
+SPLIT_ALIGN = 8
+# Splits are candidates (tuned, and chosen from the table) while tiles x split CTAs fit in this
+# many waves: a problem with more tiles than that already fills the machine.
+SPLIT_MAX_WAVES = 2
+# Heuristic only: a split must keep this much K per chunk and fit one wave (module docstring).
+HEURISTIC_MIN_K_PER_SPLIT = 6144
+# Heuristic only: 64x256 tiles at decode when they occupy this share of the SMs (the gate/up
+# projections, 112-224 tiles on 132 SMs, at 1.00-1.02x; qkv/o with 24-40 tiles want 64x128).
+WIDE_TILE_FILL = 0.8
+# Heuristic only: the shipped 128x256 tile from this many waves on (1024 tokens: the shipped
+# ping-pong 0.94-1.00x where the shipped 128x256 tile is 0.79-1.00x, issue #10).
+LARGE_TILE_WAVES = 2
+# Table lookup: feature weights (M blocks, N x L per SM, K) and the largest distance (log2
+# units) at which a measured problem still speaks for this one.
+FEATURE_WEIGHTS = (1.0, 1.0, 0.5)
+MAX_TABLE_DISTANCE = 1.5
+ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
+ENV_TABLE = "WSGEMM_POLICY_TABLE"
+TABLE_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class MenuEntry:
+    """One compiled kernel config: the backend that runs it and its config's fields.
+
+    ``shipped`` entries are the backend's own shipped config: they compile as
+    ``Variant(backend, ..., config=None)``, the same variants (and cache keys) as before the menu.
+    """
+
+    name: str
+    backend: str
+    fields: tuple[tuple[str, Any], ...]
+    shipped: bool = False
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.fields)
+
+    @property
+    def tile_m(self) -> int:
+        return self.config["tile_m"]
+
+    @property
+    def tile_n(self) -> int:
+        return self.config["tile_n"]
+
+    @property
+    def tile_k(self) -> int:
+        return self.config["tile_k"]
+
+    @property
+    def cluster(self) -> tuple[int, int]:
+        return self.config["cluster_m"], self.config["cluster_n"]
+
+    def tiles(self, m: int, n: int, batch: int) -> int:
+        """Output tiles of a problem: the work units of a launch without split."""
+        return -(-m // self.tile_m) * -(-n // self.tile_n) * max(batch, 1)
+
+    def describe(self) -> str:
+        cm, cn = self.cluster
+        schedule = self.config["schedule"]
+        return f"{schedule} {self.tile_m}x{self.tile_n}x{self.tile_k} tile, cluster {cm}x{cn}"
+
+    def variant_config(self) -> Any:
+        """What ``host.Variant(config=...)`` takes: None for a shipped entry, else the backend's
+        config class with these fields (imports the kernel module)."""
+        if self.shipped:
+            return None
+        return dataclasses.replace(BACKENDS[self.backend].config(), **self.config)
+
+
+def _entry(name: str, backend: str, shipped: bool = False, **fields) -> MenuEntry:
+    return MenuEntry(name, backend, tuple(sorted(fields.items())), shipped)
+
+
+# The menu. Each entry earns its 36 compiled variants with a measured win (H200, fp16 TN, vs
+# cuBLAS; the prototype's numbers in docs/perf.md entry 11, issue #10 for the shipped two).
+MENU: tuple[MenuEntry, ...] = (
+    # Prefill: 0.97-1.04x at 4096 and 16384 tokens.
+    _entry("sm90", "sm90", True, tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1,
+           schedule="cooperative", raster_group=16),
+    # 1024 tokens: 0.94-1.00x where the 128x256 tile falls to 0.79x (qkv, o, down).
+    _entry("sm90-pingpong", "sm90-pingpong", True, tile_m=128, tile_n=128, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="pingpong", raster_group=8),
+    # Decode with many n-tiles: gate/up at 1 and 16 tokens 1.00-1.02x; with split 2-4 the 70B
+    # down projection 0.96x and o at 1 token 0.90x.
+    _entry("pingpong-64x256-c1x1", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
+           cluster_m=1, cluster_n=1, schedule="pingpong", raster_group=8),
+    # Decode with few n-tiles: qkv and o at 16 tokens 0.83-1.08x (shipped 0.50x); the 8B down
+    # projection 0.86x with split 2; 0.80x on 8B qkv and o at 128 tokens.
+    _entry("pingpong-64x128-c1x2", "sm90-pingpong", tile_m=64, tile_n=128, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="pingpong", raster_group=8),
+    # 128 tokens: 8B gate/up 1.04x, 70B qkv 0.98x, o 0.88x, down 1.04x (split 2), 8B down 0.86x
+    # (split 4).
+    _entry("cooperative-128x128-c1x2", "sm90", tile_m=128, tile_n=128, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative", raster_group=16),
+)  # fmt: skip
+# Measured by the prototype, left off the menu: no shape where they beat every entry above by
+# more than the run-to-run noise (0.01-0.02x), and each would cost 36 more compiles.
+# ``scripts/tune_menu.py --with-dropped`` times them again next to the menu.
+DROPPED: tuple[MenuEntry, ...] = (
+    # 70B gate/up at 128 tokens 1.04x, 8B gate/up 1.03x (cooperative-128x128-c1x2: 1.04x).
+    _entry("cooperative-128x256-c1x2", "sm90", tile_m=128, tile_n=256, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative", raster_group=16),
+    # Gate/up at 16 tokens 0.97-1.02x, as pingpong-64x256-c1x1 (1.00-1.02x).
+    _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="pingpong", raster_group=8),
+)  # fmt: skip
+_BY_NAME = {e.name: e for e in MENU + DROPPED}
+# The smallest tile's rows: the unit in which the table measures M.
+MIN_TILE_M = min(e.tile_m for e in MENU)
+
+
+def entry(name: str) -> MenuEntry:
+    """The menu (or dropped) entry called ``name``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(
+            f"no menu entry {name!r}; the menu: {', '.join(e.name for e in MENU)}"
+        ) from None
+
+
+def menu_variants(arch: str = "sm_90a", entries: tuple[MenuEntry, ...] = MENU) -> list[Variant]:
+    """Every variant ``warm`` compiles for the menu: each entry in every A/B, C and accumulator
+    dtype and both majors of A and B (36 per entry). The shipped entries' variants are exactly
+    the shipped backends' own."""
+    out = []
+    for e in entries:
+        config = e.variant_config()
+        for ab, c, acc, am, bm in itertools.product(
+            AB_DTYPES, C_DTYPES, ACC_DTYPES, ("k", "m"), ("k", "n")
+        ):
+            if acc == "float16" and ab != "float16":
+                continue  # the tensor cores accumulate bf16 products in fp32 only
+            out.append(Variant(e.backend, arch, ab, c, acc, am, bm, config))
+    return out
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def fits(e: MenuEntry, m: int, n: int) -> bool:
+    """A cluster of two CTAs along M (N) needs two m-tiles (n-tiles): with one, the second CTA
+    of every cluster computes a tile wholly outside the problem (the shipped 2x1 cluster at
+    decode)."""
+    cm, cn = e.cluster
+    return -(-m // e.tile_m) >= cm and -(-n // e.tile_n) >= cn
+
+
+def split_candidates(
+    e: MenuEntry,
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    sm_count: int,
+    acc_dtype: str = "float32",
+    batch_invariant: bool = False,
+) -> tuple[int, ...]:
+    """The split-K counts the tuner times and the policy may choose for entry ``e``.
+
+    Never with an fp16 accumulator: ``accumulate=torch.float16`` means one fp16 running sum per
+    element over all of K; split chunks would each round in fp16 and then add in fp32, a result
+    that changes with the split (so with M) and matches neither promise. Never in batch-invariant
+    mode (the split changes the summation order). Otherwise s in 2, 4, 8 when K is a multiple of
+    8 x s (s equal chunks, each starting on a 16-byte boundary: one launch, no tail chunk) and
+    the split CTAs fit ``SPLIT_MAX_WAVES`` waves.
+    """
+    if acc_dtype != "float32" or batch_invariant:
+        return (1,)
+    tiles = e.tiles(m, n, batch)
+    return (1,) + tuple(
+        s
+        for s in SPLITS[1:]
+        if k % (SPLIT_ALIGN * s) == 0 and tiles * s <= SPLIT_MAX_WAVES * sm_count
+    )
+
+
+def batch_invariant_requested(flag: bool | None = None) -> bool:
+    """``flag`` when given, else ``WSGEMM_BATCH_INVARIANT=1`` in the environment (read once, at
+    the first call: set it before the process multiplies)."""
+    if flag is None:
+        return _environment()[0]
+    if not isinstance(flag, bool):
+        raise TypeError(f"batch_invariant must be a bool or None, got {type(flag).__name__}")
+    return flag
+
+
+@functools.cache
+def _environment() -> tuple[bool, str | None]:
+    """(batch-invariant by default, table path override), read once per process: ``choose`` is
+    on the per-call path, and reading the environment costs a microsecond a variable."""
+    value = os.environ.get(ENV_BATCH_INVARIANT, "0")
+    if value not in ("0", "1", ""):
+        raise ValueError(f"{ENV_BATCH_INVARIANT}={value!r}; allowed: 0 or 1")
+    return value == "1", os.environ.get(ENV_TABLE) or None
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class TablePoint:
+    """One measured problem and what each candidate ran at: (entry, split, cuBLAS time / its
+    time), menu entries only."""
+
+    label: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    ratios: tuple[tuple[str, int, float], ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    device: str
+    sm_count: int
+    cc: tuple[int, int]
+    source: str
+    points: tuple[TablePoint, ...]
+
+
+def load_table(path: str | Path) -> Table:
+    """Read and check a table written by ``scripts/tune_menu.py``. Candidates naming an entry
+    not on the menu (a table older than the menu) are left out."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"policy table {path}: cannot read it as JSON ({exc})") from None
+    try:
+        if raw["schema"] != TABLE_SCHEMA:
+            raise ValueError(f"schema {raw['schema']!r}, this wsgemm reads {TABLE_SCHEMA}")
+        on_menu = {e.name for e in MENU}
+        points = tuple(
+            TablePoint(
+                label=str(p["label"]),
+                m=int(p["m"]),
+                n=int(p["n"]),
+                k=int(p["k"]),
+                batch=int(p.get("batch", 1)),
+                ratios=tuple(
+                    (str(r["entry"]), int(r["split"]), float(r["ratio"]))
+                    for r in p["ratios"]
+                    if r["entry"] in on_menu and int(r["split"]) in SPLITS
+                ),
+            )
+            for p in raw["points"]
+        )
+        cc = tuple(int(v) for v in raw["cc"])
+        return Table(path.name, str(raw["device"]), int(raw["sm_count"]), cc, raw["source"], points)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"policy table {path}: malformed ({exc!r})") from None
+
+
+@functools.cache
+def _tables(override: str | None) -> tuple[Table, ...]:
+    if override:
+        return (load_table(override),)
+    folder = resources.files(__package__) / "data"
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
+    return tuple(load_table(Path(str(folder / name))) for name in names)
+
+
+def _table_for(tables: tuple[Table, ...], sm_count: int, cc: tuple[int, int]) -> Table | None:
+    """The table measured on this compute capability with the nearest SM count."""
+    same = [t for t in tables if t.cc == cc]
+    if not same:
+        return None
+    return min(same, key=lambda t: abs(math.log2(t.sm_count / sm_count)))
+
+
+def _features(m: int, n: int, k: int, batch: int, sm_scale: float) -> tuple[float, float, float]:
+    blocks = -(-max(m, 1) // MIN_TILE_M)
+    return math.log2(blocks), math.log2(max(n, 1) * max(batch, 1) * sm_scale), math.log2(max(k, 1))
+
+
+def _distance(x: tuple[float, ...], y: tuple[float, ...]) -> float:
+    return math.sqrt(sum((w * (a - b)) ** 2 for w, a, b in zip(FEATURE_WEIGHTS, x, y, strict=True)))
+
+
+# ----------------------------------------------------------------------------- choosing
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What runs a problem: a menu entry, a split-K count (1: none) and why."""
+
+    menu_entry: MenuEntry
+    split: int
+    reason: str
+    source: str  # "table", "heuristic" or "empty"
+
+
+def choose(
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    ab_dtype: str,
+    c_dtype: str,
+    acc_dtype: str,
+    sm_count: int,
+    cc: tuple[int, int],
+    *,
+    batch_invariant: bool | None = None,
+) -> Choice:
+    """The menu entry and split for ``C (M, N, L) = A (M, K, L) B (K, N, L)`` on an sm_90 GPU
+    with ``sm_count`` SMs. Dtypes are the host's names ("float16", ...). ``batch_invariant``
+    None reads ``WSGEMM_BATCH_INVARIANT``. Memoized: a repeated problem (M counted in 64-row
+    blocks) costs a dict lookup; a new one a table search."""
+    if not isinstance(m, int) or isinstance(m, bool):
+        raise TypeError(f"m must be an int, got {type(m).__name__}")
+    if m < 0:
+        raise ValueError(f"m={m}; it must be >= 0")
+    invariant = batch_invariant_requested(batch_invariant)
+    # The choice depends on M only through its 64-row blocks (every tile count and rule does):
+    # memoize on them, so a new token count in the same block is a hit.
+    m_blocks = -(-m // MIN_TILE_M) * MIN_TILE_M
+    table = _environment()[1]
+    return _choose(
+        m_blocks, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, tuple(cc), invariant, table
+    )
+
+
+def explain(
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    ab_dtype: str,
+    c_dtype: str,
+    acc_dtype: str,
+    sm_count: int,
+    cc: tuple[int, int],
+    *,
+    batch_invariant: bool | None = None,
+) -> str:
+    """``choose``'s answer for the same arguments, as a few lines a person reads."""
+    args = (m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    choice = choose(*args, batch_invariant=batch_invariant)
+    e = choice.menu_entry
+    mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
+    split = f"{choice.split} (K in equal chunks, fp32 partials)" if choice.split > 1 else "1 (none)"
+    return "\n".join(
+        [
+            f"problem: M={m} N={n} K={k} batch={batch}, {ab_dtype} inputs, {c_dtype} output, "
+            f"{acc_dtype} accumulate; sm_{cc[0]}{cc[1]} with {sm_count} SMs{mode}",
+            f"kernel: {e.name} (backend {e.backend}: {e.describe()})",
+            f"split-K: {split}",
+            f"why ({choice.source}): {choice.reason}",
+        ]
+    )
+
+
+def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> None:
+    for name, value in (("m", m), ("n", n), ("k", k), ("batch", batch), ("sm_count", sm_count)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < (1 if name == "sm_count" else 0):
+            raise ValueError(f"{name}={value}; it must be >= {1 if name == 'sm_count' else 0}")
+    for name, value, allowed in (
+        ("ab_dtype", ab_dtype, AB_DTYPES),
+        ("c_dtype", c_dtype, C_DTYPES),
+        ("acc_dtype", acc_dtype, ACC_DTYPES),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
+    if acc_dtype == "float16" and ab_dtype != "float16":
+        raise ValueError("an fp16 accumulator needs fp16 inputs (bf16 MMAs accumulate in fp32)")
+    if cc != (9, 0):
+        raise ValueError(
+            f"the sm90 menu runs on sm_90 (Hopper) only, got compute capability {cc}; "
+            "other GPUs take an sm80 backend"
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path):
+    _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    if m == 0 or n == 0 or k == 0 or batch == 0:
+        return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
+    entries = [e for e in MENU if fits(e, m, n)]
+    if invariant:
+        entries = [e for e in entries if e.tile_k == MENU[0].tile_k]
+    allowed = {
+        e.name: split_candidates(e, m, n, k, batch, sm_count, acc_dtype, invariant) for e in entries
+    }
+    notes = _notes(acc_dtype, invariant)
+    table = _table_for(_tables(table_path), sm_count, cc)
+    if table is not None:
+        found = _from_table(table, m, n, k, batch, sm_count, allowed)
+        if found is not None:
+            e, split, why = found
+            return Choice(e, split, why + notes, "table")
+    e, split, why = _heuristic(m, n, k, batch, sm_count, allowed)
+    where = "no table for this GPU" if table is None else f"no {table.name} row within reach"
+    return Choice(e, split, f"{where}; {why}{notes}", "heuristic")
+
+
+def _notes(acc_dtype: str, invariant: bool) -> str:
+    if invariant:
+        return "; batch-invariant: no split-K, one accumulation order for every M"
+    if acc_dtype != "float32":
+        return "; no split-K with an fp16 accumulator"
+    return ""
+
+
+def _from_table(table: Table, m, n, k, batch, sm_count, allowed):
+    """The best allowed candidate of the nearest measured cell within reach, or None.
+
+    A cell: the measured problems at one distance (1 and 16 tokens of one layer are both one
+    64-row block, so they are one cell); a candidate scores its mean ratio over the cell's
+    problems that measured it.
+    """
+    here = _features(m, n, k, batch, table.sm_count / sm_count)
+    dist = sorted(
+        (_distance(here, _features(p.m, p.n, p.k, p.batch, 1.0)), i)
+        for i, p in enumerate(table.points)
+    )
+    for d, group in itertools.groupby(dist, key=lambda x: round(x[0], 9)):
+        if d > MAX_TABLE_DISTANCE:
+            return None
+        cell = [table.points[i] for _, i in group]
+        scores: dict[tuple[str, int], list[float]] = {}
+        for p in cell:
+            for name, s, r in p.ratios:
+                if s in allowed.get(name, ()):
+                    scores.setdefault((name, s), []).append(r)
+        if not scores:
+            continue
+        (name, split), ratios = max(scores.items(), key=lambda kv: (sum(kv[1]) / len(kv[1]), kv[0]))
+        mean = sum(ratios) / len(ratios)
+        labels = ", ".join(p.label for p in cell)
+        why = (
+            f"{table.name} ({table.device}, {table.sm_count} SMs): nearest measured problems with "
+            f"an allowed candidate: {labels} (distance {d:.2f}); there {name} with split {split} "
+            f"ran at {mean:.2f}x cuBLAS, the best of {len(scores)} allowed candidates"
+        )
+        return entry(name), split, why
+    return None
+
+
+def _first_fitting(allowed, *names) -> MenuEntry:
+    for name in names:
+        if name in allowed:
+            return entry(name)
+    return entry(next(iter(allowed)))
+
+
+def _heuristic(m, n, k, batch, sm_count, allowed):
+    """The documented fallback (module docstring, rule 3). ``allowed``: entry name -> splits."""
+    if m <= MIN_TILE_M:
+        wide = entry("pingpong-64x256-c1x1")
+        tiles = wide.tiles(m, n, batch)
+        if tiles >= WIDE_TILE_FILL * sm_count:
+            e = _first_fitting(allowed, wide.name)
+            why = f"decode: {tiles} 64x256 tiles fill {tiles / sm_count:.0%} of {sm_count} SMs"
+        else:
+            e = _first_fitting(allowed, "pingpong-64x128-c1x2", wide.name)
+            why = f"decode: only {tiles} 64x256 tiles for {sm_count} SMs, so 64x128 tiles"
+    elif m <= 128:
+        e = _first_fitting(allowed, "cooperative-128x128-c1x2", "pingpong-64x256-c1x1")
+        why = "one 128-row tile: 128x128 tiles, no cluster partner along M"
+    else:
+        large = entry("sm90")
+        tiles = large.tiles(m, n, batch)
+        if tiles >= LARGE_TILE_WAVES * sm_count:
+            e = _first_fitting(allowed, "sm90", "sm90-pingpong")
+            why = f"{tiles} 128x256 tiles make {tiles / sm_count:.1f} waves"
+        else:
+            e = _first_fitting(allowed, "sm90-pingpong", "sm90")
+            why = f"only {tiles} 128x256 tiles ({tiles / sm_count:.1f} waves): 128x128 ping-pong"
+    tiles = e.tiles(m, n, batch)
+    splits = [
+        s
+        for s in allowed[e.name]
+        if s > 1 and tiles * s <= sm_count and k // s >= HEURISTIC_MIN_K_PER_SPLIT
+    ]
+    split = max(splits, default=1)
+    if split > 1:
+        why += f"; {tiles} tiles leave SMs idle and K={k} splits {split} ways"
+    return e, split, why
