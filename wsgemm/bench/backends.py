@@ -97,7 +97,8 @@ def parse_candidate(kernel: str) -> tuple[str, dict]:
 
 
 def wsgemm_candidate(kernel: str) -> Backend:
-    """A wsgemm backend run with a changed config (see ``parse_candidate``)."""
+    """A wsgemm backend run with a changed config (see ``parse_candidate``), through
+    ``wsgemm.api.matmul(..., config=...)``."""
     base, overrides = parse_candidate(kernel)
 
     def make(problem: Problem, out) -> Call:
@@ -106,10 +107,9 @@ def wsgemm_candidate(kernel: str) -> Backend:
         from wsgemm import api, host
 
         a, b, acc = problem.a, problem.b, problem.accumulate
-        p = api.validate(a, b, out, None, acc, base)
         acc_name = "float16" if problem.accumulate_name == "fp16" else "float32"
         config = dataclasses.replace(host.BACKENDS[base].config(acc_name), **overrides)
-        return lambda: api._run(a, b, out, p, config)
+        return lambda: api.matmul(a, b, out=out, accumulate=acc, backend=base, config=config)
 
     return Backend(f"wsgemm:{kernel}", make)
 
