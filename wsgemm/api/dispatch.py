@@ -147,7 +147,7 @@ def _direct_launcher(
         shape, dtype = p.out_shape, p.c_dtype
 
         def launcher(a, b, out):
-            # sizes as arguments, not a tuple: torch parses them faster (docs/perf.md, entry 9)
+            # sizes as arguments, not a tuple: torch parses them faster (docs/perf.md, entry 11)
             out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
             fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
             return out
