@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from wsgemm.bench.backends import Problem, wsgemm_candidate
+from wsgemm.bench.backends import Workload, wsgemm_candidate
 
 
 def main(candidate: str, accumulate: str, m: int, n: int, k: int) -> None:
@@ -19,7 +19,7 @@ def main(candidate: str, accumulate: str, m: int, n: int, k: int) -> None:
     b = torch.randn(n, k, dtype=torch.float16, device="cuda").t()
     out = torch.empty(m, n, dtype=torch.float16, device="cuda")
     # The benchmark's own resolution of a candidate (shipped config + overrides), one call.
-    call = wsgemm_candidate(candidate).make(Problem(a, b, acc, accumulate), out)
+    call = wsgemm_candidate(candidate).make(Workload(a, b, acc, accumulate), out)
     for _ in range(2):
         call()
     torch.cuda.synchronize()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from wsgemm.bench import cli, hardware, runner, schema
-from wsgemm.bench.backends import Backend, cublas, triton_backend
+from wsgemm.bench.backends import Contender, cublas, triton_backend
 from wsgemm.bench.layouts import LAYOUTS
 from wsgemm.bench.measure import CudaTimer
 from wsgemm.bench.nvml import Nvml
@@ -81,7 +81,7 @@ def test_a_broken_backend_is_reported_wrong_and_not_timed():
 
         return call
 
-    broken = Backend("broken", make)
+    broken = Contender("broken", make)
     shapes = parse_shapes(TINY)
     options = runner.Options(rounds=2, target_ms=1.0)
     output = runner.run(shapes, [cublas(), broken], [], options, timer, device, _peak(props))

@@ -171,7 +171,7 @@ def test_backend_names_expand_and_reject():
 
 def test_quack_skips_fp16_accumulation():
     b = backends.quack_backend(tuned=False)
-    problem = backends.Problem(a=None, b=None, accumulate=torch.float16, accumulate_name="fp16")
+    problem = backends.Workload(a=None, b=None, accumulate=torch.float16, accumulate_name="fp16")
     assert "fp32 only" in b.skip(problem)
     assert backends.quack_backend(tuned=True).name == "quack-tuned"
 

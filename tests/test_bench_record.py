@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from wsgemm.bench import cli, plot, report, runner, schema
-from wsgemm.bench.backends import Backend, Unavailable, cublas
+from wsgemm.bench.backends import Contender, Unavailable, cublas
 from wsgemm.bench.hardware import peak_tflops
 from wsgemm.bench.measure import Estimate, Sample
 from wsgemm.bench.suites import Shape
@@ -61,7 +61,7 @@ def stand_in(name, ms, *, corrupt=False, raises=None, skip=None):
         call.fake_ms, call.fake_name = ms, name
         return call
 
-    return Backend(name, make, skip or (lambda problem: None)), calls
+    return Contender(name, make, skip or (lambda problem: None)), calls
 
 
 def h200_header(options: runner.Options, backends: list[str]) -> dict:
@@ -146,7 +146,7 @@ def test_a_shape_with_its_own_layout_runs_and_is_recorded_in_it():
 
     shapes = [Shape(24, 40, 16, layout="NT"), Shape(24, 40, 16)]
     output = runner.run(
-        shapes, [cublas(), Backend("probe", make, lambda p: None)], [], OPTIONS,
+        shapes, [cublas(), Contender("probe", make, lambda p: None)], [], OPTIONS,
         ScriptedTimer(), "cpu", lambda clock: None,
     )  # fmt: skip
     rows = [r for r in output.rows if r["backend"] == "probe"]

@@ -88,8 +88,8 @@ def _torch_same_dtypes(a, b, out_dtype, acc):
 
 
 def check(case, backend, gen, config=None):
-    """One case; ``config`` (an ``Sm80Config``) runs a non-shipped config through ``api._run``,
-    the benchmark's path, with ``out=`` given."""
+    """One case; ``config`` (an ``Sm80Config``) runs a non-shipped config through
+    ``api.matmul(..., config=)``, the benchmark's path, with ``out=`` given."""
     ab, out_dtype, acc = case["dtypes"]
     a, b = _operands(case, gen)
     ref = torch.matmul(a.double(), b.double())
@@ -99,7 +99,7 @@ def check(case, backend, gen, config=None):
         from wsgemm import api
 
         out = torch.full(ref.shape, float("nan"), dtype=want_dtype, device="cuda")
-        got = api._run(a, b, out, api.validate(a, b, out, out_dtype, acc, backend), config)
+        got = api.matmul(a, b, out=out, config=config, **kwargs)
     elif case["use_out"]:
         out = torch.full(ref.shape, float("nan"), dtype=want_dtype, device="cuda")
         got = wsgemm.matmul(a, b, out=out, **kwargs)

@@ -9,7 +9,9 @@ import pytest
 import torch
 from operands import make
 
-from wsgemm.api import batched, plan
+from wsgemm.api import Dispatcher, batched, dispatch, plan, validate
+from wsgemm.api.plan import broadcast_copy_bytes
+from wsgemm.host.dispatch import StandInDevices
 
 F16 = torch.float16
 
@@ -126,73 +128,57 @@ class _StandInKernel:
         c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
 
 
-@pytest.fixture
-def cpu_run(monkeypatch):
-    """``api._run`` end to end on the CPU: the compiled kernel replaced by a stand-in."""
-    import contextlib
+class _StandInCache:
+    def __init__(self, kernel):
+        self.kernel = kernel
 
-    from wsgemm import api, host
+    def get(self, variant):
+        return self.kernel
 
-    kernel = _StandInKernel()
-    monkeypatch.setattr(api, "_device_capability", lambda device: (9, 0))
-    monkeypatch.setattr(api, "_sm_count", lambda device: 132)
-    monkeypatch.setattr(host.COMPILE_CACHE, "get", lambda variant: kernel)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(api, "_current_device", lambda: None)
-    monkeypatch.setattr(api, "_KERNELS", {})
 
-    def run(a, b, backend="sm90"):
-        batch = (
-            None
-            if a.dim() == b.dim() == 2
-            else (b.shape[0] if a.dim() == 2 or a.shape[0] == 1 else a.shape[0])
-        )
-        p = api.Problem(
-            batch, a.shape[-2], b.shape[-1], a.shape[-1], a.dtype, a.dtype, torch.float32, backend
-        )
-        return api._run(a, b, None, p)
+def cpu_dispatcher(**limits):
+    """A dispatcher on the CPU posing as an H200, every kernel the float64 stand-in."""
+    return Dispatcher(_StandInCache(_StandInKernel()), StandInDevices((9, 0), 132), **limits)
 
-    run.kernel = kernel
-    return run
+
+def run_on(d, a, b, backend="sm90"):
+    """A validated call on ``d``, planned and launched (``dispatch.run``)."""
+    p = validate(a, b, None, None, torch.float32, backend, device_type="cpu")
+    return dispatch.run(d, a, b, None, p, backend)
 
 
 @pytest.mark.parametrize(
     "sa, sb",
     [((0, 4, 8), (8, 16)), ((0, 4, 8), (1, 8, 16)), ((1, 4, 8), (0, 8, 16)), ((3, 0, 8), (8, 5))],
 )
-def test_zero_size_batches_follow_torch(cpu_run, sa, sb):
+def test_zero_size_batches_follow_torch(sa, sb):
+    d = cpu_dispatcher()
     a, b = torch.randn(sa).half(), torch.randn(sb).half()
-    got = cpu_run(a, b)
+    got = run_on(d, a, b)
     assert got.shape == torch.matmul(a.float(), b.float()).shape
-    assert cpu_run.kernel.launches == 0
+    assert d.cache.kernel.launches == 0
 
 
-def test_large_broadcast_copies_become_one_launch_per_batch(cpu_run, monkeypatch):
-    from wsgemm import api
-
-    monkeypatch.setattr(api, "_MAX_BROADCAST_COPY_BYTES", 0)
+def test_large_broadcast_copies_become_one_launch_per_batch():
+    d = cpu_dispatcher(max_broadcast_copy_bytes=0)
     a = make((24, 16), F16, "cpu")
     b = make((5, 16, 8), F16, "cpu")
-    got = cpu_run(a, b)
-    assert cpu_run.kernel.launches == 5
+    got = run_on(d, a, b)
+    assert d.cache.kernel.launches == 5
     torch.testing.assert_close(got, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
 
 
-def test_batches_past_the_grid_limit_are_split(cpu_run, monkeypatch):
-    from wsgemm import api
-
-    monkeypatch.setattr(api, "MAX_BATCH_PER_LAUNCH", 2)
+def test_batches_past_the_grid_limit_are_split():
+    d = cpu_dispatcher(max_batch_per_launch=2)
     a, b = make((5, 9, 16), F16, "cpu"), make((5, 16, 8), F16, "cpu")
-    got = cpu_run(a, b, backend="sm80")
-    assert cpu_run.kernel.launches == 3
+    got = run_on(d, a, b, backend="sm80")
+    assert d.cache.kernel.launches == 3
     torch.testing.assert_close(got, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
 
 
 def test_broadcast_copy_cost_counts_only_what_cannot_fold():
-    from wsgemm.api import _broadcast_copy_bytes
-
     out = torch.empty(4, 24, 8)
     folds = batched(torch.empty(4, 24, 16), torch.empty(16, 8), out)
-    assert _broadcast_copy_bytes(*folds) == 0
+    assert broadcast_copy_bytes(*folds) == 0
     cannot = batched(torch.empty(1, 24, 16), torch.empty(4, 16, 8), out)
-    assert _broadcast_copy_bytes(*cannot) == 4 * 24 * 16 * 4
+    assert broadcast_copy_bytes(*cannot) == 4 * 24 * 16 * 4

@@ -1,7 +1,8 @@
 """The GEMM implementations the benchmark times, behind one small interface.
 
-A ``Backend`` turns a problem and a preallocated output into a zero-argument call that writes
-``a @ b`` into that output; the runner checks the call's result, then times the call. Names:
+A ``Contender`` (one GEMM implementation in the race) turns a ``Workload`` and a preallocated
+output into a zero-argument call that writes ``a @ b`` into that output; the runner checks the
+call's result, then times the call. Names:
 
 * ``cublas``: ``torch.matmul`` (cuBLAS), the baseline every ratio is taken against.
 * ``wsgemm:<backend>``: ``wsgemm.matmul(..., backend=<backend>)`` for each name
@@ -27,7 +28,7 @@ SELECTABLE = ("all", "cublas", "wsgemm", "wsgemm:<name>", "triton", "quack", "qu
 
 
 @dataclass(frozen=True)
-class Problem:
+class Workload:
     """What every backend computes: ``out = a @ b`` with ``accumulate`` accumulators."""
 
     a: object  # torch.Tensor (M, K), a view in the benchmark's layout
@@ -39,18 +40,18 @@ class Problem:
 Call = Callable[[], object]
 
 
-def _never(problem: Problem) -> str | None:
+def _never(problem: Workload) -> str | None:
     return None
 
 
 @dataclass(frozen=True)
-class Backend:
+class Contender:
     """``make(problem, out)`` returns the call to check and time; ``skip(problem)`` says why a
     problem is outside what the backend supports (None when it is not)."""
 
     name: str
-    make: Callable[[Problem, object], Call]
-    skip: Callable[[Problem], str | None] = field(default=_never)
+    make: Callable[[Workload, object], Call]
+    skip: Callable[[Workload], str | None] = field(default=_never)
 
 
 @dataclass(frozen=True)
@@ -61,24 +62,24 @@ class Unavailable:
     reason: str
 
 
-def cublas() -> Backend:
-    def make(problem: Problem, out) -> Call:
+def cublas() -> Contender:
+    def make(problem: Workload, out) -> Call:
         import torch
 
         a, b = problem.a, problem.b
         return lambda: torch.matmul(a, b, out=out)
 
-    return Backend(BASELINE, make)
+    return Contender(BASELINE, make)
 
 
-def wsgemm_backend(kernel: str) -> Backend:
-    def make(problem: Problem, out) -> Call:
+def wsgemm_backend(kernel: str) -> Contender:
+    def make(problem: Workload, out) -> Call:
         import wsgemm
 
         a, b, acc = problem.a, problem.b, problem.accumulate
         return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel)
 
-    return Backend(f"wsgemm:{kernel}", make)
+    return Contender(f"wsgemm:{kernel}", make)
 
 
 def parse_candidate(kernel: str) -> tuple[str, dict]:
@@ -96,50 +97,50 @@ def parse_candidate(kernel: str) -> tuple[str, dict]:
     return base, overrides
 
 
-def wsgemm_candidate(kernel: str) -> Backend:
-    """A wsgemm backend run with a changed config (see ``parse_candidate``)."""
+def wsgemm_candidate(kernel: str) -> Contender:
+    """A wsgemm backend run with a changed config (see ``parse_candidate``), through
+    ``wsgemm.api.matmul(..., config=...)``."""
     base, overrides = parse_candidate(kernel)
 
-    def make(problem: Problem, out) -> Call:
+    def make(problem: Workload, out) -> Call:
         import dataclasses
 
         from wsgemm import api, host
 
         a, b, acc = problem.a, problem.b, problem.accumulate
-        p = api.validate(a, b, out, None, acc, base)
         acc_name = "float16" if problem.accumulate_name == "fp16" else "float32"
         config = dataclasses.replace(host.BACKENDS[base].config(acc_name), **overrides)
-        return lambda: api._run(a, b, out, p, config)
+        return lambda: api.matmul(a, b, out=out, accumulate=acc, backend=base, config=config)
 
-    return Backend(f"wsgemm:{kernel}", make)
+    return Contender(f"wsgemm:{kernel}", make)
 
 
-def triton_backend() -> Backend:
-    def make(problem: Problem, out) -> Call:
+def triton_backend() -> Contender:
+    def make(problem: Workload, out) -> Call:
         from . import triton_matmul
 
         a, b, acc = problem.a, problem.b, problem.accumulate
         return lambda: triton_matmul.matmul(a, b, out=out, accumulate=acc)
 
-    return Backend("triton", make)
+    return Contender("triton", make)
 
 
-def quack_backend(tuned: bool) -> Backend:
-    def make(problem: Problem, out) -> Call:
+def quack_backend(tuned: bool) -> Contender:
+    def make(problem: Workload, out) -> Call:
         from quack.gemm_interface import gemm
 
         a, b = problem.a, problem.b
         return lambda: gemm(a, b, out=out, tuned=tuned)
 
-    def skip(problem: Problem) -> str | None:
+    def skip(problem: Workload) -> str | None:
         if problem.accumulate_name != "fp32":
             return "QuACK accumulates in fp32 only"
         return None
 
-    return Backend("quack-tuned" if tuned else "quack", make, skip)
+    return Contender("quack-tuned" if tuned else "quack", make, skip)
 
 
-def resolve(selection: list[str], device) -> tuple[list[Backend], list[Unavailable]]:
+def resolve(selection: list[str], device) -> tuple[list[Contender], list[Unavailable]]:
     """Backends for the names in ``selection`` (see ``SELECTABLE``), cuBLAS always first."""
     names = _expand(selection)
     backends = [cublas()]

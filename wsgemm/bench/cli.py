@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME,...",
         help=f"models for the llm/decode suites ({', '.join(suites.MODELS)})",
     )
+    what.add_argument(
+        "--host-overhead",
+        action="store_true",
+        help="instead of GEMM speed: host time per call, torch.mm vs wsgemm.matmul on 64x64 "
+        "fp16, with and without out= (--rounds applies)",
+    )
     what.add_argument("--dtype", choices=DTYPES, default="fp16", help="input and output dtype")
     what.add_argument(
         "--accumulate",
@@ -140,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         console.print("The benchmark needs a CUDA GPU; --from-json FILE renders a recorded run "
                       "without one.", markup=False)  # fmt: skip
         return EXIT_NO_GPU
+    if args.host_overhead:
+        from . import host_overhead
+
+        return host_overhead.report(args.device, options.rounds, _stdout_console())
     return _measure(args, shapes, options, suite_name, selection, console)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import check, schema
-from .backends import BASELINE, Backend, Problem, Unavailable
+from .backends import BASELINE, Contender, Unavailable, Workload
 from .layouts import Layout, make_operands
 from .measure import Estimate, Sample, Timer, reps_for, rotated, summarize, tflops
 from .suites import Shape
@@ -119,7 +119,7 @@ class RunOutput:
 class _Context:
     """What every step of a run needs."""
 
-    backends: list[Backend]
+    backends: list[Contender]
     options: Options
     timer: Timer
     device: object  # torch.device
@@ -131,14 +131,14 @@ class _Inputs:
     """One shape's operands, what every backend is handed, and the answer it must give."""
 
     shape: Shape
-    problem: Problem
+    problem: Workload
     dtype: object  # torch dtype of A, B and the output
     ref: object  # fp32 (M, N) reference
 
 
 def run(
     shapes: list[Shape],
-    backends: list[Backend],
+    backends: list[Contender],
     unavailable: list[Unavailable],
     options: Options,
     timer: Timer,
@@ -231,11 +231,11 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     layout = Layout(shape.layout or options.layout)
     a, b = make_operands(layout, shape.m, shape.n, shape.k, dtype, ctx.device, generator)
     accumulate = {"fp32": torch.float32, "fp16": torch.float16}[options.accumulate]
-    problem = Problem(a=a, b=b, accumulate=accumulate, accumulate_name=options.accumulate)
+    problem = Workload(a=a, b=b, accumulate=accumulate, accumulate_name=options.accumulate)
     return _Inputs(shape, problem, dtype, check.reference(a, b))
 
 
-def _check(ctx: _Context, backend: Backend, inputs: _Inputs, tolerance, outcome: _Outcome):
+def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcome: _Outcome):
     import torch
 
     reason = backend.skip(inputs.problem)

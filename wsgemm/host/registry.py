@@ -73,17 +73,13 @@ def arch_for_capability(cc: tuple[int, int]) -> str:
 
 @functools.cache
 def shipped_backends(family: str | None = None) -> tuple[str, ...]:
-    """Backends whose kernel module imports (all of them in a complete install). Cached: the
-    answer cannot change within a process, and ``matmul``'s dispatch asks on every call."""
+    """Every backend (of ``family``), its kernel module imported: a broken module raises here
+    (and again on the next ask: a failure is not cached) instead of vanishing from the list."""
     names = []
     for name, backend in BACKENDS.items():
-        if family is not None and backend.family != family:
-            continue
-        try:
+        if family is None or backend.family == family:
             backend.config()
-        except (ImportError, AttributeError, KeyError):
-            continue
-        names.append(name)
+            names.append(name)
     return tuple(names)
 
 

@@ -1,0 +1,135 @@
+"""The call path on a GPU: prebuilt launchers against fresh calls, the copy path for a pointer
+that loses its alignment, and calls captured in a CUDA graph (no allocation outside torch's
+caching allocator, no host synchronization), with ``out`` inside an input's buffer."""
+
+import pytest
+import torch
+
+import wsgemm
+from wsgemm.api import DISPATCHER, Dispatcher, dispatch
+
+pytestmark = pytest.mark.gpu
+
+F16, F32 = torch.float16, torch.float32
+
+
+def assert_matches_torch(got, a, b):
+    """The suite's tolerance (test_gpu_correctness.check): within twice torch's own error
+    against an fp64 reference, plus eps."""
+    ref = torch.matmul(a.double(), b.double())
+    theirs = torch.matmul(a, b).to(got.dtype)
+    err = (got.double() - ref).abs().max().item()
+    torch_err = (theirs.double() - ref).abs().max().item()
+    eps = 1e-6 * (ref.abs().max().item() + 1.0)
+    assert err <= 2 * torch_err + eps, f"max error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+
+
+class RecordingCache:
+    """The process's compile cache, with the A pointer of every launch written down."""
+
+    def __init__(self):
+        self.a_pointers = []
+
+    def get(self, variant):
+        fn = DISPATCHER.cache.get(variant)
+
+        def recorded(a, b, c, clusters):
+            self.a_pointers.append(a.data_ptr())
+            return fn(a, b, c, clusters)
+
+        return recorded
+
+
+def call(d, a, b, out=None):
+    return dispatch.call(d, a, b, out, None, F32, "auto", None)
+
+
+@pytest.mark.parametrize("use_out", [False, True])
+def test_a_cached_launcher_gives_what_a_fresh_call_gives(use_out):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    buf = torch.randn(4 * 96 * 64 + 64, generator=gen, device="cuda").half()
+    b = torch.randn(64, 80, generator=gen, device="cuda").half()
+    d = Dispatcher()
+    for offset in (0, 8, 64, 3, 11, 24):  # elements; 16-byte classes 0, 0, 0, 6, 6, 0
+        a = buf[offset : offset + 96 * 64].view(96, 64)
+        out = torch.full((96, 80), float("nan"), device="cuda", dtype=F16) if use_out else None
+        got = call(d, a, b, out)
+        fresh = call(Dispatcher(), a, b)  # no launcher yet: validates, plans, launches
+        assert torch.equal(got, fresh), f"offset {offset}: cached launcher differs from fresh"
+        assert not torch.isnan(got).any()
+        assert_matches_torch(got, a, b)
+    assert len(d.launchers) == 2  # one per alignment class
+
+
+def test_a_pointer_that_loses_its_alignment_gets_the_copy_path():
+    d = Dispatcher(RecordingCache())
+    buf = torch.randn(2 * 128 * 64, device="cuda").half()
+    b = torch.randn(64, 128, device="cuda").half()
+    aligned = buf[: 128 * 64].view(128, 64)
+    call(d, aligned, b)
+    call(d, aligned, b)
+    assert d.cache.a_pointers == [aligned.data_ptr()] * 2  # a view, no copy
+    shifted = buf[1 : 1 + 128 * 64].view(128, 64)  # same shape and strides, 2 bytes on
+    got = call(d, shifted, b)
+    assert d.cache.a_pointers[-1] != shifted.data_ptr()  # copied into an aligned buffer
+    assert_matches_torch(got, shifted, b)
+    torch.testing.assert_close(call(d, shifted, b), got, rtol=0, atol=0)
+
+
+def test_out_overlapping_an_input_is_refused_on_a_known_signature():
+    buf = torch.randn(64, 128, device="cuda").half()
+    b = torch.randn(64, 64, device="cuda").half()
+    wsgemm.matmul(buf[:, :64], b, out=buf[:, 64:])  # column blocks: allowed
+    with pytest.raises(ValueError, match="out overlaps a"):
+        wsgemm.matmul(buf[:, :64], b, out=buf[:, 32:96])  # 16-byte aligned, same strides
+
+
+def test_calls_captured_in_a_cuda_graph_replay_with_new_data():
+    """A fused layout (a in the left half of a buffer, out in the right half), an operand that
+    needs a copy (K = 45: unaligned rows) and an allocating call, captured and replayed."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    buf = torch.zeros(128, 256, device="cuda", dtype=F16)
+    a, out = buf[:, :128], buf[:, 128:]
+    b = torch.zeros(128, 128, device="cuda", dtype=F16)
+    odd_a = torch.zeros(64, 45, device="cuda", dtype=F16)
+    odd_b = torch.zeros(45, 72, device="cuda", dtype=F16)
+
+    def step():
+        wsgemm.matmul(a, b, out=out)
+        return wsgemm.matmul(odd_a, odd_b)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (compiles, fills the launcher memo) off the capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        made = step()
+    for _ in range(2):  # new data in the captured tensors, then replay
+        a.copy_(torch.randn(a.shape, generator=gen, device="cuda"))
+        b.copy_(torch.randn(b.shape, generator=gen, device="cuda"))
+        odd_a.copy_(torch.randn(odd_a.shape, generator=gen, device="cuda"))
+        odd_b.copy_(torch.randn(odd_b.shape, generator=gen, device="cuda"))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any()
+        assert_matches_torch(out, a, b)
+        assert_matches_torch(made, odd_a, odd_b)
+    assert torch.equal(buf[:, :128], a)  # the left half is still the operand
+
+
+def test_calls_on_a_side_stream_follow_its_order():
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    a = torch.randn(256, 128, generator=gen, device="cuda").half()
+    b = torch.randn(128, 192, generator=gen, device="cuda").half()
+    wsgemm.matmul(a, b)  # compile outside the timed order
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x = a * 2  # written on the side stream just before the product reads it
+        got = wsgemm.matmul(x, b)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert_matches_torch(got, x, b)

@@ -1,0 +1,66 @@
+"""The torch-facing operation: ``matmul`` means what ``torch.matmul`` means for 2-D and 3-D
+operands, on wsgemm's kernels.
+
+Three steps, one module each:
+
+* ``validate`` (``validate.py``): every check, a pure function of the arguments; a rejected call
+  leaves nothing behind.
+* ``plan`` (``plan.py``): kernel views of the operands, copies only where a kernel cannot address
+  them.
+* ``dispatch`` (``dispatch.py``): backend choice and kernel lookup through a ``Dispatcher``
+  (``wsgemm.host.dispatch``: device facts, compiled kernels, the compile cache), the launch, and
+  a prebuilt launcher per call signature so that a repeated call costs little more than the
+  kernel call itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..host.dispatch import DISPATCHER, Dispatcher
+from . import dispatch
+from .plan import batched, plan
+from .validate import Problem, validate
+
+__all__ = [
+    "DISPATCHER",
+    "Dispatcher",
+    "Problem",
+    "available_backends",
+    "batched",
+    "matmul",
+    "plan",
+    "validate",
+]
+
+
+def matmul(
+    a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto", config=None
+):
+    """``a @ b`` on the tensor cores, with torch.matmul's meaning for 2-D and 3-D operands.
+
+    Args:
+        a: (M, K) or (L, M, K), float16 or bfloat16, CUDA, any strides.
+        b: (K, N) or (L, K, N), same dtype and device as ``a``. A 2-D operand against a 3-D one,
+            or a batch of 1 against a batch of L, broadcasts over L as in torch.
+        out: optional output written in place; shape (M, N) or (L, M, N); must not overlap
+            ``a`` or ``b`` nor itself.
+        out_dtype: float16, bfloat16 or float32; default the input dtype (or ``out.dtype``).
+        accumulate: torch.float32 (default, as cuBLAS) or torch.float16 (fp16 inputs only).
+        backend: "auto" (the best kernel for the GPU and problem) or one of
+            ``wsgemm.host.BACKENDS``.
+        config: with a named ``backend``, a config of that backend's kernel class to run
+            instead of the shipped one (tuning: each distinct config compiles once).
+
+    Returns:
+        the product, (M, N) or (L, M, N), of ``out_dtype`` (``out`` itself when given).
+
+    Records no gradients: with grad mode on, an input that requires grad is an error. Safe to
+    capture in a CUDA graph once the call has run outside it (the first call compiles).
+    """
+    return dispatch.call(DISPATCHER, a, b, out, out_dtype, accumulate, backend, config)
+
+
+def available_backends(device=None) -> list[str]:
+    """The backends that run on ``device`` (default: the current CUDA device), best first."""
+    return DISPATCHER.available_backends(device)

@@ -1,0 +1,168 @@
+"""From a call to a launch, and the fast path for a call signature already seen.
+
+``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
+asks the dispatcher for a backend and a kernel, plans the kernel views and launches; then it
+keeps a launcher for the signature in the dispatcher. A later call with the same signature reads
+a handful of tensor attributes, finds the launcher and runs it: no validation, planning or
+dispatch in Python, only the views the kernel takes (one ``as_strided`` each), the output
+allocation and the kernel call.
+
+The signature is everything ``validate`` and ``plan`` read except where the tensors live: types,
+shapes, strides, dtypes, devices, negative-view bits, each data pointer's 16-byte alignment
+class, whether grad mode meets a tensor that requires grad, and the keyword arguments. So a
+signature that was valid once is valid again, and its plan is the same, but for the one thing
+that depends on the pointers themselves: whether ``out`` overlaps ``a`` or ``b``. That is checked
+on every call: the address ranges first (two comparisons each), the exact arithmetic only when
+they meet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import host
+from .overlap import extent
+from .plan import Launch, batched, broadcast_copy_bytes, plan
+from .validate import Problem, check_no_overlap, validate
+
+Launcher = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
+    """``matmul(a, b, out=..., ...)`` on dispatcher ``d``."""
+    try:
+        pa, pb = a.data_ptr(), b.data_ptr()
+        if out is None:
+            grad = (a.requires_grad or b.requires_grad) and torch.is_grad_enabled()
+            key = (
+                type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
+                type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
+                grad, out_dtype, accumulate, backend, config,
+            )  # fmt: skip
+        else:
+            po = out.data_ptr()
+            grad = (
+                a.requires_grad or b.requires_grad or out.requires_grad
+            ) and torch.is_grad_enabled()
+            key = (
+                type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
+                type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
+                type(out), out.shape, out.stride(), out.dtype, out.device, out.is_neg(), po & 15,
+                grad, out_dtype, accumulate, backend, config,
+            )  # fmt: skip
+        hit = d.launchers.get(key)
+    except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
+        key = hit = None  # validate says what is wrong
+    if hit is None:
+        return _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
+    launch, spans = hit
+    if out is not None:
+        ext_o, ext_a, ext_b = spans
+        if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
+            check_no_overlap(out, a, b)
+    return launch(a, b, out)
+
+
+def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
+    p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
+    chosen = d.choose_backend(backend, a.device.index, p.m, p.n, p.batch)
+    result, planned = _launch(d, a, b, out, p, chosen, config)
+    if key is not None:
+        direct = _direct_launcher(d, planned, p, a.device, out is None) if planned else None
+        spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
+        d.remember(key, (direct or _general_launcher(d, p, chosen, config), spans))
+    return result
+
+
+def _extent(t: torch.Tensor) -> int:
+    return extent(t.shape, t.stride(), t.element_size())
+
+
+def run(d, a, b, out, problem: Problem, backend: str, config: Any = None) -> torch.Tensor:
+    """Launch a validated call on a chosen backend, planning it from scratch: what every call of
+    a signature does when its operands need copies (and what the CPU tests drive)."""
+    return _launch(d, a, b, out, problem, backend, config)[0]
+
+
+def _general_launcher(d, p: Problem, backend: str, config: Any) -> Launcher:
+    return lambda a, b, out: _launch(d, a, b, out, p, backend, config)[0]
+
+
+def _launch(d, a, b, out, p: Problem, backend: str, config: Any):
+    """Plan and launch one call; returns (the result, the ``Launch`` when it was one kernel call
+    on views of the caller's tensors, else None)."""
+    if out is None:
+        out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
+    if out.numel() == 0:
+        return out, None
+    if p.k == 0:
+        return out.zero_(), None
+    a3, b3, out3 = batched(a, b, out)
+    if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
+        one = Problem(None, p.m, p.n, p.k, p.ab_dtype, p.c_dtype, p.acc_dtype)
+        for l_ in range(out3.shape[0]):
+            _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, backend, config)
+        return out, None
+    launch = plan(a3, b3, out3, host.needs_vector_extent(backend))
+    index = a.device.index
+    fn, clusters = d.kernel(backend, index, p.dtype_names, launch.a_major, launch.b_major, config)
+    L = launch.c.shape[2]
+    with _on_device(d, index):
+        if L <= d.max_batch_per_launch:
+            fn(launch.a, launch.b, launch.c, clusters)
+        else:
+            for l0 in range(0, L, d.max_batch_per_launch):
+                batch = slice(l0, l0 + d.max_batch_per_launch)
+                fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
+        launch.finish()
+    single = launch.direct and L <= d.max_batch_per_launch
+    return out, (launch, fn, clusters) if single else None
+
+
+_NO_SWITCH = contextlib.nullcontext()
+
+
+def _on_device(d, index):
+    """Kernels launch on the current device: make it ``index`` for the call if it is not."""
+    if d.devices.count() == 1 or d.devices.current() == index:
+        return _NO_SWITCH
+    return d.devices.guard(index)
+
+
+def _direct_launcher(
+    d, planned: tuple[Launch, Callable, int], p: Problem, device: torch.device, allocate: bool
+) -> Launcher:
+    """A launcher that rebuilds the kernel views of ``planned`` (a ``Launch`` made for this
+    signature) from a later call's own tensors: same sizes and strides, its storage offsets."""
+    launch, fn, clusters = planned
+    sa, ta = tuple(launch.a.shape), launch.a.stride()
+    sb, tb = tuple(launch.b.shape), launch.b.stride()
+    sc, tc = tuple(launch.c.shape), launch.c.stride()
+    index = device.index
+    if allocate:
+        shape, dtype = p.out_shape, p.c_dtype
+
+        def launcher(a, b, out):
+            # sizes as arguments, not a tuple: torch parses them faster (docs/perf.md, entry 12)
+            out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
+            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
+            return out
+
+    else:
+
+        def launcher(a, b, out):
+            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
+            return out
+
+    if d.devices.count() == 1:
+        return launcher
+
+    def on_its_device(a, b, out):
+        with _on_device(d, index):
+            return launcher(a, b, out)
+
+    return on_its_device

@@ -1,0 +1,156 @@
+"""From validated torch tensors to what a kernel takes (see ``wsgemm.kernels``): A as (M, K, L),
+B as (N, K, L) and C as (M, N, L), each with one unit-stride mode, 16-byte aligned base and 16-byte
+multiple strides. Operands that already are so are passed as views, without a copy; others are
+copied once into an aligned, zero-padded buffer; a C the kernel cannot write in place is written
+to a temporary and copied back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import host
+
+
+def _vector(dtype: torch.dtype) -> int:
+    return host.VECTOR_BYTES // dtype.itemsize
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def _kernel_view(t: torch.Tensor, need_extent: bool) -> tuple[torch.Tensor, str] | None:
+    """``t`` is (rows, cols, L). Return a view of the same memory with one unit-stride mode
+    ("rows" or "cols" major) and 16-byte multiple other strides, or None if there is none.
+
+    Strides of size-1 modes are meaningless, so they are chosen to fit; a broadcast batch
+    (stride 0) is not TMA-addressable and returns None.
+    """
+    vec = _vector(t.dtype)
+    if t.data_ptr() % host.VECTOR_BYTES:
+        return None
+    rows, cols, batch = t.shape
+    for major in (1, 0):  # prefer the K-major / row-major reading when both fit
+        minor = 1 - major
+        if t.shape[major] != 1 and t.stride(major) != 1:
+            continue
+        ld = t.stride(minor) if t.shape[minor] != 1 else _round_up(max(t.shape[major], 1), vec)
+        if ld % vec or ld == 0:
+            continue
+        if need_extent and t.shape[major] % vec:
+            continue
+        if batch == 1:
+            bs = _round_up(ld * t.shape[minor], vec)
+        else:
+            bs = t.stride(2)
+            if bs == 0 or bs % vec:
+                continue
+        stride = [0, 0, bs]
+        stride[major], stride[minor] = 1, ld
+        view = t if tuple(stride) == t.stride() else t.as_strided(t.shape, stride)
+        return view, ("rows" if major == 0 else "cols")
+    return None
+
+
+def _padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Copy (R, C, L) into a zeroed buffer with ``rows`` x ``cols`` per batch, cols the unit-stride
+    mode and the row stride a vector multiple. Returns the (rows, cols, L) view; the padding
+    (rows past R, cols past C) is zero, which adds nothing to a product."""
+    r, c, batch = t.shape
+    width = _round_up(max(cols, 1), _vector(t.dtype))
+    buf = torch.zeros((batch, rows, width), dtype=t.dtype, device=t.device)
+    buf[:, :r, :c].copy_(t.permute(2, 0, 1))
+    return buf[:, :, :cols].permute(1, 2, 0)
+
+
+def broadcast_copy_bytes(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor) -> int:
+    """Bytes ``plan`` would spend expanding the broadcast operands of batched (folded) views."""
+    L = out3.shape[0]
+    return sum(L * t[0].numel() * t.element_size() for t in (a3, b3) if t.shape[0] < L)
+
+
+def batched(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor):
+    """(L, M, K), (L or 1, K, N), (L, M, N) views of a call, with a broadcast B folded away
+    where the rows allow it (see ``_fold_broadcast``)."""
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    out3 = out if out.dim() == 3 else out.unsqueeze(0)
+    a3, out3 = _fold_broadcast(a3, b3, out3)
+    return a3, b3, out3
+
+
+def _fold_broadcast(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor):
+    """(L, M, K) @ (1, K, N) is one (L*M, K) @ (K, N) product when a's and out's rows are evenly
+    spaced across the batch: no broadcast (which TMA cannot address) and a larger M."""
+    L, m, k = a3.shape
+    if b3.shape[0] != 1 or L == 1:
+        return a3, out3
+    if a3.stride(0) != m * a3.stride(1) or out3.stride(0) != m * out3.stride(1):
+        return a3, out3
+    a3 = a3.as_strided((1, L * m, k), (L * m * a3.stride(1), a3.stride(1), a3.stride(2)))
+    n = out3.shape[2]
+    out3 = out3.as_strided((1, L * m, n), (L * m * out3.stride(1), out3.stride(1), out3.stride(2)))
+    return a3, out3
+
+
+@dataclass
+class Launch:
+    """What one kernel call takes, and where a temporary C goes afterwards."""
+
+    a: torch.Tensor  # (M, K, L)
+    b: torch.Tensor  # (N, K, L)
+    c: torch.Tensor  # (M, N, L), N-major
+    a_major: str
+    b_major: str
+    copy_back: torch.Tensor | None  # (M, N, L) destination when ``c`` is a temporary
+    copied: bool  # A or B is a padded copy, not a view of the caller's tensor
+
+    @property
+    def direct(self) -> bool:
+        """All three are views of the caller's tensors: a later call of the same signature can
+        rebuild them from its own tensors with one ``as_strided`` each."""
+        return not self.copied and self.copy_back is None
+
+    def finish(self) -> None:
+        if self.copy_back is not None:
+            n = self.copy_back.shape[1]
+            self.copy_back.copy_(self.c[:, :n])
+
+
+def plan(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor, need_extent: bool) -> Launch:
+    """Kernel views of a validated call's ``batched`` views; copies only what the kernel cannot
+    address."""
+    L = out3.shape[0]
+    a_mkl = a3.expand(L, -1, -1).permute(1, 2, 0)
+    b_nkl = b3.expand(L, -1, -1).permute(2, 1, 0)
+    c_mnl = out3.permute(1, 2, 0)
+    m, k, _ = a_mkl.shape
+    n = b_nkl.shape[0]
+    vec = _vector(a3.dtype)
+    # cp.async kernels move whole 16-byte vectors along each unit-stride mode.
+    k_kernel = _round_up(k, vec) if need_extent else k
+    n_kernel = _round_up(n, vec) if need_extent else n
+
+    a_view = _kernel_view(a_mkl, need_extent) if k_kernel == k else None
+    a_v, a_major = (
+        (a_view[0], "k" if a_view[1] == "cols" else "m")
+        if a_view
+        else (_padded(a_mkl, m, k_kernel), "k")
+    )
+    b_view = _kernel_view(b_nkl, need_extent) if (k_kernel, n_kernel) == (k, n) else None
+    b_v, b_major = (
+        (b_view[0], "k" if b_view[1] == "cols" else "n")
+        if b_view
+        else (_padded(b_nkl, n_kernel, k_kernel), "k")
+    )
+    copied = a_view is None or b_view is None
+    view = _kernel_view(c_mnl, need_extent) if n_kernel == n else None
+    if view is not None and view[1] == "cols":
+        return Launch(a_v, b_v, view[0], a_major, b_major, None, copied)
+    c_tmp = torch.empty(
+        (L, m, _round_up(n_kernel, _vector(out3.dtype))), dtype=out3.dtype, device=out3.device
+    )[:, :, :n_kernel].permute(1, 2, 0)
+    return Launch(a_v, b_v, c_tmp, a_major, b_major, c_mnl, copied)
