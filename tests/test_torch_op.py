@@ -1,15 +1,14 @@
 """The registered op and the layer above the core, without a GPU: fake tensors (shapes, dtypes,
 strides against torch.matmul's own), torch.compile / make_fx / AOTAutograd graphs, autocast,
 the eager roads' conditions, and the N-D folding and backward against a CPU stand-in for the
-core (tests/core_stub.py)."""
+core (tests/op_helpers.py)."""
 
-import contextlib
 import subprocess
 import sys
 
 import pytest
 import torch
-from core_stub import install
+from op_helpers import cuda_autocast, fake_cuda, install
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -41,27 +40,6 @@ SHAPES = [
     ((0, 3, 7), (7, 5)),
     ((2, 3, 0), (0, 5)),
 ]
-
-
-def fake_cuda(shape, dtype=F16, transposed=False):
-    """A fake CUDA tensor (call inside FakeTensorMode); ``transposed``: column-major view."""
-    if transposed and len(shape) > 1:
-        return torch.empty(*shape[:-2], shape[-1], shape[-2], device="cuda", dtype=dtype).mT
-    return torch.empty(shape, device="cuda", dtype=dtype)
-
-
-@contextlib.contextmanager
-def cuda_autocast(dtype):
-    """torch.autocast("cuda") refuses to turn on without CUDA; the dispatcher state it sets
-    does not care, so set it directly."""
-    was, old = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
-    torch.set_autocast_enabled("cuda", True)
-    torch.set_autocast_dtype("cuda", dtype)
-    try:
-        yield
-    finally:
-        torch.set_autocast_enabled("cuda", was)
-        torch.set_autocast_dtype("cuda", old)
 
 
 def ops_in(gm, name="wsgemm.matmul.default"):
