@@ -174,7 +174,12 @@ def meta(shape, dtype=BF16):
 
 @pytest.mark.parametrize(
     "sa, sb, expect_sum",
-    [((4, 8, 32), (32, 16), False), ((8, 32), (3, 32, 16), True), ((32,), (32, 16), False)],
+    [
+        ((4, 8, 32), (32, 16), False),
+        ((8, 32), (3, 32, 16), False),  # a serves every batch: one GEMM over all of them
+        ((2, 1, 8, 32), (1, 3, 32, 16), True),
+        ((32,), (32, 16), False),
+    ],
 )
 def test_backward_graph_is_two_wsgemm_products(sa, sb, expect_sum):
     def fwd_bwd(a, b):
@@ -183,7 +188,7 @@ def test_backward_graph_is_two_wsgemm_products(sa, sb, expect_sum):
     gm = make_fx(fwd_bwd, tracing_mode="fake")(meta(sa), meta(sb))
     assert len(ops_in(gm)) == 3  # forward, dA, dB
     sums = [n for n in gm.graph.nodes if str(n.target) == "aten.sum.dim_IntList"]
-    assert bool(sums) == expect_sum  # only a broadcast operand's gradient is summed
+    assert bool(sums) == expect_sum  # only a broadcast batched operand's gradient is summed
     ga, gb = (n.meta["val"] for n in gm.graph.output_node().args[0])
     assert (ga.shape, ga.dtype, gb.shape, gb.dtype) == (sa, BF16, sb, BF16)
 

@@ -186,44 +186,51 @@ def _fold(t: torch.Tensor, batch: tuple, count: int) -> torch.Tensor:
     return t.reshape(count, *t.shape[-2:])
 
 
-def _col_major(t: torch.Tensor) -> bool:
-    return t.stride(-2) == 1 and t.stride(-1) != 1
+def _product(x, y, like: torch.Tensor, backend: str) -> torch.Tensor:
+    """``x @ y`` laid out like ``like``: column-major (as the transposed product's transpose)
+    when ``like`` is a column-major view, such as the ``weight.t()`` of a linear layer."""
+    if like.stride(-2) == 1 and like.stride(-1) != 1:
+        return matmul(y.mT, x.mT, backend=backend).mT
+    return matmul(x, y, backend=backend)
 
 
 def _grads(a, b, grad, need_a: bool, need_b: bool, backend: str):
     """dA = dC·Bᵀ and dB = Aᵀ·dC on wsgemm's kernels, summed over broadcast batch dimensions.
 
-    Transposes are views (the kernels read either major). Each gradient is computed in the layout
-    of its input (a column-major weight view gets a column-major gradient), so autograd's
-    accumulation takes it without a copy. A gradient of another dtype than the inputs (the fp32
-    gradient of an ``out_dtype=torch.float32`` product) is rounded to the input dtype first:
-    the kernels multiply equal dtypes, and the gradients come out in the inputs' dtype.
-    Backward always accumulates in fp32 (dB sums over every row of the batch).
+    Transposes are views (the kernels read either major). An operand that serves every batch
+    (2-D, or a batch of ones) gets its gradient from one GEMM over all batches, as torch's folded
+    matmul does: one rounding, no (batch, rows, cols) intermediate. Otherwise the batched
+    product is summed over the broadcast dimensions, as torch does. Each gradient is computed
+    in its input's layout (a column-major weight view gets a column-major gradient), so
+    autograd's accumulation takes it without a copy.
+
+    A gradient of another dtype than the inputs (the fp32 gradient of an
+    ``out_dtype=torch.float32`` product) is rounded to the input dtype first: the kernels multiply
+    equal dtypes, and the gradients come out in the inputs' dtype. Backward always accumulates
+    in fp32, whatever ``accumulate`` the forward used: dB sums over every row of the batch.
     """
     g = grad.to(a.dtype)
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
     batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
-    g = g.reshape(*batch, a2.shape[-2], b2.shape[-1])
+    count = math.prod(batch)
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    g = g.reshape(*batch, m, n)
     ga = gb = None
     if need_a:
-        if _col_major(a2):
-            full = matmul(b2, g.mT, backend=backend).mT
+        if math.prod(a2.shape[:-2]) == 1:  # explicit sizes, not -1: any of them may be 0
+            g_cols = g.movedim(-2, 0).reshape(m, count * n)
+            ga = _product(g_cols, b2.mT.reshape(count * n, k), a2, backend)
         else:
-            full = matmul(g, b2.mT, backend=backend)
-        ga = full.sum_to_size(a2.shape).reshape(a.shape)
+            ga = _product(g, b2.mT, a2, backend).sum_to_size(a2.shape)
+        ga = ga.reshape(a.shape)
     if need_b:
-        shared = math.prod(b2.shape[:-2]) == 1  # b serves every batch: one GEMM over all rows
-        if shared:
-            rows = math.prod(a2.shape[:-1])  # not -1: K or N may be 0
-            a_rows, g_rows = a2.reshape(rows, a2.shape[-1]), g.reshape(rows, b2.shape[-1])
+        if math.prod(b2.shape[:-2]) == 1:
+            rows = count * m
+            gb = _product(a2.reshape(rows, k).mT, g.reshape(rows, n), b2, backend)
         else:
-            a_rows, g_rows = a2, g
-        if _col_major(b2):
-            full = matmul(g_rows.mT, a_rows, backend=backend).mT
-        else:
-            full = matmul(a_rows.mT, g_rows, backend=backend)
-        gb = (full if shared else full.sum_to_size(b2.shape)).reshape(b.shape)
+            gb = _product(a2.mT, g, b2, backend).sum_to_size(b2.shape)
+        gb = gb.reshape(b.shape)
     return ga, gb
 
 
