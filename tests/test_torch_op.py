@@ -531,3 +531,21 @@ def test_linear_matches_functional_linear(monkeypatch):
         got = wsgemm.linear(x, weight, bias)
         assert got.dtype == BF16
         torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "sa, sb, kw",
+    [((2, 3, 10, 8), (3, 8, 6), {"out_dtype": torch.float32}), ((8,), (2, 8, 6), {})],
+)
+def test_opcheck_with_the_cpu_stub(monkeypatch, sa, sb, kw):
+    """torch's own checks of the registration (schema, autograd registration, fake vs real,
+    AOTAutograd with dynamic shapes, gradients included); the GPU suite runs them on the
+    kernels."""
+    install(monkeypatch)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(sa, generator=gen).to(F16).requires_grad_()
+    b = torch.randn(sb, generator=gen).to(F16).requires_grad_()
+    torch.library.opcheck(torch.ops.wsgemm.matmul.default, (a, b), kw)
+    out = torch.empty(ops.result_shape(sa, sb), dtype=F16)
+    torch.library.opcheck(torch.ops.wsgemm.matmul_out.default, (a.detach(), b.detach(), out), {})

@@ -87,6 +87,10 @@ def _check_types(a, b, out, out_dtype, accumulate, backend) -> None:
         raise TypeError(f"backend must be a str, got {type(backend).__name__}")
 
 
+# Devices the fake implementation takes: CUDA, and meta for shapes alone.
+_FAKE_DEVICES = ("cuda", "meta")
+
+
 def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
     """Every check that needs no GPU, for the fake implementations: types, dtypes, shapes, the
     backend's name. Returns the result's shape. Never reads data or asks the device anything."""
@@ -119,9 +123,8 @@ def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
             raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
         if tuple(out.shape) != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {shape}")
-    # meta tensors get shapes; the real implementation gives the CPU its own error
     for name, t in (("a", a), ("b", b), ("out", out)):
-        if t is not None and t.device.type not in ("cuda", "meta"):
+        if t is not None and t.device.type not in _FAKE_DEVICES:
             raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
         if t is not None and t.device != a.device:
             raise ValueError(f"{name} is on {t.device}, a on {a.device}")
