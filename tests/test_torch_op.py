@@ -291,8 +291,8 @@ def test_fast_road_conditions():
     assert seen == [False, False]
     with FakeTensorMode():
         t = fake_cuda((4, 4))
-        assert t.is_cuda and not ops._plain(t)
-    assert not ops._plain(torch.ones(2, 2))  # CPU
+        assert t.is_cuda and not ops._plain(t, t)
+    assert not ops._plain(torch.ones(2, 2), torch.ones(2, 2))  # CPU
 
 
 def test_flop_counter_counts_wsgemm():

@@ -370,18 +370,31 @@ class _Matmul(torch.autograd.Function):
         return ga, gb, None, None, None
 
 
+# Bound once: every name lookup is on the per-call path (docs/perf.md, entry 11).
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
+_is_compiling = torch.compiler.is_compiling  # dynamo knows the function, whatever its name
+_grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_active = torch._C._are_functorch_transforms_active
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
 
 
-def _plain(t) -> bool:
-    """A CUDA tensor with no subclass behaviour (nn.Parameter disables ``__torch_function__``)."""
-    return (type(t) is _Tensor or type(t) is _Parameter) and t.is_cuda
+def _plain(a, b, out=None) -> bool:
+    """CUDA tensors with no subclass behaviour (``nn.Parameter`` disables
+    ``__torch_function__``); ``out`` may be None."""
+    ta, tb = type(a), type(b)
+    return (
+        (ta is _Tensor or ta is _Parameter)
+        and (tb is _Tensor or tb is _Parameter)
+        and a.is_cuda
+        and b.is_cuda
+        and (out is None or ((type(out) is _Tensor or type(out) is _Parameter) and out.is_cuda))
+    )
 
 
-def _no_torch_function_mode() -> bool:
-    if not torch._C._is_torch_function_mode_enabled():
-        return True
+def _only_device_contexts() -> bool:
     # torch.set_default_device and `with torch.device(...)` push a DeviceContext, which only
     # fills in factory functions' device; the core passes devices explicitly
     return all(
@@ -395,10 +408,10 @@ def _no_modes() -> bool:
     user modes), no __torch_function__ mode, no functorch transform (vmap, grad, functionalize),
     no forward-mode AD level."""
     return (
-        torch._C._len_torch_dispatch_stack() == 0
-        and not torch._C._are_functorch_transforms_active()
+        _dispatch_modes() == 0
+        and not _functorch_active()
         and _forward_ad._current_level < 0
-        and _no_torch_function_mode()
+        and (not _function_mode_enabled() or _only_device_contexts())
     )
 
 
@@ -422,16 +435,16 @@ def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend=
     Returns:
         the product, of ``out_dtype`` (``out`` itself when given).
     """
-    if not torch.compiler.is_compiling() and _plain(a) and _plain(b) and _no_modes():
-        if out is None:
-            if torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled("cuda"):
-                a, b = _autocast(a, b)
-            if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-                return _Matmul.apply(a, b, out_dtype, accumulate, backend)
-            return _forward(a, b, None, out_dtype, accumulate, backend)
-        if _plain(out):
+    # _is_compiling first: dynamo must not trace the other checks
+    if not _is_compiling() and _plain(a, b, out) and _no_modes():
+        if out is not None:
             _refuse_grad(a, b, out)
             return _forward(a, b, out, out_dtype, accumulate, backend)
+        if _any_autocast() and torch.is_autocast_enabled("cuda"):
+            a, b = _autocast(a, b)
+        if _grad_enabled() and (a.requires_grad or b.requires_grad):
+            return _Matmul.apply(a, b, out_dtype, accumulate, backend)
+        return _forward(a, b, None, out_dtype, accumulate, backend)
     _check_types(a, b, out, out_dtype, accumulate, backend)
     if out is None:
         return _MATMUL(a, b, out_dtype, accumulate, backend)
