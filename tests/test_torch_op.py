@@ -156,6 +156,20 @@ def test_compile_module_after_replace_linear():
     assert len(ops_in(graphs[0])) == 2
 
 
+def test_compile_linear_module_under_autocast():
+    torch._dynamo.reset()
+    graphs = []
+    with FakeTensorMode():
+        layer = torch.nn.Linear(32, 16, device="meta")
+        layer.weight = torch.nn.Parameter(fake_cuda((16, 32), torch.float32), False)
+        layer.bias = torch.nn.Parameter(fake_cuda((16,), torch.float32), False)
+        wsgemm.nn.replace_linear(layer)
+        fn = torch.compile(layer, backend=capture(graphs), fullgraph=True)
+        with cuda_autocast(BF16):  # fp32 parameters: wsgemm runs, as torch would in bf16
+            assert fn(fake_cuda((4, 32), torch.float32)).dtype == BF16
+    assert len(ops_in(graphs[0])) == 1
+
+
 def test_make_fx_of_matmul_and_linear_holds_the_op():
     with FakeTensorMode():
         a, b = fake_cuda((2, 3, 8, 32)), fake_cuda((32, 16))
