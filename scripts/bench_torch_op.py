@@ -18,6 +18,7 @@ the measured numbers.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 
@@ -71,10 +72,10 @@ def host_candidates() -> dict:
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, dim: int, hidden: int):
+    def __init__(self, dim: int, hidden: int, **factory):
         super().__init__()
-        self.gate_up = nn.Linear(dim, 2 * hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
+        self.gate_up = nn.Linear(dim, 2 * hidden, bias=False, **factory)
+        self.down = nn.Linear(hidden, dim, bias=False, **factory)
 
     def forward(self, x):
         gate, up = self.gate_up(x).chunk(2, dim=-1)
@@ -95,26 +96,24 @@ def device_ms(fn, iters: int, graphs: bool) -> float:
     return start.elapsed_time(end) / iters
 
 
-def block_candidates(tokens: int, dim: int, hidden: int) -> dict:
-    torch.manual_seed(0)
-    theirs = SwiGLU(dim, hidden).to("cuda", torch.bfloat16).requires_grad_(False)
-    ours = SwiGLU(dim, hidden).to("cuda", torch.bfloat16).requires_grad_(False)
-    ours.load_state_dict(theirs.state_dict())
-    wsgemm.nn.replace_linear(ours)
+def block_candidates(models: dict, tokens: int) -> dict:
+    """One timing function per (model, CUDA graphs or not), each compiled and checked first."""
+    torch._dynamo.reset()
+    dim = models["torch.matmul"].gate_up.in_features
     x = torch.randn(tokens, dim, device="cuda", dtype=torch.bfloat16)
+    want = models["torch.matmul"](x).float()
     out = {}
     for mode, graphs in ((None, False), ("reduce-overhead", True)):
-        for name, model in (("torch.matmul", theirs), ("wsgemm", ours)):
-            fn = torch.compile(model, fullgraph=True, mode=mode)
+        for name, model in models.items():
+            fn = torch.compile(model, fullgraph=True, dynamic=False, mode=mode)
             for _ in range(3):  # compile, warm up, record the graph
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                got = fn(x)
-            want = theirs(x)
-            err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+                got = fn(x).float()
+            err = ((got - want).norm() / want.norm()).item()
             assert err < 2e-2, f"{name}: relative error {err:.2g} against torch"
             label = f"{name}, {'CUDA graphs' if graphs else 'no graphs'}"
-            out[label] = lambda fn=fn, graphs=graphs: device_ms(fn, 20, graphs)
+            out[label] = lambda fn=fn, graphs=graphs: device_ms(lambda: fn(x), 20, graphs)
     return out
 
 
@@ -156,8 +155,12 @@ def main() -> None:
     table("host time per 64x64 fp16 call", "us", times, "torch.mm")
     if args.no_compile:
         return
+    torch.manual_seed(0)
+    theirs = SwiGLU(4096, 14336, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    ours = copy.deepcopy(theirs)
+    wsgemm.nn.replace_linear(ours)
     for tokens in (16, 4096):
-        blocks = block_candidates(tokens, 4096, 14336)
+        blocks = block_candidates({"torch.matmul": theirs, "wsgemm": ours}, tokens)
         times = interleave(blocks, args.rounds, lambda measure: measure())
         title = f"compiled SwiGLU block, {tokens} tokens, dim 4096, hidden 14336, bf16, forward"
         table(title, "ms", times, "torch.matmul, no graphs")
