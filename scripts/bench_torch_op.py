@@ -11,8 +11,8 @@
 
     python scripts/bench_torch_op.py [--rounds 7] [--calls 2000] [--no-compile]
 
-Prints the medians over rounds (min-max in brackets) as two tables; docs/perf.md entry 11 holds
-the measured numbers.
+Prints the median over rounds, the min-max and the difference to the first row per table;
+docs/perf.md entry 12 holds the measured numbers.
 """
 
 from __future__ import annotations

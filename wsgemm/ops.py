@@ -12,7 +12,7 @@ Two roads lead to the same work (``_forward``):
 - the eager fast path: plain CUDA tensors (exactly ``torch.Tensor`` or ``nn.Parameter``), no
   ``__torch_function__`` or dispatch mode, no functorch transform, no forward-mode AD. It calls the
   core directly, through a ``torch.autograd.Function`` when a gradient is needed, because torch's
-  dispatcher costs 5-15 us a call (docs/perf.md, entry 11);
+  dispatcher costs 5-15 us a call (docs/perf.md, entry 12);
 - the registered ops, for everything else: torch.compile and export, make_fx, FakeTensorMode,
   FlopCounterMode, vmap, DTensor and other subclasses, autocast-traced graphs. Their fake
   implementation only does shape arithmetic; the backend and shape policy runs in the real one.
@@ -353,7 +353,7 @@ _register_flops()
 
 
 class _Matmul(torch.autograd.Function):
-    """The eager autograd road: cheaper than the registered op's (docs/perf.md, entry 11), with
+    """The eager autograd road: cheaper than the registered op's (docs/perf.md, entry 12), with
     the same backward. ``forward(ctx, ...)`` rather than ``setup_context``: that form skips
     binding default arguments on every ``apply``."""
 
@@ -370,7 +370,7 @@ class _Matmul(torch.autograd.Function):
         return ga, gb, None, None, None
 
 
-# Bound once: every name lookup is on the per-call path (docs/perf.md, entry 11).
+# Bound once: every name lookup is on the per-call path (docs/perf.md, entry 12).
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _is_compiling = torch.compiler.is_compiling  # dynamo knows the function, whatever its name
