@@ -1,0 +1,487 @@
+"""wsgemm inside a model: ``matmul`` with torch.matmul's full meaning, ``linear``, and the ops
+``torch.ops.wsgemm.matmul`` / ``torch.ops.wsgemm.matmul_out`` that torch.compile, autograd,
+autocast, fake tensors and other tensor subclasses understand.
+
+This layer sits on the core (``wsgemm.api.matmul``: 2-D and 3-D operands, a 3-D batch of 1
+broadcast). It adds any number of batch dimensions with broadcasting and 1-D operands, folding
+batches into the core's one batch mode as views wherever the strides allow, and a backward made of
+the same kernels.
+
+Two roads lead to the same work (``_forward``):
+
+- the eager fast path: plain CUDA tensors (exactly ``torch.Tensor`` or ``nn.Parameter``), no
+  ``__torch_function__`` or dispatch mode, no functorch transform, no forward-mode AD. It calls the
+  core directly, through a ``torch.autograd.Function`` when a gradient is needed, because torch's
+  dispatcher costs 5-15 us a call (docs/perf.md, entry 13);
+- the registered ops, for everything else: torch.compile and export, make_fx, FakeTensorMode,
+  FlopCounterMode, vmap, DTensor and other subclasses, autocast-traced graphs. Their fake
+  implementation only does shape arithmetic; the backend and shape policy runs in the real one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch.utils._device import DeviceContext
+
+from . import api, host
+
+_AB_DTYPES = tuple(getattr(torch, name) for name in host.AB_DTYPES)
+_C_DTYPES = tuple(getattr(torch, name) for name in host.C_DTYPES)
+_ACC_DTYPES = tuple(getattr(torch, name) for name in host.ACC_DTYPES)
+
+
+def _names(dtypes) -> str:
+    return ", ".join(str(d) for d in dtypes)
+
+
+# ----------------------------------------------------------------------------- shapes and checks
+
+
+def result_shape(a_shape, b_shape) -> tuple:
+    """The shape of ``torch.matmul(a, b)`` for operands of these shapes; raises ValueError where
+    torch.matmul refuses. Pure shape arithmetic: symbolic sizes pass through without a guard on
+    M or N."""
+    if len(a_shape) == 0 or len(b_shape) == 0:
+        raise ValueError(
+            f"both operands must be at least 1-D, got a: {tuple(a_shape)}, b: {tuple(b_shape)}"
+        )
+    a_mat = tuple(a_shape) if len(a_shape) > 1 else (1, *a_shape)
+    b_mat = tuple(b_shape) if len(b_shape) > 1 else (*b_shape, 1)
+    if a_mat[-1] != b_mat[-2]:
+        raise ValueError(
+            f"inner dimensions differ: a is {tuple(a_shape)} (K={a_mat[-1]}) and b is "
+            f"{tuple(b_shape)} (K={b_mat[-2]}); a's last dim must equal b's "
+            + ("only dim" if len(b_shape) == 1 else "second-to-last")
+        )
+    batch = _broadcast(a_mat[:-2], b_mat[:-2])
+    rows = a_mat[-2:-1] if len(a_shape) > 1 else ()
+    cols = b_mat[-1:] if len(b_shape) > 1 else ()
+    return (*batch, *rows, *cols)
+
+
+def _broadcast(a_batch: tuple, b_batch: tuple) -> tuple:
+    try:
+        return tuple(torch.broadcast_shapes(a_batch, b_batch))
+    except RuntimeError:
+        raise ValueError(
+            f"batch dimensions {a_batch} and {b_batch} do not broadcast: each pair (aligned "
+            "from the right) must be equal or contain a 1, as in torch.matmul"
+        ) from None
+
+
+def _check_types(a, b, out, out_dtype, accumulate, backend) -> None:
+    """What the dispatcher would refuse with a RuntimeError, refused here with a TypeError."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if not isinstance(accumulate, torch.dtype):
+        raise TypeError(f"accumulate must be a torch.dtype, got {type(accumulate).__name__}")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+
+
+# Devices the fake implementation takes: CUDA, and meta for shapes alone.
+_FAKE_DEVICES = ("cuda", "meta")
+
+
+def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
+    """Every check that needs no GPU, for the fake implementations: types, dtypes, shapes, the
+    backend's name. Returns the result's shape. Never reads data or asks the device anything."""
+    _check_types(a, b, out, out_dtype, accumulate, backend)
+    if a.dtype not in _AB_DTYPES:
+        raise TypeError(f"a has dtype {a.dtype}; wsgemm multiplies {_names(_AB_DTYPES)} operands")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
+    if out_dtype is not None and out_dtype not in _C_DTYPES:
+        raise TypeError(
+            f"out_dtype={out_dtype}; allowed: None (the input dtype), {_names(_C_DTYPES)}"
+        )
+    if accumulate not in _ACC_DTYPES:
+        raise ValueError(f"accumulate={accumulate}; allowed: {_names(_ACC_DTYPES)}")
+    if accumulate == torch.float16 and a.dtype != torch.float16:
+        raise ValueError(
+            f"accumulate=torch.float16 needs float16 inputs, got {a.dtype}: the tensor cores "
+            "accumulate bf16 products in fp32 only"
+        )
+    if backend not in ("auto", *host.BACKENDS):
+        raise ValueError(
+            f"backend={backend!r} is not a wsgemm backend; "
+            f"allowed: auto, {', '.join(host.BACKENDS)}"
+        )
+    shape = result_shape(a.shape, b.shape)
+    if out is not None:
+        if out.dtype not in _C_DTYPES:
+            raise TypeError(f"out has dtype {out.dtype}; allowed: {_names(_C_DTYPES)}")
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {shape}")
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t is not None and t.device.type not in _FAKE_DEVICES:
+            raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{name} is on {t.device}, a on {a.device}")
+    return shape
+
+
+# ----------------------------------------------------------------------------- the work
+
+_unsafe_view = torch.ops.aten._unsafe_view.default
+
+
+def _forward(a, b, out, out_dtype, accumulate, backend):
+    """``a @ b`` with torch.matmul's meaning on the core. 2-D and 3-D operands go straight to it;
+    others are brought to (L, M, K) @ (L or 1, K, N) first."""
+    if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
+        result = api.matmul(
+            a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend
+        )
+    else:
+        result = _forward_nd(a, b, out, out_dtype, accumulate, backend)
+    if out is not None:  # the kernel wrote through a pointer: tell autograd, as torch's out= does
+        torch.autograd.graph.increment_version(out)
+    return result
+
+
+def _forward_nd(a, b, out, out_dtype, accumulate, backend):
+    shape = result_shape(a.shape, b.shape)
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
+    count = math.prod(batch)
+    a3, b3 = _fold(a2, batch, count), _fold(b2, batch, count)
+    m, n = a2.shape[-2], b2.shape[-1]
+    core_shape = (m, n) if a3.dim() == b3.dim() == 2 else (count, m, n)
+    kw = dict(accumulate=accumulate, backend=backend)
+    if out is None:
+        result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
+        # not a view: autograd forbids in-place changes of views made inside a custom Function
+        return _unsafe_view(result, shape)
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {shape}")
+    if out_dtype is not None and out.dtype != out_dtype:
+        raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
+    try:
+        out_core = out.view(core_shape)
+    except RuntimeError:  # out's batch dimensions do not collapse into one: write, then copy
+        out.copy_(api.matmul(a3, b3, out_dtype=out.dtype, **kw).view(shape))
+        return out
+    api.matmul(a3, b3, out=out_core, **kw)
+    return out
+
+
+def _fold(t: torch.Tensor, batch: tuple, count: int) -> torch.Tensor:
+    """``t`` (..., R, C) as the core takes it: (R, C) when it has no batch to speak of, else
+    (count, R, C): a view when its batch dimensions collapse, a copy when they do not or when
+    it broadcasts along some of them (what torch.matmul does too)."""
+    own = t.shape[:-2]
+    if math.prod(own) == 1:
+        return t.reshape(t.shape[-2:])
+    if tuple(own) != tuple(batch):
+        t = t.expand(*batch, *t.shape[-2:])
+    return t.reshape(count, *t.shape[-2:])
+
+
+def _product(x, y, like: torch.Tensor, backend: str) -> torch.Tensor:
+    """``x @ y`` laid out like ``like``: column-major (as the transposed product's transpose)
+    when ``like`` is a column-major view, such as the ``weight.t()`` of a linear layer."""
+    if like.stride(-2) == 1 and like.stride(-1) != 1:
+        return matmul(y.mT, x.mT, backend=backend).mT
+    return matmul(x, y, backend=backend)
+
+
+def _grads(a, b, grad, need_a: bool, need_b: bool, backend: str):
+    """dA = dC·Bᵀ and dB = Aᵀ·dC on wsgemm's kernels, summed over broadcast batch dimensions.
+
+    Transposes are views (the kernels read either major). An operand that serves every batch
+    (2-D, or a batch of ones) gets its gradient from one GEMM over all batches, as torch's folded
+    matmul does: one rounding, no (batch, rows, cols) intermediate. Otherwise the batched
+    product is summed over the broadcast dimensions, as torch does. Each gradient is computed
+    in its input's layout (a column-major weight view gets a column-major gradient), so
+    autograd's accumulation takes it without a copy.
+
+    A gradient of another dtype than the inputs (the fp32 gradient of an
+    ``out_dtype=torch.float32`` product) is rounded to the input dtype first: the kernels multiply
+    equal dtypes, and the gradients come out in the inputs' dtype. Backward always accumulates
+    in fp32, whatever ``accumulate`` the forward used: dB sums over every row of the batch.
+    """
+    g = grad.to(a.dtype)
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
+    count = math.prod(batch)
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    g = g.reshape(*batch, m, n)
+    ga = gb = None
+    if need_a:
+        if math.prod(a2.shape[:-2]) == 1:  # explicit sizes, not -1: any of them may be 0
+            g_cols = g.movedim(-2, 0).reshape(m, count * n)
+            ga = _product(g_cols, b2.mT.reshape(count * n, k), a2, backend)
+        else:
+            ga = _product(g, b2.mT, a2, backend).sum_to_size(a2.shape)
+        ga = ga.reshape(a.shape)
+    if need_b:
+        if math.prod(b2.shape[:-2]) == 1:
+            rows = count * m
+            gb = _product(a2.reshape(rows, k).mT, g.reshape(rows, n), b2, backend)
+        else:
+            gb = _product(a2.mT, g, b2, backend).sum_to_size(b2.shape)
+        gb = gb.reshape(b.shape)
+    return ga, gb
+
+
+# ----------------------------------------------------------------------------- registration
+
+_LIB = torch.library.Library("wsgemm", "DEF")
+_LIB.define(
+    "matmul(Tensor a, Tensor b, ScalarType? out_dtype=None, ScalarType accumulate=float, "
+    'str backend="auto") -> Tensor',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+_LIB.define(
+    "matmul_out(Tensor a, Tensor b, Tensor(a!) out, ScalarType? out_dtype=None, "
+    'ScalarType accumulate=float, str backend="auto") -> ()',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+_MATMUL = torch.ops.wsgemm.matmul.default
+_MATMUL_OUT = torch.ops.wsgemm.matmul_out.default
+
+
+def _matmul_impl(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    return _forward(a, b, None, out_dtype, accumulate, backend)
+
+
+def _matmul_out_impl(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    _forward(a, b, out, out_dtype, accumulate, backend)
+
+
+# CPU too, so a CPU tensor gets the core's ValueError rather than the dispatcher's
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("matmul", _matmul_impl, _key)
+    _LIB.impl("matmul_out", _matmul_out_impl, _key)
+
+
+@torch.library.register_fake("wsgemm::matmul", lib=_LIB)
+def _matmul_fake(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    shape = check(a, b, None, out_dtype, accumulate, backend)
+    return a.new_empty(shape, dtype=out_dtype or a.dtype)  # contiguous, as torch.matmul's
+
+
+@torch.library.register_fake("wsgemm::matmul_out", lib=_LIB)
+def _matmul_out_fake(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    check(a, b, out, out_dtype, accumulate, backend)  # no overlap test: fake tensors have no data
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, _out_dtype, _accumulate, backend = inputs
+    ctx.save_for_backward(a, b)
+    ctx.backend = backend
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    ga, gb = _grads(a, b, grad, *ctx.needs_input_grad[:2], ctx.backend)
+    return ga, gb, None, None, None
+
+
+torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)
+
+
+def _refuse_grad(a, b, out) -> None:
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
+        raise RuntimeError(
+            "wsgemm.matmul(): out= does not support automatic differentiation, but an argument "
+            "requires grad (as torch.matmul); call it without out=, or under torch.no_grad()"
+        )
+
+
+def _matmul_out_autograd(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    _refuse_grad(a, b, out)
+    with torch._C._AutoDispatchBelowAutograd():
+        _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend)
+
+
+_LIB.impl("matmul_out", _matmul_out_autograd, "Autograd")
+
+
+def autocast_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
+    """The dtype CUDA autocast gives ``t`` in a lower-precision op such as torch.matmul:
+    floating CUDA tensors other than float64 take ``dtype``."""
+    if t.is_cuda and t.is_floating_point() and t.dtype != torch.float64:
+        return dtype
+    return t.dtype
+
+
+def _autocast(a, b):
+    dtype = torch.get_autocast_dtype("cuda")
+    return a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
+
+
+def _matmul_autocast(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    a, b = _autocast(a, b)
+    with torch._C._ExcludeDispatchKeyGuard(
+        torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+    ):
+        return _MATMUL(a, b, out_dtype, accumulate, backend)
+
+
+# out= calls are not autocast (torch's rule), so matmul_out keeps the fallthrough
+_LIB.impl("matmul", _matmul_autocast, "AutocastCUDA")
+
+
+def _flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * math.prod(result_shape(a_shape, b_shape)) * a_shape[-1]
+
+
+def _register_flops() -> None:
+    from torch.utils.flop_counter import register_flop_formula
+
+    register_flop_formula([torch.ops.wsgemm.matmul, torch.ops.wsgemm.matmul_out])(_flops)
+
+
+_register_flops()
+
+
+# ----------------------------------------------------------------------------- eager fast path
+
+
+class _Matmul(torch.autograd.Function):
+    """The eager autograd road: cheaper than the registered op's (docs/perf.md, entry 13), with
+    the same backward. ``forward(ctx, ...)`` rather than ``setup_context``: that form skips
+    binding default arguments on every ``apply``."""
+
+    @staticmethod
+    def forward(ctx, a, b, out_dtype, accumulate, backend):
+        ctx.save_for_backward(a, b)
+        ctx.backend = backend
+        return _forward(a, b, None, out_dtype, accumulate, backend)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        ga, gb = _grads(a, b, grad, *ctx.needs_input_grad[:2], ctx.backend)
+        return ga, gb, None, None, None
+
+
+# Bound once: every name lookup is on the per-call path (docs/perf.md, entry 13).
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_is_compiling = torch.compiler.is_compiling  # dynamo knows the function, whatever its name
+_grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_active = torch._C._are_functorch_transforms_active
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+
+
+def _plain(a, b, out=None) -> bool:
+    """CUDA tensors with no subclass behaviour (``nn.Parameter`` disables
+    ``__torch_function__``); ``out`` may be None."""
+    ta, tb = type(a), type(b)
+    return (
+        (ta is _Tensor or ta is _Parameter)
+        and (tb is _Tensor or tb is _Parameter)
+        and a.is_cuda
+        and b.is_cuda
+        and (out is None or ((type(out) is _Tensor or type(out) is _Parameter) and out.is_cuda))
+    )
+
+
+def _only_device_contexts() -> bool:
+    # torch.set_default_device and `with torch.device(...)` push a DeviceContext, which only
+    # fills in factory functions' device; the core passes devices explicitly
+    return all(
+        type(torch._C._get_function_stack_at(i)) is DeviceContext
+        for i in range(torch._C._len_torch_function_stack())
+    )
+
+
+def _no_modes() -> bool:
+    """Nothing that must see the op: no dispatch mode (FakeTensorMode, FlopCounterMode, make_fx,
+    user modes), no __torch_function__ mode, no functorch transform (vmap, grad, functionalize),
+    no forward-mode AD level."""
+    return (
+        _dispatch_modes() == 0
+        and not _functorch_active()
+        and _forward_ad._current_level < 0
+        and (not _function_mode_enabled() or _only_device_contexts())
+    )
+
+
+def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    """``a @ b`` on the tensor cores, with ``torch.matmul``'s meaning.
+
+    Args:
+        a: (..., M, K) or (K,), float16 or bfloat16, CUDA, any strides.
+        b: (..., K, N) or (K,), same dtype and device as ``a``. Batch dimensions broadcast as in
+            torch.matmul; a 1-D operand is a row (``a``) or column (``b``) dropped from the
+            result. Batches are folded into one kernel batch as views where the strides allow.
+        out: optional output written in place, of exactly the result's shape; must not overlap
+            ``a`` or ``b``. Refused (RuntimeError) when autograd would need it, as in torch.
+        out_dtype: float16, bfloat16 or float32; default the input dtype (or ``out.dtype``).
+        accumulate: torch.float32 (default, as cuBLAS) or torch.float16 (fp16 inputs only).
+        backend: "auto" (the best kernel for the GPU and shape) or one of ``wsgemm.host.BACKENDS``.
+
+    Differentiable (the backward runs on wsgemm's kernels; see docs/torch.md), traceable by
+    torch.compile (as ``torch.ops.wsgemm.matmul``), and cast by CUDA autocast like torch.matmul.
+
+    Returns:
+        the product, of ``out_dtype`` (``out`` itself when given).
+    """
+    # _is_compiling first: dynamo must not trace the other checks
+    if not _is_compiling() and _plain(a, b, out) and _no_modes():
+        if out is not None:
+            _refuse_grad(a, b, out)
+            return _forward(a, b, out, out_dtype, accumulate, backend)
+        if _any_autocast() and torch.is_autocast_enabled("cuda"):
+            a, b = _autocast(a, b)
+        if _grad_enabled() and (a.requires_grad or b.requires_grad):
+            return _Matmul.apply(a, b, out_dtype, accumulate, backend)
+        return _forward(a, b, None, out_dtype, accumulate, backend)
+    _check_types(a, b, out, out_dtype, accumulate, backend)
+    if out is None:
+        return _MATMUL(a, b, out_dtype, accumulate, backend)
+    _refuse_grad(a, b, out)
+    _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend)
+    return out
+
+
+def linear(input, weight, bias=None):
+    """``torch.nn.functional.linear`` on wsgemm: ``input @ weight.T + bias``.
+
+    Args:
+        input: (..., in_features), float16 or bfloat16 (or cast by CUDA autocast), CUDA.
+        weight: (out_features, in_features) or (in_features,), input's dtype and device.
+        bias: optional (out_features,) or 0-D, weight's dtype.
+
+    The bias is a separate add after the product until wsgemm has a fused bias epilogue.
+    Differentiable and traceable like ``matmul``.
+    """
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dim() not in (1, 2):
+        raise ValueError(
+            f"weight must be 2-D (out_features, in_features) or 1-D, got shape "
+            f"{tuple(weight.shape)}"
+        )
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.dtype != weight.dtype:
+            raise TypeError(f"bias has dtype {bias.dtype}, weight {weight.dtype}; they must match")
+        if tuple(bias.shape) not in (tuple(weight.shape[:-1]), ()):
+            raise ValueError(
+                f"bias has shape {tuple(bias.shape)}; weight {tuple(weight.shape)} needs "
+                f"{tuple(weight.shape[:-1])} or ()"
+            )
+    y = matmul(input, weight.t())
+    if bias is None:
+        return y
+    return y + bias.to(y.dtype)  # under autocast y is already in the autocast dtype
