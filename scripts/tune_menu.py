@@ -326,8 +326,8 @@ def _geomean(values) -> float:
 
 def _summary(table: dict, rows: list[dict], log) -> None:
     """Per suite: the best menu candidate per shape (what the table makes the policy pick at
-    these shapes) against the shipped choice (api.auto_sm90's rule: the 128x256 tile unless it
-    has fewer tiles than half the SMs, then the shipped ping-pong)."""
+    these shapes) against the pre-menu choice (auto's rule before the policy: the 128x256 tile
+    unless it has fewer tiles than half the SMs, then the shipped ping-pong)."""
     by_shape = {}
     for r in rows:
         by_shape.setdefault((r["group"], r["label"]), []).append(r)

@@ -86,6 +86,22 @@ def test_warm_fills_the_cache_then_finds_it_full(stand_in, capsys):
     assert len(compiled) == 36
 
 
+def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
+    """For sm_90a, warm's sm90 variants are the policy's menu (policy.menu_variants): the
+    shipped two backends plus the other entries, 36 variants each, and nothing else."""
+    from wsgemm.host import policy
+
+    _, _, compiled = stand_in
+    code, _, err = run(capsys, "warm", "--arch", "sm_90a", "--backend", "sm90-pingpong",
+                       "--jobs", "1")  # fmt: skip
+    entries = [e for e in policy.MENU if e.backend == "sm90-pingpong"]
+    assert code == 0, err
+    assert f"warm: the sm90 menu (docs/policy.md): {', '.join(e.name for e in entries)}" in err
+    assert len(compiled) == 36 * len(entries) == len(set(compiled))
+    assert f"warm: {36 * len(entries)} compiled, 0 already cached, 0 failed" in err
+    assert set(compiled) == {v.key() for v in policy.menu_variants("sm_90a", tuple(entries))}
+
+
 def test_warm_without_a_gpu_needs_an_arch(stand_in, capsys):
     code, _, err = run(capsys, "warm")
     assert code == 2 and "no CUDA GPU" in err and "pass --arch" in err

@@ -3,6 +3,7 @@ A repeated call signature runs its prebuilt launcher; it must give what a fresh 
 any data pointers, and must never skip a check that the full validation would fail."""
 
 import dataclasses
+import logging
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from operands import make
 
 from wsgemm import host
 from wsgemm.api import Dispatcher, dispatch, validate
+from wsgemm.host import policy
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32
@@ -36,12 +38,17 @@ class StandInCache:
         return self.kernel
 
 
-def cpu_dispatcher(capability=(9, 0)) -> Dispatcher:
-    return Dispatcher(StandInCache(), StandInDevices(capability, 132))
+def cpu_dispatcher(capability=(9, 0), **options) -> Dispatcher:
+    return Dispatcher(StandInCache(), StandInDevices(capability, 132), **options)
 
 
 def matmul(d, a, b, out=None, out_dtype=None, accumulate=F32, backend="auto", config=None):
     return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config)
+
+
+def hopper_choice(m, n, k, batch=1):
+    """What the policy picks for an fp16 problem on the stand-in H200 (132 SMs)."""
+    return policy.choose(m, n, k, batch, "float16", "float16", "float32", 132, (9, 0))
 
 
 def reference(a, b, dtype=F16):
@@ -204,7 +211,7 @@ def test_the_launcher_memo_is_bounded():
 @pytest.mark.parametrize(
     "capability, backend, expected",
     [
-        ((9, 0), "auto", "sm90"),
+        ((9, 0), "auto", "the policy's"),
         ((8, 0), "auto", "sm80"),
         ((8, 9), "auto", "sm80"),
         ((9, 0), "sm80-multistage", "sm80-multistage"),
@@ -214,6 +221,8 @@ def test_the_backend_is_chosen_per_device(capability, backend, expected):
     d = cpu_dispatcher(capability)
     matmul(d, torch.randn(2048, 8).half(), torch.randn(8, 2048).half(), backend=backend)
     (variant,) = d.cache.variants
+    if expected == "the policy's":
+        expected = hopper_choice(2048, 2048, 8).menu_entry.backend
     assert variant.backend == expected
     assert variant.arch == host.arch_for_capability(capability)
 
@@ -259,3 +268,249 @@ def test_a_broken_kernel_module_fails_loudly(monkeypatch):
             cpu_dispatcher((8, 0)).available_backends()
     finally:
         host.shipped_backends.cache_clear()
+
+
+# ----------------------------------------------------------------------------- auto and the policy
+
+
+class NoOpCache(StandInCache):
+    """Kernels that only count their launches: for problems too large for a float64 CPU product
+    when only the choice is under test."""
+
+    def get(self, variant):
+        self.variants.append(variant)
+        return lambda a, b, c, clusters: self.kernel.launches.append(clusters)
+
+
+def hopper(cache=None, **options) -> Dispatcher:
+    return Dispatcher(cache or StandInCache(), StandInDevices((9, 0), 132), **options)
+
+
+@pytest.fixture
+def choose_calls(monkeypatch):
+    """Every ``policy.choose`` call's (m, n, k, batch), the real answer returned."""
+    calls = []
+    real = policy.choose
+
+    def counted(m, n, k, batch, *rest, **kw):
+        calls.append((m, n, k, batch))
+        return real(m, n, k, batch, *rest, **kw)
+
+    monkeypatch.setattr(policy, "choose", counted)
+    return calls
+
+
+def force_split(monkeypatch, name: str, split: int) -> list:
+    """``policy.choose`` answers ``name`` with ``split`` for every problem; returns its calls."""
+    calls = []
+
+    def forced(m, n, k, batch, *rest, **kw):
+        calls.append((m, n, k, batch))
+        return policy.Choice(policy.entry(name), split, "forced by the test", "test")
+
+    monkeypatch.setattr(policy, "choose", forced)
+    return calls
+
+
+def integers(shape, gen, dtype=F16):
+    """Small integers: every partial and total sum is exact in fp16 and fp32, so a split product
+    must equal the float64 one bit for bit."""
+    return torch.randint(-3, 4, shape, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize(
+    "m, n, k, batch",
+    [
+        (1, 4096, 14336, None),
+        (16, 4096, 4096, None),
+        (128, 4096, 14336, None),
+        (128, 6144, 4096, None),
+        (4096, 4096, 4096, None),
+        (128, 4096, 512, 8),
+    ],
+    ids=["decode-split", "decode", "m128-split", "m128", "large", "batched"],
+)
+def test_auto_runs_the_entry_and_split_the_policy_chooses(m, n, k, batch, choose_calls):
+    d = hopper(NoOpCache())
+    lead = () if batch is None else (batch,)
+    a, b = torch.empty(*lead, m, k, dtype=F16), torch.empty(*lead, k, n, dtype=F16)
+    matmul(d, a, b)
+    batch = batch or 1
+    choice = hopper_choice(m, n, k, batch)
+    assert choose_calls == [(m, n, k, batch)] * 2  # the call's, then this test's
+    (variant,) = d.cache.variants
+    e = choice.menu_entry
+    assert (variant.backend, variant.config) == (e.backend, e.variant_config())
+    # a split runs the fp32-output variant of the same config (the partials)
+    assert variant.c_dtype == ("float32" if choice.split > 1 else "float16")
+    assert d.cache.kernel.launches == [132 // host.cluster_size(variant.kernel_config())]
+
+
+LAYOUTS_SPLIT = [
+    # (a shape, b shape, a column-major, b column-major, out: None | "rows" | "cols" | "slice")
+    ((5, 48), (48, 24), False, False, None),
+    ((5, 48), (48, 24), True, True, "rows"),
+    ((37, 40), (40, 29), False, True, "cols"),  # K 40: chunks of 16, 16 and a tail of 8
+    ((37, 64), (64, 29), True, False, "slice"),
+    ((3, 16, 48), (3, 48, 40), False, False, "rows"),
+    ((3, 16, 48), (48, 40), False, True, None),  # folds into one (48, 48) @ (48, 40)
+]
+
+
+def _out(kind, shape, dtype):
+    if kind is None:
+        return None
+    if kind == "rows":
+        return torch.full(shape, float("nan"), dtype=dtype)
+    if kind == "cols":  # column-major: the unsplit path needs a temporary and a copy back
+        return torch.full(shape[::-1], float("nan"), dtype=dtype).transpose(-1, -2)
+    wide = torch.full((*shape[:-1], shape[-1] + 5), float("nan"), dtype=dtype)
+    return wide[..., 3 : 3 + shape[-1]]  # a column slice: an unaligned base and row stride
+
+
+@pytest.mark.parametrize("sa, sb, a_col, b_col, out_kind", LAYOUTS_SPLIT)
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("out_dtype", [F16, F32])
+def test_a_split_choice_runs_split_k_on_the_fp32_variant_exactly(
+    sa, sb, a_col, b_col, out_kind, split, out_dtype, monkeypatch
+):
+    calls = force_split(monkeypatch, "pingpong-64x128-c1x2", split)
+    d = hopper()
+    gen = torch.Generator().manual_seed(split + len(sa))
+    for _ in range(3):  # the first call, then the launcher: new tensors, same signature
+        a = integers(sa, gen)
+        b = integers(sb, gen)
+        if a_col:
+            a = a.transpose(-1, -2).contiguous().transpose(-1, -2)
+        if b_col:
+            b = b.transpose(-1, -2).contiguous().transpose(-1, -2)
+        want = torch.matmul(a.double(), b.double()).to(out_dtype)
+        out = _out(out_kind, tuple(want.shape), out_dtype)
+        got = matmul(d, a, b, out, out_dtype=None if out is not None else out_dtype)
+        assert got is out if out is not None else got.dtype == out_dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        # the kernel wrote fp32 partials into a workspace; the reduction wrote the result
+        assert d.cache.kernel.launches[-1][2] != got.data_ptr()
+    assert len(calls) == 1 and len(d.launchers) == 1
+    config = policy.entry("pingpong-64x128-c1x2").variant_config()
+    assert {(v.backend, v.c_dtype, v.config) for v in d.cache.variants} == {
+        ("sm90-pingpong", "float32", config)
+    }
+
+
+def test_a_split_writes_out_directly_without_a_temporary(monkeypatch):
+    force_split(monkeypatch, "pingpong-64x128-c1x2", 2)
+    d = hopper()
+    gen = torch.Generator().manual_seed(5)
+    a, b = integers((8, 32), gen), integers((32, 16), gen)
+    out = torch.full((16, 8), float("nan"), dtype=F16).t()  # column-major
+    (p, route) = (
+        validate(a, b, out, None, F32, "auto", device_type="cpu"),
+        d.route("auto", None, (8, 16, 32, None), ("float16", "float16", "float32")),
+    )
+    assert route.split == 2
+    _, planned = dispatch._launch(d, a, b, out, p, route)
+    launch = planned[0]
+    assert launch.copy_back is None and launch.c.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
+def test_a_repeated_signature_never_asks_the_policy_again(choose_calls):
+    d = hopper()
+    a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()
+    odd = torch.randn(64, 33).half()[:, :32]  # unaligned rows: the copy path's launcher
+    for _ in range(3):
+        matmul(d, a, b)
+        matmul(d, odd, b)
+        matmul(d, a, b, out=torch.empty(64, 48).half())
+    assert len(choose_calls) == 3 == len(d.launchers)
+    matmul(d, torch.randn(65, 32).half(), b)  # a new signature: one more choice
+    assert len(choose_calls) == 4
+
+
+@pytest.mark.parametrize("backend", ["sm90", "sm90-pingpong"])
+def test_explicit_backends_never_split_nor_ask_the_policy(backend, monkeypatch):
+    calls = force_split(monkeypatch, "pingpong-64x128-c1x2", 4)
+    d = hopper()
+    a, b = torch.randn(16, 64).half(), torch.randn(64, 32).half()
+    got = matmul(d, a, b, backend=backend)
+    torch.testing.assert_close(got, reference(a, b), rtol=0, atol=0)
+    assert not calls
+    (variant,) = d.cache.variants
+    assert (variant.backend, variant.c_dtype, variant.config) == (backend, "float16", None)
+    assert len(d.cache.kernel.launches) == 1
+    assert d.route(backend, None, (16, 32, 64, None), ("float16",) * 2 + ("float32",)).split == 1
+
+
+def test_batch_invariant_mode_never_splits(monkeypatch):
+    m, n, k = 1, 4096, 14336
+    dtypes = ("float16", "float16", "float32")
+    assert hopper().route("auto", None, (m, n, k, None), dtypes).split > 1  # the table splits
+    assert hopper(batch_invariant=True).route("auto", None, (m, n, k, None), dtypes).split == 1
+    monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
+    policy._environment.cache_clear()
+    try:
+        assert hopper().route("auto", None, (m, n, k, None), dtypes).split == 1
+        assert hopper(batch_invariant=False).route("auto", None, (m, n, k, None), dtypes).split > 1
+    finally:
+        monkeypatch.delenv(policy.ENV_BATCH_INVARIANT)
+        policy._environment.cache_clear()
+    with pytest.raises(TypeError, match="batch_invariant must be a bool"):
+        hopper(batch_invariant="yes")
+
+
+def test_a_new_signature_logs_its_choice_once(caplog):
+    d = hopper()
+    a, b = torch.randn(16, 64).half(), torch.randn(64, 32).half()
+    with caplog.at_level(logging.DEBUG, logger="wsgemm"):
+        matmul(d, a, b)
+        matmul(d, a, b)
+    (record,) = [r for r in caplog.records if r.name == "wsgemm"]
+    choice = hopper_choice(16, 32, 64)
+    assert f"runs {choice.menu_entry.name} with split 1 for M=16 N=32 K=64" in record.message
+    assert choice.reason in record.message
+
+
+def explain(d, a, b, out=None, out_dtype=None, accumulate=F32, backend="auto"):
+    return dispatch.explain(d, a, b, out, out_dtype, accumulate, backend)
+
+
+def test_explain_says_what_auto_runs_and_why_without_compiling():
+    d = hopper()
+    a, b = torch.empty(16, 14336, dtype=F16), torch.empty(14336, 4096, dtype=F16)
+    text = explain(d, a, b)
+    assert text == policy.explain(16, 4096, 14336, 1, "float16", "float16", "float32", 132,
+                                  (9, 0))  # fmt: skip
+    choice = hopper_choice(16, 4096, 14336)
+    assert choice.menu_entry.name in text and f"split-K: {choice.split}" in text
+    assert not d.cache.variants and not d.launchers  # nothing compiled, nothing remembered
+    batched = explain(d, torch.empty(3, 16, 64, dtype=F16), torch.empty(64, 32, dtype=F16),
+                      out_dtype=F32)  # fmt: skip
+    assert "M=16 N=32 K=64 batch=3" in batched and "float32 output" in batched
+
+
+@pytest.mark.parametrize(
+    "capability, backend, words",
+    [
+        ((9, 0), "sm90-pingpong", "backend='sm90-pingpong' named: its shipped config, never split"),
+        ((8, 0), "auto", "auto on sm_80: the sm80 kernel"),
+    ],
+)
+def test_explain_outside_the_menu(capability, backend, words):
+    d = cpu_dispatcher(capability)
+    text = explain(d, torch.empty(16, 64, dtype=F16), torch.empty(64, 32, dtype=F16),
+                   backend=backend)  # fmt: skip
+    config = host.BACKENDS[backend if backend != "auto" else "sm80"].config()
+    assert words in text and "split-K: 1 (none)" in text
+    assert f"{config.tile_m}x{config.tile_n}x{config.tile_k} tile" in text
+    assert not d.cache.variants
+
+
+@pytest.mark.parametrize("mutation", ["a is bfloat16", "out is float64", "b is a list"])
+def test_explain_validates_as_matmul_does(mutation):
+    a, b, out = torch.randn(16, 16).half(), torch.randn(16, 16).half(), torch.empty(16, 16).half()
+    bad = MUTATIONS[mutation](a, b, out)
+    expected = _fresh_error(lambda fresh: matmul(fresh, *bad))
+    with pytest.raises(expected[0]) as info:
+        explain(cpu_dispatcher(), *bad)
+    assert str(info.value) == expected[1]

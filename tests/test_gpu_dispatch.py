@@ -1,12 +1,14 @@
 """The call path on a GPU: prebuilt launchers against fresh calls, the copy path for a pointer
-that loses its alignment, and calls captured in a CUDA graph (no allocation outside torch's
-caching allocator, no host synchronization), with ``out`` inside an input's buffer."""
+that loses its alignment, calls captured in a CUDA graph (no allocation outside torch's
+caching allocator, no host synchronization), with ``out`` inside an input's buffer, and
+``auto``'s split-K route on LLM shapes."""
 
 import pytest
 import torch
 
 import wsgemm
 from wsgemm.api import DISPATCHER, Dispatcher, dispatch
+from wsgemm.host import policy
 
 pytestmark = pytest.mark.gpu
 
@@ -133,3 +135,63 @@ def test_calls_on_a_side_stream_follow_its_order():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     assert_matches_torch(got, x, b)
+
+
+class VariantsCache:
+    """The process's compile cache, with every variant asked for written down."""
+
+    def __init__(self):
+        self.variants = []
+
+    def get(self, variant):
+        self.variants.append(variant)
+        return DISPATCHER.cache.get(variant)
+
+
+def _split_choice(monkeypatch, m, n, k):
+    """The policy's choice for an fp16 problem on this GPU; if it does not split, the same entry
+    with split 2, forced (so the split path is what the test runs)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cc = torch.cuda.get_device_capability()
+    choice = policy.choose(m, n, k, 1, "float16", "float16", "float32", sms, cc)
+    if choice.split == 1:
+        choice = policy.Choice(choice.menu_entry, 2, "forced by the test", "test")
+        monkeypatch.setattr(policy, "choose", lambda *args, **kw: choice)
+    return choice
+
+
+@pytest.mark.parametrize("m", [1, 16, 128])
+def test_auto_splits_llm_shapes_correctly_into_any_out(m, monkeypatch):
+    """Decode and prefill of a down projection (N 4096, K 14336, a linear layer's weight: TN):
+    the split route against the fp64 reference, fresh and into a given ``out`` (contiguous,
+    column-major, a column slice), every result bitwise the same as the first."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 menu runs on sm_90 only")
+    n, k = 4096, 14336
+    choice = _split_choice(monkeypatch, m, n, k)
+    gen = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, k, generator=gen, device="cuda").half()
+    w = torch.randn(n, k, generator=gen, device="cuda").half().t()  # (K, N), K-major
+    d = Dispatcher(VariantsCache())
+    first = call(d, x, w)
+    assert_matches_torch(first, x, w)
+    e = choice.menu_entry
+    assert {(v.backend, v.c_dtype, v.config) for v in d.cache.variants} == {
+        (e.backend, "float32", e.variant_config())
+    }, "a split runs the fp32-output variant of the chosen entry"
+    assert torch.equal(call(d, x, w), first)  # the launcher, a second run: the same bits
+    wide = torch.full((m, n + 8), float("nan"), device="cuda", dtype=F16)
+    outs = {
+        "contiguous": torch.full((m, n), float("nan"), device="cuda", dtype=F16),
+        "column-major": torch.full((n, m), float("nan"), device="cuda", dtype=F16).t(),
+        "column slice": wide[:, 8:],
+    }
+    for name, out in outs.items():
+        for _ in range(2):  # the first call of the signature, then its launcher
+            out.fill_(float("nan"))
+            assert call(d, x, w, out) is out
+            assert torch.equal(out, first), f"out {name} differs from the fresh result"
+    assert torch.isnan(wide[:, :8]).all(), "wrote outside out"
+    text = wsgemm.api.explain(x, w)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert f"{sms} SMs" in text and f"kernel: {e.name}" in text

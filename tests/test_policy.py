@@ -106,6 +106,10 @@ def test_menu_variants_are_what_warm_compiles():
     assert shipped == {
         v for b in ("sm90", "sm90-pingpong") for v in inspection.variants("sm_90a", b, True)
     }
+    warmed = inspection.warm_variants("sm_90a", inspection.backends_for("sm_90a"))
+    assert [v for v in warmed if host.BACKENDS[v.backend].family == "sm90"] == variants
+    assert len(warmed) == 36 * (len(policy.MENU) + len(host.shipped_backends("sm80")))
+    assert not inspection.menu_entries("sm_80", ("sm90", "sm90-pingpong"))
 
 
 # ----------------------------------------------------------------------------- rules

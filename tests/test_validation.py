@@ -223,18 +223,3 @@ def test_output_shape_follows_torch_matmul(sa, sb, expected):
     p = on_cpu(a, b)
     assert p.out_shape == expected
     assert p.c_dtype == F16 and p.acc_dtype == torch.float32
-
-
-@pytest.mark.parametrize(
-    "m, n, batch, expected",
-    [
-        (128, 6144, 0, "sm90-pingpong"),  # 24 cooperative tiles on 132 SMs
-        (128, 28672, 0, "sm90"),  # 112 tiles: enough
-        (4096, 4096, 0, "sm90"),
-        (128, 4096, 8, "sm90"),  # the batch fills the machine
-    ],
-)
-def test_auto_picks_ping_pong_only_when_cooperative_tiles_leave_sms_idle(m, n, batch, expected):
-    from wsgemm.host.dispatch import auto_sm90
-
-    assert auto_sm90(m, n, batch, 132) == expected

@@ -156,7 +156,13 @@ def _warm(args: argparse.Namespace) -> int:
             console.print(f"warm: {problem}", markup=False)
             return EXIT_USAGE
         names = [n for n in names if n in args.backend]
-    variants = [v for n in names for v in insp.variants(arch, n, everything=True)]
+    variants = insp.warm_variants(arch, names)
+    menu = insp.menu_entries(arch, names)
+    if menu:
+        console.print(
+            f"warm: the sm90 menu (docs/policy.md): {', '.join(e.name for e in menu)}",
+            markup=False,
+        )
     if not variants:
         console.print(f"warm: no shipped kernel builds for {arch}", markup=False)
         return EXIT_FAILED
@@ -294,7 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_inspect)
 
     p = sub.add_parser(
-        "warm", help="compile every variant of the shipped kernels into the on-disk cache"
+        "warm",
+        help="compile every variant of the shipped kernels and the sm90 menu into the on-disk "
+        "cache",
     )
     p.add_argument(
         "--arch", choices=ARCHES, help="target (default: the local GPU's; required without one)"

@@ -90,6 +90,29 @@ def variants(arch: str, backend: str, everything: bool = False) -> list[host.Var
     return out
 
 
+def menu_entries(arch: str, backends) -> list:
+    """The sm90 menu entries (``host.policy.MENU``) that run on ``backends``, for ``arch``."""
+    from .host import policy
+
+    return [e for e in policy.MENU if e.backend in backends and arch_allows(arch, "sm90")]
+
+
+def warm_variants(arch: str, backends) -> list[host.Variant]:
+    """What ``warm`` compiles for ``backends``: every variant of each sm80-family backend, and
+    for the sm90 family every variant of the menu entries that run on those backends (the
+    shipped two are the sm90 backends' own variants), so ``auto`` never compiles at run time
+    a kernel ``warm`` left out. Bounded: 36 per backend or menu entry."""
+    from .host import policy
+
+    out = [
+        v
+        for name in backends
+        if host.BACKENDS[name].family != "sm90"
+        for v in variants(arch, name, everything=True)
+    ]
+    return out + policy.menu_variants(arch, tuple(menu_entries(arch, backends)))
+
+
 def cubin(variant: host.Variant) -> bytes:
     """The variant's cubin: from its cached object (compiled and stored on a miss)."""
     from .host.cache import object_bytes

@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "available_backends",
     "batched",
+    "explain",
     "matmul",
     "plan",
     "validate",
@@ -47,8 +48,9 @@ def matmul(
             ``a`` or ``b`` nor itself.
         out_dtype: float16, bfloat16 or float32; default the input dtype (or ``out.dtype``).
         accumulate: torch.float32 (default, as cuBLAS) or torch.float16 (fp16 inputs only).
-        backend: "auto" (the best kernel for the GPU and problem) or one of
-            ``wsgemm.host.BACKENDS``.
+        backend: "auto" (the best kernel for the GPU and problem: on Hopper a tile and split-K
+            count per shape, see ``explain`` and docs/policy.md) or one of
+            ``wsgemm.host.BACKENDS`` (its shipped config, never split).
         config: with a named ``backend``, a config of that backend's kernel class to run
             instead of the shipped one (tuning: each distinct config compiles once).
 
@@ -59,6 +61,18 @@ def matmul(
     capture in a CUDA graph once the call has run outside it (the first call compiles).
     """
     return dispatch.call(DISPATCHER, a, b, out, out_dtype, accumulate, backend, config)
+
+
+def explain(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto") -> str:
+    """Which kernel ``matmul`` with these arguments runs, and why: the backend, tile, cluster
+    and split-K count, and the reason (on Hopper, the shape policy's: docs/policy.md). Checks
+    the arguments as ``matmul`` does and reads the device's capability and SM count; compiles
+    and launches nothing.
+
+    Returns:
+        a few lines of text: the problem, the kernel, the split, why.
+    """
+    return dispatch.explain(DISPATCHER, a, b, out, out_dtype, accumulate, backend)
 
 
 def available_backends(device=None) -> list[str]:

@@ -1,7 +1,8 @@
 """From a call to a launch, and the fast path for a call signature already seen.
 
 ``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
-asks the dispatcher for a backend and a kernel, plans the kernel views and launches; then it
+asks the dispatcher for a route (backend, config and split-K count: ``auto`` asks the shape
+policy here, once per signature) and a kernel, plans the kernel views and launches; then it
 keeps a launcher for the signature in the dispatcher. A later call with the same signature reads
 a handful of tensor attributes, finds the launcher and runs it: no validation, planning or
 dispatch in Python, only the views the kernel takes (one ``as_strided`` each), the output
@@ -25,6 +26,8 @@ from typing import Any
 import torch
 
 from .. import host
+from ..host.dispatch import Route
+from ..splitk import split_k
 from .overlap import extent
 from .plan import Launch, batched, broadcast_copy_bytes, plan
 from .validate import Problem, check_no_overlap, validate
@@ -69,32 +72,42 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
 
 def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
-    chosen = d.choose_backend(backend, a.device.index, p.m, p.n, p.batch)
-    result, planned = _launch(d, a, b, out, p, chosen, config)
+    route = d.route(backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
+    result, planned = _launch(d, a, b, out, p, route)
     if key is not None:
         direct = _direct_launcher(d, planned, p, a.device, out is None) if planned else None
         spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
-        d.remember(key, (direct or _general_launcher(d, p, chosen, config), spans))
+        d.remember(key, (direct or _general_launcher(d, p, route), spans))
     return result
+
+
+def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:
+    """``wsgemm.api.explain``'s body: validate as ``call`` does, then the dispatcher's account
+    of the route. Compiles and launches nothing."""
+    p = validate(a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type)
+    return d.explain(backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names)
 
 
 def _extent(t: torch.Tensor) -> int:
     return extent(t.shape, t.stride(), t.element_size())
 
 
-def run(d, a, b, out, problem: Problem, backend: str, config: Any = None) -> torch.Tensor:
-    """Launch a validated call on a chosen backend, planning it from scratch: what every call of
-    a signature does when its operands need copies (and what the CPU tests drive)."""
-    return _launch(d, a, b, out, problem, backend, config)[0]
+def run(
+    d, a, b, out, problem: Problem, backend: str, config: Any = None, split: int = 1
+) -> torch.Tensor:
+    """Launch a validated call on a chosen backend (and split), planning it from scratch: what
+    every call of a signature does when its operands need copies (and what the CPU tests
+    drive)."""
+    return _launch(d, a, b, out, problem, Route(backend, config, split))[0]
 
 
-def _general_launcher(d, p: Problem, backend: str, config: Any) -> Launcher:
-    return lambda a, b, out: _launch(d, a, b, out, p, backend, config)[0]
+def _general_launcher(d, p: Problem, route: Route) -> Launcher:
+    return lambda a, b, out: _launch(d, a, b, out, p, route)[0]
 
 
-def _launch(d, a, b, out, p: Problem, backend: str, config: Any):
-    """Plan and launch one call; returns (the result, the ``Launch`` when it was one kernel call
-    on views of the caller's tensors, else None)."""
+def _launch(d, a, b, out, p: Problem, route: Route):
+    """Plan and launch one call; returns (the result, (the ``Launch``, kernel, clusters, split)
+    when it was one launch (or one split-K) on views of the caller's tensors, else None)."""
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     if out.numel() == 0:
@@ -105,11 +118,22 @@ def _launch(d, a, b, out, p: Problem, backend: str, config: Any):
     if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
         one = Problem(None, p.m, p.n, p.k, p.ab_dtype, p.c_dtype, p.acc_dtype)
         for l_ in range(out3.shape[0]):
-            _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, backend, config)
+            _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route)
         return out, None
-    launch = plan(a3, b3, out3, host.needs_vector_extent(backend))
+    split = route.split
+    launch = plan(a3, b3, out3, host.needs_vector_extent(route.backend), reduced=split > 1)
     index = a.device.index
-    fn, clusters = d.kernel(backend, index, p.dtype_names, launch.a_major, launch.b_major, config)
+    ab, c, acc = p.dtype_names
+    # Split-K: the chunks' partials are fp32 whatever C is; the reduction rounds once into C.
+    dtypes = (ab, "float32", acc) if split > 1 else (ab, c, acc)
+    fn, clusters = d.kernel(
+        route.backend, index, dtypes, launch.a_major, launch.b_major, route.config
+    )
+    if split > 1:  # a persistent sm90 kernel: any batch fits one launch
+        with _on_device(d, index):
+            split_k(fn, launch.a, launch.b, launch.c, split, clusters,
+                    a_major=launch.a_major, b_major=launch.b_major)  # fmt: skip
+        return out, (launch, fn, clusters, split) if launch.direct else None
     L = launch.c.shape[2]
     with _on_device(d, index):
         if L <= d.max_batch_per_launch:
@@ -120,7 +144,7 @@ def _launch(d, a, b, out, p: Problem, backend: str, config: Any):
                 fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
         launch.finish()
     single = launch.direct and L <= d.max_batch_per_launch
-    return out, (launch, fn, clusters) if single else None
+    return out, (launch, fn, clusters, 1) if single else None
 
 
 _NO_SWITCH = contextlib.nullcontext()
@@ -134,11 +158,17 @@ def _on_device(d, index):
 
 
 def _direct_launcher(
-    d, planned: tuple[Launch, Callable, int], p: Problem, device: torch.device, allocate: bool
+    d, planned: tuple[Launch, Callable, int, int], p: Problem, device: torch.device, allocate: bool
 ) -> Launcher:
     """A launcher that rebuilds the kernel views of ``planned`` (a ``Launch`` made for this
     signature) from a later call's own tensors: same sizes and strides, its storage offsets."""
-    launch, fn, clusters = planned
+    launch, fn, clusters, split = planned
+    if split > 1:  # the launch is split_k's: the same call with the kernel bound
+        a_major, b_major = launch.a_major, launch.b_major
+
+        def fn(a_mkl, b_nkl, c_mnl, clusters, kernel=fn):
+            split_k(kernel, a_mkl, b_nkl, c_mnl, split, clusters, a_major=a_major, b_major=b_major)
+
     sa, ta = tuple(launch.a.shape), launch.a.stride()
     sb, tb = tuple(launch.b.shape), launch.b.stride()
     sc, tc = tuple(launch.c.shape), launch.c.stride()

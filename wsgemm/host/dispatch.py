@@ -3,8 +3,9 @@
 A ``Dispatcher`` owns what a call needs besides its tensors:
 
 * the device facts (capability, SM count, name) of each CUDA device, asked once per device;
-* the backend choice for a problem on a device (``choose_backend``): which kernel ``auto`` runs,
-  and whether a named backend runs on that GPU at all;
+* the route of a problem on a device (``route``): which kernel ``auto`` runs (on sm_90 the shape
+  policy's menu entry and split-K count, ``host.policy``), and whether a named backend runs on
+  that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
 * the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature.
@@ -15,27 +16,31 @@ and a stand-in compile cache instead of patching module globals.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from . import policy
 from .cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
 
-# Cooperative tiles fewer than SMs / this leave most of the machine idle (see auto_sm90).
-IDLE_SM_FRACTION = 2
+log = logging.getLogger("wsgemm")
 
 
-def auto_sm90(m: int, n: int, batch: int | None, sm_count: int) -> str:
-    """Cooperative 128x256 tiles unless they would leave most SMs idle: then ping-pong, whose
-    128x128 tiles are twice as many. Measured on the H200 (docs/perf.md, entry 5): at 128 tokens
-    ping-pong wins the QKV, O and down projections (24 or 16 cooperative tiles, 0.33-0.53x ->
-    0.58-0.70x of cuBLAS) and loses gate/up (112 tiles, 0.75x -> 0.60x)."""
-    config = BACKENDS["sm90"].config()
-    tiles = -(-m // config.tile_m) * -(-n // config.tile_n) * (batch or 1)
-    return "sm90-pingpong" if tiles < sm_count // IDLE_SM_FRACTION else "sm90"
+@dataclass(frozen=True)
+class Route:
+    """How a validated problem runs: a backend, its config (None: the shipped one) and a split-K
+    count (1: none; more: ``splitk.split_k`` over the fp32-output variant of the same config).
+    ``choice`` is the policy's answer when ``auto`` picked from the sm90 menu."""
+
+    backend: str
+    config: Any = None
+    split: int = 1
+    choice: policy.Choice | None = None
 
 
 class CudaDevices:
@@ -116,10 +121,13 @@ class Dispatcher:
     docstring). Thread-safe: the memos only grow under a lock; a failed compile or a rejected call
     stores nothing.
 
-    ``max_batch_per_launch``: non-persistent kernels put the batch on the grid's z, which holds
-    65535, so larger batches take several launches. ``max_broadcast_copy_bytes``: a broadcast
-    operand that cannot be folded is copied once per batch (TMA cannot address a stride-0 batch);
-    past this many bytes of copies, one launch per batch is cheaper.
+    ``batch_invariant``: passed to ``policy.choose``; None (the default) reads
+    ``WSGEMM_BATCH_INVARIANT``, True keeps every output element's summation order independent
+    of M (no split-K). ``max_batch_per_launch``: non-persistent kernels put the batch on the
+    grid's z, which holds 65535, so larger batches take several launches.
+    ``max_broadcast_copy_bytes``: a broadcast operand that cannot be folded is copied once per
+    batch (TMA cannot address a stride-0 batch); past this many bytes of copies, one launch per
+    batch is cheaper.
     """
 
     # Launchers kept; the oldest goes first (a workload with ever-new shapes must not grow memory).
@@ -130,11 +138,15 @@ class Dispatcher:
         cache: Any = None,
         devices: Any = None,
         *,
+        batch_invariant: bool | None = None,
         max_batch_per_launch: int = 65535,
         max_broadcast_copy_bytes: int = 64 << 20,
     ) -> None:
         self.cache = COMPILE_CACHE if cache is None else cache
         self.devices = CudaDevices() if devices is None else devices
+        if batch_invariant is not None:
+            policy.batch_invariant_requested(batch_invariant)  # TypeError unless a bool
+        self.batch_invariant = batch_invariant
         self.max_batch_per_launch = max_batch_per_launch
         self.max_broadcast_copy_bytes = max_broadcast_copy_bytes
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
@@ -152,9 +164,19 @@ class Dispatcher:
         cc = self.devices.capability(index)
         return [n for n in shipped_backends() if BACKENDS[n].supports(cc)]
 
-    def choose_backend(self, backend: str, device: int, m: int, n: int, batch: int | None) -> str:
-        """The backend a validated call runs on: ``auto``'s pick for the problem, or the named one
-        if it runs on this GPU (ValueError otherwise)."""
+    def route(
+        self,
+        backend: str,
+        device: int,
+        problem: tuple[int, int, int, int | None],
+        dtypes: tuple[str, str, str],
+        config: Any = None,
+    ) -> Route:
+        """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the host
+        names of (A/B, C, accumulator). ``auto`` on sm_90 takes the policy's menu entry and
+        split; elsewhere the sm80 kernel. A named backend runs ``config`` (None: its shipped
+        one) and never splits; ValueError if it does not run on this GPU. Called once per call
+        signature (its launcher keeps the route), so a repeated call never asks the policy."""
         cc = self.devices.capability(device)
         if cc < (8, 0):
             raise ValueError(
@@ -163,15 +185,73 @@ class Dispatcher:
             )
         if backend == "auto":
             if BACKENDS["sm90"].supports(cc):
-                return auto_sm90(m, n, batch, self.devices.sm_count(device))
-            return "sm80"
-        if not BACKENDS[backend].supports(cc):
+                choice = self._choose(device, problem, dtypes)
+                e = choice.menu_entry
+                chosen = Route(e.backend, e.variant_config(), choice.split, choice)
+            else:
+                chosen = Route("sm80")
+        elif not BACKENDS[backend].supports(cc):
             raise ValueError(
                 f"backend={backend!r} needs "
                 + ("an sm_90 (Hopper) GPU" if BACKENDS[backend].family == "sm90" else "sm_80+")
                 + f"; {self.devices.name(device)} is sm_{cc[0]}{cc[1]}"
             )
-        return backend
+        else:
+            chosen = Route(backend, config)
+        if log.isEnabledFor(logging.DEBUG):
+            m, n, k, batch = problem
+            what = chosen.choice.menu_entry.name if chosen.choice else chosen.backend
+            why = f" ({chosen.choice.source}: {chosen.choice.reason})" if chosen.choice else ""
+            log.debug(
+                "backend=%s runs %s with split %d for M=%d N=%d K=%d batch=%s, %s%s",
+                backend, what, chosen.split, m, n, k, batch, "/".join(dtypes), why,
+            )  # fmt: skip
+        return chosen
+
+    def explain(
+        self,
+        backend: str,
+        device: int,
+        problem: tuple[int, int, int, int | None],
+        dtypes: tuple[str, str, str],
+    ) -> str:
+        """``route``'s answer in words: which kernel, tile, cluster and split, and why. Compiles
+        and launches nothing."""
+        cc = self.devices.capability(device)
+        if backend == "auto" and BACKENDS["sm90"].supports(cc):
+            m, n, k, batch = problem
+            return policy.explain(
+                m, n, k, 1 if batch is None else batch, *dtypes,
+                self.devices.sm_count(device), cc, batch_invariant=self.batch_invariant,
+            )  # fmt: skip
+        chosen = self.route(backend, device, problem, dtypes)
+        config = BACKENDS[chosen.backend].config(dtypes[2])
+        tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))
+        cluster = f"{getattr(config, 'cluster_m', 1)}x{getattr(config, 'cluster_n', 1)}"
+        m, n, k, batch = problem
+        why = (
+            f"backend={backend!r} named: its shipped config, never split"
+            if backend != "auto"
+            else f"auto on sm_{cc[0]}{cc[1]}: the sm80 kernel (the sm90 menu needs sm_90)"
+        )
+        return "\n".join(
+            [
+                f"problem: M={m} N={n} K={k} batch={1 if batch is None else batch}, "
+                f"{dtypes[0]} inputs, {dtypes[1]} output, {dtypes[2]} accumulate; "
+                f"sm_{cc[0]}{cc[1]} with {self.devices.sm_count(device)} SMs",
+                f"kernel: {chosen.backend} ({tile} tile, cluster {cluster})",
+                "split-K: 1 (none)",
+                f"why: {why}",
+            ]
+        )
+
+    def _choose(self, device, problem, dtypes) -> policy.Choice:
+        m, n, k, batch = problem
+        return policy.choose(
+            m, n, k, 1 if batch is None else batch, *dtypes,
+            self.devices.sm_count(device), self.devices.capability(device),
+            batch_invariant=self.batch_invariant,
+        )  # fmt: skip
 
     # --------------------------------------------------------------------------- kernels
 
