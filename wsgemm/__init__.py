@@ -15,10 +15,16 @@ The user API is ``__all__``; the layers below (``wsgemm.api``, ``wsgemm.host``,
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "nn", "available_backends"]
+__all__ = ["matmul", "linear", "nn", "explain", "available_backends"]
 
 # Where each public name lives (None: the name is a submodule).
-_PUBLIC = {"matmul": "ops", "linear": "ops", "nn": None, "available_backends": "api"}
+_PUBLIC = {
+    "matmul": "ops",
+    "linear": "ops",
+    "nn": None,
+    "explain": "api",
+    "available_backends": "api",
+}
 
 
 def __getattr__(name: str):
