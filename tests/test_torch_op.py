@@ -57,7 +57,7 @@ def test_ops_are_registered():
 
 
 def test_public_surface_and_import_cost():
-    assert set(wsgemm.__all__) == {"matmul", "linear", "nn", "available_backends"}
+    assert set(wsgemm.__all__) == {"matmul", "linear", "nn", "explain", "available_backends"}
     assert wsgemm.matmul is ops.matmul and wsgemm.linear is ops.linear
     assert set(wsgemm.__all__) <= set(dir(wsgemm))
     with pytest.raises(AttributeError, match="no attribute 'mat_mul'"):
