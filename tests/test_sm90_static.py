@@ -64,7 +64,7 @@ def test_shipped_configs():
 @pytest.mark.parametrize(
     "ab, c, acc, message",
     [
-        (BF16, F16, F16, "Float16 accumulator needs Float16 inputs"),
+        (BF16, F16, F16, "fp16 accumulation needs fp16 inputs"),
         (F32, F32, F32, "A/B dtype"),
         (F16, cutlass.Int8, F32, "C dtype"),
         (F16, F16, BF16, "accumulator dtype"),

@@ -7,7 +7,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .registry import BACKENDS, ELEMENT_BYTES, VECTOR_BYTES, Variant, cutlass_dtype
+from ..support import ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
+from .registry import BACKENDS, Variant
 
 
 def fake_arguments(variant: Variant) -> tuple:

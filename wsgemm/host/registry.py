@@ -8,15 +8,15 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-# Dtype names used throughout the host and API layers (torch-free on purpose: `inspect` and the
-# CPU tests compile without torch tensors).
-AB_DTYPES = ("float16", "bfloat16")
-C_DTYPES = ("float16", "bfloat16", "float32")
-ACC_DTYPES = ("float32", "float16")
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-# TMA and cp.async move 16-byte vectors: base pointers and non-unit strides must be 16-byte
-# multiples, i.e. this many elements.
-VECTOR_BYTES = 16
+# The dtype tables live in wsgemm.support; the host re-exports them for its callers.
+from wsgemm.support import (
+    AB_DTYPES,
+    ACC_DTYPES,
+    ACCUMULATOR_RULE,
+    C_DTYPES,
+    accumulator_allowed,
+    cutlass_dtype,
+)
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,8 @@ class Variant:
         for field, value, allowed in checks:
             if value not in allowed:
                 raise ValueError(f"Variant.{field}={value!r}; allowed: {', '.join(allowed)}")
-        if self.acc_dtype == "float16" and self.ab_dtype != "float16":
-            raise ValueError(
-                "fp16 accumulation needs fp16 inputs: the tensor cores accumulate bf16 products "
-                "in fp32 only"
-            )
+        if not accumulator_allowed(self.ab_dtype, self.acc_dtype):
+            raise ValueError(ACCUMULATOR_RULE)
 
     def key(self) -> str:
         names = [f.name for f in dataclasses.fields(self) if f.name != "config"]
@@ -140,13 +137,3 @@ class Variant:
         if self.config is not None:
             return self.config
         return BACKENDS[self.backend].config(self.acc_dtype)
-
-
-def cutlass_dtype(name: str):
-    import cutlass
-
-    return {
-        "float16": cutlass.Float16,
-        "bfloat16": cutlass.BFloat16,
-        "float32": cutlass.Float32,
-    }[name]

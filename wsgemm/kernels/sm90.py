@@ -1,6 +1,5 @@
 """Hopper (sm_90a) warp-specialized persistent GEMM: TMA loads, WGMMA, TMA-store epilogue."""
 
-import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +28,17 @@ from wsgemm.runtime.sm90_budget import (
     reserved_smem_bytes,
     stage_counts,
 )
+from wsgemm.support import (
+    THREADS_PER_WARPGROUP,
+    WARP_SIZE,
+    WARPS_PER_WARPGROUP,
+    check_dtypes,
+)
+from wsgemm.support import BarrierId as _Barrier
 
 __all__ = ["SHIPPED_CONFIGS", "Sm90Config", "Sm90Gemm"]
 
 SCHEDULES = ("cooperative", "pingpong")
-WARP_SIZE = 32
-WARPS_PER_WARPGROUP = 4
-THREADS_PER_WARPGROUP = WARP_SIZE * WARPS_PER_WARPGROUP
 # Two consumer warpgroups (0 and 1) and one producer warpgroup (2).
 NUM_CONSUMER_WARPGROUPS = 2
 PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
@@ -47,14 +50,6 @@ WGMMA_K = 16
 # Output subtile width: a 32-column strip keeps the epilogue's smem buffers small enough that
 # the mainloop ring keeps its stages.
 EPI_TILE_N = 32
-
-
-class _Barrier(enum.IntEnum):
-    """Named hardware barriers (id 0 is __syncthreads)."""
-
-    EPILOGUE = 1  # cooperative: both consumer warpgroups; ping-pong: +wg for each warpgroup
-    MMA_ORDER = 3  # ping-pong: +wg, the warpgroup whose turn it is to issue WGMMAs
-    EPI_ORDER = 5  # ping-pong: +wg, the warpgroup whose turn it is to run its epilogue
 
 
 @dataclass(frozen=True)
@@ -257,14 +252,7 @@ class Sm90Gemm:
     def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype):
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
-        if ab_dtype not in (cutlass.Float16, cutlass.BFloat16):
-            raise ValueError(f"A/B dtype must be Float16 or BFloat16, got {ab_dtype}")
-        if c_dtype not in (cutlass.Float16, cutlass.BFloat16, cutlass.Float32):
-            raise ValueError(f"C dtype must be Float16, BFloat16 or Float32, got {c_dtype}")
-        if acc_dtype not in (cutlass.Float32, cutlass.Float16):
-            raise ValueError(f"accumulator dtype must be Float32 or Float16, got {acc_dtype}")
-        if acc_dtype == cutlass.Float16 and ab_dtype != cutlass.Float16:
-            raise ValueError("a Float16 accumulator needs Float16 inputs (WGMMA has no bf16->f16)")
+        check_dtypes(ab_dtype, c_dtype, acc_dtype)
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.name = f"sm90-{config.schedule}"

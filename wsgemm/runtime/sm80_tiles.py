@@ -24,24 +24,31 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
 
 from wsgemm.runtime.sm80_pipeline import target_is_hopper
+from wsgemm.support import (
+    MAX_REGISTERS_PER_THREAD,
+    MBARRIER_BYTES,
+    REGISTERS_PER_SM,
+    SM_SUBPARTITIONS,
+    SWIZZLE_ATOM_BYTES,
+    VECTOR_BITS,
+    WARP_SIZE,
+    WARPS_PER_WARPGROUP,
+    BarrierId,
+    check_dtypes,
+    smem_per_block,
+)
 
 #: m16n8k16: the fp16/bf16 ``mma.sync`` shape of sm_80..sm_90.
 MMA_INST_MNK = (16, 8, 16)
 #: Warps of the tiled MMA along M and N: ``Sm80Config.mma_warps_m`` x ``mma_warps_n``.
 _MMA_WARPS_CHOICES = (2, 4)
-WARP_SIZE = 32
 #: Warps of a warpgroup, the unit `setmaxnreg` acts on (sm_90a).
-WARPGROUP_WARPS = 4
+WARPGROUP_WARPS = WARPS_PER_WARPGROUP
 #: Every global<->shared copy moves one 16-byte vector per thread per instruction.
-COPY_BITS = 128
-#: Named barrier 0 is ``__syncthreads``; the epilogue's barrier among the MMA threads is 1.
-EPILOGUE_BARRIER_ID = 1
-#: ptxas' per-thread ceiling; a kernel that needs more spills to local memory.
-MAX_REGISTERS_PER_THREAD = 255
-#: Each of an SM's four sub-partitions owns a quarter of its 64K registers and the warps
-#: ``w % 4 == p`` of every resident CTA: ptxas budgets for the fullest sub-partition.
-SM_SUBPARTITIONS = 4
-SUBPARTITION_REGISTERS = 65536 // SM_SUBPARTITIONS
+COPY_BITS = VECTOR_BITS
+#: The epilogue's barrier among the MMA threads.
+EPILOGUE_BARRIER_ID = int(BarrierId.EPILOGUE)
+SUBPARTITION_REGISTERS = REGISTERS_PER_SM // SM_SUBPARTITIONS
 
 _TILE_MN_CHOICES = (64, 96, 128, 192, 256)
 _TILE_K_CHOICES = (32, 64)
@@ -63,7 +70,9 @@ def smem_capacity_bytes(target: str = "sm_80") -> int:
     runs on all of them; for ``"sm_90a"`` configs Hopper's 227 KiB."""
     if target not in TARGETS:
         raise ValueError(f"unknown sm80 config target {target!r}; choose one of {TARGETS}")
-    return 232448 if target == "sm_90a" else 101376
+    if target == "sm_90a":
+        return smem_per_block("sm_90a")
+    return min(smem_per_block(arch) for arch in ("sm_80", "sm_86", "sm_89"))
 
 
 def _elem_bytes(dtype) -> int:
@@ -278,7 +287,7 @@ def epilogue_smem_bytes(config: Sm80Config, ab_dtype, c_dtype) -> int:
 
 def barrier_bytes(stages: int) -> int:
     """A full and an empty 8-byte mbarrier per stage (0 stages: no mbarrier pipeline)."""
-    return 2 * 8 * stages
+    return 2 * MBARRIER_BYTES * stages
 
 
 #: Registers per thread after ``setmaxnreg`` with ``Sm80Config.register_handoff``. The CTA
@@ -293,7 +302,7 @@ HANDOFF_CONSUMER_REGISTERS = 224
 
 #: Alignment of the A/B/C buffer: a whole 8x64 swizzle atom of 16-bit elements (1 KiB) starts
 #: on a boundary, so the swizzle is a function of the buffer offset alone.
-BUFFER_ALIGN_BYTES = 1024
+BUFFER_ALIGN_BYTES = SWIZZLE_ATOM_BYTES
 
 
 def smem_bytes(config: Sm80Config, ab_dtype, c_dtype, *, barrier_stages: int) -> int:
@@ -333,26 +342,7 @@ def register_budget(threads: int, ctas_per_sm: int = 1) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# Dtypes and operands
-
-AB_DTYPES = (cutlass.Float16, cutlass.BFloat16)
-C_DTYPES = (cutlass.Float16, cutlass.BFloat16, cutlass.Float32)
-ACC_DTYPES = (cutlass.Float32, cutlass.Float16)
-
-
-def check_dtypes(ab_dtype, c_dtype, acc_dtype) -> None:
-    """Raise ``ValueError`` unless the dtypes are ones ``mma.sync`` m16n8k16 offers."""
-    if ab_dtype not in AB_DTYPES:
-        raise ValueError(f"A/B dtype {ab_dtype} is not supported; use one of {AB_DTYPES}")
-    if c_dtype not in C_DTYPES:
-        raise ValueError(f"C dtype {c_dtype} is not supported; use one of {C_DTYPES}")
-    if acc_dtype not in ACC_DTYPES:
-        raise ValueError(f"accumulator dtype {acc_dtype} is not supported; use one of {ACC_DTYPES}")
-    if acc_dtype is cutlass.Float16 and ab_dtype is not cutlass.Float16:
-        raise ValueError(
-            f"fp16 accumulation needs fp16 inputs (mma.sync has no {ab_dtype} x {ab_dtype} -> "
-            "fp16 form); use Float32 accumulation"
-        )
+# Operands
 
 
 def check_target(config: Sm80Config, kernel_name: str) -> None:

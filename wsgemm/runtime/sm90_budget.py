@@ -6,6 +6,17 @@ one place. Each function says where its number comes from.
 
 from __future__ import annotations
 
+from wsgemm.support import (
+    MBARRIER_BYTES,
+    REGISTERS_PER_SM,
+    SETMAXNREG_MAX,
+    SETMAXNREG_MIN,
+    SETMAXNREG_STEP,
+    SWIZZLE_ATOM_BYTES,
+    THREADS_PER_WARPGROUP,
+    smem_per_block,
+)
+
 __all__ = [
     "SM90_REGISTERS_PER_SM",
     "SM90_SMEM_CAPACITY",
@@ -19,21 +30,18 @@ __all__ = [
 ]
 
 # The largest dynamic shared memory one block may opt into on sm_90 (227 KiB).
-SM90_SMEM_CAPACITY = 227 * 1024
-# The register file of one SM: 64K 32-bit registers.
-SM90_REGISTERS_PER_SM = 64 * 1024
+SM90_SMEM_CAPACITY = smem_per_block("sm_90a")
+SM90_REGISTERS_PER_SM = REGISTERS_PER_SM
 # ptxas gives a kernel whose dynamic smem is 1 KiB-aligned a 1 KiB static smem section (seen in
 # the cubin); it counts against the same per-block limit, so the budget keeps it free.
 STATIC_SMEM_BYTES = 1024
 # Swizzled TMA/WGMMA buffers start on 1 KiB boundaries (the 128B swizzle pattern repeats
 # every 1024 bytes, and the descriptors assume the pattern starts at the buffer).
-SMEM_BUFFER_ALIGN = 1024
+SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
 # The epilogue keeps at least this many smem buffers so one TMA store can drain while the next
 # subtile is written; more are added only from smem the mainloop ring cannot use.
 MIN_EPILOGUE_STAGES = 2
 MAX_EPILOGUE_STAGES = 4
-# setmaxnreg accepts 24..256 registers per thread, in steps of 8.
-SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);
 # 40 registers hold that without spilling, the rest goes to the accumulators.
 PRODUCER_REGISTERS = 40
@@ -52,7 +60,7 @@ def epilogue_stage_bytes(epi_m: int, epi_n: int, c_bytes: int) -> int:
 def reserved_smem_bytes(ab_stages_upper_bound: int = 64) -> int:
     """The mbarrier pairs (full + empty, 8 bytes each, per stage) sit before the first swizzled
     buffer, which starts at the next 1 KiB boundary: one alignment unit covers them."""
-    barrier_bytes = 2 * 8 * ab_stages_upper_bound
+    barrier_bytes = 2 * MBARRIER_BYTES * ab_stages_upper_bound
     return -(-barrier_bytes // SMEM_BUFFER_ALIGN) * SMEM_BUFFER_ALIGN
 
 
@@ -84,7 +92,7 @@ def stage_counts(
 
 
 def register_split(
-    num_consumer_warpgroups: int, threads_per_warpgroup: int = 128
+    num_consumer_warpgroups: int, threads_per_warpgroup: int = THREADS_PER_WARPGROUP
 ) -> tuple[int, int]:
     """(producer, consumer) registers per thread after ``setmaxnreg``.
 
