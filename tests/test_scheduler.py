@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from wsgemm.runtime.scheduler import (
+from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     grouped_cluster_coord,
     persistent_cluster_count,

@@ -13,10 +13,8 @@ from pathlib import Path
 import cutlass
 import pytest
 
-from wsgemm.kernels.sm80_multistage import Sm80MultistageGemm
-from wsgemm.kernels.sm80_ws import Sm80WsGemm
-from wsgemm.runtime.arrive import ArriveCountError
-from wsgemm.runtime.sm80_tiles import (
+from wsgemm.kernels.common.arrive import ArriveCountError
+from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     MAX_REGISTERS_PER_THREAD,
     SHIPPED_CONFIGS,
@@ -33,6 +31,8 @@ from wsgemm.runtime.sm80_tiles import (
     smem_bytes,
     smem_capacity_bytes,
 )
+from wsgemm.kernels.sm80.multistage import Sm80MultistageGemm
+from wsgemm.kernels.sm80.specialized import Sm80WsGemm
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 KERNELS = (Sm80WsGemm, Sm80MultistageGemm)
@@ -127,7 +127,7 @@ def test_hopper_target_allows_its_shared_memory():
 
 @pytest.mark.parametrize("tile_mn, vectors", [(64, 8), (96, 4), (128, 8), (192, 8), (256, 8)])
 def test_mn_major_atoms_are_conflict_free_for_ldmatrix(tile_mn, vectors):
-    from wsgemm.runtime.sm80_tiles import mn_atom_vectors
+    from wsgemm.kernels.sm80.plan import mn_atom_vectors
 
     assert mn_atom_vectors(tile_mn, F16) == mn_atom_vectors(tile_mn, BF16) == vectors
     assert tile_mn % (vectors * 8) == 0  # whole atoms
@@ -320,7 +320,7 @@ def test_declaring_one_release_lane_fails_the_trace():
 
 
 def test_register_handoff_split_fits_the_launch_pool():
-    from wsgemm.runtime.sm80_tiles import HANDOFF_CONSUMER_REGISTERS, HANDOFF_PRODUCER_REGISTERS
+    from wsgemm.kernels.sm80.config import HANDOFF_CONSUMER_REGISTERS, HANDOFF_PRODUCER_REGISTERS
 
     producer, consumer = HANDOFF_PRODUCER_REGISTERS, HANDOFF_CONSUMER_REGISTERS
     launch = register_budget(384)
@@ -403,8 +403,8 @@ _COMPILE = textwrap.dedent(
     import cutlass, cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
     from cutlass.runtime import make_fake_stream
-    from wsgemm.kernels.{module} import {cls} as Kernel
-    from wsgemm.runtime.sm80_tiles import Sm80Config, shipped_config
+    from wsgemm.kernels.sm80.{module} import {cls} as Kernel
+    from wsgemm.kernels.sm80.config import Sm80Config, shipped_config
 
     def operand(dtype, unit_first):
         x, k, l = cute.sym_int64(), cute.sym_int64(), cute.sym_int64()
@@ -461,22 +461,22 @@ def _sass(tmp_path: Path, module, cls, config, acc, arch="sm_80") -> tuple[str, 
 @pytest.mark.parametrize(
     "module, cls, config, acc, mma_threads, needs",
     [
-        ("sm80_ws", "Sm80WsGemm", _SHIPPED, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
-        ("sm80_ws", "Sm80WsGemm", _SHIPPED, "f16", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("specialized", "Sm80WsGemm", _SHIPPED, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("specialized", "Sm80WsGemm", _SHIPPED, "f16", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
         # The 160-thread study design (4 consumer warps of 64x128) stays spill-free with fp16
         # accumulators.
-        ("sm80_ws", "Sm80WsGemm", _STUDY, "f16", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("specialized", "Sm80WsGemm", _STUDY, "f16", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
         # Eight consumer warps of 48x64 keep fp32 accumulators within a 288-thread CTA's 168.
-        ("sm80_ws", "Sm80WsGemm", _TALL, "f32", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("specialized", "Sm80WsGemm", _TALL, "f32", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
         # Two producer warps share the copies (64 arrivals on full[s]).
-        ("sm80_ws", "Sm80WsGemm", _TWO, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("specialized", "Sm80WsGemm", _TWO, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
         # The baseline's unpredicated loop copy for interior tiles, and without it.
-        ("sm80_multistage", "Sm80MultistageGemm", _FI1, "f16", 256, ("LDGDEPBAR",)),
-        ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f32", 128, ("LDGDEPBAR",)),
-        ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f16", 256, ("LDGDEPBAR",)),
+        ("multistage", "Sm80MultistageGemm", _FI1, "f16", 256, ("LDGDEPBAR",)),
+        ("multistage", "Sm80MultistageGemm", _SHIPPED, "f32", 128, ("LDGDEPBAR",)),
+        ("multistage", "Sm80MultistageGemm", _SHIPPED, "f16", 256, ("LDGDEPBAR",)),
         # 96-row tiles: the M-major A operand in 64-byte shared rows.
-        ("sm80_ws", "Sm80WsGemm", _96, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
-        ("sm80_multistage", "Sm80MultistageGemm", _96, "f32", 128, ("LDGDEPBAR",)),
+        ("specialized", "Sm80WsGemm", _96, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("multistage", "Sm80MultistageGemm", _96, "f32", 128, ("LDGDEPBAR",)),
     ],
 )
 def test_compiles_for_sm80_without_spills(
@@ -490,7 +490,7 @@ def test_compiles_for_sm80_without_spills(
         assert text in sass
     # The epilogue's named barrier counts the MMA threads, and only them.
     assert f"BAR.SYNC.DEFER_BLOCKING 0x1, {mma_threads:#x}" in sass
-    if module == "sm80_ws":
+    if module == "specialized":
         # One block-wide barrier (start-up), none in the main loop.
         assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1
         # The producer's two loading loops: row-predicated copies (a trailing "!P<n>" zero-fill
@@ -502,7 +502,7 @@ def test_compiles_for_sm80_without_spills(
 
 @pytest.mark.slow
 def test_register_handoff_compiles_for_sm90a(tmp_path: Path):
-    sass, opcodes = _sass(tmp_path, "sm80_ws", "Sm80WsGemm", _HANDOFF, "f32", arch="sm_90a")
+    sass, opcodes = _sass(tmp_path, "specialized", "Sm80WsGemm", _HANDOFF, "f32", arch="sm_90a")
     # The producer warpgroup gives registers back (56), the consumers take them (224).
     assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL 0x38 ;", sass)
     assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, 0xe0 ;", sass)
@@ -518,7 +518,7 @@ def test_register_handoff_compiles_for_sm90a(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "module, cls", [("sm80_ws", "Sm80WsGemm"), ("sm80_multistage", "Sm80MultistageGemm")]
+    "module, cls", [("specialized", "Sm80WsGemm"), ("multistage", "Sm80MultistageGemm")]
 )
 def test_hopper_target_config_refuses_ampere(tmp_path: Path, module, cls):
     config = "Sm80Config(128, 256, 64, 3, mma_warps_n=4, target='sm_90a')"
@@ -528,7 +528,7 @@ def test_hopper_target_config_refuses_ampere(tmp_path: Path, module, cls):
 
 
 def test_ctas_per_sm_is_validated_and_becomes_launch_bounds():
-    from wsgemm.runtime.sm80_tiles import Sm80Config
+    from wsgemm.kernels.sm80.config import Sm80Config
 
     with pytest.raises(ValueError, match="ctas_per_sm"):
         Sm80Config(ctas_per_sm=5)

@@ -9,21 +9,17 @@ import cutlass.cute as cute
 import pytest
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.kernels.sm90 import (
+from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
+from wsgemm.kernels.sm90.config import (
     SHIPPED_CONFIGS,
-    Sm90Config,
-    Sm90Gemm,
-    epilogue_subtile_order,
-    mainloop_arrive_terms,
-)
-from wsgemm.runtime.arrive import ArriveCountError, check_arrive_count
-from wsgemm.runtime.sm90_budget import (
     SM90_REGISTERS_PER_SM,
     SM90_SMEM_CAPACITY,
     STATIC_SMEM_BYTES,
+    Sm90Config,
     register_split,
     stage_counts,
 )
+from wsgemm.kernels.sm90.kernel import Sm90Gemm, epilogue_subtile_order, mainloop_arrive_terms
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 # (A/B, C, accumulator) combinations the kernel accepts.

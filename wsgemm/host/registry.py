@@ -15,13 +15,12 @@ from wsgemm.support import (
     ACCUMULATOR_RULE,
     C_DTYPES,
     accumulator_allowed,
-    cutlass_dtype,
 )
 
 
 @dataclass(frozen=True)
 class Backend:
-    """One selectable kernel: where its class lives and which config it ships with."""
+    """One selectable kernel: its family and where its class lives."""
 
     name: str
     module: str
@@ -32,10 +31,10 @@ class Backend:
         return getattr(importlib.import_module(self.module), self.cls)
 
     def config(self, acc_dtype: str = "float32") -> Any:
-        """The shipped config; a kernel module may pick it per accumulator dtype (fp16
-        accumulators take half the registers, so sm80 affords the study kernel's larger tile).
-        Memoized: ``matmul``'s dispatch asks on every call, and configs are frozen."""
-        return _shipped_config(self.module, self.name, acc_dtype)
+        """The shipped config, from the family's ``config`` module (it may pick one per
+        accumulator dtype: fp16 accumulators take half the registers, so sm80 affords a larger
+        tile). Memoized: ``matmul``'s dispatch asks on every call, and configs are frozen."""
+        return _shipped_config(self.family, self.name, acc_dtype)
 
     def supports(self, cc: tuple[int, int]) -> bool:
         if self.family == "sm90":
@@ -44,22 +43,20 @@ class Backend:
 
 
 @functools.cache
-def _shipped_config(module_name: str, name: str, acc_dtype: str) -> Any:
-    module = importlib.import_module(module_name)
-    pick = getattr(module, "shipped_config", None)
-    if pick is not None:
-        return pick(name, cutlass_dtype(acc_dtype))
-    return module.SHIPPED_CONFIGS[name]
+def _shipped_config(family: str, name: str, acc_dtype: str) -> Any:
+    return importlib.import_module(f"wsgemm.kernels.{family}.config").shipped_config(
+        name, acc_dtype
+    )
 
 
 # What each one is: README's backend table and the kernel classes' docstrings.
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("sm90", "wsgemm.kernels.sm90", "Sm90Gemm", "sm90"),
-        Backend("sm90-pingpong", "wsgemm.kernels.sm90", "Sm90Gemm", "sm90"),
-        Backend("sm80", "wsgemm.kernels.sm80_ws", "Sm80WsGemm", "sm80"),
-        Backend("sm80-multistage", "wsgemm.kernels.sm80_multistage", "Sm80MultistageGemm", "sm80"),
+        Backend("sm90", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90"),
+        Backend("sm90-pingpong", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90"),
+        Backend("sm80", "wsgemm.kernels.sm80.specialized", "Sm80WsGemm", "sm80"),
+        Backend("sm80-multistage", "wsgemm.kernels.sm80.multistage", "Sm80MultistageGemm", "sm80"),
     )
 }
 
@@ -73,18 +70,9 @@ def arch_for_capability(cc: tuple[int, int]) -> str:
 
 @functools.cache
 def shipped_backends(family: str | None = None) -> tuple[str, ...]:
-    """Backends whose kernel module imports (all of them in a complete install). Cached: the
-    answer cannot change within a process, and ``matmul``'s dispatch asks on every call."""
-    names = []
-    for name, backend in BACKENDS.items():
-        if family is not None and backend.family != family:
-            continue
-        try:
-            backend.config()
-        except (ImportError, AttributeError, KeyError):
-            continue
-        names.append(name)
-    return tuple(names)
+    """The backends (of ``family``, or all), in preference order. A kernel module that fails to
+    import raises at first use (``Backend.kernel_class``), never drops out of this list."""
+    return tuple(n for n, b in BACKENDS.items() if family is None or b.family == family)
 
 
 @functools.cache
@@ -95,7 +83,7 @@ def needs_vector_extent(backend: str) -> bool:
 
 def cluster_size(config: Any) -> int:
     """CTAs per cluster: the persistent grid has (SMs // this) clusters."""
-    return getattr(config, "cluster_m", 1) * getattr(config, "cluster_n", 1)
+    return config.cluster_size
 
 
 @dataclass(frozen=True)

@@ -5,29 +5,26 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from wsgemm.runtime.arrive import check_arrive_count
-from wsgemm.runtime.sm80_pipeline import CpAsyncPipeline
-from wsgemm.runtime.sm80_tiles import (
+from wsgemm.kernels.common.arrive import check_arrive_count
+from wsgemm.kernels.common.budget import barrier_bytes
+from wsgemm.kernels.common.pipeline import CpAsyncPipeline
+from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     HANDOFF_CONSUMER_REGISTERS,
     HANDOFF_PRODUCER_REGISTERS,
     SHIPPED_CONFIGS,
-    WARP_SIZE,
-    WARPGROUP_WARPS,
-    OperandLoader,
     Sm80Config,
-    Sm80Kernel,
-    Sm80Tiles,
-    barrier_bytes,
-    carve_smem,
-    make_accumulators,
-    make_mma_fragments,
-    make_operand_loader,
     shipped_config,
     smem_bytes,
-    store_accumulators,
-    zero_fill,
 )
+from wsgemm.kernels.sm80.epilogue import store_accumulators
+from wsgemm.kernels.sm80.kernel import Sm80Kernel
+from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
+from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
+from wsgemm.kernels.sm80.plan import Sm80Tiles, carve_smem, zero_fill
+from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP
+
+WARPGROUP_WARPS = WARPS_PER_WARPGROUP
 
 __all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80WsGemm"]
 

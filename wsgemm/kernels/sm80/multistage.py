@@ -5,22 +5,18 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from wsgemm.runtime.sm80_tiles import (
+from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     SHIPPED_CONFIGS,
-    OperandLoader,
     Sm80Config,
-    Sm80Kernel,
-    Sm80Tiles,
-    carve_smem,
-    make_accumulators,
-    make_mma_fragments,
-    make_operand_loader,
     shipped_config,
     smem_bytes,
-    store_accumulators,
-    zero_fill,
 )
+from wsgemm.kernels.sm80.epilogue import store_accumulators
+from wsgemm.kernels.sm80.kernel import Sm80Kernel
+from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
+from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
+from wsgemm.kernels.sm80.plan import Sm80Tiles, carve_smem, zero_fill
 
 __all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80MultistageGemm"]
 

@@ -13,15 +13,22 @@ from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.runtime.arrive import check_arrive_count
-from wsgemm.runtime.scheduler import (
+from wsgemm.kernels.common.arrive import check_arrive_count
+from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
     persistent_cluster_count,
 )
-from wsgemm.runtime.sm90_budget import (
+from wsgemm.kernels.sm90.config import (
+    NUM_CONSUMER_WARPGROUPS,
+    PRODUCER_WARP,
+    SHIPPED_CONFIGS,
     SM90_SMEM_CAPACITY,
     SMEM_BUFFER_ALIGN,
+    THREADS_PER_CTA,
+    WGMMA_K,
+    WGMMA_M,
+    Sm90Config,
     epilogue_stage_bytes,
     mainloop_stage_bytes,
     register_split,
@@ -37,99 +44,6 @@ from wsgemm.support import (
 from wsgemm.support import BarrierId as _Barrier
 
 __all__ = ["SHIPPED_CONFIGS", "Sm90Config", "Sm90Gemm"]
-
-SCHEDULES = ("cooperative", "pingpong")
-# Two consumer warpgroups (0 and 1) and one producer warpgroup (2).
-NUM_CONSUMER_WARPGROUPS = 2
-PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
-PRODUCER_WARP = PRODUCER_WARPGROUP * WARPS_PER_WARPGROUP
-THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
-# One WGMMA atom covers 64 rows of M and k = 16 for 16-bit inputs.
-WGMMA_M = 64
-WGMMA_K = 16
-# Output subtile width: a 32-column strip keeps the epilogue's smem buffers small enough that
-# the mainloop ring keeps its stages.
-EPI_TILE_N = 32
-
-
-@dataclass(frozen=True)
-class Sm90Config:
-    """Static shape of the kernel.
-
-    ``tile_m x tile_n x tile_k``: CTA tile; ``cluster_m x cluster_n``: CTAs per cluster (a
-    cluster along M multicasts B, along N multicasts A); ``schedule``: "cooperative" (both
-    consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
-    tiles, alternating); ``raster_group``: m-tiles walked down a column before the next column.
-    """
-
-    tile_m: int = 128
-    tile_n: int = 256
-    tile_k: int = 64
-    cluster_m: int = 1
-    cluster_n: int = 1
-    schedule: str = "cooperative"
-    raster_group: int = 8
-
-    def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        allowed_m = (128,) if self.schedule == "cooperative" else (64, 128)
-        if self.tile_m not in allowed_m:
-            raise ValueError(
-                f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
-            )
-        if self.tile_n not in (64, 128, 192, 256):
-            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {self.tile_n}")
-        if self.tile_k not in (32, 64, 128):
-            raise ValueError(f"tile_k must be one of 32, 64, 128, got {self.tile_k}")
-        if self.schedule == "pingpong" and self.tile_m * self.tile_n > 128 * 128:
-            # One warpgroup holds the whole tile: 128 fp32 accumulators per thread at most,
-            # or the 232-register budget spills.
-            raise ValueError(
-                f"pingpong tile {self.tile_m}x{self.tile_n} is too large: one warpgroup holds it, "
-                "so tile_m * tile_n must be <= 16384"
-            )
-        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
-            raise ValueError(
-                "cluster_m and cluster_n must each be 1 or 2, "
-                f"got {self.cluster_m}x{self.cluster_n}"
-            )
-        if self.raster_group < 1 or self.raster_group % self.cluster_m != 0:
-            raise ValueError(
-                f"raster_group must be a positive multiple of cluster_m ({self.cluster_m}), "
-                f"got {self.raster_group}"
-            )
-
-    @property
-    def pingpong(self) -> bool:
-        return self.schedule == "pingpong"
-
-    @property
-    def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def epi_tile(self) -> tuple[int, int]:
-        """Output subtile: all the tile's rows for cooperative (both warpgroups write one
-        buffer), one 64-row WGMMA band for ping-pong (one warpgroup writes it)."""
-        return (self.tile_m if not self.pingpong else WGMMA_M, EPI_TILE_N)
-
-    @property
-    def num_epi_subtiles(self) -> int:
-        return (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1])
-
-
-SHIPPED_CONFIGS = {
-    # raster_group=16: the ~132 tiles in flight then cover 16 m-tiles x ~8 n-tiles, a square
-    # 2048 x 2048 footprint of A rows and B columns, instead of 1024 x 4224 with 8 (tune.sh:
-    # 1.010x vs 0.985x of cuBLAS geomean over the five issue shapes, 2026-11-30).
-    "sm90": Sm90Config(
-        tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="cooperative", raster_group=16
-    ),
-    "sm90-pingpong": Sm90Config(
-        tile_m=128, tile_n=128, tile_k=64, cluster_m=2, schedule="pingpong"
-    ),
-}
 
 
 def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
