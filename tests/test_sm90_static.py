@@ -52,7 +52,7 @@ def test_shipped_configs():
     assert SHIPPED_CONFIGS["sm90"].schedule == "cooperative"
     assert (SHIPPED_CONFIGS["sm90"].tile_m, SHIPPED_CONFIGS["sm90"].tile_n) == (128, 256)
     assert SHIPPED_CONFIGS["sm90-pingpong"].schedule == "pingpong"
-    assert Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32).name == "sm90-cooperative"
+    assert Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32).name == "sm90"
     assert Sm90Gemm(SHIPPED_CONFIGS["sm90-pingpong"], F16, F16, F32).name == "sm90-pingpong"
     assert Sm90Gemm.arch == "sm_90a" and Sm90Gemm.needs_vector_extent is False
 

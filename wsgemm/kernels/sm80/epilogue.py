@@ -6,7 +6,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from wsgemm.kernels.sm80.plan import COPY_BITS, Sm80Tiles
+from wsgemm.kernels.sm80.plan import COPY_BITS, Sm80Plan
 from wsgemm.support import BarrierId, vector_elems
 
 #: The epilogue's barrier among the MMA threads.
@@ -15,7 +15,7 @@ EPILOGUE_BARRIER_ID = int(BarrierId.EPILOGUE)
 
 @cute.jit
 def store_accumulators(
-    tiles: Sm80Tiles,
+    plan: Sm80Plan,
     tiled_mma: cute.TiledMma,
     acc: cute.Tensor,
     sC: cute.Tensor,
@@ -31,10 +31,10 @@ def store_accumulators(
     reading the A/B ring before the slab overwrites it. The tile goes out in passes of
     ``epi_n`` columns when the whole of it does not fit in the ring.
     """
-    c = tiles.config
-    c_dtype = tiles.c_dtype
+    c = plan.config
+    c_dtype = plan.c_dtype
     vec = vector_elems(c_dtype)
-    epi_n = tiles.epi_n
+    epi_n = plan.epi_n
     mma_threads = c.mma_threads
     barrier = cutlass.pipeline.NamedBarrier(barrier_id=EPILOGUE_BARRIER_ID, num_threads=mma_threads)
 

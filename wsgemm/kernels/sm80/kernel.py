@@ -1,4 +1,5 @@
-"""The host entry both sm80 kernels share: contract attributes, validated constructor, launch."""
+"""What both sm80 kernels share: contract attributes, validated constructor, the host entry
+``__call__`` (checks, plan, launch) and the ``epilogue`` role."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import cutlass
 import cutlass.cute as cute
 
 from wsgemm.kernels.sm80.config import Sm80Config
-from wsgemm.kernels.sm80.plan import check_operands, check_target, make_tiles
+from wsgemm.kernels.sm80.epilogue import store_accumulators
+from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, check_target, make_plan
 from wsgemm.support import check_dtypes
 
 
 class Sm80Kernel:
-    """What both sm80 kernel classes share: the contract's attributes, a validated constructor
-    and the host entry (``kernel``); each subclass sets ``name``, ``threads``, ``device_call``
-    (and ``load_threads`` when not every thread loads) and writes its own roles."""
+    """The sm80 family's host side and epilogue. Each kernel class sets ``name`` and ``threads``
+    (and ``load_threads`` when not every thread loads), and writes its device entry ``kernel``
+    (a ``@cute.kernel`` taking ``(mA, mB, mC, plan)``) and its ``load`` / ``mma`` roles."""
 
     name = "sm80"
     arch = "sm_80"
@@ -36,7 +38,7 @@ class Sm80Kernel:
         return self.threads
 
     @cute.jit
-    def kernel(
+    def __call__(
         self,
         mA: cute.Tensor,
         mB: cute.Tensor,
@@ -44,16 +46,14 @@ class Sm80Kernel:
         max_active_clusters: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        """The host's entry: check the operands, build the static tiles, launch one CTA per
+        """The host entry: check the operands, build the static plan, launch one CTA per
         (tile_m, tile_n) output tile and batch with the config's shared memory and launch
-        bounds. Each kernel class supplies ``device_call`` (its traced ``@cute.kernel``)."""
+        bounds (``max_active_clusters`` is unused: the grid is not persistent)."""
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
         check_target(c, self.name)
-        tiles = make_tiles(
-            c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads
-        )
-        self.device_call(mA, mB, mC, tiles).launch(
+        plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)
+        self.kernel(mA, mB, mC, plan).launch(
             grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
             block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),
@@ -61,5 +61,17 @@ class Sm80Kernel:
             **c.launch_bounds(self.threads),
         )
 
-    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
-    __call__ = kernel
+    @cute.jit
+    def epilogue(
+        self,
+        plan: Sm80Plan,
+        tiled_mma: cute.TiledMma,
+        acc: cute.Tensor,
+        sC: cute.Tensor,
+        mC_mn: cute.Tensor,
+        tile_mn,
+        tid: cutlass.Int32,
+    ):
+        """MMA threads (``tid`` in [0, mma_threads)): this CTA's tile of ``mC_mn`` (one batch)
+        from the accumulators, through the shared slab (``store_accumulators``)."""
+        store_accumulators(plan, tiled_mma, acc, sC, mC_mn, tile_mn, tid)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import cutlass.cute as cute
 
 from wsgemm.kernels.sm80.config import MMA_INST_MNK
-from wsgemm.kernels.sm80.plan import Sm80Tiles, make_s2r_copy
+from wsgemm.kernels.sm80.plan import Sm80Plan, make_s2r_copy
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,14 @@ class MmaFragments:
 
 
 @cute.jit
-def make_mma_fragments(tiles: Sm80Tiles, tiled_mma, sA, sB, tid) -> MmaFragments:
-    c = tiles.config
+def make_mma_fragments(plan: Sm80Plan, tiled_mma, sA, sB, tid) -> MmaFragments:
+    c = plan.config
     # Fragments of two k-blocks only, whatever tile_k is: the register double buffer.
     two_k_blocks = 2 * MMA_INST_MNK[2]
     tCrA = tiled_mma.make_fragment_A(tiled_mma.partition_shape_A((c.tile_m, two_k_blocks)))
     tCrB = tiled_mma.make_fragment_B(tiled_mma.partition_shape_B((c.tile_n, two_k_blocks)))
-    copy_a = make_s2r_copy(tiles.ab_dtype, tiles.a_k_major, tiled_mma, "A")
-    copy_b = make_s2r_copy(tiles.ab_dtype, tiles.b_k_major, tiled_mma, "B")
+    copy_a = make_s2r_copy(plan.ab_dtype, plan.a_k_major, tiled_mma, "A")
+    copy_b = make_s2r_copy(plan.ab_dtype, plan.b_k_major, tiled_mma, "B")
     thr_a = copy_a.get_slice(tid)
     thr_b = copy_b.get_slice(tid)
     read_a = FragmentReader(copy_a, thr_a.partition_S(sA), thr_a.retile(tCrA))
@@ -63,9 +63,9 @@ def make_mma_fragments(tiles: Sm80Tiles, tiled_mma, sA, sB, tid) -> MmaFragments
     return MmaFragments(tCrA, tCrB, read_a, read_b)
 
 
-def make_accumulators(tiles: Sm80Tiles, tiled_mma: cute.TiledMma) -> cute.Tensor:
+def make_accumulators(plan: Sm80Plan, tiled_mma: cute.TiledMma) -> cute.Tensor:
     """(MMA, MMA_M, MMA_N) accumulators of the whole CTA tile, zeroed."""
-    c = tiles.config
+    c = plan.config
     acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((c.tile_m, c.tile_n)))
     acc.fill(0.0)
     return acc

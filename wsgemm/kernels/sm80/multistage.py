@@ -7,22 +7,19 @@ import cutlass.cute as cute
 
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
-    SHIPPED_CONFIGS,
     Sm80Config,
-    shipped_config,
     smem_bytes,
 )
-from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.kernel import Sm80Kernel
 from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
-from wsgemm.kernels.sm80.plan import Sm80Tiles, carve_smem, zero_fill
+from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
 
-__all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80MultistageGemm"]
+__all__ = ["Sm80MultistageGemm"]
 
 
 class Sm80MultistageGemm(Sm80Kernel):
-    """The ablation baseline of :class:`~wsgemm.kernels.sm80_ws.Sm80WsGemm`: the same tile,
+    """The ablation baseline of :class:`~wsgemm.kernels.sm80.specialized.Sm80WsGemm`: the same tile,
     stages, shared layouts, fragment double buffer and epilogue, but no warp specialization.
     Every warp both loads and computes, the way CUTLASS's sm80 multistage GEMM does; comparing
     the two measures what specialization buys.
@@ -80,12 +77,9 @@ class Sm80MultistageGemm(Sm80Kernel):
         """Dynamic shared memory per CTA: max(A/B ring, epilogue slab); no mbarriers."""
         return smem_bytes(self.config, self.ab_dtype, self.c_dtype, barrier_stages=0)
 
-    def device_call(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: Sm80Tiles):
-        """The traced kernel (no pipeline counts: cp.async groups and block barriers)."""
-        return self.device(mA, mB, mC, tiles)
-
     @cute.kernel
-    def device(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: cutlass.Constexpr):
+    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
+        """Zero the ring, then every warp loads and multiplies, then stores."""
         tidx, _, _ = cute.arch.thread_idx()
         bm, bn, bl = cute.arch.block_idx()
 
@@ -93,21 +87,21 @@ class Sm80MultistageGemm(Sm80Kernel):
         buffer = smem.allocate(
             self.shared_memory_bytes() - BUFFER_ALIGN_BYTES, byte_alignment=BUFFER_ALIGN_BYTES
         )
-        views = carve_smem(tiles, buffer)
-        # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
+        views = carve_smem(plan, buffer)
+        # Stages start zeroed: residue vectors are skipped, not copied (see the ``plan`` module).
         zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         cute.arch.sync_threads()
 
-        tiled_mma = tiles.tiled_mma()
-        acc = self.mma(
-            tiles, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx
+        tiled_mma = plan.tiled_mma()
+        acc = self.load_and_mma(
+            plan, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx
         )
-        store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tidx)
+        self.epilogue(plan, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tidx)
 
     @cute.jit
-    def mma(
+    def load_and_mma(
         self,
-        tiles: Sm80Tiles,
+        plan: Sm80Plan,
         tiled_mma: cute.TiledMma,
         mA_mk: cute.Tensor,
         mB_nk: cute.Tensor,
@@ -117,18 +111,18 @@ class Sm80MultistageGemm(Sm80Kernel):
         tid: cutlass.Int32,
     ) -> cute.Tensor:
         """All warps: load k-tiles ``stages - 1`` ahead and multiply the current one."""
-        c = tiles.config
+        c = plan.config
         stages = c.stages
         load_a = make_operand_loader(
-            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
+            plan.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
         )
         load_b = make_operand_loader(
-            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
+            plan.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
-        frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
-        acc = make_accumulators(tiles, tiled_mma)
-        k_blocks = tiles.k_blocks
+        frags = make_mma_fragments(plan, tiled_mma, views.sA, views.sB, tid)
+        acc = make_accumulators(plan, tiled_mma)
+        k_blocks = plan.k_blocks
         interior = load_a.interior and load_b.interior
 
         # k-tile j always lives in stage j % stages.
@@ -148,19 +142,21 @@ class Sm80MultistageGemm(Sm80Kernel):
         # no row predicates (fewer instructions in the loop every warp runs).
         if cutlass.const_expr(c.fast_interior):
             if interior:
-                self.mainloop(
+                self.load_and_mma_k_tiles(
                     load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, False
                 )
             else:
-                self.mainloop(
+                self.load_and_mma_k_tiles(
                     load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True
                 )
         else:
-            self.mainloop(load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True)
+            self.load_and_mma_k_tiles(
+                load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True
+            )
         return acc
 
     @cute.jit
-    def mainloop(
+    def load_and_mma_k_tiles(
         self,
         load_a: OperandLoader,
         load_b: OperandLoader,

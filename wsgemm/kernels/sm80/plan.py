@@ -152,7 +152,7 @@ def make_s2r_copy(dtype, k_major: bool, tiled_mma: cute.TiledMma, operand: str):
 
 
 @dataclass(frozen=True)
-class Sm80Tiles:
+class Sm80Plan:
     """Everything static a kernel body needs for one (config, dtypes, operand majors)."""
 
     config: Sm80Config
@@ -193,10 +193,10 @@ class Sm80Tiles:
         return make_g2s_copy(self.ab_dtype, self.b_k_major, self.load_threads, c.tile_n, c.tile_k)
 
 
-def make_tiles(
+def make_plan(
     config: Sm80Config, ab_dtype, c_dtype, acc_dtype, mA, mB, load_threads: int
-) -> Sm80Tiles:
-    return Sm80Tiles(
+) -> Sm80Plan:
+    return Sm80Plan(
         config=config,
         ab_dtype=ab_dtype,
         c_dtype=c_dtype,
@@ -223,14 +223,14 @@ class SmemViews:
     ab_bytes: int
 
 
-def carve_smem(tiles: Sm80Tiles, buffer: cute.Pointer) -> SmemViews:
-    layout_a = tiles.smem_layout_a()
-    layout_b = tiles.smem_layout_b()
-    a_ptr = cute.recast_ptr(buffer, dtype=tiles.ab_dtype)
+def carve_smem(plan: Sm80Plan, buffer: cute.Pointer) -> SmemViews:
+    layout_a = plan.smem_layout_a()
+    layout_b = plan.smem_layout_b()
+    a_ptr = cute.recast_ptr(buffer, dtype=plan.ab_dtype)
     sA = cute.make_tensor(a_ptr, layout_a)
     sB = cute.make_tensor(a_ptr + cute.cosize(layout_a), layout_b)
-    sC = cute.make_tensor(cute.recast_ptr(buffer, dtype=tiles.c_dtype), tiles.smem_layout_c())
-    return SmemViews(sA, sB, sC, buffer, ab_smem_bytes(tiles.config, tiles.ab_dtype))
+    sC = cute.make_tensor(cute.recast_ptr(buffer, dtype=plan.c_dtype), plan.smem_layout_c())
+    return SmemViews(sA, sB, sC, buffer, ab_smem_bytes(plan.config, plan.ab_dtype))
 
 
 @cute.jit

@@ -12,21 +12,15 @@ from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     HANDOFF_CONSUMER_REGISTERS,
     HANDOFF_PRODUCER_REGISTERS,
-    SHIPPED_CONFIGS,
-    Sm80Config,
-    shipped_config,
     smem_bytes,
 )
-from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.kernel import Sm80Kernel
 from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
-from wsgemm.kernels.sm80.plan import Sm80Tiles, carve_smem, zero_fill
+from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
 from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP
 
-WARPGROUP_WARPS = WARPS_PER_WARPGROUP
-
-__all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80WsGemm"]
+__all__ = ["Sm80WsGemm"]
 
 
 class Sm80WsGemm(Sm80Kernel):
@@ -56,7 +50,7 @@ class Sm80WsGemm(Sm80Kernel):
           buffer, 16-byte predicated stores.
 
     Pipelines
-        * ``ab`` (:class:`~wsgemm.runtime.sm80_pipeline.CpAsyncPipeline`), producer ->
+        * ``ab`` (:class:`~wsgemm.kernels.common.pipeline.CpAsyncPipeline`), producer ->
           consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase per producer warp, one
           ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
           copies of the stage have landed. ``empty[s]``: ``mma_threads`` (128 or 256) arrivals
@@ -79,7 +73,7 @@ class Sm80WsGemm(Sm80Kernel):
 
     Registers. An SM's 64K registers sit in four sub-partitions, each holding the warps
     ``w % 4`` of every resident CTA, so ptxas budgets the fullest one
-    (:func:`~wsgemm.runtime.sm80_tiles.register_budget`): 5 warps (160 threads) may use 255,
+    (:func:`~wsgemm.kernels.common.budget.register_budget`): 5 warps (160 threads) may use 255,
     9 warps (288 threads) only 168, the same as two 160-thread CTAs. The producer warp thus
     costs the consumers registers the multistage baseline keeps. Shipped (measured best,
     docs/perf.md): fp32 accumulators 128x128x64, 3 stages, 2x2 warps of 64x64 (the study
@@ -111,7 +105,7 @@ class Sm80WsGemm(Sm80Kernel):
         """Warps before the consumers: the producer warp(s), or with ``register_handoff`` a
         whole warpgroup (``setmaxnreg`` acts on warpgroups), whose other warps exit."""
         if self.config.register_handoff:
-            return WARPGROUP_WARPS
+            return WARPS_PER_WARPGROUP
         return self.producer_warps
 
     @property
@@ -170,35 +164,24 @@ class Sm80WsGemm(Sm80Kernel):
     def load_threads(self) -> int:
         return self.producer_warps * WARP_SIZE
 
-    def device_call(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: Sm80Tiles):
-        """The traced kernel, with its ring's arrive counts checked against the roles."""
-        full, empty = self.arrive_counts()
-        return self.device(mA, mB, mC, tiles, full, empty)
-
     @cute.kernel
-    def device(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        tiles: cutlass.Constexpr,
-        full_arrivals: cutlass.Constexpr,
-        empty_arrivals: cutlass.Constexpr,
-    ):
+    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
+        """Set up the ring (its arrive counts checked against the roles while tracing), then
+        hand each warp its role."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         bm, bn, bl = cute.arch.block_idx()
-        c = tiles.config
+        c = plan.config
 
         smem = cutlass.utils.SmemAllocator()
         barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=8)
         buffer_bytes = self.shared_memory_bytes() - BUFFER_ALIGN_BYTES - barrier_bytes(c.stages)
         buffer = smem.allocate(buffer_bytes, byte_alignment=BUFFER_ALIGN_BYTES)
-        views = carve_smem(tiles, buffer)
+        views = carve_smem(plan, buffer)
         pipe = CpAsyncPipeline(barriers, c.stages)
         if tidx == 0:
-            pipe.init(full_arrivals, empty_arrivals)
-        # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
+            pipe.init(*self.arrive_counts())
+        # Stages start zeroed: residue vectors are skipped, not copied (see the ``plan`` module).
         zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         # The kernel's only block-wide barrier: the mbarriers and the zeros are visible to both
         # roles before either starts.
@@ -208,20 +191,20 @@ class Sm80WsGemm(Sm80Kernel):
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_decrease(HANDOFF_PRODUCER_REGISTERS)
             if warp_idx < self.producer_warps:
-                self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
+                self.load(plan, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
         else:
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_increase(HANDOFF_CONSUMER_REGISTERS)
             tid = tidx - self.first_consumer_warp * WARP_SIZE
-            tiled_mma = tiles.tiled_mma()
+            tiled_mma = plan.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
-            acc = self.mma(tiles, tiled_mma, views, pipe, k_tiles, tid)
-            store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
+            acc = self.mma(plan, tiled_mma, views, pipe, k_tiles, tid)
+            self.epilogue(plan, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
 
     @cute.jit
     def load(
         self,
-        tiles: Sm80Tiles,
+        plan: Sm80Plan,
         mA_mk: cute.Tensor,
         mB_nk: cute.Tensor,
         views,
@@ -232,14 +215,14 @@ class Sm80WsGemm(Sm80Kernel):
     ):
         """Producer warp(s), thread ``tid``: every k-tile of this CTA's A and B, in order, into
         the ring (with several producer warps each copies its share of every k-tile)."""
-        c = tiles.config
+        c = plan.config
         # With the register hand-over the producer's edge-tile loop is rolled to fit its budget.
         rolled = bool(c.register_handoff)
         load_a = make_operand_loader(
-            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid, rolled
+            plan.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid, rolled
         )
         load_b = make_operand_loader(
-            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid, rolled
+            plan.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid, rolled
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
 
@@ -283,7 +266,7 @@ class Sm80WsGemm(Sm80Kernel):
     @cute.jit
     def mma(
         self,
-        tiles: Sm80Tiles,
+        plan: Sm80Plan,
         tiled_mma: cute.TiledMma,
         views,
         pipe: CpAsyncPipeline,
@@ -291,9 +274,9 @@ class Sm80WsGemm(Sm80Kernel):
         tid: cutlass.Int32,
     ) -> cute.Tensor:
         """Consumer warps: the whole K loop into register accumulators."""
-        frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
-        acc = make_accumulators(tiles, tiled_mma)
-        k_blocks = tiles.k_blocks
+        frags = make_mma_fragments(plan, tiled_mma, views.sA, views.sB, tid)
+        acc = make_accumulators(plan, tiled_mma)
+        k_blocks = plan.k_blocks
 
         state = pipe.consumer_state()
         pipe.consumer_wait(state)

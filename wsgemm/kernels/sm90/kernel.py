@@ -22,7 +22,6 @@ from wsgemm.kernels.common.scheduler import (
 from wsgemm.kernels.sm90.config import (
     NUM_CONSUMER_WARPGROUPS,
     PRODUCER_WARP,
-    SHIPPED_CONFIGS,
     SM90_SMEM_CAPACITY,
     SMEM_BUFFER_ALIGN,
     THREADS_PER_CTA,
@@ -43,7 +42,7 @@ from wsgemm.support import (
 )
 from wsgemm.support import BarrierId as _Barrier
 
-__all__ = ["SHIPPED_CONFIGS", "Sm90Config", "Sm90Gemm"]
+__all__ = ["Sm90Gemm", "epilogue_subtile_order", "mainloop_arrive_terms"]
 
 
 def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
@@ -74,7 +73,7 @@ def epilogue_subtile_order(config: Sm90Config) -> cute.Layout:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Sm90Plan:
     """Static facts fixed when the kernel is traced (tensor majors decide the smem layouts)."""
 
     config: Sm90Config
@@ -159,7 +158,7 @@ class Sm90Gemm:
         -> TMA store -> [ping-pong: drain stores, pass epilogue turn].
     """
 
-    name = "sm90-cooperative"
+    name = "sm90"
     arch = "sm_90a"
     needs_vector_extent = False
 
@@ -169,7 +168,7 @@ class Sm90Gemm:
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
-        self.name = f"sm90-{config.schedule}"
+        self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
         self.ab_stages, self.epi_stages = self.stage_counts()
         self.producer_regs, self.consumer_regs = register_split(NUM_CONSUMER_WARPGROUPS)
 
@@ -196,10 +195,10 @@ class Sm90Gemm:
         actual = (mma_threads // WARP_SIZE) * (cfg.cluster_m + cfg.cluster_n - 1)
         return check_arrive_count("sm90 mainloop empty", actual, mainloop_arrive_terms(cfg))
 
-    # ----------------------------------------------------------------------------- host side
+    # -------------------------------------------------------------------------- host side: __call__
 
     @cute.jit
-    def kernel(
+    def __call__(
         self,
         mA: cute.Tensor,
         mB: cute.Tensor,
@@ -263,7 +262,7 @@ class Sm90Gemm:
                 "bytes per element": self.ab_dtype.width // 8,
             },
         )
-        plan = _Plan(
+        plan = Sm90Plan(
             config=cfg,
             ab_dtype=self.ab_dtype,
             c_dtype=self.c_dtype,
@@ -286,7 +285,7 @@ class Sm90Gemm:
             clusters_m * clusters_n * num_l, max_active_clusters
         )
 
-        self.device_kernel(
+        self.kernel(
             plan,
             tiled_mma,
             tma_a,
@@ -344,9 +343,6 @@ class Sm90Gemm:
             store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
         )
 
-    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
-    __call__ = kernel
-
     @staticmethod
     def _load_op(num_multicast: int):
         if num_multicast == 1:
@@ -377,10 +373,10 @@ class Sm90Gemm:
             )
         return SharedStorage
 
-    # --------------------------------------------------------------------------- device side
+    # -------------------------------------------------------------------------- device side: kernel
 
     @cute.kernel
-    def device_kernel(
+    def kernel(
         self,
         plan: cutlass.Constexpr,
         tiled_mma: cute.TiledMma,
@@ -450,7 +446,7 @@ class Sm90Gemm:
                 self.load(plan, load_args, scheduler, ab_pipeline)
         else:
             cute.arch.setmaxregister_increase(plan.consumer_regs)
-            self.consume(
+            self.mma_and_epilogue(
                 plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline
             )
 
@@ -470,6 +466,8 @@ class Sm90Gemm:
             cta_layout_vmnk=cute.make_layout((1, *cluster_layout.shape)),
             defer_sync=True,
         )
+
+    # ------------------------------------------------------------------------- load (producer warp)
 
     def _load_args(
         self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles
@@ -534,8 +532,10 @@ class Sm90Gemm:
         else:
             cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, mcast_mask=mask)
 
+    # -------------------------------------------------------------------- mma (consumer warpgroups)
+
     @cute.jit
-    def consume(
+    def mma_and_epilogue(
         self,
         plan: cutlass.Constexpr,
         tiled_mma,
@@ -645,6 +645,8 @@ class Sm90Gemm:
                 args.tCrB[(None, None, kb, stage)],
                 acc,
             )
+
+    # --------------------------------------------------------------- epilogue (consumer warpgroups)
 
     def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg):
         cfg = plan.config
