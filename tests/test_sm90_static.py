@@ -11,11 +11,14 @@ from cutlass.tensor_utils import LayoutEnum
 
 from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
 from wsgemm.kernels.sm90.config import (
+    DEFAULT_RASTER_GROUP,
+    SCHEDULES,
     SHIPPED_CONFIGS,
     SM90_REGISTERS_PER_SM,
     SM90_SMEM_CAPACITY,
     STATIC_SMEM_BYTES,
     Sm90Config,
+    check_raster_group,
     register_split,
     stage_counts,
 )
@@ -39,13 +42,22 @@ DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
         ({"schedule": "pingpong", "tile_n": 256}, "too large"),
         ({"cluster_m": 4}, "must each be 1 or 2"),
         ({"cluster_n": 0}, "must each be 1 or 2"),
-        ({"cluster_m": 2, "raster_group": 3}, "multiple of cluster_m"),
-        ({"raster_group": 0}, "positive multiple"),
+        ({"raster_group": 8}, "unexpected keyword argument 'raster_group'"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         Sm90Config(**kwargs)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_raster_group_is_a_checked_launch_argument(schedule):
+    config = Sm90Config(tile_n=128, cluster_m=2, schedule=schedule)
+    assert check_raster_group(0, config) == DEFAULT_RASTER_GROUP[schedule]
+    assert check_raster_group(4, config) == 4
+    for bad in (3, -2, 2.0):
+        with pytest.raises(ValueError, match="positive multiple of cluster_m"):
+            check_raster_group(bad, config)
 
 
 def test_shipped_configs():
@@ -134,7 +146,7 @@ def test_register_split():
 def test_mainloop_empty_arrivals_derived(schedule, mma_threads, cluster, expected):
     tile_n = 256 if schedule == "cooperative" else 128
     config = Sm90Config(
-        tile_n=tile_n, schedule=schedule, cluster_m=cluster[0], cluster_n=cluster[1], raster_group=8
+        tile_n=tile_n, schedule=schedule, cluster_m=cluster[0], cluster_n=cluster[1]
     )
     gemm = Sm90Gemm(config, F16, F16, F32)
     assert gemm.mainloop_consumer_arrivals(mma_threads) == expected

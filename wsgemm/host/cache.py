@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .compile import compile_variant
+from .compile import compile_variant, with_launch_defaults
 from .registry import Variant
 
 
@@ -72,7 +72,8 @@ class CompileCache:
         path = folder / f"{name}.o" if folder else None
         if path is not None and path.exists():
             try:
-                return getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), name)
+                loaded = getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), name)
+                return with_launch_defaults(loaded, variant)
             except Exception:  # a truncated or stale object is a miss, not an error
                 path.unlink(missing_ok=True)
         compiled = compile_variant(variant)

@@ -45,10 +45,12 @@ class Sm80Kernel:
         mC: cute.Tensor,
         max_active_clusters: cutlass.Int32,
         stream: cuda.CUstream,
+        raster_group: cutlass.Int32 = 0,
     ):
         """The host entry: check the operands, build the static plan, launch one CTA per
         (tile_m, tile_n) output tile and batch with the config's shared memory and launch
-        bounds (``max_active_clusters`` is unused: the grid is not persistent)."""
+        bounds. The launch arguments of persistent kernels (``max_active_clusters``,
+        ``raster_group``) are accepted and unused: the hardware orders this grid."""
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
         check_target(c, self.name)

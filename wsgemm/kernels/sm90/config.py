@@ -25,6 +25,7 @@ __all__ = [
     "EPI_TILE_N",
     "NUM_CONSUMER_WARPGROUPS",
     "PRODUCER_WARP",
+    "DEFAULT_RASTER_GROUP",
     "SCHEDULES",
     "SHIPPED_CONFIGS",
     "SM90_REGISTERS_PER_SM",
@@ -35,6 +36,7 @@ __all__ = [
     "WGMMA_K",
     "WGMMA_M",
     "Sm90Config",
+    "check_raster_group",
     "epilogue_stage_bytes",
     "mainloop_stage_bytes",
     "register_split",
@@ -64,7 +66,8 @@ class Sm90Config:
     ``tile_m x tile_n x tile_k``: CTA tile; ``cluster_m x cluster_n``: CTAs per cluster (a
     cluster along M multicasts B, along N multicasts A); ``schedule``: "cooperative" (both
     consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
-    tiles, alternating); ``raster_group``: m-tiles walked down a column before the next column.
+    tiles, alternating). Every field changes the compiled code; the raster group, which does
+    not, is a launch argument (``Sm90Gemm.__call__``; :data:`DEFAULT_RASTER_GROUP`).
     """
 
     tile_m: int = 128
@@ -73,7 +76,6 @@ class Sm90Config:
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"
-    raster_group: int = 8
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -99,11 +101,6 @@ class Sm90Config:
                 "cluster_m and cluster_n must each be 1 or 2, "
                 f"got {self.cluster_m}x{self.cluster_n}"
             )
-        if self.raster_group < 1 or self.raster_group % self.cluster_m != 0:
-            raise ValueError(
-                f"raster_group must be a positive multiple of cluster_m ({self.cluster_m}), "
-                f"got {self.raster_group}"
-            )
 
     @property
     def pingpong(self) -> bool:
@@ -125,16 +122,33 @@ class Sm90Config:
 
 
 SHIPPED_CONFIGS = {
-    # raster_group=16: the ~132 tiles in flight then cover 16 m-tiles x ~8 n-tiles, a square
-    # 2048 x 2048 footprint of A rows and B columns, instead of 1024 x 4224 with 8 (tune.sh:
-    # 1.010x vs 0.985x of cuBLAS geomean over the five issue shapes, 2026-11-30).
-    "sm90": Sm90Config(
-        tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="cooperative", raster_group=16
-    ),
+    "sm90": Sm90Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="cooperative"),
     "sm90-pingpong": Sm90Config(
         tile_m=128, tile_n=128, tile_k=64, cluster_m=2, schedule="pingpong"
     ),
 }
+
+#: The raster group a launch uses when it passes none (``raster_group=0``), per schedule:
+#: m-tiles walked down a column before the next column. Cooperative 16: its ~132 tiles in
+#: flight cover a square footprint of A rows and B columns (docs/perf.md, entry 6).
+DEFAULT_RASTER_GROUP = {"cooperative": 16, "pingpong": 8}
+
+
+def check_raster_group(raster_group: int, config: Sm90Config) -> int:
+    """A launch's raster group: 0 (the schedule's default) or a positive multiple of
+    ``cluster_m`` (a group holds whole clusters). Returns the group the kernel will use."""
+    if raster_group == 0:
+        return DEFAULT_RASTER_GROUP[config.schedule]
+    if (
+        not isinstance(raster_group, int)
+        or raster_group < 1
+        or raster_group % config.cluster_m != 0
+    ):
+        raise ValueError(
+            f"raster_group must be 0 (the default) or a positive multiple of cluster_m "
+            f"({config.cluster_m}), got {raster_group!r}"
+        )
+    return raster_group
 
 
 def shipped_config(name: str, acc_dtype=None) -> Sm90Config:

@@ -20,6 +20,7 @@ from wsgemm.kernels.common.scheduler import (
     persistent_cluster_count,
 )
 from wsgemm.kernels.sm90.config import (
+    DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
     PRODUCER_WARP,
     SM90_SMEM_CAPACITY,
@@ -205,8 +206,12 @@ class Sm90Gemm:
         mC: cute.Tensor,
         max_active_clusters: Int32,
         stream,
+        raster_group: Int32 = 0,
     ):
-        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring."""
+        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring. Launch
+        arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group`` (0: the
+        schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
+        orders its tiles."""
         cfg = self.config
         for t, want, what in (
             (mA, self.ab_dtype, "A"),
@@ -301,6 +306,7 @@ class Sm90Gemm:
             num_n,
             num_l,
             k_tiles,
+            raster_group,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
             block=[THREADS_PER_CTA, 1, 1],
@@ -393,6 +399,7 @@ class Sm90Gemm:
         num_n: Int32,
         num_l: Int32,
         k_tiles: Int32,
+        raster_group: Int32,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role."""
         cfg = plan.config
@@ -417,10 +424,16 @@ class Sm90Gemm:
         cluster_coord = cluster_layout.get_flat_coord(rank)
         _, _, cluster_idx = cute.arch.block_idx()
         _, _, num_clusters = cute.arch.grid_dim()
+        # Cluster rows per raster group: a bad launch value (none passes the host's check)
+        # still yields a group of at least one row, so every tile is visited and nothing hangs.
+        default_group = DEFAULT_RASTER_GROUP[cfg.schedule] // cfg.cluster_m
+        group_rows = cutlass.max(
+            cutlass.select_(raster_group > 0, raster_group // cfg.cluster_m, default_group), 1
+        )
         scheduler = GroupedTileScheduler(
             (num_m, num_n, num_l),
             (cfg.cluster_m, cfg.cluster_n),
-            cfg.raster_group,
+            Int32(group_rows),
             Int32(num_clusters),
             Int32(cluster_idx),
             (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
