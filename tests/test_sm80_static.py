@@ -292,22 +292,31 @@ HANDOFF = Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target=
 
 
 def test_register_handoff_gives_the_producer_a_warpgroup():
-    kernel = Sm80WsGemm(HANDOFF, F16, F16, F32)
+    kernel = Sm80WsGemm(HANDOFF, F16, F16, F32, "sm_90a")
     # Warps 0-3: the producer warpgroup (warp 0 loads); warps 4-11: eight consumers.
     assert (kernel.first_consumer_warp, kernel.consumer_warps, kernel.threads) == (4, 8, 384)
     assert kernel.arrive_counts() == (32, 256)
     assert HANDOFF.launch_bounds(384) == {"min_blocks_per_mp": 1, "max_number_threads": [384, 1, 1]}
     # Without the hand-over the same tile is 9 warps (288 threads) at 168 registers.
     plain = dataclasses.replace(HANDOFF, register_handoff=0)
-    assert Sm80WsGemm(plain, F16, F16, F32).threads == 288
+    assert Sm80WsGemm(plain, F16, F16, F32, "sm_90a").threads == 288
 
 
 def test_multistage_refuses_the_specialized_kernels_options():
     plain = dataclasses.replace(HANDOFF, register_handoff=0)
     for config in (HANDOFF, dataclasses.replace(plain, producer_warps=2)):
         with pytest.raises(ValueError, match="has no producer warp"):
-            Sm80MultistageGemm(config, F16, F16, F32)
-    assert Sm80MultistageGemm(plain, F16, F16, F32).threads == 256
+            Sm80MultistageGemm(config, F16, F16, F32, "sm_90a")
+    assert Sm80MultistageGemm(plain, F16, F16, F32, "sm_90a").threads == 256
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_hopper_target_config_refuses_other_gpus(kernel, arch):
+    config = Sm80Config(128, 256, 64, 3, mma_warps_n=4, target="sm_90a")
+    with pytest.raises(ValueError, match=f"target='sm_90a'.*cannot be built for {arch}"):
+        kernel(config, F16, F16, F32, arch)
+    assert kernel(config, F16, F16, F32, "sm_90a").gpu_arch == "sm_90a"
 
 
 def test_declaring_one_release_lane_fails_the_trace():

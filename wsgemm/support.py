@@ -38,11 +38,14 @@ __all__ = [
     "WARP_SIZE",
     "BarrierId",
     "accumulator_allowed",
+    "arch_major",
+    "check_arch",
     "check_dtypes",
     "cutlass_dtype",
     "dtype_error",
     "dtype_name",
     "element_bytes",
+    "has_mbarrier_try_wait",
     "short_name",
     "smem_per_block",
     "torch_dtype",
@@ -170,10 +173,27 @@ SMEM_PER_BLOCK = {
 }
 
 
-def smem_per_block(arch: str) -> int:
+def check_arch(arch: str) -> str:
+    """``arch`` if it is a DSL target wsgemm builds for, else ``ValueError``."""
     if arch not in SMEM_PER_BLOCK:
         raise ValueError(f"unknown target {arch!r}; known: {', '.join(SMEM_PER_BLOCK)}")
-    return SMEM_PER_BLOCK[arch]
+    return arch
+
+
+def smem_per_block(arch: str) -> int:
+    return SMEM_PER_BLOCK[check_arch(arch)]
+
+
+def arch_major(arch: str) -> int:
+    """The compute-capability major of a target: 8 for ``"sm_86"``, 9 for ``"sm_90a"``."""
+    digits = "".join(ch for ch in check_arch(arch) if ch.isdigit())  # "90" of "sm_90a"
+    return int(digits[:-1])
+
+
+def has_mbarrier_try_wait(arch: str) -> bool:
+    """``mbarrier.try_wait`` (the waiting thread is suspended in hardware) exists from sm_90;
+    older targets poll with ``mbarrier.test_wait``."""
+    return arch_major(arch) >= 9
 
 
 #: TMA and cp.async move 16-byte vectors: base pointers and non-unit strides of the operands

@@ -49,6 +49,7 @@ def make_kernel(variant: Variant):
         cutlass_dtype(variant.ab_dtype),
         cutlass_dtype(variant.c_dtype),
         cutlass_dtype(variant.acc_dtype),
+        gpu_arch=variant.arch,
     )
 
 

@@ -85,11 +85,14 @@ class Sm80Config:
     form that grid of m16n8k16 warps, so a CTA has 4 or 8 of them, each owning a
     (tile_m / mma_warps_m) x (tile_n / mma_warps_n) block of C. ``tile_m`` must be a multiple
     of ``16 * mma_warps_m`` and ``tile_n`` of ``16 * mma_warps_n`` (each warp takes two n8
-    atoms per step). 2 x 2 is the study design (128x256: 64x128 per warp); 2 x 4 gives 128x256
-    the per-warp tile and registers of 128x128 with 2x2 warps (64x64) and twice the warps;
-    4 x 2 on 192x128 gives eight warps of 48x64, whose fp32 accumulators fit the 168
-    registers of a 288-thread CTA. Thread counts, the epilogue's barrier, the arrive counts
-    and the register budget all follow from it (:attr:`mma_threads`).
+    atoms per step). Thread counts, the epilogue's barrier, the arrive counts and the register
+    budget all follow from it (:attr:`mma_threads`).
+
+    ``fast_interior``: 1 loads a tile whose rows are all in range without row predicates, from
+    a second copy of the loading loop (fewer instructions per copy); 0: one predicated loop.
+
+    The last three fields are experiments no shipped config uses (:attr:`EXPERIMENTS`, with
+    the docs/perf.md entries that measured them); their defaults are the study design.
     """
 
     tile_m: int = 128
@@ -99,23 +102,28 @@ class Sm80Config:
     ctas_per_sm: int = 1
     mma_warps_n: int = 2
     mma_warps_m: int = 2
-    #: Warps that load, in the specialized kernel only: 1 is the study design; 2 or 4 spread
-    #: the copies over as many SM sub-partitions (a measured departure, docs/perf.md entry 8).
-    producer_warps: int = 1
-    #: 1: a CTA whose tile has every row in range loads it without row predicates, from a
-    #: second copy of the loading loop (fewer instructions per copy; docs/perf.md); 0: one
-    #: predicated loop for every tile.
     fast_interior: int = 1
-    #: 1 (specialized kernel, ``target="sm_90a"`` only): the producer warp(s) sit in a
-    #: warpgroup of their own, padded to four warps, which ``setmaxnreg`` shrinks to
-    #: :data:`HANDOFF_PRODUCER_REGISTERS` so the eight consumer warps (``mma_warps`` must be 8)
-    #: grow past the 168 registers a 12-warp CTA launches with to
-    #: :data:`HANDOFF_CONSUMER_REGISTERS`: eight 64x64 fp32 warps fit (docs/perf.md entry 9).
-    #: Ampere and Ada have no ``setmaxnreg``; the shipped configs keep 0.
+    # -- experiments (EXPERIMENTS) --
+    #: Warps that load, in the specialized kernel only: 2 or 4 spread the copies over as many
+    #: SM sub-partitions.
+    producer_warps: int = 1
+    #: 1 (specialized kernel, ``target="sm_90a"``, 8 MMA warps): the producer warp sits in a
+    #: warpgroup of its own, which ``setmaxnreg`` shrinks to :data:`HANDOFF_PRODUCER_REGISTERS`
+    #: so the consumers grow to :data:`HANDOFF_CONSUMER_REGISTERS`.
     register_handoff: int = 0
     #: "sm_80": runs on every GPU of the family (sm_80, sm_86, sm_89, sm_90a), within sm_89's
     #: 99 KiB of shared memory; "sm_90a": Hopper only (its 227 KiB, ``register_handoff``).
     target: str = "sm_80"
+
+    #: The experiment-only fields and the docs/perf.md entry that measured each.
+    EXPERIMENTS = {"producer_warps": 8, "register_handoff": 9, "target": 9}
+
+    @property
+    def is_experiment(self) -> bool:
+        """Whether any experiment-only field differs from its default."""
+        return any(
+            getattr(self, f) != Sm80Config.__dataclass_fields__[f].default for f in self.EXPERIMENTS
+        )
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -322,29 +330,13 @@ def mainloop_registers(config: Sm80Config, acc_dtype) -> int:
 # ----------------------------------------------------------------------------------------------
 # Shipped configs
 
-#: Both kernels ship the same tile, stages and warps (the ablation compares like with like),
-#: chosen by measurement on the H200 (docs/perf.md, entries 3-4 and 7; scripts/sm80_study.sh):
-#: the specialized kernel's fastest, run by the baseline too. The one field that may differ is
-#: ``fast_interior``: a second, unpredicated copy of the loading loop is worth +16% (fp32) and
-#: +6% (fp16) to the single producer warp; to the multistage kernel, whose loads share the MMA
-#: loop's code, it cost 3-7% on most configs (entry 7).
-#: fp32 accumulators: 128x128x64, 3 stages (96 KiB), 2x2 warps of 64x64 (the study layout;
-#: WS 210-215 registers x 160 threads, one CTA an SM; multistage 246-255 x 128, two). Whole
-#: 128-byte rows per k-tile halve the global lines and shared wavefronts of every cp.async
-#: against 64-byte ones. The baseline keeps ``fast_interior=1`` here: without it, it ran 3%
-#: faster on the measured fp16 TN variant but spilled 16 bytes in two of its 48 fp32 variants
-#: (bf16 in, fp32 out, A M-major; docs/perf.md quotes both). Eight warps of 48x64 (4x2 on
-#: 192x128) fit the 9-warp CTA's 168 registers but measured ~6% slower for the specialized
-#: kernel; eight warps of 64x64 do not fit (:func:`register_budget` (288) = 168 < 128
-#: accumulators + 64 fragments).
+#: Both kernels ship the specialized kernel's fastest spill-free tile (the ablation compares
+#: like with like); why each number: docs/perf.md entry 11.
 SHIPPED_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2),
     "sm80-multistage": Sm80Config(tile_m=128, tile_n=128, tile_k=64, stages=3, mma_warps_n=2),
 }
-#: fp16 accumulators pack two per register: 128x256x32, 4 stages, 2x4 warps of 64x64 (WS 144
-#: registers x 288 threads, multistage 166 x 256; 96 KiB ring + 1 KiB alignment + mbarriers
-#: fits sm_89's 99 KiB; fp32 C goes out in two 128-column passes). The baseline without the
-#: unpredicated loop copy (``fast_interior=0``): 5% faster for it.
+#: fp16 accumulators pack two per register: a tile twice as wide (docs/perf.md entry 11).
 SHIPPED_FP16_ACC_CONFIGS = {
     "sm80": Sm80Config(tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4),
     "sm80-multistage": Sm80Config(

@@ -9,8 +9,8 @@ import cutlass.cute as cute
 
 from wsgemm.kernels.sm80.config import Sm80Config
 from wsgemm.kernels.sm80.epilogue import store_accumulators
-from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, check_target, make_plan
-from wsgemm.support import check_dtypes
+from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
+from wsgemm.support import arch_major, check_dtypes
 
 
 class Sm80Kernel:
@@ -23,10 +23,21 @@ class Sm80Kernel:
     # cp.async moves whole 16-byte vectors: the host pads unit-stride extents to 8 elements
     needs_vector_extent = True
 
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_80"):
+        """``gpu_arch``: the DSL target this object is compiled for (the host passes the
+        variant's); it picks how mbarrier waits are written and must fit the config."""
         if not isinstance(config, Sm80Config):
             raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        if arch_major(gpu_arch) < 8:
+            raise ValueError(f"{self.name} needs sm_80 or later, got gpu_arch={gpu_arch!r}")
+        if config.target == "sm_90a" and gpu_arch != "sm_90a":
+            raise ValueError(
+                f"{self.name}: this Sm80Config has target='sm_90a' (Hopper's shared memory or "
+                f"setmaxnreg), it cannot be built for {gpu_arch}; other GPUs take "
+                "target='sm_80' configs"
+            )
+        self.gpu_arch = gpu_arch
         self.config = config
         self.ab_dtype = ab_dtype
         self.c_dtype = c_dtype
@@ -48,12 +59,11 @@ class Sm80Kernel:
         raster_group: cutlass.Int32 = 0,
     ):
         """The host entry: check the operands, build the static plan, launch one CTA per
-        (tile_m, tile_n) output tile and batch with the config's shared memory and launch
-        bounds. The launch arguments of persistent kernels (``max_active_clusters``,
-        ``raster_group``) are accepted and unused: the hardware orders this grid."""
+        (tile_m, tile_n) output tile and batch with the config's shared
+        memory and launch bounds. The launch arguments of persistent kernels
+        (``max_active_clusters``, ``raster_group``) are accepted and unused."""
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
-        check_target(c, self.name)
         plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)
         self.kernel(mA, mB, mC, plan).launch(
             grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.memory import SmemAllocator
 
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
@@ -47,20 +48,14 @@ class Sm80MultistageGemm(Sm80Kernel):
           ldmatrix k-block 0 of k-tile t + 1 instead.
         * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
 
-    Registers: the MMA threads here also keep the cp.async addresses and predicates live. The
-    shipped configs are the WS kernel's tile, stages and warps: fp32 accumulators 128x128x64,
-    3 stages, 2x2 warps (246-255 registers x 128 threads: two CTAs per SM), fp16 accumulators
-    128x256x32, 4 stages, 2x4 warps (166-175 x 256) with ``fast_interior=0``: an unpredicated
-    second copy of this kernel's main loop measured 3-7% slower on most configs (the loads
-    share the loop with the MMAs, so the copy doubles the loop's code); with fp32 accumulators
-    the copy stays, since without it two variants spill (``SHIPPED_CONFIGS``). With 2x2 warps,
-    128x256 and fp16 accumulators spills 3-9 words.
+    Registers: the MMA threads here also keep the cp.async addresses and predicates live; the
+    shipped tiles (the specialized kernel's) and why: docs/perf.md entry 11.
     """
 
     name = "sm80-multistage"
 
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
-        super().__init__(config, ab_dtype, c_dtype, acc_dtype)
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_80"):
+        super().__init__(config, ab_dtype, c_dtype, acc_dtype, gpu_arch)
         # The specialized kernel's role options mean nothing here: refuse them, not ignore.
         if config.register_handoff or config.producer_warps != 1:
             raise ValueError(
@@ -83,7 +78,7 @@ class Sm80MultistageGemm(Sm80Kernel):
         tidx, _, _ = cute.arch.thread_idx()
         bm, bn, bl = cute.arch.block_idx()
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = SmemAllocator()
         buffer = smem.allocate(
             self.shared_memory_bytes() - BUFFER_ALIGN_BYTES, byte_alignment=BUFFER_ALIGN_BYTES
         )

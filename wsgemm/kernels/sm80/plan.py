@@ -22,21 +22,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
 
-from wsgemm.kernels.common.pipeline import target_is_hopper
 from wsgemm.kernels.sm80.config import MMA_INST_MNK, Sm80Config, ab_smem_bytes, epilogue_tile_n
 from wsgemm.support import VECTOR_BITS, vector_elems
 
 #: Every global<->shared copy moves one 16-byte vector per thread per instruction.
 COPY_BITS = VECTOR_BITS
-
-
-def check_target(config: Sm80Config, kernel_name: str) -> None:
-    """Trace-time: a ``target="sm_90a"`` config compiles for Hopper (sm_90) only."""
-    if config.target == "sm_90a" and not target_is_hopper():
-        raise ValueError(
-            f"{kernel_name}: this Sm80Config has target='sm_90a' (Hopper's shared memory or "
-            "setmaxnreg); other GPUs take target='sm_80' configs"
-        )
 
 
 def check_operands(mA, mB, mC, ab_dtype, c_dtype) -> None:

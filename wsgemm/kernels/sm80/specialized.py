@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.memory import SmemAllocator
 
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.budget import barrier_bytes
@@ -18,7 +19,7 @@ from wsgemm.kernels.sm80.kernel import Sm80Kernel
 from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
 from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
-from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP
+from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP, has_mbarrier_try_wait
 
 __all__ = ["Sm80WsGemm"]
 
@@ -38,11 +39,12 @@ class Sm80WsGemm(Sm80Kernel):
           k-tile 0 carries the K residue, rows past M/N are never copied (zero-filled stages).
           A tile with every row in range is loaded by a second copy of the loop without row
           predicates (``config.fast_interior``): this one warp issues every copy of the CTA.
-          (``config.producer_warps`` = 2 or 4 splits the copies over warps 0 .. P - 1, a
-          measured departure from the study design; the consumers' indices shift by P - 1.)
-          With ``config.register_handoff`` (sm_90a) warps 0-3 form the producer warpgroup:
-          all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to fit the
-          smaller budget), warps 1-3 exit; the consumers are warps 4-11 and ``setmaxnreg`` up.
+          (``config.producer_warps`` = 2 or 4, an experiment, splits the copies over warps
+          0 .. P - 1; the consumers' indices shift by P - 1.)
+          With ``config.register_handoff`` (an experiment, sm_90a) warps 0-3 form the producer
+          warpgroup: all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to
+          fit the smaller budget), warps 1-3 exit; the consumers are warps 4-11 and
+          ``setmaxnreg`` up.
         * the next mma_warps warps (from warp ``first_consumer_warp``: 1 in the study design),
           consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
           256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
@@ -71,22 +73,8 @@ class Sm80WsGemm(Sm80Kernel):
           after waiting on its ``full``. After the last k-tile: barrier -> accumulators to
           shared -> barrier -> 16-byte stores, per pass of columns.
 
-    Registers. An SM's 64K registers sit in four sub-partitions, each holding the warps
-    ``w % 4`` of every resident CTA, so ptxas budgets the fullest one
-    (:func:`~wsgemm.kernels.common.budget.register_budget`): 5 warps (160 threads) may use 255,
-    9 warps (288 threads) only 168, the same as two 160-thread CTAs. The producer warp thus
-    costs the consumers registers the multistage baseline keeps. Shipped (measured best,
-    docs/perf.md): fp32 accumulators 128x128x64, 3 stages, 2x2 warps of 64x64 (the study
-    layout, 210-215 registers, one CTA per SM); fp16 accumulators 128x256x32, 4 stages, 2x4
-    warps of 64x64 (144-147 registers, one CTA and eight MMA warps per SM). 4x2 warps of 48x64
-    on 192x128 fit fp32 accumulators in 168 registers but measured ~6% slower; 2x4 warps of 64x32
-    fit too but read twice the A fragments per MMA and were slower; 2x4 warps of 64x64 with
-    fp32 accumulators need 128 + 64 registers before addresses: over 168, ptxas spills over
-    1 KiB, unless ``register_handoff`` (Hopper) moves the producer's registers to them (224
-    each; docs/perf.md entry 9: faster, still behind the baseline). The study design on its
-    own tile
-    (``Sm80Config()``, 128x256x32, 3 stages, 2x2 warps of 64x128) fits only with fp16
-    accumulators (237-248 registers); with fp32 ones it spills (256 + 96 > 255).
+    Registers: ptxas budgets an SM sub-partition, so the producer warp costs the consumers
+    registers the multistage baseline keeps; the shipped tiles and why: docs/perf.md entry 11.
     """
 
     name = "sm80"
@@ -173,12 +161,12 @@ class Sm80WsGemm(Sm80Kernel):
         bm, bn, bl = cute.arch.block_idx()
         c = plan.config
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = SmemAllocator()
         barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=8)
         buffer_bytes = self.shared_memory_bytes() - BUFFER_ALIGN_BYTES - barrier_bytes(c.stages)
         buffer = smem.allocate(buffer_bytes, byte_alignment=BUFFER_ALIGN_BYTES)
         views = carve_smem(plan, buffer)
-        pipe = CpAsyncPipeline(barriers, c.stages)
+        pipe = CpAsyncPipeline(barriers, c.stages, has_mbarrier_try_wait(self.gpu_arch))
         if tidx == 0:
             pipe.init(*self.arrive_counts())
         # Stages start zeroed: residue vectors are skipped, not copied (see the ``plan`` module).

@@ -130,7 +130,7 @@ SHIPPED_CONFIGS = {
 
 #: The raster group a launch uses when it passes none (``raster_group=0``), per schedule:
 #: m-tiles walked down a column before the next column. Cooperative 16: its ~132 tiles in
-#: flight cover a square footprint of A rows and B columns (docs/perf.md, entry 6).
+#: flight cover a square footprint of A rows and B columns (docs/perf.md, entry 2).
 DEFAULT_RASTER_GROUP = {"cooperative": 16, "pingpong": 8}
 
 

@@ -163,9 +163,12 @@ class Sm90Gemm:
     arch = "sm_90a"
     needs_vector_extent = False
 
-    def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype):
+    def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_90a"):
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
+        if gpu_arch != self.arch:
+            raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
+        self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
