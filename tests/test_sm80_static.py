@@ -13,6 +13,7 @@ from pathlib import Path
 import cutlass
 import pytest
 
+import wsgemm
 from wsgemm.kernels.common.arrive import ArriveCountError
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
@@ -31,8 +32,10 @@ from wsgemm.kernels.sm80.config import (
     smem_bytes,
     smem_capacity_bytes,
 )
+from wsgemm.kernels.sm80.kernel import block_tile, launch_grid
 from wsgemm.kernels.sm80.multistage import Sm80MultistageGemm
 from wsgemm.kernels.sm80.specialized import Sm80WsGemm
+from wsgemm.support import MAX_GRID_DIM
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 KERNELS = (Sm80WsGemm, Sm80MultistageGemm)
@@ -544,3 +547,45 @@ def test_ctas_per_sm_is_validated_and_becomes_launch_bounds():
     assert Sm80Config(tile_n=128, ctas_per_sm=1).launch_bounds(160) == {}
     bounds = Sm80Config(tile_n=64, ctas_per_sm=2).launch_bounds(160)
     assert bounds["min_blocks_per_mp"] == 2 and bounds["max_number_threads"] == [160, 1, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch grid
+
+
+def test_launch_grid_walks_every_tile_once_m_fastest():
+    m_tiles, n_tiles, batches = 5, 7, 3
+    grid = launch_grid(m_tiles, n_tiles, batches)
+    assert grid == (35, 1, 3)
+    tiles = [block_tile(x, m_tiles) for x in range(grid[0])]
+    # The order an (m, n) grid launches in: m fastest.
+    assert tiles == [(m, n) for n in range(n_tiles) for m in range(m_tiles)]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("acc", [F32, F16])
+def test_launch_grid_fits_the_hardware_past_65535_n_tiles(kernel, acc):
+    # N > 65535 * tile_n once overflowed grid y; the tiles now go on x (2^31 - 1 blocks).
+    config = shipped_config(kernel.name, acc)
+    m, n = 4096, 65535 * config.tile_n + 8
+    m_tiles, n_tiles = -(-m // config.tile_m), -(-n // config.tile_n)
+    grid = launch_grid(m_tiles, n_tiles, MAX_GRID_DIM[2])
+    assert n_tiles > MAX_GRID_DIM[1]
+    assert all(0 < g <= limit for g, limit in zip(grid, MAX_GRID_DIM, strict=True))
+    assert block_tile(grid[0] - 1, m_tiles) == (m_tiles - 1, n_tiles - 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["sm80", "sm80-multistage"])
+def test_more_n_tiles_than_grid_y_holds(backend):
+    import torch
+    from test_gpu_correctness import check
+
+    if backend not in wsgemm.available_backends():
+        pytest.skip(f"{backend} does not run on this GPU")
+    n = 65535 * shipped_config(backend, F32).tile_n + 136  # 65537 tiles of 128, ragged
+    case = dict(
+        m=33, n=n, k=40, dtypes=(torch.float16, None, torch.float32), a_col=False, b_col=False,
+        batch="none", offset=0, pad=0, use_out=True,
+    )  # fmt: skip
+    check(case, backend, torch.Generator().manual_seed(0))

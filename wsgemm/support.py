@@ -21,6 +21,7 @@ __all__ = [
     "ACCUMULATOR_RULE",
     "C_DTYPES",
     "ELEMENT_BYTES",
+    "MAX_GRID_DIM",
     "MAX_REGISTERS_PER_THREAD",
     "MBARRIER_BYTES",
     "REGISTERS_PER_SM",
@@ -160,6 +161,9 @@ MAX_REGISTERS_PER_THREAD = 255
 SM_SUBPARTITIONS = 4
 #: ``setmaxnreg`` (sm_90a) takes 24..256 registers per thread, in steps of 8.
 SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
+
+#: Blocks a launch grid holds along x, y and z (x is the only long one).
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
 
 # ----------------------------------------------------------------------------------------------
 # Memory

@@ -13,6 +13,19 @@ from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
 from wsgemm.support import arch_major, check_dtypes
 
 
+def launch_grid(m_tiles, n_tiles, batches) -> tuple:
+    """One CTA per output tile and batch. The (m, n) tiles go on x, whose limit is 2^31 - 1
+    blocks (y and z hold 65535: N / tile_n on y would cap N), m fastest, so CTAs launch in the
+    order an (m, n, batch) grid would; the batch goes on z (the host splits larger batches).
+    Plain ``*``, so it runs on Python ints (tests) and DSL values (the launch) alike."""
+    return (m_tiles * n_tiles, 1, batches)
+
+
+def block_tile(block_x, m_tiles) -> tuple:
+    """The (m, n) output tile of block ``block_x`` of :func:`launch_grid`."""
+    return block_x % m_tiles, block_x // m_tiles
+
+
 class Sm80Kernel:
     """The sm80 family's host side and epilogue. Each kernel class sets ``name`` and ``threads``
     (and ``load_threads`` when not every thread loads), and writes its device entry ``kernel``
@@ -59,19 +72,27 @@ class Sm80Kernel:
         raster_group: cutlass.Int32 = 0,
     ):
         """The host entry: check the operands, build the static plan, launch one CTA per
-        (tile_m, tile_n) output tile and batch with the config's shared
+        (tile_m, tile_n) output tile and batch (:func:`launch_grid`) with the config's shared
         memory and launch bounds. The launch arguments of persistent kernels
         (``max_active_clusters``, ``raster_group``) are accepted and unused."""
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
         plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)
+        m_tiles, n_tiles, batches = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
         self.kernel(mA, mB, mC, plan).launch(
-            grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
+            grid=launch_grid(m_tiles, n_tiles, batches),
             block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),
             stream=stream,
             **c.launch_bounds(self.threads),
         )
+
+    @cute.jit
+    def output_tile(self, mC: cute.Tensor):
+        """(m tile, n tile, batch) of this CTA (:func:`launch_grid`)."""
+        block, _, batch = cute.arch.block_idx()
+        bm, bn = block_tile(block, cute.ceil_div(cute.size(mC, mode=[0]), self.config.tile_m))
+        return bm, bn, batch
 
     @cute.jit
     def epilogue(
