@@ -23,9 +23,13 @@ class Report:
     smem_bytes: int
     spill_bytes: int
     sass: dict
+    #: The whole disassembly (tests read it); not part of the JSON report.
+    sass_text: str = dataclasses.field(default="", repr=False)
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        del out["sass_text"]
+        return out
 
 
 def backends_for(arch: str) -> list[str]:
@@ -49,10 +53,13 @@ def variants(arch: str, backend: str, everything: bool = False) -> list[host.Var
     return out
 
 
-def inspect_variant(variant: host.Variant) -> Report:
-    compiled = host.compile_variant(variant, keep=True)
+def inspect_variant(variant: host.Variant, compiled=None) -> Report:
+    """``compiled``: the variant already compiled with ``host.compile_variant(keep=True)``."""
+    if compiled is None:
+        compiled = host.compile_variant(variant, keep=True)
     art = compiled.artifacts
-    kernels = sass.kernel_resources(art.CUBIN, sass.disassemble(art.CUBIN))
+    text = sass.disassemble(art.CUBIN)
+    kernels = sass.kernel_resources(art.CUBIN, text)
     if len(kernels) != 1:
         raise RuntimeError(f"{variant.key()}: expected one kernel in the cubin, got {len(kernels)}")
     (k,) = kernels
@@ -72,4 +79,5 @@ def inspect_variant(variant: host.Variant) -> Report:
         smem_bytes=smem,
         spill_bytes=k.spill_bytes,
         sass={**sass.summarize(k.sass), "total": int(sum(k.sass.values()))},
+        sass_text=text,
     )
