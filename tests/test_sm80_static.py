@@ -27,7 +27,7 @@ from wsgemm.kernels.sm80.config import (
     smem_bytes,
     smem_capacity_bytes,
 )
-from wsgemm.kernels.sm80.kernel import block_tile, launch_grid
+from wsgemm.kernels.sm80.kernel import column_slices, launch_columns
 from wsgemm.kernels.sm80.multistage import Sm80MultistageGemm
 from wsgemm.kernels.sm80.specialized import Sm80WsGemm
 from wsgemm.support import MAX_GRID_DIM
@@ -418,26 +418,23 @@ def test_ctas_per_sm_is_validated_and_becomes_launch_bounds():
 # Launch grid
 
 
-def test_launch_grid_walks_every_tile_once_m_fastest():
-    m_tiles, n_tiles, batches = 5, 7, 3
-    grid = launch_grid(m_tiles, n_tiles, batches)
-    assert grid == (35, 1, 3)
-    tiles = [block_tile(x, m_tiles) for x in range(grid[0])]
-    # The order an (m, n) grid launches in: m fastest.
-    assert tiles == [(m, n) for n in range(n_tiles) for m in range(m_tiles)]
-
-
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("acc", [F32, F16])
-def test_launch_grid_fits_the_hardware_past_65535_n_tiles(kernel, acc):
-    # N > 65535 * tile_n once overflowed grid y; the tiles now go on x (2^31 - 1 blocks).
+def test_column_slices_keep_every_launch_within_grid_y(kernel, acc):
+    # Grid y holds 65535 n tiles; a wider C goes out in launches over column slices.
     config = shipped_config(kernel.name, acc)
-    m, n = 4096, 65535 * config.tile_n + 8
-    m_tiles, n_tiles = -(-m // config.tile_m), -(-n // config.tile_n)
-    grid = launch_grid(m_tiles, n_tiles, MAX_GRID_DIM[2])
-    assert n_tiles > MAX_GRID_DIM[1]
-    assert all(0 < g <= limit for g, limit in zip(grid, MAX_GRID_DIM, strict=True))
-    assert block_tile(grid[0] - 1, m_tiles) == (m_tiles - 1, n_tiles - 1)
+    cols = launch_columns(config)
+    assert cols // config.tile_n == MAX_GRID_DIM[1] and cols % config.tile_n == 0
+    for n in (8, cols - 8, cols, cols + 8, 3 * cols + 136):
+        slices = column_slices(n, config)
+        assert len(slices) == -(-n // cols)
+        # Every column once, in order; every launch's n tiles fit grid y; every slice starts
+        # on a whole tile (so on a 16-byte boundary) and is a whole number of vectors wide.
+        assert [f for f, _ in slices] == list(range(0, n, cols))
+        assert sum(w for _, w in slices) == n
+        for first, width in slices:
+            assert -(-width // config.tile_n) <= MAX_GRID_DIM[1]
+            assert first % config.tile_n == 0 and width % 8 == 0
 
 
 @pytest.mark.gpu

@@ -10,20 +10,29 @@ import cutlass.cute as cute
 from wsgemm.kernels.sm80.config import Sm80Config
 from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
-from wsgemm.support import arch_major, check_dtypes
+from wsgemm.support import MAX_GRID_DIM, VECTOR_BYTES, arch_major, check_dtypes
 
 
-def launch_grid(m_tiles, n_tiles, batches) -> tuple:
-    """One CTA per output tile and batch. The (m, n) tiles go on x, whose limit is 2^31 - 1
-    blocks (y and z hold 65535: N / tile_n on y would cap N), m fastest, so CTAs launch in the
-    order an (m, n, batch) grid would; the batch goes on z (the host splits larger batches).
-    Plain ``*``, so it runs on Python ints (tests) and DSL values (the launch) alike."""
-    return (m_tiles * n_tiles, 1, batches)
+def launch_columns(config: Sm80Config) -> int:
+    """Columns of C one launch covers: grid y holds :data:`~wsgemm.support.MAX_GRID_DIM` [1]
+    n tiles, so a wider C goes out in several launches over column slices of B and C."""
+    return MAX_GRID_DIM[1] * config.tile_n
 
 
-def block_tile(block_x, m_tiles) -> tuple:
-    """The (m, n) output tile of block ``block_x`` of :func:`launch_grid`."""
-    return block_x % m_tiles, block_x // m_tiles
+def column_slices(n: int, config: Sm80Config) -> list[tuple[int, int]]:
+    """(first column, width) of each launch for a C with ``n`` columns (host replay of
+    ``__call__``'s loop; one launch unless N > 65535 tiles)."""
+    cols = launch_columns(config)
+    return [(first, min(cols, n - first)) for first in range(0, n, cols)]
+
+
+def _slice_mode(t: cute.Tensor, mode: int, first, width) -> cute.Tensor:
+    """``t`` restricted to ``[first, first + width)`` along ``mode``, the same strides: a view.
+    ``first`` is a whole number of 16-byte vectors along a unit stride and the other strides
+    are 16-byte multiples, so the base stays 16-byte aligned."""
+    shape = tuple(width if i == mode else t.shape[i] for i in range(cute.rank(t)))
+    base = (t.iterator + first * t.stride[mode]).align(VECTOR_BYTES)
+    return cute.make_tensor(base, cute.make_layout(shape, stride=t.stride))
 
 
 class Sm80Kernel:
@@ -72,27 +81,33 @@ class Sm80Kernel:
         raster_group: cutlass.Int32 = 0,
     ):
         """The host entry: check the operands, build the static plan, launch one CTA per
-        (tile_m, tile_n) output tile and batch (:func:`launch_grid`) with the config's shared
-        memory and launch bounds. The launch arguments of persistent kernels
-        (``max_active_clusters``, ``raster_group``) are accepted and unused."""
+        (tile_m, tile_n) output tile and batch (grid x: m, y: n, z: batch) with the config's
+        shared memory and launch bounds; past 65535 n tiles, one launch per column slice.
+        The launch arguments of persistent kernels (``max_active_clusters``,
+        ``raster_group``) are accepted and unused."""
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
         plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)
-        m_tiles, n_tiles, batches = cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1))
+        # Grid y holds 65535 n tiles: a wider C goes out in launches over column slices
+        # (views of B and C), one launch otherwise.
+        n = cute.size(mC, mode=[1])
+        cols = launch_columns(c)
+        for first in cutlass.range(0, n, cols, unroll=1):
+            width = cutlass.min(cols, n - first)
+            mB_part = _slice_mode(mB, 0, first, width)
+            mC_part = _slice_mode(mC, 1, first, width)
+            self._launch(mA, mB_part, mC_part, plan, stream)
+
+    @cute.jit
+    def _launch(self, mA, mB, mC, plan: Sm80Plan, stream):
+        c = self.config
         self.kernel(mA, mB, mC, plan).launch(
-            grid=launch_grid(m_tiles, n_tiles, batches),
+            grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
             block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),
             stream=stream,
             **c.launch_bounds(self.threads),
         )
-
-    @cute.jit
-    def output_tile(self, mC: cute.Tensor):
-        """(m tile, n tile, batch) of this CTA (:func:`launch_grid`)."""
-        block, _, batch = cute.arch.block_idx()
-        bm, bn = block_tile(block, cute.ceil_div(cute.size(mC, mode=[0]), self.config.tile_m))
-        return bm, bn, batch
 
     @cute.jit
     def epilogue(

@@ -76,7 +76,7 @@ class Sm80MultistageGemm(Sm80Kernel):
     def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
         """Zero the ring, then every warp loads and multiplies, then stores."""
         tidx, _, _ = cute.arch.thread_idx()
-        bm, bn, bl = self.output_tile(mC)
+        bm, bn, bl = cute.arch.block_idx()
 
         smem = SmemAllocator()
         buffer = smem.allocate(

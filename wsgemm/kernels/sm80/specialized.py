@@ -158,7 +158,7 @@ class Sm80WsGemm(Sm80Kernel):
         hand each warp its role."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        bm, bn, bl = self.output_tile(mC)
+        bm, bn, bl = cute.arch.block_idx()
         c = plan.config
 
         smem = SmemAllocator()
