@@ -79,6 +79,9 @@ def world(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cache, "compile_variant", fake_compile)
     monkeypatch.setattr(disk, "link", fake_link)
+    # a linked stand-in is no kernel: the launch-defaults wrapper (tests/test_compile_sass.py
+    # checks it on a real one) would hide what was linked
+    monkeypatch.setattr(cache, "with_launch_defaults", lambda fn, variant: fn)
     cache.reset()
     yield w
     cache.reset()
@@ -574,7 +577,7 @@ def test_real_round_trip_compiles_stores_checks_and_links(tmp_path, monkeypatch)
         payload = store.read(V1.key())
         assert payload is not None and payload[:4] == b"\x7fELF"
         fn = cache.CompileCache().get(V1)  # a new in-memory cache: linked from the entry
-        assert type(fn).__name__ == "Function" and fn is not compiled
+        assert callable(fn) and fn is not compiled  # the linked entry, behind its launch defaults
         cubin = sass.embedded_cubin(payload)
         assert cubin is not None and sass.kernel_resources(cubin, "")
         header = len(path.read_bytes()) - len(payload)

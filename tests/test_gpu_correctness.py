@@ -130,7 +130,7 @@ def test_random_case(backend, index):
 
 def _studied_configs():
     """Non-shipped sm80 configs the performance log measures (docs/perf.md entries 9-10)."""
-    from wsgemm.runtime.sm80_tiles import Sm80Config
+    from wsgemm.kernels.sm80.config import Sm80Config
 
     hopper = dict(target="sm_90a")
     return {

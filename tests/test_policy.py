@@ -19,7 +19,7 @@ import pytest
 from wsgemm import host
 from wsgemm.bench import suites
 from wsgemm.host import policy
-from wsgemm.kernels.sm90 import SHIPPED_CONFIGS, Sm90Config
+from wsgemm.kernels.sm90.config import SHIPPED_CONFIGS, Sm90Config
 
 H200 = dict(sm_count=132, cc=(9, 0))
 FP16 = ("float16", "float16", "float32")

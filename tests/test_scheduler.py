@@ -4,8 +4,9 @@ import itertools
 
 import pytest
 
-from wsgemm.runtime.scheduler import (
+from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
+    group_rows,
     grouped_cluster_coord,
     persistent_cluster_count,
     tile_order,
@@ -100,6 +101,14 @@ def test_last_group_may_be_short():
     assert coords[12:] == [(4, 0, 0), (4, 1, 0), (4, 2, 0)]
 
 
-def test_scheduler_rejects_group_not_holding_whole_clusters():
+@pytest.mark.parametrize("group", [3, 0, -2, 2.0])
+def test_raster_group_must_hold_whole_clusters(group):
     with pytest.raises(ValueError, match="multiple of cluster_m"):
-        GroupedTileScheduler((4, 4, 1), (2, 1), 3, 1, 0, (0, 0))
+        group_rows(group, 2)
+    with pytest.raises(ValueError, match="multiple of cluster_m"):
+        tile_order(4, 4, 1, group, 1, (2, 1))
+
+
+def test_scheduler_takes_the_group_in_cluster_rows():
+    sched = GroupedTileScheduler((4, 4, 1), (2, 1), group_rows(4, 2), 1, 0, (0, 0))
+    assert sched.group_clusters == 2

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import cutlass
 import pytest
+from sass_checks import assert_clean, assert_sm80_path
 
-from wsgemm.kernels.sm80_multistage import Sm80MultistageGemm
-from wsgemm.kernels.sm80_ws import Sm80WsGemm
-from wsgemm.runtime.arrive import ArriveCountError
-from wsgemm.runtime.sm80_tiles import (
+import wsgemm
+from wsgemm import host
+from wsgemm.kernels.common.arrive import ArriveCountError
+from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     MAX_REGISTERS_PER_THREAD,
     SHIPPED_CONFIGS,
@@ -26,13 +21,16 @@ from wsgemm.runtime.sm80_tiles import (
     accumulator_registers,
     barrier_bytes,
     epilogue_smem_bytes,
-    epilogue_tile_n,
     mainloop_registers,
     register_budget,
     shipped_config,
     smem_bytes,
     smem_capacity_bytes,
 )
+from wsgemm.kernels.sm80.kernel import column_slices, launch_columns
+from wsgemm.kernels.sm80.multistage import Sm80MultistageGemm
+from wsgemm.kernels.sm80.specialized import Sm80WsGemm
+from wsgemm.support import MAX_GRID_DIM
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 KERNELS = (Sm80WsGemm, Sm80MultistageGemm)
@@ -43,13 +41,6 @@ WIDE = Sm80Config(128, 256, 32, 4, mma_warps_n=4)
 
 # ---------------------------------------------------------------------------------------------
 # Config validation
-
-
-def test_default_config_is_the_study_tile():
-    assert STUDY.tile_shape_mnk == (128, 256, 32)
-    assert STUDY.stages == 3
-    assert (STUDY.mma_warps_n, STUDY.mma_warps, STUDY.mma_threads) == (2, 4, 128)
-    assert STUDY.warp_tile_mn == (64, 128)
 
 
 def test_mma_warps_n_sets_the_warp_grid():
@@ -127,7 +118,7 @@ def test_hopper_target_allows_its_shared_memory():
 
 @pytest.mark.parametrize("tile_mn, vectors", [(64, 8), (96, 4), (128, 8), (192, 8), (256, 8)])
 def test_mn_major_atoms_are_conflict_free_for_ldmatrix(tile_mn, vectors):
-    from wsgemm.runtime.sm80_tiles import mn_atom_vectors
+    from wsgemm.kernels.sm80.plan import mn_atom_vectors
 
     assert mn_atom_vectors(tile_mn, F16) == mn_atom_vectors(tile_mn, BF16) == vectors
     assert tile_mn % (vectors * 8) == 0  # whole atoms
@@ -169,31 +160,12 @@ def test_epilogue_reuses_the_ab_ring(config, c_dtype):
     assert ws <= smem_capacity_bytes()
 
 
-def test_budget_numbers_of_the_two_shipped_tiles():
-    big, small = Sm80Config(), Sm80Config(128, 128, 32, 4)
-    assert ab_smem_bytes(big, F16) == 3 * (128 + 256) * 32 * 2 == 73728
-    assert ab_smem_bytes(small, F16) == 65536
-    # fp32 C of 128x256 is 128 KiB: two passes of 128 columns through the 72 KiB ring.
-    assert epilogue_tile_n(big, F16, F32) == 128
-    assert epilogue_tile_n(big, F16, F16) == 256
-    assert epilogue_tile_n(small, F16, F32) == 128
-    assert smem_bytes(big, F16, F32, barrier_stages=3) == 1024 + 73728 + 48
-    # Four stages of 128x256x32: 96 KiB, still within sm_89's 99 KiB with the mbarriers.
-    assert ab_smem_bytes(WIDE, F16) == 98304
-    assert epilogue_tile_n(WIDE, F16, F32) == 128
-    assert epilogue_tile_n(WIDE, F16, F16) == 256
-    assert smem_bytes(WIDE, F16, F32, barrier_stages=4) == 1024 + 98304 + 64 <= 101376
-
-
 @pytest.mark.parametrize("table", [SHIPPED_CONFIGS, SHIPPED_FP16_ACC_CONFIGS])
 def test_shipped_configs_fit_every_sm80_family_gpu(table):
     assert set(table) == {"sm80", "sm80-multistage"}
     # The ablation compares like with like: same tile, stages and MMA warps; only how each
     # kernel loads interior tiles is its own measured best.
     assert table["sm80"] == dataclasses.replace(table["sm80-multistage"], fast_interior=1)
-    assert table["sm80"].fast_interior == 1  # worth +6-16% to the one producer warp
-    # fp32 accumulators: the study's 2x2 warps; fp16 ones: 2x4 (see SHIPPED_CONFIGS)
-    assert table["sm80"].mma_warps == (4 if table is SHIPPED_CONFIGS else 8)
     for config in table.values():
         for c_dtype in (F16, BF16, F32):
             assert smem_bytes(config, F16, c_dtype, barrier_stages=config.stages) <= 101376
@@ -234,8 +206,6 @@ def test_shipped_config_leaves_register_headroom(kernel, acc):
     budget = register_budget(kernel(config, F16, F16, acc).threads)
     # Addresses, predicates and loop state need the rest (measured in SASS: <= 175 in all).
     assert mainloop_registers(config, acc) <= budget - 30
-    # Both keep a 64x64 block per warp: thinner warp tiles measured slower (SHIPPED_CONFIGS).
-    assert config.warp_tile_mn == (64, 64)
 
 
 def test_shipped_config_unknown_name():
@@ -292,22 +262,31 @@ HANDOFF = Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target=
 
 
 def test_register_handoff_gives_the_producer_a_warpgroup():
-    kernel = Sm80WsGemm(HANDOFF, F16, F16, F32)
+    kernel = Sm80WsGemm(HANDOFF, F16, F16, F32, "sm_90a")
     # Warps 0-3: the producer warpgroup (warp 0 loads); warps 4-11: eight consumers.
     assert (kernel.first_consumer_warp, kernel.consumer_warps, kernel.threads) == (4, 8, 384)
     assert kernel.arrive_counts() == (32, 256)
     assert HANDOFF.launch_bounds(384) == {"min_blocks_per_mp": 1, "max_number_threads": [384, 1, 1]}
     # Without the hand-over the same tile is 9 warps (288 threads) at 168 registers.
     plain = dataclasses.replace(HANDOFF, register_handoff=0)
-    assert Sm80WsGemm(plain, F16, F16, F32).threads == 288
+    assert Sm80WsGemm(plain, F16, F16, F32, "sm_90a").threads == 288
 
 
 def test_multistage_refuses_the_specialized_kernels_options():
     plain = dataclasses.replace(HANDOFF, register_handoff=0)
     for config in (HANDOFF, dataclasses.replace(plain, producer_warps=2)):
         with pytest.raises(ValueError, match="has no producer warp"):
-            Sm80MultistageGemm(config, F16, F16, F32)
-    assert Sm80MultistageGemm(plain, F16, F16, F32).threads == 256
+            Sm80MultistageGemm(config, F16, F16, F32, "sm_90a")
+    assert Sm80MultistageGemm(plain, F16, F16, F32, "sm_90a").threads == 256
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_hopper_target_config_refuses_other_gpus(kernel, arch):
+    config = Sm80Config(128, 256, 64, 3, mma_warps_n=4, target="sm_90a")
+    with pytest.raises(ValueError, match=f"target='sm_90a'.*cannot be built for {arch}"):
+        kernel(config, F16, F16, F32, arch)
+    assert kernel(config, F16, F16, F32, "sm_90a").gpu_arch == "sm_90a"
 
 
 def test_declaring_one_release_lane_fails_the_trace():
@@ -320,7 +299,7 @@ def test_declaring_one_release_lane_fails_the_trace():
 
 
 def test_register_handoff_split_fits_the_launch_pool():
-    from wsgemm.runtime.sm80_tiles import HANDOFF_CONSUMER_REGISTERS, HANDOFF_PRODUCER_REGISTERS
+    from wsgemm.kernels.sm80.config import HANDOFF_CONSUMER_REGISTERS, HANDOFF_PRODUCER_REGISTERS
 
     producer, consumer = HANDOFF_PRODUCER_REGISTERS, HANDOFF_CONSUMER_REGISTERS
     launch = register_budget(384)
@@ -395,143 +374,80 @@ def test_allowed_dtypes(kernel, ab, c):
 
 
 # ---------------------------------------------------------------------------------------------
-# Compile for sm_80 without a GPU and read the SASS (slow: a few seconds per kernel)
+# Studied (non-shipped) configs compile spill-free with their hardware path (the sweep)
 
-_COMPILE = textwrap.dedent(
-    """
-    import sys
-    import cutlass, cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_tensor
-    from cutlass.runtime import make_fake_stream
-    from wsgemm.kernels.{module} import {cls} as Kernel
-    from wsgemm.runtime.sm80_tiles import Sm80Config, shipped_config
-
-    def operand(dtype, unit_first):
-        x, k, l = cute.sym_int64(), cute.sym_int64(), cute.sym_int64()
-        ld, bs = cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8)
-        stride = (1, ld, bs) if unit_first else (ld, 1, bs)
-        return make_fake_tensor(dtype, (x, k, l), stride, assumed_align=16)
-
-    f16, f32 = cutlass.Float16, cutlass.Float32
-    acc = {acc}
-    kernel = Kernel({config}, f16, f16, acc)
-    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    cute.compile(kernel.kernel, operand(f16, True), operand(f16, False), operand(f16, False),
-                 cutlass.Int32(1), stream, options="--enable-tvm-ffi")
-    """
-)
+_M_K = dict(a_major="m", b_major="k")
 
 
-_SHIPPED = "shipped_config(Kernel.name, acc)"
-_STUDY = "Sm80Config()"
-_TALL = "Sm80Config(192, 128, 32, 4, mma_warps_m=4)"
-_TWO = "Sm80Config(128, 128, 64, 3, producer_warps=2)"
-_FI1 = "Sm80Config(128, 256, 32, 4, mma_warps_n=4, fast_interior=1)"
-_96 = "Sm80Config(96, 128, 64, 3)"
-_HANDOFF = "Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target='sm_90a')"
-
-
-def _compile(tmp_path: Path, module, cls, config, acc, arch="sm_80"):
-    """Compile one variant in a fresh process (A M-major, B K-major); the completed process."""
-    env = dict(
-        os.environ,
-        CUTE_DSL_ARCH=arch,
-        CUTE_DSL_KEEP="sass",
-        CUTE_DSL_DUMP_DIR=str(tmp_path),
-        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
-    )
-    script = _COMPILE.format(module=module, cls=cls, config=config, acc=acc)
-    return subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
-    )
-
-
-def _sass(tmp_path: Path, module, cls, config, acc, arch="sm_80") -> tuple[str, list]:
-    """(SASS text, opcodes) of one variant, asserting it compiled without spills."""
-    done = _compile(tmp_path, module, cls, config, acc, arch)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (sass_file,) = tmp_path.glob("*.sass")
-    sass = sass_file.read_text()
-    opcodes = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
-    assert not [op for op in opcodes if op.startswith(("LDL", "STL"))], "register spills"
-    return sass, opcodes
-
-
-@pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize(
-    "module, cls, config, acc, mma_threads, needs",
+    "backend, config, acc",
     [
-        ("sm80_ws", "Sm80WsGemm", _SHIPPED, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
-        ("sm80_ws", "Sm80WsGemm", _SHIPPED, "f16", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
-        # The 160-thread study design (4 consumer warps of 64x128) stays spill-free with fp16
-        # accumulators.
-        ("sm80_ws", "Sm80WsGemm", _STUDY, "f16", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("sm80", shipped_config("sm80", F16), "float16"),
+        ("sm80-multistage", shipped_config("sm80-multistage", F16), "float16"),
+        # The 160-thread study design (4 consumer warps of 64x128), fp16 accumulators.
+        ("sm80", STUDY, "float16"),
         # Eight consumer warps of 48x64 keep fp32 accumulators within a 288-thread CTA's 168.
-        ("sm80_ws", "Sm80WsGemm", _TALL, "f32", 256, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
+        ("sm80", Sm80Config(192, 128, 32, 4, mma_warps_m=4), "float32"),
         # Two producer warps share the copies (64 arrivals on full[s]).
-        ("sm80_ws", "Sm80WsGemm", _TWO, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
-        # The baseline's unpredicated loop copy for interior tiles, and without it.
-        ("sm80_multistage", "Sm80MultistageGemm", _FI1, "f16", 256, ("LDGDEPBAR",)),
-        ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f32", 128, ("LDGDEPBAR",)),
-        ("sm80_multistage", "Sm80MultistageGemm", _SHIPPED, "f16", 256, ("LDGDEPBAR",)),
+        ("sm80", Sm80Config(128, 128, 64, 3, producer_warps=2), "float32"),
+        # The baseline with the unpredicated loop copy for interior tiles.
+        ("sm80-multistage", dataclasses.replace(WIDE, fast_interior=1), "float16"),
         # 96-row tiles: the M-major A operand in 64-byte shared rows.
-        ("sm80_ws", "Sm80WsGemm", _96, "f32", 128, ("ATOMS.ARRIVE", "ARRIVES.LDGSTSBAR")),
-        ("sm80_multistage", "Sm80MultistageGemm", _96, "f32", 128, ("LDGDEPBAR",)),
+        ("sm80", Sm80Config(96, 128, 64, 3), "float32"),
+        ("sm80-multistage", Sm80Config(96, 128, 64, 3), "float32"),
     ],
+    ids=lambda x: x if isinstance(x, str) else None,
 )
-def test_compiles_for_sm80_without_spills(
-    tmp_path: Path, module, cls, config, acc, mma_threads, needs
-):
-    sass, opcodes = _sass(tmp_path, module, cls, config, acc)
-    hmma = "HMMA.16816.F32" if acc == "f32" else "HMMA.16816.F16"
-    for prefix in (hmma, "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
-        assert prefix in opcodes
-    for text in needs:
-        assert text in sass
-    # The epilogue's named barrier counts the MMA threads, and only them.
-    assert f"BAR.SYNC.DEFER_BLOCKING 0x1, {mma_threads:#x}" in sass
-    if module == "sm80_ws":
-        # One block-wide barrier (start-up), none in the main loop.
-        assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1
-        # The producer's two loading loops: row-predicated copies (a trailing "!P<n>" zero-fill
-        # operand) for edge tiles, unpredicated ones for interior tiles (fast_interior).
-        copies = re.findall(r"LDGSTS\.[^;]*;", sass)
-        predicated = [c for c in copies if re.search(r",\s*!?P\d\s*;", c)]
-        assert predicated and len(predicated) < len(copies)
-
-
-@pytest.mark.slow
-def test_register_handoff_compiles_for_sm90a(tmp_path: Path):
-    sass, opcodes = _sass(tmp_path, "sm80_ws", "Sm80WsGemm", _HANDOFF, "f32", arch="sm_90a")
-    # The producer warpgroup gives registers back (56), the consumers take them (224).
-    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL 0x38 ;", sass)
-    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, 0xe0 ;", sass)
-    for prefix in ("HMMA.16816.F32", "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
-        assert prefix in opcodes
-    assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass
-    assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" in sass  # eight consumer warps
-    assert sass.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1
-    copies = re.findall(r"LDGSTS\.[^;]*;", sass)
-    predicated = [c for c in copies if re.search(r",\s*!?P\d\s*;", c)]
-    assert predicated and len(predicated) < len(copies)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "module, cls", [("sm80_ws", "Sm80WsGemm"), ("sm80_multistage", "Sm80MultistageGemm")]
-)
-def test_hopper_target_config_refuses_ampere(tmp_path: Path, module, cls):
-    config = "Sm80Config(128, 256, 64, 3, mma_warps_n=4, target='sm_90a')"
-    done = _compile(tmp_path, module, cls, config, "f32", arch="sm_80")
-    assert done.returncode != 0
-    assert "has target='sm_90a'" in done.stderr and "ValueError" in done.stderr
+def test_studied_config_compiles_for_sm80_without_spills(compiled, backend, config, acc):
+    v = host.Variant(backend, "sm_80", "float16", "float16", acc, config=config, **_M_K)
+    r = compiled(v).report
+    assert_sm80_path(r, acc, config.mma_threads, specialized=backend == "sm80")
+    assert_clean(r)
 
 
 def test_ctas_per_sm_is_validated_and_becomes_launch_bounds():
-    from wsgemm.runtime.sm80_tiles import Sm80Config
-
     with pytest.raises(ValueError, match="ctas_per_sm"):
         Sm80Config(ctas_per_sm=5)
     assert Sm80Config(tile_n=128, ctas_per_sm=1).launch_bounds(160) == {}
     bounds = Sm80Config(tile_n=64, ctas_per_sm=2).launch_bounds(160)
     assert bounds["min_blocks_per_mp"] == 2 and bounds["max_number_threads"] == [160, 1, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch grid
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("acc", [F32, F16])
+def test_column_slices_keep_every_launch_within_grid_y(kernel, acc):
+    # Grid y holds 65535 n tiles; a wider C goes out in launches over column slices.
+    config = shipped_config(kernel.name, acc)
+    cols = launch_columns(config)
+    assert cols // config.tile_n == MAX_GRID_DIM[1] and cols % config.tile_n == 0
+    for n in (8, cols - 8, cols, cols + 8, 3 * cols + 136):
+        slices = column_slices(n, config)
+        assert len(slices) == -(-n // cols)
+        # Every column once, in order; every launch's n tiles fit grid y; every slice starts
+        # on a whole tile (so on a 16-byte boundary) and is a whole number of vectors wide.
+        assert [f for f, _ in slices] == list(range(0, n, cols))
+        assert sum(w for _, w in slices) == n
+        for first, width in slices:
+            assert -(-width // config.tile_n) <= MAX_GRID_DIM[1]
+            assert first % config.tile_n == 0 and width % 8 == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["sm80", "sm80-multistage"])
+def test_more_n_tiles_than_grid_y_holds(backend):
+    import torch
+    from test_gpu_correctness import check
+
+    if backend not in wsgemm.available_backends():
+        pytest.skip(f"{backend} does not run on this GPU")
+    n = 65535 * shipped_config(backend, F32).tile_n + 136  # 65537 tiles of 128, ragged
+    case = dict(
+        m=33, n=n, k=40, dtypes=(torch.float16, None, torch.float32), a_col=False, b_col=False,
+        batch="none", offset=0, pad=0, use_out=True,
+    )  # fmt: skip
+    check(case, backend, torch.Generator().manual_seed(0))

@@ -1,5 +1,5 @@
 """Static facts of the Hopper kernel: config validation, smem stages, registers, arrive counts,
-and (slow) the epilogue's register-to-output index map, traced without a GPU.
+and the epilogue's register-to-output index map, traced without a GPU.
 """
 
 import dataclasses
@@ -9,21 +9,20 @@ import cutlass.cute as cute
 import pytest
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.kernels.sm90 import (
+from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
+from wsgemm.kernels.sm90.config import (
+    DEFAULT_RASTER_GROUP,
+    SCHEDULES,
     SHIPPED_CONFIGS,
-    Sm90Config,
-    Sm90Gemm,
-    epilogue_subtile_order,
-    mainloop_arrive_terms,
-)
-from wsgemm.runtime.arrive import ArriveCountError, check_arrive_count
-from wsgemm.runtime.sm90_budget import (
     SM90_REGISTERS_PER_SM,
     SM90_SMEM_CAPACITY,
     STATIC_SMEM_BYTES,
+    Sm90Config,
+    check_raster_group,
     register_split,
     stage_counts,
 )
+from wsgemm.kernels.sm90.kernel import Sm90Gemm, epilogue_subtile_order, mainloop_arrive_terms
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 # (A/B, C, accumulator) combinations the kernel accepts.
@@ -43,28 +42,28 @@ DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
         ({"schedule": "pingpong", "tile_n": 256}, "too large"),
         ({"cluster_m": 4}, "must each be 1 or 2"),
         ({"cluster_n": 0}, "must each be 1 or 2"),
-        ({"cluster_m": 2, "raster_group": 3}, "multiple of cluster_m"),
-        ({"raster_group": 0}, "positive multiple"),
+        ({"raster_group": 8}, "unexpected keyword argument 'raster_group'"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         Sm90Config(**kwargs)
 
 
-def test_shipped_configs():
-    assert SHIPPED_CONFIGS["sm90"].schedule == "cooperative"
-    assert (SHIPPED_CONFIGS["sm90"].tile_m, SHIPPED_CONFIGS["sm90"].tile_n) == (128, 256)
-    assert SHIPPED_CONFIGS["sm90-pingpong"].schedule == "pingpong"
-    assert Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32).name == "sm90-cooperative"
-    assert Sm90Gemm(SHIPPED_CONFIGS["sm90-pingpong"], F16, F16, F32).name == "sm90-pingpong"
-    assert Sm90Gemm.arch == "sm_90a" and Sm90Gemm.needs_vector_extent is False
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_raster_group_is_a_checked_launch_argument(schedule):
+    config = Sm90Config(tile_n=128, cluster_m=2, schedule=schedule)
+    assert check_raster_group(0, config) == DEFAULT_RASTER_GROUP[schedule]
+    assert check_raster_group(4, config) == 4
+    for bad in (3, -2, 2.0):
+        with pytest.raises(ValueError, match="positive multiple of cluster_m"):
+            check_raster_group(bad, config)
 
 
 @pytest.mark.parametrize(
     "ab, c, acc, message",
     [
-        (BF16, F16, F16, "Float16 accumulator needs Float16 inputs"),
+        (BF16, F16, F16, "fp16 accumulation needs fp16 inputs"),
         (F32, F32, F32, "A/B dtype"),
         (F16, cutlass.Int8, F32, "C dtype"),
         (F16, F16, BF16, "accumulator dtype"),
@@ -73,21 +72,6 @@ def test_shipped_configs():
 def test_kernel_rejects_bad_dtypes(ab, c, acc, message):
     with pytest.raises(ValueError, match=message):
         Sm90Gemm(SHIPPED_CONFIGS["sm90"], ab, c, acc)
-
-
-@pytest.mark.parametrize(
-    "name, c, expected",
-    [
-        # 128x256x64 fp16: 48 KiB per stage; epilogue 128x32 subtiles.
-        ("sm90", F16, (4, 4)),
-        ("sm90", F32, (4, 2)),
-        # 128x128x64 fp16: 32 KiB per stage; epilogue 64x32 subtiles.
-        ("sm90-pingpong", F16, (6, 4)),
-        ("sm90-pingpong", F32, (6, 4)),
-    ],
-)
-def test_stage_counts_of_shipped_configs(name, c, expected):
-    assert Sm90Gemm(SHIPPED_CONFIGS[name], F16, c, F32).stage_counts() == expected
 
 
 @pytest.mark.parametrize("ab, c, acc", DTYPES)
@@ -138,7 +122,7 @@ def test_register_split():
 def test_mainloop_empty_arrivals_derived(schedule, mma_threads, cluster, expected):
     tile_n = 256 if schedule == "cooperative" else 128
     config = Sm90Config(
-        tile_n=tile_n, schedule=schedule, cluster_m=cluster[0], cluster_n=cluster[1], raster_group=8
+        tile_n=tile_n, schedule=schedule, cluster_m=cluster[0], cluster_n=cluster[1]
     )
     gemm = Sm90Gemm(config, F16, F16, F32)
     assert gemm.mainloop_consumer_arrivals(mma_threads) == expected
@@ -162,15 +146,15 @@ def test_arrive_terms_spell_out_multicast():
         check_arrive_count("sm90 mainloop empty", 8, terms)
 
 
-def _epilogue_mapping(gemm, tiled_mma, r2s, order):
-    """For every consumer thread: (coordinate the MMA computed, coordinate the epilogue writes)
+def _epilogue_mapping(gemm, tiled_mma, r2s, order, threads):
+    """For each of ``threads``: (coordinate the MMA computed, coordinate the epilogue writes)
     for each accumulator value, following the kernel's own retile / subtile walk."""
     cfg = gemm.config
     tile = (cfg.tile_m, cfg.tile_n)
     c_tile = cute.make_identity_tensor(tile)
     c_sub = cute.make_identity_tensor((*cfg.epi_tile, 1))
     pairs = []
-    for t in range(cute.size(tiled_mma)):
+    for t in threads:
         computed = r2s.retile(tiled_mma.get_slice(t).partition_C(c_tile))
         # st.matrix moves values across lanes: the register side's coordinates are the copy's
         # source partition of the subtile.
@@ -189,13 +173,7 @@ def _epilogue_mapping(gemm, tiled_mma, r2s, order):
     return pairs
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "name, c",
-    # st.matrix (16-bit C) moves values across lanes; plain st.shared (fp32 C) does not.
-    [("sm90", F16), ("sm90-pingpong", F16), ("sm90-pingpong", F32)],
-)
-def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c):
+def _trace_epilogue_mapping(name, c, threads):
     gemm = Sm90Gemm(SHIPPED_CONFIGS[name], F16, c, F32)
     found = []
 
@@ -203,10 +181,30 @@ def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c):
     def trace():
         tiled_mma = gemm.make_tiled_mma(LayoutEnum.ROW_MAJOR, LayoutEnum.ROW_MAJOR)
         r2s = gemm.make_epilogue_copy(tiled_mma)
-        found.extend(_epilogue_mapping(gemm, tiled_mma, r2s, epilogue_subtile_order(gemm.config)))
+        every = range(cute.size(tiled_mma)) if threads is None else threads
+        order = epilogue_subtile_order(gemm.config)
+        found.extend(_epilogue_mapping(gemm, tiled_mma, r2s, order, every))
 
     cute.compile(trace, options="--gpu-arch sm_90a")
-    cfg = gemm.config
+    assert all(computed == written for computed, written in found)
+    return gemm.config, found
+
+
+def test_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_computed_it():
+    """One warp (st.matrix exchanges values inside a warp) of the ping-pong epilogue with a
+    16-bit C; the sweep checks every thread of every schedule."""
+    cfg, found = _trace_epilogue_mapping("sm90-pingpong", F16, range(32))
+    per_thread = cfg.tile_m * cfg.tile_n // 128  # one warpgroup holds the tile
+    assert len({computed for computed, _ in found}) == len(found) == 32 * per_thread
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "name, c",
+    # st.matrix (16-bit C) moves values across lanes; plain st.shared (fp32 C) does not.
+    [("sm90", F16), ("sm90-pingpong", F16), ("sm90-pingpong", F32)],
+)
+def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c):
+    cfg, found = _trace_epilogue_mapping(name, c, None)
     assert len(found) == cfg.tile_m * cfg.tile_n
     assert len({computed for computed, _ in found}) == cfg.tile_m * cfg.tile_n
-    assert all(computed == written for computed, written in found)

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from wsgemm.host import policy
-from wsgemm.runtime.scheduler import tile_order
+from wsgemm.kernels.common.scheduler import tile_order
+from wsgemm.kernels.sm90.config import DEFAULT_RASTER_GROUP
 from wsgemm.splitk import Chunks, plan_chunks, split_k
 
 # ----------------------------------------------------------------------------- chunk planning
@@ -152,7 +153,7 @@ def test_work_units_cover_each_output_tile_k_range_once(index, name):
     for a_v, b_v, _ in kernel.launches:
         ranges = _k_ranges(a_v, a, k)
         assert ranges == _k_ranges(b_v, b, k)
-        group = e.config["raster_group"]
+        group = DEFAULT_RASTER_GROUP[e.config["schedule"]]
         order = tile_order(num_m, num_n, len(ranges), group, 8, e.cluster)
         for tm, tn, q in (t for per_cta in order for t in per_cta):
             if tm < num_m and tn < num_n:

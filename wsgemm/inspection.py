@@ -38,9 +38,13 @@ class Report:
     smem_bytes: int
     spill_bytes: int
     sass: dict
+    #: The whole disassembly (tests read it); not part of the JSON report.
+    sass_text: str = dataclasses.field(default="", repr=False)
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        del out["sass_text"]
+        return out
 
 
 def backends_for(arch: str) -> list[str]:
@@ -125,9 +129,12 @@ def cubin(variant: host.Variant) -> bytes:
     return host.compile_variant(variant, keep=True).artifacts.CUBIN
 
 
-def inspect_variant(variant: host.Variant) -> Report:
-    blob = cubin(variant)
-    kernels = sass.kernel_resources(blob, sass.disassemble(blob))
+def inspect_variant(variant: host.Variant, compiled=None) -> Report:
+    """``compiled``: the variant already compiled with ``host.compile_variant(keep=True)``;
+    without it the cubin comes from the variant's cached object."""
+    blob = compiled.artifacts.CUBIN if compiled is not None else cubin(variant)
+    text = sass.disassemble(blob)
+    kernels = sass.kernel_resources(blob, text)
     if len(kernels) != 1:
         raise RuntimeError(f"{variant.key()}: expected one kernel in the cubin, got {len(kernels)}")
     (k,) = kernels
@@ -150,4 +157,5 @@ def inspect_variant(variant: host.Variant) -> Report:
         smem_bytes=smem,
         spill_bytes=k.spill_bytes,
         sass={**sass.summarize(k.sass), "total": int(sum(k.sass.values()))},
+        sass_text=text,
     )

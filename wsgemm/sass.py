@@ -102,6 +102,18 @@ def _per_function_attrs(info: bytes) -> dict[int, dict[int, int]]:
 
 _SASS_FUNC = re.compile(r"^\s*\.text\.(\S+):\s*$")
 _SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+_SASS_FULL = re.compile(r"/\*[0-9a-f]{4,}\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*[^;]*;)")
+
+
+def instructions(sass: str) -> list[str]:
+    """Every instruction of the SASS text, guard, opcode with its modifiers and operands:
+    ``"@!P0 LDGSTS.E.BYPASS.LTC128B.128 [R139+0x400], [R144.64], !P2 ;"``."""
+    return [m.group(1) for m in map(_SASS_FULL.search, sass.splitlines()) if m]
+
+
+def opcodes(sass: str) -> list[str]:
+    """The full opcode (modifiers included, e.g. ``HMMA.16816.F32``) of every instruction."""
+    return [re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].rstrip(";") for i in instructions(sass)]
 
 
 def count_opcodes(sass: str) -> dict[str, Counter]:

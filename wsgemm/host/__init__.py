@@ -7,20 +7,15 @@ are run-time values: a new shape never recompiles. Each variant is compiled once
 by the variant and a fingerprint of the kernel sources and toolchain versions: ``disk.py``).
 """
 
+from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
 from .cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compile import compile_variant, fake_arguments, make_kernel
 from .registry import (
-    AB_DTYPES,
-    ACC_DTYPES,
     BACKENDS,
-    C_DTYPES,
-    ELEMENT_BYTES,
-    VECTOR_BYTES,
     Backend,
     Variant,
     arch_for_capability,
     cluster_size,
-    cutlass_dtype,
     needs_vector_extent,
     shipped_backends,
 )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import disk
-from .compile import compile_variant
+from .compile import compile_variant, with_launch_defaults
 from .registry import Variant
 
 log = logging.getLogger("wsgemm")
@@ -161,11 +161,11 @@ class CompileCache:
         key = variant.key()
         fn = cache.load(key)
         if fn is not None:
-            return fn
+            return with_launch_defaults(fn, variant)
         with cache.locked(key):
             fn = cache.load(key)  # another process may have compiled it while we waited
             if fn is not None:
-                return fn
+                return with_launch_defaults(fn, variant)
             compiled = compile_logged(variant)
             store(cache, variant, compiled)
         return compiled

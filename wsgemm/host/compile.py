@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 import threading
 from pathlib import Path
 
-from .registry import BACKENDS, ELEMENT_BYTES, VECTOR_BYTES, Variant, cutlass_dtype
+from ..support import ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
+from .registry import BACKENDS, Variant
 
 
 def fake_arguments(variant: Variant) -> tuple:
-    """Compile-time stand-ins for (mA, mB, mC, max_active_clusters, stream).
+    """Compile-time stand-ins for (mA, mB, mC, max_active_clusters, stream, raster_group): the
+    operands and the launch arguments (``wsgemm.kernels``), all run-time values.
 
     M, N, K, L and every non-unit stride are symbolic; the unit stride is static, so the major
     mode is part of the variant. Non-unit strides are declared 16-byte divisible (the host only
@@ -35,7 +38,8 @@ def fake_arguments(variant: Variant) -> tuple:
     a = operand(variant.ab_dtype, m, k, variant.a_major == "m")
     b = operand(variant.ab_dtype, n, k, variant.b_major == "n")
     c = operand(variant.c_dtype, m, n, False)
-    return a, b, c, cutlass.Int32(1), make_fake_stream(use_tvm_ffi_env_stream=True)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return a, b, c, cutlass.Int32(1), stream, cutlass.Int32(0)
 
 
 def make_kernel(variant: Variant):
@@ -45,6 +49,7 @@ def make_kernel(variant: Variant):
         cutlass_dtype(variant.ab_dtype),
         cutlass_dtype(variant.c_dtype),
         cutlass_dtype(variant.acc_dtype),
+        gpu_arch=variant.arch,
     )
 
 
@@ -74,3 +79,17 @@ def compile_variant(variant: Variant, *, keep: bool = False):
                 if isinstance(value, str) and os.path.isfile(value):
                     setattr(art, attr, read(Path(value)))
             return compiled
+
+
+def with_launch_defaults(fn, variant: Variant):
+    """``fn`` (a compiled kernel exported to disk and loaded back) with the defaults of its
+    kernel's launch arguments. The DSL keeps Python defaults only on the function it compiled
+    in this process; a loaded one takes every run-time argument positionally. Wrapped, both
+    answer ``fn(a, b, c, max_active_clusters)`` and ``fn(..., raster_group=...)`` alike."""
+    from tvm_ffi.utils.kwargs_wrapper import make_kwargs_wrapper
+
+    signature = inspect.signature(BACKENDS[variant.backend].kernel_class().__call__)
+    # ``stream`` is the environment's stream: the compiled function takes no argument for it.
+    params = [p for p in signature.parameters.values() if p.name not in ("self", "stream")]
+    defaults = tuple(p.default for p in params if p.default is not inspect.Parameter.empty)
+    return make_kwargs_wrapper(fn, [p.name for p in params], defaults)

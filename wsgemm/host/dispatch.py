@@ -156,8 +156,9 @@ class Dispatcher:
     # --------------------------------------------------------------------------- backends
 
     def available_backends(self, device=None) -> list[str]:
-        """The backends that run on ``device`` (default: the current device), best first. A kernel
-        module that does not import raises here rather than vanishing from the list."""
+        """The backends that run on ``device`` (default: the current device), best first. Listing
+        imports no kernel module: one that does not import stays listed and raises at first use
+        (``Backend.kernel_class``), never vanishing silently."""
         if not self.devices.available():
             return []
         index = self._index(device)

@@ -4,7 +4,7 @@ Everything that can change the bytes ``cute.compile`` + ``export_to_c`` produce,
 link and run in this process, goes into one fingerprint; the on-disk cache keeps one folder per
 fingerprint, so a change of any of them is a clean miss, never a stale hit:
 
-- wsgemm's kernel, runtime and host sources;
+- wsgemm's kernel and host sources and its rules module (support.py);
 - Python (major.minor: the DSL traces Python bytecode);
 - the DSL: its version, the toolkit flavour it loaded (cu12 or cu13, picked at import from the
   driver), the CUDA version it was built with and the digest of its compiler library;
@@ -36,10 +36,11 @@ def _package_root() -> Path:
 def _source_digest() -> str:
     h = hashlib.sha256()
     root = _package_root()
-    for sub in ("kernels", "runtime", "host"):
-        for path in sorted((root / sub).rglob("*.py")):
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
+    # the kernels, the host code that compiles them, and the rules module both import
+    paths = [p for sub in ("kernels", "host") for p in sorted((root / sub).rglob("*.py"))]
+    for path in [*paths, root / "support.py"]:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
     return h.hexdigest()
 
 

@@ -155,22 +155,22 @@ def _entry(name: str, backend: str, shipped: bool = False, **fields) -> MenuEntr
 MENU: tuple[MenuEntry, ...] = (
     # Prefill: 0.97-1.04x at 4096 and 16384 tokens.
     _entry("sm90", "sm90", True, tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1,
-           schedule="cooperative", raster_group=16),
+           schedule="cooperative"),
     # 1024 tokens: 0.94-1.00x where the 128x256 tile falls to 0.79x (qkv, o, down).
     _entry("sm90-pingpong", "sm90-pingpong", True, tile_m=128, tile_n=128, tile_k=64,
-           cluster_m=2, cluster_n=1, schedule="pingpong", raster_group=8),
+           cluster_m=2, cluster_n=1, schedule="pingpong"),
     # Decode with many n-tiles: gate/up at 1 and 16 tokens 1.00-1.02x; with split 2-4 the 70B
     # down projection 0.96x and o at 1 token 0.90x.
     _entry("pingpong-64x256-c1x1", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
-           cluster_m=1, cluster_n=1, schedule="pingpong", raster_group=8),
+           cluster_m=1, cluster_n=1, schedule="pingpong"),
     # Decode with few n-tiles: qkv and o at 16 tokens 0.83-1.08x (shipped 0.50x); the 8B down
     # projection 0.86x with split 2; 0.80x on 8B qkv and o at 128 tokens.
     _entry("pingpong-64x128-c1x2", "sm90-pingpong", tile_m=64, tile_n=128, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="pingpong", raster_group=8),
+           cluster_m=1, cluster_n=2, schedule="pingpong"),
     # 128 tokens: 8B gate/up 1.04x, 70B qkv 0.98x, o 0.88x, down 1.04x (split 2), 8B down 0.86x
     # (split 4).
     _entry("cooperative-128x128-c1x2", "sm90", tile_m=128, tile_n=128, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="cooperative", raster_group=16),
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
 )  # fmt: skip
 # Measured by the prototype, left off the menu: no shape where they beat every entry above by
 # more than the run-to-run noise (0.01-0.02x), and each would cost 36 more compiles.
@@ -178,10 +178,10 @@ MENU: tuple[MenuEntry, ...] = (
 DROPPED: tuple[MenuEntry, ...] = (
     # 70B gate/up at 128 tokens 1.04x, 8B gate/up 1.03x (cooperative-128x128-c1x2: 1.04x).
     _entry("cooperative-128x256-c1x2", "sm90", tile_m=128, tile_n=256, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="cooperative", raster_group=16),
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
     # Gate/up at 16 tokens 0.97-1.02x, as pingpong-64x256-c1x1 (1.00-1.02x).
     _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="pingpong", raster_group=8),
+           cluster_m=1, cluster_n=2, schedule="pingpong"),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.

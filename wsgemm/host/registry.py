@@ -8,20 +8,19 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-# Dtype names used throughout the host and API layers (torch-free on purpose: `inspect` and the
-# CPU tests compile without torch tensors).
-AB_DTYPES = ("float16", "bfloat16")
-C_DTYPES = ("float16", "bfloat16", "float32")
-ACC_DTYPES = ("float32", "float16")
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-# TMA and cp.async move 16-byte vectors: base pointers and non-unit strides must be 16-byte
-# multiples, i.e. this many elements.
-VECTOR_BYTES = 16
+# The dtype tables live in wsgemm.support; the host re-exports them for its callers.
+from wsgemm.support import (
+    AB_DTYPES,
+    ACC_DTYPES,
+    ACCUMULATOR_RULE,
+    C_DTYPES,
+    accumulator_allowed,
+)
 
 
 @dataclass(frozen=True)
 class Backend:
-    """One selectable kernel: where its class lives and which config it ships with."""
+    """One selectable kernel: its family and where its class lives."""
 
     name: str
     module: str
@@ -32,10 +31,10 @@ class Backend:
         return getattr(importlib.import_module(self.module), self.cls)
 
     def config(self, acc_dtype: str = "float32") -> Any:
-        """The shipped config; a kernel module may pick it per accumulator dtype (fp16
-        accumulators take half the registers, so sm80 affords the study kernel's larger tile).
-        Memoized: ``matmul``'s dispatch asks on every call, and configs are frozen."""
-        return _shipped_config(self.module, self.name, acc_dtype)
+        """The shipped config, from the family's ``config`` module (it may pick one per
+        accumulator dtype: fp16 accumulators take half the registers, so sm80 affords a larger
+        tile). Memoized: ``matmul``'s dispatch asks on every call, and configs are frozen."""
+        return _shipped_config(self.family, self.name, acc_dtype)
 
     def supports(self, cc: tuple[int, int]) -> bool:
         if self.family == "sm90":
@@ -44,22 +43,20 @@ class Backend:
 
 
 @functools.cache
-def _shipped_config(module_name: str, name: str, acc_dtype: str) -> Any:
-    module = importlib.import_module(module_name)
-    pick = getattr(module, "shipped_config", None)
-    if pick is not None:
-        return pick(name, cutlass_dtype(acc_dtype))
-    return module.SHIPPED_CONFIGS[name]
+def _shipped_config(family: str, name: str, acc_dtype: str) -> Any:
+    return importlib.import_module(f"wsgemm.kernels.{family}.config").shipped_config(
+        name, acc_dtype
+    )
 
 
 # What each one is: README's backend table and the kernel classes' docstrings.
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("sm90", "wsgemm.kernels.sm90", "Sm90Gemm", "sm90"),
-        Backend("sm90-pingpong", "wsgemm.kernels.sm90", "Sm90Gemm", "sm90"),
-        Backend("sm80", "wsgemm.kernels.sm80_ws", "Sm80WsGemm", "sm80"),
-        Backend("sm80-multistage", "wsgemm.kernels.sm80_multistage", "Sm80MultistageGemm", "sm80"),
+        Backend("sm90", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90"),
+        Backend("sm90-pingpong", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90"),
+        Backend("sm80", "wsgemm.kernels.sm80.specialized", "Sm80WsGemm", "sm80"),
+        Backend("sm80-multistage", "wsgemm.kernels.sm80.multistage", "Sm80MultistageGemm", "sm80"),
     )
 }
 
@@ -73,14 +70,9 @@ def arch_for_capability(cc: tuple[int, int]) -> str:
 
 @functools.cache
 def shipped_backends(family: str | None = None) -> tuple[str, ...]:
-    """Every backend (of ``family``), its kernel module imported: a broken module raises here
-    (and again on the next ask: a failure is not cached) instead of vanishing from the list."""
-    names = []
-    for name, backend in BACKENDS.items():
-        if family is None or backend.family == family:
-            backend.config()
-            names.append(name)
-    return tuple(names)
+    """The backends (of ``family``, or all), in preference order. A kernel module that fails to
+    import raises at first use (``Backend.kernel_class``), never drops out of this list."""
+    return tuple(n for n, b in BACKENDS.items() if family is None or b.family == family)
 
 
 @functools.cache
@@ -91,7 +83,7 @@ def needs_vector_extent(backend: str) -> bool:
 
 def cluster_size(config: Any) -> int:
     """CTAs per cluster: the persistent grid has (SMs // this) clusters."""
-    return getattr(config, "cluster_m", 1) * getattr(config, "cluster_n", 1)
+    return config.cluster_size
 
 
 @dataclass(frozen=True)
@@ -119,11 +111,8 @@ class Variant:
         for field, value, allowed in checks:
             if value not in allowed:
                 raise ValueError(f"Variant.{field}={value!r}; allowed: {', '.join(allowed)}")
-        if self.acc_dtype == "float16" and self.ab_dtype != "float16":
-            raise ValueError(
-                "fp16 accumulation needs fp16 inputs: the tensor cores accumulate bf16 products "
-                "in fp32 only"
-            )
+        if not accumulator_allowed(self.ab_dtype, self.acc_dtype):
+            raise ValueError(ACCUMULATOR_RULE)
 
     def key(self) -> str:
         names = [f.name for f in dataclasses.fields(self) if f.name != "config"]
@@ -136,13 +125,3 @@ class Variant:
         if self.config is not None:
             return self.config
         return BACKENDS[self.backend].config(self.acc_dtype)
-
-
-def cutlass_dtype(name: str):
-    import cutlass
-
-    return {
-        "float16": cutlass.Float16,
-        "bfloat16": cutlass.BFloat16,
-        "float32": cutlass.Float32,
-    }[name]

@@ -1,14 +1,30 @@
-"""CuTe DSL kernel classes. No torch here: these modules know tensors only as ``cute.Tensor``.
+"""CuTe DSL kernel classes, one folder per family. No torch here: these modules know tensors only
+as ``cute.Tensor``.
 
-The contract every GEMM kernel class in this package keeps (the host layer, ``wsgemm.host``,
-relies on it and nothing else):
+* ``sm80/``: cp.async + mma.sync kernels for sm_80 and later (``specialized``, ``multistage``);
+* ``sm90/``: the Hopper TMA + WGMMA persistent kernel (cooperative and ping-pong schedules);
+* ``common/``: what the families share (arrive counts, budgets, the mbarrier ring, the tile
+  scheduler). Rules and hardware facts come from ``wsgemm.support``.
 
-* ``Kernel(config, ab_dtype, c_dtype, acc_dtype)`` where ``config`` is the kernel's own frozen
-  dataclass (validated eagerly: a bad value raises ``ValueError`` saying what is allowed) and the
-  dtypes are ``cutlass.Float16`` / ``cutlass.BFloat16`` (A and B), ``Float16``/``BFloat16``/
-  ``Float32`` (C) and ``Float32``/``Float16`` (accumulator).
-* ``kernel(mA, mB, mC, max_active_clusters, stream)`` is a ``@cute.jit`` method computing
-  ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]`` (CuTe's convention: B is given as (N, K, L)):
+The contract every GEMM kernel class keeps (the host layer, ``wsgemm.host``, relies on it and
+nothing else) separates what is compiled from what is launched:
+
+**Compile key** (changes the generated code; one compile each, cached by ``host.Variant``):
+
+* ``Kernel(config, ab_dtype, c_dtype, acc_dtype)``: ``config`` is the family's frozen config
+  dataclass (``sm80.config.Sm80Config``: tile, stages, warps; ``sm90.config.Sm90Config``: tile,
+  cluster, schedule), validated eagerly (a bad value raises ``ValueError`` saying what is
+  allowed); the dtypes are ``cutlass.Float16`` / ``BFloat16`` (A and B), ``Float16`` /
+  ``BFloat16`` / ``Float32`` (C) and ``Float32`` / ``Float16`` (accumulator), under the rules of
+  ``wsgemm.support`` (``check_dtypes``).
+* the target arch the host compiles for, and each operand's major mode (which of its first two
+  modes has the static stride 1).
+
+**Launch arguments** (run-time values of the host entry; any value reuses the compiled code):
+
+* ``__call__(mA, mB, mC, max_active_clusters, stream, raster_group=0)`` is a ``@cute.jit``
+  method computing ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]`` (CuTe's convention: B is
+  given as (N, K, L)):
 
   - ``mA``: (M, K, L), ``mB``: (N, K, L), ``mC``: (M, N, L). M, N, K, L are run-time values
     (symbolic at compile time), any of them may be anything >= 1.
@@ -21,8 +37,20 @@ relies on it and nothing else):
     out-of-bounds boxes themselves and take any extent.
   - ``max_active_clusters`` (``cutlass.Int32``): how many CTAs (or clusters) may be resident at
     once, for persistent kernels; others ignore it.
-  - ``stream``: a ``cuda.CUstream``.
-* Class attributes ``name`` (e.g. ``"sm90-cooperative"``), ``arch`` (``"sm_90a"`` or ``"sm_80"``),
-  ``needs_vector_extent``.
+  - ``stream``: a ``cuda.CUstream`` (the compiled function takes the environment's stream).
+  - ``raster_group`` (``cutlass.Int32``): the tile order of persistent kernels, in m-tiles
+    walked down a column before the next one; 0 is the kernel's default. Others ignore it.
+
+  Every kernel takes the same launch arguments, so the host calls them all alike. A new
+  per-call feature (a split-K count, swapping A and B) is a new trailing launch argument whose
+  default (0 / off) keeps the existing call ``fn(a, b, c, max_active_clusters)`` meaning what
+  it meant. Python defaults live only on a function compiled in this process; one loaded from
+  disk gets them back from ``host.compile.with_launch_defaults``.
+
+* Class attributes ``name`` (its backend name, e.g. ``"sm90-pingpong"``), ``arch`` (the
+  family's oldest target: ``"sm_90a"`` or ``"sm_80"``), ``needs_vector_extent``.
+* The device entry is ``kernel`` (a ``@cute.kernel`` method that sets up and dispatches), the
+  roles are methods ``load``, ``mma`` and ``epilogue`` (a kernel whose warps all load and
+  compute says so: ``load_and_mma``).
 * Class docstring: Roles / Pipelines / Per-role timeline.
 """

@@ -4,29 +4,23 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.memory import SmemAllocator
 
-from wsgemm.runtime.sm80_tiles import (
+from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
-    SHIPPED_CONFIGS,
-    OperandLoader,
     Sm80Config,
-    Sm80Kernel,
-    Sm80Tiles,
-    carve_smem,
-    make_accumulators,
-    make_mma_fragments,
-    make_operand_loader,
-    shipped_config,
     smem_bytes,
-    store_accumulators,
-    zero_fill,
 )
+from wsgemm.kernels.sm80.kernel import Sm80Kernel
+from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
+from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
+from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
 
-__all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80MultistageGemm"]
+__all__ = ["Sm80MultistageGemm"]
 
 
 class Sm80MultistageGemm(Sm80Kernel):
-    """The ablation baseline of :class:`~wsgemm.kernels.sm80_ws.Sm80WsGemm`: the same tile,
+    """The ablation baseline of :class:`~wsgemm.kernels.sm80.specialized.Sm80WsGemm`: the same tile,
     stages, shared layouts, fragment double buffer and epilogue, but no warp specialization.
     Every warp both loads and computes, the way CUTLASS's sm80 multistage GEMM does; comparing
     the two measures what specialization buys.
@@ -54,20 +48,14 @@ class Sm80MultistageGemm(Sm80Kernel):
           ldmatrix k-block 0 of k-tile t + 1 instead.
         * end: barrier -> accumulators to shared -> barrier -> 16-byte stores, per pass.
 
-    Registers: the MMA threads here also keep the cp.async addresses and predicates live. The
-    shipped configs are the WS kernel's tile, stages and warps: fp32 accumulators 128x128x64,
-    3 stages, 2x2 warps (246-255 registers x 128 threads: two CTAs per SM), fp16 accumulators
-    128x256x32, 4 stages, 2x4 warps (166-175 x 256) with ``fast_interior=0``: an unpredicated
-    second copy of this kernel's main loop measured 3-7% slower on most configs (the loads
-    share the loop with the MMAs, so the copy doubles the loop's code); with fp32 accumulators
-    the copy stays, since without it two variants spill (``SHIPPED_CONFIGS``). With 2x2 warps,
-    128x256 and fp16 accumulators spills 3-9 words.
+    Registers: the MMA threads here also keep the cp.async addresses and predicates live; the
+    shipped tiles (the specialized kernel's) and why: docs/perf.md entry 14.
     """
 
     name = "sm80-multistage"
 
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype):
-        super().__init__(config, ab_dtype, c_dtype, acc_dtype)
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_80"):
+        super().__init__(config, ab_dtype, c_dtype, acc_dtype, gpu_arch)
         # The specialized kernel's role options mean nothing here: refuse them, not ignore.
         if config.register_handoff or config.producer_warps != 1:
             raise ValueError(
@@ -84,34 +72,31 @@ class Sm80MultistageGemm(Sm80Kernel):
         """Dynamic shared memory per CTA: max(A/B ring, epilogue slab); no mbarriers."""
         return smem_bytes(self.config, self.ab_dtype, self.c_dtype, barrier_stages=0)
 
-    def device_call(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: Sm80Tiles):
-        """The traced kernel (no pipeline counts: cp.async groups and block barriers)."""
-        return self.device(mA, mB, mC, tiles)
-
     @cute.kernel
-    def device(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: cutlass.Constexpr):
+    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
+        """Zero the ring, then every warp loads and multiplies, then stores."""
         tidx, _, _ = cute.arch.thread_idx()
         bm, bn, bl = cute.arch.block_idx()
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = SmemAllocator()
         buffer = smem.allocate(
             self.shared_memory_bytes() - BUFFER_ALIGN_BYTES, byte_alignment=BUFFER_ALIGN_BYTES
         )
-        views = carve_smem(tiles, buffer)
-        # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
+        views = carve_smem(plan, buffer)
+        # Stages start zeroed: residue vectors are skipped, not copied (see the ``plan`` module).
         zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         cute.arch.sync_threads()
 
-        tiled_mma = tiles.tiled_mma()
-        acc = self.mma(
-            tiles, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx
+        tiled_mma = plan.tiled_mma()
+        acc = self.load_and_mma(
+            plan, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx
         )
-        store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tidx)
+        self.epilogue(plan, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tidx)
 
     @cute.jit
-    def mma(
+    def load_and_mma(
         self,
-        tiles: Sm80Tiles,
+        plan: Sm80Plan,
         tiled_mma: cute.TiledMma,
         mA_mk: cute.Tensor,
         mB_nk: cute.Tensor,
@@ -121,18 +106,18 @@ class Sm80MultistageGemm(Sm80Kernel):
         tid: cutlass.Int32,
     ) -> cute.Tensor:
         """All warps: load k-tiles ``stages - 1`` ahead and multiply the current one."""
-        c = tiles.config
+        c = plan.config
         stages = c.stages
         load_a = make_operand_loader(
-            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
+            plan.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
         )
         load_b = make_operand_loader(
-            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
+            plan.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
-        frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
-        acc = make_accumulators(tiles, tiled_mma)
-        k_blocks = tiles.k_blocks
+        frags = make_mma_fragments(plan, tiled_mma, views.sA, views.sB, tid)
+        acc = make_accumulators(plan, tiled_mma)
+        k_blocks = plan.k_blocks
         interior = load_a.interior and load_b.interior
 
         # k-tile j always lives in stage j % stages.
@@ -152,19 +137,21 @@ class Sm80MultistageGemm(Sm80Kernel):
         # no row predicates (fewer instructions in the loop every warp runs).
         if cutlass.const_expr(c.fast_interior):
             if interior:
-                self.mainloop(
+                self.load_and_mma_k_tiles(
                     load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, False
                 )
             else:
-                self.mainloop(
+                self.load_and_mma_k_tiles(
                     load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True
                 )
         else:
-            self.mainloop(load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True)
+            self.load_and_mma_k_tiles(
+                load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True
+            )
         return acc
 
     @cute.jit
-    def mainloop(
+    def load_and_mma_k_tiles(
         self,
         load_a: OperandLoader,
         load_b: OperandLoader,

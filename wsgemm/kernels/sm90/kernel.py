@@ -1,6 +1,5 @@
 """Hopper (sm_90a) warp-specialized persistent GEMM: TMA loads, WGMMA, TMA-store epilogue."""
 
-import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,127 +13,37 @@ from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.runtime.arrive import check_arrive_count
-from wsgemm.runtime.scheduler import (
+from wsgemm.kernels.common.arrive import check_arrive_count
+from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
     persistent_cluster_count,
 )
-from wsgemm.runtime.sm90_budget import (
+from wsgemm.kernels.sm90.config import (
+    DEFAULT_RASTER_GROUP,
+    NUM_CONSUMER_WARPGROUPS,
+    PRODUCER_WARP,
     SM90_SMEM_CAPACITY,
     SMEM_BUFFER_ALIGN,
+    THREADS_PER_CTA,
+    WGMMA_K,
+    WGMMA_M,
+    Sm90Config,
     epilogue_stage_bytes,
     mainloop_stage_bytes,
     register_split,
     reserved_smem_bytes,
     stage_counts,
 )
+from wsgemm.support import (
+    THREADS_PER_WARPGROUP,
+    WARP_SIZE,
+    WARPS_PER_WARPGROUP,
+    check_dtypes,
+)
+from wsgemm.support import BarrierId as _Barrier
 
-__all__ = ["SHIPPED_CONFIGS", "Sm90Config", "Sm90Gemm"]
-
-SCHEDULES = ("cooperative", "pingpong")
-WARP_SIZE = 32
-WARPS_PER_WARPGROUP = 4
-THREADS_PER_WARPGROUP = WARP_SIZE * WARPS_PER_WARPGROUP
-# Two consumer warpgroups (0 and 1) and one producer warpgroup (2).
-NUM_CONSUMER_WARPGROUPS = 2
-PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
-PRODUCER_WARP = PRODUCER_WARPGROUP * WARPS_PER_WARPGROUP
-THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
-# One WGMMA atom covers 64 rows of M and k = 16 for 16-bit inputs.
-WGMMA_M = 64
-WGMMA_K = 16
-# Output subtile width: a 32-column strip keeps the epilogue's smem buffers small enough that
-# the mainloop ring keeps its stages.
-EPI_TILE_N = 32
-
-
-class _Barrier(enum.IntEnum):
-    """Named hardware barriers (id 0 is __syncthreads)."""
-
-    EPILOGUE = 1  # cooperative: both consumer warpgroups; ping-pong: +wg for each warpgroup
-    MMA_ORDER = 3  # ping-pong: +wg, the warpgroup whose turn it is to issue WGMMAs
-    EPI_ORDER = 5  # ping-pong: +wg, the warpgroup whose turn it is to run its epilogue
-
-
-@dataclass(frozen=True)
-class Sm90Config:
-    """Static shape of the kernel.
-
-    ``tile_m x tile_n x tile_k``: CTA tile; ``cluster_m x cluster_n``: CTAs per cluster (a
-    cluster along M multicasts B, along N multicasts A); ``schedule``: "cooperative" (both
-    consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
-    tiles, alternating); ``raster_group``: m-tiles walked down a column before the next column.
-    """
-
-    tile_m: int = 128
-    tile_n: int = 256
-    tile_k: int = 64
-    cluster_m: int = 1
-    cluster_n: int = 1
-    schedule: str = "cooperative"
-    raster_group: int = 8
-
-    def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        allowed_m = (128,) if self.schedule == "cooperative" else (64, 128)
-        if self.tile_m not in allowed_m:
-            raise ValueError(
-                f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
-            )
-        if self.tile_n not in (64, 128, 192, 256):
-            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {self.tile_n}")
-        if self.tile_k not in (32, 64, 128):
-            raise ValueError(f"tile_k must be one of 32, 64, 128, got {self.tile_k}")
-        if self.schedule == "pingpong" and self.tile_m * self.tile_n > 128 * 128:
-            # One warpgroup holds the whole tile: 128 fp32 accumulators per thread at most,
-            # or the 232-register budget spills.
-            raise ValueError(
-                f"pingpong tile {self.tile_m}x{self.tile_n} is too large: one warpgroup holds it, "
-                "so tile_m * tile_n must be <= 16384"
-            )
-        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
-            raise ValueError(
-                "cluster_m and cluster_n must each be 1 or 2, "
-                f"got {self.cluster_m}x{self.cluster_n}"
-            )
-        if self.raster_group < 1 or self.raster_group % self.cluster_m != 0:
-            raise ValueError(
-                f"raster_group must be a positive multiple of cluster_m ({self.cluster_m}), "
-                f"got {self.raster_group}"
-            )
-
-    @property
-    def pingpong(self) -> bool:
-        return self.schedule == "pingpong"
-
-    @property
-    def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def epi_tile(self) -> tuple[int, int]:
-        """Output subtile: all the tile's rows for cooperative (both warpgroups write one
-        buffer), one 64-row WGMMA band for ping-pong (one warpgroup writes it)."""
-        return (self.tile_m if not self.pingpong else WGMMA_M, EPI_TILE_N)
-
-    @property
-    def num_epi_subtiles(self) -> int:
-        return (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1])
-
-
-SHIPPED_CONFIGS = {
-    # raster_group=16: the ~132 tiles in flight then cover 16 m-tiles x ~8 n-tiles, a square
-    # 2048 x 2048 footprint of A rows and B columns, instead of 1024 x 4224 with 8 (tune.sh:
-    # 1.010x vs 0.985x of cuBLAS geomean over the five issue shapes, 2026-11-30).
-    "sm90": Sm90Config(
-        tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="cooperative", raster_group=16
-    ),
-    "sm90-pingpong": Sm90Config(
-        tile_m=128, tile_n=128, tile_k=64, cluster_m=2, schedule="pingpong"
-    ),
-}
+__all__ = ["Sm90Gemm", "epilogue_subtile_order", "mainloop_arrive_terms"]
 
 
 def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
@@ -165,7 +74,7 @@ def epilogue_subtile_order(config: Sm90Config) -> cute.Layout:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Sm90Plan:
     """Static facts fixed when the kernel is traced (tensor majors decide the smem layouts)."""
 
     config: Sm90Config
@@ -250,24 +159,20 @@ class Sm90Gemm:
         -> TMA store -> [ping-pong: drain stores, pass epilogue turn].
     """
 
-    name = "sm90-cooperative"
+    name = "sm90"
     arch = "sm_90a"
     needs_vector_extent = False
 
-    def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype):
+    def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_90a"):
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
-        if ab_dtype not in (cutlass.Float16, cutlass.BFloat16):
-            raise ValueError(f"A/B dtype must be Float16 or BFloat16, got {ab_dtype}")
-        if c_dtype not in (cutlass.Float16, cutlass.BFloat16, cutlass.Float32):
-            raise ValueError(f"C dtype must be Float16, BFloat16 or Float32, got {c_dtype}")
-        if acc_dtype not in (cutlass.Float32, cutlass.Float16):
-            raise ValueError(f"accumulator dtype must be Float32 or Float16, got {acc_dtype}")
-        if acc_dtype == cutlass.Float16 and ab_dtype != cutlass.Float16:
-            raise ValueError("a Float16 accumulator needs Float16 inputs (WGMMA has no bf16->f16)")
+        if gpu_arch != self.arch:
+            raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
+        self.gpu_arch = gpu_arch
+        check_dtypes(ab_dtype, c_dtype, acc_dtype)
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
-        self.name = f"sm90-{config.schedule}"
+        self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
         self.ab_stages, self.epi_stages = self.stage_counts()
         self.producer_regs, self.consumer_regs = register_split(NUM_CONSUMER_WARPGROUPS)
 
@@ -294,18 +199,22 @@ class Sm90Gemm:
         actual = (mma_threads // WARP_SIZE) * (cfg.cluster_m + cfg.cluster_n - 1)
         return check_arrive_count("sm90 mainloop empty", actual, mainloop_arrive_terms(cfg))
 
-    # ----------------------------------------------------------------------------- host side
+    # -------------------------------------------------------------------------- host side: __call__
 
     @cute.jit
-    def kernel(
+    def __call__(
         self,
         mA: cute.Tensor,
         mB: cute.Tensor,
         mC: cute.Tensor,
         max_active_clusters: Int32,
         stream,
+        raster_group: Int32 = 0,
     ):
-        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring."""
+        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring. Launch
+        arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group`` (0: the
+        schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
+        orders its tiles."""
         cfg = self.config
         for t, want, what in (
             (mA, self.ab_dtype, "A"),
@@ -361,7 +270,7 @@ class Sm90Gemm:
                 "bytes per element": self.ab_dtype.width // 8,
             },
         )
-        plan = _Plan(
+        plan = Sm90Plan(
             config=cfg,
             ab_dtype=self.ab_dtype,
             c_dtype=self.c_dtype,
@@ -384,7 +293,7 @@ class Sm90Gemm:
             clusters_m * clusters_n * num_l, max_active_clusters
         )
 
-        self.device_kernel(
+        self.kernel(
             plan,
             tiled_mma,
             tma_a,
@@ -400,6 +309,7 @@ class Sm90Gemm:
             num_n,
             num_l,
             k_tiles,
+            raster_group,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
             block=[THREADS_PER_CTA, 1, 1],
@@ -442,9 +352,6 @@ class Sm90Gemm:
             store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
         )
 
-    # ``cute.compile(kernel_object, ...)`` (the host's call) compiles ``__call__``.
-    __call__ = kernel
-
     @staticmethod
     def _load_op(num_multicast: int):
         if num_multicast == 1:
@@ -475,10 +382,10 @@ class Sm90Gemm:
             )
         return SharedStorage
 
-    # --------------------------------------------------------------------------- device side
+    # -------------------------------------------------------------------------- device side: kernel
 
     @cute.kernel
-    def device_kernel(
+    def kernel(
         self,
         plan: cutlass.Constexpr,
         tiled_mma: cute.TiledMma,
@@ -495,6 +402,7 @@ class Sm90Gemm:
         num_n: Int32,
         num_l: Int32,
         k_tiles: Int32,
+        raster_group: Int32,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role."""
         cfg = plan.config
@@ -519,10 +427,16 @@ class Sm90Gemm:
         cluster_coord = cluster_layout.get_flat_coord(rank)
         _, _, cluster_idx = cute.arch.block_idx()
         _, _, num_clusters = cute.arch.grid_dim()
+        # Cluster rows per raster group: a bad launch value (none passes the host's check)
+        # still yields a group of at least one row, so every tile is visited and nothing hangs.
+        default_group = DEFAULT_RASTER_GROUP[cfg.schedule] // cfg.cluster_m
+        group_rows = cutlass.max(
+            cutlass.select_(raster_group > 0, raster_group // cfg.cluster_m, default_group), 1
+        )
         scheduler = GroupedTileScheduler(
             (num_m, num_n, num_l),
             (cfg.cluster_m, cfg.cluster_n),
-            cfg.raster_group,
+            Int32(group_rows),
             Int32(num_clusters),
             Int32(cluster_idx),
             (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
@@ -548,7 +462,7 @@ class Sm90Gemm:
                 self.load(plan, load_args, scheduler, ab_pipeline)
         else:
             cute.arch.setmaxregister_increase(plan.consumer_regs)
-            self.consume(
+            self.mma_and_epilogue(
                 plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline
             )
 
@@ -568,6 +482,8 @@ class Sm90Gemm:
             cta_layout_vmnk=cute.make_layout((1, *cluster_layout.shape)),
             defer_sync=True,
         )
+
+    # ------------------------------------------------------------------------- load (producer warp)
 
     def _load_args(
         self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles
@@ -632,8 +548,10 @@ class Sm90Gemm:
         else:
             cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, mcast_mask=mask)
 
+    # -------------------------------------------------------------------- mma (consumer warpgroups)
+
     @cute.jit
-    def consume(
+    def mma_and_epilogue(
         self,
         plan: cutlass.Constexpr,
         tiled_mma,
@@ -743,6 +661,8 @@ class Sm90Gemm:
                 args.tCrB[(None, None, kb, stage)],
                 acc,
             )
+
+    # --------------------------------------------------------------- epilogue (consumer warpgroups)
 
     def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg):
         cfg = plan.config

@@ -28,6 +28,7 @@ __all__ = [
     "TileScheduler",
     "WorkTile",
     "cluster_tile_counts",
+    "group_rows",
     "grouped_cluster_coord",
     "persistent_cluster_count",
     "tile_order",
@@ -111,27 +112,24 @@ class GroupedTileScheduler:
     """Static persistent schedule in grouped order for one CTA of one cluster.
 
     ``num_tiles_mnl``: output tiles along M, N and the batch count. ``cluster_mn``: the static
-    cluster shape. ``group``: raster group size in m-tiles (a multiple of ``cluster_mn[0]``).
-    ``num_clusters``: clusters launched (``persistent_cluster_count``). ``cluster_idx``: this
-    CTA's cluster. ``cta_in_cluster_mn``: this CTA's (m, n) position inside its cluster.
-    All values may be Python ints or DSL ``Int32``.
+    cluster shape. ``rows_per_group``: cluster rows per raster group (>= 1; :func:`group_rows`
+    turns a raster group in m-tiles into it). ``num_clusters``: clusters launched
+    (``persistent_cluster_count``). ``cluster_idx``: this CTA's cluster. ``cta_in_cluster_mn``:
+    this CTA's (m, n) position inside its cluster. All values but ``cluster_mn`` may be Python
+    ints or DSL ``Int32`` (a launch argument sets the raster group).
     """
 
     def __init__(
         self,
         num_tiles_mnl: tuple,
         cluster_mn: tuple[int, int],
-        group: int,
+        rows_per_group: Any,
         num_clusters: Any,
         cluster_idx: Any,
         cta_in_cluster_mn: tuple,
     ):
-        if group < 1 or group % cluster_mn[0] != 0:
-            raise ValueError(
-                f"raster group {group} must be a positive multiple of cluster_m {cluster_mn[0]}"
-            )
         self.cluster_mn = cluster_mn
-        self.group_clusters = group // cluster_mn[0]
+        self.group_clusters = rows_per_group
         self.clusters_m, self.clusters_n = cluster_tile_counts(
             num_tiles_mnl[0], num_tiles_mnl[1], *cluster_mn
         )
@@ -140,8 +138,9 @@ class GroupedTileScheduler:
         self.cluster_idx = cluster_idx
         self.cta_m, self.cta_n = cta_in_cluster_mn
 
-    # Run-time fields; the rest (cluster shape, group) are static.
+    # Run-time fields; the cluster shape is static.
     _DYNAMIC = (
+        "group_clusters",
         "clusters_m",
         "clusters_n",
         "total_work",
@@ -157,7 +156,7 @@ class GroupedTileScheduler:
 
     def __new_from_mlir_values__(self, values: list) -> GroupedTileScheduler:
         new = object.__new__(GroupedTileScheduler)
-        new.cluster_mn, new.group_clusters = self.cluster_mn, self.group_clusters
+        new.cluster_mn = self.cluster_mn
         for field, value in zip(self._DYNAMIC, values, strict=True):
             setattr(new, field, cutlass.Int32(value))
         return new
@@ -180,6 +179,16 @@ class GroupedTileScheduler:
         return self.work_tile(tile.work + steps * self.num_clusters)
 
 
+def group_rows(group: int, cluster_m: int) -> int:
+    """Cluster rows per raster group of ``group`` m-tiles (a positive multiple of
+    ``cluster_m``: a group holds whole clusters)."""
+    if not isinstance(group, int) or group < 1 or group % cluster_m != 0:
+        raise ValueError(
+            f"raster group {group!r} must be a positive multiple of cluster_m {cluster_m}"
+        )
+    return group // cluster_m
+
+
 def tile_order(
     num_m: int,
     num_n: int,
@@ -197,14 +206,15 @@ def tile_order(
     """
     cluster_m, cluster_n = cluster
     per_cluster = cluster_m * cluster_n
-    total = GroupedTileScheduler((num_m, num_n, num_l), cluster, group, 1, 0, (0, 0)).total_work
+    rows = group_rows(group, cluster_m)
+    total = GroupedTileScheduler((num_m, num_n, num_l), cluster, rows, 1, 0, (0, 0)).total_work
     launched = persistent_cluster_count(total, num_ctas // per_cluster)
     order = []
     for cluster_idx in range(launched):
         for cta_n in range(cluster_n):
             for cta_m in range(cluster_m):
                 sched = GroupedTileScheduler(
-                    (num_m, num_n, num_l), cluster, group, launched, cluster_idx, (cta_m, cta_n)
+                    (num_m, num_n, num_l), cluster, rows, launched, cluster_idx, (cta_m, cta_n)
                 )
                 tiles = []
                 tile = sched.initial_work_tile()

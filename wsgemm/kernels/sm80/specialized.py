@@ -4,32 +4,24 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.memory import SmemAllocator
 
-from wsgemm.runtime.arrive import check_arrive_count
-from wsgemm.runtime.sm80_pipeline import CpAsyncPipeline
-from wsgemm.runtime.sm80_tiles import (
+from wsgemm.kernels.common.arrive import check_arrive_count
+from wsgemm.kernels.common.budget import barrier_bytes
+from wsgemm.kernels.common.pipeline import CpAsyncPipeline
+from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     HANDOFF_CONSUMER_REGISTERS,
     HANDOFF_PRODUCER_REGISTERS,
-    SHIPPED_CONFIGS,
-    WARP_SIZE,
-    WARPGROUP_WARPS,
-    OperandLoader,
-    Sm80Config,
-    Sm80Kernel,
-    Sm80Tiles,
-    barrier_bytes,
-    carve_smem,
-    make_accumulators,
-    make_mma_fragments,
-    make_operand_loader,
-    shipped_config,
     smem_bytes,
-    store_accumulators,
-    zero_fill,
 )
+from wsgemm.kernels.sm80.kernel import Sm80Kernel
+from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
+from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
+from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
+from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP, has_mbarrier_try_wait
 
-__all__ = ["SHIPPED_CONFIGS", "shipped_config", "Sm80Config", "Sm80WsGemm"]
+__all__ = ["Sm80WsGemm"]
 
 
 class Sm80WsGemm(Sm80Kernel):
@@ -47,11 +39,12 @@ class Sm80WsGemm(Sm80Kernel):
           k-tile 0 carries the K residue, rows past M/N are never copied (zero-filled stages).
           A tile with every row in range is loaded by a second copy of the loop without row
           predicates (``config.fast_interior``): this one warp issues every copy of the CTA.
-          (``config.producer_warps`` = 2 or 4 splits the copies over warps 0 .. P - 1, a
-          measured departure from the study design; the consumers' indices shift by P - 1.)
-          With ``config.register_handoff`` (sm_90a) warps 0-3 form the producer warpgroup:
-          all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to fit the
-          smaller budget), warps 1-3 exit; the consumers are warps 4-11 and ``setmaxnreg`` up.
+          (``config.producer_warps`` = 2 or 4, an experiment, splits the copies over warps
+          0 .. P - 1; the consumers' indices shift by P - 1.)
+          With ``config.register_handoff`` (an experiment, sm_90a) warps 0-3 form the producer
+          warpgroup: all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to
+          fit the smaller budget), warps 1-3 exit; the consumers are warps 4-11 and
+          ``setmaxnreg`` up.
         * the next mma_warps warps (from warp ``first_consumer_warp``: 1 in the study design),
           consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
           256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
@@ -59,7 +52,7 @@ class Sm80WsGemm(Sm80Kernel):
           buffer, 16-byte predicated stores.
 
     Pipelines
-        * ``ab`` (:class:`~wsgemm.runtime.sm80_pipeline.CpAsyncPipeline`), producer ->
+        * ``ab`` (:class:`~wsgemm.kernels.common.pipeline.CpAsyncPipeline`), producer ->
           consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase per producer warp, one
           ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
           copies of the stage have landed. ``empty[s]``: ``mma_threads`` (128 or 256) arrivals
@@ -80,22 +73,8 @@ class Sm80WsGemm(Sm80Kernel):
           after waiting on its ``full``. After the last k-tile: barrier -> accumulators to
           shared -> barrier -> 16-byte stores, per pass of columns.
 
-    Registers. An SM's 64K registers sit in four sub-partitions, each holding the warps
-    ``w % 4`` of every resident CTA, so ptxas budgets the fullest one
-    (:func:`~wsgemm.runtime.sm80_tiles.register_budget`): 5 warps (160 threads) may use 255,
-    9 warps (288 threads) only 168, the same as two 160-thread CTAs. The producer warp thus
-    costs the consumers registers the multistage baseline keeps. Shipped (measured best,
-    docs/perf.md): fp32 accumulators 128x128x64, 3 stages, 2x2 warps of 64x64 (the study
-    layout, 210-215 registers, one CTA per SM); fp16 accumulators 128x256x32, 4 stages, 2x4
-    warps of 64x64 (144-147 registers, one CTA and eight MMA warps per SM). 4x2 warps of 48x64
-    on 192x128 fit fp32 accumulators in 168 registers but measured ~6% slower; 2x4 warps of 64x32
-    fit too but read twice the A fragments per MMA and were slower; 2x4 warps of 64x64 with
-    fp32 accumulators need 128 + 64 registers before addresses: over 168, ptxas spills over
-    1 KiB, unless ``register_handoff`` (Hopper) moves the producer's registers to them (224
-    each; docs/perf.md entry 9: faster, still behind the baseline). The study design on its
-    own tile
-    (``Sm80Config()``, 128x256x32, 3 stages, 2x2 warps of 64x128) fits only with fp16
-    accumulators (237-248 registers); with fp32 ones it spills (256 + 96 > 255).
+    Registers: ptxas budgets an SM sub-partition, so the producer warp costs the consumers
+    registers the multistage baseline keeps; the shipped tiles and why: docs/perf.md entry 14.
     """
 
     name = "sm80"
@@ -114,7 +93,7 @@ class Sm80WsGemm(Sm80Kernel):
         """Warps before the consumers: the producer warp(s), or with ``register_handoff`` a
         whole warpgroup (``setmaxnreg`` acts on warpgroups), whose other warps exit."""
         if self.config.register_handoff:
-            return WARPGROUP_WARPS
+            return WARPS_PER_WARPGROUP
         return self.producer_warps
 
     @property
@@ -173,35 +152,24 @@ class Sm80WsGemm(Sm80Kernel):
     def load_threads(self) -> int:
         return self.producer_warps * WARP_SIZE
 
-    def device_call(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, tiles: Sm80Tiles):
-        """The traced kernel, with its ring's arrive counts checked against the roles."""
-        full, empty = self.arrive_counts()
-        return self.device(mA, mB, mC, tiles, full, empty)
-
     @cute.kernel
-    def device(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        tiles: cutlass.Constexpr,
-        full_arrivals: cutlass.Constexpr,
-        empty_arrivals: cutlass.Constexpr,
-    ):
+    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
+        """Set up the ring (its arrive counts checked against the roles while tracing), then
+        hand each warp its role."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         bm, bn, bl = cute.arch.block_idx()
-        c = tiles.config
+        c = plan.config
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = SmemAllocator()
         barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=8)
         buffer_bytes = self.shared_memory_bytes() - BUFFER_ALIGN_BYTES - barrier_bytes(c.stages)
         buffer = smem.allocate(buffer_bytes, byte_alignment=BUFFER_ALIGN_BYTES)
-        views = carve_smem(tiles, buffer)
-        pipe = CpAsyncPipeline(barriers, c.stages)
+        views = carve_smem(plan, buffer)
+        pipe = CpAsyncPipeline(barriers, c.stages, has_mbarrier_try_wait(self.gpu_arch))
         if tidx == 0:
-            pipe.init(full_arrivals, empty_arrivals)
-        # Stages start zeroed: residue vectors are skipped, not copied (see sm80_tiles).
+            pipe.init(*self.arrive_counts())
+        # Stages start zeroed: residue vectors are skipped, not copied (see the ``plan`` module).
         zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         # The kernel's only block-wide barrier: the mbarriers and the zeros are visible to both
         # roles before either starts.
@@ -211,20 +179,20 @@ class Sm80WsGemm(Sm80Kernel):
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_decrease(HANDOFF_PRODUCER_REGISTERS)
             if warp_idx < self.producer_warps:
-                self.load(tiles, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
+                self.load(plan, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
         else:
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_increase(HANDOFF_CONSUMER_REGISTERS)
             tid = tidx - self.first_consumer_warp * WARP_SIZE
-            tiled_mma = tiles.tiled_mma()
+            tiled_mma = plan.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
-            acc = self.mma(tiles, tiled_mma, views, pipe, k_tiles, tid)
-            store_accumulators(tiles, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
+            acc = self.mma(plan, tiled_mma, views, pipe, k_tiles, tid)
+            self.epilogue(plan, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
 
     @cute.jit
     def load(
         self,
-        tiles: Sm80Tiles,
+        plan: Sm80Plan,
         mA_mk: cute.Tensor,
         mB_nk: cute.Tensor,
         views,
@@ -235,14 +203,14 @@ class Sm80WsGemm(Sm80Kernel):
     ):
         """Producer warp(s), thread ``tid``: every k-tile of this CTA's A and B, in order, into
         the ring (with several producer warps each copies its share of every k-tile)."""
-        c = tiles.config
+        c = plan.config
         # With the register hand-over the producer's edge-tile loop is rolled to fit its budget.
         rolled = bool(c.register_handoff)
         load_a = make_operand_loader(
-            tiles.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid, rolled
+            plan.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid, rolled
         )
         load_b = make_operand_loader(
-            tiles.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid, rolled
+            plan.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid, rolled
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
 
@@ -286,7 +254,7 @@ class Sm80WsGemm(Sm80Kernel):
     @cute.jit
     def mma(
         self,
-        tiles: Sm80Tiles,
+        plan: Sm80Plan,
         tiled_mma: cute.TiledMma,
         views,
         pipe: CpAsyncPipeline,
@@ -294,9 +262,9 @@ class Sm80WsGemm(Sm80Kernel):
         tid: cutlass.Int32,
     ) -> cute.Tensor:
         """Consumer warps: the whole K loop into register accumulators."""
-        frags = make_mma_fragments(tiles, tiled_mma, views.sA, views.sB, tid)
-        acc = make_accumulators(tiles, tiled_mma)
-        k_blocks = tiles.k_blocks
+        frags = make_mma_fragments(plan, tiled_mma, views.sA, views.sB, tid)
+        acc = make_accumulators(plan, tiled_mma)
+        k_blocks = plan.k_blocks
 
         state = pipe.consumer_state()
         pipe.consumer_wait(state)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import cutlass
 import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import BaseDSL, dsl_user_op
+from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.pipeline import PipelineState, PipelineUserType, make_pipeline_state
 
 
@@ -85,31 +85,19 @@ def cp_async_mbarrier_arrive_noinc(mbar: cute.Pointer, *, loc=None, ip=None) -> 
     )
 
 
-def _traced_arch_major() -> int:
-    """Compute-capability major of the target being traced (8 for sm_80..sm_89, 9 for sm_90a)."""
-    return BaseDSL._get_dsl().get_arch_enum().major
-
-
-def target_has_try_wait() -> bool:
-    """Whether the target being traced has ``mbarrier.try_wait`` (sm_90 and later)."""
-    return _traced_arch_major() >= 9
-
-
-def target_is_hopper() -> bool:
-    """Whether the target being traced is sm_90 (227 KiB of shared memory per block)."""
-    return _traced_arch_major() == 9
-
-
 @dsl_user_op
-def mbarrier_wait(mbar: cute.Pointer, phase: cutlass.Int32, *, loc=None, ip=None) -> None:
+def mbarrier_wait(
+    mbar: cute.Pointer, phase: cutlass.Int32, try_wait: bool, *, loc=None, ip=None
+) -> None:
     """Wait until the phase of parity ``phase`` has completed (acquire semantics).
 
-    On sm_90 and later ``mbarrier.try_wait``, which suspends the thread in hardware until the
-    phase completes or a time limit passes, in a loop; below sm_90 (no ``try_wait``)
-    ``mbarrier.test_wait`` in a loop. (On the H200 the two measured the same: docs/perf.md.)
-    Labels inside the braces are local to this asm block, so it can be inlined many times.
+    ``try_wait`` (sm_90 and later: ``support.has_mbarrier_try_wait``): ``mbarrier.try_wait``,
+    which suspends the thread in hardware until the phase completes or a time limit passes, in
+    a loop; else ``mbarrier.test_wait`` in a loop. (On the H200 the two measured the same:
+    docs/perf.md.) Labels inside the braces are local to this asm block, so it can be inlined
+    many times.
     """
-    if target_has_try_wait():
+    if try_wait:
         poll = "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;"
     else:
         poll = "mbarrier.test_wait.parity.shared.b64 done, [$0], $1;"
@@ -136,6 +124,8 @@ class CpAsyncPipeline:
 
     barriers: cute.Pointer
     stages: int
+    #: Wait with ``mbarrier.try_wait`` (the target has it: ``support.has_mbarrier_try_wait``).
+    try_wait: bool
 
     def init(self, producer_arrivals: int, consumer_arrivals: int) -> None:
         """Initialise every barrier. Exactly one thread calls this."""
@@ -155,14 +145,14 @@ class CpAsyncPipeline:
     def producer_acquire(self, index, phase) -> None:
         """Wait until stage ``index`` is free: ``empty[index]`` completed phase parity
         ``phase`` (``index`` may be a constant: its mbarrier address then is one too)."""
-        mbarrier_wait(self.empty(index), phase)
+        mbarrier_wait(self.empty(index), phase, self.try_wait)
 
     def producer_commit(self, index) -> None:
         """Arrive on ``full[index]`` once this thread's copies so far have landed."""
         cp_async_mbarrier_arrive_noinc(self.full(index))
 
     def consumer_wait(self, state: PipelineState) -> None:
-        mbarrier_wait(self.full(state.index), state.phase)
+        mbarrier_wait(self.full(state.index), state.phase, self.try_wait)
 
     def consumer_release(self, state: PipelineState) -> None:
         """Hand stage ``state.index`` back: every consumer thread arrives, its own reads of the

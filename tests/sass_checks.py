@@ -1,0 +1,35 @@
+"""What the SASS of a compiled variant must show (shared by the compile tests)."""
+
+import re
+
+from wsgemm import inspection as insp
+from wsgemm import sass
+
+
+def assert_clean(r: insp.Report):
+    assert r.spill_bytes == 0, f"{r.kernel} {r.arch}: {r.spill_bytes} bytes of local memory"
+    assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, f"{r.kernel} {r.arch}: spills in SASS"
+    assert 0 < r.registers <= 255
+
+
+def assert_sm80_path(r: insp.Report, acc: str, mma_threads: int, specialized: bool):
+    """The sm80 hardware path, from the full opcodes: mma.sync of the accumulator dtype,
+    16-byte cp.async and stores, ldmatrix.x4; the epilogue's named barrier counts the MMA
+    threads only; the specialized kernel meets on mbarriers (one block-wide barrier, at the
+    start) and has both loading loops, the baseline waits on cp.async groups."""
+    ops = set(sass.opcodes(r.sass_text))
+    hmma = "HMMA.16816.F32" if acc == "float32" else "HMMA.16816.F16"
+    for op in (hmma, "LDGSTS.E.BYPASS.LTC128B.128", "LDSM.16.M88.4", "STG.E.128"):
+        assert any(o.startswith(op) for o in ops), f"no {op}"
+    assert f"BAR.SYNC.DEFER_BLOCKING 0x1, {mma_threads:#x}" in r.sass_text
+    if specialized:
+        assert r.sass["ARRIVES"] + r.sass["SYNCS"] > 0, "the ring lives on mbarriers"
+        assert r.sass_text.count("BAR.SYNC.DEFER_BLOCKING 0x0 ") == 1
+        # Row-predicated copies (a trailing "P<n>" zero-fill operand) for edge tiles,
+        # unpredicated ones for interior tiles (fast_interior).
+        copies = [i for i in sass.instructions(r.sass_text) if "LDGSTS" in i]
+        predicated = [c for c in copies if re.search(r",\s*!?P\d\s*;", c)]
+        assert predicated and len(predicated) < len(copies)
+    else:
+        assert r.sass["ARRIVES"] == 0 and r.sass["SYNCS"] == 0
+        assert r.sass["DEPBAR"] > 0, "the baseline waits on cp.async groups"

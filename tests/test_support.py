@@ -1,0 +1,82 @@
+"""The support rules and hardware facts: one table, every vocabulary, no DSL or torch at import."""
+
+import subprocess
+import sys
+
+import cutlass
+import pytest
+import torch
+
+from wsgemm import support
+
+
+@pytest.mark.parametrize("name", support.ELEMENT_BYTES)
+def test_every_vocabulary_names_the_same_dtype(name):
+    spellings = (
+        name,
+        support.SHORT_NAMES[name],
+        getattr(torch, name),
+        support.cutlass_dtype(name),
+    )
+    assert {support.dtype_name(s) for s in spellings} == {name}
+    assert support.torch_dtype(support.short_name(name)) is getattr(torch, name)
+    assert support.element_bytes(name) * 8 == support.cutlass_dtype(name).width
+    assert support.vector_elems(name) * support.element_bytes(name) == support.VECTOR_BYTES
+
+
+@pytest.mark.parametrize("dtype", ["int8", torch.int8, cutlass.Int8, "fp8", None])
+def test_unknown_dtype_says_what_is_known(dtype):
+    with pytest.raises(ValueError, match="known: float16, bfloat16, float32"):
+        support.dtype_name(dtype)
+
+
+@pytest.mark.parametrize("ab", support.AB_DTYPES)
+@pytest.mark.parametrize("acc", support.ACC_DTYPES)
+def test_accumulator_rule_is_one_function_in_every_vocabulary(ab, acc):
+    allowed = support.accumulator_allowed(ab, acc)
+    assert allowed == (acc == "float32" or ab == "float16")
+    for spell in (support.short_name, support.torch_dtype, support.cutlass_dtype):
+        assert support.accumulator_allowed(spell(ab), spell(acc)) == allowed
+    assert (support.dtype_error(ab, "float32", acc) is None) == allowed
+
+
+@pytest.mark.parametrize(
+    "ab, c, acc, message",
+    [
+        ("bfloat16", "float16", "float16", "fp16 accumulation needs fp16 inputs"),
+        ("float32", "float32", "float32", "A/B dtype float32 is not supported"),
+        (torch.float16, torch.int8, torch.float32, "C dtype torch.int8 .* allowed: float16"),
+        (cutlass.Float16, cutlass.Float16, cutlass.BFloat16, "accumulator dtype BFloat16"),
+    ],
+)
+def test_check_dtypes_says_what_is_allowed(ab, c, acc, message):
+    with pytest.raises(ValueError, match=message):
+        support.check_dtypes(ab, c, acc)
+
+
+def test_hardware_facts_agree_with_each_other():
+    assert support.THREADS_PER_WARPGROUP == support.WARP_SIZE * support.WARPS_PER_WARPGROUP
+    assert support.VECTOR_BITS == 8 * support.VECTOR_BYTES
+    assert support.smem_per_block("sm_90a") == 227 * 1024
+    assert min(support.SMEM_PER_BLOCK.values()) == support.smem_per_block("sm_89")
+    with pytest.raises(ValueError, match="unknown target 'sm_100a'"):
+        support.smem_per_block("sm_100a")
+    ids = [int(b) for b in support.BarrierId]
+    assert ids[0] == 0 and len(set(ids)) == len(ids)
+    # Ping-pong uses base + warpgroup (0 or 1): the ranges of two ids must not overlap.
+    per_warpgroup = [support.BarrierId.EPILOGUE, support.BarrierId.MMA_ORDER]
+    per_warpgroup.append(support.BarrierId.EPI_ORDER)
+    spans = {b + wg for b in per_warpgroup for wg in (0, 1)}
+    assert len(spans) == 2 * len(per_warpgroup) and max(spans) < 16  # 16 named barriers
+
+
+def test_import_wsgemm_loads_neither_the_dsl_nor_kernels():
+    code = (
+        "import sys, wsgemm, wsgemm.support, wsgemm.host; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cutlass' "
+        "or m.startswith('wsgemm.kernels')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,125 @@
+"""What both sm80 kernels share: contract attributes, validated constructor, the host entry
+``__call__`` (checks, plan, launch) and the ``epilogue`` role."""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+from wsgemm.kernels.sm80.config import Sm80Config
+from wsgemm.kernels.sm80.epilogue import store_accumulators
+from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
+from wsgemm.support import MAX_GRID_DIM, VECTOR_BYTES, arch_major, check_dtypes
+
+
+def launch_columns(config: Sm80Config) -> int:
+    """Columns of C one launch covers: grid y holds :data:`~wsgemm.support.MAX_GRID_DIM` [1]
+    n tiles, so a wider C goes out in several launches over column slices of B and C."""
+    return MAX_GRID_DIM[1] * config.tile_n
+
+
+def column_slices(n: int, config: Sm80Config) -> list[tuple[int, int]]:
+    """(first column, width) of each launch for a C with ``n`` columns (host replay of
+    ``__call__``'s loop; one launch unless N > 65535 tiles)."""
+    cols = launch_columns(config)
+    return [(first, min(cols, n - first)) for first in range(0, n, cols)]
+
+
+def _slice_mode(t: cute.Tensor, mode: int, first, width) -> cute.Tensor:
+    """``t`` restricted to ``[first, first + width)`` along ``mode``, the same strides: a view.
+    ``first`` is a whole number of 16-byte vectors along a unit stride and the other strides
+    are 16-byte multiples, so the base stays 16-byte aligned."""
+    shape = tuple(width if i == mode else t.shape[i] for i in range(cute.rank(t)))
+    base = (t.iterator + first * t.stride[mode]).align(VECTOR_BYTES)
+    return cute.make_tensor(base, cute.make_layout(shape, stride=t.stride))
+
+
+class Sm80Kernel:
+    """The sm80 family's host side and epilogue. Each kernel class sets ``name`` and ``threads``
+    (and ``load_threads`` when not every thread loads), and writes its device entry ``kernel``
+    (a ``@cute.kernel`` taking ``(mA, mB, mC, plan)``) and its ``load`` / ``mma`` roles."""
+
+    name = "sm80"
+    arch = "sm_80"
+    # cp.async moves whole 16-byte vectors: the host pads unit-stride extents to 8 elements
+    needs_vector_extent = True
+
+    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_80"):
+        """``gpu_arch``: the DSL target this object is compiled for (the host passes the
+        variant's); it picks how mbarrier waits are written and must fit the config."""
+        if not isinstance(config, Sm80Config):
+            raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
+        check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        if arch_major(gpu_arch) < 8:
+            raise ValueError(f"{self.name} needs sm_80 or later, got gpu_arch={gpu_arch!r}")
+        if config.target == "sm_90a" and gpu_arch != "sm_90a":
+            raise ValueError(
+                f"{self.name}: this Sm80Config has target='sm_90a' (Hopper's shared memory or "
+                f"setmaxnreg), it cannot be built for {gpu_arch}; other GPUs take "
+                "target='sm_80' configs"
+            )
+        self.gpu_arch = gpu_arch
+        self.config = config
+        self.ab_dtype = ab_dtype
+        self.c_dtype = c_dtype
+        self.acc_dtype = acc_dtype
+
+    @property
+    def load_threads(self) -> int:
+        """Threads that issue the cp.async copies (all of them, or the producer warps)."""
+        return self.threads
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+        raster_group: cutlass.Int32 = 0,
+    ):
+        """The host entry: check the operands, build the static plan, launch one CTA per
+        (tile_m, tile_n) output tile and batch (grid x: m, y: n, z: batch) with the config's
+        shared memory and launch bounds; past 65535 n tiles, one launch per column slice.
+        The launch arguments of persistent kernels (``max_active_clusters``,
+        ``raster_group``) are accepted and unused."""
+        check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
+        c = self.config
+        plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)
+        # Grid y holds 65535 n tiles: a wider C goes out in launches over column slices
+        # (views of B and C), one launch otherwise.
+        n = cute.size(mC, mode=[1])
+        cols = launch_columns(c)
+        for first in cutlass.range(0, n, cols, unroll=1):
+            width = cutlass.min(cols, n - first)
+            mB_part = _slice_mode(mB, 0, first, width)
+            mC_part = _slice_mode(mC, 1, first, width)
+            self._launch(mA, mB_part, mC_part, plan, stream)
+
+    @cute.jit
+    def _launch(self, mA, mB, mC, plan: Sm80Plan, stream):
+        c = self.config
+        self.kernel(mA, mB, mC, plan).launch(
+            grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
+            block=[self.threads, 1, 1],
+            smem=self.shared_memory_bytes(),
+            stream=stream,
+            **c.launch_bounds(self.threads),
+        )
+
+    @cute.jit
+    def epilogue(
+        self,
+        plan: Sm80Plan,
+        tiled_mma: cute.TiledMma,
+        acc: cute.Tensor,
+        sC: cute.Tensor,
+        mC_mn: cute.Tensor,
+        tile_mn,
+        tid: cutlass.Int32,
+    ):
+        """MMA threads (``tid`` in [0, mma_threads)): this CTA's tile of ``mC_mn`` (one batch)
+        from the accumulators, through the shared slab (``store_accumulators``)."""
+        store_accumulators(plan, tiled_mma, acc, sC, mC_mn, tile_mn, tid)

@@ -1,0 +1,242 @@
+"""The Hopper (sm_90a) kernel's static configuration and its budgets.
+
+``Sm90Config`` (CTA tile, cluster, schedule; validated eagerly), the shipped configs, and the
+shared-memory and register budgets (plain Python on static tile facts, so the numbers can be
+tested without a GPU; each function says where its number comes from).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wsgemm.support import (
+    MBARRIER_BYTES,
+    REGISTERS_PER_SM,
+    SETMAXNREG_MAX,
+    SETMAXNREG_MIN,
+    SETMAXNREG_STEP,
+    SWIZZLE_ATOM_BYTES,
+    THREADS_PER_WARPGROUP,
+    WARPS_PER_WARPGROUP,
+    smem_per_block,
+)
+
+__all__ = [
+    "EPI_TILE_N",
+    "NUM_CONSUMER_WARPGROUPS",
+    "PRODUCER_WARP",
+    "DEFAULT_RASTER_GROUP",
+    "SCHEDULES",
+    "SHIPPED_CONFIGS",
+    "SM90_REGISTERS_PER_SM",
+    "SM90_SMEM_CAPACITY",
+    "SMEM_BUFFER_ALIGN",
+    "STATIC_SMEM_BYTES",
+    "THREADS_PER_CTA",
+    "WGMMA_K",
+    "WGMMA_M",
+    "Sm90Config",
+    "check_raster_group",
+    "epilogue_stage_bytes",
+    "mainloop_stage_bytes",
+    "register_split",
+    "reserved_smem_bytes",
+    "shipped_config",
+    "stage_counts",
+]
+
+SCHEDULES = ("cooperative", "pingpong")
+# Two consumer warpgroups (0 and 1) and one producer warpgroup (2).
+NUM_CONSUMER_WARPGROUPS = 2
+PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
+PRODUCER_WARP = PRODUCER_WARPGROUP * WARPS_PER_WARPGROUP
+THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
+# One WGMMA atom covers 64 rows of M and k = 16 for 16-bit inputs.
+WGMMA_M = 64
+WGMMA_K = 16
+# Output subtile width: a 32-column strip keeps the epilogue's smem buffers small enough that
+# the mainloop ring keeps its stages.
+EPI_TILE_N = 32
+
+
+@dataclass(frozen=True)
+class Sm90Config:
+    """Static shape of the kernel.
+
+    ``tile_m x tile_n x tile_k``: CTA tile; ``cluster_m x cluster_n``: CTAs per cluster (a
+    cluster along M multicasts B, along N multicasts A); ``schedule``: "cooperative" (both
+    consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
+    tiles, alternating). Every field changes the compiled code; the raster group, which does
+    not, is a launch argument (``Sm90Gemm.__call__``; :data:`DEFAULT_RASTER_GROUP`).
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        allowed_m = (128,) if self.schedule == "cooperative" else (64, 128)
+        if self.tile_m not in allowed_m:
+            raise ValueError(
+                f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
+            )
+        if self.tile_n not in (64, 128, 192, 256):
+            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {self.tile_n}")
+        if self.tile_k not in (32, 64, 128):
+            raise ValueError(f"tile_k must be one of 32, 64, 128, got {self.tile_k}")
+        if self.schedule == "pingpong" and self.tile_m * self.tile_n > 128 * 128:
+            # One warpgroup holds the whole tile: 128 fp32 accumulators per thread at most,
+            # or the 232-register budget spills.
+            raise ValueError(
+                f"pingpong tile {self.tile_m}x{self.tile_n} is too large: one warpgroup holds it, "
+                "so tile_m * tile_n must be <= 16384"
+            )
+        if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
+            raise ValueError(
+                "cluster_m and cluster_n must each be 1 or 2, "
+                f"got {self.cluster_m}x{self.cluster_n}"
+            )
+
+    @property
+    def pingpong(self) -> bool:
+        return self.schedule == "pingpong"
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def epi_tile(self) -> tuple[int, int]:
+        """Output subtile: all the tile's rows for cooperative (both warpgroups write one
+        buffer), one 64-row WGMMA band for ping-pong (one warpgroup writes it)."""
+        return (self.tile_m if not self.pingpong else WGMMA_M, EPI_TILE_N)
+
+    @property
+    def num_epi_subtiles(self) -> int:
+        return (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1])
+
+
+SHIPPED_CONFIGS = {
+    "sm90": Sm90Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, schedule="cooperative"),
+    "sm90-pingpong": Sm90Config(
+        tile_m=128, tile_n=128, tile_k=64, cluster_m=2, schedule="pingpong"
+    ),
+}
+
+#: The raster group a launch uses when it passes none (``raster_group=0``), per schedule:
+#: m-tiles walked down a column before the next column. Cooperative 16: its ~132 tiles in
+#: flight cover a square footprint of A rows and B columns (docs/perf.md, entry 2).
+DEFAULT_RASTER_GROUP = {"cooperative": 16, "pingpong": 8}
+
+
+def check_raster_group(raster_group: int, config: Sm90Config) -> int:
+    """A launch's raster group: 0 (the schedule's default) or a positive multiple of
+    ``cluster_m`` (a group holds whole clusters). Returns the group the kernel will use."""
+    if raster_group == 0:
+        return DEFAULT_RASTER_GROUP[config.schedule]
+    if (
+        not isinstance(raster_group, int)
+        or raster_group < 1
+        or raster_group % config.cluster_m != 0
+    ):
+        raise ValueError(
+            f"raster_group must be 0 (the default) or a positive multiple of cluster_m "
+            f"({config.cluster_m}), got {raster_group!r}"
+        )
+    return raster_group
+
+
+def shipped_config(name: str, acc_dtype=None) -> Sm90Config:
+    """The shipped config of kernel ``name`` (the same for both accumulator dtypes)."""
+    if name not in SHIPPED_CONFIGS:
+        raise ValueError(f"no sm90 kernel named {name!r}; known: {sorted(SHIPPED_CONFIGS)}")
+    return SHIPPED_CONFIGS[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# Budgets
+
+# The largest dynamic shared memory one block may opt into on sm_90 (227 KiB).
+SM90_SMEM_CAPACITY = smem_per_block("sm_90a")
+SM90_REGISTERS_PER_SM = REGISTERS_PER_SM
+# ptxas gives a kernel whose dynamic smem is 1 KiB-aligned a 1 KiB static smem section (seen in
+# the cubin); it counts against the same per-block limit, so the budget keeps it free.
+STATIC_SMEM_BYTES = 1024
+# Swizzled TMA/WGMMA buffers start on 1 KiB boundaries (the 128B swizzle pattern repeats
+# every 1024 bytes, and the descriptors assume the pattern starts at the buffer).
+SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
+# The epilogue keeps at least this many smem buffers so one TMA store can drain while the next
+# subtile is written; more are added only from smem the mainloop ring cannot use.
+MIN_EPILOGUE_STAGES = 2
+MAX_EPILOGUE_STAGES = 4
+# The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);
+# 40 registers hold that without spilling, the rest goes to the accumulators.
+PRODUCER_REGISTERS = 40
+
+
+def mainloop_stage_bytes(tile_m: int, tile_n: int, tile_k: int, ab_bytes: int) -> int:
+    """One ring stage holds an A tile (tile_m x tile_k) and a B tile (tile_n x tile_k)."""
+    return (tile_m + tile_n) * tile_k * ab_bytes
+
+
+def epilogue_stage_bytes(epi_m: int, epi_n: int, c_bytes: int) -> int:
+    """One epilogue buffer holds one output subtile in the output dtype."""
+    return epi_m * epi_n * c_bytes
+
+
+def reserved_smem_bytes(ab_stages_upper_bound: int = 64) -> int:
+    """The mbarrier pairs (full + empty, 8 bytes each, per stage) sit before the first swizzled
+    buffer, which starts at the next 1 KiB boundary: one alignment unit covers them."""
+    barrier_bytes = 2 * MBARRIER_BYTES * ab_stages_upper_bound
+    return -(-barrier_bytes // SMEM_BUFFER_ALIGN) * SMEM_BUFFER_ALIGN
+
+
+def stage_counts(
+    ab_stage_bytes: int,
+    epi_stage_bytes: int,
+    num_epi_subtiles: int,
+    capacity: int = SM90_SMEM_CAPACITY,
+) -> tuple[int, int]:
+    """(mainloop stages, epilogue stages) that fit in ``capacity`` bytes of shared memory
+    (less the static section).
+
+    The mainloop ring gets every stage that fits beside the barriers and the minimum epilogue
+    buffers (deeper rings hide more TMA latency); epilogue buffers then take what is left, up to
+    ``MAX_EPILOGUE_STAGES`` and never more than there are subtiles in a tile.
+    """
+    min_epi = min(MIN_EPILOGUE_STAGES, num_epi_subtiles)
+    capacity -= STATIC_SMEM_BYTES
+    free = capacity - reserved_smem_bytes() - min_epi * epi_stage_bytes
+    ab_stages = free // ab_stage_bytes
+    if ab_stages < 2:
+        raise ValueError(
+            f"a {ab_stage_bytes}-byte mainloop stage leaves room for {ab_stages} stage(s) in "
+            f"{capacity} bytes of shared memory; at least 2 are needed to overlap load and MMA"
+        )
+    left = capacity - reserved_smem_bytes() - ab_stages * ab_stage_bytes
+    epi_stages = min(MAX_EPILOGUE_STAGES, num_epi_subtiles, left // epi_stage_bytes)
+    return ab_stages, epi_stages
+
+
+def register_split(
+    num_consumer_warpgroups: int, threads_per_warpgroup: int = THREADS_PER_WARPGROUP
+) -> tuple[int, int]:
+    """(producer, consumer) registers per thread after ``setmaxnreg``.
+
+    The producer warpgroup drops to ``PRODUCER_REGISTERS``; the consumer warpgroups share the
+    rest of the register file equally, rounded down to the step of 8 that setmaxnreg needs, so
+    the total never exceeds 64K registers.
+    """
+    per_thread_pool = SM90_REGISTERS_PER_SM // threads_per_warpgroup
+    consumer = (per_thread_pool - PRODUCER_REGISTERS) // num_consumer_warpgroups
+    consumer = min(SETMAXNREG_MAX, consumer // SETMAXNREG_STEP * SETMAXNREG_STEP)
+    if consumer < SETMAXNREG_MIN:
+        raise ValueError(f"{num_consumer_warpgroups} consumer warpgroups leave too few registers")
+    total = threads_per_warpgroup * (PRODUCER_REGISTERS + num_consumer_warpgroups * consumer)
+    assert total <= SM90_REGISTERS_PER_SM, total
+    return PRODUCER_REGISTERS, consumer

@@ -1,0 +1,228 @@
+"""What wsgemm supports and the hardware facts its kernels are built on, each defined once.
+
+Kernels, host, API and bench import their rules from here: the allowed dtypes (one table, named
+in every vocabulary the layers speak: ``"float16"``, ``"fp16"``, ``torch.float16``,
+``cutlass.Float16``), the accumulator rule, warp and warpgroup sizes, shared memory per target,
+vector and alignment bytes, mbarrier size and the named-barrier ids.
+
+Plain Python names only: nothing here imports ``cutlass`` or ``torch`` at import time (kernels
+stay torch-free and ``import wsgemm`` stays DSL-free). :func:`cutlass_dtype` and
+:func:`torch_dtype` import their library when called.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+__all__ = [
+    "ACC_DTYPES",
+    "AB_DTYPES",
+    "ACCUMULATOR_RULE",
+    "C_DTYPES",
+    "ELEMENT_BYTES",
+    "MAX_GRID_DIM",
+    "MAX_REGISTERS_PER_THREAD",
+    "MBARRIER_BYTES",
+    "REGISTERS_PER_SM",
+    "SETMAXNREG_MAX",
+    "SETMAXNREG_MIN",
+    "SETMAXNREG_STEP",
+    "SHORT_NAMES",
+    "SMEM_PER_BLOCK",
+    "SM_SUBPARTITIONS",
+    "SWIZZLE_ATOM_BYTES",
+    "THREADS_PER_WARPGROUP",
+    "VECTOR_BITS",
+    "VECTOR_BYTES",
+    "WARPS_PER_WARPGROUP",
+    "WARP_SIZE",
+    "BarrierId",
+    "accumulator_allowed",
+    "arch_major",
+    "check_arch",
+    "check_dtypes",
+    "cutlass_dtype",
+    "dtype_error",
+    "dtype_name",
+    "element_bytes",
+    "has_mbarrier_try_wait",
+    "short_name",
+    "smem_per_block",
+    "torch_dtype",
+    "vector_elems",
+]
+
+# ----------------------------------------------------------------------------------------------
+# Dtypes
+
+#: The canonical names (torch's attribute names, lower-case cutlass class names): what the
+#: compile key, the host and the records use.
+AB_DTYPES = ("float16", "bfloat16")
+C_DTYPES = ("float16", "bfloat16", "float32")
+ACC_DTYPES = ("float32", "float16")
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+#: The benchmark's command-line and record names.
+SHORT_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+_CUTLASS_NAMES = {"float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32"}
+_ALIASES = {short: name for name, short in SHORT_NAMES.items()}
+
+
+def _canonical(dtype: Any) -> str | None:
+    """The canonical name of ``dtype`` in any vocabulary, or None if it is none of ours."""
+    if isinstance(dtype, str):
+        text = dtype
+    elif isinstance(dtype, type):  # cutlass.Float16 and friends are classes
+        text = dtype.__name__
+    else:  # torch.float16 prints as "torch.float16"
+        text = str(dtype)
+    text = text.lower().removeprefix("torch.")
+    text = _ALIASES.get(text, text)
+    return text if text in ELEMENT_BYTES else None
+
+
+def dtype_name(dtype: Any) -> str:
+    """``"float16"`` for ``"float16"``, ``"fp16"``, ``torch.float16`` or ``cutlass.Float16``."""
+    name = _canonical(dtype)
+    if name is None:
+        raise ValueError(f"{dtype} is not a wsgemm dtype; known: {', '.join(ELEMENT_BYTES)}")
+    return name
+
+
+def short_name(dtype: Any) -> str:
+    """``"fp16"``, ``"bf16"`` or ``"fp32"``."""
+    return SHORT_NAMES[dtype_name(dtype)]
+
+
+def element_bytes(dtype: Any) -> int:
+    return ELEMENT_BYTES[dtype_name(dtype)]
+
+
+def cutlass_dtype(dtype: Any):
+    """The ``cutlass`` numeric type (imports the DSL)."""
+    import cutlass
+
+    return getattr(cutlass, _CUTLASS_NAMES[dtype_name(dtype)])
+
+
+def torch_dtype(dtype: Any):
+    """The ``torch.dtype`` (imports torch)."""
+    import torch
+
+    return getattr(torch, dtype_name(dtype))
+
+
+#: Why the one rule across the dtype tables exists.
+ACCUMULATOR_RULE = (
+    "fp16 accumulation needs fp16 inputs: the tensor cores (mma.sync and WGMMA) accumulate "
+    "bf16 products in fp32 only"
+)
+
+
+def accumulator_allowed(ab_dtype: Any, acc_dtype: Any) -> bool:
+    """The accumulator rule (:data:`ACCUMULATOR_RULE`): fp16 accumulators need fp16 inputs."""
+    return dtype_name(acc_dtype) != "float16" or dtype_name(ab_dtype) == "float16"
+
+
+def dtype_error(ab_dtype: Any, c_dtype: Any, acc_dtype: Any) -> str | None:
+    """Why (A/B, C, accumulator) is not a combination the kernels offer, or None if it is."""
+    for what, dtype, allowed in (
+        ("A/B dtype", ab_dtype, AB_DTYPES),
+        ("C dtype", c_dtype, C_DTYPES),
+        ("accumulator dtype", acc_dtype, ACC_DTYPES),
+    ):
+        if _canonical(dtype) not in allowed:
+            return f"{what} {dtype} is not supported; allowed: {', '.join(allowed)}"
+    if not accumulator_allowed(ab_dtype, acc_dtype):
+        return f"{ACCUMULATOR_RULE} (got {dtype_name(ab_dtype)} inputs)"
+    return None
+
+
+def check_dtypes(ab_dtype: Any, c_dtype: Any, acc_dtype: Any) -> None:
+    """Raise ``ValueError`` (saying what is allowed) unless :func:`dtype_error` finds nothing."""
+    error = dtype_error(ab_dtype, c_dtype, acc_dtype)
+    if error is not None:
+        raise ValueError(error)
+
+
+# ----------------------------------------------------------------------------------------------
+# Threads and registers
+
+WARP_SIZE = 32
+#: A warpgroup: the unit WGMMA and ``setmaxnreg`` act on (sm_90a).
+WARPS_PER_WARPGROUP = 4
+THREADS_PER_WARPGROUP = WARP_SIZE * WARPS_PER_WARPGROUP
+#: The register file of one SM (sm_80 .. sm_90): 64K 32-bit registers.
+REGISTERS_PER_SM = 64 * 1024
+#: ptxas' per-thread ceiling; a kernel that needs more spills to local memory.
+MAX_REGISTERS_PER_THREAD = 255
+#: Each of an SM's four sub-partitions owns a quarter of the registers and the warps
+#: ``w % 4 == p`` of every resident CTA.
+SM_SUBPARTITIONS = 4
+#: ``setmaxnreg`` (sm_90a) takes 24..256 registers per thread, in steps of 8.
+SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
+
+#: Blocks a launch grid holds along x, y and z (x is the only long one).
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+
+# ----------------------------------------------------------------------------------------------
+# Memory
+
+#: The largest dynamic shared memory one block may opt into, per DSL target.
+SMEM_PER_BLOCK = {
+    "sm_80": 163 * 1024,
+    "sm_86": 99 * 1024,
+    "sm_89": 99 * 1024,
+    "sm_90a": 227 * 1024,
+}
+
+
+def check_arch(arch: str) -> str:
+    """``arch`` if it is a DSL target wsgemm builds for, else ``ValueError``."""
+    if arch not in SMEM_PER_BLOCK:
+        raise ValueError(f"unknown target {arch!r}; known: {', '.join(SMEM_PER_BLOCK)}")
+    return arch
+
+
+def smem_per_block(arch: str) -> int:
+    return SMEM_PER_BLOCK[check_arch(arch)]
+
+
+def arch_major(arch: str) -> int:
+    """The compute-capability major of a target: 8 for ``"sm_86"``, 9 for ``"sm_90a"``."""
+    digits = "".join(ch for ch in check_arch(arch) if ch.isdigit())  # "90" of "sm_90a"
+    return int(digits[:-1])
+
+
+def has_mbarrier_try_wait(arch: str) -> bool:
+    """``mbarrier.try_wait`` (the waiting thread is suspended in hardware) exists from sm_90;
+    older targets poll with ``mbarrier.test_wait``."""
+    return arch_major(arch) >= 9
+
+
+#: TMA and cp.async move 16-byte vectors: base pointers and non-unit strides of the operands
+#: are multiples of it, and every global<->shared copy moves one per thread per instruction.
+VECTOR_BYTES = 16
+VECTOR_BITS = 8 * VECTOR_BYTES
+
+
+def vector_elems(dtype: Any) -> int:
+    """Elements of ``dtype`` in one 16-byte vector."""
+    return VECTOR_BYTES // element_bytes(dtype)
+
+
+#: A swizzled shared buffer starts on this boundary: the 128-byte swizzle pattern repeats every
+#: 1 KiB (8 rows of 128 bytes), so the swizzle is a function of the buffer offset alone.
+SWIZZLE_ATOM_BYTES = 1024
+#: One mbarrier is an 8-byte word of shared memory.
+MBARRIER_BYTES = 8
+
+
+class BarrierId(enum.IntEnum):
+    """Named hardware barriers (``bar.sync id, count``) the kernels use; 0 is ``__syncthreads``.
+    Ping-pong kernels use ``base + warpgroup`` (two ids each) for the per-warpgroup ones."""
+
+    SYNC_THREADS = 0
+    EPILOGUE = 1  # the threads that write the output (ping-pong: + warpgroup)
+    MMA_ORDER = 3  # ping-pong: + warpgroup whose turn it is to issue its MMAs
+    EPI_ORDER = 5  # ping-pong: + warpgroup whose turn it is to run its epilogue
