@@ -8,7 +8,7 @@ what=${*:-sm90 sm80}
 bench() { python3 -m wsgemm bench --no-progress --rounds "${ROUNDS:-3}" "$@"; }
 if [[ " $what " == *" sm90 "* ]]; then
   bench --shapes "4096,4096,4096;8192,8192,8192;8192,28672,4096;8192,4096,14336;16384,16384,4096" \
-    --backends "cublas,quack,wsgemm:sm90,wsgemm:sm90{raster_group=4},wsgemm:sm90{raster_group=16},\
+    --backends "cublas,quack,wsgemm:sm90,\
 wsgemm:sm90{cluster_m=1},wsgemm:sm90{cluster_m=1,cluster_n=2},wsgemm:sm90-pingpong,\
 wsgemm:sm90-pingpong{tile_m=64,tile_n=256}" \
     --json "$OUT/tune_sm90.json" --markdown "$OUT/tune_sm90.md" > "$OUT/tune_sm90.log" 2>&1

@@ -182,7 +182,7 @@ def test_triton_matmul_validates_before_importing_triton():
         triton_matmul.matmul(a, torch.empty(4, 8, dtype=torch.float16))
     with pytest.raises(ValueError, match="fp16 or two bf16"):
         triton_matmul.matmul(a.float(), torch.empty(8, 4))
-    with pytest.raises(ValueError, match="fp16 operands"):
+    with pytest.raises(ValueError, match="fp16 inputs"):
         triton_matmul.matmul(
             a.bfloat16(), torch.empty(8, 4, dtype=torch.bfloat16), accumulate=torch.float16
         )

@@ -342,7 +342,7 @@ def _summary(variant):
     return variant.key(), r.spill_bytes + r.sass["LDL"] + r.sass["STL"], r.sass["HGMMA"]
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 def test_every_new_menu_variant_compiles_spill_free():
     """The menu's new entries in all 36 variants each (the shipped two are the shipped
     backends, swept in test_compile_sass)."""

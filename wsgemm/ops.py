@@ -27,6 +27,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch.utils._device import DeviceContext
 
 from . import api, host
+from .support import ACCUMULATOR_RULE, accumulator_allowed
 
 _AB_DTYPES = tuple(getattr(torch, name) for name in host.AB_DTYPES)
 _C_DTYPES = tuple(getattr(torch, name) for name in host.C_DTYPES)
@@ -105,11 +106,8 @@ def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
         )
     if accumulate not in _ACC_DTYPES:
         raise ValueError(f"accumulate={accumulate}; allowed: {_names(_ACC_DTYPES)}")
-    if accumulate == torch.float16 and a.dtype != torch.float16:
-        raise ValueError(
-            f"accumulate=torch.float16 needs float16 inputs, got {a.dtype}: the tensor cores "
-            "accumulate bf16 products in fp32 only"
-        )
+    if not accumulator_allowed(a.dtype, accumulate):
+        raise ValueError(f"accumulate={accumulate} with {a.dtype} inputs: {ACCUMULATOR_RULE}")
     if backend not in ("auto", *host.BACKENDS):
         raise ValueError(
             f"backend={backend!r} is not a wsgemm backend; "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import host
+from ..support import ACCUMULATOR_RULE, accumulator_allowed
 from .overlap import overlaps, repeats_elements
 
 # torch dtype -> the host's name for it (host.AB_DTYPES etc. are the one list of what is allowed)
@@ -195,11 +196,8 @@ def validate(
         )
     if accumulate not in ACC_DTYPES:
         raise ValueError(f"accumulate={accumulate}; allowed: {_names(ACC_DTYPES)}")
-    if accumulate == torch.float16 and a.dtype != torch.float16:
-        raise ValueError(
-            f"accumulate=torch.float16 needs float16 inputs, got {a.dtype}: the tensor cores "
-            "accumulate bf16 products in fp32 only"
-        )
+    if not accumulator_allowed(a.dtype, accumulate):
+        raise ValueError(f"accumulate={accumulate} with {a.dtype} inputs: {ACCUMULATOR_RULE}")
     if out is not None:
         _check_out(out, (m, n) if batch is None else (batch, m, n), out_dtype)
     _check_backend(backend, config)

@@ -109,7 +109,14 @@ def wsgemm_candidate(kernel: str) -> Contender:
 
         a, b, acc = problem.a, problem.b, problem.accumulate
         acc_name = "float16" if problem.accumulate_name == "fp16" else "float32"
-        config = dataclasses.replace(host.BACKENDS[base].config(acc_name), **overrides)
+        shipped = host.BACKENDS[base].config(acc_name)
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(shipped)}
+        if unknown:  # raster_group, say, is a launch argument now, not a config field
+            raise ValueError(
+                f"{kernel}: {', '.join(sorted(unknown))} not fields of {type(shipped).__name__}; "
+                f"fields: {', '.join(f.name for f in dataclasses.fields(shipped))}"
+            )
+        config = dataclasses.replace(shipped, **overrides)
         return lambda: api.matmul(a, b, out=out, accumulate=acc, backend=base, config=config)
 
     return Contender(f"wsgemm:{kernel}", make)

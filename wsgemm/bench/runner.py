@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..support import ACCUMULATOR_RULE, accumulator_allowed
 from . import check, schema
 from .backends import BASELINE, Contender, Unavailable, Workload
 from .layouts import Layout, make_operands
@@ -57,8 +58,8 @@ class Options:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.accumulate not in ACCUMULATORS:
             raise ValueError(f"accumulate must be one of {ACCUMULATORS}, got {self.accumulate!r}")
-        if self.accumulate == "fp16" and self.dtype != "fp16":
-            raise ValueError("an fp16 accumulator needs fp16 inputs (bf16 MMAs accumulate in fp32)")
+        if not accumulator_allowed(self.dtype, self.accumulate):
+            raise ValueError(f"accumulate {self.accumulate} with {self.dtype}: {ACCUMULATOR_RULE}")
         Layout(self.layout)
         if not 1 <= self.rounds <= MAX_ROUNDS:
             raise ValueError(f"rounds must be in [1, {MAX_ROUNDS}], got {self.rounds}")

@@ -40,6 +40,8 @@ def matmul(a, b, *, out=None, accumulate=None):
     (``torch.float32``, the default, or ``torch.float16``)."""
     import torch
 
+    from ..support import ACCUMULATOR_RULE, accumulator_allowed
+
     accumulate = torch.float32 if accumulate is None else accumulate
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"expected a (M, K) and b (K, N), got {tuple(a.shape)} @ {tuple(b.shape)}")
@@ -47,8 +49,8 @@ def matmul(a, b, *, out=None, accumulate=None):
         raise ValueError(f"expected two fp16 or two bf16 operands, got {a.dtype} and {b.dtype}")
     if accumulate not in (torch.float32, torch.float16):
         raise ValueError(f"accumulate must be torch.float32 or torch.float16, got {accumulate}")
-    if accumulate == torch.float16 and a.dtype != torch.float16:
-        raise ValueError("an fp16 accumulator needs fp16 operands")
+    if not accumulator_allowed(a.dtype, accumulate):
+        raise ValueError(ACCUMULATOR_RULE)
     m, k = a.shape
     n = b.shape[1]
     if out is None:

@@ -55,7 +55,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .registry import AB_DTYPES, ACC_DTYPES, BACKENDS, C_DTYPES, Variant
+from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, accumulator_allowed
+from .registry import BACKENDS, Variant
 
 __all__ = [
     "DROPPED",
@@ -208,8 +209,8 @@ def menu_variants(arch: str = "sm_90a", entries: tuple[MenuEntry, ...] = MENU) -
         for ab, c, acc, am, bm in itertools.product(
             AB_DTYPES, C_DTYPES, ACC_DTYPES, ("k", "m"), ("k", "n")
         ):
-            if acc == "float16" and ab != "float16":
-                continue  # the tensor cores accumulate bf16 products in fp32 only
+            if not accumulator_allowed(ab, acc):
+                continue
             out.append(Variant(e.backend, arch, ab, c, acc, am, bm, config))
     return out
 
