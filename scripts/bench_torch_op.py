@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import wsgemm
-from wsgemm import api
+from wsgemm import api, ops  # noqa: F401  (ops registers torch.ops.wsgemm)
 
 
 def host_us(fn, calls: int) -> float:

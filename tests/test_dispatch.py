@@ -516,3 +516,14 @@ def test_explain_validates_as_matmul_does(mutation):
     with pytest.raises(expected[0]) as info:
         explain(cpu_dispatcher(), *bad)
     assert str(info.value) == expected[1]
+
+
+def test_forget_drops_launchers_and_kernels():
+    d = cpu_dispatcher()
+    a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    matmul(d, a, b, backend="sm90")
+    assert d.launchers and len(d.cache.variants) == 1
+    d.forget()
+    assert not d.launchers
+    torch.testing.assert_close(matmul(d, a, b, backend="sm90"), reference(a, b), rtol=0, atol=0)
+    assert len(d.cache.variants) == 2  # asked its cache again

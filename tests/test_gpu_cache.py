@@ -30,7 +30,7 @@ def _forget_kernels() -> None:
     from wsgemm import api
 
     COMPILE_CACHE.clear()
-    getattr(api, "_KERNELS", {}).clear()
+    api.DISPATCHER.forget()  # its launchers hold kernels too
     cache.reset()
 
 

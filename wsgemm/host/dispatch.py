@@ -289,6 +289,13 @@ class Dispatcher:
                 del self.launchers[next(iter(self.launchers))]
             self.launchers[signature] = launcher
 
+    def forget(self) -> None:
+        """Drop every launcher and kernel this dispatcher holds (its compile cache keeps its own
+        memo: clear that too for a process with nothing in memory, as the cache tests do)."""
+        with self._lock:
+            self.launchers.clear()
+            self._kernels.clear()
+
     def _index(self, device) -> int:
         if device is None:
             return self.devices.current()
