@@ -197,6 +197,7 @@ def result(
 
 def record(header: dict, results: list[dict]) -> dict:
     """The record of a run; fills each row's bandwidth fields from the header's peaks."""
+    _check_fields(header, _HEADER, "header")
     roofline.annotate(header, results)
     out = {"schema": SCHEMA, "version": VERSION, "header": header, "results": results}
     validate(out)
