@@ -187,3 +187,35 @@ def test_error_text_is_not_wrapped_when_stderr_is_not_a_terminal():
     assert proc.returncode == cli.EXIT_USAGE
     (line,) = [ln for ln in proc.stderr.splitlines() if "unknown backend" in ln]
     assert "x" * 120 in line and "choose from" in line
+
+
+@pytest.mark.parametrize(
+    "text, expanded",
+    [
+        # the default: cuBLAS, wsgemm's own choice, then every named wsgemm backend, then others
+        ("all", ["cublas", "wsgemm:auto", "wsgemm", "triton", "quack"]),
+        ("wsgemm", ["wsgemm:auto", "wsgemm"]),
+        # wsgemm:auto goes first (after cuBLAS) whatever order it was typed in
+        ("triton,wsgemm:sm90,wsgemm:auto,cublas",
+         ["cublas", "wsgemm:auto", "triton", "wsgemm:sm90"]),
+        ("wsgemm,wsgemm:auto", ["wsgemm:auto", "wsgemm"]),
+        ("wsgemm:sm90{cluster_m=1,raster_group=4},wsgemm:sm90", [
+            "wsgemm:sm90{cluster_m=1,raster_group=4}", "wsgemm:sm90"]),
+    ],
+)  # fmt: skip
+def test_backend_selection_expands_with_auto_first(text, expanded):
+    from wsgemm.bench.backends import _expand
+
+    assert _expand(cli._selection(text)) == expanded
+
+
+def test_default_selection_resolves_to_auto_then_the_named_backends(monkeypatch):
+    from wsgemm.bench import backends
+
+    monkeypatch.setattr(backends, "_wsgemm_kernels", lambda d: (["sm90", "sm90-pingpong"], None))
+    monkeypatch.setattr(backends, "_import_problem", lambda module, attribute=None: None)
+    found, missing = backends.resolve(cli._selection(parse().backends), "cuda")
+    assert [b.name for b in found] == [
+        "cublas", "wsgemm:auto", "wsgemm:sm90", "wsgemm:sm90-pingpong", "triton", "quack",
+    ]  # fmt: skip
+    assert missing == []

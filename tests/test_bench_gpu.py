@@ -6,7 +6,7 @@ import argparse
 import pytest
 import torch
 
-from wsgemm.bench import cli, hardware, runner, schema
+from wsgemm.bench import cli, hardware, report, runner, schema
 from wsgemm.bench.backends import Contender, cublas, triton_backend
 from wsgemm.bench.layouts import LAYOUTS
 from wsgemm.bench.measure import CudaTimer
@@ -59,7 +59,10 @@ def test_tiny_suite_end_to_end(tmp_path):
     assert rec["header"]["torch"] == torch.__version__
     names = rec["header"]["options"]["backends"]
     assert names[0] == "cublas"
+    assert report.backends_in_order(rec)[:2] == ["cublas", "wsgemm:auto"]
     assert len(rec["results"]) == len(names) * 2
+    hbm = hardware.hbm_tbps(torch.cuda.get_device_name())
+    assert rec["header"]["hbm_tbps"] == hbm
     for r in rec["results"]:
         if r["backend"] == "cublas":
             assert r["status"] == "ok" and r["median_ms"] > 0
@@ -67,6 +70,10 @@ def test_tiny_suite_end_to_end(tmp_path):
             assert len(r["round_ms"]) == 2
         if r["status"] == "ok" and rec["header"]["flop_per_clock_per_sm"]:
             assert r["sm_clock_mhz"] is None or r["pct_of_peak"] > 0
+        if r["status"] == "ok":
+            # both shapes are far below any ridge point (73 and 39 FLOP/byte)
+            assert r["tbps"] > 0 and r["memory_bound"] in (True, None)
+            assert hbm is None or 0 < r["pct_of_hbm"] < 100
 
 
 def test_a_broken_backend_is_reported_wrong_and_not_timed():

@@ -158,7 +158,7 @@ def test_clock_sampler_without_nvml():
 
 
 def test_backend_names_expand_and_reject():
-    assert backends._expand(["all"]) == list(backends.DEFAULT_SELECTION)
+    assert backends._expand(["all"]) == ["cublas", "wsgemm:auto", "wsgemm", "triton", "quack"]
     assert backends._expand(["cublas", "wsgemm:sm90", "triton", "triton"]) == [
         "cublas",
         "wsgemm:sm90",
@@ -216,7 +216,9 @@ def test_resolve_puts_cublas_first_and_reports_what_cannot_run(monkeypatch):
         lambda module, attribute=None: "import failed: X" if module.startswith("quack") else None,
     )
     found, missing = backends.resolve(["all"], "cuda")
-    assert [b.name for b in found] == ["cublas", "wsgemm:sm90", "wsgemm:sm80", "triton"]
+    assert [b.name for b in found] == [
+        "cublas", "wsgemm:auto", "wsgemm:sm90", "wsgemm:sm80", "triton",
+    ]  # fmt: skip
     assert [(m.name, m.reason) for m in missing] == [("quack", "import failed: X")]
     found, missing = backends.resolve(["wsgemm:sm90-pingpong", "wsgemm:auto"], "cuda")
     assert [b.name for b in found] == ["cublas", "wsgemm:auto"]
@@ -228,7 +230,8 @@ def test_resolve_survives_a_broken_wsgemm(monkeypatch):
     monkeypatch.setattr(backends, "_wsgemm_kernels", lambda device: ([], "it broke"))
     found, missing = backends.resolve(["cublas", "wsgemm"], "cuda")
     assert [b.name for b in found] == ["cublas"]
-    assert [(m.name, m.reason) for m in missing] == [("wsgemm", "it broke")]
+    # said once, under the first wsgemm row
+    assert [(m.name, m.reason) for m in missing] == [("wsgemm:auto", "it broke")]
 
 
 def test_import_problem_names_the_failure():

@@ -4,7 +4,8 @@ and the table, CSV, Markdown and plot drawn from a record.
 The record comes from running the real runner on CPU tensors with stand-in backends, so the
 check-then-time logic is exercised without a GPU. When the H200 fixture
 ``tests/data/bench_h200.json`` (a real run, committed by the lead) exists, every rendering test
-also runs on it.
+also runs on it; every committed record (``docs/data/*.json``, schema version 1) must still load
+and render.
 """
 
 import argparse
@@ -16,13 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from wsgemm.bench import cli, plot, report, runner, schema
+from wsgemm.bench import cli, plot, report, roofline, runner, schema
 from wsgemm.bench.backends import Contender, Unavailable, cublas
 from wsgemm.bench.hardware import peak_tflops
 from wsgemm.bench.measure import Estimate, Sample
 from wsgemm.bench.suites import Shape
 
 FIXTURE = Path(__file__).parent / "data" / "bench_h200.json"
+COMMITTED = sorted((Path(__file__).parents[1] / "docs" / "data").glob("*.json"))
 SHAPES = [Shape(64, 96, 128, label="64x96x128", group="custom"), Shape(33, 65, 17, group="ragged")]
 OPTIONS = runner.Options(dtype="fp16", accumulate="fp32", layout="TN", rounds=4, target_ms=2.0)
 
@@ -71,6 +73,7 @@ def h200_header(options: runner.Options, backends: list[str]) -> dict:
         "sm_count": 132,
         "l2_bytes": 62914560,
         "flop_per_clock_per_sm": 4096,
+        **roofline.header_fields("NVIDIA H200 (synthetic)", 132, 4096, 1980.0),
         "driver": "580.159.04",
         "cuda": "13.0",
         "torch": torch.__version__,
@@ -248,7 +251,7 @@ def _break(rec, how):
     ok = next(r for r in rec["results"] if r["status"] == "ok")
     wrong = next(r for r in rec["results"] if r["status"] == "wrong")
     if how == "version":
-        rec["version"] = 2
+        rec["version"] = 99
     elif how == "header":
         del rec["header"]["gpu"]
     elif how == "status":
@@ -265,6 +268,10 @@ def _break(rec, how):
         ok["reps"] = True
     elif how == "nested-type":
         rec["header"]["clocks"]["sm_max_mhz"] = "fast"
+    elif how == "wrong-with-bandwidth":
+        wrong["tbps"] = 1.0
+    elif how == "bound-not-bool":
+        ok["memory_bound"] = 1
     return rec
 
 
@@ -280,6 +287,8 @@ def _break(rec, how):
         ("ratio-order", ".ratio_to_cublas"),
         ("bool-count", ".reps"),
         ("nested-type", "header.clocks.sm_max_mhz"),
+        ("wrong-with-bandwidth", "carries no bandwidth"),
+        ("bound-not-bool", ".memory_bound"),
     ],
 )
 def test_validation_names_the_bad_field(synthetic, how, where):
@@ -352,8 +361,10 @@ def test_markdown_table(any_record):
     lines = text.splitlines()
     backends = report.backends_in_order(any_record)
     assert lines[0] == "| shape | M x N x K | " + " | ".join(backends) + " |"
+    bound = report.memory_bound_shapes(any_record)
+    bandwidth_table = 1 + len(bound) if bound else 0
     assert len([ln for ln in lines if ln.startswith("| ")]) == (
-        1 + len(report.shapes_in_order(any_record)) + 1 + len(backends)
+        1 + len(report.shapes_in_order(any_record)) + bandwidth_table + 1 + len(backends)
     )
 
 
@@ -481,3 +492,139 @@ def test_from_json_refuses_an_observed_clock_range_it_cannot_print(
     cli.add_arguments(parser)
     assert cli.run(parser.parse_args(["--from-json", str(source)])) == cli.EXIT_USAGE
     assert "sm_observed_mhz" in capsys.readouterr().err
+
+
+# ---- wsgemm:auto first; bandwidth of memory-bound shapes; old records -----------------------
+
+
+def test_auto_row_comes_right_after_cublas_in_every_table():
+    """Whatever order the backends ran in, tables list cuBLAS, wsgemm:auto, then the rest."""
+    named, _ = stand_in("wsgemm:sm90", 0.5)
+    auto, _ = stand_in("wsgemm:auto", 0.4)
+    output = runner.run(
+        SHAPES, [cublas(), named, auto], [Unavailable("triton", "import failed: X")], OPTIONS,
+        ScriptedTimer(), "cpu", lambda clock: None,
+    )  # fmt: skip
+    names = ["cublas", "wsgemm:sm90", "wsgemm:auto", "triton"]
+    rec = schema.record(h200_header(OPTIONS, names), output.rows)
+    order = ["cublas", "wsgemm:auto", "wsgemm:sm90", "triton"]
+    assert report.backends_in_order(rec) == order
+    assert [s["backend"] for s in report.summary(rec)] == order
+    md = report.markdown(rec).splitlines()
+    assert md[0] == "| shape | M x N x K | " + " | ".join(order) + " |"
+    summary_rows = [ln.split(" | ")[0][2:] for ln in md if ln.startswith(("| cublas", "| wsgemm"))]
+    assert summary_rows == order[:3]
+    lines = report.render_text(rec, width=220).splitlines()
+    for shape in SHAPES:
+        start = next(i for i, ln in enumerate(lines) if shape.label in ln)
+        rows = lines[start : start + len(order)]
+        assert [next(b for b in order if f" {b} " in ln) for ln in rows] == order, rows
+
+
+def _h200_row(m, n, k, ms, *, backend="cublas", status="ok"):
+    shape = Shape(m, n, k, label=f"{m}x{n}x{k}", group="custom")
+    timing = {}
+    if status == "ok":
+        timing = {"median_ms": ms, "tflops": shape.flop / (ms * 1e9), "round_ms": [ms]}
+    return schema.result(
+        shape, dtype="fp16", layout="TN", accumulate="fp32", backend=backend, status=status,
+        note="" if status == "ok" else "why", **timing,
+    )  # fmt: skip
+
+
+def test_bandwidth_and_pct_of_hbm_of_a_known_shape():
+    # 1 x 4096 x 4096 fp16 in 20 us: reads A (1*4096) and B (4096*4096) and writes C (1*4096),
+    # 2 bytes each: (4096 + 16777216 + 4096) * 2 = 33570816 bytes -> 1.6785 TB/s, 34.97% of 4.8.
+    header = h200_header(OPTIONS, ["cublas"])
+    rows = [
+        _h200_row(1, 4096, 4096, 0.020),
+        _h200_row(1, 4096, 4096, 0, backend="x", status="error"),
+    ]
+    rec = schema.record(header, rows)
+    ok, failed = rec["results"]
+    assert roofline.bytes_moved(1, 4096, 4096, 2, 2) == 33570816
+    assert ok["memory_bound"] is True and failed["memory_bound"] is True
+    assert ok["tbps"] == pytest.approx(1.6785408)
+    assert ok["pct_of_hbm"] == pytest.approx(100 * 1.6785408 / 4.8)
+    assert failed["tbps"] is None and failed["pct_of_hbm"] is None
+    csv_row = schema.csv_rows(rec)[0]
+    assert csv_row["memory_bound"] is True and csv_row["tbps"] == pytest.approx(1.6785408)
+    md = report.markdown(rec)
+    assert "ridge point of 223 FLOP/byte" in md and "| 1.68 (35%) |" in md
+    text = report.render_text(rec, width=220)
+    assert "HBM peak 4.8 TB/s, ridge point 223 FLOP/byte" in text
+    assert " 1.68 " in text and " 35.0 " in text
+
+
+def test_memory_bound_is_intensity_below_the_ridge_point():
+    # H200 ridge: 132 SMs x 4096 FLOP/clock x 1.98 GHz = 1070.5 TFLOP/s over 4.8 TB/s = 223.
+    header = h200_header(OPTIONS, ["cublas"])
+    assert header["ridge_flop_per_byte"] == pytest.approx(132 * 4096 * 1.98e9 / 4.8e12)
+    # 128 tokens of an 8B QKV projection: 121.7 FLOP/byte; 4096 tokens: 1755; 1024^3: 341.3
+    assert roofline.intensity(128, 6144, 4096, 2, 2) == pytest.approx(121.66, abs=0.01)
+    rows = [_h200_row(128, 6144, 4096, 0.023), _h200_row(4096, 6144, 4096, 0.27),
+            _h200_row(1024, 1024, 1024, 0.005)]  # fmt: skip
+    rec = schema.record(header, rows)
+    assert [r["memory_bound"] for r in rec["results"]] == [True, False, False]
+    assert all(r["tbps"] > 0 for r in rec["results"])  # in the record for every ok row
+    text = report.render_text(rec, width=220)
+    (compute_bound,) = [ln for ln in text.splitlines() if "4096x6144x4096" in ln]
+    assert f"{rec['results'][1]['tbps']:.2f}" not in compute_bound  # the table shows it not
+    assert report.memory_bound_shapes(rec) == [("128x6144x4096", 128, 6144, 4096)]
+
+
+def test_an_unknown_gpu_gets_bandwidth_but_no_pct_of_hbm_and_no_verdict():
+    header = h200_header(OPTIONS, ["cublas"])
+    gpu = "Some Future GPU"
+    header.update(gpu=gpu, **roofline.header_fields(gpu, 99, None, None))
+    rec = schema.record(header, [_h200_row(1, 4096, 4096, 0.020)])
+    (row,) = rec["results"]
+    assert row["tbps"] == pytest.approx(1.6785408)
+    assert row["pct_of_hbm"] is None and row["memory_bound"] is None
+    assert "HBM peak unknown" in report.render_text(rec)
+    assert "Memory-bound" not in report.markdown(rec)
+
+
+@pytest.mark.parametrize(
+    "name, tbps",
+    [("NVIDIA H200", 4.8), ("NVIDIA H200 NVL", 4.8), ("NVIDIA H100 80GB HBM3", 3.35),
+     ("NVIDIA H100 PCIe", 2.0), ("NVIDIA A100-SXM4-80GB", None), (None, None)],
+)  # fmt: skip
+def test_hbm_peaks_by_product_name(name, tbps):
+    from wsgemm.bench import hardware
+
+    assert hardware.hbm_tbps(name) == tbps
+
+
+@pytest.mark.parametrize("path", COMMITTED + [FIXTURE], ids=lambda p: p.name)
+def test_a_committed_record_loads_as_the_current_version_and_renders(path, tmp_path, capsys):
+    """The records committed so far are version 1 from the H200: read as version 2, with the
+    H200's HBM peak and ridge point (223 FLOP/byte at 1980 MHz) and each row's bandwidth."""
+    raw = json.loads(path.read_text())
+    rec = schema.load(path)
+    assert rec["version"] == schema.VERSION == 2
+    assert [r["label"] for r in rec["results"]] == [r["label"] for r in raw["results"]]
+    h = rec["header"]
+    if raw["version"] == 1 and "H200" in h["gpu"] and h["clocks"]["sm_max_mhz"] == 1980:
+        assert h["hbm_tbps"] == 4.8 and h["ridge_flop_per_byte"] == pytest.approx(223.03, abs=0.01)
+    for r in rec["results"]:
+        moved = roofline.bytes_moved(r["m"], r["n"], r["k"], 2, 2)
+        intensity = 2 * r["m"] * r["n"] * r["k"] / moved
+        ridge = h["ridge_flop_per_byte"]
+        assert r["memory_bound"] == (None if ridge is None else intensity < ridge)
+        if r["status"] == "ok":
+            assert r["tbps"] == pytest.approx(moved / (r["median_ms"] * 1e9))
+    assert report.backends_in_order(rec)[0] == "cublas"
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    md = tmp_path / "out.md"
+    assert cli.run(parser.parse_args(["--from-json", str(path), "--markdown", str(md)])) == 0
+    assert h["gpu"] in capsys.readouterr().out and md.read_text().startswith("| shape |")
+
+
+def test_the_llm_fixture_is_memory_bound_at_128_tokens_and_below():
+    rec = schema.load(FIXTURE)
+    bound = {r["label"]: r["memory_bound"] for r in rec["results"]}
+    assert {label for label, b in bound.items() if b} == {
+        f"8b {p} t=128" for p in ("qkv", "o", "gate_up", "down")
+    }

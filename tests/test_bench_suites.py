@@ -162,3 +162,17 @@ def test_shape_layout_must_be_known():
     assert Shape(8, 8, 8).layout == ""
     with pytest.raises(ValueError, match="Shape.layout must be empty or one of"):
         Shape(8, 8, 8, layout="XY")
+
+
+def test_on_the_h200_decode_shapes_are_memory_bound_and_large_ones_are_not():
+    from wsgemm.bench import hardware, roofline
+
+    ridge = hardware.ridge_flop_per_byte(132, 4096, 1980.0, hardware.hbm_tbps("NVIDIA H200"))
+    assert ridge == pytest.approx(223.03, abs=0.01)
+
+    def bound(s):
+        return roofline.intensity(s.m, s.n, s.k, 2, 2) < ridge
+
+    assert all(bound(s) for s in suites.suite("decode"))
+    assert not any(bound(s) for s in suites.suite("square"))
+    assert {s.m for s in suites.suite("llm") if bound(s)} == {1, 16, 128}

@@ -5,9 +5,11 @@ output into a zero-argument call that writes ``a @ b`` into that output; the run
 call's result, then times the call. Names:
 
 * ``cublas``: ``torch.matmul`` (cuBLAS), the baseline every ratio is taken against.
+* ``wsgemm:auto``: ``wsgemm.matmul(..., backend="auto")``, what users call: wsgemm's own
+  choice of kernel per problem. It is the first row after cuBLAS in every table and summary.
 * ``wsgemm:<backend>``: ``wsgemm.matmul(..., backend=<backend>)`` for each name
-  ``wsgemm.available_backends()`` lists (``sm90``, ``sm90-pingpong``, ``sm80``, ...);
-  ``wsgemm:auto`` times wsgemm's own dispatch when asked for by name.
+  ``wsgemm.available_backends()`` lists (``sm90``, ``sm90-pingpong``, ``sm80``, ...).
+  Selecting ``wsgemm`` runs ``wsgemm:auto`` and then each of these.
 * ``triton``: our persistent autotuned Triton matmul (``wsgemm.bench.triton_matmul``).
 * ``quack``: ``quack.gemm_interface.gemm`` with its heuristic config (``tuned=False``);
   ``quack-tuned`` lets QuACK autotune, which compiles every config it has (minutes), so it is
@@ -23,8 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 BASELINE = "cublas"
+AUTO = "wsgemm:auto"
+# "wsgemm" stands for wsgemm:auto followed by every named backend the device runs.
 DEFAULT_SELECTION = ("cublas", "wsgemm", "triton", "quack")
+# Rows every table puts first, in this order; the rest keep the order they were selected in.
+LEADING = (BASELINE, AUTO)
 SELECTABLE = ("all", "cublas", "wsgemm", "wsgemm:<name>", "triton", "quack", "quack-tuned")
+
+
+def leading_first(names: list[str]) -> list[str]:
+    """``names`` with cuBLAS, then wsgemm:auto, moved to the front (a stable reorder)."""
+    return sorted(names, key=lambda n: LEADING.index(n) if n in LEADING else len(LEADING))
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,8 @@ def quack_backend(tuned: bool) -> Contender:
 
 
 def resolve(selection: list[str], device) -> tuple[list[Contender], list[Unavailable]]:
-    """Backends for the names in ``selection`` (see ``SELECTABLE``), cuBLAS always first."""
+    """Backends for the names in ``selection`` (see ``SELECTABLE``): cuBLAS always first, then
+    wsgemm:auto when selected, then the others in the order given."""
     names = _expand(selection)
     backends = [cublas()]
     missing: list[Unavailable] = []
@@ -159,7 +171,7 @@ def resolve(selection: list[str], device) -> tuple[list[Contender], list[Unavail
         if name == BASELINE:
             continue
         if name == "wsgemm":
-            if wsgemm_problem:
+            if wsgemm_problem and AUTO not in names:  # else already said under wsgemm:auto
                 missing.append(Unavailable("wsgemm", wsgemm_problem))
             backends += [wsgemm_backend(k) for k in wsgemm_names]
         elif name.startswith("wsgemm:"):
@@ -190,20 +202,24 @@ def resolve(selection: list[str], device) -> tuple[list[Contender], list[Unavail
 
 
 def _expand(selection: list[str]) -> list[str]:
+    """The selected names, ``all`` spelled out and ``wsgemm`` preceded by ``wsgemm:auto``, in
+    report order (``leading_first``); ValueError for an unknown name."""
     names: list[str] = []
     for item in selection:
         item = item.strip()
         if not item:
             continue
-        if item == "all":
-            names += DEFAULT_SELECTION
-        elif item in ("cublas", "wsgemm", "triton", "quack", "quack-tuned") or (
+        for name in DEFAULT_SELECTION if item == "all" else (item,):
+            if name == "wsgemm":
+                names.append(AUTO)
+            names.append(name)
+    for item in names:
+        if item in ("cublas", "wsgemm", "triton", "quack", "quack-tuned") or (
             item.startswith("wsgemm:") and len(item) > len("wsgemm:")
         ):
-            names.append(item)
-        else:
-            raise ValueError(f"unknown backend {item!r}; choose from {', '.join(SELECTABLE)}")
-    return list(dict.fromkeys(names))
+            continue
+        raise ValueError(f"unknown backend {item!r}; choose from {', '.join(SELECTABLE)}")
+    return leading_first(list(dict.fromkeys(names)))
 
 
 def _wsgemm_kernels(device) -> tuple[list[str], str | None]:

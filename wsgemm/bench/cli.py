@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Check every backend against an fp32 reference, then time the right ones interleaved "
         "round-robin with cold L2, and report TFLOP/s, ratio to cuBLAS and % of the "
-        "clock-adjusted tensor peak. See docs/benchmarking.md."
+        "clock-adjusted tensor peak (memory-bound shapes: TB/s and % of HBM peak too). "
+        "See docs/benchmarking.md."
     )
     what = parser.add_argument_group("what to run")
     pick = what.add_mutually_exclusive_group()
@@ -89,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME,...",
         default="all",
         help=f"comma-separated, from {', '.join(SELECTABLE)} (default: all; cuBLAS always "
-        "runs as the baseline)",
+        "runs as the baseline; wsgemm = wsgemm:auto, then every named wsgemm backend)",
     )
     how = parser.add_argument_group("how to measure")
     how.add_argument(

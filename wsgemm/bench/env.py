@@ -10,6 +10,7 @@ from importlib import metadata
 
 from .hardware import flop_per_clock_per_sm
 from .nvml import Nvml
+from .roofline import header_fields
 
 # Distribution names of the versions the header reports.
 DISTRIBUTIONS = {
@@ -52,6 +53,7 @@ def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: li
     props = torch.cuda.get_device_properties(device)
     capability = (props.major, props.minor)
     info = nvml.info() if nvml is not None else {}
+    fpc = flop_per_clock_per_sm(capability)
     versions = {key: version_of(dist) for key, dist in DISTRIBUTIONS.items()}
     if versions["wsgemm"] is None:
         versions["wsgemm"] = _wsgemm_version()
@@ -60,7 +62,8 @@ def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: li
         "compute_capability": f"{props.major}.{props.minor}",
         "sm_count": props.multi_processor_count,
         "l2_bytes": getattr(props, "L2_cache_size", None),
-        "flop_per_clock_per_sm": flop_per_clock_per_sm(capability),
+        "flop_per_clock_per_sm": fpc,
+        **header_fields(props.name, props.multi_processor_count, fpc, info.get("sm_max_mhz")),
         "driver": info.get("driver"),
         "cuda": torch.version.cuda,
         "torch": torch.__version__,

@@ -40,3 +40,36 @@ def pct_of_peak(tflops: float | None, peak: float | None) -> float | None:
     if tflops is None or not peak:
         return None
     return 100.0 * tflops / peak
+
+
+# HBM bandwidth, TB/s (10^12 bytes/s), from the vendors' datasheets. Keyed by the product name
+# the driver reports, not by compute capability as the tensor rate is: an H100 and an H200 are
+# both sm_90 with 132 SMs, and differ only in their memory. Matched as a substring of the name,
+# most specific first; a GPU matching none gets no % of HBM peak.
+HBM_TBPS = (
+    ("H200", 4.8),  # "NVIDIA H200": HBM3e, SXM and NVL
+    ("H100 PCIe", 2.0),  # "NVIDIA H100 PCIe": HBM2e
+    ("H100 80GB HBM3", 3.35),  # "NVIDIA H100 80GB HBM3": the SXM part
+)
+
+
+def hbm_tbps(gpu_name: str | None) -> float | None:
+    """The datasheet HBM bandwidth of the GPU named ``gpu_name``, or None when we do not know."""
+    if not gpu_name:
+        return None
+    return next((tbps for key, tbps in HBM_TBPS if key in gpu_name), None)
+
+
+def ridge_flop_per_byte(
+    sm_count: int | None,
+    flop_per_clock: int | None,
+    clock_mhz: float | None,
+    tbps: float | None,
+) -> float | None:
+    """The roofline's ridge point: peak FLOP/s over peak bytes/s. A GEMM whose arithmetic
+    intensity (FLOP per byte moved) is below it cannot reach the tensor peak even with every
+    byte at full bandwidth: it is memory-bound. None when either peak is unknown."""
+    peak = peak_tflops(sm_count or 0, flop_per_clock, clock_mhz)
+    if peak is None or not tbps:
+        return None
+    return peak / tbps

@@ -1,4 +1,9 @@
-"""Tables drawn from a benchmark record: the terminal report (rich) and a Markdown summary."""
+"""Tables drawn from a benchmark record: the terminal report (rich) and a Markdown summary.
+
+Every table lists cuBLAS first, then ``wsgemm:auto`` (what users call), then the rest in run
+order. Memory-bound shapes (``roofline.py``) also show their effective bandwidth and its share
+of the HBM peak.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import io
 import math
 import statistics
 
-from .backends import BASELINE
+from .backends import BASELINE, leading_first
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "skipped": "dim", "error": "red"}
 
@@ -20,7 +25,14 @@ def shapes_in_order(rec: dict) -> list[tuple]:
 
 
 def backends_in_order(rec: dict) -> list[str]:
-    return list(dict.fromkeys(r["backend"] for r in rec["results"]))
+    """cuBLAS, then wsgemm:auto, then the other backends in the order they first appear."""
+    return leading_first(list(dict.fromkeys(r["backend"] for r in rec["results"])))
+
+
+def memory_bound_shapes(rec: dict) -> list[tuple]:
+    """(label, m, n, k) of the shapes below the device's ridge point, in run order."""
+    bound = {(r["label"], r["m"], r["n"], r["k"]) for r in rec["results"] if r["memory_bound"]}
+    return [shape for shape in shapes_in_order(rec) if shape in bound]
 
 
 def header_lines(rec: dict) -> list[str]:
@@ -37,6 +49,7 @@ def header_lines(rec: dict) -> list[str]:
         f"SM clock MHz: max {_num(c['sm_max_mhz'], 0)}, at start {_num(c['sm_at_start_mhz'], 0)}, "
         f"during measurements {seen}; power limit {_num(c['power_limit_w'], 0)} W; "
         f"tensor peak {_peak_line(h)}",
+        _roofline_line(h),
         f"{o['dtype']} inputs, {o['accumulate']} accumulate, layout {o['layout']}, "
         f"{o['rounds']} interleaved rounds, ~{o['target_ms']:g} ms per measurement, "
         f"L2 flushed ({rec['header']['method']['l2_flush_bytes'] >> 20} MiB) before every call",
@@ -60,7 +73,8 @@ def render(rec: dict, console=None) -> None:
     for name, justify in (
         ("shape", "left"), ("M x N x K", "right"), ("backend", "left"), ("status", "left"),
         ("ms", "right"), ("TFLOP/s", "right"), ("vs cuBLAS (min-max)", "right"),
-        ("% peak", "right"), ("SM MHz", "right"), ("W", "right"),
+        ("% peak", "right"), ("TB/s", "right"), ("% HBM", "right"), ("SM MHz", "right"),
+        ("W", "right"),
     ):  # fmt: skip
         table.add_column(Text(name), justify=justify)
     groups = _by_shape(rec)
@@ -115,6 +129,21 @@ def markdown(rec: dict) -> str:
             r = cells.get((label, backend))
             row.append(_md_cell(r))
         lines.append("| " + " | ".join(row) + " |")
+    bound = memory_bound_shapes(rec)
+    if bound:
+        lines += [
+            "",
+            f"Memory-bound shapes (below the ridge point of "
+            f"{rec['header']['ridge_flop_per_byte']:.0f} FLOP/byte): effective TB/s "
+            f"(% of the {rec['header']['hbm_tbps']:g} TB/s HBM peak)",
+            "",
+            "| shape | M x N x K | " + " | ".join(backends) + " |",
+            "|---|---:|" + "---:|" * len(backends),
+        ]
+        for label, m, n, k in bound:
+            row = [label, f"{m} x {n} x {k}"]
+            row += [_md_bandwidth_cell(cells.get((label, backend))) for backend in backends]
+            lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
         "| backend | geomean vs cuBLAS | range | geomean TFLOP/s | ok/wrong/skipped/error |",
@@ -137,10 +166,12 @@ _STATUSES = ("ok", "wrong", "skipped", "error")
 
 
 def _by_shape(rec: dict) -> dict[tuple, list[dict]]:
+    """Each shape's rows, in ``backends_in_order``."""
+    rank = {name: i for i, name in enumerate(backends_in_order(rec))}
     groups: dict[tuple, list[dict]] = {}
     for r in rec["results"]:
         groups.setdefault((r["label"], r["m"], r["n"], r["k"]), []).append(r)
-    return groups
+    return {shape: sorted(rows, key=lambda r: rank[r["backend"]]) for shape, rows in groups.items()}
 
 
 def _cells(shape: tuple, r: dict, first: bool) -> list:
@@ -153,6 +184,7 @@ def _cells(shape: tuple, r: dict, first: bool) -> list:
     ratio_text = "-"
     if ratio:
         ratio_text = f"{ratio['median']:.3f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+    bound = r["memory_bound"]
     # Text, not str: rich would read "[...]" in a label or note as markup.
     return [
         Text(label if first else ""),
@@ -163,6 +195,8 @@ def _cells(shape: tuple, r: dict, first: bool) -> list:
         Text(_num(r["tflops"], 1)),
         Text(ratio_text),
         Text(_num(r["pct_of_peak"], 1)),
+        Text(_num(r["tbps"], 2) if bound else ""),
+        Text(_num(r["pct_of_hbm"], 1) if bound else ""),
         Text(_num(r["sm_clock_mhz"], 0)),
         Text(_num(r["power_w"], 0)),
     ]
@@ -201,6 +235,26 @@ def _md_cell(r: dict | None) -> str:
     if r["backend"] == BASELINE or not ratio:
         return tflops
     return f"{tflops} ({ratio['median']:.2f}x)"
+
+
+def _md_bandwidth_cell(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if r["status"] != "ok":
+        return r["status"]
+    pct = r["pct_of_hbm"]
+    return f"{r['tbps']:.2f}" + ("" if pct is None else f" ({pct:.0f}%)")
+
+
+def _roofline_line(h: dict) -> str:
+    if h["hbm_tbps"] is None:
+        return "HBM peak unknown for this GPU (no % of HBM)"
+    if h["ridge_flop_per_byte"] is None:
+        return f"HBM peak {h['hbm_tbps']:g} TB/s, ridge point unknown (no max SM clock)"
+    return (
+        f"HBM peak {h['hbm_tbps']:g} TB/s, ridge point {h['ridge_flop_per_byte']:.0f} FLOP/byte "
+        "(shapes below it show TB/s and % HBM)"
+    )
 
 
 def _peak_line(h: dict) -> str:

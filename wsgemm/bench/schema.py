@@ -1,12 +1,13 @@
 """The benchmark record: one JSON document per run, from which every table and plot is drawn.
 
-Version 1::
+Version 2::
 
     {
-      "schema": "wsgemm.bench", "version": 1,
+      "schema": "wsgemm.bench", "version": 2,
       "header": {
         "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": ...,
         "flop_per_clock_per_sm": 4096,            # null: unknown GPU, no % of peak
+        "hbm_tbps": 4.8, "ridge_flop_per_byte": 222.6,  # null: unknown (roofline.py)
         "driver": ..., "cuda": ..., "torch": ..., "cutlass_dsl": ..., "triton": ...,
         "quack": ..., "wsgemm": ..., "python": ...,  # versions; null when not installed
         "clocks": {"sm_max_mhz", "mem_max_mhz", "sm_at_start_mhz", "power_limit_w",
@@ -25,6 +26,7 @@ Version 1::
         "median_ms": 0.123, "tflops": 812.3,        # null unless ok
         "ratio_to_cublas": {"median": 1.02, "min": 0.99, "max": 1.04},  # cuBLAS ms / this ms
         "sm_clock_mhz": 1755.0, "power_w": 690.0, "pct_of_peak": 83.4,
+        "memory_bound": false, "tbps": 0.41, "pct_of_hbm": 8.5,  # roofline.py
         "reps": 40, "round_ms": [0.124, 0.122, ...],
         "error": {"rel": 2.1e-4, "peak": 1.9e-3, "tol_rel": 4.9e-4, "tol_peak": 3.9e-3}
       }, ...]                                       # rel/peak null: the output had NaN/Inf
@@ -32,6 +34,10 @@ Version 1::
 
 ``load`` validates a file against this and raises ``RecordError`` naming the first bad field.
 A ratio above 1 means faster than cuBLAS.
+
+Version 1 lacked ``hbm_tbps``, ``ridge_flop_per_byte``, ``memory_bound``, ``tbps`` and
+``pct_of_hbm``; every one is derived from the rest of the record, so ``load`` reads a version 1
+file as version 2 with them filled in (``upgrade``).
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ import json
 import math
 from pathlib import Path
 
+from . import roofline
+
 SCHEMA = "wsgemm.bench"
-VERSION = 1
+VERSION = 2
 STATUSES = ("ok", "wrong", "skipped", "error")
 
 NUM = (int, float)
@@ -82,6 +90,8 @@ _HEADER = {
     "sm_count": OPT_INT,
     "l2_bytes": OPT_INT,
     "flop_per_clock_per_sm": OPT_INT,
+    "hbm_tbps": OPT_NUM,
+    "ridge_flop_per_byte": OPT_NUM,
     "driver": OPT_STR,
     "cuda": OPT_STR,
     "torch": OPT_STR,
@@ -118,15 +128,22 @@ _RESULT = {
     "sm_clock_mhz": OPT_NUM,
     "power_w": OPT_NUM,
     "pct_of_peak": OPT_NUM,
+    "memory_bound": (bool, type(None)),
+    "tbps": OPT_NUM,
+    "pct_of_hbm": OPT_NUM,
     "reps": OPT_INT,
     "round_ms": list,
     "error": (_ERROR, type(None)),
 }
+# What version 2 added, all derived (roofline.py): a version 1 record is read without them.
+_ADDED_IN_2 = {"header": ("hbm_tbps", "ridge_flop_per_byte"),
+               "result": ("memory_bound", "tbps", "pct_of_hbm")}  # fmt: skip
 
 CSV_COLUMNS = (
     "group", "label", "m", "n", "k", "dtype", "layout", "accumulate", "backend", "status",
     "median_ms", "tflops", "ratio_median", "ratio_min", "ratio_max", "pct_of_peak",
-    "sm_clock_mhz", "power_w", "reps", "rel_err", "peak_err", "tol_rel", "tol_peak", "note",
+    "memory_bound", "tbps", "pct_of_hbm", "sm_clock_mhz", "power_w", "reps", "rel_err",
+    "peak_err", "tol_rel", "tol_peak", "note",
 )  # fmt: skip
 
 
@@ -164,6 +181,9 @@ def result(
         "sm_clock_mhz": None,
         "power_w": None,
         "pct_of_peak": None,
+        "memory_bound": None,
+        "tbps": None,
+        "pct_of_hbm": None,
         "reps": None,
         "round_ms": [],
         "error": None,
@@ -176,9 +196,35 @@ def result(
 
 
 def record(header: dict, results: list[dict]) -> dict:
+    """The record of a run; fills each row's bandwidth fields from the header's peaks."""
+    _check_fields(header, _HEADER, "header")
+    roofline.annotate(header, results)
     out = {"schema": SCHEMA, "version": VERSION, "header": header, "results": results}
     validate(out)
     return out
+
+
+def upgrade(rec: dict) -> dict:
+    """A version 1 record as version 2 (checked against version 1 first); others unchanged."""
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA or rec.get("version") != 1:
+        return rec
+    header_v1 = {k: v for k, v in _HEADER.items() if k not in _ADDED_IN_2["header"]}
+    result_v1 = {k: v for k, v in _RESULT.items() if k not in _ADDED_IN_2["result"]}
+    _check_fields(rec.get("header"), header_v1, "header")
+    if not isinstance(rec.get("results"), list):
+        raise RecordError("results: expected a list")
+    for i, row in enumerate(rec["results"]):
+        _check_fields(row, result_v1, f"results[{i}]")
+    h = rec["header"]
+    header = {
+        **h,
+        **roofline.header_fields(
+            h["gpu"], h["sm_count"], h["flop_per_clock_per_sm"], h["clocks"]["sm_max_mhz"]
+        ),
+    }
+    results = [dict(row) for row in rec["results"]]
+    roofline.annotate(header, results)
+    return {**rec, "version": VERSION, "header": header, "results": results}
 
 
 def validate(rec: dict) -> None:
@@ -188,7 +234,9 @@ def validate(rec: dict) -> None:
     if rec.get("schema") != SCHEMA:
         raise RecordError(f"schema: expected {SCHEMA!r}, got {rec.get('schema')!r}")
     if rec.get("version") != VERSION:
-        raise RecordError(f"version: this reader knows {VERSION}, got {rec.get('version')!r}")
+        raise RecordError(
+            f"version: this reader knows {VERSION} (1 through load), got {rec.get('version')!r}"
+        )
     _check_fields(rec.get("header"), _HEADER, "header")
     _check_header(rec["header"])
     results = rec.get("results")
@@ -226,6 +274,8 @@ def _check_result(row: dict, path: str) -> None:
             raise RecordError(f"{path}: a {status} result carries no timing")
         if not row["note"]:
             raise RecordError(f"{path}.note: a {status} result says why")
+        if row["tbps"] is not None or row["pct_of_hbm"] is not None:
+            raise RecordError(f"{path}: a {status} result carries no bandwidth")
     if status == "wrong" and row["error"] is None:
         raise RecordError(f"{path}.error: a wrong result carries its errors")
     ratio = row["ratio_to_cublas"]
@@ -284,6 +334,7 @@ def load(path) -> dict:
         raise RecordError(f"{path}: not JSON ({exc})") from None
     except RecursionError:
         raise RecordError(f"{path}: JSON nested too deeply to be a record") from None
+    rec = upgrade(rec)
     validate(rec)
     return rec
 

@@ -1,0 +1,61 @@
+"""Effective bandwidth of a result, and which shapes the memory roofline bounds.
+
+A GEMM reads A and B and writes C at least once, so it moves at least
+``(M*K + N*K) * input bytes + M*N * output bytes``; that over the measured time is its effective
+bandwidth. Its arithmetic intensity is FLOP over those bytes. Below the device's ridge point
+(``hardware.ridge_flop_per_byte``: peak FLOP/s over peak bytes/s) the HBM, not the tensor
+cores, sets the speed limit: such a shape is *memory-bound*, and its bandwidth as a share of
+the HBM peak says how close a kernel came to that limit (decode GEMMs, M of a few tokens).
+
+The fields are derived from the header and the row alone, so a record from before they
+existed (schema version 1) gets them when it is read.
+"""
+
+from __future__ import annotations
+
+from . import hardware
+
+# Bytes per element of the benchmark's dtypes; its output has the inputs' dtype.
+DTYPE_BYTES = {"fp16": 2, "bf16": 2}
+
+
+def bytes_moved(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
+    """A and B read once, C written once: the least any GEMM kernel moves."""
+    return (m * k + n * k) * in_bytes + m * n * out_bytes
+
+
+def intensity(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> float:
+    """FLOP per byte moved: 2*M*N*K over ``bytes_moved``."""
+    return 2 * m * n * k / bytes_moved(m, n, k, in_bytes, out_bytes)
+
+
+def header_fields(
+    gpu: str | None, sm_count: int | None, flop_per_clock: int | None, sm_max_mhz: float | None
+) -> dict:
+    """``hbm_tbps`` and ``ridge_flop_per_byte`` for a record's header. The ridge takes the
+    tensor peak at the board's maximum SM clock: the clock a GEMM runs at when power allows."""
+    tbps = hardware.hbm_tbps(gpu)
+    return {
+        "hbm_tbps": tbps,
+        "ridge_flop_per_byte": hardware.ridge_flop_per_byte(
+            sm_count, flop_per_clock, sm_max_mhz, tbps
+        ),
+    }
+
+
+def annotate(header: dict, results: list[dict]) -> None:
+    """Fill each row's ``memory_bound``, ``tbps`` and ``pct_of_hbm`` from the header's peaks.
+
+    ``memory_bound`` is null when the ridge is unknown; ``tbps`` is set on every ok row;
+    ``pct_of_hbm`` where the device's HBM peak is known."""
+    ridge, peak = header["ridge_flop_per_byte"], header["hbm_tbps"]
+    for row in results:
+        size = DTYPE_BYTES.get(row["dtype"])
+        moved = bytes_moved(row["m"], row["n"], row["k"], size, size) if size else None
+        row["memory_bound"] = None
+        if ridge is not None and moved:
+            row["memory_bound"] = 2 * row["m"] * row["n"] * row["k"] / moved < ridge
+        row["tbps"] = row["pct_of_hbm"] = None
+        if row["status"] == "ok" and moved:
+            row["tbps"] = moved / (row["median_ms"] * 1e9)
+            row["pct_of_hbm"] = 100.0 * row["tbps"] / peak if peak else None
