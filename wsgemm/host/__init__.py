@@ -16,6 +16,7 @@ from .registry import (
     Variant,
     arch_for_capability,
     cluster_size,
+    every_variant,
     needs_vector_extent,
     shipped_backends,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "cluster_size",
     "compile_variant",
     "cutlass_dtype",
+    "every_variant",
     "fake_arguments",
     "make_kernel",
     "needs_vector_extent",
