@@ -35,7 +35,7 @@ ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order, from
 accumulators, so every entry issues the same sequence of k16 steps whatever its tile_k
 (a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
 element, never in the order of its sum. The mode still keeps to entries of one ``tile_k``.
-``tests/test_policy_gpu.py`` checks on the GPU that every entry gives the same bits.
+``tests/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
 
 Pure Python on purpose: importing this module imports neither torch nor the DSL. An entry is a
 backend name and a dict of its config's fields; ``MenuEntry.variant_config`` builds the kernel's
