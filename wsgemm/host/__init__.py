@@ -1,4 +1,6 @@
-"""Host layer: the backend registry, compiling kernel variants, the compile caches, launching.
+"""Host layer: the backend registry, compiling kernel variants, the compile caches, the sm90
+shape policy (``policy``) and the ``Dispatcher`` (``dispatch``: device facts, the route of a
+problem, the kernel memo). The launch itself is ``wsgemm.api``'s.
 
 A *variant* is everything a kernel is specialized on: backend (kernel class and config), target
 arch, dtypes and the operands' major modes. Problem sizes (M, N, K, L) and the non-unit strides
