@@ -1,4 +1,5 @@
-"""Operand factories shared by the CPU planning tests and the GPU correctness tests."""
+"""Operand factories shared by the CPU planning tests and the GPU correctness tests, and the
+suite's one tolerance rule (``assert_within_torch_error``)."""
 
 import torch
 
@@ -14,3 +15,14 @@ def make(shape, dtype, device, *, col_major=False, offset=0, pad=0, gen=None):
     flat = torch.randn(numel, generator=gen, dtype=torch.float32).to(dtype).to(device)
     t = flat[offset:].view(full)[..., : inner[1]]
     return t.transpose(-1, -2) if col_major else t
+
+
+def assert_within_torch_error(got, ref, theirs, what="max error", slack=0.0):
+    """The suite's tolerance: ``got``'s largest error against the fp64 reference ``ref`` is at
+    most twice that of ``theirs`` (PyTorch's own result for the same dtypes) plus eps (plus
+    ``slack``, a bound the caller derives, e.g. for fp32 accumulation)."""
+    ref = ref.double()
+    err = (got.double() - ref).abs().max().item()
+    torch_err = (theirs.double() - ref).abs().max().item()
+    eps = 1e-6 * (ref.abs().max().item() + 1.0) + slack
+    assert err <= 2 * torch_err + eps, f"{what}: {err:.3g} > 2 x torch's {torch_err:.3g} + eps"

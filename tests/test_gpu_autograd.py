@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from operands import make
+from operands import assert_within_torch_error, make
 from torch import nn
 
 import wsgemm
@@ -28,13 +28,7 @@ def assert_within(what, got, theirs, ref, accumulation_bound=0.0):
     assert got.shape == ref.shape, (what, got.shape, ref.shape)
     if ref.numel() == 0:
         return
-    ref = ref.double()
-    err = (got.double() - ref).abs().max().item()
-    torch_err = (theirs.double() - ref).abs().max().item()
-    eps = 1e-6 * (ref.abs().max().item() + 1.0) + accumulation_bound
-    assert err <= 2 * torch_err + eps, (
-        f"{what}: error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
-    )
+    assert_within_torch_error(got, ref, theirs, what, slack=accumulation_bound)
 
 
 def fp32_accumulation_bound(a, b):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from operands import assert_within_torch_error
 
 import wsgemm
 from wsgemm.host import COMPILE_CACHE, cache
@@ -69,11 +70,7 @@ def _operands(dtype, seed):
 
 def _check(got, a, b):
     assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
-    ref = torch.matmul(a.double(), b.double())
-    err = (got.double() - ref).abs().max().item()
-    torch_err = (torch.matmul(a, b).double() - ref).abs().max().item()
-    eps = 1e-6 * (ref.abs().max().item() + 1.0)
-    assert err <= 2 * torch_err + eps, f"max error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+    assert_within_torch_error(got, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
 
 
 def test_a_call_on_a_side_stream(source):

@@ -10,7 +10,7 @@ import random
 
 import pytest
 import torch
-from operands import make
+from operands import assert_within_torch_error, make
 
 import wsgemm
 
@@ -111,10 +111,7 @@ def check(case, backend, gen, config=None):
     assert got.shape == ref.shape and got.dtype == want_dtype
     assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
     theirs = _torch_same_dtypes(a, b, want_dtype, acc)
-    err = (got.double() - ref).abs().max().item()
-    torch_err = (theirs.double() - ref).abs().max().item()
-    eps = 1e-6 * (ref.abs().max().item() + 1.0)
-    assert err <= 2 * torch_err + eps, f"max error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+    assert_within_torch_error(got, ref, theirs)
     return got
 
 

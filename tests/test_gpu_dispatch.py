@@ -5,6 +5,7 @@ caching allocator, no host synchronization), with ``out`` inside an input's buff
 
 import pytest
 import torch
+from operands import assert_within_torch_error
 
 import wsgemm
 from wsgemm.api import DISPATCHER, Dispatcher, dispatch
@@ -16,14 +17,11 @@ F16, F32 = torch.float16, torch.float32
 
 
 def assert_matches_torch(got, a, b):
-    """The suite's tolerance (test_gpu_correctness.check): within twice torch's own error
+    """The suite's tolerance (operands.assert_within_torch_error): within twice torch's own error
     against an fp64 reference, plus eps."""
     ref = torch.matmul(a.double(), b.double())
     theirs = torch.matmul(a, b).to(got.dtype)
-    err = (got.double() - ref).abs().max().item()
-    torch_err = (theirs.double() - ref).abs().max().item()
-    eps = 1e-6 * (ref.abs().max().item() + 1.0)
-    assert err <= 2 * torch_err + eps, f"max error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+    assert_within_torch_error(got, ref, theirs)
 
 
 class RecordingCache:

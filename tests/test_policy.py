@@ -1,7 +1,7 @@
 """The sm90 tile menu and shape policy (wsgemm.host.policy): the menu's configs, the rules, the
 choices against the shipped table, the heuristic, batch invariance, explain(); one compile of a
-new entry (every entry's variants behind ``slow``); on the GPU, the claim that every entry sums
-in one order."""
+new entry (every entry's variants behind the ``sweep`` marker); on the GPU, the claim that every
+entry sums in one order."""
 
 import ast
 import concurrent.futures

@@ -13,6 +13,7 @@ import random
 
 import pytest
 import torch
+from operands import assert_within_torch_error
 
 from wsgemm.host import policy
 from wsgemm.kernels.common.scheduler import tile_order
@@ -269,10 +270,7 @@ def test_gpu_split_k_matches_reference(case):
     if out_dtype == torch.float32:
         theirs = torch.matmul(a_lmk.float(), b_lkn.float())
     assert not torch.isnan(out).any(), "unwritten (poisoned) output elements"
-    err = (out.double() - ref).abs().max().item()
-    torch_err = (theirs.double() - ref).abs().max().item()
-    eps = 1e-6 * (ref.abs().max().item() + 1.0)
-    assert err <= 2 * torch_err + eps, f"max error {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+    assert_within_torch_error(out, ref, theirs)
 
 
 @pytest.mark.gpu

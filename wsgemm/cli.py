@@ -61,7 +61,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from .host import BACKENDS
 
     ops = insp.opcode_columns(args.arch, {BACKENDS[n].family for n in names})
-    short = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+    from .support import SHORT_NAMES as short
     table = Table(title=f"wsgemm kernels compiled for {args.arch}")
     for col in ("kernel", "in>out acc A B", "config", "regs", "smem", "spill", *ops):
         table.add_column(col, justify="right" if col not in ("kernel", "config") else "left")

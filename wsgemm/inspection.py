@@ -9,7 +9,6 @@ stored, so a second ``inspect`` compiles nothing."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 from . import host, sass
@@ -84,14 +83,7 @@ def variants(arch: str, backend: str, everything: bool = False) -> list[host.Var
     ``everything`` every dtype, accumulator and major combination the backend supports."""
     if not everything:
         return [host.Variant(backend, arch)]
-    out = []
-    for ab, c, acc, am, bm in itertools.product(
-        host.AB_DTYPES, host.C_DTYPES, host.ACC_DTYPES, ("k", "m"), ("k", "n")
-    ):
-        if acc == "float16" and ab != "float16":
-            continue
-        out.append(host.Variant(backend, arch, ab, c, acc, am, bm))
-    return out
+    return host.every_variant(backend, arch)
 
 
 def menu_entries(arch: str, backends) -> list:

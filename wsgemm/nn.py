@@ -9,11 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .api.validate import AB_DTYPES
 from .ops import autocast_dtype, linear
 
 __all__ = ["Linear", "replace_linear"]
 
-_HALF = (torch.float16, torch.bfloat16)
+_HALF = tuple(AB_DTYPES)  # the torch dtypes wsgemm multiplies
 
 
 def _runs_on_wsgemm(input: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -26,17 +26,8 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch.utils._device import DeviceContext
 
-from . import api, host
-from .support import ACCUMULATOR_RULE, accumulator_allowed
-
-_AB_DTYPES = tuple(getattr(torch, name) for name in host.AB_DTYPES)
-_C_DTYPES = tuple(getattr(torch, name) for name in host.C_DTYPES)
-_ACC_DTYPES = tuple(getattr(torch, name) for name in host.ACC_DTYPES)
-
-
-def _names(dtypes) -> str:
-    return ", ".join(str(d) for d in dtypes)
-
+from . import api
+from .api.validate import AB_DTYPES, C_DTYPES, check_backend, check_dtype_args, dtype_list
 
 # ----------------------------------------------------------------------------- shapes and checks
 
@@ -96,27 +87,18 @@ def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
     """Every check that needs no GPU, for the fake implementations: types, dtypes, shapes, the
     backend's name. Returns the result's shape. Never reads data or asks the device anything."""
     _check_types(a, b, out, out_dtype, accumulate, backend)
-    if a.dtype not in _AB_DTYPES:
-        raise TypeError(f"a has dtype {a.dtype}; wsgemm multiplies {_names(_AB_DTYPES)} operands")
+    if a.dtype not in AB_DTYPES:
+        raise TypeError(
+            f"a has dtype {a.dtype}; wsgemm multiplies {dtype_list(AB_DTYPES)} operands"
+        )
     if a.dtype != b.dtype:
         raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
-    if out_dtype is not None and out_dtype not in _C_DTYPES:
-        raise TypeError(
-            f"out_dtype={out_dtype}; allowed: None (the input dtype), {_names(_C_DTYPES)}"
-        )
-    if accumulate not in _ACC_DTYPES:
-        raise ValueError(f"accumulate={accumulate}; allowed: {_names(_ACC_DTYPES)}")
-    if not accumulator_allowed(a.dtype, accumulate):
-        raise ValueError(f"accumulate={accumulate} with {a.dtype} inputs: {ACCUMULATOR_RULE}")
-    if backend not in ("auto", *host.BACKENDS):
-        raise ValueError(
-            f"backend={backend!r} is not a wsgemm backend; "
-            f"allowed: auto, {', '.join(host.BACKENDS)}"
-        )
+    check_dtype_args(a.dtype, out_dtype, accumulate)
+    check_backend(backend)
     shape = result_shape(a.shape, b.shape)
     if out is not None:
-        if out.dtype not in _C_DTYPES:
-            raise TypeError(f"out has dtype {out.dtype}; allowed: {_names(_C_DTYPES)}")
+        if out.dtype not in C_DTYPES:
+            raise TypeError(f"out has dtype {out.dtype}; allowed: {dtype_list(C_DTYPES)}")
         if out_dtype is not None and out.dtype != out_dtype:
             raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
         if tuple(out.shape) != shape:

@@ -44,12 +44,15 @@ from dataclasses import dataclass
 
 import torch
 
+from .support import AB_DTYPES, VECTOR_BYTES, vector_elems
+
 __all__ = ["Chunks", "plan_chunks", "split_k"]
 
-# A chunk starts on a 16-byte boundary: a multiple of this many bytes along K.
-ALIGN_BYTES = 16
-# The fp32 workspace's rows are padded to 16 bytes (TMA-storable: strides are 16-byte multiples).
-_WS_ROW_ALIGN = ALIGN_BYTES // 4
+# A chunk starts on a 16-byte boundary (VECTOR_BYTES along K), as aligned as A's and B's first
+# element. The fp32 workspace's rows are padded to 16 bytes too (TMA-storable: strides are
+# 16-byte multiples).
+_WS_ROW_ALIGN = vector_elems("float32")
+_AB_TORCH = tuple(getattr(torch, name) for name in AB_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def split_k(kernel, a_mkl, b_nkl, c_mnl, split, clusters, *, a_major: str, b_maj
     if k == 0:
         c_mnl.zero_()
         return
-    chunks = plan_chunks(k, split, ALIGN_BYTES // a_mkl.element_size())
+    chunks = plan_chunks(k, split, VECTOR_BYTES // a_mkl.element_size())
     n_pad = -(-n // _WS_ROW_ALIGN) * _WS_ROW_ALIGN
     # (L, chunks, M, N_pad): chunk j of batch l is partial l * chunks + j.
     ws = torch.empty((batch, chunks.total, m, n_pad), dtype=torch.float32, device=c_mnl.device)
@@ -128,9 +131,9 @@ def _check(a_mkl, b_nkl, c_mnl, split, a_major, b_major) -> tuple[int, int, int]
     for name, t in (("a_mkl", a_mkl), ("b_nkl", b_nkl), ("c_mnl", c_mnl)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             raise TypeError(f"{name} must be a 3-D torch.Tensor (rows, cols, L)")
-    if a_mkl.dtype not in (torch.float16, torch.bfloat16) or b_nkl.dtype != a_mkl.dtype:
+    if a_mkl.dtype not in _AB_TORCH or b_nkl.dtype != a_mkl.dtype:
         raise TypeError(
-            f"A and B must both be float16 or bfloat16, got {a_mkl.dtype}, {b_nkl.dtype}"
+            f"A and B must both be {' or '.join(AB_DTYPES)}, got {a_mkl.dtype}, {b_nkl.dtype}"
         )
     m, k, batch = a_mkl.shape
     if b_nkl.shape[1:] != (k, batch) or tuple(c_mnl.shape) != (m, b_nkl.shape[0], batch):

@@ -20,7 +20,8 @@ C_DTYPES = {getattr(torch, name): name for name in host.C_DTYPES}
 ACC_DTYPES = {getattr(torch, name): name for name in host.ACC_DTYPES}
 
 
-def _names(dtypes) -> str:
+def dtype_list(dtypes) -> str:
+    """``"torch.float16, torch.bfloat16"``: the allowed dtypes in an error message."""
     return ", ".join(str(d) for d in dtypes)
 
 
@@ -68,7 +69,7 @@ def _check_operand(name: str, t) -> None:
         )
     if t.dtype not in AB_DTYPES:
         raise TypeError(
-            f"{name} has dtype {t.dtype}; wsgemm multiplies {_names(AB_DTYPES)} operands"
+            f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(AB_DTYPES)} operands"
         )
 
 
@@ -81,7 +82,7 @@ def _check_out(out, expected: tuple[int, ...], out_dtype) -> None:
     if out_dtype is not None and out.dtype != out_dtype:
         raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
     if out.dtype not in C_DTYPES:
-        raise TypeError(f"out has dtype {out.dtype}; allowed: {_names(C_DTYPES)}")
+        raise TypeError(f"out has dtype {out.dtype}; allowed: {dtype_list(C_DTYPES)}")
     if tuple(out.shape) != expected:
         raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {expected}")
     if any(st == 0 and size > 1 for size, st in zip(out.shape, out.stride(), strict=True)):
@@ -97,7 +98,28 @@ def _check_out(out, expected: tuple[int, ...], out_dtype) -> None:
         )
 
 
-def _check_backend(backend, config) -> None:
+def check_dtype_args(ab_dtype: torch.dtype, out_dtype, accumulate) -> None:
+    """``out_dtype`` and ``accumulate`` against the dtype tables and the accumulator rule, for
+    operands of ``ab_dtype`` (already checked). Shared with the torch op's fake checks."""
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if out_dtype is not None and out_dtype not in C_DTYPES:
+        raise TypeError(
+            f"out_dtype={out_dtype}; allowed: None (the input dtype), {dtype_list(C_DTYPES)}"
+        )
+    if not isinstance(accumulate, torch.dtype):
+        raise TypeError(
+            f"accumulate must be a torch.dtype, got {type(accumulate).__name__}; "
+            f"allowed: {dtype_list(ACC_DTYPES)}"
+        )
+    if accumulate not in ACC_DTYPES:
+        raise ValueError(f"accumulate={accumulate}; allowed: {dtype_list(ACC_DTYPES)}")
+    if not accumulator_allowed(ab_dtype, accumulate):
+        raise ValueError(f"accumulate={accumulate} with {ab_dtype} inputs: {ACCUMULATOR_RULE}")
+
+
+def check_backend(backend, config=None) -> None:
+    """``backend`` is ``"auto"`` or a registered name; ``config`` (tuning) fits it."""
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a str, got {type(backend).__name__}")
     if backend not in ("auto", *host.BACKENDS):
@@ -183,24 +205,10 @@ def validate(
     # torch.matmul's broadcast: a batch of 1 (or none) takes the other's, which may be 0
     batch = lb if la is None or la == 1 else la
 
-    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
-        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
-    if out_dtype is not None and out_dtype not in C_DTYPES:
-        raise TypeError(
-            f"out_dtype={out_dtype}; allowed: None (the input dtype), {_names(C_DTYPES)}"
-        )
-    if not isinstance(accumulate, torch.dtype):
-        raise TypeError(
-            f"accumulate must be a torch.dtype, got {type(accumulate).__name__}; "
-            f"allowed: {_names(ACC_DTYPES)}"
-        )
-    if accumulate not in ACC_DTYPES:
-        raise ValueError(f"accumulate={accumulate}; allowed: {_names(ACC_DTYPES)}")
-    if not accumulator_allowed(a.dtype, accumulate):
-        raise ValueError(f"accumulate={accumulate} with {a.dtype} inputs: {ACCUMULATOR_RULE}")
+    check_dtype_args(a.dtype, out_dtype, accumulate)
     if out is not None:
         _check_out(out, (m, n) if batch is None else (batch, m, n), out_dtype)
-    _check_backend(backend, config)
+    check_backend(backend, config)
     _check_no_grad(a, b, out)
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None and t.is_neg():

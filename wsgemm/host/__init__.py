@@ -1,4 +1,6 @@
-"""Host layer: the backend registry, compiling kernel variants, the compile caches, launching.
+"""Host layer: the backend registry, compiling kernel variants, the compile caches, the sm90
+shape policy (``policy``) and the ``Dispatcher`` (``dispatch``: device facts, the route of a
+problem, the kernel memo). The launch itself is ``wsgemm.api``'s.
 
 A *variant* is everything a kernel is specialized on: backend (kernel class and config), target
 arch, dtypes and the operands' major modes. Problem sizes (M, N, K, L) and the non-unit strides
@@ -16,6 +18,7 @@ from .registry import (
     Variant,
     arch_for_capability,
     cluster_size,
+    every_variant,
     needs_vector_extent,
     shipped_backends,
 )
@@ -38,6 +41,7 @@ __all__ = [
     "cluster_size",
     "compile_variant",
     "cutlass_dtype",
+    "every_variant",
     "fake_arguments",
     "make_kernel",
     "needs_vector_extent",

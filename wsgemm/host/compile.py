@@ -8,7 +8,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..support import ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
+from ..support import VECTOR_BYTES, cutlass_dtype, vector_elems
 from .registry import BACKENDS, Variant
 
 
@@ -27,7 +27,7 @@ def fake_arguments(variant: Variant) -> tuple:
     m, n, k, l_ = (cute.sym_int64(symbol=s) for s in "MNKL")
 
     def operand(dtype: str, rows, cols, major_is_rows: bool):
-        div = VECTOR_BYTES // ELEMENT_BYTES[dtype]
+        div = vector_elems(dtype)
         ld = cute.sym_int64(divisibility=div)
         batch = cute.sym_int64(divisibility=div)
         stride = (1, ld, batch) if major_is_rows else (ld, 1, batch)

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..support import MAX_GRID_DIM
 from . import policy
 from .cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
@@ -124,7 +125,8 @@ class Dispatcher:
     ``batch_invariant``: passed to ``policy.choose``; None (the default) reads
     ``WSGEMM_BATCH_INVARIANT``, True keeps every output element's summation order independent
     of M (no split-K). ``max_batch_per_launch``: non-persistent kernels put the batch on the
-    grid's z, which holds 65535, so larger batches take several launches.
+    grid's z, which holds ``support.MAX_GRID_DIM[2]`` blocks, so larger batches take several
+    launches.
     ``max_broadcast_copy_bytes``: a broadcast operand that cannot be folded is copied once per
     batch (TMA cannot address a stride-0 batch); past this many bytes of copies, one launch per
     batch is cheaper.
@@ -139,7 +141,7 @@ class Dispatcher:
         devices: Any = None,
         *,
         batch_invariant: bool | None = None,
-        max_batch_per_launch: int = 65535,
+        max_batch_per_launch: int = MAX_GRID_DIM[2],
         max_broadcast_copy_bytes: int = 64 << 20,
     ) -> None:
         self.cache = COMPILE_CACHE if cache is None else cache

@@ -35,7 +35,7 @@ ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order, from
 accumulators, so every entry issues the same sequence of k16 steps whatever its tile_k
 (a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
 element, never in the order of its sum. The mode still keeps to entries of one ``tile_k``.
-``tests/test_policy_gpu.py`` checks on the GPU that every entry gives the same bits.
+``tests/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
 
 Pure Python on purpose: importing this module imports neither torch nor the DSL. An entry is a
 backend name and a dict of its config's fields; ``MenuEntry.variant_config`` builds the kernel's
@@ -55,8 +55,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, accumulator_allowed
-from .registry import BACKENDS, Variant
+from ..support import (
+    AB_DTYPES,
+    ACC_DTYPES,
+    ACCUMULATOR_RULE,
+    C_DTYPES,
+    VECTOR_BYTES,
+    accumulator_allowed,
+)
+from .registry import BACKENDS, Variant, every_variant
 
 __all__ = [
     "DROPPED",
@@ -76,7 +83,7 @@ __all__ = [
 
 SPLITS = (1, 2, 4, 8)
 # Split chunks start on 16-byte boundaries: a multiple of this many 16-bit elements of K.
-SPLIT_ALIGN = 8
+SPLIT_ALIGN = VECTOR_BYTES // 2
 # Splits are candidates (tuned, and chosen from the table) while tiles x split CTAs fit in this
 # many waves: a problem with more tiles than that already fills the machine.
 SPLIT_MAX_WAVES = 2
@@ -203,16 +210,7 @@ def menu_variants(arch: str = "sm_90a", entries: tuple[MenuEntry, ...] = MENU) -
     """Every variant ``warm`` compiles for the menu: each entry in every A/B, C and accumulator
     dtype and both majors of A and B (36 per entry). The shipped entries' variants are exactly
     the shipped backends' own."""
-    out = []
-    for e in entries:
-        config = e.variant_config()
-        for ab, c, acc, am, bm in itertools.product(
-            AB_DTYPES, C_DTYPES, ACC_DTYPES, ("k", "m"), ("k", "n")
-        ):
-            if not accumulator_allowed(ab, acc):
-                continue
-            out.append(Variant(e.backend, arch, ab, c, acc, am, bm, config))
-    return out
+    return [v for e in entries for v in every_variant(e.backend, arch, e.variant_config())]
 
 
 # ----------------------------------------------------------------------------- rules
@@ -447,8 +445,8 @@ def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> N
     ):
         if value not in allowed:
             raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
-    if acc_dtype == "float16" and ab_dtype != "float16":
-        raise ValueError("an fp16 accumulator needs fp16 inputs (bf16 MMAs accumulate in fp32)")
+    if not accumulator_allowed(ab_dtype, acc_dtype):
+        raise ValueError(f"{ACCUMULATOR_RULE} (got ab_dtype={ab_dtype!r})")
     if cc != (9, 0):
         raise ValueError(
             f"the sm90 menu runs on sm_90 (Hopper) only, got compute capability {cc}; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,10 @@ from wsgemm.support import (
     C_DTYPES,
     accumulator_allowed,
 )
+
+#: The major modes an operand may have: A is (M, K, L), B is (N, K, L).
+A_MAJORS = ("k", "m")
+B_MAJORS = ("k", "n")
 
 
 @dataclass(frozen=True)
@@ -105,8 +110,8 @@ class Variant:
             ("ab_dtype", self.ab_dtype, AB_DTYPES),
             ("c_dtype", self.c_dtype, C_DTYPES),
             ("acc_dtype", self.acc_dtype, ACC_DTYPES),
-            ("a_major", self.a_major, ("k", "m")),
-            ("b_major", self.b_major, ("k", "n")),
+            ("a_major", self.a_major, A_MAJORS),
+            ("b_major", self.b_major, B_MAJORS),
         )
         for field, value, allowed in checks:
             if value not in allowed:
@@ -125,3 +130,14 @@ class Variant:
         if self.config is not None:
             return self.config
         return BACKENDS[self.backend].config(self.acc_dtype)
+
+
+def every_variant(backend: str, arch: str, config: Any = None) -> list[Variant]:
+    """Every dtype, accumulator and operand-major combination of ``backend`` for ``arch``
+    (``config`` None: its shipped config): what ``inspect --all`` and ``warm`` compile."""
+    combos = itertools.product(AB_DTYPES, C_DTYPES, ACC_DTYPES, A_MAJORS, B_MAJORS)
+    return [
+        Variant(backend, arch, ab, c, acc, am, bm, config)
+        for ab, c, acc, am, bm in combos
+        if accumulator_allowed(ab, acc)
+    ]
