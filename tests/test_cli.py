@@ -340,3 +340,31 @@ def test_help_imports_neither_torch_nor_the_dsl():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly(monkeypatch, capsys):
+    """`python -m wsgemm inspect --json | head`: a closed pipe is no traceback, and exit 141."""
+    from wsgemm import cli
+
+    parser = cli.build_parser()
+
+    def closed_pipe(args):
+        raise BrokenPipeError
+
+    args = parser.parse_args(["cache", "info"])
+    monkeypatch.setattr(cli, "build_parser", lambda: _Fixed(args, closed_pipe))
+    saved = os.dup(1)
+    try:
+        assert cli.main(["cache", "info"]) == 141
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class _Fixed:
+    def __init__(self, args, func):
+        args.func = func
+        self.args = args
+
+    def parse_args(self, argv):
+        return self.args

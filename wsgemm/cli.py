@@ -8,6 +8,7 @@ imports what it needs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -336,7 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (`inspect --json | head`): stop quietly, as Unix tools do; point
+        # stdout at /dev/null so the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a reader that left
 
 
 if __name__ == "__main__":
