@@ -8,6 +8,7 @@ imports what it needs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader went away (`inspect --json | head`): stop quietly, as Unix tools do; point
         # stdout at /dev/null so the interpreter's final flush does not raise again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a file descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a reader that left
 
 
