@@ -203,7 +203,7 @@ def validate(
             "them 1 (broadcast), as in torch.matmul"
         )
     # torch.matmul's broadcast: a batch of 1 (or none) takes the other's, which may be 0
-    batch = lb if la is None or la == 1 else la
+    batch = la if lb is None else lb if (la is None or la == 1) else la
 
     check_dtype_args(a.dtype, out_dtype, accumulate)
     if out is not None:
