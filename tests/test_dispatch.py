@@ -527,3 +527,21 @@ def test_forget_drops_launchers_and_kernels():
     assert not d.launchers
     torch.testing.assert_close(matmul(d, a, b, backend="sm90"), reference(a, b), rtol=0, atol=0)
     assert len(d.cache.variants) == 2  # asked its cache again
+
+
+def test_out_is_marked_changed_for_autograd():
+    """A kernel's write is invisible to autograd: the core bumps out's version counter (first
+    call and cached launcher alike), so a graph that saved out refuses stale values."""
+    class Unseen(StandInKernel):  # writes as a kernel does: no version bump of its own
+        def __call__(self, a, b, c, clusters):
+            c.data.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+
+    d = cpu_dispatcher()
+    d.cache.kernel = Unseen()
+    a, b = torch.randn(16, 8).half(), torch.randn(8, 24).half()
+    out = torch.empty(16, 24).half()
+    for _ in range(2):
+        before = out._version
+        matmul(d, a, b, out=out, backend="sm90")
+        assert out._version > before
+    torch.testing.assert_close(out, reference(a, b), rtol=0, atol=0)

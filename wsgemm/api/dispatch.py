@@ -35,6 +35,9 @@ from .validate import Problem, check_no_overlap, validate
 Launcher = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
+_increment_version = torch.autograd.graph.increment_version
+
+
 def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     """``matmul(a, b, out=..., ...)`` on dispatcher ``d``."""
     try:
@@ -61,13 +64,19 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
         key = hit = None  # validate says what is wrong
     if hit is None:
-        return _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
-    launch, spans = hit
+        result = _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
+    else:
+        launch, spans = hit
+        if out is not None:
+            ext_o, ext_a, ext_b = spans
+            if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
+                check_no_overlap(out, a, b)
+        result = launch(a, b, out)
     if out is not None:
-        ext_o, ext_a, ext_b = spans
-        if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
-            check_no_overlap(out, a, b)
-    return launch(a, b, out)
+        # a kernel's write is invisible to autograd: say `out` changed, as torch's out= ops do,
+        # so a graph that saved `out` refuses to backprop through stale values
+        _increment_version(out)
+    return result
 
 
 def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
