@@ -117,9 +117,10 @@ def wsgemm_candidate(kernel: str) -> Contender:
         import dataclasses
 
         from wsgemm import api, host
+        from wsgemm.support import dtype_name
 
         a, b, acc = problem.a, problem.b, problem.accumulate
-        acc_name = "float16" if problem.accumulate_name == "fp16" else "float32"
+        acc_name = dtype_name(problem.accumulate_name)
         shipped = host.BACKENDS[base].config(acc_name)
         unknown = set(overrides) - {f.name for f in dataclasses.fields(shipped)}
         if unknown:  # raster_group, say, is a launch argument now, not a config field

@@ -22,15 +22,23 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..support import ACCUMULATOR_RULE, accumulator_allowed
+from ..support import (
+    AB_DTYPES,
+    ACC_DTYPES,
+    ACCUMULATOR_RULE,
+    accumulator_allowed,
+    short_name,
+    torch_dtype,
+)
 from . import check, schema
 from .backends import BASELINE, Contender, Unavailable, Workload
 from .layouts import Layout, make_operands
 from .measure import Estimate, Sample, Timer, reps_for, rotated, summarize, tflops
 from .suites import Shape
 
-DTYPES = ("fp16", "bf16")
-ACCUMULATORS = ("fp32", "fp16")
+# The benchmark's spelling of the support tables (fp16, bf16 / fp32, fp16).
+DTYPES = tuple(short_name(d) for d in AB_DTYPES)
+ACCUMULATORS = tuple(short_name(d) for d in ACC_DTYPES)
 # Exceptions a backend raises to refuse a problem it does not support (its validation), as
 # opposed to failing on one it accepted.
 REFUSALS = (ValueError, NotImplementedError)
@@ -228,10 +236,10 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     options = ctx.options
     generator = torch.Generator(device=ctx.device)
     generator.manual_seed(options.seed + index)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[options.dtype]
+    dtype = torch_dtype(options.dtype)
     layout = Layout(shape.layout or options.layout)
     a, b = make_operands(layout, shape.m, shape.n, shape.k, dtype, ctx.device, generator)
-    accumulate = {"fp32": torch.float32, "fp16": torch.float16}[options.accumulate]
+    accumulate = torch_dtype(options.accumulate)
     problem = Workload(a=a, b=b, accumulate=accumulate, accumulate_name=options.accumulate)
     return _Inputs(shape, problem, dtype, check.reference(a, b))
 
