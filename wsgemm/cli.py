@@ -220,16 +220,6 @@ def _warm_summary(console, outcomes, seconds: float, folder) -> int:
     return EXIT_OK
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
-
-
 # ----------------------------------------------------------------------------- cache
 
 
@@ -301,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_inspect)
 
+    from .bench import cli as bench_cli
+
     p = sub.add_parser(
         "warm",
         help="compile every variant of the shipped kernels and the sm90 menu into the on-disk "
@@ -314,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--jobs",
-        type=_jobs,
+        type=bench_cli.bounded_int(1),
         default=0,
         help="compile processes (default: cores - 1, at most one per 0.5 GB of free memory)",
     )
@@ -329,8 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cache)
 
     p = sub.add_parser("bench", help="time wsgemm against torch.matmul and peers on the GPU")
-    from .bench import cli as bench_cli
-
     bench_cli.add_arguments(p)
     p.set_defaults(func=bench_cli.run)
     return parser

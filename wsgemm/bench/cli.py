@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = parser.add_argument_group("how to measure")
     how.add_argument(
         "--rounds",
-        type=_bounded_int(1, MAX_ROUNDS),
+        type=bounded_int(1, MAX_ROUNDS),
         help=f"interleaved rounds (default {DEFAULT_ROUNDS})",
     )
     how.add_argument(
@@ -103,11 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_float,
         help=f"GEMM time per measurement, sets the reps (default {DEFAULT_TARGET_MS:g})",
     )
-    reps = _bounded_int(1, MAX_REPS)
+    reps = bounded_int(1, MAX_REPS)
     how.add_argument("--min-reps", type=reps, default=3, help="fewest calls a measurement")
     how.add_argument("--max-reps", type=reps, default=100, help="most calls a measurement")
     how.add_argument(
-        "--seed", type=_bounded_int(0, SEED_LIMIT - 1), default=0, help="seed of the randn operands"
+        "--seed", type=bounded_int(0, SEED_LIMIT - 1), default=0, help="seed of the randn operands"
     )
     how.add_argument("--device", default="cuda", help="CUDA device (default: cuda)")
     out = parser.add_argument_group("output")
@@ -340,14 +340,18 @@ def _stderr_console():
     return Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 
 
-def _bounded_int(low: int, high: int):
+def bounded_int(low: int, high: int | None = None):
+    """An argparse ``type``: an integer in ``[low, high]`` (no upper bound when ``high`` is
+    None), else an ArgumentTypeError saying what is allowed. Shared with ``wsgemm.cli``."""
+    allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text}")
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected an integer {allowed}, got {text!r}")
         return value
 
     return parse
