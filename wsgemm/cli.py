@@ -13,15 +13,10 @@ import os
 import sys
 import time
 
+from .bench import cli as bench_cli
+from .bench.cli import stderr_console as _err_console
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _err_console():
-    """Messages and progress on stderr; not hard-wrapped at 80 columns when stderr is a file
-    or a pipe (a log keeps each message on one line)."""
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=not sys.stderr.isatty(), highlight=False)
 
 
 # ----------------------------------------------------------------------------- inspect
@@ -135,8 +130,6 @@ def _local_arch() -> tuple[str | None, str]:
 
 
 def _warm(args: argparse.Namespace) -> int:
-    import os
-
     from . import inspection as insp
     from .host import cache, disk, warming
 
@@ -290,8 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)"
     )
     p.set_defaults(func=_inspect)
-
-    from .bench import cli as bench_cli
 
     p = sub.add_parser(
         "warm",

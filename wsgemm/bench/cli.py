@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``bench`` subcommand; returns the process exit code."""
-    console = _stderr_console()
+    console = stderr_console()
     if args.from_json:
         from . import schema
 
@@ -333,11 +333,12 @@ def _stdout_console():
     return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
-def _stderr_console():
-    """Messages on stderr; not hard-wrapped at 80 columns when stderr is a file or a pipe."""
+def stderr_console():
+    """Messages and progress on stderr; not hard-wrapped at 80 columns when stderr is a file
+    or a pipe (a log keeps each message on one line). Shared with ``wsgemm.cli``."""
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+    return Console(stderr=True, soft_wrap=not sys.stderr.isatty(), highlight=False)
 
 
 def bounded_int(low: int, high: int | None = None):
