@@ -45,7 +45,7 @@ def _inspect(args: argparse.Namespace) -> int:
     todo = [v for name in names for v in insp.variants(args.arch, name, args.all)]
     reports = []
     try:
-        with _progress(console, len(todo), "inspect") as bar:
+        with bench_cli.ProgressBar(console, len(todo), "inspect") as bar:
             for variant in todo:
                 bar.start(variant.key())
                 reports.append(insp.inspect_variant(variant))
@@ -76,41 +76,6 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     Console(width=max(Console().width, 200)).print(table)
     return EXIT_OK
-
-
-class _progress:
-    """A transient rich progress bar (i/N, elapsed, ETA) on ``console``: ``start`` a step (the
-    one before is done) or count one ``done``. Shows nothing when stderr is not a terminal."""
-
-    def __init__(self, console, total: int, what: str):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        columns = (TextColumn(f"{what} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
-        self._bar = Progress(*columns, console=console, transient=True)
-        self._task = self._bar.add_task("", total=total)
-        self._started = False
-
-    def __enter__(self) -> _progress:
-        self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._bar.__exit__(*exc)
-
-    def start(self, description: str) -> None:
-        self._bar.update(self._task, advance=int(self._started), description=description)
-        self._started = True
-
-    def done(self, description: str) -> None:
-        self._bar.update(self._task, advance=1, description=description)
 
 
 # ----------------------------------------------------------------------------- warm
@@ -187,7 +152,7 @@ def _warm(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     seen_errors: set[str] = set()
-    with _progress(console, len(variants), "warm") as bar:
+    with bench_cli.ProgressBar(console, len(variants), "warm") as bar:
 
         def on_outcome(o: warming.Outcome) -> None:
             if o.status == "failed" and o.error not in seen_errors:

@@ -8,7 +8,6 @@ there is still written); 2 bad arguments; 3 no CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import re
 import sys
@@ -247,8 +246,11 @@ def _measure(args, shapes, options: Options, suite_name: str, selection, console
     def peak_at(clock_mhz):
         return hardware.peak_tflops(props.multi_processor_count, fpc, clock_mhz)
 
-    with _progress(console, len(shapes) * (1 + options.rounds), args.no_progress) as step:
-        output = runner.run(shapes, backends, unavailable, options, timer, device, peak_at, step)
+    steps = len(shapes) * (1 + options.rounds)
+    with ProgressBar(console, steps, disabled=args.no_progress) as bar:
+        output = runner.run(
+            shapes, backends, unavailable, options, timer, device, peak_at, bar.start
+        )
     if output.clocks_mhz:
         header["clocks"]["sm_observed_mhz"] = [min(output.clocks_mhz), max(output.clocks_mhz)]
     if output.aborted:
@@ -300,29 +302,41 @@ def _write_text(path: str, text: str) -> None:
         f.write(text)
 
 
-@contextlib.contextmanager
-def _progress(console, total: int, disabled: bool):
-    """A transient rich progress bar over ``total`` steps; yields the per-step callback."""
-    if disabled:
-        yield lambda description: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class ProgressBar:
+    """A transient rich progress bar (i/N, elapsed, ETA) on ``console``: ``start`` a step (the
+    one before is done) or count one ``done``. Shows nothing when stderr is not a terminal, or
+    when ``disabled``. Shared with ``wsgemm.cli``."""
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=total)
-        started = False
+    def __init__(self, console, total: int, what: str = "", disabled: bool = False):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        def step(description: str) -> None:
-            # Each call starts a step, so the one before it is done.
-            nonlocal started
-            if started:
-                bar.advance(task)
-            started = True
-            bar.update(task, description=description)
+        label = f"{what} {{task.description}}".lstrip()
+        columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn())  # fmt: skip
+        self._bar = Progress(*columns, console=console, transient=True, disable=disabled)
+        self._task = self._bar.add_task("", total=total)
+        self._started = False
 
-        yield step
+    def __enter__(self) -> ProgressBar:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    def start(self, description: str) -> None:
+        self._bar.update(self._task, advance=int(self._started), description=description)
+        self._started = True
+
+    def done(self, description: str) -> None:
+        self._bar.update(self._task, advance=1, description=description)
 
 
 def _stdout_console():
