@@ -13,15 +13,10 @@ import os
 import sys
 import time
 
+from .bench import cli as bench_cli
+from .bench.cli import stderr_console as _err_console
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _err_console():
-    """Messages and progress on stderr; not hard-wrapped at 80 columns when stderr is a file
-    or a pipe (a log keeps each message on one line)."""
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=not sys.stderr.isatty(), highlight=False)
 
 
 # ----------------------------------------------------------------------------- inspect
@@ -50,7 +45,7 @@ def _inspect(args: argparse.Namespace) -> int:
     todo = [v for name in names for v in insp.variants(args.arch, name, args.all)]
     reports = []
     try:
-        with _progress(console, len(todo), "inspect") as bar:
+        with bench_cli.ProgressBar(console, len(todo), "inspect") as bar:
             for variant in todo:
                 bar.start(variant.key())
                 reports.append(insp.inspect_variant(variant))
@@ -83,41 +78,6 @@ def _inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _progress:
-    """A transient rich progress bar (i/N, elapsed, ETA) on ``console``: ``start`` a step (the
-    one before is done) or count one ``done``. Shows nothing when stderr is not a terminal."""
-
-    def __init__(self, console, total: int, what: str):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        columns = (TextColumn(f"{what} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
-        self._bar = Progress(*columns, console=console, transient=True)
-        self._task = self._bar.add_task("", total=total)
-        self._started = False
-
-    def __enter__(self) -> _progress:
-        self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._bar.__exit__(*exc)
-
-    def start(self, description: str) -> None:
-        self._bar.update(self._task, advance=int(self._started), description=description)
-        self._started = True
-
-    def done(self, description: str) -> None:
-        self._bar.update(self._task, advance=1, description=description)
-
-
 # ----------------------------------------------------------------------------- warm
 
 
@@ -135,8 +95,6 @@ def _local_arch() -> tuple[str | None, str]:
 
 
 def _warm(args: argparse.Namespace) -> int:
-    import os
-
     from . import inspection as insp
     from .host import cache, disk, warming
 
@@ -194,7 +152,7 @@ def _warm(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     seen_errors: set[str] = set()
-    with _progress(console, len(variants), "warm") as bar:
+    with bench_cli.ProgressBar(console, len(variants), "warm") as bar:
 
         def on_outcome(o: warming.Outcome) -> None:
             if o.status == "failed" and o.error not in seen_errors:
@@ -218,16 +176,6 @@ def _warm_summary(console, outcomes, seconds: float, folder) -> int:
         console.print(f"warm: not cached: {', '.join(failed)}", markup=False)
         return EXIT_FAILED
     return EXIT_OK
-
-
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
 
 
 # ----------------------------------------------------------------------------- cache
@@ -314,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--jobs",
-        type=_jobs,
+        type=bench_cli.bounded_int(1),
         default=0,
         help="compile processes (default: cores - 1, at most one per 0.5 GB of free memory)",
     )
@@ -329,8 +277,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cache)
 
     p = sub.add_parser("bench", help="time wsgemm against torch.matmul and peers on the GPU")
-    from .bench import cli as bench_cli
-
     bench_cli.add_arguments(p)
     p.set_defaults(func=bench_cli.run)
     return parser

@@ -8,7 +8,6 @@ there is still written); 2 bad arguments; 3 no CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import re
 import sys
@@ -95,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = parser.add_argument_group("how to measure")
     how.add_argument(
         "--rounds",
-        type=_bounded_int(1, MAX_ROUNDS),
+        type=bounded_int(1, MAX_ROUNDS),
         help=f"interleaved rounds (default {DEFAULT_ROUNDS})",
     )
     how.add_argument(
@@ -103,11 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_float,
         help=f"GEMM time per measurement, sets the reps (default {DEFAULT_TARGET_MS:g})",
     )
-    reps = _bounded_int(1, MAX_REPS)
+    reps = bounded_int(1, MAX_REPS)
     how.add_argument("--min-reps", type=reps, default=3, help="fewest calls a measurement")
     how.add_argument("--max-reps", type=reps, default=100, help="most calls a measurement")
     how.add_argument(
-        "--seed", type=_bounded_int(0, SEED_LIMIT - 1), default=0, help="seed of the randn operands"
+        "--seed", type=bounded_int(0, SEED_LIMIT - 1), default=0, help="seed of the randn operands"
     )
     how.add_argument("--device", default="cuda", help="CUDA device (default: cuda)")
     out = parser.add_argument_group("output")
@@ -125,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``bench`` subcommand; returns the process exit code."""
-    console = _stderr_console()
+    console = stderr_console()
     if args.from_json:
         from . import schema
 
@@ -247,8 +246,11 @@ def _measure(args, shapes, options: Options, suite_name: str, selection, console
     def peak_at(clock_mhz):
         return hardware.peak_tflops(props.multi_processor_count, fpc, clock_mhz)
 
-    with _progress(console, len(shapes) * (1 + options.rounds), args.no_progress) as step:
-        output = runner.run(shapes, backends, unavailable, options, timer, device, peak_at, step)
+    steps = len(shapes) * (1 + options.rounds)
+    with ProgressBar(console, steps, disabled=args.no_progress) as bar:
+        output = runner.run(
+            shapes, backends, unavailable, options, timer, device, peak_at, bar.start
+        )
     if output.clocks_mhz:
         header["clocks"]["sm_observed_mhz"] = [min(output.clocks_mhz), max(output.clocks_mhz)]
     if output.aborted:
@@ -300,29 +302,41 @@ def _write_text(path: str, text: str) -> None:
         f.write(text)
 
 
-@contextlib.contextmanager
-def _progress(console, total: int, disabled: bool):
-    """A transient rich progress bar over ``total`` steps; yields the per-step callback."""
-    if disabled:
-        yield lambda description: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class ProgressBar:
+    """A transient rich progress bar (i/N, elapsed, ETA) on ``console``: ``start`` a step (the
+    one before is done) or count one ``done``. Shows nothing when stderr is not a terminal, or
+    when ``disabled``. Shared with ``wsgemm.cli``."""
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=total)
-        started = False
+    def __init__(self, console, total: int, what: str = "", disabled: bool = False):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        def step(description: str) -> None:
-            # Each call starts a step, so the one before it is done.
-            nonlocal started
-            if started:
-                bar.advance(task)
-            started = True
-            bar.update(task, description=description)
+        label = f"{what} {{task.description}}".lstrip()
+        columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn())  # fmt: skip
+        self._bar = Progress(*columns, console=console, transient=True, disable=disabled)
+        self._task = self._bar.add_task("", total=total)
+        self._started = False
 
-        yield step
+    def __enter__(self) -> ProgressBar:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    def start(self, description: str) -> None:
+        self._bar.update(self._task, advance=int(self._started), description=description)
+        self._started = True
+
+    def done(self, description: str) -> None:
+        self._bar.update(self._task, advance=1, description=description)
 
 
 def _stdout_console():
@@ -333,21 +347,26 @@ def _stdout_console():
     return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
-def _stderr_console():
-    """Messages on stderr; not hard-wrapped at 80 columns when stderr is a file or a pipe."""
+def stderr_console():
+    """Messages and progress on stderr; not hard-wrapped at 80 columns when stderr is a file
+    or a pipe (a log keeps each message on one line). Shared with ``wsgemm.cli``."""
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+    return Console(stderr=True, soft_wrap=not sys.stderr.isatty(), highlight=False)
 
 
-def _bounded_int(low: int, high: int):
+def bounded_int(low: int, high: int | None = None):
+    """An argparse ``type``: an integer in ``[low, high]`` (no upper bound when ``high`` is
+    None), else an ArgumentTypeError saying what is allowed. Shared with ``wsgemm.cli``."""
+    allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text}")
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected an integer {allowed}, got {text!r}")
         return value
 
     return parse
