@@ -402,22 +402,10 @@ def choose(
     )
 
 
-def explain(
-    m: int,
-    n: int,
-    k: int,
-    batch: int,
-    ab_dtype: str,
-    c_dtype: str,
-    acc_dtype: str,
-    sm_count: int,
-    cc: tuple[int, int],
-    *,
-    batch_invariant: bool | None = None,
-) -> str:
+def explain(*args: Any, batch_invariant: bool | None = None) -> str:
     """``choose``'s answer for the same arguments, as a few lines a person reads."""
-    args = (m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
-    choice = choose(*args, batch_invariant=batch_invariant)
+    choice = choose(*args, batch_invariant=batch_invariant)  # checks the arguments first
+    m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc = args
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
     split = f"{choice.split} (K in equal chunks, fp32 partials)" if choice.split > 1 else "1 (none)"
