@@ -55,14 +55,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..support import (
-    AB_DTYPES,
-    ACC_DTYPES,
-    ACCUMULATOR_RULE,
-    C_DTYPES,
-    VECTOR_BYTES,
-    accumulator_allowed,
-)
+from ..support import ELEMENT_BYTES, VECTOR_BYTES, dtype_error
 from .registry import BACKENDS, Variant, every_variant
 
 __all__ = [
@@ -426,15 +419,13 @@ def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> N
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if value < (1 if name == "sm_count" else 0):
             raise ValueError(f"{name}={value}; it must be >= {1 if name == 'sm_count' else 0}")
-    for name, value, allowed in (
-        ("ab_dtype", ab_dtype, AB_DTYPES),
-        ("c_dtype", c_dtype, C_DTYPES),
-        ("acc_dtype", acc_dtype, ACC_DTYPES),
-    ):
-        if value not in allowed:
-            raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
-    if not accumulator_allowed(ab_dtype, acc_dtype):
-        raise ValueError(f"{ACCUMULATOR_RULE} (got ab_dtype={ab_dtype!r})")
+    dtypes = (ab_dtype, c_dtype, acc_dtype)
+    error = dtype_error(*dtypes)
+    if error is None and not set(dtypes) <= ELEMENT_BYTES.keys():
+        # the split rule compares acc_dtype with "float32": no aliases ("fp32", torch.float32)
+        error = f"dtypes by the host's names only: {', '.join(ELEMENT_BYTES)}"
+    if error:
+        raise ValueError(f"(ab_dtype, c_dtype, acc_dtype)={dtypes}: {error}")
     if cc != (9, 0):
         raise ValueError(
             f"the sm90 menu runs on sm_90 (Hopper) only, got compute capability {cc}; "
