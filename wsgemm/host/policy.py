@@ -258,8 +258,9 @@ def batch_invariant_requested(flag: bool | None = None) -> bool:
 
 @functools.cache
 def _environment() -> tuple[bool, str | None]:
-    """(batch-invariant by default, table path override), read once per process: ``choose`` is
-    on the per-call path, and reading the environment costs a microsecond a variable."""
+    """(batch-invariant by default, table path override), read once per process: ``choose``
+    runs for every new call signature, and reading the environment costs a microsecond a
+    variable."""
     value = os.environ.get(ENV_BATCH_INVARIANT, "0")
     if value not in ("0", "1", ""):
         raise ValueError(f"{ENV_BATCH_INVARIANT}={value!r}; allowed: 0 or 1")
