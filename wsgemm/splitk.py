@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .support import AB_DTYPES, VECTOR_BYTES, vector_elems
+from .support import AB_DTYPES, VECTOR_BYTES, torch_dtype, vector_elems
 
 __all__ = ["Chunks", "plan_chunks", "split_k"]
 
@@ -52,7 +52,7 @@ __all__ = ["Chunks", "plan_chunks", "split_k"]
 # element. The fp32 workspace's rows are padded to 16 bytes too (TMA-storable: strides are
 # 16-byte multiples).
 _WS_ROW_ALIGN = vector_elems("float32")
-_AB_TORCH = tuple(getattr(torch, name) for name in AB_DTYPES)
+_AB_TORCH = tuple(map(torch_dtype, AB_DTYPES))
 
 
 @dataclass(frozen=True)

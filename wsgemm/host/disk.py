@@ -229,6 +229,14 @@ def _drop_marker(marker: tuple[int, str]) -> None:
     os.close(fd)  # and knows this link ended cleanly
 
 
+def _remove(path: Path) -> None:
+    """Delete a file, a link or a folder (never what a link points to); OSError if it stays."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
 def _is_private(st: os.stat_result) -> str:
     """Why a folder or entry with this stat cannot be trusted, or ''."""
     if st.st_uid not in (os.getuid(), 0):  # root's files: root can change ours anyway
@@ -421,10 +429,7 @@ class DiskCache:
             self._trim_quarantine(qdir)
         if not moved:
             with contextlib.suppress(OSError):
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink()
+                _remove(path)
                 moved = True
         if not moved:
             self._bad.add(name)
@@ -436,7 +441,7 @@ class DiskCache:
         files = sorted(qdir.iterdir(), key=lambda p: p.lstat().st_mtime)
         for old in files[:-QUARANTINE_KEEP]:
             with contextlib.suppress(OSError):
-                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+                _remove(old)
 
     # ------------------------------------------------------------------ writing
 

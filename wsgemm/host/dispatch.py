@@ -188,7 +188,10 @@ class Dispatcher:
             )
         if backend == "auto":
             if BACKENDS["sm90"].supports(cc):
-                choice = self._choose(device, problem, dtypes)
+                choice = policy.choose(
+                    *self._policy_args(device, problem, dtypes),
+                    batch_invariant=self.batch_invariant,
+                )
                 e = choice.menu_entry
                 chosen = Route(e.backend, e.variant_config(), choice.split, choice)
             else:
@@ -222,11 +225,9 @@ class Dispatcher:
         and launches nothing."""
         cc = self.devices.capability(device)
         if backend == "auto" and BACKENDS["sm90"].supports(cc):
-            m, n, k, batch = problem
             return policy.explain(
-                m, n, k, 1 if batch is None else batch, *dtypes,
-                self.devices.sm_count(device), cc, batch_invariant=self.batch_invariant,
-            )  # fmt: skip
+                *self._policy_args(device, problem, dtypes), batch_invariant=self.batch_invariant
+            )
         chosen = self.route(backend, device, problem, dtypes)
         config = BACKENDS[chosen.backend].config(dtypes[2])
         tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))
@@ -248,12 +249,12 @@ class Dispatcher:
             ]
         )
 
-    def _choose(self, device, problem, dtypes) -> policy.Choice:
+    def _policy_args(self, device, problem, dtypes) -> tuple:
+        """``policy.choose``'s (and ``policy.explain``'s) positional arguments for a problem."""
         m, n, k, batch = problem
-        return policy.choose(
+        return (
             m, n, k, 1 if batch is None else batch, *dtypes,
             self.devices.sm_count(device), self.devices.capability(device),
-            batch_invariant=self.batch_invariant,
         )  # fmt: skip
 
     # --------------------------------------------------------------------------- kernels

@@ -55,14 +55,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..support import (
-    AB_DTYPES,
-    ACC_DTYPES,
-    ACCUMULATOR_RULE,
-    C_DTYPES,
-    VECTOR_BYTES,
-    accumulator_allowed,
-)
+from ..support import ELEMENT_BYTES, VECTOR_BYTES, dtype_error
 from .registry import BACKENDS, Variant, every_variant
 
 __all__ = [
@@ -265,8 +258,9 @@ def batch_invariant_requested(flag: bool | None = None) -> bool:
 
 @functools.cache
 def _environment() -> tuple[bool, str | None]:
-    """(batch-invariant by default, table path override), read once per process: ``choose`` is
-    on the per-call path, and reading the environment costs a microsecond a variable."""
+    """(batch-invariant by default, table path override), read once per process: ``choose``
+    runs for every new call signature, and reading the environment costs a microsecond a
+    variable."""
     value = os.environ.get(ENV_BATCH_INVARIANT, "0")
     if value not in ("0", "1", ""):
         raise ValueError(f"{ENV_BATCH_INVARIANT}={value!r}; allowed: 0 or 1")
@@ -402,22 +396,10 @@ def choose(
     )
 
 
-def explain(
-    m: int,
-    n: int,
-    k: int,
-    batch: int,
-    ab_dtype: str,
-    c_dtype: str,
-    acc_dtype: str,
-    sm_count: int,
-    cc: tuple[int, int],
-    *,
-    batch_invariant: bool | None = None,
-) -> str:
+def explain(*args: Any, batch_invariant: bool | None = None) -> str:
     """``choose``'s answer for the same arguments, as a few lines a person reads."""
-    args = (m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
-    choice = choose(*args, batch_invariant=batch_invariant)
+    choice = choose(*args, batch_invariant=batch_invariant)  # checks the arguments first
+    m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc = args
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
     split = f"{choice.split} (K in equal chunks, fp32 partials)" if choice.split > 1 else "1 (none)"
@@ -438,15 +420,13 @@ def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> N
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if value < (1 if name == "sm_count" else 0):
             raise ValueError(f"{name}={value}; it must be >= {1 if name == 'sm_count' else 0}")
-    for name, value, allowed in (
-        ("ab_dtype", ab_dtype, AB_DTYPES),
-        ("c_dtype", c_dtype, C_DTYPES),
-        ("acc_dtype", acc_dtype, ACC_DTYPES),
-    ):
-        if value not in allowed:
-            raise ValueError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
-    if not accumulator_allowed(ab_dtype, acc_dtype):
-        raise ValueError(f"{ACCUMULATOR_RULE} (got ab_dtype={ab_dtype!r})")
+    dtypes = (ab_dtype, c_dtype, acc_dtype)
+    error = dtype_error(*dtypes)
+    if error is None and not set(dtypes) <= ELEMENT_BYTES.keys():
+        # the split rule compares acc_dtype with "float32": no aliases ("fp32", torch.float32)
+        error = f"dtypes by the host's names only: {', '.join(ELEMENT_BYTES)}"
+    if error:
+        raise ValueError(f"(ab_dtype, c_dtype, acc_dtype)={dtypes}: {error}")
     if cc != (9, 0):
         raise ValueError(
             f"the sm90 menu runs on sm_90 (Hopper) only, got compute capability {cc}; "
