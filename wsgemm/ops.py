@@ -119,15 +119,12 @@ _unsafe_view = torch.ops.aten._unsafe_view.default
 def _forward(a, b, out, out_dtype, accumulate, backend):
     """``a @ b`` with torch.matmul's meaning on the core. 2-D and 3-D operands go straight to it;
     others are brought to (L, M, K) @ (L or 1, K, N) first."""
+    # with out=, the core bumps out's version counter (a view's bump is its base's)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
-        result = api.matmul(
+        return api.matmul(
             a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend
         )
-    else:
-        result = _forward_nd(a, b, out, out_dtype, accumulate, backend)
-    if out is not None:  # the kernel wrote through a pointer: tell autograd, as torch's out= does
-        torch.autograd.graph.increment_version(out)
-    return result
+    return _forward_nd(a, b, out, out_dtype, accumulate, backend)
 
 
 def _forward_nd(a, b, out, out_dtype, accumulate, backend):
