@@ -58,6 +58,13 @@ def test_ops_are_registered():
     assert torch.ops.wsgemm.matmul.default.has_kernel_for_dispatch_key("AutocastCUDA")
 
 
+def _python(code: str) -> str:
+    """``code``'s stdout in a fresh interpreter, which must exit cleanly."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_public_surface_and_import_cost():
     assert set(wsgemm.__all__) == {"matmul", "linear", "nn", "explain", "available_backends"}
     assert wsgemm.matmul is ops.matmul and wsgemm.linear is ops.linear
@@ -71,10 +78,8 @@ def test_public_surface_and_import_cost():
         "import torch\n"
         "print(hasattr(torch.ops.wsgemm, 'matmul'), 'cutlass' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
     # `import wsgemm` loads neither torch nor the DSL; the API loads torch and registers the op
-    assert done.stdout.split("\n")[:2] == ["[]", "True False"]
+    assert _python(code).split("\n")[:2] == ["[]", "True False"]
 
 
 def test_first_use_inside_torch_compile():
@@ -88,9 +93,7 @@ def test_first_use_inside_torch_compile():
         "    a = torch.empty(8, 16, device='cuda', dtype=torch.float16)\n"
         "    print(tuple(f(a, a.mT).shape))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "(8, 8)"
+    assert _python(code).strip() == "(8, 8)"
 
 
 # ----------------------------------------------------------------------------- fake tensors

@@ -27,7 +27,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch.utils._device import DeviceContext
 
 from . import api
-from .api.validate import AB_DTYPES, C_DTYPES, check_backend, check_dtype_args, dtype_list
+from .api.validate import AB_DTYPES, check_backend, check_dtype_args, check_out_fits, dtype_list
 
 # ----------------------------------------------------------------------------- shapes and checks
 
@@ -97,12 +97,7 @@ def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
     check_backend(backend)
     shape = result_shape(a.shape, b.shape)
     if out is not None:
-        if out.dtype not in C_DTYPES:
-            raise TypeError(f"out has dtype {out.dtype}; allowed: {dtype_list(C_DTYPES)}")
-        if out_dtype is not None and out.dtype != out_dtype:
-            raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
-        if tuple(out.shape) != shape:
-            raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {shape}")
+        check_out_fits(out, shape, out_dtype)
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None and t.device.type not in _FAKE_DEVICES:
             raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
@@ -119,15 +114,12 @@ _unsafe_view = torch.ops.aten._unsafe_view.default
 def _forward(a, b, out, out_dtype, accumulate, backend):
     """``a @ b`` with torch.matmul's meaning on the core. 2-D and 3-D operands go straight to it;
     others are brought to (L, M, K) @ (L or 1, K, N) first."""
+    # with out=, the core bumps out's version counter (a view's bump is its base's)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
-        result = api.matmul(
+        return api.matmul(
             a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend
         )
-    else:
-        result = _forward_nd(a, b, out, out_dtype, accumulate, backend)
-    if out is not None:  # the kernel wrote through a pointer: tell autograd, as torch's out= does
-        torch.autograd.graph.increment_version(out)
-    return result
+    return _forward_nd(a, b, out, out_dtype, accumulate, backend)
 
 
 def _forward_nd(a, b, out, out_dtype, accumulate, backend):
@@ -144,10 +136,7 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend):
         result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
         # not a view: autograd forbids in-place changes of views made inside a custom Function
         return _unsafe_view(result, shape)
-    if tuple(out.shape) != shape:
-        raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {shape}")
-    if out_dtype is not None and out.dtype != out_dtype:
-        raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
+    check_out_fits(out, shape, out_dtype)
     try:
         out_core = out.view(core_shape)
     except RuntimeError:  # out's batch dimensions do not collapse into one: write, then copy

@@ -35,6 +35,8 @@ from .validate import Problem, check_no_overlap, validate
 Launcher = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
+# A kernel's write is invisible to autograd: every out= call says `out` changed, as torch's out=
+# ops do, so a graph that saved `out` refuses to backprop through stale values.
 _increment_version = torch.autograd.graph.increment_version
 
 
@@ -64,25 +66,24 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
         key = hit = None  # validate says what is wrong
     if hit is None:
-        result = _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
-    else:
-        launch, spans = hit
-        if out is not None:
-            ext_o, ext_a, ext_b = spans
-            if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
-                check_no_overlap(out, a, b)
-        result = launch(a, b, out)
-    if out is not None:
-        # a kernel's write is invisible to autograd: say `out` changed, as torch's out= ops do,
-        # so a graph that saved `out` refuses to backprop through stale values
-        _increment_version(out)
-    return result
+        return _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
+    launch, spans = hit
+    if out is None:
+        return launch(a, b, None)
+    ext_o, ext_a, ext_b = spans
+    if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
+        check_no_overlap(out, a, b)
+    launch(a, b, out)
+    _increment_version(out)
+    return out
 
 
 def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
     route = d.route(backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
     result, planned = _launch(d, a, b, out, p, route)
+    if out is not None:
+        _increment_version(out)
     if key is not None:
         direct = _direct_launcher(d, planned, p, a.device, out is None) if planned else None
         spans = None if out is None else tuple(_extent(t) for t in (out, a, b))

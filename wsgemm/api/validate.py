@@ -77,14 +77,20 @@ def _batch_of(t: torch.Tensor) -> int | None:
     return t.shape[0] if t.dim() == 3 else None
 
 
-def _check_out(out, expected: tuple[int, ...], out_dtype) -> None:
-    _check_dense("out", out, what="a torch.Tensor or None")
+def check_out_fits(out: torch.Tensor, expected: tuple, out_dtype) -> None:
+    """``out`` has a C dtype (``out_dtype`` if given) and the product's shape ``expected``.
+    Shape arithmetic only: shared with the torch op's fake checks and its N-D road."""
     if out_dtype is not None and out.dtype != out_dtype:
         raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
     if out.dtype not in C_DTYPES:
         raise TypeError(f"out has dtype {out.dtype}; allowed: {dtype_list(C_DTYPES)}")
     if tuple(out.shape) != expected:
         raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {expected}")
+
+
+def _check_out(out, expected: tuple[int, ...], out_dtype) -> None:
+    _check_dense("out", out, what="a torch.Tensor or None")
+    check_out_fits(out, expected, out_dtype)
     if any(st == 0 and size > 1 for size, st in zip(out.shape, out.stride(), strict=True)):
         raise ValueError(
             f"out has stride 0 along a dimension (strides {tuple(out.stride())}): several "
