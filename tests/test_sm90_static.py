@@ -173,14 +173,15 @@ def _epilogue_mapping(gemm, tiled_mma, r2s, order, threads):
     return pairs
 
 
-def _trace_epilogue_mapping(name, c, threads):
-    gemm = Sm90Gemm(SHIPPED_CONFIGS[name], F16, c, F32)
+def _trace_epilogue_mapping(name, c, threads, c_major=LayoutEnum.ROW_MAJOR):
+    config = SHIPPED_CONFIGS[name] if isinstance(name, str) else name
+    gemm = Sm90Gemm(config, F16, c, F32)
     found = []
 
     @cute.jit
     def trace():
         tiled_mma = gemm.make_tiled_mma(LayoutEnum.ROW_MAJOR, LayoutEnum.ROW_MAJOR)
-        r2s = gemm.make_epilogue_copy(tiled_mma)
+        r2s = gemm.make_epilogue_copy(tiled_mma, c_major)
         every = range(cute.size(tiled_mma)) if threads is None else threads
         order = epilogue_subtile_order(gemm.config)
         found.extend(_epilogue_mapping(gemm, tiled_mma, r2s, order, every))
@@ -198,13 +199,32 @@ def test_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_computed_it():
     assert len({computed for computed, _ in found}) == len(found) == 32 * per_thread
 
 
+# A swap-AB tile: 64 weight rows x 16 tokens, one consumer warpgroup, C written M-major.
+SWAP_TILE = Sm90Config(tile_m=64, tile_n=16, schedule="pingpong")
+
+
+def test_transposed_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_computed_it():
+    """The M-major (swap-AB) epilogue: transposed st.matrix into a column-major subtile."""
+    cfg, found = _trace_epilogue_mapping(SWAP_TILE, F16, range(32), LayoutEnum.COL_MAJOR)
+    per_thread = cfg.tile_m * cfg.tile_n // 128
+    assert len({computed for computed, _ in found}) == len(found) == 32 * per_thread
+
+
 @pytest.mark.sweep
+@pytest.mark.parametrize("c_major", [LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR])
 @pytest.mark.parametrize(
     "name, c",
     # st.matrix (16-bit C) moves values across lanes; plain st.shared (fp32 C) does not.
-    [("sm90", F16), ("sm90-pingpong", F16), ("sm90-pingpong", F32)],
+    [
+        ("sm90", F16),
+        ("sm90-pingpong", F16),
+        ("sm90-pingpong", F32),
+        (SWAP_TILE, F16),
+        (SWAP_TILE, F32),
+        (Sm90Config(tile_m=128, tile_n=32), F16),
+    ],
 )
-def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c):
-    cfg, found = _trace_epilogue_mapping(name, c, None)
+def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c, c_major):
+    cfg, found = _trace_epilogue_mapping(name, c, None, c_major)
     assert len(found) == cfg.tile_m * cfg.tile_n
     assert len({computed for computed, _ in found}) == cfg.tile_m * cfg.tile_n

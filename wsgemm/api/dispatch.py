@@ -131,7 +131,19 @@ def _launch(d, a, b, out, p: Problem, route: Route):
             _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route)
         return out, None
     split = route.split
-    launch = plan(a3, b3, out3, host.needs_vector_extent(route.backend), reduced=split > 1)
+    swap = bool(getattr(route.config, "swap_ab", False))
+    if swap:  # C^T (N, M) = B^T A^T: the kernel sees the transposed problem, writes C M-major
+        if split > 1:
+            raise ValueError("a swap_ab config runs without the host split-K")
+        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
+    launch = plan(
+        a3,
+        b3,
+        out3,
+        host.needs_vector_extent(route.backend),
+        reduced=split > 1,
+        c_major="m" if swap else "n",
+    )
     index = a.device.index
     ab, c, acc = p.dtype_names
     # Split-K: the chunks' partials are fp32 whatever C is; the reduction rounds once into C.
@@ -143,7 +155,7 @@ def _launch(d, a, b, out, p: Problem, route: Route):
         with _on_device(d, index):
             split_k(fn, launch.a, launch.b, launch.c, split, clusters,
                     a_major=launch.a_major, b_major=launch.b_major)  # fmt: skip
-        return out, (launch, fn, clusters, split) if launch.direct else None
+        return out, (launch, fn, clusters, split, swap) if launch.direct else None
     L = launch.c.shape[2]
     with _on_device(d, index):
         if L <= d.max_batch_per_launch:
@@ -154,7 +166,7 @@ def _launch(d, a, b, out, p: Problem, route: Route):
                 fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
         launch.finish()
     single = launch.direct and L <= d.max_batch_per_launch
-    return out, (launch, fn, clusters, 1) if single else None
+    return out, (launch, fn, clusters, 1, swap) if single else None
 
 
 _NO_SWITCH = contextlib.nullcontext()
@@ -168,11 +180,16 @@ def _on_device(d, index):
 
 
 def _direct_launcher(
-    d, planned: tuple[Launch, Callable, int, int], p: Problem, device: torch.device, allocate: bool
+    d,
+    planned: tuple[Launch, Callable, int, int, bool],
+    p: Problem,
+    device: torch.device,
+    allocate: bool,
 ) -> Launcher:
     """A launcher that rebuilds the kernel views of ``planned`` (a ``Launch`` made for this
-    signature) from a later call's own tensors: same sizes and strides, its storage offsets."""
-    launch, fn, clusters, split = planned
+    signature) from a later call's own tensors: same sizes and strides, its storage offsets.
+    Under swap-AB the kernel's A is the caller's B and its B the caller's A."""
+    launch, fn, clusters, split, swap = planned
     if split > 1:  # the launch is split_k's: the same call with the kernel bound
         a_major, b_major = launch.a_major, launch.b_major
 
@@ -197,6 +214,12 @@ def _direct_launcher(
         def launcher(a, b, out):
             fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
             return out
+
+    if swap:
+        unswapped = launcher
+
+        def launcher(a, b, out):
+            return unswapped(b, a, out)
 
     if d.devices.count() == 1:
         return launcher

@@ -23,9 +23,12 @@ def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
-def _kernel_view(t: torch.Tensor, need_extent: bool) -> tuple[torch.Tensor, str] | None:
+def _kernel_view(
+    t: torch.Tensor, need_extent: bool, majors: tuple[int, ...] = (1, 0)
+) -> tuple[torch.Tensor, str] | None:
     """``t`` is (rows, cols, L). Return a view of the same memory with one unit-stride mode
-    ("rows" or "cols" major) and 16-byte multiple other strides, or None if there is none.
+    ("rows" or "cols" major, tried in the order of ``majors``: 0 rows, 1 cols) and 16-byte
+    multiple other strides, or None if there is none.
 
     Strides of size-1 modes are meaningless, so they are chosen to fit; a broadcast batch
     (stride 0) is not TMA-addressable and returns None.
@@ -34,7 +37,7 @@ def _kernel_view(t: torch.Tensor, need_extent: bool) -> tuple[torch.Tensor, str]
     if t.data_ptr() % host.VECTOR_BYTES:
         return None
     rows, cols, batch = t.shape
-    for major in (1, 0):  # prefer the K-major / row-major reading when both fit
+    for major in majors:  # by default the K-major / row-major reading when both fit
         minor = 1 - major
         if t.shape[major] != 1 and t.stride(major) != 1:
             continue
@@ -103,7 +106,7 @@ class Launch:
 
     a: torch.Tensor  # (M, K, L)
     b: torch.Tensor  # (N, K, L)
-    c: torch.Tensor  # (M, N, L): N-major, or the destination as it is for a split-K reduction
+    c: torch.Tensor  # (M, N, L): N-major (M-major for swap-AB), or as it is for a split-K reduction
     a_major: str
     b_major: str
     copy_back: torch.Tensor | None  # (M, N, L) destination when ``c`` is a temporary
@@ -128,10 +131,13 @@ def plan(
     need_extent: bool,
     *,
     reduced: bool = False,
+    c_major: str = "n",
 ) -> Launch:
     """Kernel views of a validated call's ``batched`` views; copies only what the kernel cannot
     address. ``reduced``: a split-K reduction writes C (``splitk.split_k``), so ``c`` is
-    ``out3``'s (M, N, L) view whatever its strides, and there is nothing to copy back."""
+    ``out3``'s (M, N, L) view whatever its strides, and there is nothing to copy back.
+    ``c_major``: the unit-stride mode the kernel writes C along, "n" (row-major) or "m" (a
+    swap-AB kernel, given the transposed problem: the caller's row-major C read as C^T)."""
     L = out3.shape[0]
     a_mkl = a3.expand(L, -1, -1).permute(1, 2, 0)
     b_nkl = b3.expand(L, -1, -1).permute(2, 1, 0)
@@ -158,10 +164,17 @@ def plan(
     copied = a_view is None or b_view is None
     if reduced:
         return Launch(a_v, b_v, c_mnl, a_major, b_major, None, copied)
-    view = _kernel_view(c_mnl, need_extent) if n_kernel == n else None
-    if view is not None and view[1] == "cols":
+    c_mode = 0 if c_major == "m" else 1
+    view = _kernel_view(c_mnl, need_extent, (c_mode,)) if n_kernel == n else None
+    if view is not None:
         return Launch(a_v, b_v, view[0], a_major, b_major, None, copied)
-    c_tmp = torch.empty(
-        (L, m, _round_up(n_kernel, _vector(out3.dtype))), dtype=out3.dtype, device=out3.device
-    )[:, :, :n_kernel].permute(1, 2, 0)
+    vec_c = _vector(out3.dtype)
+    if c_mode == 1:
+        c_tmp = torch.empty(
+            (L, m, _round_up(n_kernel, vec_c)), dtype=out3.dtype, device=out3.device
+        )[:, :, :n_kernel].permute(1, 2, 0)
+    else:
+        c_tmp = torch.empty(
+            (L, n_kernel, _round_up(m, vec_c)), dtype=out3.dtype, device=out3.device
+        )[:, :, :m].permute(2, 1, 0)
     return Launch(a_v, b_v, c_tmp, a_major, b_major, c_mnl, copied)

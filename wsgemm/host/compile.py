@@ -37,7 +37,9 @@ def fake_arguments(variant: Variant) -> tuple:
 
     a = operand(variant.ab_dtype, m, k, variant.a_major == "m")
     b = operand(variant.ab_dtype, n, k, variant.b_major == "n")
-    c = operand(variant.c_dtype, m, n, False)
+    # A swap-AB config computes C^T = B^T A^T: its C is the caller's C transposed, M-major.
+    c_m_major = bool(getattr(variant.kernel_config(), "swap_ab", False))
+    c = operand(variant.c_dtype, m, n, c_m_major)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return a, b, c, cutlass.Int32(1), stream, cutlass.Int32(0)
 

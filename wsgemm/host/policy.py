@@ -148,6 +148,7 @@ class MenuEntry:
 
 
 def _entry(name: str, backend: str, shipped: bool = False, **fields) -> MenuEntry:
+    fields.setdefault("swap_ab", False)  # a swap-AB entry says so; the others run A @ B as given
     return MenuEntry(name, backend, tuple(sorted(fields.items())), shipped)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "SMEM_BUFFER_ALIGN",
     "STATIC_SMEM_BYTES",
     "THREADS_PER_CTA",
+    "TILE_N_CHOICES",
     "WGMMA_K",
     "WGMMA_M",
     "Sm90Config",
@@ -55,8 +56,12 @@ THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
 WGMMA_M = 64
 WGMMA_K = 16
 # Output subtile width: a 32-column strip keeps the epilogue's smem buffers small enough that
-# the mainloop ring keeps its stages.
+# the mainloop ring keeps its stages (a narrower tile is one subtile wide).
 EPI_TILE_N = 32
+# WGMMA takes N = 8..256 in steps of 8; the epilogue's st.matrix x4 covers 16 columns of a warp's
+# accumulators, so 16 is the narrowest tile. The narrow ones (16, 32) are for swap-AB, where
+# the tile's N is a few tokens (C^T = B^T A^T: the weights fill the 64-row M slot).
+TILE_N_CHOICES = (16, 32, 64, 128, 192, 256)
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,10 @@ class Sm90Config:
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"
+    # Swap-AB: the host runs this config on the swapped problem C^T (N, M) = B^T A^T, so the
+    # weights' N fills the tile's M (64- or 128-row WGMMAs) and a few tokens its N; the kernel
+    # then writes an M-major C (the caller's row-major C, transposed; no copy).
+    swap_ab: bool = False
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -85,8 +94,10 @@ class Sm90Config:
             raise ValueError(
                 f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
             )
-        if self.tile_n not in (64, 128, 192, 256):
-            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {self.tile_n}")
+        if self.tile_n not in TILE_N_CHOICES:
+            raise ValueError(
+                f"tile_n must be one of {', '.join(map(str, TILE_N_CHOICES))}, got {self.tile_n}"
+            )
         if self.tile_k not in (32, 64, 128):
             raise ValueError(f"tile_k must be one of 32, 64, 128, got {self.tile_k}")
         if self.schedule == "pingpong" and self.tile_m * self.tile_n > 128 * 128:
@@ -114,7 +125,7 @@ class Sm90Config:
     def epi_tile(self) -> tuple[int, int]:
         """Output subtile: all the tile's rows for cooperative (both warpgroups write one
         buffer), one 64-row WGMMA band for ping-pong (one warpgroup writes it)."""
-        return (self.tile_m if not self.pingpong else WGMMA_M, EPI_TILE_N)
+        return (self.tile_m if not self.pingpong else WGMMA_M, min(EPI_TILE_N, self.tile_n))
 
     @property
     def num_epi_subtiles(self) -> int:

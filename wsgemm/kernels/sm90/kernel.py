@@ -87,6 +87,7 @@ class Sm90Plan:
     consumer_regs: int
     tma_bytes_per_stage: int
     storage: Any
+    c_major: Any  # LayoutEnum of C: ROW_MAJOR (N-major) or COL_MAJOR (M-major)
 
 
 @dataclass(frozen=True)
@@ -225,15 +226,23 @@ class Sm90Gemm:
                 raise ValueError(f"{what} is {t.element_type}, the kernel was built for {want}")
         a_major = LayoutEnum.from_tensor(mA)
         b_major = LayoutEnum.from_tensor(mB)
-        if const_expr(LayoutEnum.from_tensor(mC) != LayoutEnum.ROW_MAJOR):
-            raise ValueError("C must be N-major (row-major per batch)")
+        # C is N-major (row-major per batch), or M-major for a swap-AB config: the host passes
+        # the caller's row-major C transposed (C^T = B^T A^T); the epilogue follows it.
+        c_major = LayoutEnum.from_tensor(mC)
+        want_c = LayoutEnum.COL_MAJOR if const_expr(cfg.swap_ab) else LayoutEnum.ROW_MAJOR
+        if const_expr(c_major != want_c):
+            raise ValueError(
+                "C must be M-major (column-major per batch) for a swap_ab config"
+                if cfg.swap_ab
+                else "C must be N-major (row-major per batch)"
+            )
 
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
         tiled_mma = self.make_tiled_mma(a_major, b_major)
         a_layout = sm90_utils.make_smem_layout_a(a_major, tile_mnk, self.ab_dtype, self.ab_stages)
         b_layout = sm90_utils.make_smem_layout_b(b_major, tile_mnk, self.ab_dtype, self.ab_stages)
         c_layout = sm90_utils.make_smem_layout_epi(
-            self.c_dtype, LayoutEnum.ROW_MAJOR, cfg.epi_tile, self.epi_stages
+            self.c_dtype, c_major, cfg.epi_tile, self.epi_stages
         )
 
         # A is shared by the CTAs of a cluster row (same m), B by a cluster column (same n).
@@ -281,6 +290,7 @@ class Sm90Gemm:
             consumer_regs=self.consumer_regs,
             tma_bytes_per_stage=tma_bytes,
             storage=self._shared_storage(a_layout, b_layout, c_layout),
+            c_major=c_major,
         )
 
         # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
@@ -338,15 +348,14 @@ class Sm90Gemm:
             raise ValueError("expected a k=16 WGMMA for 16-bit inputs")
         return tiled_mma
 
-    def make_epilogue_copy(self, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
-        """Registers -> smem subtile: st.matrix for 16-bit outputs, plain st.shared for fp32.
-        The C-atom tiling (16-bit st.matrix shape) only fixes which accumulator values each
-        thread owns per subtile."""
-        store_atom = sm90_utils.get_smem_store_op(
-            LayoutEnum.ROW_MAJOR, self.c_dtype, self.acc_dtype
-        )
+    def make_epilogue_copy(self, tiled_mma: cute.TiledMma, c_major: LayoutEnum) -> cute.TiledCopy:
+        """Registers -> smem subtile: st.matrix (transposed for an M-major C) for 16-bit
+        outputs, plain st.shared for fp32. The C-atom tiling (16-bit st.matrix shape) only fixes
+        which accumulator values each thread owns per subtile."""
+        store_atom = sm90_utils.get_smem_store_op(c_major, self.c_dtype, self.acc_dtype)
         layout_atom = cute.make_copy_atom(
-            warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), cutlass.Float16
+            warp.StMatrix8x8x16bOp(transpose=c_major.is_m_major_c(), num_matrices=4),
+            cutlass.Float16,
         )
         return cute.make_tiled_copy_S(
             store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
@@ -666,7 +675,7 @@ class Sm90Gemm:
 
     def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg):
         cfg = plan.config
-        tiled_copy_r2s = self.make_epilogue_copy(tiled_mma)
+        tiled_copy_r2s = self.make_epilogue_copy(tiled_mma, plan.c_major)
         thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
         # Every thread of the MMA writes into each subtile, so all of them meet per subtile.
         epilogue_threads = check_arrive_count(
