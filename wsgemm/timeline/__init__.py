@@ -1,0 +1,1 @@
+"""Per-role timelines of one traced GEMM call (issue #13)."""
