@@ -114,22 +114,22 @@ def pingpong_meta(tiles=(2, 3, 1), k_tiles: int = 4, **extra) -> dict:
 
 
 def pingpong_run(tiles=(2, 3, 1), k_tiles: int = 4, stages: int = 4, ctas: int = 2,
-                 smids=(3, 7)) -> list[Rec]:  # fmt: skip
+                 smids=(3, 7), stagger: int = 1000) -> list[Rec]:  # fmt: skip
     """The recorders of a simulated persistent ping-pong call (see the module docstring):
-    CTA ``c`` runs work units ``c, c + ctas, ...`` in m-major order."""
+    CTA ``c`` runs work units ``c, c + ctas, ...`` in m-major order and starts ``stagger`` ns
+    after CTA ``c - 1``."""
     tm, tn, tl = tiles
     recs = []
     for cta in range(ctas):
         work = range(cta, tm * tn * tl, ctas)
         coords = [(w % tm, w // tm % tn, w // (tm * tn)) for w in work]
-        recs += _cta(smids[cta], cta, coords, k_tiles, stages)
+        recs += _cta(smids[cta], cta, coords, k_tiles, stages, 1000 + stagger * cta)
     return recs
 
 
-def _cta(smid: int, cta: int, coords, k_tiles: int, stages: int) -> list[Rec]:
+def _cta(smid: int, cta: int, coords, k_tiles: int, stages: int, start: int) -> list[Rec]:
     producer = Rec(smid, cta, Role.PRODUCER, 8)
     consumers = [Rec(smid, cta, Role.CONSUMER, 0), Rec(smid, cta, Role.CONSUMER, 4)]
-    start = 1000 * (cta + 1)
     for r in (producer, *consumers):
         r.add(Event.RECORDER_BEGIN, start)
     p_time = start + ISSUE
