@@ -193,17 +193,15 @@ def _stages(d: Decoded) -> list[str]:
         fills, g + previous, side="right"
     )
     lines = []
-    for i, prev, ok in zip(r, np.where(same, np.roll(r, 1), -1), between > 0, strict=True):
-        if ok:
-            continue
-        stage = int(ev["stage"][i])
+    for j in np.flatnonzero(between == 0):
+        i, stage = r[j], int(ev["stage"][r[j]])
         at = f"CTA {int(cta[i])} stage {stage}: {_who(d, int(ev['rec'][i]))}"
-        if prev < 0:
+        if not same[j]:
             lines.append(f"{at} released it at {_us(ev['t'][i])} before any fill of it")
         else:
             lines.append(
-                f"{at} released it twice without a fill in between ({_us(ev['t'][prev])} and "
-                f"{_us(ev['t'][i])})"
+                f"{at} released it twice without a fill in between ({_us(ev['t'][r[j - 1]])} "
+                f"and {_us(ev['t'][i])})"
             )
     return _listed(lines, "stage releases without a fill")
 
@@ -224,7 +222,8 @@ def _tiles(d: Decoded) -> list[str]:
         grid = -(-np.asarray(counts, dtype=np.int64) // cluster) * cluster
         outside = ((tiles < 0) | (tiles >= grid)).any(axis=1)
         lines += [
-            f"{_who(d, int(rc))} fetched tile {tuple(t)}, past the grid of {tuple(grid)} tiles"
+            f"{_who(d, int(rc))} fetched tile {tuple(t)}, past the grid of "
+            f"{tuple(grid.tolist())} tiles"
             for rc, t in zip(rec[outside], tiles[outside].tolist(), strict=True)
         ]
         tiles, rec, cta = tiles[~outside], rec[~outside], cta[~outside]
@@ -310,18 +309,20 @@ def _full_after_load(d: Decoded) -> list[str]:
     complete = (d.recorders["role"] == Role.PRODUCER) & (d.recorders["overflow"] == 0)
     has_producer[d.recorders["cta"][complete]] = True
     judged = has_producer[cta[wait]]
+    t = ev["t"][wait]
     idx = np.flatnonzero(wait)
     lines = []
-    for i, t, o, b, tile, kk, ok in zip(idx, ev["t"][wait], own, bound, wait_tiles.tolist(),
-                                        k_of[wait], judged, strict=True):  # fmt: skip
-        if not ok:
-            continue
-        what = f"{_who(d, int(ev['rec'][i]))}: tile {tuple(tile)} k-tile {int(kk)}"
-        if o == -np.inf:
-            lines.append(f"{what}: waited on full (ended {_us(t)}) but its CTA issued no load")
-        elif t < b - TICK_NS:
-            whose = "its load was" if b == o else "the last of its cluster's loads was"
+    for j in np.flatnonzero(judged & ((own == -np.inf) | (t < bound - TICK_NS))):
+        i = idx[j]
+        what = (
+            f"{_who(d, int(ev['rec'][i]))}: tile {tuple(wait_tiles[j].tolist())} k-tile {k_of[i]}"
+        )
+        if own[j] == -np.inf:
+            lines.append(f"{what}: waited on full (ended {_us(t[j])}) but its CTA issued no load")
+        else:
+            whose = "its load was" if bound[j] == own[j] else "the last of its cluster's loads was"
             lines.append(
-                f"{what}: the wait on full ended at {_us(t)}, before {whose} issued at {_us(b)}"
+                f"{what}: the wait on full ended at {_us(t[j])}, before {whose} issued at "
+                f"{_us(bound[j])}"
             )
     return _listed(lines, "waits on full before their loads")
