@@ -4,14 +4,14 @@ same numbers.
 
 A recorder's time is painted in layers, the innermost on top:
 
-1. the recorder itself (its begin .. end): for the producer "loading" (it does nothing but wait
-   and issue loads), for the others "other" (fetching a tile, idle after the last one);
-2. each tile's mainloop on a consumer or worker (``mainloop_intervals``): "MMA";
-3. epilogue and fix-up spans; the sm80 worker's load and compute spans ("loading", "MMA");
-4. the waits: on empty, on full, on the ping-pong order, on MMAs to retire;
-5. the store wait, which lies inside an epilogue.
+1. the recorder itself (its begin .. end): "other" (fetching a tile, idle after its work);
+2. a producer's loading, from its first wait on empty or load issue to its last: "loading";
+3. each tile's mainloop on a consumer or worker (``mainloop_intervals``): "MMA";
+4. epilogue and fix-up spans; the sm80 worker's load and compute spans ("loading", "MMA");
+5. the waits: on empty, on full, on the ping-pong order, on MMAs to retire;
+6. the store wait, which lies inside an epilogue.
 
-So a producer's time outside its waits counts as issuing loads, and a consumer's time inside a
+So a producer's time between its waits counts as issuing loads, and a consumer's time inside a
 mainloop but outside its waits as issuing MMAs: the events bound the waits exactly, the work
 between them only by what is left.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import Event, Role
+from wsgemm.kernels.common.trace_format import Event
 
 from .decode import SPAN_NAMES, Decoded
 
@@ -52,8 +52,6 @@ COLORS = {
     "fix-up": "#8c564b",
     "other": "#7f7f7f",
 }
-# a role's time outside every span and mainloop
-_ROLE_WORK = {Role.PRODUCER: "loading", Role.CONSUMER: "other", Role.WORKER: "other"}
 # span kind -> activity, outermost first: where spans overlap, the later entry shows
 _LAYERS = (
     ("epilogue", "epilogue"),
@@ -66,6 +64,8 @@ _LAYERS = (
     ("mma wait", "MMA wait"),
     ("store wait", "store wait"),
 )
+# the events of a producer's loading
+_LOAD_KINDS = [int(k) for k in (Event.WAIT_EMPTY_BEGIN, Event.WAIT_EMPTY_END, Event.LOAD_ISSUE)]
 # the events of a tile's mainloop on a consumer (sm90, sm80 study kernel) or worker (multistage)
 _MAINLOOP_KINDS = [
     int(k)
@@ -106,31 +106,33 @@ def paint(decoded: Decoded, recs=None):
     indexes ``ACTIVITIES``. ``recs``: only these recorder indices (default all)."""
     recorders, spans = decoded.recorders, decoded.spans
     recs = np.arange(len(recorders)) if recs is None else np.asarray(recs, dtype=np.int64)
-    # channel 0: the recorder itself; 1: its tiles' mainloops; then the spans in _LAYERS order
+    # channel 0: the recorder itself; 1: a producer's loading; 2: a consumer's or worker's
+    # mainloops; then the spans in _LAYERS order
     channel_of = np.full(len(SPAN_NAMES), -1)
-    for channel, (name, _) in enumerate(_LAYERS, start=2):
+    for channel, (name, _) in enumerate(_LAYERS, start=3):
         channel_of[SPAN_NAMES.index(name)] = channel
     s = spans[np.isin(spans["rec"], recs) & (channel_of[spans["span"]] > 0)]
+    l_rec, l_begin, l_end = _intervals(decoded, recs, _LOAD_KINDS, per_tile=False)
     m_rec, m_begin, m_end = mainloop_intervals(decoded, recs)
     rec, start, stop, covered = sweep(
-        np.concatenate([recs, m_rec, s["rec"]]),
-        np.concatenate([recorders["begin"][recs], m_begin, s["begin"]]),
-        np.concatenate([recorders["end"][recs], m_end, s["end"]]),
+        np.concatenate([recs, l_rec, m_rec, s["rec"]]),
+        np.concatenate([recorders["begin"][recs], l_begin, m_begin, s["begin"]]),
+        np.concatenate([recorders["end"][recs], l_end, m_end, s["end"]]),
         np.concatenate(
-            [np.zeros(len(recs), np.int64), np.ones(len(m_rec), np.int64), channel_of[s["span"]]]
+            [
+                np.zeros(len(recs), np.int64),
+                np.ones(len(l_rec), np.int64),
+                np.full(len(m_rec), 2),
+                channel_of[s["span"]],
+            ]
         ),
-        len(_LAYERS) + 2,
+        len(_LAYERS) + 3,
     )
     live = covered.any(axis=1)
     rec, start, stop, covered = rec[live], start[live], stop[live], covered[live]
     top = covered.shape[1] - 1 - np.argmax(covered[:, ::-1], axis=1)
-    span_activity = np.array(
-        [-1, ACTIVITIES.index("MMA"), *(ACTIVITIES.index(act) for _, act in _LAYERS)]
-    )
-    activity = span_activity[top]
-    base = top == 0
-    activity[base] = [ACTIVITIES.index(_ROLE_WORK.get(r, "other")) for r in
-                      recorders["role"][rec[base]].tolist()]  # fmt: skip
+    channel_activity = ["other", "loading", "MMA", *(act for _, act in _LAYERS)]
+    activity = np.array([ACTIVITIES.index(a) for a in channel_activity])[top]
     # merge neighbours of one activity
     new = np.ones(len(rec), dtype=bool)
     new[1:] = (rec[1:] != rec[:-1]) | (activity[1:] != activity[:-1]) | (start[1:] > stop[:-1])
@@ -153,12 +155,18 @@ def mainloop_intervals(decoded: Decoded, recs):
     first mainloop event (wait on full, MMA issue, stage release, sm80 load/compute) to its
     last. A recorder's tiles are told apart by its epilogues: the events between two
     EPILOGUE_BEGINs belong to one tile."""
+    return _intervals(decoded, recs, _MAINLOOP_KINDS, per_tile=True)
+
+
+def _intervals(decoded: Decoded, recs, kinds, per_tile: bool):
+    """``(rec, begin, end)`` from the first to the last event of ``kinds`` on each recorder of
+    ``recs`` (``per_tile``: on each of its tiles, as ``mainloop_intervals`` says)."""
     ev = decoded.events
     ev = ev[np.isin(ev["rec"], recs)]
     # events are recorder-major in recording order: a running count of epilogue begins numbers
     # each recorder's tiles (the count only grows, so (rec, count) names one tile)
-    tile = np.cumsum(ev["kind"] == Event.EPILOGUE_BEGIN)
-    main = np.isin(ev["kind"], _MAINLOOP_KINDS)
+    tile = np.cumsum(ev["kind"] == Event.EPILOGUE_BEGIN) if per_tile else np.zeros(len(ev))
+    main = np.isin(ev["kind"], kinds)
     rec, tile, t = ev["rec"][main], tile[main], ev["t"][main]
     if not len(rec):
         return rec, t, t
