@@ -16,6 +16,14 @@ module over the function ``wsgemm.trace`` on the package. numpy is needed (the `
 extra); torch and the DSL only to record (``trace``), not to read a recording.
 """
 
+try:
+    import numpy  # noqa: F401
+except ModuleNotFoundError as exc:  # the core install has no numpy of its own
+    raise ModuleNotFoundError(
+        "wsgemm's traces need numpy (and matplotlib for the PNG): pip install 'wsgemm[trace]'",
+        name="numpy",
+    ) from exc
+
 from .checks import check
 from .decode import Decoded, decode
 from .timeline import Timeline, trace
