@@ -20,7 +20,7 @@ import numpy as np
 
 from wsgemm.kernels.common.trace_format import Event
 
-from .decode import SPAN_NAMES, Decoded, recorder_label
+from .decode import SPAN_NAMES, Decoded, recorder_label, role_name
 
 __all__ = ["INSTANTS", "write_chrome"]
 
@@ -38,7 +38,7 @@ def write_chrome(d: Decoded, path: str | Path, problems: list[str] | None = None
     path = Path(path)
     rec = d.recorders
     pid = rec["smid"].tolist()
-    role = [recorder_label(r).split()[0] for r in rec]
+    role = [role_name(r) for r in rec["role"].tolist()]
     with open(path, "w") as f:
         other = {"meta": d.meta, "origin_globaltimer_ns": d.origin_ns, "problems": problems or []}
         f.write('{"displayTimeUnit": "ns", "otherData": ')

@@ -40,6 +40,7 @@ __all__ = [
     "Decoded",
     "decode",
     "recorder_label",
+    "role_name",
 ]
 
 #: Span kinds in ``SPANS`` order; a span's ``span`` field indexes this tuple.
@@ -121,9 +122,18 @@ class Decoded:
         return float(self.recorders["end"].max() - self.recorders["begin"].min())
 
 
+def role_name(value: int) -> str:
+    """``"producer"``, ``"consumer"``, ``"worker"`` (``"role 7"`` for a value the format does
+    not define: a damaged buffer still renders)."""
+    try:
+        return Role(int(value)).name.lower()
+    except ValueError:
+        return f"role {int(value)}"
+
+
 def recorder_label(rec) -> str:
     """``"producer w8"``, ``"consumer w4"``: a recorder row's role and warp."""
-    return f"{Role(int(rec['role'])).name.lower()} w{int(rec['warp'])}"
+    return f"{role_name(rec['role'])} w{int(rec['warp'])}"
 
 
 def _u64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

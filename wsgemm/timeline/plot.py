@@ -20,7 +20,7 @@ import numpy as np
 from wsgemm.kernels.common.trace_format import Event, Role
 
 from .activity import ACTIVITIES, COLORS, paint
-from .decode import Decoded
+from .decode import Decoded, role_name
 
 __all__ = ["DEFAULT_SMS", "pick_sms", "plot"]
 
@@ -131,7 +131,7 @@ def _rows(d: Decoded, sms: list[int]) -> list[tuple]:
             seen.setdefault((order, warp), []).append(i)
         first = True
         for (_, warp), members in seen.items():
-            role = Role(int(rec["role"][members[0]])).name.lower()
+            role = role_name(rec["role"][members[0]])
             label = f"{f'SM {sm}  ' if first else ''}{role} w{warp}"
             rows.append((label, np.array(members), 1.0))
             first = False

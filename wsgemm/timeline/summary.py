@@ -167,9 +167,9 @@ def _overhead(meta: dict) -> dict:
 # ----------------------------------------------------------------------------- rendering
 
 
-def title(summary: dict) -> str:
-    """One line naming the call: backend, shape, dtypes, tile, device."""
-    call = summary["call"]
+def title(call: dict) -> str:
+    """One line naming the call (a recording's ``meta`` or a summary's ``call``): backend,
+    shape, dtype, layout, tile, device."""
     shape = call.get("shape") or []
     dims = "x".join(str(v) for v in shape[:3])
     if len(shape) > 3 and shape[3] != 1:
@@ -186,7 +186,7 @@ def tables(summary: dict) -> list:
 
     roles = summary["roles"]
     shown = [a for a in ACTIVITIES if any(a in r["fractions"] for r in roles.values())]
-    by_role = Table(title=f"wsgemm trace: {title(summary)}", title_justify="left")
+    by_role = Table(title=f"wsgemm trace: {title(summary['call'])}", title_justify="left")
     by_role.add_column("role")
     by_role.add_column("recorders", justify="right")
     for name in shown:

@@ -60,7 +60,8 @@ class Timeline:
         return summary.summarize(self.decoded, self.check())
 
     def title(self) -> str:
-        return summary.title(self.summary())
+        """One line naming the call: backend, shape, dtype, layout, tile, device."""
+        return summary.title(self.meta)
 
     def to_chrome(self, path: str | Path) -> Path:
         """Write a Chrome/Perfetto trace (JSON) to ``path``."""
