@@ -473,13 +473,20 @@ def test_a_real_recording_is_consistent(real):
 
 
 @pytest.mark.gpu
-def test_trace_command_records_a_consistent_call(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "backend, shape",
+    [("auto", "1024,1024,1024"), ("sm80", "1000,520,264")],  # sm80: clock64 times, ragged
+)
+def test_trace_command_records_a_consistent_call(backend, shape, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main(["trace", "--shape", "1024,1024,1024", "--out", str(out)]) == 0
+    argv = ["trace", "--shape", shape, "--backend", backend, "--out", str(out)]
+    assert cli.main(argv) == 0
     err = capsys.readouterr().err
     assert "warning" not in err, err
     for name in trace_cli.FILES.values():
         assert (out / name).stat().st_size > 0
     timeline = Timeline.from_raw(out / "raw.npz")
     assert timeline.check() == []
-    assert timeline.summary()["overhead"]["traced_us"] is not None
+    summary = timeline.summary()
+    assert summary["overhead"]["traced_us"] is not None
+    assert summary["recorders"] > 0 and summary["overflow"]["recorders"] == 0

@@ -138,7 +138,7 @@ def recorder_label(rec) -> str:
 
 def _u64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Two int32 words as one 64-bit value (int64: timers stay below 2^63)."""
-    return (hi.astype(np.int64) << 32) | lo.astype(np.int64) & 0xFFFFFFFF
+    return (hi.astype(np.int64) << 32) | (lo.astype(np.int64) & 0xFFFFFFFF)
 
 
 def decode(raw: RawTrace) -> Decoded:
