@@ -475,7 +475,7 @@ def test_a_real_recording_is_consistent(real):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "backend, shape",
-    [("auto", "1024,1024,1024"), ("sm80", "1000,520,264")],  # sm80: clock64 times, ragged
+    [("auto", "1024,1024,1024"), ("sm80", "1000,520,264")],  # the study kernel, ragged
 )
 def test_trace_command_records_a_consistent_call(backend, shape, tmp_path, capsys):
     out = tmp_path / "out"
