@@ -282,7 +282,7 @@ def _full_after_load(d: Decoded) -> list[str]:
     n_load = int(load.sum())
 
     def latest(*columns):
-        """Per wait, the latest load with the same key (-inf where none), and the CTA."""
+        """Per wait, the latest load with the same key (-inf where there is none)."""
         ids = _ids(*(np.concatenate(pair) for pair in columns))
         when = np.full(ids.max() + 1 if len(ids) else 0, -np.inf)
         np.maximum.at(when, ids[:n_load], ev["t"][load])
