@@ -5,6 +5,7 @@
 >>> b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
 >>> c = wsgemm.matmul(a, b)          # same meaning as torch.matmul(a, b), differentiable
 >>> wsgemm.nn.replace_linear(model)  # model's nn.Linear layers now run on wsgemm
+>>> wsgemm.trace(a, b).plot("timeline.png")  # what each warp role did during one call
 
 The user API is ``__all__``; the layers below (``wsgemm.api``, ``wsgemm.host``,
 ``wsgemm.kernels``, ...) stay importable by their module paths. The torch ops
@@ -15,7 +16,7 @@ The user API is ``__all__``; the layers below (``wsgemm.api``, ``wsgemm.host``,
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "nn", "explain", "available_backends"]
+__all__ = ["matmul", "linear", "nn", "explain", "available_backends", "trace"]
 
 # Where each public name lives (None: the name is a submodule).
 _PUBLIC = {
@@ -24,6 +25,7 @@ _PUBLIC = {
     "nn": None,
     "explain": "api",
     "available_backends": "api",
+    "trace": "timeline",
 }
 
 

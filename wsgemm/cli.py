@@ -1,5 +1,5 @@
 """``python -m wsgemm``: ``inspect`` (compile and read SASS, no GPU needed), ``warm`` (fill the
-compile cache), ``cache info|clear`` and ``bench``.
+compile cache), ``cache info|clear``, ``bench`` and ``trace`` (one call's per-role timeline).
 
 Building the parser imports neither torch nor the DSL, so ``--help`` is fast; each command
 imports what it needs.
@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from . import trace_cli
 from .bench import cli as bench_cli
 from .bench.cli import stderr_console as _err_console
 
@@ -59,6 +60,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     ops = insp.opcode_columns(args.arch, {BACKENDS[n].family for n in names})
     from .support import SHORT_NAMES as short
+
     table = Table(title=f"wsgemm kernels compiled for {args.arch}")
     for col in ("kernel", "in>out acc A B", "config", "regs", "smem", "spill", *ops):
         table.add_column(col, justify="right" if col not in ("kernel", "config") else "left")
@@ -279,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time wsgemm against torch.matmul and peers on the GPU")
     bench_cli.add_arguments(p)
     p.set_defaults(func=bench_cli.run)
+
+    p = sub.add_parser(
+        "trace",
+        help="record what each warp role does during one call on the GPU (or re-render a "
+        "recording): Perfetto trace, PNG timeline, summary",
+    )
+    trace_cli.add_arguments(p)
+    p.set_defaults(func=trace_cli.run)
     return parser
 
 

@@ -1,0 +1,492 @@
+"""``wsgemm.timeline`` and ``python -m wsgemm trace`` on the CPU: decoding a raw trace, the
+consistency checks, the Chrome trace, the PNG, the summary and the command line, on synthetic
+recordings (tests/trace_fixture.py) and on the real ones in tests/data/trace_*.npz."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from trace_fixture import (
+    BASE_NS,
+    Rec,
+    hand_meta,
+    hand_run,
+    pack,
+    pingpong_meta,
+    pingpong_run,
+)
+
+from wsgemm import cli, trace_cli
+from wsgemm.kernels.common.trace_format import Event, RawTrace, Timer
+from wsgemm.timeline import Timeline, check, decode
+from wsgemm.timeline.chrome import INSTANTS
+from wsgemm.timeline.decode import SPAN_NAMES
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDINGS = sorted((REPO / "tests" / "data").glob("trace_*.npz"))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _events(rec: Rec, kind: Event) -> list[int]:
+    """Indices of ``rec``'s events of ``kind``."""
+    return [i for i, e in enumerate(rec.events) if e[0] == kind]
+
+
+def _retime(rec: Rec, i: int, t: int) -> None:
+    kind, _, *coords = rec.events[i]
+    rec.events[i] = (kind, t, *coords)
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+def test_decode_reads_every_recorder_and_event_on_one_clock():
+    recs = pingpong_run()
+    d = decode(pack(recs))
+    # the packed buffer has an extra row that never recorded: it is skipped
+    assert len(d.recorders) == len(recs) == 6
+    for got, want in zip(d.recorders, recs, strict=True):
+        assert (got["smid"], got["cta"], got["role"], got["warp"]) == (
+            want.smid, want.cta, int(want.role), want.warp,
+        )  # fmt: skip
+        assert got["count"] == got["stored"] == len(want.events) and got["overflow"] == 0
+    assert len(d.events) == sum(len(r.events) for r in recs)
+    # t = 0 is the earliest recorder start (CTA 0 starts at 1000 ns after BASE_NS)
+    assert d.origin_ns == BASE_NS + 1000
+    first = d.events[d.events["rec"] == 0]
+    assert first["t"][0] == 0.0
+    want = [e[1] - 1000 for e in recs[0].events]
+    np.testing.assert_array_equal(first["t"], want)
+    assert list(first["kind"]) == [e[0] for e in recs[0].events]
+    # CTA 1 starts 1000 ns later
+    assert d.recorders["begin"][3] == 1000.0
+
+
+def test_clock64_rows_map_to_ns_through_their_anchors():
+    recs = pingpong_run()
+    plain = decode(pack(recs))
+    recs[1].timer = Timer.CLOCK64
+    mapped = decode(pack(recs))
+    assert mapped.recorders["timer"][1] == Timer.CLOCK64
+    np.testing.assert_allclose(mapped.events["t"], plain.events["t"], atol=1.0)
+
+
+def test_spans_pair_begin_and_end_per_recorder_in_order():
+    d = decode(pack(hand_run(), meta=hand_meta()))
+    w0 = d.spans[d.spans["rec"] == 1]
+    got = [(SPAN_NAMES[s["span"]], s["begin"], s["end"]) for s in w0]
+    assert got == [
+        ("recorder", 0.0, 1000.0),
+        ("wait full", 0.0, 100.0),
+        ("epilogue", 600.0, 900.0),
+        ("store wait", 700.0, 800.0),
+    ]
+    wait_full = w0[w0["span"] == SPAN_NAMES.index("wait full")][0]
+    assert (wait_full["tile_m"], wait_full["k_tile"], wait_full["stage"]) == (0, 0, 0)
+    assert not len(d.unmatched)
+
+
+def test_an_unmatched_begin_or_end_is_reported_not_raised():
+    recs = hand_run()
+    w0 = recs[1]
+    del w0.events[_events(w0, Event.WAIT_FULL_END)[0]]  # a begin without its end
+    del w0.events[_events(w0, Event.STORE_WAIT_BEGIN)[0]]  # an end without its begin
+    d = decode(pack(recs, meta=hand_meta()))
+    assert sorted(Event(k).name for k in d.unmatched["kind"]) == [
+        "STORE_WAIT_END",
+        "WAIT_FULL_BEGIN",
+    ]
+    assert SPAN_NAMES.index("epilogue") in d.spans["span"][d.spans["rec"] == 1]
+    problems = check(d)
+    assert any("WAIT_FULL_BEGIN at 0.000 us has no WAIT_FULL_END after it" in p for p in problems)
+    assert any(
+        "STORE_WAIT_END at 0.800 us has no STORE_WAIT_BEGIN before it" in p for p in problems
+    )
+
+
+def test_overflow_is_counted_per_recorder_and_reported():
+    recs = pingpong_run()
+    d = decode(pack(recs, capacity=30))
+    want = [max(0, len(r.events) - 30) for r in recs]
+    assert list(d.recorders["overflow"]) == want and list(d.recorders["stored"]) == [
+        min(30, len(r.events)) for r in recs
+    ]
+    assert len(d.events) == sum(min(30, len(r.events)) for r in recs)
+    problems = check(d)
+    assert problems[0].startswith(f"6 recorder(s) overflowed: {sum(want)} events lost")
+    assert "larger capacity" in problems[0]
+    # the spans the overflow cut short are not reported on their own
+    assert not any("has no" in p for p in problems)
+    summary = Timeline(pack(recs, capacity=30)).summary()
+    assert summary["overflow"] == {"recorders": 6, "events_lost": sum(want), "capacity": 30}
+
+
+def test_a_buffer_of_the_wrong_shape_is_a_value_error():
+    raw = pack(pingpong_run())
+    with pytest.raises(ValueError, match="whole 8-word events"):
+        decode(RawTrace(buffer=raw.buffer[:, :-3], meta=raw.meta))
+    with pytest.raises(ValueError, match="int32"):
+        decode(RawTrace(buffer=raw.buffer.astype(np.int64), meta=raw.meta))
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def test_consistent_recordings_pass_every_check():
+    assert check(pack(pingpong_run())) == []
+    assert check(pack(hand_run(), meta=hand_meta())) == []
+    # a 2x1 cluster whose CTAs issue each k-tile together
+    meta = pingpong_meta()
+    meta["config"]["cluster_m"] = 2
+    assert check(pack(pingpong_run(stagger=0), meta=meta)) == []
+
+
+def test_a_stage_released_twice_without_a_fill_fails():
+    recs = pingpong_run()
+    w0 = recs[1]
+    i = _events(w0, Event.STAGE_RELEASE)[1]
+    w0.events.insert(i + 1, w0.events[i])
+    problems = check(pack(recs))
+    assert len(problems) == 1
+    assert "CTA 0 stage 1: CTA 0 consumer w0 (SM 3) released it twice without a fill" in problems[0]
+
+
+def test_a_release_before_any_fill_fails():
+    recs = pingpong_run()
+    w0 = recs[1]
+    w0.events.insert(1, (int(Event.STAGE_RELEASE), w0.events[0][1], 0, 0, 0, 0, 3))
+    problems = check(pack(recs))
+    assert any("stage 3" in p and "before any fill of it" in p for p in problems)
+
+
+def test_a_tile_no_cta_ran_fails():
+    recs = pingpong_run()
+    w4 = recs[2]  # CTA 0's second warpgroup ran one tile: (0, 1, 0)
+    w4.events = [e for e in w4.events if e[0] != Event.TILE_FETCH]
+    assert check(pack(recs)) == ["1 of 6 tiles were run by no CTA: (0, 1, 0)"]
+
+
+def test_a_tile_two_ctas_ran_fails():
+    recs = pingpong_run()
+    w4 = recs[5]  # CTA 1's second warpgroup: make its tile CTA 0's first
+    i = _events(w4, Event.TILE_FETCH)[0]
+    w4.events[i] = (int(Event.TILE_FETCH), w4.events[i][1], 0, 0, 0, -1, -1)
+    problems = check(pack(recs))
+    assert "tile (0, 0, 0) was run by 2 CTAs: [0, 1]" in problems
+    assert "1 of 6 tiles were run by no CTA: (1, 1, 0)" in problems
+
+
+def test_missing_tiles_are_not_required_of_a_sampled_recording():
+    recs = pingpong_run()
+    recs = recs[:3]  # only CTA 0 recorded
+    assert check(pack(recs, meta=pingpong_meta(sampled=True))) == []
+    assert "3 of 6 tiles were run by no CTA" in check(pack(recs))[0]
+
+
+def test_tiles_past_the_problem_edge_are_allowed_within_the_cluster_grid():
+    # 2 x 3 tiles of which the problem covers 1 x 3: a 2x1 cluster overhangs the ragged edge
+    meta = pingpong_meta(tiles=(1, 3, 1))
+    meta["config"]["cluster_m"] = 2
+    assert check(pack(pingpong_run(stagger=0), meta=meta)) == []
+    meta["config"]["cluster_m"] = 1
+    problems = check(pack(pingpong_run(stagger=0), meta=meta))
+    assert any("past the grid of (1, 3, 1) tiles" in p for p in problems)
+
+
+def test_a_wait_on_full_ending_before_its_load_fails():
+    recs = pingpong_run()
+    producer, w0 = recs[0], recs[1]
+    load = next(e for e in producer.events if e[0] == Event.LOAD_ISSUE and e[5] == 1)
+    begin, end = (_events(w0, k)[1] for k in (Event.WAIT_FULL_BEGIN, Event.WAIT_FULL_END))
+    _retime(w0, begin, load[1] - 200)
+    _retime(w0, end, load[1] - 100)
+    problems = check(pack(recs))
+    assert any(
+        "CTA 0 consumer w0 (SM 3): tile (0, 0, 0) k-tile 1: the wait on full ended at" in p
+        and "before its load was issued" in p
+        for p in problems
+    )
+
+
+def test_one_tick_of_clock_slack_is_allowed():
+    recs = pingpong_run()
+    producer, w0 = recs[0], recs[1]
+    load = next(e for e in producer.events if e[0] == Event.LOAD_ISSUE and e[5] == 0)
+    _retime(w0, _events(w0, Event.WAIT_FULL_END)[0], load[1] - 32)
+    assert check(pack(recs)) == []
+
+
+def test_in_a_cluster_the_wait_on_full_waits_for_the_peers_loads():
+    meta = pingpong_meta()
+    meta["config"]["cluster_m"] = 2
+    # CTA 1 (the peer holding the same cluster tile) issues every k-tile 1 us after CTA 0
+    problems = check(pack(pingpong_run(stagger=1000), meta=meta))
+    assert any("before the last of its cluster's loads was issued" in p for p in problems)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def test_chrome_trace_is_valid_trace_event_json(tmp_path):
+    recs = pingpong_run()
+    timeline = Timeline(pack(recs))
+    doc = json.loads(timeline.to_chrome(tmp_path / "trace.json").read_text())
+    events = doc["traceEvents"]
+    assert doc["otherData"]["meta"]["backend"] == "sm90-pingpong"
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {3: "SM 3", 7: "SM 7"}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+    }
+    assert threads[(3, 0)] == "producer w8 (CTA 0)" and threads[(7, 5)] == "consumer w4 (CTA 1)"
+    spans = [e for e in events if e["ph"] == "X"]
+    instants = [e for e in events if e["ph"] == "i"]
+    assert len(spans) == len(timeline.spans)
+    assert len(instants) == int(np.isin(timeline.events["kind"], list(INSTANTS)).sum())
+    for e in spans + instants:
+        assert {"name", "ph", "pid", "tid", "ts", "cat"} <= set(e)
+        assert (e["pid"], e["tid"]) in threads
+        assert isinstance(e["ts"], float) and e["ts"] >= 0
+    assert all(e["dur"] >= 0 for e in spans)
+    load = next(e for e in instants if e["name"] == "load issue")
+    assert load["s"] == "t" and set(load["args"]) == {"tile", "k_tile", "stage"}
+    # microseconds: the first wait on empty of CTA 0 spans 64..96 ns
+    first_wait = next(e for e in spans if e["name"] == "wait empty" and e["tid"] == 0)
+    assert (first_wait["ts"], first_wait["dur"]) == (0.064, 0.032)
+
+
+def test_png_timeline_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    timeline = Timeline(pack(pingpong_run()))
+    path = timeline.plot(tmp_path / "timeline.png")
+    data = path.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    one = timeline.plot(tmp_path / "one.png", sms=[7, 99])
+    assert one.read_bytes().startswith(PNG_MAGIC)
+    with pytest.raises(ValueError, match="none of SMs 50-51 recorded; the trace has SMs 3, 7"):
+        timeline.plot(tmp_path / "none.png", sms=[50, 51])
+
+
+def test_summary_numbers_on_a_hand_computed_recording():
+    s = Timeline(pack(hand_run(), meta=hand_meta())).summary()
+    assert s["roles"]["producer"] == {
+        "recorders": 1,
+        "time_us": 1.0,
+        "fractions": {"loading": 0.07, "wait empty": 0.2, "other": 0.73},
+    }
+    # two consumers, 2000 ns: MMA 450 + 400, wait full 100 + 50, order wait 400, epilogue 200
+    # (its store wait 100 apart), other 150 + 150
+    assert s["roles"]["consumer"]["fractions"] == {
+        "MMA": 0.425,
+        "wait full": 0.075,
+        "order wait": 0.2,
+        "epilogue": 0.1,
+        "store wait": 0.05,
+        "other": 0.15,
+    }
+    assert s["epilogue"] == {"time_us": 0.3, "exposed_us": 0.05, "exposed_fraction": 0.1667}
+    assert s["tiles_per_sm"] == {"min": 2, "median": 2.0, "max": 2}
+    assert s["finish"] == {"first_us": 1.0, "last_us": 1.0, "tail_us": 0.0, "tail_fraction": 0.0}
+    assert s["overhead"] == {"traced_us": 1.05, "untraced_us": 1.0, "overhead_fraction": 0.05}
+    assert s["problems"] == [] and s["duration_us"] == 1.0 and s["sms"] == 1
+
+
+def test_summary_tail_and_tiles_across_sms():
+    s = Timeline(pack(pingpong_run(stagger=1000))).summary()
+    # both CTAs run the same schedule, the second 1 us later
+    assert s["finish"]["tail_us"] == 1.0
+    assert s["finish"]["tail_fraction"] == round(1.0 / s["duration_us"], 4)
+    assert s["tiles_per_sm"] == {"min": 3, "median": 3.0, "max": 3}
+    assert s["overhead"]["overhead_fraction"] == 0.04
+    assert sum(s["roles"]["consumer"]["fractions"].values()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_summary_tables_render():
+    from rich.console import Console
+
+    from wsgemm.timeline.summary import tables
+
+    console = Console(record=True, width=200)
+    for table in tables(Timeline(pack(hand_run(), meta=hand_meta())).summary()):
+        console.print(table)
+    text = console.export_text()
+    assert "sm90-pingpong 256x128x64 float16 TN tile 128x128x64" in text
+    assert "0.05 of 0.30 us (17%)" in text and "+5.0%" in text
+
+
+def test_a_saved_recording_reads_back_the_same(tmp_path):
+    timeline = Timeline(pack(pingpong_run()))
+    again = Timeline.from_raw(timeline.save(tmp_path / "raw.npz"))
+    np.testing.assert_array_equal(again.events, timeline.events)
+    assert again.summary() == timeline.summary()
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+@pytest.fixture
+def recording(tmp_path) -> Path:
+    return pack(pingpong_run()).save(tmp_path / "recorded.npz")
+
+
+def test_from_raw_writes_the_four_files_and_prints_the_summary(recording, tmp_path, capsys):
+    out = tmp_path / "out" / "deeper"
+    assert cli.main(["trace", "--from-raw", str(recording), "--out", str(out), "--sms", "7"]) == 0
+    captured = capsys.readouterr()
+    assert "wsgemm trace: sm90-pingpong 256x384x256" in captured.out
+    assert "exposed epilogue" in captured.out
+    for name in trace_cli.FILES.values():
+        assert (out / name).stat().st_size > 0
+        assert str(out / name) in captured.err
+    assert (out / "timeline.png").read_bytes().startswith(PNG_MAGIC)
+    json.loads((out / "trace.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == Timeline.from_raw(recording).summary()
+    assert Timeline.from_raw(out / "raw.npz").summary() == summary
+
+
+def test_from_raw_warns_about_an_inconsistent_recording(tmp_path, capsys):
+    recs = pingpong_run()
+    recs[2].events = [e for e in recs[2].events if e[0] != Event.TILE_FETCH]
+    path = pack(recs).save(tmp_path / "bad.npz")
+    assert cli.main(["trace", "--from-raw", str(path), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the recording is not consistent (1 problem(s)" in err
+    assert "1 of 6 tiles were run by no CTA: (0, 1, 0)" in err
+
+
+def test_without_a_gpu_recording_says_so_and_fails(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["trace", "--shape", "256,256,256", "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == trace_cli.EXIT_NO_GPU
+    err = capsys.readouterr().err
+    assert "no CUDA GPU is visible: recording a trace needs a CUDA GPU" in err
+    assert "--from-raw FILE re-renders a recording" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--shape", "1,2"], "expected three positive integers"),
+        (["--shape", "0,8,8"], "expected three positive integers"),
+        (["--shape", "8,8,8;8,8,8"], "expected one shape"),
+        (["--shape", "8,8,8", "--backend", "sm100"], "invalid choice: 'sm100'"),
+        (["--shape", "8,8,8", "--dtype", "float32"], "expected one of float16 (fp16)"),
+        (["--shape", "8,8,8", "--layout", "TX"], "expected one of TN, NN, NT, TT"),
+        (["--shape", "8,8,8", "--batch", "0"], "expected an integer >= 1"),
+        (["--shape", "8,8,8", "--capacity", "-5"], "expected an integer >= 1"),
+        (["--shape", "8,8,8", "--sms", "0-x"], "expected SM ids such as 0-7"),
+        (["--shape", "8,8,8", "--sms", "7-3"], "the range 7-3 runs backwards"),
+        (["--from-raw", "missing.npz"], "no such file: missing.npz"),
+        (["--from-raw", "NOT_RAW"], "is not a wsgemm raw trace"),
+        (["--from-raw", "RAW", "--shape", "8,8,8"], "not allowed with argument"),
+        ([], "one of the arguments --shape --from-raw is required"),
+        (["--shape", "8,8,8", "--out", "FILE/sub"], "is not a directory"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(argv, message, recording, tmp_path, capsys):
+    not_raw = tmp_path / "not_raw.npz"
+    not_raw.write_bytes(b"PK\x03\x04 not a zip")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    swap = {"NOT_RAW": str(not_raw), "RAW": str(recording), "FILE/sub": str(a_file / "sub")}
+    argv = [swap.get(a, a) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["trace", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--from-raw", "RAW", "--backend", "sm90", "--dtype", "bf16"],
+         "--backend, --dtype: only for a new recording (--shape)"),
+        (["--from-raw", "RAW", "--sms", "40-47"], "none of SMs 40-47 recorded"),
+        (["--shape", "8,8,8", "--dtype", "bf16", "--accumulate", "fp16"], "fp16 inputs"),
+    ],
+)  # fmt: skip
+def test_inconsistent_options_exit_2_before_any_gpu_work(argv, message, recording, tmp_path,
+                                                         capsys):  # fmt: skip
+    argv = [str(recording) if a == "RAW" else a for a in argv]
+    assert cli.main(["trace", *argv, "--out", str(tmp_path / "out")]) == trace_cli.EXIT_USAGE
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_import_wsgemm_and_a_re_render_load_neither_torch_nor_the_dsl(recording, tmp_path):
+    code = (
+        "import sys, wsgemm\n"
+        "assert wsgemm.trace is wsgemm.timeline.trace\n"
+        "from wsgemm import cli\n"
+        f"code = cli.main(['trace', '--from-raw', {str(recording)!r}, '--out', "
+        f"{str(tmp_path / 'out')!r}])\n"
+        "print(code, sorted(m for m in ('torch', 'cutlass') if m in sys.modules))\n"
+    )
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "0 []"
+
+
+# ----------------------------------------------------------------------------- real recordings
+
+
+@pytest.fixture(params=RECORDINGS or [None], ids=lambda p: p.name if p else "none")
+def real(request) -> Timeline:
+    """A recording made on a GPU (tests/data/trace_*.npz); skipped while there is none."""
+    if request.param is None:
+        pytest.skip("no real recording in tests/data/trace_*.npz")
+    return Timeline.from_raw(request.param)
+
+
+def test_a_real_recording_renders(real, tmp_path):
+    pytest.importorskip("matplotlib")
+    doc = json.loads(real.to_chrome(tmp_path / "trace.json").read_text())
+    assert any(e["ph"] == "X" for e in doc["traceEvents"])
+    assert real.plot(tmp_path / "timeline.png").read_bytes().startswith(PNG_MAGIC)
+    summary = real.summary()
+    json.dumps(summary)
+    assert summary["recorders"] == len(real.recorders) > 0
+    for role in summary["roles"].values():
+        assert sum(role["fractions"].values()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_real_recording_is_consistent(real):
+    assert real.check() == []
+
+
+# ----------------------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "backend, shape",
+    [("auto", "1024,1024,1024"), ("sm80", "1000,520,264")],  # the study kernel, ragged
+)
+def test_trace_command_records_a_consistent_call(backend, shape, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["trace", "--shape", shape, "--backend", backend, "--out", str(out)]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err, err
+    for name in trace_cli.FILES.values():
+        assert (out / name).stat().st_size > 0
+    timeline = Timeline.from_raw(out / "raw.npz")
+    assert timeline.check() == []
+    summary = timeline.summary()
+    assert summary["overhead"]["traced_us"] is not None
+    assert summary["recorders"] > 0 and summary["overflow"]["recorders"] == 0

@@ -1,0 +1,328 @@
+"""Is a recording consistent with how the kernels work? ``check(raw)`` lists what is not.
+
+The checks (each problem is one sentence naming the CTA, SM, role and time):
+
+* **decode**: what the decoder could not read as the format says (a clock anchor missing).
+* **overflow**: a recorder that tried to write more than ``capacity`` events (the rest are lost:
+  the other checks then skip what the lost events would have said).
+* **pairing**: a begin without its end, or an end without its begin.
+* **order**: a recorder's times going backwards.
+* **stages**: per CTA and ring stage, a consumer recorder never releases the stage twice without
+  a producer fill (``LOAD_ISSUE`` into that stage) in between, nor before the first fill.
+* **tiles**: every output tile of the problem (``meta["tiles"]``) is fetched by the consumers of
+  exactly one CTA, and by each consumer recorder at most once (on ping-pong: by one recorder).
+  Tiles past the problem's edge, which a cluster that overhangs a ragged edge runs (its loads
+  zero-filled, its stores dropped), are not required; they still must not be run twice, and no
+  tile may lie past the edge rounded up to whole clusters. When only a sample of the grid
+  recorded (``meta["sampled"]`` true) or a consumer overflowed, missing tiles are not reported.
+* **full after load**: a consumer's wait on ``full`` for (tile, k-tile) ends at or after its
+  CTA's producer issued that k-tile's loads. In a cluster (``meta["config"]`` cluster_m x
+  cluster_n > 1) the stage is full only when every CTA of the cluster issued its share of the
+  multicast loads, so the bound is the latest ``LOAD_ISSUE`` of that k-tile among the CTAs that
+  run the same cluster tile. One timer tick (32 ns) of slack: two stamps of one instant may
+  straddle a tick.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wsgemm.kernels.common.trace_format import Event, RawTrace, Role
+
+from .decode import Decoded, decode, recorder_label
+
+__all__ = ["TICK_NS", "check"]
+
+#: %globaltimer's step on Hopper: the slack between two events' order and their stamps.
+TICK_NS = 32
+#: Problems listed per check; the rest are counted.
+MAX_LISTED = 5
+_CONSUMERS = (int(Role.CONSUMER), int(Role.WORKER))
+# ns fit in the low 40 bits of a (group, time) key: 40 bits of ns is 18 minutes
+_TIME_BITS = 40
+
+
+def check(source: RawTrace | Decoded) -> list[str]:
+    """Every inconsistency found in a recording (an empty list: none)."""
+    d = source if isinstance(source, Decoded) else decode(source)
+    problems = list(d.notes)
+    if not len(d.recorders):
+        return [*problems, "no recorder wrote any event"]
+    for part in (_overflow, _unmatched, _order, _stages, _tiles, _full_after_load):
+        problems += part(d)
+    return problems
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _who(d: Decoded, rec: int) -> str:
+    r = d.recorders[rec]
+    return f"CTA {int(r['cta'])} {recorder_label(r)} (SM {int(r['smid'])})"
+
+
+def _us(t: float) -> str:
+    return f"{t / 1000:.3f} us"
+
+
+def _listed(lines: list[str], what: str) -> list[str]:
+    if len(lines) <= MAX_LISTED:
+        return lines
+    return [*lines[:MAX_LISTED], f"... and {len(lines) - MAX_LISTED} more {what}"]
+
+
+def _event_columns(d: Decoded):
+    """Per event: its recorder's role and CTA, and the tile it belongs to: its own coordinates,
+    or where it has none the last ones its recorder recorded (an event index, -1 for none)."""
+    ev = d.events
+    role = d.recorders["role"][ev["rec"]].astype(np.int64)
+    cta = d.recorders["cta"][ev["rec"]].astype(np.int64)
+    return role, cta, _last_where(ev["rec"], ev["tile_m"] >= 0)
+
+
+def _last_where(rec: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """For each event, the index of the latest event at or before it on the same recorder where
+    ``valid`` holds, else -1 (events are recorder-major in recording order)."""
+    idx = np.where(valid, np.arange(len(valid)), -1)
+    np.maximum.accumulate(idx, out=idx)
+    seen = idx >= 0
+    seen[seen] = rec[idx[seen]] == rec[seen]
+    return np.where(seen, idx, -1)
+
+
+def _tile_of(d: Decoded, source: np.ndarray, pick: np.ndarray) -> np.ndarray:
+    """(events, 3) tile coordinates of the events ``pick`` through ``source`` (-1 for none)."""
+    at = source[pick]
+    out = np.full((len(at), 3), -1, dtype=np.int64)
+    known = at >= 0
+    for j, name in enumerate(("tile_m", "tile_n", "tile_l")):
+        out[known, j] = d.events[name][at[known]]
+    return out
+
+
+def _ids(*columns: np.ndarray) -> np.ndarray:
+    """One dense id per distinct row of ``columns`` (int arrays of one length)."""
+    if not len(columns[0]):
+        return np.zeros(0, dtype=np.int64)
+    _, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    return inverse.reshape(-1)
+
+
+def _overflowed(d: Decoded, roles) -> bool:
+    r = d.recorders
+    return bool((r["overflow"][np.isin(r["role"], roles)] > 0).any())
+
+
+# ----------------------------------------------------------------------------- the checks
+
+
+def _overflow(d: Decoded) -> list[str]:
+    over = np.flatnonzero(d.recorders["overflow"] > 0)
+    if not len(over):
+        return []
+    lost = int(d.recorders["overflow"][over].sum())
+    worst = int(d.recorders["count"][over].max())
+    head = (
+        f"{len(over)} recorder(s) overflowed: {lost} events lost (capacity {d.capacity} per "
+        f"recorder, the fullest tried {worst}): record again with a larger capacity"
+    )
+    each = [f"{_who(d, i)} lost {int(d.recorders['overflow'][i])} events" for i in over]
+    return [head, *_listed(each, "overflowed recorders")]
+
+
+def _unmatched(d: Decoded) -> list[str]:
+    """Unpaired begins and ends, except on recorders that overflowed (their last spans were
+    cut by it, which ``_overflow`` reports)."""
+    lines = []
+    complete = d.recorders["overflow"] == 0
+    for e in d.unmatched[complete[d.unmatched["rec"]]]:
+        try:
+            kind = Event(int(e["kind"])).name
+        except ValueError:
+            kind = f"event {int(e['kind'])}"
+        if kind.endswith("_END"):
+            partner, where = kind.removesuffix("_END") + "_BEGIN", "before it"
+        else:
+            partner, where = kind.removesuffix("_BEGIN") + "_END", "after it"
+        lines.append(f"{_who(d, int(e['rec']))}: {kind} at {_us(e['t'])} has no {partner} {where}")
+    return _listed(lines, "unpaired events")
+
+
+def _order(d: Decoded) -> list[str]:
+    ev = d.events
+    back = np.flatnonzero((ev["rec"][1:] == ev["rec"][:-1]) & (ev["t"][1:] < ev["t"][:-1])) + 1
+    lines = [
+        f"{_who(d, int(ev['rec'][i]))}: time goes back at its event "
+        f"{i - int(np.searchsorted(ev['rec'], ev['rec'][i]))} ({_us(ev['t'][i])} after "
+        f"{_us(ev['t'][i - 1])})"
+        for i in back
+    ]
+    return _listed(lines, "backward steps")
+
+
+def _stages(d: Decoded) -> list[str]:
+    """A release must have a fill of its stage after the same recorder's previous release of it
+    (or after the start), and at most one tick after itself (stamps of one instant)."""
+    ev = d.events
+    role, cta, _ = _event_columns(d)
+    producers = np.unique(d.recorders["cta"][d.recorders["role"] == Role.PRODUCER])
+    fill = (ev["kind"] == Event.LOAD_ISSUE) & (role == Role.PRODUCER) & (ev["stage"] >= 0)
+    release = (ev["kind"] == Event.STAGE_RELEASE) & (ev["stage"] >= 0) & np.isin(cta, producers)
+    # a producer that overflowed stopped recording fills: judge no release after its last one
+    cutoff = np.full(len(d.recorders), np.inf)
+    over = (d.recorders["role"] == Role.PRODUCER) & (d.recorders["overflow"] > 0)
+    for i in np.flatnonzero(over):
+        last = ev["t"][ev["rec"] == i].max()
+        cutoff[d.recorders["cta"] == d.recorders["cta"][i]] = last
+    release &= ev["t"] <= cutoff[ev["rec"]]
+    if not release.any():
+        return []
+    both = fill | release
+    group = np.full(len(ev), -1, dtype=np.int64)
+    group[both] = _ids(cta[both], ev["stage"][both].astype(np.int64))
+    low = ev["t"][both].min()
+    ticks = np.floor(ev["t"] - low).astype(np.int64)
+    fills = np.sort((group[fill] << _TIME_BITS) | ticks[fill])
+    r = np.flatnonzero(release)
+    r = r[np.lexsort((ticks[r], ev["stage"][r], ev["rec"][r]))]
+    same = np.zeros(len(r), dtype=bool)
+    same[1:] = (ev["rec"][r][1:] == ev["rec"][r][:-1]) & (ev["stage"][r][1:] == ev["stage"][r][:-1])
+    previous = np.where(same, np.roll(ticks[r], 1), -1)
+    g = group[r] << _TIME_BITS
+    between = np.searchsorted(fills, g + ticks[r] + TICK_NS, side="right") - np.searchsorted(
+        fills, g + previous, side="right"
+    )
+    lines = []
+    for j in np.flatnonzero(between == 0):
+        i, stage = r[j], int(ev["stage"][r[j]])
+        at = f"CTA {int(cta[i])} stage {stage}: {_who(d, int(ev['rec'][i]))}"
+        if not same[j]:
+            lines.append(f"{at} released it at {_us(ev['t'][i])} before any fill of it")
+        else:
+            lines.append(
+                f"{at} released it twice without a fill in between ({_us(ev['t'][r[j - 1]])} "
+                f"and {_us(ev['t'][i])})"
+            )
+    return _listed(lines, "stage releases without a fill")
+
+
+def _tiles(d: Decoded) -> list[str]:
+    ev = d.events
+    role, cta, source = _event_columns(d)
+    fetch = (ev["kind"] == Event.TILE_FETCH) & np.isin(role, _CONSUMERS) & (ev["tile_m"] >= 0)
+    if not fetch.any():
+        return ["no consumer recorded a TILE_FETCH: cannot check that every tile ran once"]
+    tiles = _tile_of(d, source, fetch)
+    rec, cta = ev["rec"][fetch].astype(np.int64), cta[fetch]
+    lines = []
+    counts = d.meta.get("tiles")
+    config = d.meta.get("config") or {}
+    if counts is not None:
+        cluster = np.array([config.get("cluster_m", 1), config.get("cluster_n", 1), 1])
+        grid = -(-np.asarray(counts, dtype=np.int64) // cluster) * cluster
+        outside = ((tiles < 0) | (tiles >= grid)).any(axis=1)
+        lines += [
+            f"{_who(d, int(rc))} fetched tile {tuple(t)}, past the grid of "
+            f"{tuple(grid.tolist())} tiles"
+            for rc, t in zip(rec[outside], tiles[outside].tolist(), strict=True)
+        ]
+        tiles, rec, cta = tiles[~outside], rec[~outside], cta[~outside]
+    # each recorder at most once
+    key = np.column_stack([rec, tiles])
+    uniq, n = np.unique(key, axis=0, return_counts=True)
+    lines += [
+        f"{_who(d, int(k[0]))} fetched tile {tuple(k[1:].tolist())} {c} times"
+        for k, c in zip(uniq[n > 1], n[n > 1], strict=True)
+    ]
+    # one CTA per tile (and on ping-pong one recorder of it)
+    per_cta = np.unique(np.column_stack([tiles, cta]), axis=0)
+    tile_keys, n_ctas = np.unique(per_cta[:, :3], axis=0, return_counts=True)
+    for t in tile_keys[n_ctas > 1]:
+        which = per_cta[(per_cta[:, :3] == t).all(axis=1), 3].tolist()
+        lines.append(f"tile {tuple(t.tolist())} was run by {len(which)} CTAs: {which}")
+    if config.get("schedule") == "pingpong":
+        per_rec = np.unique(np.column_stack([tiles, cta, rec]), axis=0)
+        keys, n_recs = np.unique(per_rec[:, :4], axis=0, return_counts=True)
+        lines += [
+            f"tile {tuple(k[:3].tolist())} was fetched by {c} consumer warpgroups of CTA {k[3]} "
+            "(ping-pong gives each tile to one)"
+            for k, c in zip(keys[n_recs > 1], n_recs[n_recs > 1], strict=True)
+        ]
+    sampled = bool(d.meta.get("sampled"))
+    if counts is not None and not sampled and not _overflowed(d, _CONSUMERS):
+        want = np.stack(np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"), -1)
+        want = want.reshape(-1, 3)
+        seen = {tuple(t) for t in tile_keys.tolist()}
+        missing = [tuple(t) for t in want.tolist() if tuple(t) not in seen]
+        if missing:
+            lines.append(
+                f"{len(missing)} of {len(want)} tiles were run by no CTA: "
+                f"{', '.join(map(str, missing[:MAX_LISTED]))}"
+                + (" ..." if len(missing) > MAX_LISTED else "")
+            )
+    return _listed(lines, "tile problems")
+
+
+def _full_after_load(d: Decoded) -> list[str]:
+    ev = d.events
+    role, cta, source = _event_columns(d)
+    load = (ev["kind"] == Event.LOAD_ISSUE) & (role == Role.PRODUCER)
+    wait = (ev["kind"] == Event.WAIT_FULL_END) & (role == Role.CONSUMER)
+    # a wait's k-tile: its own, or its WAIT_FULL_BEGIN's just before it
+    k = ev["k_tile"].astype(np.int64)
+    k_at = _last_where(ev["rec"], k >= 0)
+    k_of = np.where(k_at >= 0, k[np.maximum(k_at, 0)], -1)
+    load &= k_of >= 0
+    wait &= k_of >= 0
+    if not wait.any():
+        return []
+    load_tiles, wait_tiles = _tile_of(d, source, load), _tile_of(d, source, wait)
+    config = d.meta.get("config") or {}
+    cm, cn = int(config.get("cluster_m", 1)), int(config.get("cluster_n", 1))
+    n_load = int(load.sum())
+
+    def latest(*columns):
+        """Per wait, the latest load with the same key (-inf where there is none)."""
+        ids = _ids(*(np.concatenate(pair) for pair in columns))
+        when = np.full(ids.max() + 1 if len(ids) else 0, -np.inf)
+        np.maximum.at(when, ids[:n_load], ev["t"][load])
+        return when[ids[n_load:]]
+
+    own = latest(
+        (cta[load], cta[wait]),
+        *((load_tiles[:, j], wait_tiles[:, j]) for j in range(3)),
+        (k_of[load], k_of[wait]),
+    )
+    bound = own
+    if cm * cn > 1:
+        bound = np.maximum(
+            own,
+            latest(
+                (load_tiles[:, 0] // cm, wait_tiles[:, 0] // cm),
+                (load_tiles[:, 1] // cn, wait_tiles[:, 1] // cn),
+                (load_tiles[:, 2], wait_tiles[:, 2]),
+                (k_of[load], k_of[wait]),
+            ),
+        )
+    # a CTA whose producer recorded nothing or overflowed cannot show its loads
+    has_producer = np.zeros(int(d.recorders["cta"].max()) + 1, dtype=bool)
+    complete = (d.recorders["role"] == Role.PRODUCER) & (d.recorders["overflow"] == 0)
+    has_producer[d.recorders["cta"][complete]] = True
+    judged = has_producer[cta[wait]]
+    t = ev["t"][wait]
+    idx = np.flatnonzero(wait)
+    lines = []
+    for j in np.flatnonzero(judged & ((own == -np.inf) | (t < bound - TICK_NS))):
+        i = idx[j]
+        what = (
+            f"{_who(d, int(ev['rec'][i]))}: tile {tuple(wait_tiles[j].tolist())} k-tile {k_of[i]}"
+        )
+        if own[j] == -np.inf:
+            lines.append(f"{what}: waited on full (ended {_us(t[j])}) but its CTA issued no load")
+        else:
+            whose = "its load was" if bound[j] == own[j] else "the last of its cluster's loads was"
+            lines.append(
+                f"{what}: the wait on full ended at {_us(t[j])}, before {whose} issued at "
+                f"{_us(bound[j])}"
+            )
+    return _listed(lines, "waits on full before their loads")

@@ -1,0 +1,239 @@
+"""The numbers a trace answers: where each role's time goes, how much epilogue is exposed, how
+the tiles spread over the SMs, the tail, and what tracing cost.
+
+``summarize(decoded)`` returns a JSON-able dict (``summary.json``; fields in docs/trace.md);
+``tables(summary)`` renders it as rich tables. Times are microseconds, shares are fractions
+(0..1) in the dict and percentages in the tables.
+
+* ``roles``: per role, the share of its recorders' time in each activity (``activity.py``:
+  the innermost span counts; "loading"/"MMA" are the roles' own work, the rest waits).
+* ``epilogue``: per SM, the time some consumer is in its epilogue (``time_us``, summed over SMs)
+  and the part of it when no consumer of the SM is in a tile's mainloop (``exposed_us``): from
+  its first wait on full, MMA issue or stage release to its last (``mainloop_intervals``).
+  Ping-pong hides one warpgroup's epilogue under the other's mainloop; the cooperative schedule,
+  whose two warpgroups finish a tile together, exposes all of it.
+* ``tiles_per_sm``: distinct output tiles the consumers of each recording SM fetched.
+* ``finish``: each SM's last recorder end; ``tail_us`` = latest - earliest, also as a share of
+  the call (first recorder begin .. last recorder end).
+* ``overflow``: recorders that lost events and how many.
+* ``overhead``: the same call's time traced and untraced (``meta["traced_us"]``,
+  ``meta["untraced_us"]``, when the recording measured them) and ``traced / untraced - 1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wsgemm.kernels.common.trace_format import Event, Role
+
+from .activity import ACTIVITIES, exclusive_time, mainloop_intervals, sweep
+from .decode import SPAN_NAMES, Decoded
+
+__all__ = ["summarize", "tables", "title"]
+
+_CONSUMERS = (int(Role.CONSUMER), int(Role.WORKER))
+
+
+def summarize(d: Decoded, problems: list[str] | None = None) -> dict:
+    """The summary of one decoded recording; ``problems``: ``check``'s list, kept with it."""
+    meta = d.meta
+    return {
+        "call": {
+            key: meta.get(key)
+            for key in (
+                "backend",
+                "shape",
+                "dtype",
+                "out_dtype",
+                "accumulate",
+                "layout",
+                "tile",
+                "config",
+                "device",
+                "arch",
+                "num_sms",
+            )  # fmt: skip
+        },
+        "duration_us": _us(d.duration_ns),
+        "recorders": len(d.recorders),
+        "events": len(d.events),
+        "sms": len(np.unique(d.recorders["smid"])),
+        "roles": _roles(d),
+        "epilogue": _epilogue(d),
+        "tiles_per_sm": _tiles_per_sm(d),
+        "finish": _finish(d),
+        "overflow": {
+            "recorders": int((d.recorders["overflow"] > 0).sum()),
+            "events_lost": int(d.recorders["overflow"].sum()),
+            "capacity": d.capacity,
+        },
+        "overhead": _overhead(meta),
+        "problems": list(problems or []),
+    }
+
+
+def _us(ns) -> float:
+    return round(float(ns) / 1000.0, 4)
+
+
+def _roles(d: Decoded) -> dict:
+    spent = exclusive_time(d)
+    out = {}
+    for role in Role:
+        mine = d.recorders["role"] == role
+        if not mine.any():
+            continue
+        total = spent[mine].sum(axis=0)
+        time = float((d.recorders["end"] - d.recorders["begin"])[mine].sum())
+        out[role.name.lower()] = {
+            "recorders": int(mine.sum()),
+            "time_us": _us(time),
+            "fractions": {
+                name: round(float(total[i]) / time, 4) if time > 0 else 0.0
+                for i, name in enumerate(ACTIVITIES)
+                if total[i] > 0
+            },
+        }
+    return out
+
+
+def _epilogue(d: Decoded) -> dict:
+    consumers = np.flatnonzero(np.isin(d.recorders["role"], _CONSUMERS))
+    spans = d.spans
+    epi = spans[(spans["span"] == SPAN_NAMES.index("epilogue")) & np.isin(spans["rec"], consumers)]
+    m_rec, m_begin, m_end = mainloop_intervals(d, consumers)
+    if not len(epi):
+        return {"time_us": 0.0, "exposed_us": 0.0, "exposed_fraction": None}
+    smid = d.recorders["smid"].astype(np.int64)
+    _, start, stop, covered = sweep(
+        np.concatenate([smid[epi["rec"]], smid[m_rec]]),
+        np.concatenate([epi["begin"], m_begin]),
+        np.concatenate([epi["end"], m_end]),
+        np.concatenate([np.zeros(len(epi), np.int64), np.ones(len(m_rec), np.int64)]),
+        2,
+    )
+    length = stop - start
+    time = float(length[covered[:, 0]].sum())
+    exposed = float(length[covered[:, 0] & ~covered[:, 1]].sum())
+    return {
+        "time_us": _us(time),
+        "exposed_us": _us(exposed),
+        "exposed_fraction": round(exposed / time, 4) if time > 0 else None,
+    }
+
+
+def _tiles_per_sm(d: Decoded) -> dict:
+    ev = d.events
+    role = d.recorders["role"][ev["rec"]]
+    fetch = (ev["kind"] == Event.TILE_FETCH) & np.isin(role, _CONSUMERS) & (ev["tile_m"] >= 0)
+    if not fetch.any():
+        return {"min": None, "median": None, "max": None}
+    r = d.recorders[ev["rec"][fetch]]
+    runs = np.unique(
+        np.column_stack(
+            [r["smid"], r["cta"], *(ev[f][fetch] for f in ("tile_m", "tile_n", "tile_l"))]
+        ),
+        axis=0,
+    )
+    per_sm = np.unique(runs[:, 0], return_counts=True)[1]
+    return {
+        "min": int(per_sm.min()),
+        "median": float(np.median(per_sm)),
+        "max": int(per_sm.max()),
+    }
+
+
+def _finish(d: Decoded) -> dict:
+    smid = d.recorders["smid"]
+    sms = np.unique(smid)
+    last = np.array([d.recorders["end"][smid == s].max() for s in sms])
+    tail = float(last.max() - last.min())
+    return {
+        "first_us": _us(last.min()),
+        "last_us": _us(last.max()),
+        "tail_us": _us(tail),
+        "tail_fraction": round(tail / d.duration_ns, 4) if d.duration_ns > 0 else None,
+    }
+
+
+def _overhead(meta: dict) -> dict:
+    traced, untraced = meta.get("traced_us"), meta.get("untraced_us")
+    fraction = None
+    if traced is not None and untraced:
+        fraction = round(traced / untraced - 1.0, 4)
+    return {"traced_us": traced, "untraced_us": untraced, "overhead_fraction": fraction}
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def title(call: dict) -> str:
+    """One line naming the call (a recording's ``meta`` or a summary's ``call``): backend,
+    shape, dtype, layout, tile, device."""
+    shape = call.get("shape") or []
+    dims = "x".join(str(v) for v in shape[:3])
+    if len(shape) > 3 and shape[3] != 1:
+        dims += f" (batch {shape[3]})"
+    tile = "x".join(str(v) for v in call.get("tile") or [])
+    parts = [call.get("backend") or "?", dims, call.get("dtype"), call.get("layout")]
+    parts += [f"tile {tile}" if tile else None, call.get("device")]
+    return " ".join(str(p) for p in parts if p)
+
+
+def tables(summary: dict) -> list:
+    """The summary as rich tables: where each role's time goes, then the call's numbers."""
+    from rich.table import Table
+
+    roles = summary["roles"]
+    shown = [a for a in ACTIVITIES if any(a in r["fractions"] for r in roles.values())]
+    by_role = Table(title=f"wsgemm trace: {title(summary['call'])}", title_justify="left")
+    by_role.add_column("role")
+    by_role.add_column("recorders", justify="right")
+    for name in shown:
+        by_role.add_column(f"{name} %", justify="right")
+    for role, r in roles.items():
+        cells = [f"{100 * r['fractions'].get(a, 0.0):.1f}" for a in shown]
+        by_role.add_row(role, str(r["recorders"]), *cells)
+
+    facts = Table(show_header=False, box=None, padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    for name, text in _facts(summary):
+        facts.add_row(name, text)
+    return [by_role, facts]
+
+
+def _facts(summary: dict) -> list[tuple[str, str]]:
+    epi, tiles, fin = summary["epilogue"], summary["tiles_per_sm"], summary["finish"]
+    over, cost = summary["overflow"], summary["overhead"]
+    rows = [
+        (
+            "call",
+            f"{summary['duration_us']:.2f} us on {summary['sms']} SMs, "
+            f"{summary['recorders']} recorders, {summary['events']} events",
+        )
+    ]
+    text = f"{epi['exposed_us']:.2f} of {epi['time_us']:.2f} us"
+    if epi["exposed_fraction"] is not None:
+        text += f" ({100 * epi['exposed_fraction']:.0f}%)"
+    rows.append(("exposed epilogue", text))
+    if tiles["min"] is not None:
+        text = f"min {tiles['min']}, median {tiles['median']:g}, max {tiles['max']}"
+        rows.append(("tiles per SM", text))
+    text = f"{fin['tail_us']:.2f} us between the first and last SM to finish"
+    if fin["tail_fraction"] is not None:
+        text += f" ({100 * fin['tail_fraction']:.1f}% of the call)"
+    rows.append(("tail", text))
+    lost = f"{over['recorders']} recorders lost {over['events_lost']} events"
+    rows.append(("overflow", lost if over["recorders"] else "none"))
+    if cost["overhead_fraction"] is not None:
+        text = (
+            f"{100 * cost['overhead_fraction']:+.1f}% ({cost['traced_us']:.2f} us traced, "
+            f"{cost['untraced_us']:.2f} us untraced)"
+        )
+    else:
+        text = "not measured"
+    rows.append(("tracing overhead", text))
+    if summary["problems"]:
+        rows.append(("problems", f"{len(summary['problems'])} (listed above)"))
+    return rows

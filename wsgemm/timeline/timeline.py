@@ -1,0 +1,137 @@
+"""``wsgemm.trace(a, b)``: run one traced call and get its ``Timeline``; ``Timeline.from_raw``
+reads a saved recording (no GPU needed)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from wsgemm.kernels.common.trace_format import RawTrace
+
+from . import chrome, plot, summary
+from .checks import check
+from .decode import Decoded, decode
+
+__all__ = ["Timeline", "trace"]
+
+
+class Timeline:
+    """One traced call: the recording (``raw``), its tables (``recorders``, ``events``,
+    ``spans``: numpy structured arrays, fields in ``wsgemm.timeline.decode``) and what they
+    show (``check``, ``summary``, ``to_chrome``, ``plot``). Times are ns from the earliest
+    recorder's start."""
+
+    def __init__(self, raw: RawTrace):
+        self.raw = raw
+        self.decoded: Decoded = decode(raw)
+        self._problems: list[str] | None = None
+
+    @classmethod
+    def from_raw(cls, source: str | Path | RawTrace) -> Timeline:
+        """From a ``RawTrace`` or a file it was saved to (``raw.npz``): ValueError if the file
+        is not one."""
+        return cls(source if isinstance(source, RawTrace) else RawTrace.load(source))
+
+    @property
+    def meta(self) -> dict:
+        return self.decoded.meta
+
+    @property
+    def recorders(self):
+        return self.decoded.recorders
+
+    @property
+    def events(self):
+        return self.decoded.events
+
+    @property
+    def spans(self):
+        return self.decoded.spans
+
+    def check(self) -> list[str]:
+        """The recording's inconsistencies, one sentence each (``wsgemm.timeline.checks``)."""
+        if self._problems is None:
+            self._problems = check(self.decoded)
+        return list(self._problems)
+
+    def summary(self) -> dict:
+        """The numbers (``wsgemm.timeline.summary``), with ``check``'s problems."""
+        return summary.summarize(self.decoded, self.check())
+
+    def title(self) -> str:
+        """One line naming the call: backend, shape, dtype, layout, tile, device."""
+        return summary.title(self.meta)
+
+    def to_chrome(self, path: str | Path) -> Path:
+        """Write a Chrome/Perfetto trace (JSON) to ``path``."""
+        return chrome.write_chrome(self.decoded, path, self.check())
+
+    def plot(self, path: str | Path, sms=None) -> Path:
+        """Write the PNG timeline of the SMs ``sms`` (ids; default the first few)."""
+        return plot.plot(self.decoded, path, sms=sms, title=self.title())
+
+    def write_summary(self, path: str | Path) -> Path:
+        """Write ``summary()`` as JSON to ``path``."""
+        path = Path(path)
+        path.write_text(json.dumps(self.summary(), indent=2) + "\n")
+        return path
+
+    def save(self, path: str | Path) -> Path:
+        """Write the recording (``.npz``) that ``from_raw`` reads back."""
+        return self.raw.save(path)
+
+    def __repr__(self) -> str:
+        d = self.decoded
+        return (
+            f"Timeline({self.title()}: {len(d.recorders)} recorders, {len(d.events)} events, "
+            f"{d.duration_ns / 1000:.2f} us)"
+        )
+
+
+def trace(
+    a,
+    b,
+    *,
+    backend: str = "auto",
+    config=None,
+    out_dtype=None,
+    accumulate=None,
+    capacity: int | None = None,
+    max_ctas: int | None = None,
+    measure: bool = True,
+) -> Timeline:
+    """Run ``wsgemm.api.matmul(a, b, ...)`` once on the traced variant of its kernel and return
+    the per-role timeline of that call. Needs a CUDA GPU.
+
+    Args:
+        a, b, backend, config, out_dtype, accumulate: as ``wsgemm.api.matmul``.
+        capacity: events per recorder (default: enough for the problem, capped); a recorder
+            that records more counts them as overflow (``Timeline.check`` reports it).
+        max_ctas: record at most this many CTAs (default: the kernel's choice).
+        measure: also time the same call untraced and traced, for the overhead in
+            ``summary()``.
+
+    Returns:
+        a ``Timeline``: ``.summary()``, ``.check()``, ``.to_chrome(path)``, ``.plot(path)``,
+        ``.save(path)``.
+    """
+    record = _recorder()
+    raw = record(a, b, backend=backend, config=config, out_dtype=out_dtype,
+                 accumulate=accumulate, capacity=capacity, max_ctas=max_ctas,
+                 measure=measure)  # fmt: skip
+    return Timeline(raw)
+
+
+def _recorder():
+    """The host function that runs one traced call and returns its ``RawTrace``."""
+    for name in ("wsgemm.host.tracing", "wsgemm.api.tracing"):
+        try:
+            return importlib.import_module(name).record
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    raise NotImplementedError(
+        "this wsgemm has no traced kernels (no wsgemm.host.tracing.record): nothing can be "
+        "recorded; Timeline.from_raw reads a recording made elsewhere"
+    )

@@ -1,0 +1,310 @@
+"""``python -m wsgemm trace``: record one call's per-role timeline on the GPU, or re-render a
+recording without one (``--from-raw``), into ``--out DIR``: ``trace.json`` (Chrome/Perfetto),
+``timeline.png``, ``summary.json`` and ``raw.npz`` (the recording). docs/trace.md.
+
+Exit codes: 0 written (an inconsistent recording is a warning, not a failure); 1 the recording
+failed or a file could not be written; 2 bad arguments; 3 no CUDA GPU to record on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from .bench import suites
+from .bench.cli import PIPE_WIDTH, bounded_int, stderr_console
+from .bench.layouts import LAYOUTS, Layout
+from .support import (
+    AB_DTYPES,
+    ACC_DTYPES,
+    ACCUMULATOR_RULE,
+    C_DTYPES,
+    accumulator_allowed,
+    dtype_name,
+    short_name,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+#: What ``--out DIR`` receives.
+FILES = {"raw": "raw.npz", "chrome": "trace.json", "png": "timeline.png", "summary": "summary.json"}
+# The options of a new recording: meaningless with --from-raw.
+_RECORDING = ("batch", "backend", "dtype", "out_dtype", "accumulate", "layout", "capacity",
+              "max_ctas")  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``trace`` options to ``parser`` (the ``wsgemm.cli`` subparser)."""
+    from .host.registry import BACKENDS
+
+    parser.description = (
+        "Run one GEMM on the traced variant of its kernel and show what each warp role did: a "
+        "Chrome/Perfetto trace, a PNG timeline, and a summary (busy and waiting shares per "
+        "role, exposed epilogue, tail, tracing overhead). See docs/trace.md."
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--shape", type=_shape, metavar="M,N,K", help="record this problem")
+    what.add_argument(
+        "--from-raw",
+        type=_raw_file,
+        metavar="FILE",
+        help="record nothing: re-render a recording (a raw.npz); no GPU needed",
+    )
+    call = parser.add_argument_group("the call to record (with --shape)")
+    call.add_argument(
+        "--batch", type=bounded_int(1), metavar="L", help="batch count (default 1: 2-D operands)"
+    )
+    call.add_argument(
+        "--backend", choices=("auto", *BACKENDS), help="kernel (default auto: what matmul picks)"
+    )
+    for flag, allowed, what in (
+        ("--dtype", AB_DTYPES, "operand dtype (default float16)"),
+        ("--out-dtype", C_DTYPES, "output dtype (default: the operand dtype)"),
+        ("--accumulate", ACC_DTYPES, "accumulator dtype (default float32)"),
+    ):
+        call.add_argument(flag, type=_dtype(allowed), metavar="|".join(allowed), help=what)
+    call.add_argument(
+        "--layout",
+        type=_layout,
+        metavar="|".join(LAYOUTS),
+        help=f"operand storage, BLAS letters for A then B ({', '.join(LAYOUTS)}; default TN: "
+        "both K-major, as in bench)",
+    )
+    call.add_argument(
+        "--capacity",
+        type=bounded_int(1),
+        metavar="N",
+        help="events per recorder (default: enough for the problem, capped)",
+    )
+    call.add_argument(
+        "--max-ctas", type=bounded_int(1), metavar="N", help="record at most this many CTAs"
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="where to write")
+    out.add_argument(
+        "--sms",
+        type=_sm_list,
+        metavar="IDS",
+        help="SMs drawn in the PNG, e.g. 0-7 or 0,2,5 (default: the first 4 that recorded); "
+        "the JSON files cover every SM",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``trace`` subcommand; returns the process exit code."""
+    console = stderr_console()
+    if args.from_raw is not None:
+        given = [f"--{n.replace('_', '-')}" for n in _RECORDING if getattr(args, n) is not None]
+        if given:
+            console.print(
+                f"trace: {', '.join(given)}: only for a new recording (--shape); --from-raw "
+                "re-renders one as it was recorded",
+                style="red",
+                markup=False,
+            )
+            return EXIT_USAGE
+        return _render(args.from_raw, args, console)
+    dtype = args.dtype or "float16"
+    accumulate = args.accumulate or "float32"
+    if not accumulator_allowed(dtype, accumulate):
+        console.print(f"trace: --accumulate {accumulate} with --dtype {dtype}: {ACCUMULATOR_RULE}",
+                      style="red", markup=False)  # fmt: skip
+        return EXIT_USAGE
+    problem = _no_gpu_reason()
+    if problem:
+        console.print(
+            f"trace: {problem}: recording a trace needs a CUDA GPU. --from-raw FILE re-renders "
+            "a recording (raw.npz) without one.",
+            style="red",
+            markup=False,
+        )
+        return EXIT_NO_GPU
+    timeline = _record(args, dtype, accumulate, console)
+    if isinstance(timeline, int):
+        return timeline
+    return _render(timeline, args, console)
+
+
+def _no_gpu_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible"
+    return None
+
+
+def _record(args, dtype: str, accumulate: str, console):
+    """The recorded ``Timeline``, or an exit code."""
+    import torch
+
+    from .timeline import trace
+
+    m, n, k = args.shape
+    batch = args.batch or 1
+    layout = Layout(args.layout or "TN")
+    torch.manual_seed(0)
+    a, b = _operands(layout, m, n, k, batch, getattr(torch, dtype))
+    what = f"{m}x{n}x{k}" + (f" (batch {batch})" if batch > 1 else "")
+    console.print(f"trace: recording {args.backend or 'auto'} {what} {short_name(dtype)} "
+                  f"{layout.name} ...", markup=False)  # fmt: skip
+    try:
+        timeline = trace(
+            a,
+            b,
+            backend=args.backend or "auto",
+            out_dtype=getattr(torch, args.out_dtype) if args.out_dtype else None,
+            accumulate=getattr(torch, accumulate),
+            capacity=args.capacity,
+            max_ctas=args.max_ctas,
+        )
+    except (TypeError, ValueError) as exc:  # the call was refused: this problem, this GPU
+        console.print(f"trace: {exc}", style="red", markup=False)
+        return EXIT_USAGE
+    except (NotImplementedError, RuntimeError) as exc:
+        console.print(f"trace: recording failed: {exc}", style="red", markup=False)
+        return EXIT_FAILED
+    timeline.raw.meta.setdefault("layout", layout.name)
+    return timeline
+
+
+def _operands(layout: Layout, m: int, n: int, k: int, batch: int, dtype):
+    """Standard-normal A (L, M, K) and B (L, K, N) on the GPU in ``layout`` (2-D when L is 1),
+    each a view of one fresh allocation, as the benchmark's operands."""
+    import torch
+
+    lead = (batch,) if batch > 1 else ()
+
+    def randn(*shape):
+        return torch.randn(*lead, *shape, dtype=dtype, device="cuda")
+
+    a = randn(m, k) if layout.a_row_major else randn(k, m).transpose(-1, -2)
+    b = randn(k, n) if layout.b_row_major else randn(n, k).transpose(-1, -2)
+    return a, b
+
+
+def _render(timeline, args, console) -> int:
+    """Warn about inconsistencies, write the four files, print the summary."""
+    from rich.console import Console
+
+    from .timeline.plot import pick_sms
+    from .timeline.summary import tables
+
+    try:
+        sms = pick_sms(timeline.decoded, args.sms)
+    except ValueError as exc:
+        console.print(f"trace: --sms: {exc}", style="red", markup=False)
+        return EXIT_USAGE
+    problems = timeline.check()
+    if problems:
+        console.print(f"trace: warning: the recording is not consistent ({len(problems)} "
+                      "problem(s), docs/trace.md says what each check means):",
+                      style="yellow", markup=False)  # fmt: skip
+        for line in problems:
+            console.print(f"  {line}", markup=False)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    writers = [
+        (FILES["raw"], timeline.save),
+        (FILES["chrome"], timeline.to_chrome),
+        (FILES["png"], lambda p: timeline.plot(p, sms=sms)),
+        (FILES["summary"], timeline.write_summary),
+    ]
+    code, written = EXIT_OK, []
+    for name, write in writers:
+        try:
+            write(out / name)
+        except Exception as exc:  # one file that cannot be written must not lose the others
+            console.print(f"trace: could not write {out / name}: {exc}", style="red",
+                          markup=False)  # fmt: skip
+            code = EXIT_FAILED
+        else:
+            written.append(str(out / name))
+    stdout = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+    for table in tables(timeline.summary()):
+        stdout.print(table)
+    if written:
+        console.print(f"trace: wrote {', '.join(written)}", markup=False)
+    return code
+
+
+# ----------------------------------------------------------------------------- argument types
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        shapes = suites.parse_shapes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if len(shapes) != 1:
+        raise argparse.ArgumentTypeError(f"expected one shape M,N,K, got {text!r}")
+    return shapes[0].m, shapes[0].n, shapes[0].k
+
+
+def _dtype(allowed: tuple[str, ...]):
+    names = ", ".join(f"{d} ({short_name(d)})" for d in allowed)
+
+    def parse(text: str) -> str:
+        try:
+            name = dtype_name(text)
+        except ValueError:
+            name = None
+        if name not in allowed:
+            raise argparse.ArgumentTypeError(f"expected one of {names}, got {text!r}")
+        return name
+
+    return parse
+
+
+def _layout(text: str) -> str:
+    if text.upper() not in LAYOUTS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LAYOUTS)}, got {text!r}")
+    return text.upper()
+
+
+def _sm_list(text: str) -> tuple[int, ...]:
+    """``"0-7"``, ``"3"``, ``"0,2,5-6"`` -> SM ids."""
+    ids = []
+    for part in (p.strip() for p in text.split(",")):
+        found = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not found:
+            raise argparse.ArgumentTypeError(f"expected SM ids such as 0-7 or 0,2,5, got {text!r}")
+        low, high = int(found[1]), int(found[2] or found[1])
+        if high < low:
+            raise argparse.ArgumentTypeError(f"the range {part} runs backwards (in {text!r})")
+        ids += range(low, high + 1)
+    return tuple(sorted(set(ids)))
+
+
+def _out_dir(text: str) -> Path:
+    """A directory that exists and is writable, or can be made in one that is."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot make {text}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {parent}")
+    return path
+
+
+def _raw_file(text: str):
+    """The ``Timeline`` of the recording saved in ``text``."""
+    import zipfile
+
+    from .timeline import Timeline
+
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    try:
+        return Timeline.from_raw(text)
+    except ValueError as exc:  # it names the file and says what is wrong with it
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise argparse.ArgumentTypeError(f"{text} is not a wsgemm raw trace: {exc}") from None
