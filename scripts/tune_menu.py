@@ -245,7 +245,12 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     for c in cands:
         fn, clusters = kernels[(c.entry.name, c.c_dtype)]
         o = buffer()
-        calls[c.name] = (_call(fn, a, b, kernel_view(o), clusters, c.split, split_k), o)
+        if c.entry.swap_ab:  # C^T = B^T A^T: the kernel's A is W, its B is x, its C is o^T
+            ld = o.stride(0)  # (n, m, 1), unit stride along the kernel's M, 16-byte strides
+            ct = o.as_strided((n, m, 1), (1, ld, m * ld))
+            calls[c.name] = (_call(fn, b, a, ct, clusters, 1, split_k), o)
+        else:
+            calls[c.name] = (_call(fn, a, b, kernel_view(o), clusters, c.split, split_k), o)
 
     model = check.model_tolerance("fp16", "fp32", k)
     status, errors = {}, {}

@@ -33,7 +33,13 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
             else:
                 assert all(name != e.name for name, _ in names)
     variants = tune_menu.variants(planned)
-    assert set(variants) == {(e.name, c) for e in policy.MENU for c in ("float16", "float32")}
+    # fp32 out for the split candidates; swap-AB entries never split
+    assert set(variants) == {
+        (e.name, c)
+        for e in policy.MENU
+        for c in ("float16", "float32")
+        if c == "float16" or not e.swap_ab
+    }
     for (name, c_dtype), v in variants.items():
         assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == (c_dtype, "float32", "k", "k")
         assert v.config == policy.entry(name).variant_config()
@@ -42,4 +48,6 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
 def test_dry_run_prints_the_plan(capsys):
     assert tune_menu.main(["--dry-run", "--with-dropped"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.endswith(f"{2 * len(policy.MENU + policy.DROPPED)} variants")
+    entries = policy.MENU + policy.DROPPED
+    # fp16 out for each entry, fp32 out for each that may split (swap-AB entries never do)
+    assert last.endswith(f"{2 * len(entries) - sum(e.swap_ab for e in entries)} variants")

@@ -130,14 +130,27 @@ class MenuEntry:
     def cluster(self) -> tuple[int, int]:
         return self.config["cluster_m"], self.config["cluster_n"]
 
+    @property
+    def swap_ab(self) -> bool:
+        """The entry runs the swapped problem C^T (N, M) = B^T A^T: N along its tile's M."""
+        return bool(self.config.get("swap_ab", False))
+
+    def kernel_mn(self, m: int, n: int) -> tuple[int, int]:
+        """The (M, N) the kernel sees: the problem's, or swapped."""
+        return (n, m) if self.swap_ab else (m, n)
+
     def tiles(self, m: int, n: int, batch: int) -> int:
         """Output tiles of a problem: the work units of a launch without split."""
-        return -(-m // self.tile_m) * -(-n // self.tile_n) * max(batch, 1)
+        km, kn = self.kernel_mn(m, n)
+        return -(-km // self.tile_m) * -(-kn // self.tile_n) * max(batch, 1)
 
     def describe(self) -> str:
         cm, cn = self.cluster
         schedule = self.config["schedule"]
-        return f"{schedule} {self.tile_m}x{self.tile_n}x{self.tile_k} tile, cluster {cm}x{cn}"
+        swap = "swap-AB (C^T = B^T A^T), " if self.swap_ab else ""
+        return (
+            f"{swap}{schedule} {self.tile_m}x{self.tile_n}x{self.tile_k} tile, cluster {cm}x{cn}"
+        )
 
     def variant_config(self) -> Any:
         """What ``host.Variant(config=...)`` takes: None for a shipped entry, else the backend's
@@ -173,6 +186,10 @@ MENU: tuple[MenuEntry, ...] = (
     # (split 4).
     _entry("cooperative-128x128-c1x2", "sm90", tile_m=128, tile_n=128, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="cooperative"),
+    # Swap-AB for up to 16 tokens: the weights' N in 64-row WGMMAs, the tokens a 16-wide tile
+    # (twice the 64x128 tiles' CTAs on a 4096-wide layer, no 64-row padding of the tokens).
+    _entry("swap-pingpong-64x16-c1x1", "sm90-pingpong", tile_m=64, tile_n=16, tile_k=64,
+           cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
 )  # fmt: skip
 # Measured by the prototype, left off the menu: no shape where they beat every entry above by
 # more than the run-to-run noise (0.01-0.02x), and each would cost 36 more compiles.
@@ -184,6 +201,9 @@ DROPPED: tuple[MenuEntry, ...] = (
     # Gate/up at 16 tokens 0.97-1.02x, as pingpong-64x256-c1x1 (1.00-1.02x).
     _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="pingpong"),
+    # Swap-AB up to 32 tokens (not yet measured: scripts/tune_menu.py --with-dropped).
+    _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", tile_m=64, tile_n=32, tile_k=64,
+           cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
@@ -215,7 +235,10 @@ def fits(e: MenuEntry, m: int, n: int) -> bool:
     of every cluster computes a tile wholly outside the problem (the shipped 2x1 cluster at
     decode)."""
     cm, cn = e.cluster
-    return -(-m // e.tile_m) >= cm and -(-n // e.tile_n) >= cn
+    km, kn = e.kernel_mn(m, n)
+    if e.swap_ab and m > e.tile_n:
+        return False  # swap-AB is for a few tokens: all of them in one tile
+    return -(-km // e.tile_m) >= cm and -(-kn // e.tile_n) >= cn
 
 
 def split_candidates(
@@ -237,8 +260,8 @@ def split_candidates(
     8 x s (s equal chunks, each starting on a 16-byte boundary: one launch, no tail chunk) and
     the split CTAs fit ``SPLIT_MAX_WAVES`` waves.
     """
-    if acc_dtype != "float32" or batch_invariant:
-        return (1,)
+    if acc_dtype != "float32" or batch_invariant or e.swap_ab:
+        return (1,)  # (the host split's fp32 workspace is N-major; a swap kernel writes M-major)
     tiles = e.tiles(m, n, batch)
     return (1,) + tuple(
         s
