@@ -1,0 +1,245 @@
+"""The device side of a traced kernel (issue #13): one lane per role writes its row of the raw
+trace buffer, in the layout of ``trace_format``.
+
+A kernel built with ``trace=True`` takes the buffer as a trailing launch argument of its
+``traced`` entry; built without, every hook here is handed ``None`` and emits nothing (each one
+checks at trace time, ``const_expr``), so the untraced kernel's code is the same as with the
+hooks deleted (``tests/test_trace_kernels.py`` compiles both and compares).
+
+Hooks, one statement each at an event point of a role:
+
+* ``rec = trace.open_recorder(buffer, slots, slot, cta, role, warp, lane_records)``: this
+  lane's recorder (None when ``buffer`` is None); writes the header's start fields and
+  ``RECORDER_BEGIN``. ``slots`` is a little shared memory (``SLOT_WORDS`` words per recorder of
+  the CTA, ``trace.smem_slots``): the recorder's event count and its current tile live there,
+  not in registers, so the hooks carry no state through the kernel's loops.
+* ``trace.fetch(rec, tile)``: ``TILE_FETCH``; later events carry this tile.
+* ``trace.record(rec, Event.X, k_tile, stage)``: one event.
+* ``trace.close(rec)``: ``RECORDER_END`` and the header's end fields (count, end anchors).
+
+Cost per event on the recording lane: a timer read, a 16-byte shared load and a 4-byte shared
+store, two 16-byte global stores. Other lanes skip it; nothing waits on the stores.
+
+Timer (``timer_for``): ``%globaltimer`` on sm_90 and later, where it steps every 32 ns and is
+one clock for every SM; ``clock64`` (SM cycles, well under 1 ns) on sm_80/86/89, where
+``%globaltimer`` steps every microsecond, longer than a k-tile. Every header holds both
+timers at the recorder's start and end, so clock64 times map to ns through the line between
+the two anchors: exact at the anchors, off by the SM clock's drift in between (its frequency
+moves under load), and the anchors themselves carry ``%globaltimer``'s 1 us steps there.
+
+Why not the DSL's own in-kernel tracer (``cute.experimental.iket``, DSL 4.8.1): its markers
+are rewritten into the cubin by NVIDIA's tools and read back by an injection library that the
+``iket`` command line loads into the process (``CUDA_INJECTION64_PATH``), so it cannot trace
+one call inside a user's program or re-render a saved buffer without that tooling. It allows
+31 event names per kernel and one payload value per event, where our events carry a tile, a
+k-tile and a stage, and it is experimental in this release. A plain buffer that the kernel
+writes and torch reads keeps the format ours (``trace_format``) and the cost visible here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64, const_expr
+from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
+
+from wsgemm.kernels.common.trace_format import (
+    EVENT_WORDS,
+    HEADER_FIELDS,
+    HEADER_WORDS,
+    Event,
+    Timer,
+)
+from wsgemm.support import arch_major
+
+__all__ = [
+    "SLOT_WORDS",
+    "Recorder",
+    "close",
+    "fetch",
+    "open_recorder",
+    "record",
+    "smem_slots",
+    "timer_for",
+]
+
+#: Shared-memory words per recorder: its event count, then the current tile's m, n, l.
+SLOT_WORDS = 4
+#: Bytes of one event: two 16-byte stores.
+EVENT_BYTES = EVENT_WORDS * 4
+_H = {name: i for i, name in enumerate(HEADER_FIELDS)}
+
+
+def timer_for(gpu_arch: str) -> Timer:
+    """What the events' times count on ``gpu_arch`` (see the module docstring)."""
+    return Timer.GLOBALTIMER if arch_major(gpu_arch) >= 9 else Timer.CLOCK64
+
+
+def slot_bytes(recorders: int) -> int:
+    """Shared memory for the slots of ``recorders`` recorders."""
+    return recorders * SLOT_WORDS * 4
+
+
+def smem_slots(buffer, smem, recorders: int):
+    """The CTA's recorder slots, allocated from ``smem`` (a ``SmemAllocator``); None, and no
+    allocation, when the kernel is untraced (``buffer`` None)."""
+    if const_expr(buffer is None):
+        return None
+    ptr = smem.allocate_array(Int32, recorders * SLOT_WORDS, byte_alignment=16)
+    return cute.make_tensor(ptr, cute.make_layout((SLOT_WORDS, recorders)))
+
+
+class Recorder:
+    """One lane's writer: its row of the buffer, its shared slot, the row's event capacity and
+    whether this lane records at all (the others run the same code and skip every write)."""
+
+    def __init__(
+        self, row: Any, events: Any, slot: Any, capacity: Any, active: Any, timer: Timer
+    ):
+        self.row = row  # (HEADER_WORDS + capacity * EVENT_WORDS,) in global memory
+        self.events = events  # the same row's events: (EVENT_WORDS, capacity)
+        self.slot = slot  # (SLOT_WORDS,) in shared memory: count, tile m, n, l
+        self.capacity, self.active, self.timer = capacity, active, timer
+
+    # Let a recorder be used inside dynamic (scf) control flow in the DSL.
+    _DYNAMIC = ("row", "events", "slot", "capacity", "active")
+
+    def __extract_mlir_values__(self) -> list:
+        self._counts = []
+        values = []
+        for name in self._DYNAMIC:
+            v = extract_mlir_values(getattr(self, name))
+            self._counts.append(len(v))
+            values += v
+        return values
+
+    def __new_from_mlir_values__(self, values: list) -> Recorder:
+        fields, at = {}, 0
+        for name, count in zip(self._DYNAMIC, self._counts, strict=True):
+            fields[name] = new_from_mlir_values(getattr(self, name), values[at : at + count])
+            at += count
+        return Recorder(**fields, timer=self.timer)
+
+
+def _now(timer: Timer):
+    if const_expr(timer == Timer.GLOBALTIMER):
+        return cute.arch.globaltimer()
+    return cute.arch.clock64()
+
+
+def _lo(t) -> Int32:
+    return Int32(t & Int64(0xFFFFFFFF))
+
+
+def _hi(t) -> Int32:
+    return Int32(t >> Int64(32))
+
+
+@cute.jit
+def open_recorder(
+    buffer,
+    slots,
+    slot: cutlass.Constexpr,
+    cta,
+    role: cutlass.Constexpr,
+    warp,
+    lane_records,
+    timer: cutlass.Constexpr,
+):
+    """The recorder of slot ``slot`` (0 .. recorders per CTA - 1) of CTA ``cta`` (its linear
+    index in the grid), for ``role``/``warp``; ``lane_records`` is true on the one lane that
+    writes. Row ``cta * recorders + slot`` of ``buffer``; a row past the buffer (a CTA outside
+    the traced sample) records nothing. None when ``buffer`` is None."""
+    rec = None
+    if const_expr(buffer is not None):
+        recorders = cute.size(slots, mode=[1])
+        row_index = cta * recorders + slot
+        rows = Int32(cute.size(buffer, mode=[0]))
+        active = lane_records & (row_index < rows)
+        capacity = Int32((cute.size(buffer, mode=[1]) - HEADER_WORDS) // EVENT_WORDS)
+        safe_row = cutlass.min(row_index, rows - 1)  # a pointer inside the buffer either way
+        row = buffer[safe_row, None]
+        # (EVENT_WORDS, capacity): HEADER_WORDS and EVENT_WORDS are multiples of 4 words and the
+        # host's row stride a multiple of 8, so every event starts on 16 bytes.
+        events = cute.make_tensor(
+            row.iterator + HEADER_WORDS,
+            cute.make_layout((EVENT_WORDS, capacity), stride=(1, EVENT_WORDS)),
+        )
+        rec = Recorder(row, events, slots[None, slot], capacity, active, timer)
+        if active:
+            t0 = cute.arch.globaltimer()
+            c0 = cute.arch.clock64()
+            rec.slot[0] = Int32(0)
+            for i in cutlass.range_constexpr(1, SLOT_WORDS):
+                rec.slot[i] = Int32(-1)
+            row[_H["smid"]] = cute.arch.smid()
+            row[_H["cta"]] = cta
+            row[_H["role"]] = Int32(int(role))
+            row[_H["warp"]] = warp
+            row[_H["timer"]] = Int32(int(timer))
+            row[_H["t0_lo"]], row[_H["t0_hi"]] = _lo(t0), _hi(t0)
+            row[_H["c0_lo"]], row[_H["c0_hi"]] = _lo(c0), _hi(c0)
+        _write(rec, Event.RECORDER_BEGIN, Int32(-1), Int32(-1))
+    return rec
+
+
+@cute.jit
+def _write(rec: Recorder, kind: cutlass.Constexpr, k_tile, stage):
+    """Event ``kind`` at the current time with the recorder's tile; counted always, written
+    only while the row has room."""
+    if rec.active:
+        t = _now(rec.timer)
+        n = rec.slot[0]
+        rec.slot[0] = n + 1
+        if n < rec.capacity:
+            event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
+            event[0] = Int32(int(kind))
+            event[1] = _lo(t)
+            event[2] = _hi(t)
+            event[3] = rec.slot[1]
+            event[4] = rec.slot[2]
+            event[5] = rec.slot[3]
+            event[6] = Int32(k_tile)
+            event[7] = Int32(stage)
+            cute.autovec_copy(event, rec.events[None, n])
+
+
+@cute.jit
+def record(rec, kind: cutlass.Constexpr, k_tile=-1, stage=-1):
+    """Event ``kind`` (a ``trace_format.Event``) with ``k_tile`` and ``stage``; nothing when
+    ``rec`` is None (an untraced kernel)."""
+    if const_expr(rec is not None):
+        _write(rec, kind, Int32(k_tile), Int32(stage))
+
+
+@cute.jit
+def fetch(rec, tile):
+    """``TILE_FETCH`` of ``tile`` (a ``WorkTile`` or an (m, n, l) tuple); later events carry
+    it. Nothing when ``rec`` is None."""
+    if const_expr(rec is not None):
+        m, n, l = tile if const_expr(isinstance(tile, tuple)) else tile.coord_mnl  # noqa: E741
+        if rec.active:
+            rec.slot[1] = Int32(m)
+            rec.slot[2] = Int32(n)
+            rec.slot[3] = Int32(l)
+        _write(rec, Event.TILE_FETCH, Int32(-1), Int32(-1))
+
+
+@cute.jit
+def close(rec):
+    """``RECORDER_END``, then the header's count and end anchors. Nothing when ``rec`` is
+    None."""
+    if const_expr(rec is not None):
+        if rec.active:
+            for i in cutlass.range_constexpr(1, SLOT_WORDS):
+                rec.slot[i] = Int32(-1)  # the end is no tile's
+        _write(rec, Event.RECORDER_END, Int32(-1), Int32(-1))
+        if rec.active:
+            t1 = cute.arch.globaltimer()
+            c1 = cute.arch.clock64()
+            row = rec.row
+            row[_H["count"]] = rec.slot[0]
+            row[_H["t1_lo"]], row[_H["t1_hi"]] = _lo(t1), _hi(t1)
+            row[_H["c1_lo"]], row[_H["c1_hi"]] = _lo(c1), _hi(c1)
