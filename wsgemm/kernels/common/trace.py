@@ -95,9 +95,7 @@ class Recorder:
     """One lane's writer: its row of the buffer, its shared slot, the row's event capacity and
     whether this lane records at all (the others run the same code and skip every write)."""
 
-    def __init__(
-        self, row: Any, events: Any, slot: Any, capacity: Any, active: Any, timer: Timer
-    ):
+    def __init__(self, row: Any, events: Any, slot: Any, capacity: Any, active: Any, timer: Timer):
         self.row = row  # (HEADER_WORDS + capacity * EVENT_WORDS,) in global memory
         self.events = events  # the same row's events: (EVENT_WORDS, capacity)
         self.slot = slot  # (SLOT_WORDS,) in shared memory: count, tile m, n, l
