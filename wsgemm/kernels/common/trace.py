@@ -52,7 +52,7 @@ from wsgemm.kernels.common.trace_format import (
     Event,
     Timer,
 )
-from wsgemm.support import arch_major
+from wsgemm.support import WARP_SIZE, arch_major
 
 __all__ = [
     "SLOT_WORDS",
@@ -77,18 +77,26 @@ def timer_for(gpu_arch: str) -> Timer:
     return Timer.GLOBALTIMER if arch_major(gpu_arch) >= 9 else Timer.CLOCK64
 
 
-def slot_bytes(recorders: int) -> int:
-    """Shared memory for the slots of ``recorders`` recorders."""
-    return recorders * SLOT_WORDS * 4
+def slot_words(recorders: int) -> int:
+    """Shared-memory words for the slots of ``recorders`` recorders (a CTA's)."""
+    return recorders * SLOT_WORDS
 
 
 def smem_slots(buffer, smem, recorders: int):
-    """The CTA's recorder slots, allocated from ``smem`` (a ``SmemAllocator``); None, and no
-    allocation, when the kernel is untraced (``buffer`` None)."""
+    """The CTA's recorder slots ``(SLOT_WORDS, recorders)``, allocated from ``smem`` (a
+    ``SmemAllocator``); None, and no allocation, when untraced (``buffer`` None)."""
     if const_expr(buffer is None):
         return None
-    ptr = smem.allocate_array(Int32, recorders * SLOT_WORDS, byte_alignment=16)
+    ptr = smem.allocate_array(Int32, slot_words(recorders), byte_alignment=16)
     return cute.make_tensor(ptr, cute.make_layout((SLOT_WORDS, recorders)))
+
+
+def struct_slots(buffer, storage, recorders: int):
+    """The same from a shared-storage struct's ``trace_slots`` field (``slot_words`` Int32,
+    present in traced kernels only); None when untraced."""
+    if const_expr(buffer is None):
+        return None
+    return storage.trace_slots.get_tensor(cute.make_layout((SLOT_WORDS, recorders)))
 
 
 class Recorder:
@@ -139,19 +147,27 @@ def _hi(t) -> Int32:
 def open_recorder(
     buffer,
     slots,
-    slot: cutlass.Constexpr,
-    cta,
     role: cutlass.Constexpr,
-    warp,
-    lane_records,
-    timer: cutlass.Constexpr,
+    gpu_arch: cutlass.Constexpr,
+    group_threads: cutlass.Constexpr,
 ):
-    """The recorder of slot ``slot`` (0 .. recorders per CTA - 1) of CTA ``cta`` (its linear
-    index in the grid), for ``role``/``warp``; ``lane_records`` is true on the one lane that
-    writes. Row ``cta * recorders + slot`` of ``buffer``; a row past the buffer (a CTA outside
-    the traced sample) records nothing. None when ``buffer`` is None."""
+    """The calling thread's recorder for ``role``, or None when ``buffer`` is None.
+
+    The CTA's threads form recorder groups of ``group_threads`` consecutive threads (a warp, or
+    a warpgroup); group ``g`` owns slot ``g`` and row ``cta * recorders + g`` of ``buffer``
+    (``cta``: the CTA's linear index in the grid, x fastest), and its first lane writes. A row
+    past the buffer (a CTA outside the traced sample) records nothing. ``gpu_arch`` picks the
+    timer (``timer_for``)."""
     rec = None
     if const_expr(buffer is not None):
+        timer = timer_for(gpu_arch)
+        tidx, _, _ = cute.arch.thread_idx()
+        bx, by, bz = cute.arch.block_idx()
+        gx, gy, _ = cute.arch.grid_dim()
+        cta = Int32(bx + by * gx + bz * gx * gy)
+        slot = Int32(tidx // group_threads)
+        warp = slot * (group_threads // WARP_SIZE)
+        lane_records = tidx % group_threads == 0
         recorders = cute.size(slots, mode=[1])
         row_index = cta * recorders + slot
         rows = Int32(cute.size(buffer, mode=[0]))

@@ -1,0 +1,202 @@
+"""Traced kernels on the host side (issue #13): how big the trace buffer is, and compiling a
+kernel's traced variant. The call that records (validation, launch, timing) is
+``wsgemm.api.tracing.record``; the buffer's layout is ``wsgemm.kernels.common.trace_format``.
+
+Which CTAs record, and how many events each row holds (``plan_trace``):
+
+* every recorder row belongs to one group of threads of one CTA (``recorders_per_cta``: 3 for
+  the sm90 kernels, one per warp for the sm80 ones); rows are ``cta * recorders_per_cta +
+  group`` in launch order, so a buffer of the first ``ctas * recorders_per_cta`` rows traces the
+  first ``ctas`` CTAs and the others write nothing;
+* the persistent sm90 grid is traced whole by default (one CTA per SM); the sm80 grid (one CTA
+  per tile) by its first ``DEFAULT_SM80_WAVES`` waves of one CTA per SM;
+* a row's capacity counts the events its busiest role can write: per k-tile, per tile and per
+  recorder (``EVENTS_PER_K_TILE`` etc.), times the tiles the CTA runs, capped so the whole
+  buffer stays under ``MAX_BUFFER_BYTES``. A recorder past its capacity keeps counting, and the
+  host reports the overflow.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..kernels.common.trace_format import EVENT_WORDS, HEADER_WORDS
+from ..support import WARP_SIZE, cutlass_dtype
+from .registry import BACKENDS, Variant
+
+__all__ = [
+    "DEFAULT_SM80_WAVES",
+    "MAX_BUFFER_BYTES",
+    "TracePlan",
+    "compile_traced",
+    "fake_trace_buffer",
+    "plan_trace",
+    "recorders_per_cta",
+    "traced_kernel",
+]
+
+#: The largest buffer ``plan_trace`` sizes by default (the capacity shrinks to fit it).
+MAX_BUFFER_BYTES = 256 << 20
+#: Waves of one CTA per SM that the sm80 sample covers by default.
+DEFAULT_SM80_WAVES = 2
+#: Events a recorder writes per k-tile, at most: a consumer's wait-full begin/end, MMA issue,
+#: MMA wait begin/end and release (6); the producer's wait-empty begin/end and load issue (3);
+#: a multistage worker's compute, load and wait begin/end (6).
+EVENTS_PER_K_TILE = 6
+#: Per tile: the fetch, two ping-pong order waits (4), epilogue begin/end, the last drain (2),
+#: and a store wait (2) per epilogue subtile of at most 16.
+EVENTS_PER_TILE = 1 + 4 + 2 + 2 + 2 * 16
+#: Per recorder: begin, end, and the producer's final wait (2), with room to spare.
+EVENTS_PER_RECORDER = 8
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    """The buffer of one traced launch: ``recorders`` rows of ``words`` int32 each."""
+
+    recorders_per_cta: int
+    ctas_launched: int  # CTAs in the grid
+    ctas_traced: int  # the first this many record
+    tiles_per_cta: int  # the most output tiles one CTA runs
+    k_tiles: int
+    capacity: int  # events per row
+
+    @property
+    def recorders(self) -> int:
+        return self.ctas_traced * self.recorders_per_cta
+
+    @property
+    def words(self) -> int:
+        """int32 words per row (a multiple of 8: every event stays 16-byte aligned)."""
+        return HEADER_WORDS + self.capacity * EVENT_WORDS
+
+    @property
+    def nbytes(self) -> int:
+        return self.recorders * self.words * 4
+
+
+def recorders_per_cta(backend: str, config: Any) -> int:
+    """Rows per CTA: one per warpgroup for sm90, one per warp for sm80 (``trace.open_recorder``
+    groups); built from the kernel class, so no compile is needed."""
+    cls = BACKENDS[backend].kernel_class()
+    if BACKENDS[backend].family == "sm90":
+        from ..kernels.sm90.kernel import RECORDERS_PER_CTA
+
+        return RECORDERS_PER_CTA
+    # The sm80 kernels' thread count depends only on the config.
+    kernel = cls(config, *(cutlass_dtype(d) for d in ("float16", "float16", "float32")))
+    return kernel.threads // WARP_SIZE
+
+
+def plan_trace(
+    backend: str,
+    config: Any,
+    shape: tuple[int, int, int, int],
+    num_sms: int,
+    *,
+    capacity: int | None = None,
+    max_ctas: int | None = None,
+    max_bytes: int = MAX_BUFFER_BYTES,
+) -> TracePlan:
+    """The trace buffer for one launch of ``backend`` with ``config`` on ``shape`` = (M, N, K,
+    L) on a GPU of ``num_sms`` SMs. ``capacity``: events per row (None: planned from the
+    problem, capped by ``max_bytes``); ``max_ctas``: trace at most the first this many CTAs
+    (None: all of the sm90 grid, ``DEFAULT_SM80_WAVES`` waves of the sm80 grid)."""
+    if capacity is not None and (
+        isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+    ):
+        raise ValueError(f"capacity must be a positive int (events per recorder), got {capacity!r}")
+    if max_ctas is not None and (
+        isinstance(max_ctas, bool) or not isinstance(max_ctas, int) or max_ctas < 1
+    ):
+        raise ValueError(f"max_ctas must be a positive int or None, got {max_ctas!r}")
+    m, n, k, batch = shape
+    tiles_m = math.ceil(m / config.tile_m)
+    tiles_n = math.ceil(n / config.tile_n)
+    k_tiles = max(1, math.ceil(k / config.tile_k))
+    if BACKENDS[backend].family == "sm90":
+        from ..kernels.common.scheduler import cluster_tile_counts, persistent_cluster_count
+
+        cm, cn = cluster_tile_counts(tiles_m, tiles_n, config.cluster_m, config.cluster_n)
+        work = cm * cn * batch
+        clusters = persistent_cluster_count(work, num_sms // config.cluster_size)
+        ctas = clusters * config.cluster_size
+        tiles_per_cta = math.ceil(work / clusters)
+        default_ctas = ctas
+    else:
+        ctas = tiles_m * tiles_n * batch
+        tiles_per_cta = 1
+        default_ctas = DEFAULT_SM80_WAVES * num_sms
+    traced = min(ctas, default_ctas if max_ctas is None else max_ctas)
+    per_cta = recorders_per_cta(backend, config)
+    if capacity is None:
+        capacity = (
+            EVENTS_PER_K_TILE * k_tiles * tiles_per_cta
+            + EVENTS_PER_TILE * tiles_per_cta
+            + EVENTS_PER_RECORDER
+        )
+        row_budget = max_bytes // (4 * traced * per_cta)
+        capacity = max(1, min(capacity, (row_budget - HEADER_WORDS) // EVENT_WORDS))
+    return TracePlan(per_cta, ctas, traced, tiles_per_cta, k_tiles, capacity)
+
+
+def traced_kernel(variant: Variant):
+    """The kernel object of ``variant`` built with ``trace=True``."""
+    return BACKENDS[variant.backend].kernel_class()(
+        variant.kernel_config(),
+        cutlass_dtype(variant.ab_dtype),
+        cutlass_dtype(variant.c_dtype),
+        cutlass_dtype(variant.acc_dtype),
+        gpu_arch=variant.arch,
+        trace=True,
+    )
+
+
+def fake_trace_buffer():
+    """Compile-time stand-in for the trace buffer: int32 (recorders, words), both run-time
+    values, rows 16-byte aligned with a stride a multiple of 8 words (``TracePlan.words``)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    rows, words = cute.sym_int64(symbol="R"), cute.sym_int64(symbol="W")
+    stride = cute.sym_int64(divisibility=EVENT_WORDS)
+    return make_fake_tensor(cutlass.Int32, (rows, words), (stride, 1), assumed_align=16)
+
+
+def compile_traced(variant: Variant, *, keep: bool = False):
+    """Compile the traced variant of ``variant`` (no GPU needed): its ``traced`` entry, which
+    takes ``compile.fake_arguments``'s launch arguments and then the trace buffer. ``keep``
+    retains the cubin in ``compiled.artifacts.CUBIN`` as ``compile_variant`` does. Traced
+    kernels are compiled per process, never cached on disk (``cached_traced`` memoizes)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import cutlass.cute as cute
+
+    from .compile import _COMPILE_LOCK, fake_arguments
+
+    kernel = traced_kernel(variant)
+    args = (*fake_arguments(variant), fake_trace_buffer())
+    options = f"--enable-tvm-ffi --gpu-arch {variant.arch}"
+    with _COMPILE_LOCK:
+        if not keep:
+            return cute.compile(kernel.traced, *args, options=options)
+        with tempfile.TemporaryDirectory(prefix="wsgemm-keep-") as dump:
+            compiled = cute.compile(
+                kernel.traced, *args, options=f"{options} --keep-cubin --dump-dir {dump}"
+            )
+            cubin = getattr(compiled.artifacts, "CUBIN", None)
+            if isinstance(cubin, str) and os.path.isfile(cubin):
+                compiled.artifacts.CUBIN = Path(cubin).read_bytes()
+            return compiled
+
+
+@functools.cache
+def cached_traced(variant: Variant):
+    """``compile_traced(variant)``, once per process."""
+    return compile_traced(variant)
