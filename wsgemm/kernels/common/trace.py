@@ -65,8 +65,11 @@ __all__ = [
     "timer_for",
 ]
 
-#: Shared-memory words per recorder: its event count, then the current tile's m, n, l.
-SLOT_WORDS = 4
+#: A recorder's shared-memory slot: the events it tried to write, the current tile, its row's
+#: capacity (0 outside the traced sample) and address.
+SLOT_FIELDS = ("count", "tile_m", "tile_n", "tile_l", "capacity", "row_lo", "row_hi", "unused")
+SLOT_WORDS = len(SLOT_FIELDS)
+_S = {name: i for i, name in enumerate(SLOT_FIELDS)}
 #: Bytes of one event: two 16-byte stores.
 EVENT_BYTES = EVENT_WORDS * 4
 _H = {name: i for i, name in enumerate(HEADER_FIELDS)}
@@ -100,33 +103,21 @@ def struct_slots(buffer, storage, recorders: int):
 
 
 class Recorder:
-    """One lane's writer: its row of the buffer, its shared slot, the row's event capacity and
-    whether this lane records at all (the others run the same code and skip every write)."""
+    """The recorder of a group of threads: its shared slot and which lane of the group writes.
+    Everything else (count, tile, capacity, row address) lives in the slot, so a recorder costs
+    its role one register and no loop-carried state."""
 
-    def __init__(self, row: Any, events: Any, slot: Any, capacity: Any, active: Any, timer: Timer):
-        self.row = row  # (HEADER_WORDS + capacity * EVENT_WORDS,) in global memory
-        self.events = events  # the same row's events: (EVENT_WORDS, capacity)
-        self.slot = slot  # (SLOT_WORDS,) in shared memory: count, tile m, n, l
-        self.capacity, self.active, self.timer = capacity, active, timer
+    def __init__(self, slot: Any, group_threads: int, timer: Timer):
+        self.slot = slot  # (SLOT_WORDS,) Int32 in shared memory; SLOT_FIELDS
+        self.group_threads = group_threads
+        self.timer = timer
 
     # Let a recorder be used inside dynamic (scf) control flow in the DSL.
-    _DYNAMIC = ("row", "events", "slot", "capacity", "active")
-
     def __extract_mlir_values__(self) -> list:
-        self._counts = []
-        values = []
-        for name in self._DYNAMIC:
-            v = extract_mlir_values(getattr(self, name))
-            self._counts.append(len(v))
-            values += v
-        return values
+        return extract_mlir_values(self.slot)
 
     def __new_from_mlir_values__(self, values: list) -> Recorder:
-        fields, at = {}, 0
-        for name, count in zip(self._DYNAMIC, self._counts, strict=True):
-            fields[name] = new_from_mlir_values(getattr(self, name), values[at : at + count])
-            at += count
-        return Recorder(**fields, timer=self.timer)
+        return Recorder(new_from_mlir_values(self.slot, values), self.group_threads, self.timer)
 
 
 def _now(timer: Timer):
@@ -143,6 +134,22 @@ def _hi(t) -> Int32:
     return Int32(t >> Int64(32))
 
 
+def _writes(rec: Recorder):
+    """True on the one lane of the recorder's group that writes."""
+    tidx, _, _ = cute.arch.thread_idx()
+    return tidx % rec.group_threads == 0
+
+
+def _row(slot):
+    """The recorder's row in global memory (its address is in the slot)."""
+    address = (Int64(slot[_S["row_hi"]]) << Int64(32)) | (
+        Int64(slot[_S["row_lo"]]) & Int64(0xFFFFFFFF)
+    )
+    # HEADER_WORDS and EVENT_WORDS are multiples of 4 words and the host's row stride a
+    # multiple of 8: the row and every event in it start on 16 bytes.
+    return cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
+
+
 @cute.jit
 def open_recorder(
     buffer,
@@ -156,45 +163,41 @@ def open_recorder(
     The CTA's threads form recorder groups of ``group_threads`` consecutive threads (a warp, or
     a warpgroup); group ``g`` owns slot ``g`` and row ``cta * recorders + g`` of ``buffer``
     (``cta``: the CTA's linear index in the grid, x fastest), and its first lane writes. A row
-    past the buffer (a CTA outside the traced sample) records nothing. ``gpu_arch`` picks the
-    timer (``timer_for``)."""
+    past the buffer (a CTA outside the traced sample) records nothing (capacity 0).
+    ``gpu_arch`` picks the timer (``timer_for``)."""
     rec = None
     if const_expr(buffer is not None):
         timer = timer_for(gpu_arch)
         tidx, _, _ = cute.arch.thread_idx()
-        bx, by, bz = cute.arch.block_idx()
-        gx, gy, _ = cute.arch.grid_dim()
-        cta = Int32(bx + by * gx + bz * gx * gy)
-        slot = Int32(tidx // group_threads)
-        warp = slot * (group_threads // WARP_SIZE)
-        lane_records = tidx % group_threads == 0
-        recorders = cute.size(slots, mode=[1])
-        row_index = cta * recorders + slot
-        rows = Int32(cute.size(buffer, mode=[0]))
-        active = lane_records & (row_index < rows)
-        capacity = Int32((cute.size(buffer, mode=[1]) - HEADER_WORDS) // EVENT_WORDS)
-        safe_row = cutlass.min(row_index, rows - 1)  # a pointer inside the buffer either way
-        row = buffer[safe_row, None]
-        # (EVENT_WORDS, capacity): HEADER_WORDS and EVENT_WORDS are multiples of 4 words and the
-        # host's row stride a multiple of 8, so every event starts on 16 bytes.
-        events = cute.make_tensor(
-            row.iterator + HEADER_WORDS,
-            cute.make_layout((EVENT_WORDS, capacity), stride=(1, EVENT_WORDS)),
-        )
-        rec = Recorder(row, events, slots[None, slot], capacity, active, timer)
-        if active:
+        group = tidx // group_threads
+        rec = Recorder(slots[None, group], group_threads, timer)
+        if _writes(rec):
             t0 = cute.arch.globaltimer()
             c0 = cute.arch.clock64()
-            rec.slot[0] = Int32(0)
-            for i in cutlass.range_constexpr(1, SLOT_WORDS):
-                rec.slot[i] = Int32(-1)
-            row[_H["smid"]] = cute.arch.smid()
-            row[_H["cta"]] = cta
-            row[_H["role"]] = Int32(int(role))
-            row[_H["warp"]] = warp
-            row[_H["timer"]] = Int32(int(timer))
-            row[_H["t0_lo"]], row[_H["t0_hi"]] = _lo(t0), _hi(t0)
-            row[_H["c0_lo"]], row[_H["c0_hi"]] = _lo(c0), _hi(c0)
+            bx, by, bz = cute.arch.block_idx()
+            gx, gy, _ = cute.arch.grid_dim()
+            cta = Int32(bx + by * gx + bz * gx * gy)
+            row_index = cta * cute.size(slots, mode=[1]) + Int32(group)
+            rows = Int32(cute.size(buffer, mode=[0]))
+            sampled = row_index < rows
+            row = buffer[cutlass.min(row_index, rows - 1), None]  # in the buffer either way
+            address = row.iterator.toint()
+            slot = rec.slot
+            slot[_S["count"]] = Int32(0)
+            for i in cutlass.range_constexpr(_S["tile_m"], _S["tile_l"] + 1):
+                slot[i] = Int32(-1)
+            capacity = Int32((cute.size(buffer, mode=[1]) - HEADER_WORDS) // EVENT_WORDS)
+            slot[_S["capacity"]] = cutlass.select_(sampled, capacity, Int32(0))
+            slot[_S["row_lo"]] = _lo(address)
+            slot[_S["row_hi"]] = _hi(address)
+            if sampled:
+                row[_H["smid"]] = cute.arch.smid()
+                row[_H["cta"]] = cta
+                row[_H["role"]] = Int32(int(role))
+                row[_H["warp"]] = Int32(group * (group_threads // WARP_SIZE))
+                row[_H["timer"]] = Int32(int(timer))
+                row[_H["t0_lo"]], row[_H["t0_hi"]] = _lo(t0), _hi(t0)
+                row[_H["c0_lo"]], row[_H["c0_hi"]] = _lo(c0), _hi(c0)
         _write(rec, Event.RECORDER_BEGIN, Int32(-1), Int32(-1))
     return rec
 
@@ -203,21 +206,26 @@ def open_recorder(
 def _write(rec: Recorder, kind: cutlass.Constexpr, k_tile, stage):
     """Event ``kind`` at the current time with the recorder's tile; counted always, written
     only while the row has room."""
-    if rec.active:
+    if _writes(rec):
         t = _now(rec.timer)
-        n = rec.slot[0]
-        rec.slot[0] = n + 1
-        if n < rec.capacity:
+        slot = rec.slot
+        n = slot[_S["count"]]
+        slot[_S["count"]] = n + 1
+        if n < slot[_S["capacity"]]:
             event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
             event[0] = Int32(int(kind))
             event[1] = _lo(t)
             event[2] = _hi(t)
-            event[3] = rec.slot[1]
-            event[4] = rec.slot[2]
-            event[5] = rec.slot[3]
+            event[3] = slot[_S["tile_m"]]
+            event[4] = slot[_S["tile_n"]]
+            event[5] = slot[_S["tile_l"]]
             event[6] = Int32(k_tile)
             event[7] = Int32(stage)
-            cute.autovec_copy(event, rec.events[None, n])
+            events = cute.make_tensor(
+                _row(slot) + HEADER_WORDS,
+                cute.make_layout((EVENT_WORDS, n + 1), stride=(1, EVENT_WORDS)),
+            )
+            cute.autovec_copy(event, events[None, n])
 
 
 @cute.jit
@@ -234,10 +242,10 @@ def fetch(rec, tile):
     it. Nothing when ``rec`` is None."""
     if const_expr(rec is not None):
         m, n, l = tile if const_expr(isinstance(tile, tuple)) else tile.coord_mnl  # noqa: E741
-        if rec.active:
-            rec.slot[1] = Int32(m)
-            rec.slot[2] = Int32(n)
-            rec.slot[3] = Int32(l)
+        if _writes(rec):
+            rec.slot[_S["tile_m"]] = Int32(m)
+            rec.slot[_S["tile_n"]] = Int32(n)
+            rec.slot[_S["tile_l"]] = Int32(l)
         _write(rec, Event.TILE_FETCH, Int32(-1), Int32(-1))
 
 
@@ -246,14 +254,16 @@ def close(rec):
     """``RECORDER_END``, then the header's count and end anchors. Nothing when ``rec`` is
     None."""
     if const_expr(rec is not None):
-        if rec.active:
-            for i in cutlass.range_constexpr(1, SLOT_WORDS):
+        if _writes(rec):
+            for i in cutlass.range_constexpr(_S["tile_m"], _S["tile_l"] + 1):
                 rec.slot[i] = Int32(-1)  # the end is no tile's
         _write(rec, Event.RECORDER_END, Int32(-1), Int32(-1))
-        if rec.active:
-            t1 = cute.arch.globaltimer()
-            c1 = cute.arch.clock64()
-            row = rec.row
-            row[_H["count"]] = rec.slot[0]
-            row[_H["t1_lo"]], row[_H["t1_hi"]] = _lo(t1), _hi(t1)
-            row[_H["c1_lo"]], row[_H["c1_hi"]] = _lo(c1), _hi(c1)
+        if _writes(rec):
+            slot = rec.slot
+            if slot[_S["capacity"]] > 0:
+                t1 = cute.arch.globaltimer()
+                c1 = cute.arch.clock64()
+                row = cute.make_tensor(_row(slot), cute.make_layout(HEADER_WORDS))
+                row[_H["count"]] = slot[_S["count"]]
+                row[_H["t1_lo"]], row[_H["t1_hi"]] = _lo(t1), _hi(t1)
+                row[_H["c1_lo"]], row[_H["c1_hi"]] = _lo(c1), _hi(c1)
