@@ -200,3 +200,173 @@ def compile_traced(variant: Variant, *, keep: bool = False):
 def cached_traced(variant: Variant):
     """``compile_traced(variant)``, once per process."""
     return compile_traced(variant)
+
+
+# ---------------------------------------------------------------------------------------------
+# Consistency of a recording (the GPU tests; ``wsgemm.trace`` may report the same)
+
+#: ``%globaltimer``'s step on Hopper; ``check_events`` allows one step (or the coarsest step
+#: seen in the recording) between clocks of different SMs.
+GLOBALTIMER_TICK_NS = 32
+
+
+@dataclass(frozen=True)
+class RecorderRow:
+    """One recorder's row, decoded: its header fields and its events (``trace_format``)."""
+
+    index: int
+    header: dict
+    events: Any  # numpy (events, EVENT_WORDS) int32, the first min(count, capacity)
+
+    def times(self) -> Any:
+        import numpy as np
+
+        return (self.events[:, 2].astype(np.int64) << 32) | (
+            self.events[:, 1].astype(np.int64) & 0xFFFFFFFF
+        )
+
+
+def recorder_rows(buffer) -> list[RecorderRow]:
+    """The rows of ``buffer`` (numpy int32, ``trace_format``) whose recorder ran."""
+    from ..kernels.common.trace_format import HEADER_FIELDS
+
+    capacity = (buffer.shape[1] - HEADER_WORDS) // EVENT_WORDS
+    rows = []
+    for i, row in enumerate(buffer):
+        header = {name: int(row[j]) for j, name in enumerate(HEADER_FIELDS)}
+        if header["count"] == 0:
+            continue
+        n = min(header["count"], capacity)
+        events = row[HEADER_WORDS : HEADER_WORDS + n * EVENT_WORDS].reshape(n, EVENT_WORDS)
+        rows.append(RecorderRow(i, header, events))
+    return rows
+
+
+def check_events(buffer, meta: dict) -> list[str]:
+    """What is inconsistent in a recording (an empty list: nothing). ``buffer`` and ``meta``
+    as in ``RawTrace``. Checks: no overflow; each row's events in time order with balanced
+    spans; every output tile fetched by ``meta["consumers_per_tile"]`` consumer recorders of
+    one CTA (every tile when the whole grid was traced); per CTA and stage, each fill released
+    by ``consumers_per_tile`` recorders, none releasing a stage twice without a fill between;
+    a consumer's wait on a k-tile's full barrier ends no earlier than the load issue of that
+    k-tile in its CTA and in every cluster peer that multicasts into it (one timer step of
+    tolerance across SMs)."""
+    import numpy as np
+
+    from ..kernels.common.trace_format import SPANS, Event, Role, Timer
+
+    problems: list[str] = []
+    rows = recorder_rows(buffer)
+    capacity = (buffer.shape[1] - HEADER_WORDS) // EVENT_WORDS
+    if not rows:
+        return ["no recorder wrote anything"]
+    for r in rows:
+        if r.header["count"] > capacity:
+            problems.append(f"row {r.index}: {r.header['count'] - capacity} events overflowed")
+        t = r.times()
+        if np.any(np.diff(t) < 0):
+            problems.append(f"row {r.index}: event times go backwards")
+        kinds = r.events[:, 0]
+        for name, (begin, end) in SPANS.items():
+            depth = np.cumsum((kinds == begin).astype(int) - (kinds == end).astype(int))
+            if depth.size and (depth.min() < 0 or depth.max() > 1 or depth[-1] != 0):
+                problems.append(f"row {r.index}: unbalanced {name!r} spans")
+    if problems:
+        return problems
+
+    per_tile = meta["consumers_per_tile"]
+    consumers = [r for r in rows if r.header["role"] in (Role.CONSUMER, Role.WORKER)]
+    producers = {r.header["cta"]: r for r in rows if r.header["role"] == Role.PRODUCER}
+    fetched: dict[tuple, list[tuple[int, int]]] = {}
+    for r in consumers:
+        for e in r.events[r.events[:, 0] == Event.TILE_FETCH]:
+            fetched.setdefault(tuple(int(x) for x in e[3:6]), []).append((r.header["cta"], r.index))
+    tm, tn, tl = meta["tiles"]
+    in_range = {t: who for t, who in fetched.items() if t[0] < tm and t[1] < tn and t[2] < tl}
+    for tile, who in in_range.items():
+        if len(who) != per_tile or len({c for c, _ in who}) != 1 or len(set(who)) != len(who):
+            problems.append(f"tile {tile} fetched by (CTA, row) {who}, expected {per_tile}")
+    if meta["ctas_traced"] == meta["ctas_launched"] and len(in_range) != tm * tn * tl:
+        problems.append(f"{tm * tn * tl - len(in_range)} output tiles were never fetched")
+
+    tick = GLOBALTIMER_TICK_NS
+    if meta["timer"] == Timer.GLOBALTIMER:
+        steps = np.diff(np.unique(np.concatenate([r.times() for r in rows])))
+        tick = max(tick, int(steps.min()) if steps.size else tick)
+    cm, cn = meta.get("cluster", [1, 1])
+    for cta, prod in producers.items():
+        issue = {}  # (tile, k) -> (time, stage, fill index in its stage)
+        fills: dict[int, int] = {}
+        for e, t in zip(prod.events, prod.times(), strict=True):
+            if e[0] == Event.LOAD_ISSUE:
+                stage = int(e[7])
+                key = (tuple(int(x) for x in e[3:6]), int(e[6]))
+                issue[key] = (int(t), stage, fills.get(stage, 0))
+                fills[stage] = fills.get(stage, 0) + 1
+        released: dict[tuple, int] = {}
+        for r in (c for c in consumers if c.header["cta"] == cta):
+            last: dict[int, int] = {}
+            for e, t in zip(r.events, r.times(), strict=True):
+                key = (tuple(int(x) for x in e[3:6]), int(e[6]))
+                if e[0] == Event.STAGE_RELEASE:
+                    if key not in issue or issue[key][1] != int(e[7]):
+                        problems.append(f"row {r.index}: {key} released, never filled")
+                        continue
+                    fill = issue[key][2]
+                    if fill <= last.get(int(e[7]), -1):
+                        problems.append(f"row {r.index}: stage {e[7]} released twice, unfilled")
+                    last[int(e[7])] = fill
+                    released[key] = released.get(key, 0) + 1
+                elif e[0] == Event.WAIT_FULL_END:
+                    writers = _multicast_writers(cta, cm, cn)
+                    j = _tile_turn(prod, key[0])
+                    for peer in writers:
+                        peer_issue = _issue_at_turn(producers.get(peer), j, key[1])
+                        if peer_issue is None:
+                            problems.append(f"row {r.index}: no load of {key} in CTA {peer}")
+                            continue
+                        slack = tick if peer != cta else 0
+                        if int(t) + slack < peer_issue:
+                            problems.append(
+                                f"row {r.index}: wait on {key} ended at {int(t)}, before CTA "
+                                f"{peer} issued its load at {peer_issue}"
+                            )
+        for key in issue:
+            if released.get(key, 0) != per_tile:
+                problems.append(
+                    f"CTA {cta}: fill {key} released {released.get(key, 0)} times, "
+                    f"expected {per_tile}"
+                )
+    return problems
+
+
+def _multicast_writers(cta: int, cm: int, cn: int) -> list[int]:
+    """The CTAs whose loads land in ``cta``'s stages: itself, the CTAs of its cluster row (A
+    is multicast along N) and column (B along M). Grid (cm, cn, clusters), x fastest."""
+    size = cm * cn
+    base, x, y = cta - cta % size, cta % cm, (cta % size) // cm
+    return [base + i + j * cm for j in range(cn) for i in range(cm) if i == x or j == y]
+
+
+def _tile_turn(producer: RecorderRow, tile: tuple) -> int:
+    """Which of ``producer``'s tiles ``tile`` is (cluster peers run their tiles in turns)."""
+    from ..kernels.common.trace_format import Event
+
+    fetches = [tuple(int(x) for x in e[3:6]) for e in producer.events if e[0] == Event.TILE_FETCH]
+    return fetches.index(tile) if tile in fetches else -1
+
+
+def _issue_at_turn(producer: RecorderRow | None, turn: int, k_tile: int) -> int | None:
+    """The time ``producer`` issued k-tile ``k_tile`` of its ``turn``-th tile."""
+    from ..kernels.common.trace_format import Event
+
+    if producer is None or turn < 0:
+        return None
+    seen = -1
+    times = producer.times()
+    for e, t in zip(producer.events, times, strict=True):
+        if e[0] == Event.TILE_FETCH:
+            seen += 1
+        elif e[0] == Event.LOAD_ISSUE and seen == turn and int(e[6]) == k_tile:
+            return int(t)
+    return None
