@@ -31,7 +31,10 @@ __all__ = [
     "DEFAULT_SM80_WAVES",
     "MAX_BUFFER_BYTES",
     "TracePlan",
+    "check_events",
+    "compile_entry",
     "compile_traced",
+    "recorder_rows",
     "fake_trace_buffer",
     "plan_trace",
     "recorders_per_cta",
@@ -172,23 +175,30 @@ def compile_traced(variant: Variant, *, keep: bool = False):
     takes ``compile.fake_arguments``'s launch arguments and then the trace buffer. ``keep``
     retains the cubin in ``compiled.artifacts.CUBIN`` as ``compile_variant`` does. Traced
     kernels are compiled per process, never cached on disk (``cached_traced`` memoizes)."""
+    from .compile import fake_arguments
+
+    args = (*fake_arguments(variant), fake_trace_buffer())
+    return compile_entry(traced_kernel(variant).traced, args, variant.arch, keep=keep)
+
+
+def compile_entry(entry, args: tuple, arch: str, *, keep: bool = False):
+    """``cute.compile(entry, *args)`` for ``arch`` under the compile lock, the cubin kept in
+    ``artifacts.CUBIN`` (bytes) with ``keep``."""
     import os
     import tempfile
     from pathlib import Path
 
     import cutlass.cute as cute
 
-    from .compile import _COMPILE_LOCK, fake_arguments
+    from .compile import _COMPILE_LOCK
 
-    kernel = traced_kernel(variant)
-    args = (*fake_arguments(variant), fake_trace_buffer())
-    options = f"--enable-tvm-ffi --gpu-arch {variant.arch}"
+    options = f"--enable-tvm-ffi --gpu-arch {arch}"
     with _COMPILE_LOCK:
         if not keep:
-            return cute.compile(kernel.traced, *args, options=options)
+            return cute.compile(entry, *args, options=options)
         with tempfile.TemporaryDirectory(prefix="wsgemm-keep-") as dump:
             compiled = cute.compile(
-                kernel.traced, *args, options=f"{options} --keep-cubin --dump-dir {dump}"
+                entry, *args, options=f"{options} --keep-cubin --dump-dir {dump}"
             )
             cubin = getattr(compiled.artifacts, "CUBIN", None)
             if isinstance(cubin, str) and os.path.isfile(cubin):
