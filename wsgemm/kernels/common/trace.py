@@ -103,21 +103,28 @@ def struct_slots(buffer, storage, recorders: int):
 
 
 class Recorder:
-    """The recorder of a group of threads: its shared slot and which lane of the group writes.
-    Everything else (count, tile, capacity, row address) lives in the slot, so a recorder costs
-    its role one register and no loop-carried state."""
+    """The recorder of a group of threads: the CTA's shared slots, and which lane of the group
+    writes. Everything else (count, tile, capacity, row address) lives in the group's slot, so
+    a recorder keeps no register of its role live and no loop-carried state."""
 
-    def __init__(self, slot: Any, group_threads: int, timer: Timer):
-        self.slot = slot  # (SLOT_WORDS,) Int32 in shared memory; SLOT_FIELDS
+    def __init__(self, slots: Any, group_threads: int, timer: Timer):
+        self.slots = slots  # (SLOT_WORDS, groups) Int32 in shared memory; SLOT_FIELDS
         self.group_threads = group_threads
         self.timer = timer
 
+    @property
+    def slot(self):
+        """This thread's group's slot, found from the thread index at each use: a role at its
+        register limit (the multistage worker) keeps no address live for tracing."""
+        tidx, _, _ = cute.arch.thread_idx()
+        return self.slots[None, tidx // self.group_threads]
+
     # Let a recorder be used inside dynamic (scf) control flow in the DSL.
     def __extract_mlir_values__(self) -> list:
-        return extract_mlir_values(self.slot)
+        return extract_mlir_values(self.slots)
 
     def __new_from_mlir_values__(self, values: list) -> Recorder:
-        return Recorder(new_from_mlir_values(self.slot, values), self.group_threads, self.timer)
+        return Recorder(new_from_mlir_values(self.slots, values), self.group_threads, self.timer)
 
 
 def _now(timer: Timer):
@@ -170,7 +177,7 @@ def open_recorder(
         timer = timer_for(gpu_arch)
         tidx, _, _ = cute.arch.thread_idx()
         group = tidx // group_threads
-        rec = Recorder(slots[None, group], group_threads, timer)
+        rec = Recorder(slots, group_threads, timer)
         if _writes(rec):
             t0 = cute.arch.globaltimer()
             c0 = cute.arch.clock64()
