@@ -47,6 +47,15 @@ nothing else) separates what is compiled from what is launched:
   it meant. Python defaults live only on a function compiled in this process; one loaded from
   disk gets them back from ``host.compile.with_launch_defaults``.
 
+* A traced variant (issue #13): ``Kernel(..., trace=True)`` is compiled and launched through
+  ``traced(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer)`` (the same
+  arguments, then an int32 ``(recorders, words)`` buffer in the layout of
+  ``common.trace_format``); its ``__call__`` refuses to build, as ``traced`` does on an
+  untraced kernel. ``trace`` is part of the compile key; untraced, the kernel's code and
+  ``__call__``'s compiled signature are what they were without tracing (a ``None`` buffer
+  argument would stay in the compiled signature, hence the separate entry). A new trailing
+  launch argument of ``__call__`` goes before ``trace_buffer`` in ``traced``.
+
 * Class attributes ``name`` (its backend name, e.g. ``"sm90-pingpong"``), ``arch`` (the
   family's oldest target: ``"sm_90a"`` or ``"sm_80"``), ``needs_vector_extent``.
 * The device entry is ``kernel`` (a ``@cute.kernel`` method that sets up and dispatches), the

@@ -7,10 +7,11 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from wsgemm.kernels.sm80.config import Sm80Config
+from wsgemm.kernels.common import trace
+from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, Sm80Config, smem_bytes
 from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
-from wsgemm.support import MAX_GRID_DIM, VECTOR_BYTES, arch_major, check_dtypes
+from wsgemm.support import MAX_GRID_DIM, VECTOR_BYTES, WARP_SIZE, arch_major, check_dtypes
 
 
 def launch_columns(config: Sm80Config) -> int:
@@ -45,9 +46,19 @@ class Sm80Kernel:
     # cp.async moves whole 16-byte vectors: the host pads unit-stride extents to 8 elements
     needs_vector_extent = True
 
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_80"):
+    def __init__(
+        self,
+        config: Sm80Config,
+        ab_dtype,
+        c_dtype,
+        acc_dtype,
+        gpu_arch: str = "sm_80",
+        trace: bool = False,
+    ):
         """``gpu_arch``: the DSL target this object is compiled for (the host passes the
-        variant's); it picks how mbarrier waits are written and must fit the config."""
+        variant's); it picks how mbarrier waits are written and must fit the config.
+        ``trace``: build the traced variant (launched through ``traced``; module
+        ``wsgemm.kernels.common.trace``)."""
         if not isinstance(config, Sm80Config):
             raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
@@ -60,6 +71,7 @@ class Sm80Kernel:
                 "target='sm_80' configs"
             )
         self.gpu_arch = gpu_arch
+        self.trace = bool(trace)
         self.config = config
         self.ab_dtype = ab_dtype
         self.c_dtype = c_dtype
@@ -85,6 +97,44 @@ class Sm80Kernel:
         shared memory and launch bounds; past 65535 n tiles, one launch per column slice.
         The launch arguments of persistent kernels (``max_active_clusters``,
         ``raster_group``) are accepted and unused."""
+        self._call(mA, mB, mC, stream, None)
+
+    @cute.jit
+    def traced(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+        raster_group: cutlass.Int32,
+        trace_buffer: cute.Tensor,
+    ):
+        """``__call__`` of a kernel built with ``trace=True``, recording into ``trace_buffer``
+        (int32, (recorders, words), ``trace_format``): row ``cta * warps + w`` is warp w's
+        of the CTA with linear index ``cta`` (grid x fastest); CTAs past the rows record
+        nothing. One launch only: the host traces no C wider than ``launch_columns``.
+
+        The recorders' shared slots go in front of the A/B buffer, in the slack its 1 KiB
+        alignment leaves (``smem_bytes``), so the traced kernel has the same budget."""
+        front = self.shared_memory_bytes() - smem_bytes(
+            self.config, self.ab_dtype, self.c_dtype, barrier_stages=0
+        )
+        slots = 4 * trace.slot_words(self.threads // WARP_SIZE)
+        if cutlass.const_expr(front + slots > BUFFER_ALIGN_BYTES):
+            raise ValueError(
+                f"{front} bytes of barriers and {slots} of trace slots do not fit in the "
+                f"{BUFFER_ALIGN_BYTES}-byte alignment slack before the shared buffer"
+            )
+        self._call(mA, mB, mC, stream, trace_buffer)
+
+    @cute.jit
+    def _call(self, mA, mB, mC, stream, trace_buffer):
+        if cutlass.const_expr(self.trace != (trace_buffer is not None)):
+            raise ValueError(
+                "a kernel built with trace=True launches through traced(..., trace_buffer), "
+                "an untraced one through __call__"
+            )
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
         plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)
@@ -96,12 +146,12 @@ class Sm80Kernel:
             width = cutlass.min(cols, n - first)
             mB_part = _slice_mode(mB, 0, first, width)
             mC_part = _slice_mode(mC, 1, first, width)
-            self._launch(mA, mB_part, mC_part, plan, stream)
+            self._launch(mA, mB_part, mC_part, plan, stream, trace_buffer)
 
     @cute.jit
-    def _launch(self, mA, mB, mC, plan: Sm80Plan, stream):
+    def _launch(self, mA, mB, mC, plan: Sm80Plan, stream, trace_buffer):
         c = self.config
-        self.kernel(mA, mB, mC, plan).launch(
+        self.kernel(mA, mB, mC, plan, trace_buffer).launch(
             grid=cute.ceil_div(mC.shape, (c.tile_m, c.tile_n, 1)),
             block=[self.threads, 1, 1],
             smem=self.shared_memory_bytes(),

@@ -6,6 +6,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.memory import SmemAllocator
 
+from wsgemm.kernels.common import trace
+from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     Sm80Config,
@@ -15,6 +17,7 @@ from wsgemm.kernels.sm80.kernel import Sm80Kernel
 from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
 from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
+from wsgemm.support import WARP_SIZE
 
 __all__ = ["Sm80MultistageGemm"]
 
@@ -54,8 +57,16 @@ class Sm80MultistageGemm(Sm80Kernel):
 
     name = "sm80-multistage"
 
-    def __init__(self, config: Sm80Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_80"):
-        super().__init__(config, ab_dtype, c_dtype, acc_dtype, gpu_arch)
+    def __init__(
+        self,
+        config: Sm80Config,
+        ab_dtype,
+        c_dtype,
+        acc_dtype,
+        gpu_arch: str = "sm_80",
+        trace: bool = False,
+    ):
+        super().__init__(config, ab_dtype, c_dtype, acc_dtype, gpu_arch, trace)
         # The specialized kernel's role options mean nothing here: refuse them, not ignore.
         if config.register_handoff or config.producer_warps != 1:
             raise ValueError(
@@ -73,12 +84,20 @@ class Sm80MultistageGemm(Sm80Kernel):
         return smem_bytes(self.config, self.ab_dtype, self.c_dtype, barrier_stages=0)
 
     @cute.kernel
-    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        plan: cutlass.Constexpr,
+        trace_buffer,
+    ):
         """Zero the ring, then every warp loads and multiplies, then stores."""
         tidx, _, _ = cute.arch.thread_idx()
         bm, bn, bl = cute.arch.block_idx()
 
         smem = SmemAllocator()
+        slots = trace.smem_slots(trace_buffer, smem, self.threads // WARP_SIZE)
         buffer = smem.allocate(
             self.shared_memory_bytes() - BUFFER_ALIGN_BYTES, byte_alignment=BUFFER_ALIGN_BYTES
         )
@@ -87,11 +106,16 @@ class Sm80MultistageGemm(Sm80Kernel):
         zero_fill(buffer, views.ab_bytes, tidx, self.threads)
         cute.arch.sync_threads()
 
+        rec = trace.open_recorder(trace_buffer, slots, Role.WORKER, self.gpu_arch, WARP_SIZE)
+        trace.fetch(rec, (bm, bn, bl))
         tiled_mma = plan.tiled_mma()
         acc = self.load_and_mma(
-            plan, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx
+            plan, tiled_mma, mA[None, None, bl], mB[None, None, bl], views, bm, bn, tidx, rec
         )
+        trace.record(rec, Event.EPILOGUE_BEGIN)
         self.epilogue(plan, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tidx)
+        trace.record(rec, Event.EPILOGUE_END)
+        trace.close(rec)
 
     @cute.jit
     def load_and_mma(
@@ -104,8 +128,10 @@ class Sm80MultistageGemm(Sm80Kernel):
         bm: cutlass.Int32,
         bn: cutlass.Int32,
         tid: cutlass.Int32,
+        rec=None,
     ) -> cute.Tensor:
-        """All warps: load k-tiles ``stages - 1`` ahead and multiply the current one."""
+        """All warps: load k-tiles ``stages - 1`` ahead and multiply the current one. ``rec``:
+        the warp's trace recorder (None: untraced)."""
         c = plan.config
         stages = c.stages
         load_a = make_operand_loader(
@@ -121,6 +147,7 @@ class Sm80MultistageGemm(Sm80Kernel):
         interior = load_a.interior and load_b.interior
 
         # k-tile j always lives in stage j % stages.
+        trace.record(rec, Event.LOAD_BEGIN)
         load_a.load_first(0)
         load_b.load_first(0)
         cute.arch.cp_async_commit_group()
@@ -129,8 +156,11 @@ class Sm80MultistageGemm(Sm80Kernel):
                 load_a.load(s, s)
                 load_b.load(s, s)
             cute.arch.cp_async_commit_group()
+        trace.record(rec, Event.LOAD_END)
+        trace.record(rec, Event.WAIT_FULL_BEGIN, 0, 0)
         cute.arch.cp_async_wait_group(stages - 2)
         cute.arch.sync_threads()
+        trace.record(rec, Event.WAIT_FULL_END, 0, 0)
         frags.load(0, 0, 0)
 
         # Two copies of the main loop, chosen once per CTA: the copies of an interior tile need
@@ -138,15 +168,15 @@ class Sm80MultistageGemm(Sm80Kernel):
         if cutlass.const_expr(c.fast_interior):
             if interior:
                 self.load_and_mma_k_tiles(
-                    load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, False
+                    load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, False, rec
                 )
             else:
                 self.load_and_mma_k_tiles(
-                    load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True
+                    load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True, rec
                 )
         else:
             self.load_and_mma_k_tiles(
-                load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True
+                load_a, load_b, frags, tiled_mma, acc, k_tiles, k_blocks, stages, True, rec
             )
         return acc
 
@@ -162,18 +192,24 @@ class Sm80MultistageGemm(Sm80Kernel):
         k_blocks: cutlass.Constexpr,
         stages: cutlass.Constexpr,
         predicated: cutlass.Constexpr,
+        rec=None,
     ):
-        """Steady state: every k-tile into ``acc``; refills rows-predicated or not."""
+        """Steady state: every k-tile into ``acc``; refills rows-predicated or not. Traced:
+        each k-tile is a compute phase holding the refill's load phase and the wait for the
+        next k-tile (``WAIT_FULL``; at the last k-tile, the closing barrier)."""
         stage = cutlass.Int32(0)
         for k_tile in cutlass.range(k_tiles, unroll=1):
+            trace.record(rec, Event.COMPUTE_BEGIN, k_tile, stage)
             for kb in cutlass.range_constexpr(k_blocks):
                 next_slot = (kb + 1) % 2
                 if cutlass.const_expr(kb == k_blocks - 1):
                     # k-tile t + 1 has landed once at most stages - 2 groups are pending; the
                     # barrier publishes everyone's copies and closes everyone's reads of the
                     # stage refilled at the next k-tile's first k-block.
+                    trace.record(rec, Event.WAIT_FULL_BEGIN, k_tile + 1)
                     cute.arch.cp_async_wait_group(stages - 2)
                     cute.arch.sync_threads()
+                    trace.record(rec, Event.WAIT_FULL_END, k_tile + 1)
                     if k_tile + 1 < k_tiles:
                         frags.load(0, (stage + 1) % stages, next_slot)
                 else:
@@ -182,10 +218,13 @@ class Sm80MultistageGemm(Sm80Kernel):
                     # The stage of k-tile t - 1: every thread passed the barrier after its
                     # last ldmatrix of it.
                     refill = k_tile + stages - 1
+                    trace.record(rec, Event.LOAD_BEGIN, refill)
                     if refill < k_tiles:
                         refill_stage = (stage + stages - 1) % stages
                         load_a.load(refill, refill_stage, predicated)
                         load_b.load(refill, refill_stage, predicated)
                     cute.arch.cp_async_commit_group()
+                    trace.record(rec, Event.LOAD_END, refill)
                 frags.mma(tiled_mma, acc, kb % 2)
+            trace.record(rec, Event.COMPUTE_END, k_tile, stage)
             stage = (stage + 1) % stages

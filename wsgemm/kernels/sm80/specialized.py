@@ -6,9 +6,11 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.memory import SmemAllocator
 
+from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.budget import barrier_bytes
 from wsgemm.kernels.common.pipeline import CpAsyncPipeline
+from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     HANDOFF_CONSUMER_REGISTERS,
@@ -153,7 +155,14 @@ class Sm80WsGemm(Sm80Kernel):
         return self.producer_warps * WARP_SIZE
 
     @cute.kernel
-    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, plan: cutlass.Constexpr):
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        plan: cutlass.Constexpr,
+        trace_buffer,
+    ):
         """Set up the ring (its arrive counts checked against the roles while tracing), then
         hand each warp its role."""
         tidx, _, _ = cute.arch.thread_idx()
@@ -163,6 +172,7 @@ class Sm80WsGemm(Sm80Kernel):
 
         smem = SmemAllocator()
         barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=8)
+        slots = trace.smem_slots(trace_buffer, smem, self.threads // WARP_SIZE)
         buffer_bytes = self.shared_memory_bytes() - BUFFER_ALIGN_BYTES - barrier_bytes(c.stages)
         buffer = smem.allocate(buffer_bytes, byte_alignment=BUFFER_ALIGN_BYTES)
         views = carve_smem(plan, buffer)
@@ -179,15 +189,27 @@ class Sm80WsGemm(Sm80Kernel):
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_decrease(HANDOFF_PRODUCER_REGISTERS)
             if warp_idx < self.producer_warps:
-                self.load(plan, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx)
+                rec = trace.open_recorder(
+                    trace_buffer, slots, Role.PRODUCER, self.gpu_arch, WARP_SIZE
+                )
+                trace.fetch(rec, (bm, bn, bl))
+                self.load(
+                    plan, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx, rec
+                )
+                trace.close(rec)
         else:
             if cutlass.const_expr(c.register_handoff):
                 cute.arch.setmaxregister_increase(HANDOFF_CONSUMER_REGISTERS)
+            rec = trace.open_recorder(trace_buffer, slots, Role.CONSUMER, self.gpu_arch, WARP_SIZE)
+            trace.fetch(rec, (bm, bn, bl))
             tid = tidx - self.first_consumer_warp * WARP_SIZE
             tiled_mma = plan.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
-            acc = self.mma(plan, tiled_mma, views, pipe, k_tiles, tid)
+            acc = self.mma(plan, tiled_mma, views, pipe, k_tiles, tid, rec)
+            trace.record(rec, Event.EPILOGUE_BEGIN)
             self.epilogue(plan, tiled_mma, acc, views.sC, mC[None, None, bl], (bm, bn), tid)
+            trace.record(rec, Event.EPILOGUE_END)
+            trace.close(rec)
 
     @cute.jit
     def load(
@@ -200,9 +222,11 @@ class Sm80WsGemm(Sm80Kernel):
         bm: cutlass.Int32,
         bn: cutlass.Int32,
         tid: cutlass.Int32,
+        rec=None,
     ):
         """Producer warp(s), thread ``tid``: every k-tile of this CTA's A and B, in order, into
-        the ring (with several producer warps each copies its share of every k-tile)."""
+        the ring (with several producer warps each copies its share of every k-tile). ``rec``:
+        the warp's trace recorder (None: untraced)."""
         c = plan.config
         # With the register hand-over the producer's edge-tile loop is rolled to fit its budget.
         rolled = bool(c.register_handoff)
@@ -216,17 +240,20 @@ class Sm80WsGemm(Sm80Kernel):
 
         # k-tile 0 (the K residue) into stage 0, whose empty barrier the producer may pass at
         # once (parity 1: the phase before the first).
+        trace.record(rec, Event.WAIT_EMPTY_BEGIN, 0, 0)
         pipe.producer_acquire(0, 1)
+        trace.record(rec, Event.WAIT_EMPTY_END, 0, 0)
         load_a.load_first(0)
         load_b.load_first(0)
         pipe.producer_commit(0)
+        trace.record(rec, Event.LOAD_ISSUE, 0, 0)
         if cutlass.const_expr(c.fast_interior):
             if load_a.interior and load_b.interior:
-                self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=False)
+                self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=False, rec=rec)
             else:
-                self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=True)
+                self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=True, rec=rec)
         else:
-            self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=True)
+            self.load_k_tiles(load_a, load_b, pipe, k_tiles, predicated=True, rec=rec)
         # Stay resident until the last copies (and the arrivals they trigger) have landed.
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -239,6 +266,7 @@ class Sm80WsGemm(Sm80Kernel):
         pipe: CpAsyncPipeline,
         k_tiles: cutlass.Int32,
         predicated: cutlass.Constexpr,
+        rec=None,
     ):
         """k-tiles 1 .. k_tiles - 1 (full in k), rows predicated unless the tile is interior.
         k-tile t goes to stage t % stages, after waiting for phase parity 1 ^ (t // stages) & 1
@@ -246,10 +274,13 @@ class Sm80WsGemm(Sm80Kernel):
         stages = pipe.stages
         for k_tile in cutlass.range(1, k_tiles, unroll=1):
             stage = k_tile % stages
+            trace.record(rec, Event.WAIT_EMPTY_BEGIN, k_tile, stage)
             pipe.producer_acquire(stage, (k_tile // stages + 1) % 2)
+            trace.record(rec, Event.WAIT_EMPTY_END, k_tile, stage)
             load_a.load(k_tile, stage, predicated)
             load_b.load(k_tile, stage, predicated)
             pipe.producer_commit(stage)
+            trace.record(rec, Event.LOAD_ISSUE, k_tile, stage)
 
     @cute.jit
     def mma(
@@ -260,14 +291,18 @@ class Sm80WsGemm(Sm80Kernel):
         pipe: CpAsyncPipeline,
         k_tiles: cutlass.Int32,
         tid: cutlass.Int32,
+        rec=None,
     ) -> cute.Tensor:
-        """Consumer warps: the whole K loop into register accumulators."""
+        """Consumer warps: the whole K loop into register accumulators. ``rec``: the warp's
+        trace recorder (None: untraced)."""
         frags = make_mma_fragments(plan, tiled_mma, views.sA, views.sB, tid)
         acc = make_accumulators(plan, tiled_mma)
         k_blocks = plan.k_blocks
 
         state = pipe.consumer_state()
+        trace.record(rec, Event.WAIT_FULL_BEGIN, 0, state.index)
         pipe.consumer_wait(state)
+        trace.record(rec, Event.WAIT_FULL_END, 0, state.index)
         frags.load(0, state.index, 0)
         for k_tile in cutlass.range(k_tiles, unroll=1):
             for kb in cutlass.range_constexpr(k_blocks):
@@ -278,7 +313,9 @@ class Sm80WsGemm(Sm80Kernel):
                     # has flipped.
                     state.advance()
                     if k_tile + 1 < k_tiles:
+                        trace.record(rec, Event.WAIT_FULL_BEGIN, k_tile + 1, state.index)
                         pipe.consumer_wait(state)
+                        trace.record(rec, Event.WAIT_FULL_END, k_tile + 1, state.index)
                         frags.load(0, state.index, next_slot)
                 else:
                     frags.load(kb + 1, state.index, next_slot)
@@ -289,4 +326,6 @@ class Sm80WsGemm(Sm80Kernel):
                     # fence (MEMBAR.CTA on sm_80) waits for the ldmatrix results, and the
                     # tensor cores should not wait with it.
                     pipe.consumer_release(state)
+                    trace.record(rec, Event.STAGE_RELEASE, k_tile, state.index)
+            trace.record(rec, Event.MMA_ISSUE, k_tile, k_tile % pipe.stages)
         return acc

@@ -34,6 +34,7 @@ __all__ = [
     "STATIC_SMEM_BYTES",
     "THREADS_PER_CTA",
     "TILE_N_CHOICES",
+    "TRACED_PRODUCER_REGISTERS",
     "WGMMA_K",
     "WGMMA_M",
     "Sm90Config",
@@ -188,6 +189,9 @@ MAX_EPILOGUE_STAGES = 4
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);
 # 40 registers hold that without spilling, the rest goes to the accumulators.
 PRODUCER_REGISTERS = 40
+# A traced producer also keeps its recorder (row pointer, capacity, shared slot) and builds one
+# event of eight words: 8 more. 48 still leaves the consumers their 232 (register_split).
+TRACED_PRODUCER_REGISTERS = 48
 
 
 def mainloop_stage_bytes(tile_m: int, tile_n: int, tile_k: int, ab_bytes: int) -> int:
@@ -235,19 +239,22 @@ def stage_counts(
 
 
 def register_split(
-    num_consumer_warpgroups: int, threads_per_warpgroup: int = THREADS_PER_WARPGROUP
+    num_consumer_warpgroups: int,
+    threads_per_warpgroup: int = THREADS_PER_WARPGROUP,
+    producer: int = PRODUCER_REGISTERS,
 ) -> tuple[int, int]:
     """(producer, consumer) registers per thread after ``setmaxnreg``.
 
-    The producer warpgroup drops to ``PRODUCER_REGISTERS``; the consumer warpgroups share the
-    rest of the register file equally, rounded down to the step of 8 that setmaxnreg needs, so
-    the total never exceeds 64K registers.
+    The producer warpgroup drops to ``producer`` (``PRODUCER_REGISTERS``; a traced kernel's
+    ``TRACED_PRODUCER_REGISTERS``); the consumer warpgroups share the rest of the register file
+    equally, rounded down to the step of 8 that setmaxnreg needs, so the total never exceeds
+    64K registers.
     """
     per_thread_pool = SM90_REGISTERS_PER_SM // threads_per_warpgroup
-    consumer = (per_thread_pool - PRODUCER_REGISTERS) // num_consumer_warpgroups
+    consumer = (per_thread_pool - producer) // num_consumer_warpgroups
     consumer = min(SETMAXNREG_MAX, consumer // SETMAXNREG_STEP * SETMAXNREG_STEP)
     if consumer < SETMAXNREG_MIN:
         raise ValueError(f"{num_consumer_warpgroups} consumer warpgroups leave too few registers")
-    total = threads_per_warpgroup * (PRODUCER_REGISTERS + num_consumer_warpgroups * consumer)
+    total = threads_per_warpgroup * (producer + num_consumer_warpgroups * consumer)
     assert total <= SM90_REGISTERS_PER_SM, total
-    return PRODUCER_REGISTERS, consumer
+    return producer, consumer

@@ -13,19 +13,23 @@ from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
+from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
     persistent_cluster_count,
 )
+from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
+    PRODUCER_REGISTERS,
     PRODUCER_WARP,
     SM90_SMEM_CAPACITY,
     SMEM_BUFFER_ALIGN,
     THREADS_PER_CTA,
+    TRACED_PRODUCER_REGISTERS,
     WGMMA_K,
     WGMMA_M,
     Sm90Config,
@@ -43,7 +47,10 @@ from wsgemm.support import (
 )
 from wsgemm.support import BarrierId as _Barrier
 
-__all__ = ["Sm90Gemm", "epilogue_subtile_order", "mainloop_arrive_terms"]
+__all__ = ["RECORDERS_PER_CTA", "Sm90Gemm", "epilogue_subtile_order", "mainloop_arrive_terms"]
+
+#: Trace rows per CTA (``traced``): one per warpgroup, consumers 0 and 1, then the producer's.
+RECORDERS_PER_CTA = NUM_CONSUMER_WARPGROUPS + 1
 
 
 def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
@@ -164,7 +171,17 @@ class Sm90Gemm:
     arch = "sm_90a"
     needs_vector_extent = False
 
-    def __init__(self, config: Sm90Config, ab_dtype, c_dtype, acc_dtype, gpu_arch: str = "sm_90a"):
+    def __init__(
+        self,
+        config: Sm90Config,
+        ab_dtype,
+        c_dtype,
+        acc_dtype,
+        gpu_arch: str = "sm_90a",
+        trace: bool = False,
+    ):
+        """``trace``: build the traced variant (launched through ``traced``; module
+        ``wsgemm.kernels.common.trace``)."""
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
         if gpu_arch != self.arch:
@@ -175,7 +192,11 @@ class Sm90Gemm:
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
         self.ab_stages, self.epi_stages = self.stage_counts()
-        self.producer_regs, self.consumer_regs = register_split(NUM_CONSUMER_WARPGROUPS)
+        self.trace = bool(trace)
+        self.producer_regs, self.consumer_regs = register_split(
+            NUM_CONSUMER_WARPGROUPS,
+            producer=TRACED_PRODUCER_REGISTERS if self.trace else PRODUCER_REGISTERS,
+        )
 
     def _stage_bytes(self) -> tuple[int, int]:
         """(bytes of one mainloop stage, bytes of one epilogue buffer)."""
@@ -216,6 +237,32 @@ class Sm90Gemm:
         arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group`` (0: the
         schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
         orders its tiles."""
+        self._call(mA, mB, mC, max_active_clusters, stream, raster_group, None)
+
+    @cute.jit
+    def traced(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        max_active_clusters: Int32,
+        stream,
+        raster_group: Int32,
+        trace_buffer: cute.Tensor,
+    ):
+        """``__call__`` of a kernel built with ``trace=True``, recording into ``trace_buffer``
+        (int32, (recorders, words), ``trace_format``): row ``3 * cta + w`` is consumer
+        warpgroup w's (w = 0, 1), row ``3 * cta + 2`` the producer's; CTAs past the rows
+        record nothing."""
+        self._call(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer)
+
+    @cute.jit
+    def _call(self, mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer):
+        if const_expr(self.trace != (trace_buffer is not None)):
+            raise ValueError(
+                "a kernel built with trace=True launches through traced(..., trace_buffer), "
+                "an untraced one through __call__"
+            )
         cfg = self.config
         for t, want, what in (
             (mA, self.ab_dtype, "A"),
@@ -320,6 +367,7 @@ class Sm90Gemm:
             num_l,
             k_tiles,
             raster_group,
+            trace_buffer,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
             block=[THREADS_PER_CTA, 1, 1],
@@ -373,6 +421,11 @@ class Sm90Gemm:
         @cute.struct
         class SharedStorage:
             mainloop_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.ab_stages]
+            if self.trace:
+                # In the barriers' alignment unit: the budget below does not change.
+                trace_slots: cute.struct.Align[
+                    cute.struct.MemRange[Int32, trace.slot_words(RECORDERS_PER_CTA)], 16
+                ]
             sA: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], SMEM_BUFFER_ALIGN
             ]
@@ -412,6 +465,7 @@ class Sm90Gemm:
         num_l: Int32,
         k_tiles: Int32,
         raster_group: Int32,
+        trace_buffer,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role."""
         cfg = plan.config
@@ -431,6 +485,7 @@ class Sm90Gemm:
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)
         sC = storage.sC.get_tensor(c_layout.outer, swizzle=c_layout.inner)
+        slots = trace.struct_slots(trace_buffer, storage, RECORDERS_PER_CTA)
 
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster_coord = cluster_layout.get_flat_coord(rank)
@@ -456,6 +511,9 @@ class Sm90Gemm:
         if warp_idx >= PRODUCER_WARP:
             cute.arch.setmaxregister_decrease(plan.producer_regs)
             if warp_idx == PRODUCER_WARP:
+                rec = trace.open_recorder(
+                    trace_buffer, slots, Role.PRODUCER, self.gpu_arch, THREADS_PER_WARPGROUP
+                )
                 load_args = self._load_args(
                     plan,
                     tma_a,
@@ -468,11 +526,14 @@ class Sm90Gemm:
                     cluster_coord,
                     k_tiles,
                 )
-                self.load(plan, load_args, scheduler, ab_pipeline)
+                self.load(plan, load_args, scheduler, ab_pipeline, rec)
         else:
             cute.arch.setmaxregister_increase(plan.consumer_regs)
+            rec = trace.open_recorder(
+                trace_buffer, slots, Role.CONSUMER, self.gpu_arch, THREADS_PER_WARPGROUP
+            )
             self.mma_and_epilogue(
-                plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline
+                plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline, rec
             )
 
     def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
@@ -525,17 +586,21 @@ class Sm90Gemm:
         return _LoadArgs(tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles)
 
     @cute.jit
-    def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline):
-        """Producer warp: fill the ring, tile after tile, k-tile after k-tile."""
+    def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline, rec=None):
+        """Producer warp: fill the ring, tile after tile, k-tile after k-tile. ``rec``: its
+        trace recorder (None: untraced)."""
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.ab_stages)
         tile = scheduler.initial_work_tile()
         while tile.is_valid:
+            trace.fetch(rec, tile)
             tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             for k in cutlass.range(args.k_tiles, unroll=1):
                 # Waits until every consumer of this stage, here and in the peers this CTA
                 # multicasts to, released it; then arms full[s] with the stage's bytes.
+                trace.record(rec, Event.WAIT_EMPTY_BEGIN, k, state.index)
                 ab_pipeline.producer_acquire(state)
+                trace.record(rec, Event.WAIT_EMPTY_END, k, state.index)
                 full = ab_pipeline.producer_get_barrier(state)
                 self._tma_load(
                     args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a
@@ -544,11 +609,15 @@ class Sm90Gemm:
                     args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
                 )
                 ab_pipeline.producer_commit(state)
+                trace.record(rec, Event.LOAD_ISSUE, k, state.index)
                 state.advance()
             tile = scheduler.next_work_tile(tile)
         # Peers may still be reading stages this CTA multicast into, and will arrive on its
         # empty barriers: wait for all of them before the CTA may exit.
+        trace.record(rec, Event.WAIT_EMPTY_BEGIN)
         ab_pipeline.producer_tail(state)
+        trace.record(rec, Event.WAIT_EMPTY_END)
+        trace.close(rec)
 
     @cute.jit
     def _tma_load(self, atom, src, dst, full_barrier, mask):
@@ -572,8 +641,10 @@ class Sm90Gemm:
         k_tiles,
         scheduler,
         ab_pipeline,
+        rec=None,
     ):
-        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue."""
+        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue. ``rec``:
+        its trace recorder (None: untraced)."""
         cfg = plan.config
         tidx, _, _ = cute.arch.thread_idx()
         wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -613,51 +684,75 @@ class Sm90Gemm:
         tile = scheduler.initial_work_tile(first)
         subtiles_done = Int32(0)
         while tile.is_valid:
+            trace.fetch(rec, tile)
             if const_expr(cfg.pingpong):
+                trace.record(rec, Event.ORDER_WAIT_BEGIN, stage=0)
                 self._order_wait(_Barrier.MMA_ORDER, wg)
-            read_state = self.mma(plan, mma_args, ab_pipeline, read_state, acc)
+                trace.record(rec, Event.ORDER_WAIT_END, stage=0)
+            read_state = self.mma(plan, mma_args, ab_pipeline, read_state, acc, rec)
             if const_expr(cfg.pingpong):
+                trace.record(rec, Event.ORDER_WAIT_BEGIN, stage=1)
                 self._order_wait(_Barrier.EPI_ORDER, wg)
-            self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done)
+                trace.record(rec, Event.ORDER_WAIT_END, stage=1)
+            trace.record(rec, Event.EPILOGUE_BEGIN)
+            self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
             if const_expr(cfg.pingpong):
                 # The other warpgroup reuses the epilogue buffers: they must be drained.
                 if epi_args.is_store_warp:
+                    trace.record(rec, Event.STORE_WAIT_BEGIN)
                     store_pipeline.producer_tail()
+                    trace.record(rec, Event.STORE_WAIT_END)
                 self._order_arrive(_Barrier.EPI_ORDER, 1 - wg)
                 read_state.advance(k_tiles)  # skip the other warpgroup's tile
             else:
                 subtiles_done += cfg.num_epi_subtiles
+            trace.record(rec, Event.EPILOGUE_END)
             tile = scheduler.next_work_tile(tile, steps)
         if const_expr(not cfg.pingpong):
             # Outstanding TMA stores still read the epilogue buffers.
             if epi_args.is_store_warp:
+                trace.record(rec, Event.STORE_WAIT_BEGIN)
                 store_pipeline.producer_tail()
+                trace.record(rec, Event.STORE_WAIT_END)
+        trace.close(rec)
 
     @cute.jit
-    def mma(self, plan: cutlass.Constexpr, args: _MmaArgs, ab_pipeline, read_state, acc):
+    def mma(self, plan: cutlass.Constexpr, args: _MmaArgs, ab_pipeline, read_state, acc, rec=None):
         """One tile's mainloop. One k-tile of WGMMAs stays in flight; a stage is released as
         soon as the WGMMAs reading it have retired."""
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
         # K >= 1, so there is always a first k-tile.
+        trace.record(rec, Event.WAIT_FULL_BEGIN, 0, read_state.index)
         ab_pipeline.consumer_wait(read_state)
+        trace.record(rec, Event.WAIT_FULL_END, 0, read_state.index)
         self._mma_k_tile(args, acc, read_state.index)
         warpgroup.commit_group()
+        trace.record(rec, Event.MMA_ISSUE, 0, read_state.index)
         read_state.advance()
-        for _k in cutlass.range(1, args.k_tiles, unroll=1):
+        for k in cutlass.range(1, args.k_tiles, unroll=1):
+            trace.record(rec, Event.WAIT_FULL_BEGIN, k, read_state.index)
             ab_pipeline.consumer_wait(read_state)
+            trace.record(rec, Event.WAIT_FULL_END, k, read_state.index)
             self._mma_k_tile(args, acc, read_state.index)
             warpgroup.commit_group()
+            trace.record(rec, Event.MMA_ISSUE, k, read_state.index)
+            trace.record(rec, Event.MMA_WAIT_BEGIN, k - 1, release_state.index)
             warpgroup.wait_group(1)  # the previous k-tile's WGMMAs are done reading smem
+            trace.record(rec, Event.MMA_WAIT_END, k - 1, release_state.index)
             ab_pipeline.consumer_release(release_state)
+            trace.record(rec, Event.STAGE_RELEASE, k - 1, release_state.index)
             release_state.advance()
             read_state.advance()
         if const_expr(plan.config.pingpong):
             # All WGMMAs of this tile are issued: the other warpgroup may issue its own.
             self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
+        trace.record(rec, Event.MMA_WAIT_BEGIN, args.k_tiles - 1, release_state.index)
         warpgroup.wait_group(0)
+        trace.record(rec, Event.MMA_WAIT_END, args.k_tiles - 1, release_state.index)
         ab_pipeline.consumer_release(release_state)
+        trace.record(rec, Event.STAGE_RELEASE, args.k_tiles - 1, release_state.index)
         return read_state
 
     @cute.jit
@@ -710,7 +805,13 @@ class Sm90Gemm:
 
     @cute.jit
     def epilogue(
-        self, plan: cutlass.Constexpr, args: _EpilogueArgs, store_pipeline, tile, subtiles_done
+        self,
+        plan: cutlass.Constexpr,
+        args: _EpilogueArgs,
+        store_pipeline,
+        tile,
+        subtiles_done,
+        rec=None,
     ):
         """Accumulators -> output dtype -> smem subtile -> TMA store, one subtile at a time.
 
@@ -734,7 +835,9 @@ class Sm90Gemm:
             tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
             buf = (subtiles_done + e) % plan.epi_stages
             if args.is_store_warp:
+                trace.record(rec, Event.STORE_WAIT_BEGIN, stage=buf)
                 store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
+                trace.record(rec, Event.STORE_WAIT_END, stage=buf)
             args.barrier.arrive_and_wait()
             cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
             # Generic-proxy smem writes must be visible to the TMA (async proxy) store.

@@ -1,0 +1,97 @@
+"""Traced calls on the GPU (issue #13): the product is still right, and the recording is
+consistent (``host.tracing.check_events``: no overflow at the planned capacity, every output
+tile fetched by its consumers exactly once, no stage released twice without a fill between, no
+wait on a full barrier ending before the loads of its k-tile were issued, in the CTA and in
+its multicast peers).
+
+Tolerance: the suite's rule (``operands.assert_within_torch_error``: twice PyTorch's own error
+plus eps); outputs are poisoned with NaN first.
+"""
+
+import pytest
+import torch
+from operands import assert_within_torch_error, make
+
+import wsgemm
+from wsgemm.api.tracing import record
+from wsgemm.host.tracing import check_events
+from wsgemm.kernels.common.trace_format import RawTrace
+
+pytestmark = pytest.mark.gpu
+
+BACKENDS = ["sm90", "sm90-pingpong", "sm80", "sm80-multistage"]
+# large, decode (M = 16 and M = 1) and ragged
+SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (1, 4096, 4096), (1031, 2053, 777)]
+
+
+def _needs(backend):
+    if backend not in wsgemm.available_backends():
+        pytest.skip(f"{backend} does not run on this GPU")
+
+
+def _traced(backend, shape, **kwargs):
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = make((m, k), torch.float16, "cuda", gen=gen)
+    b = make((k, n), torch.float16, "cuda", gen=gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    raw = record(a, b, backend=backend, out=out, **kwargs)
+    return a, b, out, raw
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
+    _needs(backend)
+    a, b, out, raw = _traced(backend, shape, measure=False)
+    assert not torch.isnan(out).any(), "unwritten (poisoned) output elements"
+    assert_within_torch_error(out, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
+    assert raw.meta["backend"] == backend and raw.meta["overflow"] == 0
+    assert (raw.buffer[:, 0] > 0).sum() > 0, "no recorder wrote"
+    assert check_events(raw.buffer, raw.meta) == []
+
+
+def test_the_whole_sm80_grid_can_be_traced():
+    _needs("sm80")
+    _, _, out, raw = _traced("sm80", (1031, 2053, 777), max_ctas=10**6, measure=False)
+    assert raw.meta["ctas_traced"] == raw.meta["ctas_launched"]
+    assert check_events(raw.buffer, raw.meta) == []
+
+
+def test_a_small_capacity_overflows_without_writing_past_it():
+    _needs("sm90")
+    _, _, out, raw = _traced("sm90", (1024, 1024, 4096), capacity=16, measure=False)
+    assert not torch.isnan(out).any()
+    assert raw.meta["capacity"] == 16 and raw.meta["overflow"] > 0
+    assert raw.buffer.shape[1] == 16 + 16 * 8
+
+
+def test_overhead_is_measured_and_the_recording_saves(tmp_path):
+    """Reports traced and untraced time (no assertion on speed: docs/perf.md holds numbers)."""
+    backend = wsgemm.available_backends()[0]
+    _, _, _, raw = _traced(backend, (4096, 4096, 4096))
+    assert raw.meta["traced_us"] > 0 and raw.meta["untraced_us"] > 0
+    print(
+        f"{backend} 4096^3: traced {raw.meta['traced_us']:.1f} us, untraced "
+        f"{raw.meta['untraced_us']:.1f} us"
+    )
+    back = RawTrace.load(raw.save(tmp_path / "trace.npz"))
+    assert (back.buffer == raw.buffer).all() and back.meta["backend"] == backend
+
+
+def test_auto_traces_the_kernel_the_policy_picks():
+    _, _, out, raw = _traced("auto", (2048, 2048, 1024), measure=False)
+    assert raw.meta["backend"] in wsgemm.available_backends()
+    assert check_events(raw.buffer, raw.meta) == []
+
+
+def test_bad_arguments_raise_typed_errors():
+    a = torch.zeros(64, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="not a wsgemm backend"):
+        record(a, a, backend="nope")
+    with pytest.raises(ValueError, match="capacity"):
+        record(a, a, backend="sm80", capacity=0)
+    with pytest.raises(TypeError, match="capacity"):
+        record(a, a, backend="sm80", capacity=2.5)
+    with pytest.raises(ValueError, match="nothing to trace"):
+        record(a[:, :0], a[:0], backend="sm80")

@@ -1,0 +1,364 @@
+"""The traced kernel variants (issue #13), without a GPU.
+
+* traced builds compile spill-free and read the timer their arch uses;
+* an untraced build is the kernel with its hooks compiled out: the same SASS opcode histogram
+  as the kernel source with every ``trace.*`` hook statement deleted (compiled from a copy of
+  the module, ``_without_hooks``), no timer reads and no trace stores;
+* the untraced launch signature is today's, the traced one has the buffer last;
+* the host's buffer planning and the recording checker, on synthetic rows.
+
+The default run compiles one traced kernel per family (sm90 cooperative, sm80 specialized on
+sm_80) and one hooks-deleted kernel (sm90); the rest is marked ``sweep``.
+"""
+
+import ast
+import collections
+import importlib.util
+import inspect
+import os
+import re
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+from sass_checks import assert_clean
+
+from wsgemm import host, sass
+from wsgemm import inspection as insp
+from wsgemm.host import tracing
+from wsgemm.kernels.common.trace_format import (
+    EVENT_WORDS,
+    HEADER_FIELDS,
+    HEADER_WORDS,
+    Event,
+    Role,
+    Timer,
+)
+
+TIMER_READS = re.compile(r"SR_GLOBALTIMER|SR_CLOCK")
+TRACED = {
+    "sm90": ("sm_90a", "SR_GLOBALTIMER"),
+    "sm80": ("sm_80", "SR_CLOCK"),
+}
+TRACED_SWEEP = {
+    "sm90-pingpong": ("sm_90a", "SR_GLOBALTIMER"),
+    "sm80-multistage": ("sm_80", "SR_CLOCK"),
+}
+# The modules whose hook statements a backend's kernel runs (its class's module).
+HOOKED_MODULES = {
+    "sm90": "wsgemm.kernels.sm90.kernel",
+    "sm90-pingpong": "wsgemm.kernels.sm90.kernel",
+    "sm80": "wsgemm.kernels.sm80.specialized",
+    "sm80-multistage": "wsgemm.kernels.sm80.multistage",
+}
+
+
+@pytest.fixture(scope="module")
+def traced_report():
+    done = {}
+
+    def get(variant):
+        if variant not in done:
+            fn = tracing.compile_traced(variant, keep=True)
+            done[variant] = (fn, insp.inspect_variant(variant, fn))
+        return done[variant]
+
+    return get
+
+
+def _check_traced(report, backend, arch, timer_register):
+    r = report
+    assert_clean(r)
+    assert timer_register in r.sass_text, f"{backend}: the traced kernel reads no {timer_register}"
+    # two 16-byte stores per event
+    assert "STG.E.128" in r.sass_text
+    if backend.startswith("sm90"):
+        # the traced producer's own budget (TRACED_PRODUCER_REGISTERS), the consumers' 232
+        assert "USETMAXREG.DEALLOC.CTAPOOL 0x30 ;" in r.sass_text
+        assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, 0xe8 ;", r.sass_text)
+
+
+@pytest.mark.parametrize("backend", TRACED)
+def test_traced_variant_compiles_spill_free(traced_report, backend):
+    arch, timer = TRACED[backend]
+    _, r = traced_report(host.Variant(backend, arch))
+    _check_traced(r, backend, arch, timer)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "backend, arch, timer",
+    [(b, *v) for b, v in TRACED_SWEEP.items()]
+    + [("sm80", "sm_90a", "SR_GLOBALTIMER"), ("sm80-multistage", "sm_90a", "SR_GLOBALTIMER")],
+)
+def test_traced_variant_compiles_spill_free_sweep(traced_report, backend, arch, timer):
+    _, r = traced_report(host.Variant(backend, arch))
+    _check_traced(r, backend, arch, timer)
+
+
+# ---------------------------------------------------------------------------------------------
+# The untraced kernel is the kernel with its hooks compiled out
+
+
+class _DeleteHooks(ast.NodeTransformer):
+    """Delete every hook statement: ``trace.f(...)`` calls; ``x = trace.f(...)`` becomes
+    ``x = None`` (what the hook returns untraced)."""
+
+    @staticmethod
+    def _is_hook(node) -> bool:
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "trace"
+        )
+
+    def visit_Expr(self, node):
+        return ast.Pass() if self._is_hook(node.value) else node
+
+    def visit_Assign(self, node):
+        if self._is_hook(node.value):
+            node.value = ast.Constant(None)
+        return node
+
+
+def _without_hooks(module_name: str, folder: str):
+    """A copy of kernel module ``module_name`` with its hook statements deleted, imported from
+    a real file (the DSL reads its functions' source)."""
+    spec = importlib.util.find_spec(module_name)
+    with open(spec.origin) as f:
+        tree = ast.parse(f.read())
+    hooks = sum(
+        isinstance(n, ast.Expr | ast.Assign) and _DeleteHooks._is_hook(n.value)
+        for n in ast.walk(tree)
+    )
+    assert hooks > 10, f"{module_name}: only {hooks} hook statements found"
+    tree = ast.fix_missing_locations(_DeleteHooks().visit(tree))
+    path = os.path.join(folder, module_name.replace(".", "_") + "_without_hooks.py")
+    with open(path, "w") as f:
+        f.write(ast.unparse(tree))
+    stripped_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(stripped_spec)
+    stripped_spec.loader.exec_module(module)
+    return module
+
+
+def _hooks_compiled_out(variant):
+    """The report of ``variant`` built from its kernel module without hook statements."""
+    backend = host.BACKENDS[variant.backend]
+    with tempfile.TemporaryDirectory() as folder:
+        module = _without_hooks(HOOKED_MODULES[variant.backend], folder)
+        dtypes = (variant.ab_dtype, variant.c_dtype, variant.acc_dtype)
+        kernel = getattr(module, backend.cls)(
+            variant.kernel_config(), *map(host.cutlass_dtype, dtypes), gpu_arch=variant.arch
+        )
+        fn = tracing.compile_entry(kernel, host.fake_arguments(variant), variant.arch, keep=True)
+        return insp.inspect_variant(variant, fn)
+
+
+def _check_untraced_equals_hooks_out(compiled, backend, arch):
+    variant = host.Variant(backend, arch)
+    untraced = compiled(variant).report
+    without = _hooks_compiled_out(variant)
+    assert not TIMER_READS.search(untraced.sass_text), "the untraced kernel reads a timer"
+    mine = collections.Counter(sass.opcodes(untraced.sass_text))
+    theirs = collections.Counter(sass.opcodes(without.sass_text))
+    assert mine == theirs, (
+        f"{backend}: untraced SASS differs from the hooks-deleted build: "
+        f"{dict((mine - theirs) + (theirs - mine))}"
+    )
+    # No trace stores: the same global stores as the kernel without hooks (the sm90 epilogue
+    # stores with TMA only).
+    assert untraced.sass["STG"] == without.sass["STG"]
+    if backend.startswith("sm90"):
+        assert untraced.sass["STG"] == 0
+
+
+def test_untraced_kernel_is_the_kernel_without_hooks(compiled):
+    _check_untraced_equals_hooks_out(compiled, "sm90", "sm_90a")
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "backend, arch",
+    [("sm90-pingpong", "sm_90a"), ("sm80", "sm_80"), ("sm80-multistage", "sm_80")],
+)
+def test_untraced_kernel_is_the_kernel_without_hooks_sweep(compiled, backend, arch):
+    _check_untraced_equals_hooks_out(compiled, backend, arch)
+
+
+def _exported_signature(fn) -> str:
+    """The parameter list a compiled function, exported and loaded back, says it expects."""
+    import cutlass.cute as cute
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "k.o")
+        fn.export_to_c(path, function_name="k")
+        raw = cute.runtime.load_module(path, enable_tvm_ffi=True).k
+        with pytest.raises(TypeError) as err:
+            raw()
+    return str(err.value)
+
+
+@pytest.mark.parametrize("backend", host.shipped_backends())
+def test_call_signature_is_todays(backend):
+    params = list(inspect.signature(host.BACKENDS[backend].kernel_class().__call__).parameters)
+    assert params == ["self", "mA", "mB", "mC", "max_active_clusters", "stream", "raster_group"]
+    traced = list(inspect.signature(host.BACKENDS[backend].kernel_class().traced).parameters)
+    assert traced == params + ["trace_buffer"]
+
+
+def test_compiled_launch_signatures(compiled, traced_report):
+    """The untraced kernel takes today's five run-time arguments; the traced one adds the
+    buffer (the stream is the environment's in both)."""
+    variant = host.Variant("sm90", "sm_90a")
+    untraced = _exported_signature(compiled(variant).fn)
+    assert "Expects 5 parameters" in untraced and "trace_buffer" not in untraced
+    traced = _exported_signature(traced_report(variant)[0])
+    assert "Expects 6 parameters" in traced and "trace_buffer: Tensor" in traced
+
+
+def test_a_traced_kernel_refuses_the_untraced_entry():
+    variant = host.Variant("sm80", "sm_80")
+    kernel = tracing.traced_kernel(variant)
+    with pytest.raises(ValueError, match="launches through traced"):
+        tracing.compile_entry(kernel, host.fake_arguments(variant), "sm_80")
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side: the buffer plan and the checker
+
+
+def test_plan_traces_every_sm90_cta_with_room_for_every_event():
+    config = host.BACKENDS["sm90"].config()
+    p = tracing.plan_trace("sm90", config, (4096, 4096, 4096, 1), 132)
+    # 32 x 16 tiles in 2x1 clusters: 256 cluster tiles over 66 clusters
+    assert (p.ctas_launched, p.ctas_traced, p.recorders_per_cta) == (132, 132, 3)
+    assert p.tiles_per_cta == 4 and p.k_tiles == 64
+    consumer_events = 4 * (6 * 64 + tracing.EVENTS_PER_TILE) + tracing.EVENTS_PER_RECORDER
+    assert p.capacity == consumer_events
+    assert p.words % 8 == 0 and p.recorders == 396
+    assert p.nbytes == 396 * (HEADER_WORDS + p.capacity * EVENT_WORDS) * 4
+
+
+def test_plan_caps_the_buffer_and_samples_the_sm80_grid():
+    config = host.BACKENDS["sm80"].config()
+    p = tracing.plan_trace("sm80", config, (16384, 16384, 1 << 20, 1), 132)
+    assert p.ctas_launched == 128 * 128 and p.ctas_traced == 2 * 132
+    assert p.recorders_per_cta == 5  # a producer warp and four MMA warps
+    assert p.nbytes <= tracing.MAX_BUFFER_BYTES
+    assert p.capacity < 6 * p.k_tiles  # capped: the overflow is counted, not written
+    small = tracing.plan_trace("sm80", config, (100, 100, 100, 1), 132, max_ctas=1)
+    assert small.ctas_traced == 1 and small.capacity >= 6 * 2 + tracing.EVENTS_PER_TILE
+    assert tracing.plan_trace("sm80", config, (1, 1, 1, 1), 132, capacity=7).capacity == 7
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True, "10"])
+def test_plan_rejects_a_bad_capacity(bad):
+    config = host.BACKENDS["sm80"].config()
+    with pytest.raises(ValueError, match="capacity"):
+        tracing.plan_trace("sm80", config, (64, 64, 64, 1), 132, capacity=bad)
+
+
+def test_record_without_a_gpu_says_so():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from wsgemm.api.tracing import NoGpuError, record
+
+    a = torch.zeros(4, 4, dtype=torch.float16)
+    with pytest.raises(NoGpuError, match="CUDA GPU"):
+        record(a, a, backend="sm80")
+
+
+class _Row:
+    """A recorder row written the way ``trace.open_recorder`` and ``trace.record`` do."""
+
+    def __init__(self, cta, role, warp):
+        self.header = dict.fromkeys(HEADER_FIELDS, 0)
+        self.header.update(cta=cta, role=int(role), warp=warp, timer=int(Timer.GLOBALTIMER))
+        self.events = []
+        self.tile = (-1, -1, -1)
+
+    def add(self, kind, t, k_tile=-1, stage=-1):
+        self.events.append([int(kind), t & 0xFFFFFFFF, t >> 32, *self.tile, k_tile, stage])
+
+    def fetch(self, tile, t):
+        self.tile = tile
+        self.add(Event.TILE_FETCH, t)
+
+
+def _simulated_sm80_cta(k_tiles=5, stages=3, consumers=2):
+    """One CTA of the specialized sm80 kernel, in event order: the producer fills k-tile t
+    into stage t % stages at time 100 t, each consumer waits for it and releases it."""
+    producer = _Row(0, Role.PRODUCER, 0)
+    mmas = [_Row(0, Role.CONSUMER, 1 + w) for w in range(consumers)]
+    producer.add(Event.RECORDER_BEGIN, 1)
+    producer.fetch((0, 0, 0), 2)
+    for c in mmas:
+        c.add(Event.RECORDER_BEGIN, 1)
+        c.fetch((0, 0, 0), 2)
+    for t in range(k_tiles):
+        s = t % stages
+        producer.add(Event.WAIT_EMPTY_BEGIN, 100 * t + 3, t, s)
+        producer.add(Event.WAIT_EMPTY_END, 100 * t + 4, t, s)
+        producer.add(Event.LOAD_ISSUE, 100 * t + 5, t, s)
+        for c in mmas:
+            c.add(Event.WAIT_FULL_BEGIN, 100 * t + 10, t, s)
+            c.add(Event.WAIT_FULL_END, 100 * t + 60, t, s)
+            c.add(Event.STAGE_RELEASE, 100 * t + 70, t, s)
+            c.add(Event.MMA_ISSUE, 100 * t + 80, t, s)
+    producer.add(Event.RECORDER_END, 100 * k_tiles)
+    for c in mmas:
+        c.add(Event.EPILOGUE_BEGIN, 100 * k_tiles + 1)
+        c.add(Event.EPILOGUE_END, 100 * k_tiles + 2)
+        c.add(Event.RECORDER_END, 100 * k_tiles + 3)
+    return [producer, *mmas]
+
+
+def _buffer(rows, capacity=64):
+    buf = np.zeros((len(rows), HEADER_WORDS + capacity * EVENT_WORDS), dtype=np.int32)
+    for i, r in enumerate(rows):
+        r.header["count"] = len(r.events)
+        buf[i, :HEADER_WORDS] = [r.header[f] for f in HEADER_FIELDS]
+        n = min(len(r.events), capacity)
+        buf[i, HEADER_WORDS : HEADER_WORDS + n * EVENT_WORDS] = np.array(r.events[:n]).ravel()
+    return buf
+
+
+META = dict(consumers_per_tile=2, tiles=[1, 1, 1], ctas_traced=1, ctas_launched=1, timer=0)
+
+
+def test_checker_passes_a_consistent_recording():
+    assert tracing.check_events(_buffer(_simulated_sm80_cta()), META) == []
+
+
+def test_checker_finds_each_kind_of_inconsistency():
+    rows = _simulated_sm80_cta()
+    rows[1].add(Event.STAGE_RELEASE, 10_000, 4, 2)  # k-tile 4 sits in stage 1, not 2
+    assert any("never filled" in p for p in tracing.check_events(_buffer(rows), META))
+
+    rows = _simulated_sm80_cta()
+    events = rows[2].events
+    last = max(i for i, e in enumerate(events) if e[0] == Event.STAGE_RELEASE)  # k-tile 4
+    again = list(next(e for e in events if e[0] == Event.STAGE_RELEASE and e[6] == 1))
+    again[1:3] = events[last][1:3]  # k-tile 1's release of stage 1, after k-tile 4's
+    events.insert(last + 1, again)
+    assert any("twice" in p for p in tracing.check_events(_buffer(rows), META))
+
+    rows = _simulated_sm80_cta()
+    late = next(e for e in rows[0].events if e[0] == Event.LOAD_ISSUE and e[6] == 2)
+    late[1] = 290  # after the consumers' wait on k-tile 2 ended (260)
+    assert any("before CTA 0 issued" in p for p in tracing.check_events(_buffer(rows), META))
+
+    rows = _simulated_sm80_cta(consumers=1)
+    assert any("expected 2" in p for p in tracing.check_events(_buffer(rows), META))
+
+    overflowed = _buffer(_simulated_sm80_cta(), capacity=8)
+    assert any("overflowed" in p for p in tracing.check_events(overflowed, META))
+
+
+def test_multicast_writers_are_the_cluster_row_and_column():
+    assert tracing._multicast_writers(0, 2, 1) == [0, 1]
+    assert tracing._multicast_writers(5, 2, 2) == [4, 5, 7]  # CTA (1, 0) of cluster 1
+    assert tracing._multicast_writers(3, 1, 1) == [3]

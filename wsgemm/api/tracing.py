@@ -1,0 +1,195 @@
+"""Record one traced call (issue #13): ``record(a, b, backend=...) -> RawTrace``.
+
+The call is validated as ``matmul`` validates it and planned the same way (kernel views of the
+operands); then the chosen kernel's traced variant (``host.tracing.compile_traced``, compiled
+once per process) runs once into a zeroed buffer sized by ``host.tracing.plan_trace``, and the
+buffer comes back to the host with the facts needed to read it (``RawTrace.meta``). With
+``measure=True`` the same call is also timed traced and untraced (CUDA events, after a
+warm-up, median of ``MEASURE_REPS``) so the tracing overhead can be reported.
+
+The decoder and the renderers live in ``wsgemm.trace``; ``host.tracing.check_events`` checks a
+recording's consistency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import torch
+
+from .. import host
+from ..host import tracing as host_tracing
+from ..host.dispatch import DISPATCHER
+from ..kernels.common.trace import timer_for
+from ..kernels.common.trace_format import HEADER_FIELDS, RawTrace
+from .plan import batched, plan
+from .validate import validate
+
+__all__ = ["MEASURE_REPS", "NoGpuError", "record"]
+
+#: Timed runs of each of the traced and untraced call (after one warm-up each).
+MEASURE_REPS = 10
+
+
+class NoGpuError(RuntimeError):
+    """Recording a trace needs a CUDA GPU, and there is none."""
+
+
+def record(
+    a,
+    b,
+    *,
+    backend: str = "auto",
+    config=None,
+    out_dtype=None,
+    accumulate=None,
+    capacity: int | None = None,
+    max_ctas: int | None = None,
+    measure: bool = True,
+    out=None,
+) -> RawTrace:
+    """Run ``a @ b`` once on ``backend``'s traced kernel and return what it recorded.
+
+    Args:
+        a, b, out_dtype, config: as ``wsgemm.api.matmul``; ``accumulate`` None means
+            torch.float32.
+        backend: ``"auto"`` (the kernel and config ``matmul`` would pick; a split-K choice is
+            traced unsplit, and ``meta["policy_split"]`` says so) or a backend name.
+        capacity: events per recorder row (None: planned from the problem,
+            ``host.tracing.plan_trace``); a recorder past it counts its overflow.
+        max_ctas: trace only the first this many CTAs (None: every CTA of a persistent sm90
+            grid, ``host.tracing.DEFAULT_SM80_WAVES`` waves of the sm80 grid).
+        measure: also time the call traced and untraced (``meta["traced_us"]``,
+            ``meta["untraced_us"]``).
+        out: where the product goes (a tensor ``matmul`` would accept as ``out``); None
+            allocates one and drops it.
+
+    Returns:
+        a ``RawTrace``: the buffer (numpy int32) and ``meta`` (``trace_format.RawTrace``
+        lists the keys; also ``recorders_per_cta``, ``ctas_launched``, ``ctas_traced``,
+        ``consumers_per_tile``, ``cluster``, ``schedule``, ``timer``, ``overflow``,
+        ``policy_split``).
+
+    Raises:
+        NoGpuError: no CUDA GPU. TypeError / ValueError: bad arguments (as ``matmul``), a bad
+        ``capacity`` or ``max_ctas``, a backend that does not run on this GPU, or a call the
+        traced kernels do not cover (an empty product, more than one launch).
+    """
+    if not torch.cuda.is_available():
+        raise NoGpuError(
+            "recording a trace runs the kernel on a CUDA GPU and none is available; "
+            "a recorded trace (RawTrace.save) can be re-rendered without one"
+        )
+    if accumulate is None:
+        accumulate = torch.float32
+    p = validate(a, b, out, out_dtype, accumulate, backend, config)
+    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if min(p.m, p.n, p.k, 1 if p.batch is None else p.batch) == 0:
+        raise ValueError(
+            f"nothing to trace: M={p.m}, N={p.n}, K={p.k}, batch={p.batch} (every one must be "
+            ">= 1 for a kernel to run)"
+        )
+    d = DISPATCHER
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
+
+    if out is None:
+        out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
+    a3, b3, out3 = batched(a, b, out)
+    launch = plan(a3, b3, out3, host.needs_vector_extent(route.backend))
+    m, k, L = launch.a.shape
+    n = launch.c.shape[1]
+    if L > d.max_batch_per_launch:
+        raise ValueError(f"a batch of {L} takes several launches; a trace records one (<= "
+                         f"{d.max_batch_per_launch})")  # fmt: skip
+    variant = host.Variant(
+        route.backend, host.arch_for_capability(d.devices.capability(device)), *p.dtype_names,
+        launch.a_major, launch.b_major, route.config,
+    )  # fmt: skip
+    kernel_config = variant.kernel_config()
+    if host.BACKENDS[route.backend].family == "sm80":
+        from ..kernels.sm80.kernel import launch_columns
+
+        if n > launch_columns(kernel_config):
+            raise ValueError(f"N={n} takes several sm80 launches; a trace records one")
+
+    num_sms = d.devices.sm_count(device)
+    tplan = host_tracing.plan_trace(
+        route.backend, kernel_config, (m, n, k, L), num_sms, capacity=capacity,
+        max_ctas=max_ctas,
+    )  # fmt: skip
+    with torch.cuda.device(device):
+        traced = host_tracing.cached_traced(variant)
+        clusters = num_sms // host.cluster_size(kernel_config)  # as the dispatcher launches
+        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=a.device)
+        traced(launch.a, launch.b, launch.c, clusters, 0, buffer)
+        launch.finish()
+        raw = buffer.cpu().numpy()
+        timing = {}
+        if measure:
+            untraced, _ = d.kernel(
+                route.backend, device, p.dtype_names, launch.a_major, launch.b_major, route.config
+            )
+            timing = {
+                "traced_us": _median_us(
+                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer)
+                ),
+                "untraced_us": _median_us(lambda: untraced(launch.a, launch.b, launch.c, clusters)),
+            }
+            launch.finish()
+
+    counts = raw[:, HEADER_FIELDS.index("count")]
+    meta = {
+        "capacity": tplan.capacity,
+        "backend": route.backend,
+        "config": dataclasses.asdict(kernel_config),
+        "shape": [p.m, p.n, p.k, 1 if p.batch is None else p.batch],
+        "dtype": p.dtype_names[0],
+        "out_dtype": p.dtype_names[1],
+        "accumulate": p.dtype_names[2],
+        "layout": ("T" if launch.a_major == "k" else "N") + ("N" if launch.b_major == "k" else "T"),
+        "tile": [kernel_config.tile_m, kernel_config.tile_n, kernel_config.tile_k],
+        "k_tiles": tplan.k_tiles,
+        "tiles": [-(-m // kernel_config.tile_m), -(-n // kernel_config.tile_n), L],
+        "device": d.devices.name(device),
+        "num_sms": num_sms,
+        "arch": variant.arch,
+        **timing,
+        "recorders_per_cta": tplan.recorders_per_cta,
+        "ctas_launched": tplan.ctas_launched,
+        "ctas_traced": tplan.ctas_traced,
+        "consumers_per_tile": consumers_per_tile(route.backend, kernel_config),
+        "cluster": [getattr(kernel_config, "cluster_m", 1), getattr(kernel_config, "cluster_n", 1)],
+        "schedule": getattr(kernel_config, "schedule", None),
+        "timer": int(timer_for(variant.arch)),
+        "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
+        "policy_split": route.split,
+    }
+    return RawTrace(buffer=raw, meta=meta)
+
+
+def consumers_per_tile(backend: str, config) -> int:
+    """How many consumer (or worker) recorders fetch each output tile: both warpgroups of a
+    cooperative sm90 CTA, one ping-pong warpgroup, every MMA warp of an sm80 CTA."""
+    if host.BACKENDS[backend].family == "sm90":
+        return 1 if config.pingpong else 2
+    return config.mma_warps
+
+
+def _median_us(fn) -> float:
+    """Median time of ``fn`` in microseconds, over ``MEASURE_REPS`` runs after a warm-up."""
+    fn()
+    times = []
+    for _ in range(MEASURE_REPS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)

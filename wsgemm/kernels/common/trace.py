@@ -1,0 +1,276 @@
+"""The device side of a traced kernel (issue #13): one lane per role writes its row of the raw
+trace buffer, in the layout of ``trace_format``.
+
+A kernel built with ``trace=True`` takes the buffer as a trailing launch argument of its
+``traced`` entry; built without, every hook here is handed ``None`` and emits nothing (each one
+checks at trace time, ``const_expr``), so the untraced kernel's code is the same as with the
+hooks deleted (``tests/test_trace_kernels.py`` compiles both and compares).
+
+Hooks, one statement each at an event point of a role:
+
+* ``rec = trace.open_recorder(buffer, slots, slot, cta, role, warp, lane_records)``: this
+  lane's recorder (None when ``buffer`` is None); writes the header's start fields and
+  ``RECORDER_BEGIN``. ``slots`` is a little shared memory (``SLOT_WORDS`` words per recorder of
+  the CTA, ``trace.smem_slots``): the recorder's event count and its current tile live there,
+  not in registers, so the hooks carry no state through the kernel's loops.
+* ``trace.fetch(rec, tile)``: ``TILE_FETCH``; later events carry this tile.
+* ``trace.record(rec, Event.X, k_tile, stage)``: one event.
+* ``trace.close(rec)``: ``RECORDER_END`` and the header's end fields (count, end anchors).
+
+Cost per event on the recording lane: a timer read, a 16-byte shared load and a 4-byte shared
+store, two 16-byte global stores. Other lanes skip it; nothing waits on the stores.
+
+Timer (``timer_for``): ``%globaltimer`` on sm_90 and later, where it steps every 32 ns and is
+one clock for every SM; ``clock64`` (SM cycles, well under 1 ns) on sm_80/86/89, where
+``%globaltimer`` steps every microsecond, longer than a k-tile. Every header holds both
+timers at the recorder's start and end, so clock64 times map to ns through the line between
+the two anchors: exact at the anchors, off by the SM clock's drift in between (its frequency
+moves under load), and the anchors themselves carry ``%globaltimer``'s 1 us steps there.
+
+Why not the DSL's own in-kernel tracer (``cute.experimental.iket``, DSL 4.8.1): its markers
+are rewritten into the cubin by NVIDIA's tools and read back by an injection library that the
+``iket`` command line loads into the process (``CUDA_INJECTION64_PATH``), so it cannot trace
+one call inside a user's program or re-render a saved buffer without that tooling. It allows
+31 event names per kernel and one payload value per event, where our events carry a tile, a
+k-tile and a stage, and it is experimental in this release. A plain buffer that the kernel
+writes and torch reads keeps the format ours (``trace_format``) and the cost visible here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64, const_expr
+from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
+
+from wsgemm.kernels.common.trace_format import (
+    EVENT_WORDS,
+    HEADER_FIELDS,
+    HEADER_WORDS,
+    Event,
+    Timer,
+)
+from wsgemm.support import WARP_SIZE, arch_major
+
+__all__ = [
+    "SLOT_WORDS",
+    "Recorder",
+    "close",
+    "fetch",
+    "open_recorder",
+    "record",
+    "smem_slots",
+    "timer_for",
+]
+
+#: A recorder's shared-memory slot: the events it tried to write, the current tile, its row's
+#: capacity (0 outside the traced sample) and address.
+SLOT_FIELDS = ("count", "tile_m", "tile_n", "tile_l", "capacity", "row_lo", "row_hi", "unused")
+SLOT_WORDS = len(SLOT_FIELDS)
+_S = {name: i for i, name in enumerate(SLOT_FIELDS)}
+#: Bytes of one event: two 16-byte stores.
+EVENT_BYTES = EVENT_WORDS * 4
+_H = {name: i for i, name in enumerate(HEADER_FIELDS)}
+
+
+def timer_for(gpu_arch: str) -> Timer:
+    """What the events' times count on ``gpu_arch`` (see the module docstring)."""
+    return Timer.GLOBALTIMER if arch_major(gpu_arch) >= 9 else Timer.CLOCK64
+
+
+def slot_words(recorders: int) -> int:
+    """Shared-memory words for the slots of ``recorders`` recorders (a CTA's)."""
+    return recorders * SLOT_WORDS
+
+
+def smem_slots(buffer, smem, recorders: int):
+    """The CTA's recorder slots ``(SLOT_WORDS, recorders)``, allocated from ``smem`` (a
+    ``SmemAllocator``); None, and no allocation, when untraced (``buffer`` None)."""
+    if const_expr(buffer is None):
+        return None
+    ptr = smem.allocate_array(Int32, slot_words(recorders), byte_alignment=16)
+    return cute.make_tensor(ptr, cute.make_layout((SLOT_WORDS, recorders)))
+
+
+def struct_slots(buffer, storage, recorders: int):
+    """The same from a shared-storage struct's ``trace_slots`` field (``slot_words`` Int32,
+    present in traced kernels only); None when untraced."""
+    if const_expr(buffer is None):
+        return None
+    return storage.trace_slots.get_tensor(cute.make_layout((SLOT_WORDS, recorders)))
+
+
+class Recorder:
+    """The recorder of a group of threads: the CTA's shared slots, and which lane of the group
+    writes. Everything else (count, tile, capacity, row address) lives in the group's slot, so
+    a recorder keeps no register of its role live and no loop-carried state."""
+
+    def __init__(self, slots: Any, group_threads: int, timer: Timer):
+        self.slots = slots  # (SLOT_WORDS, groups) Int32 in shared memory; SLOT_FIELDS
+        self.group_threads = group_threads
+        self.timer = timer
+
+    @property
+    def slot(self):
+        """This thread's group's slot, found from the thread index at each use: a role at its
+        register limit (the multistage worker) keeps no address live for tracing."""
+        tidx, _, _ = cute.arch.thread_idx()
+        return self.slots[None, tidx // self.group_threads]
+
+    # Let a recorder be used inside dynamic (scf) control flow in the DSL.
+    def __extract_mlir_values__(self) -> list:
+        return extract_mlir_values(self.slots)
+
+    def __new_from_mlir_values__(self, values: list) -> Recorder:
+        return Recorder(new_from_mlir_values(self.slots, values), self.group_threads, self.timer)
+
+
+def _now(timer: Timer):
+    if const_expr(timer == Timer.GLOBALTIMER):
+        return cute.arch.globaltimer()
+    return cute.arch.clock64()
+
+
+def _lo(t) -> Int32:
+    return Int32(t & Int64(0xFFFFFFFF))
+
+
+def _hi(t) -> Int32:
+    return Int32(t >> Int64(32))
+
+
+def _writes(rec: Recorder):
+    """True on the one lane of the recorder's group that writes."""
+    tidx, _, _ = cute.arch.thread_idx()
+    return tidx % rec.group_threads == 0
+
+
+def _row(slot):
+    """The recorder's row in global memory (its address is in the slot)."""
+    address = (Int64(slot[_S["row_hi"]]) << Int64(32)) | (
+        Int64(slot[_S["row_lo"]]) & Int64(0xFFFFFFFF)
+    )
+    # HEADER_WORDS and EVENT_WORDS are multiples of 4 words and the host's row stride a
+    # multiple of 8: the row and every event in it start on 16 bytes.
+    return cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
+
+
+@cute.jit
+def open_recorder(
+    buffer,
+    slots,
+    role: cutlass.Constexpr,
+    gpu_arch: cutlass.Constexpr,
+    group_threads: cutlass.Constexpr,
+):
+    """The calling thread's recorder for ``role``, or None when ``buffer`` is None.
+
+    The CTA's threads form recorder groups of ``group_threads`` consecutive threads (a warp, or
+    a warpgroup); group ``g`` owns slot ``g`` and row ``cta * recorders + g`` of ``buffer``
+    (``cta``: the CTA's linear index in the grid, x fastest), and its first lane writes. A row
+    past the buffer (a CTA outside the traced sample) records nothing (capacity 0).
+    ``gpu_arch`` picks the timer (``timer_for``)."""
+    rec = None
+    if const_expr(buffer is not None):
+        timer = timer_for(gpu_arch)
+        tidx, _, _ = cute.arch.thread_idx()
+        group = tidx // group_threads
+        rec = Recorder(slots, group_threads, timer)
+        if _writes(rec):
+            t0 = cute.arch.globaltimer()
+            c0 = cute.arch.clock64()
+            bx, by, bz = cute.arch.block_idx()
+            gx, gy, _ = cute.arch.grid_dim()
+            cta = Int32(bx + by * gx + bz * gx * gy)
+            row_index = cta * cute.size(slots, mode=[1]) + Int32(group)
+            rows = Int32(cute.size(buffer, mode=[0]))
+            sampled = row_index < rows
+            row = buffer[cutlass.min(row_index, rows - 1), None]  # in the buffer either way
+            address = row.iterator.toint()
+            slot = rec.slot
+            slot[_S["count"]] = Int32(0)
+            for i in cutlass.range_constexpr(_S["tile_m"], _S["tile_l"] + 1):
+                slot[i] = Int32(-1)
+            capacity = Int32((cute.size(buffer, mode=[1]) - HEADER_WORDS) // EVENT_WORDS)
+            slot[_S["capacity"]] = cutlass.select_(sampled, capacity, Int32(0))
+            slot[_S["row_lo"]] = _lo(address)
+            slot[_S["row_hi"]] = _hi(address)
+            if sampled:
+                row[_H["smid"]] = cute.arch.smid()
+                row[_H["cta"]] = cta
+                row[_H["role"]] = Int32(int(role))
+                row[_H["warp"]] = Int32(group * (group_threads // WARP_SIZE))
+                row[_H["timer"]] = Int32(int(timer))
+                row[_H["t0_lo"]], row[_H["t0_hi"]] = _lo(t0), _hi(t0)
+                row[_H["c0_lo"]], row[_H["c0_hi"]] = _lo(c0), _hi(c0)
+        _write(rec, Event.RECORDER_BEGIN, Int32(-1), Int32(-1))
+    return rec
+
+
+@cute.jit
+def _write(rec: Recorder, kind: cutlass.Constexpr, k_tile, stage):
+    """Event ``kind`` at the current time with the recorder's tile; counted always, written
+    only while the row has room."""
+    if _writes(rec):
+        t = _now(rec.timer)
+        slot = rec.slot
+        n = slot[_S["count"]]
+        slot[_S["count"]] = n + 1
+        if n < slot[_S["capacity"]]:
+            event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
+            event[0] = Int32(int(kind))
+            event[1] = _lo(t)
+            event[2] = _hi(t)
+            event[3] = slot[_S["tile_m"]]
+            event[4] = slot[_S["tile_n"]]
+            event[5] = slot[_S["tile_l"]]
+            event[6] = Int32(k_tile)
+            event[7] = Int32(stage)
+            events = cute.make_tensor(
+                _row(slot) + HEADER_WORDS,
+                cute.make_layout((EVENT_WORDS, n + 1), stride=(1, EVENT_WORDS)),
+            )
+            cute.autovec_copy(event, events[None, n])
+
+
+@cute.jit
+def record(rec, kind: cutlass.Constexpr, k_tile=-1, stage=-1):
+    """Event ``kind`` (a ``trace_format.Event``) with ``k_tile`` and ``stage``; nothing when
+    ``rec`` is None (an untraced kernel)."""
+    if const_expr(rec is not None):
+        _write(rec, kind, Int32(k_tile), Int32(stage))
+
+
+@cute.jit
+def fetch(rec, tile):
+    """``TILE_FETCH`` of ``tile`` (a ``WorkTile`` or an (m, n, l) tuple); later events carry
+    it. Nothing when ``rec`` is None."""
+    if const_expr(rec is not None):
+        m, n, l = tile if const_expr(isinstance(tile, tuple)) else tile.coord_mnl  # noqa: E741
+        if _writes(rec):
+            rec.slot[_S["tile_m"]] = Int32(m)
+            rec.slot[_S["tile_n"]] = Int32(n)
+            rec.slot[_S["tile_l"]] = Int32(l)
+        _write(rec, Event.TILE_FETCH, Int32(-1), Int32(-1))
+
+
+@cute.jit
+def close(rec):
+    """``RECORDER_END``, then the header's count and end anchors. Nothing when ``rec`` is
+    None."""
+    if const_expr(rec is not None):
+        if _writes(rec):
+            for i in cutlass.range_constexpr(_S["tile_m"], _S["tile_l"] + 1):
+                rec.slot[i] = Int32(-1)  # the end is no tile's
+        _write(rec, Event.RECORDER_END, Int32(-1), Int32(-1))
+        if _writes(rec):
+            slot = rec.slot
+            if slot[_S["capacity"]] > 0:
+                t1 = cute.arch.globaltimer()
+                c1 = cute.arch.clock64()
+                row = cute.make_tensor(_row(slot), cute.make_layout(HEADER_WORDS))
+                row[_H["count"]] = slot[_S["count"]]
+                row[_H["t1_lo"]], row[_H["t1_hi"]] = _lo(t1), _hi(t1)
+                row[_H["c1_lo"]], row[_H["c1_hi"]] = _lo(c1), _hi(c1)
