@@ -17,6 +17,7 @@ from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
+    effective_splits,
     persistent_cluster_count,
 )
 from wsgemm.kernels.sm90.config import (
@@ -109,7 +110,6 @@ class _MmaArgs:
     tiled_mma: Any
     tCrA: Any  # (MMA, MMA_M, MMA_K, stages) smem descriptors
     tCrB: Any  # (MMA, MMA_N, MMA_K, stages) smem descriptors
-    k_tiles: Any
     warpgroup: Any
 
 
@@ -124,6 +124,25 @@ class _EpilogueArgs:
     gC_mnl: Any  # (tile_m, tile_n, tiles_m, tiles_n, L)
     barrier: Any
     is_store_warp: Any
+
+
+@dataclass(frozen=True)
+class _SplitArgs:
+    """What the split-K fix-up needs (``Sm90Gemm.fixup``): the launch's split count, the fp32
+    workspace and the per-tile semaphores, the tile counts that number the tiles, C's rows, the
+    fragment's tile coordinates, and the unit's barrier, leader and smem flag."""
+
+    splits: Any
+    workspace: Any  # (units x tile_m * tile_n,) fp32, flat
+    semaphores: Any  # (tiles,) int32, zero between launches
+    num_m: Any
+    num_n: Any
+    rows: Any  # M
+    tCcC: Any  # the accumulator's (row, col) in the tile, fragment order
+    threads: int  # threads holding one tile's accumulator (the unit)
+    thread: Any  # this thread's index among them
+    barrier: Any
+    flag: Any  # smem word of this unit: the semaphore's value before this unit's arrival
 
 
 class Sm90Gemm:
@@ -192,6 +211,26 @@ class Sm90Gemm:
         ab_bytes, epi_bytes = self._stage_bytes()
         return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
 
+    def split_workspace_elements(self, m: int, n: int, batch: int, splits: int) -> int:
+        """fp32 words of the split-K workspace for an (M, N, L) problem split ``splits`` ways:
+        one tile of partial sums per work unit (every split stores: the finishing unit is the
+        last to arrive, known only then), units of tiles inside C only."""
+        cfg = self.config
+        tiles = -(-m // cfg.tile_m) * -(-n // cfg.tile_n) * batch
+        return tiles * splits * cfg.tile_m * cfg.tile_n
+
+    def fake_launch_extras(self) -> tuple:
+        """Compile-time stand-ins for the launch arguments after ``raster_group`` that the
+        compiled function takes as run-time values: split-K's (count, workspace, semaphores)
+        for a split kernel, none otherwise (they stay compile-time defaults)."""
+        if not self.config.splits_in_kernel:
+            return ()
+        from cutlass.cute.runtime import make_fake_tensor
+
+        workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
+        semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
+        return Int32(1), workspace, semaphores
+
     def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
         """The empty barrier's count, from the traced WGMMA (its thread count) and the cluster,
         checked against ``mainloop_arrive_terms``."""
@@ -210,12 +249,26 @@ class Sm90Gemm:
         max_active_clusters: Int32,
         stream,
         raster_group: Int32 = 0,
+        split_count: Int32 = 1,
+        workspace: cute.Tensor = None,
+        semaphores: cute.Tensor = None,
     ):
         """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring. Launch
         arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group`` (0: the
         schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
-        orders its tiles."""
+        orders its tiles. Split-K (a kernel built with ``config.split_k != 1``, else all three
+        are ignored): ``split_count`` splits K (clamped by ``effective_splits``), ``workspace``
+        is a flat fp32 tensor of at least ``split_workspace_elements`` words (contents
+        irrelevant) and ``semaphores`` a flat int32 tensor of one zero per output tile, which
+        the kernel leaves zero again."""
         cfg = self.config
+        if const_expr(cfg.splits_in_kernel):
+            if const_expr(workspace is None or semaphores is None):
+                raise ValueError("a split-K kernel takes a workspace and semaphores")
+            if const_expr(workspace.element_type != cutlass.Float32):
+                raise ValueError(f"the workspace is {workspace.element_type}, it must be fp32")
+            if const_expr(semaphores.element_type != Int32):
+                raise ValueError(f"the semaphores are {semaphores.element_type}, not int32")
         for t, want, what in (
             (mA, self.ab_dtype, "A"),
             (mB, self.ab_dtype, "B"),
@@ -289,9 +342,14 @@ class Sm90Gemm:
         num_l = Int32(cute.size(mC, mode=[2]))
         k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
-        num_clusters = persistent_cluster_count(
-            clusters_m * clusters_n * num_l, max_active_clusters
-        )
+        units = clusters_m * clusters_n * num_l
+        splits = None
+        if const_expr(cfg.splits_in_kernel):
+            splits = Int32(effective_splits(split_count, k_tiles))
+            units = units * splits
+        else:
+            workspace = semaphores = None
+        num_clusters = persistent_cluster_count(units, max_active_clusters)
 
         self.kernel(
             plan,
@@ -310,6 +368,9 @@ class Sm90Gemm:
             num_l,
             k_tiles,
             raster_group,
+            splits,
+            workspace,
+            semaphores,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
             block=[THREADS_PER_CTA, 1, 1],
@@ -359,11 +420,15 @@ class Sm90Gemm:
         return cpasync.CopyBulkTensorTileG2SMulticastOp()
 
     def _shared_storage(self, a_layout, b_layout, c_layout):
-        """Barriers first, then the swizzled A, B and C buffers on 1 KiB boundaries."""
+        """Barriers first (and under split-K one flag word per consumer warpgroup, within the
+        same 1 KiB unit), then the swizzled A, B and C buffers on 1 KiB boundaries."""
+        split = self.config.splits_in_kernel
 
         @cute.struct
         class SharedStorage:
             mainloop_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.ab_stages]
+            if split:
+                split_flags: cute.struct.MemRange[Int32, NUM_CONSUMER_WARPGROUPS]
             sA: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], SMEM_BUFFER_ALIGN
             ]
@@ -403,8 +468,12 @@ class Sm90Gemm:
         num_l: Int32,
         k_tiles: Int32,
         raster_group: Int32,
+        splits,
+        workspace,
+        semaphores,
     ):
-        """Set up smem, pipelines and the schedule, then hand each warpgroup its role."""
+        """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
+        ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -440,6 +509,7 @@ class Sm90Gemm:
             Int32(num_clusters),
             Int32(cluster_idx),
             (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
+            (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
         )
 
         pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
@@ -462,8 +532,22 @@ class Sm90Gemm:
                 self.load(plan, load_args, scheduler, ab_pipeline)
         else:
             cute.arch.setmaxregister_increase(plan.consumer_regs)
+            split_parts = None
+            if const_expr(cfg.splits_in_kernel):
+                flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
+                split_parts = (splits, workspace, semaphores, num_m, num_n, flags)
             self.mma_and_epilogue(
-                plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline
+                plan,
+                tiled_mma,
+                sA,
+                sB,
+                sC,
+                tma_c,
+                mC_mnl,
+                k_tiles,
+                scheduler,
+                ab_pipeline,
+                split_parts,
             )
 
     def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
@@ -523,7 +607,8 @@ class Sm90Gemm:
         while tile.is_valid:
             tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
-            for k in cutlass.range(args.k_tiles, unroll=1):
+            k_begin, k_end = self._k_range(tile, args.k_tiles)
+            for k in cutlass.range(k_begin, k_end, unroll=1):
                 # Waits until every consumer of this stage, here and in the peers this CTA
                 # multicasts to, released it; then arms full[s] with the stage's bytes.
                 ab_pipeline.producer_acquire(state)
@@ -563,8 +648,11 @@ class Sm90Gemm:
         k_tiles,
         scheduler,
         ab_pipeline,
+        split_parts,
     ):
-        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue."""
+        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue (under
+        split-K: the mainloop over the unit's k-range, the fix-up, and the epilogue only on the
+        unit that finishes the tile). ``split_parts``: None, or split-K's launch values."""
         cfg = plan.config
         tidx, _, _ = cute.arch.thread_idx()
         wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -579,24 +667,31 @@ class Sm90Gemm:
             thr_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), plan.acc_dtype
         )
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-        mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, k_tiles, wg)
+        mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, wg)
         epi_args = self._epilogue_args(plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg)
         store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=plan.epi_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cute.size(tiled_mma)),
         )
 
+        split_args = None
+        if const_expr(split_parts is not None):
+            split_args = self._split_args(
+                plan, split_parts, tiled_mma, thr_mma, mma_tidx, mC_mnl, epi_args
+            )
         read_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, plan.ab_stages
         )
         steps = 1
         first = 0
+        # Ping-pong drains its stores after every tile and restarts at buffer 0.
+        subtiles_per_tile = 0 if const_expr(cfg.pingpong) else cfg.num_epi_subtiles
         if const_expr(cfg.pingpong):
-            # Warpgroup w takes the CTA's tiles w, w + 2, ...; the ring holds every tile's
-            # stages in order, so it starts w tiles (w * k_tiles stages) in.
+            # Warpgroup w takes the CTA's units w, w + 2, ...; the ring holds every unit's
+            # stages in order, so warpgroup 1 starts past the first unit's k-tiles.
             steps = NUM_CONSUMER_WARPGROUPS
             first = wg
-            read_state.advance(k_tiles * wg)
+            read_state.advance(self._k_count(scheduler.initial_work_tile(), k_tiles) * wg)
             if wg == 0:
                 # Warpgroup 0 goes first in both orders.
                 self._order_arrive(_Barrier.MMA_ORDER, 0)
@@ -606,28 +701,52 @@ class Sm90Gemm:
         while tile.is_valid:
             if const_expr(cfg.pingpong):
                 self._order_wait(_Barrier.MMA_ORDER, wg)
-            read_state = self.mma(plan, mma_args, ab_pipeline, read_state, acc)
+            k_count = self._k_count(tile, k_tiles)
+            read_state = self.mma(plan, mma_args, ab_pipeline, read_state, acc, k_count)
+            if const_expr(split_args is not None):
+                # Before the epilogue turn: it touches no epilogue buffer, so it overlaps the
+                # other warpgroup's epilogue.
+                finishes = self.fixup(plan, split_args, acc, tile)
             if const_expr(cfg.pingpong):
                 self._order_wait(_Barrier.EPI_ORDER, wg)
-            self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done)
+            if const_expr(split_args is None):
+                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done)
+                subtiles_done += subtiles_per_tile
+            else:
+                if finishes:
+                    self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done)
+                    subtiles_done += subtiles_per_tile
             if const_expr(cfg.pingpong):
                 # The other warpgroup reuses the epilogue buffers: they must be drained.
                 if epi_args.is_store_warp:
                     store_pipeline.producer_tail()
                 self._order_arrive(_Barrier.EPI_ORDER, 1 - wg)
-                read_state.advance(k_tiles)  # skip the other warpgroup's tile
-            else:
-                subtiles_done += cfg.num_epi_subtiles
+                # Skip the other warpgroup's unit: its own k-tile count.
+                read_state.advance(self._k_count(scheduler.next_work_tile(tile), k_tiles))
             tile = scheduler.next_work_tile(tile, steps)
         if const_expr(not cfg.pingpong):
             # Outstanding TMA stores still read the epilogue buffers.
             if epi_args.is_store_warp:
                 store_pipeline.producer_tail()
 
+    @staticmethod
+    def _k_range(tile, k_tiles):
+        """The k-tiles [begin, end) of a unit: all of K without split-K."""
+        if const_expr(tile.is_split):
+            return tile.k_begin, tile.k_end
+        return 0, k_tiles
+
+    @staticmethod
+    def _k_count(tile, k_tiles):
+        """How many k-tiles (ring stages) a unit takes: all of K without split-K."""
+        if const_expr(tile.is_split):
+            return tile.k_end - tile.k_begin
+        return k_tiles
+
     @cute.jit
-    def mma(self, plan: cutlass.Constexpr, args: _MmaArgs, ab_pipeline, read_state, acc):
-        """One tile's mainloop. One k-tile of WGMMAs stays in flight; a stage is released as
-        soon as the WGMMAs reading it have retired."""
+    def mma(self, plan: cutlass.Constexpr, args: _MmaArgs, ab_pipeline, read_state, acc, k_count):
+        """One unit's mainloop over ``k_count`` (>= 1) k-tiles. One k-tile of WGMMAs stays in
+        flight; a stage is released as soon as the WGMMAs reading it have retired."""
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
@@ -636,7 +755,7 @@ class Sm90Gemm:
         self._mma_k_tile(args, acc, read_state.index)
         warpgroup.commit_group()
         read_state.advance()
-        for _k in cutlass.range(1, args.k_tiles, unroll=1):
+        for _k in cutlass.range(1, k_count, unroll=1):
             ab_pipeline.consumer_wait(read_state)
             self._mma_k_tile(args, acc, read_state.index)
             warpgroup.commit_group()
@@ -661,6 +780,93 @@ class Sm90Gemm:
                 args.tCrB[(None, None, kb, stage)],
                 acc,
             )
+
+    # ------------------------------------------------------ fix-up (split-K, consumer warpgroups)
+
+    def _split_args(self, plan, split_parts, tiled_mma, thr_mma, mma_tidx, mC_mnl, epi_args):
+        cfg = plan.config
+        splits, workspace, semaphores, num_m, num_n, flags = split_parts
+        # Cooperative: both warpgroups hold one unit (flag 0); ping-pong: one unit each.
+        flag_idx = 0
+        if const_expr(cfg.pingpong):
+            tidx, _, _ = cute.arch.thread_idx()
+            flag_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
+        return _SplitArgs(
+            splits=splits,
+            workspace=workspace,
+            semaphores=semaphores,
+            num_m=num_m,
+            num_n=num_n,
+            rows=Int32(cute.size(mC_mnl, mode=[0])),
+            # (MMA, MMA_M, MMA_N) (row, col) in the tile, in the accumulator's order
+            tCcC=thr_mma.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))),
+            threads=cute.size(tiled_mma),
+            thread=mma_tidx,
+            barrier=epi_args.barrier,
+            flag=(flags, flag_idx),
+        )
+
+    def _partial(self, plan, args: _SplitArgs, acc, tile_idx, split):
+        """This thread's view of the workspace slot of (tile ``tile_idx``, split ``split``):
+        value ``v`` of the accumulator at word ``v * threads + thread`` of the slot, so the
+        unit's threads write and read consecutive words (coalesced) for each ``v``."""
+        cfg = plan.config
+        slot = cutlass.Int64(tile_idx) * args.splits + split
+        base = slot * (cfg.tile_m * cfg.tile_n) + args.thread
+        return cute.make_tensor(
+            args.workspace.iterator + base, cute.make_layout(cute.size(acc), stride=args.threads)
+        )
+
+    @cute.jit
+    def fixup(self, plan: cutlass.Constexpr, args: _SplitArgs, acc, tile):
+        """Split-K: combine the partial sums of ``tile``'s units. Returns whether this unit
+        finishes the tile (then ``acc`` holds the whole sum and the epilogue runs).
+
+        Every unit stores its partial into its own workspace slot, then arrives on the tile's
+        semaphore (all the unit's threads meet on its barrier, then one thread adds 1 with
+        acq_rel at gpu scope: a release of every thread's stores, which the barrier ordered
+        before it). The unit that sees ``splits - 1`` earlier arrivals is the last: every
+        partial is visible to it (the same atomic acquires, the barrier passes it on), so it
+        sums them all from the workspace in split order 0, 1, ..., its own included (re-read,
+        so the order, never the arrival, fixes the bits), resets the semaphore to 0 for the
+        next launch and finishes. Nobody waits for anybody: whatever CTAs are resident, and
+        wherever the splits of a tile run, nothing can deadlock.
+
+        Only rows inside C are stored and read back (the TMA store drops the others), so a
+        decode tile of a few tokens moves a few rows. Tiles wholly past a ragged cluster edge
+        store nothing and skip it all.
+        """
+        cfg = plan.config
+        finishes = cutlass.Boolean(True)
+        if args.splits > 1 and tile.m < args.num_m and tile.n < args.num_n:
+            tile_idx = (tile.l * args.num_m + tile.m) * args.num_n + tile.n
+            rows = args.rows - tile.m * cfg.tile_m
+            values = cute.size(acc)
+            own = self._partial(plan, args, acc, tile_idx, tile.split)
+            for v in cutlass.range_constexpr(values):
+                if args.tCcC[v][0] < rows:
+                    own[v] = acc[v]
+            flags, flag_idx = args.flag
+            args.barrier.arrive_and_wait()
+            if args.thread == 0:
+                flags[flag_idx] = cute.arch.atomic_add(
+                    args.semaphores.iterator + tile_idx, Int32(1), sem="acq_rel", scope="gpu"
+                )
+            args.barrier.arrive_and_wait()
+            finishes = flags[flag_idx] == args.splits - 1
+            if finishes:
+                first = self._partial(plan, args, acc, tile_idx, 0)
+                for v in cutlass.range_constexpr(values):
+                    if args.tCcC[v][0] < rows:
+                        acc[v] = first[v]
+                for split in cutlass.range(1, args.splits, unroll=1):
+                    part = self._partial(plan, args, acc, tile_idx, split)
+                    for v in cutlass.range_constexpr(values):
+                        if args.tCcC[v][0] < rows:
+                            acc[v] = acc[v] + part[v]
+                if args.thread == 0:
+                    args.semaphores[tile_idx] = Int32(0)
+        return finishes
 
     # --------------------------------------------------------------- epilogue (consumer warpgroups)
 
