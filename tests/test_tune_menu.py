@@ -33,13 +33,16 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
             else:
                 assert all(name != e.name for name, _ in names)
     variants = tune_menu.variants(planned)
-    assert set(variants) == {(e.name, c) for e in policy.MENU for c in ("float16", "float32")}
-    for (name, c_dtype), v in variants.items():
-        assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == (c_dtype, "float32", "k", "k")
-        assert v.config == policy.entry(name).variant_config()
+    # one unsplit variant per entry, one split variant per entry that may split
+    want = {(e.name, False) for e in policy.MENU}
+    assert set(variants) == want | {(e.name, True) for e in policy.MENU if e.splits}
+    for (name, split), v in variants.items():
+        assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == ("float16", "float32", "k", "k")
+        assert v.config == policy.entry(name).variant_config(split=split)
 
 
 def test_dry_run_prints_the_plan(capsys):
     assert tune_menu.main(["--dry-run", "--with-dropped"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.endswith(f"{2 * len(policy.MENU + policy.DROPPED)} variants")
+    entries = policy.MENU + policy.DROPPED
+    assert last.endswith(f"{len(entries) + sum(e.splits for e in entries)} variants")

@@ -129,6 +129,18 @@ class Sm90Config:
         ``split_k`` other than 1 compiles (and is cached) as ``split_k=0``."""
         return replace(self, split_k=0) if self.splits_in_kernel else self
 
+    def split_workspace_elements(self, m: int, n: int, batch: int, splits: int) -> int:
+        """fp32 words of the split-K workspace of an (M, N, L) problem split ``splits`` ways
+        (the count the kernel runs, ``scheduler.effective_splits``): one tile of partial sums
+        per work unit of a tile inside C. Every unit stores its partial, because the unit that
+        finishes a tile (the last to arrive) is known only when it arrives."""
+        tiles = -(-m // self.tile_m) * -(-n // self.tile_n) * batch
+        return tiles * splits * self.tile_m * self.tile_n
+
+    def split_semaphores(self, m: int, n: int, batch: int) -> int:
+        """int32 semaphores of a split-K launch: one per output tile inside C."""
+        return -(-m // self.tile_m) * -(-n // self.tile_n) * batch
+
     @property
     def cluster_size(self) -> int:
         return self.cluster_m * self.cluster_n

@@ -211,14 +211,6 @@ class Sm90Gemm:
         ab_bytes, epi_bytes = self._stage_bytes()
         return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
 
-    def split_workspace_elements(self, m: int, n: int, batch: int, splits: int) -> int:
-        """fp32 words of the split-K workspace for an (M, N, L) problem split ``splits`` ways:
-        one tile of partial sums per work unit (every split stores: the finishing unit is the
-        last to arrive, known only then), units of tiles inside C only."""
-        cfg = self.config
-        tiles = -(-m // cfg.tile_m) * -(-n // cfg.tile_n) * batch
-        return tiles * splits * cfg.tile_m * cfg.tile_n
-
     def fake_launch_extras(self) -> tuple:
         """Compile-time stand-ins for the launch arguments after ``raster_group`` that the
         compiled function takes as run-time values: split-K's (count, workspace, semaphores)
@@ -258,7 +250,7 @@ class Sm90Gemm:
         schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
         orders its tiles. Split-K (a kernel built with ``config.split_k != 1``, else all three
         are ignored): ``split_count`` splits K (clamped by ``effective_splits``), ``workspace``
-        is a flat fp32 tensor of at least ``split_workspace_elements`` words (contents
+        is a flat fp32 tensor of at least ``config.split_workspace_elements`` words (contents
         irrelevant) and ``semaphores`` a flat int32 tensor of one zero per output tile, which
         the kernel leaves zero again."""
         cfg = self.config
