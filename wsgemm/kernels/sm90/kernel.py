@@ -189,6 +189,11 @@ class Sm90Gemm:
             raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
         self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        if config.splits_in_kernel and acc_dtype != cutlass.Float32:
+            raise ValueError(
+                f"split-K (split_k={config.split_k}) needs an fp32 accumulator, got {acc_dtype}: "
+                "the partial sums are added in fp32, not one fp16 running sum over K"
+            )
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
