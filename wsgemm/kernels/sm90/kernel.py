@@ -156,7 +156,10 @@ class Sm90Gemm:
         (or fp16) register accumulators, then run the epilogue: convert, store to smem
         subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each.
         Ping-pong: each owns every other tile; ordered barriers let one warpgroup's epilogue
-        run while the other issues its mainloop.
+        run while the other issues its mainloop. Under split-K (``config.split_k != 1``) a
+        consumer's unit of work is one tile's K range, and ``fixup`` combines the partial sums
+        of a tile's units before the epilogue (docs/architecture.md, "Split-K inside the sm90
+        kernel").
 
     Pipelines:
       * mainloop (``PipelineTmaAsync``, S stages), producer -> consumers. full: 1 arrival (the
@@ -168,14 +171,23 @@ class Sm90Gemm:
         commit per subtile; a buffer is rewritten only after at most E-1 stores are pending.
       * ping-pong order: named barriers MMA_ORDER+wg and EPI_ORDER+wg (256 threads: one
         warpgroup syncs, the other arrives) hand the mainloop and the epilogue back and forth.
+      * split-K fix-up, unit -> the unit that finishes its tile, through global memory: each
+        unit stores its fp32 partial into its workspace slot, meets its own threads on its
+        epilogue barrier, and one thread adds 1 to the tile's semaphore (acq_rel, gpu scope);
+        the unit that sees ``splits - 1`` earlier arrivals is the last and finishes. Nothing
+        waits for another unit (no deadlock, whatever is resident); the finishing unit resets
+        the semaphore to 0.
 
     Per-role timeline (steady state):
-      * producer: per tile, per k-tile: wait empty[s] -> arm full[s] with bytes -> TMA A, B.
-        At the end: wait every stage empty (peers may still be reading what it multicast).
-      * consumer: per tile: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
-        release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [ping-pong:
-        wait epilogue turn] -> per subtile: convert -> wait buffer free -> st.shared -> fence
-        -> TMA store -> [ping-pong: drain stores, pass epilogue turn].
+      * producer: per unit, per k-tile of its range: wait empty[s] -> arm full[s] with bytes
+        -> TMA A, B. At the end: wait every stage empty (peers may still be reading what it
+        multicast).
+      * consumer: per unit: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
+        release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [split-K:
+        store partial -> barrier -> arrive -> barrier -> last? sum the partials in split order,
+        reset the semaphore : next unit] -> [ping-pong: wait epilogue turn] -> per subtile:
+        convert -> wait buffer free -> st.shared -> fence -> TMA store -> [ping-pong: drain
+        stores, pass epilogue turn; skip the other warpgroup's unit's stages].
     """
 
     name = "sm90"
