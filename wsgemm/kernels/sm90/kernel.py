@@ -130,7 +130,8 @@ class _EpilogueArgs:
 class _SplitArgs:
     """What the split-K fix-up needs (``Sm90Gemm.fixup``): the launch's split count, the fp32
     workspace and the per-tile semaphores, the tile counts that number the tiles, C's rows, the
-    fragment's tile coordinates, and the unit's barrier, leader and smem flag."""
+    fragment's tile coordinates, the unit's threads (thread 0 arrives for all), its barrier and
+    its smem flag."""
 
     splits: Any
     workspace: Any  # (units x tile_m * tile_n,) fp32, flat
@@ -142,7 +143,7 @@ class _SplitArgs:
     threads: int  # threads holding one tile's accumulator (the unit)
     thread: Any  # this thread's index among them
     barrier: Any
-    flag: Any  # smem word of this unit: the semaphore's value before this unit's arrival
+    flag: Any  # (smem flags, this unit's index): the semaphore's value before its arrival
 
 
 class Sm90Gemm:
