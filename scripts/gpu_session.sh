@@ -36,9 +36,11 @@ if has sanitize; then
     echo "$tool rc=${PIPESTATUS[0]}"
   done
   python3 scripts/sanitize_auto.py > /dev/null 2>&1  # compile outside the sanitizer, as above
-  compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_auto.py 2>&1 \
-    | tee "$OUT/sanitize_auto_memcheck.log" | tail -3
-  echo "memcheck auto rc=${PIPESTATUS[0]}"
+  for tool in memcheck initcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py 2>&1 \
+      | tee "$OUT/sanitize_auto_$tool.log" | tail -3
+    echo "$tool auto rc=${PIPESTATUS[0]}"
+  done
   echo "sanitize done at $((SECONDS - start)) s"
 fi
 if has bench; then

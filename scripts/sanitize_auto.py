@@ -1,13 +1,19 @@
-"""``backend="auto"`` cases for compute-sanitizer: the shape policy's menu entries and the host
-split-K (decode, prefill and ragged shapes; fresh and given ``out``; ring stages and the split
-workspace reused across calls), each checked against torch. Run as
-``compute-sanitizer --tool memcheck python scripts/sanitize_auto.py`` (scripts/gpu_session.sh)."""
+"""``backend="auto"`` cases for compute-sanitizer: the shape policy's menu entries and its split-K
+choices (decode, prefill and ragged shapes; fresh and given ``out``; ring stages reused across
+calls), then split-K forced on each split variant (K not divisible by the split, K shorter than
+splits x tile_k, ragged N, batched; every call twice, so the workspace and the semaphores a
+previous launch reset are reused), each checked against torch. Run as
+``compute-sanitizer --tool memcheck|initcheck|racecheck python scripts/sanitize_auto.py``
+(scripts/gpu_session.sh)."""
 
+import dataclasses
 import sys
 
 import torch
 
 import wsgemm
+from wsgemm import api
+from wsgemm.host import policy
 
 SHAPES = (
     (16, 4096, 14336),
@@ -16,6 +22,22 @@ SHAPES = (
     (131, 520, 200),
     (300, 6144, 4096),
 )
+# (entry with a split variant, M, N, K, batch, split)
+SPLIT = (
+    ("pingpong-64x128-c1x2", 16, 4096, 1021, 1, 3),
+    ("pingpong-64x128-c1x2", 1, 1000, 100, 1, 4),  # 2 k-tiles: runs 2 ways
+    ("pingpong-64x256-c1x1", 7, 1000, 2048, 3, 8),
+    ("cooperative-128x128-c1x2", 131, 520, 777, 1, 2),
+    ("cooperative-128x128-c1x2", 64, 4100, 4096, 1, 4),
+)
+
+
+def report(label: str, got: torch.Tensor, ref: torch.Tensor) -> bool:
+    err = (got.float() - ref).abs().max().item()
+    ok = err < 1e-2 * ref.abs().max().item() + 1e-2
+    print(f"{label} err {err:.3g} {'ok' if ok else 'WRONG'}")
+    return ok
+
 
 bad = 0
 for m, n, k in SHAPES:
@@ -28,8 +50,18 @@ for m, n, k in SHAPES:
         if given:
             out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
         got = wsgemm.matmul(a, w.T, out=out)
-        err = (got.float() - ref).abs().max().item()
-        ok = err < 1e-2 * ref.abs().max().item() + 1e-2
-        bad += not ok
-        print(f"auto {m}x{n}x{k} out={given}: {route} err {err:.3g} {'ok' if ok else 'WRONG'}")
+        bad += not report(f"auto {m}x{n}x{k} out={given}: {route}", got, ref)
+
+for name, m, n, k, batch, split in SPLIT:
+    e = policy.entry(name)
+    config = dataclasses.replace(e.variant_config(split=True), split_k=split)
+    a = torch.randn(batch, m, k, dtype=torch.float16, device="cuda")
+    w = torch.randn(batch, n, k, dtype=torch.float16, device="cuda")
+    ref = a.float() @ w.float().transpose(-1, -2)
+    for given in (False, True, True):
+        out = None
+        if given:
+            out = torch.full((batch, m, n), float("nan"), dtype=torch.float16, device="cuda")
+        got = api.matmul(a, w.transpose(-1, -2), out=out, backend=e.backend, config=config)
+        bad += not report(f"{name} split {split} {batch}x{m}x{n}x{k} out={given}:", got, ref)
 sys.exit(1 if bad else 0)

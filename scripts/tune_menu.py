@@ -16,10 +16,11 @@ and cuBLAS is checked against an fp32 reference (``wsgemm.bench.check``; a wrong
 and never timed), then all are timed in ``--rounds`` rounds, each round every one once in an order
 rotated per round, each timing the median of ``--reps`` calls, each after an L2 flush
 (``wsgemm.bench.measure.CudaTimer``). A candidate's ratio is the median over rounds of cuBLAS's
-time over its own in the same round. Split candidates run ``wsgemm.splitk.split_k`` (workspace,
-launches, reduction), i.e. what the library will run; unsplit ones call the compiled kernel on
-kernel views (the API's host path is not timed: CUDA events bracket the GPU work). Every variant
-is compiled first, in ``--jobs`` processes, into the on-disk cache.
+time over its own in the same round. Split candidates run the entry's split-K variant through
+``wsgemm.host.workspace.split_launcher`` (a fresh workspace per call, the stream's semaphores),
+i.e. what the library will run; unsplit ones call the compiled kernel on kernel views (the API's
+host path is not timed: CUDA events bracket the GPU work). Every variant is compiled first, in
+``--jobs`` processes, into the on-disk cache.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class Candidate:
         return f"{self.entry.name}/{self.split}"
 
     @property
-    def c_dtype(self) -> str:
-        return "float16" if self.split == 1 else "float32"
+    def variant_key(self) -> tuple[str, bool]:
+        """(entry name, split variant): every split count runs the entry's one split kernel."""
+        return (self.entry.name, self.split > 1)
 
 
 def shapes_to_tune(names=SUITES, tokens=TOKENS) -> list[suites.Shape]:
@@ -84,16 +86,16 @@ def plan(shapes, entries, sm_count: int) -> list[tuple[suites.Shape, list[Candid
     return out
 
 
-def variants(planned, arch: str = "sm_90a") -> dict[tuple[str, str], host.Variant]:
-    """(entry name, C dtype) -> the compiled variant: fp16 out unsplit, fp32 out split."""
+def variants(planned, arch: str = "sm_90a") -> dict[tuple[str, bool], host.Variant]:
+    """(entry name, split variant) -> the compiled variant, fp16 out (split-K runs inside the
+    kernel: one split variant per entry serves every count)."""
     out = {}
     for _, cands in planned:
         for c in cands:
-            key = (c.entry.name, c.c_dtype)
-            if key not in out:
-                config = c.entry.variant_config()
-                out[key] = host.Variant(c.entry.backend, arch, "float16", c.c_dtype, "float32",
-                                        "k", "k", config)  # fmt: skip
+            if c.variant_key not in out:
+                config = c.entry.variant_config(split=c.split > 1)
+                out[c.variant_key] = host.Variant(c.entry.backend, arch, "float16", "float16",
+                                                  "float32", "k", "k", config)  # fmt: skip
     return out
 
 
@@ -226,7 +228,7 @@ def _tune(args, entries, shapes) -> int:
 
 
 def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rotated, log):
-    from wsgemm.splitk import split_k
+    from wsgemm.host.workspace import split_launcher
 
     m, n, k = shape.m, shape.n, shape.k
     gen = torch.Generator(device=device).manual_seed(m * 131 + n * 7 + k)
@@ -243,14 +245,16 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     cublas_out = buffer()
     calls["cublas"] = (lambda: torch.mm(x, w.t(), out=cublas_out), cublas_out)
     for c in cands:
-        fn, clusters = kernels[(c.entry.name, c.c_dtype)]
+        fn, clusters = kernels[c.variant_key]
+        if c.split > 1:
+            fn = split_launcher(fn, c.entry.variant_config(split=True), c.split)
         o = buffer()
         if c.entry.swap_ab:  # C^T = B^T A^T: the kernel's A is W, its B is x, its C is o^T
             ld = o.stride(0)  # (n, m, 1), unit stride along the kernel's M, 16-byte strides
             ct = o.as_strided((n, m, 1), (1, ld, m * ld))
-            calls[c.name] = (_call(fn, b, a, ct, clusters, 1, split_k), o)
+            calls[c.name] = (_call(fn, b, a, ct, clusters), o)
         else:
-            calls[c.name] = (_call(fn, a, b, kernel_view(o), clusters, c.split, split_k), o)
+            calls[c.name] = (_call(fn, a, b, kernel_view(o), clusters), o)
 
     model = check.model_tolerance("fp16", "fp32", k)
     status, errors = {}, {}
@@ -310,10 +314,8 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     return point, rows
 
 
-def _call(fn, a, b, c, clusters, split, split_k):
-    if split == 1:
-        return lambda: fn(a, b, c, clusters)
-    return lambda: split_k(fn, a, b, c, split, clusters, a_major="k", b_major="k")
+def _call(fn, a, b, c, clusters):
+    return lambda: fn(a, b, c, clusters)
 
 
 def _write(out: Path, stem: str, table: dict, rows: list[dict]) -> None:

@@ -88,7 +88,8 @@ def test_warm_fills_the_cache_then_finds_it_full(stand_in, capsys):
 
 def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
     """For sm_90a, warm's sm90 variants are the policy's menu (policy.menu_variants): the
-    shipped two backends plus the other entries, 36 variants each, and nothing else."""
+    shipped two backends plus the other entries, 36 variants each, the entries that split
+    24 more each (their split-K variant, fp32 accumulators), and nothing else."""
     from wsgemm.host import policy
 
     _, _, compiled = stand_in
@@ -97,8 +98,9 @@ def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
     entries = [e for e in policy.MENU if e.backend == "sm90-pingpong"]
     assert code == 0, err
     assert f"warm: the sm90 menu (docs/policy.md): {', '.join(e.name for e in entries)}" in err
-    assert len(compiled) == 36 * len(entries) == len(set(compiled))
-    assert f"warm: {36 * len(entries)} compiled, 0 already cached, 0 failed" in err
+    count = 36 * len(entries) + 24 * sum(e.splits for e in entries)
+    assert len(compiled) == count == len(set(compiled))
+    assert f"warm: {count} compiled, 0 already cached, 0 failed" in err
     assert set(compiled) == {v.key() for v in policy.menu_variants("sm_90a", tuple(entries))}
 
 

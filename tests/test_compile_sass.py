@@ -7,6 +7,7 @@ fixture); the exhaustive sweep over every shipped variant is marked ``sweep``
 (``python -m pytest -m sweep``, docs/architecture.md).
 """
 
+import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -14,12 +15,14 @@ import multiprocessing
 import os
 import re
 import tempfile
+from pathlib import Path
 
 import pytest
 from sass_checks import assert_clean, assert_sm80_path
 
-from wsgemm import host
+from wsgemm import host, sass
 from wsgemm import inspection as insp
+from wsgemm.host import policy
 from wsgemm.kernels.sm80.config import Sm80Config
 
 SM90 = host.shipped_backends("sm90")
@@ -127,6 +130,61 @@ def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled):
         compiled(v).fn.export_to_c(path, function_name="k")
         raw = cute.runtime.load_module(path, enable_tvm_ffi=True).k
     with pytest.raises(TypeError, match="Expects 5 parameters"):
+        raw(None, None, None, 1)
+    with pytest.raises(TypeError, match="Mismatched type on argument #0"):
+        host.compile.with_launch_defaults(raw, v)(None, None, None, 1)
+
+
+def test_an_unsplit_sm90_kernel_compiles_as_before_split_k(compiled):
+    """Split-K is a compile-time switch (``Sm90Config.split_k``): off, the shipped kernels
+    compile to exactly the opcodes of the build before it existed (tests/data, made from that
+    build's representative variants). Regenerate the file only for a deliberate kernel change."""
+    golden = json.loads((Path(__file__).parent / "data" / "sm90_unsplit_opcodes.json").read_text())
+    for backend in SM90:
+        r = compiled(REPRESENTATIVE[backend]).report
+        assert dict(collections.Counter(sass.opcodes(r.sass_text))) == golden[backend], backend
+
+
+#: The split-K variants of the decode entries: a ping-pong and a cooperative schedule.
+SPLIT = {
+    name: host.Variant(
+        policy.entry(name).backend, "sm_90a", config=policy.entry(name).variant_config(True)
+    )
+    for name in ("pingpong-64x128-c1x2", "cooperative-128x128-c1x2")
+}
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_k_kernels_compile_to_the_fixup(compiled, name):
+    """Spill-free, the hardware path, and the fix-up: one atomic add at gpu scope on the tile's
+    semaphore, one predicated fp32 store per accumulator value (the partial) plus the
+    semaphore's reset, and one fp32 load per value for the first partial and one in the loop
+    over the others."""
+    v = SPLIT[name]
+    r = compiled(v).report
+    for op, why in SM90_NEEDS.items():
+        assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
+    assert_clean(r)
+    config = v.kernel_config()
+    threads = 128 if config.pingpong else 256
+    values = config.tile_m * config.tile_n // threads
+    ops = collections.Counter(sass.opcodes(r.sass_text))
+    assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1
+    assert ops["MEMBAR.ALL.GPU"] >= 1, "the arrival releases the partial's stores"
+    assert ops["STG.E"] == values + 1 and ops["LDG.E"] == 2 * values
+
+
+def test_a_loaded_sm90_kernel_takes_the_split_launch_defaults(compiled):
+    """An exported sm90 kernel takes every launch argument (split-K's count, workspace and
+    semaphores too, None for an unsplit kernel); wrapped, ``fn(a, b, c, clusters)`` works."""
+    import cutlass.cute as cute
+
+    v = REPRESENTATIVE["sm90"]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "k.o")
+        compiled(v).fn.export_to_c(path, function_name="k")
+        raw = cute.runtime.load_module(path, enable_tvm_ffi=True).k
+    with pytest.raises(TypeError, match="Expects 8 parameters"):
         raw(None, None, None, 1)
     with pytest.raises(TypeError, match="Mismatched type on argument #0"):
         host.compile.with_launch_defaults(raw, v)(None, None, None, 1)

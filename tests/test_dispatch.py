@@ -13,18 +13,23 @@ from wsgemm import host
 from wsgemm.api import Dispatcher, dispatch, validate
 from wsgemm.host import policy
 from wsgemm.host.dispatch import StandInDevices
+from wsgemm.kernels.sm90.config import Sm90Config
 
 F16, F32 = torch.float16, torch.float32
 
 
 class StandInKernel:
-    """C[m,n,l] = sum_k A[m,k,l] B[n,k,l] in float64, remembering what each launch was given."""
+    """C[m,n,l] = sum_k A[m,k,l] B[n,k,l] in float64, remembering what each launch was given
+    (and a split kernel's launch arguments: split count, workspace and semaphores)."""
 
     def __init__(self):
         self.launches = []
+        self.splits = []
 
-    def __call__(self, a, b, c, clusters):
+    def __call__(self, a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None):
         self.launches.append((a.data_ptr(), b.data_ptr(), c.data_ptr(), clusters))
+        if workspace is not None:
+            self.splits.append((tuple(a.shape), tuple(c.shape), split, workspace, sems.clone()))
         c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
 
 
@@ -281,7 +286,7 @@ class NoOpCache(StandInCache):
 
     def get(self, variant):
         self.variants.append(variant)
-        return lambda a, b, c, clusters: self.kernel.launches.append(clusters)
+        return lambda a, b, c, clusters, *split_args: self.kernel.launches.append(clusters)
 
 
 def hopper(cache=None, **options) -> Dispatcher:
@@ -342,9 +347,9 @@ def test_auto_runs_the_entry_and_split_the_policy_chooses(m, n, k, batch, choose
     assert choose_calls == [(m, n, k, batch)] * 2  # the call's, then this test's
     (variant,) = d.cache.variants
     e = choice.menu_entry
-    assert (variant.backend, variant.config) == (e.backend, e.variant_config())
-    # a split runs the fp32-output variant of the same config (the partials)
-    assert variant.c_dtype == ("float32" if choice.split > 1 else "float16")
+    # a split runs the entry's split-K variant, which writes C itself
+    assert (variant.backend, variant.config) == (e.backend, e.variant_config(choice.split > 1))
+    assert variant.c_dtype == "float16"
     assert d.cache.kernel.launches == [132 // host.cluster_size(variant.kernel_config())]
 
 
@@ -352,8 +357,8 @@ LAYOUTS_SPLIT = [
     # (a shape, b shape, a column-major, b column-major, out: None | "rows" | "cols" | "slice")
     ((5, 48), (48, 24), False, False, None),
     ((5, 48), (48, 24), True, True, "rows"),
-    ((37, 40), (40, 29), False, True, "cols"),  # K 40: chunks of 16, 16 and a tail of 8
-    ((37, 64), (64, 29), True, False, "slice"),
+    ((37, 40), (40, 29), False, True, "cols"),  # ragged: copies in, a temporary C out
+    ((37, 200), (200, 29), True, False, "slice"),  # 4 k-tiles of 64
     ((3, 16, 48), (3, 48, 40), False, False, "rows"),
     ((3, 16, 48), (48, 40), False, True, None),  # folds into one (48, 48) @ (48, 40)
 ]
@@ -364,16 +369,29 @@ def _out(kind, shape, dtype):
         return None
     if kind == "rows":
         return torch.full(shape, float("nan"), dtype=dtype)
-    if kind == "cols":  # column-major: the unsplit path needs a temporary and a copy back
+    if kind == "cols":  # column-major: the kernel writes a temporary, copied back
         return torch.full(shape[::-1], float("nan"), dtype=dtype).transpose(-1, -2)
     wide = torch.full((*shape[:-1], shape[-1] + 5), float("nan"), dtype=dtype)
     return wide[..., 3 : 3 + shape[-1]]  # a column slice: an unaligned base and row stride
 
 
+def _check_split_launch(d, config, split):
+    """Every launch of the split kernel got the count, a workspace of one tile per unit of the
+    clamped split, and zeroed semaphores, one per tile."""
+    assert d.cache.kernel.splits
+    for (m, k, batch), (_, n, _), got_split, workspace, sems in d.cache.kernel.splits:
+        assert got_split == split
+        clamped = min(split, -(-k // config.tile_k))
+        tiles = -(-m // config.tile_m) * -(-n // config.tile_n) * batch
+        want = tiles * clamped * config.tile_m * config.tile_n if clamped > 1 else 1
+        assert workspace.dtype == torch.float32 and workspace.numel() == want
+        assert sems.dtype == torch.int32 and sems.numel() >= tiles and not sems.any()
+
+
 @pytest.mark.parametrize("sa, sb, a_col, b_col, out_kind", LAYOUTS_SPLIT)
 @pytest.mark.parametrize("split", [2, 4])
 @pytest.mark.parametrize("out_dtype", [F16, F32])
-def test_a_split_choice_runs_split_k_on_the_fp32_variant_exactly(
+def test_a_split_choice_runs_the_split_variant_with_its_buffers(
     sa, sb, a_col, b_col, out_kind, split, out_dtype, monkeypatch
 ):
     calls = force_split(monkeypatch, "pingpong-64x128-c1x2", split)
@@ -391,30 +409,42 @@ def test_a_split_choice_runs_split_k_on_the_fp32_variant_exactly(
         got = matmul(d, a, b, out, out_dtype=None if out is not None else out_dtype)
         assert got is out if out is not None else got.dtype == out_dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-        # the kernel wrote fp32 partials into a workspace; the reduction wrote the result
-        assert d.cache.kernel.launches[-1][2] != got.data_ptr()
     assert len(calls) == 1 and len(d.launchers) == 1
-    config = policy.entry("pingpong-64x128-c1x2").variant_config()
-    assert {(v.backend, v.c_dtype, v.config) for v in d.cache.variants} == {
-        ("sm90-pingpong", "float32", config)
-    }
+    config = policy.entry("pingpong-64x128-c1x2").variant_config(split=True)
+    assert {(v.backend, v.config) for v in d.cache.variants} == {("sm90-pingpong", config)}
+    assert {v.c_dtype for v in d.cache.variants} == {str(out_dtype).removeprefix("torch.")}
+    _check_split_launch(d, config, split)
 
 
-def test_a_split_writes_out_directly_without_a_temporary(monkeypatch):
-    force_split(monkeypatch, "pingpong-64x128-c1x2", 2)
+@pytest.mark.parametrize("split", [2, 3, 8])
+def test_a_config_forces_a_split(split):
     d = hopper()
-    gen = torch.Generator().manual_seed(5)
-    a, b = integers((8, 32), gen), integers((32, 16), gen)
-    out = torch.full((16, 8), float("nan"), dtype=F16).t()  # column-major
-    (p, route) = (
-        validate(a, b, out, None, F32, "auto", device_type="cpu"),
-        d.route("auto", None, (8, 16, 32, None), ("float16", "float16", "float32")),
-    )
-    assert route.split == 2
-    _, planned = dispatch._launch(d, a, b, out, p, route)
-    launch = planned[0]
-    assert launch.copy_back is None and launch.c.data_ptr() == out.data_ptr()
-    torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+    gen = torch.Generator().manual_seed(split)
+    a, b = integers((16, 200), gen), integers((200, 136), gen)
+    config = Sm90Config(tile_m=64, tile_n=128, cluster_n=2, schedule="pingpong", split_k=split)
+    for _ in range(2):
+        got = matmul(d, a, b, backend="sm90-pingpong", config=config)
+        torch.testing.assert_close(got, reference(a, b), rtol=0, atol=0)
+    route = d.route("sm90-pingpong", None, (16, 136, 200, None), ("float16",) * 2 + ("float32",),
+                    config)  # fmt: skip
+    assert (route.split, route.config) == (split, dataclasses.replace(config, split_k=0))
+    (variant,) = {v for v in d.cache.variants}
+    assert variant.config == dataclasses.replace(config, split_k=0)  # one kernel for any count
+    _check_split_launch(d, config, split)  # 4 k-tiles: split 8 runs 4 ways
+
+
+@pytest.mark.parametrize(
+    "split_k, accumulate, message",
+    [
+        (0, F32, "split_k=0 names the compiled split-K kernel"),
+        (2, F16, "split_k=2 needs accumulate=torch.float32"),
+    ],
+)
+def test_a_bad_split_config_is_refused(split_k, accumulate, message):
+    config = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", split_k=split_k)
+    a, b = torch.randn(16, 64).half(), torch.randn(64, 32).half()
+    with pytest.raises(ValueError, match=message):
+        matmul(hopper(), a, b, accumulate=accumulate, backend="sm90-pingpong", config=config)
 
 
 def test_a_repeated_signature_never_asks_the_policy_again(choose_calls):

@@ -148,10 +148,13 @@ class VariantsCache:
 
 def _split_choice(monkeypatch, m, n, k):
     """The policy's choice for an fp16 problem on this GPU; if it does not split, the same entry
-    with split 2, forced (so the split path is what the test runs)."""
+    (or, without a split variant, the decode entry) with split 2, forced (so the split path is
+    what the test runs)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cc = torch.cuda.get_device_capability()
     choice = policy.choose(m, n, k, 1, "float16", "float16", "float32", sms, cc)
+    if not choice.menu_entry.splits:
+        choice = policy.Choice(policy.entry("pingpong-64x128-c1x2"), 1, "", "test")
     if choice.split == 1:
         choice = policy.Choice(choice.menu_entry, 2, "forced by the test", "test")
         monkeypatch.setattr(policy, "choose", lambda *args, **kw: choice)
@@ -175,8 +178,8 @@ def test_auto_splits_llm_shapes_correctly_into_any_out(m, monkeypatch):
     assert_matches_torch(first, x, w)
     e = choice.menu_entry
     assert {(v.backend, v.c_dtype, v.config) for v in d.cache.variants} == {
-        (e.backend, "float32", e.variant_config())
-    }, "a split runs the fp32-output variant of the chosen entry"
+        (e.backend, "float16", e.variant_config(split=True))
+    }, "a split runs the split-K variant of the chosen entry"
     assert torch.equal(call(d, x, w), first)  # the launcher, a second run: the same bits
     wide = torch.full((m, n + 8), float("nan"), device="cuda", dtype=F16)
     outs = {

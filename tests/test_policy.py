@@ -76,7 +76,14 @@ def test_policy_imports_neither_torch_nor_the_dsl():
 @pytest.mark.parametrize("e", policy.MENU + policy.DROPPED, ids=lambda e: e.name)
 def test_menu_entries_are_valid_sm90_configs(e):
     config = Sm90Config(**e.config)  # validates every field
-    assert dataclasses.asdict(config) == e.config, "every field spelled out"
+    fields = dataclasses.asdict(config)
+    assert fields.pop("split_k") == 1, "an entry's own config never splits"
+    assert fields == e.config, "every field spelled out"
+    if e.splits:
+        assert e.variant_config(split=True) == dataclasses.replace(config, split_k=0)
+    else:
+        with pytest.raises(ValueError, match="has no split-K variant"):
+            e.variant_config(split=True)
     assert e.backend in host.BACKENDS and host.BACKENDS[e.backend].family == "sm90"
     assert (e.backend == "sm90-pingpong") == config.pingpong, "backend label matches schedule"
     if e.shipped:
@@ -101,14 +108,19 @@ def test_menu_variants_are_what_warm_compiles():
     from wsgemm import inspection
 
     variants = policy.menu_variants()
-    assert len(variants) == 36 * len(policy.MENU) == len(set(variants))
+    splitting = [e for e in policy.MENU if e.splits]
+    # 36 per entry, and 24 (fp32 accumulators only) per split variant
+    assert len(variants) == 36 * len(policy.MENU) + 24 * len(splitting) == len(set(variants))
+    split = [v for v in variants if v.config is not None and v.config.split_k != 1]
+    assert {v.config for v in split} == {e.variant_config(split=True) for e in splitting}
+    assert {v.acc_dtype for v in split} == {"float32"}
     shipped = {v for v in variants if v.config is None}
     assert shipped == {
         v for b in ("sm90", "sm90-pingpong") for v in inspection.variants("sm_90a", b, True)
     }
     warmed = inspection.warm_variants("sm_90a", inspection.backends_for("sm_90a"))
     assert [v for v in warmed if host.BACKENDS[v.backend].family == "sm90"] == variants
-    assert len(warmed) == 36 * (len(policy.MENU) + len(host.shipped_backends("sm80")))
+    assert len(warmed) == len(variants) + 36 * len(host.shipped_backends("sm80"))
     assert not inspection.menu_entries("sm_80", ("sm90", "sm90-pingpong"))
 
 
@@ -132,12 +144,17 @@ def test_split_candidates():
     assert policy.split_candidates(e, 16, 4096, 14336, 1, 132) == (1, 2, 4, 8)
     assert policy.split_candidates(e, 16, 4096, 14336, 1, 132, "float16") == (1,)
     assert policy.split_candidates(e, 16, 4096, 14336, 1, 132, batch_invariant=True) == (1,)
-    assert policy.split_candidates(e, 16, 4096, 1021, 1, 132) == (1,)  # no equal aligned chunks
-    assert policy.split_candidates(e, 16, 4096, 8 * 12, 1, 132) == (1, 2, 4)
-    # 32 tiles: 8 x 32 = 256 CTAs fit two waves of 132, 16 x 32 would not
+    # the kernel splits at k-tiles: any K, as long as every split keeps a k-tile
+    assert policy.split_candidates(e, 16, 4096, 1021, 1, 132) == (1, 2, 4, 8)
+    assert policy.split_candidates(e, 16, 4096, 3 * 64, 1, 132) == (1, 2)
+    assert policy.split_candidates(e, 16, 4096, 64, 1, 132) == (1,)
+    # 32 tiles: 8 x 32 = 256 units fit two waves of 132, 16 x 32 would not
     assert policy.split_candidates(e, 16, 4096, 14336, 1, 132)[-1] * 32 <= 2 * 132
     assert policy.split_candidates(e, 16, 4096, 14336, 1, 66) == (1, 2, 4)
     assert policy.split_candidates(policy.entry("sm90"), 16384, 57344, 8192, 1, 132) == (1,)
+    # the shipped entries have no split variant, even where their tiles are few
+    for name in ("sm90", "sm90-pingpong"):
+        assert policy.split_candidates(policy.entry(name), 256, 4096, 8192, 1, 132) == (1,)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -239,12 +256,15 @@ def test_heuristic_rules(empty_table):
         return c.menu_entry.name, c.split
 
     assert pick(16, 28672, 4096) == ("pingpong-64x256-c1x1", 1)  # 112 tiles fill 85%
-    assert pick(16, 6144, 4096) == ("pingpong-64x128-c1x2", 1)  # 24 wide tiles: narrower
-    assert pick(16, 4096, 14336) == ("pingpong-64x128-c1x2", 2)  # 32 tiles, long K
-    assert pick(16, 4096, 4096) == ("pingpong-64x128-c1x2", 1)  # K too short to split
+    # 24 wide tiles: narrower ones, 48, split 2 (96 units <= 132 SMs)
+    assert pick(16, 6144, 4096) == ("pingpong-64x128-c1x2", 2)
+    assert pick(16, 4096, 14336) == ("pingpong-64x128-c1x2", 4)  # 32 tiles: 4 x 32 <= 132
+    assert pick(16, 4096, 2048) == ("pingpong-64x128-c1x2", 2)  # K/4 < 1024: 2
+    assert pick(16, 4096, 1024) == ("pingpong-64x128-c1x2", 1)  # K too short to split
     assert pick(1, 8192, 28672) == ("pingpong-64x128-c1x2", 2)  # 64 tiles: 2 x 64 <= 132
     assert pick(16, 128, 4096)[0] == "pingpong-64x256-c1x1"  # one n-tile: no N pair
-    assert pick(128, 8192, 8192) == ("cooperative-128x128-c1x2", 1)
+    assert pick(128, 8192, 8192) == ("cooperative-128x128-c1x2", 2)
+    assert pick(128, 28672, 4096) == ("cooperative-128x128-c1x2", 1)  # 224 tiles
     assert pick(1024, 4096, 4096) == ("sm90-pingpong", 1)  # 128 tiles < 2 waves
     assert pick(1024, 28672, 4096) == ("sm90", 1)
     assert pick(16, 4096, 14336, dtypes=("float16", "float16", "float16")) == (
@@ -265,11 +285,11 @@ def test_batch_invariant_mode_never_splits(shape):
 
 
 def test_batch_invariant_from_the_environment(monkeypatch, empty_table):
-    assert choose(16, 4096, 14336).split == 2
+    assert choose(16, 4096, 14336).split == 4
     monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
     policy._environment.cache_clear()
     assert choose(16, 4096, 14336).split == 1
-    assert choose(16, 4096, 14336, batch_invariant=False).split == 2
+    assert choose(16, 4096, 14336, batch_invariant=False).split == 4
     monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "yes")
     policy._environment.cache_clear()
     with pytest.raises(ValueError, match="WSGEMM_BATCH_INVARIANT='yes'"):
@@ -330,7 +350,7 @@ def test_a_new_menu_entry_compiles_spill_free_for_sm_90a():
 
     e = policy.entry("pingpong-64x128-c1x2")
     r = inspection.inspect_variant(host.Variant(e.backend, "sm_90a", config=e.variant_config()))
-    assert r.config == e.config
+    assert r.config == {**e.config, "split_k": 1}
     assert r.spill_bytes == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0
     assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
 

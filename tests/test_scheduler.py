@@ -5,11 +5,15 @@ import itertools
 import pytest
 
 from wsgemm.kernels.common.scheduler import (
+    MAX_SPLITS,
     GroupedTileScheduler,
+    effective_splits,
     group_rows,
     grouped_cluster_coord,
     persistent_cluster_count,
+    split_k_range,
     tile_order,
+    unit_order,
 )
 
 # (num_m, num_n, L): square, ragged, one row, one column, one tile, batched.
@@ -112,3 +116,93 @@ def test_raster_group_must_hold_whole_clusters(group):
 def test_scheduler_takes_the_group_in_cluster_rows():
     sched = GroupedTileScheduler((4, 4, 1), (2, 1), group_rows(4, 2), 1, 0, (0, 0))
     assert sched.group_clusters == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Split-K: work units are (cluster tile, split) pairs, each with its own k-range
+
+
+def test_split_ranges_are_even_ordered_and_cover_k_once():
+    for k_tiles in (1, 2, 3, 7, 64, 100, 225):
+        for requested in (1, 2, 3, 4, 5, 8, 64, 1000):
+            splits = effective_splits(requested, k_tiles)
+            assert 1 <= splits <= min(requested, k_tiles, MAX_SPLITS)
+            ranges = [split_k_range(s, splits, k_tiles) for s in range(splits)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == k_tiles
+            assert all(end == begin for (_, end), (begin, _) in itertools.pairwise(ranges))
+            lengths = {end - begin for begin, end in ranges}
+            assert min(lengths) >= 1 and max(lengths) - min(lengths) <= 1
+
+
+SPLIT_PROBLEMS = [(1, 1, 1), (1, 8, 1), (7, 5, 1), (1, 9, 2), (3, 4, 3)]
+# (k_tiles, requested splits): divisible, not divisible, K shorter than splits x tile_k
+SPLIT_K = [(16, 2), (7, 3), (10, 4), (3, 8), (1, 4), (225, 8), (5, 5)]
+
+
+@pytest.mark.parametrize(
+    "ctas, cluster",
+    [(c, cl) for c in (1, 3, 132) for cl in CLUSTERS if c >= cl[0] * cl[1]],
+)
+@pytest.mark.parametrize("k_tiles, requested", SPLIT_K)
+@pytest.mark.parametrize("problem", SPLIT_PROBLEMS)
+def test_split_units_cover_each_tile_k_range_exactly_once(
+    problem, k_tiles, requested, ctas, cluster
+):
+    num_m, num_n, num_l = problem
+    cm, cn = cluster
+    order = unit_order(num_m, num_n, num_l, 2 * cm, ctas, cluster, (k_tiles, requested))
+    splits = effective_splits(requested, k_tiles)
+    covered = {}
+    for per_cta in order:
+        for u in per_cta:
+            assert u.k_end > u.k_begin, "an empty unit"
+            assert (u.k_begin, u.k_end) == split_k_range(u.split, splits, k_tiles)
+            if u.m < num_m and u.n < num_n:
+                covered.setdefault(u.coord_mnl, []).extend(range(u.k_begin, u.k_end))
+    tiles = set(itertools.product(range(num_m), range(num_n), range(num_l)))
+    assert set(covered) == tiles
+    for ks in covered.values():
+        assert sorted(ks) == list(range(k_tiles)), "each k-tile of each tile exactly once"
+    # The CTAs of a cluster run the same units: same split, same k-range, adjacent tiles.
+    for c in range(len(order) // (cm * cn)):
+        members = order[c * cm * cn : (c + 1) * cm * cn]
+        assert len({len(units) for units in members}) == 1
+        for step in zip(*members, strict=True):
+            assert len({(u.split, u.k_begin, u.k_end, u.work) for u in step}) == 1
+
+
+def _pingpong_walk(units):
+    """Replays the kernel's ring for one ping-pong CTA: the producer fills one stage per k-tile,
+    unit after unit; warpgroup w runs units w, w + 2, ..., starting past the k-tiles of the
+    units before its first and skipping, after each of its units, the next unit's own k-tiles
+    (``mma_and_epilogue``). Returns, per unit, the ring positions the consumer read."""
+    produced, position = [], 0
+    for u in units:
+        produced.append(list(range(position, position + u.k_end - u.k_begin)))
+        position += u.k_end - u.k_begin
+    consumed = {}
+    for wg in (0, 1):
+        position = sum(u.k_end - u.k_begin for u in units[:wg])  # the first unit's, for wg 1
+        for j in range(wg, len(units), 2):
+            count = units[j].k_end - units[j].k_begin
+            consumed[j] = list(range(position, position + count))
+            position += count
+            if j + 1 < len(units):
+                position += units[j + 1].k_end - units[j + 1].k_begin
+    return produced, consumed
+
+
+@pytest.mark.parametrize("ctas", [1, 2, 5])
+@pytest.mark.parametrize("k_tiles, requested", SPLIT_K)
+def test_pingpong_warpgroups_read_the_stages_of_their_own_units(k_tiles, requested, ctas):
+    """Units of one CTA have different k counts (the split is as even as possible, not even):
+    each warpgroup must skip exactly the other's stages."""
+    for per_cta in unit_order(3, 5, 2, 2, ctas, (1, 1), (k_tiles, requested)):
+        produced, consumed = _pingpong_walk(per_cta)
+        assert [consumed[j] for j in range(len(per_cta))] == produced
+
+
+def test_unsplit_schedule_carries_no_k_range():
+    (units,) = unit_order(2, 3, 1, 2, 1)
+    assert all(not u.is_split and u.k_begin is None for u in units)
+    assert [u.coord_mnl for u in units] == tile_order(2, 3, 1, 2, 1)[0]

@@ -43,11 +43,41 @@ DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
         ({"cluster_m": 4}, "must each be 1 or 2"),
         ({"cluster_n": 0}, "must each be 1 or 2"),
         ({"raster_group": 8}, "unexpected keyword argument 'raster_group'"),
+        ({"split_k": -1}, "split_k must be an int"),
+        ({"split_k": True}, "split_k must be an int"),
+        ({"split_k": 2.0}, "split_k must be an int"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         Sm90Config(**kwargs)
+
+
+def test_every_split_count_compiles_as_one_kernel():
+    base = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong")
+    assert not base.splits_in_kernel and base.compiled() is base
+    for count in (0, 2, 3, 8):
+        config = dataclasses.replace(base, split_k=count)
+        assert config.splits_in_kernel
+        assert config.compiled() == dataclasses.replace(base, split_k=0)
+    assert all(c.split_k == 1 for c in SHIPPED_CONFIGS.values())
+
+
+def test_split_buffers_hold_one_tile_per_unit_and_a_semaphore_per_tile():
+    config = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", split_k=0)
+    # M = 1 still has one 64-row tile; ragged N: 33 tiles; L = 3
+    assert config.split_semaphores(1, 4097, 3) == 33 * 3
+    assert config.split_workspace_elements(1, 4097, 3, 4) == 33 * 3 * 4 * 64 * 128
+    coop = Sm90Config(tile_m=128, tile_n=256, split_k=0)
+    assert coop.split_workspace_elements(129, 256, 1, 2) == 2 * 1 * 2 * 128 * 256
+
+
+def test_split_k_needs_an_fp32_accumulator():
+    config = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", split_k=0)
+    with pytest.raises(ValueError, match="split-K .* needs an fp32 accumulator"):
+        Sm90Gemm(config, F16, F16, F16)
+    Sm90Gemm(config, F16, F16, F32)
+    Sm90Gemm(dataclasses.replace(config, split_k=1), F16, F16, F16)  # no split: fine
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

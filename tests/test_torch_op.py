@@ -66,7 +66,14 @@ def _python(code: str) -> str:
 
 
 def test_public_surface_and_import_cost():
-    assert set(wsgemm.__all__) == {"matmul", "linear", "nn", "explain", "available_backends", "trace"}
+    assert set(wsgemm.__all__) == {
+        "matmul",
+        "linear",
+        "nn",
+        "explain",
+        "available_backends",
+        "trace",
+    }
     assert wsgemm.matmul is ops.matmul and wsgemm.linear is ops.linear
     assert set(wsgemm.__all__) <= set(dir(wsgemm))
     with pytest.raises(AttributeError, match="no attribute 'mat_mul'"):

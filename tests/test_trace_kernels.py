@@ -204,19 +204,27 @@ def _exported_signature(fn) -> str:
 @pytest.mark.parametrize("backend", host.shipped_backends())
 def test_call_signature_is_todays(backend):
     params = list(inspect.signature(host.BACKENDS[backend].kernel_class().__call__).parameters)
-    assert params == ["self", "mA", "mB", "mC", "max_active_clusters", "stream", "raster_group"]
+    base = ["self", "mA", "mB", "mC", "max_active_clusters", "stream", "raster_group"]
+    # sm90 kernels take split-K's launch values after the contract's six (kernels/__init__.py)
+    split = (
+        ["split_count", "workspace", "semaphores"]
+        if host.BACKENDS[backend].family == "sm90"
+        else []
+    )
+    assert params == base + split
     traced = list(inspect.signature(host.BACKENDS[backend].kernel_class().traced).parameters)
-    assert traced == params + ["trace_buffer"]
+    assert traced == base + ["trace_buffer"] + split
 
 
 def test_compiled_launch_signatures(compiled, traced_report):
-    """The untraced kernel takes today's five run-time arguments; the traced one adds the
-    buffer (the stream is the environment's in both)."""
+    """The untraced kernel takes today's run-time arguments; the traced one adds the buffer
+    (the stream is the environment's in both)."""
     variant = host.Variant("sm90", "sm_90a")
     untraced = _exported_signature(compiled(variant).fn)
-    assert "Expects 5 parameters" in untraced and "trace_buffer" not in untraced
+    # five, then split-K's three (an int and two Nones when unsplit: kernels/__init__.py)
+    assert "Expects 8 parameters" in untraced and "trace_buffer" not in untraced
     traced = _exported_signature(traced_report(variant)[0])
-    assert "Expects 6 parameters" in traced and "trace_buffer: Tensor" in traced
+    assert "Expects 9 parameters" in traced and "trace_buffer: Tensor" in traced
 
 
 def test_a_traced_kernel_refuses_the_untraced_entry():

@@ -33,21 +33,16 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
             else:
                 assert all(name != e.name for name, _ in names)
     variants = tune_menu.variants(planned)
-    # fp32 out for the split candidates; swap-AB entries never split
-    assert set(variants) == {
-        (e.name, c)
-        for e in policy.MENU
-        for c in ("float16", "float32")
-        if c == "float16" or not e.swap_ab
-    }
-    for (name, c_dtype), v in variants.items():
-        assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == (c_dtype, "float32", "k", "k")
-        assert v.config == policy.entry(name).variant_config()
+    # one unsplit variant per entry, one split variant per entry that may split
+    want = {(e.name, False) for e in policy.MENU}
+    assert set(variants) == want | {(e.name, True) for e in policy.MENU if e.splits}
+    for (name, split), v in variants.items():
+        assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == ("float16", "float32", "k", "k")
+        assert v.config == policy.entry(name).variant_config(split=split)
 
 
 def test_dry_run_prints_the_plan(capsys):
     assert tune_menu.main(["--dry-run", "--with-dropped"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     entries = policy.MENU + policy.DROPPED
-    # fp16 out for each entry, fp32 out for each that may split (swap-AB entries never do)
-    assert last.endswith(f"{2 * len(entries) - sum(e.swap_ab for e in entries)} variants")
+    assert last.endswith(f"{len(entries) + sum(e.splits for e in entries)} variants")

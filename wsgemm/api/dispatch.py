@@ -27,7 +27,7 @@ import torch
 
 from .. import host
 from ..host.dispatch import Route
-from ..splitk import split_k
+from ..host.workspace import split_launcher
 from .overlap import extent
 from .plan import Launch, batched, broadcast_copy_bytes, plan
 from .validate import Problem, check_no_overlap, validate
@@ -116,8 +116,10 @@ def _general_launcher(d, p: Problem, route: Route) -> Launcher:
 
 
 def _launch(d, a, b, out, p: Problem, route: Route):
-    """Plan and launch one call; returns (the result, (the ``Launch``, kernel, clusters, split)
-    when it was one launch (or one split-K) on views of the caller's tensors, else None)."""
+    """Plan and launch one call; returns (the result, (the ``Launch``, kernel, clusters) when it
+    was one launch on views of the caller's tensors, else None). A split route's kernel is the
+    split variant with its workspace and semaphores bound (``host.workspace.split_launcher``):
+    it writes C itself, as any kernel."""
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     if out.numel() == 0:
@@ -130,32 +132,18 @@ def _launch(d, a, b, out, p: Problem, route: Route):
         for l_ in range(out3.shape[0]):
             _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route)
         return out, None
-    split = route.split
     swap = bool(getattr(route.config, "swap_ab", False))
     if swap:  # C^T (N, M) = B^T A^T: the kernel sees the transposed problem, writes C M-major
-        if split > 1:
-            raise ValueError("a swap_ab config runs without the host split-K")
         a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
     launch = plan(
-        a3,
-        b3,
-        out3,
-        host.needs_vector_extent(route.backend),
-        reduced=split > 1,
-        c_major="m" if swap else "n",
+        a3, b3, out3, host.needs_vector_extent(route.backend), c_major="m" if swap else "n"
     )
     index = a.device.index
-    ab, c, acc = p.dtype_names
-    # Split-K: the chunks' partials are fp32 whatever C is; the reduction rounds once into C.
-    dtypes = (ab, "float32", acc) if split > 1 else (ab, c, acc)
     fn, clusters = d.kernel(
-        route.backend, index, dtypes, launch.a_major, launch.b_major, route.config
+        route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config
     )
-    if split > 1:  # a persistent sm90 kernel: any batch fits one launch
-        with _on_device(d, index):
-            split_k(fn, launch.a, launch.b, launch.c, split, clusters,
-                    a_major=launch.a_major, b_major=launch.b_major)  # fmt: skip
-        return out, (launch, fn, clusters, split, swap) if launch.direct else None
+    if route.split > 1:
+        fn = split_launcher(fn, route.config, route.split, d.semaphores)
     L = launch.c.shape[2]
     with _on_device(d, index):
         if L <= d.max_batch_per_launch:
@@ -166,7 +154,7 @@ def _launch(d, a, b, out, p: Problem, route: Route):
                 fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
         launch.finish()
     single = launch.direct and L <= d.max_batch_per_launch
-    return out, (launch, fn, clusters, 1, swap) if single else None
+    return out, (launch, fn, clusters, swap) if single else None
 
 
 _NO_SWITCH = contextlib.nullcontext()
@@ -181,7 +169,7 @@ def _on_device(d, index):
 
 def _direct_launcher(
     d,
-    planned: tuple[Launch, Callable, int, int, bool],
+    planned: tuple[Launch, Callable, int, bool],
     p: Problem,
     device: torch.device,
     allocate: bool,
@@ -189,13 +177,7 @@ def _direct_launcher(
     """A launcher that rebuilds the kernel views of ``planned`` (a ``Launch`` made for this
     signature) from a later call's own tensors: same sizes and strides, its storage offsets.
     Under swap-AB the kernel's A is the caller's B and its B the caller's A."""
-    launch, fn, clusters, split, swap = planned
-    if split > 1:  # the launch is split_k's: the same call with the kernel bound
-        a_major, b_major = launch.a_major, launch.b_major
-
-        def fn(a_mkl, b_nkl, c_mnl, clusters, kernel=fn):
-            split_k(kernel, a_mkl, b_nkl, c_mnl, split, clusters, a_major=a_major, b_major=b_major)
-
+    launch, fn, clusters, swap = planned
     sa, ta = tuple(launch.a.shape), launch.a.stride()
     sb, tb = tuple(launch.b.shape), launch.b.stride()
     sc, tc = tuple(launch.c.shape), launch.c.stride()

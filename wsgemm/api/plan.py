@@ -2,8 +2,8 @@
 B as (N, K, L) and C as (M, N, L), each with one unit-stride mode, 16-byte aligned base and 16-byte
 multiple strides. Operands that already are so are passed as views, without a copy; others are
 copied once into an aligned, zero-padded buffer; a C the kernel cannot write in place is written
-to a temporary and copied back. Under split-K (``wsgemm.splitk``) the kernel writes an fp32
-workspace and torch's reduction writes C, so C is passed as it is, any strides, never a temporary.
+to a temporary and copied back. Split-K needs nothing different: it runs inside the kernel
+(``wsgemm.host.workspace``), which writes C as it always does.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Launch:
 
     a: torch.Tensor  # (M, K, L)
     b: torch.Tensor  # (N, K, L)
-    c: torch.Tensor  # (M, N, L): N-major (M-major for swap-AB), or as it is for a split-K reduction
+    c: torch.Tensor  # (M, N, L): N-major (M-major for swap-AB)
     a_major: str
     b_major: str
     copy_back: torch.Tensor | None  # (M, N, L) destination when ``c`` is a temporary
@@ -130,14 +130,11 @@ def plan(
     out3: torch.Tensor,
     need_extent: bool,
     *,
-    reduced: bool = False,
     c_major: str = "n",
 ) -> Launch:
     """Kernel views of a validated call's ``batched`` views; copies only what the kernel cannot
-    address. ``reduced``: a split-K reduction writes C (``splitk.split_k``), so ``c`` is
-    ``out3``'s (M, N, L) view whatever its strides, and there is nothing to copy back.
-    ``c_major``: the unit-stride mode the kernel writes C along, "n" (row-major) or "m" (a
-    swap-AB kernel, given the transposed problem: the caller's row-major C read as C^T)."""
+    address. ``c_major``: the unit-stride mode the kernel writes C along, "n" (row-major) or
+    "m" (a swap-AB kernel, given the transposed problem: the caller's row-major C read as C^T)."""
     L = out3.shape[0]
     a_mkl = a3.expand(L, -1, -1).permute(1, 2, 0)
     b_nkl = b3.expand(L, -1, -1).permute(2, 1, 0)
@@ -162,8 +159,6 @@ def plan(
         else (_padded(b_nkl, n_kernel, k_kernel), "k")
     )
     copied = a_view is None or b_view is None
-    if reduced:
-        return Launch(a_v, b_v, c_mnl, a_major, b_major, None, copied)
     c_mode = 0 if c_major == "m" else 1
     view = _kernel_view(c_mnl, need_extent, (c_mode,)) if n_kernel == n else None
     if view is not None:

@@ -148,6 +148,25 @@ def check_backend(backend, config=None) -> None:
         )
 
 
+def check_split(config, accumulate) -> None:
+    """A config that splits K (an ``Sm90Config``'s ``split_k``) names a count >= 2 and runs
+    with an fp32 accumulator: with ``accumulate=torch.float16`` the product is promised as one
+    fp16 running sum over all of K, which partial sums added in fp32 are not."""
+    split = getattr(config, "split_k", 1)
+    if split == 1:
+        return
+    if split == 0:
+        raise ValueError(
+            "config.split_k=0 names the compiled split-K kernel, whose count comes with each "
+            "launch; pass the number of splits (>= 2), or 1 for none"
+        )
+    if accumulate != torch.float32:
+        raise ValueError(
+            f"config.split_k={split} needs accumulate=torch.float32 (got {accumulate}): split "
+            "partial sums are added in fp32, not one fp16 running sum over K"
+        )
+
+
 def _check_no_grad(a, b, out) -> None:
     """The core records no gradients: a silent result without ``grad_fn`` would drop them."""
     if not torch.is_grad_enabled():
@@ -215,6 +234,7 @@ def validate(
     if out is not None:
         _check_out(out, (m, n) if batch is None else (batch, m, n), out_dtype)
     check_backend(backend, config)
+    check_split(config, accumulate)
     _check_no_grad(a, b, out)
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None and t.is_neg():

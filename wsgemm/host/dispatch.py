@@ -8,7 +8,8 @@ A ``Dispatcher`` owns what a call needs besides its tensors:
   that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
-* the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature.
+* the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature;
+* split-K's semaphores, one zeroed buffer per (device, stream) (``host.workspace``).
 
 The process has one (``DISPATCHER``); a test or a benchmark builds its own with stand-in devices
 and a stand-in compile cache instead of patching module globals.
@@ -28,6 +29,7 @@ from ..support import MAX_GRID_DIM
 from . import policy
 from .cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
+from .workspace import SemaphoreCache
 
 log = logging.getLogger("wsgemm")
 
@@ -35,8 +37,9 @@ log = logging.getLogger("wsgemm")
 @dataclass(frozen=True)
 class Route:
     """How a validated problem runs: a backend, its config (None: the shipped one) and a split-K
-    count (1: none; more: ``splitk.split_k`` over the fp32-output variant of the same config).
-    ``choice`` is the policy's answer when ``auto`` picked from the sm90 menu."""
+    count (1: none; more: the config is a split kernel's, ``split_k=0``, and the count its
+    launch argument, ``host.workspace.split_launcher``). ``choice`` is the policy's answer when
+    ``auto`` picked from the sm90 menu."""
 
     backend: str
     config: Any = None
@@ -152,6 +155,7 @@ class Dispatcher:
         self.max_batch_per_launch = max_batch_per_launch
         self.max_broadcast_copy_bytes = max_broadcast_copy_bytes
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
+        self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
         self._lock = threading.Lock()
 
@@ -178,8 +182,10 @@ class Dispatcher:
         """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the host
         names of (A/B, C, accumulator). ``auto`` on sm_90 takes the policy's menu entry and
         split; elsewhere the sm80 kernel. A named backend runs ``config`` (None: its shipped
-        one) and never splits; ValueError if it does not run on this GPU. Called once per call
-        signature (its launcher keeps the route), so a repeated call never asks the policy."""
+        one), split only when the config says so (an ``Sm90Config`` with ``split_k`` >= 2,
+        checked by ``api.validate``); ValueError if it does not run on this GPU. Called once
+        per call signature (its launcher keeps the route), so a repeated call never asks the
+        policy."""
         cc = self.devices.capability(device)
         if cc < (8, 0):
             raise ValueError(
@@ -193,7 +199,8 @@ class Dispatcher:
                     batch_invariant=self.batch_invariant,
                 )
                 e = choice.menu_entry
-                chosen = Route(e.backend, e.variant_config(), choice.split, choice)
+                config = e.variant_config(split=choice.split > 1)
+                chosen = Route(e.backend, config, choice.split, choice)
             else:
                 chosen = Route("sm80")
         elif not BACKENDS[backend].supports(cc):
@@ -202,6 +209,8 @@ class Dispatcher:
                 + ("an sm_90 (Hopper) GPU" if BACKENDS[backend].family == "sm90" else "sm_80+")
                 + f"; {self.devices.name(device)} is sm_{cc[0]}{cc[1]}"
             )
+        elif getattr(config, "split_k", 1) != 1:
+            chosen = Route(backend, config.compiled(), config.split_k)
         else:
             chosen = Route(backend, config)
         if log.isEnabledFor(logging.DEBUG):
@@ -298,6 +307,7 @@ class Dispatcher:
         with self._lock:
             self.launchers.clear()
             self._kernels.clear()
+        self.semaphores.clear()
 
     def _index(self, device) -> int:
         if device is None:

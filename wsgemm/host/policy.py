@@ -12,8 +12,8 @@ How ``choose`` decides, in this order:
 
 1. Rules no measurement overturns (``fits``, ``split_candidates``): a cluster of two CTAs along
    M (N) needs at least two m-tiles (n-tiles), or one of them computes nothing; split-K only
-   with an fp32 accumulator and outside batch-invariant mode, and only into equal chunks whose
-   starts are 16-byte aligned (K a multiple of 8 x split), with at most two waves of CTAs.
+   on entries with a split variant, with an fp32 accumulator, outside batch-invariant mode,
+   with a k-tile per split and at most two waves of split units.
 2. The measured table (``data/sm90_*.json``, one per measured GPU; ``WSGEMM_POLICY_TABLE=path``
    replaces them): the nearest measured problem in the features ``(log2 ceil(M / 64),
    log2(N x L x table SMs / this GPU's SMs), log2 K)``, weighted 1, 1, 0.5, decides if it lies
@@ -25,15 +25,20 @@ How ``choose`` decides, in this order:
    when they fill 80% of the SMs, else 64x128 in an N-pair cluster that shares A), 128x128
    cooperative tiles clustered along N up to 128 tokens, then the shipped 128x256 tile when it
    makes two waves and the shipped 128x128 ping-pong when it does not; a split only while the
-   split CTAs fit one wave and each chunk keeps 6144 of K (the two extra kernels of the host
-   split cost ~3-5 us, repaid only by long chunks).
+   split units fit one wave and each keeps ``HEURISTIC_MIN_K_PER_SPLIT`` of K.
+
+Split-K runs inside the kernel (``Sm90Config.split_k``; docs/architecture.md): no extra
+kernels, a fixed cost per unit of one partial tile stored and, on the unit that finishes a
+tile, the partials read back, rows inside C only. Only the entries marked ``splits`` (the
+decode and 128-token ones) have a split variant, so ``warm`` compiles a bounded set: their
+fp32-accumulator variants once more.
 
 Batch invariance (``batch_invariant=True`` or ``WSGEMM_BATCH_INVARIANT=1``): the summation order
-of every output element must not depend on M. Split-K changes it (chunks then a reduction), so
-this mode never splits. Every entry accumulates in one order: the consumer walks k-tiles in
-ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order, from zeroed
-accumulators, so every entry issues the same sequence of k16 steps whatever its tile_k
-(a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
+of every output element must not depend on M. Split-K changes it (partial sums over K ranges,
+then their sum), so this mode never splits. Every entry accumulates in one order: the consumer
+walks k-tiles in ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order,
+from zeroed accumulators, so every entry issues the same sequence of k16 steps whatever its
+tile_k (a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
 element, never in the order of its sum. The mode still keeps to entries of one ``tile_k``.
 ``tests/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
 
@@ -55,7 +60,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..support import ELEMENT_BYTES, VECTOR_BYTES, dtype_error
+from ..support import ELEMENT_BYTES, dtype_error
 from .registry import BACKENDS, Variant, every_variant
 
 __all__ = [
@@ -75,13 +80,15 @@ __all__ = [
 ]
 
 SPLITS = (1, 2, 4, 8)
-# Split chunks start on 16-byte boundaries: a multiple of this many 16-bit elements of K.
-SPLIT_ALIGN = VECTOR_BYTES // 2
-# Splits are candidates (tuned, and chosen from the table) while tiles x split CTAs fit in this
-# many waves: a problem with more tiles than that already fills the machine.
+# Splits are candidates (tuned, and chosen from the table) while tiles x split units fit in
+# this many waves: a problem with more tiles than that already fills the machine.
 SPLIT_MAX_WAVES = 2
-# Heuristic only: a split must keep this much K per chunk and fit one wave (module docstring).
-HEURISTIC_MIN_K_PER_SPLIT = 6144
+# Heuristic only: a split unit must keep this much K and the units fit one wave (module
+# docstring). UNMEASURED for the in-kernel split: 16 k-tiles of 64, twice the ~8-stage ring
+# of the 64-row tiles, so a unit's fixed costs (filling the ring, one partial tile stored and
+# read back) stay a small part of it. The host split needed 6144 (its two extra kernels cost
+# ~3-5 us, docs/perf.md entry 11); scripts/tune_menu.py measures what the table should say.
+HEURISTIC_MIN_K_PER_SPLIT = 1024
 # Heuristic only: 64x256 tiles at decode when they occupy this share of the SMs (the gate/up
 # projections, 112-224 tiles on 132 SMs, at 1.00-1.02x; qkv/o with 24-40 tiles want 64x128).
 WIDE_TILE_FILL = 0.8
@@ -103,12 +110,14 @@ class MenuEntry:
 
     ``shipped`` entries are the backend's own shipped config: they compile as
     ``Variant(backend, ..., config=None)``, the same variants (and cache keys) as before the menu.
+    ``splits``: the entry has a split-K variant (``Sm90Config.split_k=0``) the policy may choose.
     """
 
     name: str
     backend: str
     fields: tuple[tuple[str, Any], ...]
     shipped: bool = False
+    splits: bool = False
 
     @property
     def config(self) -> dict[str, Any]:
@@ -152,17 +161,24 @@ class MenuEntry:
             f"{swap}{schedule} {self.tile_m}x{self.tile_n}x{self.tile_k} tile, cluster {cm}x{cn}"
         )
 
-    def variant_config(self) -> Any:
+    def variant_config(self, split: bool = False) -> Any:
         """What ``host.Variant(config=...)`` takes: None for a shipped entry, else the backend's
-        config class with these fields (imports the kernel module)."""
+        config class with these fields (imports the kernel module). ``split``: the entry's
+        split-K variant (the split count is a launch argument: ``split_k=0``)."""
+        if split:
+            if not self.splits:
+                raise ValueError(f"menu entry {self.name!r} has no split-K variant")
+            return dataclasses.replace(BACKENDS[self.backend].config(), **self.config, split_k=0)
         if self.shipped:
             return None
         return dataclasses.replace(BACKENDS[self.backend].config(), **self.config)
 
 
-def _entry(name: str, backend: str, shipped: bool = False, **fields) -> MenuEntry:
+def _entry(
+    name: str, backend: str, shipped: bool = False, splits: bool = False, **fields
+) -> MenuEntry:
     fields.setdefault("swap_ab", False)  # a swap-AB entry says so; the others run A @ B as given
-    return MenuEntry(name, backend, tuple(sorted(fields.items())), shipped)
+    return MenuEntry(name, backend, tuple(sorted(fields.items())), shipped, splits)
 
 
 # The menu. Each entry earns its 36 compiled variants with a measured win (H200, fp16 TN, vs
@@ -176,20 +192,20 @@ MENU: tuple[MenuEntry, ...] = (
            cluster_m=2, cluster_n=1, schedule="pingpong"),
     # Decode with many n-tiles: gate/up at 1 and 16 tokens 1.00-1.02x; with split 2-4 the 70B
     # down projection 0.96x and o at 1 token 0.90x.
-    _entry("pingpong-64x256-c1x1", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
-           cluster_m=1, cluster_n=1, schedule="pingpong"),
+    _entry("pingpong-64x256-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=256,
+           tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong"),
     # Decode with few n-tiles: qkv and o at 16 tokens 0.83-1.08x (shipped 0.50x); the 8B down
     # projection 0.86x with split 2; 0.80x on 8B qkv and o at 128 tokens.
-    _entry("pingpong-64x128-c1x2", "sm90-pingpong", tile_m=64, tile_n=128, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="pingpong"),
+    _entry("pingpong-64x128-c1x2", "sm90-pingpong", splits=True, tile_m=64, tile_n=128,
+           tile_k=64, cluster_m=1, cluster_n=2, schedule="pingpong"),
     # 128 tokens: 8B gate/up 1.04x, 70B qkv 0.98x, o 0.88x, down 1.04x (split 2), 8B down 0.86x
     # (split 4).
-    _entry("cooperative-128x128-c1x2", "sm90", tile_m=128, tile_n=128, tile_k=64,
+    _entry("cooperative-128x128-c1x2", "sm90", splits=True, tile_m=128, tile_n=128, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="cooperative"),
     # Swap-AB for up to 16 tokens: the weights' N in 64-row WGMMAs, the tokens a 16-wide tile
     # (twice the 64x128 tiles' CTAs on a 4096-wide layer, no 64-row padding of the tokens).
-    _entry("swap-pingpong-64x16-c1x1", "sm90-pingpong", tile_m=64, tile_n=16, tile_k=64,
-           cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    _entry("swap-pingpong-64x16-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=16,
+           tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
 )  # fmt: skip
 # Measured by the prototype, left off the menu: no shape where they beat every entry above by
 # more than the run-to-run noise (0.01-0.02x), and each would cost 36 more compiles.
@@ -202,8 +218,8 @@ DROPPED: tuple[MenuEntry, ...] = (
     _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="pingpong"),
     # Swap-AB up to 32 tokens (not yet measured: scripts/tune_menu.py --with-dropped).
-    _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", tile_m=64, tile_n=32, tile_k=64,
-           cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
+           tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
@@ -222,9 +238,15 @@ def entry(name: str) -> MenuEntry:
 
 def menu_variants(arch: str = "sm_90a", entries: tuple[MenuEntry, ...] = MENU) -> list[Variant]:
     """Every variant ``warm`` compiles for the menu: each entry in every A/B, C and accumulator
-    dtype and both majors of A and B (36 per entry). The shipped entries' variants are exactly
-    the shipped backends' own."""
-    return [v for e in entries for v in every_variant(e.backend, arch, e.variant_config())]
+    dtype and both majors of A and B (36 per entry), and each entry with ``splits`` once more
+    as its split-K variant with an fp32 accumulator (24 more; fp16 accumulators never split).
+    The shipped entries' variants are exactly the shipped backends' own."""
+    out = [v for e in entries for v in every_variant(e.backend, arch, e.variant_config())]
+    for e in entries:
+        if e.splits:
+            split = every_variant(e.backend, arch, e.variant_config(split=True))
+            out += [v for v in split if v.acc_dtype == "float32"]
+    return out
 
 
 # ----------------------------------------------------------------------------- rules
@@ -253,20 +275,19 @@ def split_candidates(
 ) -> tuple[int, ...]:
     """The split-K counts the tuner times and the policy may choose for entry ``e``.
 
-    Never with an fp16 accumulator: ``accumulate=torch.float16`` means one fp16 running sum per
-    element over all of K; split chunks would each round in fp16 and then add in fp32, a result
-    that changes with the split (so with M) and matches neither promise. Never in batch-invariant
-    mode (the split changes the summation order). Otherwise s in 2, 4, 8 when K is a multiple of
-    8 x s (s equal chunks, each starting on a 16-byte boundary: one launch, no tail chunk) and
-    the split CTAs fit ``SPLIT_MAX_WAVES`` waves.
+    Only entries with a split variant (``splits``). Never with an fp16 accumulator:
+    ``accumulate=torch.float16`` means one fp16 running sum per element over all of K; split
+    partials would each round in fp16 and then add in fp32, a result that changes with the split
+    (so with M) and matches neither promise. Never in batch-invariant mode (the split changes the
+    summation order). Otherwise s in 2, 4, 8 while every split keeps a k-tile (no empty units)
+    and the split units fit ``SPLIT_MAX_WAVES`` waves.
     """
-    if acc_dtype != "float32" or batch_invariant or e.swap_ab:
-        return (1,)  # (the host split's fp32 workspace is N-major; a swap kernel writes M-major)
+    if not e.splits or acc_dtype != "float32" or batch_invariant:
+        return (1,)
     tiles = e.tiles(m, n, batch)
+    k_tiles = -(-k // e.tile_k)
     return (1,) + tuple(
-        s
-        for s in SPLITS[1:]
-        if k % (SPLIT_ALIGN * s) == 0 and tiles * s <= SPLIT_MAX_WAVES * sm_count
+        s for s in SPLITS[1:] if s <= k_tiles and tiles * s <= SPLIT_MAX_WAVES * sm_count
     )
 
 
@@ -426,7 +447,7 @@ def explain(*args: Any, batch_invariant: bool | None = None) -> str:
     m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc = args
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
-    split = f"{choice.split} (K in equal chunks, fp32 partials)" if choice.split > 1 else "1 (none)"
+    split = f"{choice.split} (in the kernel, fp32 partials)" if choice.split > 1 else "1 (none)"
     return "\n".join(
         [
             f"problem: M={m} N={n} K={k} batch={batch}, {ab_dtype} inputs, {c_dtype} output, "

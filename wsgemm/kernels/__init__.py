@@ -22,7 +22,8 @@ nothing else) separates what is compiled from what is launched:
 
 **Launch arguments** (run-time values of the host entry; any value reuses the compiled code):
 
-* ``__call__(mA, mB, mC, max_active_clusters, stream, raster_group=0)`` is a ``@cute.jit``
+* ``__call__(mA, mB, mC, max_active_clusters, stream, raster_group=0, split_count=1,
+  workspace=None, semaphores=None)`` is a ``@cute.jit``
   method computing ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]`` (CuTe's convention: B is
   given as (N, K, L)):
 
@@ -40,12 +41,18 @@ nothing else) separates what is compiled from what is launched:
   - ``stream``: a ``cuda.CUstream`` (the compiled function takes the environment's stream).
   - ``raster_group`` (``cutlass.Int32``): the tile order of persistent kernels, in m-tiles
     walked down a column before the next one; 0 is the kernel's default. Others ignore it.
+  - ``split_count`` (``cutlass.Int32``, default 1), ``workspace`` and ``semaphores`` (tensors,
+    default None): split-K's count and buffers, used only by a kernel compiled to split
+    (``Sm90Config.split_k != 1``; ``Sm90Gemm.__call__`` says what they must hold). A split
+    kernel's compiled function takes them as run-time values (its class's
+    ``fake_launch_extras`` gives the host their compile-time stand-ins); any other kernel
+    ignores them.
 
   Every kernel takes the same launch arguments, so the host calls them all alike. A new
-  per-call feature (a split-K count, swapping A and B) is a new trailing launch argument whose
-  default (0 / off) keeps the existing call ``fn(a, b, c, max_active_clusters)`` meaning what
-  it meant. Python defaults live only on a function compiled in this process; one loaded from
-  disk gets them back from ``host.compile.with_launch_defaults``.
+  per-call feature (swapping A and B) is a new trailing launch argument whose default (0 /
+  off) keeps the existing call ``fn(a, b, c, max_active_clusters)`` meaning what it meant.
+  Python defaults live only on a function compiled in this process; one loaded from disk gets
+  them back from ``host.compile.with_launch_defaults``.
 
 * A traced variant (issue #13): ``Kernel(..., trace=True)`` is compiled and launched through
   ``traced(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer)`` (the same

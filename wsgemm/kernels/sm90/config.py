@@ -7,7 +7,7 @@ tested without a GPU; each function says where its number comes from).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wsgemm.support import (
     MBARRIER_BYTES,
@@ -74,6 +74,13 @@ class Sm90Config:
     consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
     tiles, alternating). Every field changes the compiled code; the raster group, which does
     not, is a launch argument (``Sm90Gemm.__call__``; :data:`DEFAULT_RASTER_GROUP`).
+
+    ``split_k``: split-K inside the kernel. 1 (the default, every shipped config): the kernel
+    has no split path, and compiles to the code it had before split-K existed. Any other value
+    compiles the split path, whose split count is a launch argument (``split_count``), so every
+    count shares one compiled kernel: 0 is that kernel's own name (what the host compiles and
+    caches, :meth:`compiled`), and a count n >= 2 is what a caller passes as
+    ``wsgemm.matmul(..., config=...)`` to run K split n ways.
     """
 
     tile_m: int = 128
@@ -86,8 +93,14 @@ class Sm90Config:
     # weights' N fills the tile's M (64- or 128-row WGMMAs) and a few tokens its N; the kernel
     # then writes an M-major C (the caller's row-major C, transposed; no copy).
     swap_ab: bool = False
+    split_k: int = 1
 
     def __post_init__(self):
+        if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
+            raise ValueError(
+                "split_k must be an int: 1 (no split), n >= 2 (K split n ways) or 0 (the "
+                f"split kernel, count given at launch), got {self.split_k!r}"
+            )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         allowed_m = (128,) if self.schedule == "cooperative" else (64, 128)
@@ -117,6 +130,28 @@ class Sm90Config:
     @property
     def pingpong(self) -> bool:
         return self.schedule == "pingpong"
+
+    @property
+    def splits_in_kernel(self) -> bool:
+        """Whether the kernel has the split-K path (the count comes with each launch)."""
+        return self.split_k != 1
+
+    def compiled(self) -> Sm90Config:
+        """The config the kernel is compiled from: a split count is a launch argument, so every
+        ``split_k`` other than 1 compiles (and is cached) as ``split_k=0``."""
+        return replace(self, split_k=0) if self.splits_in_kernel else self
+
+    def split_workspace_elements(self, m: int, n: int, batch: int, splits: int) -> int:
+        """fp32 words of the split-K workspace of an (M, N, L) problem split ``splits`` ways
+        (the count the kernel runs, ``scheduler.effective_splits``): one tile of partial sums
+        per work unit of a tile inside C. Every unit stores its partial, because the unit that
+        finishes a tile (the last to arrive) is known only when it arrives."""
+        tiles = -(-m // self.tile_m) * -(-n // self.tile_n) * batch
+        return tiles * splits * self.tile_m * self.tile_n
+
+    def split_semaphores(self, m: int, n: int, batch: int) -> int:
+        """int32 semaphores of a split-K launch: one per output tile inside C."""
+        return -(-m // self.tile_m) * -(-n // self.tile_n) * batch
 
     @property
     def cluster_size(self) -> int:

@@ -18,6 +18,7 @@ from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
+    effective_splits,
     persistent_cluster_count,
 )
 from wsgemm.kernels.common.trace_format import Event, Role
@@ -117,7 +118,6 @@ class _MmaArgs:
     tiled_mma: Any
     tCrA: Any  # (MMA, MMA_M, MMA_K, stages) smem descriptors
     tCrB: Any  # (MMA, MMA_N, MMA_K, stages) smem descriptors
-    k_tiles: Any
     warpgroup: Any
 
 
@@ -134,6 +134,26 @@ class _EpilogueArgs:
     is_store_warp: Any
 
 
+@dataclass(frozen=True)
+class _SplitArgs:
+    """What the split-K fix-up needs (``Sm90Gemm.fixup``): the launch's split count, the fp32
+    workspace and the per-tile semaphores, the tile counts that number the tiles, C's rows, the
+    fragment's tile coordinates, the unit's threads (thread 0 arrives for all), its barrier and
+    its smem flag."""
+
+    splits: Any
+    workspace: Any  # (units x tile_m * tile_n,) fp32, flat
+    semaphores: Any  # (tiles,) int32, zero between launches
+    num_m: Any
+    num_n: Any
+    rows: Any  # M
+    tCcC: Any  # the accumulator's (row, col) in the tile, fragment order
+    threads: int  # threads holding one tile's accumulator (the unit)
+    thread: Any  # this thread's index among them
+    barrier: Any
+    flag: Any  # (smem flags, this unit's index): the semaphore's value before its arrival
+
+
 class Sm90Gemm:
     """Persistent warp-specialized GEMM for Hopper: TMA -> smem ring -> WGMMA -> TMA store.
 
@@ -145,7 +165,10 @@ class Sm90Gemm:
         (or fp16) register accumulators, then run the epilogue: convert, store to smem
         subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each.
         Ping-pong: each owns every other tile; ordered barriers let one warpgroup's epilogue
-        run while the other issues its mainloop.
+        run while the other issues its mainloop. Under split-K (``config.split_k != 1``) a
+        consumer's unit of work is one tile's K range, and ``fixup`` combines the partial sums
+        of a tile's units before the epilogue (docs/architecture.md, "Split-K inside the sm90
+        kernel").
 
     Pipelines:
       * mainloop (``PipelineTmaAsync``, S stages), producer -> consumers. full: 1 arrival (the
@@ -157,14 +180,23 @@ class Sm90Gemm:
         commit per subtile; a buffer is rewritten only after at most E-1 stores are pending.
       * ping-pong order: named barriers MMA_ORDER+wg and EPI_ORDER+wg (256 threads: one
         warpgroup syncs, the other arrives) hand the mainloop and the epilogue back and forth.
+      * split-K fix-up, unit -> the unit that finishes its tile, through global memory: each
+        unit stores its fp32 partial into its workspace slot, meets its own threads on its
+        epilogue barrier, and one thread adds 1 to the tile's semaphore (acq_rel, gpu scope);
+        the unit that sees ``splits - 1`` earlier arrivals is the last and finishes. Nothing
+        waits for another unit (no deadlock, whatever is resident); the finishing unit resets
+        the semaphore to 0.
 
     Per-role timeline (steady state):
-      * producer: per tile, per k-tile: wait empty[s] -> arm full[s] with bytes -> TMA A, B.
-        At the end: wait every stage empty (peers may still be reading what it multicast).
-      * consumer: per tile: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
-        release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [ping-pong:
-        wait epilogue turn] -> per subtile: convert -> wait buffer free -> st.shared -> fence
-        -> TMA store -> [ping-pong: drain stores, pass epilogue turn].
+      * producer: per unit, per k-tile of its range: wait empty[s] -> arm full[s] with bytes
+        -> TMA A, B. At the end: wait every stage empty (peers may still be reading what it
+        multicast).
+      * consumer: per unit: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
+        release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [split-K:
+        store partial -> barrier -> arrive -> barrier -> last? sum the partials in split order,
+        reset the semaphore : next unit] -> [ping-pong: wait epilogue turn] -> per subtile:
+        convert -> wait buffer free -> st.shared -> fence -> TMA store -> [ping-pong: drain
+        stores, pass epilogue turn; skip the other warpgroup's unit's stages].
     """
 
     name = "sm90"
@@ -188,6 +220,11 @@ class Sm90Gemm:
             raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
         self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        if config.splits_in_kernel and acc_dtype != cutlass.Float32:
+            raise ValueError(
+                f"split-K (split_k={config.split_k}) needs an fp32 accumulator, got {acc_dtype}: "
+                "the partial sums are added in fp32, not one fp16 running sum over K"
+            )
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
@@ -214,6 +251,18 @@ class Sm90Gemm:
         ab_bytes, epi_bytes = self._stage_bytes()
         return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
 
+    def fake_launch_extras(self) -> tuple:
+        """Compile-time stand-ins for the launch arguments after ``raster_group`` that the
+        compiled function takes as run-time values: split-K's (count, workspace, semaphores)
+        for a split kernel, none otherwise (they stay compile-time defaults)."""
+        if not self.config.splits_in_kernel:
+            return ()
+        from cutlass.cute.runtime import make_fake_tensor
+
+        workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
+        semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
+        return Int32(1), workspace, semaphores
+
     def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
         """The empty barrier's count, from the traced WGMMA (its thread count) and the cluster,
         checked against ``mainloop_arrive_terms``."""
@@ -232,12 +281,22 @@ class Sm90Gemm:
         max_active_clusters: Int32,
         stream,
         raster_group: Int32 = 0,
+        split_count: Int32 = 1,
+        workspace: cute.Tensor = None,
+        semaphores: cute.Tensor = None,
     ):
         """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring. Launch
         arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group`` (0: the
         schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
-        orders its tiles."""
-        self._call(mA, mB, mC, max_active_clusters, stream, raster_group, None)
+        orders its tiles. Split-K (a kernel built with ``config.split_k != 1``, else all three
+        are ignored): ``split_count`` splits K (clamped by ``effective_splits``), ``workspace``
+        is a flat fp32 tensor of at least ``config.split_workspace_elements`` words (contents
+        irrelevant) and ``semaphores`` a flat int32 tensor of one zero per output tile, which
+        the kernel leaves zero again."""
+        self._call(
+            mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
+            semaphores, None,
+        )  # fmt: skip
 
     @cute.jit
     def traced(
@@ -249,21 +308,37 @@ class Sm90Gemm:
         stream,
         raster_group: Int32,
         trace_buffer: cute.Tensor,
+        split_count: Int32 = 1,
+        workspace: cute.Tensor = None,
+        semaphores: cute.Tensor = None,
     ):
         """``__call__`` of a kernel built with ``trace=True``, recording into ``trace_buffer``
         (int32, (recorders, words), ``trace_format``): row ``3 * cta + w`` is consumer
         warpgroup w's (w = 0, 1), row ``3 * cta + 2`` the producer's; CTAs past the rows
         record nothing."""
-        self._call(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer)
+        self._call(
+            mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
+            semaphores, trace_buffer,
+        )  # fmt: skip
 
     @cute.jit
-    def _call(self, mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer):
+    def _call(
+        self, mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
+        semaphores, trace_buffer,
+    ):  # fmt: skip
         if const_expr(self.trace != (trace_buffer is not None)):
             raise ValueError(
                 "a kernel built with trace=True launches through traced(..., trace_buffer), "
                 "an untraced one through __call__"
             )
         cfg = self.config
+        if const_expr(cfg.splits_in_kernel):
+            if const_expr(workspace is None or semaphores is None):
+                raise ValueError("a split-K kernel takes a workspace and semaphores")
+            if const_expr(workspace.element_type != cutlass.Float32):
+                raise ValueError(f"the workspace is {workspace.element_type}, it must be fp32")
+            if const_expr(semaphores.element_type != Int32):
+                raise ValueError(f"the semaphores are {semaphores.element_type}, not int32")
         for t, want, what in (
             (mA, self.ab_dtype, "A"),
             (mB, self.ab_dtype, "B"),
@@ -346,9 +421,14 @@ class Sm90Gemm:
         num_l = Int32(cute.size(mC, mode=[2]))
         k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
-        num_clusters = persistent_cluster_count(
-            clusters_m * clusters_n * num_l, max_active_clusters
-        )
+        units = clusters_m * clusters_n * num_l
+        splits = None
+        if const_expr(cfg.splits_in_kernel):
+            splits = Int32(effective_splits(split_count, k_tiles))
+            units = units * splits
+        else:
+            workspace = semaphores = None
+        num_clusters = persistent_cluster_count(units, max_active_clusters)
 
         self.kernel(
             plan,
@@ -367,6 +447,9 @@ class Sm90Gemm:
             num_l,
             k_tiles,
             raster_group,
+            splits,
+            workspace,
+            semaphores,
             trace_buffer,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
@@ -416,7 +499,9 @@ class Sm90Gemm:
         return cpasync.CopyBulkTensorTileG2SMulticastOp()
 
     def _shared_storage(self, a_layout, b_layout, c_layout):
-        """Barriers first, then the swizzled A, B and C buffers on 1 KiB boundaries."""
+        """Barriers first (and under split-K one flag word per consumer warpgroup, within the
+        same 1 KiB unit), then the swizzled A, B and C buffers on 1 KiB boundaries."""
+        split = self.config.splits_in_kernel
 
         @cute.struct
         class SharedStorage:
@@ -426,6 +511,8 @@ class Sm90Gemm:
                 trace_slots: cute.struct.Align[
                     cute.struct.MemRange[Int32, trace.slot_words(RECORDERS_PER_CTA)], 16
                 ]
+            if split:
+                split_flags: cute.struct.MemRange[Int32, NUM_CONSUMER_WARPGROUPS]
             sA: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], SMEM_BUFFER_ALIGN
             ]
@@ -465,9 +552,13 @@ class Sm90Gemm:
         num_l: Int32,
         k_tiles: Int32,
         raster_group: Int32,
+        splits,
+        workspace,
+        semaphores,
         trace_buffer,
     ):
-        """Set up smem, pipelines and the schedule, then hand each warpgroup its role."""
+        """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
+        ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -504,6 +595,7 @@ class Sm90Gemm:
             Int32(num_clusters),
             Int32(cluster_idx),
             (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
+            (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
         )
 
         pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
@@ -532,8 +624,23 @@ class Sm90Gemm:
             rec = trace.open_recorder(
                 trace_buffer, slots, Role.CONSUMER, self.gpu_arch, THREADS_PER_WARPGROUP
             )
+            split_parts = None
+            if const_expr(cfg.splits_in_kernel):
+                flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
+                split_parts = (splits, workspace, semaphores, num_m, num_n, flags)
             self.mma_and_epilogue(
-                plan, tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, scheduler, ab_pipeline, rec
+                plan,
+                tiled_mma,
+                sA,
+                sB,
+                sC,
+                tma_c,
+                mC_mnl,
+                k_tiles,
+                scheduler,
+                ab_pipeline,
+                split_parts,
+                rec,
             )
 
     def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
@@ -595,7 +702,8 @@ class Sm90Gemm:
             trace.fetch(rec, tile)
             tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
-            for k in cutlass.range(args.k_tiles, unroll=1):
+            k_begin, k_end = self._k_range(tile, args.k_tiles)
+            for k in cutlass.range(k_begin, k_end, unroll=1):
                 # Waits until every consumer of this stage, here and in the peers this CTA
                 # multicasts to, released it; then arms full[s] with the stage's bytes.
                 trace.record(rec, Event.WAIT_EMPTY_BEGIN, k, state.index)
@@ -641,10 +749,13 @@ class Sm90Gemm:
         k_tiles,
         scheduler,
         ab_pipeline,
+        split_parts,
         rec=None,
     ):
-        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue. ``rec``:
-        its trace recorder (None: untraced)."""
+        """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue (under
+        split-K: the mainloop over the unit's k-range, the fix-up, and the epilogue only on the
+        unit that finishes the tile). ``split_parts``: None, or split-K's launch values.
+        ``rec``: its trace recorder (None: untraced)."""
         cfg = plan.config
         tidx, _, _ = cute.arch.thread_idx()
         wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -659,24 +770,31 @@ class Sm90Gemm:
             thr_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), plan.acc_dtype
         )
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-        mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, k_tiles, wg)
+        mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, wg)
         epi_args = self._epilogue_args(plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg)
         store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=plan.epi_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cute.size(tiled_mma)),
         )
 
+        split_args = None
+        if const_expr(split_parts is not None):
+            split_args = self._split_args(
+                plan, split_parts, tiled_mma, thr_mma, mma_tidx, mC_mnl, epi_args
+            )
         read_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, plan.ab_stages
         )
         steps = 1
         first = 0
+        # Ping-pong drains its stores after every tile and restarts at buffer 0.
+        subtiles_per_tile = 0 if const_expr(cfg.pingpong) else cfg.num_epi_subtiles
         if const_expr(cfg.pingpong):
-            # Warpgroup w takes the CTA's tiles w, w + 2, ...; the ring holds every tile's
-            # stages in order, so it starts w tiles (w * k_tiles stages) in.
+            # Warpgroup w takes the CTA's units w, w + 2, ...; the ring holds every unit's
+            # stages in order, so warpgroup 1 starts past the first unit's k-tiles.
             steps = NUM_CONSUMER_WARPGROUPS
             first = wg
-            read_state.advance(k_tiles * wg)
+            read_state.advance(self._k_count(scheduler.initial_work_tile(), k_tiles) * wg)
             if wg == 0:
                 # Warpgroup 0 goes first in both orders.
                 self._order_arrive(_Barrier.MMA_ORDER, 0)
@@ -689,13 +807,31 @@ class Sm90Gemm:
                 trace.record(rec, Event.ORDER_WAIT_BEGIN, stage=0)
                 self._order_wait(_Barrier.MMA_ORDER, wg)
                 trace.record(rec, Event.ORDER_WAIT_END, stage=0)
-            read_state = self.mma(plan, mma_args, ab_pipeline, read_state, acc, rec)
+            k_begin, k_end = self._k_range(tile, k_tiles)
+            read_state = self.mma(
+                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, rec
+            )
+            if const_expr(split_args is not None):
+                # Before the epilogue turn: it touches no epilogue buffer, so it overlaps the
+                # other warpgroup's epilogue.
+                trace.record(rec, Event.FIXUP_BEGIN)
+                finishes = self.fixup(plan, split_args, acc, tile)
+                trace.record(rec, Event.FIXUP_END)
             if const_expr(cfg.pingpong):
                 trace.record(rec, Event.ORDER_WAIT_BEGIN, stage=1)
                 self._order_wait(_Barrier.EPI_ORDER, wg)
                 trace.record(rec, Event.ORDER_WAIT_END, stage=1)
-            trace.record(rec, Event.EPILOGUE_BEGIN)
-            self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
+            if const_expr(split_args is None):
+                trace.record(rec, Event.EPILOGUE_BEGIN)
+                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
+                trace.record(rec, Event.EPILOGUE_END)
+                subtiles_done += subtiles_per_tile
+            else:
+                if finishes:
+                    trace.record(rec, Event.EPILOGUE_BEGIN)
+                    self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
+                    trace.record(rec, Event.EPILOGUE_END)
+                    subtiles_done += subtiles_per_tile
             if const_expr(cfg.pingpong):
                 # The other warpgroup reuses the epilogue buffers: they must be drained.
                 if epi_args.is_store_warp:
@@ -703,10 +839,8 @@ class Sm90Gemm:
                     store_pipeline.producer_tail()
                     trace.record(rec, Event.STORE_WAIT_END)
                 self._order_arrive(_Barrier.EPI_ORDER, 1 - wg)
-                read_state.advance(k_tiles)  # skip the other warpgroup's tile
-            else:
-                subtiles_done += cfg.num_epi_subtiles
-            trace.record(rec, Event.EPILOGUE_END)
+                # Skip the other warpgroup's unit: its own k-tile count.
+                read_state.advance(self._k_count(scheduler.next_work_tile(tile), k_tiles))
             tile = scheduler.next_work_tile(tile, steps)
         if const_expr(not cfg.pingpong):
             # Outstanding TMA stores still read the epilogue buffers.
@@ -716,43 +850,68 @@ class Sm90Gemm:
                 trace.record(rec, Event.STORE_WAIT_END)
         trace.close(rec)
 
+    @staticmethod
+    def _k_range(tile, k_tiles):
+        """The k-tiles [begin, end) of a unit: all of K without split-K."""
+        if const_expr(tile.is_split):
+            return tile.k_begin, tile.k_end
+        return 0, k_tiles
+
+    @staticmethod
+    def _k_count(tile, k_tiles):
+        """How many k-tiles (ring stages) a unit takes: all of K without split-K."""
+        if const_expr(tile.is_split):
+            return tile.k_end - tile.k_begin
+        return k_tiles
+
     @cute.jit
-    def mma(self, plan: cutlass.Constexpr, args: _MmaArgs, ab_pipeline, read_state, acc, rec=None):
-        """One tile's mainloop. One k-tile of WGMMAs stays in flight; a stage is released as
-        soon as the WGMMAs reading it have retired."""
+    def mma(
+        self,
+        plan: cutlass.Constexpr,
+        args: _MmaArgs,
+        ab_pipeline,
+        read_state,
+        acc,
+        k_begin,
+        k_count,
+        rec=None,
+    ):
+        """One unit's mainloop over ``k_count`` (>= 1) k-tiles from ``k_begin`` (the trace's
+        k-tile numbers). One k-tile of WGMMAs stays in flight; a stage is released as soon as
+        the WGMMAs reading it have retired."""
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
         # K >= 1, so there is always a first k-tile.
-        trace.record(rec, Event.WAIT_FULL_BEGIN, 0, read_state.index)
+        trace.record(rec, Event.WAIT_FULL_BEGIN, k_begin, read_state.index)
         ab_pipeline.consumer_wait(read_state)
-        trace.record(rec, Event.WAIT_FULL_END, 0, read_state.index)
+        trace.record(rec, Event.WAIT_FULL_END, k_begin, read_state.index)
         self._mma_k_tile(args, acc, read_state.index)
         warpgroup.commit_group()
-        trace.record(rec, Event.MMA_ISSUE, 0, read_state.index)
+        trace.record(rec, Event.MMA_ISSUE, k_begin, read_state.index)
         read_state.advance()
-        for k in cutlass.range(1, args.k_tiles, unroll=1):
-            trace.record(rec, Event.WAIT_FULL_BEGIN, k, read_state.index)
+        for k in cutlass.range(1, k_count, unroll=1):
+            trace.record(rec, Event.WAIT_FULL_BEGIN, k_begin + k, read_state.index)
             ab_pipeline.consumer_wait(read_state)
-            trace.record(rec, Event.WAIT_FULL_END, k, read_state.index)
+            trace.record(rec, Event.WAIT_FULL_END, k_begin + k, read_state.index)
             self._mma_k_tile(args, acc, read_state.index)
             warpgroup.commit_group()
-            trace.record(rec, Event.MMA_ISSUE, k, read_state.index)
-            trace.record(rec, Event.MMA_WAIT_BEGIN, k - 1, release_state.index)
+            trace.record(rec, Event.MMA_ISSUE, k_begin + k, read_state.index)
+            trace.record(rec, Event.MMA_WAIT_BEGIN, k_begin + k - 1, release_state.index)
             warpgroup.wait_group(1)  # the previous k-tile's WGMMAs are done reading smem
-            trace.record(rec, Event.MMA_WAIT_END, k - 1, release_state.index)
+            trace.record(rec, Event.MMA_WAIT_END, k_begin + k - 1, release_state.index)
             ab_pipeline.consumer_release(release_state)
-            trace.record(rec, Event.STAGE_RELEASE, k - 1, release_state.index)
+            trace.record(rec, Event.STAGE_RELEASE, k_begin + k - 1, release_state.index)
             release_state.advance()
             read_state.advance()
         if const_expr(plan.config.pingpong):
             # All WGMMAs of this tile are issued: the other warpgroup may issue its own.
             self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
-        trace.record(rec, Event.MMA_WAIT_BEGIN, args.k_tiles - 1, release_state.index)
+        trace.record(rec, Event.MMA_WAIT_BEGIN, k_begin + k_count - 1, release_state.index)
         warpgroup.wait_group(0)
-        trace.record(rec, Event.MMA_WAIT_END, args.k_tiles - 1, release_state.index)
+        trace.record(rec, Event.MMA_WAIT_END, k_begin + k_count - 1, release_state.index)
         ab_pipeline.consumer_release(release_state)
-        trace.record(rec, Event.STAGE_RELEASE, args.k_tiles - 1, release_state.index)
+        trace.record(rec, Event.STAGE_RELEASE, k_begin + k_count - 1, release_state.index)
         return read_state
 
     @cute.jit
@@ -765,6 +924,93 @@ class Sm90Gemm:
                 args.tCrB[(None, None, kb, stage)],
                 acc,
             )
+
+    # ------------------------------------------------------ fix-up (split-K, consumer warpgroups)
+
+    def _split_args(self, plan, split_parts, tiled_mma, thr_mma, mma_tidx, mC_mnl, epi_args):
+        cfg = plan.config
+        splits, workspace, semaphores, num_m, num_n, flags = split_parts
+        # Cooperative: both warpgroups hold one unit (flag 0); ping-pong: one unit each.
+        flag_idx = 0
+        if const_expr(cfg.pingpong):
+            tidx, _, _ = cute.arch.thread_idx()
+            flag_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
+        return _SplitArgs(
+            splits=splits,
+            workspace=workspace,
+            semaphores=semaphores,
+            num_m=num_m,
+            num_n=num_n,
+            rows=Int32(cute.size(mC_mnl, mode=[0])),
+            # (MMA, MMA_M, MMA_N) (row, col) in the tile, in the accumulator's order
+            tCcC=thr_mma.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))),
+            threads=cute.size(tiled_mma),
+            thread=mma_tidx,
+            barrier=epi_args.barrier,
+            flag=(flags, flag_idx),
+        )
+
+    def _partial(self, plan, args: _SplitArgs, acc, tile_idx, split):
+        """This thread's view of the workspace slot of (tile ``tile_idx``, split ``split``):
+        value ``v`` of the accumulator at word ``v * threads + thread`` of the slot, so the
+        unit's threads write and read consecutive words (coalesced) for each ``v``."""
+        cfg = plan.config
+        slot = cutlass.Int64(tile_idx) * args.splits + split
+        base = slot * (cfg.tile_m * cfg.tile_n) + args.thread
+        return cute.make_tensor(
+            args.workspace.iterator + base, cute.make_layout(cute.size(acc), stride=args.threads)
+        )
+
+    @cute.jit
+    def fixup(self, plan: cutlass.Constexpr, args: _SplitArgs, acc, tile):
+        """Split-K: combine the partial sums of ``tile``'s units. Returns whether this unit
+        finishes the tile (then ``acc`` holds the whole sum and the epilogue runs).
+
+        Every unit stores its partial into its own workspace slot, then arrives on the tile's
+        semaphore (all the unit's threads meet on its barrier, then one thread adds 1 with
+        acq_rel at gpu scope: a release of every thread's stores, which the barrier ordered
+        before it). The unit that sees ``splits - 1`` earlier arrivals is the last: every
+        partial is visible to it (the same atomic acquires, the barrier passes it on), so it
+        sums them all from the workspace in split order 0, 1, ..., its own included (re-read,
+        so the order, never the arrival, fixes the bits), resets the semaphore to 0 for the
+        next launch and finishes. Nobody waits for anybody: whatever CTAs are resident, and
+        wherever the splits of a tile run, nothing can deadlock.
+
+        Only rows inside C are stored and read back (the TMA store drops the others), so a
+        decode tile of a few tokens moves a few rows. Tiles wholly past a ragged cluster edge
+        store nothing and skip it all.
+        """
+        cfg = plan.config
+        finishes = cutlass.Boolean(True)
+        if args.splits > 1 and tile.m < args.num_m and tile.n < args.num_n:
+            tile_idx = (tile.l * args.num_m + tile.m) * args.num_n + tile.n
+            rows = args.rows - tile.m * cfg.tile_m
+            values = cute.size(acc)
+            own = self._partial(plan, args, acc, tile_idx, tile.split)
+            for v in cutlass.range_constexpr(values):
+                if args.tCcC[v][0] < rows:
+                    own[v] = acc[v]
+            flags, flag_idx = args.flag
+            args.barrier.arrive_and_wait()
+            if args.thread == 0:
+                flags[flag_idx] = cute.arch.atomic_add(
+                    args.semaphores.iterator + tile_idx, Int32(1), sem="acq_rel", scope="gpu"
+                )
+            args.barrier.arrive_and_wait()
+            finishes = flags[flag_idx] == args.splits - 1
+            if finishes:
+                first = self._partial(plan, args, acc, tile_idx, 0)
+                for v in cutlass.range_constexpr(values):
+                    if args.tCcC[v][0] < rows:
+                        acc[v] = first[v]
+                for split in cutlass.range(1, args.splits, unroll=1):
+                    part = self._partial(plan, args, acc, tile_idx, split)
+                    for v in cutlass.range_constexpr(values):
+                        if args.tCcC[v][0] < rows:
+                            acc[v] = acc[v] + part[v]
+                if args.thread == 0:
+                    args.semaphores[tile_idx] = Int32(0)
+        return finishes
 
     # --------------------------------------------------------------- epilogue (consumer warpgroups)
 

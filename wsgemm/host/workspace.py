@@ -1,0 +1,81 @@
+"""Split-K's buffers: the fp32 workspace of partial sums and the per-tile semaphores a split
+kernel (``Sm90Config.split_k != 1``) takes as launch arguments, and ``split_launcher``, which
+binds them to a compiled split kernel so it is called like any other kernel.
+
+* The workspace (``config.split_workspace_elements`` fp32 words) is ``torch.empty`` on the
+  current device for every launch: torch's caching allocator, ordered on the current stream,
+  no ``cudaMalloc`` of ours and no host synchronization. Its contents never matter: every
+  word the kernel reads it wrote first in the same launch.
+* The semaphores (one int32 per output tile) must be zero when a launch starts; the kernel
+  leaves them zero again (the unit that finishes a tile resets its semaphore). So one zeroed
+  buffer per (device, stream) is made once and reused by every later launch on that stream,
+  which runs after the previous one has finished with it; two streams never share one (their
+  launches may overlap). A launch needing more semaphores than the stream's buffer holds
+  replaces it with a larger zeroed one (the old one is freed in stream order).
+* Under CUDA-graph capture nothing is cached: each captured call gets its own zeroed buffer
+  (``torch.zeros`` is a captured memset, and the graph's private pool keeps the memory), so a
+  replay starts from zeros whatever ran on the stream before, and the cache never holds memory
+  of a graph's pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["SemaphoreCache", "split_launcher"]
+
+
+class SemaphoreCache:
+    """Zeroed int32 semaphore buffers, one per (device, stream) outside capture."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, int], torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device: torch.device, count: int) -> torch.Tensor:
+        """At least ``count`` int32 zeros on ``device`` for a launch on its current stream."""
+        count = max(count, 1)
+        if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            # (a stand-in dispatcher's CPU kernels run on no stream: fresh zeros too)
+            return torch.zeros(count, dtype=torch.int32, device=device)
+        key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < count:
+            buffer = torch.zeros(count, dtype=torch.int32, device=device)
+            with self._lock:
+                self._buffers[key] = buffer
+        return buffer
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buffers.clear()
+
+
+SEMAPHORES = SemaphoreCache()
+
+
+def split_launcher(
+    fn: Callable, config: Any, split: int, semaphores: SemaphoreCache = SEMAPHORES
+) -> Callable:
+    """``launch(a_mkl, b_nkl, c_mnl, clusters)``: the compiled split kernel ``fn`` (a variant of
+    ``config``, an ``Sm90Config`` with ``split_k != 1``) run with K split ``split`` ways (the
+    kernel clamps the count, ``scheduler.effective_splits``; the buffers are sized with the
+    same rule), a fresh workspace and the current stream's semaphores. Called like an unsplit
+    kernel, so the API's launchers take either."""
+    from ..kernels.common.scheduler import effective_splits
+
+    def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+        m, k, batch = a_mkl.shape
+        n = b_nkl.shape[0]
+        splits = effective_splits(split, -(-k // config.tile_k))
+        # (one word when unsplit: the kernel never touches it, but takes a tensor)
+        words = config.split_workspace_elements(m, n, batch, splits) if splits > 1 else 1
+        workspace = torch.empty(words, dtype=torch.float32, device=c_mnl.device)
+        sems = semaphores.get(c_mnl.device, config.split_semaphores(m, n, batch))
+        fn(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, sems)
+
+    return launch
