@@ -13,12 +13,13 @@ import warnings
 
 import pytest
 
-from wsgemm.host import cache, disk, fingerprint
+from wsgemm.host import cache, disk, fingerprint, library
 from wsgemm.host.registry import Variant
 
 FP = "0123456789abcdef"
 V1 = Variant("sm80-multistage", "sm_80")
 V2 = Variant("sm80-multistage", "sm_80", "bfloat16")
+LAUNCH = (("mA", "mB", "mC", "max_active_clusters", "raster_group"), (0,))
 
 
 class FakeCompiled:
@@ -37,6 +38,15 @@ def payload_of(key: str, name: str) -> bytes:
     return b"\x7fOBJ" + name.encode() + b"\0" + key.encode() + bytes(range(256)) * 16
 
 
+def entry_of(key: str) -> disk.Entry:
+    return disk.Entry(payload_of(key, disk.entry_name(key)), None, LAUNCH)
+
+
+def library_of(obj: bytes) -> bytes:
+    """What the stand-in linker makes of an object."""
+    return b"\x7fLIB" + obj[::-1]
+
+
 class World:
     """The cache under test: counts compiles and records the bytes each link received."""
 
@@ -44,7 +54,8 @@ class World:
         self.root = root
         self.folder = root / FP
         self.compiles: list[str] = []
-        self.links: list[bytes] = []
+        self.links: list[bytes] = []  # objects linked through the DSL
+        self.libraries: list[bytes] = []  # shared libraries loaded without it
 
     def get(self, variant=V1):
         """One call of a fresh process: a new in-memory cache, folders opened anew."""
@@ -77,11 +88,19 @@ def world(tmp_path, monkeypatch):
         assert name.encode() in payload, "linked an object exporting another name"
         return ("linked", payload)
 
+    def fake_load_library(payload, name):
+        w.libraries.append(payload)
+        return ("loaded", payload)
+
     monkeypatch.setattr(cache, "compile_variant", fake_compile)
+    monkeypatch.setattr(cache, "launch_signature", lambda variant: LAUNCH)
     monkeypatch.setattr(disk, "link", fake_link)
+    monkeypatch.setattr(disk, "link_library", fake_load_library)
+    # no C compiler driver in this world (``linking_world`` has one)
+    monkeypatch.setattr(library, "why_not_linkable", lambda: "no linker in the test world")
     # a linked stand-in is no kernel: the launch-defaults wrapper (tests/test_compile_sass.py
     # checks it on a real one) would hide what was linked
-    monkeypatch.setattr(cache, "with_launch_defaults", lambda fn, variant: fn)
+    monkeypatch.setattr(cache, "wrap_launch", lambda fn, launch: fn)
     cache.reset()
     yield w
     cache.reset()
@@ -116,8 +135,10 @@ def test_the_in_memory_cache_compiles_once_per_process(world):
 def test_compile_is_logged_with_the_variant_and_time(world, caplog):
     caplog.set_level("INFO", logger="wsgemm")
     world.get()
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "wsgemm"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "wsgemm"]
+    (line,) = [m for m in lines if m.startswith("compiled")]
     assert line.startswith(f"compiled {V1.key()} in ") and line.endswith(" s")
+    assert "keep their object only: no linker" in " ".join(lines), "the fallback is not said"
 
 
 # ----------------------------------------------------------------------------- bad entries
@@ -248,6 +269,124 @@ def test_an_entry_that_fails_to_link_is_quarantined(world, monkeypatch):
     with pytest.warns(disk.CacheWarning, match="does not link"):
         assert isinstance(world.get(), FakeCompiled)
     assert len(world.quarantined()) == 1
+
+
+# ----------------------------------------------------------------------------- the two forms
+
+
+@pytest.fixture
+def linking_world(world, monkeypatch):
+    """``world`` with a C compiler driver: entries hold a shared library besides the object."""
+    links = []
+
+    def fake_link(obj):
+        links.append(obj)
+        return library_of(obj)
+
+    monkeypatch.setattr(library, "why_not_linkable", lambda: "")
+    monkeypatch.setattr(library, "link", fake_link)
+    world.linker_runs = links
+    return world
+
+
+def test_an_entry_with_a_library_loads_it_and_never_links_the_object(linking_world):
+    w = linking_world
+    assert isinstance(w.get(), FakeCompiled)
+    obj = payload_of(V1.key(), disk.entry_name(V1.key()))
+    assert w.linker_runs == [obj]
+    entry = disk.DiskCache(w.root, FP).read(V1.key())
+    assert entry == disk.Entry(obj, library_of(obj), LAUNCH) and entry.form == "library"
+    assert w.get() == ("loaded", library_of(obj))
+    assert w.libraries == [library_of(obj)] and w.links == []
+
+
+def test_a_library_that_does_not_load_here_falls_back_to_the_object(linking_world, monkeypatch):
+    """A memory file or temporary folder that may not hold code, say: the object still links
+    (through the DSL), the entry stays, and the next process tries the library again."""
+    w = linking_world
+    w.get()
+
+    def refused(payload, name):
+        raise OSError("failed to map segment from shared object")
+
+    monkeypatch.setattr(disk, "link_library", refused)
+    with pytest.warns(disk.CacheWarning, match="cannot load the shared library.*map segment"):
+        assert w.get()[0] == "linked"
+    assert w.quarantined() == [] and disk.DiskCache(w.root, FP).read(V1.key()).library
+
+
+def test_an_entry_whose_library_and_object_both_fail_is_quarantined(linking_world, monkeypatch):
+    w = linking_world
+    w.get()
+    monkeypatch.setattr(disk, "link_library", lambda payload, name: 1 / 0)
+    monkeypatch.setattr(disk, "link", lambda payload, name: 1 / 0)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert isinstance(w.get(), FakeCompiled)
+    assert any("does not link" in m for m in cache_warnings(record))
+    assert len(w.quarantined()) == 1 and len(w.compiles) == 2
+
+
+def test_a_flip_in_the_library_is_caught_before_loading(linking_world):
+    w = linking_world
+    w.get()
+    _flip(w.entry(), _payload_start(w.entry()) + 10)  # the library is the first part
+    with pytest.warns(disk.CacheWarning, match="checksum mismatch in its library"):
+        assert isinstance(w.get(), FakeCompiled)
+    assert w.libraries == [] and w.links == [] and len(w.quarantined()) == 1
+
+
+def test_a_failing_linker_stores_the_object_alone_with_one_warning(linking_world, monkeypatch):
+    w = linking_world
+    runs = []
+
+    def failing(obj):
+        runs.append(obj)
+        raise RuntimeError("cc exited with 1: undefined reference to `TVMFFIEnvGetStream'")
+
+    monkeypatch.setattr(library, "link", failing)
+    with pytest.warns(disk.CacheWarning, match="cannot link a shared library.*undefined"):
+        c = cache.CompileCache()
+        c.get(V1)
+        c.get(V2)
+    assert len(runs) == 1, "a process whose linker failed once tried again"
+    assert disk.DiskCache(w.root, FP).read(V2.key()).form == "object"
+    assert w.get()[0] == "linked"
+
+
+def test_a_kernel_compiled_under_another_flavour_than_predicted_is_not_stored(world, monkeypatch):
+    """The key names the flavour predicted without the DSL; an entry compiled by a DSL that
+    loaded another one would sit under the wrong key."""
+    monkeypatch.setattr(fingerprint, "check_flavour", lambda: "the DSL loaded cu12, not cu13")
+    with pytest.warns(disk.CacheWarning, match="not storing.*cu12"):
+        assert isinstance(world.get(), FakeCompiled)
+    assert not world.entry().exists()
+    with pytest.raises(cache.CacheError, match="cu12"):
+        cache.ensure_on_disk(V1)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"launch": {"names": ["a b"], "defaults": []}},
+        {"launch": {"names": ["a"], "defaults": [0, 0]}},
+        {"launch": {"names": ["a"], "defaults": ["0"]}},
+        {"parts": [{"form": "library", "size": 1, "sha256": "0"}]},
+        {"parts": [{"form": "code", "size": 1, "sha256": "0"}]},
+    ],
+)
+def test_a_header_with_bad_launch_arguments_or_parts_is_refused(header):
+    import json
+
+    good = disk.frame(entry_of(V1.key()), V1.key(), FP)
+    end = good.index(b"\n", len(disk.MAGIC))
+    fields = {**json.loads(good[len(disk.MAGIC) : end]), **header}
+    body = good[end + 1 :]
+    if "parts" in header:
+        body = body[:1]
+    data = disk.MAGIC + json.dumps(fields).encode() + b"\n" + body
+    with pytest.raises(disk.BadEntry):
+        disk.unframe(data, V1.key(), FP)
 
 
 # ----------------------------------------------------------------------------- trust
@@ -430,7 +569,7 @@ def test_a_process_waits_for_the_one_compiling_the_entry_and_loads_its_result(wo
         time.sleep(0.3)
         assert thread.is_alive() and world.compiles == []
         other = disk.DiskCache(world.root, FP)
-        other.write(V1.key(), payload_of(V1.key(), disk.entry_name(V1.key())))
+        other.write(V1.key(), entry_of(V1.key()))
     thread.join(10)
     assert world.compiles == [], "the waiting process compiled again"
     assert result[0][0] == "linked"
@@ -438,7 +577,7 @@ def test_a_process_waits_for_the_one_compiling_the_entry_and_loads_its_result(wo
 
 def test_a_concurrent_writer_never_exposes_a_partial_entry(world):
     store = disk.DiskCache.open(world.root, FP)
-    payload = payload_of(V1.key(), "x") * 50
+    payload = disk.Entry(payload_of(V1.key(), "x") * 50, library_of(b"x" * 9000), LAUNCH)
     stop = threading.Event()
     seen = []
 
@@ -531,64 +670,42 @@ def test_private_copy_holds_exactly_the_bytes_and_leaves_nothing(monkeypatch):
 # ----------------------------------------------------------------------------- the key
 
 
+def _fresh_fingerprint() -> str:
+    for memo in (fingerprint.fingerprint, fingerprint._static_facts, fingerprint.dsl_flavour):
+        memo.cache_clear()
+    return fingerprint.fingerprint()
+
+
 def test_the_fingerprint_covers_flavour_tvm_ffi_and_compile_settings(monkeypatch):
-    pytest.importorskip("cutlass")
     for name in list(os.environ):
         if name.startswith("CUTE_DSL_"):
             monkeypatch.delenv(name)
-
-    def fresh():
-        fingerprint.toolchain.cache_clear()
-        fingerprint.fingerprint.cache_clear()
-        return fingerprint.fingerprint()
-
     try:
-        base = fresh()
-        facts = fingerprint.toolchain()
-        assert facts["dsl_flavour"] in ("cu12", "cu13")
-        assert facts["tvm_ffi"] != "none" and facts["dsl_settings"] == {}
-        for setting in ("LINEINFO", "ARCH", "COMPILER_OPT", "DEBUG", "ENABLE_ASSERTIONS"):
+        base = _fresh_fingerprint()
+        facts = fingerprint.key_facts()
+        assert facts["dsl_flavour"] in ("cu12", "cu13") and facts["dsl_library"]
+        assert facts["tvm_ffi"] != "none" and facts["cutlass_dsl"] != "none"
+        assert facts["dsl_settings"] == {}
+        for setting in ("LINEINFO", "ARCH", "COMPILER_OPT", "DEBUG", "ENABLE_ASSERTIONS", "NEW"):
             monkeypatch.setenv(f"CUTE_DSL_{setting}", "1")
-            assert fresh() != base, f"CUTE_DSL_{setting} is not in the key"
+            assert _fresh_fingerprint() != base, f"CUTE_DSL_{setting} is not in the key"
             monkeypatch.delenv(f"CUTE_DSL_{setting}")
         monkeypatch.setenv("CUTE_DSL_LOG_TO_CONSOLE", "1")  # changes no code
-        assert fresh() == base
+        assert _fresh_fingerprint() == base
+        monkeypatch.setattr(fingerprint, "_driver_cuda_major", lambda: 12)
+        assert _fresh_fingerprint() != base, "the flavour a CUDA 12 driver gets is not keyed"
     finally:
-        fingerprint.toolchain.cache_clear()
-        fingerprint.fingerprint.cache_clear()
+        monkeypatch.undo()
+        _fresh_fingerprint()
 
 
-# ----------------------------------------------------------------------------- the real thing
-
-
-def test_real_round_trip_compiles_stores_checks_and_links(tmp_path, monkeypatch):
-    """One real compile (sm_80, no GPU needed), stored, linked back in this process; then byte
-    flips inside the embedded cubin and inside the host code are caught before linking."""
+def test_the_settings_left_out_of_the_key_are_those_the_dsl_says_change_no_code():
     pytest.importorskip("cutlass")
-    from wsgemm import sass
+    from cutlass.cutlass_dsl.cutlass import CuTeDSLEnvironmentManager
 
-    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("WSGEMM_DISK_CACHE", raising=False)
-    cache.reset()
-    try:
-        compiled = cache.CompileCache().get(V1)
-        store = cache.open_disk_cache()
-        path = store.entry(V1.key())
-        payload = store.read(V1.key())
-        assert payload is not None and payload[:4] == b"\x7fELF"
-        fn = cache.CompileCache().get(V1)  # a new in-memory cache: linked from the entry
-        assert callable(fn) and fn is not compiled  # the linked entry, behind its launch defaults
-        cubin = sass.embedded_cubin(payload)
-        assert cubin is not None and sass.kernel_resources(cubin, "")
-        header = len(path.read_bytes()) - len(payload)
-        code = sass._elf_sections(payload)[".ltext"][0]
-        for offset in (payload.find(cubin) + len(cubin) // 2, code + 16):
-            good = path.read_bytes()
-            _flip(path, header + offset)
-            with pytest.warns(disk.CacheWarning, match="checksum"):
-                assert store.read(V1.key()) is None
-            path.write_bytes(good)
-            cache.reset()
-            store = cache.open_disk_cache()
-    finally:
-        cache.reset()
+    affecting = {
+        f"CUTE_DSL_{e.source}"
+        for e in CuTeDSLEnvironmentManager._ENV_VAR_SPEC
+        if e.affects_compile and isinstance(e.source, str)
+    }
+    assert affecting and not affecting & fingerprint.NO_CODE

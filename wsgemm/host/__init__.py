@@ -5,8 +5,9 @@ problem, the kernel memo). The launch itself is ``wsgemm.api``'s.
 A *variant* is everything a kernel is specialized on: backend (kernel class and config), target
 arch, dtypes and the operands' major modes. Problem sizes (M, N, K, L) and the non-unit strides
 are run-time values: a new shape never recompiles. Each variant is compiled once per process
-(an in-memory dict) and, across processes, once per machine (an on-disk object-file cache keyed
-by the variant and a fingerprint of the kernel sources and toolchain versions: ``disk.py``).
+(an in-memory dict) and, across processes, once per machine (an on-disk cache keyed by the
+variant and a fingerprint of the kernel sources and toolchain versions: ``disk.py``; its entries
+load without the DSL where they hold a shared library: ``library.py``).
 """
 
 from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import disk
-from .compile import compile_variant, with_launch_defaults
+from . import disk, fingerprint, library
+from .compile import compile_variant, launch_signature, wrap_launch
 from .registry import Variant
 
 log = logging.getLogger("wsgemm")
@@ -57,6 +57,7 @@ def reset() -> None:
     the fingerprint is computed once per process)."""
     with _open_lock:
         _opened.clear()
+    _link_failed.clear()
     with disk._warned_lock:
         disk._warned.clear()
 
@@ -79,16 +80,43 @@ def export_object(compiled, name: str) -> bytes:
             return f.read()
 
 
-def store(cache: disk.DiskCache, variant: Variant, compiled) -> tuple[bytes | None, str]:
-    """Export and write ``compiled``: (its object bytes or None, '' or why it is not stored)."""
+def shared_library(obj: bytes) -> bytes | None:
+    """``obj`` linked into a shared library that loads without the DSL, or None where none can
+    be linked here (said once: INFO without a C compiler driver; a warning if linking fails,
+    after which this process links no more)."""
+    why = _link_failed[0] if _link_failed else library.why_not_linkable()
+    if why:
+        if disk.first_time("no-library"):
+            log.info("cache entries keep their object only: %s", why)
+        return None
+    try:
+        return library.link(obj)
+    except Exception as exc:  # the object alone still loads, through the DSL
+        _link_failed.append(f"linking failed ({exc})")
+        disk.warn_once("link", f"cannot link a shared library ({exc}); entries keep the object")
+        return None
+
+
+_link_failed: list[str] = []
+
+
+def store(cache: disk.DiskCache, variant: Variant, compiled) -> tuple[disk.Entry | None, str]:
+    """Export (and link) and write ``compiled``: (its entry or None, '' or why it is not
+    stored)."""
     key = variant.key()
     try:
-        payload = export_object(compiled, disk.entry_name(key))
+        obj = export_object(compiled, disk.entry_name(key))
+        launch = launch_signature(variant)
     except Exception as exc:  # the DSL's export failing (TMPDIR full, ...) costs a recompile
         why = f"cannot export {key} ({type(exc).__name__}: {exc})"
         disk.warn_once("export", why)
         return None, why
-    return payload, cache.write(key, payload)
+    why = fingerprint.check_flavour()
+    if why:  # the entry would sit under another toolchain's key
+        disk.warn_once("flavour", f"not storing compiled kernels: {why}")
+        return None, why
+    entry = disk.Entry(obj, shared_library(obj), launch)
+    return entry, cache.write(key, entry)
 
 
 def object_bytes(variant: Variant) -> bytes:
@@ -97,16 +125,16 @@ def object_bytes(variant: Variant) -> bytes:
     key = variant.key()
     cache = open_disk_cache()
     if cache is not None:
-        payload = cache.read(key)
-        if payload is not None:
-            return payload
+        entry = cache.read(key)
+        if entry is not None:
+            return entry.object
         with cache.locked(key):
-            payload = cache.read(key)
-            if payload is not None:
-                return payload
-            payload, _ = store(cache, variant, compile_logged(variant))
-            if payload is not None:
-                return payload
+            entry = cache.read(key)
+            if entry is not None:
+                return entry.object
+            entry, _ = store(cache, variant, compile_logged(variant))
+            if entry is not None:
+                return entry.object
     return export_object(compile_logged(variant), disk.entry_name(key))
 
 
@@ -159,16 +187,16 @@ class CompileCache:
         if cache is None:
             return compile_logged(variant)
         key = variant.key()
-        fn = cache.load(key)
-        if fn is not None:
-            return with_launch_defaults(fn, variant)
-        with cache.locked(key):
-            fn = cache.load(key)  # another process may have compiled it while we waited
-            if fn is not None:
-                return with_launch_defaults(fn, variant)
-            compiled = compile_logged(variant)
-            store(cache, variant, compiled)
-        return compiled
+        loaded = cache.load(key)
+        if loaded is None:
+            with cache.locked(key):
+                loaded = cache.load(key)  # another process may have compiled it meanwhile
+                if loaded is None:
+                    compiled = compile_logged(variant)
+                    store(cache, variant, compiled)
+                    return compiled
+        log.debug("loaded %s from its %s", key, loaded.form)
+        return wrap_launch(loaded.fn, loaded.launch)
 
 
 COMPILE_CACHE = CompileCache()

@@ -83,15 +83,37 @@ def compile_variant(variant: Variant, *, keep: bool = False):
             return compiled
 
 
-def with_launch_defaults(fn, variant: Variant):
-    """``fn`` (a compiled kernel exported to disk and loaded back) with the defaults of its
-    kernel's launch arguments. The DSL keeps Python defaults only on the function it compiled
-    in this process; a loaded one takes every run-time argument positionally. Wrapped, both
-    answer ``fn(a, b, c, max_active_clusters)`` and ``fn(..., raster_group=...)`` alike."""
+def launch_signature(variant: Variant) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The names of the compiled function's arguments (the kernel's ``__call__`` less
+    ``stream``: the compiled function takes the environment's stream) and the defaults of the
+    trailing ones. Imports the kernel class (and so the DSL): asked when an entry is stored,
+    which keeps it (``disk.Entry.launch``)."""
+    signature = inspect.signature(BACKENDS[variant.backend].kernel_class().__call__)
+    params = [p for p in signature.parameters.values() if p.name not in ("self", "stream")]
+    # ints (raster group, split count) and None (split-K's buffers of an unsplit kernel)
+    defaults = tuple(
+        None if p.default is None else int(p.default)
+        for p in params
+        if p.default is not inspect.Parameter.empty
+    )
+    return tuple(p.name for p in params), defaults
+
+
+def wrap_launch(fn, launch: tuple[tuple[str, ...], tuple[int, ...]]):
+    """``fn`` (a compiled kernel exported to disk and loaded back) taking the defaults of its
+    launch arguments. The DSL keeps Python defaults only on the function it compiled in this
+    process; a loaded one takes every run-time argument positionally. Wrapped, both answer
+    ``fn(a, b, c, max_active_clusters)`` and ``fn(..., raster_group=...)`` alike. The raw
+    function stays reachable as ``__wrapped__`` (with every argument given, the launcher
+    calls it directly)."""
     from tvm_ffi.utils.kwargs_wrapper import make_kwargs_wrapper
 
-    signature = inspect.signature(BACKENDS[variant.backend].kernel_class().__call__)
-    # ``stream`` is the environment's stream: the compiled function takes no argument for it.
-    params = [p for p in signature.parameters.values() if p.name not in ("self", "stream")]
-    defaults = tuple(p.default for p in params if p.default is not inspect.Parameter.empty)
-    return make_kwargs_wrapper(fn, [p.name for p in params], defaults)
+    names, defaults = launch
+    wrapper = make_kwargs_wrapper(fn, list(names), defaults)
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def with_launch_defaults(fn, variant: Variant):
+    """``wrap_launch`` with the launch arguments read from ``variant``'s kernel class."""
+    return wrap_launch(fn, launch_signature(variant))

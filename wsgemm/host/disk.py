@@ -5,15 +5,18 @@ process at the first call.
 Layout (``root`` is ``$WSGEMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/wsgemm``, else
 ``~/.cache/wsgemm``)::
 
-    root/<fingerprint>/<name>.o                 an entry: header + tvm-ffi object file
+    root/<fingerprint>/<name>.o                 an entry: header + shared library + object
                        <name>.lock              per-entry compile lock (flock)
                        <name>.loading.<random>  exists (and is flocked) while a process links
                        quarantine/              entries that failed a check, for a post-mortem
                        .last-used               touched once per process that uses the folder
     root/.last-prune                            when old folders were last pruned
 
-An entry is ``MAGIC``, one JSON header line (sha256 and size of the payload, the variant key, the
-fingerprint) and the payload. The rules:
+An entry is ``MAGIC``, one JSON header line (the variant key, the fingerprint, the kernel's
+launch arguments, and the form, size and sha256 of each part) and its parts: the kernel as a
+tvm-ffi object file, and the same object linked into a shared library where a C compiler driver
+was found when it was stored (``library.py``). The library loads without the DSL; the object is
+linked by the DSL (the fallback). The rules:
 
 - An entry is read once (a regular file owned by the user, checked before opening, so a FIFO or
   device never blocks), verified against its header, and those verified bytes are linked from a
@@ -56,7 +59,7 @@ try:
 except ImportError:  # not POSIX: no locks and no crash markers, the checksums still hold
     fcntl = None
 
-MAGIC = b"wsgemm-cache-entry 1\n"
+MAGIC = b"wsgemm-cache-entry 2\n"
 # Entries are 30-200 KB; anything far larger is not one of ours (and is not read into memory).
 MAX_ENTRY_BYTES = 64 * 2**20
 # A compile takes seconds; a lock held this long belongs to a stuck process, so compile anyway.
@@ -80,12 +83,18 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def warn_once(kind: str, message: str) -> None:
+def first_time(kind: str) -> bool:
+    """True the first time ``kind`` is asked in this process (or since ``cache.reset``)."""
     with _warned_lock:
         if kind in _warned:
-            return
+            return False
         _warned.add(kind)
-    warnings.warn(f"wsgemm cache: {message}", CacheWarning, stacklevel=3)
+        return True
+
+
+def warn_once(kind: str, message: str) -> None:
+    if first_time(kind):
+        warnings.warn(f"wsgemm cache: {message}", CacheWarning, stacklevel=3)
 
 
 def _env_word(name: str) -> str | None:
@@ -138,18 +147,42 @@ class BadEntry(Exception):
     """An entry that failed a check; the message says which."""
 
 
-def frame(payload: bytes, key: str, fingerprint: str) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """What an entry holds: the kernel's exported object (always), the same code linked into a
+    shared library (None where none could be linked when it was stored: ``library.py``), and
+    the names and defaults of its launch arguments (a function loaded from disk keeps no
+    Python defaults)."""
+
+    object: bytes
+    library: bytes | None = None
+    launch: tuple[tuple[str, ...], tuple[int, ...]] = ((), ())
+
+    @property
+    def form(self) -> str:
+        return "library" if self.library is not None else "object"
+
+
+def frame(entry: Entry, key: str, fingerprint: str) -> bytes:
+    parts = [("library", entry.library), ("object", entry.object)]
+    parts = [(form, data) for form, data in parts if data is not None]
+    names, defaults = entry.launch
     header = {
-        "sha256": hashlib.sha256(payload).hexdigest(),
-        "size": len(payload),
         "key": key,
         "fingerprint": fingerprint,
+        "launch": {"names": list(names), "defaults": list(defaults)},
+        "parts": [
+            {"form": form, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for form, data in parts
+        ],
     }
-    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+    body = b"".join(data for _, data in parts)
+    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
 
-def unframe(data: bytes, key: str, fingerprint: str) -> bytes:
-    """The payload of an entry's bytes, after checking it against its header; else BadEntry."""
+def unframe(data: bytes, key: str, fingerprint: str) -> Entry:
+    """The contents of an entry's bytes, after checking them against its header; else
+    BadEntry."""
     if not data.startswith(MAGIC):
         raise BadEntry("not a wsgemm cache entry (no header)")
     end = data.find(b"\n", len(MAGIC))
@@ -157,18 +190,40 @@ def unframe(data: bytes, key: str, fingerprint: str) -> bytes:
         raise BadEntry("truncated header")
     try:
         header = json.loads(data[len(MAGIC) : end])
-        digest, size = header["sha256"], header["size"]
         entry_key, entry_fp = header["key"], header["fingerprint"]
+        launch = _launch_of(header["launch"])
+        parts = [(p["form"], p["size"], p["sha256"]) for p in header["parts"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise BadEntry(f"unreadable header ({exc})") from None
-    payload = data[end + 1 :]
     if (entry_key, entry_fp) != (key, fingerprint):
         raise BadEntry(f"header names another variant or toolchain ({entry_key}, {entry_fp})")
-    if len(payload) != size:
-        raise BadEntry(f"size {len(payload)} B, the header says {size} B (truncated?)")
-    if hashlib.sha256(payload).hexdigest() != digest:
-        raise BadEntry("checksum mismatch (the entry's bytes changed after it was written)")
-    return payload
+    body = data[end + 1 :]
+    expected = sum(size for _, size, _ in parts if isinstance(size, int))
+    if len(body) != expected:
+        raise BadEntry(f"size {len(body)} B, the header says {expected} B (truncated?)")
+    forms: dict[str, bytes] = {}
+    offset = 0
+    for form, size, digest in parts:
+        if form not in ("object", "library") or form in forms or not isinstance(size, int):
+            raise BadEntry(f"unreadable header (part {form!r} of {size!r} B)")
+        forms[form] = body[offset : offset + size]
+        offset += size
+        if hashlib.sha256(forms[form]).hexdigest() != digest:
+            raise BadEntry(
+                f"checksum mismatch in its {form} (the entry's bytes changed after it was written)"
+            )
+    if "object" not in forms:
+        raise BadEntry("unreadable header (no object)")
+    return Entry(forms["object"], forms.get("library"), launch)
+
+
+def _launch_of(launch: dict) -> tuple[tuple[str, ...], tuple[int | None, ...]]:
+    names, defaults = launch["names"], launch["defaults"]
+    if not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise ValueError(f"launch names {names!r}")
+    if len(defaults) > len(names) or not all(d is None or type(d) is int for d in defaults):
+        raise ValueError(f"launch defaults {defaults!r}")
+    return tuple(names), tuple(defaults)
 
 
 @contextlib.contextmanager
@@ -181,14 +236,14 @@ def private_copy(payload: bytes) -> Iterator[str]:
             fd = os.memfd_create("wsgemm-entry", getattr(os, "MFD_CLOEXEC", 0))
     if fd is not None:
         try:
-            _write_all(fd, payload)
+            write_all(fd, payload)
             yield f"/proc/self/fd/{fd}"
         finally:
             os.close(fd)
         return
     fd, path = tempfile.mkstemp(prefix="wsgemm-entry-", suffix=".o")
     try:
-        _write_all(fd, payload)
+        write_all(fd, payload)
         os.close(fd)
         fd = None
         yield path
@@ -199,20 +254,37 @@ def private_copy(payload: bytes) -> Iterator[str]:
             os.unlink(path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
 def link(payload: bytes, name: str) -> Callable:
-    """Link a verified object into this process (LLVM JITLink, in-process) and return its
-    tvm-ffi function."""
+    """Link a verified object into this process through the DSL (LLVM JITLink, in-process;
+    imports the DSL) and return its tvm-ffi function."""
     import cutlass.cute as cute
 
     with private_copy(payload) as path:
         module = cute.runtime.load_module(path, enable_tvm_ffi=True)
     return getattr(module, name)
+
+
+def link_library(payload: bytes, name: str) -> Callable:
+    """Load a verified shared library through tvm-ffi (no DSL) and return its function."""
+    from .library import load
+
+    return load(payload, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """A kernel linked from an entry: its tvm-ffi function, the entry's launch arguments
+    (``Entry.launch``) and the form it came from ('library' or 'object')."""
+
+    fn: Callable
+    launch: tuple[tuple[str, ...], tuple[int, ...]]
+    form: str
 
 
 def _is_dir(path: Path) -> bool:
@@ -304,8 +376,8 @@ class DiskCache:
 
     # ------------------------------------------------------------------ reading
 
-    def read(self, key: str) -> bytes | None:
-        """The verified payload of ``key``'s entry, or None (a bad entry is quarantined)."""
+    def read(self, key: str) -> Entry | None:
+        """``key``'s verified entry, or None (a bad entry is quarantined)."""
         name = entry_name(key)
         if name in self._bad:
             return None
@@ -350,19 +422,32 @@ class DiskCache:
         if why:
             raise BadEntry(f"untrusted: {why}")
 
-    def load(self, key: str) -> Callable | None:
-        """``key``'s kernel linked from its entry, or None on a miss or a bad entry."""
-        payload = self.read(key)
-        if payload is None:
+    def load(self, key: str) -> Loaded | None:
+        """``key``'s kernel linked from its entry, or None on a miss or a bad entry. The
+        shared library is loaded if the entry has one; if it does not load here (a memory
+        file or temporary folder that may not hold code, a missing runtime library), the
+        object is linked through the DSL instead. An object that does not link is bad."""
+        entry = self.read(key)
+        if entry is None:
             return None
         name = entry_name(key)
         path = self.folder / f"{name}.o"
-        try:
-            with self._linking(name):
-                return link(payload, name)
-        except Exception as exc:  # a verified entry that does not link: toolchain mismatch
-            self.quarantine(path, f"does not link ({type(exc).__name__}: {exc})")
-            return None
+        with self._linking(name):
+            if entry.library is not None:
+                try:
+                    return Loaded(link_library(entry.library, name), entry.launch, "library")
+                except Exception as exc:
+                    warn_once(
+                        "library",
+                        f"cannot load the shared library of {path} ({type(exc).__name__}: "
+                        f"{exc}); linking its object through the DSL (a slower first call)",
+                    )
+            try:
+                return Loaded(link(entry.object, name), entry.launch, "object")
+            except Exception as exc:  # a verified entry that does not link: toolchain mismatch
+                why = f"does not link ({type(exc).__name__}: {exc})"
+        self.quarantine(path, why)
+        return None
 
     @contextlib.contextmanager
     def _linking(self, name: str) -> Iterator[None]:
@@ -479,15 +564,15 @@ class DiskCache:
             except OSError:
                 return False  # e.g. no locks on this file system
 
-    def write(self, key: str, payload: bytes) -> str:
-        """Store ``payload`` as ``key``'s entry; '' on success, else why not (one warning)."""
+    def write(self, key: str, entry: Entry) -> str:
+        """Store ``entry`` as ``key``'s; '' on success, else why not (one warning)."""
         path = self.entry(key)
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(prefix=f"{path.stem}.", suffix=".tmp", dir=self.folder)
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(f.fileno(), self._file_mode)
-                f.write(frame(payload, key, self.fingerprint))
+                f.write(frame(entry, key, self.fingerprint))
             os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
             tmp = None
         except OSError as exc:

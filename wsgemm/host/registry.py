@@ -80,10 +80,16 @@ def shipped_backends(family: str | None = None) -> tuple[str, ...]:
     return tuple(n for n, b in BACKENDS.items() if family is None or b.family == family)
 
 
-@functools.cache
+# The cp.async kernels (the sm80 family) copy whole 16-byte vectors; TMA kernels (sm90) zero-fill
+# partial boxes. Told by the family rather than the kernel class's ``needs_vector_extent``, so a
+# call whose kernel is in the disk cache never imports the DSL (tests/test_cold_start.py checks
+# that the two agree for every backend).
+_VECTOR_EXTENT_FAMILIES = frozenset({"sm80"})
+
+
 def needs_vector_extent(backend: str) -> bool:
     """cp.async kernels need each unit-stride extent to be a whole number of 16-byte vectors."""
-    return bool(BACKENDS[backend].kernel_class().needs_vector_extent)
+    return BACKENDS[backend].family in _VECTOR_EXTENT_FAMILIES
 
 
 def cluster_size(config: Any) -> int:
