@@ -3,7 +3,6 @@ reads a saved recording (no GPU needed)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -125,13 +124,6 @@ def trace(
 
 def _recorder():
     """The host function that runs one traced call and returns its ``RawTrace``."""
-    for name in ("wsgemm.host.tracing", "wsgemm.api.tracing"):
-        try:
-            return importlib.import_module(name).record
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    raise NotImplementedError(
-        "this wsgemm has no traced kernels (no wsgemm.host.tracing.record): nothing can be "
-        "recorded; Timeline.from_raw reads a recording made elsewhere"
-    )
+    from ..api.tracing import record
+
+    return record
