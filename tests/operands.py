@@ -26,3 +26,19 @@ def assert_within_torch_error(got, ref, theirs, what="max error", slack=0.0):
     torch_err = (theirs.double() - ref).abs().max().item()
     eps = 1e-6 * (ref.abs().max().item() + 1.0) + slack
     assert err <= 2 * torch_err + eps, f"{what}: {err:.3g} > 2 x torch's {torch_err:.3g} + eps"
+
+
+def fp32_accumulation_bound(a, b, extra_adds: int = 0):
+    """The textbook bound on fp32 accumulation (Higham's gamma_n): n rounding steps of at most
+    one ulp (2^-23, the tensor cores truncate) of the running sum, n = K / 16 (one per 16-deep
+    WGMMA k-step) plus ``extra_adds`` (a split-K fix-up's partial sums), times
+    sum_k |a_mk b_kn|. An fp32 output shows it unrounded; PyTorch's own error there can be far
+    smaller (cuBLAS answers M = 1 on CUDA cores), so the 2x rule alone would fail a correct
+    tensor-core kernel at K = 1000 (it did: 1.6e-4 vs 8.8e-6)."""
+    import math
+
+    import torch
+
+    k = a.shape[-1]
+    magnitude = torch.matmul(a.detach().abs().double(), b.detach().abs().double()).max().item()
+    return (math.ceil(k / 16) + extra_adds) * 2.0**-23 * magnitude

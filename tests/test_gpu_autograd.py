@@ -5,9 +5,9 @@ the eager road, autocast, vmap, and the transformer MLP block of docs/torch.md t
 replace_linear, eager and compiled."""
 
 import copy
-import math
 import random
 
+import operands
 import pytest
 import torch
 import torch.nn.functional as F
@@ -32,14 +32,8 @@ def assert_within(what, got, theirs, ref, accumulation_bound=0.0):
 
 
 def fp32_accumulation_bound(a, b):
-    """The textbook bound on fp32 accumulation (Higham's gamma_n): n rounding steps of at most
-    one ulp (2^-23, the tensor cores truncate) of the running sum, n = K / 16 (one per 16-deep
-    WGMMA k-step), times sum_k |a_mk b_kn|. An fp32 output shows it unrounded; PyTorch's own error
-    there can be far smaller (cuBLAS answers M = 1 on CUDA cores), so the 2x rule alone would
-    fail a correct tensor-core kernel at K = 1000 (it did: 1.6e-4 vs 8.8e-6)."""
-    k = a.shape[-1]
-    magnitude = torch.matmul(a.detach().abs().double(), b.detach().abs().double()).max().item()
-    return math.ceil(k / 16) * 2.0**-23 * magnitude
+    """``operands.fp32_accumulation_bound`` (the reasoning is there)."""
+    return operands.fp32_accumulation_bound(a, b)
 
 
 def torch_fp32_out(a, b):

@@ -31,7 +31,7 @@ def _needs(backend):
 
 def _traced(backend, shape, **kwargs):
     m, n, k = shape
-    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    gen = torch.Generator().manual_seed(m + n + k)  # operands.make draws on the CPU
     a = make((m, k), torch.float16, "cuda", gen=gen)
     b = make((k, n), torch.float16, "cuda", gen=gen)
     out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")

@@ -97,11 +97,18 @@ def record(
     d = DISPATCHER
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
+    if getattr(route.config, "split_k", 1) != 1:  # a split is traced unsplit (policy_split)
+        route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))
 
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     a3, b3, out3 = batched(a, b, out)
-    launch = plan(a3, b3, out3, host.needs_vector_extent(route.backend))
+    swap = bool(getattr(route.config, "swap_ab", False))
+    if swap:  # as matmul runs it: C^T = B^T A^T, C written M-major
+        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
+    launch = plan(
+        a3, b3, out3, host.needs_vector_extent(route.backend), c_major="m" if swap else "n"
+    )
     m, k, L = launch.a.shape
     n = launch.c.shape[1]
     if L > d.max_batch_per_launch:
