@@ -27,6 +27,11 @@ SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (1, 4096, 4096), (1031, 2053, 77
 def _needs(backend):
     if backend not in wsgemm.available_backends():
         pytest.skip(f"{backend} does not run on this GPU")
+    if backend.startswith("sm90"):
+        # The traced sm90 kernels hang on the H200 (issue #13 open); record refuses them.
+        with pytest.raises(NotImplementedError, match="traced variant hangs"):
+            _traced(backend, (128, 128, 128))
+        pytest.skip(f"tracing {backend} is disabled (issue #13)")
 
 
 def _traced(backend, shape, **kwargs):
@@ -59,8 +64,8 @@ def test_the_whole_sm80_grid_can_be_traced():
 
 
 def test_a_small_capacity_overflows_without_writing_past_it():
-    _needs("sm90")
-    _, _, out, raw = _traced("sm90", (1024, 1024, 4096), capacity=16, measure=False)
+    _needs("sm80")
+    _, _, out, raw = _traced("sm80", (1024, 1024, 4096), capacity=16, measure=False)
     assert not torch.isnan(out).any()
     assert raw.meta["capacity"] == 16 and raw.meta["overflow"] > 0
     assert raw.buffer.shape[1] == 16 + 16 * 8

@@ -97,6 +97,13 @@ def record(
     d = DISPATCHER
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
+    if host.BACKENDS[route.backend].family == "sm90":
+        # Known issue (issue #13, open): the traced sm90 kernels hang on the H200 in this build
+        # (seen 2026-12-01: the recording never returned); refuse rather than hang.
+        raise NotImplementedError(
+            f"tracing {route.backend} is disabled: its traced variant hangs on the H200 in this "
+            "build (issue #13); trace backend='sm80' or 'sm80-multistage' instead"
+        )
     if getattr(route.config, "split_k", 1) != 1:  # a split is traced unsplit (policy_split)
         route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))
 
