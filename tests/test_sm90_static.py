@@ -12,13 +12,16 @@ from cutlass.tensor_utils import LayoutEnum
 from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
+    PRODUCER_REGISTERS,
     SCHEDULES,
     SHIPPED_CONFIGS,
     SM90_REGISTERS_PER_SM,
     SM90_SMEM_CAPACITY,
     STATIC_SMEM_BYTES,
+    TRACED_PRODUCER_REGISTERS,
     Sm90Config,
     check_raster_group,
+    launch_registers_per_thread,
     register_split,
     stage_counts,
 )
@@ -133,6 +136,13 @@ def test_register_split():
     assert (producer, consumer) == (40, 232)
     assert producer % 8 == 0 and consumer % 8 == 0
     assert 128 * (producer + 2 * consumer) <= SM90_REGISTERS_PER_SM
+    # setmaxnreg moves registers inside the CTA's launch pool (384 threads x 168), not the SM's
+    # 64K: a traced producer's 8 more registers come out of the consumers' share.
+    pool = 384 * launch_registers_per_thread()
+    for p in (PRODUCER_REGISTERS, TRACED_PRODUCER_REGISTERS):
+        producer, consumer = register_split(2, producer=p)
+        assert 128 * (producer + 2 * consumer) <= pool
+    assert register_split(2, producer=TRACED_PRODUCER_REGISTERS) == (48, 224)
     # Gemm instances carry the same split.
     gemm = Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32)
     assert (gemm.producer_regs, gemm.consumer_regs) == (40, 232)

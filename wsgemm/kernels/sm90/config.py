@@ -41,6 +41,7 @@ __all__ = [
     "check_raster_group",
     "epilogue_stage_bytes",
     "mainloop_stage_bytes",
+    "launch_registers_per_thread",
     "register_split",
     "reserved_smem_bytes",
     "shipped_config",
@@ -225,7 +226,7 @@ MAX_EPILOGUE_STAGES = 4
 # 40 registers hold that without spilling, the rest goes to the accumulators.
 PRODUCER_REGISTERS = 40
 # A traced producer also keeps its recorder (row pointer, capacity, shared slot) and builds one
-# event of eight words: 8 more. 48 still leaves the consumers their 232 (register_split).
+# event of eight words: 8 more. The consumers then get 224 of the CTA's pool (register_split).
 TRACED_PRODUCER_REGISTERS = 48
 
 
@@ -273,6 +274,12 @@ def stage_counts(
     return ab_stages, epi_stages
 
 
+def launch_registers_per_thread(threads_per_cta: int = THREADS_PER_CTA) -> int:
+    """Registers per thread a one-CTA-per-SM kernel is launched with (ptxas's budget under
+    ``min_blocks_per_mp=1``: 64K shared by the CTA's threads, in steps of 8): 168 for 384."""
+    return SM90_REGISTERS_PER_SM // threads_per_cta // SETMAXNREG_STEP * SETMAXNREG_STEP
+
+
 def register_split(
     num_consumer_warpgroups: int,
     threads_per_warpgroup: int = THREADS_PER_WARPGROUP,
@@ -280,16 +287,21 @@ def register_split(
 ) -> tuple[int, int]:
     """(producer, consumer) registers per thread after ``setmaxnreg``.
 
-    The producer warpgroup drops to ``producer`` (``PRODUCER_REGISTERS``; a traced kernel's
-    ``TRACED_PRODUCER_REGISTERS``); the consumer warpgroups share the rest of the register file
-    equally, rounded down to the step of 8 that setmaxnreg needs, so the total never exceeds
-    64K registers.
+    setmaxnreg moves registers within the CTA's pool (``CTAPOOL`` in the SASS): what the CTA
+    was launched with, ``launch_registers_per_thread`` for each of its threads, not the SM's
+    64K. The producer warpgroup drops to ``producer`` (``PRODUCER_REGISTERS``; a traced
+    kernel's ``TRACED_PRODUCER_REGISTERS``); the consumer warpgroups share what is left of the
+    pool equally, rounded down to the step of 8 that setmaxnreg needs. A split that asked for
+    more than the pool would leave the consumers' allocation retrying forever (a hang).
     """
-    per_thread_pool = SM90_REGISTERS_PER_SM // threads_per_warpgroup
-    consumer = (per_thread_pool - producer) // num_consumer_warpgroups
+    warpgroups = num_consumer_warpgroups + 1
+    pool = warpgroups * threads_per_warpgroup * launch_registers_per_thread(
+        warpgroups * threads_per_warpgroup
+    )
+    consumer = (pool // threads_per_warpgroup - producer) // num_consumer_warpgroups
     consumer = min(SETMAXNREG_MAX, consumer // SETMAXNREG_STEP * SETMAXNREG_STEP)
     if consumer < SETMAXNREG_MIN:
         raise ValueError(f"{num_consumer_warpgroups} consumer warpgroups leave too few registers")
     total = threads_per_warpgroup * (producer + num_consumer_warpgroups * consumer)
-    assert total <= SM90_REGISTERS_PER_SM, total
+    assert total <= pool, (total, pool)
     return producer, consumer
