@@ -1,5 +1,5 @@
 """Traced calls on the GPU (issue #13): the product is still right, and the recording is
-consistent (``host.tracing.check_events``: no overflow at the planned capacity, every output
+consistent (``wsgemm.timeline.check``: no overflow at the planned capacity, every output
 tile fetched by its consumers exactly once, no stage released twice without a fill between, no
 wait on a full barrier ending before the loads of its k-tile were issued, in the CTA and in
 its multicast peers).
@@ -13,8 +13,8 @@ import torch
 from operands import assert_within_torch_error, make
 
 import wsgemm
+from wsgemm import timeline
 from wsgemm.api.tracing import record
-from wsgemm.host.tracing import check_events
 from wsgemm.kernels.common.trace_format import RawTrace
 
 pytestmark = pytest.mark.gpu
@@ -53,14 +53,14 @@ def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
     assert_within_torch_error(out, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
     assert raw.meta["backend"] == backend and raw.meta["overflow"] == 0
     assert (raw.buffer[:, 0] > 0).sum() > 0, "no recorder wrote"
-    assert check_events(raw.buffer, raw.meta) == []
+    assert timeline.check(raw) == []
 
 
 def test_the_whole_sm80_grid_can_be_traced():
     _needs("sm80")
     _, _, out, raw = _traced("sm80", (1031, 2053, 777), max_ctas=10**6, measure=False)
     assert raw.meta["ctas_traced"] == raw.meta["ctas_launched"]
-    assert check_events(raw.buffer, raw.meta) == []
+    assert timeline.check(raw) == []
 
 
 def test_a_small_capacity_overflows_without_writing_past_it():
@@ -87,7 +87,7 @@ def test_overhead_is_measured_and_the_recording_saves(tmp_path):
 def test_auto_traces_the_kernel_the_policy_picks():
     _, _, out, raw = _traced("auto", (2048, 2048, 1024), measure=False)
     assert raw.meta["backend"] in wsgemm.available_backends()
-    assert check_events(raw.buffer, raw.meta) == []
+    assert timeline.check(raw) == []
 
 
 def test_bad_arguments_raise_typed_errors():

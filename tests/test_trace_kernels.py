@@ -24,7 +24,7 @@ import pytest
 import torch
 from sass_checks import assert_clean
 
-from wsgemm import host, sass
+from wsgemm import host, sass, timeline
 from wsgemm import inspection as insp
 from wsgemm.host import tracing
 from wsgemm.kernels.common.trace_format import (
@@ -32,6 +32,7 @@ from wsgemm.kernels.common.trace_format import (
     HEADER_FIELDS,
     HEADER_WORDS,
     Event,
+    RawTrace,
     Role,
     Timer,
 )
@@ -335,17 +336,26 @@ def _buffer(rows, capacity=64):
     return buf
 
 
-META = dict(consumers_per_tile=2, tiles=[1, 1, 1], ctas_traced=1, ctas_launched=1, timer=0)
+META = dict(
+    consumers_per_tile=2, tiles=[1, 1, 1], ctas_traced=1, ctas_launched=1, timer=0,
+    backend="sm80", config=dict(cluster_m=1, cluster_n=1), schedule=None,
+)  # fmt: skip
+
+
+def _check(buffer):
+    """The one consistency checker (``wsgemm.timeline.check``) on a simulated recording."""
+    capacity = (buffer.shape[1] - HEADER_WORDS) // EVENT_WORDS
+    return timeline.check(RawTrace(buffer, dict(META, capacity=capacity)))
 
 
 def test_checker_passes_a_consistent_recording():
-    assert tracing.check_events(_buffer(_simulated_sm80_cta()), META) == []
+    assert _check(_buffer(_simulated_sm80_cta())) == []
 
 
 def test_checker_finds_each_kind_of_inconsistency():
     rows = _simulated_sm80_cta()
     rows[1].add(Event.STAGE_RELEASE, 10_000, 4, 2)  # k-tile 4 sits in stage 1, not 2
-    assert any("never filled" in p for p in tracing.check_events(_buffer(rows), META))
+    assert any("released it twice" in p for p in _check(_buffer(rows)))
 
     rows = _simulated_sm80_cta()
     events = rows[2].events
@@ -353,21 +363,15 @@ def test_checker_finds_each_kind_of_inconsistency():
     again = list(next(e for e in events if e[0] == Event.STAGE_RELEASE and e[6] == 1))
     again[1:3] = events[last][1:3]  # k-tile 1's release of stage 1, after k-tile 4's
     events.insert(last + 1, again)
-    assert any("twice" in p for p in tracing.check_events(_buffer(rows), META))
+    assert any("twice" in p for p in _check(_buffer(rows)))
 
     rows = _simulated_sm80_cta()
     late = next(e for e in rows[0].events if e[0] == Event.LOAD_ISSUE and e[6] == 2)
-    late[1] = 290  # after the consumers' wait on k-tile 2 ended (260)
-    assert any("before CTA 0 issued" in p for p in tracing.check_events(_buffer(rows), META))
+    late[1] = 400  # well after the consumers' wait on k-tile 2 ended (260; one tick is slack)
+    assert any("before its load was issued" in p for p in _check(_buffer(rows)))
 
     rows = _simulated_sm80_cta(consumers=1)
-    assert any("expected 2" in p for p in tracing.check_events(_buffer(rows), META))
+    assert any("expected 2" in p for p in _check(_buffer(rows)))
 
     overflowed = _buffer(_simulated_sm80_cta(), capacity=8)
-    assert any("overflowed" in p for p in tracing.check_events(overflowed, META))
-
-
-def test_multicast_writers_are_the_cluster_row_and_column():
-    assert tracing._multicast_writers(0, 2, 1) == [0, 1]
-    assert tracing._multicast_writers(5, 2, 2) == [4, 5, 7]  # CTA (1, 0) of cluster 1
-    assert tracing._multicast_writers(3, 1, 1) == [3]
+    assert any("overflowed" in p for p in _check(overflowed))

@@ -7,8 +7,7 @@ buffer comes back to the host with the facts needed to read it (``RawTrace.meta`
 ``measure=True`` the same call is also timed traced and untraced (CUDA events, after a
 warm-up, median of ``MEASURE_REPS``) so the tracing overhead can be reported.
 
-The decoder and the renderers live in ``wsgemm.trace``; ``host.tracing.check_events`` checks a
-recording's consistency.
+The decoder, the consistency checks and the renderers live in ``wsgemm.timeline``.
 """
 
 from __future__ import annotations

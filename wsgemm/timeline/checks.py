@@ -240,13 +240,16 @@ def _tiles(d: Decoded) -> list[str]:
     for t in tile_keys[n_ctas > 1]:
         which = per_cta[(per_cta[:, :3] == t).all(axis=1), 3].tolist()
         lines.append(f"tile {tuple(t.tolist())} was run by {len(which)} CTAs: {which}")
-    if config.get("schedule") == "pingpong":
+    # each tile by as many consumer recorders of its CTA as the kernel gives it (record's
+    # ``consumers_per_tile``: 1 ping-pong, 2 cooperative, every MMA warp on sm80)
+    want = d.meta.get("consumers_per_tile", 1 if config.get("schedule") == "pingpong" else None)
+    if want and not _overflowed(d, _CONSUMERS):
         per_rec = np.unique(np.column_stack([tiles, cta, rec]), axis=0)
         keys, n_recs = np.unique(per_rec[:, :4], axis=0, return_counts=True)
         lines += [
-            f"tile {tuple(k[:3].tolist())} was fetched by {c} consumer warpgroups of CTA {k[3]} "
-            "(ping-pong gives each tile to one)"
-            for k, c in zip(keys[n_recs > 1], n_recs[n_recs > 1], strict=True)
+            f"tile {tuple(k[:3].tolist())} was fetched by {c} consumer recorder(s) of CTA {k[3]}, "
+            f"expected {want}"
+            for k, c in zip(keys[n_recs != want], n_recs[n_recs != want], strict=True)
         ]
     sampled = bool(d.meta.get("sampled"))
     if counts is not None and not sampled and not _overflowed(d, _CONSUMERS):
