@@ -228,7 +228,9 @@ def _tune(args, entries, shapes) -> int:
 
 
 def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rotated, log):
-    from wsgemm.host.workspace import split_launcher
+    from wsgemm.host.workspace import SemaphoreCache, split_launcher
+
+    semaphores = SemaphoreCache()
 
     m, n, k = shape.m, shape.n, shape.k
     gen = torch.Generator(device=device).manual_seed(m * 131 + n * 7 + k)
@@ -247,7 +249,7 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     for c in cands:
         fn, clusters = kernels[c.variant_key]
         if c.split > 1:
-            fn = split_launcher(fn, c.entry.variant_config(split=True), c.split)
+            fn = split_launcher(fn, c.entry.variant_config(split=True), c.split, semaphores)
         o = buffer()
         if c.entry.swap_ab:  # C^T = B^T A^T: the kernel's A is W, its B is x, its C is o^T
             ld = o.stride(0)  # (n, m, 1), unit stride along the kernel's M, 16-byte strides

@@ -178,6 +178,7 @@ def _direct_launcher(
     signature) from a later call's own tensors: same sizes and strides, its storage offsets.
     Under swap-AB the kernel's A is the caller's B and its B the caller's A."""
     launch, fn, clusters, swap = planned
+    fn, tail = host.positional(fn)  # every argument positional: no keyword binding per call
     sa, ta = tuple(launch.a.shape), launch.a.stride()
     sb, tb = tuple(launch.b.shape), launch.b.stride()
     sc, tc = tuple(launch.c.shape), launch.c.stride()
@@ -186,22 +187,20 @@ def _direct_launcher(
         shape, dtype = p.out_shape, p.c_dtype
 
         def launcher(a, b, out):
+            if swap:  # the kernel's A is the caller's B, its B the caller's A
+                a, b = b, a
             # sizes as arguments, not a tuple: torch parses them faster (docs/perf.md, entry 12)
             out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
-            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
+            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters, *tail)
             return out
 
     else:
 
         def launcher(a, b, out):
-            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
+            if swap:
+                a, b = b, a
+            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters, *tail)
             return out
-
-    if swap:
-        unswapped = launcher
-
-        def launcher(a, b, out):
-            return unswapped(b, a, out)
 
     if d.devices.count() == 1:
         return launcher

@@ -6,6 +6,7 @@ import inspect
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ..support import VECTOR_BYTES, cutlass_dtype, vector_elems
@@ -111,7 +112,18 @@ def wrap_launch(fn, launch: tuple[tuple[str, ...], tuple[int, ...]]):
     names, defaults = launch
     wrapper = make_kwargs_wrapper(fn, list(names), defaults)
     wrapper.__wrapped__ = fn
+    wrapper.launch_defaults = tuple(defaults)
     return wrapper
+
+
+def positional(fn) -> tuple[Callable, tuple]:
+    """(what to call, the trailing launch arguments to pass) for ``fn(a, b, c, clusters)`` with
+    every argument positional: a ``wrap_launch`` wrapper's raw function and its defaults (no
+    keyword binding per call), else ``fn`` itself and nothing."""
+    raw = getattr(fn, "__wrapped__", None)
+    if raw is None:
+        return fn, ()
+    return raw, fn.launch_defaults
 
 
 def with_launch_defaults(fn, variant: Variant):

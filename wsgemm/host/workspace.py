@@ -55,27 +55,33 @@ class SemaphoreCache:
             self._buffers.clear()
 
 
-SEMAPHORES = SemaphoreCache()
-
-
-def split_launcher(
-    fn: Callable, config: Any, split: int, semaphores: SemaphoreCache = SEMAPHORES
-) -> Callable:
+def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreCache) -> Callable:
     """``launch(a_mkl, b_nkl, c_mnl, clusters)``: the compiled split kernel ``fn`` (a variant of
     ``config``, an ``Sm90Config`` with ``split_k != 1``) run with K split ``split`` ways (the
     kernel clamps the count, ``scheduler.effective_splits``; the buffers are sized with the
     same rule), a fresh workspace and the current stream's semaphores. Called like an unsplit
-    kernel, so the API's launchers take either."""
+    kernel, so the API's launchers take either. The buffer sizes are worked out once per
+    problem shape (a launcher's calls share one)."""
     from ..kernels.common.scheduler import effective_splits
+    from .compile import positional
 
-    def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
-        m, k, batch = a_mkl.shape
-        n = b_nkl.shape[0]
+    raw, _ = positional(fn)  # every launch argument is given: no keyword binding per call
+    sizes: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+
+    def buffer_sizes(m: int, n: int, k: int, batch: int) -> tuple[int, int]:
         splits = effective_splits(split, -(-k // config.tile_k))
         # (one word when unsplit: the kernel never touches it, but takes a tensor)
         words = config.split_workspace_elements(m, n, batch, splits) if splits > 1 else 1
+        return words, config.split_semaphores(m, n, batch)
+
+    def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+        m, k, batch = a_mkl.shape
+        key = (m, b_nkl.shape[0], k, batch)
+        got = sizes.get(key)
+        if got is None:
+            got = sizes[key] = buffer_sizes(*key)
+        words, count = got
         workspace = torch.empty(words, dtype=torch.float32, device=c_mnl.device)
-        sems = semaphores.get(c_mnl.device, config.split_semaphores(m, n, batch))
-        fn(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, sems)
+        raw(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, semaphores.get(c_mnl.device, count))
 
     return launch
