@@ -10,6 +10,7 @@ import pytest
 from cutlass.tensor_utils import LayoutEnum
 
 from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
+from wsgemm.kernels.common.budget import register_budget
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     PRODUCER_REGISTERS,
@@ -21,7 +22,6 @@ from wsgemm.kernels.sm90.config import (
     TRACED_PRODUCER_REGISTERS,
     Sm90Config,
     check_raster_group,
-    launch_registers_per_thread,
     register_split,
     stage_counts,
 )
@@ -138,7 +138,7 @@ def test_register_split():
     assert 128 * (producer + 2 * consumer) <= SM90_REGISTERS_PER_SM
     # setmaxnreg moves registers inside the CTA's launch pool (384 threads x 168), not the SM's
     # 64K: a traced producer's 8 more registers come out of the consumers' share.
-    pool = 384 * launch_registers_per_thread()
+    pool = 384 * register_budget(384)
     for p in (PRODUCER_REGISTERS, TRACED_PRODUCER_REGISTERS):
         producer, consumer = register_split(2, producer=p)
         assert 128 * (producer + 2 * consumer) <= pool

@@ -67,7 +67,7 @@ def compile_variant(variant: Variant, *, keep: bool = False):
 
     options = f"--enable-tvm-ffi --gpu-arch {variant.arch}"
     kernel = make_kernel(variant)
-    args = fake_arguments(variant) + getattr(kernel, "fake_launch_extras", tuple)()
+    args = fake_arguments(variant) + kernel.fake_launch_extras()
     with _COMPILE_LOCK:
         if not keep:
             return cute.compile(kernel, *args, options=options)

@@ -41,27 +41,27 @@ nothing else) separates what is compiled from what is launched:
   - ``stream``: a ``cuda.CUstream`` (the compiled function takes the environment's stream).
   - ``raster_group`` (``cutlass.Int32``): the tile order of persistent kernels, in m-tiles
     walked down a column before the next one; 0 is the kernel's default. Others ignore it.
-  - ``split_count`` (``cutlass.Int32``, default 1), ``workspace`` and ``semaphores`` (tensors,
-    default None): split-K's count and buffers, used only by a kernel compiled to split
-    (``Sm90Config.split_k != 1``; ``Sm90Gemm.__call__`` says what they must hold). A split
-    kernel's compiled function takes them as run-time values (its class's
-    ``fake_launch_extras`` gives the host their compile-time stand-ins); any other kernel
-    ignores them.
+  - sm90 kernels only: ``split_count`` (``cutlass.Int32``, default 1), ``workspace`` and
+    ``semaphores`` (tensors, default None): split-K's count and buffers, used only by a kernel
+    compiled to split (``Sm90Config.split_k != 1``; ``Sm90Gemm.__call__`` says what they must
+    hold). Their compiled function takes them as run-time values.
 
-  Every kernel takes the same launch arguments, so the host calls them all alike. A new
-  per-call feature (swapping A and B) is a new trailing launch argument whose default (0 /
-  off) keeps the existing call ``fn(a, b, c, max_active_clusters)`` meaning what it meant.
-  Python defaults live only on a function compiled in this process; one loaded from disk gets
-  them back from ``host.compile.with_launch_defaults``.
+  Every kernel takes the same first launch arguments, so the host calls them all alike; a
+  kernel's further trailing launch arguments have defaults (0 / None: off) that keep the call
+  ``fn(a, b, c, max_active_clusters)`` meaning what it meant, and ``fake_launch_extras()``
+  gives the host their compile-time stand-ins (none for the sm80 kernels). Python defaults
+  live only on a function compiled in this process; one loaded from disk gets them back from
+  ``host.compile.wrap_launch``. (Swap-AB is a config field, ``Sm90Config.swap_ab``: the host
+  passes the transposed problem, so it needs no launch argument.)
 
 * A traced variant (issue #13): ``Kernel(..., trace=True)`` is compiled and launched through
-  ``traced(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer)`` (the same
-  arguments, then an int32 ``(recorders, words)`` buffer in the layout of
-  ``common.trace_format``); its ``__call__`` refuses to build, as ``traced`` does on an
-  untraced kernel. ``trace`` is part of the compile key; untraced, the kernel's code and
-  ``__call__``'s compiled signature are what they were without tracing (a ``None`` buffer
-  argument would stay in the compiled signature, hence the separate entry). A new trailing
-  launch argument of ``__call__`` goes before ``trace_buffer`` in ``traced``.
+  ``traced(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer, ...)`` (the
+  same arguments, then an int32 ``(recorders, words)`` buffer in the layout of
+  ``common.trace_format``, then the kernel's further launch arguments); its ``__call__``
+  refuses to build, as ``traced`` does on an untraced kernel. ``trace`` is part of the compile
+  key; untraced, the kernel's code and ``__call__``'s compiled signature are what they were
+  without tracing (a ``None`` buffer argument would stay in the compiled signature, hence the
+  separate entry).
 
 * Class attributes ``name`` (its backend name, e.g. ``"sm90-pingpong"``), ``arch`` (the
   family's oldest target: ``"sm_90a"`` or ``"sm_80"``), ``needs_vector_extent``.

@@ -70,8 +70,6 @@ __all__ = [
 SLOT_FIELDS = ("count", "tile_m", "tile_n", "tile_l", "capacity", "row_lo", "row_hi", "unused")
 SLOT_WORDS = len(SLOT_FIELDS)
 _S = {name: i for i, name in enumerate(SLOT_FIELDS)}
-#: Bytes of one event: two 16-byte stores.
-EVENT_BYTES = EVENT_WORDS * 4
 _H = {name: i for i, name in enumerate(HEADER_FIELDS)}
 
 

@@ -118,13 +118,6 @@ class Sm80Config:
     #: The experiment-only fields and the docs/perf.md entry that measured each.
     EXPERIMENTS = {"producer_warps": 8, "register_handoff": 9, "target": 9}
 
-    @property
-    def is_experiment(self) -> bool:
-        """Whether any experiment-only field differs from its default."""
-        return any(
-            getattr(self, f) != Sm80Config.__dataclass_fields__[f].default for f in self.EXPERIMENTS
-        )
-
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise ValueError(
@@ -202,10 +195,6 @@ class Sm80Config:
                 f"{smem_capacity_bytes(self.target)} are allowed ({where}): use fewer stages "
                 "or a smaller tile"
             )
-
-    @property
-    def tile_shape_mnk(self) -> tuple[int, int, int]:
-        return (self.tile_m, self.tile_n, self.tile_k)
 
     @property
     def cluster_size(self) -> int:

@@ -82,6 +82,10 @@ class Sm80Kernel:
         """Threads that issue the cp.async copies (all of them, or the producer warps)."""
         return self.threads
 
+    def fake_launch_extras(self) -> tuple:
+        """No launch arguments after ``raster_group`` (the package docstring's contract)."""
+        return ()
+
     @cute.jit
     def __call__(
         self,

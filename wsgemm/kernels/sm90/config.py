@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from wsgemm.kernels.common.budget import barrier_bytes, register_budget
 from wsgemm.support import (
-    MBARRIER_BYTES,
     REGISTERS_PER_SM,
     SETMAXNREG_MAX,
     SETMAXNREG_MIN,
@@ -41,7 +41,6 @@ __all__ = [
     "check_raster_group",
     "epilogue_stage_bytes",
     "mainloop_stage_bytes",
-    "launch_registers_per_thread",
     "register_split",
     "reserved_smem_bytes",
     "shipped_config",
@@ -147,8 +146,7 @@ class Sm90Config:
         (the count the kernel runs, ``scheduler.effective_splits``): one tile of partial sums
         per work unit of a tile inside C. Every unit stores its partial, because the unit that
         finishes a tile (the last to arrive) is known only when it arrives."""
-        tiles = -(-m // self.tile_m) * -(-n // self.tile_n) * batch
-        return tiles * splits * self.tile_m * self.tile_n
+        return self.split_semaphores(m, n, batch) * splits * self.tile_m * self.tile_n
 
     def split_semaphores(self, m: int, n: int, batch: int) -> int:
         """int32 semaphores of a split-K launch: one per output tile inside C."""
@@ -243,8 +241,7 @@ def epilogue_stage_bytes(epi_m: int, epi_n: int, c_bytes: int) -> int:
 def reserved_smem_bytes(ab_stages_upper_bound: int = 64) -> int:
     """The mbarrier pairs (full + empty, 8 bytes each, per stage) sit before the first swizzled
     buffer, which starts at the next 1 KiB boundary: one alignment unit covers them."""
-    barrier_bytes = 2 * MBARRIER_BYTES * ab_stages_upper_bound
-    return -(-barrier_bytes // SMEM_BUFFER_ALIGN) * SMEM_BUFFER_ALIGN
+    return -(-barrier_bytes(ab_stages_upper_bound) // SMEM_BUFFER_ALIGN) * SMEM_BUFFER_ALIGN
 
 
 def stage_counts(
@@ -274,12 +271,6 @@ def stage_counts(
     return ab_stages, epi_stages
 
 
-def launch_registers_per_thread(threads_per_cta: int = THREADS_PER_CTA) -> int:
-    """Registers per thread a one-CTA-per-SM kernel is launched with (ptxas's budget under
-    ``min_blocks_per_mp=1``: 64K shared by the CTA's threads, in steps of 8): 168 for 384."""
-    return SM90_REGISTERS_PER_SM // threads_per_cta // SETMAXNREG_STEP * SETMAXNREG_STEP
-
-
 def register_split(
     num_consumer_warpgroups: int,
     threads_per_warpgroup: int = THREADS_PER_WARPGROUP,
@@ -288,16 +279,15 @@ def register_split(
     """(producer, consumer) registers per thread after ``setmaxnreg``.
 
     setmaxnreg moves registers within the CTA's pool (``CTAPOOL`` in the SASS): what the CTA
-    was launched with, ``launch_registers_per_thread`` for each of its threads, not the SM's
+    was launched with, ``budget.register_budget`` for each of its threads, not the SM's
     64K. The producer warpgroup drops to ``producer`` (``PRODUCER_REGISTERS``; a traced
     kernel's ``TRACED_PRODUCER_REGISTERS``); the consumer warpgroups share what is left of the
     pool equally, rounded down to the step of 8 that setmaxnreg needs. A split that asked for
     more than the pool would leave the consumers' allocation retrying forever (a hang).
     """
     warpgroups = num_consumer_warpgroups + 1
-    pool = warpgroups * threads_per_warpgroup * launch_registers_per_thread(
-        warpgroups * threads_per_warpgroup
-    )
+    threads = warpgroups * threads_per_warpgroup
+    pool = threads * register_budget(threads)
     consumer = (pool // threads_per_warpgroup - producer) // num_consumer_warpgroups
     consumer = min(SETMAXNREG_MAX, consumer // SETMAXNREG_STEP * SETMAXNREG_STEP)
     if consumer < SETMAXNREG_MIN:
