@@ -155,6 +155,16 @@ def _row(slot):
     return cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
 
 
+def check_entry(traced: bool, trace_buffer) -> None:
+    """A kernel built with ``trace=True`` launches through ``traced(..., trace_buffer)``, an
+    untraced one through ``__call__`` (checked while tracing the host entry)."""
+    if traced != (trace_buffer is not None):
+        raise ValueError(
+            "a kernel built with trace=True launches through traced(..., trace_buffer), "
+            "an untraced one through __call__"
+        )
+
+
 @cute.jit
 def open_recorder(
     buffer,

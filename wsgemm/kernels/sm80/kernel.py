@@ -134,11 +134,7 @@ class Sm80Kernel:
 
     @cute.jit
     def _call(self, mA, mB, mC, stream, trace_buffer):
-        if cutlass.const_expr(self.trace != (trace_buffer is not None)):
-            raise ValueError(
-                "a kernel built with trace=True launches through traced(..., trace_buffer), "
-                "an untraced one through __call__"
-            )
+        trace.check_entry(self.trace, trace_buffer)
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config
         plan = make_plan(c, self.ab_dtype, self.c_dtype, self.acc_dtype, mA, mB, self.load_threads)

@@ -326,11 +326,7 @@ class Sm90Gemm:
         self, mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
         semaphores, trace_buffer,
     ):  # fmt: skip
-        if const_expr(self.trace != (trace_buffer is not None)):
-            raise ValueError(
-                "a kernel built with trace=True launches through traced(..., trace_buffer), "
-                "an untraced one through __call__"
-            )
+        trace.check_entry(self.trace, trace_buffer)
         cfg = self.config
         if const_expr(cfg.splits_in_kernel):
             if const_expr(workspace is None or semaphores is None):
