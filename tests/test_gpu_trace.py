@@ -19,7 +19,18 @@ from wsgemm.kernels.common.trace_format import RawTrace
 
 pytestmark = pytest.mark.gpu
 
-BACKENDS = ["sm90", "sm90-pingpong", "sm80", "sm80-multistage"]
+# Tracing the sm90 kernels is refused while issue #13 is open (their traced variant hung on the
+# H200): expected failures, strict, so they show in every report and flip when it is fixed.
+SM90_REFUSED = pytest.mark.xfail(
+    raises=NotImplementedError, strict=True, reason="issue #13: traced sm90 kernels refused"
+)
+ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+BACKENDS = [
+    pytest.param("sm90", marks=SM90_REFUSED),
+    pytest.param("sm90-pingpong", marks=SM90_REFUSED),
+    "sm80",
+    "sm80-multistage",
+]
 # large, decode (M = 16 and M = 1) and ragged
 SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (1, 4096, 4096), (1031, 2053, 777)]
 
@@ -27,11 +38,6 @@ SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (1, 4096, 4096), (1031, 2053, 77
 def _needs(backend):
     if backend not in wsgemm.available_backends():
         pytest.skip(f"{backend} does not run on this GPU")
-    if backend.startswith("sm90"):
-        # The traced sm90 kernels hang on the H200 (issue #13 open); record refuses them.
-        with pytest.raises(NotImplementedError, match="traced variant hangs"):
-            _traced(backend, (128, 128, 128))
-        pytest.skip(f"tracing {backend} is disabled (issue #13)")
 
 
 def _traced(backend, shape, **kwargs):
@@ -73,7 +79,8 @@ def test_a_small_capacity_overflows_without_writing_past_it():
 
 def test_overhead_is_measured_and_the_recording_saves(tmp_path):
     """Reports traced and untraced time (no assertion on speed: docs/perf.md holds numbers)."""
-    backend = wsgemm.available_backends()[0]
+    backend = "sm80"  # the sm90 kernels' tracing is refused (issue #13)
+    _needs(backend)
     _, _, _, raw = _traced(backend, (4096, 4096, 4096))
     assert raw.meta["traced_us"] > 0 and raw.meta["untraced_us"] > 0
     print(
@@ -84,6 +91,9 @@ def test_overhead_is_measured_and_the_recording_saves(tmp_path):
     assert (back.buffer == raw.buffer).all() and back.meta["backend"] == backend
 
 
+@pytest.mark.xfail(
+    ON_HOPPER, raises=NotImplementedError, strict=True, reason="auto picks sm90 here: issue #13"
+)
 def test_auto_traces_the_kernel_the_policy_picks():
     _, _, out, raw = _traced("auto", (2048, 2048, 1024), measure=False)
     assert raw.meta["backend"] in wsgemm.available_backends()

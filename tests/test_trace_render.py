@@ -475,7 +475,9 @@ def test_a_real_recording_is_consistent(real):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "backend, shape",
-    [("auto", "1024,1024,1024"), ("sm80", "1000,520,264")],  # the study kernel, ragged
+    # (auto on an sm_90 GPU picks an sm90 kernel, whose tracing is refused while issue #13 is
+    # open: tests/test_gpu_trace.py holds that as an expected failure)
+    [("sm80-multistage", "1024,1024,1024"), ("sm80", "1000,520,264")],
 )
 def test_trace_command_records_a_consistent_call(backend, shape, tmp_path, capsys):
     out = tmp_path / "out"
