@@ -88,42 +88,12 @@ class Timeline:
         )
 
 
-def trace(
-    a,
-    b,
-    *,
-    backend: str = "auto",
-    config=None,
-    out_dtype=None,
-    accumulate=None,
-    capacity: int | None = None,
-    max_ctas: int | None = None,
-    measure: bool = True,
-) -> Timeline:
+def trace(a, b, **options) -> Timeline:
     """Run ``wsgemm.api.matmul(a, b, ...)`` once on the traced variant of its kernel and return
-    the per-role timeline of that call. Needs a CUDA GPU.
+    the per-role timeline of that call (a ``Timeline``: ``.summary()``, ``.check()``,
+    ``.to_chrome(path)``, ``.plot(path)``, ``.save(path)``). Needs a CUDA GPU. ``options`` are
+    ``wsgemm.api.tracing.record``'s (backend, config, out_dtype, accumulate, out, capacity,
+    max_ctas, measure), documented there."""
+    from ..api.tracing import record  # torch and the kernels only when something is recorded
 
-    Args:
-        a, b, backend, config, out_dtype, accumulate: as ``wsgemm.api.matmul``.
-        capacity: events per recorder (default: enough for the problem, capped); a recorder
-            that records more counts them as overflow (``Timeline.check`` reports it).
-        max_ctas: record at most this many CTAs (default: the kernel's choice).
-        measure: also time the same call untraced and traced, for the overhead in
-            ``summary()``.
-
-    Returns:
-        a ``Timeline``: ``.summary()``, ``.check()``, ``.to_chrome(path)``, ``.plot(path)``,
-        ``.save(path)``.
-    """
-    record = _recorder()
-    raw = record(a, b, backend=backend, config=config, out_dtype=out_dtype,
-                 accumulate=accumulate, capacity=capacity, max_ctas=max_ctas,
-                 measure=measure)  # fmt: skip
-    return Timeline(raw)
-
-
-def _recorder():
-    """The host function that runs one traced call and returns its ``RawTrace``."""
-    from ..api.tracing import record
-
-    return record
+    return Timeline(record(a, b, **options))

@@ -8,8 +8,8 @@ hooks deleted (``tests/test_trace_kernels.py`` compiles both and compares).
 
 Hooks, one statement each at an event point of a role:
 
-* ``rec = trace.open_recorder(buffer, slots, slot, cta, role, warp, lane_records)``: this
-  lane's recorder (None when ``buffer`` is None); writes the header's start fields and
+* ``rec = trace.open_recorder(buffer, slots, role, gpu_arch, group_threads)``: the recorder of
+  the calling thread's group (None when ``buffer`` is None); writes the header's start fields and
   ``RECORDER_BEGIN``. ``slots`` is a little shared memory (``SLOT_WORDS`` words per recorder of
   the CTA, ``trace.smem_slots``): the recorder's event count and its current tile live there,
   not in registers, so the hooks carry no state through the kernel's loops.
