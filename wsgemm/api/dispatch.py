@@ -132,12 +132,7 @@ def _launch(d, a, b, out, p: Problem, route: Route):
         for l_ in range(out3.shape[0]):
             _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route)
         return out, None
-    swap = bool(getattr(route.config, "swap_ab", False))
-    if swap:  # C^T (N, M) = B^T A^T: the kernel sees the transposed problem, writes C M-major
-        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
-    launch = plan(
-        a3, b3, out3, host.needs_vector_extent(route.backend), c_major="m" if swap else "n"
-    )
+    launch, swap = kernel_views(a3, b3, out3, route)
     index = a.device.index
     fn, clusters = d.kernel(
         route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config
@@ -155,6 +150,17 @@ def _launch(d, a, b, out, p: Problem, route: Route):
         launch.finish()
     single = launch.direct and L <= d.max_batch_per_launch
     return out, (launch, fn, clusters, swap) if single else None
+
+
+def kernel_views(a3, b3, out3, route: Route) -> tuple[Launch, bool]:
+    """(the kernel's views of ``batched`` operands for ``route``, whether A and B swapped):
+    under swap-AB (``config.swap_ab``) the kernel runs the transposed problem C^T (N, M) =
+    B^T A^T and writes the caller's C M-major."""
+    swap = bool(getattr(route.config, "swap_ab", False))
+    if swap:
+        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
+    need_extent = host.needs_vector_extent(route.backend)
+    return plan(a3, b3, out3, need_extent, c_major="m" if swap else "n"), swap
 
 
 _NO_SWITCH = contextlib.nullcontext()

@@ -22,7 +22,8 @@ from ..host import tracing as host_tracing
 from ..host.dispatch import DISPATCHER
 from ..kernels.common.trace import timer_for
 from ..kernels.common.trace_format import HEADER_FIELDS, RawTrace
-from .plan import batched, plan
+from .dispatch import kernel_views
+from .plan import batched
 from .validate import validate
 
 __all__ = ["MEASURE_REPS", "NoGpuError", "record"]
@@ -109,13 +110,7 @@ def record(
 
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
-    a3, b3, out3 = batched(a, b, out)
-    swap = bool(getattr(route.config, "swap_ab", False))
-    if swap:  # as matmul runs it: C^T = B^T A^T, C written M-major
-        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
-    launch = plan(
-        a3, b3, out3, host.needs_vector_extent(route.backend), c_major="m" if swap else "n"
-    )
+    launch, _ = kernel_views(*batched(a, b, out), route)  # as matmul plans it (swap-AB too)
     m, k, L = launch.a.shape
     n = launch.c.shape[1]
     if L > d.max_batch_per_launch:
