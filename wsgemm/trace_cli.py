@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .bench import suites
 from .bench.cli import PIPE_WIDTH, bounded_int, stderr_console
-from .bench.layouts import LAYOUTS, Layout
+from .bench.layouts import LAYOUTS, Layout, make_operands
 from .support import (
     AB_DTYPES,
     ACC_DTYPES,
@@ -147,7 +147,7 @@ def _record(args, dtype: str, accumulate: str, console):
     batch = args.batch or 1
     layout = Layout(args.layout or "TN")
     torch.manual_seed(0)
-    a, b = _operands(layout, m, n, k, batch, getattr(torch, dtype))
+    a, b = make_operands(layout, m, n, k, getattr(torch, dtype), "cuda", batch=batch)
     what = f"{m}x{n}x{k}" + (f" (batch {batch})" if batch > 1 else "")
     console.print(f"trace: recording {args.backend or 'auto'} {what} {short_name(dtype)} "
                   f"{layout.name} ...", markup=False)  # fmt: skip
@@ -169,21 +169,6 @@ def _record(args, dtype: str, accumulate: str, console):
         return EXIT_FAILED
     timeline.raw.meta.setdefault("layout", layout.name)
     return timeline
-
-
-def _operands(layout: Layout, m: int, n: int, k: int, batch: int, dtype):
-    """Standard-normal A (L, M, K) and B (L, K, N) on the GPU in ``layout`` (2-D when L is 1),
-    each a view of one fresh allocation, as the benchmark's operands."""
-    import torch
-
-    lead = (batch,) if batch > 1 else ()
-
-    def randn(*shape):
-        return torch.randn(*lead, *shape, dtype=dtype, device="cuda")
-
-    a = randn(m, k) if layout.a_row_major else randn(k, m).transpose(-1, -2)
-    b = randn(k, n) if layout.b_row_major else randn(n, k).transpose(-1, -2)
-    return a, b
 
 
 def _render(timeline, args, console) -> int:

@@ -51,13 +51,18 @@ class Layout:
         return "N" if self.b_row_major else "K"
 
 
-def make_operands(layout: Layout, m: int, n: int, k: int, dtype, device, generator=None):
-    """Standard-normal A (M, K) and B (K, N) in ``layout``, each a view of a fresh allocation."""
+def make_operands(
+    layout: Layout, m: int, n: int, k: int, dtype, device, generator=None, batch: int = 1
+):
+    """Standard-normal A (M, K) and B (K, N) in ``layout``, each a view of a fresh allocation;
+    (L, M, K) and (L, K, N) for a ``batch`` L above 1."""
     import torch
 
-    def randn(*shape):
-        return torch.randn(*shape, dtype=dtype, device=device, generator=generator)
+    lead = (batch,) if batch > 1 else ()
 
-    a = randn(m, k) if layout.a_row_major else randn(k, m).t()
-    b = randn(k, n) if layout.b_row_major else randn(n, k).t()
+    def randn(*shape):
+        return torch.randn(*lead, *shape, dtype=dtype, device=device, generator=generator)
+
+    a = randn(m, k) if layout.a_row_major else randn(k, m).transpose(-1, -2)
+    b = randn(k, n) if layout.b_row_major else randn(n, k).transpose(-1, -2)
     return a, b
