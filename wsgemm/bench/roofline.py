@@ -13,10 +13,8 @@ existed (schema version 1) gets them when it is read.
 
 from __future__ import annotations
 
+from ..support import element_bytes
 from . import hardware
-
-# Bytes per element of the benchmark's dtypes; its output has the inputs' dtype.
-DTYPE_BYTES = {"fp16": 2, "bf16": 2}
 
 
 def bytes_moved(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
@@ -50,12 +48,12 @@ def annotate(header: dict, results: list[dict]) -> None:
     ``pct_of_hbm`` where the device's HBM peak is known."""
     ridge, peak = header["ridge_flop_per_byte"], header["hbm_tbps"]
     for row in results:
-        size = DTYPE_BYTES.get(row["dtype"])
-        moved = bytes_moved(row["m"], row["n"], row["k"], size, size) if size else None
+        size = element_bytes(row["dtype"])  # the benchmark's output has the inputs' dtype
+        moved = bytes_moved(row["m"], row["n"], row["k"], size, size)
         row["memory_bound"] = None
-        if ridge is not None and moved:
-            row["memory_bound"] = 2 * row["m"] * row["n"] * row["k"] / moved < ridge
+        if ridge is not None:
+            row["memory_bound"] = intensity(row["m"], row["n"], row["k"], size, size) < ridge
         row["tbps"] = row["pct_of_hbm"] = None
-        if row["status"] == "ok" and moved:
+        if row["status"] == "ok":
             row["tbps"] = moved / (row["median_ms"] * 1e9)
             row["pct_of_hbm"] = 100.0 * row["tbps"] / peak if peak else None
