@@ -155,7 +155,8 @@ def _hooks_compiled_out(variant):
         kernel = getattr(module, backend.cls)(
             variant.kernel_config(), *map(host.cutlass_dtype, dtypes), gpu_arch=variant.arch
         )
-        fn = tracing.compile_entry(kernel, host.fake_arguments(variant), variant.arch, keep=True)
+        args = host.fake_arguments(variant)
+        fn = host.compile.compile_entry(kernel, args, variant.arch, keep=True)
         return insp.inspect_variant(variant, fn)
 
 
@@ -231,9 +232,9 @@ def test_compiled_launch_signatures(compiled, traced_report):
 
 def test_a_traced_kernel_refuses_the_untraced_entry():
     variant = host.Variant("sm80", "sm_80")
-    kernel = tracing.traced_kernel(variant)
+    kernel = host.make_kernel(variant, trace=True)
     with pytest.raises(ValueError, match="launches through traced"):
-        tracing.compile_entry(kernel, host.fake_arguments(variant), "sm_80")
+        host.compile.compile_entry(kernel, host.fake_arguments(variant), "sm_80")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,7 +45,8 @@ def fake_arguments(variant: Variant) -> tuple:
     return a, b, c, cutlass.Int32(1), stream, cutlass.Int32(0)
 
 
-def make_kernel(variant: Variant):
+def make_kernel(variant: Variant, **options):
+    """The kernel object of ``variant``; ``options`` go to its class (``trace=True``)."""
     backend = BACKENDS[variant.backend]
     return backend.kernel_class()(
         variant.kernel_config(),
@@ -53,6 +54,7 @@ def make_kernel(variant: Variant):
         cutlass_dtype(variant.c_dtype),
         cutlass_dtype(variant.acc_dtype),
         gpu_arch=variant.arch,
+        **options,
     )
 
 
@@ -63,18 +65,25 @@ _COMPILE_LOCK = threading.Lock()
 def compile_variant(variant: Variant, *, keep: bool = False):
     """Trace and compile one variant (no GPU needed). ``keep`` retains the PTX and the cubin in
     ``compiled.artifacts`` for inspection."""
-    import cutlass.cute as cute
-
-    options = f"--enable-tvm-ffi --gpu-arch {variant.arch}"
     kernel = make_kernel(variant)
     args = fake_arguments(variant) + kernel.fake_launch_extras()
+    return compile_entry(kernel, args, variant.arch, keep=keep)
+
+
+def compile_entry(entry, args: tuple, arch: str, *, keep: bool = False):
+    """``cute.compile(entry, *args)`` for ``arch`` under the compile lock (a kernel object's
+    ``__call__`` or another ``@cute.jit`` entry of it, e.g. ``traced``); ``keep`` reads the
+    PTX and the cubin back into ``compiled.artifacts``."""
+    import cutlass.cute as cute
+
+    options = f"--enable-tvm-ffi --gpu-arch {arch}"
     with _COMPILE_LOCK:
         if not keep:
-            return cute.compile(kernel, *args, options=options)
+            return cute.compile(entry, *args, options=options)
         # The DSL writes kept files into a dump folder; read the cubin back into the artifacts.
         with tempfile.TemporaryDirectory(prefix="wsgemm-keep-") as dump:
             compiled = cute.compile(
-                kernel, *args, options=f"{options} --keep-ptx --keep-cubin --dump-dir {dump}"
+                entry, *args, options=f"{options} --keep-ptx --keep-cubin --dump-dir {dump}"
             )
             art = compiled.artifacts
             for attr, read in (("CUBIN", Path.read_bytes), ("PTX", Path.read_text)):

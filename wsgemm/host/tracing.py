@@ -31,12 +31,10 @@ __all__ = [
     "DEFAULT_SM80_WAVES",
     "MAX_BUFFER_BYTES",
     "TracePlan",
-    "compile_entry",
     "compile_traced",
     "fake_trace_buffer",
     "plan_trace",
     "recorders_per_cta",
-    "traced_kernel",
 ]
 
 #: The largest buffer ``plan_trace`` sizes by default (the capacity shrinks to fit it).
@@ -144,18 +142,6 @@ def plan_trace(
     return TracePlan(per_cta, ctas, traced, tiles_per_cta, k_tiles, capacity)
 
 
-def traced_kernel(variant: Variant):
-    """The kernel object of ``variant`` built with ``trace=True``."""
-    return BACKENDS[variant.backend].kernel_class()(
-        variant.kernel_config(),
-        cutlass_dtype(variant.ab_dtype),
-        cutlass_dtype(variant.c_dtype),
-        cutlass_dtype(variant.acc_dtype),
-        gpu_arch=variant.arch,
-        trace=True,
-    )
-
-
 def fake_trace_buffer():
     """Compile-time stand-in for the trace buffer: int32 (recorders, words), both run-time
     values, rows 16-byte aligned with a stride a multiple of 8 words (``TracePlan.words``)."""
@@ -173,35 +159,10 @@ def compile_traced(variant: Variant, *, keep: bool = False):
     takes ``compile.fake_arguments``'s launch arguments and then the trace buffer. ``keep``
     retains the cubin in ``compiled.artifacts.CUBIN`` as ``compile_variant`` does. Traced
     kernels are compiled per process, never cached on disk (``cached_traced`` memoizes)."""
-    from .compile import fake_arguments
+    from .compile import compile_entry, fake_arguments, make_kernel
 
     args = (*fake_arguments(variant), fake_trace_buffer())
-    return compile_entry(traced_kernel(variant).traced, args, variant.arch, keep=keep)
-
-
-def compile_entry(entry, args: tuple, arch: str, *, keep: bool = False):
-    """``cute.compile(entry, *args)`` for ``arch`` under the compile lock, the cubin kept in
-    ``artifacts.CUBIN`` (bytes) with ``keep``."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    import cutlass.cute as cute
-
-    from .compile import _COMPILE_LOCK
-
-    options = f"--enable-tvm-ffi --gpu-arch {arch}"
-    with _COMPILE_LOCK:
-        if not keep:
-            return cute.compile(entry, *args, options=options)
-        with tempfile.TemporaryDirectory(prefix="wsgemm-keep-") as dump:
-            compiled = cute.compile(
-                entry, *args, options=f"{options} --keep-cubin --dump-dir {dump}"
-            )
-            cubin = getattr(compiled.artifacts, "CUBIN", None)
-            if isinstance(cubin, str) and os.path.isfile(cubin):
-                compiled.artifacts.CUBIN = Path(cubin).read_bytes()
-            return compiled
+    return compile_entry(make_kernel(variant, trace=True).traced, args, variant.arch, keep=keep)
 
 
 @functools.cache
