@@ -328,15 +328,10 @@ class _Matmul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, out_dtype, accumulate, backend):
-        ctx.save_for_backward(a, b)
-        ctx.backend = backend
+        _setup_context(ctx, (a, b, out_dtype, accumulate, backend), None)
         return _forward(a, b, None, out_dtype, accumulate, backend)
 
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        ga, gb = _grads(a, b, grad, *ctx.needs_input_grad[:2], ctx.backend)
-        return ga, gb, None, None, None
+    backward = staticmethod(_backward)  # the registered op's backward
 
 
 # Bound once: every name lookup is on the per-call path (docs/perf.md, entry 13).
