@@ -118,18 +118,23 @@ def test_inspect_json_reports_each_kernel(compiled, monkeypatch, capsys):
         assert r["config"] == config
 
 
-def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled):
-    """The disk cache's path: an exported kernel keeps no Python defaults; wrapped, it takes
-    ``fn(a, b, c, max_active_clusters)`` like the in-process one (the call then fails on the
-    fake operands, after the argument count was accepted)."""
+@pytest.mark.parametrize(
+    "backend, params",
+    # sm90: then split-K's count, workspace and semaphores (None for an unsplit kernel)
+    [("sm80", 5), ("sm90", 8)],
+)
+def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled, backend, params):
+    """The disk cache's path: an exported kernel keeps no Python defaults and takes every
+    launch argument; wrapped, it takes ``fn(a, b, c, max_active_clusters)`` like the in-process
+    one (the call then fails on the fake operands, after the argument count was accepted)."""
     import cutlass.cute as cute
 
-    v = REPRESENTATIVE["sm80"]
+    v = REPRESENTATIVE[backend]
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "k.o")
         compiled(v).fn.export_to_c(path, function_name="k")
         raw = cute.runtime.load_module(path, enable_tvm_ffi=True).k
-    with pytest.raises(TypeError, match="Expects 5 parameters"):
+    with pytest.raises(TypeError, match=f"Expects {params} parameters"):
         raw(None, None, None, 1)
     with pytest.raises(TypeError, match="Mismatched type on argument #0"):
         host.compile.with_launch_defaults(raw, v)(None, None, None, 1)
@@ -172,22 +177,6 @@ def test_split_k_kernels_compile_to_the_fixup(compiled, name):
     assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1
     assert ops["MEMBAR.ALL.GPU"] >= 1, "the arrival releases the partial's stores"
     assert ops["STG.E"] == values + 1 and ops["LDG.E"] == 2 * values
-
-
-def test_a_loaded_sm90_kernel_takes_the_split_launch_defaults(compiled):
-    """An exported sm90 kernel takes every launch argument (split-K's count, workspace and
-    semaphores too, None for an unsplit kernel); wrapped, ``fn(a, b, c, clusters)`` works."""
-    import cutlass.cute as cute
-
-    v = REPRESENTATIVE["sm90"]
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "k.o")
-        compiled(v).fn.export_to_c(path, function_name="k")
-        raw = cute.runtime.load_module(path, enable_tvm_ffi=True).k
-    with pytest.raises(TypeError, match="Expects 8 parameters"):
-        raw(None, None, None, 1)
-    with pytest.raises(TypeError, match="Mismatched type on argument #0"):
-        host.compile.with_launch_defaults(raw, v)(None, None, None, 1)
 
 
 # ---------------------------------------------------------------------------------------------

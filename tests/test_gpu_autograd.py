@@ -7,11 +7,10 @@ replace_linear, eager and compiled."""
 import copy
 import random
 
-import operands
 import pytest
 import torch
 import torch.nn.functional as F
-from operands import assert_within_torch_error, make
+from operands import assert_within_torch_error, fp32_accumulation_bound, make
 from torch import nn
 
 import wsgemm
@@ -24,16 +23,11 @@ F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
 def assert_within(what, got, theirs, ref, accumulation_bound=0.0):
     """``got``'s largest error against ``ref`` is at most twice ``theirs``' (torch, same dtypes)
-    plus eps (plus ``accumulation_bound``, see ``fp32_accumulation_bound``)."""
+    plus eps (plus ``accumulation_bound``, see ``operands.fp32_accumulation_bound``)."""
     assert got.shape == ref.shape, (what, got.shape, ref.shape)
     if ref.numel() == 0:
         return
     assert_within_torch_error(got, ref, theirs, what, slack=accumulation_bound)
-
-
-def fp32_accumulation_bound(a, b):
-    """``operands.fp32_accumulation_bound`` (the reasoning is there)."""
-    return operands.fp32_accumulation_bound(a, b)
 
 
 def torch_fp32_out(a, b):
