@@ -184,7 +184,6 @@ def _direct_launcher(
     signature) from a later call's own tensors: same sizes and strides, its storage offsets.
     Under swap-AB the kernel's A is the caller's B and its B the caller's A."""
     launch, fn, clusters, swap = planned
-    fn, tail = host.positional(fn)  # every argument positional: no keyword binding per call
     sa, ta = tuple(launch.a.shape), launch.a.stride()
     sb, tb = tuple(launch.b.shape), launch.b.stride()
     sc, tc = tuple(launch.c.shape), launch.c.stride()
@@ -197,7 +196,7 @@ def _direct_launcher(
                 a, b = b, a
             # sizes as arguments, not a tuple: torch parses them faster (docs/perf.md, entry 12)
             out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
-            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters, *tail)
+            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
             return out
 
     else:
@@ -205,7 +204,7 @@ def _direct_launcher(
         def launcher(a, b, out):
             if swap:
                 a, b = b, a
-            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters, *tail)
+            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
             return out
 
     if d.devices.count() == 1:

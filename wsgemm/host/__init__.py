@@ -12,7 +12,7 @@ load without the DSL where they hold a shared library: ``library.py``).
 
 from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
 from .cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
-from .compile import compile_variant, fake_arguments, make_kernel, positional
+from .compile import compile_variant, fake_arguments, make_kernel
 from .registry import (
     BACKENDS,
     Backend,
@@ -41,7 +41,6 @@ __all__ = [
     "cache_dir",
     "cluster_size",
     "compile_variant",
-    "positional",
     "cutlass_dtype",
     "every_variant",
     "fake_arguments",

@@ -63,9 +63,6 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
     kernel, so the API's launchers take either. The buffer sizes are worked out once per
     problem shape (a launcher's calls share one)."""
     from ..kernels.common.scheduler import effective_splits
-    from .compile import positional
-
-    raw, _ = positional(fn)  # every launch argument is given: no keyword binding per call
     sizes: dict[tuple[int, int, int, int], tuple[int, int]] = {}
 
     def buffer_sizes(m: int, n: int, k: int, batch: int) -> tuple[int, int]:
@@ -82,6 +79,6 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
             got = sizes[key] = buffer_sizes(*key)
         words, count = got
         workspace = torch.empty(words, dtype=torch.float32, device=c_mnl.device)
-        raw(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, semaphores.get(c_mnl.device, count))
+        fn(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, semaphores.get(c_mnl.device, count))
 
     return launch
