@@ -162,10 +162,11 @@ def test_split_candidates():
 
 def _cell_best(table, m, n, k, allowed):
     """The best mean ratio among allowed candidates over the table points in (m, n, k)'s cell."""
-    blocks = -(-m // 64)
+    q = policy.M_QUANTUM
+    blocks = -(-m // q)
     scores = {}
     for p in table.points:
-        if (-(-p.m // 64), p.n, p.k) == (blocks, n, k):
+        if (-(-p.m // q), p.n, p.k) == (blocks, n, k):
             for name, s, r in p.ratios:
                 if s in allowed.get(name, ()):
                     scores.setdefault((name, s), []).append(r)
@@ -198,10 +199,13 @@ def test_each_measured_problem_chooses_its_best_allowed_candidate(point, invaria
     assert choice.split in allowed[choice.menu_entry.name]
 
 
-def test_m_enters_only_through_64_row_blocks():
+def test_m_enters_only_through_blocks_of_m_quantum_rows():
+    q = policy.M_QUANTUM
+    assert q == 16  # the swap-AB entry's 16 token columns; the tiles' rows are multiples
     for n, k in ((6144, 4096), (8192, 28672), (1000, 3000)):
-        for lo, hi in ((1, 64), (65, 128), (129, 192), (4033, 4096)):
-            assert len({choose(m, n, k) for m in range(lo, hi + 1, 7)} | {choose(hi, n, k)}) == 1
+        for lo in (1, 17, 49, 65, 129, 4081):
+            hi = lo + q - 1
+            assert len({choose(m, n, k) for m in range(lo, hi + 1, 3)} | {choose(hi, n, k)}) == 1
 
 
 def test_other_sm90_parts_read_the_row_measured_at_their_tiles_per_sm():
@@ -333,8 +337,9 @@ def test_explain_says_kernel_split_and_why():
         "accumulate; sm_90 with 132 SMs"
     )
     assert lines[1] == f"kernel: {e.name} (backend {e.backend}: {e.describe()})"
-    assert e.describe() == "{} {}x{}x{} tile, cluster {}x{}".format(
-        e.config["schedule"], e.tile_m, e.tile_n, e.tile_k, *e.cluster
+    swap = "swap-AB (C^T = B^T A^T), " if e.swap_ab else ""
+    assert e.describe() == "{}{} {}x{}x{} tile, cluster {}x{}".format(
+        swap, e.config["schedule"], e.tile_m, e.tile_n, e.tile_k, *e.cluster
     )
     assert lines[2].startswith(f"split-K: {choice.split} ")
     assert lines[3].startswith("why (table): sm90_h200.json") and "8b down t=16" in lines[3]

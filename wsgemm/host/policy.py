@@ -15,11 +15,12 @@ How ``choose`` decides, in this order:
    on entries with a split variant, with an fp32 accumulator, outside batch-invariant mode,
    with a k-tile per split and at most two waves of split units.
 2. The measured table (``data/sm90_*.json``, one per measured GPU; ``WSGEMM_POLICY_TABLE=path``
-   replaces them): the nearest measured problem in the features ``(log2 ceil(M / 64),
+   replaces them): the nearest measured problem in the features ``(log2 ceil(M / M_QUANTUM),
    log2(N x L x table SMs / this GPU's SMs), log2 K)``, weighted 1, 1, 0.5, decides if it lies
    within ``MAX_TABLE_DISTANCE``: the best candidate measured there that rule 1 allows here.
-   M counts 64-row blocks (the smallest tile's rows) because that, not M itself, sets the work:
-   1 and 64 tokens run the same tiles. N is scaled by the SM count so another sm_90 part (H100
+   M counts blocks of ``M_QUANTUM`` rows (16: the gcd of the tiles' rows and the swap-AB
+   tile's token columns) because that, not M itself, sets the work: 1 and 16 tokens run the
+   same tiles. N is scaled by the SM count so another sm_90 part (H100
    SXM 132 SMs, H100 PCIe 114, H20 78) reads the row measured at its tiles-per-SM.
 3. Otherwise the heuristic (``_heuristic``): 64-row ping-pong tiles up to 64 tokens (64x256
    when they fill 80% of the SMs, else 64x128 in an N-pair cluster that shares A), 128x128
@@ -66,6 +67,7 @@ from .registry import BACKENDS, Variant, every_variant
 __all__ = [
     "DROPPED",
     "MENU",
+    "M_QUANTUM",
     "Choice",
     "MenuEntry",
     "Table",
@@ -224,6 +226,10 @@ DROPPED: tuple[MenuEntry, ...] = (
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
 MIN_TILE_M = min(e.tile_m for e in MENU)
+# The finest step in which M changes any rule: every tile count is ceil(M / t) for an entry's
+# rows t (for a swap-AB entry its columns, where the tokens go, and its "M <= tile_n" fit), so
+# M rounded up to their gcd chooses what M does. The table measures M in these blocks too.
+M_QUANTUM = math.gcd(*(e.tile_n if e.swap_ab else e.tile_m for e in MENU))
 
 
 def entry(name: str) -> MenuEntry:
@@ -389,7 +395,7 @@ def _table_for(tables: tuple[Table, ...], sm_count: int, cc: tuple[int, int]) ->
 
 
 def _features(m: int, n: int, k: int, batch: int, sm_scale: float) -> tuple[float, float, float]:
-    blocks = -(-max(m, 1) // MIN_TILE_M)
+    blocks = -(-max(m, 1) // M_QUANTUM)
     return math.log2(blocks), math.log2(max(n, 1) * max(batch, 1) * sm_scale), math.log2(max(k, 1))
 
 
@@ -425,16 +431,16 @@ def choose(
 ) -> Choice:
     """The menu entry and split for ``C (M, N, L) = A (M, K, L) B (K, N, L)`` on an sm_90 GPU
     with ``sm_count`` SMs. Dtypes are the host's names ("float16", ...). ``batch_invariant``
-    None reads ``WSGEMM_BATCH_INVARIANT``. Memoized: a repeated problem (M counted in 64-row
-    blocks) costs a dict lookup; a new one a table search."""
+    None reads ``WSGEMM_BATCH_INVARIANT``. Memoized: a repeated problem (M counted in blocks of
+    ``M_QUANTUM`` rows) costs a dict lookup; a new one a table search."""
     if not isinstance(m, int) or isinstance(m, bool):
         raise TypeError(f"m must be an int, got {type(m).__name__}")
     if m < 0:
         raise ValueError(f"m={m}; it must be >= 0")
     invariant = batch_invariant_requested(batch_invariant)
-    # The choice depends on M only through its 64-row blocks (every tile count and rule does):
-    # memoize on them, so a new token count in the same block is a hit.
-    m_blocks = -(-m // MIN_TILE_M) * MIN_TILE_M
+    # The choice depends on M only through its M_QUANTUM-row blocks (every tile count and rule
+    # does): memoize on them, so a new token count in the same block is a hit.
+    m_blocks = -(-m // M_QUANTUM) * M_QUANTUM
     table = _environment()[1]
     return _choose(
         m_blocks, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, tuple(cc), invariant, table
@@ -514,7 +520,7 @@ def _from_table(table: Table, m, n, k, batch, sm_count, allowed):
     """The best allowed candidate of the nearest measured cell within reach, or None.
 
     A cell: the measured problems at one distance (1 and 16 tokens of one layer are both one
-    64-row block, so they are one cell); a candidate scores its mean ratio over the cell's
+    ``M_QUANTUM`` block, so they are one cell); a candidate scores its mean ratio over the cell's
     problems that measured it.
     """
     here = _features(m, n, k, batch, table.sm_count / sm_count)
