@@ -25,7 +25,9 @@ LAUNCH = (("mA", "mB", "mC", "max_active_clusters", "raster_group"), (0,))
 def run_fresh(code: str, cache_dir: Path | None = None) -> str:
     """``code``'s last line of stdout in a fresh interpreter (which must exit cleanly), with
     this checkout's wsgemm and ``cache_dir`` as its disk cache."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    # prepend: a DSL installed on PYTHONPATH (as on the GPU host) must stay importable
+    path = [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     env.pop("WSGEMM_DISK_CACHE", None)
     if cache_dir is not None:
         env["WSGEMM_CACHE_DIR"] = str(cache_dir)

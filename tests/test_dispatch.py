@@ -562,6 +562,7 @@ def test_forget_drops_launchers_and_kernels():
 def test_out_is_marked_changed_for_autograd():
     """A kernel's write is invisible to autograd: the core bumps out's version counter (first
     call and cached launcher alike), so a graph that saved out refuses stale values."""
+
     class Unseen(StandInKernel):  # writes as a kernel does: no version bump of its own
         def __call__(self, a, b, c, clusters):
             c.data.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))

@@ -19,15 +19,9 @@ from wsgemm.kernels.common.trace_format import RawTrace
 
 pytestmark = pytest.mark.gpu
 
-# Tracing the sm90 kernels is refused while issue #13 is open (their traced variant hung on the
-# H200): expected failures, strict, so they show in every report and flip when it is fixed.
-SM90_REFUSED = pytest.mark.xfail(
-    raises=NotImplementedError, strict=True, reason="issue #13: traced sm90 kernels refused"
-)
-ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 BACKENDS = [
-    pytest.param("sm90", marks=SM90_REFUSED),
-    pytest.param("sm90-pingpong", marks=SM90_REFUSED),
+    "sm90",
+    "sm90-pingpong",
     "sm80",
     "sm80-multistage",
 ]
@@ -79,7 +73,7 @@ def test_a_small_capacity_overflows_without_writing_past_it():
 
 def test_overhead_is_measured_and_the_recording_saves(tmp_path):
     """Reports traced and untraced time (no assertion on speed: docs/perf.md holds numbers)."""
-    backend = "sm80"  # the sm90 kernels' tracing is refused (issue #13)
+    backend = "sm90" if "sm90" in wsgemm.available_backends() else "sm80"
     _needs(backend)
     _, _, _, raw = _traced(backend, (4096, 4096, 4096))
     assert raw.meta["traced_us"] > 0 and raw.meta["untraced_us"] > 0
@@ -91,9 +85,6 @@ def test_overhead_is_measured_and_the_recording_saves(tmp_path):
     assert (back.buffer == raw.buffer).all() and back.meta["backend"] == backend
 
 
-@pytest.mark.xfail(
-    ON_HOPPER, raises=NotImplementedError, strict=True, reason="auto picks sm90 here: issue #13"
-)
 def test_auto_traces_the_kernel_the_policy_picks():
     _, _, out, raw = _traced("auto", (2048, 2048, 1024), measure=False)
     assert raw.meta["backend"] in wsgemm.available_backends()

@@ -188,6 +188,9 @@ def test_missing_tiles_are_not_required_of_a_sampled_recording():
     recs = recs[:3]  # only CTA 0 recorded
     assert check(pack(recs, meta=pingpong_meta(sampled=True))) == []
     assert "3 of 6 tiles were run by no CTA" in check(pack(recs))[0]
+    # a recording without "sampled" (an older one) says it through its CTA counts
+    meta = pingpong_meta(ctas_launched=2, ctas_traced=1)
+    assert check(pack(recs, meta=meta)) == []
 
 
 def test_tiles_past_the_problem_edge_are_allowed_within_the_cluster_grid():
@@ -475,9 +478,7 @@ def test_a_real_recording_is_consistent(real):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "backend, shape",
-    # (auto on an sm_90 GPU picks an sm90 kernel, whose tracing is refused while issue #13 is
-    # open: tests/test_gpu_trace.py holds that as an expected failure)
-    [("sm80-multistage", "1024,1024,1024"), ("sm80", "1000,520,264")],
+    [("sm80-multistage", "1024,1024,1024"), ("sm80", "1000,520,264"), ("auto", "16,4096,4096")],
 )
 def test_trace_command_records_a_consistent_call(backend, shape, tmp_path, capsys):
     out = tmp_path / "out"

@@ -97,14 +97,6 @@ def record(
     d = DISPATCHER
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
-    if host.BACKENDS[route.backend].family == "sm90":
-        # Issue #13 (open): the traced sm90 kernels hung on the H200 (2026-12-01). The likely
-        # cause, consumers asking setmaxnreg for more than the CTA's register pool, is mended
-        # (sm90.config.register_split) but not yet run on a GPU; refuse rather than risk a hang.
-        raise NotImplementedError(
-            f"tracing {route.backend} is disabled until its traced variant is verified on a GPU "
-            "(issue #13: it hung on the H200); trace backend='sm80' or 'sm80-multistage'"
-        )
     if getattr(route.config, "split_k", 1) != 1:  # a split is traced unsplit (policy_split)
         route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))
 
@@ -172,6 +164,7 @@ def record(
         "recorders_per_cta": tplan.recorders_per_cta,
         "ctas_launched": tplan.ctas_launched,
         "ctas_traced": tplan.ctas_traced,
+        "sampled": tplan.ctas_traced < tplan.ctas_launched,
         "consumers_per_tile": consumers_per_tile(route.backend, kernel_config),
         "cluster": [getattr(kernel_config, "cluster_m", 1), getattr(kernel_config, "cluster_n", 1)],
         "schedule": getattr(kernel_config, "schedule", None),

@@ -123,7 +123,6 @@ def wrap_launch(fn, launch: tuple[tuple[str, ...], tuple[int, ...]]):
     return wrapper
 
 
-
 def with_launch_defaults(fn, variant: Variant):
     """``wrap_launch`` with the launch arguments read from ``variant``'s kernel class."""
     return wrap_launch(fn, launch_signature(variant))

@@ -159,9 +159,7 @@ class MenuEntry:
         cm, cn = self.cluster
         schedule = self.config["schedule"]
         swap = "swap-AB (C^T = B^T A^T), " if self.swap_ab else ""
-        return (
-            f"{swap}{schedule} {self.tile_m}x{self.tile_n}x{self.tile_k} tile, cluster {cm}x{cn}"
-        )
+        return f"{swap}{schedule} {self.tile_m}x{self.tile_n}x{self.tile_k} tile, cluster {cm}x{cn}"
 
     def variant_config(self, split: bool = False) -> Any:
         """What ``host.Variant(config=...)`` takes: None for a shipped entry, else the backend's

@@ -63,6 +63,7 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
     kernel, so the API's launchers take either. The buffer sizes are worked out once per
     problem shape (a launcher's calls share one)."""
     from ..kernels.common.scheduler import effective_splits
+
     sizes: dict[tuple[int, int, int, int], tuple[int, int]] = {}
 
     def buffer_sizes(m: int, n: int, k: int, batch: int) -> tuple[int, int]:

@@ -14,7 +14,8 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   Tiles past the problem's edge, which a cluster that overhangs a ragged edge runs (its loads
   zero-filled, its stores dropped), are not required; they still must not be run twice, and no
   tile may lie past the edge rounded up to whole clusters. When only a sample of the grid
-  recorded (``meta["sampled"]`` true) or a consumer overflowed, missing tiles are not reported.
+  recorded (``meta["sampled"]``: ``max_ctas``, or sm80's default of a few waves) or a consumer
+  overflowed, missing tiles are not reported.
 * **full after load**: a consumer's wait on ``full`` for (tile, k-tile) ends at or after its
   CTA's producer issued that k-tile's loads. In a cluster (``meta["config"]`` cluster_m x
   cluster_n > 1) the stage is full only when every CTA of the cluster issued its share of the
@@ -251,7 +252,9 @@ def _tiles(d: Decoded) -> list[str]:
             f"expected {want}"
             for k, c in zip(keys[n_recs != want], n_recs[n_recs != want], strict=True)
         ]
-    sampled = bool(d.meta.get("sampled"))
+    # a recording made before record() wrote "sampled" says it through its CTA counts
+    meta = d.meta
+    sampled = bool(meta.get("sampled", meta.get("ctas_traced", 0) < meta.get("ctas_launched", 0)))
     if counts is not None and not sampled and not _overflowed(d, _CONSUMERS):
         want = np.stack(np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"), -1)
         want = want.reshape(-1, 3)
