@@ -56,9 +56,11 @@ from wsgemm.support import WARP_SIZE, arch_major
 
 __all__ = [
     "SLOT_WORDS",
+    "HotRecorder",
     "Recorder",
     "close",
     "fetch",
+    "hot",
     "open_recorder",
     "record",
     "smem_slots",
@@ -123,6 +125,79 @@ class Recorder:
 
     def __new_from_mlir_values__(self, values: list) -> Recorder:
         return Recorder(new_from_mlir_values(self.slots, values), self.group_threads, self.timer)
+
+
+class HotRecorder:
+    """A recorder's state in registers for one hot loop (``hot(rec)``, then ``emit`` with times
+    taken by ``now``, then ``cool``): its count, capacity, row and tile are read from the slot
+    once, so an event costs two 16-byte stores and no shared-memory round trip, and the loop
+    can take its time stamps on the critical path and write them where the warp has slack.
+    Only the traced mainloops use it; the count goes back to the slot in ``cool``."""
+
+    def __init__(self, rec: Recorder, writer, count, capacity, row_lo, row_hi, tile):
+        self.rec = rec
+        self.writer = writer  # Int32: 1 on the lane that writes
+        self.count, self.capacity = count, capacity
+        self.row_lo, self.row_hi = row_lo, row_hi
+        self.tile = tile  # (m, n, l) Int32
+
+    def _values(self) -> list:
+        return [self.writer, self.count, self.capacity, self.row_lo, self.row_hi, *self.tile]
+
+    def __extract_mlir_values__(self) -> list:
+        return extract_mlir_values(self.rec) + [Int32(v).ir_value() for v in self._values()]
+
+    def __new_from_mlir_values__(self, values: list) -> HotRecorder:
+        n = len(extract_mlir_values(self.rec))
+        rec = new_from_mlir_values(self.rec, values[:n])
+        w, c, cap, lo, hi, m, nn, l = (Int32(v) for v in values[n:])  # noqa: E741
+        return HotRecorder(rec, w, c, cap, lo, hi, (m, nn, l))
+
+    def now(self):
+        return _now(self.rec.timer)
+
+    @cute.jit
+    def emit(self, kind: cutlass.Constexpr, t, k_tile, stage):
+        """Event ``kind`` at time ``t`` (from ``now``); counted always, written while the row
+        has room."""
+        if self.writer == 1:
+            if self.count < self.capacity:
+                event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
+                event[0] = Int32(int(kind))
+                event[1] = _lo(t)
+                event[2] = _hi(t)
+                event[3], event[4], event[5] = self.tile
+                event[6] = Int32(k_tile)
+                event[7] = Int32(stage)
+                address = (Int64(self.row_hi) << Int64(32)) | (
+                    Int64(self.row_lo) & Int64(0xFFFFFFFF)
+                )
+                row = cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
+                events = cute.make_tensor(
+                    row + HEADER_WORDS + self.count * EVENT_WORDS,
+                    cute.make_layout((EVENT_WORDS,)),
+                )
+                cute.autovec_copy(event, events)
+        self.count = self.count + 1
+
+    @cute.jit
+    def cool(self):
+        """Hand the count back to the slot (the recorder's later events continue from it)."""
+        if self.writer == 1:
+            self.rec.slot[_S["count"]] = self.count
+
+
+@cute.jit
+def hot(rec: Recorder) -> HotRecorder:
+    """``rec``'s state in registers for a hot loop (``HotRecorder``); ``rec`` must not record
+    until ``HotRecorder.cool``."""
+    slot = rec.slot
+    writer = cutlass.select_(_writes(rec), Int32(1), Int32(0))
+    tile = (slot[_S["tile_m"]], slot[_S["tile_n"]], slot[_S["tile_l"]])
+    return HotRecorder(
+        rec, writer, slot[_S["count"]], slot[_S["capacity"]], slot[_S["row_lo"]],
+        slot[_S["row_hi"]], tile,
+    )  # fmt: skip
 
 
 def _now(timer: Timer):

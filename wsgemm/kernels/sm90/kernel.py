@@ -875,6 +875,8 @@ class Sm90Gemm:
         """One unit's mainloop over ``k_count`` (>= 1) k-tiles from ``k_begin`` (the trace's
         k-tile numbers). One k-tile of WGMMAs stays in flight; a stage is released as soon as
         the WGMMAs reading it have retired."""
+        if const_expr(rec is not None):
+            return self._mma_traced(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
@@ -908,6 +910,68 @@ class Sm90Gemm:
         trace.record(rec, Event.MMA_WAIT_END, k_begin + k_count - 1, release_state.index)
         ab_pipeline.consumer_release(release_state)
         trace.record(rec, Event.STAGE_RELEASE, k_begin + k_count - 1, release_state.index)
+        return read_state
+
+    @cute.jit
+    def _mma_traced(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec):
+        """``mma`` of a traced kernel: the same loop, recording through a ``trace.hot``
+        recorder. Between a stage's MMAs retiring and the next k-tile's MMAs issuing (the
+        critical path of the one k-tile in flight) it only reads the timer; the events are
+        written right after an issue, while the tensor cores are busy."""
+        hot = trace.hot(rec)
+        release_state = read_state.clone()
+        acc.fill(0.0)
+        warpgroup.fence()
+        t0 = hot.now()
+        ab_pipeline.consumer_wait(read_state)
+        t1 = hot.now()
+        self._mma_k_tile(args, acc, read_state.index)
+        warpgroup.commit_group()
+        t2 = hot.now()
+        hot.emit(Event.WAIT_FULL_BEGIN, t0, k_begin, read_state.index)
+        hot.emit(Event.WAIT_FULL_END, t1, k_begin, read_state.index)
+        hot.emit(Event.MMA_ISSUE, t2, k_begin, read_state.index)
+        read_state.advance()
+        # the previous iteration's MMA wait and release, written after this one's issue
+        w0, w1, w2 = t2, t2, t2
+        for k in cutlass.range(1, k_count, unroll=1):
+            t0 = hot.now()
+            ab_pipeline.consumer_wait(read_state)
+            t1 = hot.now()
+            self._mma_k_tile(args, acc, read_state.index)
+            warpgroup.commit_group()
+            t2 = hot.now()
+            if k > 1:
+                stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
+                hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k - 2, stage)
+                hot.emit(Event.MMA_WAIT_END, w1, k_begin + k - 2, stage)
+                hot.emit(Event.STAGE_RELEASE, w2, k_begin + k - 2, stage)
+            hot.emit(Event.WAIT_FULL_BEGIN, t0, k_begin + k, read_state.index)
+            hot.emit(Event.WAIT_FULL_END, t1, k_begin + k, read_state.index)
+            hot.emit(Event.MMA_ISSUE, t2, k_begin + k, read_state.index)
+            w0 = hot.now()
+            warpgroup.wait_group(1)
+            w1 = hot.now()
+            ab_pipeline.consumer_release(release_state)
+            w2 = hot.now()
+            release_state.advance()
+            read_state.advance()
+        if k_count > 1:
+            stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
+            hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k_count - 2, stage)
+            hot.emit(Event.MMA_WAIT_END, w1, k_begin + k_count - 2, stage)
+            hot.emit(Event.STAGE_RELEASE, w2, k_begin + k_count - 2, stage)
+        if const_expr(plan.config.pingpong):
+            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
+        w0 = hot.now()
+        warpgroup.wait_group(0)
+        w1 = hot.now()
+        ab_pipeline.consumer_release(release_state)
+        w2 = hot.now()
+        hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k_count - 1, release_state.index)
+        hot.emit(Event.MMA_WAIT_END, w1, k_begin + k_count - 1, release_state.index)
+        hot.emit(Event.STAGE_RELEASE, w2, k_begin + k_count - 1, release_state.index)
+        hot.cool()
         return read_state
 
     @cute.jit
