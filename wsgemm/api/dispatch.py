@@ -20,12 +20,14 @@ they meet.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .. import host
+from ..host.autotune import AutotuneWarning
 from ..host.dispatch import Route
 from ..host.workspace import split_launcher
 from .overlap import extent
@@ -81,6 +83,8 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
 def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
     route = d.route(backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
+    if route.choice is not None and route.choice.source in _TUNABLE and d.autotune:
+        route = _tuned(d, a, b, p, route)
     result, planned = _launch(d, a, b, out, p, route)
     if out is not None:
         _increment_version(out)
@@ -89,6 +93,48 @@ def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> to
         spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
         d.remember(key, (direct or _general_launcher(d, p, route), spans))
     return result
+
+
+# The policy's own answers, which WSGEMM_AUTOTUNE replaces by a measurement ("tuned" is one).
+_TUNABLE = ("table", "heuristic")
+
+
+def _may_tune(t: torch.Tensor) -> bool:
+    """Not while a CUDA graph is captured (timing synchronizes and allocates), under
+    torch.compile's tracing, or on fake tensors."""
+    if isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or torch.compiler.is_compiling():
+        return False
+    return t.device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
+
+
+def _tuned(d, a, b, p: Problem, route: Route) -> Route:
+    """``WSGEMM_AUTOTUNE``: time every candidate of the policy on this call's operands (into a
+    scratch output, never the caller's), keep the fastest for the problem's bucket, run it. A
+    candidate that fails to compile or launch is left out (warned); if none runs, ``route``."""
+    if not _may_tune(a):
+        return route
+    device, problem = a.device.index, (p.m, p.n, p.k, p.batch)
+    candidates = d.candidates(device, problem, p.dtype_names)
+    if len(candidates) < 2:
+        return route
+    scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
+    times = {}
+    for choice in candidates:
+        r = d.choice_route(choice)
+        try:
+            times[(choice.menu_entry.name, choice.split)] = d.time_call(
+                lambda r=r: _launch(d, a, b, scratch, p, r)
+            )
+        except Exception as exc:  # a candidate that cannot run is not a candidate
+            warnings.warn(
+                f"wsgemm autotune: {choice.menu_entry.name} with split {choice.split} failed "
+                f"({type(exc).__name__}: {exc}); left out",
+                AutotuneWarning,
+                stacklevel=5,
+            )
+    if not times:
+        return route
+    return d.choice_route(d.remember_tuned(device, problem, p.dtype_names, times))
 
 
 def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..support import MAX_GRID_DIM
+from . import autotune as _autotune
 from . import policy
 from .cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
@@ -133,6 +134,10 @@ class Dispatcher:
     ``max_broadcast_copy_bytes``: a broadcast operand that cannot be folded is copied once per
     batch (TMA cannot address a stride-0 batch); past this many bytes of copies, one launch per
     batch is cheaper.
+    ``autotune``: time the policy's candidates at a problem's first call and keep the fastest
+    (``host.autotune``); None (the default) reads ``WSGEMM_AUTOTUNE``. ``tuned``: where tuned
+    choices are kept (default the process's ``autotune.STORE``); ``time_call``: how a
+    candidate is timed (ms per call of a function; default ``autotune.time_cuda``).
     """
 
     # Launchers kept; the oldest goes first (a workload with ever-new shapes must not grow memory).
@@ -146,6 +151,9 @@ class Dispatcher:
         batch_invariant: bool | None = None,
         max_batch_per_launch: int = MAX_GRID_DIM[2],
         max_broadcast_copy_bytes: int = 64 << 20,
+        autotune: bool | None = None,
+        tuned: _autotune.TunedStore | None = None,
+        time_call: Callable[[Callable[[], object]], float] | None = None,
     ) -> None:
         self.cache = COMPILE_CACHE if cache is None else cache
         self.devices = CudaDevices() if devices is None else devices
@@ -154,10 +162,52 @@ class Dispatcher:
         self.batch_invariant = batch_invariant
         self.max_batch_per_launch = max_batch_per_launch
         self.max_broadcast_copy_bytes = max_broadcast_copy_bytes
+        if autotune is not None and not isinstance(autotune, bool):
+            raise TypeError(f"autotune must be a bool or None, got {type(autotune).__name__}")
+        self._autotune = autotune
+        self.tuned = _autotune.STORE if tuned is None else tuned
+        self.time_call = _autotune.time_cuda if time_call is None else time_call
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
         self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def autotune(self) -> bool:
+        """Whether ``auto`` tunes on this dispatcher (the argument, else ``WSGEMM_AUTOTUNE``)."""
+        return _autotune.requested() if self._autotune is None else self._autotune
+
+    def tuned_choice(self, device, problem, dtypes) -> policy.Choice | None:
+        """The tuned choice stored for this problem on this GPU model, or None (also when
+        autotuning is off)."""
+        if not self.autotune:
+            return None
+        m, n, k, batch, *_, sm_count, cc = self._policy_args(device, problem, dtypes)
+        return _autotune.tuned_choice(
+            self.tuned, self.devices.name(device), sm_count, cc, m, n, k, batch, dtypes,
+            self.batch_invariant,
+        )  # fmt: skip
+
+    def candidates(self, device, problem, dtypes) -> list[policy.Choice]:
+        """Every choice ``auto`` may make for this problem on sm_90 (``policy.candidates``), as
+        ``Choice`` objects whose ``source`` is "candidate"."""
+        args = self._policy_args(device, problem, dtypes)
+        return [
+            policy.Choice(e, split, "a candidate being timed", "candidate")
+            for e, split in policy.candidates(*args, batch_invariant=self.batch_invariant)
+        ]
+
+    def remember_tuned(self, device, problem, dtypes, times: dict) -> policy.Choice:
+        """Keep the fastest of ``times`` ((entry name, split) -> ms) for this problem's bucket
+        and return it as a choice."""
+        m, n, k, batch, *_, sm_count, _cc = self._policy_args(device, problem, dtypes)
+        name, split = _autotune.fastest(times)
+        key = _autotune.bucket(m, n, k, batch, dtypes)
+        record = {f"{c[0]}/{c[1]}": round(t, 5) for c, t in times.items()}
+        self.tuned.put(self.devices.name(device), sm_count, key, name, split, record)
+        return self.tuned_choice(device, problem, dtypes) or policy.Choice(
+            policy.entry(name), split, f"tuned: the fastest of {len(times)} candidates", "tuned"
+        )
 
     # --------------------------------------------------------------------------- backends
 
@@ -194,13 +244,11 @@ class Dispatcher:
             )
         if backend == "auto":
             if BACKENDS["sm90"].supports(cc):
-                choice = policy.choose(
+                choice = self.tuned_choice(device, problem, dtypes) or policy.choose(
                     *self._policy_args(device, problem, dtypes),
                     batch_invariant=self.batch_invariant,
                 )
-                e = choice.menu_entry
-                config = e.variant_config(split=choice.split > 1)
-                chosen = Route(e.backend, config, choice.split, choice)
+                chosen = self.choice_route(choice)
             else:
                 chosen = Route("sm80")
         elif not BACKENDS[backend].supports(cc):
@@ -223,6 +271,12 @@ class Dispatcher:
             )  # fmt: skip
         return chosen
 
+    @staticmethod
+    def choice_route(choice: policy.Choice) -> Route:
+        """The route that runs a policy (or tuned) choice."""
+        e = choice.menu_entry
+        return Route(e.backend, e.variant_config(split=choice.split > 1), choice.split, choice)
+
     def explain(
         self,
         backend: str,
@@ -234,9 +288,11 @@ class Dispatcher:
         and launches nothing."""
         cc = self.devices.capability(device)
         if backend == "auto" and BACKENDS["sm90"].supports(cc):
-            return policy.explain(
-                *self._policy_args(device, problem, dtypes), batch_invariant=self.batch_invariant
-            )
+            args = self._policy_args(device, problem, dtypes)
+            tuned = self.tuned_choice(device, problem, dtypes)
+            if tuned is not None:
+                return policy.describe(tuned, *args, batch_invariant=self.batch_invariant)
+            return policy.explain(*args, batch_invariant=self.batch_invariant)
         chosen = self.route(backend, device, problem, dtypes)
         config = BACKENDS[chosen.backend].config(dtypes[2])
         tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))

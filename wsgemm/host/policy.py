@@ -420,7 +420,7 @@ class Choice:
     menu_entry: MenuEntry
     split: int
     reason: str
-    source: str  # "table", "heuristic" or "empty"
+    source: str  # "table", "heuristic", "tuned" (WSGEMM_AUTOTUNE, host.autotune) or "empty"
 
 
 def choose(
@@ -457,6 +457,11 @@ def choose(
 def explain(*args: Any, batch_invariant: bool | None = None) -> str:
     """``choose``'s answer for the same arguments, as a few lines a person reads."""
     choice = choose(*args, batch_invariant=batch_invariant)  # checks the arguments first
+    return describe(choice, *args, batch_invariant=batch_invariant)
+
+
+def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) -> str:
+    """``choice`` for ``choose``'s arguments ``args``, as ``explain`` words it."""
     m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc = args
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
@@ -492,17 +497,45 @@ def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> N
         )
 
 
+def candidates(
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    ab_dtype: str,
+    c_dtype: str,
+    acc_dtype: str,
+    sm_count: int,
+    cc: tuple[int, int],
+    *,
+    batch_invariant: bool | None = None,
+) -> tuple[tuple[MenuEntry, int], ...]:
+    """Every (menu entry, split) ``choose`` may pick for this problem, in menu order: what the
+    tuner times (``scripts/tune_menu.py``, ``WSGEMM_AUTOTUNE``). Empty for an empty problem."""
+    _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, tuple(cc))
+    if m == 0 or n == 0 or k == 0 or batch == 0:
+        return ()
+    invariant = batch_invariant_requested(batch_invariant)
+    m = -(-m // M_QUANTUM) * M_QUANTUM  # as choose() sees M
+    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
+
+
+def _allowed(m, n, k, batch, acc_dtype, sm_count, invariant) -> dict[str, tuple[int, ...]]:
+    entries = [e for e in MENU if fits(e, m, n)]
+    if invariant:
+        entries = [e for e in entries if e.tile_k == MENU[0].tile_k]
+    return {
+        e.name: split_candidates(e, m, n, k, batch, sm_count, acc_dtype, invariant) for e in entries
+    }
+
+
 @functools.lru_cache(maxsize=4096)
 def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path):
     _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
-    entries = [e for e in MENU if fits(e, m, n)]
-    if invariant:
-        entries = [e for e in entries if e.tile_k == MENU[0].tile_k]
-    allowed = {
-        e.name: split_candidates(e, m, n, k, batch, sm_count, acc_dtype, invariant) for e in entries
-    }
+    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
     notes = _notes(acc_dtype, invariant)
     table = _table_for(_tables(table_path), sm_count, cc)
     if table is not None:

@@ -1,0 +1,201 @@
+"""WSGEMM_AUTOTUNE on the CPU: a dispatcher posing as an H200 whose kernels are float64
+stand-ins and whose timer is told what each candidate costs. The first call of a problem times
+the policy's candidates and runs the fastest; the choice is kept on disk per GPU model and
+bucket, read back by a new dispatcher, and never taken while tuning is not allowed."""
+
+import json
+import warnings
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from wsgemm.api import Dispatcher, dispatch
+from wsgemm.host import autotune, policy
+from wsgemm.host.dispatch import StandInDevices
+
+F16, F32 = torch.float16, torch.float32
+M, N, K = 128, 256, 128  # several menu entries fit, the product is cheap in float64
+
+
+class TimedCache:
+    """Kernels that compute the product in float64 and log (variant, split) per launch."""
+
+    def __init__(self):
+        self.launched = []
+
+    def get(self, variant):
+        def kernel(a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None):
+            self.launched.append((variant, split))
+            c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+
+        return kernel
+
+
+def entry_of(variant, split) -> str:
+    for e in policy.MENU:
+        if split > 1 and not e.splits:
+            continue
+        if e.backend == variant.backend and e.variant_config(split=split > 1) == variant.config:
+            return e.name
+    raise AssertionError(f"{variant} is no menu entry")
+
+
+class Timer:
+    """``time_call`` for the stand-in: runs the call once and answers the cost given for the
+    candidate it launched (1.0 ms when not given)."""
+
+    def __init__(self, cache, costs):
+        self.cache, self.costs, self.timed = cache, costs, []
+
+    def __call__(self, fn):
+        fn()
+        variant, split = self.cache.launched[-1]
+        candidate = (entry_of(variant, split), split)
+        self.timed.append(candidate)
+        cost = self.costs.get(candidate, 1.0)
+        if isinstance(cost, Exception):
+            raise cost
+        return cost
+
+
+def tuned_dispatcher(tmp_path, costs=None, **options):
+    cache = TimedCache()
+    timer = Timer(cache, costs or {})
+    d = Dispatcher(
+        cache, StandInDevices((9, 0), 132), autotune=True, tuned=autotune.TunedStore(tmp_path),
+        time_call=timer, **options,
+    )  # fmt: skip
+    return d, cache, timer
+
+
+def operands(m=M, n=N, k=K, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randint(-3, 4, s, generator=gen).to(F16) for s in ((m, k), (k, n)))
+
+
+def call(d, a, b, out=None):
+    return dispatch.call(d, a, b, out, None, F32, "auto", None)
+
+
+def candidates(m=M, n=N, k=K):
+    return policy.candidates(m, n, k, 1, "float16", "float16", "float32", 132, (9, 0))
+
+
+def test_the_fastest_candidate_runs_and_is_kept_on_disk(tmp_path):
+    names = [(e.name, s) for e, s in candidates()]
+    assert len(names) >= 3
+    fastest = names[-1]  # not what the policy would pick first
+    d, cache, timer = tuned_dispatcher(tmp_path, {fastest: 0.5})
+    a, b = operands()
+    out = call(d, a, b)
+    assert torch.equal(out, (a.double() @ b.double()).to(F16))
+    assert sorted(timer.timed) == sorted(names)  # every candidate timed once
+    variant, split = cache.launched[-1]
+    assert (entry_of(variant, split), split) == fastest  # and the call ran the fastest
+    (path,) = (tmp_path / "autotune").glob("*.json")
+    stored = json.loads(path.read_text())
+    key = autotune.bucket(M, N, K, 1, ("float16", "float16", "float32"))
+    assert stored["choices"][key]["entry"] == fastest[0]
+    assert stored["choices"][key]["split"] == fastest[1]
+    assert stored["sm_count"] == 132
+
+    # A later call of the signature runs the launcher, a new problem in the same M block too.
+    timer.timed.clear()
+    call(d, a, b)
+    a2, _ = operands(m=M - 5)
+    call(d, a2, b)
+    assert timer.timed == []
+
+    # A new process (dispatcher) reads the choice and times nothing.
+    d2, cache2, timer2 = tuned_dispatcher(tmp_path)
+    call(d2, a, b)
+    assert timer2.timed == []
+    assert (entry_of(*cache2.launched[-1]), cache2.launched[-1][1]) == fastest
+    text = dispatch.explain(d2, a, b, None, None, F32, "auto")
+    assert "tuned on this GPU" in text and fastest[0] in text
+
+
+def test_autotuning_is_off_unless_asked(tmp_path):
+    cache = TimedCache()
+    timer = Timer(cache, {})
+    d = Dispatcher(cache, StandInDevices((9, 0), 132), autotune=False,
+                   tuned=autotune.TunedStore(tmp_path), time_call=timer)  # fmt: skip
+    a, b = operands()
+    call(d, a, b)
+    assert timer.timed == [] and not (tmp_path / "autotune").exists()
+    with pytest.raises(TypeError, match="autotune must be a bool"):
+        Dispatcher(cache, StandInDevices(), autotune="yes")
+
+
+def test_the_environment_switch(monkeypatch):
+    autotune.requested.cache_clear()
+    try:
+        monkeypatch.setenv(autotune.ENV_AUTOTUNE, "1")
+        assert autotune.requested()
+        autotune.requested.cache_clear()
+        monkeypatch.setenv(autotune.ENV_AUTOTUNE, "perhaps")
+        with pytest.warns(autotune.AutotuneWarning, match="stays off"):
+            assert not autotune.requested()
+        autotune.requested.cache_clear()
+        monkeypatch.delenv(autotune.ENV_AUTOTUNE)
+        assert not autotune.requested()
+    finally:
+        autotune.requested.cache_clear()
+
+
+def test_a_candidate_that_fails_is_left_out(tmp_path):
+    names = [(e.name, s) for e, s in candidates()]
+    broken, fastest = names[0], names[1]
+    d, cache, _ = tuned_dispatcher(tmp_path, {broken: RuntimeError("no"), fastest: 0.1})
+    a, b = operands()
+    with pytest.warns(autotune.AutotuneWarning, match="failed"):
+        out = call(d, a, b)
+    assert torch.equal(out, (a.double() @ b.double()).to(F16))
+    assert (entry_of(*cache.launched[-1]), cache.launched[-1][1]) == fastest
+
+
+def test_nothing_is_tuned_on_fake_tensors_or_while_compiling(monkeypatch):
+    with FakeTensorMode():
+        fake = torch.empty(4, 4, dtype=F16)
+    assert not dispatch._may_tune(fake)
+    real = torch.empty(4, 4, dtype=F16)
+    assert dispatch._may_tune(real)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not dispatch._may_tune(real)
+
+
+def test_a_stale_choice_is_ignored_and_a_bad_file_set_aside(tmp_path):
+    store = autotune.TunedStore(tmp_path)
+    dtypes = ("float16", "float16", "float32")
+    key = autotune.bucket(M, N, K, 1, dtypes)
+    store.put("H200", 132, key, "no-such-entry", 1, {})
+    args = (store, "H200", 132, (9, 0), M, N, K, 1, dtypes)
+    assert autotune.tuned_choice(*args) is None  # not a candidate: the policy decides
+    e, split = candidates()[0]
+    store.put("H200", 132, key, e.name, split, {})
+    assert autotune.tuned_choice(*args).menu_entry == e
+
+    (path,) = (tmp_path / "autotune").glob("*.json")
+    path.write_text("{not json")
+    with pytest.warns(autotune.AutotuneWarning, match="set aside"):
+        assert autotune.TunedStore(tmp_path).get("H200", 132, key) is None
+    assert path.with_suffix(".bad").exists()
+
+
+def test_without_a_cache_root_choices_stay_in_memory(monkeypatch):
+    monkeypatch.setenv("WSGEMM_DISK_CACHE", "0")
+    store = autotune.TunedStore()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.put("H200", 132, "k", "sm90", 1, {})
+    assert store.get("H200", 132, "k") == ("sm90", 1)
+
+
+def test_the_bucket_is_the_policys():
+    d = ("float16", "float16", "float32")
+    assert autotune.bucket(1, 64, 64, 1, d) == autotune.bucket(16, 64, 64, 1, d)
+    assert autotune.bucket(16, 64, 64, 1, d) != autotune.bucket(17, 64, 64, 1, d)
+    assert autotune.fastest({("sm90", 1): 2.0, ("sm90-pingpong", 1): 1.0}) == ("sm90-pingpong", 1)
+    # a tie goes to the earlier menu entry
+    assert autotune.fastest({("sm90-pingpong", 1): 1.0, ("sm90", 1): 1.0}) == ("sm90", 1)

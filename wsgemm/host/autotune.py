@@ -1,0 +1,192 @@
+"""On-line tuning for ``backend="auto"`` on Hopper: ``WSGEMM_AUTOTUNE=1``.
+
+The shape policy (``host.policy``) answers from a table measured on the H200; on another sm_90
+part (an H100 PCIe with 114 SMs, an H20) it answers from the nearest H200 cell or a heuristic.
+With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the policy may
+pick (``policy.candidates``: each menu entry that fits, with each split it allows) on the call's
+own operands, keeps the fastest for this GPU on disk, and every later call and process of the
+same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N, K, batch, dtypes) runs it.
+
+Never while a CUDA graph is being captured, under torch.compile's tracing or on fake tensors:
+those calls take the policy's choice. A tuned choice naming an entry or split that the current
+menu no longer offers is ignored (re-tuned). Timing: each candidate runs once (compiling it if
+needed), then ``TIMED_CALLS`` back to back between two CUDA events, with L2 warm; the first call
+of a bucket therefore costs the candidates' compiles (seconds each without a warm disk cache)
+plus milliseconds of GPU time. docs/policy.md.
+
+The store: ``<cache root>/autotune/<GPU name>-<SMs>sm.json`` (``disk.location``, as the compile
+cache; in memory only where there is no cache root), written atomically; a file that does not
+parse is set aside with a warning and tuning starts over.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from . import disk, policy
+
+ENV_AUTOTUNE = "WSGEMM_AUTOTUNE"
+#: Calls timed per candidate, back to back between two CUDA events (after one untimed call).
+TIMED_CALLS = 10
+SCHEMA = 1
+
+
+class AutotuneWarning(UserWarning):
+    """The tuned-choice store could not be read or written (tuning goes on in memory)."""
+
+
+@functools.cache
+def requested() -> bool:
+    """``WSGEMM_AUTOTUNE`` is one of disk's true words (read once, at the first call)."""
+    word = os.environ.get(ENV_AUTOTUNE, "").strip().lower()
+    if word and word not in disk.TRUE_WORDS | disk.FALSE_WORDS:
+        warnings.warn(
+            f"{ENV_AUTOTUNE}={os.environ[ENV_AUTOTUNE]!r} is not one of "
+            f"{', '.join(sorted(disk.TRUE_WORDS | disk.FALSE_WORDS))}; autotuning stays off",
+            AutotuneWarning,
+            stacklevel=2,
+        )
+    return word in disk.TRUE_WORDS
+
+
+def bucket(m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str]) -> str:
+    """The store's key for a problem: what ``policy.choose`` distinguishes."""
+    blocks = -(-m // policy.M_QUANTUM)
+    return f"m{blocks * policy.M_QUANTUM}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
+
+
+def time_cuda(fn: Callable[[], object]) -> float:
+    """Milliseconds per call of ``fn`` on the current CUDA stream: one untimed call, then
+    ``TIMED_CALLS`` between two events."""
+    import torch
+
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(TIMED_CALLS):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / TIMED_CALLS
+
+
+class TunedStore:
+    """Tuned choices per GPU model: bucket -> (menu entry name, split, timings). ``root``: the
+    folder holding ``autotune/`` (None: ``disk.location()``'s root; in memory where none)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self._root = root
+        self._files: dict[tuple[str, int], dict] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, device: str, sm_count: int) -> Path | None:
+        root = self._root if self._root is not None else disk.location().root
+        if root is None:
+            return None
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-") or "gpu"
+        return Path(root) / "autotune" / f"{slug}-{sm_count}sm.json"
+
+    def _load(self, device: str, sm_count: int) -> dict:
+        key = (device, sm_count)
+        if key not in self._files:
+            self._files[key] = self._read(self._path(device, sm_count))
+        return self._files[key]
+
+    @staticmethod
+    def _read(path: Path | None) -> dict:
+        if path is None or not path.exists():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+            if data.get("schema") != SCHEMA or not isinstance(data.get("choices"), dict):
+                raise ValueError(f"not a schema-{SCHEMA} tuned-choice file")
+            return data["choices"]
+        except (OSError, ValueError) as exc:
+            bad = path.with_suffix(".bad")
+            try:
+                os.replace(path, bad)
+            except OSError:
+                pass
+            warnings.warn(
+                f"wsgemm autotune: {path} could not be read ({exc}); set aside as {bad.name}, "
+                "tuning starts over",
+                AutotuneWarning,
+                stacklevel=4,
+            )
+            return {}
+
+    def get(self, device: str, sm_count: int, key: str) -> tuple[str, int] | None:
+        """The tuned (entry name, split) of ``key`` on this GPU model, or None."""
+        with self._lock:
+            found = self._load(device, sm_count).get(key)
+        if not isinstance(found, dict):
+            return None
+        name, split = found.get("entry"), found.get("split")
+        if not isinstance(name, str) or not isinstance(split, int):
+            return None
+        return name, split
+
+    def put(
+        self, device: str, sm_count: int, key: str, name: str, split: int, times: dict[str, float]
+    ) -> None:
+        """Keep ``key``'s winner (and every candidate's ms, for the record) in memory and on
+        disk, merged with what other processes stored meanwhile."""
+        record = {"entry": name, "split": split, "ms": times}
+        with self._lock:
+            choices = self._load(device, sm_count)
+            choices[key] = record
+            path = self._path(device, sm_count)
+            if path is None:
+                return
+            try:
+                on_disk = self._read(path) if path.exists() else {}
+                on_disk.update(choices)
+                choices.update(on_disk)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                body = {"schema": SCHEMA, "device": device, "sm_count": sm_count,
+                        "choices": on_disk}  # fmt: skip
+                with tempfile.NamedTemporaryFile(
+                    "w", dir=path.parent, prefix=".tmp-", delete=False
+                ) as tmp:
+                    json.dump(body, tmp, indent=1, sort_keys=True)
+                os.replace(tmp.name, path)
+            except OSError as exc:
+                warnings.warn(
+                    f"wsgemm autotune: cannot write {path} ({exc}); the choice is kept in memory",
+                    AutotuneWarning,
+                    stacklevel=3,
+                )
+
+
+def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, batch, dtypes,
+                 batch_invariant: bool | None = None) -> policy.Choice | None:  # fmt: skip
+    """The stored choice for this problem as a ``policy.Choice`` (source "tuned"), or None when
+    none is stored or it names a candidate the policy no longer allows."""
+    found = store.get(device, sm_count, bucket(m, n, k, batch, dtypes))
+    if found is None:
+        return None
+    allowed = policy.candidates(m, n, k, batch, *dtypes, sm_count, cc,
+                                batch_invariant=batch_invariant)  # fmt: skip
+    for e, split in allowed:
+        if (e.name, split) == found:
+            why = (f"tuned on this GPU ({ENV_AUTOTUNE}=1): the fastest of {len(allowed)} "
+                   f"candidates for {bucket(m, n, k, batch, dtypes)}")  # fmt: skip
+            return policy.Choice(e, split, why, "tuned")
+    return None
+
+
+def fastest(times: dict[tuple[str, int], float]) -> tuple[str, int]:
+    """The (entry name, split) with the least time; ties go to the earlier in menu order."""
+    order = {e.name: i for i, e in enumerate(policy.MENU)}
+    return min(times, key=lambda c: (times[c], order.get(c[0], len(order)), c[1]))
+
+
+STORE = TunedStore()
