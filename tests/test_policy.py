@@ -133,6 +133,17 @@ def test_clusters_need_two_tiles_along_their_mode():
     sm90, c12 = policy.entry("sm90"), policy.entry("pingpong-64x128-c1x2")
     assert not policy.fits(sm90, 128, 4096) and policy.fits(sm90, 129, 4096)
     assert not policy.fits(c12, 16, 128) and policy.fits(c12, 16, 129)
+    for name in ("pingpong-64x64-c2x1", "pingpong-64x128-c2x1"):
+        c21 = policy.entry(name)
+        assert not policy.fits(c21, 64, 4096) and policy.fits(c21, 65, 4096)
+
+
+def test_work_units_count_whole_clusters():
+    c21 = policy.entry("pingpong-64x64-c2x1")
+    assert c21.tiles(128, 4096, 1) == 2 * 64
+    assert c21.tiles(129, 4096, 1) == 4 * 64  # 3 m-tiles run as two clusters of two
+    assert c21.tiles(129, 4096, 3) == 3 * 4 * 64
+    assert policy.entry("sm90").tiles(129, 4097, 1) == 2 * 17  # 2x1: 2 m-tiles, 17 n-tiles
 
 
 @pytest.mark.parametrize("shape", [s for s in LLM if s.m <= 128], ids=lambda s: s.label)

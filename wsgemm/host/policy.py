@@ -151,9 +151,12 @@ class MenuEntry:
         return (n, m) if self.swap_ab else (m, n)
 
     def tiles(self, m: int, n: int, batch: int) -> int:
-        """Output tiles of a problem: the work units of a launch without split."""
+        """The work units of a launch without split: output tiles, each side rounded up to
+        whole clusters (a cluster that overhangs a ragged edge still runs all its CTAs)."""
         km, kn = self.kernel_mn(m, n)
-        return -(-km // self.tile_m) * -(-kn // self.tile_n) * max(batch, 1)
+        cm, cn = self.cluster
+        tiles_m, tiles_n = -(-km // self.tile_m), -(-kn // self.tile_n)
+        return -(-tiles_m // cm) * cm * (-(-tiles_n // cn) * cn) * max(batch, 1)
 
     def describe(self) -> str:
         cm, cn = self.cluster

@@ -173,11 +173,13 @@ class HotRecorder:
                     Int64(self.row_lo) & Int64(0xFFFFFFFF)
                 )
                 row = cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
+                # indexed as _write does: the layout keeps every event on 16 bytes, so the copy
+                # is two 16-byte stores (a pointer offset by count * EVENT_WORDS would not be)
                 events = cute.make_tensor(
-                    row + HEADER_WORDS + self.count * EVENT_WORDS,
-                    cute.make_layout((EVENT_WORDS,)),
+                    row + HEADER_WORDS,
+                    cute.make_layout((EVENT_WORDS, self.count + 1), stride=(1, EVENT_WORDS)),
                 )
-                cute.autovec_copy(event, events)
+                cute.autovec_copy(event, events[None, self.count])
         self.count = self.count + 1
 
     @cute.jit

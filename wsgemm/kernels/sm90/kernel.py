@@ -956,13 +956,14 @@ class Sm90Gemm:
             w2 = hot.now()
             release_state.advance()
             read_state.advance()
+        if const_expr(plan.config.pingpong):
+            # the other warpgroup's turn first: the pending events below are already timed
+            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
         if k_count > 1:
             stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
             hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k_count - 2, stage)
             hot.emit(Event.MMA_WAIT_END, w1, k_begin + k_count - 2, stage)
             hot.emit(Event.STAGE_RELEASE, w2, k_begin + k_count - 2, stage)
-        if const_expr(plan.config.pingpong):
-            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
         w0 = hot.now()
         warpgroup.wait_group(0)
         w1 = hot.now()
