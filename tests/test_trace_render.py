@@ -26,6 +26,7 @@ from trace_fixture import (
 from wsgemm import cli, trace_cli
 from wsgemm.kernels.common.trace_format import Event, RawTrace, Timer
 from wsgemm.timeline import Timeline, check, decode
+from wsgemm.timeline import summary as summary_module
 from wsgemm.timeline.chrome import INSTANTS
 from wsgemm.timeline.decode import SPAN_NAMES
 
@@ -454,6 +455,24 @@ def real(request) -> Timeline:
     if request.param is None:
         pytest.skip("no real recording in tests/data/trace_*.npz")
     return Timeline.from_raw(request.param)
+
+
+def test_a_decode_recording_says_what_it_left_idle():
+    """The H200 decode recording (swap-AB 64x16, 16x4096x4096, traced unsplit): 64 CTAs of one
+    tile each on 132 SMs, so 68 SMs idle and each CTA's second ping-pong warpgroup too."""
+    t = Timeline.from_raw(REPO / "tests" / "data" / "trace_sm90-swap_16x4096x4096.npz")
+    s = t.summary()
+    assert s["sms"] == 64 and s["call"]["num_sms"] == 132
+    assert s["idle"] == {"sms": 68, "consumers": 64, "consumer_recorders": 128}
+    facts = dict(summary_module._facts(s))
+    assert "64 of 132 SMs (68 idle)" in facts["call"]
+    assert facts["idle consumers"] == "64 of 128 consumer recorders ran no tile"
+
+
+def test_a_sampled_recording_claims_no_idle_sms():
+    recs = pingpong_run()[:3]  # only CTA 0 recorded
+    s = Timeline(pack(recs, meta=pingpong_meta(sampled=True, num_sms=132))).summary()
+    assert s["idle"]["sms"] is None
 
 
 def test_a_real_recording_renders(real, tmp_path):

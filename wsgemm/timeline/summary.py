@@ -12,6 +12,8 @@ the tiles spread over the SMs, the tail, and what tracing cost.
   its first wait on full, MMA issue or stage release to its last (``mainloop_intervals``).
   Ping-pong hides one warpgroup's epilogue under the other's mainloop; the cooperative schedule,
   whose two warpgroups finish a tile together, exposes all of it.
+* ``idle``: the GPU's SMs that ran no CTA of the call (when every CTA recorded) and consumer
+  recorders that fetched no tile.
 * ``tiles_per_sm``: distinct output tiles the consumers of each recording SM fetched.
 * ``finish``: each SM's last recorder end; ``tail_us`` = latest - earliest, also as a share of
   the call (first recorder begin .. last recorder end).
@@ -58,6 +60,7 @@ def summarize(d: Decoded, problems: list[str] | None = None) -> dict:
         "recorders": len(d.recorders),
         "events": len(d.events),
         "sms": len(np.unique(d.recorders["smid"])),
+        "idle": _idle(d),
         "roles": _roles(d),
         "epilogue": _epilogue(d),
         "tiles_per_sm": _tiles_per_sm(d),
@@ -143,6 +146,27 @@ def _tiles_per_sm(d: Decoded) -> dict:
     }
 
 
+def _idle(d: Decoded) -> dict:
+    """What of the machine the call left unused: ``sms``, the GPU's SMs that ran no CTA of it
+    (None when only a sample of the grid recorded, or the SM count is unknown), and
+    ``consumers``, consumer recorders that fetched no tile (a ping-pong CTA with one tile leaves
+    its second warpgroup idle), of ``consumer_recorders``."""
+    meta = d.meta
+    num_sms = meta.get("num_sms")
+    sampled = meta.get("sampled", meta.get("ctas_traced", 0) < meta.get("ctas_launched", 0))
+    sms = None
+    if num_sms and not sampled:
+        sms = max(0, int(num_sms) - len(np.unique(d.recorders["smid"])))
+    consumers = np.flatnonzero(np.isin(d.recorders["role"], _CONSUMERS))
+    ev = d.events
+    fetched = np.unique(ev["rec"][(ev["kind"] == Event.TILE_FETCH) & (ev["tile_m"] >= 0)])
+    return {
+        "sms": sms,
+        "consumers": int(len(np.setdiff1d(consumers, fetched))),
+        "consumer_recorders": int(len(consumers)),
+    }
+
+
 def _finish(d: Decoded) -> dict:
     smid = d.recorders["smid"]
     sms = np.unique(smid)
@@ -206,13 +230,20 @@ def tables(summary: dict) -> list:
 def _facts(summary: dict) -> list[tuple[str, str]]:
     epi, tiles, fin = summary["epilogue"], summary["tiles_per_sm"], summary["finish"]
     over, cost = summary["overflow"], summary["overhead"]
+    idle = summary["idle"]
+    on = f"{summary['sms']} SMs"
+    if idle["sms"] is not None:
+        on = f"{summary['sms']} of {summary['sms'] + idle['sms']} SMs ({idle['sms']} idle)"
     rows = [
         (
             "call",
-            f"{summary['duration_us']:.2f} us on {summary['sms']} SMs, "
+            f"{summary['duration_us']:.2f} us on {on}, "
             f"{summary['recorders']} recorders, {summary['events']} events",
         )
     ]
+    if idle["consumers"]:
+        text = f"{idle['consumers']} of {idle['consumer_recorders']} consumer recorders ran no tile"
+        rows.append(("idle consumers", text))
     text = f"{epi['exposed_us']:.2f} of {epi['time_us']:.2f} us"
     if epi["exposed_fraction"] is not None:
         text += f" ({100 * epi['exposed_fraction']:.0f}%)"
