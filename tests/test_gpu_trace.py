@@ -15,7 +15,7 @@ from operands import assert_within_torch_error, make
 import wsgemm
 from wsgemm import timeline
 from wsgemm.api.tracing import record
-from wsgemm.kernels.common.trace_format import RawTrace
+from wsgemm.kernels.common.trace_format import Event, RawTrace
 
 pytestmark = pytest.mark.gpu
 
@@ -54,6 +54,32 @@ def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
     assert raw.meta["backend"] == backend and raw.meta["overflow"] == 0
     assert (raw.buffer[:, 0] > 0).sum() > 0, "no recorder wrote"
     assert timeline.check(raw) == []
+
+
+@pytest.mark.parametrize(
+    "name, shape, split",
+    [
+        ("swap-pingpong-64x16-c1x1", (1, 4096, 14336), 2),  # swap-AB, K split unevenly below
+        ("cooperative-128x128-c1x2", (256, 1024, 4160), 3),  # 65 k-tiles in 3 splits
+        ("pingpong-64x128-c1x2", (77, 640, 1000), 4),  # ragged everywhere
+    ],
+)
+def test_a_split_k_call_traces_its_units_and_fix_ups(name, shape, split):
+    import dataclasses
+
+    from wsgemm.host import policy
+
+    _needs("sm90")
+    e = policy.entry(name)
+    config = dataclasses.replace(e.variant_config(split=True), split_k=split)
+    a, b, out, raw = _traced(e.backend, shape, config=config, split_k=True)
+    assert not torch.isnan(out).any(), "unwritten (poisoned) output elements"
+    assert_within_torch_error(out, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
+    assert raw.meta["split"] > 1 and raw.meta["policy_split"] == split
+    assert raw.meta["overflow"] == 0 and timeline.check(raw) == []
+    decoded = timeline.decode(raw)
+    assert (decoded.events["kind"] == Event.FIXUP_BEGIN).sum() > 0
+    assert raw.meta["traced_us"] > 0 and raw.meta["untraced_us"] > 0
 
 
 def test_the_whole_sm80_grid_can_be_traced():

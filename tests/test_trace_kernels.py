@@ -253,6 +253,28 @@ def test_plan_traces_every_sm90_cta_with_room_for_every_event():
     assert p.nbytes == 396 * (HEADER_WORDS + p.capacity * EVENT_WORDS) * 4
 
 
+def test_plan_counts_split_k_units_and_their_fix_ups():
+    from wsgemm.host import policy
+
+    e = policy.entry("swap-pingpong-64x16-c1x1")
+    config = e.variant_config(split=True)
+    # the kernel's problem: N=4096 weights rows (M here), 16 tokens, K=14336: 64 tiles x 2 splits
+    p = tracing.plan_trace("sm90-pingpong", config, (4096, 16, 14336, 1), 132, split=2)
+    assert p.ctas_launched == 128 and p.tiles_per_cta == 1 and p.k_tiles == 224
+    per_unit = 6 * 112 + tracing.EVENTS_PER_TILE + tracing.EVENTS_PER_FIXUP
+    assert p.capacity == per_unit + tracing.EVENTS_PER_RECORDER
+
+
+def test_a_traced_split_k_variant_compiles_spill_free(traced_report):
+    from wsgemm.host import policy
+
+    e = policy.entry("cooperative-128x128-c1x2")
+    variant = host.Variant(e.backend, "sm_90a", config=e.variant_config(split=True))
+    _, r = traced_report(variant)
+    assert_clean(r)
+    assert "SR_GLOBALTIMER" in r.sass_text and "ATOMG" in r.sass_text  # the fix-up's count
+
+
 def test_plan_caps_the_buffer_and_samples_the_sm80_grid():
     config = host.BACKENDS["sm80"].config()
     p = tracing.plan_trace("sm80", config, (16384, 16384, 1 << 20, 1), 132)

@@ -194,6 +194,47 @@ def test_missing_tiles_are_not_required_of_a_sampled_recording():
     assert check(pack(recs, meta=meta)) == []
 
 
+def split_run(k_tiles=4):
+    """``pingpong_run`` read as split-K: its 2 x 3 tiles are 3 tiles (0, n, 0) of two splits
+    each, split m covering k-tiles [m * k_tiles, (m + 1) * k_tiles); each unit's fetch carries
+    its first k-tile and split as the kernel writes them."""
+    recs = pingpong_run(k_tiles=k_tiles)
+    for r in recs:
+        for i, (kind, t, m, n, batch, k, stage) in enumerate(r.events):
+            if m < 0:
+                continue
+            if kind == Event.TILE_FETCH:
+                k, stage = m * k_tiles, m
+            elif k >= 0:
+                k += m * k_tiles
+            r.events[i] = (kind, t, 0, n, batch, k, stage)
+    return recs, pingpong_meta(tiles=(1, 3, 1), k_tiles=2 * k_tiles, split=2)
+
+
+def test_split_k_units_are_checked_as_units():
+    recs, meta = split_run()
+    assert check(pack(recs, meta=meta)) == []
+    # read unsplit, three tiles look run twice
+    unsplit = {**meta, "split": 1}
+    assert any("was run by 2 CTAs" in p for p in check(pack(recs, meta=unsplit)))
+    # a unit nobody fetched
+    w = recs[1]  # CTA 0's first warpgroup ran split 0 of tiles (0, 0, 0) and (0, 2, 0)
+    w.events = [e for e in w.events if not (e[0] == Event.TILE_FETCH and e[3] == 2)]
+    problems = check(pack(recs, meta=meta))
+    assert "1 of 6 tiles were run by no CTA: (0, 2, 0)" in problems, problems
+    recs2, _ = split_run()
+    w = recs2[4]  # CTA 1's first warpgroup ran split 1 of (0, 0, 0) and (0, 2, 0)
+    w.events = [e for e in w.events if not (e[0] == Event.TILE_FETCH and e[3] == 2)]
+    assert "1 of 6 tiles were run by no CTA: (0, 2, 1)" in check(pack(recs2, meta=meta))
+
+
+def test_a_split_units_fetch_names_its_split_in_the_chrome_trace(tmp_path):
+    recs, meta = split_run()
+    t = Timeline(pack(recs, meta=meta))
+    text = t.to_chrome(tmp_path / "t.json").read_text()
+    assert '"first_k_tile": 4' in text and '"split": 1' in text
+
+
 def test_tiles_past_the_problem_edge_are_allowed_within_the_cluster_grid():
     # 2 x 3 tiles of which the problem covers 1 x 3: a 2x1 cluster overhangs the ragged edge
     meta = pingpong_meta(tiles=(1, 3, 1))

@@ -32,7 +32,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 FILES = {"raw": "raw.npz", "chrome": "trace.json", "png": "timeline.png", "summary": "summary.json"}
 # The options of a new recording: meaningless with --from-raw.
 _RECORDING = ("batch", "backend", "dtype", "out_dtype", "accumulate", "layout", "capacity",
-              "max_ctas")  # fmt: skip
+              "max_ctas", "split_k")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +80,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     call.add_argument(
         "--max-ctas", type=bounded_int(1), metavar="N", help="record at most this many CTAs"
+    )
+    call.add_argument(
+        "--split-k",
+        action="store_true",
+        default=None,
+        help="trace the split-K count the call runs, with each unit's fix-up (default: a split "
+        "choice is traced unsplit); not yet run on a GPU, docs/trace.md",
     )
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="where to write")
@@ -160,6 +167,7 @@ def _record(args, dtype: str, accumulate: str, console):
             accumulate=getattr(torch, accumulate),
             capacity=args.capacity,
             max_ctas=args.max_ctas,
+            split_k=bool(args.split_k),
         )
     except (TypeError, ValueError) as exc:  # the call was refused: this problem, this GPU
         console.print(f"trace: {exc}", style="red", markup=False)

@@ -20,6 +20,7 @@ import torch
 from .. import host
 from ..host import tracing as host_tracing
 from ..host.dispatch import DISPATCHER
+from ..host.workspace import split_buffer_sizes, split_launcher
 from ..kernels.common.trace import timer_for
 from ..kernels.common.trace_format import HEADER_FIELDS, RawTrace
 from .dispatch import kernel_views
@@ -48,14 +49,19 @@ def record(
     max_ctas: int | None = None,
     measure: bool = True,
     out=None,
+    split_k: bool = False,
 ) -> RawTrace:
     """Run ``a @ b`` once on ``backend``'s traced kernel and return what it recorded.
 
     Args:
         a, b, out_dtype, config: as ``wsgemm.api.matmul``; ``accumulate`` None means
             torch.float32.
-        backend: ``"auto"`` (the kernel and config ``matmul`` would pick; a split-K choice is
-            traced unsplit, and ``meta["policy_split"]`` says so) or a backend name.
+        backend: ``"auto"`` (the kernel and config ``matmul`` would pick) or a backend name.
+        split_k: trace the split-K count ``matmul`` runs (its units' ``FIXUP_*`` events, each
+            unit's split in its ``TILE_FETCH``); False (the default) traces a split choice
+            unsplit. ``meta["split"]`` is the count traced, ``meta["policy_split"]`` the one
+            ``matmul`` runs. The split traced variants were not yet run on a GPU when this was
+            written (docs/trace.md).
         capacity: events per recorder row (None: planned from the problem,
             ``host.tracing.plan_trace``); a recorder past it counts its overflow.
         max_ctas: trace only the first this many CTAs (None: every CTA of a persistent sm90
@@ -97,7 +103,10 @@ def record(
     d = DISPATCHER
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
-    if getattr(route.config, "split_k", 1) != 1:  # a split is traced unsplit (policy_split)
+    if not isinstance(split_k, bool):
+        raise TypeError(f"split_k must be a bool, got {type(split_k).__name__}")
+    traced_split = route.split if split_k else 1
+    if getattr(route.config, "split_k", 1) != 1 and traced_split == 1:  # traced unsplit
         route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))
 
     if out is None:
@@ -120,15 +129,20 @@ def record(
             raise ValueError(f"N={n} takes several sm80 launches; a trace records one")
 
     num_sms = d.devices.sm_count(device)
+    split_args: tuple = ()
+    if traced_split > 1:
+        traced_split, words, count = split_buffer_sizes(kernel_config, traced_split, m, n, k, L)
+        workspace = torch.empty(words, dtype=torch.float32, device=a.device)
+        split_args = (traced_split, workspace, d.semaphores.get(a.device, count))
     tplan = host_tracing.plan_trace(
         route.backend, kernel_config, (m, n, k, L), num_sms, capacity=capacity,
-        max_ctas=max_ctas,
+        max_ctas=max_ctas, split=traced_split,
     )  # fmt: skip
     with torch.cuda.device(device):
         traced = host_tracing.cached_traced(variant)
         clusters = num_sms // host.cluster_size(kernel_config)  # as the dispatcher launches
         buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=a.device)
-        traced(launch.a, launch.b, launch.c, clusters, 0, buffer)
+        traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *split_args)
         launch.finish()
         raw = buffer.cpu().numpy()
         timing = {}
@@ -136,9 +150,11 @@ def record(
             untraced, _ = d.kernel(
                 route.backend, device, p.dtype_names, launch.a_major, launch.b_major, route.config
             )
+            if split_args:
+                untraced = split_launcher(untraced, route.config, traced_split, d.semaphores)
             timing = {
                 "traced_us": _median_us(
-                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer)
+                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *split_args)
                 ),
                 "untraced_us": _median_us(lambda: untraced(launch.a, launch.b, launch.c, clusters)),
             }
@@ -170,6 +186,7 @@ def record(
         "schedule": getattr(kernel_config, "schedule", None),
         "timer": int(timer_for(variant.arch)),
         "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
+        "split": traced_split,
         "policy_split": route.split,
     }
     return RawTrace(buffer=raw, meta=meta)

@@ -50,6 +50,8 @@ EVENTS_PER_K_TILE = 6
 EVENTS_PER_TILE = 1 + 4 + 2 + 2 + 2 * 16
 #: Per recorder: begin, end, and the producer's final wait (2), with room to spare.
 EVENTS_PER_RECORDER = 8
+#: Per split-K work unit: FIXUP_BEGIN/END.
+EVENTS_PER_FIXUP = 2
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,14 @@ def plan_trace(
     capacity: int | None = None,
     max_ctas: int | None = None,
     max_bytes: int = MAX_BUFFER_BYTES,
+    split: int = 1,
 ) -> TracePlan:
     """The trace buffer for one launch of ``backend`` with ``config`` on ``shape`` = (M, N, K,
     L) on a GPU of ``num_sms`` SMs. ``capacity``: events per row (None: planned from the
     problem, capped by ``max_bytes``); ``max_ctas``: trace at most the first this many CTAs
-    (None: all of the sm90 grid, ``DEFAULT_SM80_WAVES`` waves of the sm80 grid)."""
+    (None: all of the sm90 grid, ``DEFAULT_SM80_WAVES`` waves of the sm80 grid). ``split``:
+    the split-K count the launch runs (as the kernel clamps it): each tile is then that many
+    work units of about ``k_tiles / split`` k-tiles, each with its fix-up."""
     if capacity is not None and (
         isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
     ):
@@ -120,10 +125,10 @@ def plan_trace(
         from ..kernels.common.scheduler import cluster_tile_counts, persistent_cluster_count
 
         cm, cn = cluster_tile_counts(tiles_m, tiles_n, config.cluster_m, config.cluster_n)
-        work = cm * cn * batch
+        work = cm * cn * batch * split
         clusters = persistent_cluster_count(work, num_sms // config.cluster_size)
         ctas = clusters * config.cluster_size
-        tiles_per_cta = math.ceil(work / clusters)
+        tiles_per_cta = math.ceil(work / clusters)  # work units
         default_ctas = ctas
     else:
         ctas = tiles_m * tiles_n * batch
@@ -132,9 +137,10 @@ def plan_trace(
     traced = min(ctas, default_ctas if max_ctas is None else max_ctas)
     per_cta = recorders_per_cta(backend, config)
     if capacity is None:
+        unit_k_tiles = math.ceil(k_tiles / split)
         capacity = (
-            EVENTS_PER_K_TILE * k_tiles * tiles_per_cta
-            + EVENTS_PER_TILE * tiles_per_cta
+            EVENTS_PER_K_TILE * unit_k_tiles * tiles_per_cta
+            + (EVENTS_PER_TILE + (EVENTS_PER_FIXUP if split > 1 else 0)) * tiles_per_cta
             + EVENTS_PER_RECORDER
         )
         row_budget = max_bytes // (4 * traced * per_cta)
@@ -161,8 +167,10 @@ def compile_traced(variant: Variant, *, keep: bool = False):
     kernels are compiled per process, never cached on disk (``cached_traced`` memoizes)."""
     from .compile import compile_entry, fake_arguments, make_kernel
 
-    args = (*fake_arguments(variant), fake_trace_buffer())
-    return compile_entry(make_kernel(variant, trace=True).traced, args, variant.arch, keep=keep)
+    kernel = make_kernel(variant, trace=True)
+    # a split-K variant's run-time count, workspace and semaphores follow the buffer
+    args = (*fake_arguments(variant), fake_trace_buffer(), *kernel.fake_launch_extras())
+    return compile_entry(kernel.traced, args, variant.arch, keep=keep)
 
 
 @functools.cache

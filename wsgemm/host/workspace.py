@@ -55,6 +55,18 @@ class SemaphoreCache:
             self._buffers.clear()
 
 
+def split_buffer_sizes(config: Any, split: int, m: int, n: int, k: int, batch: int):
+    """(the split count the kernel runs, workspace words, semaphores) for one split launch of
+    ``config`` on (M, N, K, batch): the count clamped as the kernel clamps it
+    (``scheduler.effective_splits``), one workspace word when that leaves no split (the kernel
+    never touches it, but takes a tensor)."""
+    from ..kernels.common.scheduler import effective_splits
+
+    splits = effective_splits(split, -(-k // config.tile_k))
+    words = config.split_workspace_elements(m, n, batch, splits) if splits > 1 else 1
+    return splits, words, config.split_semaphores(m, n, batch)
+
+
 def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreCache) -> Callable:
     """``launch(a_mkl, b_nkl, c_mnl, clusters)``: the compiled split kernel ``fn`` (a variant of
     ``config``, an ``Sm90Config`` with ``split_k != 1``) run with K split ``split`` ways (the
@@ -62,15 +74,10 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
     same rule), a fresh workspace and the current stream's semaphores. Called like an unsplit
     kernel, so the API's launchers take either. The buffer sizes are worked out once per
     problem shape (a launcher's calls share one)."""
-    from ..kernels.common.scheduler import effective_splits
-
     sizes: dict[tuple[int, int, int, int], tuple[int, int]] = {}
 
     def buffer_sizes(m: int, n: int, k: int, batch: int) -> tuple[int, int]:
-        splits = effective_splits(split, -(-k // config.tile_k))
-        # (one word when unsplit: the kernel never touches it, but takes a tensor)
-        words = config.split_workspace_elements(m, n, batch, splits) if splits > 1 else 1
-        return words, config.split_semaphores(m, n, batch)
+        return split_buffer_sizes(config, split, m, n, k, batch)[1:]
 
     def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
         m, k, batch = a_mkl.shape

@@ -11,6 +11,9 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   a producer fill (``LOAD_ISSUE`` into that stage) in between, nor before the first fill.
 * **tiles**: every output tile of the problem (``meta["tiles"]``) is fetched by the consumers of
   exactly one CTA, and by each consumer recorder at most once (on ping-pong: by one recorder).
+  Under split-K (``meta["split"]`` > 1) the same holds for every (tile, split) work unit, the
+  split read from its ``TILE_FETCH``; a tile coordinate in a message then shows l x splits +
+  split as its third value.
   Tiles past the problem's edge, which a cluster that overhangs a ragged edge runs (its loads
   zero-filled, its stores dropped), are not required; they still must not be run twice, and no
   tile may lie past the edge rounded up to whole clusters. When only a sample of the grid
@@ -217,6 +220,14 @@ def _tiles(d: Decoded) -> list[str]:
     rec, cta = ev["rec"][fetch].astype(np.int64), cta[fetch]
     lines = []
     counts = d.meta.get("tiles")
+    splits = int(d.meta.get("split") or 1)
+    if splits > 1:
+        # split-K: the unit is (tile, split) and its fetch carries the split in ``stage``; the
+        # checks below then run on units, each split a slice of the batch coordinate
+        tiles = tiles.copy()
+        tiles[:, 2] = tiles[:, 2] * splits + ev["stage"][fetch]
+        if counts is not None:
+            counts = [counts[0], counts[1], counts[2] * splits]
     config = d.meta.get("config") or {}
     if counts is not None:
         cluster = np.array([config.get("cluster_m", 1), config.get("cluster_n", 1), 1])

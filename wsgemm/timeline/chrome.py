@@ -82,17 +82,20 @@ def _meta(name: str, pid: int, tid: int | None, args: dict) -> str:
 
 
 def _args(table: np.ndarray) -> list[str]:
-    """``, "args": {...}`` for each row: the tile, k-tile and stage it names (none: empty)."""
+    """``, "args": {...}`` for each row: the tile, k-tile and stage it names (none: empty); a
+    split-K unit's tile fetch names its first k-tile and its split instead."""
     m, n, l = (table[f].tolist() for f in ("tile_m", "tile_n", "tile_l"))  # noqa: E741
     k, stage = table["k_tile"].tolist(), table["stage"].tolist()
+    kinds = table["kind"].tolist() if "kind" in (table.dtype.names or ()) else [None] * len(k)
     out = []
-    for row in zip(m, n, l, k, stage, strict=True):
+    for row in zip(m, n, l, k, stage, kinds, strict=True):
+        unit = row[5] == Event.TILE_FETCH
         parts = []
         if row[0] >= 0:
             parts.append(f'"tile": [{row[0]}, {row[1]}, {row[2]}]')
         if row[3] >= 0:
-            parts.append(f'"k_tile": {row[3]}')
+            parts.append(f'"{"first_k_tile" if unit else "k_tile"}": {row[3]}')
         if row[4] >= 0:
-            parts.append(f'"stage": {row[4]}')
+            parts.append(f'"{"split" if unit else "stage"}": {row[4]}')
         out.append(f', "args": {{{", ".join(parts)}}}' if parts else "")
     return out

@@ -331,14 +331,18 @@ def record(rec, kind: cutlass.Constexpr, k_tile=-1, stage=-1):
 @cute.jit
 def fetch(rec, tile):
     """``TILE_FETCH`` of ``tile`` (a ``WorkTile`` or an (m, n, l) tuple); later events carry
-    it. Nothing when ``rec`` is None."""
+    it. A split-K unit's fetch carries its first k-tile and its split index (in the event's
+    k-tile and stage fields). Nothing when ``rec`` is None."""
     if const_expr(rec is not None):
         m, n, l = tile if const_expr(isinstance(tile, tuple)) else tile.coord_mnl  # noqa: E741
         if _writes(rec):
             rec.slot[_S["tile_m"]] = Int32(m)
             rec.slot[_S["tile_n"]] = Int32(n)
             rec.slot[_S["tile_l"]] = Int32(l)
-        _write(rec, Event.TILE_FETCH, Int32(-1), Int32(-1))
+        if const_expr(not isinstance(tile, tuple) and tile.is_split):
+            _write(rec, Event.TILE_FETCH, Int32(tile.k_begin), Int32(tile.split))
+        else:
+            _write(rec, Event.TILE_FETCH, Int32(-1), Int32(-1))
 
 
 @cute.jit
