@@ -243,9 +243,15 @@ def test_cache_info_and_clear(stand_in, capsys):
     assert "cutlass-dsl 4.8.1 (cu13, CUDA 13.4)" in out and "CUTE_DSL_LINEINFO=1" in out
     assert f"{FP}    36 entries" in out and "(this environment)" in out
     assert "total        36 entries" in out
+    assert "autotune     0 tuned choice(s) for 0 GPU model(s)" in out
+    from wsgemm.host import autotune
+
+    autotune.TunedStore(root).put("NVIDIA H100 PCIe", 114, "m16-n64-k64-b1", "sm90", 1, {})
+    code, out, _ = run(capsys, "cache", "info")
+    assert "autotune     1 tuned choice(s) for 1 GPU model(s)" in out
     code, out, _ = run(capsys, "cache", "clear")
-    assert code == 0 and "removed 2 folder(s)" in out
-    assert not (root / FP).exists()
+    assert code == 0 and "removed 2 folder(s)" in out and "1 file(s) of tuned choices" in out
+    assert not (root / FP).exists() and not (root / "autotune").exists()
 
 
 def test_cache_info_when_off(monkeypatch, capsys):

@@ -192,9 +192,13 @@ def _cache(args: argparse.Namespace) -> int:
     if where.root is None:
         print(f"cache: {where.why_not}")
         return EXIT_OK if args.action == "info" else EXIT_USAGE
+    from .host import autotune
+
     if args.action == "clear":
         folders, size = disk.clear(where.root)
-        print(f"cache: removed {folders} folder(s), {size / 1e6:.1f} MB from {where.root}")
+        tuned = autotune.clear(where.root)
+        print(f"cache: removed {folders} folder(s), {size / 1e6:.1f} MB from {where.root}"
+              + (f", and {tuned} file(s) of tuned choices" if tuned else ""))  # fmt: skip
         return EXIT_OK
     from .host.fingerprint import fingerprint, toolchain
 
@@ -222,6 +226,10 @@ def _cache(args: argparse.Namespace) -> int:
             f"last used {used}" + (f"  ({', '.join(notes)})" if notes else "")
         )
     print(f"total        {total_entries} entries, {total_bytes / 1e6:.1f} MB")
+    models, choices = autotune.store_info(where.root)
+    state = "on" if autotune.requested() else "off"
+    print(f"autotune     {choices} tuned choice(s) for {models} GPU model(s) "
+          f"({autotune.ENV_AUTOTUNE} is {state}: docs/policy.md)")  # fmt: skip
     return EXIT_OK
 
 
@@ -274,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "action",
         choices=("info", "clear"),
-        help="info: location, fingerprint, entries per folder; clear: remove every entry",
+        help="info: location, fingerprint, entries per folder, tuned choices; clear: remove "
+        "every entry and tuned choice",
     )
     p.set_defaults(func=_cache)
 

@@ -189,4 +189,35 @@ def fastest(times: dict[tuple[str, int], float]) -> tuple[str, int]:
     return min(times, key=lambda c: (times[c], order.get(c[0], len(order)), c[1]))
 
 
+def store_info(root: Path) -> tuple[int, int]:
+    """(GPU models, tuned choices) kept under cache root ``root``."""
+    models = choices = 0
+    for path in sorted((Path(root) / "autotune").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            choices += len(data.get("choices") or {})
+            models += 1
+        except (OSError, ValueError, AttributeError):
+            continue
+    return models, choices
+
+
+def clear(root: Path) -> int:
+    """Remove every tuned choice under cache root ``root``; returns the files removed."""
+    folder = Path(root) / "autotune"
+    removed = 0
+    for path in folder.glob("*"):
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+    STORE._files.clear()  # this process's memory of them, too
+    return removed
+
+
 STORE = TunedStore()
