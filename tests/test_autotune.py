@@ -177,10 +177,27 @@ def test_a_stale_choice_is_ignored_and_a_bad_file_set_aside(tmp_path):
     assert autotune.tuned_choice(*args).menu_entry == e
 
     (path,) = (tmp_path / "autotune").glob("*.json")
-    path.write_text("{not json")
-    with pytest.warns(autotune.AutotuneWarning, match="set aside"):
-        assert autotune.TunedStore(tmp_path).get("H200", 132, key) is None
-    assert path.with_suffix(".bad").exists()
+    for bad in ("{not json", "[]", "null", '{"schema": 1, "choices": []}'):
+        path.write_text(bad)
+        with pytest.warns(autotune.AutotuneWarning, match="set aside"):
+            assert autotune.TunedStore(tmp_path).get("H200", 132, key) is None
+        assert path.with_suffix(".bad").exists() and not path.exists()
+
+
+def test_batch_invariant_mode_tunes_its_own_bucket(tmp_path):
+    """Its candidates differ (no split): a choice made in one mode never answers the other."""
+    d = ("float16", "float16", "float32")
+    assert autotune.bucket(M, N, K, 1, d) != autotune.bucket(M, N, K, 1, d, invariant=True)
+    plain, _, t1 = tuned_dispatcher(tmp_path, batch_invariant=False)
+    invariant, _, t2 = tuned_dispatcher(tmp_path, batch_invariant=True)
+    a, b = operands()
+    call(plain, a, b)
+    call(invariant, a, b)
+    assert t1.timed and t2.timed  # each mode tuned
+    assert all(split == 1 for _, split in t2.timed)
+    again, _, t3 = tuned_dispatcher(tmp_path, batch_invariant=False)
+    call(again, a, b)
+    assert t3.timed == []  # the plain mode's choice is still there
 
 
 def test_without_a_cache_root_choices_stay_in_memory(monkeypatch):

@@ -20,6 +20,8 @@ they meet.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -110,31 +112,42 @@ def _may_tune(t: torch.Tensor) -> bool:
 def _tuned(d, a, b, p: Problem, route: Route) -> Route:
     """``WSGEMM_AUTOTUNE``: time every candidate of the policy on this call's operands (into a
     scratch output, never the caller's), keep the fastest for the problem's bucket, run it. A
-    candidate that fails to compile or launch is left out (warned); if none runs, ``route``."""
+    candidate that fails to compile or launch is left out (warned); if none runs, ``route``.
+    Each candidate is planned and run once, then its kernel alone is timed (not the planning);
+    one tuning at a time per process, on the operands' device."""
     if not _may_tune(a):
         return route
     device, problem = a.device.index, (p.m, p.n, p.k, p.batch)
     candidates = d.candidates(device, problem, p.dtype_names)
     if len(candidates) < 2:
         return route
-    scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     times = {}
-    for choice in candidates:
-        r = d.choice_route(choice)
-        try:
-            times[(choice.menu_entry.name, choice.split)] = d.time_call(
-                lambda r=r: _launch(d, a, b, scratch, p, r)
-            )
-        except Exception as exc:  # a candidate that cannot run is not a candidate
-            warnings.warn(
-                f"wsgemm autotune: {choice.menu_entry.name} with split {choice.split} failed "
-                f"({type(exc).__name__}: {exc}); left out",
-                AutotuneWarning,
-                stacklevel=5,
-            )
+    with _TUNING, _on_device(d, device):
+        scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
+        for choice in candidates:
+            r = d.choice_route(choice)
+            try:
+                _, planned = _launch(d, a, b, scratch, p, r)  # compiles, plans, runs once
+                if planned is not None:  # one launch on views: time the kernel alone
+                    launch, fn, clusters, _ = planned
+                    call = functools.partial(fn, launch.a, launch.b, launch.c, clusters)
+                else:
+                    call = functools.partial(_launch, d, a, b, scratch, p, r)
+                times[(choice.menu_entry.name, choice.split)] = d.time_call(call)
+            except Exception as exc:  # a candidate that cannot run is not a candidate
+                warnings.warn(
+                    f"wsgemm autotune: {choice.menu_entry.name} with split {choice.split} "
+                    f"failed ({type(exc).__name__}: {exc}); left out",
+                    AutotuneWarning,
+                    stacklevel=5,
+                )
     if not times:
         return route
     return d.choice_route(d.remember_tuned(device, problem, p.dtype_names, times))
+
+
+# One tuning at a time in a process: two would time each other's kernels.
+_TUNING = threading.Lock()
 
 
 def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:

@@ -87,6 +87,8 @@ def record(
             "recording a trace runs the kernel on a CUDA GPU and none is available; "
             "a recorded trace (RawTrace.save) can be re-rendered without one"
         )
+    if not isinstance(split_k, bool):
+        raise TypeError(f"split_k must be a bool, got {type(split_k).__name__}")
     if accumulate is None:
         accumulate = torch.float32
     p = validate(a, b, out, out_dtype, accumulate, backend, config)
@@ -103,8 +105,6 @@ def record(
     d = DISPATCHER
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
-    if not isinstance(split_k, bool):
-        raise TypeError(f"split_k must be a bool, got {type(split_k).__name__}")
     traced_split = route.split if split_k else 1
     if getattr(route.config, "split_k", 1) != 1 and traced_split == 1:  # traced unsplit
         route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))

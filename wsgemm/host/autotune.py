@@ -21,6 +21,7 @@ parse is set aside with a warning and tuning starts over.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -57,10 +58,14 @@ def requested() -> bool:
     return word in disk.TRUE_WORDS
 
 
-def bucket(m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str]) -> str:
-    """The store's key for a problem: what ``policy.choose`` distinguishes."""
+def bucket(
+    m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str], invariant: bool = False
+) -> str:
+    """The store's key for a problem: what ``policy.choose`` distinguishes, batch-invariant
+    mode included (its candidates differ: no split)."""
     blocks = -(-m // policy.M_QUANTUM)
-    return f"m{blocks * policy.M_QUANTUM}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
+    key = f"m{blocks * policy.M_QUANTUM}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
+    return key + ("-invariant" if invariant else "")
 
 
 def time_cuda(fn: Callable[[], object]) -> float:
@@ -94,6 +99,15 @@ class TunedStore:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-") or "gpu"
         return Path(root) / "autotune" / f"{slug}-{sm_count}sm.json"
 
+    def _file_mode(self) -> int:
+        """As the compile cache's entries: private, or readable by all with
+        ``WSGEMM_CACHE_SHARED`` (the umask applied)."""
+        if self._root is None and disk.location().shared:
+            umask = os.umask(0o22)
+            os.umask(umask)
+            return 0o666 & ~umask
+        return 0o600
+
     def _load(self, device: str, sm_count: int) -> dict:
         key = (device, sm_count)
         if key not in self._files:
@@ -106,7 +120,11 @@ class TunedStore:
             return {}
         try:
             data = json.loads(path.read_text())
-            if data.get("schema") != SCHEMA or not isinstance(data.get("choices"), dict):
+            if (
+                not isinstance(data, dict)
+                or data.get("schema") != SCHEMA
+                or not isinstance(data.get("choices"), dict)
+            ):
                 raise ValueError(f"not a schema-{SCHEMA} tuned-choice file")
             return data["choices"]
         except (OSError, ValueError) as exc:
@@ -146,31 +164,43 @@ class TunedStore:
             path = self._path(device, sm_count)
             if path is None:
                 return
+            tmp = None
             try:
+                # what other processes stored meanwhile, plus this key (never this process's
+                # older memory of other keys over theirs)
                 on_disk = self._read(path) if path.exists() else {}
-                on_disk.update(choices)
+                on_disk[key] = record
                 choices.update(on_disk)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 body = {"schema": SCHEMA, "device": device, "sm_count": sm_count,
                         "choices": on_disk}  # fmt: skip
                 with tempfile.NamedTemporaryFile(
                     "w", dir=path.parent, prefix=".tmp-", delete=False
-                ) as tmp:
-                    json.dump(body, tmp, indent=1, sort_keys=True)
-                os.replace(tmp.name, path)
+                ) as f:
+                    tmp = f.name
+                    json.dump(body, f, indent=1, sort_keys=True)
+                os.chmod(tmp, self._file_mode())
+                os.replace(tmp, path)
+                tmp = None
             except OSError as exc:
                 warnings.warn(
                     f"wsgemm autotune: cannot write {path} ({exc}); the choice is kept in memory",
                     AutotuneWarning,
                     stacklevel=3,
                 )
+            finally:
+                if tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
 
 
 def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, batch, dtypes,
                  batch_invariant: bool | None = None) -> policy.Choice | None:  # fmt: skip
     """The stored choice for this problem as a ``policy.Choice`` (source "tuned"), or None when
     none is stored or it names a candidate the policy no longer allows."""
-    found = store.get(device, sm_count, bucket(m, n, k, batch, dtypes))
+    invariant = policy.batch_invariant_requested(batch_invariant)
+    key = bucket(m, n, k, batch, dtypes, invariant)
+    found = store.get(device, sm_count, key)
     if found is None:
         return None
     allowed = policy.candidates(m, n, k, batch, *dtypes, sm_count, cc,
@@ -178,7 +208,7 @@ def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, bat
     for e, split in allowed:
         if (e.name, split) == found:
             why = (f"tuned on this GPU ({ENV_AUTOTUNE}=1): the fastest of {len(allowed)} "
-                   f"candidates for {bucket(m, n, k, batch, dtypes)}")  # fmt: skip
+                   f"candidates for {key}")  # fmt: skip
             return policy.Choice(e, split, why, "tuned")
     return None
 

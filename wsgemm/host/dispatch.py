@@ -202,7 +202,8 @@ class Dispatcher:
         and return it as a choice."""
         m, n, k, batch, *_, sm_count, _cc = self._policy_args(device, problem, dtypes)
         name, split = _autotune.fastest(times)
-        key = _autotune.bucket(m, n, k, batch, dtypes)
+        invariant = policy.batch_invariant_requested(self.batch_invariant)
+        key = _autotune.bucket(m, n, k, batch, dtypes, invariant)
         record = {f"{c[0]}/{c[1]}": round(t, 5) for c, t in times.items()}
         self.tuned.put(self.devices.name(device), sm_count, key, name, split, record)
         return self.tuned_choice(device, problem, dtypes) or policy.Choice(

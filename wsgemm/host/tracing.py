@@ -137,10 +137,12 @@ def plan_trace(
     traced = min(ctas, default_ctas if max_ctas is None else max_ctas)
     per_cta = recorders_per_cta(backend, config)
     if capacity is None:
+        split_variant = split > 1 or getattr(config, "split_k", 1) != 1
         unit_k_tiles = math.ceil(k_tiles / split)
         capacity = (
             EVENTS_PER_K_TILE * unit_k_tiles * tiles_per_cta
-            + (EVENTS_PER_TILE + (EVENTS_PER_FIXUP if split > 1 else 0)) * tiles_per_cta
+            # a split variant records its fix-up span even when the count clamps to 1
+            + (EVENTS_PER_TILE + (EVENTS_PER_FIXUP if split_variant else 0)) * tiles_per_cta
             + EVENTS_PER_RECORDER
         )
         row_budget = max_bytes // (4 * traced * per_cta)

@@ -153,8 +153,9 @@ def exclusive_time(decoded: Decoded) -> np.ndarray:
 def mainloop_intervals(decoded: Decoded, recs):
     """``(rec, begin, end)``: each tile's mainloop on each of the recorders ``recs``: from its
     first mainloop event (wait on full, MMA issue, stage release, sm80 load/compute) to its
-    last. A recorder's tiles are told apart by its epilogues: the events between two
-    EPILOGUE_BEGINs belong to one tile."""
+    last. A recorder's tiles are told apart by its tile fetches and epilogues: the events
+    between two of them belong to one tile (a split-K unit that does not finish its tile has
+    no epilogue, but its fetch starts the next unit)."""
     return _intervals(decoded, recs, _MAINLOOP_KINDS, per_tile=True)
 
 
@@ -163,9 +164,11 @@ def _intervals(decoded: Decoded, recs, kinds, per_tile: bool):
     ``recs`` (``per_tile``: on each of its tiles, as ``mainloop_intervals`` says)."""
     ev = decoded.events
     ev = ev[np.isin(ev["rec"], recs)]
-    # events are recorder-major in recording order: a running count of epilogue begins numbers
-    # each recorder's tiles (the count only grows, so (rec, count) names one tile)
-    tile = np.cumsum(ev["kind"] == Event.EPILOGUE_BEGIN) if per_tile else np.zeros(len(ev))
+    # events are recorder-major in recording order: a running count of tile fetches and
+    # epilogue begins numbers each recorder's tiles (the count only grows, so (rec, count)
+    # names one tile or split unit)
+    bounds = np.isin(ev["kind"], (Event.EPILOGUE_BEGIN, Event.TILE_FETCH))
+    tile = np.cumsum(bounds) if per_tile else np.zeros(len(ev))
     main = np.isin(ev["kind"], kinds)
     rec, tile, t = ev["rec"][main], tile[main], ev["t"][main]
     if not len(rec):

@@ -14,7 +14,8 @@ the tiles spread over the SMs, the tail, and what tracing cost.
   whose two warpgroups finish a tile together, exposes all of it.
 * ``idle``: the GPU's SMs that ran no CTA of the call (when every CTA recorded) and consumer
   recorders that fetched no tile.
-* ``tiles_per_sm``: distinct output tiles the consumers of each recording SM fetched.
+* ``tiles_per_sm``: distinct output tiles (split-K: work units) the consumers of each recording
+  SM fetched.
 * ``finish``: each SM's last recorder end; ``tail_us`` = latest - earliest, also as a share of
   the call (first recorder begin .. last recorder end).
 * ``overflow``: recorders that lost events and how many.
@@ -132,9 +133,11 @@ def _tiles_per_sm(d: Decoded) -> dict:
     if not fetch.any():
         return {"min": None, "median": None, "max": None}
     r = d.recorders[ev["rec"][fetch]]
+    # under split-K a unit is (tile, split): the fetch carries the split in ``stage``
+    split = ev["stage"][fetch] if int(d.meta.get("split") or 1) > 1 else np.zeros(fetch.sum())
     runs = np.unique(
         np.column_stack(
-            [r["smid"], r["cta"], *(ev[f][fetch] for f in ("tile_m", "tile_n", "tile_l"))]
+            [r["smid"], r["cta"], *(ev[f][fetch] for f in ("tile_m", "tile_n", "tile_l")), split]
         ),
         axis=0,
     )
