@@ -13,6 +13,7 @@ from wsgemm.kernels.sm90.config import Sm90Config
 pytestmark = pytest.mark.gpu
 
 SWAP_CONFIGS = {
+    "pp64x8": Sm90Config(tile_m=64, tile_n=8, schedule="pingpong", swap_ab=True),
     "pp64x16": Sm90Config(tile_m=64, tile_n=16, schedule="pingpong", swap_ab=True),
     "pp64x32": Sm90Config(tile_m=64, tile_n=32, schedule="pingpong", swap_ab=True),
     "pp64x64c2": Sm90Config(tile_m=64, tile_n=64, cluster_m=2, schedule="pingpong", swap_ab=True),

@@ -80,8 +80,11 @@ def test_a_column_major_out_goes_through_a_temporary():
 
 def test_swap_is_part_of_the_config_and_validated():
     assert dataclasses.replace(SWAP, swap_ab=False) != SWAP
-    with pytest.raises(ValueError, match="tile_n must be one of 16, 32, 64"):
-        Sm90Config(tile_m=64, tile_n=8, schedule="pingpong", swap_ab=True)
+    with pytest.raises(ValueError, match="tile_n must be one of 8, 16, 32, 64"):
+        Sm90Config(tile_m=64, tile_n=24, schedule="pingpong", swap_ab=True)
+    with pytest.raises(ValueError, match="tile_n=8 is the swap-AB decode tile"):
+        Sm90Config(tile_m=64, tile_n=8, schedule="pingpong")
+    assert Sm90Config(tile_m=64, tile_n=8, schedule="pingpong", swap_ab=True).tile_n == 8
 
 
 def test_the_swap_kernel_compiles_for_sm_90a_with_a_transposed_epilogue():

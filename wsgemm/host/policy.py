@@ -229,6 +229,11 @@ DROPPED: tuple[MenuEntry, ...] = (
     # Gate/up at 16 tokens 0.97-1.02x, as pingpong-64x256-c1x1 (1.00-1.02x).
     _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="pingpong"),
+    # Swap-AB up to 8 tokens with an 8-wide token tile, as cuBLAS's 64x8 (docs/perf.md entry
+    # 20: an eighth of the 64x16 tile's wasted MMA work at 1 token, so less power under the cap).
+    # Not yet run on a GPU: scripts/tune_menu.py --with-dropped checks and times it.
+    _entry("swap-pingpong-64x8-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
+           tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
     # Swap-AB up to 32 tokens (not yet measured: scripts/tune_menu.py --with-dropped).
     _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
            tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),

@@ -60,9 +60,9 @@ WGMMA_K = 16
 # the mainloop ring keeps its stages (a narrower tile is one subtile wide).
 EPI_TILE_N = 32
 # WGMMA takes N = 8..256 in steps of 8; the epilogue's st.matrix x4 covers 16 columns of a warp's
-# accumulators, so 16 is the narrowest tile. The narrow ones (16, 32) are for swap-AB, where
-# the tile's N is a few tokens (C^T = B^T A^T: the weights fill the 64-row M slot).
-TILE_N_CHOICES = (16, 32, 64, 128, 192, 256)
+# accumulators (x2 for the 8-wide tile). The narrow ones (8, 16, 32) are for swap-AB, where the
+# tile's N is a few tokens (C^T = B^T A^T: the weights fill the 64-row M slot); 8 only there.
+TILE_N_CHOICES = (8, 16, 32, 64, 128, 192, 256)
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,11 @@ class Sm90Config:
         if self.tile_n not in TILE_N_CHOICES:
             raise ValueError(
                 f"tile_n must be one of {', '.join(map(str, TILE_N_CHOICES))}, got {self.tile_n}"
+            )
+        if self.tile_n == 8 and not self.swap_ab:
+            raise ValueError(
+                "tile_n=8 is the swap-AB decode tile (its M-major store, st.matrix x2): set "
+                "swap_ab=True, or take tile_n >= 16"
             )
         if self.tile_k not in (32, 64, 128):
             raise ValueError(f"tile_k must be one of 32, 64, 128, got {self.tile_k}")

@@ -479,10 +479,17 @@ class Sm90Gemm:
         """Registers -> smem subtile: st.matrix (transposed for an M-major C) for 16-bit
         outputs, plain st.shared for fp32. The C-atom tiling (16-bit st.matrix shape) only fixes
         which accumulator values each thread owns per subtile."""
-        store_atom = sm90_utils.get_smem_store_op(c_major, self.c_dtype, self.acc_dtype)
+        # st.matrix x4 covers 16 columns of a warp's accumulators; an 8-wide tile takes x2
+        matrices = 2 if self.config.tile_n == 8 else 4
+        transpose = c_major.is_m_major_c()
+        if const_expr(matrices == 4 or self.c_dtype.width != 16):
+            store_atom = sm90_utils.get_smem_store_op(c_major, self.c_dtype, self.acc_dtype)
+        else:
+            store_atom = cute.make_copy_atom(
+                warp.StMatrix8x8x16bOp(transpose=transpose, num_matrices=matrices), self.c_dtype
+            )
         layout_atom = cute.make_copy_atom(
-            warp.StMatrix8x8x16bOp(transpose=c_major.is_m_major_c(), num_matrices=4),
-            cutlass.Float16,
+            warp.StMatrix8x8x16bOp(transpose=transpose, num_matrices=matrices), cutlass.Float16
         )
         return cute.make_tiled_copy_S(
             store_atom, cute.make_tiled_copy_C_atom(layout_atom, tiled_mma)
