@@ -368,6 +368,19 @@ def test_markdown_table(any_record):
     )
 
 
+def test_a_row_at_another_clock_than_cublas_is_marked():
+    """H200, 2026-12-01: the 1-token 70B qkv row's rounds ran at 1665 MHz, cuBLAS's at 1935."""
+    rec = schema.load(FIXTURE.parents[2] / "docs" / "data" / "llm_auto_2026-12-01c.json")
+    skews = report.clock_skews(rec)
+    assert skews[("70b qkv t=1", "wsgemm:auto")] == pytest.approx(1665 / 1935 - 1)
+    assert all(abs(v) > report.CLOCK_SKEW for v in skews.values())
+    assert ("70b qkv t=16", "wsgemm:auto") not in skews  # 1965 MHz both
+    text = report.render_text(rec, width=220)
+    assert "*clock -14%" in text and "ran at an SM clock more than 5%" in text
+    md = report.markdown(rec)
+    assert "(0.87x) *clock -14%" in md and "ran at an SM clock more than 5%" in md
+
+
 def test_summary_geomean(synthetic):
     rows = {s["backend"]: s for s in report.summary(synthetic)}
     assert rows["cublas"]["geomean_ratio"] == pytest.approx(1.0)

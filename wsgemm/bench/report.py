@@ -78,12 +78,16 @@ def render(rec: dict, console=None) -> None:
     ):  # fmt: skip
         table.add_column(Text(name), justify=justify)
     groups = _by_shape(rec)
+    skews = clock_skews(rec)
     for g, (shape, rows) in enumerate(groups.items()):
         for i, r in enumerate(rows):
             last = i == len(rows) - 1 and g != len(groups) - 1
-            table.add_row(*_cells(shape, r, first=i == 0), end_section=last)
+            skew = skews.get((r["label"], r["backend"]))
+            table.add_row(*_cells(shape, r, first=i == 0, skew=skew), end_section=last)
     console.print(table)
     console.print(_summary_table(rec))
+    if skews:
+        console.print(_skew_note(skews), highlight=False, markup=False)
 
 
 def render_text(rec: dict, width: int = 160) -> str:
@@ -93,6 +97,38 @@ def render_text(rec: dict, width: int = 160) -> str:
     buffer = io.StringIO()
     render(rec, Console(file=buffer, width=width, color_system=None, force_terminal=False))
     return buffer.getvalue()
+
+
+#: A row whose SM clock differs from cuBLAS's rounds of the same shape by more than this share
+#: is marked: under the power cap its ratio is partly the clock (docs/perf.md, entry 20).
+CLOCK_SKEW = 0.05
+
+
+def clock_skews(rec: dict) -> dict[tuple[str, str], float]:
+    """(label, backend) -> its SM clock / cuBLAS's clock on the same shape - 1, for the rows
+    where that exceeds ``CLOCK_SKEW`` either way (both clocks known)."""
+    base = {
+        r["label"]: r["sm_clock_mhz"]
+        for r in rec["results"]
+        if r["backend"] == BASELINE and r["status"] == "ok" and r["sm_clock_mhz"]
+    }
+    out = {}
+    for r in rec["results"]:
+        clock, ref = r["sm_clock_mhz"], base.get(r["label"])
+        if r["backend"] == BASELINE or r["status"] != "ok" or not clock or not ref:
+            continue
+        skew = clock / ref - 1.0
+        if abs(skew) > CLOCK_SKEW:
+            out[(r["label"], r["backend"])] = skew
+    return out
+
+
+def _skew_note(skews: dict) -> str:
+    return (
+        f"* {len(skews)} row(s) ran at an SM clock more than {CLOCK_SKEW:.0%} from cuBLAS's "
+        "rounds of the same shape (shown next to the ratio): under the power cap their ratio "
+        "is partly the clock"
+    )
 
 
 def summary(rec: dict) -> list[dict]:
@@ -123,12 +159,16 @@ def markdown(rec: dict) -> str:
         "| shape | M x N x K | " + " | ".join(backends) + " |",
         "|---|---:|" + "---:|" * len(backends),
     ]
+    skews = clock_skews(rec)
     for label, m, n, k in shapes_in_order(rec):
         row = [label, f"{m} x {n} x {k}"]
         for backend in backends:
             r = cells.get((label, backend))
-            row.append(_md_cell(r))
+            skew = skews.get((label, backend))
+            row.append(_md_cell(r) + ("" if skew is None else f" *clock {skew:+.0%}"))
         lines.append("| " + " | ".join(row) + " |")
+    if skews:
+        lines += ["", _skew_note(skews)]
     bound = memory_bound_shapes(rec)
     if bound:
         lines += [
@@ -174,7 +214,7 @@ def _by_shape(rec: dict) -> dict[tuple, list[dict]]:
     return {shape: sorted(rows, key=lambda r: rank[r["backend"]]) for shape, rows in groups.items()}
 
 
-def _cells(shape: tuple, r: dict, first: bool) -> list:
+def _cells(shape: tuple, r: dict, first: bool, skew: float | None = None) -> list:
     from rich.text import Text
 
     label, m, n, k = shape
@@ -184,6 +224,8 @@ def _cells(shape: tuple, r: dict, first: bool) -> list:
     ratio_text = "-"
     if ratio:
         ratio_text = f"{ratio['median']:.3f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+        if skew is not None:
+            ratio_text += f" *clock {skew:+.0%}"
     bound = r["memory_bound"]
     # Text, not str: rich would read "[...]" in a label or note as markup.
     return [
