@@ -208,8 +208,9 @@ MENU: tuple[MenuEntry, ...] = (
     # 128 tokens as cuBLAS tiles them (its kernel names: 64x64 and 64x128 tiles, one wave of
     # ~128 CTAs, no split), the two 64-row token tiles of a weight tile in one cluster so that
     # the weights' tile is multicast to both (c1x2 multicasts the small token tile instead):
-    # 8B o 0.80 -> 1.01x, 8B down 0.94 -> 1.04x (64x64); 70B o 0.89 -> 0.99x, 70B down
-    # 1.09 -> 1.12x, 8B qkv 0.88 -> 0.96x (64x128). docs/perf.md entry 19.
+    # against the old menu's best in the same run, 8B o 0.85 -> 1.01x, 8B down 0.95 -> 1.04x
+    # (64x64); 70B o 0.90 -> 0.99x, 70B down 1.11 -> 1.12x, 8B qkv 0.86 -> 0.95x (64x128).
+    # docs/perf.md entry 19.
     _entry("pingpong-64x64-c2x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=64,
            tile_k=64, cluster_m=2, cluster_n=1, schedule="pingpong"),
     _entry("pingpong-64x128-c2x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=128,
