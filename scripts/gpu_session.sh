@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,po
 steps=${*:-all}
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
 start=$SECONDS
-if has warm || has tests; then
+if has warm || has tests || has checks; then
   python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -2 "$OUT/warm.log"
   echo "warm done in $((SECONDS - start)) s"
 fi
@@ -42,6 +42,19 @@ if has sanitize; then
     echo "$tool auto rc=${PIPESTATUS[0]}"
   done
   echo "sanitize done at $((SECONDS - start)) s"
+fi
+if has checks; then
+  # docs/perf.md entry 21: what was built without a GPU, checked in one go
+  timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/test_gpu_autotune.py tests/test_gpu_trace.py tests/test_gpu_swap_ab.py 2>&1 \
+    | tee "$OUT/checks.log" | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  for b in sm90 sm90-pingpong; do
+    timeout 120 python3 -m wsgemm trace --shape 4096,4096,4096 --backend $b --out /tmp/tr_$b \
+      2>&1 | grep -E "overhead|problem" | head -3
+  done
+  timeout 200 python3 scripts/tune_menu.py --out "$OUT/tune_decode" --suites llm --tokens 1,16 \
+    --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -20
+  echo "checks done at $((SECONDS - start)) s"
 fi
 if has bench; then
   python3 -m wsgemm bench --quick 2>&1 | tee "$OUT/bench_quick.log" | tail -30
