@@ -88,6 +88,9 @@ def test_the_fastest_candidate_runs_and_is_kept_on_disk(tmp_path):
     fastest = names[-1]  # not what the policy would pick first
     d, cache, timer = tuned_dispatcher(tmp_path, {fastest: 0.5})
     a, b = operands()
+    before = dispatch.explain(d, a, b, None, None, F32, "auto")
+    assert f"the first call times these {len(names)} candidates" in before
+    assert timer.timed == []  # explaining runs nothing
     out = call(d, a, b)
     assert torch.equal(out, (a.double() @ b.double()).to(F16))
     assert sorted(timer.timed) == sorted(names)  # every candidate timed once

@@ -293,7 +293,14 @@ class Dispatcher:
             tuned = self.tuned_choice(device, problem, dtypes)
             if tuned is not None:
                 return policy.describe(tuned, *args, batch_invariant=self.batch_invariant)
-            return policy.explain(*args, batch_invariant=self.batch_invariant)
+            text = policy.explain(*args, batch_invariant=self.batch_invariant)
+            count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
+            if count > 1:
+                text += (
+                    f"\nautotune: on ({_autotune.ENV_AUTOTUNE}); the first call times these "
+                    f"{count} candidates and runs the fastest instead"
+                )
+            return text
         chosen = self.route(backend, device, problem, dtypes)
         config = BACKENDS[chosen.backend].config(dtypes[2])
         tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))
