@@ -87,16 +87,27 @@ def test_swap_is_part_of_the_config_and_validated():
     assert Sm90Config(tile_m=64, tile_n=8, schedule="pingpong", swap_ab=True).tile_n == 8
 
 
-def test_the_swap_kernel_compiles_for_sm_90a_with_a_transposed_epilogue():
-    """One representative compile (the exhaustive one is the sweep's): spill-free, WGMMA from
-    TMA-loaded stages, transposed st.matrix into the M-major subtile, TMA store."""
+@pytest.mark.parametrize(
+    "config, stsm, hgmma",
+    [
+        (SWAP, "STSM.16.MT88.4", "HGMMA.64x16x16"),
+        # the 8-wide decode tile: st.matrix x2 (x4 covers 16 columns)
+        (dataclasses.replace(SWAP, tile_n=8), "STSM.16.MT88.2", "HGMMA.64x8x16"),
+    ],
+    ids=["64x16", "64x8"],
+)
+def test_the_swap_kernel_compiles_for_sm_90a_with_a_transposed_epilogue(config, stsm, hgmma):
+    """One representative compile per tile width (the exhaustive one is the sweep's):
+    spill-free, WGMMA from TMA-loaded stages, transposed st.matrix into the M-major subtile,
+    TMA store."""
     from sass_checks import assert_clean
 
     from wsgemm import host, inspection, sass
 
-    v = host.Variant("sm90-pingpong", "sm_90a", "float16", "float16", config=SWAP)
+    v = host.Variant("sm90-pingpong", "sm_90a", "float16", "float16", config=config)
     r = inspection.inspect_variant(v, host.compile_variant(v, keep=True))
     assert_clean(r)
     ops = set(sass.opcodes(r.sass_text))
-    assert "STSM.16.MT88.4" in ops, sorted(o for o in ops if o.startswith("STSM"))
+    assert stsm in ops, sorted(o for o in ops if o.startswith("STSM"))
+    assert hgmma in r.sass_text
     assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0 and r.sass["UTMASTG"] > 0
