@@ -162,25 +162,23 @@ class HotRecorder:
         has room."""
         if self.writer == 1:
             if self.count < self.capacity:
-                event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
-                event[0] = Int32(int(kind))
-                event[1] = _lo(t)
-                event[2] = _hi(t)
-                event[3], event[4], event[5] = self.tile
-                event[6] = Int32(k_tile)
-                event[7] = Int32(stage)
-                address = (Int64(self.row_hi) << Int64(32)) | (
-                    Int64(self.row_lo) & Int64(0xFFFFFFFF)
-                )
-                row = cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
-                # indexed as _write does: the layout keeps every event on 16 bytes, so the copy
-                # is two 16-byte stores (a pointer offset by count * EVENT_WORDS would not be)
-                events = cute.make_tensor(
-                    row + HEADER_WORDS,
-                    cute.make_layout((EVENT_WORDS, self.count + 1), stride=(1, EVENT_WORDS)),
-                )
-                cute.autovec_copy(event, events[None, self.count])
+                row = _row_at(self.row_lo, self.row_hi)
+                _store_event(row, self.count, kind, t, self.tile, k_tile, stage)
         self.count = self.count + 1
+
+    @cute.jit
+    def emit_issued(self, times, k_tile, stage):
+        """A consumer k-tile's wait on ``full`` (begin, end) and its MMA issue, at ``times``."""
+        self.emit(Event.WAIT_FULL_BEGIN, times[0], k_tile, stage)
+        self.emit(Event.WAIT_FULL_END, times[1], k_tile, stage)
+        self.emit(Event.MMA_ISSUE, times[2], k_tile, stage)
+
+    @cute.jit
+    def emit_released(self, times, k_tile, stage):
+        """A consumer k-tile's wait for its MMAs (begin, end) and its stage release."""
+        self.emit(Event.MMA_WAIT_BEGIN, times[0], k_tile, stage)
+        self.emit(Event.MMA_WAIT_END, times[1], k_tile, stage)
+        self.emit(Event.STAGE_RELEASE, times[2], k_tile, stage)
 
     @cute.jit
     def cool(self):
@@ -224,12 +222,34 @@ def _writes(rec: Recorder):
 
 def _row(slot):
     """The recorder's row in global memory (its address is in the slot)."""
-    address = (Int64(slot[_S["row_hi"]]) << Int64(32)) | (
-        Int64(slot[_S["row_lo"]]) & Int64(0xFFFFFFFF)
-    )
+    return _row_at(slot[_S["row_lo"]], slot[_S["row_hi"]])
+
+
+def _row_at(lo, hi):
+    """The row at the address of words ``lo`` and ``hi``."""
+    address = (Int64(hi) << Int64(32)) | (Int64(lo) & Int64(0xFFFFFFFF))
     # HEADER_WORDS and EVENT_WORDS are multiples of 4 words and the host's row stride a
     # multiple of 8: the row and every event in it start on 16 bytes.
     return cute.make_ptr(Int32, address, cute.AddressSpace.gmem, assumed_align=16)
+
+
+@cute.jit
+def _store_event(row, n, kind: cutlass.Constexpr, t, tile, k_tile, stage):
+    """Event ``n`` of ``row``: ``kind`` at time ``t`` for ``tile`` (m, n, l), ``k_tile`` and
+    ``stage``. Indexed through a layout, which keeps every event on 16 bytes, so the copy is two
+    16-byte stores (a pointer offset by n * EVENT_WORDS would lose the alignment: eight
+    4-byte stores)."""
+    event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
+    event[0] = Int32(int(kind))
+    event[1] = _lo(t)
+    event[2] = _hi(t)
+    event[3], event[4], event[5] = tile
+    event[6] = Int32(k_tile)
+    event[7] = Int32(stage)
+    events = cute.make_tensor(
+        row + HEADER_WORDS, cute.make_layout((EVENT_WORDS, n + 1), stride=(1, EVENT_WORDS))
+    )
+    cute.autovec_copy(event, events[None, n])
 
 
 def check_entry(traced: bool, trace_buffer) -> None:
@@ -304,20 +324,8 @@ def _write(rec: Recorder, kind: cutlass.Constexpr, k_tile, stage):
         n = slot[_S["count"]]
         slot[_S["count"]] = n + 1
         if n < slot[_S["capacity"]]:
-            event = cute.make_rmem_tensor((EVENT_WORDS,), Int32)
-            event[0] = Int32(int(kind))
-            event[1] = _lo(t)
-            event[2] = _hi(t)
-            event[3] = slot[_S["tile_m"]]
-            event[4] = slot[_S["tile_n"]]
-            event[5] = slot[_S["tile_l"]]
-            event[6] = Int32(k_tile)
-            event[7] = Int32(stage)
-            events = cute.make_tensor(
-                _row(slot) + HEADER_WORDS,
-                cute.make_layout((EVENT_WORDS, n + 1), stride=(1, EVENT_WORDS)),
-            )
-            cute.autovec_copy(event, events[None, n])
+            tile = (slot[_S["tile_m"]], slot[_S["tile_n"]], slot[_S["tile_l"]])
+            _store_event(_row(slot), n, kind, t, tile, k_tile, stage)
 
 
 @cute.jit

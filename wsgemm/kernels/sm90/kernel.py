@@ -935,9 +935,7 @@ class Sm90Gemm:
         self._mma_k_tile(args, acc, read_state.index)
         warpgroup.commit_group()
         t2 = hot.now()
-        hot.emit(Event.WAIT_FULL_BEGIN, t0, k_begin, read_state.index)
-        hot.emit(Event.WAIT_FULL_END, t1, k_begin, read_state.index)
-        hot.emit(Event.MMA_ISSUE, t2, k_begin, read_state.index)
+        hot.emit_issued((t0, t1, t2), k_begin, read_state.index)
         read_state.advance()
         # the previous iteration's MMA wait and release, written after this one's issue
         w0, w1, w2 = t2, t2, t2
@@ -950,12 +948,8 @@ class Sm90Gemm:
             t2 = hot.now()
             if k > 1:
                 stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
-                hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k - 2, stage)
-                hot.emit(Event.MMA_WAIT_END, w1, k_begin + k - 2, stage)
-                hot.emit(Event.STAGE_RELEASE, w2, k_begin + k - 2, stage)
-            hot.emit(Event.WAIT_FULL_BEGIN, t0, k_begin + k, read_state.index)
-            hot.emit(Event.WAIT_FULL_END, t1, k_begin + k, read_state.index)
-            hot.emit(Event.MMA_ISSUE, t2, k_begin + k, read_state.index)
+                hot.emit_released((w0, w1, w2), k_begin + k - 2, stage)
+            hot.emit_issued((t0, t1, t2), k_begin + k, read_state.index)
             w0 = hot.now()
             warpgroup.wait_group(1)
             w1 = hot.now()
@@ -968,17 +962,13 @@ class Sm90Gemm:
             self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
         if k_count > 1:
             stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
-            hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k_count - 2, stage)
-            hot.emit(Event.MMA_WAIT_END, w1, k_begin + k_count - 2, stage)
-            hot.emit(Event.STAGE_RELEASE, w2, k_begin + k_count - 2, stage)
+            hot.emit_released((w0, w1, w2), k_begin + k_count - 2, stage)
         w0 = hot.now()
         warpgroup.wait_group(0)
         w1 = hot.now()
         ab_pipeline.consumer_release(release_state)
         w2 = hot.now()
-        hot.emit(Event.MMA_WAIT_BEGIN, w0, k_begin + k_count - 1, release_state.index)
-        hot.emit(Event.MMA_WAIT_END, w1, k_begin + k_count - 1, release_state.index)
-        hot.emit(Event.STAGE_RELEASE, w2, k_begin + k_count - 1, release_state.index)
+        hot.emit_released((w0, w1, w2), k_begin + k_count - 1, release_state.index)
         hot.cool()
         return read_state
 
