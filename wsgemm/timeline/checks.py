@@ -220,14 +220,13 @@ def _tiles(d: Decoded) -> list[str]:
     rec, cta = ev["rec"][fetch].astype(np.int64), cta[fetch]
     lines = []
     counts = d.meta.get("tiles")
-    splits = int(d.meta.get("split") or 1)
-    if splits > 1:
-        # split-K: the unit is (tile, split) and its fetch carries the split in ``stage``; the
-        # checks below then run on units, each split a slice of the batch coordinate
+    if d.splits > 1:
+        # split-K: the unit is (tile, split); the checks below run on units, each split a
+        # slice of the batch coordinate
         tiles = tiles.copy()
-        tiles[:, 2] = tiles[:, 2] * splits + ev["stage"][fetch]
+        tiles[:, 2] = tiles[:, 2] * d.splits + d.fetch_split(fetch)
         if counts is not None:
-            counts = [counts[0], counts[1], counts[2] * splits]
+            counts = [counts[0], counts[1], counts[2] * d.splits]
     config = d.meta.get("config") or {}
     if counts is not None:
         cluster = np.array([config.get("cluster_m", 1), config.get("cluster_n", 1), 1])
@@ -263,10 +262,7 @@ def _tiles(d: Decoded) -> list[str]:
             f"expected {want}"
             for k, c in zip(keys[n_recs != want], n_recs[n_recs != want], strict=True)
         ]
-    # a recording made before record() wrote "sampled" says it through its CTA counts
-    meta = d.meta
-    sampled = bool(meta.get("sampled", meta.get("ctas_traced", 0) < meta.get("ctas_launched", 0)))
-    if counts is not None and not sampled and not _overflowed(d, _CONSUMERS):
+    if counts is not None and not d.sampled and not _overflowed(d, _CONSUMERS):
         want = np.stack(np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"), -1)
         want = want.reshape(-1, 3)
         seen = {tuple(t) for t in tile_keys.tolist()}

@@ -115,6 +115,25 @@ class Decoded:
     notes: tuple[str, ...] = ()
 
     @property
+    def sampled(self) -> bool:
+        """Only a sample of the grid recorded (``max_ctas``, or sm80's default waves); a
+        recording made before ``record`` wrote ``meta["sampled"]`` says it by its CTA counts."""
+        m = self.meta
+        return bool(m.get("sampled", m.get("ctas_traced", 0) < m.get("ctas_launched", 0)))
+
+    @property
+    def splits(self) -> int:
+        """The split-K count the call was traced with (1: unsplit)."""
+        return int(self.meta.get("split") or 1)
+
+    def fetch_split(self, pick: np.ndarray) -> np.ndarray:
+        """The split of each picked ``TILE_FETCH`` event: a split-K unit's fetch carries it in
+        ``stage``; 0 when the call was traced unsplit."""
+        if self.splits > 1:
+            return self.events["stage"][pick].astype(np.int64)
+        return np.zeros(int(np.count_nonzero(pick)), dtype=np.int64)
+
+    @property
     def duration_ns(self) -> float:
         """From the earliest recorder start to the latest recorder end."""
         if not len(self.recorders):

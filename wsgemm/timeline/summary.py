@@ -133,8 +133,7 @@ def _tiles_per_sm(d: Decoded) -> dict:
     if not fetch.any():
         return {"min": None, "median": None, "max": None}
     r = d.recorders[ev["rec"][fetch]]
-    # under split-K a unit is (tile, split): the fetch carries the split in ``stage``
-    split = ev["stage"][fetch] if int(d.meta.get("split") or 1) > 1 else np.zeros(fetch.sum())
+    split = d.fetch_split(fetch)  # under split-K a unit is (tile, split)
     runs = np.unique(
         np.column_stack(
             [r["smid"], r["cta"], *(ev[f][fetch] for f in ("tile_m", "tile_n", "tile_l")), split]
@@ -154,11 +153,9 @@ def _idle(d: Decoded) -> dict:
     (None when only a sample of the grid recorded, or the SM count is unknown), and
     ``consumers``, consumer recorders that fetched no tile (a ping-pong CTA with one tile leaves
     its second warpgroup idle), of ``consumer_recorders``."""
-    meta = d.meta
-    num_sms = meta.get("num_sms")
-    sampled = meta.get("sampled", meta.get("ctas_traced", 0) < meta.get("ctas_launched", 0))
+    num_sms = d.meta.get("num_sms")
     sms = None
-    if num_sms and not sampled:
+    if num_sms and not d.sampled:
         sms = max(0, int(num_sms) - len(np.unique(d.recorders["smid"])))
     consumers = np.flatnonzero(np.isin(d.recorders["role"], _CONSUMERS))
     ev = d.events
