@@ -141,9 +141,8 @@ def _tuned(d, a, b, p: Problem, route: Route) -> Route:
                     AutotuneWarning,
                     stacklevel=5,
                 )
-    if not times:
-        return route
-    return d.choice_route(d.remember_tuned(device, problem, p.dtype_names, times))
+    choice = d.remember_tuned(device, problem, p.dtype_names, times) if times else None
+    return route if choice is None else d.choice_route(choice)
 
 
 # One tuning at a time in a process: two would time each other's kernels.

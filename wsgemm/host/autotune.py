@@ -213,6 +213,15 @@ def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, bat
     return None
 
 
+def remember(store: TunedStore, device: str, sm_count: int, m, n, k, batch, dtypes,
+             invariant: bool, times: dict[tuple[str, int], float]) -> None:  # fmt: skip
+    """Keep the fastest of ``times`` ((entry name, split) -> ms per call) for the problem's
+    bucket, with every candidate's time for the record."""
+    name, split = fastest(times)
+    record = {f"{c[0]}/{c[1]}": round(t, 5) for c, t in times.items()}
+    store.put(device, sm_count, bucket(m, n, k, batch, dtypes, invariant), name, split, record)
+
+
 def fastest(times: dict[tuple[str, int], float]) -> tuple[str, int]:
     """The (entry name, split) with the least time; ties go to the earlier in menu order."""
     order = {e.name: i for i, e in enumerate(policy.MENU)}

@@ -197,18 +197,15 @@ class Dispatcher:
             for e, split in policy.candidates(*args, batch_invariant=self.batch_invariant)
         ]
 
-    def remember_tuned(self, device, problem, dtypes, times: dict) -> policy.Choice:
-        """Keep the fastest of ``times`` ((entry name, split) -> ms) for this problem's bucket
-        and return it as a choice."""
-        m, n, k, batch, *_, sm_count, _cc = self._policy_args(device, problem, dtypes)
-        name, split = _autotune.fastest(times)
-        invariant = policy.batch_invariant_requested(self.batch_invariant)
-        key = _autotune.bucket(m, n, k, batch, dtypes, invariant)
-        record = {f"{c[0]}/{c[1]}": round(t, 5) for c, t in times.items()}
-        self.tuned.put(self.devices.name(device), sm_count, key, name, split, record)
-        return self.tuned_choice(device, problem, dtypes) or policy.Choice(
-            policy.entry(name), split, f"tuned: the fastest of {len(times)} candidates", "tuned"
-        )
+    def remember_tuned(self, device, problem, dtypes, times: dict) -> policy.Choice | None:
+        """Keep the fastest of ``times`` ((entry name, split) -> ms) for this problem's bucket;
+        returns it as the choice later calls read (``tuned_choice``)."""
+        m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
+        _autotune.remember(
+            self.tuned, self.devices.name(device), sm_count, m, n, k, batch, dtypes,
+            policy.batch_invariant_requested(self.batch_invariant), times,
+        )  # fmt: skip
+        return self.tuned_choice(device, problem, dtypes)
 
     # --------------------------------------------------------------------------- backends
 
