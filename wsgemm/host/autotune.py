@@ -63,8 +63,7 @@ def bucket(
 ) -> str:
     """The store's key for a problem: what ``policy.choose`` distinguishes, batch-invariant
     mode included (its candidates differ: no split)."""
-    blocks = -(-m // policy.M_QUANTUM)
-    key = f"m{blocks * policy.M_QUANTUM}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
+    key = f"m{policy.m_block(m)}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
     return key + ("-invariant" if invariant else "")
 
 

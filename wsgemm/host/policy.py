@@ -68,6 +68,7 @@ __all__ = [
     "DROPPED",
     "MENU",
     "M_QUANTUM",
+    "m_block",
     "Choice",
     "MenuEntry",
     "Table",
@@ -155,6 +156,8 @@ class MenuEntry:
         whole clusters (a cluster that overhangs a ragged edge still runs all its CTAs)."""
         km, kn = self.kernel_mn(m, n)
         cm, cn = self.cluster
+        # as kernels.common.scheduler.cluster_tile_counts, which this module cannot import
+        # (it imports the DSL, and the policy runs in processes that never load it)
         tiles_m, tiles_n = -(-km // self.tile_m), -(-kn // self.tile_n)
         return -(-tiles_m // cm) * cm * (-(-tiles_n // cn) * cn) * max(batch, 1)
 
@@ -246,6 +249,12 @@ MIN_TILE_M = min(e.tile_m for e in MENU)
 # rows t (for a swap-AB entry its columns, where the tokens go, and its "M <= tile_n" fit), so
 # M rounded up to their gcd chooses what M does. The table measures M in these blocks too.
 M_QUANTUM = math.gcd(*(e.tile_n if e.swap_ab else e.tile_m for e in MENU))
+
+
+def m_block(m: int) -> int:
+    """M rounded up to whole ``M_QUANTUM`` blocks: all of M that any rule sees (``choose``
+    memoizes on it, ``candidates`` and the tuned-choice buckets count it)."""
+    return -(-m // M_QUANTUM) * M_QUANTUM
 
 
 def entry(name: str) -> MenuEntry:
@@ -456,10 +465,9 @@ def choose(
     invariant = batch_invariant_requested(batch_invariant)
     # The choice depends on M only through its M_QUANTUM-row blocks (every tile count and rule
     # does): memoize on them, so a new token count in the same block is a hit.
-    m_blocks = -(-m // M_QUANTUM) * M_QUANTUM
     table = _environment()[1]
     return _choose(
-        m_blocks, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, tuple(cc), invariant, table
+        m_block(m), n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, tuple(cc), invariant, table
     )
 
 
@@ -525,8 +533,7 @@ def candidates(
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return ()
     invariant = batch_invariant_requested(batch_invariant)
-    m = -(-m // M_QUANTUM) * M_QUANTUM  # as choose() sees M
-    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    allowed = _allowed(m_block(m), n, k, batch, acc_dtype, sm_count, invariant)
     return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
 
 
