@@ -187,11 +187,9 @@ def test_a_tile_two_ctas_ran_fails():
 def test_missing_tiles_are_not_required_of_a_sampled_recording():
     recs = pingpong_run()
     recs = recs[:3]  # only CTA 0 recorded
-    assert check(pack(recs, meta=pingpong_meta(sampled=True))) == []
+    sampled = pingpong_meta(ctas_launched=2, ctas_traced=1)
+    assert check(pack(recs, meta=sampled)) == []
     assert "3 of 6 tiles were run by no CTA" in check(pack(recs))[0]
-    # a recording without "sampled" (an older one) says it through its CTA counts
-    meta = pingpong_meta(ctas_launched=2, ctas_traced=1)
-    assert check(pack(recs, meta=meta)) == []
 
 
 def split_run(k_tiles=4):
@@ -512,7 +510,8 @@ def test_a_decode_recording_says_what_it_left_idle():
 
 def test_a_sampled_recording_claims_no_idle_sms():
     recs = pingpong_run()[:3]  # only CTA 0 recorded
-    s = Timeline(pack(recs, meta=pingpong_meta(sampled=True, num_sms=132))).summary()
+    meta = pingpong_meta(ctas_launched=2, ctas_traced=1, num_sms=132)
+    s = Timeline(pack(recs, meta=meta)).summary()
     assert s["idle"]["sms"] is None
 
 

@@ -180,7 +180,6 @@ def record(
         "recorders_per_cta": tplan.recorders_per_cta,
         "ctas_launched": tplan.ctas_launched,
         "ctas_traced": tplan.ctas_traced,
-        "sampled": tplan.ctas_traced < tplan.ctas_launched,
         "consumers_per_tile": consumers_per_tile(route.backend, kernel_config),
         "cluster": [getattr(kernel_config, "cluster_m", 1), getattr(kernel_config, "cluster_n", 1)],
         "schedule": getattr(kernel_config, "schedule", None),

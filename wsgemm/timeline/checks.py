@@ -17,7 +17,7 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   Tiles past the problem's edge, which a cluster that overhangs a ragged edge runs (its loads
   zero-filled, its stores dropped), are not required; they still must not be run twice, and no
   tile may lie past the edge rounded up to whole clusters. When only a sample of the grid
-  recorded (``meta["sampled"]``: ``max_ctas``, or sm80's default of a few waves) or a consumer
+  recorded (fewer CTAs traced than launched: ``max_ctas``, or sm80's default waves) or a consumer
   overflowed, missing tiles are not reported.
 * **full after load**: a consumer's wait on ``full`` for (tile, k-tile) ends at or after its
   CTA's producer issued that k-tile's loads. In a cluster (``meta["config"]`` cluster_m x
