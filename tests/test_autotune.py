@@ -214,8 +214,9 @@ def test_without_a_cache_root_choices_stay_in_memory(monkeypatch):
 
 def test_the_bucket_is_the_policys():
     d = ("float16", "float16", "float32")
-    assert autotune.bucket(1, 64, 64, 1, d) == autotune.bucket(16, 64, 64, 1, d)
-    assert autotune.bucket(16, 64, 64, 1, d) != autotune.bucket(17, 64, 64, 1, d)
+    q = policy.M_QUANTUM
+    assert autotune.bucket(1, 64, 64, 1, d) == autotune.bucket(q, 64, 64, 1, d)
+    assert autotune.bucket(q, 64, 64, 1, d) != autotune.bucket(q + 1, 64, 64, 1, d)
     assert autotune.fastest({("sm90", 1): 2.0, ("sm90-pingpong", 1): 1.0}) == ("sm90-pingpong", 1)
     # a tie goes to the earlier menu entry
     assert autotune.fastest({("sm90-pingpong", 1): 1.0, ("sm90", 1): 1.0}) == ("sm90", 1)

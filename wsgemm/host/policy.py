@@ -222,6 +222,11 @@ MENU: tuple[MenuEntry, ...] = (
     # (twice the 64x128 tiles' CTAs on a 4096-wide layer, no 64-row padding of the tokens).
     _entry("swap-pingpong-64x16-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=16,
            tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    # Swap-AB at 1 token with an 8-wide token tile, as cuBLAS's 64x8: an eighth of the 64x16
+    # tile's wasted MMA work. Against the 64x16 tile in the same run, 8B down 0.96 -> 0.97x,
+    # 70B o 1.05 -> 1.06x, gate/up 1.04 -> 1.07x, 8B qkv 0.945 -> 0.951x (docs/perf.md entry 22).
+    _entry("swap-pingpong-64x8-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
+           tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
 )  # fmt: skip
 # Measured by the prototype, left off the menu: no shape where they beat every entry above by
 # more than the run-to-run noise (0.01-0.02x), and each would cost 36 more compiles.
@@ -233,12 +238,8 @@ DROPPED: tuple[MenuEntry, ...] = (
     # Gate/up at 16 tokens 0.97-1.02x, as pingpong-64x256-c1x1 (1.00-1.02x).
     _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="pingpong"),
-    # Swap-AB up to 8 tokens with an 8-wide token tile, as cuBLAS's 64x8 (docs/perf.md entry
-    # 20: an eighth of the 64x16 tile's wasted MMA work at 1 token, so less power under the cap).
-    # Not yet run on a GPU: scripts/tune_menu.py --with-dropped checks and times it.
-    _entry("swap-pingpong-64x8-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
-           tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
-    # Swap-AB up to 32 tokens (not yet measured: scripts/tune_menu.py --with-dropped).
+    # Swap-AB up to 32 tokens: at 16 tokens 8B o 0.997x, down 0.985x, 70B o 0.974x against the
+    # 64x16 tile's 0.993, 0.984, 0.966x in the same run (docs/perf.md entry 22): noise.
     _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
            tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
 )  # fmt: skip
