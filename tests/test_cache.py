@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 from wsgemm.host import cache, disk, fingerprint, library
+from wsgemm.host.calls import KernelCall
 from wsgemm.host.registry import Variant
 
 FP = "0123456789abcdef"
@@ -60,7 +61,10 @@ class World:
     def get(self, variant=V1):
         """One call of a fresh process: a new in-memory cache, folders opened anew."""
         cache.reset()
-        return cache.CompileCache().get(variant)
+        call = cache.CompileCache().get(variant)
+        majors = (variant.a_major, variant.b_major, "n")
+        assert isinstance(call, KernelCall) and call.majors == majors
+        return call.fn  # what was loaded or compiled
 
     def entry(self, variant=V1):
         return self.folder / f"{disk.entry_name(variant.key())}.o"
@@ -447,8 +451,8 @@ def test_a_read_only_cache_loads_good_entries_and_compiles_the_rest_in_memory(wo
         warnings.simplefilter("always")
         cache.reset()
         c = cache.CompileCache()
-        assert isinstance(c.get(V2), FakeCompiled)
-        assert isinstance(c.get(Variant("sm80", "sm_80")), FakeCompiled)
+        assert isinstance(c.get(V2).fn, FakeCompiled)
+        assert isinstance(c.get(Variant("sm80", "sm_80")).fn, FakeCompiled)
     (message,) = cache_warnings(record)
     assert "cannot write" in message and "Read-only" in message
 
@@ -462,7 +466,7 @@ def test_a_bad_entry_that_cannot_be_moved_is_skipped_not_raised(world, monkeypat
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         cache.reset()
-        assert isinstance(cache.CompileCache().get(V1), FakeCompiled)
+        assert isinstance(cache.CompileCache().get(V1).fn, FakeCompiled)
     assert any("cannot be moved away" in m for m in cache_warnings(record))
     assert world.entry().read_bytes() == b"junk"
 
@@ -480,7 +484,7 @@ def test_an_unusable_location_compiles_in_memory_with_one_warning(world, monkeyp
         warnings.simplefilter("always")
         cache.reset()
         c = cache.CompileCache()
-        assert isinstance(c.get(V1), FakeCompiled) and isinstance(c.get(V2), FakeCompiled)
+        assert isinstance(c.get(V1).fn, FakeCompiled) and isinstance(c.get(V2).fn, FakeCompiled)
     (message,) = cache_warnings(record)
     assert "cannot create" in message
 
@@ -564,7 +568,7 @@ def test_a_process_waits_for_the_one_compiling_the_entry_and_loads_its_result(wo
     with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another process is compiling V1
         cache.reset()
-        thread = threading.Thread(target=lambda: result.append(cache.CompileCache().get(V1)))
+        thread = threading.Thread(target=lambda: result.append(cache.CompileCache().get(V1).fn))
         thread.start()
         time.sleep(0.3)
         assert thread.is_alive() and world.compiles == []

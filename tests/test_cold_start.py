@@ -19,7 +19,12 @@ from wsgemm.host.registry import Variant
 
 REPO = Path(__file__).resolve().parents[1]
 V1 = Variant("sm80-multistage", "sm_80")
-LAUNCH = (("mA", "mB", "mC", "max_active_clusters", "raster_group"), (0,))
+# the address entry's run-time arguments (kernels/common/address.py) and the one default
+LAUNCH = (
+    ("token", "a", "b", "c", "m", "n", "k", "l", "a_ld", "a_batch", "b_ld", "b_batch", "c_ld",
+     "c_batch", "max_active_clusters", "raster_group"),
+    (0,),
+)  # fmt: skip
 
 
 def run_fresh(code: str, cache_dir: Path | None = None) -> str:
@@ -71,7 +76,8 @@ def test_real_round_trip_compiles_stores_checks_and_links(warm_cache, monkeypatc
         assert entry.library is not None and entry.library[:4] == b"\x7fELF"
     cache.reset()
     fn = cache.CompileCache().get(V1)  # a new in-memory cache: linked from the entry
-    assert callable(fn) and fn is not compiled  # the linked entry, behind its launch defaults
+    # the linked entry, behind its launch defaults, called with kernel views
+    assert callable(fn) and fn.fn is not compiled
     payload = entry.object  # the last part: its bytes end the file
     cubin = sass.embedded_cubin(payload)
     assert cubin is not None and sass.kernel_resources(cubin, "")

@@ -120,13 +120,15 @@ def test_inspect_json_reports_each_kernel(compiled, monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     "backend, params",
-    # sm90: then split-K's count, workspace and semaphores (None for an unsplit kernel)
-    [("sm80", 5), ("sm90", 8)],
+    # the address entry: token, three addresses, M, N, K, L, six strides, max_active_clusters,
+    # raster_group; sm90: then split-K's count, workspace and semaphores (None when unsplit)
+    [("sm80", 16), ("sm90", 19)],
 )
 def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled, backend, params):
     """The disk cache's path: an exported kernel keeps no Python defaults and takes every
-    launch argument; wrapped, it takes ``fn(a, b, c, max_active_clusters)`` like the in-process
-    one (the call then fails on the fake operands, after the argument count was accepted)."""
+    launch argument; wrapped, it takes the call without the trailing launch arguments like the
+    in-process one (the call then fails on the fake operands, after the argument count was
+    accepted)."""
     import cutlass.cute as cute
 
     v = REPRESENTATIVE[backend]
@@ -134,10 +136,11 @@ def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled, backend, 
         path = os.path.join(folder, "k.o")
         compiled(v).fn.export_to_c(path, function_name="k")
         raw = cute.runtime.load_module(path, enable_tvm_ffi=True).k
+    first = [None] * 4 + [1] * 10 + [1]  # token, addresses, sizes and strides, clusters
     with pytest.raises(TypeError, match=f"Expects {params} parameters"):
-        raw(None, None, None, 1)
+        raw(*first)
     with pytest.raises(TypeError, match="Mismatched type on argument #0"):
-        host.compile.with_launch_defaults(raw, v)(None, None, None, 1)
+        host.compile.with_launch_defaults(raw, v)(*first)
 
 
 def test_an_unsplit_sm90_kernel_compiles_as_before_split_k(compiled):

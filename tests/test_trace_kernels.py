@@ -27,6 +27,7 @@ from sass_checks import assert_clean
 from wsgemm import host, sass, timeline
 from wsgemm import inspection as insp
 from wsgemm.host import tracing
+from wsgemm.kernels.common.address import SIZE_AND_STRIDE_NAMES
 from wsgemm.kernels.common.trace_format import (
     EVENT_WORDS,
     HEADER_FIELDS,
@@ -217,15 +218,21 @@ def test_call_signature_is_todays(backend):
     assert params == base + split
     traced = list(inspect.signature(host.BACKENDS[backend].kernel_class().traced).parameters)
     assert traced == base + ["trace_buffer"] + split
+    # the entry the host compiles: the operands as addresses, sizes and strides, then the same
+    # launch arguments (kernels/common/address.py)
+    by_address = inspect.signature(host.BACKENDS[backend].kernel_class().by_address).parameters
+    operands = ["majors", "token", "a", "b", "c", *SIZE_AND_STRIDE_NAMES]
+    assert list(by_address) == ["self", *operands, *base[4:], *split]
 
 
 def test_compiled_launch_signatures(compiled, traced_report):
-    """The untraced kernel takes today's run-time arguments; the traced one adds the buffer
-    (the stream is the environment's in both)."""
+    """The untraced kernel takes the address entry's run-time arguments; the traced one the
+    tensor entry's and the buffer (the stream is the environment's in both)."""
     variant = host.Variant("sm90", "sm_90a")
     untraced = _exported_signature(compiled(variant).fn)
-    # five, then split-K's three (an int and two Nones when unsplit: kernels/__init__.py)
-    assert "Expects 8 parameters" in untraced and "trace_buffer" not in untraced
+    # token, 3 addresses, 10 sizes and strides, 2 launch values, then split-K's three (an int
+    # and two Nones when unsplit: kernels/__init__.py)
+    assert "Expects 19 parameters" in untraced and "trace_buffer" not in untraced
     traced = _exported_signature(traced_report(variant)[0])
     assert "Expects 9 parameters" in traced and "trace_buffer: Tensor" in traced
 

@@ -5,8 +5,8 @@ asks the dispatcher for a route (backend, config and split-K count: ``auto`` ask
 policy here, once per signature) and a kernel, plans the kernel views and launches; then it
 keeps a launcher for the signature in the dispatcher. A later call with the same signature reads
 a handful of tensor attributes, finds the launcher and runs it: no validation, planning or
-dispatch in Python, only the views the kernel takes (one ``as_strided`` each), the output
-allocation and the kernel call.
+dispatch in Python: the output allocation and the kernel call at the tensors' addresses (the
+kernel is bound to the signature's sizes and strides at its first call, ``host.calls``).
 
 The signature is everything ``validate`` and ``plan`` read except where the tensors live: types,
 shapes, strides, dtypes, devices, negative-view bits, each data pointer's 16-byte alignment
@@ -91,7 +91,11 @@ def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> to
     if out is not None:
         _increment_version(out)
     if key is not None:
-        direct = _direct_launcher(d, planned, p, a.device, out is None) if planned else None
+        direct = (
+            _direct_launcher(d, planned, p, a.device, out is None, (a, b, result))
+            if planned
+            else None
+        )
         spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
         d.remember(key, (direct or _general_launcher(d, p, route), spans))
     return result
@@ -237,33 +241,69 @@ def _direct_launcher(
     p: Problem,
     device: torch.device,
     allocate: bool,
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
 ) -> Launcher:
-    """A launcher that rebuilds the kernel views of ``planned`` (a ``Launch`` made for this
-    signature) from a later call's own tensors: same sizes and strides, its storage offsets.
-    Under swap-AB the kernel's A is the caller's B and its B the caller's A."""
+    """A launcher that runs the kernel of ``planned`` (a ``Launch`` made for this signature) on
+    a later call's own tensors: views of the same sizes and strides at their addresses. A kernel
+    with a ``bind`` (``host.calls.KernelCall``, the split launcher) is bound to the views' sizes
+    and strides once and then given the three addresses; any other (stand-in kernels) gets the
+    views rebuilt, one ``as_strided`` each. Under swap-AB the kernel's A is the caller's B and
+    its B the caller's A."""
     launch, fn, clusters, swap = planned
-    sa, ta = tuple(launch.a.shape), launch.a.stride()
-    sb, tb = tuple(launch.b.shape), launch.b.stride()
-    sc, tc = tuple(launch.c.shape), launch.c.stride()
+    a, b, c = tensors
+    if swap:
+        a, b = b, a
+    bind = getattr(fn, "bind", None)
+    at = None
+    # the views sit at the caller's tensors' addresses (``plan`` keeps each offset)
+    same = (launch.a.data_ptr(), launch.b.data_ptr(), launch.c.data_ptr()) == (
+        a.data_ptr(),
+        b.data_ptr(),
+        c.data_ptr(),
+    )
+    if bind is not None and same:
+        at = bind(launch.a, launch.b, launch.c, clusters)
     index = device.index
-    if allocate:
-        shape, dtype = p.out_shape, p.c_dtype
+    shape, dtype = p.out_shape, p.c_dtype
+    if at is not None:
+        if allocate:
 
-        def launcher(a, b, out):
-            if swap:  # the kernel's A is the caller's B, its B the caller's A
-                a, b = b, a
-            # sizes as arguments, not a tuple: torch parses them faster (docs/perf.md, entry 12)
-            out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
-            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
-            return out
+            def launcher(a, b, out):
+                if swap:  # the kernel's A is the caller's B, its B the caller's A
+                    a, b = b, a
+                # sizes as arguments, not a tuple: torch parses them faster (perf.md, entry 12)
+                out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
+                at(a.data_ptr(), b.data_ptr(), out.data_ptr())
+                return out
+
+        else:
+
+            def launcher(a, b, out):
+                if swap:
+                    a, b = b, a
+                at(a.data_ptr(), b.data_ptr(), out.data_ptr())
+                return out
 
     else:
+        sa, ta = tuple(launch.a.shape), launch.a.stride()
+        sb, tb = tuple(launch.b.shape), launch.b.stride()
+        sc, tc = tuple(launch.c.shape), launch.c.stride()
+        if allocate:
 
-        def launcher(a, b, out):
-            if swap:
-                a, b = b, a
-            fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
-            return out
+            def launcher(a, b, out):
+                if swap:
+                    a, b = b, a
+                out = torch.empty(*shape, dtype=dtype, device=device)
+                fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
+                return out
+
+        else:
+
+            def launcher(a, b, out):
+                if swap:
+                    a, b = b, a
+                fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
+                return out
 
     if d.devices.count() == 1:
         return launcher

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import disk, fingerprint, library
-from .compile import compile_variant, launch_signature, wrap_launch
+from .compile import compile_variant, launch_signature, operand_majors, wrap_launch
 from .registry import Variant
 
 log = logging.getLogger("wsgemm")
@@ -157,7 +157,8 @@ def ensure_on_disk(variant: Variant) -> str:
 
 
 class CompileCache:
-    """Variant -> callable, in memory and on disk. Thread-safe; a failed compile caches nothing."""
+    """Variant -> ``calls.KernelCall`` (its compiled address entry), in memory and on disk.
+    Thread-safe; a failed compile caches nothing."""
 
     def __init__(self) -> None:
         self._fns: dict[Variant, Callable] = {}
@@ -170,7 +171,7 @@ class CompileCache:
         with self._lock:
             fn = self._fns.get(variant)
             if fn is None:
-                fn = self._load_or_compile(variant)
+                fn = kernel_call(self._load_or_compile(variant), variant)
                 self._fns[variant] = fn
         return fn
 
@@ -197,6 +198,17 @@ class CompileCache:
                     return compiled
         log.debug("loaded %s from its %s", key, loaded.form)
         return wrap_launch(loaded.fn, loaded.launch)
+
+
+def kernel_call(fn: Callable, variant: Variant):
+    """``fn``, the compiled address entry of ``variant``, called with kernel views (a
+    ``calls.KernelCall``; imported here: ``import wsgemm`` loads neither torch nor the DSL)."""
+    import torch
+
+    from .calls import KernelCall
+
+    dtypes = (getattr(torch, variant.ab_dtype), getattr(torch, variant.c_dtype))
+    return KernelCall(fn, operand_majors(variant), dtypes)
 
 
 COMPILE_CACHE = CompileCache()

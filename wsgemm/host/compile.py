@@ -12,9 +12,17 @@ from ..support import VECTOR_BYTES, cutlass_dtype, vector_elems
 from .registry import BACKENDS, Variant
 
 
+def operand_majors(variant: Variant) -> tuple[str, str, str]:
+    """(A's, B's, C's) major mode: the variant's two, and C's from its config (a swap-AB config
+    computes C^T = B^T A^T: its C is the caller's C transposed, M-major)."""
+    c_m_major = bool(getattr(variant.kernel_config(), "swap_ab", False))
+    return variant.a_major, variant.b_major, "m" if c_m_major else "n"
+
+
 def fake_arguments(variant: Variant) -> tuple:
-    """Compile-time stand-ins for (mA, mB, mC, max_active_clusters, stream, raster_group): the
-    operands and the launch arguments (``wsgemm.kernels``), all run-time values.
+    """Compile-time stand-ins for the tensor entry's (mA, mB, mC, max_active_clusters, stream,
+    raster_group): the operands and the launch arguments (``wsgemm.kernels``), all run-time
+    values. (The traced entry takes these; ``fake_address_arguments`` are the untraced one's.)
 
     M, N, K, L and every non-unit stride are symbolic; the unit stride is static, so the major
     mode is part of the variant. Non-unit strides are declared 16-byte divisible (the host only
@@ -35,13 +43,33 @@ def fake_arguments(variant: Variant) -> tuple:
             cutlass_dtype(dtype), (rows, cols, l_), stride, assumed_align=VECTOR_BYTES
         )
 
-    a = operand(variant.ab_dtype, m, k, variant.a_major == "m")
-    b = operand(variant.ab_dtype, n, k, variant.b_major == "n")
-    # A swap-AB config computes C^T = B^T A^T: its C is the caller's C transposed, M-major.
-    c_m_major = bool(getattr(variant.kernel_config(), "swap_ab", False))
-    c = operand(variant.c_dtype, m, n, c_m_major)
+    a_major, b_major, c_major = operand_majors(variant)
+    a = operand(variant.ab_dtype, m, k, a_major == "m")
+    b = operand(variant.ab_dtype, n, k, b_major == "n")
+    c = operand(variant.c_dtype, m, n, c_major == "m")
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return a, b, c, cutlass.Int32(1), stream, cutlass.Int32(0)
+
+
+def fake_address_arguments(variant: Variant) -> tuple:
+    """Compile-time stand-ins for ``by_address``'s (majors, token, a, b, c, M, N, K, L, six
+    strides, max_active_clusters, stream, raster_group) (``kernels.common.address``): the
+    majors are compile-time, everything after them a run-time value."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor, make_ptr
+
+    from ..kernels.common.address import SIZE_AND_STRIDE_NAMES
+
+    def pointer(dtype: str):
+        return make_ptr(cutlass_dtype(dtype), 0, cute.AddressSpace.gmem, assumed_align=VECTOR_BYTES)
+
+    token = make_fake_tensor(cutlass.Int32, (cute.sym_int64(),), (1,))
+    pointers = (pointer(variant.ab_dtype), pointer(variant.ab_dtype), pointer(variant.c_dtype))
+    ints = tuple(cutlass.Int64(0) for _ in SIZE_AND_STRIDE_NAMES)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return (operand_majors(variant), token, *pointers, *ints, cutlass.Int32(1), stream,
+            cutlass.Int32(0))  # fmt: skip
 
 
 def make_kernel(variant: Variant, **options):
@@ -62,11 +90,11 @@ _COMPILE_LOCK = threading.Lock()
 
 
 def compile_variant(variant: Variant, *, keep: bool = False):
-    """Trace and compile one variant (no GPU needed). ``keep`` retains the PTX and the cubin in
-    ``compiled.artifacts`` for inspection."""
+    """Trace and compile one variant's address entry (``by_address``; no GPU needed). ``keep``
+    retains the PTX and the cubin in ``compiled.artifacts`` for inspection."""
     kernel = make_kernel(variant)
-    args = fake_arguments(variant) + kernel.fake_launch_extras()
-    return compile_entry(kernel, args, variant.arch, keep=keep)
+    args = fake_address_arguments(variant) + kernel.fake_launch_extras()
+    return compile_entry(kernel.by_address, args, variant.arch, keep=keep)
 
 
 def compile_entry(entry, args: tuple, arch: str, *, keep: bool = False):
@@ -93,12 +121,13 @@ def compile_entry(entry, args: tuple, arch: str, *, keep: bool = False):
 
 
 def launch_signature(variant: Variant) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """The names of the compiled function's arguments (the kernel's ``__call__`` less
-    ``stream``: the compiled function takes the environment's stream) and the defaults of the
-    trailing ones. Imports the kernel class (and so the DSL): asked when an entry is stored,
-    which keeps it (``disk.Entry.launch``)."""
-    signature = inspect.signature(BACKENDS[variant.backend].kernel_class().__call__)
-    params = [p for p in signature.parameters.values() if p.name not in ("self", "stream")]
+    """The names of the compiled function's arguments (the kernel's ``by_address`` less
+    ``stream``, which the compiled function takes from the environment, and the compile-time
+    ``majors``) and the defaults of the trailing ones. Imports the kernel class (and so the
+    DSL): asked when an entry is stored, which keeps it (``disk.Entry.launch``)."""
+    signature = inspect.signature(BACKENDS[variant.backend].kernel_class().by_address)
+    skip = ("self", "stream", "majors")
+    params = [p for p in signature.parameters.values() if p.name not in skip]
     # ints (raster group, split count) and None (split-K's buffers of an unsplit kernel)
     defaults = tuple(
         None if p.default is None else int(p.default)

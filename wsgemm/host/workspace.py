@@ -20,11 +20,14 @@ binds them to a compiled split kernel so it is called like any other kernel.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from .calls import KernelCall, addresses, token
 
 __all__ = ["SemaphoreCache", "split_launcher"]
 
@@ -72,21 +75,39 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
     ``config``, an ``Sm90Config`` with ``split_k != 1``) run with K split ``split`` ways (the
     kernel clamps the count, ``scheduler.effective_splits``; the buffers are sized with the
     same rule), a fresh workspace and the current stream's semaphores. Called like an unsplit
-    kernel, so the API's launchers take either. The buffer sizes are worked out once per
-    problem shape (a launcher's calls share one)."""
+    kernel, so the API's launchers take either; ``launch.bind`` is ``KernelCall.bind``'s (None
+    where ``fn`` has none). The buffer sizes are worked out once per problem shape (a
+    launcher's calls share one)."""
     sizes: dict[tuple[int, int, int, int], tuple[int, int]] = {}
 
-    def buffer_sizes(m: int, n: int, k: int, batch: int) -> tuple[int, int]:
-        return split_buffer_sizes(config, split, m, n, k, batch)[1:]
-
-    def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+    def buffer_sizes(a_mkl: torch.Tensor, b_nkl: torch.Tensor) -> tuple[int, int]:
         m, k, batch = a_mkl.shape
         key = (m, b_nkl.shape[0], k, batch)
         got = sizes.get(key)
         if got is None:
-            got = sizes[key] = buffer_sizes(*key)
-        words, count = got
+            got = sizes[key] = split_buffer_sizes(config, split, *key)[1:]
+        return got
+
+    def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+        words, count = buffer_sizes(a_mkl, b_nkl)
         workspace = torch.empty(words, dtype=torch.float32, device=c_mnl.device)
         fn(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, semaphores.get(c_mnl.device, count))
 
+    def bind(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+        if not isinstance(fn, KernelCall):
+            return None
+        words, count = buffer_sizes(a_mkl, b_nkl)
+        ints = fn.sizes_and_strides(a_mkl, b_nkl, c_mnl)
+        addresses(a_mkl, b_nkl, c_mnl)  # the alignment of the views it binds
+        device = c_mnl.device
+        tok, raw, void_p = token(device), fn.fn, ctypes.c_void_p
+
+        def launch_at(pa: int, pb: int, pc: int) -> None:
+            workspace = torch.empty(words, dtype=torch.float32, device=device)
+            sems = semaphores.get(device, count)
+            raw(tok, void_p(pa), void_p(pb), void_p(pc), *ints, clusters, 0, split, workspace, sems)
+
+        return launch_at
+
+    launch.bind = bind
     return launch

@@ -7,7 +7,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from wsgemm.kernels.common import trace
+from wsgemm.kernels.common import address, trace
 from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, Sm80Config, smem_bytes
 from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
@@ -101,6 +101,36 @@ class Sm80Kernel:
         shared memory and launch bounds; past 65535 n tiles, one launch per column slice.
         The launch arguments of persistent kernels (``max_active_clusters``,
         ``raster_group``) are accepted and unused."""
+        self._call(mA, mB, mC, stream, None)
+
+    @cute.jit
+    def by_address(
+        self,
+        majors: cutlass.Constexpr,
+        token: cute.Tensor,
+        a: cute.Pointer,
+        b: cute.Pointer,
+        c: cute.Pointer,
+        m: cutlass.Int64,
+        n: cutlass.Int64,
+        k: cutlass.Int64,
+        l: cutlass.Int64,  # noqa: E741
+        a_ld: cutlass.Int64,
+        a_batch: cutlass.Int64,
+        b_ld: cutlass.Int64,
+        b_batch: cutlass.Int64,
+        c_ld: cutlass.Int64,
+        c_batch: cutlass.Int64,
+        max_active_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+        raster_group: cutlass.Int32 = 0,
+    ):
+        """``__call__`` with the operands at addresses ``a``, ``b``, ``c`` (the entry the host
+        compiles: ``common.address``); ``majors`` (compile time) is (A's, B's, C's) major mode,
+        ``token`` any tensor on the device (it names the device and so the stream)."""
+        mA, mB, mC = address.operands(
+            majors, a, b, c, m, n, k, l, a_ld, a_batch, b_ld, b_batch, c_ld, c_batch
+        )
         self._call(mA, mB, mC, stream, None)
 
     @cute.jit

@@ -7,13 +7,13 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Int32, const_expr
+from cutlass import Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.kernels.common import trace
+from wsgemm.kernels.common import address, trace
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
@@ -293,6 +293,42 @@ class Sm90Gemm:
         is a flat fp32 tensor of at least ``config.split_workspace_elements`` words (contents
         irrelevant) and ``semaphores`` a flat int32 tensor of one zero per output tile, which
         the kernel leaves zero again."""
+        self._call(
+            mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
+            semaphores, None,
+        )  # fmt: skip
+
+    @cute.jit
+    def by_address(
+        self,
+        majors: cutlass.Constexpr,
+        token: cute.Tensor,
+        a: cute.Pointer,
+        b: cute.Pointer,
+        c: cute.Pointer,
+        m: Int64,
+        n: Int64,
+        k: Int64,
+        l: Int64,  # noqa: E741
+        a_ld: Int64,
+        a_batch: Int64,
+        b_ld: Int64,
+        b_batch: Int64,
+        c_ld: Int64,
+        c_batch: Int64,
+        max_active_clusters: Int32,
+        stream,
+        raster_group: Int32 = 0,
+        split_count: Int32 = 1,
+        workspace: cute.Tensor = None,
+        semaphores: cute.Tensor = None,
+    ):
+        """``__call__`` with the operands at addresses ``a``, ``b``, ``c`` (the entry the host
+        compiles: ``common.address``); ``majors`` (compile time) is (A's, B's, C's) major mode,
+        ``token`` any tensor on the device (it names the device and so the stream)."""
+        mA, mB, mC = address.operands(
+            majors, a, b, c, m, n, k, l, a_ld, a_batch, b_ld, b_batch, c_ld, c_batch
+        )
         self._call(
             mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
             semaphores, None,

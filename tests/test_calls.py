@@ -1,0 +1,142 @@
+"""The address entry's host side (``wsgemm.host.calls``) on the CPU: a stand-in for a compiled
+``by_address`` function that reads its operands from raw memory at the addresses it is given,
+with the sizes and strides it is given. A launcher bound at a signature's first call must then
+compute the right product for later tensors at other addresses, through every layout, offset,
+batch, ``out=`` and swap-AB route; and a ``KernelCall`` refuses what the compiled tensor entry
+refused."""
+
+import ctypes
+
+import pytest
+import torch
+from operands import make
+from test_dispatch import LAYOUTS, force_split, matmul, reference
+
+from wsgemm.api import Dispatcher
+from wsgemm.host import cache as compile_cache
+from wsgemm.host.calls import KernelCall, token
+from wsgemm.host.compile import operand_majors
+from wsgemm.host.dispatch import StandInDevices
+
+F16, F32 = torch.float16, torch.float32
+
+
+def at(address: int, dtype, shape, stride) -> torch.Tensor:
+    """The tensor at a raw CPU ``address`` (shared memory, writes go through)."""
+    extent = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True))
+    size = torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_char * (extent * size)).from_address(address)
+    flat = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
+    return flat.as_strided(shape, stride)
+
+
+class AddressKernel:
+    """A compiled address entry's stand-in (``kernels.common.address``'s argument order):
+    C[m, n, l] = sum_k A[m, k, l] B[n, k, l] in float64, read and written at the addresses."""
+
+    def __init__(self, variant):
+        self.majors = operand_majors(variant)
+        self.dtypes = (getattr(torch, variant.ab_dtype), getattr(torch, variant.c_dtype))
+        self.calls = []
+
+    def __call__(self, tok, pa, pb, pc, m, n, k, l_, a_ld, a_batch, b_ld, b_batch, c_ld,
+                 c_batch, clusters, raster=0, split=1, workspace=None, sems=None):  # fmt: skip
+        assert tok.numel() == 0 and all(isinstance(p, ctypes.c_void_p) for p in (pa, pb, pc))
+        self.calls.append((pa.value, pb.value, pc.value, split))
+        a_major, b_major, c_major = self.majors
+
+        def strides(rows_major, ld, batch):
+            return (1, ld, batch) if rows_major else (ld, 1, batch)
+
+        ab, c_dtype = self.dtypes
+        a = at(pa.value, ab, (m, k, l_), strides(a_major == "m", a_ld, a_batch))
+        b = at(pb.value, ab, (n, k, l_), strides(b_major == "n", b_ld, b_batch))
+        c = at(pc.value, c_dtype, (m, n, l_), strides(c_major == "m", c_ld, c_batch))
+        c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+
+
+class AddressCache:
+    def __init__(self):
+        self.kernels = []
+
+    def get(self, variant):
+        fn = AddressKernel(variant)
+        self.kernels.append(fn)
+        return compile_cache.kernel_call(fn, variant)
+
+    def calls(self):
+        return [c for k in self.kernels for c in k.calls]
+
+
+def address_dispatcher(**options) -> Dispatcher:
+    return Dispatcher(AddressCache(), StandInDevices((9, 0), 132), **options)
+
+
+@pytest.mark.parametrize("sa, sb, a_col, b_col, use_out", LAYOUTS)
+@pytest.mark.parametrize("offset", [0, 8, 3])  # elements: 16-byte aligned, aligned, not
+def test_a_bound_launcher_computes_at_each_calls_addresses(sa, sb, a_col, b_col, use_out, offset):
+    d = address_dispatcher()
+    gen = torch.Generator().manual_seed(sum(sa) + offset + 1)
+
+    def operands():
+        a = make(sa, F16, "cpu", col_major=a_col, offset=offset, gen=gen)
+        b = make(sb, F16, "cpu", col_major=b_col, offset=offset, gen=gen)
+        out = torch.full(reference(a, b).shape, float("nan"), dtype=F16) if use_out else None
+        return a, b, out
+
+    matmul(d, *operands())
+    for _ in range(3):  # new tensors at new addresses, the same signature
+        a, b, out = operands()
+        got = matmul(d, a, b, out)
+        assert len(d.launchers) == 1
+        torch.testing.assert_close(got, reference(a, b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("m", [1, 7, 16])  # the policy's swap-AB entries at decode sizes
+def test_swap_ab_binds_the_callers_b_as_the_kernels_a(m):
+    d = address_dispatcher()
+    w = torch.randn(4096, 1024).half()  # x @ W.T: W is K-major, the kernel's A under swap-AB
+    for _ in range(3):
+        x = torch.randn(m, 1024).half()
+        got = matmul(d, x, w.t())
+        torch.testing.assert_close(got, reference(x, w.t()), rtol=0, atol=0)
+    assert d.cache.kernels[-1].majors == ("k", "k", "m")  # C^T = W x^T, written M-major
+    pa, pb, pc, _ = d.cache.calls()[-1]
+    assert (pa, pb, pc) == (w.data_ptr(), x.data_ptr(), got.data_ptr())
+
+
+def test_a_split_route_binds_too_and_gets_fresh_buffers(monkeypatch):
+    d = address_dispatcher()
+    force_split(monkeypatch, "pingpong-64x128-c1x2", 3)
+    w = torch.randn(256, 1024).half()
+    for _ in range(3):
+        x = torch.randn(64, 1024).half()
+        torch.testing.assert_close(matmul(d, x, w.t()), reference(x, w.t()), rtol=0, atol=0)
+    assert [c[3] for c in d.cache.calls()] == [3, 3, 3]
+    assert len(d.launchers) == 1
+
+
+def test_kernel_call_refuses_what_the_compiled_tensor_entry_refused():
+    from wsgemm import host
+
+    v = host.Variant("sm90", "sm_90a")
+    call = KernelCall(lambda *args: None, operand_majors(v), (F16, F16))
+    a, b = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half()
+    c = torch.zeros(64, 48, 1).half()
+    call(a, b, c, 1)  # right: K-major A and B, row-major C
+    bad = {
+        "3-D": (a[:, :, 0], b, c),
+        "float16 views": (a.float(), b, c),
+        "must be \\(M, K, L\\)": (a, torch.zeros(48, 16, 1).half(), c),
+        "mode 1 must have stride 1": (a.transpose(0, 1).contiguous().transpose(0, 1), b, c),
+        "multiples of 8": (torch.zeros(64, 36, 1).half()[:, :32], b, c),
+        "16-byte aligned": (torch.zeros(64 * 32 + 1).half()[1:].view(64, 32, 1), b, c),
+    }
+    for match, (x, y, z) in bad.items():
+        with pytest.raises(ValueError, match=match):
+            call(x, y, z, 1)
+
+
+def test_the_token_holds_no_memory_and_is_made_once_per_device():
+    t = token(torch.device("cpu"))
+    assert t.numel() == 0 and token(torch.device("cpu")) is t
