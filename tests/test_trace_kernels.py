@@ -405,3 +405,34 @@ def test_checker_finds_each_kind_of_inconsistency():
 
     overflowed = _buffer(_simulated_sm80_cta(), capacity=8)
     assert any("overflowed" in p for p in _check(overflowed))
+
+
+# ---------------------------------------------------------------------------------------------
+# The overhead study's knobs (scripts/trace_overhead_probe.py)
+
+
+def test_trace_knobs_parse_and_defaults():
+    from wsgemm.kernels.common.trace import EVENT_GROUPS, TraceKnobs
+
+    default = TraceKnobs()
+    assert default.complete and TraceKnobs.parse("") == default == TraceKnobs.parse("default")
+    assert (default.producer, default.consumer, default.epilogue) == ("slow", "hot", "slow")
+    knobs = TraceKnobs.parse("events=consumer+producer,producer=lanes,epilogue=lanes")
+    assert knobs.events == {"consumer", "producer"} and not knobs.complete
+    assert TraceKnobs.parse(str(knobs)) == knobs
+    assert TraceKnobs.parse("events=none").events == frozenset()
+    assert TraceKnobs.parse("events=all").events == frozenset(EVENT_GROUPS)
+    for bad in ("events=mma", "consumer=slow", "producer", "timer=clock"):
+        with pytest.raises(ValueError):
+            TraceKnobs.parse(bad)
+    with pytest.raises(ValueError, match="sm90"):
+        tracing.compile_traced(host.Variant("sm80", "sm_80"), trace_knobs="events=none")
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("backend", ["sm90", "sm90-pingpong"])
+def test_lanes_variant_compiles_spill_free(backend):
+    spec = "producer=lanes,consumer=lanes,epilogue=lanes"
+    variant = host.Variant(backend, "sm_90a")
+    r = insp.inspect_variant(variant, tracing.compile_traced(variant, keep=True, trace_knobs=spec))
+    _check_traced(r, backend, "sm_90a", "SR_GLOBALTIMER")

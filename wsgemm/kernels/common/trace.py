@@ -38,6 +38,7 @@ writes and torch reads keeps the format ours (``trace_format``) and the cost vis
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import cutlass
@@ -55,9 +56,12 @@ from wsgemm.kernels.common.trace_format import (
 from wsgemm.support import WARP_SIZE, arch_major
 
 __all__ = [
+    "EVENT_GROUPS",
+    "LANES",
     "SLOT_WORDS",
     "HotRecorder",
     "Recorder",
+    "TraceKnobs",
     "close",
     "fetch",
     "hot",
@@ -73,6 +77,89 @@ SLOT_FIELDS = ("count", "tile_m", "tile_n", "tile_l", "capacity", "row_lo", "row
 SLOT_WORDS = len(SLOT_FIELDS)
 _S = {name: i for i, name in enumerate(SLOT_FIELDS)}
 _H = {name: i for i, name in enumerate(HEADER_FIELDS)}
+
+
+#: Event groups a traced sm90 kernel can leave out (``TraceKnobs.events``, a diagnostic):
+#: the producer's per-k-tile events (wait empty begin/end, load issue), the consumer's
+#: (wait full begin/end, MMA issue, MMA wait begin/end, stage release), and the epilogue's
+#: store waits. Tile-level events (fetch, epilogue begin/end, order waits, the final drains,
+#: recorder begin/end) are always recorded.
+EVENT_GROUPS = ("producer", "consumer", "epilogue")
+#: How each role writes its per-k-tile (epilogue: per-subtile) events:
+#: * ``slow``: ``record`` per event (the recorder's state read from and written back to its
+#:   shared-memory slot, a timer read, two 16-byte stores, all on the recording lane);
+#: * ``hot``: a ``HotRecorder`` (state in registers; the loop takes its times on the path and
+#:   writes the events after the issue);
+#: * ``lanes``: the loop only reads the timer and keeps the low 32 bits of each time in a
+#:   register of lane ``i % 32`` (a select per time, no store); every 32 k-tiles (and at the
+#:   end of the tile) the writer's warp writes the staged events, one lane per k-tile, in
+#:   parallel, right after an issue (``stage_lane``, ``widen``).
+PATHS = {
+    "producer": ("slow", "hot", "lanes"),
+    "consumer": ("hot", "lanes"),
+    "epilogue": ("slow", "lanes"),
+}
+#: k-tiles (subtiles) a writer warp stages before it writes them: one per lane.
+LANES = WARP_SIZE
+
+
+@dataclass(frozen=True)
+class TraceKnobs:
+    """Compile-time choices of a traced sm90 kernel (issue #13's overhead study): which event
+    groups it records (``EVENT_GROUPS``; the default, all of them, is what a recording needs)
+    and how each role writes them (``PATHS``; the defaults are the paths the kernel shipped
+    with). ``parse("events=consumer+producer,producer=lanes")``; ``str`` gives the spec back."""
+
+    events: frozenset = field(default_factory=lambda: frozenset(EVENT_GROUPS))
+    producer: str = "slow"
+    consumer: str = "hot"
+    epilogue: str = "slow"
+
+    def __post_init__(self):
+        object.__setattr__(self, "events", frozenset(self.events))
+        unknown = set(self.events) - set(EVENT_GROUPS)
+        if unknown:
+            raise ValueError(f"unknown event groups {sorted(unknown)}; known: {EVENT_GROUPS}")
+        for role, paths in PATHS.items():
+            if getattr(self, role) not in paths:
+                raise ValueError(f"{role}={getattr(self, role)!r}: choose from {paths}")
+
+    def records(self, group: str) -> bool:
+        return group in self.events
+
+    @property
+    def complete(self) -> bool:
+        """Every event group recorded: a recording the checks can judge."""
+        return self.events == frozenset(EVENT_GROUPS)
+
+    @classmethod
+    def parse(cls, spec: str) -> TraceKnobs:
+        """``"events=all|none|g1+g2,producer=slow|hot|lanes,consumer=hot|lanes,
+        epilogue=slow|lanes"``, every part optional ("" or "default": the defaults)."""
+        fields: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            if part == "default":
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"trace knob {part!r} is not key=value")
+            if key == "events":
+                groups = {"all": EVENT_GROUPS, "none": ()}.get(value)
+                fields["events"] = groups if groups is not None else value.split("+")
+            elif key in PATHS:
+                fields[key] = value
+            else:
+                raise ValueError(f"unknown trace knob {key!r}: events, {', '.join(PATHS)}")
+        return cls(**fields)
+
+    def __str__(self) -> str:
+        if self.complete:
+            events = "all"
+        else:
+            events = "+".join(g for g in EVENT_GROUPS if g in self.events) or "none"
+        return f"events={events},producer={self.producer},consumer={self.consumer}," + (
+            f"epilogue={self.epilogue}"
+        )
 
 
 def timer_for(gpu_arch: str) -> Timer:
@@ -198,6 +285,36 @@ def hot(rec: Recorder) -> HotRecorder:
         rec, writer, slot[_S["count"]], slot[_S["capacity"]], slot[_S["row_lo"]],
         slot[_S["row_hi"]], tile,
     )  # fmt: skip
+
+
+def writer_warp(rec: Recorder):
+    """True on every lane of the warp that holds the recorder's writing lane (warp-uniform)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    return tidx % rec.group_threads < WARP_SIZE
+
+
+def now_lo(rec: Recorder) -> Int32:
+    """The low 32 bits of the timer (``lanes`` staging; ``widen`` restores the rest)."""
+    return _lo(_now(rec.timer))
+
+
+def stage_lane(lane, slot, t, staged):
+    """``t`` where ``lane == slot``, else ``staged``: lane ``slot`` keeps the stamp."""
+    return cutlass.select_(lane == slot, t, staged)
+
+
+def widen(lo, ref):
+    """The 64-bit time whose low word is ``lo``, taken at most 2^32 ticks before ``ref`` (a
+    64-bit time read after it)."""
+    back = Int64(Int32(_lo(ref) - lo)) & Int64(0xFFFFFFFF)
+    return ref - back
+
+
+@cute.jit
+def store_checked(hot: HotRecorder, n, kind: cutlass.Constexpr, t, k_tile, stage):
+    """Event ``n`` of ``hot``'s row (from any lane), written while the row has room."""
+    if n < hot.capacity:
+        _store_event(_row_at(hot.row_lo, hot.row_hi), n, kind, t, hot.tile, k_tile, stage)
 
 
 def _now(timer: Timer):

@@ -21,6 +21,7 @@ from wsgemm.kernels.common.scheduler import (
     effective_splits,
     persistent_cluster_count,
 )
+from wsgemm.kernels.common.trace import TraceKnobs
 from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
@@ -211,9 +212,12 @@ class Sm90Gemm:
         acc_dtype,
         gpu_arch: str = "sm_90a",
         trace: bool = False,
+        trace_knobs=None,
     ):
         """``trace``: build the traced variant (launched through ``traced``; module
-        ``wsgemm.kernels.common.trace``)."""
+        ``wsgemm.kernels.common.trace``). ``trace_knobs`` (a ``trace.TraceKnobs`` or its spec
+        string; None: the defaults): which event groups a traced kernel records and how each
+        role writes them (the overhead study of issue #13)."""
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
         if gpu_arch != self.arch:
@@ -230,6 +234,11 @@ class Sm90Gemm:
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
         self.ab_stages, self.epi_stages = self.stage_counts()
         self.trace = bool(trace)
+        if trace_knobs is not None and not self.trace:
+            raise ValueError("trace_knobs apply to a traced kernel (trace=True) only")
+        if isinstance(trace_knobs, str):
+            trace_knobs = TraceKnobs.parse(trace_knobs)  # (``trace`` is the flag here)
+        self.trace_knobs = trace_knobs if trace_knobs is not None else TraceKnobs()
         self.producer_regs, self.consumer_regs = register_split(
             NUM_CONSUMER_WARPGROUPS,
             producer=TRACED_PRODUCER_REGISTERS if self.trace else PRODUCER_REGISTERS,
@@ -736,28 +745,31 @@ class Sm90Gemm:
         """Producer warp: fill the ring, tile after tile, k-tile after k-tile. ``rec``: its
         trace recorder (None: untraced)."""
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.ab_stages)
+        # the per-k-tile events' recorder (None: the group is off, trace.TraceKnobs)
+        knobs = self.trace_knobs
+        krec = rec if const_expr(knobs.records("producer")) else None
         tile = scheduler.initial_work_tile()
         while tile.is_valid:
             trace.fetch(rec, tile)
             tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             k_begin, k_end = self._k_range(tile, args.k_tiles)
-            for k in cutlass.range(k_begin, k_end, unroll=1):
-                # Waits until every consumer of this stage, here and in the peers this CTA
-                # multicasts to, released it; then arms full[s] with the stage's bytes.
-                trace.record(rec, Event.WAIT_EMPTY_BEGIN, k, state.index)
-                ab_pipeline.producer_acquire(state)
-                trace.record(rec, Event.WAIT_EMPTY_END, k, state.index)
-                full = ab_pipeline.producer_get_barrier(state)
-                self._tma_load(
-                    args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a
+            if const_expr(krec is not None and knobs.producer == "hot"):
+                state = self._load_hot(args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, krec)
+            elif const_expr(krec is not None and knobs.producer == "lanes"):
+                state = self._load_lanes(
+                    plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, krec
                 )
-                self._tma_load(
-                    args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
-                )
-                ab_pipeline.producer_commit(state)
-                trace.record(rec, Event.LOAD_ISSUE, k, state.index)
-                state.advance()
+            else:
+                for k in cutlass.range(k_begin, k_end, unroll=1):
+                    # Waits until every consumer of this stage, here and in the peers this CTA
+                    # multicasts to, released it; then arms full[s] with the stage's bytes.
+                    trace.record(krec, Event.WAIT_EMPTY_BEGIN, k, state.index)
+                    ab_pipeline.producer_acquire(state)
+                    trace.record(krec, Event.WAIT_EMPTY_END, k, state.index)
+                    self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
+                    trace.record(krec, Event.LOAD_ISSUE, k, state.index)
+                    state.advance()
             tile = scheduler.next_work_tile(tile)
         # Peers may still be reading stages this CTA multicast into, and will arrive on its
         # empty barriers: wait for all of them before the CTA may exit.
@@ -765,6 +777,85 @@ class Sm90Gemm:
         ab_pipeline.producer_tail(state)
         trace.record(rec, Event.WAIT_EMPTY_END)
         trace.close(rec)
+
+    @cute.jit
+    def _load_k_tile(self, args: _LoadArgs, ab_pipeline, state, tAgA, tBgB, k):
+        """The TMA loads of k-tile ``k`` into ``state``'s stage (acquired), then the commit."""
+        full = ab_pipeline.producer_get_barrier(state)
+        self._tma_load(
+            args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a
+        )
+        self._tma_load(
+            args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
+        )
+        ab_pipeline.producer_commit(state)
+
+    @cute.jit
+    def _load_hot(self, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, rec):
+        """The producer's k-loop recording through a ``trace.hot`` recorder (knob
+        ``producer=hot``): between the stage's release and its loads only a timer read; the
+        three events are written after the loads are issued."""
+        hot = trace.hot(rec)
+        for k in cutlass.range(k_begin, k_end, unroll=1):
+            t0 = hot.now()
+            ab_pipeline.producer_acquire(state)
+            t1 = hot.now()
+            self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
+            t2 = hot.now()
+            hot.emit(Event.WAIT_EMPTY_BEGIN, t0, k, state.index)
+            hot.emit(Event.WAIT_EMPTY_END, t1, k, state.index)
+            hot.emit(Event.LOAD_ISSUE, t2, k, state.index)
+            state.advance()
+        hot.cool()
+        return state
+
+    @cute.jit
+    def _load_lanes(self, plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, rec):
+        """The producer's k-loop staging its times in lanes (knob ``producer=lanes``,
+        ``trace.PATHS``): k-tile j of the tile keeps its three times in lane j % 32; after the
+        loads of every 32nd k-tile, and at the end, the warp writes the staged k-tiles' events
+        (3 each, in k order), one k-tile per lane."""
+        hot = trace.hot(rec)
+        lane = cute.arch.lane_idx()
+        stage0 = state.index
+        s0 = Int32(0)
+        s1 = Int32(0)
+        s2 = Int32(0)
+        for k in cutlass.range(k_begin, k_end, unroll=1):
+            j = k - k_begin
+            t0 = trace.now_lo(rec)
+            ab_pipeline.producer_acquire(state)
+            t1 = trace.now_lo(rec)
+            self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
+            t2 = trace.now_lo(rec)
+            slot = j % trace.LANES
+            if slot == 0 and j > 0:
+                self._flush_load(plan, hot, lane, (s0, s1, s2), j - trace.LANES, j, k_begin, stage0)
+            s0 = trace.stage_lane(lane, slot, t0, s0)
+            s1 = trace.stage_lane(lane, slot, t1, s1)
+            s2 = trace.stage_lane(lane, slot, t2, s2)
+            state.advance()
+        count = k_end - k_begin
+        first = (count - 1) // trace.LANES * trace.LANES
+        self._flush_load(plan, hot, lane, (s0, s1, s2), first, count, k_begin, stage0)
+        hot.count = hot.count + 3 * count
+        hot.cool()
+        return state
+
+    @cute.jit
+    def _flush_load(self, plan, hot, lane, staged, first, end, k_begin, stage0):
+        """Write the producer's staged k-tiles ``first .. end - 1`` (``first`` a multiple of
+        32; lane ``j % 32`` holds k-tile j): events ``3 j .. 3 j + 2`` of the tile's."""
+        j = first + lane
+        if j < end:
+            ref = hot.now()
+            n = hot.count + 3 * j
+            stage = (stage0 + j) % plan.ab_stages
+            k = k_begin + j
+            kinds = (Event.WAIT_EMPTY_BEGIN, Event.WAIT_EMPTY_END, Event.LOAD_ISSUE)
+            for i in cutlass.range_constexpr(3):
+                t = trace.widen(staged[i], ref)
+                trace.store_checked(hot, n + i, kinds[i], t, k, stage)
 
     @cute.jit
     def _tma_load(self, atom, src, dst, full_barrier, mask):
@@ -840,6 +931,9 @@ class Sm90Gemm:
                 self._order_arrive(_Barrier.EPI_ORDER, 0)
         tile = scheduler.initial_work_tile(first)
         subtiles_done = Int32(0)
+        # the event groups this kernel records (trace.TraceKnobs; all by default)
+        krec = rec if const_expr(self.trace_knobs.records("consumer")) else None
+        erec = rec if const_expr(self.trace_knobs.records("epilogue")) else None
         while tile.is_valid:
             trace.fetch(rec, tile)
             if const_expr(cfg.pingpong):
@@ -848,7 +942,7 @@ class Sm90Gemm:
                 trace.record(rec, Event.ORDER_WAIT_END, stage=0)
             k_begin, k_end = self._k_range(tile, k_tiles)
             read_state = self.mma(
-                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, rec
+                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, krec
             )
             if const_expr(split_args is not None):
                 # Before the epilogue turn: it touches no epilogue buffer, so it overlaps the
@@ -862,13 +956,13 @@ class Sm90Gemm:
                 trace.record(rec, Event.ORDER_WAIT_END, stage=1)
             if const_expr(split_args is None):
                 trace.record(rec, Event.EPILOGUE_BEGIN)
-                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
+                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, erec)
                 trace.record(rec, Event.EPILOGUE_END)
                 subtiles_done += subtiles_per_tile
             else:
                 if finishes:
                     trace.record(rec, Event.EPILOGUE_BEGIN)
-                    self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
+                    self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, erec)
                     trace.record(rec, Event.EPILOGUE_END)
                     subtiles_done += subtiles_per_tile
             if const_expr(cfg.pingpong):
@@ -918,6 +1012,8 @@ class Sm90Gemm:
         """One unit's mainloop over ``k_count`` (>= 1) k-tiles from ``k_begin`` (the trace's
         k-tile numbers). One k-tile of WGMMAs stays in flight; a stage is released as soon as
         the WGMMAs reading it have retired."""
+        if const_expr(rec is not None and self.trace_knobs.consumer == "lanes"):
+            return self._mma_lanes(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
         if const_expr(rec is not None):
             return self._mma_traced(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
         release_state = read_state.clone()
@@ -1007,6 +1103,101 @@ class Sm90Gemm:
         hot.emit_released((w0, w1, w2), k_begin + k_count - 1, release_state.index)
         hot.cool()
         return read_state
+
+    @cute.jit
+    def _mma_lanes(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec):
+        """``mma`` staging its times in lanes (knob ``consumer=lanes``, ``trace.PATHS``): the
+        loop reads the timer six times a k-tile and keeps the low words in lane j % 32
+        (iteration j: its wait on full, its issue, then the previous k-tile's MMA wait and
+        release); after the issue of every 32nd iteration the writer's warp writes the staged
+        iterations' events, one iteration per lane, in the order ``_mma_traced`` writes them.
+        The last k-tile's wait and release are written by the writer lane (``hot.emit``)."""
+        hot = trace.hot(rec)
+        lane = cute.arch.lane_idx()
+        flusher = trace.writer_warp(rec)
+        stage0 = read_state.index
+        release_state = read_state.clone()
+        acc.fill(0.0)
+        warpgroup.fence()
+        t0 = trace.now_lo(rec)
+        ab_pipeline.consumer_wait(read_state)
+        t1 = trace.now_lo(rec)
+        self._mma_k_tile(args, acc, read_state.index)
+        warpgroup.commit_group()
+        t2 = trace.now_lo(rec)
+        zero = Int32(0)
+        s0 = trace.stage_lane(lane, 0, t0, zero)
+        s1 = trace.stage_lane(lane, 0, t1, zero)
+        s2 = trace.stage_lane(lane, 0, t2, zero)
+        s3 = zero
+        s4 = zero
+        s5 = zero
+        read_state.advance()
+        for k in cutlass.range(1, k_count, unroll=1):
+            t0 = trace.now_lo(rec)
+            ab_pipeline.consumer_wait(read_state)
+            t1 = trace.now_lo(rec)
+            self._mma_k_tile(args, acc, read_state.index)
+            warpgroup.commit_group()
+            t2 = trace.now_lo(rec)
+            slot = k % trace.LANES
+            if slot == 0:
+                if flusher:
+                    staged = (s0, s1, s2, s3, s4, s5)
+                    self._flush_mma(plan, hot, lane, staged, k - trace.LANES, k, k_begin, stage0)
+            w0 = trace.now_lo(rec)
+            warpgroup.wait_group(1)
+            w1 = trace.now_lo(rec)
+            ab_pipeline.consumer_release(release_state)
+            w2 = trace.now_lo(rec)
+            s0 = trace.stage_lane(lane, slot, t0, s0)
+            s1 = trace.stage_lane(lane, slot, t1, s1)
+            s2 = trace.stage_lane(lane, slot, t2, s2)
+            s3 = trace.stage_lane(lane, slot, w0, s3)
+            s4 = trace.stage_lane(lane, slot, w1, s4)
+            s5 = trace.stage_lane(lane, slot, w2, s5)
+            release_state.advance()
+            read_state.advance()
+        if const_expr(plan.config.pingpong):
+            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
+        w0 = hot.now()
+        warpgroup.wait_group(0)
+        w1 = hot.now()
+        ab_pipeline.consumer_release(release_state)
+        w2 = hot.now()
+        if flusher:
+            staged = (s0, s1, s2, s3, s4, s5)
+            first = (k_count - 1) // trace.LANES * trace.LANES
+            self._flush_mma(plan, hot, lane, staged, first, k_count, k_begin, stage0)
+        # iterations 0 .. k_count - 1 wrote 3 + 6 (k_count - 1) events; the last release 3
+        hot.count = hot.count + 6 * k_count - 3
+        hot.emit_released((w0, w1, w2), k_begin + k_count - 1, release_state.index)
+        hot.cool()
+        return read_state
+
+    @cute.jit
+    def _flush_mma(self, plan, hot, lane, staged, first, end, k_begin, stage0):
+        """Write staged iterations ``first .. end - 1`` (``first`` a multiple of 32; lane
+        ``j % 32`` holds iteration j). Iteration j's events, in the row's order: its k-tile's
+        wait on full, end, issue at ``max(6 j - 3, 0)``; then (j >= 1) k-tile j - 1's MMA wait
+        begin, end and release at ``6 j``."""
+        j = first + lane
+        if j < end:
+            ref = hot.now()
+            stage = (stage0 + j) % plan.ab_stages
+            n = hot.count + cutlass.max(6 * j - 3, 0)
+            k = k_begin + j
+            issued = (Event.WAIT_FULL_BEGIN, Event.WAIT_FULL_END, Event.MMA_ISSUE)
+            for i in cutlass.range_constexpr(3):
+                t = trace.widen(staged[i], ref)
+                trace.store_checked(hot, n + i, issued[i], t, k, stage)
+            if j > 0:
+                prev = (stage0 + j + plan.ab_stages - 1) % plan.ab_stages
+                m = hot.count + 6 * j
+                released = (Event.MMA_WAIT_BEGIN, Event.MMA_WAIT_END, Event.STAGE_RELEASE)
+                for i in cutlass.range_constexpr(3):
+                    t = trace.widen(staged[3 + i], ref)
+                    trace.store_checked(hot, m + i, released[i], t, k - 1, prev)
 
     @cute.jit
     def _mma_k_tile(self, args: _MmaArgs, acc, stage):
@@ -1169,6 +1360,17 @@ class Sm90Gemm:
         tRS_rD = cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype)
         tRS_rD_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
         per_subtile = cute.size(tRS_rD)
+        if const_expr(
+            rec is not None
+            and self.trace_knobs.epilogue == "lanes"
+            and cfg.num_epi_subtiles <= trace.LANES
+        ):
+            # knob epilogue=lanes: subtile e's wait times stay in lane e until the end
+            self._epilogue_lanes(
+                plan, args, store_pipeline, subtiles_done, bSG_sC, bSG_gC, subtile_order,
+                tRS_rD, tRS_rD_out, rec,
+            )  # fmt: skip
+            return
         for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
             for v in cutlass.range_constexpr(per_subtile):
                 tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
@@ -1188,6 +1390,54 @@ class Sm90Gemm:
                     args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile_order.get_hier_coord(e))]
                 )
                 store_pipeline.producer_commit()
+
+    @cute.jit
+    def _epilogue_lanes(
+        self, plan, args, store_pipeline, subtiles_done, bSG_sC, bSG_gC, subtile_order, tRS_rD,
+        tRS_rD_out, rec,
+    ):  # fmt: skip
+        """``epilogue`` with its store waits staged in lanes: the store warp reads the timer
+        around each wait and lane e keeps subtile e's two times; after the last subtile the
+        warp writes the 2 x subtiles events (subtile order) in parallel."""
+        cfg = plan.config
+        per_subtile = cute.size(tRS_rD)
+        hot = trace.hot(rec)
+        lane = cute.arch.lane_idx()
+        b0 = Int32(0)
+        b1 = Int32(0)
+        for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
+            for v in cutlass.range_constexpr(per_subtile):
+                tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+            tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
+            buf = (subtiles_done + e) % plan.epi_stages
+            if args.is_store_warp:
+                t0 = trace.now_lo(rec)
+                store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
+                t1 = trace.now_lo(rec)
+                b0 = trace.stage_lane(lane, e, t0, b0)
+                b1 = trace.stage_lane(lane, e, t1, b1)
+            args.barrier.arrive_and_wait()
+            cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
+            cute.arch.fence_proxy("async.shared", space="cta")
+            args.barrier.arrive_and_wait()
+            if args.is_store_warp:
+                cute.copy(
+                    args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile_order.get_hier_coord(e))]
+                )
+                store_pipeline.producer_commit()
+        if args.is_store_warp:
+            if trace.writer_warp(rec):
+                if lane < cfg.num_epi_subtiles:
+                    ref = hot.now()
+                    n = hot.count + 2 * lane
+                    buf = (subtiles_done + lane) % plan.epi_stages
+                    k = Int32(-1)
+                    t = trace.widen(b0, ref)
+                    trace.store_checked(hot, n, Event.STORE_WAIT_BEGIN, t, k, buf)
+                    t = trace.widen(b1, ref)
+                    trace.store_checked(hot, n + 1, Event.STORE_WAIT_END, t, k, buf)
+                hot.count = hot.count + 2 * cfg.num_epi_subtiles
+                hot.cool()
 
     @staticmethod
     def _order_wait(base: _Barrier, wg):
