@@ -140,3 +140,22 @@ def test_kernel_call_refuses_what_the_compiled_tensor_entry_refused():
 def test_the_token_holds_no_memory_and_is_made_once_per_device():
     t = token(torch.device("cpu"))
     assert t.numel() == 0 and token(torch.device("cpu")) is t
+
+
+def test_a_bound_loaded_kernel_is_called_with_every_argument_and_no_keyword_wrapper():
+    from wsgemm import host
+    from wsgemm.host.compile import wrap_launch
+
+    got = []
+    raw = lambda *args: got.append(args)  # noqa: E731  (a loaded function: positional only)
+    v = host.Variant("sm90", "sm_90a")
+    names = ("token", "a", "b", "c", "m", "n", "k", "l", "a_ld", "a_batch", "b_ld", "b_batch",
+             "c_ld", "c_batch", "max_active_clusters", "raster_group", "split_count",
+             "workspace", "semaphores")  # fmt: skip
+    call = KernelCall(wrap_launch(raw, (names, (0, 1, None, None))), operand_majors(v), (F16, F16))
+    a, b, c = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half(), torch.zeros(64, 48, 1)
+    call(a, b, c.half(), 7)  # through the wrapper: the defaults filled in
+    call.bind(a, b, c.half(), 7)(16, 32, 48)
+    assert got[0][14:] == got[1][14:] == (7, 0, 1, None, None)
+    assert [p.value for p in got[1][1:4]] == [16, 32, 48]
+    assert got[1][4:14] == (64, 48, 32, 1, 32, 0, 32, 0, 48, 0)

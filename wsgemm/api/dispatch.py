@@ -36,7 +36,8 @@ from .overlap import extent
 from .plan import Launch, batched, broadcast_copy_bytes, plan
 from .validate import Problem, check_no_overlap, validate
 
-Launcher = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+# launch(a, b, out or None, a's data pointer, b's, out's or None): the pointers ``call`` read
+Launcher = Callable[..., torch.Tensor]
 
 
 # A kernel's write is invisible to autograd: every out= call says `out` changed, as torch's out=
@@ -73,11 +74,11 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
         return _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
     launch, spans = hit
     if out is None:
-        return launch(a, b, None)
+        return launch(a, b, None, pa, pb, None)
     ext_o, ext_a, ext_b = spans
     if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
         check_no_overlap(out, a, b)
-    launch(a, b, out)
+    launch(a, b, out, pa, pb, po)
     _increment_version(out)
     return out
 
@@ -174,7 +175,7 @@ def run(
 
 
 def _general_launcher(d, p: Problem, route: Route) -> Launcher:
-    return lambda a, b, out: _launch(d, a, b, out, p, route)[0]
+    return lambda a, b, out, *pointers: _launch(d, a, b, out, p, route)[0]
 
 
 def _launch(d, a, b, out, p: Problem, route: Route):
@@ -267,21 +268,31 @@ def _direct_launcher(
     shape, dtype = p.out_shape, p.c_dtype
     if at is not None:
         if allocate:
+            if swap:  # the kernel's A is the caller's B, its B the caller's A
 
-            def launcher(a, b, out):
-                if swap:  # the kernel's A is the caller's B, its B the caller's A
-                    a, b = b, a
-                # sizes as arguments, not a tuple: torch parses them faster (perf.md, entry 12)
-                out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
-                at(a.data_ptr(), b.data_ptr(), out.data_ptr())
+                def launcher(a, b, out, pa, pb, po):
+                    # sizes as arguments, not a tuple: torch parses them faster (perf.md 12)
+                    out = torch.empty(*shape, dtype=dtype, device=device)  # aligned
+                    at(pb, pa, out.data_ptr())
+                    return out
+
+            else:
+
+                def launcher(a, b, out, pa, pb, po):
+                    out = torch.empty(*shape, dtype=dtype, device=device)
+                    at(pa, pb, out.data_ptr())
+                    return out
+
+        elif swap:
+
+            def launcher(a, b, out, pa, pb, po):
+                at(pb, pa, po)
                 return out
 
         else:
 
-            def launcher(a, b, out):
-                if swap:
-                    a, b = b, a
-                at(a.data_ptr(), b.data_ptr(), out.data_ptr())
+            def launcher(a, b, out, pa, pb, po):
+                at(pa, pb, po)
                 return out
 
     else:
@@ -290,7 +301,7 @@ def _direct_launcher(
         sc, tc = tuple(launch.c.shape), launch.c.stride()
         if allocate:
 
-            def launcher(a, b, out):
+            def launcher(a, b, out, *pointers):
                 if swap:
                     a, b = b, a
                 out = torch.empty(*shape, dtype=dtype, device=device)
@@ -299,7 +310,7 @@ def _direct_launcher(
 
         else:
 
-            def launcher(a, b, out):
+            def launcher(a, b, out, *pointers):
                 if swap:
                     a, b = b, a
                 fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
@@ -308,8 +319,8 @@ def _direct_launcher(
     if d.devices.count() == 1:
         return launcher
 
-    def on_its_device(a, b, out):
+    def on_its_device(a, b, out, *pointers):
         with _on_device(d, index):
-            return launcher(a, b, out)
+            return launcher(a, b, out, *pointers)
 
     return on_its_device

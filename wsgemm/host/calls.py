@@ -68,6 +68,10 @@ class KernelCall:
         The caller vouches that its addresses are of tensors like these (same dtypes and
         device, 16-byte aligned): nothing is checked per call."""
         fn, void_p = self.fn, ctypes.c_void_p
+        defaults = getattr(fn, "launch_defaults", None)
+        if defaults is not None:  # a loaded kernel: every argument given, no keyword wrapper
+            fn = fn.__wrapped__
+            launch_args = (*launch_args, *defaults[len(launch_args) :])
         args = (*self.sizes_and_strides(a, b, c), max_active_clusters, *launch_args)
         tok = token(c.device)
         addresses(a, b, c)  # the alignment of the views it binds

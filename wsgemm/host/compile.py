@@ -143,12 +143,14 @@ def wrap_launch(fn, launch: tuple[tuple[str, ...], tuple[int, ...]]):
     process; a loaded one takes every run-time argument positionally. Wrapped, both answer
     ``fn(a, b, c, max_active_clusters)`` and ``fn(..., raster_group=...)`` alike, at no cost
     over passing the defaults by hand (0.16 us a call either way on the development machine).
-    The raw function stays reachable as ``__wrapped__``."""
+    The raw function stays reachable as ``__wrapped__``, the defaults as ``launch_defaults``
+    (``calls.KernelCall.bind`` calls it with every argument)."""
     from tvm_ffi.utils.kwargs_wrapper import make_kwargs_wrapper
 
     names, defaults = launch
     wrapper = make_kwargs_wrapper(fn, list(names), defaults)
     wrapper.__wrapped__ = fn
+    wrapper.launch_defaults = defaults  # what a caller passing every argument passes
     return wrapper
 
 
