@@ -54,6 +54,15 @@ nothing else) separates what is compiled from what is launched:
   ``host.compile.wrap_launch``. (Swap-AB is a config field, ``Sm90Config.swap_ab``: the host
   passes the transposed problem, so it needs no launch argument.)
 
+* ``by_address(majors, token, a, b, c, m, n, k, l, a_ld, a_batch, b_ld, b_batch, c_ld,
+  c_batch, max_active_clusters, stream, ...)``: the entry the host compiles. ``majors``
+  (compile time) is (A's, B's, C's) major mode; ``token`` is any tensor on the device (it
+  names the device, and so the stream, to the compiled function); ``a``, ``b``, ``c`` are the
+  operands' 16-byte aligned addresses, then M, N, K, L and each operand's non-unit and batch
+  strides, then ``__call__``'s launch arguments. It builds ``__call__``'s three tensors
+  (``common.address.operands``: the same static unit strides and 16-byte divisibility) and
+  runs ``__call__``'s body, so its device code is ``__call__``'s.
+
 * A traced variant (issue #13): ``Kernel(..., trace=True)`` is compiled and launched through
   ``traced(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer, ...)`` (the
   same arguments, then an int32 ``(recorders, words)`` buffer in the layout of
