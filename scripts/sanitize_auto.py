@@ -1,6 +1,6 @@
 """``backend="auto"`` cases for compute-sanitizer: the shape policy's menu entries and its split-K
-choices (decode, prefill and ragged shapes; fresh and given ``out``; ring stages reused across
-calls), then split-K forced on each split variant (K not divisible by the split, K shorter than
+choices (decode, prefill and ragged shapes; fresh and given ``out``, each twice, so the
+second call runs the launcher bound to its signature; ring stages reused across calls), then split-K forced on each split variant (K not divisible by the split, K shorter than
 splits x tile_k, ragged N, batched; every call twice, so the workspace and the semaphores a
 previous launch reset are reused), each checked against torch. Run as
 ``compute-sanitizer --tool memcheck|initcheck|racecheck python scripts/sanitize_auto.py``
@@ -47,7 +47,7 @@ for m, n, k in SHAPES:
     w = torch.randn(n, k, dtype=torch.float16, device="cuda")
     ref = a.float() @ w.float().T
     route = wsgemm.explain(a, w.T).splitlines()[1]
-    for given in (False, True):
+    for given in (False, False, True, True):  # each signature twice: the bound launcher runs
         out = None
         if given:
             out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
