@@ -69,6 +69,7 @@ __all__ = [
     "record",
     "smem_slots",
     "timer_for",
+    "warp_hot",
 ]
 
 #: A recorder's shared-memory slot: the events it tried to write, the current tile, its row's
@@ -285,6 +286,70 @@ def hot(rec: Recorder) -> HotRecorder:
         rec, writer, slot[_S["count"]], slot[_S["capacity"]], slot[_S["row_lo"]],
         slot[_S["row_hi"]], tile,
     )  # fmt: skip
+
+
+@cute.jit
+def warp_hot(rec: Recorder) -> HotRecorder:
+    """``hot(rec)`` for a ``lanes`` path, where every lane of the writer's warp writes events:
+    the count, capacity, row and tile as the writing lane (lane 0) holds them, handed to the
+    warp's other lanes by shuffles (each warp of the group takes its own lane 0's; only the
+    writer's warp writes). Called by every lane of the warp.
+
+    The other lanes must not take them from the slot: the writing lane updates it inside
+    branches only it takes (``_write``), and nothing orders those stores before another lane's
+    later loads. Lanes that skipped the branches can run ahead of the writer to their loads and
+    read a count one or two events old (seen on the H200: each flush wrote its events one or two
+    places early, over the writer's, leaving holes), or the previous tile. A shuffle reads the
+    writer's registers and meets the whole warp first."""
+    h = hot(rec)
+    tile = (_lane0(h.tile[0]), _lane0(h.tile[1]), _lane0(h.tile[2]))
+    return HotRecorder(
+        rec, h.writer, _lane0(h.count), _lane0(h.capacity), _lane0(h.row_lo), _lane0(h.row_hi),
+        tile,
+    )  # fmt: skip
+
+
+def _lane0(v) -> Int32:
+    """Lane 0's ``v``, on every lane of the warp (all 32 take part)."""
+    return cute.arch.shuffle_sync(Int32(v), 0)
+
+
+# Where each lanes path writes its staged events: offsets from the recorder's count when the
+# path began (the same arithmetic, plain ints, in tests/test_trace_lanes.py's model).
+
+
+def last_window(count):
+    """The first index of the last window of ``LANES`` of ``count`` (>= 1) staged items: the
+    one the final flush writes (the loop flushed the full windows before it)."""
+    return (count - 1) // LANES * LANES
+
+
+def load_offset(j):
+    """Producer: k-tile j's wait-empty begin, end and load issue at ``3 j .. 3 j + 2``."""
+    return 3 * j
+
+
+def mma_issued_offset(j):
+    """Consumer iteration j: its k-tile's wait-full begin, end and MMA issue, after iteration
+    j - 1's events (``_mma_traced``'s order): 0 for j = 0, else ``6 j - 3``."""
+    return cutlass.max(6 * j - 3, 0)
+
+
+def mma_released_offset(j):
+    """Consumer iteration j >= 1: k-tile j - 1's MMA wait begin, end and release at ``6 j``
+    (right after iteration j's issue: they are timed after it)."""
+    return 6 * j
+
+
+def mma_staged_events(k_count):
+    """Events of a unit's ``k_count`` iterations (all but the last k-tile's wait and release,
+    which the writer lane records itself)."""
+    return 6 * k_count - 3
+
+
+def store_wait_offset(e):
+    """Epilogue subtile e's store wait begin and end at ``2 e``, ``2 e + 1``."""
+    return 2 * e
 
 
 def writer_warp(rec: Recorder):

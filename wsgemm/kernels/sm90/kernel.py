@@ -814,8 +814,9 @@ class Sm90Gemm:
         """The producer's k-loop staging its times in lanes (knob ``producer=lanes``,
         ``trace.PATHS``): k-tile j of the tile keeps its three times in lane j % 32; after the
         loads of every 32nd k-tile, and at the end, the warp writes the staged k-tiles' events
-        (3 each, in k order), one k-tile per lane."""
-        hot = trace.hot(rec)
+        (3 each, in k order), one k-tile per lane. Every lane writes from the writer lane's
+        state (``trace.warp_hot``)."""
+        hot = trace.warp_hot(rec)
         lane = cute.arch.lane_idx()
         stage0 = state.index
         s0 = Int32(0)
@@ -836,9 +837,9 @@ class Sm90Gemm:
             s2 = trace.stage_lane(lane, slot, t2, s2)
             state.advance()
         count = k_end - k_begin
-        first = (count - 1) // trace.LANES * trace.LANES
+        first = trace.last_window(count)
         self._flush_load(plan, hot, lane, (s0, s1, s2), first, count, k_begin, stage0)
-        hot.count = hot.count + 3 * count
+        hot.count = hot.count + trace.load_offset(count)
         hot.cool()
         return state
 
@@ -849,7 +850,7 @@ class Sm90Gemm:
         j = first + lane
         if j < end:
             ref = hot.now()
-            n = hot.count + 3 * j
+            n = hot.count + trace.load_offset(j)
             stage = (stage0 + j) % plan.ab_stages
             k = k_begin + j
             kinds = (Event.WAIT_EMPTY_BEGIN, Event.WAIT_EMPTY_END, Event.LOAD_ISSUE)
@@ -1111,8 +1112,9 @@ class Sm90Gemm:
         (iteration j: its wait on full, its issue, then the previous k-tile's MMA wait and
         release); after the issue of every 32nd iteration the writer's warp writes the staged
         iterations' events, one iteration per lane, in the order ``_mma_traced`` writes them.
-        The last k-tile's wait and release are written by the writer lane (``hot.emit``)."""
-        hot = trace.hot(rec)
+        The last k-tile's wait and release are written by the writer lane (``hot.emit``). Every
+        lane writes from the writer lane's state (``trace.warp_hot``)."""
+        hot = trace.warp_hot(rec)
         lane = cute.arch.lane_idx()
         flusher = trace.writer_warp(rec)
         stage0 = read_state.index
@@ -1167,10 +1169,10 @@ class Sm90Gemm:
         w2 = hot.now()
         if flusher:
             staged = (s0, s1, s2, s3, s4, s5)
-            first = (k_count - 1) // trace.LANES * trace.LANES
+            first = trace.last_window(k_count)
             self._flush_mma(plan, hot, lane, staged, first, k_count, k_begin, stage0)
         # iterations 0 .. k_count - 1 wrote 3 + 6 (k_count - 1) events; the last release 3
-        hot.count = hot.count + 6 * k_count - 3
+        hot.count = hot.count + trace.mma_staged_events(k_count)
         hot.emit_released((w0, w1, w2), k_begin + k_count - 1, release_state.index)
         hot.cool()
         return read_state
@@ -1185,7 +1187,7 @@ class Sm90Gemm:
         if j < end:
             ref = hot.now()
             stage = (stage0 + j) % plan.ab_stages
-            n = hot.count + cutlass.max(6 * j - 3, 0)
+            n = hot.count + trace.mma_issued_offset(j)
             k = k_begin + j
             issued = (Event.WAIT_FULL_BEGIN, Event.WAIT_FULL_END, Event.MMA_ISSUE)
             for i in cutlass.range_constexpr(3):
@@ -1193,7 +1195,7 @@ class Sm90Gemm:
                 trace.store_checked(hot, n + i, issued[i], t, k, stage)
             if j > 0:
                 prev = (stage0 + j + plan.ab_stages - 1) % plan.ab_stages
-                m = hot.count + 6 * j
+                m = hot.count + trace.mma_released_offset(j)
                 released = (Event.MMA_WAIT_BEGIN, Event.MMA_WAIT_END, Event.STAGE_RELEASE)
                 for i in cutlass.range_constexpr(3):
                     t = trace.widen(staged[3 + i], ref)
@@ -1398,10 +1400,11 @@ class Sm90Gemm:
     ):  # fmt: skip
         """``epilogue`` with its store waits staged in lanes: the store warp reads the timer
         around each wait and lane e keeps subtile e's two times; after the last subtile the
-        warp writes the 2 x subtiles events (subtile order) in parallel."""
+        warp writes the 2 x subtiles events (subtile order) in parallel, from the writer lane's
+        state (``trace.warp_hot``)."""
         cfg = plan.config
         per_subtile = cute.size(tRS_rD)
-        hot = trace.hot(rec)
+        hot = trace.warp_hot(rec)
         lane = cute.arch.lane_idx()
         b0 = Int32(0)
         b1 = Int32(0)
@@ -1429,14 +1432,14 @@ class Sm90Gemm:
             if trace.writer_warp(rec):
                 if lane < cfg.num_epi_subtiles:
                     ref = hot.now()
-                    n = hot.count + 2 * lane
+                    n = hot.count + trace.store_wait_offset(lane)
                     buf = (subtiles_done + lane) % plan.epi_stages
                     k = Int32(-1)
                     t = trace.widen(b0, ref)
                     trace.store_checked(hot, n, Event.STORE_WAIT_BEGIN, t, k, buf)
                     t = trace.widen(b1, ref)
                     trace.store_checked(hot, n + 1, Event.STORE_WAIT_END, t, k, buf)
-                hot.count = hot.count + 2 * cfg.num_epi_subtiles
+                hot.count = hot.count + trace.store_wait_offset(cfg.num_epi_subtiles)
                 hot.cool()
 
     @staticmethod
