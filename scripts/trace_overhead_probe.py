@@ -23,33 +23,40 @@ Everything is compiled first (a few seconds per variant), then timed.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
 
 BACKENDS = ("sm90", "sm90-pingpong")
 
+#: The write paths the traced kernel shipped with before the lanes paths became the defaults.
+OLD = "producer=slow,consumer=hot,epilogue=slow"
+
 #: (name, TraceKnobs spec or None for the untraced kernel, what it tells / predicts)
 VARIANTS = (
     ("untraced", None, "the shipped kernel: the reference"),
-    (
-        "traced",
-        "",
-        "today's traced kernel (all events; producer slow, consumer hot, epilogue slow)",
-    ),
+    ("traced", "", "the traced kernel's defaults (all events; every role's lanes path)"),
+    ("old", OLD, "all events on the old paths (producer slow, consumer hot, epilogue slow)"),
     ("ev:none", "events=none", "no per-k-tile or store-wait events: the fixed cost of tracing"),
-    ("ev:consumer", "events=consumer", "only the consumers' 6 k-tile events (hot path)"),
-    ("ev:producer", "events=producer", "only the producer's 3 k-tile events (slow smem path)"),
-    ("ev:epilogue", "events=epilogue", "only the epilogue's store waits (slow path, 2/subtile)"),
-    ("fix:prod-hot", "producer=hot", "producer events from registers, written after the TMA"),
-    ("fix:prod-lanes", "producer=lanes", "producer times staged in lanes, written every 32"),
-    ("fix:cons-lanes", "consumer=lanes", "consumer times staged in lanes, written every 32"),
-    ("fix:epi-lanes", "epilogue=lanes", "store-wait times staged in lanes, written at the end"),
-    (
-        "fix:all-lanes",
-        "producer=lanes,consumer=lanes,epilogue=lanes",
-        "all three fixes: the candidate new default",
-    ),
+    ("ev:consumer", "events=consumer", "only the consumers' 6 k-tile events (default path)"),
+    ("ev:producer", "events=producer", "only the producer's 3 k-tile events (default path)"),
+    ("ev:epilogue", "events=epilogue", "only the epilogue's store waits (default path)"),
+    ("old+prod-hot", "producer=hot,consumer=hot,epilogue=slow", "old, producer from registers"),
+    ("old+prod-lanes", "producer=lanes,consumer=hot,epilogue=slow", "old, producer in lanes"),
+    ("old+cons-lanes", "producer=slow,consumer=lanes,epilogue=slow", "old, consumer in lanes"),
+    ("old+epi-lanes", "producer=slow,consumer=hot,epilogue=lanes", "old, store waits in lanes"),
+    ("lanes+cons-hot", "consumer=hot", "the defaults with the consumer's hot path"),
+)
+
+#: A recording problem's kind (``timeline.check``'s sentences), first match wins.
+PROBLEM_KINDS = (
+    ("order", re.compile(r"time goes back")),
+    ("pairing", re.compile(r": (\w+) at .* has no \w+ (?:before|after) it")),
+    ("stages", re.compile(r"released it")),
+    ("full-after-load", re.compile(r"waited on full|the wait on full ended")),
+    ("tiles", re.compile(r"fetched tile|was run by|was fetched by|were run by no CTA")),
+    ("overflow", re.compile(r"overflowed|lost \d+ events")),
 )
 
 SHAPE = (4096, 4096, 4096)
@@ -133,6 +140,7 @@ def check_recording(backend, name, fn, a, bt):
     from wsgemm import host, timeline
     from wsgemm.api import tracing as api_tracing
     from wsgemm.host import tracing as host_tracing
+    from wsgemm.timeline import checks
 
     want = host.Variant(backend, "sm_90a").kernel_config()
     used = []
@@ -152,7 +160,50 @@ def check_recording(backend, name, fn, a, bt):
         host_tracing.cached_traced = saved
     ref = (a.float() @ bt.float().t()).half()
     err = (out.float() - ref.float()).abs().max().item()
-    return timeline.check(raw), err, raw.meta.get("overflow", 0)
+    listed = checks.MAX_LISTED
+    checks.MAX_LISTED = 1 << 30  # every problem, not the first 5 of each check
+    try:
+        problems = timeline.check(raw)
+    finally:
+        checks.MAX_LISTED = listed
+    return problems, err, raw.meta.get("overflow", 0), holes(raw)
+
+
+def holes(raw) -> str:
+    """Stored events that no lane wrote (kind 0: the host zeroes the buffer), per role."""
+    import numpy as np
+
+    from wsgemm import timeline
+
+    d = timeline.decode(raw)
+    empty = d.events["kind"] == 0
+    if not empty.any():
+        return ""
+    recs = d.events["rec"][empty]
+    roles = np.bincount(d.recorders["role"][recs].astype(np.int64), minlength=3)
+    named = ", ".join(f"{n} {r}" for n, r in zip(roles, ("producer", "consumer", "worker"),
+                                                strict=True) if n)  # fmt: skip
+    return f"{int(empty.sum())} holes (kind 0) in {len(set(recs.tolist()))} recorders: {named}"
+
+
+def summarize(problems: list[str], first: int = 3) -> list[str]:
+    """Compactly: the problems' count per kind (``PROBLEM_KINDS``; pairing per event kind),
+    then the first ``first`` problems, and the first of each kind not among them."""
+    counts: dict[str, int] = {}
+    example: dict[str, str] = {}
+    for line in problems:
+        kind = "other"
+        for name, pattern in PROBLEM_KINDS:
+            m = pattern.search(line)
+            if m:
+                kind = f"{name} {m.group(1)}" if m.groups() else name
+                break
+        counts[kind] = counts.get(kind, 0) + 1
+        example.setdefault(kind, line)
+    out = ["counts: " + ", ".join(f"{k} {n}" for k, n in counts.items())]
+    out += problems[:first]
+    out += [f"[{k}] {line}" for k, line in example.items() if line not in problems[:first]]
+    return out
 
 
 def main(argv=None) -> int:
@@ -203,6 +254,7 @@ def main(argv=None) -> int:
 
     # correctness first: every complete variant's recording is checked, every product compared
     verdict = {}
+    failures = {}  # (backend, name): summarized check problems
     for backend in backends:
         ref = (a.float() @ bt.float().t()).half()
         for name, spec, _ in variants:
@@ -213,14 +265,18 @@ def main(argv=None) -> int:
             complete = spec is not None and ("events=" not in spec or "events=all" in spec)
             if complete and not args.no_check:
                 try:
-                    problems, rec_err, overflow = check_recording(
+                    problems, rec_err, overflow, empty = check_recording(
                         backend, name, compiled[(backend, name)], a, bt
                     )
-                    note += f"; checks {'ok' if not problems else 'FAIL'}"
+                    note += f"; checks {'ok' if not problems else f'FAIL ({len(problems)})'}"
                     if overflow:
                         note += f"; overflow {overflow}"
-                    for line in problems[:5]:
-                        print(f"  {backend} {name}: {line}")
+                    if rec_err > 1:
+                        note += f"; recorded call max|err| {rec_err:.3g}"
+                    if problems or empty:
+                        failures[(backend, name)] = ([empty] if empty else []) + summarize(problems)
+                        for line in failures[(backend, name)]:
+                            print(f"  {backend} {name}: {line}")
                 except Exception as exc:  # report and keep timing the others
                     note += f"; check error {type(exc).__name__}: {exc}"[:120]
             verdict[(backend, name)] = note
@@ -254,6 +310,12 @@ def main(argv=None) -> int:
                 f"{backend:14s} {name:15s} {ms * 1e3:8.1f} {statistics.median(over):+10.1f}% "
                 f"{rng:>16s} {mhz}  {verdict[(backend, name)]}; {what}"
             )
+    if failures:  # again after the table, so that an output cut to its tail still has them
+        print("\ncheck failures (counts per kind, the first problems, one of each other kind):")
+        for (backend, name), lines in failures.items():
+            print(f"{backend} {name}:")
+            for line in lines:
+                print(f"    {line}")
     return 0
 
 

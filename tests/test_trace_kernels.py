@@ -416,7 +416,9 @@ def test_trace_knobs_parse_and_defaults():
 
     default = TraceKnobs()
     assert default.complete and TraceKnobs.parse("") == default == TraceKnobs.parse("default")
-    assert (default.producer, default.consumer, default.epilogue) == ("slow", "hot", "slow")
+    assert (default.producer, default.consumer, default.epilogue) == ("lanes",) * 3
+    old = TraceKnobs.parse("producer=slow,consumer=hot,epilogue=slow")  # the paths before
+    assert old.complete and TraceKnobs.parse(str(old)) == old != default
     knobs = TraceKnobs.parse("events=consumer+producer,producer=lanes,epilogue=lanes")
     assert knobs.events == {"consumer", "producer"} and not knobs.complete
     assert TraceKnobs.parse(str(knobs)) == knobs
@@ -429,10 +431,29 @@ def test_trace_knobs_parse_and_defaults():
         tracing.compile_traced(host.Variant("sm80", "sm_80"), trace_knobs="events=none")
 
 
+#: Knob variants of the overhead probe (scripts/trace_overhead_probe.py) besides the defaults
+#: (every role's lanes path, compiled by the tests above): the old paths, each old path with one
+#: role's lanes path, the defaults with one role's other path, and each event group alone.
+KNOB_SPECS = (
+    "producer=slow,consumer=hot,epilogue=slow",
+    "producer=hot,consumer=hot,epilogue=slow",
+    "producer=lanes,consumer=hot,epilogue=slow",
+    "producer=slow,consumer=lanes,epilogue=slow",
+    "producer=slow,consumer=hot,epilogue=lanes",
+    "producer=hot",
+    "consumer=hot",
+    "epilogue=slow",
+    "events=none",
+    "events=producer",
+    "events=consumer",
+    "events=epilogue",
+)
+
+
 @pytest.mark.sweep
+@pytest.mark.parametrize("spec", KNOB_SPECS)
 @pytest.mark.parametrize("backend", ["sm90", "sm90-pingpong"])
-def test_lanes_variant_compiles_spill_free(backend):
-    spec = "producer=lanes,consumer=lanes,epilogue=lanes"
+def test_knob_variant_compiles_spill_free(backend, spec):
     variant = host.Variant(backend, "sm_90a")
     r = insp.inspect_variant(variant, tracing.compile_traced(variant, keep=True, trace_knobs=spec))
     _check_traced(r, backend, "sm_90a", "SR_GLOBALTIMER")
