@@ -1,7 +1,8 @@
 """``backend="auto"`` cases for compute-sanitizer: the shape policy's menu entries and its split-K
 choices (decode, prefill and ragged shapes; fresh and given ``out``, each twice, so the
-second call runs the launcher bound to its signature; ring stages reused across calls), then split-K forced on each split variant (K not divisible by the split, K shorter than
-splits x tile_k, ragged N, batched; every call twice, so the workspace and the semaphores a
+second call runs the launcher bound to its signature; ring stages reused across calls), then
+split-K forced on each split variant (K not divisible by the split, K shorter than splits x
+tile_k, ragged N, batched; every call twice, so the workspace and the semaphores a
 previous launch reset are reused), each checked against torch. Run as
 ``compute-sanitizer --tool memcheck|initcheck|racecheck python scripts/sanitize_auto.py``
 (scripts/gpu_session.sh)."""
