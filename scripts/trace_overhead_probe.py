@@ -30,23 +30,22 @@ import time
 
 BACKENDS = ("sm90", "sm90-pingpong")
 
-#: The write paths the traced kernel shipped with before the lanes paths became the defaults.
-OLD = "producer=slow,consumer=hot,epilogue=slow"
+#: Every role's events written on the spot, in the untraced loops' own ``trace.record`` calls:
+#: the baseline the lanes paths are measured against.
+OLD = "producer=slow,consumer=slow,epilogue=slow"
 
 #: (name, TraceKnobs spec or None for the untraced kernel, what it tells / predicts)
 VARIANTS = (
     ("untraced", None, "the shipped kernel: the reference"),
     ("traced", "", "the traced kernel's defaults (all events; every role's lanes path)"),
-    ("old", OLD, "all events on the old paths (producer slow, consumer hot, epilogue slow)"),
+    ("old", OLD, "all events written on the spot (every role's slow path)"),
     ("ev:none", "events=none", "no per-k-tile or store-wait events: the fixed cost of tracing"),
     ("ev:consumer", "events=consumer", "only the consumers' 6 k-tile events (default path)"),
     ("ev:producer", "events=producer", "only the producer's 3 k-tile events (default path)"),
     ("ev:epilogue", "events=epilogue", "only the epilogue's store waits (default path)"),
-    ("old+prod-hot", "producer=hot,consumer=hot,epilogue=slow", "old, producer from registers"),
-    ("old+prod-lanes", "producer=lanes,consumer=hot,epilogue=slow", "old, producer in lanes"),
+    ("old+prod-lanes", "producer=lanes,consumer=slow,epilogue=slow", "old, producer in lanes"),
     ("old+cons-lanes", "producer=slow,consumer=lanes,epilogue=slow", "old, consumer in lanes"),
-    ("old+epi-lanes", "producer=slow,consumer=hot,epilogue=lanes", "old, store waits in lanes"),
-    ("lanes+cons-hot", "consumer=hot", "the defaults with the consumer's hot path"),
+    ("old+epi-lanes", "producer=slow,consumer=slow,epilogue=lanes", "old, store waits in lanes"),
 )
 
 #: A recording problem's kind (``timeline.check``'s sentences), first match wins.

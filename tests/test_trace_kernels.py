@@ -417,14 +417,14 @@ def test_trace_knobs_parse_and_defaults():
     default = TraceKnobs()
     assert default.complete and TraceKnobs.parse("") == default == TraceKnobs.parse("default")
     assert (default.producer, default.consumer, default.epilogue) == ("lanes",) * 3
-    old = TraceKnobs.parse("producer=slow,consumer=hot,epilogue=slow")  # the paths before
+    old = TraceKnobs.parse("producer=slow,consumer=slow,epilogue=slow")  # on the spot
     assert old.complete and TraceKnobs.parse(str(old)) == old != default
     knobs = TraceKnobs.parse("events=consumer+producer,producer=lanes,epilogue=lanes")
     assert knobs.events == {"consumer", "producer"} and not knobs.complete
     assert TraceKnobs.parse(str(knobs)) == knobs
     assert TraceKnobs.parse("events=none").events == frozenset()
     assert TraceKnobs.parse("events=all").events == frozenset(EVENT_GROUPS)
-    for bad in ("events=mma", "consumer=slow", "producer", "timer=clock"):
+    for bad in ("events=mma", "consumer=hot", "producer", "timer=clock"):
         with pytest.raises(ValueError):
             TraceKnobs.parse(bad)
     with pytest.raises(ValueError, match="sm90"):
@@ -432,16 +432,15 @@ def test_trace_knobs_parse_and_defaults():
 
 
 #: Knob variants of the overhead probe (scripts/trace_overhead_probe.py) besides the defaults
-#: (every role's lanes path, compiled by the tests above): the old paths, each old path with one
-#: role's lanes path, the defaults with one role's other path, and each event group alone.
+#: (every role's lanes path, compiled by the tests above): the slow paths, each slow path with
+#: one role's lanes path, the defaults with one role's slow path, and each event group alone.
 KNOB_SPECS = (
-    "producer=slow,consumer=hot,epilogue=slow",
-    "producer=hot,consumer=hot,epilogue=slow",
-    "producer=lanes,consumer=hot,epilogue=slow",
+    "producer=slow,consumer=slow,epilogue=slow",
+    "producer=lanes,consumer=slow,epilogue=slow",
     "producer=slow,consumer=lanes,epilogue=slow",
-    "producer=slow,consumer=hot,epilogue=lanes",
-    "producer=hot",
-    "consumer=hot",
+    "producer=slow,consumer=slow,epilogue=lanes",
+    "producer=slow",
+    "consumer=slow",
     "epilogue=slow",
     "events=none",
     "events=producer",

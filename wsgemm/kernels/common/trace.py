@@ -88,19 +88,19 @@ _H = {name: i for i, name in enumerate(HEADER_FIELDS)}
 EVENT_GROUPS = ("producer", "consumer", "epilogue")
 #: How each role writes its per-k-tile (epilogue: per-subtile) events:
 #: * ``slow``: ``record`` per event (the recorder's state read from and written back to its
-#:   shared-memory slot, a timer read, two 16-byte stores, all on the recording lane);
-#: * ``hot``: a ``HotRecorder`` (state in registers; the loop takes its times on the path and
-#:   writes the events after the issue);
+#:   shared-memory slot, a timer read, two 16-byte stores, all on the recording lane), in the
+#:   untraced loop's own ``trace.record`` calls;
 #: * ``lanes``: the loop only reads the timer and keeps the low 32 bits of each time in a
 #:   register of lane ``i % 32`` (a select per time, no store); every 32 k-tiles (and at the
 #:   end of the tile) the writer's warp writes the staged events, one lane per k-tile, in
 #:   parallel, right after an issue (``stage_lane``, ``widen``), every lane from the writer
 #:   lane's count and tile (``warp_hot``). The default of every role: the cheapest on the H200
 #:   (issue #13's probe: 4096^3 traced +4-5% over untraced, against +29% / +61% on the paths
-#:   before, ``producer=slow,consumer=hot,epilogue=slow``, which stay selectable).
+#:   before; docs/perf.md entry 24). ``slow`` stays selectable as the baseline it is measured
+#:   against (a register-held ``hot`` path in between was measured and dropped: entry 24).
 PATHS = {
-    "producer": ("slow", "hot", "lanes"),
-    "consumer": ("hot", "lanes"),
+    "producer": ("slow", "lanes"),
+    "consumer": ("slow", "lanes"),
     "epilogue": ("slow", "lanes"),
 }
 #: k-tiles (subtiles) a writer warp stages before it writes them: one per lane.
@@ -138,7 +138,7 @@ class TraceKnobs:
 
     @classmethod
     def parse(cls, spec: str) -> TraceKnobs:
-        """``"events=all|none|g1+g2,producer=slow|hot|lanes,consumer=hot|lanes,
+        """``"events=all|none|g1+g2,producer=slow|lanes,consumer=slow|lanes,
         epilogue=slow|lanes"``, every part optional ("" or "default": the defaults)."""
         fields: dict[str, Any] = {}
         for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -223,7 +223,7 @@ class HotRecorder:
     taken by ``now``, then ``cool``): its count, capacity, row and tile are read from the slot
     once, so an event costs two 16-byte stores and no shared-memory round trip, and the loop
     can take its time stamps on the critical path and write them where the warp has slack.
-    Only the traced mainloops use it; the count goes back to the slot in ``cool``."""
+    The ``lanes`` paths use it (``warp_hot``); the count goes back to the slot in ``cool``."""
 
     def __init__(self, rec: Recorder, writer, count, capacity, row_lo, row_hi, tile):
         self.rec = rec
@@ -258,13 +258,6 @@ class HotRecorder:
         self.count = self.count + 1
 
     @cute.jit
-    def emit_issued(self, times, k_tile, stage):
-        """A consumer k-tile's wait on ``full`` (begin, end) and its MMA issue, at ``times``."""
-        self.emit(Event.WAIT_FULL_BEGIN, times[0], k_tile, stage)
-        self.emit(Event.WAIT_FULL_END, times[1], k_tile, stage)
-        self.emit(Event.MMA_ISSUE, times[2], k_tile, stage)
-
-    @cute.jit
     def emit_released(self, times, k_tile, stage):
         """A consumer k-tile's wait for its MMAs (begin, end) and its stage release."""
         self.emit(Event.MMA_WAIT_BEGIN, times[0], k_tile, stage)
@@ -280,8 +273,9 @@ class HotRecorder:
 
 @cute.jit
 def hot(rec: Recorder) -> HotRecorder:
-    """``rec``'s state in registers for a hot loop (``HotRecorder``); ``rec`` must not record
-    until ``HotRecorder.cool``."""
+    """``rec``'s state in registers for a hot loop (``HotRecorder``), as the writer lane reads
+    it (``warp_hot`` hands it to the warp); ``rec`` must not record until
+    ``HotRecorder.cool``."""
     slot = rec.slot
     writer = cutlass.select_(_writes(rec), Int32(1), Int32(0))
     tile = (slot[_S["tile_m"]], slot[_S["tile_n"]], slot[_S["tile_l"]])

@@ -754,9 +754,7 @@ class Sm90Gemm:
             tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             k_begin, k_end = self._k_range(tile, args.k_tiles)
-            if const_expr(krec is not None and knobs.producer == "hot"):
-                state = self._load_hot(args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, krec)
-            elif const_expr(krec is not None and knobs.producer == "lanes"):
+            if const_expr(krec is not None and knobs.producer == "lanes"):
                 state = self._load_lanes(
                     plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, krec
                 )
@@ -789,25 +787,6 @@ class Sm90Gemm:
             args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
         )
         ab_pipeline.producer_commit(state)
-
-    @cute.jit
-    def _load_hot(self, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, rec):
-        """The producer's k-loop recording through a ``trace.hot`` recorder (knob
-        ``producer=hot``): between the stage's release and its loads only a timer read; the
-        three events are written after the loads are issued."""
-        hot = trace.hot(rec)
-        for k in cutlass.range(k_begin, k_end, unroll=1):
-            t0 = hot.now()
-            ab_pipeline.producer_acquire(state)
-            t1 = hot.now()
-            self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
-            t2 = hot.now()
-            hot.emit(Event.WAIT_EMPTY_BEGIN, t0, k, state.index)
-            hot.emit(Event.WAIT_EMPTY_END, t1, k, state.index)
-            hot.emit(Event.LOAD_ISSUE, t2, k, state.index)
-            state.advance()
-        hot.cool()
-        return state
 
     @cute.jit
     def _load_lanes(self, plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, rec):
@@ -1015,8 +994,6 @@ class Sm90Gemm:
         the WGMMAs reading it have retired."""
         if const_expr(rec is not None and self.trace_knobs.consumer == "lanes"):
             return self._mma_lanes(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
-        if const_expr(rec is not None):
-            return self._mma_traced(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
@@ -1053,65 +1030,12 @@ class Sm90Gemm:
         return read_state
 
     @cute.jit
-    def _mma_traced(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec):
-        """``mma`` of a traced kernel: the same loop, recording through a ``trace.hot``
-        recorder. Between a stage's MMAs retiring and the next k-tile's MMAs issuing (the
-        critical path of the one k-tile in flight) it only reads the timer; the events are
-        written right after an issue, while the tensor cores are busy."""
-        hot = trace.hot(rec)
-        release_state = read_state.clone()
-        acc.fill(0.0)
-        warpgroup.fence()
-        t0 = hot.now()
-        ab_pipeline.consumer_wait(read_state)
-        t1 = hot.now()
-        self._mma_k_tile(args, acc, read_state.index)
-        warpgroup.commit_group()
-        t2 = hot.now()
-        hot.emit_issued((t0, t1, t2), k_begin, read_state.index)
-        read_state.advance()
-        # the previous iteration's MMA wait and release, written after this one's issue
-        w0, w1, w2 = t2, t2, t2
-        for k in cutlass.range(1, k_count, unroll=1):
-            t0 = hot.now()
-            ab_pipeline.consumer_wait(read_state)
-            t1 = hot.now()
-            self._mma_k_tile(args, acc, read_state.index)
-            warpgroup.commit_group()
-            t2 = hot.now()
-            if k > 1:
-                stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
-                hot.emit_released((w0, w1, w2), k_begin + k - 2, stage)
-            hot.emit_issued((t0, t1, t2), k_begin + k, read_state.index)
-            w0 = hot.now()
-            warpgroup.wait_group(1)
-            w1 = hot.now()
-            ab_pipeline.consumer_release(release_state)
-            w2 = hot.now()
-            release_state.advance()
-            read_state.advance()
-        if const_expr(plan.config.pingpong):
-            # the other warpgroup's turn first: the pending events below are already timed
-            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
-        if k_count > 1:
-            stage = (release_state.index + plan.ab_stages - 1) % plan.ab_stages
-            hot.emit_released((w0, w1, w2), k_begin + k_count - 2, stage)
-        w0 = hot.now()
-        warpgroup.wait_group(0)
-        w1 = hot.now()
-        ab_pipeline.consumer_release(release_state)
-        w2 = hot.now()
-        hot.emit_released((w0, w1, w2), k_begin + k_count - 1, release_state.index)
-        hot.cool()
-        return read_state
-
-    @cute.jit
     def _mma_lanes(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec):
         """``mma`` staging its times in lanes (knob ``consumer=lanes``, ``trace.PATHS``): the
         loop reads the timer six times a k-tile and keeps the low words in lane j % 32
         (iteration j: its wait on full, its issue, then the previous k-tile's MMA wait and
         release); after the issue of every 32nd iteration the writer's warp writes the staged
-        iterations' events, one iteration per lane, in the order ``_mma_traced`` writes them.
+        iterations' events, one iteration per lane, in the row order of ``mma``'s own records.
         The last k-tile's wait and release are written by the writer lane (``hot.emit``). Every
         lane writes from the writer lane's state (``trace.warp_hot``)."""
         hot = trace.warp_hot(rec)
