@@ -175,7 +175,7 @@ def run(
 
 
 def _general_launcher(d, p: Problem, route: Route) -> Launcher:
-    return lambda a, b, out, *pointers: _launch(d, a, b, out, p, route)[0]
+    return lambda a, b, out, pa, pb, po: _launch(d, a, b, out, p, route)[0]
 
 
 def _launch(d, a, b, out, p: Problem, route: Route):
@@ -243,84 +243,47 @@ def _direct_launcher(
     device: torch.device,
     allocate: bool,
     tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-) -> Launcher:
+) -> Launcher | None:
     """A launcher that runs the kernel of ``planned`` (a ``Launch`` made for this signature) on
-    a later call's own tensors: views of the same sizes and strides at their addresses. A kernel
-    with a ``bind`` (``host.calls.KernelCall``, the split launcher) is bound to the views' sizes
-    and strides once and then given the three addresses; any other (stand-in kernels) gets the
-    views rebuilt, one ``as_strided`` each. Under swap-AB the kernel's A is the caller's B and
-    its B the caller's A."""
+    a later call's tensors: views of the same sizes and strides at their addresses, so the
+    kernel (``host.calls.KernelCall`` or the split launcher) is bound to the views once and
+    then given the addresses ``call`` read. Under swap-AB the kernel's A is the caller's B and
+    its B the caller's A. None where the kernel has no ``bind`` (the tests' stand-ins) or the
+    views do not sit at the caller's tensors' addresses: the signature then re-plans."""
     launch, fn, clusters, swap = planned
-    a, b, c = tensors
-    if swap:
-        a, b = b, a
     bind = getattr(fn, "bind", None)
-    at = None
-    # the views sit at the caller's tensors' addresses (``plan`` keeps each offset)
-    same = (launch.a.data_ptr(), launch.b.data_ptr(), launch.c.data_ptr()) == (
-        a.data_ptr(),
-        b.data_ptr(),
-        c.data_ptr(),
+    views = (launch.b, launch.a) if swap else (launch.a, launch.b)
+    at_callers = tuple(v.data_ptr() for v in (*views, launch.c)) == tuple(
+        t.data_ptr() for t in tensors
     )
-    if bind is not None and same:
-        at = bind(launch.a, launch.b, launch.c, clusters)
+    at = bind(launch.a, launch.b, launch.c, clusters) if bind is not None and at_callers else None
+    if at is None:
+        return None
     index = device.index
     shape, dtype = p.out_shape, p.c_dtype
-    if at is not None:
-        if allocate:
+    if allocate:
+
+        def launcher(a, b, out, pa, pb, po):
+            # sizes as arguments, not a tuple: torch parses them faster (perf.md, entry 12)
+            out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
             if swap:  # the kernel's A is the caller's B, its B the caller's A
-
-                def launcher(a, b, out, pa, pb, po):
-                    # sizes as arguments, not a tuple: torch parses them faster (perf.md 12)
-                    out = torch.empty(*shape, dtype=dtype, device=device)  # aligned
-                    at(pb, pa, out.data_ptr())
-                    return out
-
-            else:
-
-                def launcher(a, b, out, pa, pb, po):
-                    out = torch.empty(*shape, dtype=dtype, device=device)
-                    at(pa, pb, out.data_ptr())
-                    return out
-
-        elif swap:
-
-            def launcher(a, b, out, pa, pb, po):
-                at(pb, pa, po)
-                return out
-
-        else:
-
-            def launcher(a, b, out, pa, pb, po):
-                at(pa, pb, po)
-                return out
+                pa, pb = pb, pa
+            at(pa, pb, out.data_ptr())
+            return out
 
     else:
-        sa, ta = tuple(launch.a.shape), launch.a.stride()
-        sb, tb = tuple(launch.b.shape), launch.b.stride()
-        sc, tc = tuple(launch.c.shape), launch.c.stride()
-        if allocate:
 
-            def launcher(a, b, out, *pointers):
-                if swap:
-                    a, b = b, a
-                out = torch.empty(*shape, dtype=dtype, device=device)
-                fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
-                return out
-
-        else:
-
-            def launcher(a, b, out, *pointers):
-                if swap:
-                    a, b = b, a
-                fn(a.as_strided(sa, ta), b.as_strided(sb, tb), out.as_strided(sc, tc), clusters)
-                return out
+        def launcher(a, b, out, pa, pb, po):
+            if swap:
+                pa, pb = pb, pa
+            at(pa, pb, po)
+            return out
 
     if d.devices.count() == 1:
         return launcher
 
-    def on_its_device(a, b, out, *pointers):
+    def on_its_device(a, b, out, pa, pb, po):
         with _on_device(d, index):
-            return launcher(a, b, out, *pointers)
+            return launcher(a, b, out, pa, pb, po)
 
     return on_its_device
