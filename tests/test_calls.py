@@ -159,3 +159,9 @@ def test_a_bound_loaded_kernel_is_called_with_every_argument_and_no_keyword_wrap
     assert got[0][14:] == got[1][14:] == (7, 0, 1, None, None)
     assert [p.value for p in got[1][1:4]] == [16, 32, 48]
     assert got[1][4:14] == (64, 48, 32, 1, 32, 0, 32, 0, 48, 0)
+    # split-K's per-launch arguments replace the defaults, afresh on each launch
+    fresh = iter(range(2))
+    launch = call.bind(a, b, c.half(), 7, per_call=lambda: (0, 3, next(fresh), "sems"))
+    launch(16, 32, 48)
+    launch(16, 32, 48)
+    assert got[2][14:] == (7, 0, 3, 0, "sems") and got[3][14:] == (7, 0, 3, 1, "sems")

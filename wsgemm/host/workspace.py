@@ -20,14 +20,13 @@ binds them to a compiled split kernel so it is called like any other kernel.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .calls import KernelCall, addresses, token
+from .calls import KernelCall
 
 __all__ = ["SemaphoreCache", "split_launcher"]
 
@@ -88,28 +87,20 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
             got = sizes[key] = split_buffer_sizes(config, split, *key)[1:]
         return got
 
+    def buffers(words: int, count: int, device: torch.device) -> tuple:
+        """The launch arguments after ``clusters``: raster group, split, a fresh workspace and
+        the current stream's semaphores."""
+        workspace = torch.empty(words, dtype=torch.float32, device=device)
+        return 0, split, workspace, semaphores.get(device, count)
+
     def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
-        words, count = buffer_sizes(a_mkl, b_nkl)
-        workspace = torch.empty(words, dtype=torch.float32, device=c_mnl.device)
-        fn(a_mkl, b_nkl, c_mnl, clusters, 0, split, workspace, semaphores.get(c_mnl.device, count))
+        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*buffer_sizes(a_mkl, b_nkl), c_mnl.device))
 
     def bind(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
         if not isinstance(fn, KernelCall):
             return None
-        words, count = buffer_sizes(a_mkl, b_nkl)
-        ints = fn.sizes_and_strides(a_mkl, b_nkl, c_mnl)
-        addresses(a_mkl, b_nkl, c_mnl)  # the alignment of the views it binds
-        device = c_mnl.device
-        # every argument is given: a loaded kernel's function without its keyword wrapper
-        raw = getattr(fn.fn, "__wrapped__", fn.fn)
-        tok, void_p = token(device), ctypes.c_void_p
-
-        def launch_at(pa: int, pb: int, pc: int) -> None:
-            workspace = torch.empty(words, dtype=torch.float32, device=device)
-            sems = semaphores.get(device, count)
-            raw(tok, void_p(pa), void_p(pb), void_p(pc), *ints, clusters, 0, split, workspace, sems)
-
-        return launch_at
+        sized = (*buffer_sizes(a_mkl, b_nkl), c_mnl.device)
+        return fn.bind(a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized))
 
     launch.bind = bind
     return launch
