@@ -29,8 +29,8 @@ SPLIT = (
     ("pingpong-64x128-c1x2", 1, 1000, 100, 1, 4),  # 2 k-tiles: runs 2 ways
     ("pingpong-64x256-c1x1", 7, 1000, 2048, 3, 8),
     ("cooperative-128x128-c1x2", 131, 520, 777, 1, 2),
-    ("swap-pingpong-64x16-c1x1", 7, 1000, 2048, 1, 3),  # swap-AB with split-K
-    ("swap-pingpong-64x16-c1x1", 16, 4096, 1021, 1, 2),
+    ("swap-pingpong-64x16x128-c1x1", 7, 1000, 2048, 1, 3),  # swap-AB with split-K
+    ("swap-pingpong-64x16x128-c1x1", 16, 4096, 1021, 1, 2),
     ("cooperative-128x128-c1x2", 64, 4100, 4096, 1, 4),
 )
 

@@ -13,6 +13,8 @@ from wsgemm.kernels.sm90.config import Sm90Config
 pytestmark = pytest.mark.gpu
 
 SWAP_CONFIGS = {
+    "pp64x8k128": Sm90Config(tile_m=64, tile_n=8, tile_k=128, schedule="pingpong", swap_ab=True),
+    "pp64x16k128": Sm90Config(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", swap_ab=True),
     "pp64x8": Sm90Config(tile_m=64, tile_n=8, schedule="pingpong", swap_ab=True),
     "pp64x16": Sm90Config(tile_m=64, tile_n=16, schedule="pingpong", swap_ab=True),
     "pp64x32": Sm90Config(tile_m=64, tile_n=32, schedule="pingpong", swap_ab=True),
@@ -25,9 +27,9 @@ NK = [8, 13, 64, 97, 128, 129, 257, 640, 1021, 4096]
 CASES = 48
 
 
-# The menu's swap entry gets every dtype and layout; the other tiles (each variant a compile)
-# three dtypes, K-major tokens and either weight layout.
-MENU_CONFIG = "pp64x16"
+# The menu's 16-wide swap entry gets every dtype and layout; the other tiles (each variant a
+# compile) three dtypes, K-major tokens and either weight layout.
+MENU_CONFIG = "pp64x16k128"
 OTHER_CASES = 8
 
 
@@ -56,7 +58,7 @@ def test_swap_random_case(name, index):
     check(case, backend, torch.Generator().manual_seed(index), config=SWAP_CONFIGS[name])
 
 
-@pytest.mark.parametrize("name", ["pp64x16", "co128x32c2"])
+@pytest.mark.parametrize("name", ["pp64x16k128", "pp64x8k128", "co128x32c2"])
 def test_swap_decode_shapes_and_bits_repeat(name):
     """LLM decode shapes (x @ W.T) at 1 and 16 tokens: correct, and the same bits twice."""
     from wsgemm import api

@@ -59,7 +59,7 @@ def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
 @pytest.mark.parametrize(
     "name, shape, split",
     [
-        ("swap-pingpong-64x16-c1x1", (1, 4096, 14336), 2),  # swap-AB, K split unevenly below
+        ("swap-pingpong-64x16x128-c1x1", (1, 4096, 14336), 2),  # swap-AB, K split unevenly below
         ("cooperative-128x128-c1x2", (256, 1024, 4160), 3),  # 65 k-tiles in 3 splits
         ("pingpong-64x128-c1x2", (77, 640, 1000), 4),  # ragged everywhere
     ],

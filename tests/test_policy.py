@@ -102,8 +102,10 @@ def test_menu_is_small_named_once_and_always_has_a_fitting_entry():
     assert [e.name for e in policy.MENU if e.shipped] == ["sm90", "sm90-pingpong"]
     # A 1x1 cluster fits any problem, so fits() never leaves the policy empty-handed.
     assert any(e.cluster == (1, 1) for e in policy.MENU)
-    # Batch invariance rests on one accumulation order: one tile_k across the menu.
-    assert len({e.tile_k for e in policy.MENU}) == 1
+    # Batch invariance rests on one accumulation order: every entry issues the same ascending
+    # sequence of 16-deep WGMMA k-steps, so each tile_k is a whole number of them (the bits
+    # themselves: test_gpu_every_menu_entry_gives_the_same_bits).
+    assert all(e.tile_k % 16 == 0 for e in policy.MENU)
 
 
 def test_menu_variants_are_what_warm_compiles():
@@ -302,7 +304,6 @@ def test_heuristic_rules(empty_table):
 def test_batch_invariant_mode_never_splits(shape):
     choice = choose(shape.m, shape.n, shape.k, batch_invariant=True)
     assert choice.split == 1
-    assert choice.menu_entry.tile_k == policy.MENU[0].tile_k
     assert "batch-invariant" in choice.reason
 
 

@@ -263,12 +263,13 @@ def test_plan_traces_every_sm90_cta_with_room_for_every_event():
 def test_plan_counts_split_k_units_and_their_fix_ups():
     from wsgemm.host import policy
 
-    e = policy.entry("swap-pingpong-64x16-c1x1")
+    e = policy.entry("swap-pingpong-64x16x128-c1x1")
     config = e.variant_config(split=True)
     # the kernel's problem: N=4096 weights rows (M here), 16 tokens, K=14336: 64 tiles x 2 splits
     p = tracing.plan_trace("sm90-pingpong", config, (4096, 16, 14336, 1), 132, split=2)
-    assert p.ctas_launched == 128 and p.tiles_per_cta == 1 and p.k_tiles == 224
-    per_unit = 6 * 112 + tracing.EVENTS_PER_TILE + tracing.EVENTS_PER_FIXUP
+    # K = 14336 is 112 k-tiles of 128, 56 per split
+    assert p.ctas_launched == 128 and p.tiles_per_cta == 1 and p.k_tiles == 112
+    per_unit = 6 * 56 + tracing.EVENTS_PER_TILE + tracing.EVENTS_PER_FIXUP
     assert p.capacity == per_unit + tracing.EVENTS_PER_RECORDER
 
 
