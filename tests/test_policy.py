@@ -208,6 +208,8 @@ def test_each_measured_problem_chooses_its_best_allowed_candidate(point, invaria
     (table,) = policy._tables(None)
     args = (point.m, point.n, point.k, point.batch, 132, "float32", invariant)
     entries = [e for e in policy.MENU if policy.fits(e, point.m, point.n)]
+    if any(e.swap_ab for e in entries):  # rule 1: decode is swap-AB's
+        entries = [e for e in entries if e.swap_ab]
     allowed = {e.name: policy.split_candidates(e, *args) for e in entries}
     best = _cell_best(table, point.m, point.n, point.k, allowed)
     choice = choose(point.m, point.n, point.k, point.batch, batch_invariant=invariant)
@@ -279,19 +281,29 @@ def test_heuristic_rules(empty_table):
         assert c.source == "heuristic"
         return c.menu_entry.name, c.split
 
-    assert pick(16, 28672, 4096) == ("pingpong-64x256-c1x1", 1)  # 112 tiles fill 85%
+    # Up to 16 tokens: the narrowest swap-AB tile that takes them (rule 1: decode is swap-AB's)
+    swap8, swap16 = "swap-pingpong-64x8x128-c1x1", "swap-pingpong-64x16x128-c1x1"
+    assert pick(16, 28672, 4096) == (swap16, 1)  # 448 tiles
+    assert pick(16, 6144, 4096) == (swap16, 1)  # 96 tiles: split 2 would be 192 > 132 units
+    assert pick(16, 4096, 14336) == (swap16, 2)  # 64 tiles: 2 x 64 <= 132
+    assert pick(16, 4096, 2048) == (swap16, 2)  # K/2 = 1024 still splits
+    assert pick(16, 4096, 1024) == (swap16, 1)  # K too short to split
+    assert pick(1, 8192, 28672) == (swap8, 1)  # 128 tiles
+    assert pick(9, 8192, 28672) == (swap16, 1)  # 9 tokens: past the 8-wide tile
+    assert pick(16, 128, 4096) == (swap16, 4)  # 2 tiles; K/8 < 1024
+    # 17-64 tokens: 64-row ping-pong tiles
+    assert pick(64, 28672, 4096) == ("pingpong-64x256-c1x1", 1)  # 112 tiles fill 85%
     # 24 wide tiles: narrower ones, 48, split 2 (96 units <= 132 SMs)
-    assert pick(16, 6144, 4096) == ("pingpong-64x128-c1x2", 2)
-    assert pick(16, 4096, 14336) == ("pingpong-64x128-c1x2", 4)  # 32 tiles: 4 x 32 <= 132
-    assert pick(16, 4096, 2048) == ("pingpong-64x128-c1x2", 2)  # K/4 < 1024: 2
-    assert pick(16, 4096, 1024) == ("pingpong-64x128-c1x2", 1)  # K too short to split
-    assert pick(1, 8192, 28672) == ("pingpong-64x128-c1x2", 2)  # 64 tiles: 2 x 64 <= 132
-    assert pick(16, 128, 4096)[0] == "pingpong-64x256-c1x1"  # one n-tile: no N pair
+    assert pick(64, 6144, 4096) == ("pingpong-64x128-c1x2", 2)
+    assert pick(64, 4096, 14336) == ("pingpong-64x128-c1x2", 4)  # 32 tiles: 4 x 32 <= 132
+    assert pick(64, 4096, 1024) == ("pingpong-64x128-c1x2", 1)  # K too short to split
+    assert pick(64, 128, 4096)[0] == "pingpong-64x256-c1x1"  # one n-tile: no N pair
     assert pick(128, 8192, 8192) == ("cooperative-128x128-c1x2", 2)
     assert pick(128, 28672, 4096) == ("cooperative-128x128-c1x2", 1)  # 224 tiles
     assert pick(1024, 4096, 4096) == ("sm90-pingpong", 1)  # 128 tiles < 2 waves
     assert pick(1024, 28672, 4096) == ("sm90", 1)
-    assert pick(16, 4096, 14336, dtypes=("float16", "float16", "float16")) == (
+    assert pick(16, 4096, 14336, dtypes=("float16", "float16", "float16")) == (swap16, 1)
+    assert pick(64, 4096, 14336, dtypes=("float16", "float16", "float16")) == (
         "pingpong-64x128-c1x2",
         1,
     )
@@ -308,11 +320,11 @@ def test_batch_invariant_mode_never_splits(shape):
 
 
 def test_batch_invariant_from_the_environment(monkeypatch, empty_table):
-    assert choose(16, 4096, 14336).split == 4
+    assert choose(16, 4096, 14336).split == 2
     monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
     policy._environment.cache_clear()
     assert choose(16, 4096, 14336).split == 1
-    assert choose(16, 4096, 14336, batch_invariant=False).split == 4
+    assert choose(16, 4096, 14336, batch_invariant=False).split == 2
     monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "yes")
     policy._environment.cache_clear()
     with pytest.raises(ValueError, match="WSGEMM_BATCH_INVARIANT='yes'"):

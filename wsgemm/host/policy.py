@@ -10,19 +10,24 @@ dtype x major variants (``menu_variants``).
 
 How ``choose`` decides, in this order:
 
-1. Rules no measurement overturns (``fits``, ``split_candidates``): a cluster of two CTAs along
-   M (N) needs at least two m-tiles (n-tiles), or one of them computes nothing; split-K only
-   on entries with a split variant, with an fp32 accumulator, outside batch-invariant mode,
-   with a k-tile per split and at most two waves of split units.
+1. Rules no measurement overturns (``fits``, ``split_candidates``, ``_allowed``): a cluster of
+   two CTAs along M (N) needs at least two m-tiles (n-tiles), or one of them computes nothing;
+   split-K only on entries with a split variant, with an fp32 accumulator, outside
+   batch-invariant mode, with a k-tile per split and at most two waves of split units. And
+   decode is swap-AB's: when a swap-AB entry takes all of M in its token columns (M <= 16), only
+   swap-AB entries are candidates. They were the fastest at every 1- and 16-token ``llm`` shape
+   in the bench but one, where the tuner's pick (64x128 tiles in 40 clusters of two on 132
+   SMs) runs at 0.91-1.08x from one process to the next (docs/perf.md entries 20 and 25).
 2. The measured table (``data/sm90_*.json``, one per measured GPU; ``WSGEMM_POLICY_TABLE=path``
    replaces them): the nearest measured problem in the features ``(log2 ceil(M / M_QUANTUM),
    log2(N x L x table SMs / this GPU's SMs), log2 K)``, weighted 1, 1, 0.5, decides if it lies
    within ``MAX_TABLE_DISTANCE``: the best candidate measured there that rule 1 allows here.
-   M counts blocks of ``M_QUANTUM`` rows (16: the gcd of the tiles' rows and the swap-AB
-   tile's token columns) because that, not M itself, sets the work: 1 and 16 tokens run the
+   M counts blocks of ``M_QUANTUM`` rows (8: the gcd of the tiles' rows and the swap-AB
+   tiles' token columns) because that, not M itself, sets the work: 1 and 16 tokens run the
    same tiles. N is scaled by the SM count so another sm_90 part (H100
    SXM 132 SMs, H100 PCIe 114, H20 78) reads the row measured at its tiles-per-SM.
-3. Otherwise the heuristic (``_heuristic``): 64-row ping-pong tiles up to 64 tokens (64x256
+3. Otherwise the heuristic (``_heuristic``): the narrowest swap-AB tile that takes the tokens
+   (up to 16), then 64-row ping-pong tiles up to 64 tokens (64x256
    when they fill 80% of the SMs, else 64x128 in an N-pair cluster that shares A), 128x128
    cooperative tiles clustered along N up to 128 tokens, then the shipped 128x256 tile when it
    makes two waves and the shipped 128x128 ping-pong when it does not; a split only while the
@@ -550,6 +555,8 @@ def _allowed(m, n, k, batch, acc_dtype, sm_count, invariant) -> dict[str, tuple[
     # Batch invariance needs no filter here: every entry sums in one order (the module's
     # docstring; the GPU test of the bits), so only the split is ruled out (split_candidates).
     entries = [e for e in MENU if fits(e, m, n)]
+    if any(e.swap_ab for e in entries):
+        entries = [e for e in entries if e.swap_ab]  # decode is swap-AB's (rule 1)
     return {
         e.name: split_candidates(e, m, n, k, batch, sm_count, acc_dtype, invariant) for e in entries
     }
@@ -625,7 +632,11 @@ def _first_fitting(allowed, *names) -> MenuEntry:
 
 def _heuristic(m, n, k, batch, sm_count, allowed):
     """The documented fallback (module docstring, rule 3). ``allowed``: entry name -> splits."""
-    if m <= MIN_TILE_M:
+    swaps = [entry(name) for name in allowed if entry(name).swap_ab]
+    if swaps:
+        e = min(swaps, key=lambda e: e.tile_n)
+        why = f"decode: {m} token(s) in a {e.tile_n}-wide swap-AB tile, the weights in its 64 rows"
+    elif m <= MIN_TILE_M:
         wide = entry("pingpong-64x256-c1x1")
         tiles = wide.tiles(m, n, batch)
         if tiles >= WIDE_TILE_FILL * sm_count:
