@@ -6,12 +6,15 @@ import pytest
 
 from wsgemm.kernels.common.scheduler import (
     MAX_SPLITS,
+    STREAM_K_MIN_K_TILES,
     GroupedTileScheduler,
     effective_splits,
     group_rows,
     grouped_cluster_coord,
     persistent_cluster_count,
     split_k_range,
+    stream_k_layout,
+    stream_k_slots,
     tile_order,
     unit_order,
 )
@@ -206,3 +209,125 @@ def test_unsplit_schedule_carries_no_k_range():
     (units,) = unit_order(2, 3, 1, 2, 1)
     assert all(not u.is_split and u.k_begin is None for u in units)
     assert [u.coord_mnl for u in units] == tile_order(2, 3, 1, 2, 1)[0]
+
+
+# ----------------------------------------------------------------------------- stream-K
+
+# (num_m, num_n, L, k_tiles, CTAs resident): partial waves of every size, fewer tiles than SMs,
+# one tile, K of one k-tile, a batch, a small GPU.
+STREAM_K = [
+    (9, 8, 1, 64, 132),  # 72 tiles: all stream-K
+    (23, 9, 1, 24, 132),  # 207 tiles: one wave whole, 75 tiles shared
+    (35, 8, 1, 11, 132),  # 280 tiles: two waves whole, 16 shared
+    (16, 16, 1, 64, 132),  # 256 tiles
+    (12, 11, 1, 64, 132),  # exactly one wave: no stream-K tile
+    (3, 3, 1, 100, 132),
+    (1, 1, 1, 1, 132),  # too short to split
+    (1, 1, 1, 3, 132),
+    (40, 4, 1, 18, 132),
+    (5, 7, 3, 9, 8),
+    (13, 11, 2, 130, 7),
+]
+
+
+def _stream_k_units(problem, cluster):
+    num_m, num_n, num_l, k_tiles, ctas = problem
+    cm, cn = cluster
+    return unit_order(num_m, num_n, num_l, 2 * cm, ctas, cluster, (k_tiles, 1), stream_k=True)
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("problem", STREAM_K, ids=str)
+def test_stream_k_units_cover_each_tile_k_range_once_in_numbered_parts(problem, cluster):
+    num_m, num_n, num_l, k_tiles, ctas = problem
+    cm, cn = cluster
+    if ctas < cm * cn:
+        pytest.skip("fewer resident CTAs than a cluster")
+    order = _stream_k_units(problem, cluster)
+    work_tiles = -(-num_m // cm) * -(-num_n // cn) * num_l
+    sk_tiles, per_tile = stream_k_slots(work_tiles, k_tiles, ctas // (cm * cn))
+    words = sk_tiles * cm * cn * per_tile  # partial tiles in the workspace
+    parts, slots = {}, set()
+    for per_cta in order:
+        for u in per_cta:
+            assert u.is_valid and 0 <= u.k_begin < u.k_end <= k_tiles, u
+            parts.setdefault(u.coord_mnl, []).append(u)
+            if u.parts > 1:  # stores a partial: its own slot, inside the workspace
+                assert 0 <= u.slot0 and u.slot0 + u.parts <= words
+                assert u.slot0 + u.split not in slots
+                slots.add(u.slot0 + u.split)
+    # every tile (those past a ragged cluster edge included), its parts 0..parts-1 in K order
+    tiles = set(
+        itertools.product(range(-(-num_m // cm) * cm), range(-(-num_n // cn) * cn), range(num_l))
+    )
+    assert set(parts) == tiles
+    for units in parts.values():
+        units.sort(key=lambda u: u.split)
+        assert [u.split for u in units] == list(range(units[0].parts))
+        assert {(u.parts, u.slot0) for u in units} == {(units[0].parts, units[0].slot0)}
+        assert [u.k_begin for u in units] == [0] + [u.k_end for u in units[:-1]]
+        assert units[-1].k_end == k_tiles
+    # The CTAs of a cluster run the same units: same part, same k-range, adjacent tiles.
+    for c in range(len(order) // (cm * cn)):
+        members = order[c * cm * cn : (c + 1) * cm * cn]
+        assert len({len(units) for units in members}) == 1
+        for step in zip(*members, strict=True):
+            assert len({(u.split, u.parts, u.k_begin, u.k_end, u.work) for u in step}) == 1
+
+
+@pytest.mark.parametrize("problem", STREAM_K, ids=str)
+def test_stream_k_balances_the_k_tiles_over_the_clusters(problem):
+    num_m, num_n, num_l, k_tiles, ctas = problem
+    order = _stream_k_units(problem, (1, 1))
+    loads = [sum(u.k_end - u.k_begin for u in units) for units in order]
+    total = num_m * num_n * num_l * k_tiles
+    assert sum(loads) == total
+    launched, dp_tiles, sk_clusters, shared = stream_k_layout(num_m * num_n * num_l, k_tiles, ctas)
+    assert len(order) == launched <= ctas
+    # whole waves of tiles, then the shared k-tiles split within one k-tile of even
+    waves = dp_tiles // launched
+    for c, load in enumerate(loads):
+        share = load - waves * k_tiles
+        if c < sk_clusters:
+            assert shared // sk_clusters <= share <= -(-shared // sk_clusters)
+        else:
+            assert share == 0
+    # a range holds STREAM_K_MIN_K_TILES k-tiles, unless the whole problem has fewer
+    if shared >= STREAM_K_MIN_K_TILES:
+        assert shared // sk_clusters >= STREAM_K_MIN_K_TILES
+    # the busiest cluster carries no more than the data-parallel schedule's busiest would
+    assert max(loads) <= -(-(num_m * num_n * num_l) // launched) * k_tiles
+
+
+@pytest.mark.parametrize("problem", STREAM_K, ids=str)
+def test_stream_k_validity_never_comes_back(problem):
+    """Ping-pong's consumers step by two units and the producer by one: once a unit is past
+    the end, every later one must be too, or a warpgroup would run a unit the producer never
+    loaded."""
+    num_m, num_n, num_l, k_tiles, ctas = problem
+    launched = stream_k_layout(num_m * num_n * num_l, k_tiles, ctas)[0]
+    for c in range(launched):
+        sched = GroupedTileScheduler(
+            (num_m, num_n, num_l), (1, 1), 2, launched, c, (0, 0), (k_tiles, 1), stream_k=True
+        )
+        valid = [sched.work_tile(c + i * launched).is_valid for i in range(40)]
+        assert valid == sorted(valid, reverse=True)
+        units = [sched.work_tile(c + i * launched) for i in range(valid.count(True))]
+        produced, consumed = _pingpong_walk(units)
+        assert [consumed[j] for j in range(len(units))] == produced
+
+
+@pytest.mark.parametrize("work_tiles", [1, 5, 72, 131, 132, 133, 207, 264, 10_000])
+@pytest.mark.parametrize("k_tiles", [1, 3, 4, 24, 700])
+def test_stream_k_layout_is_what_the_kernel_relaunches(work_tiles, k_tiles):
+    """The kernel recomputes the layout from the clusters it was launched with: the same."""
+    first = stream_k_layout(work_tiles, k_tiles, 132)
+    assert stream_k_layout(work_tiles, k_tiles, first[0]) == first
+    launched, dp_tiles, sk_clusters, shared = first
+    assert dp_tiles % launched == 0 and 0 <= work_tiles - dp_tiles < launched
+    assert shared == (work_tiles - dp_tiles) * k_tiles and 1 <= sk_clusters <= launched
+
+
+def test_stream_k_needs_the_split_path():
+    with pytest.raises(ValueError, match="stream_k needs split_k"):
+        GroupedTileScheduler((2, 2, 1), (1, 1), 1, 4, 0, (0, 0), None, stream_k=True)

@@ -20,6 +20,20 @@ the partials, finishes soon after the others). Split ``s`` covers k-tiles ``[s *
 one, in order, covering K once); every CTA of a cluster takes the same unit, so they walk
 identical k-ranges. ``effective_splits`` clamps the count so that no unit is empty.
 
+Stream-K (``stream_k``, a compile-time mode of the split kernel; ``stream_k_layout``): the
+launch takes every cluster it may (``P``), the first ``D = (W // P) * P`` of the ``W`` cluster
+tiles run whole, as above (data-parallel: ``W // P`` full waves), and the k-tiles of the
+``r = W - D`` tiles left, ``I = r * T`` of them in tile order, are cut into ``P_sk`` contiguous
+ranges of (nearly) equal length, one per cluster: a cluster's range may end inside one tile and
+the next cluster's begin there. A range's piece inside one tile is a work unit (tile, K range):
+cluster ``c`` runs its data-parallel tiles ``c, c + P, ...``, then its pieces, each the next
+``P``-th unit (so the walk stays ``c, c + P, c + 2P, ...`` and every role steps through it as
+before). A tile's pieces are its *parts* ``0, 1, ..., parts - 1`` in K order (parts 1: a tile
+that one cluster covers whole); the finishing unit sums the parts in that order, so the bits
+are fixed by the layout, never by arrival. ``P_sk`` keeps at least ``STREAM_K_MIN_K_TILES``
+k-tiles per range. The partial sums live in slots ``slot0 + part``: ``J`` slots per
+stream-K tile and CTA of the cluster (``stream_k_slots``).
+
 The index arithmetic is written once and runs on plain Python ints (host tests, ``tile_order``)
 and on CuTe DSL ``Int32`` values (inside the kernel) alike: it only uses ``+ - * // %``, ``<``
 and ``cutlass.min``, which both kinds of value understand.
@@ -32,6 +46,7 @@ from typing import Any, Protocol
 import cutlass
 
 __all__ = [
+    "STREAM_K_MIN_K_TILES",
     "GroupedTileScheduler",
     "TileScheduler",
     "WorkTile",
@@ -42,6 +57,8 @@ __all__ = [
     "grouped_cluster_coord",
     "persistent_cluster_count",
     "split_k_range",
+    "stream_k_layout",
+    "stream_k_slots",
     "tile_order",
     "unit_order",
 ]
@@ -51,8 +68,45 @@ __all__ = [
 MAX_SPLITS = 64
 
 
+#: The fewest k-tiles a stream-K range holds (fewer ranges otherwise): each costs a fix-up of
+#: about a microsecond (docs/perf.md entry 20), which a few k-tiles of mainloop should repay.
+STREAM_K_MIN_K_TILES = 4
+
+
 def _ceil_div(a: Any, b: Any) -> Any:
     return (a + b - 1) // b
+
+
+def _select(cond: Any, a: Any, b: Any) -> Any:
+    """``a`` where ``cond`` holds, else ``b``: a Python choice for Python values, a select on
+    the GPU for DSL ones."""
+    if isinstance(cond, bool):
+        return a if cond else b
+    return cutlass.select_(cond, a, b)
+
+
+def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
+    """(P, D, P_sk, I) of a stream-K launch of ``work_tiles`` cluster tiles with ``k_tiles``
+    k-tiles each (module docstring): the clusters to launch, the data-parallel tiles (whole
+    waves), the clusters sharing the rest and the k-tiles they share. At most ``max_clusters``,
+    and no more than give each range ``STREAM_K_MIN_K_TILES`` (a tile too short to split runs
+    whole)."""
+    # work_tiles is clamped before the product, so it stays below max_clusters * k_tiles
+    ranges = cutlass.min(work_tiles, max_clusters) * k_tiles // STREAM_K_MIN_K_TILES
+    launched = cutlass.max(cutlass.min(max_clusters, cutlass.max(work_tiles, ranges)), 1)
+    dp_tiles = work_tiles // launched * launched
+    shared = (work_tiles - dp_tiles) * k_tiles
+    sk_clusters = cutlass.max(cutlass.min(launched, shared // STREAM_K_MIN_K_TILES), 1)
+    return launched, dp_tiles, sk_clusters, shared
+
+
+def stream_k_slots(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
+    """(stream-K tiles, slots per tile and CTA ``J``): the workspace a stream-K launch needs is
+    ``tiles * cluster size * J`` partial tiles. A range holds at least ``L = I // P_sk``
+    k-tiles, so a tile's T k-tiles meet at most ``T // L + 2`` ranges."""
+    _, dp_tiles, sk_clusters, shared = stream_k_layout(work_tiles, k_tiles, max_clusters)
+    shortest = cutlass.max(shared // sk_clusters, 1)
+    return work_tiles - dp_tiles, k_tiles // shortest + 2
 
 
 def cluster_tile_counts(num_m_tiles: Any, num_n_tiles: Any, cluster_m: int, cluster_n: int):
@@ -104,7 +158,7 @@ class WorkTile:
     the unit's ``split`` and its k-tiles ``[k_begin, k_end)``; None without split-K (the
     unsplit kernel carries nothing more through its loops than before split-K existed)."""
 
-    __slots__ = ("m", "n", "l", "work", "is_valid", "split", "k_begin", "k_end")
+    __slots__ = ("m", "n", "l", "work", "is_valid", "split", "k_begin", "k_end", "parts", "slot0")
 
     def __init__(
         self,
@@ -116,9 +170,13 @@ class WorkTile:
         split: Any = None,
         k_begin: Any = None,
         k_end: Any = None,
+        parts: Any = None,
+        slot0: Any = None,
     ):
         self.m, self.n, self.l, self.work, self.is_valid = m, n, l, work, is_valid
         self.split, self.k_begin, self.k_end = split, k_begin, k_end
+        # stream-K only: the tile's part count and the workspace slot of its part 0
+        self.parts, self.slot0 = parts, slot0
 
     @property
     def coord_mnl(self) -> tuple:
@@ -128,9 +186,15 @@ class WorkTile:
     def is_split(self) -> bool:
         return self.split is not None
 
+    @property
+    def is_stream_k(self) -> bool:
+        return self.parts is not None
+
     def _ints(self) -> tuple:
         ints = (self.m, self.n, self.l, self.work)
-        return ints + ((self.split, self.k_begin, self.k_end) if self.is_split else ())
+        if self.is_split:
+            ints += (self.split, self.k_begin, self.k_end)
+        return ints + ((self.parts, self.slot0) if self.is_stream_k else ())
 
     # Let a WorkTile be carried through dynamic (scf) loops in the DSL.
     def __extract_mlir_values__(self) -> list:
@@ -145,11 +209,52 @@ class WorkTile:
 
     def __repr__(self) -> str:
         split = f", split={self.split}, k=[{self.k_begin}, {self.k_end})" if self.is_split else ""
+        if self.is_stream_k:
+            split += f", parts={self.parts}, slot0={self.slot0}"
         return f"WorkTile(m={self.m}, n={self.n}, l={self.l}{split}, valid={self.is_valid})"
 
 
 class TileScheduler(Protocol):
     """What a kernel role needs from a scheduler."""
+
+    def _coord(self, tile_work: Any) -> tuple:
+        cm, cn, batch = grouped_cluster_coord(
+            tile_work, self.clusters_m, self.clusters_n, self.group_clusters
+        )
+        return cm * self.cluster_mn[0] + self.cta_m, cn * self.cluster_mn[1] + self.cta_n, batch
+
+    def _stream_k_tile(self, work: Any) -> WorkTile:
+        """Unit ``work`` of the stream-K walk: a data-parallel tile while ``work < D``, else
+        piece ``q`` of this cluster's range (module docstring)."""
+        clusters, k_tiles = self.num_clusters, self.k_tiles
+        sk_clusters, shared = self.sk_clusters, self.shared
+        cluster = work % clusters
+        piece = work // clusters - self.dp_tiles // clusters
+        # This cluster's range [first_k, end_k) of the shared k-tiles (empty past sk_clusters).
+        first_k = cutlass.min(cluster, sk_clusters) * shared // sk_clusters
+        end_k = cutlass.min(cluster + 1, sk_clusters) * shared // sk_clusters
+        sk_tile = first_k // k_tiles + piece
+        lo = cutlass.max(first_k, sk_tile * k_tiles)
+        hi = cutlass.min(end_k, sk_tile * k_tiles + k_tiles)
+        # The clusters whose ranges hold the tile's first and last k-tiles: its parts.
+        whole = cutlass.max(shared, 1)
+        first = ((sk_tile * k_tiles + 1) * sk_clusters - 1) // whole
+        last = ((sk_tile * k_tiles + k_tiles) * sk_clusters - 1) // whole
+        is_dp = work < self.dp_tiles
+        m, n, batch = self._coord(_select(is_dp, work, self.dp_tiles + sk_tile))
+        cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
+        return WorkTile(
+            m,
+            n,
+            batch,
+            work,
+            _select(is_dp, 1, hi - lo) > 0,
+            _select(is_dp, 0, cluster - first),
+            _select(is_dp, 0, lo - sk_tile * k_tiles),
+            _select(is_dp, k_tiles, hi - sk_tile * k_tiles),
+            _select(is_dp, 1, last - first + 1),
+            (sk_tile * cluster_size + self.rank) * self.slots,
+        )
 
     def initial_work_tile(self, skip: int = 0) -> WorkTile: ...
 
@@ -167,7 +272,9 @@ class GroupedTileScheduler:
     of tiles, unchanged) or ``(k_tiles, splits)``, the k-tiles of the problem and the split
     count (``effective_splits``): the work units are then (cluster tile, split) pairs (module
     docstring). All values but ``cluster_mn`` may be Python ints or DSL ``Int32`` (launch
-    arguments set the raster group and the split count).
+    arguments set the raster group and the split count). ``stream_k`` (static, with
+    ``split_k``): the stream-K schedule instead (module docstring); ``num_clusters`` must then
+    be what ``stream_k_layout`` launches, and the split count is not used.
     """
 
     def __init__(
@@ -179,6 +286,7 @@ class GroupedTileScheduler:
         cluster_idx: Any,
         cta_in_cluster_mn: tuple,
         split_k: tuple | None = None,
+        stream_k: bool = False,
     ):
         self.cluster_mn = cluster_mn
         self.group_clusters = rows_per_group
@@ -190,9 +298,20 @@ class GroupedTileScheduler:
         self.cluster_idx = cluster_idx
         self.cta_m, self.cta_n = cta_in_cluster_mn
         self.is_split = split_k is not None
+        self.is_stream_k = bool(stream_k)
+        if self.is_stream_k and not self.is_split:
+            raise ValueError("stream_k needs split_k: (k_tiles, splits)")
         if self.is_split:
             self.k_tiles, self.splits = split_k
-            self.total_work = self.total_work * self.splits
+            if self.is_stream_k:
+                work_tiles = self.total_work
+                _, self.dp_tiles, self.sk_clusters, self.shared = stream_k_layout(
+                    work_tiles, self.k_tiles, num_clusters
+                )
+                self.slots = stream_k_slots(work_tiles, self.k_tiles, num_clusters)[1]
+                self.rank = self.cta_n * cluster_mn[0] + self.cta_m
+            else:
+                self.total_work = self.total_work * self.splits
 
     # Run-time fields; the cluster shape and whether K is split are static.
     _DYNAMIC = (
@@ -207,9 +326,11 @@ class GroupedTileScheduler:
     )
 
     _DYNAMIC_SPLIT = ("k_tiles", "splits")
+    _DYNAMIC_STREAM_K = ("dp_tiles", "sk_clusters", "shared", "slots", "rank")
 
     def _fields(self) -> tuple:
-        return self._DYNAMIC + (self._DYNAMIC_SPLIT if self.is_split else ())
+        fields = self._DYNAMIC + (self._DYNAMIC_SPLIT if self.is_split else ())
+        return fields + (self._DYNAMIC_STREAM_K if self.is_stream_k else ())
 
     # Let the scheduler be referenced inside dynamic (scf) loops in the DSL.
     def __extract_mlir_values__(self) -> list:
@@ -219,12 +340,15 @@ class GroupedTileScheduler:
         new = object.__new__(GroupedTileScheduler)
         new.cluster_mn = self.cluster_mn
         new.is_split = self.is_split
+        new.is_stream_k = self.is_stream_k
         for field, value in zip(self._fields(), values, strict=True):
             setattr(new, field, cutlass.Int32(value))
         return new
 
     def work_tile(self, work: Any) -> WorkTile:
         """This CTA's unit of linear work unit ``work`` (meaningless when invalid)."""
+        if self.is_stream_k:
+            return self._stream_k_tile(work)
         tile_work, split = work, None
         if self.is_split:
             tile_work = work // self.splits
@@ -238,6 +362,45 @@ class GroupedTileScheduler:
             return WorkTile(m, n, batch, work, work < self.total_work)
         k_begin, k_end = split_k_range(split, self.splits, self.k_tiles)
         return WorkTile(m, n, batch, work, work < self.total_work, split, k_begin, k_end)
+
+    def _coord(self, tile_work: Any) -> tuple:
+        cm, cn, batch = grouped_cluster_coord(
+            tile_work, self.clusters_m, self.clusters_n, self.group_clusters
+        )
+        return cm * self.cluster_mn[0] + self.cta_m, cn * self.cluster_mn[1] + self.cta_n, batch
+
+    def _stream_k_tile(self, work: Any) -> WorkTile:
+        """Unit ``work`` of the stream-K walk: a data-parallel tile while ``work < D``, else
+        piece ``q`` of this cluster's range (module docstring)."""
+        clusters, k_tiles = self.num_clusters, self.k_tiles
+        sk_clusters, shared = self.sk_clusters, self.shared
+        cluster = work % clusters
+        piece = work // clusters - self.dp_tiles // clusters
+        # This cluster's range [first_k, end_k) of the shared k-tiles (empty past sk_clusters).
+        first_k = cutlass.min(cluster, sk_clusters) * shared // sk_clusters
+        end_k = cutlass.min(cluster + 1, sk_clusters) * shared // sk_clusters
+        sk_tile = first_k // k_tiles + piece
+        lo = cutlass.max(first_k, sk_tile * k_tiles)
+        hi = cutlass.min(end_k, sk_tile * k_tiles + k_tiles)
+        # The clusters whose ranges hold the tile's first and last k-tiles: its parts.
+        whole = cutlass.max(shared, 1)
+        first = ((sk_tile * k_tiles + 1) * sk_clusters - 1) // whole
+        last = ((sk_tile * k_tiles + k_tiles) * sk_clusters - 1) // whole
+        is_dp = work < self.dp_tiles
+        m, n, batch = self._coord(_select(is_dp, work, self.dp_tiles + sk_tile))
+        cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
+        return WorkTile(
+            m,
+            n,
+            batch,
+            work,
+            _select(is_dp, 1, hi - lo) > 0,
+            _select(is_dp, 0, cluster - first),
+            _select(is_dp, 0, lo - sk_tile * k_tiles),
+            _select(is_dp, k_tiles, hi - sk_tile * k_tiles),
+            _select(is_dp, 1, last - first + 1),
+            (sk_tile * cluster_size + self.rank) * self.slots,
+        )
 
     def initial_work_tile(self, skip: int = 0) -> WorkTile:
         """The first tile, or the ``skip``-th one (ping-pong's second consumer starts at 1)."""
@@ -285,10 +448,12 @@ def unit_order(
     num_ctas: int,
     cluster: tuple[int, int] = (1, 1),
     split_k: tuple[int, int] | None = None,
+    stream_k: bool = False,
 ) -> list[list[WorkTile]]:
     """:func:`tile_order` with the whole work units: for each launched CTA, the work units
     (``WorkTile``) it runs, in order. ``split_k``: None or ``(k_tiles, requested splits)``; the
-    count is clamped as the kernel clamps it (``effective_splits``)."""
+    count is clamped as the kernel clamps it (``effective_splits``). ``stream_k`` (with
+    ``split_k``): the stream-K schedule, launched as the kernel launches it."""
     cluster_m, cluster_n = cluster
     per_cluster = cluster_m * cluster_n
     rows = group_rows(group, cluster_m)
@@ -296,14 +461,19 @@ def unit_order(
         split_k = (split_k[0], effective_splits(split_k[1], split_k[0]))
     problem = (num_m, num_n, num_l)
     total = GroupedTileScheduler(problem, cluster, rows, 1, 0, (0, 0), split_k).total_work
-    launched = persistent_cluster_count(total, num_ctas // per_cluster)
+    if stream_k:
+        total = GroupedTileScheduler(problem, cluster, rows, 1, 0, (0, 0)).total_work
+        launched = stream_k_layout(total, split_k[0], num_ctas // per_cluster)[0]
+    else:
+        launched = persistent_cluster_count(total, num_ctas // per_cluster)
     order = []
     for cluster_idx in range(launched):
         for cta_n in range(cluster_n):
             for cta_m in range(cluster_m):
                 sched = GroupedTileScheduler(
-                    problem, cluster, rows, launched, cluster_idx, (cta_m, cta_n), split_k
-                )
+                    problem, cluster, rows, launched, cluster_idx, (cta_m, cta_n), split_k,
+                    stream_k,
+                )  # fmt: skip
                 units = []
                 unit = sched.initial_work_tile()
                 while unit.is_valid:
