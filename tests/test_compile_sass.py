@@ -182,6 +182,51 @@ def test_split_k_kernels_compile_to_the_fixup(compiled, name):
     assert ops["STG.E"] == values + 1 and ops["LDG.E"] == 2 * values
 
 
+def _stream_k(**fields):
+    from wsgemm.kernels.sm90.config import Sm90Config
+
+    config = Sm90Config(stream_k=True, **fields).compiled()
+    return host.Variant("sm90-pingpong" if config.pingpong else "sm90", "sm_90a", config=config)
+
+
+#: Stream-K (``Sm90Config.stream_k``): the split kernel on the stream-K schedule. The default
+#: run compiles the ping-pong one (its consumers skip each other's units by their own k counts,
+#: and a 2x1 cluster's CTAs take separate workspace slots); the sweep the others.
+STREAM_K = {
+    "pingpong-128x128-c2x1": _stream_k(tile_m=128, tile_n=128, cluster_m=2, schedule="pingpong"),
+}
+STREAM_K_SWEEP = {
+    "cooperative-128x256-c2x1": _stream_k(tile_m=128, tile_n=256, cluster_m=2),
+    "pingpong-64x128-c1x2": _stream_k(tile_m=64, tile_n=128, cluster_n=2, schedule="pingpong"),
+}
+
+
+def _assert_stream_k_fixup(compiled, name, v):
+    """Spill-free, the hardware path, and the same fix-up as split-K's: one atomic add at gpu
+    scope, one predicated fp32 store per accumulator value plus the semaphore's reset, and one
+    fp32 load per value for the first part and one in the loop over the others."""
+    r = compiled(v).report
+    for op, why in SM90_NEEDS.items():
+        assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
+    assert_clean(r)
+    config = v.kernel_config()
+    values = config.tile_m * config.tile_n // (128 if config.pingpong else 256)
+    ops = collections.Counter(sass.opcodes(r.sass_text))
+    assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1
+    assert ops["STG.E"] == values + 1 and ops["LDG.E"] == 2 * values
+
+
+@pytest.mark.parametrize("name", STREAM_K)
+def test_stream_k_kernels_compile_to_the_fixup(compiled, name):
+    _assert_stream_k_fixup(compiled, name, STREAM_K[name])
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", STREAM_K_SWEEP)
+def test_every_stream_k_tile_compiles_to_the_fixup(compiled, name):
+    _assert_stream_k_fixup(compiled, name, STREAM_K_SWEEP[name])
+
+
 # ---------------------------------------------------------------------------------------------
 # The sweep: every shipped variant (python -m pytest -m sweep)
 

@@ -434,6 +434,74 @@ def test_a_config_forces_a_split(split):
 
 
 @pytest.mark.parametrize(
+    "shape_a, shape_b",
+    [((16, 200), (200, 136)), ((300, 4100), (4100, 520)), ((3, 16, 48), (3, 48, 40))],
+)
+def test_a_stream_k_config_runs_the_split_kernel_with_its_schedule_s_buffers(shape_a, shape_b):
+    d = hopper()
+    gen = torch.Generator().manual_seed(len(shape_a))
+    a, b = integers(shape_a, gen), integers(shape_b, gen)
+    config = Sm90Config(tile_m=128, tile_n=128, cluster_m=2, schedule="pingpong", stream_k=True)
+    for _ in range(2):
+        got = matmul(d, a, b, backend="sm90-pingpong", config=config)
+        torch.testing.assert_close(got, reference(a, b), rtol=0, atol=0)
+    m, k, n = shape_a[-2], shape_a[-1], shape_b[-1]
+    batch = shape_a[0] if len(shape_a) == 3 else None
+    route = d.route("sm90-pingpong", None, (m, n, k, batch), ("float16",) * 2 + ("float32",),
+                    config)  # fmt: skip
+    compiled = dataclasses.replace(config, split_k=0)
+    assert (route.split, route.config) == (1, compiled)
+    assert {v.config for v in d.cache.variants} == {compiled}
+    clusters = 132 // 2
+    for (m, k, batch), (_, n, _), _, workspace, sems in d.cache.kernel.splits:
+        want = config.stream_k_workspace_elements(m, n, k, batch, clusters)
+        assert workspace.dtype == torch.float32 and workspace.numel() == max(want, 1)
+        tiles = -(-m // config.tile_m) * -(-n // config.tile_n) * batch
+        assert sems.dtype == torch.int32 and sems.numel() >= tiles and not sems.any()
+
+
+def test_stream_k_workspace_holds_the_schedule_s_slots():
+    from wsgemm.kernels.common.scheduler import stream_k_slots
+
+    config = Sm90Config(tile_m=128, tile_n=256, cluster_m=2, stream_k=True)
+    # 2712 x 3592: 22 x 15 tiles, 11 x 15 = 165 cluster tiles on 66 clusters: 33 shared
+    tiles, per_tile = stream_k_slots(165, -(-2920 // 64), 66)
+    assert tiles == 165 - 2 * 66 and per_tile >= 2
+    words = config.stream_k_workspace_elements(2712, 3592, 2920, 1, 66)
+    assert words == tiles * 2 * per_tile * 128 * 256
+    # whole waves only: nothing shared, nothing stored
+    assert config.stream_k_workspace_elements(2 * 128 * 66, 256, 4096, 1, 66) == 0
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(stream_k=True, split_k=4), "stream_k=True chooses its own splits"),
+        (dict(stream_k=1), "stream_k must be a bool"),
+    ],
+)
+def test_a_bad_stream_k_config_is_refused_when_built(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", **fields)
+
+
+def test_stream_k_needs_fp32_accumulation():
+    config = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", stream_k=True)
+    a, b = torch.randn(16, 64).half(), torch.randn(64, 32).half()
+    with pytest.raises(ValueError, match="stream_k=True needs accumulate=torch.float32"):
+        matmul(hopper(), a, b, accumulate=F16, backend="sm90-pingpong", config=config)
+
+
+def test_stream_k_refuses_a_k_its_int32_schedule_cannot_hold():
+    from wsgemm.host.workspace import split_buffer_sizes
+
+    config = Sm90Config(tile_m=128, tile_n=256, stream_k=True)
+    assert split_buffer_sizes(config, 1, 256, 256, 4096, 1, 132)[0] == 1
+    with pytest.raises(ValueError, match="overflows its int32 schedule"):
+        split_buffer_sizes(config, 1, 256, 256, 64 * 2**31 // 132**2, 1, 132)
+
+
+@pytest.mark.parametrize(
     "split_k, accumulate, message",
     [
         (0, F32, "split_k=0 names the compiled split-K kernel"),

@@ -153,6 +153,13 @@ def check_split(config, accumulate) -> None:
     with an fp32 accumulator: with ``accumulate=torch.float16`` the product is promised as one
     fp16 running sum over all of K, which partial sums added in fp32 are not."""
     split = getattr(config, "split_k", 1)
+    if getattr(config, "stream_k", False):
+        if accumulate != torch.float32:
+            raise ValueError(
+                f"config.stream_k=True needs accumulate=torch.float32 (got {accumulate}): a "
+                "tile's parts are added in fp32, not one fp16 running sum over K"
+            )
+        return
     if split == 1:
         return
     if split == 0:

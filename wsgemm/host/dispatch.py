@@ -231,9 +231,9 @@ class Dispatcher:
         names of (A/B, C, accumulator). ``auto`` on sm_90 takes the policy's menu entry and
         split; elsewhere the sm80 kernel. A named backend runs ``config`` (None: its shipped
         one), split only when the config says so (an ``Sm90Config`` with ``split_k`` >= 2,
-        checked by ``api.validate``); ValueError if it does not run on this GPU. Called once
-        per call signature (its launcher keeps the route), so a repeated call never asks the
-        policy."""
+        checked by ``api.validate``, or with ``stream_k``); ValueError if it does not run on
+        this GPU. Called once per call signature (its launcher keeps the route), so a repeated
+        call never asks the policy."""
         cc = self.devices.capability(device)
         if cc < (8, 0):
             raise ValueError(
@@ -255,6 +255,8 @@ class Dispatcher:
                 + ("an sm_90 (Hopper) GPU" if BACKENDS[backend].family == "sm90" else "sm_80+")
                 + f"; {self.devices.name(device)} is sm_{cc[0]}{cc[1]}"
             )
+        elif getattr(config, "stream_k", False):
+            chosen = Route(backend, config.compiled())  # the schedule picks each tile's parts
         elif getattr(config, "split_k", 1) != 1:
             chosen = Route(backend, config.compiled(), config.split_k)
         else:

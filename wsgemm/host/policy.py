@@ -189,6 +189,7 @@ def _entry(
     name: str, backend: str, shipped: bool = False, splits: bool = False, **fields
 ) -> MenuEntry:
     fields.setdefault("swap_ab", False)  # a swap-AB entry says so; the others run A @ B as given
+    fields.setdefault("stream_k", False)  # no entry runs the stream-K schedule (not measured yet)
     return MenuEntry(name, backend, tuple(sorted(fields.items())), shipped, splits)
 
 

@@ -57,31 +57,53 @@ class SemaphoreCache:
             self._buffers.clear()
 
 
-def split_buffer_sizes(config: Any, split: int, m: int, n: int, k: int, batch: int):
+def split_buffer_sizes(
+    config: Any, split: int, m: int, n: int, k: int, batch: int, clusters: int | None = None
+):
     """(the split count the kernel runs, workspace words, semaphores) for one split launch of
     ``config`` on (M, N, K, batch): the count clamped as the kernel clamps it
     (``scheduler.effective_splits``), one workspace word when that leaves no split (the kernel
-    never touches it, but takes a tensor)."""
+    never touches it, but takes a tensor). A stream-K config (``config.stream_k``) sizes its
+    workspace from the clusters it may launch (``clusters``, the launch's bound) and reports
+    split 1 (each tile's parts are the schedule's)."""
     from ..kernels.common.scheduler import effective_splits
 
+    if getattr(config, "stream_k", False):
+        if clusters is None:
+            raise ValueError("a stream-K launch's workspace depends on its clusters")
+        check_stream_k_size(config, k, clusters)
+        words = config.stream_k_workspace_elements(m, n, k, batch, clusters)
+        return 1, max(words, 1), config.split_semaphores(m, n, batch)
     splits = effective_splits(split, -(-k // config.tile_k))
     words = config.split_workspace_elements(m, n, batch, splits) if splits > 1 else 1
     return splits, words, config.split_semaphores(m, n, batch)
 
 
+def check_stream_k_size(config: Any, k: int, clusters: int) -> None:
+    """The stream-K schedule's index arithmetic is int32: (k-tiles x clusters^2) must stay
+    below 2^31 (K below ~7.9 M at 132 clusters and 64-deep k-tiles)."""
+    k_tiles = -(-k // config.tile_k)
+    if k_tiles * clusters * clusters >= 2**31:
+        raise ValueError(
+            f"stream-K with K={k} on {clusters} clusters overflows its int32 schedule; "
+            "use split-K (config.split_k) or no split for this K"
+        )
+
+
 def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreCache) -> Callable:
     """``launch(a_mkl, b_nkl, c_mnl, clusters)``: the compiled split kernel ``fn`` (a variant of
-    ``config``, an ``Sm90Config`` with ``split_k != 1``) run with K split ``split`` ways (the
+    ``config``, an ``Sm90Config`` with ``split_k != 1`` or ``stream_k``) run with K split
+    ``split`` ways (a stream-K kernel: its own schedule; the
     kernel clamps the count, ``scheduler.effective_splits``; the buffers are sized with the
     same rule), a fresh workspace and the current stream's semaphores. Called like an unsplit
     kernel, so the API's launchers take either; ``launch.bind`` is ``KernelCall.bind``'s (None
     where ``fn`` has none). The buffer sizes are worked out once per problem shape (a
     launcher's calls share one)."""
-    sizes: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+    sizes: dict[tuple[int, int, int, int, int], tuple[int, int]] = {}
 
-    def buffer_sizes(a_mkl: torch.Tensor, b_nkl: torch.Tensor) -> tuple[int, int]:
+    def buffer_sizes(a_mkl: torch.Tensor, b_nkl: torch.Tensor, clusters: int) -> tuple[int, int]:
         m, k, batch = a_mkl.shape
-        key = (m, b_nkl.shape[0], k, batch)
+        key = (m, b_nkl.shape[0], k, batch, clusters)
         got = sizes.get(key)
         if got is None:
             got = sizes[key] = split_buffer_sizes(config, split, *key)[1:]
@@ -94,12 +116,13 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
         return 0, split, workspace, semaphores.get(device, count)
 
     def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
-        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*buffer_sizes(a_mkl, b_nkl), c_mnl.device))
+        sized = buffer_sizes(a_mkl, b_nkl, clusters)
+        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*sized, c_mnl.device))
 
     def bind(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
         if not isinstance(fn, KernelCall):
             return None
-        sized = (*buffer_sizes(a_mkl, b_nkl), c_mnl.device)
+        sized = (*buffer_sizes(a_mkl, b_nkl, clusters), c_mnl.device)
         return fn.bind(a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized))
 
     launch.bind = bind

@@ -44,7 +44,9 @@ nothing else) separates what is compiled from what is launched:
   - sm90 kernels only: ``split_count`` (``cutlass.Int32``, default 1), ``workspace`` and
     ``semaphores`` (tensors, default None): split-K's count and buffers, used only by a kernel
     compiled to split (``Sm90Config.split_k != 1``; ``Sm90Gemm.__call__`` says what they must
-    hold). Their compiled function takes them as run-time values.
+    hold). A stream-K kernel (``Sm90Config.stream_k``) takes the buffers and ignores the
+    count (``Sm90Config.stream_k_workspace_elements`` sizes its workspace). Their compiled
+    function takes them as run-time values.
 
   Every kernel takes the same first launch arguments, so the host calls them all alike; a
   kernel's further trailing launch arguments have defaults (0 / None: off) that keep the call

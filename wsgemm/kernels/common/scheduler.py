@@ -78,11 +78,11 @@ def _ceil_div(a: Any, b: Any) -> Any:
 
 
 def _select(cond: Any, a: Any, b: Any) -> Any:
-    """``a`` where ``cond`` holds, else ``b``: a Python choice for Python values, a select on
-    the GPU for DSL ones."""
+    """``a`` where ``cond`` holds, else ``b`` (integers): a Python choice for Python values, an
+    ``Int32`` select on the GPU for DSL ones."""
     if isinstance(cond, bool):
         return a if cond else b
-    return cutlass.select_(cond, a, b)
+    return cutlass.Int32(cutlass.select_(cond, a, b))
 
 
 def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:

@@ -94,12 +94,23 @@ class Sm90Config:
     # then writes an M-major C (the caller's row-major C, transposed; no copy).
     swap_ab: bool = False
     split_k: int = 1
+    # Stream-K (``scheduler`` module docstring): the split kernel with the stream-K schedule,
+    # whole waves of tiles and then the last partial wave's k-tiles shared evenly by every
+    # cluster. Compiled as ``split_k=0``; the launch's split count is not used.
+    stream_k: bool = False
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
             raise ValueError(
                 "split_k must be an int: 1 (no split), n >= 2 (K split n ways) or 0 (the "
                 f"split kernel, count given at launch), got {self.split_k!r}"
+            )
+        if not isinstance(self.stream_k, bool):
+            raise ValueError(f"stream_k must be a bool, got {self.stream_k!r}")
+        if self.stream_k and self.split_k not in (0, 1):
+            raise ValueError(
+                f"stream_k=True chooses its own splits: leave split_k at 1 (or 0), got "
+                f"{self.split_k}"
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
@@ -138,8 +149,9 @@ class Sm90Config:
 
     @property
     def splits_in_kernel(self) -> bool:
-        """Whether the kernel has the split-K path (the count comes with each launch)."""
-        return self.split_k != 1
+        """Whether the kernel has the split-K path (the count comes with each launch, or the
+        stream-K schedule chooses the splits)."""
+        return self.split_k != 1 or self.stream_k
 
     def compiled(self) -> Sm90Config:
         """The config the kernel is compiled from: a split count is a launch argument, so every
@@ -152,6 +164,22 @@ class Sm90Config:
         per work unit of a tile inside C. Every unit stores its partial, because the unit that
         finishes a tile (the last to arrive) is known only when it arrives."""
         return self.split_semaphores(m, n, batch) * splits * self.tile_m * self.tile_n
+
+    def stream_k_workspace_elements(
+        self, m: int, n: int, k: int, batch: int, max_active_clusters: int
+    ) -> int:
+        """fp32 words of a stream-K launch's workspace: ``scheduler.stream_k_slots`` partial
+        tiles per stream-K tile and CTA (each unit of a tile shared by several clusters stores
+        its partial; whole tiles store none)."""
+        from wsgemm.kernels.common.scheduler import cluster_tile_counts, stream_k_slots
+
+        clusters_m, clusters_n = cluster_tile_counts(
+            -(-m // self.tile_m), -(-n // self.tile_n), self.cluster_m, self.cluster_n
+        )
+        k_tiles = -(-k // self.tile_k)
+        tiles, per_tile = stream_k_slots(clusters_m * clusters_n * batch, k_tiles,
+                                         max_active_clusters)  # fmt: skip
+        return tiles * self.cluster_size * per_tile * self.tile_m * self.tile_n
 
     def split_semaphores(self, m: int, n: int, batch: int) -> int:
         """int32 semaphores of a split-K launch: one per output tile inside C."""

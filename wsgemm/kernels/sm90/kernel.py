@@ -20,6 +20,7 @@ from wsgemm.kernels.common.scheduler import (
     cluster_tile_counts,
     effective_splits,
     persistent_cluster_count,
+    stream_k_layout,
 )
 from wsgemm.kernels.common.trace import TraceKnobs
 from wsgemm.kernels.common.trace_format import Event, Role
@@ -229,6 +230,8 @@ class Sm90Gemm:
                 f"split-K (split_k={config.split_k}) needs an fp32 accumulator, got {acc_dtype}: "
                 "the partial sums are added in fp32, not one fp16 running sum over K"
             )
+        if config.stream_k and trace:
+            raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
@@ -464,12 +467,16 @@ class Sm90Gemm:
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
         units = clusters_m * clusters_n * num_l
         splits = None
-        if const_expr(cfg.splits_in_kernel):
-            splits = Int32(effective_splits(split_count, k_tiles))
-            units = units * splits
+        if const_expr(cfg.stream_k):
+            splits = Int32(1)  # unused: the stream-K schedule chooses each tile's parts
+            num_clusters = stream_k_layout(units, k_tiles, max_active_clusters)[0]
         else:
-            workspace = semaphores = None
-        num_clusters = persistent_cluster_count(units, max_active_clusters)
+            if const_expr(cfg.splits_in_kernel):
+                splits = Int32(effective_splits(split_count, k_tiles))
+                units = units * splits
+            else:
+                workspace = semaphores = None
+            num_clusters = persistent_cluster_count(units, max_active_clusters)
 
         self.kernel(
             plan,
@@ -644,6 +651,7 @@ class Sm90Gemm:
             Int32(cluster_idx),
             (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
             (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
+            stream_k=cfg.stream_k,
         )
 
         pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
@@ -1161,12 +1169,12 @@ class Sm90Gemm:
             flag=(flags, flag_idx),
         )
 
-    def _partial(self, plan, args: _SplitArgs, acc, tile_idx, split):
-        """This thread's view of the workspace slot of (tile ``tile_idx``, split ``split``):
-        value ``v`` of the accumulator at word ``v * threads + thread`` of the slot, so the
-        unit's threads write and read consecutive words (coalesced) for each ``v``."""
+    def _partial(self, plan, args: _SplitArgs, acc, slot):
+        """This thread's view of workspace slot ``slot`` (an Int64; split-K: ``tile_idx *
+        splits + split``): value ``v`` of the accumulator at word ``v * threads + thread`` of
+        the slot, so the unit's threads write and read consecutive words (coalesced) for each
+        ``v``."""
         cfg = plan.config
-        slot = cutlass.Int64(tile_idx) * args.splits + split
         base = slot * (cfg.tile_m * cfg.tile_n) + args.thread
         return cute.make_tensor(
             args.workspace.iterator + base, cute.make_layout(cute.size(acc), stride=args.threads)
@@ -1174,8 +1182,9 @@ class Sm90Gemm:
 
     @cute.jit
     def fixup(self, plan: cutlass.Constexpr, args: _SplitArgs, acc, tile):
-        """Split-K: combine the partial sums of ``tile``'s units. Returns whether this unit
-        finishes the tile (then ``acc`` holds the whole sum and the epilogue runs).
+        """Split-K and stream-K: combine the partial sums of ``tile``'s units (its parts).
+        Returns whether this unit finishes the tile (then ``acc`` holds the whole sum and the
+        epilogue runs).
 
         Every unit stores its partial into its own workspace slot, then arrives on the tile's
         semaphore (all the unit's threads meet on its barrier, then one thread adds 1 with
@@ -1193,11 +1202,18 @@ class Sm90Gemm:
         """
         cfg = plan.config
         finishes = cutlass.Boolean(True)
-        if args.splits > 1 and tile.m < args.num_m and tile.n < args.num_n:
+        # A split-K tile has `splits` parts in slots tile_idx * splits + part; a stream-K tile
+        # its own count, from slot0 on (scheduler module docstring).
+        parts = tile.parts if const_expr(cfg.stream_k) else args.splits
+        if parts > 1 and tile.m < args.num_m and tile.n < args.num_n:
             tile_idx = (tile.l * args.num_m + tile.m) * args.num_n + tile.n
+            if const_expr(cfg.stream_k):
+                slot0 = cutlass.Int64(tile.slot0)
+            else:
+                slot0 = cutlass.Int64(tile_idx) * args.splits
             rows = args.rows - tile.m * cfg.tile_m
             values = cute.size(acc)
-            own = self._partial(plan, args, acc, tile_idx, tile.split)
+            own = self._partial(plan, args, acc, slot0 + tile.split)
             for v in cutlass.range_constexpr(values):
                 if args.tCcC[v][0] < rows:
                     own[v] = acc[v]
@@ -1208,14 +1224,14 @@ class Sm90Gemm:
                     args.semaphores.iterator + tile_idx, Int32(1), sem="acq_rel", scope="gpu"
                 )
             args.barrier.arrive_and_wait()
-            finishes = flags[flag_idx] == args.splits - 1
+            finishes = flags[flag_idx] == parts - 1
             if finishes:
-                first = self._partial(plan, args, acc, tile_idx, 0)
+                first = self._partial(plan, args, acc, slot0)
                 for v in cutlass.range_constexpr(values):
                     if args.tCcC[v][0] < rows:
                         acc[v] = first[v]
-                for split in cutlass.range(1, args.splits, unroll=1):
-                    part = self._partial(plan, args, acc, tile_idx, split)
+                for split in cutlass.range(1, parts, unroll=1):
+                    part = self._partial(plan, args, acc, slot0 + split)
                     for v in cutlass.range_constexpr(values):
                         if args.tCcC[v][0] < rows:
                             acc[v] = acc[v] + part[v]

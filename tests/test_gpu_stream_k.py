@@ -1,0 +1,118 @@
+"""Stream-K inside the sm90 kernel, on the GPU (``Sm90Config.stream_k``; the schedule is
+``kernels.common.scheduler``'s, modelled on the host in ``tests/test_scheduler.py``): forced
+through ``api.matmul(..., config=...)`` against the fp64 reference with the suite's tolerance,
+outputs poisoned first, on shapes whose grids leave a partial wave (stream-K's case), fewer
+tiles than SMs, one k-tile, ragged M/N/K, batches and every layout; then bitwise determinism
+(each tile's parts are summed in K order, whatever order they arrive in) and a CUDA graph.
+
+Not on the menu: no policy choice runs it yet, and these variants compile in-process.
+"""
+
+import pytest
+import torch
+from operands import assert_within_torch_error, fp32_accumulation_bound, make
+
+from wsgemm import api
+from wsgemm.kernels.sm90.config import Sm90Config
+
+pytestmark = pytest.mark.gpu
+
+F16, F32 = torch.float16, torch.float32
+
+CONFIGS = {
+    "pp128x128c2x1": ("sm90-pingpong", Sm90Config(tile_m=128, tile_n=128, cluster_m=2,
+                                                  schedule="pingpong", stream_k=True)),
+    "coop128x256c2x1": ("sm90", Sm90Config(tile_m=128, tile_n=256, cluster_m=2, stream_k=True)),
+    "pp64x128c1x2": ("sm90-pingpong", Sm90Config(tile_m=64, tile_n=128, cluster_n=2,
+                                                 schedule="pingpong", stream_k=True)),
+}  # fmt: skip
+# (M, N, K, batch or None)
+SHAPES = [
+    (2888, 2072, 1504, None),  # 207 128x256 tiles: one wave whole, 75 shared
+    (4472, 1928, 680, None),  # 2.1 waves, short K
+    (1128, 1968, 4056, None),  # fewer tiles than SMs: all shared
+    (1000, 520, 64, None),  # one k-tile: too short to share
+    (300, 1000, 1021, 3),  # batched, ragged K
+    (129, 4100, 777, None),  # ragged M and N past a tile
+    (16, 4096, 4096, None),  # decode-sized M
+]
+LAYOUTS = {"nn": (False, False), "tn": (False, True), "nt": (True, False), "tt": (True, True)}
+
+
+def _sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 kernels run on sm_90 only")
+
+
+def _operands(m, n, k, batch, layout, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    lead = () if batch is None else (batch,)
+    a_col, b_col = LAYOUTS[layout]
+    a = make((*lead, m, k), F16, "cuda", col_major=a_col, gen=gen)
+    b = make((*lead, k, n), F16, "cuda", col_major=b_col, gen=gen)
+    return a, b
+
+
+def _run(name, a, b, out_dtype=F16):
+    backend, config = CONFIGS[name]
+    out = torch.full((*a.shape[:-1], b.shape[-1]), float("nan"), dtype=out_dtype, device="cuda")
+    got = api.matmul(a, b, out=out, backend=backend, config=config)
+    assert got is out
+    return got
+
+
+def _check(got, a, b):
+    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
+    ref = torch.matmul(a.double(), b.double())
+    if got.dtype == F32:
+        theirs = torch.matmul(a.float(), b.float())
+        # a tile's parts: at most k_tiles // (shared // clusters) + 2 of them
+        slack = fp32_accumulation_bound(a, b, extra_adds=a.shape[-1] // 64 + 2)
+    else:
+        theirs, slack = torch.matmul(a, b).to(got.dtype), 0.0
+    assert_within_torch_error(got, ref, theirs, slack=slack)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_stream_k_matches_the_reference(name, layout, shape):
+    _sm90()
+    a, b = _operands(*shape, layout, seed=len(name))
+    _check(_run(name, a, b), a, b)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_stream_k_with_an_fp32_output(name):
+    _sm90()
+    a, b = _operands(2888, 2072, 1504, None, "tn")
+    _check(_run(name, a, b, F32), a, b)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_stream_k_is_bitwise_deterministic(name):
+    _sm90()
+    for shape in [(2888, 2072, 1504, None), (1128, 1968, 4056, None)]:
+        a, b = _operands(*shape, "tn")
+        first = _run(name, a, b).clone()
+        for _ in range(4):
+            assert torch.equal(_run(name, a, b), first)
+
+
+def test_stream_k_in_a_cuda_graph():
+    """Captured and replayed: the semaphores the graph's call uses start zero on every
+    replay (the kernel leaves them zero), the workspace is the graph pool's."""
+    _sm90()
+    a, b = _operands(2888, 2072, 1504, None, "tn")
+    want = _run("pp128x128c2x1", a, b).clone()
+    out = torch.empty_like(want)
+    backend, config = CONFIGS["pp128x128c2x1"]
+    api.matmul(a, b, out=out, backend=backend, config=config)  # the launcher, outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        api.matmul(a, b, out=out, backend=backend, config=config)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
