@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -55,6 +55,22 @@ if has checks; then
   timeout 200 python3 scripts/tune_menu.py --out "$OUT/tune_decode" --suites llm --tokens 1,16 \
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -20
   echo "checks done at $((SECONDS - start)) s"
+fi
+if has streamk; then
+  # docs/perf.md entry 26: stream-K, built without a GPU, checked in one go
+  python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -1 "$OUT/warm.log"
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/test_gpu_stream_k.py 2>&1 | tee "$OUT/stream_k.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  python3 scripts/sanitize_auto.py --stream-k 2>&1 | tail -2  # compiles outside the sanitizer
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py \
+      --stream-k 2>&1 | tee "$OUT/sanitize_stream_k_$tool.log" | tail -3
+    echo "$tool stream-K rc=${PIPESTATUS[0]}"
+  done
+  timeout 300 python3 scripts/tune_menu.py --out "$OUT/tune_midsize" --suites midsize \
+    --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -30
+  echo "stream-K done at $((SECONDS - start)) s"
 fi
 if has bench; then
   python3 -m wsgemm bench --quick 2>&1 | tee "$OUT/bench_quick.log" | tail -30

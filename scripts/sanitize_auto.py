@@ -5,7 +5,9 @@ split-K forced on each split variant (K not divisible by the split, K shorter th
 tile_k, ragged N, batched; every call twice, so the workspace and the semaphores a
 previous launch reset are reused), each checked against torch. Run as
 ``compute-sanitizer --tool memcheck|initcheck|racecheck python scripts/sanitize_auto.py``
-(scripts/gpu_session.sh)."""
+(scripts/gpu_session.sh). With ``--stream-k``: only the stream-K cases (the dropped ``sk-``
+entries: partial waves, ragged, batched; each call three times, so the workspace and the
+semaphores are reused)."""
 
 import dataclasses
 import sys
@@ -41,6 +43,36 @@ def report(label: str, got: torch.Tensor, ref: torch.Tensor) -> bool:
     print(f"{label} err {err:.3g} {'ok' if ok else 'WRONG'}")
     return ok
 
+
+# (stream-K entry, M, N, K, batch): a partial wave shared, all shared, one k-tile, batched
+STREAM_K = (
+    ("sk-pingpong-128x128-c2x1", 2888, 2072, 1504, 1),
+    ("sk-pingpong-128x128-c2x1", 1128, 1968, 1021, 1),
+    ("sk-cooperative-128x256-c2x1", 1000, 520, 64, 1),
+    ("sk-cooperative-128x256-c2x1", 300, 1000, 777, 3),
+)
+
+
+def stream_k_cases() -> int:
+    wrong = 0
+    for name, m, n, k, batch in STREAM_K:
+        e = policy.entry(name)
+        a = torch.randn(batch, m, k, dtype=torch.float16, device="cuda")
+        w = torch.randn(batch, n, k, dtype=torch.float16, device="cuda")
+        ref = a.float() @ w.float().transpose(-1, -2)
+        for given in (False, True, True):
+            out = None
+            if given:
+                out = torch.full((batch, m, n), float("nan"), dtype=torch.float16, device="cuda")
+            got = api.matmul(
+                a, w.transpose(-1, -2), out=out, backend=e.backend, config=e.variant_config()
+            )
+            wrong += not report(f"{name} {batch}x{m}x{n}x{k} out={given}:", got, ref)
+    return wrong
+
+
+if "--stream-k" in sys.argv:
+    sys.exit(1 if stream_k_cases() else 0)
 
 bad = 0
 for m, n, k in SHAPES:

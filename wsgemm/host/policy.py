@@ -182,7 +182,9 @@ class MenuEntry:
             return dataclasses.replace(BACKENDS[self.backend].config(), **self.config, split_k=0)
         if self.shipped:
             return None
-        return dataclasses.replace(BACKENDS[self.backend].config(), **self.config)
+        config = dataclasses.replace(BACKENDS[self.backend].config(), **self.config)
+        # a stream-K entry is the split kernel (compiled and cached as split_k=0)
+        return config.compiled() if self.config.get("stream_k") else config
 
 
 def _entry(
@@ -256,6 +258,12 @@ DROPPED: tuple[MenuEntry, ...] = (
     # 64x16 tile's 0.993, 0.984, 0.966x in the same run (docs/perf.md entry 22): noise.
     _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
            tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    # Stream-K on the shipped tiles (docs/architecture.md; perf.md entry 26): NOT YET MEASURED.
+    # For the partial waves of the midsize TN/NT rows; here so that `--with-dropped` times them.
+    _entry("sk-cooperative-128x256-c2x1", "sm90", tile_m=128, tile_n=256, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True),
+    _entry("sk-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="pingpong", stream_k=True),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
