@@ -324,8 +324,30 @@ def test_stream_k_layout_is_what_the_kernel_relaunches(work_tiles, k_tiles):
     first = stream_k_layout(work_tiles, k_tiles, 132)
     assert stream_k_layout(work_tiles, k_tiles, first[0]) == first
     launched, dp_tiles, sk_clusters, shared = first
-    assert dp_tiles % launched == 0 and 0 <= work_tiles - dp_tiles < launched
+    assert dp_tiles % launched == 0 and 0 <= work_tiles - dp_tiles < 2 * launched
     assert shared == (work_tiles - dp_tiles) * k_tiles and 1 <= sk_clusters <= launched
+    if work_tiles % launched:  # a partial wave: it shares the k-tiles of a whole one too
+        assert work_tiles - dp_tiles == work_tiles % launched + launched * (work_tiles > launched)
+    else:
+        assert dp_tiles == work_tiles and shared == 0
+
+
+@pytest.mark.parametrize("work_tiles", [133, 134, 197, 265, 1000])
+@pytest.mark.parametrize("k_tiles", [4, 64, 700])
+def test_a_stream_k_tile_has_at_most_three_parts_past_one_wave(work_tiles, k_tiles):
+    """One tile more than a wave must not be cut into a part per cluster (summed one after
+    another by its finisher): the shared region holds a whole wave besides."""
+    launched = stream_k_layout(work_tiles, k_tiles, 132)[0]
+    parts = set()
+    for c in range(launched):
+        sched = GroupedTileScheduler(
+            (work_tiles, 1, 1), (1, 1), 1, launched, c, (0, 0), (k_tiles, 1), stream_k=True
+        )
+        unit = sched.initial_work_tile()
+        while unit.is_valid:
+            parts.add(unit.parts)
+            unit = sched.next_work_tile(unit)
+    assert max(parts) <= 3
 
 
 def test_stream_k_needs_the_split_path():

@@ -21,22 +21,23 @@ one, in order, covering K once); every CTA of a cluster takes the same unit, so 
 identical k-ranges. ``effective_splits`` clamps the count so that no unit is empty.
 
 Stream-K (``stream_k``, a compile-time mode of the split kernel; ``stream_k_layout``): the
-launch takes every cluster it may (``P``), the first ``D = (W // P) * P`` of the ``W`` cluster
-tiles run whole, as above (data-parallel: ``W // P`` full waves), and the k-tiles of the
-``r = W - D`` tiles left, ``I = r * T`` of them in tile order, are cut into ``P_sk`` contiguous
-ranges of (nearly) equal length, one per cluster: a cluster's range may end inside one tile and
-the next cluster's begin there. A range's piece inside one tile is a work unit (tile, K range):
-cluster ``c`` runs its data-parallel tiles ``c, c + P, ...``, then its pieces, each the next
-``P``-th unit (so the walk stays ``c, c + P, c + 2P, ...`` and every role steps through it as
-before). A tile's pieces are its *parts* ``0, 1, ..., parts - 1`` in K order (parts 1: a tile
-that one cluster covers whole); the finishing unit sums the parts in that order, so the bits
-are fixed by the layout, never by arrival. ``P_sk`` keeps at least ``STREAM_K_MIN_K_TILES``
-k-tiles per range. The partial sums live in slots ``slot0 + part``: ``J`` slots per
-stream-K tile and CTA of the cluster (``stream_k_slots``).
+launch takes every cluster it may (``P``), and the first ``D`` of the ``W`` cluster tiles run
+whole, as above: all ``W // P`` full waves when they are all there is, else all but the last
+(``D = (W // P - 1) * P``, so that the shared part holds at least a wave). The k-tiles of the
+``r = W - D`` tiles left, ``I = r * T`` of them in tile order, are cut into ``P_sk``
+contiguous ranges of (nearly) equal length, one per cluster: a cluster's range may end inside
+one tile and the next cluster's begin there. A range's piece inside one tile is a work unit
+(tile, K range): cluster ``c`` runs its data-parallel tiles ``c, c + P, ...``, then its
+pieces, each the next ``P``-th unit (so the walk stays ``c, c + P, c + 2P, ...`` and every
+role steps through it as before). A tile's pieces are its *parts* ``0, 1, ..., parts - 1`` in
+K order (parts 1: a tile that one cluster covers whole); the finishing unit sums the parts in
+that order, so the bits are fixed by the layout, never by arrival. ``P_sk`` keeps at least
+``STREAM_K_MIN_K_TILES`` k-tiles per range. The partial sums live in slots ``slot0 + part``:
+``J`` slots per stream-K tile and CTA of the cluster (``stream_k_slots``).
 
 The index arithmetic is written once and runs on plain Python ints (host tests, ``tile_order``)
-and on CuTe DSL ``Int32`` values (inside the kernel) alike: it only uses ``+ - * // %``, ``<``
-and ``cutlass.min``, which both kinds of value understand.
+and on CuTe DSL ``Int32`` values (inside the kernel) alike: it only uses ``+ - * // %``, ``<``,
+``cutlass.min``/``max``, which both kinds of value understand, and ``_select``.
 """
 
 from __future__ import annotations
@@ -94,7 +95,12 @@ def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
     # work_tiles is clamped before the product, so it stays below max_clusters * k_tiles
     ranges = cutlass.min(work_tiles, max_clusters) * k_tiles // STREAM_K_MIN_K_TILES
     launched = cutlass.max(cutlass.min(max_clusters, cutlass.max(work_tiles, ranges)), 1)
-    dp_tiles = work_tiles // launched * launched
+    # The partial wave shares the k-tiles of one whole wave too, so that every range spans at
+    # least a tile's k-tiles and a tile has at most three parts (a partial wave of one tile
+    # would otherwise be cut into `launched` parts, summed one after another by one CTA).
+    waves = work_tiles // launched
+    whole = _select(work_tiles - waves * launched == 0, waves, waves - 1)
+    dp_tiles = cutlass.max(whole, 0) * launched
     shared = (work_tiles - dp_tiles) * k_tiles
     sk_clusters = cutlass.max(cutlass.min(launched, shared // STREAM_K_MIN_K_TILES), 1)
     return launched, dp_tiles, sk_clusters, shared
@@ -216,45 +222,6 @@ class WorkTile:
 
 class TileScheduler(Protocol):
     """What a kernel role needs from a scheduler."""
-
-    def _coord(self, tile_work: Any) -> tuple:
-        cm, cn, batch = grouped_cluster_coord(
-            tile_work, self.clusters_m, self.clusters_n, self.group_clusters
-        )
-        return cm * self.cluster_mn[0] + self.cta_m, cn * self.cluster_mn[1] + self.cta_n, batch
-
-    def _stream_k_tile(self, work: Any) -> WorkTile:
-        """Unit ``work`` of the stream-K walk: a data-parallel tile while ``work < D``, else
-        piece ``q`` of this cluster's range (module docstring)."""
-        clusters, k_tiles = self.num_clusters, self.k_tiles
-        sk_clusters, shared = self.sk_clusters, self.shared
-        cluster = work % clusters
-        piece = work // clusters - self.dp_tiles // clusters
-        # This cluster's range [first_k, end_k) of the shared k-tiles (empty past sk_clusters).
-        first_k = cutlass.min(cluster, sk_clusters) * shared // sk_clusters
-        end_k = cutlass.min(cluster + 1, sk_clusters) * shared // sk_clusters
-        sk_tile = first_k // k_tiles + piece
-        lo = cutlass.max(first_k, sk_tile * k_tiles)
-        hi = cutlass.min(end_k, sk_tile * k_tiles + k_tiles)
-        # The clusters whose ranges hold the tile's first and last k-tiles: its parts.
-        whole = cutlass.max(shared, 1)
-        first = ((sk_tile * k_tiles + 1) * sk_clusters - 1) // whole
-        last = ((sk_tile * k_tiles + k_tiles) * sk_clusters - 1) // whole
-        is_dp = work < self.dp_tiles
-        m, n, batch = self._coord(_select(is_dp, work, self.dp_tiles + sk_tile))
-        cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
-        return WorkTile(
-            m,
-            n,
-            batch,
-            work,
-            _select(is_dp, 1, hi - lo) > 0,
-            _select(is_dp, 0, cluster - first),
-            _select(is_dp, 0, lo - sk_tile * k_tiles),
-            _select(is_dp, k_tiles, hi - sk_tile * k_tiles),
-            _select(is_dp, 1, last - first + 1),
-            (sk_tile * cluster_size + self.rank) * self.slots,
-        )
 
     def initial_work_tile(self, skip: int = 0) -> WorkTile: ...
 
@@ -386,6 +353,9 @@ class GroupedTileScheduler:
         whole = cutlass.max(shared, 1)
         first = ((sk_tile * k_tiles + 1) * sk_clusters - 1) // whole
         last = ((sk_tile * k_tiles + k_tiles) * sk_clusters - 1) // whole
+        # For a data-parallel unit the stream-K values above are meaningless (and may wrap in
+        # int32 on the GPU for huge W * T): every one of them is selected away below, and
+        # slot0 is never read (parts = 1: no fix-up).
         is_dp = work < self.dp_tiles
         m, n, batch = self._coord(_select(is_dp, work, self.dp_tiles + sk_tile))
         cluster_size = self.cluster_mn[0] * self.cluster_mn[1]

@@ -226,9 +226,10 @@ class Sm90Gemm:
         self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
         if config.splits_in_kernel and acc_dtype != cutlass.Float32:
+            what = "stream-K" if config.stream_k else f"split-K (split_k={config.split_k})"
             raise ValueError(
-                f"split-K (split_k={config.split_k}) needs an fp32 accumulator, got {acc_dtype}: "
-                "the partial sums are added in fp32, not one fp16 running sum over K"
+                f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
+                "added in fp32, not one fp16 running sum over K"
             )
         if config.stream_k and trace:
             raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
