@@ -454,3 +454,11 @@ def test_gpu_every_menu_entry_gives_the_same_bits():
         assert not torch.isnan(first).any()
         for (name, rows), out in outs.items():
             assert torch.equal(out, first[:rows]), f"{name} with M={rows} differs ({c_dtype})"
+
+
+def test_decode_says_only_swap_ab_entries_were_candidates():
+    for m in (1, 8, 16):
+        c = choose(m, 10240, 8192)
+        assert c.menu_entry.swap_ab
+        assert "up to 16 tokens only the swap-AB entries are candidates" in c.reason
+    assert "only the swap-AB" not in choose(17, 10240, 8192).reason

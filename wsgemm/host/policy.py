@@ -578,6 +578,9 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
         return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
     allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
     notes = _notes(acc_dtype, invariant)
+    if allowed and all(entry(name).swap_ab for name in allowed):  # rule 1
+        widest = max(entry(name).tile_n for name in allowed)
+        notes = f"; up to {widest} tokens only the swap-AB entries are candidates{notes}"
     table = _table_for(_tables(table_path), sm_count, cc)
     if table is not None:
         found = _from_table(table, m, n, k, batch, sm_count, allowed)
