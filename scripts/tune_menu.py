@@ -248,8 +248,9 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     calls["cublas"] = (lambda: torch.mm(x, w.t(), out=cublas_out), cublas_out)
     for c in cands:
         fn, clusters = kernels[c.variant_key]
-        if c.split > 1 or c.entry.config.get("stream_k"):  # its workspace and semaphores
-            fn = split_launcher(fn, c.entry.variant_config(split=c.split > 1), c.split, semaphores)
+        config = c.entry.variant_config(split=c.split > 1)
+        if config is not None and config.splits_in_kernel:  # split-K or stream-K: its buffers
+            fn = split_launcher(fn, config, c.split, semaphores)
         o = buffer()
         if c.entry.swap_ab:  # C^T = B^T A^T: the kernel's A is W, its B is x, its C is o^T
             ld = o.stride(0)  # (n, m, 1), unit stride along the kernel's M, 16-byte strides

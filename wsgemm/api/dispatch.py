@@ -200,7 +200,7 @@ def _launch(d, a, b, out, p: Problem, route: Route):
     fn, clusters = d.kernel(
         route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config
     )
-    if route.split > 1 or getattr(route.config, "stream_k", False):
+    if getattr(route.config, "splits_in_kernel", False):  # split-K or stream-K: its buffers
         fn = split_launcher(fn, route.config, route.split, d.semaphores)
     L = launch.c.shape[2]
     with _on_device(d, index):

@@ -255,10 +255,9 @@ class Dispatcher:
                 + ("an sm_90 (Hopper) GPU" if BACKENDS[backend].family == "sm90" else "sm_80+")
                 + f"; {self.devices.name(device)} is sm_{cc[0]}{cc[1]}"
             )
-        elif getattr(config, "stream_k", False):
-            chosen = Route(backend, config.compiled())  # the schedule picks each tile's parts
-        elif getattr(config, "split_k", 1) != 1:
-            chosen = Route(backend, config.compiled(), config.split_k)
+        elif getattr(config, "splits_in_kernel", False):
+            # the split kernel; a stream-K schedule picks each tile's parts itself (split 1)
+            chosen = Route(backend, config.compiled(), max(config.split_k, 1))
         else:
             chosen = Route(backend, config)
         if log.isEnabledFor(logging.DEBUG):
