@@ -111,8 +111,11 @@ def stream_k_slots(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
     ``tiles * cluster size * J`` partial tiles. A range holds at least ``L = I // P_sk``
     k-tiles, so a tile's T k-tiles meet at most ``T // L + 2`` ranges."""
     _, dp_tiles, sk_clusters, shared = stream_k_layout(work_tiles, k_tiles, max_clusters)
-    shortest = cutlass.max(shared // sk_clusters, 1)
-    return work_tiles - dp_tiles, k_tiles // shortest + 2
+    return work_tiles - dp_tiles, _slots_per_tile(k_tiles, sk_clusters, shared)
+
+
+def _slots_per_tile(k_tiles: Any, sk_clusters: Any, shared: Any) -> Any:
+    return k_tiles // cutlass.max(shared // sk_clusters, 1) + 2
 
 
 def cluster_tile_counts(num_m_tiles: Any, num_n_tiles: Any, cluster_m: int, cluster_n: int):
@@ -271,11 +274,10 @@ class GroupedTileScheduler:
         if self.is_split:
             self.k_tiles, self.splits = split_k
             if self.is_stream_k:
-                work_tiles = self.total_work
                 _, self.dp_tiles, self.sk_clusters, self.shared = stream_k_layout(
-                    work_tiles, self.k_tiles, num_clusters
+                    self.total_work, self.k_tiles, num_clusters
                 )
-                self.slots = stream_k_slots(work_tiles, self.k_tiles, num_clusters)[1]
+                self.slots = _slots_per_tile(self.k_tiles, self.sk_clusters, self.shared)
                 self.rank = self.cta_n * cluster_mn[0] + self.cta_m
             else:
                 self.total_work = self.total_work * self.splits
@@ -320,17 +322,14 @@ class GroupedTileScheduler:
         if self.is_split:
             tile_work = work // self.splits
             split = work - tile_work * self.splits
-        cm, cn, batch = grouped_cluster_coord(
-            tile_work, self.clusters_m, self.clusters_n, self.group_clusters
-        )
-        m = cm * self.cluster_mn[0] + self.cta_m
-        n = cn * self.cluster_mn[1] + self.cta_n
+        m, n, batch = self._coord(tile_work)
         if not self.is_split:
             return WorkTile(m, n, batch, work, work < self.total_work)
         k_begin, k_end = split_k_range(split, self.splits, self.k_tiles)
         return WorkTile(m, n, batch, work, work < self.total_work, split, k_begin, k_end)
 
     def _coord(self, tile_work: Any) -> tuple:
+        """This CTA's (m, n, batch) output tile of cluster tile ``tile_work`` (grouped order)."""
         cm, cn, batch = grouped_cluster_coord(
             tile_work, self.clusters_m, self.clusters_n, self.group_clusters
         )
