@@ -53,21 +53,27 @@ STREAM_K = (
 )
 
 
+def forced(label: str, backend: str, config, m: int, n: int, k: int, batch: int) -> int:
+    """``config`` forced on a batched TN problem, fresh and given ``out`` (given twice: the
+    workspace and the semaphores a launch reset are reused); how many results were wrong."""
+    a = torch.randn(batch, m, k, dtype=torch.float16, device="cuda")
+    w = torch.randn(batch, n, k, dtype=torch.float16, device="cuda")
+    ref = a.float() @ w.float().transpose(-1, -2)
+    wrong = 0
+    for given in (False, True, True):
+        out = None
+        if given:
+            out = torch.full((batch, m, n), float("nan"), dtype=torch.float16, device="cuda")
+        got = api.matmul(a, w.transpose(-1, -2), out=out, backend=backend, config=config)
+        wrong += not report(f"{label} {batch}x{m}x{n}x{k} out={given}:", got, ref)
+    return wrong
+
+
 def stream_k_cases() -> int:
     wrong = 0
     for name, m, n, k, batch in STREAM_K:
         e = policy.entry(name)
-        a = torch.randn(batch, m, k, dtype=torch.float16, device="cuda")
-        w = torch.randn(batch, n, k, dtype=torch.float16, device="cuda")
-        ref = a.float() @ w.float().transpose(-1, -2)
-        for given in (False, True, True):
-            out = None
-            if given:
-                out = torch.full((batch, m, n), float("nan"), dtype=torch.float16, device="cuda")
-            got = api.matmul(
-                a, w.transpose(-1, -2), out=out, backend=e.backend, config=e.variant_config()
-            )
-            wrong += not report(f"{name} {batch}x{m}x{n}x{k} out={given}:", got, ref)
+        wrong += forced(name, e.backend, e.variant_config(), m, n, k, batch)
     return wrong
 
 
@@ -90,13 +96,5 @@ for m, n, k in SHAPES:
 for name, m, n, k, batch, split in SPLIT:
     e = policy.entry(name)
     config = dataclasses.replace(e.variant_config(split=True), split_k=split)
-    a = torch.randn(batch, m, k, dtype=torch.float16, device="cuda")
-    w = torch.randn(batch, n, k, dtype=torch.float16, device="cuda")
-    ref = a.float() @ w.float().transpose(-1, -2)
-    for given in (False, True, True):
-        out = None
-        if given:
-            out = torch.full((batch, m, n), float("nan"), dtype=torch.float16, device="cuda")
-        got = api.matmul(a, w.transpose(-1, -2), out=out, backend=e.backend, config=config)
-        bad += not report(f"{name} split {split} {batch}x{m}x{n}x{k} out={given}:", got, ref)
+    bad += forced(f"{name} split {split}", e.backend, config, m, n, k, batch)
 sys.exit(1 if bad else 0)

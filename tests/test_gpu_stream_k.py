@@ -10,7 +10,7 @@ Not on the menu: no policy choice runs it yet, and these variants compile in-pro
 
 import pytest
 import torch
-from operands import assert_within_torch_error, fp32_accumulation_bound, make
+from test_gpu_splitk import LAYOUTS, _check, _operands, _sm90
 
 from wsgemm import api
 from wsgemm.kernels.sm90.config import Sm90Config
@@ -28,7 +28,7 @@ CONFIGS = {
 }  # fmt: skip
 # (M, N, K, batch or None)
 SHAPES = [
-    (2888, 2072, 1504, None),  # 207 128x256 tiles: one wave whole, 75 shared
+    (2888, 2072, 1504, None),  # 1.6 waves of 128x256 tiles: a partial wave and one whole shared
     (4472, 1928, 680, None),  # 2.1 waves, short K
     (1128, 1968, 4056, None),  # fewer tiles than SMs: all shared
     (1000, 520, 64, None),  # one k-tile: too short to share
@@ -36,21 +36,6 @@ SHAPES = [
     (129, 4100, 777, None),  # ragged M and N past a tile
     (16, 4096, 4096, None),  # decode-sized M
 ]
-LAYOUTS = {"nn": (False, False), "tn": (False, True), "nt": (True, False), "tt": (True, True)}
-
-
-def _sm90():
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the sm90 kernels run on sm_90 only")
-
-
-def _operands(m, n, k, batch, layout, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    lead = () if batch is None else (batch,)
-    a_col, b_col = LAYOUTS[layout]
-    a = make((*lead, m, k), F16, "cuda", col_major=a_col, gen=gen)
-    b = make((*lead, k, n), F16, "cuda", col_major=b_col, gen=gen)
-    return a, b
 
 
 def _run(name, a, b, out_dtype=F16):
@@ -59,18 +44,6 @@ def _run(name, a, b, out_dtype=F16):
     got = api.matmul(a, b, out=out, backend=backend, config=config)
     assert got is out
     return got
-
-
-def _check(got, a, b):
-    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
-    ref = torch.matmul(a.double(), b.double())
-    if got.dtype == F32:
-        theirs = torch.matmul(a.float(), b.float())
-        # the tensor cores' truncating fp32 sum, plus a tile's parts (at most three)
-        slack = fp32_accumulation_bound(a, b, extra_adds=3)
-    else:
-        theirs, slack = torch.matmul(a, b).to(got.dtype), 0.0
-    assert_within_torch_error(got, ref, theirs, slack=slack)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
