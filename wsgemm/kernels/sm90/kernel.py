@@ -1302,7 +1302,6 @@ class Sm90Gemm:
         subtile_order = epilogue_subtile_order(cfg)
         tRS_rD = cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype)
         tRS_rD_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
-        per_subtile = cute.size(tRS_rD)
         if const_expr(
             rec is not None
             and self.trace_knobs.epilogue == "lanes"
@@ -1315,24 +1314,36 @@ class Sm90Gemm:
             )  # fmt: skip
             return
         for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
-            for v in cutlass.range_constexpr(per_subtile):
-                tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
-            tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
+            self._subtile_to_registers(plan, args, tRS_rD, tRS_rD_out, e)
             buf = (subtiles_done + e) % plan.epi_stages
             if args.is_store_warp:
                 trace.record(rec, Event.STORE_WAIT_BEGIN, stage=buf)
                 store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
                 trace.record(rec, Event.STORE_WAIT_END, stage=buf)
-            args.barrier.arrive_and_wait()
-            cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
-            # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
-            cute.arch.fence_proxy("async.shared", space="cta")
-            args.barrier.arrive_and_wait()
-            if args.is_store_warp:
-                cute.copy(
-                    args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile_order.get_hier_coord(e))]
-                )
-                store_pipeline.producer_commit()
+            self._store_subtile(
+                args, store_pipeline, tRS_rD_out, buf, bSG_sC, bSG_gC, e, subtile_order
+            )
+
+    @cute.jit
+    def _subtile_to_registers(self, plan: cutlass.Constexpr, args, tRS_rD, tRS_rD_out, e):
+        """Subtile ``e``'s accumulators, converted to the output dtype in ``tRS_rD_out``."""
+        per_subtile = cute.size(tRS_rD)
+        for v in cutlass.range_constexpr(per_subtile):
+            tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+        tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
+
+    @cute.jit
+    def _store_subtile(self, args, store_pipeline, tRS_rD_out, buf, bSG_sC, bSG_gC, e, order):
+        """``tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired), then
+        its TMA store to subtile ``e`` of the tile."""
+        args.barrier.arrive_and_wait()
+        cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
+        # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        args.barrier.arrive_and_wait()
+        if args.is_store_warp:
+            cute.copy(args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, order.get_hier_coord(e))])
+            store_pipeline.producer_commit()
 
     @cute.jit
     def _epilogue_lanes(
@@ -1344,15 +1355,12 @@ class Sm90Gemm:
         warp writes the 2 x subtiles events (subtile order) in parallel, from the writer lane's
         state (``trace.warp_hot``)."""
         cfg = plan.config
-        per_subtile = cute.size(tRS_rD)
         hot = trace.warp_hot(rec)
         lane = cute.arch.lane_idx()
         b0 = Int32(0)
         b1 = Int32(0)
         for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
-            for v in cutlass.range_constexpr(per_subtile):
-                tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
-            tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
+            self._subtile_to_registers(plan, args, tRS_rD, tRS_rD_out, e)
             buf = (subtiles_done + e) % plan.epi_stages
             if args.is_store_warp:
                 t0 = trace.now_lo(rec)
@@ -1360,15 +1368,9 @@ class Sm90Gemm:
                 t1 = trace.now_lo(rec)
                 b0 = trace.stage_lane(lane, e, t0, b0)
                 b1 = trace.stage_lane(lane, e, t1, b1)
-            args.barrier.arrive_and_wait()
-            cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
-            cute.arch.fence_proxy("async.shared", space="cta")
-            args.barrier.arrive_and_wait()
-            if args.is_store_warp:
-                cute.copy(
-                    args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, subtile_order.get_hier_coord(e))]
-                )
-                store_pipeline.producer_commit()
+            self._store_subtile(
+                args, store_pipeline, tRS_rD_out, buf, bSG_sC, bSG_gC, e, subtile_order
+            )
         if args.is_store_warp:
             if trace.writer_warp(rec):
                 if lane < cfg.num_epi_subtiles:
