@@ -9,6 +9,14 @@ Writes into ``--out``: ``sm90_<gpu>.json`` (the table ``wsgemm.host.policy`` rea
 ``tune_menu.log`` (what was printed). Both data files are rewritten after every shape, so a run
 cut short still leaves what it measured.
 
+A partial re-tune (some suites or token counts, or dropped entries promoted to the menu since)
+goes into the shipped table without a GPU:
+
+    python scripts/tune_menu.py --merge tune_menu.csv --into wsgemm/host/data/sm90_h200.json
+
+rebuilds the CSV's shapes as table points from the rows of today's ``policy.MENU`` and replaces
+the table's points of the same labels (the others stay), noting the CSV in the table's source.
+
 Protocol: fp16 inputs, TN (``x @ W.T``, both operands K-major), fp32 accumulate, fp16 out. For
 each shape, decode-sized first: the candidates are each menu entry that fits the shape with each
 split ``host.policy.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
@@ -126,9 +134,15 @@ def main(argv=None) -> int:
         help="stop starting new shapes after this many seconds",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
+    parser.add_argument("--merge", metavar="CSV", help="a tune_menu.csv to merge (no GPU needed)")
+    parser.add_argument("--into", metavar="TABLE", help="the table --merge rewrites")
     parser.add_argument("--sm-count", type=int, default=132, help="SMs, for --dry-run")
     args = parser.parse_args(argv)  # fmt: skip
 
+    if args.merge or args.into:
+        if not (args.merge and args.into):
+            parser.error("--merge CSV and --into TABLE go together")
+        return _merge(Path(args.merge), Path(args.into))
     entries = policy.MENU + (policy.DROPPED if args.with_dropped else ())
     shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
     if args.dry_run:
@@ -327,6 +341,56 @@ def _write(out: Path, stem: str, table: dict, rows: list[dict]) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def points_from_rows(rows: list[dict], menu: set[str]) -> list[dict]:
+    """Table points from ``tune_menu.csv`` rows (strings, as read back): per shape, in the CSV's
+    order, the timed candidates whose entry is in ``menu``, and cuBLAS's time."""
+    points: dict[str, dict] = {}
+    for r in rows:
+        p = points.setdefault(
+            r["label"],
+            dict(
+                label=r["label"],
+                m=int(r["m"]),
+                n=int(r["n"]),
+                k=int(r["k"]),
+                batch=1,
+                layout="TN",
+                ratios=[],
+            ),
+        )
+        if r["cublas_us"]:
+            p["cublas_us"] = float(r["cublas_us"])
+        if r["entry"] in menu and r["status"] == "ok" and r["ratio"]:
+            p["ratios"].append(dict(entry=r["entry"], split=int(r["split"]),
+                                    ratio=float(r["ratio"]), us=float(r["median_us"])))  # fmt: skip
+    return [p for p in points.values() if p["ratios"]]
+
+
+def merge_points(table: dict, points: list[dict], note: str) -> dict:
+    """``table`` with ``points`` in place of its points of the same labels (new labels are
+    appended), and ``note`` added to its source."""
+    new = {p["label"]: p for p in points}
+    kept = [p for p in table["points"] if p["label"] not in new]
+    return dict(table, points=kept + list(new.values()), source=f"{table['source']}; {note}")
+
+
+def _merge(csv_path: Path, table_path: Path) -> int:
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    points = points_from_rows(rows, {e.name for e in policy.MENU})
+    if not points:
+        raise SystemExit(f"{csv_path}: no timed row of a menu entry")
+    table = json.loads(table_path.read_text())
+    merged = merge_points(
+        table, points, f"{len(points)} points rebuilt from {csv_path.name} by --merge"
+    )
+    table_path.write_text(json.dumps(merged, indent=1) + "\n")
+    policy.load_table(table_path)  # what the policy reads must still load
+    replaced = len(table["points"]) + len(points) - len(merged["points"])
+    print(f"{table_path}: {len(points)} points from {csv_path} ({replaced} replaced)")
+    return 0
 
 
 def _geomean(values) -> float:

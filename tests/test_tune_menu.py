@@ -1,8 +1,13 @@
 """scripts/tune_menu.py's plan, on the CPU (the run itself needs an sm_90 GPU)."""
 
+import csv
 import importlib.util
+import json
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 from wsgemm.bench import suites
 from wsgemm.host import policy
@@ -46,3 +51,41 @@ def test_dry_run_prints_the_plan(capsys):
     last = capsys.readouterr().out.splitlines()[-1]
     entries = policy.MENU + policy.DROPPED
     assert last.endswith(f"{len(entries) + sum(e.splits for e in entries)} variants")
+
+
+def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path, capsys):
+    """--merge: the CSV's shapes replace the table's points of the same labels, from the rows of
+    menu entries only; the other points stay; what it writes loads as a policy table."""
+    repo = Path(__file__).parent.parent
+    source = repo / "docs" / "data" / "tune_menu_midsize_2026-12-01g.csv"
+    shipped = repo / "wsgemm" / "host" / "data" / "sm90_h200.json"
+    table = tmp_path / "sm90_h200.json"
+    shutil.copy(shipped, table)
+    assert tune_menu.main(["--merge", str(source), "--into", str(table)]) == 0
+    assert "24 points" in capsys.readouterr().out
+
+    with source.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    before, after = json.loads(shipped.read_text()), json.loads(table.read_text())
+    labels = {r["label"] for r in rows}
+    assert len(labels) == 24
+    menu = {e.name for e in policy.MENU}
+    merged = {p["label"]: p for p in after["points"]}
+    for label in labels:
+        want = [(r["entry"], int(r["split"]), float(r["ratio"])) for r in rows
+                if r["label"] == label and r["entry"] in menu and r["status"] == "ok"]  # fmt: skip
+        got = [(q["entry"], q["split"], q["ratio"]) for q in merged[label]["ratios"]]
+        assert got == want and want
+        assert not any(r["entry"].startswith("sk-") for r in merged[label]["ratios"])
+    kept = [p for p in before["points"] if p["label"] not in labels]
+    assert [p for p in after["points"] if p["label"] not in labels] == kept
+    assert len(after["points"]) == len(kept) + 24
+    assert after["source"].startswith(before["source"])
+    assert "tune_menu_midsize_2026-12-01g.csv" in after["source"]
+    assert len(policy.load_table(table).points) == len(after["points"])
+
+
+def test_merge_needs_both_arguments(capsys):
+    with pytest.raises(SystemExit):
+        tune_menu.main(["--merge", "x.csv"])
+    assert "--merge CSV and --into TABLE go together" in capsys.readouterr().err
