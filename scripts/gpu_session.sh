@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|wavefit|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -71,6 +71,16 @@ if has streamk; then
   timeout 300 python3 scripts/tune_menu.py --out "$OUT/tune_midsize" --suites midsize \
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -30
   echo "stream-K done at $((SECONDS - start)) s"
+fi
+if has wavefit; then
+  # docs/perf.md entry 28: the dropped wave-fitting widths (128x160/192/224), built without a GPU
+  python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -1 "$OUT/warm.log"
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/test_gpu_correctness.py -k menu_entry 2>&1 | tee "$OUT/wavefit.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout 330 python3 scripts/tune_menu.py --out "$OUT/tune_wavefit" --suites midsize \
+    --with-dropped --jobs 15 --budget-s 280 2>&1 | grep -E "best|geomean" | tail -30
+  echo "wavefit done at $((SECONDS - start)) s"
 fi
 if has bench; then
   python3 -m wsgemm bench --quick 2>&1 | tee "$OUT/bench_quick.log" | tail -30

@@ -13,6 +13,7 @@ import torch
 from operands import assert_within_torch_error, fp32_accumulation_bound, make
 
 import wsgemm
+from wsgemm.host import policy
 
 pytestmark = pytest.mark.gpu
 
@@ -175,6 +176,26 @@ def test_studied_config_random_case(name, index):
         # the studied configs are fp32-accumulator ones (fp16 ones fit without the hand-over)
         case = dict(case, dtypes=(case["dtypes"][0], case["dtypes"][1], torch.float32))
     check(case, backend, torch.Generator().manual_seed(index), config)
+
+
+MENU_CASES = 40
+# The non-shipped tiles of the menu and of its dropped list (swap-AB, split-K and stream-K have
+# their own GPU fuzz): each config through api.matmul(config=), as the tuner times it.
+MENU_TILES = [
+    e.name
+    for e in policy.MENU + policy.DROPPED
+    if not e.shipped and not e.swap_ab and not e.config.get("stream_k")
+]
+
+
+@pytest.mark.parametrize("name", MENU_TILES)
+@pytest.mark.parametrize("index", range(MENU_CASES))
+def test_menu_entry_random_case(name, index):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 menu runs on sm_90 only")
+    e = policy.entry(name)
+    case = _cases(2468 + len(name))[index]
+    check(case, e.backend, torch.Generator().manual_seed(index), e.variant_config())
 
 
 @pytest.mark.parametrize("backend", _backends())

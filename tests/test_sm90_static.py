@@ -40,7 +40,7 @@ DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
         ({"schedule": "stream-k"}, "schedule must be one of"),
         ({"tile_m": 64}, "cooperative tile_m must be one of"),
         ({"tile_m": 256, "schedule": "pingpong"}, "pingpong tile_m must be one of"),
-        ({"tile_n": 96}, "tile_n must be one of"),
+        ({"tile_n": 80}, "tile_n must be one of"),
         ({"tile_k": 48}, "tile_k must be one of"),
         ({"schedule": "pingpong", "tile_n": 256}, "too large"),
         ({"cluster_m": 4}, "must each be 1 or 2"),

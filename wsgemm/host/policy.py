@@ -258,12 +258,23 @@ DROPPED: tuple[MenuEntry, ...] = (
     # 64x16 tile's 0.993, 0.984, 0.966x in the same run (docs/perf.md entry 22): noise.
     _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
            tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
-    # Stream-K on the shipped tiles (docs/architecture.md; perf.md entry 26): NOT YET MEASURED.
-    # For the partial waves of the midsize TN/NT rows; here so that `--with-dropped` times them.
+    # Stream-K on the shipped tiles (docs/architecture.md; perf.md entries 26, 28): correct on
+    # the H200, but only 2712x3592x2920 wins by more than noise (0.830x against sm90's 0.800x);
+    # on one- and two-wave problems the fix-ups cost 20-55% (560x1088x2336: 0.42-0.55x, 0.92x).
     _entry("sk-cooperative-128x256-c2x1", "sm90", tile_m=128, tile_n=256, tile_k=64,
            cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True),
     _entry("sk-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
            cluster_m=2, cluster_n=1, schedule="pingpong", stream_k=True),
+    # Wave-fitting widths for the midsize suite's slow TN/NT rows (0.74-0.83x; docs/perf.md
+    # entry 28): a width that makes the tile count a whole number of waves, as cuBLAS's odd
+    # tiles do there (in our M x N: 192x176, 128x192, 288x128, 256x152). Compiled spill-free for
+    # sm_90a; NOT YET RUN on a GPU: `scripts/gpu_session.sh wavefit` checks and times them.
+    _entry("cooperative-128x160-c2x1", "sm90", tile_m=128, tile_n=160, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="cooperative"),
+    _entry("cooperative-128x192-c2x1", "sm90", tile_m=128, tile_n=192, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="cooperative"),
+    _entry("cooperative-128x224-c2x1", "sm90", tile_m=128, tile_n=224, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="cooperative"),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.

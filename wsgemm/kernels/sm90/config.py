@@ -62,7 +62,9 @@ EPI_TILE_N = 32
 # WGMMA takes N = 8..256 in steps of 8; the epilogue's st.matrix x4 covers 16 columns of a warp's
 # accumulators (x2 for the 8-wide tile). The narrow ones (8, 16, 32) are for swap-AB, where the
 # tile's N is a few tokens (C^T = B^T A^T: the weights fill the 64-row M slot); 8 only there.
-TILE_N_CHOICES = (8, 16, 32, 64, 128, 192, 256)
+# The odd multiples of 32 (96, 160, 224) size a tile count to whole waves (docs/perf.md entry
+# 28); an N-major B takes 64-byte swizzle atoms there (the 128-byte atom is 64 columns wide).
+TILE_N_CHOICES = (8, 16, 32, 64, 96, 128, 160, 192, 224, 256)
 
 
 @dataclass(frozen=True)
