@@ -275,6 +275,13 @@ DROPPED: tuple[MenuEntry, ...] = (
            cluster_m=2, cluster_n=1, schedule="cooperative"),
     _entry("cooperative-128x224-c2x1", "sm90", tile_m=128, tile_n=224, tile_k=64,
            cluster_m=2, cluster_n=1, schedule="cooperative"),
+    # The same for the qkv layers at 128 tokens, the llm suite's weakest rows (0.94-0.96x): N =
+    # 6144 in 96-wide and N = 10240 in 160-wide tiles make 2 x 64 = 128 CTAs, one wave, where
+    # the menu's best run 96 (64x128) and 80 (128x128) CTAs. NOT YET RUN on a GPU.
+    _entry("pingpong-64x96-c2x1", "sm90-pingpong", tile_m=64, tile_n=96, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="pingpong"),
+    _entry("pingpong-64x160-c2x1", "sm90-pingpong", tile_m=64, tile_n=160, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="pingpong"),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
@@ -523,9 +530,28 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
             f"{acc_dtype} accumulate; sm_{cc[0]}{cc[1]} with {sm_count} SMs{mode}",
             f"kernel: {e.name} (backend {e.backend}: {e.describe()})",
             f"split-K: {split}",
+            f"grid: {_grid(choice, m, n, batch, sm_count)}",
             f"why ({choice.source}): {choice.reason}",
         ]
     )
+
+
+def _grid(choice: Choice, m: int, n: int, batch: int, sm_count: int) -> str:
+    """The work units against the SMs (one CTA each): how whole the waves are, which is what
+    decides a mid-size problem's speed (docs/perf.md entry 28)."""
+    if choice.source == "empty":
+        return "none (an empty problem)"
+    tiles = choice.menu_entry.tiles(m, n, batch)
+    units = tiles * choice.split
+    what = f"{tiles} tiles" if choice.split == 1 else f"{tiles} tiles x {choice.split} splits"
+    full, rest = divmod(units, sm_count)
+    if units <= sm_count:
+        fill = f"one wave, {units / sm_count:.0%} of the SMs busy"
+    elif rest:
+        fill = f"{units / sm_count:.2f} waves, the last {rest / sm_count:.0%} full"
+    else:
+        fill = f"{full} whole waves"
+    return f"{what} for {sm_count} SMs: {fill}"
 
 
 def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> None:
