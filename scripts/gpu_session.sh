@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|wavefit|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|wavefit|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -37,8 +37,10 @@ if has sanitize; then
   done
   python3 scripts/sanitize_auto.py > /dev/null 2>&1  # compile outside the sanitizer, as above
   for tool in memcheck initcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py 2>&1 \
-      | tee "$OUT/sanitize_auto_$tool.log" | tail -3
+    # initcheck: outputs left unread (it does not see TMA stores: scripts/sanitize_auto.py)
+    flag=$([[ $tool == initcheck ]] && echo --initcheck)
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py $flag \
+      2>&1 | tee "$OUT/sanitize_auto_$tool.log" | tail -3
     echo "$tool auto rc=${PIPESTATUS[0]}"
   done
   echo "sanitize done at $((SECONDS - start)) s"
@@ -63,9 +65,10 @@ if has streamk; then
     tests/test_gpu_stream_k.py 2>&1 | tee "$OUT/stream_k.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   python3 scripts/sanitize_auto.py --stream-k 2>&1 | tail -2  # compiles outside the sanitizer
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck initcheck; do
+    flag=$([[ $tool == initcheck ]] && echo --initcheck)
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py \
-      --stream-k 2>&1 | tee "$OUT/sanitize_stream_k_$tool.log" | tail -3
+      --stream-k $flag 2>&1 | tee "$OUT/sanitize_stream_k_$tool.log" | tail -3
     echo "$tool stream-K rc=${PIPESTATUS[0]}"
   done
   timeout 300 python3 scripts/tune_menu.py --out "$OUT/tune_midsize" --suites midsize \
@@ -86,6 +89,16 @@ if has wavefit; then
   timeout 250 python3 scripts/tune_menu.py --out "$OUT/tune_wavefit" --suites midsize,llm \
     --tokens 128,1024 --with-dropped --jobs 15 --budget-s 200 2>&1 | grep -E "best|geomean" | tail -40
   echo "wavefit done at $((SECONDS - start)) s"
+fi
+if has initcheck; then
+  # initcheck alone, outputs left unread (scripts/sanitize_auto.py --initcheck): auto's
+  # choices, forced split-K and swap-AB, then stream-K
+  python3 scripts/sanitize_auto.py > /dev/null 2>&1; python3 scripts/sanitize_auto.py --stream-k > /dev/null 2>&1
+  for cases in "" --stream-k; do
+    timeout 250 compute-sanitizer --tool initcheck --error-exitcode 9 python3 \
+      scripts/sanitize_auto.py --initcheck $cases 2>&1 | tee "$OUT/initcheck${cases}.log" | tail -2
+    echo "initcheck ${cases:-auto} rc=${PIPESTATUS[0]}"
+  done
 fi
 if has bench; then
   python3 -m wsgemm bench --quick 2>&1 | tee "$OUT/bench_quick.log" | tail -30
