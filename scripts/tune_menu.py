@@ -386,8 +386,14 @@ def _merge(csv_path: Path, table_path: Path) -> int:
     merged = merge_points(
         table, points, f"{len(points)} points rebuilt from {csv_path.name} by --merge"
     )
-    table_path.write_text(json.dumps(merged, indent=1) + "\n")
-    policy.load_table(table_path)  # what the policy reads must still load
+    staged = table_path.with_name(table_path.name + ".merging")
+    staged.write_text(json.dumps(merged, indent=1) + "\n")
+    try:
+        policy.load_table(staged)  # what the policy reads must load before it replaces the table
+    except ValueError:
+        staged.unlink()
+        raise
+    staged.replace(table_path)
     replaced = len(table["points"]) + len(points) - len(merged["points"])
     print(f"{table_path}: {len(points)} points from {csv_path} ({replaced} replaced)")
     return 0

@@ -386,13 +386,19 @@ def test_explain_says_kernel_split_and_why():
     [
         (4472, 1928, 1, "288 tiles for 132 SMs: 2.18 waves, the last 18% full"),  # 36 x 8
         (8448, 1024, 1, "264 tiles for 132 SMs: 2 whole waves"),  # 66 x 4
-        (16, 4096, 2, "tiles x 2 splits for 132 SMs: one wave"),
+        (16, 4096, 2, "32 tiles x 2 splits for 132 SMs: one wave"),  # 1 m-tile + its partner, x 16
     ],
 )
 def test_explain_counts_the_waves(m, n, split, words):
     e = policy.entry("sm90")
     choice = policy.Choice(e, split, "test", "test")
     assert words in policy.describe(choice, m, n, 4096, 1, *FP16, 132, (9, 0))
+
+
+def test_explain_of_a_stream_k_entry_says_it_shares_the_last_waves():
+    choice = policy.Choice(policy.entry("sk-cooperative-128x256-c2x1"), 1, "test", "test")
+    text = policy.describe(choice, 4472, 1928, 680, 1, *FP16, 132, (9, 0))
+    assert "grid: 288 tiles for 132 SMs, the last waves' k-tiles shared by all" in text
 
 
 def test_explain_of_an_empty_problem_has_no_grid():
@@ -424,7 +430,8 @@ WAVE_FITTING = (
 
 def test_a_wave_fitting_width_compiles_spill_free_for_sm_90a():
     """A width that is not a multiple of the 64-wide swizzle atom: 160 columns of an N-major B
-    (SW64 atoms), multicast in halves of 80 rows to the 2x1 cluster."""
+    (SW64 atoms), multicast to the 2x1 cluster. That it builds spill-free is all a CPU can
+    say; tests/test_gpu_correctness.py runs it."""
     from wsgemm import inspection
 
     e = policy.entry("cooperative-128x160-c2x1")

@@ -75,8 +75,7 @@ def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path,
         want = [(r["entry"], int(r["split"]), float(r["ratio"])) for r in rows
                 if r["label"] == label and r["entry"] in menu and r["status"] == "ok"]  # fmt: skip
         got = [(q["entry"], q["split"], q["ratio"]) for q in merged[label]["ratios"]]
-        assert got == want and want
-        assert not any(r["entry"].startswith("sk-") for r in merged[label]["ratios"])
+        assert got == want and want  # menu entries only: the CSV's sk- rows are left out
     kept = [p for p in before["points"] if p["label"] not in labels]
     assert [p for p in after["points"] if p["label"] not in labels] == kept
     assert len(after["points"]) == len(kept) + 24

@@ -191,7 +191,7 @@ def _entry(
     name: str, backend: str, shipped: bool = False, splits: bool = False, **fields
 ) -> MenuEntry:
     fields.setdefault("swap_ab", False)  # a swap-AB entry says so; the others run A @ B as given
-    fields.setdefault("stream_k", False)  # no entry runs the stream-K schedule (not measured yet)
+    fields.setdefault("stream_k", False)  # only dropped entries run stream-K (perf.md entry 28)
     return MenuEntry(name, backend, tuple(sorted(fields.items())), shipped, splits)
 
 
@@ -259,8 +259,8 @@ DROPPED: tuple[MenuEntry, ...] = (
     _entry("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
            tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
     # Stream-K on the shipped tiles (docs/architecture.md; perf.md entries 26, 28): correct on
-    # the H200, but only 2712x3592x2920 wins by more than noise (0.830x against sm90's 0.800x);
-    # on one- and two-wave problems the fix-ups cost 20-55% (560x1088x2336: 0.42-0.55x, 0.92x).
+    # the H200; against the same tile unsplit it loses on every midsize row with short K (at most
+    # 31 k-tiles a tile: 0.50-0.96x) and wins on half of those with long K (0.81-1.11x).
     _entry("sk-cooperative-128x256-c2x1", "sm90", tile_m=128, tile_n=256, tile_k=64,
            cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True),
     _entry("sk-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
@@ -539,9 +539,11 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
 def _grid(choice: Choice, m: int, n: int, batch: int, sm_count: int) -> str:
     """The work units against the SMs (one CTA each): how whole the waves are, which is what
     decides a mid-size problem's speed (docs/perf.md entry 28)."""
-    if choice.source == "empty":
-        return "none (an empty problem)"
     tiles = choice.menu_entry.tiles(m, n, batch)
+    if choice.source == "empty" or tiles == 0:
+        return "none (an empty problem)"
+    if choice.menu_entry.config.get("stream_k"):
+        return f"{tiles} tiles for {sm_count} SMs, the last waves' k-tiles shared by all (stream-K)"
     units = tiles * choice.split
     what = f"{tiles} tiles" if choice.split == 1 else f"{tiles} tiles x {choice.split} splits"
     full, rest = divmod(units, sm_count)
