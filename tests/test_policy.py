@@ -418,28 +418,43 @@ def test_a_new_menu_entry_compiles_spill_free_for_sm_90a():
     assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
 
 
-# The dropped entries whose widths (96, 160, 224) make whole waves (docs/perf.md entry 28).
-WAVE_FITTING = (
+# The dropped entries built without a GPU (docs/perf.md entry 28): widths (96, 160, 224) that
+# make whole waves, and 256-row cooperative tiles.
+NEW_TILES = (
     "cooperative-128x160-c2x1",
     "cooperative-128x192-c2x1",
     "cooperative-128x224-c2x1",
     "pingpong-64x96-c2x1",
     "pingpong-64x160-c2x1",
+    "cooperative-256x128-c1x2",
+    "cooperative-256x160-c1x2",
 )
 
 
-def test_a_wave_fitting_width_compiles_spill_free_for_sm_90a():
-    """A width that is not a multiple of the 64-wide swizzle atom: 160 columns of an N-major B
-    (SW64 atoms), multicast to the 2x1 cluster. That it builds spill-free is all a CPU can
-    say; tests/test_gpu_correctness.py runs it."""
+@pytest.mark.parametrize(
+    "name, majors, hgmma",
+    [
+        # 160 columns of an N-major B: SW64 swizzle atoms (the 128-byte atom is 64 wide),
+        # multicast to the 2x1 cluster
+        ("cooperative-128x160-c2x1", ("m", "n"), "HGMMA.64x160x16"),
+        # each warpgroup two 64-row bands: twice the WGMMAs of a 128-row tile per k-tile
+        ("cooperative-256x128-c1x2", ("k", "k"), "HGMMA.64x128x16"),
+    ],
+)
+def test_a_new_tile_compiles_spill_free_for_sm_90a(name, majors, hgmma):
+    """That a new tile builds spill-free is what a CPU can say of it (its epilogue mapping:
+    tests/test_sm90_static.py; its results: tests/test_gpu_correctness.py)."""
     from wsgemm import inspection
 
-    e = policy.entry("cooperative-128x160-c2x1")
-    v = host.Variant(e.backend, "sm_90a", a_major="m", b_major="n", config=e.variant_config())
+    e = policy.entry(name)
+    v = host.Variant(e.backend, "sm_90a", a_major=majors[0], b_major=majors[1],
+                     config=e.variant_config())  # fmt: skip
     r = inspection.inspect_variant(v)
     assert r.config == {**e.config, "split_k": 1}
     assert r.spill_bytes == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0
-    assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
+    assert hgmma in r.sass_text and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
+    bands = e.tile_m // 128  # WGMMAs per warpgroup and k-step, against a 128-row tile's one
+    assert r.sass["HGMMA"] == 8 * bands  # as sm90's 8 (two 64-deep k-tiles' 4 k-steps)
 
 
 def _summary(variant):
@@ -452,10 +467,10 @@ def _summary(variant):
 @pytest.mark.sweep
 def test_every_new_menu_variant_compiles_spill_free():
     """The menu's new entries in all 36 variants each (the shipped two are the shipped
-    backends, swept in test_compile_sass), and the dropped wave-fitting entries (entry 28)."""
-    waves = tuple(policy.entry(name) for name in WAVE_FITTING)
-    assert set(waves) <= set(policy.DROPPED)  # until a GPU run measures them
-    variants = policy.menu_variants(entries=tuple(e for e in policy.MENU if not e.shipped) + waves)
+    backends, swept in test_compile_sass), and the dropped entries of NEW_TILES."""
+    new = tuple(policy.entry(name) for name in NEW_TILES)
+    assert set(new) <= set(policy.DROPPED)  # until a GPU run measures them
+    variants = policy.menu_variants(entries=tuple(e for e in policy.MENU if not e.shipped) + new)
     workers = max(1, min(8, os.cpu_count() or 1))
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:

@@ -39,6 +39,7 @@ DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
     [
         ({"schedule": "stream-k"}, "schedule must be one of"),
         ({"tile_m": 64}, "cooperative tile_m must be one of"),
+        ({"tile_m": 256, "tile_n": 192}, "cooperative tile 256x192 is too large"),
         ({"tile_m": 256, "schedule": "pingpong"}, "pingpong tile_m must be one of"),
         ({"tile_n": 80}, "tile_n must be one of"),
         ({"tile_k": 48}, "tile_k must be one of"),
@@ -239,6 +240,16 @@ def test_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_computed_it():
     assert len({computed for computed, _ in found}) == len(found) == 32 * per_thread
 
 
+def test_a_256_row_tile_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_computed_it():
+    """Each warpgroup holds two 64-row bands of a 256-row cooperative tile: the subtiles are
+    128 rows (one band of each warpgroup), walked band after band as the accumulators hold
+    them (a 256-row subtile would take two bands' values as one)."""
+    cfg, found = _trace_epilogue_mapping(Sm90Config(tile_m=256, tile_n=128), F16, range(32))
+    assert cfg.epi_tile == (128, 32)
+    per_thread = cfg.tile_m * cfg.tile_n // 256  # two warpgroups hold the tile
+    assert len({computed for computed, _ in found}) == len(found) == 32 * per_thread
+
+
 # A swap-AB tile: 64 weight rows x 16 tokens, one consumer warpgroup, C written M-major.
 SWAP_TILE = Sm90Config(tile_m=64, tile_n=16, schedule="pingpong")
 
@@ -262,6 +273,11 @@ def test_transposed_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_com
         (SWAP_TILE, F16),
         (SWAP_TILE, F32),
         (Sm90Config(tile_m=128, tile_n=32), F16),
+        # session 9's tiles: 256 rows, and widths that are odd multiples of 32
+        (Sm90Config(tile_m=256, tile_n=160), F16),
+        (Sm90Config(tile_m=256, tile_n=128), F32),
+        (Sm90Config(tile_m=128, tile_n=224), F16),
+        (Sm90Config(tile_m=64, tile_n=96, schedule="pingpong"), F16),
     ],
 )
 def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c, c_major):

@@ -282,6 +282,14 @@ DROPPED: tuple[MenuEntry, ...] = (
            cluster_m=2, cluster_n=1, schedule="pingpong"),
     _entry("pingpong-64x160-c2x1", "sm90-pingpong", tile_m=64, tile_n=160, tile_k=64,
            cluster_m=2, cluster_n=1, schedule="pingpong"),
+    # 256-row cooperative tiles (each warpgroup two 64-row WGMMA bands), as cuBLAS's 256x152 and
+    # 288x128 on the midsize rows: 256x160 makes 2712x3592 264 tiles (two waves exactly) and
+    # 5024x880 120 (one); 256x128 is CUTLASS's usual large tile, for the llm prefill rows.
+    # NOT YET RUN on a GPU.
+    _entry("cooperative-256x128-c1x2", "sm90", tile_m=256, tile_n=128, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
+    _entry("cooperative-256x160-c1x2", "sm90", tile_m=256, tile_n=160, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.

@@ -73,9 +73,10 @@ class Sm90Config:
 
     ``tile_m x tile_n x tile_k``: CTA tile; ``cluster_m x cluster_n``: CTAs per cluster (a
     cluster along M multicasts B, along N multicasts A); ``schedule``: "cooperative" (both
-    consumer warpgroups on one tile, 64 rows each) or "pingpong" (each warpgroup owns whole
-    tiles, alternating). Every field changes the compiled code; the raster group, which does
-    not, is a launch argument (``Sm90Gemm.__call__``; :data:`DEFAULT_RASTER_GROUP`).
+    consumer warpgroups on one tile, half its rows each: one 64-row WGMMA band of a 128-row
+    tile, two of a 256-row one) or "pingpong" (each warpgroup owns whole tiles, alternating).
+    Every field changes the compiled code; the raster group, which does not, is a launch
+    argument (``Sm90Gemm.__call__``; :data:`DEFAULT_RASTER_GROUP`).
 
     ``split_k``: split-K inside the kernel. 1 (the default, every shipped config): the kernel
     has no split path, and compiles to the code it had before split-K existed. Any other value
@@ -116,7 +117,7 @@ class Sm90Config:
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        allowed_m = (128,) if self.schedule == "cooperative" else (64, 128)
+        allowed_m = (128, 256) if self.schedule == "cooperative" else (64, 128)
         if self.tile_m not in allowed_m:
             raise ValueError(
                 f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
@@ -138,6 +139,13 @@ class Sm90Config:
             raise ValueError(
                 f"pingpong tile {self.tile_m}x{self.tile_n} is too large: one warpgroup holds it, "
                 "so tile_m * tile_n must be <= 16384"
+            )
+        if not self.pingpong and self.tile_m * self.tile_n > 256 * 160:
+            # Two warpgroups hold the tile: 160 fp32 accumulators per thread at most (256x160
+            # compiles spill-free in every variant, tests/test_policy.py's sweep).
+            raise ValueError(
+                f"cooperative tile {self.tile_m}x{self.tile_n} is too large: two warpgroups "
+                "hold it, so tile_m * tile_n must be <= 40960"
             )
         if self.cluster_m not in (1, 2) or self.cluster_n not in (1, 2):
             raise ValueError(
@@ -193,9 +201,12 @@ class Sm90Config:
 
     @property
     def epi_tile(self) -> tuple[int, int]:
-        """Output subtile: all the tile's rows for cooperative (both warpgroups write one
-        buffer), one 64-row WGMMA band for ping-pong (one warpgroup writes it)."""
-        return (self.tile_m if not self.pingpong else WGMMA_M, min(EPI_TILE_N, self.tile_n))
+        """Output subtile: the rows of one WGMMA step of every consumer warpgroup, in the order
+        the accumulators hold them (kernel.epilogue_subtile_order): 128 for cooperative (both
+        warpgroups' 64-row bands write one buffer; a 256-row tile has two such steps), one
+        64-row band for ping-pong (one warpgroup writes it)."""
+        rows = WGMMA_M if self.pingpong else NUM_CONSUMER_WARPGROUPS * WGMMA_M
+        return (rows, min(EPI_TILE_N, self.tile_n))
 
     @property
     def num_epi_subtiles(self) -> int:

@@ -77,8 +77,8 @@ def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
 
 def epilogue_subtile_order(config: Sm90Config) -> cute.Layout:
     """Subtile index -> (subtile row, subtile column). Row-major, because that is the order in
-    which the retiled accumulator holds them (every column of a 64-row WGMMA band, then the
-    next band)."""
+    which the retiled accumulator holds them (every column of a WGMMA band, 64 rows of one
+    warpgroup or 128 of two, then the next band)."""
     grid = (config.tile_m // config.epi_tile[0], config.tile_n // config.epi_tile[1])
     return cute.make_layout(grid, stride=(grid[1], 1))
 
@@ -165,7 +165,8 @@ class Sm90Gemm:
         (multicasting the operand its cluster peers share); its other three warps exit.
       * consumers, warpgroups 0 and 1: ``setmaxnreg`` up, issue WGMMAs from the ring into fp32
         (or fp16) register accumulators, then run the epilogue: convert, store to smem
-        subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each.
+        subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each of
+        every 128-row band (a 256-row tile has two).
         Ping-pong: each owns every other tile; ordered barriers let one warpgroup's epilogue
         run while the other issues its mainloop. Under split-K (``config.split_k != 1``) a
         consumer's unit of work is one tile's K range, and ``fixup`` combines the partial sums
@@ -512,8 +513,9 @@ class Sm90Gemm:
         )
 
     def make_tiled_mma(self, a_major: LayoutEnum, b_major: LayoutEnum) -> cute.TiledMma:
-        """64 x tile_n WGMMA atoms: two warpgroups stacked along M (cooperative) or one
-        warpgroup repeating the atom over its whole tile (ping-pong)."""
+        """64 x tile_n WGMMA atoms: two warpgroups stacked along M, repeating over a 256-row
+        tile (cooperative), or one warpgroup repeating the atom over its whole tile
+        (ping-pong)."""
         cfg = self.config
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype,
