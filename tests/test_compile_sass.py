@@ -162,13 +162,34 @@ SPLIT = {
 }
 
 
+#: The sweep's: the largest cooperative tile (160 accumulators a thread, two bands each), split.
+SPLIT_SWEEP = {
+    "cooperative-256x160-c1x2": host.Variant(
+        "sm90",
+        "sm_90a",
+        config=dataclasses.replace(
+            policy.entry("cooperative-256x160-c1x2").variant_config(), split_k=0
+        ),
+    ),
+}
+
+
 @pytest.mark.parametrize("name", SPLIT)
 def test_split_k_kernels_compile_to_the_fixup(compiled, name):
+    _assert_split_fixup(compiled, name, SPLIT[name])
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", SPLIT_SWEEP)
+def test_the_largest_split_tile_compiles_to_the_fixup(compiled, name):
+    _assert_split_fixup(compiled, name, SPLIT_SWEEP[name])
+
+
+def _assert_split_fixup(compiled, name, v):
     """Spill-free, the hardware path, and the fix-up: one atomic add at gpu scope on the tile's
     semaphore, one predicated fp32 store per accumulator value (the partial) plus the
     semaphore's reset, and one fp32 load per value for the first partial and one in the loop
     over the others."""
-    v = SPLIT[name]
     r = compiled(v).report
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
@@ -197,6 +218,7 @@ STREAM_K = {
 }
 STREAM_K_SWEEP = {
     "cooperative-128x256-c2x1": _stream_k(tile_m=128, tile_n=256, cluster_m=2),
+    "cooperative-256x128-c1x2": _stream_k(tile_m=256, tile_n=128, cluster_n=2),
     "pingpong-64x128-c1x2": _stream_k(tile_m=64, tile_n=128, cluster_n=2, schedule="pingpong"),
 }
 

@@ -30,6 +30,11 @@ SPLIT_CONFIGS = {
     },
     # a cluster along M: decode tiles leave its second CTA outside C (no fix-up there)
     "cooperative-128x128-c2x1": ("sm90", Sm90Config(tile_n=128, cluster_m=2, split_k=0)),
+    # 256 rows, each warpgroup two bands: M = 200 leaves the second band's rows 128..199
+    "cooperative-256x128-c1x2": (
+        "sm90",
+        Sm90Config(tile_m=256, tile_n=128, cluster_n=2, split_k=0),
+    ),
 }
 # (M, N, K, batch or None)
 SHAPES = [
@@ -99,7 +104,9 @@ def test_forced_split_matches_the_reference(name, layout, out_dtype, shape, spli
 
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["pingpong-64x256-c1x1", "cooperative-128x128-c2x1"])
+@pytest.mark.parametrize(
+    "name", ["pingpong-64x256-c1x1", "cooperative-128x128-c2x1", "cooperative-256x128-c1x2"]
+)
 def test_forced_split_of_the_other_tiles_and_clusters(name, shape, split):
     _sm90()
     a, b = _operands(*shape, "tn", seed=split)

@@ -25,6 +25,7 @@ CONFIGS = {
     "coop128x256c2x1": ("sm90", Sm90Config(tile_m=128, tile_n=256, cluster_m=2, stream_k=True)),
     "pp64x128c1x2": ("sm90-pingpong", Sm90Config(tile_m=64, tile_n=128, cluster_n=2,
                                                  schedule="pingpong", stream_k=True)),
+    "coop256x128c1x2": ("sm90", Sm90Config(tile_m=256, tile_n=128, cluster_n=2, stream_k=True)),
 }  # fmt: skip
 # (M, N, K, batch or None)
 SHAPES = [
@@ -35,6 +36,7 @@ SHAPES = [
     (300, 1000, 1021, 3),  # batched, ragged K
     (129, 4100, 777, None),  # ragged M and N past a tile
     (16, 4096, 4096, None),  # decode-sized M
+    (1000, 2072, 1504, None),  # all shared; a 256-row tile's last rows end in its second band
 ]
 
 

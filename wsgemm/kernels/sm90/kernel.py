@@ -126,7 +126,9 @@ class _MmaArgs:
 @dataclass(frozen=True)
 class _EpilogueArgs:
     tiled_copy_r2s: Any
-    tRS_rAcc: Any  # accumulator viewed per r2s copy: (R2S, R2S_M, R2S_N * subtiles)
+    # accumulator viewed per r2s copy; flat, it holds the subtiles in epilogue_subtile_order:
+    # a band's column strips (inside mode 0), then the next band's (mode 1)
+    tRS_rAcc: Any
     tRS_sC: Any  # (R2S, R2S_M, R2S_N, epi_stages)
     rD_shape: Any  # one subtile of registers in the copy's source shape: (R2S, R2S_M, R2S_N)
     tma_c: Any
