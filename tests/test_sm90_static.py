@@ -9,6 +9,7 @@ import cutlass.cute as cute
 import pytest
 from cutlass.tensor_utils import LayoutEnum
 
+from wsgemm.host import policy
 from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
 from wsgemm.kernels.common.budget import register_budget
 from wsgemm.kernels.sm90.config import (
@@ -284,3 +285,25 @@ def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c, c_m
     cfg, found = _trace_epilogue_mapping(name, c, None, c_major)
     assert len(found) == cfg.tile_m * cfg.tile_n
     assert len({computed for computed, _ in found}) == cfg.tile_m * cfg.tile_n
+
+
+def _menu_tiles():
+    """Each distinct tile of the menu and its dropped list: (tile_m, tile_n, schedule, swap)."""
+    entries = policy.MENU + policy.DROPPED
+    return list(
+        dict.fromkeys((e.tile_m, e.tile_n, e.config["schedule"], e.swap_ab) for e in entries)
+    )
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "tile", _menu_tiles(), ids=lambda t: "{}x{}-{}{}".format(*t[:3], "-swap" * t[3])
+)
+def test_every_menu_tile_writes_each_accumulator_where_the_mma_computed_it(tile):
+    """Every entry the policy may run or the tuner times, 16-bit C (swap-AB: M-major): a new
+    entry's epilogue mapping is checked before any GPU runs it."""
+    tile_m, tile_n, schedule, swap = tile
+    config = Sm90Config(tile_m=tile_m, tile_n=tile_n, schedule=schedule, swap_ab=swap)
+    c_major = LayoutEnum.COL_MAJOR if swap else LayoutEnum.ROW_MAJOR
+    cfg, found = _trace_epilogue_mapping(config, F16, None, c_major)
+    assert len({computed for computed, _ in found}) == len(found) == cfg.tile_m * cfg.tile_n
