@@ -429,12 +429,13 @@ def unit_order(
     if split_k is not None:
         split_k = (split_k[0], effective_splits(split_k[1], split_k[0]))
     problem = (num_m, num_n, num_l)
-    total = GroupedTileScheduler(problem, cluster, rows, 1, 0, (0, 0), split_k).total_work
+    # the units to launch for: split units, or (stream-K) the cluster tiles the layout shares
+    total = GroupedTileScheduler(problem, cluster, rows, 1, 0, (0, 0), split_k, stream_k).total_work
+    clusters = num_ctas // per_cluster
     if stream_k:
-        total = GroupedTileScheduler(problem, cluster, rows, 1, 0, (0, 0)).total_work
-        launched = stream_k_layout(total, split_k[0], num_ctas // per_cluster)[0]
+        launched = stream_k_layout(total, split_k[0], clusters)[0]
     else:
-        launched = persistent_cluster_count(total, num_ctas // per_cluster)
+        launched = persistent_cluster_count(total, clusters)
     order = []
     for cluster_idx in range(launched):
         for cta_n in range(cluster_n):
