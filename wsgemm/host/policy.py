@@ -269,27 +269,19 @@ DROPPED: tuple[MenuEntry, ...] = (
     # entry 28): a width that makes the tile count a whole number of waves, as cuBLAS's odd
     # tiles do there (in our M x N: 192x176, 128x192, 288x128, 256x152). Compiled spill-free for
     # sm_90a; NOT YET RUN on a GPU: `scripts/gpu_session.sh wavefit` checks and times them.
-    _entry("cooperative-128x160-c2x1", "sm90", tile_m=128, tile_n=160, tile_k=64,
-           cluster_m=2, cluster_n=1, schedule="cooperative"),
-    _entry("cooperative-128x192-c2x1", "sm90", tile_m=128, tile_n=192, tile_k=64,
-           cluster_m=2, cluster_n=1, schedule="cooperative"),
-    _entry("cooperative-128x224-c2x1", "sm90", tile_m=128, tile_n=224, tile_k=64,
-           cluster_m=2, cluster_n=1, schedule="cooperative"),
+    *(_entry(f"cooperative-128x{w}-c2x1", "sm90", tile_m=128, tile_n=w, tile_k=64,
+             cluster_m=2, cluster_n=1, schedule="cooperative") for w in (160, 192, 224)),
     # The same for the qkv layers at 128 tokens, the llm suite's weakest rows (0.94-0.96x): N =
     # 6144 in 96-wide and N = 10240 in 160-wide tiles make 2 x 64 = 128 CTAs, one wave, where
     # the menu's best run 96 (64x128) and 80 (128x128) CTAs. NOT YET RUN on a GPU.
-    _entry("pingpong-64x96-c2x1", "sm90-pingpong", tile_m=64, tile_n=96, tile_k=64,
-           cluster_m=2, cluster_n=1, schedule="pingpong"),
-    _entry("pingpong-64x160-c2x1", "sm90-pingpong", tile_m=64, tile_n=160, tile_k=64,
-           cluster_m=2, cluster_n=1, schedule="pingpong"),
+    *(_entry(f"pingpong-64x{w}-c2x1", "sm90-pingpong", tile_m=64, tile_n=w, tile_k=64,
+             cluster_m=2, cluster_n=1, schedule="pingpong") for w in (96, 160)),
     # 256-row cooperative tiles (each warpgroup two 64-row WGMMA bands), as cuBLAS's 256x152 and
     # 288x128 on the midsize rows: 256x160 makes 2712x3592 264 tiles (two waves exactly) and
     # 5024x880 120 (one); 256x128 is CUTLASS's usual large tile, for the llm prefill rows.
     # NOT YET RUN on a GPU.
-    _entry("cooperative-256x128-c1x2", "sm90", tile_m=256, tile_n=128, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="cooperative"),
-    _entry("cooperative-256x160-c1x2", "sm90", tile_m=256, tile_n=160, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="cooperative"),
+    *(_entry(f"cooperative-256x{w}-c1x2", "sm90", tile_m=256, tile_n=w, tile_k=64,
+             cluster_m=1, cluster_n=2, schedule="cooperative") for w in (128, 160)),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
