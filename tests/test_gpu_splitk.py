@@ -152,6 +152,24 @@ def test_split_on_side_streams():
         assert torch.equal(got, first)
 
 
+def _captured(call) -> torch.cuda.CUDAGraph:
+    """``call`` run once eagerly (it compiles and binds the launcher, outside the capture),
+    then captured in a CUDA graph."""
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph
+
+
+def _replayed(graph: torch.cuda.CUDAGraph, out: torch.Tensor) -> torch.Tensor:
+    """``out`` poisoned, then written by a replay of ``graph``."""
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
 def test_split_under_cuda_graph_capture():
     """Captured once after an eager call (which compiled and cached the launcher), replayed
     twice, and replayed again after new inputs were copied in: each replay gives what an eager
@@ -162,21 +180,12 @@ def test_split_under_cuda_graph_capture():
     backend, config = SPLIT_CONFIGS[name]
     config = dataclasses.replace(config, split_k=split)
     out = torch.full((16, 4096), float("nan"), dtype=F16, device="cuda")
-    api.matmul(a, b, out=out, backend=backend, config=config)  # eager: compile, launcher
-    eager = out.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        api.matmul(a, b, out=out, backend=backend, config=config)
+    graph = _captured(lambda: api.matmul(a, b, out=out, backend=backend, config=config))
+    eager = out.clone()  # the capture itself runs nothing
     for _ in range(2):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, eager)
+        assert torch.equal(_replayed(graph, out), eager)
     new_a, new_b = _operands(16, 4096, 4096, None, "tn", seed=99)
     a.copy_(new_a)
     b.copy_(new_b)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    _check(out, a, b)
+    _check(_replayed(graph, out), a, b)
     assert torch.equal(out, _run(name, split, a, b))

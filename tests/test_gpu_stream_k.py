@@ -10,7 +10,7 @@ Not on the menu: no policy choice runs it yet, and these variants compile in-pro
 
 import pytest
 import torch
-from test_gpu_splitk import LAYOUTS, _check, _operands, _sm90
+from test_gpu_splitk import LAYOUTS, _captured, _check, _operands, _replayed, _sm90
 
 from wsgemm import api
 from wsgemm.kernels.sm90.config import Sm90Config
@@ -82,12 +82,6 @@ def test_stream_k_in_a_cuda_graph():
     want = _run("pp128x128c2x1", a, b).clone()
     out = torch.empty_like(want)
     backend, config = CONFIGS["pp128x128c2x1"]
-    api.matmul(a, b, out=out, backend=backend, config=config)  # the launcher, outside capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        api.matmul(a, b, out=out, backend=backend, config=config)
+    graph = _captured(lambda: api.matmul(a, b, out=out, backend=backend, config=config))
     for _ in range(3):
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, want)
+        assert torch.equal(_replayed(graph, out), want)
