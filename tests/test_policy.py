@@ -408,16 +408,6 @@ def test_explain_of_an_empty_problem_has_no_grid():
 # ----------------------------------------------------------------------------- compiles
 
 
-def test_a_new_menu_entry_compiles_spill_free_for_sm_90a():
-    from wsgemm import inspection
-
-    e = policy.entry("pingpong-64x128-c1x2")
-    r = inspection.inspect_variant(host.Variant(e.backend, "sm_90a", config=e.variant_config()))
-    assert r.config == {**e.config, "split_k": 1}
-    assert r.spill_bytes == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0
-    assert r.sass["HGMMA"] > 0 and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
-
-
 # The dropped entries built without a GPU (docs/perf.md entry 28): widths (96, 160, 224) that
 # make whole waves, and 256-row cooperative tiles.
 NEW_TILES = (
@@ -434,6 +424,7 @@ NEW_TILES = (
 @pytest.mark.parametrize(
     "name, majors, hgmma",
     [
+        ("pingpong-64x128-c1x2", ("k", "k"), "HGMMA.64x128x16"),
         # 160 columns of an N-major B: SW64 swizzle atoms (the 128-byte atom is 64 wide),
         # multicast to the 2x1 cluster
         ("cooperative-128x160-c2x1", ("m", "n"), "HGMMA.64x160x16"),
@@ -442,8 +433,8 @@ NEW_TILES = (
     ],
 )
 def test_a_new_tile_compiles_spill_free_for_sm_90a(name, majors, hgmma):
-    """That a new tile builds spill-free is what a CPU can say of it (its epilogue mapping:
-    tests/test_sm90_static.py; its results: tests/test_gpu_correctness.py)."""
+    """A menu entry and the new tiles: that a tile builds spill-free is what a CPU can say of
+    it (its epilogue mapping: tests/test_sm90_static.py; its results: the GPU tests)."""
     from wsgemm import inspection
 
     e = policy.entry(name)
@@ -453,7 +444,8 @@ def test_a_new_tile_compiles_spill_free_for_sm_90a(name, majors, hgmma):
     assert r.config == {**e.config, "split_k": 1}
     assert r.spill_bytes == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0
     assert hgmma in r.sass_text and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
-    bands = e.tile_m // 128  # WGMMAs per warpgroup and k-step, against a 128-row tile's one
+    # WGMMAs per warpgroup and k-step: its 64-row bands (two warpgroups share a cooperative tile)
+    bands = e.tile_m // (64 if e.config["schedule"] == "pingpong" else 128)
     assert r.sass["HGMMA"] == 8 * bands  # as sm90's 8 (two 64-deep k-tiles' 4 k-steps)
 
 
