@@ -293,7 +293,7 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
             samples[name].append(timer.measure(calls[name][0], args.reps, estimates[name]))
 
     base = samples.get("cublas")
-    point = dict(label=shape.label, m=m, n=n, k=k, batch=1, layout="TN", ratios=[])
+    point = _point(shape.label, m, n, k)
     if base:
         point["cublas_us"] = round(statistics.median(s.ms for s in base) * 1e3, 2)
     rows = []
@@ -343,23 +343,17 @@ def _write(out: Path, stem: str, table: dict, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def _point(label: str, m: int, n: int, k: int) -> dict:
+    """A table point with no candidates yet (the protocol: TN, one batch)."""
+    return dict(label=label, m=m, n=n, k=k, batch=1, layout="TN", ratios=[])
+
+
 def points_from_rows(rows: list[dict], menu: set[str]) -> list[dict]:
     """Table points from ``tune_menu.csv`` rows (strings, as read back): per shape, in the CSV's
     order, the timed candidates whose entry is in ``menu``, and cuBLAS's time."""
     points: dict[str, dict] = {}
     for r in rows:
-        p = points.setdefault(
-            r["label"],
-            dict(
-                label=r["label"],
-                m=int(r["m"]),
-                n=int(r["n"]),
-                k=int(r["k"]),
-                batch=1,
-                layout="TN",
-                ratios=[],
-            ),
-        )
+        p = points.setdefault(r["label"], _point(r["label"], int(r["m"]), int(r["n"]), int(r["k"])))
         if r["cublas_us"]:
             p["cublas_us"] = float(r["cublas_us"])
         if r["entry"] in menu and r["status"] == "ok" and r["ratio"]:
