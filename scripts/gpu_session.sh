@@ -102,7 +102,10 @@ if has initcheck; then
   python3 scripts/sanitize_auto.py > /dev/null 2>&1; python3 scripts/sanitize_auto.py --stream-k > /dev/null 2>&1
   for cases in "" --stream-k; do
     name=${cases#--}; name=${name:-auto}
-    timeout 250 compute-sanitizer --tool initcheck --error-exitcode 9 python3 \
+    # the one torch kernel left unchecked: the copy of a temporary C (TMA-stored, which initcheck
+    # does not see as written) into the caller's misaligned C (N = 4100: 3 x 64 x 4100 reports)
+    timeout 250 compute-sanitizer --tool initcheck --error-exitcode 9 \
+      --kernel-name-exclude kns=direct_copy_kernel_cuda python3 \
       scripts/sanitize_auto.py --initcheck $cases 2>&1 | tee "$OUT/initcheck_$name.log" | tail -2
     echo "initcheck $name rc=${PIPESTATUS[0]}"
   done
