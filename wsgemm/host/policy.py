@@ -237,14 +237,32 @@ MENU: tuple[MenuEntry, ...] = (
     # tile's wasted MMA work (docs/perf.md entry 22).
     _entry("swap-pingpong-64x8x128-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
            tile_k=128, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    # Wave-fitting widths (docs/perf.md entries 28, 29), as cuBLAS's odd tiles on the midsize
+    # rows (192x176, 256x152 in our M x N): a width that makes the tile count a whole number of
+    # waves, or a wave of wider tiles. Against the old menu's best in the same run (H200,
+    # 2026-12-01): 128x192 on 4472x1928x680 TN 0.80 -> 0.92x, 2888x2072x1504 NT 0.82 -> 0.99x,
+    # 1128x1968x4056 NT 0.82 -> 0.93x; 128x160 on the TT rows 943x2078x845 +24% and
+    # 2345x778x1684 +36%; 128x224 on the NN/TT rows +2 to +11% (4527x3910x4047 TT).
+    *(_entry(f"cooperative-128x{w}-c2x1", "sm90", tile_m=128, tile_n=w, tile_k=64,
+             cluster_m=2, cluster_n=1, schedule="cooperative") for w in (160, 192, 224)),
+    # 256 rows (each warpgroup two 64-row WGMMA bands), 160 wide: 5024x880x1112 NT 0.73 -> 0.94x
+    # (120 tiles, one wave), 2712x3592x2920 TN 0.79 -> 0.93x (264 tiles, two waves exactly),
+    # 935x4933x2295 TT +43%, 70B qkv at 1024 tokens 0.98 -> 1.02x.
+    _entry("cooperative-256x160-c1x2", "sm90", tile_m=256, tile_n=160, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
+    # The 70B qkv layer at 128 tokens (N = 10240 in 160-wide tiles: 2 x 64 = 128 CTAs, one
+    # wave): 0.997 -> 1.035x; 808x5903x591 NN +2%.
+    _entry("pingpong-64x160-c2x1", "sm90-pingpong", tile_m=64, tile_n=160, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="pingpong"),
+    # Gate/up at 128 tokens: 70B 1.002 -> 1.036x, 8B 1.006 -> 1.022x (the tokens' 128x256 tile
+    # multicast to the cluster's two weight tiles).
+    _entry("cooperative-128x256-c1x2", "sm90", tile_m=128, tile_n=256, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
 )  # fmt: skip
 # Measured by the prototype, left off the menu: no shape where they beat every entry above by
 # more than the run-to-run noise (0.01-0.02x), and each would cost 36 more compiles.
 # ``scripts/tune_menu.py --with-dropped`` times them again next to the menu.
 DROPPED: tuple[MenuEntry, ...] = (
-    # 70B gate/up at 128 tokens 1.04x, 8B gate/up 1.03x (cooperative-128x128-c1x2: 1.04x).
-    _entry("cooperative-128x256-c1x2", "sm90", tile_m=128, tile_n=256, tile_k=64,
-           cluster_m=1, cluster_n=2, schedule="cooperative"),
     # Gate/up at 16 tokens 0.97-1.02x, as pingpong-64x256-c1x1 (1.00-1.02x).
     _entry("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
            cluster_m=1, cluster_n=2, schedule="pingpong"),
@@ -265,23 +283,14 @@ DROPPED: tuple[MenuEntry, ...] = (
            cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True),
     _entry("sk-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
            cluster_m=2, cluster_n=1, schedule="pingpong", stream_k=True),
-    # Wave-fitting widths for the midsize suite's slow TN/NT rows (0.74-0.83x; docs/perf.md
-    # entry 28): a width that makes the tile count a whole number of waves, as cuBLAS's odd
-    # tiles do there (in our M x N: 192x176, 128x192, 288x128, 256x152). Compiled spill-free for
-    # sm_90a; NOT YET RUN on a GPU: `scripts/gpu_session.sh wavefit` checks and times them.
-    *(_entry(f"cooperative-128x{w}-c2x1", "sm90", tile_m=128, tile_n=w, tile_k=64,
-             cluster_m=2, cluster_n=1, schedule="cooperative") for w in (160, 192, 224)),
-    # The same for the qkv layers at 128 tokens, the llm suite's weakest rows (0.94-0.96x): N =
-    # 6144 in 96-wide and N = 10240 in 160-wide tiles make 2 x 64 = 128 CTAs, one wave, where
-    # the menu's best run 96 (64x128) and 80 (128x128) CTAs. NOT YET RUN on a GPU.
-    *(_entry(f"pingpong-64x{w}-c2x1", "sm90-pingpong", tile_m=64, tile_n=w, tile_k=64,
-             cluster_m=2, cluster_n=1, schedule="pingpong") for w in (96, 160)),
-    # 256-row cooperative tiles (each warpgroup two 64-row WGMMA bands), as cuBLAS's 256x152 and
-    # 288x128 on the midsize rows: 256x160 makes 2712x3592 264 tiles (two waves exactly) and
-    # 5024x880 120 (one); 256x128 is CUTLASS's usual large tile, for the llm prefill rows.
-    # NOT YET RUN on a GPU.
-    *(_entry(f"cooperative-256x{w}-c1x2", "sm90", tile_m=256, tile_n=w, tile_k=64,
-             cluster_m=1, cluster_n=2, schedule="cooperative") for w in (128, 160)),
+    # The qkv layers at 128 tokens in 96-wide tiles (N = 6144: 2 x 64 = 128 CTAs, one wave):
+    # 8B qkv 0.998x against the menu's 0.988x (64x128) in the same run, noise (perf.md 29).
+    _entry("pingpong-64x96-c2x1", "sm90-pingpong", tile_m=64, tile_n=96, tile_k=64,
+           cluster_m=2, cluster_n=1, schedule="pingpong"),
+    # CUTLASS's usual large tile: 2144x1776x1960 TN 0.978x against sm90's 0.971x, noise; the
+    # 256x160 tile (on the menu) wins the rows it was built for (perf.md 29).
+    _entry("cooperative-256x128-c1x2", "sm90", tile_m=256, tile_n=128, tile_k=64,
+           cluster_m=1, cluster_n=2, schedule="cooperative"),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU + DROPPED}
 # The smallest tile's rows: the unit in which the table measures M.
