@@ -89,6 +89,25 @@ def test_unaligned_leading_dim_is_copied_once_and_padded_with_zeros():
     assert launch.b.shape[1] == 16 and torch.all(launch.b[:, 12:] == 0)
 
 
+@pytest.mark.parametrize("need_extent", [False, True], ids=["tma", "cpasync"])
+def test_a_copy_keeps_the_operands_own_contiguous_mode_for_tma(need_extent):
+    """NN/TT operands whose leading dimension is misaligned (M = 37, N = 29): for TMA the copy
+    runs along the source's contiguous mode (M-major A, N-major B), not a transposing copy into
+    K-major (perf.md entry 29: 2-4x the kernel's own time); cp.async kernels keep K-major."""
+    a = make((37, 40), F16, "cpu", col_major=True)  # (M, K) stored (K, M): M-major, ld 37
+    b = make((40, 29), F16, "cpu")  # (K, N) row-major: N-major, ld 29
+    out = torch.full((37, 29), float("nan"), dtype=F16)
+    launch = plan(*batched(a, b, out), need_extent)
+    assert launch.copied and launch.a.data_ptr() != a.data_ptr()
+    assert (launch.a_major, launch.b_major) == (("k", "k") if need_extent else ("m", "n"))
+    assert contract_ok(launch.a, need_extent) == ("cols" if need_extent else "rows")
+    assert contract_ok(launch.b, need_extent) == ("cols" if need_extent else "rows")
+    if not need_extent:
+        assert launch.a.stride() == (1, 40, 40 * 40) and launch.b.stride() == (1, 32, 32 * 40)
+    simulate(launch)
+    torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
 def test_broadcast_3d_by_2d_folds_into_one_product():
     a = make((4, 24, 16), F16, "cpu")
     b = make((16, 8), F16, "cpu")

@@ -59,15 +59,31 @@ def _kernel_view(
     return None
 
 
-def _padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Copy (R, C, L) into a zeroed buffer with ``rows`` x ``cols`` per batch, cols the unit-stride
-    mode and the row stride a vector multiple. Returns the (rows, cols, L) view; the padding
-    (rows past R, cols past C) is zero, which adds nothing to a product."""
+def _padded(t: torch.Tensor, rows: int, cols: int, unit: int = 1) -> torch.Tensor:
+    """Copy (R, C, L) into a buffer with ``rows`` x ``cols`` per batch whose ``unit`` mode (0
+    rows, 1 cols) is the unit-stride one, its leading dimension a vector multiple. Returns the
+    (rows, cols, L) view; the padding (rows past R, cols past C) is zero, which adds nothing to
+    a product. With ``unit`` the source's own contiguous mode the copy reads and writes along
+    the same mode, at memory speed; a transposing copy costs several times as much."""
     r, c, batch = t.shape
-    width = _round_up(max(cols, 1), _vector(t.dtype))
-    buf = torch.zeros((batch, rows, width), dtype=t.dtype, device=t.device)
-    buf[:, :r, :c].copy_(t.permute(2, 0, 1))
-    return buf[:, :, :cols].permute(1, 2, 0)
+    ext, have = (rows, cols), (r, c)
+    other = 1 - unit
+    width = _round_up(max(ext[unit], 1), _vector(t.dtype))
+    buf = torch.empty((batch, ext[other], width), dtype=t.dtype, device=t.device)
+    buf[:, have[other] :, :].zero_()
+    buf[:, : have[other], have[unit] :].zero_()
+    buf[:, : have[other], : have[unit]].copy_(t.permute(2, other, unit))
+    view = buf[:, :, : ext[unit]]
+    return view.permute(1, 2, 0) if unit == 1 else view.permute(2, 1, 0)
+
+
+def _copy_unit(t: torch.Tensor, need_extent: bool) -> int:
+    """The mode ``_padded`` makes contiguous: the source's own (0 when only its rows are unit
+    stride) for TMA kernels, which take either major; always 1 (K) for cp.async kernels, whose
+    padded K extent must be a whole number of vectors."""
+    if need_extent:
+        return 1
+    return 0 if t.stride(0) == 1 and t.shape[0] > 1 and t.stride(1) != 1 else 1
 
 
 def broadcast_copy_bytes(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor) -> int:
@@ -147,17 +163,17 @@ def plan(
     n_kernel = _round_up(n, vec) if need_extent else n
 
     a_view = _kernel_view(a_mkl, need_extent) if k_kernel == k else None
-    a_v, a_major = (
-        (a_view[0], "k" if a_view[1] == "cols" else "m")
-        if a_view
-        else (_padded(a_mkl, m, k_kernel), "k")
-    )
+    if a_view:
+        a_v, a_major = a_view[0], "k" if a_view[1] == "cols" else "m"
+    else:
+        unit = _copy_unit(a_mkl, need_extent)
+        a_v, a_major = _padded(a_mkl, m, k_kernel, unit), "k" if unit else "m"
     b_view = _kernel_view(b_nkl, need_extent) if (k_kernel, n_kernel) == (k, n) else None
-    b_v, b_major = (
-        (b_view[0], "k" if b_view[1] == "cols" else "n")
-        if b_view
-        else (_padded(b_nkl, n_kernel, k_kernel), "k")
-    )
+    if b_view:
+        b_v, b_major = b_view[0], "k" if b_view[1] == "cols" else "n"
+    else:
+        unit = _copy_unit(b_nkl, need_extent)
+        b_v, b_major = _padded(b_nkl, n_kernel, k_kernel, unit), "k" if unit else "n"
     copied = a_view is None or b_view is None
     c_mode = 0 if c_major == "m" else 1
     view = _kernel_view(c_mnl, need_extent, (c_mode,)) if n_kernel == n else None
