@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|wavefit|wavetune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -95,6 +95,13 @@ if has wavetune; then
   timeout 400 python3 scripts/tune_menu.py --out "$OUT/tune_wavefit" --suites midsize,llm \
     --tokens 128,1024 --with-dropped --jobs 15 --budget-s 360 2>&1 | grep -E "best|geomean" | tail -40
   echo "wavetune done at $((SECONDS - start)) s"
+fi
+if has layouttune; then
+  # docs/perf.md entry 30: the midsize shapes timed in their own layouts (NT: M-major A, N-major
+  # B), to tell a slow kernel variant from a choice tuned on TN operands
+  timeout 400 python3 scripts/tune_menu.py --out "$OUT/tune_layouts" --suites midsize \
+    --layouts own --jobs 15 --budget-s 300 2>&1 | grep -E "best|geomean" | tail -30
+  echo "layouttune done at $((SECONDS - start)) s"
 fi
 if has initcheck; then
   # initcheck alone, outputs left unread (scripts/sanitize_auto.py --initcheck): auto's

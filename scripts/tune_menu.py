@@ -17,7 +17,10 @@ goes into the shipped table without a GPU:
 rebuilds the CSV's shapes as table points from the rows of today's ``policy.MENU`` and replaces
 the table's points of the same labels (the others stay), noting the CSV in the table's source.
 
-Protocol: fp16 inputs, TN (``x @ W.T``, both operands K-major), fp32 accumulate, fp16 out. For
+Protocol: fp16 inputs, TN (``x @ W.T``, both operands K-major; with ``--layouts own`` each shape
+in the layout its suite names, e.g. the midsize suite's NT rows with an M-major A and an N-major
+B, each operand's leading dimension padded to 16 bytes as the API's copy would), fp32
+accumulate, fp16 out. For
 each shape, decode-sized first: the candidates are each menu entry that fits the shape with each
 split ``host.policy.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
 and cuBLAS is checked against an fp32 reference (``wsgemm.bench.check``; a wrong one is reported
@@ -58,60 +61,97 @@ SUITES = ("llm", "midsize")
 class Candidate:
     entry: policy.MenuEntry
     split: int
+    majors: tuple[str, str] = ("k", "k")  # the kernel's (A, B) majors (swap-AB: W's, then x's)
 
     @property
     def name(self) -> str:
         return f"{self.entry.name}/{self.split}"
 
     @property
-    def variant_key(self) -> tuple[str, bool]:
-        """(entry name, split variant): every split count runs the entry's one split kernel."""
-        return (self.entry.name, self.split > 1)
+    def variant_key(self) -> tuple[str, bool, tuple[str, str]]:
+        """(entry name, split variant, majors): every split count runs the entry's one split
+        kernel."""
+        return (self.entry.name, self.split > 1, self.majors)
+
+
+def kernel_majors(layout: str, swap_ab: bool) -> tuple[str, str]:
+    """The kernel's (A, B) majors for operands in ``layout`` (BLAS letters for x then W^T: T
+    row-major, N column-major): x (M, K) is K-major when row-major ("T"), else M-major; W^T
+    (K, N) is N-major when row-major, else K-major. Under swap-AB the kernel's A is W (N, K)
+    and its B is x: N plays the kernel's M and M its N."""
+    x_k, w_k = layout[0] == "T", layout[1] == "N"
+    if swap_ab:
+        return ("k" if w_k else "m", "k" if x_k else "n")
+    return ("k" if x_k else "m", "k" if w_k else "n")
+
+
+def tuned_layout(shape: suites.Shape, own: bool) -> str:
+    """The layout a shape is timed in: its suite's (``--layouts own``) or TN."""
+    return (shape.layout or "TN") if own else "TN"
 
 
 def shapes_to_tune(names=SUITES, tokens=TOKENS) -> list[suites.Shape]:
-    """The suites' shapes (TN whatever their own layout), fewest FLOP first: the decode shapes,
-    the policy's reason to be, are measured first if a run is cut short."""
+    """The suites' shapes (each with its suite's layout, timed TN unless ``--layouts own``),
+    fewest FLOP first: the decode shapes, the policy's reason to be, are measured first if a
+    run is cut short."""
     shapes = []
     for name in names:
         shapes += suites.suite(name, tokens=tokens) if name == "llm" else suites.suite(name)
     return sorted(shapes, key=lambda s: s.flop)
 
 
-def plan(shapes, entries, sm_count: int) -> list[tuple[suites.Shape, list[Candidate]]]:
+def plan(
+    shapes, entries, sm_count: int, own_layouts: bool = False
+) -> list[tuple[suites.Shape, list[Candidate]]]:
     """Per shape: each entry that fits with each split the policy allows; the shipped entries
-    unsplit even where they do not fit (the baseline the menu is measured against)."""
+    unsplit even where they do not fit (the baseline the menu is measured against). Each
+    candidate's kernel reads the operands in the shape's timed layout (``tuned_layout``)."""
     out = []
     for s in shapes:
         cands = []
+        layout = tuned_layout(s, own_layouts)
         for e in entries:
             if policy.fits(e, s.m, s.n):
                 splits = policy.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
             else:
                 splits = (1,) if e.shipped else ()
-            cands += [Candidate(e, split) for split in splits]
+            majors = kernel_majors(layout, e.swap_ab)
+            cands += [Candidate(e, split, majors) for split in splits]
         out.append((s, cands))
     return out
 
 
-def variants(planned, arch: str = "sm_90a") -> dict[tuple[str, bool], host.Variant]:
-    """(entry name, split variant) -> the compiled variant, fp16 out (split-K runs inside the
-    kernel: one split variant per entry serves every count)."""
+def variants(planned, arch: str = "sm_90a") -> dict[tuple, host.Variant]:
+    """(entry name, split variant, majors) -> the compiled variant, fp16 out (split-K runs
+    inside the kernel: one split variant per entry and majors serves every count)."""
     out = {}
     for _, cands in planned:
         for c in cands:
             if c.variant_key not in out:
                 config = c.entry.variant_config(split=c.split > 1)
                 out[c.variant_key] = host.Variant(c.entry.backend, arch, "float16", "float16",
-                                                  "float32", "k", "k", config)  # fmt: skip
+                                                  "float32", *c.majors, config)  # fmt: skip
     return out
 
 
 def kernel_view(t):
-    """(rows, cols) -> (rows, cols, 1) with a 16-byte-multiple batch stride, as the API's plan
-    makes them (the compiled kernel declares every non-unit stride 16-byte divisible)."""
-    rows, _ = t.shape
-    return t.as_strided((*t.shape, 1), (t.stride(0), 1, rows * t.stride(0)))
+    """(rows, cols) with one unit-stride mode -> (rows, cols, 1) with a 16-byte-multiple batch
+    stride, as the API's plan makes them (the compiled kernel declares every non-unit stride
+    16-byte divisible)."""
+    rows, cols = t.shape
+    if t.stride(1) == 1:  # row-major: cols contiguous
+        return t.as_strided((rows, cols, 1), (t.stride(0), 1, rows * t.stride(0)))
+    return t.as_strided((rows, cols, 1), (1, t.stride(1), cols * t.stride(1)))
+
+
+def operand(torch, rows: int, cols: int, rows_unit: bool, device, generator):
+    """A randn fp16 (rows, cols) view whose unit-stride mode is rows (``rows_unit``) or cols,
+    the other stride padded to a 16-byte multiple."""
+    if rows_unit:
+        pad = -(-rows // 8) * 8
+        return torch.randn(cols, pad, device=device, generator=generator).half()[:, :rows].t()
+    pad = -(-cols // 8) * 8
+    return torch.randn(rows, pad, device=device, generator=generator).half()[:, :cols]
 
 
 def main(argv=None) -> int:
@@ -133,6 +173,12 @@ def main(argv=None) -> int:
         default=330.0,
         help="stop starting new shapes after this many seconds",
     )
+    parser.add_argument(
+        "--layouts",
+        choices=("TN", "own"),
+        default="TN",
+        help="time every shape TN (x @ W.T), or in the layout its suite names",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
     parser.add_argument("--merge", metavar="CSV", help="a tune_menu.csv to merge (no GPU needed)")
     parser.add_argument("--into", metavar="TABLE", help="the table --merge rewrites")
@@ -146,9 +192,10 @@ def main(argv=None) -> int:
     entries = policy.MENU + (policy.DROPPED if args.with_dropped else ())
     shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
     if args.dry_run:
-        planned = plan(shapes, entries, args.sm_count)
+        planned = plan(shapes, entries, args.sm_count, args.layouts == "own")
         for s, cands in planned:
-            print(f"{s.label:22s} {s.m}x{s.n}x{s.k}: {' '.join(c.name for c in cands)}")
+            layout = tuned_layout(s, args.layouts == "own")
+            print(f"{s.label:22s} {s.m}x{s.n}x{s.k} {layout}: {' '.join(c.name for c in cands)}")
         count = sum(len(c) for _, c in planned)
         print(f"{len(planned)} shapes, {count} candidates, {len(variants(planned))} variants")
         return 0
@@ -186,7 +233,7 @@ def _tune(args, entries, shapes) -> int:
             f"the sm90 menu needs an sm_90 GPU; this is {props.name} sm_{cc[0]}{cc[1]}"
         )
     sms = props.multi_processor_count
-    planned = plan(shapes, entries, sms)
+    planned = plan(shapes, entries, sms, args.layouts == "own")
     needed = variants(planned)
     log(f"{props.name}, {sms} SMs; {len(planned)} shapes, "
         f"{sum(len(c) for _, c in planned)} candidates, {len(needed)} variants")  # fmt: skip
@@ -210,6 +257,7 @@ def _tune(args, entries, shapes) -> int:
     timer = CudaTimer(device, nvml, getattr(props, "L2_cache_size", None))
     words = props.name.lower().replace("nvidia", "").split()
     stem = "sm90_" + "_".join("".join(ch for ch in w if ch.isalnum()) for w in words)
+    layouts = "TN" if args.layouts == "TN" else "each shape in its suite's layout"
     table = {
         "schema": policy.TABLE_SCHEMA,
         "device": props.name,
@@ -217,7 +265,7 @@ def _tune(args, entries, shapes) -> int:
         "cc": list(cc),
         "source": (
             f"scripts/tune_menu.py on {props.name}, {datetime.date.today()}, git {_git_sha()}, "
-            f"torch {torch.__version__}: fp16 TN, fp32 accumulate (cuBLAS too), fp16 out; "
+            f"torch {torch.__version__}: fp16 {layouts}, fp32 accumulate (cuBLAS too), fp16 out; "
             f"{args.rounds} interleaved rounds x {args.reps} cold-L2 reps, median of rounds"
         ),
         "points": [],
@@ -247,10 +295,11 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     semaphores = SemaphoreCache()
 
     m, n, k = shape.m, shape.n, shape.k
+    layout = tuned_layout(shape, args.layouts == "own")
     gen = torch.Generator(device=device).manual_seed(m * 131 + n * 7 + k)
-    pad = -(-k // 8) * 8  # 16-byte rows, as the API's kernel views
-    x = torch.randn(m, pad, device=device, generator=gen).half()[:, :k]
-    w = torch.randn(n, pad, device=device, generator=gen).half()[:, :k]
+    # 16-byte leading dimensions, as the API's kernel views (or its copies) have them
+    x = operand(torch, m, k, layout[0] == "N", device, gen)  # x (M, K): M-major if "N"
+    w = operand(torch, n, k, layout[1] == "T", device, gen)  # W (N, K): N-major if W^T is "T"
     ref = check.reference(x, w.t())
     a, b = kernel_view(x), kernel_view(w)
 
@@ -293,14 +342,14 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
             samples[name].append(timer.measure(calls[name][0], args.reps, estimates[name]))
 
     base = samples.get("cublas")
-    point = _point(shape.label, m, n, k)
+    point = _point(shape.label, m, n, k, layout)
     if base:
         point["cublas_us"] = round(statistics.median(s.ms for s in base) * 1e3, 2)
     rows = []
     menu = {e.name for e in policy.MENU}
     for c in [None, *cands]:
         name = "cublas" if c is None else c.name
-        row = dict(label=shape.label, group=shape.group, m=m, n=n, k=k,
+        row = dict(label=shape.label, group=shape.group, m=m, n=n, k=k, layout=layout,
                    entry="cublas" if c is None else c.entry.name, split=1 if c is None else c.split,
                    status=status[name], median_us=None, cublas_us=point.get("cublas_us"),
                    ratio=None, ratio_min=None, ratio_max=None, sm_mhz=None,
@@ -343,9 +392,9 @@ def _write(out: Path, stem: str, table: dict, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def _point(label: str, m: int, n: int, k: int) -> dict:
-    """A table point with no candidates yet (the protocol: TN, one batch)."""
-    return dict(label=label, m=m, n=n, k=k, batch=1, layout="TN", ratios=[])
+def _point(label: str, m: int, n: int, k: int, layout: str = "TN") -> dict:
+    """A table point with no candidates yet (one batch, the layout it was timed in)."""
+    return dict(label=label, m=m, n=n, k=k, batch=1, layout=layout, ratios=[])
 
 
 def points_from_rows(rows: list[dict], menu: set[str]) -> list[dict]:
@@ -353,7 +402,9 @@ def points_from_rows(rows: list[dict], menu: set[str]) -> list[dict]:
     order, the timed candidates whose entry is in ``menu``, and cuBLAS's time."""
     points: dict[str, dict] = {}
     for r in rows:
-        p = points.setdefault(r["label"], _point(r["label"], int(r["m"]), int(r["n"]), int(r["k"])))
+        # a CSV older than --layouts has no layout column: it timed TN
+        point = _point(r["label"], int(r["m"]), int(r["n"]), int(r["k"]), r.get("layout") or "TN")
+        p = points.setdefault(r["label"], point)
         if r["cublas_us"]:
             p["cublas_us"] = float(r["cublas_us"])
         if r["entry"] in menu and r["status"] == "ok" and r["ratio"]:

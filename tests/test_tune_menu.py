@@ -39,11 +39,47 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
                 assert all(name != e.name for name, _ in names)
     variants = tune_menu.variants(planned)
     # one unsplit variant per entry, one split variant per entry that may split
-    want = {(e.name, False) for e in policy.MENU}
-    assert set(variants) == want | {(e.name, True) for e in policy.MENU if e.splits}
-    for (name, split), v in variants.items():
+    kk = ("k", "k")
+    want = {(e.name, False, kk) for e in policy.MENU}
+    assert set(variants) == want | {(e.name, True, kk) for e in policy.MENU if e.splits}
+    for (name, split, _), v in variants.items():
         assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == ("float16", "float32", "k", "k")
         assert v.config == policy.entry(name).variant_config(split=split)
+
+
+@pytest.mark.parametrize(
+    "layout, plain, swapped",
+    [
+        ("TN", ("k", "k"), ("k", "k")),  # x @ W.T: both K-major
+        ("NT", ("m", "n"), ("m", "n")),  # x stored (K, M), W^T stored (K, N)
+        ("NN", ("m", "k"), ("k", "n")),
+        ("TT", ("k", "n"), ("m", "k")),
+    ],
+)
+def test_own_layouts_time_the_kernel_variant_that_layout_runs(layout, plain, swapped):
+    """--layouts own: a shape is timed in its suite's layout, on the kernel variant that reads
+    its operands as they lie (swap-AB: W is the kernel's A, x its B)."""
+    assert tune_menu.kernel_majors(layout, swap_ab=False) == plain
+    assert tune_menu.kernel_majors(layout, swap_ab=True) == swapped
+    shape = suites.Shape(16, 4096, 1000, "s", "g", layout)
+    assert tune_menu.tuned_layout(shape, own=False) == "TN"
+    [(_, cands)] = tune_menu.plan([shape], policy.MENU, 132, own_layouts=True)
+    for c in cands:
+        assert c.majors == (swapped if c.entry.swap_ab else plain)
+    for (_, _, majors), v in tune_menu.variants([(shape, cands)]).items():
+        assert (v.a_major, v.b_major) == majors
+
+
+@pytest.mark.parametrize("rows_unit", [False, True])
+def test_operands_and_kernel_views_have_16_byte_strides(rows_unit):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    t = tune_menu.operand(torch, 37, 29, rows_unit, "cpu", gen)
+    assert t.shape == (37, 29) and t.stride(0 if rows_unit else 1) == 1
+    v = tune_menu.kernel_view(t)
+    assert v.shape == (37, 29, 1) and torch.equal(v[:, :, 0], t)
+    assert all(s == 1 or s % 8 == 0 for s in v.stride())
 
 
 def test_dry_run_prints_the_plan(capsys):
