@@ -83,7 +83,8 @@ def _copy_unit(t: torch.Tensor, need_extent: bool) -> int:
     padded K extent must be a whole number of vectors."""
     if need_extent:
         return 1
-    return 0 if t.stride(0) == 1 and t.shape[0] > 1 and t.stride(1) != 1 else 1
+    rows_unit = t.stride(0) == 1 and t.shape[0] > 1
+    return 0 if rows_unit and (t.stride(1) != 1 or t.shape[1] == 1) else 1
 
 
 def broadcast_copy_bytes(a3: torch.Tensor, b3: torch.Tensor, out3: torch.Tensor) -> int:
