@@ -93,7 +93,7 @@ def test_unaligned_leading_dim_is_copied_once_and_padded_with_zeros():
 def test_a_copy_keeps_the_operands_own_contiguous_mode_for_tma(need_extent):
     """NN/TT operands whose leading dimension is misaligned (M = 37, N = 29): for TMA the copy
     runs along the source's contiguous mode (M-major A, N-major B), not a transposing copy into
-    K-major (perf.md entry 29: 2-4x the kernel's own time); cp.async kernels keep K-major."""
+    K-major (perf.md entry 29: 2.1-4.7x the kernel's own time); cp.async kernels keep K-major."""
     a = make((37, 40), F16, "cpu", col_major=True)  # (M, K) stored (K, M): M-major, ld 37
     b = make((40, 29), F16, "cpu")  # (K, N) row-major: N-major, ld 29
     out = torch.full((37, 29), float("nan"), dtype=F16)
