@@ -124,3 +124,52 @@ def test_merge_needs_both_arguments(capsys):
     with pytest.raises(SystemExit):
         tune_menu.main(["--merge", "x.csv"])
     assert "--merge CSV and --into TABLE go together" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["TN", "NT", "NN", "TT"])
+def test_a_shape_is_timed_in_its_own_layout_on_the_kernels_majors(layout, monkeypatch):
+    """_measure_shape on the CPU, every kernel a float64 stand-in that checks it is handed
+    operands of the majors its variant was compiled for (swap-AB included), and a timer stub:
+    each unsplit candidate is checked against the reference and timed; the point records the
+    layout."""
+    import argparse
+
+    import torch
+
+    from wsgemm.bench import check
+    from wsgemm.bench.measure import Sample, rotated
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    shape = suites.Shape(16, 40, 24, f"s {layout}", "midsize", layout)
+    [(_, cands)] = tune_menu.plan([shape], policy.MENU, 132, own_layouts=True)
+    cands = [c for c in cands if c.split == 1]
+    assert any(c.entry.swap_ab for c in cands) and any(not c.entry.swap_ab for c in cands)
+
+    def stand_in(majors):
+        def kernel(a, b, c, clusters):
+            assert a.stride(1 if majors[0] == "k" else 0) == 1
+            assert b.stride(1 if majors[1] == "k" else 0) == 1
+            c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+
+        return kernel
+
+    kernels = {c.variant_key: (stand_in(c.majors), 1) for c in cands}
+
+    class Timer:
+        def estimate(self, fn):
+            return None
+
+        def measure(self, fn, reps, estimate):
+            fn()
+            return Sample(ms=1.0)
+
+    args = argparse.Namespace(layouts="own", rounds=1, reps=1)
+    logged = []
+    point, rows = tune_menu._measure_shape(
+        shape, cands, kernels, Timer(), args, torch.device("cpu"), torch, check, rotated,
+        logged.append,
+    )  # fmt: skip
+    assert not [line for line in logged if "WRONG" in line]
+    assert point["layout"] == layout and {r["layout"] for r in rows} == {layout}
+    assert all(r["status"] == "ok" and r["ratio"] == 1.0 for r in rows)
+    assert len(point["ratios"]) == len(cands)
