@@ -232,6 +232,34 @@ def test_the_backend_is_chosen_per_device(capability, backend, expected):
     assert variant.arch == host.arch_for_capability(capability)
 
 
+def test_explain_says_which_operands_a_call_copies_and_why():
+    d = hopper()
+    a, b = torch.empty(608, 4259, dtype=F16), torch.empty(4259, 3263, dtype=F16)  # TT, misaligned
+    line = explain(d, a, b).splitlines()[-1]
+    assert "a copied on every call into a K-major buffer (5.2 MB: its leading dimension" in line
+    assert "b copied on every call into a N-major buffer (27.8 MB: its leading dimension" in line
+    assert "out written to a temporary and copied back on every call" in line
+    # swap-AB at one token: the caller's operands, in the caller's modes
+    x, w = torch.empty(1, 4096, dtype=F16), torch.empty(8192, 4096, dtype=F16)
+    text = explain(d, x, w.t())
+    assert "swap-AB" in text
+    assert text.endswith("operands: a read in place (K-major); b read in place (K-major); "
+                         "out written in place (N-major)")  # fmt: skip
+    # cp.async kernels pad K to whole vectors
+    line = explain(cpu_dispatcher((8, 0)), torch.empty(64, 100, dtype=F16),
+                   torch.empty(100, 64, dtype=F16)).splitlines()[-1]  # fmt: skip
+    assert "cp.async kernels need K (and N) in whole 16-byte vectors" in line
+    assert not d.cache.variants and not d.launchers
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        fa, fb = torch.empty(64, 64, dtype=F16), torch.empty(64, 64, dtype=F16)
+        line = explain(d, fa, fb).splitlines()[-1]
+    assert line == ("operands: not known for fake tensors (whether one is copied depends on "
+                    "its address)")  # fmt: skip
+    assert explain(d, torch.empty(64, 0, dtype=F16), torch.empty(0, 32, dtype=F16)).endswith(
+        "operands: none read (K = 0: the result is zeros)"
+    )
+
+
 @pytest.mark.parametrize(
     "capability, backend, words",
     [((7, 5), "auto", "needs an sm_80"), ((8, 6), "sm90", "needs an sm_90 .Hopper. GPU")],
@@ -580,8 +608,9 @@ def test_explain_says_what_auto_runs_and_why_without_compiling():
     d = hopper()
     a, b = torch.empty(16, 14336, dtype=F16), torch.empty(14336, 4096, dtype=F16)
     text = explain(d, a, b)
-    assert text == policy.explain(16, 4096, 14336, 1, "float16", "float16", "float32", 132,
-                                  (9, 0))  # fmt: skip
+    said = policy.explain(16, 4096, 14336, 1, "float16", "float16", "float32", 132, (9, 0))
+    operands = "a read in place (K-major); b read in place (N-major); out written in place"
+    assert text == f"{said}\noperands: {operands} (N-major)"
     choice = hopper_choice(16, 4096, 14336)
     assert choice.menu_entry.name in text and f"split-K: {choice.split}" in text
     assert not d.cache.variants and not d.launchers  # nothing compiled, nothing remembered

@@ -10,7 +10,7 @@ import torch
 from operands import make
 
 from wsgemm.api import Dispatcher, batched, dispatch, plan, validate
-from wsgemm.api.plan import broadcast_copy_bytes
+from wsgemm.api.plan import broadcast_copy_bytes, describe
 from wsgemm.host.dispatch import StandInDevices
 
 F16 = torch.float16
@@ -106,6 +106,79 @@ def test_a_copy_keeps_the_operands_own_contiguous_mode_for_tma(need_extent):
         assert launch.a.stride() == (1, 40, 40 * 40) and launch.b.stride() == (1, 32, 32 * 40)
     simulate(launch)
     torch.testing.assert_close(out, torch.matmul(a.double(), b.double()).half(), rtol=0, atol=0)
+
+
+def _said(text: str) -> dict[str, str]:
+    """describe's line as {operand: what it says of it}."""
+    assert text.startswith("operands: ")
+    return {part.split()[0]: part for part in text.removeprefix("operands: ").split("; ")}
+
+
+@pytest.mark.parametrize("need_extent", [False, True], ids=["tma", "cpasync"])
+@pytest.mark.parametrize("a_col, b_col", list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("m, n, k", SIZES)
+@pytest.mark.parametrize("batch", [None, 3])
+@pytest.mark.parametrize("offset", [0, 3])
+@pytest.mark.parametrize("swap", [False, True])
+def test_describe_says_what_plan_does(need_extent, a_col, b_col, m, n, k, batch, offset, swap):
+    """explain's operands line, allocating nothing, against what plan then does: an operand
+    said to be read in place is (its data pointer, the major it names), one said to be copied
+    is, into the major it names; C through a temporary exactly when plan makes one."""
+    gen = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    lead = () if batch is None else (batch,)
+    a = make((*lead, m, k), F16, "cpu", col_major=a_col, offset=offset, gen=gen)
+    b = make((*lead, k, n), F16, "cpu", col_major=b_col, offset=offset, gen=gen)
+    out = torch.empty(*lead, m, n, dtype=F16)
+    a3, b3, out3 = batched(a, b, out)
+    if swap:  # as dispatch.kernel_views: the kernel's A is b^T, its B a^T, its C out^T
+        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
+    c_major = "m" if swap else "n"
+    said = _said(describe(a3, b3, out3, need_extent, c_major=c_major, swap=swap))
+    launch = plan(a3, b3, out3, need_extent, c_major=c_major)
+    # (the caller's operand, the kernel's view of it, its major there, the view's (rows, cols)
+    # in the caller's modes)
+    kernel_a = ("a", launch.a, launch.a_major, "MK")
+    kernel_b = ("b", launch.b, launch.b_major, "NK")
+    if swap:
+        kernel_a, kernel_b = (
+            ("b", launch.a, launch.a_major, "NK"),
+            ("a", launch.b, launch.b_major, "MK"),
+        )
+    for name, view, major, modes in (kernel_a, kernel_b):
+        letter = "K" if major == "k" else modes[0]
+        in_place = view.data_ptr() == {"a": a, "b": b}[name].data_ptr()
+        want = f"{name} read in place ({letter}-major)" if in_place else (
+            f"{name} copied on every call into a {letter}-major buffer")  # fmt: skip
+        assert said[name].startswith(want), (said[name], want)
+    temporary = launch.copy_back is not None
+    assert said["out"].startswith(
+        "out written to a temporary" if temporary else "out written in place"
+    )
+
+
+def test_describe_names_the_reason_and_the_bytes_of_a_copy():
+    """608x3263x4259 TT (the midsize row of perf.md entry 30): a and b misaligned rows, copied
+    along their own majors; the result's rows too, through a temporary."""
+    a = torch.empty(608, 4259, dtype=F16)
+    b = torch.empty(4259, 3263, dtype=F16)
+    out = torch.empty(608, 3263, dtype=F16)
+    said = _said(describe(*batched(a, b, out), need_extent=False))
+    assert said["a"] == ("a copied on every call into a K-major buffer (5.2 MB: its leading "
+                         "dimension, 4259 elements, is not a multiple of 8)")  # fmt: skip
+    assert said["b"] == ("b copied on every call into a N-major buffer (27.8 MB: its leading "
+                         "dimension, 3263 elements, is not a multiple of 8)")  # fmt: skip
+    assert said["out"] == ("out written to a temporary and copied back on every call (its "
+                           "leading dimension, 3263 elements, is not a multiple of 8)")  # fmt: skip
+    said = _said(describe(*batched(a, b, out), need_extent=True))
+    assert "a copied on every call into a K-major buffer" in said["a"]
+    assert "cp.async kernels need K (and N) in whole 16-byte vectors" in said["a"]
+    flat = torch.empty(64 * 32 + 1, dtype=F16)
+    shifted = flat[1:].view(64, 32)  # 2-byte offset: the address is not 16-byte aligned
+    said = _said(describe(*batched(shifted, torch.empty(32, 16, dtype=F16),
+                                   torch.empty(64, 16, dtype=F16)), need_extent=False))  # fmt: skip
+    assert said["a"].endswith("its address is not 16-byte aligned)")
+    assert said["b"] == "b read in place (N-major)"
+    assert said["out"] == "out written in place (N-major)"
 
 
 def test_broadcast_3d_by_2d_folds_into_one_product():

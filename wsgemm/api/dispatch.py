@@ -33,7 +33,7 @@ from ..host.autotune import AutotuneWarning
 from ..host.dispatch import Route
 from ..host.workspace import split_launcher
 from .overlap import extent
-from .plan import Launch, batched, broadcast_copy_bytes, plan
+from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
 from .validate import Problem, check_no_overlap, validate
 
 # launch(a, b, out or None, a's data pointer, b's, out's or None): the pointers ``call`` read
@@ -156,9 +156,37 @@ _TUNING = threading.Lock()
 
 def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:
     """``wsgemm.api.explain``'s body: validate as ``call`` does, then the dispatcher's account
-    of the route. Compiles and launches nothing."""
+    of the route and what the call does with each operand (``plan.describe``). Compiles,
+    allocates and launches nothing."""
     p = validate(a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type)
-    return d.explain(backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names)
+    problem = (p.m, p.n, p.k, p.batch)
+    text = d.explain(backend, a.device.index, problem, p.dtype_names)
+    route = d.route(backend, a.device.index, problem, p.dtype_names)
+    return f"{text}\n{_operands(d, a, b, out, p, route)}"
+
+
+def _operands(d, a, b, out, p: Problem, route: Route) -> str:
+    """``explain``'s operands line: as ``_launch`` and ``kernel_views`` would plan the call."""
+    fake = torch._subclasses.fake_tensor.FakeTensor
+    if any(isinstance(t, fake) for t in (a, b, out)):
+        return "operands: not known for fake tensors (whether one is copied depends on its address)"
+    if out is None:  # as _launch allocates it (its address aligned, as the allocator's)
+        out = torch.empty(p.out_shape, dtype=p.c_dtype, device="meta")
+    if out.numel() == 0:
+        return "operands: none (the result is empty)"
+    if p.k == 0:
+        return "operands: none read (K = 0: the result is zeros)"
+    a3, b3, out3 = batched(a, b, out)
+    if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
+        return (
+            "operands: a broadcast operand would take more than "
+            f"{d.max_broadcast_copy_bytes >> 20} MiB of copies: one launch per batch"
+        )
+    swap = bool(getattr(route.config, "swap_ab", False))
+    if swap:  # as kernel_views
+        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
+    need_extent = host.needs_vector_extent(route.backend)
+    return describe(a3, b3, out3, need_extent, c_major="m" if swap else "n", swap=swap)
 
 
 def _extent(t: torch.Tensor) -> int:

@@ -141,6 +141,40 @@ class Launch:
             self.copy_back.copy_(self.c[:, :n])
 
 
+@dataclass(frozen=True)
+class _Decision:
+    """What ``plan`` does with each operand of a call: the kernel view of A, B and C where one
+    exists (``_kernel_view``'s answer), else None (A or B is copied, C goes through a
+    temporary), and the extents the kernel sees."""
+
+    a_mkl: torch.Tensor
+    b_nkl: torch.Tensor
+    c_mnl: torch.Tensor
+    a_view: tuple[torch.Tensor, str] | None
+    b_view: tuple[torch.Tensor, str] | None
+    c_view: tuple[torch.Tensor, str] | None
+    k_kernel: int
+    n_kernel: int
+    c_mode: int
+
+
+def _decide(a3, b3, out3, need_extent: bool, c_major: str) -> _Decision:
+    L = out3.shape[0]
+    a_mkl = a3.expand(L, -1, -1).permute(1, 2, 0)
+    b_nkl = b3.expand(L, -1, -1).permute(2, 1, 0)
+    c_mnl = out3.permute(1, 2, 0)
+    k, n = a_mkl.shape[1], b_nkl.shape[0]
+    vec = _vector(a3.dtype)
+    # cp.async kernels move whole 16-byte vectors along each unit-stride mode.
+    k_kernel = _round_up(k, vec) if need_extent else k
+    n_kernel = _round_up(n, vec) if need_extent else n
+    a_view = _kernel_view(a_mkl, need_extent) if k_kernel == k else None
+    b_view = _kernel_view(b_nkl, need_extent) if (k_kernel, n_kernel) == (k, n) else None
+    c_mode = 0 if c_major == "m" else 1
+    c_view = _kernel_view(c_mnl, need_extent, (c_mode,)) if n_kernel == n else None
+    return _Decision(a_mkl, b_nkl, c_mnl, a_view, b_view, c_view, k_kernel, n_kernel, c_mode)
+
+
 def plan(
     a3: torch.Tensor,
     b3: torch.Tensor,
@@ -152,36 +186,24 @@ def plan(
     """Kernel views of a validated call's ``batched`` views; copies only what the kernel cannot
     address. ``c_major``: the unit-stride mode the kernel writes C along, "n" (row-major) or
     "m" (a swap-AB kernel, given the transposed problem: the caller's row-major C read as C^T)."""
-    L = out3.shape[0]
-    a_mkl = a3.expand(L, -1, -1).permute(1, 2, 0)
-    b_nkl = b3.expand(L, -1, -1).permute(2, 1, 0)
-    c_mnl = out3.permute(1, 2, 0)
-    m, k, _ = a_mkl.shape
-    n = b_nkl.shape[0]
-    vec = _vector(a3.dtype)
-    # cp.async kernels move whole 16-byte vectors along each unit-stride mode.
-    k_kernel = _round_up(k, vec) if need_extent else k
-    n_kernel = _round_up(n, vec) if need_extent else n
-
-    a_view = _kernel_view(a_mkl, need_extent) if k_kernel == k else None
-    if a_view:
-        a_v, a_major = a_view[0], "k" if a_view[1] == "cols" else "m"
+    d = _decide(a3, b3, out3, need_extent, c_major)
+    a_mkl, b_nkl, c_mnl, k_kernel, n_kernel = d.a_mkl, d.b_nkl, d.c_mnl, d.k_kernel, d.n_kernel
+    m, L = a_mkl.shape[0], c_mnl.shape[2]
+    if d.a_view:
+        a_v, a_major = d.a_view[0], "k" if d.a_view[1] == "cols" else "m"
     else:
         unit = _copy_unit(a_mkl, need_extent)
         a_v, a_major = _padded(a_mkl, m, k_kernel, unit), "k" if unit else "m"
-    b_view = _kernel_view(b_nkl, need_extent) if (k_kernel, n_kernel) == (k, n) else None
-    if b_view:
-        b_v, b_major = b_view[0], "k" if b_view[1] == "cols" else "n"
+    if d.b_view:
+        b_v, b_major = d.b_view[0], "k" if d.b_view[1] == "cols" else "n"
     else:
         unit = _copy_unit(b_nkl, need_extent)
         b_v, b_major = _padded(b_nkl, n_kernel, k_kernel, unit), "k" if unit else "n"
-    copied = a_view is None or b_view is None
-    c_mode = 0 if c_major == "m" else 1
-    view = _kernel_view(c_mnl, need_extent, (c_mode,)) if n_kernel == n else None
-    if view is not None:
-        return Launch(a_v, b_v, view[0], a_major, b_major, None, copied)
+    copied = d.a_view is None or d.b_view is None
+    if d.c_view is not None:
+        return Launch(a_v, b_v, d.c_view[0], a_major, b_major, None, copied)
     vec_c = _vector(out3.dtype)
-    if c_mode == 1:
+    if d.c_mode == 1:
         c_tmp = torch.empty(
             (L, m, _round_up(n_kernel, vec_c)), dtype=out3.dtype, device=out3.device
         )[:, :, :n_kernel].permute(1, 2, 0)
@@ -190,3 +212,83 @@ def plan(
             (L, n_kernel, _round_up(m, vec_c)), dtype=out3.dtype, device=out3.device
         )[:, :, :m].permute(2, 1, 0)
     return Launch(a_v, b_v, c_tmp, a_major, b_major, c_mnl, copied)
+
+
+def describe(
+    a3: torch.Tensor,
+    b3: torch.Tensor,
+    out3: torch.Tensor,
+    need_extent: bool,
+    *,
+    c_major: str = "n",
+    swap: bool = False,
+) -> str:
+    """What ``plan`` does with each operand, in words and allocating nothing: read (or written)
+    in place and along which mode, or copied on every call (into which major, how many bytes,
+    and why). ``swap``: the views are swap-AB's (the kernel's A is the caller's ``b``), so the
+    words name the caller's operands and modes."""
+    d = _decide(a3, b3, out3, need_extent, c_major)
+    # (caller's name, its (rows, cols) modes) of the kernel's A, B and C
+    names = (
+        (("b", "NK"), ("a", "MK"), ("out", "NM"))
+        if swap
+        else (("a", "MK"), ("b", "NK"), ("out", "MN"))
+    )
+    a_name, b_name, c_name = names
+    parts = []
+    m = d.a_mkl.shape[0]
+    for (name, modes), t, view, extents in (
+        (a_name, d.a_mkl, d.a_view, (m, d.k_kernel)),
+        (b_name, d.b_nkl, d.b_view, (d.n_kernel, d.k_kernel)),
+    ):
+        if view is not None:
+            parts.append(f"{name} read in place ({modes[view[1] == 'cols']}-major)")
+            continue
+        unit = _copy_unit(t, need_extent)
+        width = _round_up(max(extents[unit], 1), _vector(t.dtype))
+        size = t.shape[2] * extents[1 - unit] * width * t.element_size()
+        padded = extents != tuple(t.shape[:2])
+        parts.append(
+            f"{name} copied on every call into a {modes[unit]}-major buffer "
+            f"({_megabytes(size)}: {_why(t, modes, need_extent, padded)})"
+        )
+    (name, modes) = c_name
+    if d.c_view is not None:
+        parts.append(f"{name} written in place ({modes[d.c_mode]}-major)")
+    else:
+        padded = d.n_kernel != d.c_mnl.shape[1]
+        parts.append(
+            f"{name} written to a temporary and copied back on every call "
+            f"({_why(d.c_mnl, modes, need_extent, padded, (d.c_mode,))})"
+        )
+    order = ("a", "b", "out")  # the caller's order, swapped or not
+    return "operands: " + "; ".join(sorted(parts, key=lambda part: order.index(part.split()[0])))
+
+
+def _megabytes(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes / 1e3:.1f} kB"
+
+
+def _why(t: torch.Tensor, modes: str, need_extent: bool, padded: bool, majors=(1, 0)) -> str:
+    """Why ``_kernel_view`` finds no view of ``t`` (R, C, L) (its modes named ``modes``) with a
+    unit-stride mode among ``majors``, in the order it checks."""
+    vec = _vector(t.dtype)
+    if padded:
+        return f"cp.async kernels need K (and N) in whole {host.VECTOR_BYTES}-byte vectors"
+    if t.data_ptr() % host.VECTOR_BYTES:
+        return f"its address is not {host.VECTOR_BYTES}-byte aligned"
+    batch = t.shape[2]
+    units = [i for i in majors if t.shape[i] == 1 or t.stride(i) == 1]
+    if not units:
+        if len(majors) == 1:
+            return f"its {modes[majors[0]]} mode does not have unit stride"
+        return f"neither its {modes[0]} nor its {modes[1]} mode has unit stride"
+    major = units[0]
+    ld = t.stride(1 - major)
+    if t.shape[1 - major] != 1 and ld % vec:
+        return f"its leading dimension, {ld} elements, is not a multiple of {vec}"
+    if batch > 1 and t.stride(2) == 0:
+        return "its batch is broadcast (stride 0)"
+    if batch > 1 and t.stride(2) % vec:
+        return f"its batch stride, {t.stride(2)} elements, is not a multiple of {vec}"
+    return f"its unit-stride mode is not a whole number of {host.VECTOR_BYTES}-byte vectors"
