@@ -376,3 +376,44 @@ class _Fixed:
 
     def parse_args(self, argv):
         return self.args
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(capsys):
+    from wsgemm.host import policy
+
+    code, out, err = run(capsys, "explain", "--shape", "608,3263,4259", "--layout", "TT")
+    assert code == 0 and not err
+    lines = out.splitlines()
+    assert lines[0].startswith("wsgemm.matmul of 608x3263x4259, fp16 TT, on a stand-in sm_90 GPU")
+    choice = policy.choose(608, 3263, 4259, 1, "float16", "float16", "float32", 132, (9, 0))
+    assert f"kernel: {choice.menu_entry.name} " in out
+    assert lines[-1].startswith("operands: a copied on every call into a K-major buffer")
+    code, out, _ = run(capsys, "explain", "--shape", "1,8192,8192", "--cc", "9.0",
+                       "--sm-count", "114")  # fmt: skip
+    assert code == 0 and "a stand-in sm_90 GPU with 114 SMs:" in out and "swap-AB" in out
+    assert "for 114 SMs" in out  # the grid line counts the GPU asked about
+    code, out, _ = run(capsys, "explain", "--shape", "64,64,64", "--batch", "3", "--cc", "8.0")
+    assert code == 0 and "batch=3" in out and "sm80" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--shape", "64,64"), "want M,N,K"),
+        (("--shape", "64,64,64", "--cc", "nine"), "want MAJOR.MINOR"),
+    ],
+)
+def test_explain_refuses_a_malformed_argument(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["explain", *argv])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_explain_says_why_a_call_would_be_refused(capsys):
+    code, out, err = run(capsys, "explain", "--shape", "64,64,64", "--dtype", "bf16",
+                         "--accumulate", "fp16")  # fmt: skip
+    assert code == 2 and not out
+    assert err.startswith("explain: accumulate=torch.float16 with torch.bfloat16 inputs")

@@ -237,7 +237,7 @@ def test_explain_says_which_operands_a_call_copies_and_why():
     a, b = torch.empty(608, 4259, dtype=F16), torch.empty(4259, 3263, dtype=F16)  # TT, misaligned
     line = explain(d, a, b).splitlines()[-1]
     assert "a copied on every call into a K-major buffer (5.2 MB: its leading dimension" in line
-    assert "b copied on every call into a N-major buffer (27.8 MB: its leading dimension" in line
+    assert "b copied on every call into an N-major buffer (27.8 MB: its leading dimension" in line
     assert "out written to a temporary and copied back on every call" in line
     # swap-AB at one token: the caller's operands, in the caller's modes
     x, w = torch.empty(1, 4096, dtype=F16), torch.empty(8192, 4096, dtype=F16)

@@ -147,8 +147,9 @@ def test_describe_says_what_plan_does(need_extent, a_col, b_col, m, n, k, batch,
     for name, view, major, modes in (kernel_a, kernel_b):
         letter = "K" if major == "k" else modes[0]
         in_place = view.data_ptr() == {"a": a, "b": b}[name].data_ptr()
+        article = "a" if letter == "K" else "an"
         want = f"{name} read in place ({letter}-major)" if in_place else (
-            f"{name} copied on every call into a {letter}-major buffer")  # fmt: skip
+            f"{name} copied on every call into {article} {letter}-major buffer")  # fmt: skip
         assert said[name].startswith(want), (said[name], want)
     temporary = launch.copy_back is not None
     assert said["out"].startswith(
@@ -165,7 +166,7 @@ def test_describe_names_the_reason_and_the_bytes_of_a_copy():
     said = _said(describe(*batched(a, b, out), need_extent=False))
     assert said["a"] == ("a copied on every call into a K-major buffer (5.2 MB: its leading "
                          "dimension, 4259 elements, is not a multiple of 8)")  # fmt: skip
-    assert said["b"] == ("b copied on every call into a N-major buffer (27.8 MB: its leading "
+    assert said["b"] == ("b copied on every call into an N-major buffer (27.8 MB: its leading "
                          "dimension, 3263 elements, is not a multiple of 8)")  # fmt: skip
     assert said["out"] == ("out written to a temporary and copied back on every call (its "
                            "leading dimension, 3263 elements, is not a multiple of 8)")  # fmt: skip

@@ -1,5 +1,6 @@
 """``python -m wsgemm``: ``inspect`` (compile and read SASS, no GPU needed), ``warm`` (fill the
-compile cache), ``cache info|clear``, ``bench`` and ``trace`` (one call's per-role timeline).
+compile cache), ``cache info|clear``, ``explain`` (what ``matmul`` runs for a shape, and why),
+``bench`` and ``trace`` (one call's per-role timeline).
 
 Building the parser imports neither torch nor the DSL, so ``--help`` is fast; each command
 imports what it needs.
@@ -233,6 +234,85 @@ def _cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ----------------------------------------------------------------------------- explain
+
+_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """What ``wsgemm.matmul`` runs for one problem, as ``wsgemm.explain`` says it: on this
+    machine's GPU, or on a stand-in GPU of ``--cc`` and ``--sm-count`` (the default without a
+    GPU: an H200's sm_90 with 132 SMs). Allocates nothing it touches and compiles nothing."""
+    import torch
+
+    from . import api
+    from .bench.layouts import Layout
+    from .host.dispatch import Dispatcher, StandInDevices
+
+    m, n, k = args.shape
+    layout = Layout(args.layout)
+    local = torch.cuda.is_available() and args.cc is None and args.sm_count is None
+    if local:
+        device = torch.device("cuda", torch.cuda.current_device())
+        props = torch.cuda.get_device_properties(device)
+        where = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs)"
+    else:
+        cc = args.cc or (9, 0)
+        sms = args.sm_count or 132
+        device = torch.device("cpu")
+        where = f"a stand-in sm_{cc[0]}{cc[1]} GPU with {sms} SMs" + (
+            "" if args.cc or args.sm_count else " (no GPU here; --cc and --sm-count pick another)"
+        )
+        dispatcher = Dispatcher(cache=None, devices=StandInDevices(cc, sms))
+    dtype = getattr(torch, _DTYPES[args.dtype])
+    lead = (args.batch,) if args.batch else ()
+
+    def empty(rows: int, cols: int, row_major: bool) -> torch.Tensor:
+        # untouched memory (torch.empty): only shapes, strides and addresses matter here
+        if row_major:
+            return torch.empty(*lead, rows, cols, dtype=dtype, device=device)
+        return torch.empty(*lead, cols, rows, dtype=dtype, device=device).transpose(-1, -2)
+
+    a, b = empty(m, k, layout.a_row_major), empty(k, n, layout.b_row_major)
+    kwargs = dict(
+        out_dtype=getattr(torch, _DTYPES[args.out_dtype]) if args.out_dtype else None,
+        accumulate=getattr(torch, _DTYPES[args.accumulate]),
+        backend=args.backend,
+    )
+    try:
+        if local:
+            text = api.explain(a, b, **kwargs)
+        else:
+            text = api.dispatch.explain(
+                dispatcher, a, b, None, kwargs["out_dtype"], kwargs["accumulate"], args.backend
+            )
+    except (TypeError, ValueError, RuntimeError) as exc:
+        _err_console().print(f"explain: {exc}", markup=False)
+        return EXIT_USAGE
+    batch = f" x {args.batch}" if args.batch else ""
+    print(f"wsgemm.matmul of {m}x{n}x{k}{batch}, {args.dtype} {args.layout}, on {where}:")
+    print(text)
+    return EXIT_OK
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        dims = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: want M,N,K, three integers >= 0")
+    return dims
+
+
+def _cc(text: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(v) for v in text.split("."))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want MAJOR.MINOR, e.g. 9.0") from None
+    return major, minor
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -286,6 +366,24 @@ def build_parser() -> argparse.ArgumentParser:
         "every entry and tuned choice",
     )
     p.set_defaults(func=_cache)
+
+    p = sub.add_parser(
+        "explain",
+        help="which kernel, tile, split and operand copies wsgemm.matmul runs for a shape, and "
+        "why (no GPU needed)",
+    )
+    p.add_argument("--shape", type=_shape, required=True, help="M,N,K of C (M, N) = A (M, K) B")
+    p.add_argument("--batch", type=bench_cli.bounded_int(1), help="a batch of this many")
+    p.add_argument("--layout", default="TN", choices=("TN", "NN", "NT", "TT"),
+                   help="operand storage, BLAS letters for A then B: T row-major, N column-major "
+                   "(default TN: x @ W.T)")  # fmt: skip
+    p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    p.add_argument("--out-dtype", choices=("fp16", "bf16", "fp32"), help="default: --dtype")
+    p.add_argument("--accumulate", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
+    p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
+    p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
+    p.set_defaults(func=_explain)
 
     p = sub.add_parser("bench", help="time wsgemm against torch.matmul and peers on the GPU")
     bench_cli.add_arguments(p)

@@ -248,8 +248,9 @@ def describe(
         width = _round_up(max(extents[unit], 1), _vector(t.dtype))
         size = t.shape[2] * extents[1 - unit] * width * t.element_size()
         padded = extents != tuple(t.shape[:2])
+        article = "an" if modes[unit] in "MN" else "a"
         parts.append(
-            f"{name} copied on every call into a {modes[unit]}-major buffer "
+            f"{name} copied on every call into {article} {modes[unit]}-major buffer "
             f"({_megabytes(size)}: {_why(t, modes, need_extent, padded)})"
         )
     (name, modes) = c_name
