@@ -381,9 +381,12 @@ class _Fixed:
 # ----------------------------------------------------------------------------- explain
 
 
-def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(capsys):
+def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(capsys, monkeypatch):
+    import torch
+
     from wsgemm.host import policy
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a GPU-less machine
     code, out, err = run(capsys, "explain", "--shape", "608,3263,4259", "--layout", "TT")
     assert code == 0 and not err
     lines = out.splitlines()
@@ -397,6 +400,13 @@ def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(ca
     assert "for 114 SMs" in out  # the grid line counts the GPU asked about
     code, out, _ = run(capsys, "explain", "--shape", "64,64,64", "--batch", "3", "--cc", "8.0")
     assert code == 0 and "batch=3" in out and "sm80" in out
+    # meta operands: any size, no memory (60 GB of operands here)
+    code, out, _ = run(capsys, "explain", "--shape", "16384,28672,8192", "--batch", "64",
+                       "--layout", "NT")  # fmt: skip
+    assert code == 0 and out.splitlines()[-1] == (
+        "operands: a read in place (M-major); b read in place (N-major); out written in place "
+        "(N-major)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -232,10 +232,13 @@ def test_the_backend_is_chosen_per_device(capability, backend, expected):
     assert variant.arch == host.arch_for_capability(capability)
 
 
-def test_explain_says_which_operands_a_call_copies_and_why():
+def test_explain_says_which_operands_a_call_copies_and_why(caplog):
     d = hopper()
     a, b = torch.empty(608, 4259, dtype=F16), torch.empty(4259, 3263, dtype=F16)  # TT, misaligned
-    line = explain(d, a, b).splitlines()[-1]
+    with caplog.at_level(logging.DEBUG, logger="wsgemm"):
+        line = explain(d, a, b).splitlines()[-1]
+        explain(d, a, b, backend="sm90")
+    assert not caplog.records  # explain is not a call: no "runs ..." line
     assert "a copied on every call into a K-major buffer (5.2 MB: its leading dimension" in line
     assert "b copied on every call into an N-major buffer (27.8 MB: its leading dimension" in line
     assert "out written to a temporary and copied back on every call" in line

@@ -240,52 +240,43 @@ _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 def _explain(args: argparse.Namespace) -> int:
-    """What ``wsgemm.matmul`` runs for one problem, as ``wsgemm.explain`` says it: on this
-    machine's GPU, or on a stand-in GPU of ``--cc`` and ``--sm-count`` (the default without a
-    GPU: an H200's sm_90 with 132 SMs). Allocates nothing it touches and compiles nothing."""
+    """What ``wsgemm.matmul`` runs for one problem, as ``wsgemm.explain`` says it: for this
+    machine's GPU, or for a stand-in GPU of ``--cc`` and ``--sm-count`` (the default without a
+    GPU: an H200's sm_90 with 132 SMs). The operands are meta tensors in the layout (no memory:
+    any size; their addresses read as aligned, as the allocator's are); nothing compiles."""
     import torch
 
-    from . import api
+    from .api import dispatch
     from .bench.layouts import Layout
     from .host.dispatch import Dispatcher, StandInDevices
 
     m, n, k = args.shape
     layout = Layout(args.layout)
-    local = torch.cuda.is_available() and args.cc is None and args.sm_count is None
-    if local:
-        device = torch.device("cuda", torch.cuda.current_device())
-        props = torch.cuda.get_device_properties(device)
-        where = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs)"
+    if torch.cuda.is_available() and args.cc is None and args.sm_count is None:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        cc, sms, name = (props.major, props.minor), props.multi_processor_count, props.name
+        where = f"{name} (sm_{cc[0]}{cc[1]}, {sms} SMs)"
     else:
-        cc = args.cc or (9, 0)
-        sms = args.sm_count or 132
-        device = torch.device("cpu")
+        cc, sms, name = args.cc or (9, 0), args.sm_count or 132, "a stand-in GPU"
         where = f"a stand-in sm_{cc[0]}{cc[1]} GPU with {sms} SMs" + (
             "" if args.cc or args.sm_count else " (no GPU here; --cc and --sm-count pick another)"
         )
-        dispatcher = Dispatcher(cache=None, devices=StandInDevices(cc, sms))
+    devices = StandInDevices(cc, sms, device_type="meta", name=name)
     dtype = getattr(torch, _DTYPES[args.dtype])
     lead = (args.batch,) if args.batch else ()
 
-    def empty(rows: int, cols: int, row_major: bool) -> torch.Tensor:
-        # untouched memory (torch.empty): only shapes, strides and addresses matter here
-        if row_major:
-            return torch.empty(*lead, rows, cols, dtype=dtype, device=device)
-        return torch.empty(*lead, cols, rows, dtype=dtype, device=device).transpose(-1, -2)
+    def operand(rows: int, cols: int, row_major: bool) -> torch.Tensor:
+        shape = (*lead, rows, cols) if row_major else (*lead, cols, rows)
+        t = torch.empty(shape, dtype=dtype, device="meta")
+        return t if row_major else t.transpose(-1, -2)
 
-    a, b = empty(m, k, layout.a_row_major), empty(k, n, layout.b_row_major)
-    kwargs = dict(
-        out_dtype=getattr(torch, _DTYPES[args.out_dtype]) if args.out_dtype else None,
-        accumulate=getattr(torch, _DTYPES[args.accumulate]),
-        backend=args.backend,
-    )
+    a, b = operand(m, k, layout.a_row_major), operand(k, n, layout.b_row_major)
+    out_dtype = getattr(torch, _DTYPES[args.out_dtype]) if args.out_dtype else None
+    accumulate = getattr(torch, _DTYPES[args.accumulate])
     try:
-        if local:
-            text = api.explain(a, b, **kwargs)
-        else:
-            text = api.dispatch.explain(
-                dispatcher, a, b, None, kwargs["out_dtype"], kwargs["accumulate"], args.backend
-            )
+        text = dispatch.explain(
+            Dispatcher(cache=None, devices=devices), a, b, None, out_dtype, accumulate, args.backend
+        )
     except (TypeError, ValueError, RuntimeError) as exc:
         _err_console().print(f"explain: {exc}", markup=False)
         return EXIT_USAGE

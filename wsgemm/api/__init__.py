@@ -70,7 +70,8 @@ def explain(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend
     and launches nothing.
 
     Returns:
-        a few lines of text: the problem, the kernel, the split, why.
+        a few lines of text: the problem, the kernel, the split, why, and the operands (read
+        in place, or copied on every call: into which major, how many bytes, why).
     """
     return dispatch.explain(DISPATCHER, a, b, out, out_dtype, accumulate, backend)
 

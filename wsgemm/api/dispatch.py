@@ -161,12 +161,13 @@ def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:
     p = validate(a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type)
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
-    route = d.route(backend, a.device.index, problem, p.dtype_names)
+    route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
     return f"{text}\n{_operands(d, a, b, out, p, route)}"
 
 
 def _operands(d, a, b, out, p: Problem, route: Route) -> str:
-    """``explain``'s operands line: as ``_launch`` and ``kernel_views`` would plan the call."""
+    """``explain``'s operands line: as ``_launch`` and ``kernel_views`` would plan the call (on
+    the route's kernel: with ``WSGEMM_AUTOTUNE`` the first call may time others and run one)."""
     fake = torch._subclasses.fake_tensor.FakeTensor
     if any(isinstance(t, fake) for t in (a, b, out)):
         return "operands: not known for fake tensors (whether one is copied depends on its address)"
@@ -182,10 +183,7 @@ def _operands(d, a, b, out, p: Problem, route: Route) -> str:
             "operands: a broadcast operand would take more than "
             f"{d.max_broadcast_copy_bytes >> 20} MiB of copies: one launch per batch"
         )
-    swap = bool(getattr(route.config, "swap_ab", False))
-    if swap:  # as kernel_views
-        a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
-    need_extent = host.needs_vector_extent(route.backend)
+    a3, b3, out3, need_extent, swap = _kernel_problem(a3, b3, out3, route)
     return describe(a3, b3, out3, need_extent, c_major="m" if swap else "n", swap=swap)
 
 
@@ -244,14 +242,19 @@ def _launch(d, a, b, out, p: Problem, route: Route):
 
 
 def kernel_views(a3, b3, out3, route: Route) -> tuple[Launch, bool]:
-    """(the kernel's views of ``batched`` operands for ``route``, whether A and B swapped):
-    under swap-AB (``config.swap_ab``) the kernel runs the transposed problem C^T (N, M) =
-    B^T A^T and writes the caller's C M-major."""
+    """(the kernel's views of ``batched`` operands for ``route``, whether A and B swapped)."""
+    a3, b3, out3, need_extent, swap = _kernel_problem(a3, b3, out3, route)
+    return plan(a3, b3, out3, need_extent, c_major="m" if swap else "n"), swap
+
+
+def _kernel_problem(a3, b3, out3, route: Route):
+    """The (A, B, C) views the route's kernel takes, whether its loads need whole vectors
+    (cp.async), and whether A and B swapped: under swap-AB (``config.swap_ab``) the kernel runs
+    the transposed problem C^T (N, M) = B^T A^T and writes the caller's C M-major."""
     swap = bool(getattr(route.config, "swap_ab", False))
     if swap:
         a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
-    need_extent = host.needs_vector_extent(route.backend)
-    return plan(a3, b3, out3, need_extent, c_major="m" if swap else "n"), swap
+    return a3, b3, out3, host.needs_vector_extent(route.backend), swap
 
 
 _NO_SWITCH = contextlib.nullcontext()

@@ -65,11 +65,11 @@ def _padded(t: torch.Tensor, rows: int, cols: int, unit: int = 1) -> torch.Tenso
     (rows, cols, L) view; the padding (rows past R, cols past C) is zero, which adds nothing to
     a product. With ``unit`` the source's own contiguous mode the copy reads and writes along
     the same mode, at memory speed; a transposing copy costs several times as much."""
-    r, c, batch = t.shape
+    r, c, _ = t.shape
     ext, have = (rows, cols), (r, c)
     other = 1 - unit
-    width = _round_up(max(ext[unit], 1), _vector(t.dtype))
-    buf = torch.empty((batch, ext[other], width), dtype=t.dtype, device=t.device)
+    shape = _padded_shape(t, rows, cols, unit)
+    buf = torch.empty(shape, dtype=t.dtype, device=t.device)
     buf[:, have[other] :, :].zero_()
     buf[:, : have[other], have[unit] :].zero_()
     buf[:, : have[other], : have[unit]].copy_(t.permute(2, other, unit))
@@ -77,10 +77,16 @@ def _padded(t: torch.Tensor, rows: int, cols: int, unit: int = 1) -> torch.Tenso
     return view.permute(1, 2, 0) if unit == 1 else view.permute(2, 1, 0)
 
 
+def _padded_shape(t: torch.Tensor, rows: int, cols: int, unit: int) -> tuple[int, int, int]:
+    """The (L, other mode, unit mode padded to whole vectors) buffer ``_padded`` copies into."""
+    ext = (rows, cols)
+    return t.shape[2], ext[1 - unit], _round_up(max(ext[unit], 1), _vector(t.dtype))
+
+
 def _copy_unit(t: torch.Tensor, need_extent: bool) -> int:
-    """The mode ``_padded`` makes contiguous: the source's own (0 when only its rows are unit
-    stride) for TMA kernels, which take either major; always 1 (K) for cp.async kernels, whose
-    padded K extent must be a whole number of vectors."""
+    """The mode ``_padded`` makes contiguous: the source's own for TMA kernels, which take
+    either major (0 when its rows have unit stride and its columns do not, or it has one column;
+    else 1); always 1 (K) for cp.async kernels, whose padded K extent must be whole vectors."""
     if need_extent:
         return 1
     rows_unit = t.stride(0) == 1 and t.shape[0] > 1
@@ -245,8 +251,8 @@ def describe(
             parts.append(f"{name} read in place ({modes[view[1] == 'cols']}-major)")
             continue
         unit = _copy_unit(t, need_extent)
-        width = _round_up(max(extents[unit], 1), _vector(t.dtype))
-        size = t.shape[2] * extents[1 - unit] * width * t.element_size()
+        batch, other, width = _padded_shape(t, *extents, unit)
+        size = batch * other * width * t.element_size()
         padded = extents != tuple(t.shape[:2])
         article = "an" if modes[unit] in "MN" else "a"
         parts.append(
@@ -272,7 +278,8 @@ def _megabytes(nbytes: int) -> str:
 
 def _why(t: torch.Tensor, modes: str, need_extent: bool, padded: bool, majors=(1, 0)) -> str:
     """Why ``_kernel_view`` finds no view of ``t`` (R, C, L) (its modes named ``modes``) with a
-    unit-stride mode among ``majors``, in the order it checks."""
+    unit-stride mode among ``majors``: the first of its checks that fails, in its order, on
+    the first mode it would read along."""
     vec = _vector(t.dtype)
     if padded:
         return f"cp.async kernels need K (and N) in whole {host.VECTOR_BYTES}-byte vectors"
@@ -286,10 +293,16 @@ def _why(t: torch.Tensor, modes: str, need_extent: bool, padded: bool, majors=(1
         return f"neither its {modes[0]} nor its {modes[1]} mode has unit stride"
     major = units[0]
     ld = t.stride(1 - major)
+    if t.shape[1 - major] != 1 and ld == 0:
+        return f"its {modes[1 - major]} mode is broadcast (stride 0)"
     if t.shape[1 - major] != 1 and ld % vec:
         return f"its leading dimension, {ld} elements, is not a multiple of {vec}"
+    if need_extent and t.shape[major] % vec:
+        return (
+            f"cp.async kernels need its unit-stride mode in whole {host.VECTOR_BYTES}-byte vectors"
+        )
     if batch > 1 and t.stride(2) == 0:
         return "its batch is broadcast (stride 0)"
     if batch > 1 and t.stride(2) % vec:
         return f"its batch stride, {t.stride(2)} elements, is not a multiple of {vec}"
-    return f"its unit-stride mode is not a whole number of {host.VECTOR_BYTES}-byte vectors"
+    return "no reason found (a bug: please report it)"

@@ -92,12 +92,20 @@ class CudaDevices:
 class StandInDevices:
     """The CPU posing as one GPU of a given capability, for a dispatcher whose compile cache
     hands out stand-in kernels (CPU code taking the same arguments): the CPU tests drive the
-    whole call path with it, and the host-overhead benchmark times that path without a GPU."""
+    whole call path with it, and the host-overhead benchmark times that path without a GPU.
+    ``device_type`` "meta": tensors without memory, for ``python -m wsgemm explain`` (which
+    launches nothing); ``name``: the GPU it stands for."""
 
-    type = "cpu"
-
-    def __init__(self, capability: tuple[int, int] = (9, 0), sm_count: int = 132) -> None:
+    def __init__(
+        self,
+        capability: tuple[int, int] = (9, 0),
+        sm_count: int = 132,
+        *,
+        device_type: str = "cpu",
+        name: str = "a stand-in GPU",
+    ) -> None:
         self._capability, self._sm_count = capability, sm_count
+        self.type, self._name = device_type, name
 
     def available(self) -> bool:
         return True
@@ -112,7 +120,7 @@ class StandInDevices:
         return self._sm_count
 
     def name(self, index) -> str:
-        return "a stand-in GPU"
+        return self._name
 
     def current(self) -> None:
         return None  # a CPU tensor's device index
@@ -226,6 +234,8 @@ class Dispatcher:
         problem: tuple[int, int, int, int | None],
         dtypes: tuple[str, str, str],
         config: Any = None,
+        *,
+        quiet: bool = False,
     ) -> Route:
         """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the host
         names of (A/B, C, accumulator). ``auto`` on sm_90 takes the policy's menu entry and
@@ -233,7 +243,7 @@ class Dispatcher:
         one), split only when the config says so (an ``Sm90Config`` with ``split_k`` >= 2,
         checked by ``api.validate``, or with ``stream_k``); ValueError if it does not run on
         this GPU. Called once per call signature (its launcher keeps the route), so a repeated
-        call never asks the policy."""
+        call never asks the policy. ``quiet``: no DEBUG line (``explain`` asks, nothing runs)."""
         cc = self.devices.capability(device)
         if cc < (8, 0):
             raise ValueError(
@@ -260,7 +270,7 @@ class Dispatcher:
             chosen = Route(backend, config.compiled(), max(config.split_k, 1))
         else:
             chosen = Route(backend, config)
-        if log.isEnabledFor(logging.DEBUG):
+        if not quiet and log.isEnabledFor(logging.DEBUG):
             m, n, k, batch = problem
             what = chosen.choice.menu_entry.name if chosen.choice else chosen.backend
             why = f" ({chosen.choice.source}: {chosen.choice.reason})" if chosen.choice else ""
@@ -299,7 +309,7 @@ class Dispatcher:
                     f"{count} candidates and runs the fastest instead"
                 )
             return text
-        chosen = self.route(backend, device, problem, dtypes)
+        chosen = self.route(backend, device, problem, dtypes, quiet=True)
         config = BACKENDS[chosen.backend].config(dtypes[2])
         tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))
         cluster = f"{getattr(config, 'cluster_m', 1)}x{getattr(config, 'cluster_n', 1)}"
