@@ -263,6 +263,24 @@ def test_explain_says_which_operands_a_call_copies_and_why(caplog):
     )
 
 
+def test_a_signature_whose_operands_are_copied_says_so_once_at_info(caplog):
+    d = hopper()
+    a, b = torch.randn(48, 37).half(), torch.randn(37, 29).half()  # TT, rows of 37 and 29
+    with caplog.at_level(logging.INFO, logger="wsgemm"):
+        matmul(d, a, b)
+        matmul(d, a, b)
+        matmul(d, torch.randn(48, 64).half(), torch.randn(64, 32).half())  # aligned: silent
+        matmul(d, torch.randn(48, 0).half(), torch.randn(0, 29).half())  # K = 0: nothing runs
+    (record,) = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert record.getMessage() == (
+        "M=48 N=29 K=37: operands: a copied on every call into a K-major buffer (3.8 kB: its "
+        "leading dimension, 37 elements, is not a multiple of 8); b copied on every call into "
+        "an N-major buffer (2.4 kB: its leading dimension, 29 elements, is not a multiple of "
+        "8); out written to a temporary and copied back on every call (its leading dimension, "
+        "29 elements, is not a multiple of 8)"
+    )
+
+
 @pytest.mark.parametrize(
     "capability, backend, words",
     [((7, 5), "auto", "needs an sm_80"), ((8, 6), "sm90", "needs an sm_90 .Hopper. GPU")],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import warnings
 from collections.abc import Callable
@@ -38,6 +39,8 @@ from .validate import Problem, check_no_overlap, validate
 
 # launch(a, b, out or None, a's data pointer, b's, out's or None): the pointers ``call`` read
 Launcher = Callable[..., torch.Tensor]
+
+log = logging.getLogger("wsgemm")
 
 
 # A kernel's write is invisible to autograd: every out= call says `out` changed, as torch's out=
@@ -89,6 +92,11 @@ def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> to
     if route.choice is not None and route.choice.source in _TUNABLE and d.autotune:
         route = _tuned(d, a, b, p, route)
     result, planned = _launch(d, a, b, out, p, route)
+    if planned is None and log.isEnabledFor(logging.INFO):
+        # once per signature: a copy on every call is a cost the caller can often remove
+        said = _operands(d, a, b, out, p, route)
+        if "copied" in said or "one launch per batch" in said:
+            log.info("M=%d N=%d K=%d: %s", p.m, p.n, p.k, said)
     if out is not None:
         _increment_version(out)
     if key is not None:
