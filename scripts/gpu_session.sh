@@ -101,6 +101,7 @@ if has layouttune; then
   # B), to tell a slow kernel variant from a choice tuned on TN operands
   timeout 400 python3 scripts/tune_menu.py --out "$OUT/tune_layouts" --suites midsize \
     --layouts own --jobs 15 --budget-s 300 2>&1 | grep -E "best|geomean" | tail -30
+  python3 -m wsgemm explain --shape 608,3263,4259 --layout TT 2>&1 | sed -n '1p;$p'  # its GPU branch
   echo "layouttune done at $((SECONDS - start)) s"
 fi
 if has initcheck; then
