@@ -484,14 +484,52 @@ def test_double_backward(monkeypatch):
     torch.testing.assert_close(gb.double(), gb64, rtol=5e-2, atol=5e-2)
 
 
-def test_vmap_goes_through_the_op(monkeypatch):
+VMAP_CASES = [
+    # (a per sample, b per sample, in_dims): vectors, matrices, batches, either side unmapped,
+    # a mapped dimension that is not the first, fewer per-sample batch dimensions than the other
+    ((3, 8), (8,), (0, 0)),
+    ((8,), (8, 5), (0, None)),
+    ((8,), (8,), (0, 0)),
+    ((3, 8), (8, 5), (None, 0)),
+    ((2, 3, 8), (8, 5), (0, 0)),
+    ((3, 8), (2, 8, 5), (0, None)),
+    ((3, 8), (2, 8, 5), (1, 0)),
+    ((4, 1, 3, 8), (2, 8, 5), (0, 2)),
+    ((8,), (2, 8, 5), (0, 0)),
+    ((2, 3, 8), (8,), (None, 0)),
+]
+
+
+def _mapped(shape, dim, size=6):
+    shape = list(shape)
+    if dim is not None:
+        shape.insert(dim, size)
+    return torch.randn(shape).to(F16)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, in_dims", VMAP_CASES)
+def test_vmap_is_one_product_with_torchs_answer(a_shape, b_shape, in_dims, monkeypatch):
+    """The batching rule: one call of the core for the whole vmap (not torch's per-sample
+    loop), and torch.vmap(torch.matmul)'s result."""
     core = install(monkeypatch, fast=True)
-    a, b = torch.randn(5, 3, 8).to(F16), torch.randn(5, 8).to(F16)
-    got = torch.vmap(wsgemm.matmul)(a, b)  # torch's per-sample fallback: a loop, with a warning
-    assert got.shape == (5, 3)
-    torch.testing.assert_close(got.double(), reference(a, b.unsqueeze(-1)).squeeze(-1),
-                               rtol=1e-2, atol=1e-2)  # fmt: skip
-    assert len(core.calls) == 5
+    a, b = _mapped(a_shape, in_dims[0]), _mapped(b_shape, in_dims[1])
+    got = torch.vmap(wsgemm.matmul, in_dims=in_dims)(a, b)
+    want = torch.vmap(torch.matmul, in_dims=in_dims)(a.double(), b.double())
+    assert got.shape == want.shape and got.dtype == F16
+    torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-2)
+    assert len(core.calls) == 1
+
+
+def test_vmap_backpropagates_through_the_one_product(monkeypatch):
+    core = install(monkeypatch, fast=True)
+    a = torch.randn(6, 3, 8).to(F16).requires_grad_()
+    b = torch.randn(6, 8, 5).to(F16).requires_grad_()
+    torch.vmap(wsgemm.matmul)(a, b).float().square().sum().backward()
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    (a64 @ b64).square().sum().backward()
+    torch.testing.assert_close(a.grad.double(), a64.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(b.grad.double(), b64.grad, rtol=2e-2, atol=2e-2)
+    assert len(core.calls) == 3  # the product, then one GEMM per gradient
 
 
 # ----------------------------------------------------------------------------- errors

@@ -263,6 +263,41 @@ def _backward(ctx, grad):
 torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)
 
 
+def _matmul_vmap(info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    """vmap's batching rule: the vmapped dimension becomes a leading batch dimension of one
+    product (matmul broadcasts batches), not a loop of per-sample calls. A per-sample vector
+    becomes a one-row (``a``) or one-column (``b``) matrix, squeezed out of the result again, and
+    the per-sample batch dimensions of a vmapped operand are padded with ones to the other's
+    count, so that the vmapped dimension lines up with the other's (or broadcasts)."""
+    a_dim, b_dim = in_dims[0], in_dims[1]
+    if a_dim is None and b_dim is None:
+        return _MATMUL(a, b, out_dtype, accumulate, backend), None
+    a = a if a_dim is None else a.movedim(a_dim, 0)
+    b = b if b_dim is None else b.movedim(b_dim, 0)
+    a_vec = a.dim() - (a_dim is not None) == 1
+    b_vec = b.dim() - (b_dim is not None) == 1
+    a = a.unsqueeze(-2) if a_vec else a
+    b = b.unsqueeze(-1) if b_vec else b
+    # the per-sample batch dimensions of each operand
+    a_batch = a.dim() - 2 - (a_dim is not None)
+    b_batch = b.dim() - 2 - (b_dim is not None)
+    rank = max(a_batch, b_batch)
+    if a_dim is not None:
+        a = a.reshape(a.shape[0], *(1,) * (rank - a_batch), *a.shape[1:])
+    if b_dim is not None:
+        b = b.reshape(b.shape[0], *(1,) * (rank - b_batch), *b.shape[1:])
+    out = _MATMUL(a, b, out_dtype, accumulate, backend)  # (vmapped, *batch, M, N)
+    if b_vec:
+        out = out.squeeze(-1)
+    if a_vec:
+        out = out.squeeze(-1 if b_vec else -2)
+    return out, 0
+
+
+if hasattr(torch.library, "register_vmap"):  # torch 2.4+; before it, torch's per-sample loop
+    torch.library.register_vmap("wsgemm::matmul", _matmul_vmap, lib=_LIB)
+
+
 def _refuse_grad(a, b, out) -> None:
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
         raise RuntimeError(
