@@ -532,6 +532,26 @@ def test_vmap_backpropagates_through_the_one_product(monkeypatch):
     assert len(core.calls) == 3  # the product, then one GEMM per gradient
 
 
+class _Linear(torch.nn.Module):
+    def forward(self, x, w, bias):
+        return wsgemm.linear(x, w, bias)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_torch_export_holds_the_op_with_a_dynamic_token_count(strict):
+    """torch.export (fake CUDA inputs): the op stays one node of the exported graph, and the
+    program takes another token count."""
+    with FakeTensorMode():
+        x, w, bias = fake_cuda((4, 8, 64)), fake_cuda((32, 64)), fake_cuda((32,))
+        tokens = torch.export.Dim("tokens", min=2, max=4096)
+        ep = torch.export.export(
+            _Linear(), (x, w, bias), dynamic_shapes=({1: tokens}, None, None), strict=strict
+        )
+        assert len(ops_in(ep.graph_module)) == 1
+        out = ep.module()(fake_cuda((4, 100, 64)), w, bias)
+    assert out.shape == (4, 100, 32) and out.dtype == F16
+
+
 # ----------------------------------------------------------------------------- errors
 
 
