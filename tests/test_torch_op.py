@@ -520,6 +520,15 @@ def test_vmap_is_one_product_with_torchs_answer(a_shape, b_shape, in_dims, monke
     assert len(core.calls) == 1
 
 
+@pytest.mark.parametrize("in_dims", [(0, None), (None, 0), (0, 0)])
+def test_vmap_refuses_a_scalar_per_sample_as_matmul_does(in_dims, monkeypatch):
+    install(monkeypatch, fast=True)
+    scalars, w = torch.randn(4).to(F16), torch.randn(4, 1, 3).to(F16)
+    a, b = (scalars, w[0] if in_dims[1] is None else w) if in_dims[0] == 0 else (w[0], scalars)
+    with pytest.raises(ValueError, match="both operands must be at least 1-D"):
+        torch.vmap(wsgemm.matmul, in_dims=in_dims)(a, b)
+
+
 def test_vmap_backpropagates_through_the_one_product(monkeypatch):
     core = install(monkeypatch, fast=True)
     a = torch.randn(6, 3, 8).to(F16).requires_grad_()

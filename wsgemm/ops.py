@@ -274,6 +274,10 @@ def _matmul_vmap(info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, 
         return _MATMUL(a, b, out_dtype, accumulate, backend), None
     a = a if a_dim is None else a.movedim(a_dim, 0)
     b = b if b_dim is None else b.movedim(b_dim, 0)
+    if min(a.dim() - (a_dim is not None), b.dim() - (b_dim is not None)) < 1:
+        a_shape = tuple(a.shape[a_dim is not None :])
+        b_shape = tuple(b.shape[b_dim is not None :])
+        raise ValueError(f"both operands must be at least 1-D, got a: {a_shape}, b: {b_shape}")
     a_vec = a.dim() - (a_dim is not None) == 1
     b_vec = b.dim() - (b_dim is not None) == 1
     a = a.unsqueeze(-2) if a_vec else a
