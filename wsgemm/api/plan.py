@@ -28,35 +28,62 @@ def _kernel_view(
 ) -> tuple[torch.Tensor, str] | None:
     """``t`` is (rows, cols, L). Return a view of the same memory with one unit-stride mode
     ("rows" or "cols" major, tried in the order of ``majors``: 0 rows, 1 cols) and 16-byte
-    multiple other strides, or None if there is none.
+    multiple other strides, or None if there is none (``_view_or_refusal`` says why).
 
     Strides of size-1 modes are meaningless, so they are chosen to fit; a broadcast batch
     (stride 0) is not TMA-addressable and returns None.
     """
+    found = _view_or_refusal(t, need_extent, majors)
+    return None if isinstance(found, str) else found
+
+
+def _view_or_refusal(
+    t: torch.Tensor, need_extent: bool, majors: tuple[int, ...]
+) -> tuple[torch.Tensor, str] | str:
+    """``_kernel_view``'s search: the view, or why there is none, from the first mode with
+    unit stride that failed (``{0}``/``{1}`` stand for the rows' and columns' names)."""
     vec = _vector(t.dtype)
     if t.data_ptr() % host.VECTOR_BYTES:
-        return None
+        return f"its address is not {host.VECTOR_BYTES}-byte aligned"
     rows, cols, batch = t.shape
+    refusal = None
     for major in majors:  # by default the K-major / row-major reading when both fit
         minor = 1 - major
         if t.shape[major] != 1 and t.stride(major) != 1:
             continue
         ld = t.stride(minor) if t.shape[minor] != 1 else _round_up(max(t.shape[major], 1), vec)
-        if ld % vec or ld == 0:
+        if ld == 0:
+            refusal = refusal or f"its {{{minor}}} mode is broadcast (stride 0)"
+            continue
+        if ld % vec:
+            refusal = refusal or f"its leading dimension, {ld} elements, is not a multiple of {vec}"
             continue
         if need_extent and t.shape[major] % vec:
+            refusal = refusal or (
+                f"cp.async kernels need its unit-stride mode in whole {host.VECTOR_BYTES}-byte "
+                "vectors"
+            )
             continue
         if batch == 1:
             bs = _round_up(ld * t.shape[minor], vec)
         else:
             bs = t.stride(2)
             if bs == 0 or bs % vec:
+                refusal = refusal or (
+                    "its batch is broadcast (stride 0)"
+                    if bs == 0
+                    else f"its batch stride, {bs} elements, is not a multiple of {vec}"
+                )
                 continue
         stride = [0, 0, bs]
         stride[major], stride[minor] = 1, ld
         view = t if tuple(stride) == t.stride() else t.as_strided(t.shape, stride)
         return view, ("rows" if major == 0 else "cols")
-    return None
+    if refusal:
+        return refusal
+    if len(majors) == 1:
+        return f"its {{{majors[0]}}} mode does not have unit stride"
+    return "neither its {0} nor its {1} mode has unit stride"
 
 
 def _padded(t: torch.Tensor, rows: int, cols: int, unit: int = 1) -> torch.Tensor:
@@ -241,68 +268,41 @@ def describe(
         else (("a", "MK"), ("b", "NK"), ("out", "MN"))
     )
     a_name, b_name, c_name = names
-    parts = []
+    said = {}
     m = d.a_mkl.shape[0]
     for (name, modes), t, view, extents in (
         (a_name, d.a_mkl, d.a_view, (m, d.k_kernel)),
         (b_name, d.b_nkl, d.b_view, (d.n_kernel, d.k_kernel)),
     ):
         if view is not None:
-            parts.append(f"{name} read in place ({modes[view[1] == 'cols']}-major)")
+            said[name] = f"{name} read in place ({modes[view[1] == 'cols']}-major)"
             continue
         unit = _copy_unit(t, need_extent)
         batch, other, width = _padded_shape(t, *extents, unit)
         size = batch * other * width * t.element_size()
-        padded = extents != tuple(t.shape[:2])
+        why = _why(t, modes, need_extent, extents != tuple(t.shape[:2]), (1, 0))
         article = "an" if modes[unit] in "MN" else "a"
-        parts.append(
+        said[name] = (
             f"{name} copied on every call into {article} {modes[unit]}-major buffer "
-            f"({_megabytes(size)}: {_why(t, modes, need_extent, padded)})"
+            f"({_megabytes(size)}: {why})"
         )
-    (name, modes) = c_name
+    name, modes = c_name
     if d.c_view is not None:
-        parts.append(f"{name} written in place ({modes[d.c_mode]}-major)")
+        said[name] = f"{name} written in place ({modes[d.c_mode]}-major)"
     else:
-        padded = d.n_kernel != d.c_mnl.shape[1]
-        parts.append(
-            f"{name} written to a temporary and copied back on every call "
-            f"({_why(d.c_mnl, modes, need_extent, padded, (d.c_mode,))})"
-        )
-    order = ("a", "b", "out")  # the caller's order, swapped or not
-    return "operands: " + "; ".join(sorted(parts, key=lambda part: order.index(part.split()[0])))
+        why = _why(d.c_mnl, modes, need_extent, d.n_kernel != d.c_mnl.shape[1], (d.c_mode,))
+        said[name] = f"{name} written to a temporary and copied back on every call ({why})"
+    return "operands: " + "; ".join(said[name] for name in ("a", "b", "out"))
+
+
+def _why(t: torch.Tensor, modes: str, need_extent: bool, padded: bool, majors) -> str:
+    """Why ``plan`` finds no kernel view of ``t`` (its (rows, cols) named ``modes``): cp.async's
+    padded extents (``padded``: ``plan`` does not look for a view), else ``_kernel_view``'s
+    own refusal."""
+    if padded:
+        return f"cp.async kernels need K (and N) in whole {host.VECTOR_BYTES}-byte vectors"
+    return _view_or_refusal(t, need_extent, majors).format(*modes)
 
 
 def _megabytes(nbytes: int) -> str:
     return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes / 1e3:.1f} kB"
-
-
-def _why(t: torch.Tensor, modes: str, need_extent: bool, padded: bool, majors=(1, 0)) -> str:
-    """Why ``_kernel_view`` finds no view of ``t`` (R, C, L) (its modes named ``modes``) with a
-    unit-stride mode among ``majors``: the first of its checks that fails, in its order, on
-    the first mode it would read along."""
-    vec = _vector(t.dtype)
-    if padded:
-        return f"cp.async kernels need K (and N) in whole {host.VECTOR_BYTES}-byte vectors"
-    if t.data_ptr() % host.VECTOR_BYTES:
-        return f"its address is not {host.VECTOR_BYTES}-byte aligned"
-    batch = t.shape[2]
-    units = [i for i in majors if t.shape[i] == 1 or t.stride(i) == 1]
-    if not units:
-        if len(majors) == 1:
-            return f"its {modes[majors[0]]} mode does not have unit stride"
-        return f"neither its {modes[0]} nor its {modes[1]} mode has unit stride"
-    major = units[0]
-    ld = t.stride(1 - major)
-    if t.shape[1 - major] != 1 and ld == 0:
-        return f"its {modes[1 - major]} mode is broadcast (stride 0)"
-    if t.shape[1 - major] != 1 and ld % vec:
-        return f"its leading dimension, {ld} elements, is not a multiple of {vec}"
-    if need_extent and t.shape[major] % vec:
-        return (
-            f"cp.async kernels need its unit-stride mode in whole {host.VECTOR_BYTES}-byte vectors"
-        )
-    if batch > 1 and t.stride(2) == 0:
-        return "its batch is broadcast (stride 0)"
-    if batch > 1 and t.stride(2) % vec:
-        return f"its batch stride, {t.stride(2)} elements, is not a multiple of {vec}"
-    return "no reason found (a bug: please report it)"
