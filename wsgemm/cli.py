@@ -236,8 +236,6 @@ def _cache(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- explain
 
-_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-
 
 def _explain(args: argparse.Namespace) -> int:
     """What ``wsgemm.matmul`` runs for one problem, as ``wsgemm.explain`` says it: for this
@@ -247,11 +245,11 @@ def _explain(args: argparse.Namespace) -> int:
     import torch
 
     from .api import dispatch
-    from .bench.layouts import Layout
+    from .bench.layouts import Layout, make_operands
     from .host.dispatch import Dispatcher, StandInDevices
+    from .support import torch_dtype
 
-    m, n, k = args.shape
-    layout = Layout(args.layout)
+    [shape] = args.shape
     if torch.cuda.is_available() and args.cc is None and args.sm_count is None:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         cc, sms, name = (props.major, props.minor), props.multi_processor_count, props.name
@@ -262,38 +260,36 @@ def _explain(args: argparse.Namespace) -> int:
             "" if args.cc or args.sm_count else " (no GPU here; --cc and --sm-count pick another)"
         )
     devices = StandInDevices(cc, sms, device_type="meta", name=name)
-    dtype = getattr(torch, _DTYPES[args.dtype])
-    lead = (args.batch,) if args.batch else ()
-
-    def operand(rows: int, cols: int, row_major: bool) -> torch.Tensor:
-        shape = (*lead, rows, cols) if row_major else (*lead, cols, rows)
-        t = torch.empty(shape, dtype=dtype, device="meta")
-        return t if row_major else t.transpose(-1, -2)
-
-    a, b = operand(m, k, layout.a_row_major), operand(k, n, layout.b_row_major)
-    out_dtype = getattr(torch, _DTYPES[args.out_dtype]) if args.out_dtype else None
-    accumulate = getattr(torch, _DTYPES[args.accumulate])
+    a, b = make_operands(
+        Layout(args.layout), shape.m, shape.n, shape.k, torch_dtype(args.dtype), "meta",
+        batch=args.batch,
+    )  # fmt: skip
+    out_dtype = torch_dtype(args.out_dtype) if args.out_dtype else None
     try:
         text = dispatch.explain(
-            Dispatcher(cache=None, devices=devices), a, b, None, out_dtype, accumulate, args.backend
-        )
+            Dispatcher(cache=None, devices=devices), a, b, None, out_dtype,
+            torch_dtype(args.accumulate), args.backend,
+        )  # fmt: skip
     except (TypeError, ValueError, RuntimeError) as exc:
         _err_console().print(f"explain: {exc}", markup=False)
         return EXIT_USAGE
-    batch = f" x {args.batch}" if args.batch else ""
-    print(f"wsgemm.matmul of {m}x{n}x{k}{batch}, {args.dtype} {args.layout}, on {where}:")
+    batch = f" x {args.batch}" if args.batch > 1 else ""
+    print(f"wsgemm.matmul of {shape.m}x{shape.n}x{shape.k}{batch}, {args.dtype} {args.layout}, "
+          f"on {where}:")  # fmt: skip
     print(text)
     return EXIT_OK
 
 
-def _shape(text: str) -> tuple[int, int, int]:
+def _one_shape(text: str):
+    from .bench.suites import parse_shapes
+
     try:
-        dims = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        dims = ()
-    if len(dims) != 3 or min(dims) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: want M,N,K, three integers >= 0")
-    return dims
+        shapes = parse_shapes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if len(shapes) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: want one shape M,N,K")
+    return shapes
 
 
 def _cc(text: str) -> tuple[int, int]:
@@ -308,8 +304,10 @@ def _cc(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .bench.layouts import LAYOUTS
     from .host.registry import BACKENDS
     from .inspection import ARCHES
+    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, short_name
 
     parser = argparse.ArgumentParser(
         prog="python -m wsgemm", description="Warp-specialized GEMM kernels in CuTe DSL."
@@ -363,14 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="which kernel, tile, split and operand copies wsgemm.matmul runs for a shape, and "
         "why (no GPU needed)",
     )
-    p.add_argument("--shape", type=_shape, required=True, help="M,N,K of C (M, N) = A (M, K) B")
-    p.add_argument("--batch", type=bench_cli.bounded_int(1), help="a batch of this many")
-    p.add_argument("--layout", default="TN", choices=("TN", "NN", "NT", "TT"),
+    p.add_argument("--shape", type=_one_shape, required=True, help="M,N,K of C (M, N) = A (M, K) B")
+    p.add_argument("--batch", type=bench_cli.bounded_int(1), default=1, help="a batch of this many")
+    p.add_argument("--layout", default="TN", choices=LAYOUTS,
                    help="operand storage, BLAS letters for A then B: T row-major, N column-major "
                    "(default TN: x @ W.T)")  # fmt: skip
-    p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
-    p.add_argument("--out-dtype", choices=("fp16", "bf16", "fp32"), help="default: --dtype")
-    p.add_argument("--accumulate", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--dtype", default="fp16", choices=[short_name(d) for d in AB_DTYPES])
+    p.add_argument(
+        "--out-dtype", choices=[short_name(d) for d in C_DTYPES], help="default: --dtype"
+    )
+    p.add_argument("--accumulate", default="fp32", choices=[short_name(d) for d in ACC_DTYPES])
     p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
     p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
