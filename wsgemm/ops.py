@@ -274,21 +274,17 @@ def _matmul_vmap(info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, 
         return _MATMUL(a, b, out_dtype, accumulate, backend), None
     a = a if a_dim is None else a.movedim(a_dim, 0)
     b = b if b_dim is None else b.movedim(b_dim, 0)
-    if min(a.dim() - (a_dim is not None), b.dim() - (b_dim is not None)) < 1:
-        a_shape = tuple(a.shape[a_dim is not None :])
-        b_shape = tuple(b.shape[b_dim is not None :])
-        raise ValueError(f"both operands must be at least 1-D, got a: {a_shape}, b: {b_shape}")
-    a_vec = a.dim() - (a_dim is not None) == 1
-    b_vec = b.dim() - (b_dim is not None) == 1
+    a_lead, b_lead = int(a_dim is not None), int(b_dim is not None)  # the mapped dimension
+    result_shape(a.shape[a_lead:], b.shape[b_lead:])  # a sample's shapes, as torch.matmul's
+    a_vec, b_vec = a.dim() - a_lead == 1, b.dim() - b_lead == 1
     a = a.unsqueeze(-2) if a_vec else a
     b = b.unsqueeze(-1) if b_vec else b
-    # the per-sample batch dimensions of each operand
-    a_batch = a.dim() - 2 - (a_dim is not None)
-    b_batch = b.dim() - 2 - (b_dim is not None)
+    # each operand's per-sample batch dimensions, the mapped ones padded to the same count
+    a_batch, b_batch = a.dim() - 2 - a_lead, b.dim() - 2 - b_lead
     rank = max(a_batch, b_batch)
-    if a_dim is not None:
+    if a_lead:
         a = a.reshape(a.shape[0], *(1,) * (rank - a_batch), *a.shape[1:])
-    if b_dim is not None:
+    if b_lead:
         b = b.reshape(b.shape[0], *(1,) * (rank - b_batch), *b.shape[1:])
     out = _MATMUL(a, b, out_dtype, accumulate, backend)  # (vmapped, *batch, M, N)
     if b_vec:
