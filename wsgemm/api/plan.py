@@ -97,8 +97,10 @@ def _padded(t: torch.Tensor, rows: int, cols: int, unit: int = 1) -> torch.Tenso
     other = 1 - unit
     shape = _padded_shape(t, rows, cols, unit)
     buf = torch.empty(shape, dtype=t.dtype, device=t.device)
-    buf[:, have[other] :, :].zero_()
-    buf[:, : have[other], have[unit] :].zero_()
+    if have[other] < shape[1]:  # rows past R (cp.async's padded N): zero
+        buf[:, have[other] :, :].zero_()
+    if have[unit] < shape[2]:  # the leading dimension's padding: zero
+        buf[:, : have[other], have[unit] :].zero_()
     buf[:, : have[other], : have[unit]].copy_(t.permute(2, other, unit))
     view = buf[:, :, : ext[unit]]
     return view.permute(1, 2, 0) if unit == 1 else view.permute(2, 1, 0)
@@ -174,7 +176,7 @@ class Launch:
             self.copy_back.copy_(self.c[:, :n])
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Decision:
     """What ``plan`` does with each operand of a call: the kernel view of A, B and C where one
     exists (``_kernel_view``'s answer), else None (A or B is copied, C goes through a
