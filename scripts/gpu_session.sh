@@ -48,7 +48,7 @@ fi
 if has checks; then
   # docs/perf.md entry 21: what was built without a GPU, checked in one go
   timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
-    tests/test_gpu_autotune.py tests/test_gpu_trace.py tests/test_gpu_swap_ab.py 2>&1 \
+    tests/gpu/test_gpu_autotune.py tests/gpu/test_gpu_trace.py tests/gpu/test_gpu_swap_ab.py 2>&1 \
     | tee "$OUT/checks.log" | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   for b in sm90 sm90-pingpong; do
     timeout 120 python3 -m wsgemm trace --shape 4096,4096,4096 --backend $b --out /tmp/tr_$b \
@@ -62,7 +62,7 @@ if has streamk; then
   # docs/perf.md entry 26: stream-K, built without a GPU, checked in one go
   python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -1 "$OUT/warm.log"
   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
-    tests/test_gpu_stream_k.py 2>&1 | tee "$OUT/stream_k.log" \
+    tests/gpu/test_gpu_stream_k.py 2>&1 | tee "$OUT/stream_k.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   python3 scripts/sanitize_auto.py --stream-k 2>&1 | tail -2  # compiles outside the sanitizer
   for tool in memcheck racecheck; do  # initcheck: its own step
@@ -85,7 +85,7 @@ if has wavefit; then
     and not e.config.get('stream_k'))), jobs=15)" > "$OUT/warm_dropped.log" 2>&1 \
     || { echo "warm of the dropped tiles failed:"; tail -3 "$OUT/warm_dropped.log"; }
   timeout 180 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
-    tests/test_gpu_correctness.py -k menu_entry 2>&1 | tee "$OUT/wavefit.log" \
+    tests/gpu/test_gpu_correctness.py -k menu_entry 2>&1 | tee "$OUT/wavefit.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   echo "wavefit done at $((SECONDS - start)) s"
 fi

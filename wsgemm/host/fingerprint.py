@@ -33,7 +33,7 @@ from pathlib import Path
 
 # CUTE_DSL_* settings the DSL (4.8.1) declares ``affects_compile=False``: logging, dumps, its own
 # caches, warnings. Any other CUTE_DSL_* variable, including one a later DSL adds, is keyed:
-# over-keying costs a recompile, under-keying a stale kernel (tests/test_cache.py checks this
+# over-keying costs a recompile, under-keying a stale kernel (tests/host/test_cache.py checks this
 # list against the DSL's declaration).
 NO_CODE = frozenset(
     f"CUTE_DSL_{name}"

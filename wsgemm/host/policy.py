@@ -46,7 +46,7 @@ walks k-tiles in ascending order and each k-tile's 16-deep WGMMA k-steps in asce
 from zeroed accumulators, so every entry issues the same sequence of k16 steps whatever its
 tile_k (a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
 element, never in the order of its sum.
-``tests/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
+``tests/host/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
 
 Pure Python on purpose: importing this module imports neither torch nor the DSL. An entry is a
 backend name and a dict of its config's fields; ``MenuEntry.variant_config`` builds the kernel's

@@ -82,7 +82,7 @@ def shipped_backends(family: str | None = None) -> tuple[str, ...]:
 
 # The cp.async kernels (the sm80 family) copy whole 16-byte vectors; TMA kernels (sm90) zero-fill
 # partial boxes. Told by the family rather than the kernel class's ``needs_vector_extent``, so a
-# call whose kernel is in the disk cache never imports the DSL (tests/test_cold_start.py checks
+# call whose kernel is in the disk cache never imports the DSL (tests/host/test_cold_start.py checks
 # that the two agree for every backend).
 _VECTOR_EXTENT_FAMILIES = frozenset({"sm80"})
 

@@ -4,7 +4,7 @@ trace buffer, in the layout of ``trace_format``.
 A kernel built with ``trace=True`` takes the buffer as a trailing launch argument of its
 ``traced`` entry; built without, every hook here is handed ``None`` and emits nothing (each one
 checks at trace time, ``const_expr``), so the untraced kernel's code is the same as with the
-hooks deleted (``tests/test_trace_kernels.py`` compiles both and compares).
+hooks deleted (``tests/trace/test_trace_kernels.py`` compiles both and compares).
 
 Hooks, one statement each at an event point of a role:
 
@@ -312,7 +312,7 @@ def _lane0(v) -> Int32:
 
 
 # Where each lanes path writes its staged events: offsets from the recorder's count when the
-# path began (the same arithmetic, plain ints, in tests/test_trace_lanes.py's model).
+# path began (the same arithmetic, plain ints, in tests/trace/test_trace_lanes.py's model).
 
 
 def last_window(count):

@@ -142,7 +142,7 @@ class Sm90Config:
             )
         if not self.pingpong and self.tile_m * self.tile_n > 256 * 160:
             # Two warpgroups hold the tile: 160 fp32 accumulators per thread at most (256x160
-            # compiles spill-free in every variant, tests/test_policy.py's sweep).
+            # compiles spill-free in every variant, tests/host/test_policy.py's sweep).
             raise ValueError(
                 f"cooperative tile {self.tile_m}x{self.tile_n} is too large: two warpgroups "
                 "hold it, so tile_m * tile_n must be <= 40960"

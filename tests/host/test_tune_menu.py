@@ -13,7 +13,7 @@ from wsgemm.bench import suites
 from wsgemm.host import policy
 
 _spec = importlib.util.spec_from_file_location(
-    "tune_menu", Path(__file__).parent.parent / "scripts" / "tune_menu.py"
+    "tune_menu", Path(__file__).parents[2] / "scripts" / "tune_menu.py"
 )
 tune_menu = importlib.util.module_from_spec(_spec)
 sys.modules["tune_menu"] = tune_menu  # its dataclasses look their module up while defined
@@ -92,7 +92,7 @@ def test_dry_run_prints_the_plan(capsys):
 def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path, capsys):
     """--merge: the CSV's shapes replace the table's points of the same labels, from the rows of
     menu entries only; the other points stay; what it writes loads as a policy table."""
-    repo = Path(__file__).parent.parent
+    repo = Path(__file__).parents[2]
     source = repo / "docs" / "data" / "tune_menu_midsize_2026-12-01g.csv"
     shipped = repo / "wsgemm" / "host" / "data" / "sm90_h200.json"
     table = tmp_path / "sm90_h200.json"

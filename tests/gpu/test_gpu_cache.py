@@ -21,7 +21,7 @@ import wsgemm
 from wsgemm.host import COMPILE_CACHE, cache
 
 pytestmark = pytest.mark.gpu
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 M, N, K = 257, 383, 129  # ragged: no tile divides them
 
 

@@ -23,8 +23,8 @@ from wsgemm.bench.hardware import peak_tflops
 from wsgemm.bench.measure import Estimate, Sample
 from wsgemm.bench.suites import Shape
 
-FIXTURE = Path(__file__).parent / "data" / "bench_h200.json"
-COMMITTED = sorted((Path(__file__).parents[1] / "docs" / "data").glob("*.json"))
+FIXTURE = Path(__file__).parents[1] / "data" / "bench_h200.json"
+COMMITTED = sorted((Path(__file__).parents[2] / "docs" / "data").glob("*.json"))
 SHAPES = [Shape(64, 96, 128, label="64x96x128", group="custom"), Shape(33, 65, 17, group="ragged")]
 OPTIONS = runner.Options(dtype="fp16", accumulate="fp32", layout="TN", rounds=4, target_ms=2.0)
 

@@ -11,7 +11,7 @@ import torch
 
 from wsgemm.bench import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse(*argv):

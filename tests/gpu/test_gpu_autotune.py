@@ -1,7 +1,7 @@
 """WSGEMM_AUTOTUNE on the GPU: the tuned call is right, its choice is stored and read back by a
 new dispatcher without timing, every candidate it timed was a real kernel, and a call captured
 in a CUDA graph neither tunes nor allocates (the policy's choice runs). CPU tests of the same
-logic: tests/test_autotune.py."""
+logic: tests/host/test_autotune.py."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
 """Stream-K inside the sm90 kernel, on the GPU (``Sm90Config.stream_k``; the schedule is
-``kernels.common.scheduler``'s, modelled on the host in ``tests/test_scheduler.py``): forced
+``kernels.common.scheduler``'s, modelled on the host in ``tests/kernels/test_scheduler.py``): forced
 through ``api.matmul(..., config=...)`` against the fp64 reference with the suite's tolerance,
 outputs poisoned first, on shapes whose grids leave a partial wave (stream-K's case), fewer
 tiles than SMs, one k-tile, ragged M/N/K, batches and every layout; then bitwise determinism

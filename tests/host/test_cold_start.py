@@ -17,7 +17,7 @@ import pytest
 from wsgemm.host import BACKENDS, cache, disk, fingerprint, library, needs_vector_extent
 from wsgemm.host.registry import Variant
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 V1 = Variant("sm80-multistage", "sm_80")
 # the address entry's run-time arguments (kernels/common/address.py) and the one default
 LAUNCH = (

@@ -102,8 +102,8 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(disk, "link_library", fake_load_library)
     # no C compiler driver in this world (``linking_world`` has one)
     monkeypatch.setattr(library, "why_not_linkable", lambda: "no linker in the test world")
-    # a linked stand-in is no kernel: the launch-defaults wrapper (tests/test_compile_sass.py
-    # checks it on a real one) would hide what was linked
+    # a linked stand-in is no kernel: the launch-defaults wrapper
+    # (tests/kernels/test_compile_sass.py checks it on a real one) would hide what was linked
     monkeypatch.setattr(cache, "wrap_launch", lambda fn, launch: fn)
     cache.reset()
     yield w

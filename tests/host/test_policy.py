@@ -435,7 +435,7 @@ NEW_TILES = (
 )
 def test_a_new_tile_compiles_spill_free_for_sm_90a(name, majors, hgmma):
     """A menu entry and the new tiles: that a tile builds spill-free is what a CPU can say of
-    it (its epilogue mapping: tests/test_sm90_static.py; its results: the GPU tests)."""
+    it (its epilogue mapping: tests/kernels/test_sm90_static.py; its results: the GPU tests)."""
     from wsgemm import inspection
 
     e = policy.entry(name)

@@ -30,7 +30,7 @@ from wsgemm.timeline import summary as summary_module
 from wsgemm.timeline.chrome import INSTANTS
 from wsgemm.timeline.decode import SPAN_NAMES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = sorted((REPO / "tests" / "data").glob("trace_*.npz"))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
