@@ -111,6 +111,19 @@ def instructions(sass: str) -> list[str]:
     return [m.group(1) for m in map(_SASS_FULL.search, sass.splitlines()) if m]
 
 
+def instruction_digest(sass: str) -> str:
+    """sha256 of a kernel's instruction stream (``instructions``), its function names replaced
+    by placeholders: two builds with the same digest issue the same instructions, whatever
+    their kernels are called (a refactor that moves a kernel's code renames its symbols)."""
+    import hashlib
+
+    names = sorted({m.group(1) for m in map(_SASS_FUNC.match, sass.splitlines()) if m}, key=len)
+    text = "\n".join(instructions(sass))
+    for i, name in enumerate(reversed(names)):  # longest first: no name inside another's
+        text = text.replace(name, f"<fn{i}>")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def opcodes(sass: str) -> list[str]:
     """The full opcode (modifiers included, e.g. ``HMMA.16816.F32``) of every instruction."""
     return [re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].rstrip(";") for i in instructions(sass)]
