@@ -1,5 +1,5 @@
 """Synthetic raw traces for the CPU tests of ``wsgemm.timeline``, in exactly the format the
-kernels write (``wsgemm/kernels/common/trace_format.py``).
+kernels write (``wsgemm/trace_format.py``).
 
 ``pingpong_run()`` simulates a persistent sm90 ping-pong call: 2 CTAs on 2 SMs, each a producer
 warp and two consumer warpgroups over a ``stages``-deep ring; the producer fills stage
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import (
+from wsgemm.trace_format import (
     EVENT_WORDS,
     HEADER_FIELDS,
     HEADER_WORDS,

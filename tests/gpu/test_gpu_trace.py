@@ -15,7 +15,7 @@ from operands import assert_within_torch_error, make
 import wsgemm
 from wsgemm import timeline
 from wsgemm.api.tracing import record
-from wsgemm.kernels.common.trace_format import Event, RawTrace
+from wsgemm.trace_format import Event, RawTrace
 
 pytestmark = pytest.mark.gpu
 

@@ -28,7 +28,7 @@ from wsgemm import host, sass, timeline
 from wsgemm import inspection as insp
 from wsgemm.host import tracing
 from wsgemm.kernels.common.address import SIZE_AND_STRIDE_NAMES
-from wsgemm.kernels.common.trace_format import (
+from wsgemm.trace_format import (
     EVENT_WORDS,
     HEADER_FIELDS,
     HEADER_WORDS,

@@ -21,7 +21,7 @@ import pytest
 
 from wsgemm import timeline
 from wsgemm.kernels.common import trace
-from wsgemm.kernels.common.trace_format import (
+from wsgemm.trace_format import (
     EVENT_WORDS,
     HEADER_FIELDS,
     HEADER_WORDS,

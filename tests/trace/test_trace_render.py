@@ -24,11 +24,11 @@ from trace_fixture import (
 )
 
 from wsgemm import cli, trace_cli
-from wsgemm.kernels.common.trace_format import Event, RawTrace, Timer
 from wsgemm.timeline import Timeline, check, decode
 from wsgemm.timeline import summary as summary_module
 from wsgemm.timeline.chrome import INSTANTS
 from wsgemm.timeline.decode import SPAN_NAMES
+from wsgemm.trace_format import Event, RawTrace, Timer
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = sorted((REPO / "tests" / "data").glob("trace_*.npz"))

@@ -22,7 +22,7 @@ from ..host import tracing as host_tracing
 from ..host.dispatch import DISPATCHER
 from ..host.workspace import split_buffer_sizes, split_launcher
 from ..kernels.common.trace import timer_for
-from ..kernels.common.trace_format import HEADER_FIELDS, RawTrace
+from ..trace_format import HEADER_FIELDS, RawTrace
 from .dispatch import kernel_views
 from .plan import batched
 from .validate import validate

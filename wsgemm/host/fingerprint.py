@@ -55,9 +55,9 @@ def _package_root() -> Path:
 def _source_digest() -> str:
     h = hashlib.sha256()
     root = _package_root()
-    # the kernels, the host code that compiles them, and the rules module both import
+    # the kernels, the host code that compiles them, and the leaf modules the kernels import
     paths = [p for sub in ("kernels", "host") for p in sorted((root / sub).rglob("*.py"))]
-    for path in [*paths, root / "support.py"]:
+    for path in [*paths, root / "support.py", root / "trace_format.py"]:
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()

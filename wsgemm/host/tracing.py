@@ -1,6 +1,6 @@
 """Traced kernels on the host side (issue #13): how big the trace buffer is, and compiling a
 kernel's traced variant. The call that records (validation, launch, timing) is
-``wsgemm.api.tracing.record``; the buffer's layout is ``wsgemm.kernels.common.trace_format``.
+``wsgemm.api.tracing.record``; the buffer's layout is ``wsgemm.trace_format``.
 
 Which CTAs record, and how many events each row holds (``plan_trace``):
 
@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..kernels.common.trace_format import EVENT_WORDS, HEADER_WORDS
 from ..support import WARP_SIZE, cutlass_dtype
+from ..trace_format import EVENT_WORDS, HEADER_WORDS
 from .registry import BACKENDS, Variant
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Per-role timelines of one traced GEMM call (issue #13): ``wsgemm.trace(a, b)`` and
 ``python -m wsgemm trace``. docs/trace.md says how to read them.
 
-A traced kernel writes a raw buffer (``wsgemm/kernels/common/trace_format.py``); this package
+A traced kernel writes a raw buffer (``wsgemm/trace_format.py``); this package
 reads it, on the GPU host or anywhere else from a saved ``.npz``:
 
 * ``decode``: the buffer as numpy tables of recorders, events and spans, on one ns clock;

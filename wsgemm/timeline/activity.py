@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import Event
+from wsgemm.trace_format import Event
 
 from .decode import SPAN_NAMES, Decoded
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import Event, RawTrace, Role
+from wsgemm.trace_format import Event, RawTrace, Role
 
 from .decode import Decoded, decode, recorder_label
 

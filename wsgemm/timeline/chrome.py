@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import Event
+from wsgemm.trace_format import Event
 
 from .decode import SPAN_NAMES, Decoded, recorder_label, role_name
 

@@ -1,4 +1,4 @@
-"""A raw trace buffer (``kernels/common/trace_format.py``) as numpy tables: recorders, events,
+"""A raw trace buffer (``trace_format.py``) as numpy tables: recorders, events,
 spans.
 
 Everything is vectorized over the whole buffer (a persistent 4096^3 call records ~10^6 events):
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import (
+from wsgemm.trace_format import (
     EVENT_FIELDS,
     EVENT_WORDS,
     HEADER_FIELDS,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import Event, Role
+from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, COLORS, paint
 from .decode import Decoded, role_name

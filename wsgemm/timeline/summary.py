@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsgemm.kernels.common.trace_format import Event, Role
+from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, exclusive_time, mainloop_intervals, sweep
 from .decode import SPAN_NAMES, Decoded

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from wsgemm.kernels.common.trace_format import RawTrace
+from wsgemm.trace_format import RawTrace
 
 from . import chrome, plot, summary
 from .checks import check

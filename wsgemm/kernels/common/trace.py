@@ -46,14 +46,14 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
-from wsgemm.kernels.common.trace_format import (
+from wsgemm.support import WARP_SIZE, arch_major
+from wsgemm.trace_format import (
     EVENT_WORDS,
     HEADER_FIELDS,
     HEADER_WORDS,
     Event,
     Timer,
 )
-from wsgemm.support import WARP_SIZE, arch_major
 
 __all__ = [
     "EVENT_GROUPS",

@@ -7,7 +7,6 @@ import cutlass.cute as cute
 from cutlass.memory import SmemAllocator
 
 from wsgemm.kernels.common import trace
-from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     Sm80Config,
@@ -18,6 +17,7 @@ from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
 from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
 from wsgemm.support import WARP_SIZE
+from wsgemm.trace_format import Event, Role
 
 __all__ = ["Sm80MultistageGemm"]
 

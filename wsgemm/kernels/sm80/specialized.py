@@ -10,7 +10,6 @@ from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.budget import barrier_bytes
 from wsgemm.kernels.common.pipeline import CpAsyncPipeline
-from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
     HANDOFF_CONSUMER_REGISTERS,
@@ -22,6 +21,7 @@ from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
 from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
 from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP, has_mbarrier_try_wait
+from wsgemm.trace_format import Event, Role
 
 __all__ = ["Sm80WsGemm"]
 

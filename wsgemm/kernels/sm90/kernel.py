@@ -23,7 +23,6 @@ from wsgemm.kernels.common.scheduler import (
     stream_k_layout,
 )
 from wsgemm.kernels.common.trace import TraceKnobs
-from wsgemm.kernels.common.trace_format import Event, Role
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
@@ -49,6 +48,7 @@ from wsgemm.support import (
     check_dtypes,
 )
 from wsgemm.support import BarrierId as _Barrier
+from wsgemm.trace_format import Event, Role
 
 __all__ = ["RECORDERS_PER_CTA", "Sm90Gemm", "epilogue_subtile_order", "mainloop_arrive_terms"]
 
