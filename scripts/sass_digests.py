@@ -27,10 +27,18 @@ def digest(variant) -> tuple[str, str]:
     return variant.key(), sass.instruction_digest(r.sass_text)
 
 
-def menu_variants() -> list:
+def menu_variants(one_per_entry: bool = False) -> list:
+    """Every menu variant, or the first of each entry's and split variant's (its fp16, K-major
+    one): a quick check."""
     from wsgemm.host import policy
 
-    return policy.menu_variants()
+    variants = policy.menu_variants()
+    if not one_per_entry:
+        return variants
+    first: dict = {}
+    for v in variants:
+        first.setdefault((v.backend, v.config), v)
+    return list(first.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", metavar="JSON")
     mode.add_argument("--check", metavar="JSON")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--one-per-entry", action="store_true", help="one variant of each entry")
     args = p.parse_args(argv)
-    variants = menu_variants()
+    variants = menu_variants(args.one_per_entry)
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
         got = dict(pool.map(digest, variants))
@@ -52,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with open(args.check) as f:
         want = json.load(f)
-    differ = sorted(k for k in got if want.get(k) != got[k])
+    missing = sorted(k for k in got if k not in want)
+    if missing:
+        print(f"not recorded: {missing}")
+        return 2
+    differ = sorted(k for k in got if want[k] != got[k])
     for key in differ:
         print(f"differs: {key}")
     print(f"{len(got) - len(differ)} of {len(got)} variants issue the recorded instructions")
