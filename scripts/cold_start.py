@@ -49,7 +49,7 @@ def child(size: int, stand_in: bool, object_form: bool) -> dict:
     t1 = time.perf_counter()
     matmul = wsgemm.matmul
     t2 = time.perf_counter()
-    from wsgemm.host import cache, disk
+    from wsgemm.host.compiling import cache, disk
 
     loads = []
     load_or_compile = cache.CompileCache._load_or_compile
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args.size, args.stand_in, args.object)))
         return 0
     if args.fill:  # the stand-in's kernel: a compiled-in-process one refuses CPU tensors otherwise
-        from wsgemm.host import cache
+        from wsgemm.host.compiling import cache
         from wsgemm.host.registry import Variant
 
         print(cache.ensure_on_disk(Variant("sm90", "sm_90a")))

@@ -28,7 +28,7 @@ import torch
 
 import wsgemm
 from wsgemm import api
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 
 SHAPES = (
     (16, 4096, 14336),

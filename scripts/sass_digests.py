@@ -30,7 +30,7 @@ def digest(variant) -> tuple[str, str]:
 def menu_variants(one_per_entry: bool = False) -> list:
     """Every menu variant, or the first of each entry's and split variant's (its fp16, K-major
     one): a quick check."""
-    from wsgemm.host import policy
+    from wsgemm.host.choosing import policy
 
     variants = policy.menu_variants()
     if not one_per_entry:

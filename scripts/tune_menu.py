@@ -4,15 +4,16 @@
     source .gpu/p2/install.sh            # on the H200 host
     PYTHONPATH=$PWD python scripts/tune_menu.py --out "$OUT"
 
-Writes into ``--out``: ``sm90_<gpu>.json`` (the table ``wsgemm.host.policy`` reads: copy it to
-``wsgemm/host/data/`` to ship it), ``tune_menu.csv`` (every candidate on every shape),
-``tune_menu.log`` (what was printed). Both data files are rewritten after every shape, so a run
-cut short still leaves what it measured.
+Writes into ``--out``: ``sm90_<gpu>.json`` (the table ``host.choosing.policy`` reads: copy
+it to ``wsgemm/host/choosing/data/`` to ship it), ``tune_menu.csv`` (every candidate on every
+shape), ``tune_menu.log`` (what was printed). Both data files are rewritten after every shape,
+so a run cut short still leaves what it measured.
 
 A partial re-tune (some suites or token counts, or dropped entries promoted to the menu since)
 goes into the shipped table without a GPU:
 
-    python scripts/tune_menu.py --merge tune_menu.csv --into wsgemm/host/data/sm90_h200.json
+    python scripts/tune_menu.py --merge tune_menu.csv \
+        --into wsgemm/host/choosing/data/sm90_h200.json
 
 rebuilds the CSV's shapes as table points from the rows of today's ``policy.MENU`` and replaces
 the table's points of the same labels (the others stay), noting the CSV in the table's source.
@@ -22,7 +23,7 @@ in the layout its suite names, e.g. the midsize suite's NT rows with an M-major 
 B, each operand's leading dimension padded to 16 bytes as the API's copy would), fp32
 accumulate, fp16 out. For
 each shape, decode-sized first: the candidates are each menu entry that fits the shape with each
-split ``host.policy.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
+split ``policy.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
 and cuBLAS is checked against an fp32 reference (``wsgemm.bench.check``; a wrong one is reported
 and never timed), then all are timed in ``--rounds`` rounds, each round every one once in an order
 rotated per round, each timing the median of ``--reps`` calls, each after an L2 flush
@@ -51,7 +52,7 @@ from pathlib import Path
 
 from wsgemm import host
 from wsgemm.bench import suites
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 
 TOKENS = (1, 16, 64, 128, 256, 1024, 4096, 16384)
 SUITES = ("llm", "midsize")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from wsgemm import cli, inspection
-from wsgemm.host import cache, disk, fingerprint, warming
+from wsgemm.host.compiling import cache, disk, fingerprint, warming
 
 REPO = Path(__file__).resolve().parents[1]
 FP = "fedcba9876543210"
@@ -90,7 +90,7 @@ def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
     """For sm_90a, warm's sm90 variants are the policy's menu (policy.menu_variants): the
     shipped two backends plus the other entries, 36 variants each, the entries that split
     24 more each (their split-K variant, fp32 accumulators), and nothing else."""
-    from wsgemm.host import policy
+    from wsgemm.host.choosing import policy
 
     _, _, compiled = stand_in
     code, _, err = run(capsys, "warm", "--arch", "sm_90a", "--backend", "sm90-pingpong",
@@ -198,7 +198,7 @@ def test_workers_end_when_the_parent_is_killed(tmp_path):
         textwrap.dedent("""
         import multiprocessing, os, time
         from concurrent.futures import ProcessPoolExecutor
-        from wsgemm.host.warming import _end_with_parent
+        from wsgemm.host.compiling.warming import _end_with_parent
 
         if __name__ == "__main__":
             pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
@@ -244,7 +244,7 @@ def test_cache_info_and_clear(stand_in, capsys):
     assert f"{FP}    36 entries" in out and "(this environment)" in out
     assert "total        36 entries" in out
     assert "autotune     0 tuned choice(s) for 0 GPU model(s)" in out
-    from wsgemm.host import autotune
+    from wsgemm.host.choosing import autotune
 
     autotune.TunedStore(root).put("NVIDIA H100 PCIe", 114, "m16-n64-k64-b1", "sm90", 1, {})
     code, out, _ = run(capsys, "cache", "info")
@@ -384,7 +384,7 @@ class _Fixed:
 def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(capsys, monkeypatch):
     import torch
 
-    from wsgemm.host import policy
+    from wsgemm.host.choosing import policy
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a GPU-less machine
     code, out, err = run(capsys, "explain", "--shape", "608,3263,4259", "--layout", "TT")

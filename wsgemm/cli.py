@@ -99,7 +99,7 @@ def _local_arch() -> tuple[str | None, str]:
 
 def _warm(args: argparse.Namespace) -> int:
     from . import inspection as insp
-    from .host import cache, disk, warming
+    from .host.compiling import cache, disk, warming
 
     console = _err_console()
     arch = args.arch
@@ -187,13 +187,13 @@ def _warm_summary(console, outcomes, seconds: float, folder) -> int:
 def _cache(args: argparse.Namespace) -> int:
     import datetime
 
-    from .host import disk
+    from .host.compiling import disk
 
     where = disk.location()
     if where.root is None:
         print(f"cache: {where.why_not}")
         return EXIT_OK if args.action == "info" else EXIT_USAGE
-    from .host import autotune
+    from .host.choosing import autotune
 
     if args.action == "clear":
         folders, size = disk.clear(where.root)
@@ -201,7 +201,7 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"cache: removed {folders} folder(s), {size / 1e6:.1f} MB from {where.root}"
               + (f", and {tuned} file(s) of tuned choices" if tuned else ""))  # fmt: skip
         return EXIT_OK
-    from .host.fingerprint import fingerprint, toolchain
+    from .host.compiling.fingerprint import fingerprint, toolchain
 
     current = fingerprint()
     facts = toolchain()

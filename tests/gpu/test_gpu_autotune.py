@@ -8,7 +8,7 @@ import torch
 from operands import assert_within_torch_error
 
 from wsgemm.api import DISPATCHER, Dispatcher, dispatch
-from wsgemm.host import autotune
+from wsgemm.host.choosing import autotune
 
 pytestmark = pytest.mark.gpu
 

@@ -18,7 +18,8 @@ import torch
 from operands import assert_within_torch_error
 
 import wsgemm
-from wsgemm.host import COMPILE_CACHE, cache
+from wsgemm.host import COMPILE_CACHE
+from wsgemm.host.compiling import cache
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import torch
 from operands import assert_within_torch_error, fp32_accumulation_bound, make
 
 import wsgemm
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 
 pytestmark = pytest.mark.gpu
 

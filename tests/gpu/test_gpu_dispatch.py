@@ -9,7 +9,7 @@ from operands import assert_within_torch_error
 
 import wsgemm
 from wsgemm.api import DISPATCHER, Dispatcher, dispatch
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 
 pytestmark = pytest.mark.gpu
 

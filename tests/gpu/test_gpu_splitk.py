@@ -15,7 +15,7 @@ import torch
 from operands import assert_within_torch_error, fp32_accumulation_bound, make
 
 from wsgemm import api
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 from wsgemm.kernels.sm90.config import Sm90Config
 
 pytestmark = pytest.mark.gpu

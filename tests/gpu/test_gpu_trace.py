@@ -67,7 +67,7 @@ def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
 def test_a_split_k_call_traces_its_units_and_fix_ups(name, shape, split):
     import dataclasses
 
-    from wsgemm.host import policy
+    from wsgemm.host.choosing import policy
 
     _needs("sm90")
     e = policy.entry(name)

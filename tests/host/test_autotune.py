@@ -11,7 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from wsgemm.api import Dispatcher, dispatch
-from wsgemm.host import autotune, policy
+from wsgemm.host.choosing import autotune, policy
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32

@@ -1,4 +1,4 @@
-"""The on-disk compile cache (wsgemm/host/disk.py, cache.py) on the CPU: hits, misses, every
+"""The on-disk compile cache (host/compiling/disk.py, cache.py) on the CPU: hits, misses, every
 kind of bad entry, crash markers, ownership and permission checks, degraded caches, locks,
 pruning. A stand-in replaces the compiler and the linker (a real round trip is the last test),
 so these run in well under a second each."""
@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 
-from wsgemm.host import cache, disk, fingerprint, library
-from wsgemm.host.calls import KernelCall
+from wsgemm.host.compiling import cache, disk, files, fingerprint, library
+from wsgemm.host.compiling.calls import KernelCall
 from wsgemm.host.registry import Variant
 
 FP = "0123456789abcdef"
@@ -660,11 +660,11 @@ def test_clear_removes_only_the_caches_folders(world):
 
 def test_private_copy_holds_exactly_the_bytes_and_leaves_nothing(monkeypatch):
     payload = os.urandom(100_000)
-    with disk.private_copy(payload) as path:
+    with files.private_copy(payload) as path:
         with open(path, "rb") as f:
             assert f.read() == payload
     monkeypatch.delattr(os, "memfd_create")
-    with disk.private_copy(payload) as path:
+    with files.private_copy(payload) as path:
         assert os.stat(path).st_mode & 0o777 == 0o600
         with open(path, "rb") as f:
             assert f.read() == payload

@@ -1,4 +1,4 @@
-"""The address entry's host side (``wsgemm.host.calls``) on the CPU: a stand-in for a compiled
+"""The address entry's host side (``host.compiling.calls``) on the CPU: a stand-in for a compiled
 ``by_address`` function that reads its operands from raw memory at the addresses it is given,
 with the sizes and strides it is given. A launcher bound at a signature's first call must then
 compute the right product for later tensors at other addresses, through every layout, offset,
@@ -13,9 +13,9 @@ from operands import make
 from test_dispatch import LAYOUTS, force_split, matmul, reference
 
 from wsgemm.api import Dispatcher
-from wsgemm.host import cache as compile_cache
-from wsgemm.host.calls import KernelCall, token
-from wsgemm.host.compile import operand_majors
+from wsgemm.host.compiling import cache as compile_cache
+from wsgemm.host.compiling.calls import KernelCall, token
+from wsgemm.host.compiling.compile import operand_majors
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32
@@ -144,7 +144,7 @@ def test_the_token_holds_no_memory_and_is_made_once_per_device():
 
 def test_a_bound_loaded_kernel_is_called_with_every_argument_and_no_keyword_wrapper():
     from wsgemm import host
-    from wsgemm.host.compile import wrap_launch
+    from wsgemm.host.compiling.compile import wrap_launch
 
     got = []
     raw = lambda *args: got.append(args)  # noqa: E731  (a loaded function: positional only)

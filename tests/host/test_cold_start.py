@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from wsgemm.host import BACKENDS, cache, disk, fingerprint, library, needs_vector_extent
+from wsgemm.host import BACKENDS, needs_vector_extent
+from wsgemm.host.compiling import cache, disk, fingerprint, library
 from wsgemm.host.registry import Variant
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ _LOAD = """
     import sys, warnings
     import torch
     from wsgemm.api import dispatch
-    from wsgemm.host import cache, disk
+    from wsgemm.host.compiling import cache, disk
     from wsgemm.host.dispatch import Dispatcher, StandInDevices
     from wsgemm.host.registry import Variant
 
@@ -171,7 +172,7 @@ def test_the_fingerprint_is_the_same_before_and_after_the_dsl_is_imported():
     pytest.importorskip("cutlass")
     code = """
         import sys
-        from wsgemm.host import fingerprint as f
+        from wsgemm.host.compiling import fingerprint as f
         before, quiet = f.fingerprint(), "cutlass" not in sys.modules
         import cutlass
         f.fingerprint.cache_clear()

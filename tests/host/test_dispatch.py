@@ -11,7 +11,7 @@ from operands import make
 
 from wsgemm import host
 from wsgemm.api import Dispatcher, dispatch, validate
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 from wsgemm.host.dispatch import StandInDevices
 from wsgemm.kernels.sm90.config import Sm90Config
 

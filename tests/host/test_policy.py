@@ -1,4 +1,4 @@
-"""The sm90 tile menu and shape policy (wsgemm.host.policy): the menu's configs, the rules, the
+"""The sm90 tile menu and shape policy (host.choosing.policy): the menu's configs, the rules, the
 choices against the shipped table, the heuristic, batch invariance, explain(); one compile of a
 new entry (every entry's variants behind the ``sweep`` marker); on the GPU, the claim that every
 entry sums in one order."""
@@ -18,7 +18,7 @@ import pytest
 
 from wsgemm import host
 from wsgemm.bench import suites
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 from wsgemm.kernels.sm90.config import SHIPPED_CONFIGS, Sm90Config
 
 H200 = dict(sm_count=132, cc=(9, 0))
@@ -67,7 +67,7 @@ def test_policy_imports_neither_torch_nor_the_dsl():
         if isinstance(node, ast.ImportFrom) and node.level == 0
     }
     assert not imported & {"torch", "cutlass", "cuda"}, imported
-    code = "import sys, wsgemm.host.policy as p; p.choose(16, 4096, 4096, 1, 'float16', "
+    code = "import sys, wsgemm.host.choosing.policy as p; p.choose(16, 4096, 4096, 1, 'float16', "
     code += "'float16', 'float32', 132, (9, 0)); print('cutlass' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

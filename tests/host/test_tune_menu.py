@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from wsgemm.bench import suites
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 
 _spec = importlib.util.spec_from_file_location(
     "tune_menu", Path(__file__).parents[2] / "scripts" / "tune_menu.py"
@@ -94,7 +94,7 @@ def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path,
     menu entries only; the other points stay; what it writes loads as a policy table."""
     repo = Path(__file__).parents[2]
     source = repo / "docs" / "data" / "tune_menu_midsize_2026-12-01g.csv"
-    shipped = repo / "wsgemm" / "host" / "data" / "sm90_h200.json"
+    shipped = repo / "wsgemm" / "host" / "choosing" / "data" / "sm90_h200.json"
     table = tmp_path / "sm90_h200.json"
     shutil.copy(shipped, table)
     assert tune_menu.main(["--merge", str(source), "--into", str(table)]) == 0

@@ -6,7 +6,7 @@ policy here, once per signature) and a kernel, plans the kernel views and launch
 keeps a launcher for the signature in the dispatcher. A later call with the same signature reads
 a handful of tensor attributes, finds the launcher and runs it: no validation, planning or
 dispatch in Python: the output allocation and the kernel call at the tensors' addresses (the
-kernel is bound to the signature's sizes and strides at its first call, ``host.calls``).
+kernel is bound to the signature's sizes and strides at its first call, ``host.compiling.calls``).
 
 The signature is everything ``validate`` and ``plan`` read except where the tensors live: types,
 shapes, strides, dtypes, devices, negative-view bits, each data pointer's 16-byte alignment
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .. import host
-from ..host.autotune import AutotuneWarning
+from ..host.choosing.autotune import AutotuneWarning
 from ..host.dispatch import Route
 from ..host.workspace import split_launcher
 from .overlap import extent
@@ -285,8 +285,8 @@ def _direct_launcher(
 ) -> Launcher | None:
     """A launcher that runs the kernel of ``planned`` (a ``Launch`` made for this signature) on
     a later call's tensors: views of the same sizes and strides at their addresses, so the
-    kernel (``host.calls.KernelCall`` or the split launcher) is bound to the views once and
-    then given the addresses ``call`` read. Under swap-AB the kernel's A is the caller's B and
+    kernel (a ``KernelCall`` or the split launcher) is bound to the views once and then
+    given the addresses ``call`` read. Under swap-AB the kernel's A is the caller's B and
     its B the caller's A. None where the kernel has no ``bind`` (the tests' stand-ins) or the
     views do not sit at the caller's tensors' addresses: the signature then re-plans."""
     launch, fn, clusters, swap = planned

@@ -80,10 +80,10 @@ def measure(device: str = "cuda", rounds: int = ROUNDS, calls: int = CALLS) -> l
 
 class _NoOpCache:
     """A compile cache whose every kernel does nothing, called as the real cache's are
-    (``host.calls.KernelCall``: bound once per signature, then given addresses)."""
+    (``host.compiling.calls.KernelCall``: bound once per signature, then given addresses)."""
 
     def get(self, variant):
-        from wsgemm.host.cache import kernel_call
+        from wsgemm.host.compiling.cache import kernel_call
 
         return kernel_call(lambda *args: None, variant)
 

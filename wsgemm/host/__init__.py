@@ -11,8 +11,9 @@ load without the DSL where they hold a shared library: ``library.py``).
 """
 
 from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
-from .cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
-from .compile import compile_variant, fake_arguments, make_kernel
+from .compiling.cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
+from .compiling.compile import compile_variant, fake_arguments, make_kernel
+from .compiling.warming import warm
 from .registry import (
     BACKENDS,
     Backend,
@@ -23,7 +24,6 @@ from .registry import (
     needs_vector_extent,
     shipped_backends,
 )
-from .warming import warm
 
 __all__ = [
     "AB_DTYPES",

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from ..support import MAX_GRID_DIM
-from . import autotune as _autotune
-from . import policy
-from .cache import COMPILE_CACHE
+from .choosing import autotune as _autotune
+from .choosing import policy
+from .compiling.cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
 from .workspace import SemaphoreCache
 

@@ -170,7 +170,7 @@ def compile_traced(variant: Variant, *, keep: bool = False, trace_knobs=None):
     ``trace_knobs`` (sm90 only; a ``kernels.common.trace.TraceKnobs`` or its spec string, None:
     the defaults): which event groups the kernel records and how (the overhead study,
     ``scripts/trace_overhead_probe.py``)."""
-    from .compile import compile_entry, fake_arguments, make_kernel
+    from .compiling.compile import compile_entry, fake_arguments, make_kernel
 
     options = {} if trace_knobs is None else {"trace_knobs": trace_knobs}
     if options and BACKENDS[variant.backend].family != "sm90":

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .calls import KernelCall
+from .compiling.calls import KernelCall
 
 __all__ = ["SemaphoreCache", "split_launcher"]
 

@@ -32,7 +32,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from . import disk, policy
+from ..compiling import disk
+from . import policy
 
 ENV_AUTOTUNE = "WSGEMM_AUTOTUNE"
 #: Calls timed per candidate, back to back between two CUDA events (after one untimed call).

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..registry import Variant
 from . import disk, fingerprint, library
 from .compile import compile_variant, launch_signature, operand_majors, wrap_launch
-from .registry import Variant
 
 log = logging.getLogger("wsgemm")
 

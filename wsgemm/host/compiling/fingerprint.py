@@ -49,7 +49,7 @@ _FLAVOUR_FILE = re.compile(r"^_cutlass_ir\.cu(\d+)\..*\.so$")
 
 
 def _package_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def _source_digest() -> str:

@@ -8,8 +8,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..support import VECTOR_BYTES, cutlass_dtype, vector_elems
-from .registry import BACKENDS, Variant
+from ...support import VECTOR_BYTES, cutlass_dtype, vector_elems
+from ..registry import BACKENDS, Variant
 
 
 def operand_majors(variant: Variant) -> tuple[str, str, str]:
@@ -59,7 +59,7 @@ def fake_address_arguments(variant: Variant) -> tuple:
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor, make_ptr
 
-    from ..kernels.common.address import SIZE_AND_STRIDE_NAMES
+    from ...kernels.common.address import SIZE_AND_STRIDE_NAMES
 
     def pointer(dtype: str):
         return make_ptr(cutlass_dtype(dtype), 0, cute.AddressSpace.gmem, assumed_align=VECTOR_BYTES)

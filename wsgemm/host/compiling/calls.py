@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-from ..support import VECTOR_BYTES
+from ...support import VECTOR_BYTES
 
 __all__ = ["KernelCall", "addresses", "token"]
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .registry import Variant
+from ..registry import Variant
 
 # A compile worker holds the DSL and one kernel's MLIR: ~0.45 GB resident (measured on sm_80 and
 # sm_90a variants); budget 0.5 GB each against the memory available now.

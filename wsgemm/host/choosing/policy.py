@@ -66,8 +66,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..support import ELEMENT_BYTES, dtype_error
-from .registry import BACKENDS, Variant, every_variant
+from ...support import ELEMENT_BYTES, dtype_error
+from ..registry import BACKENDS, Variant, every_variant
 
 __all__ = [
     "DROPPED",

@@ -25,8 +25,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import fingerprint
-from .disk import write_all
+from . import files, fingerprint
 
 RUNTIME_NAME = "libcute_dsl_runtime.so"
 # Linking one kernel takes ~40 ms; a driver this slow is stuck.
@@ -181,29 +180,13 @@ def load(payload: bytes, name: str):
 
 
 def _memory_copy(payload: bytes, name: str) -> tuple[int, str]:
-    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
-        raise OSError("no anonymous memory files here")
-    fd = os.memfd_create(f"wsgemm-{name}", getattr(os, "MFD_CLOEXEC", 0))
-    try:
-        write_all(fd, payload)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd, f"/proc/self/fd/{fd}"
+    return files.memory_file(payload, f"wsgemm-{name}")
 
 
 def _file_copy(payload: bytes, name: str) -> tuple[None, str]:
     # a name never used before in this process (see ``_held``)
     prefix = f"wsgemm-{name}-{os.getpid()}-{next(_serial)}-"
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".so")
-    try:
-        write_all(fd, payload)
-    except OSError:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
-    return None, path
+    return None, files.temporary_file(payload, prefix, ".so")
 
 
 def _discard(fd: int | None, path: str) -> None:

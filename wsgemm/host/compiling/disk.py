@@ -54,6 +54,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from . import library
+from .files import private_copy
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no locks and no crash markers, the checksums still hold
@@ -226,40 +229,6 @@ def _launch_of(launch: dict) -> tuple[tuple[str, ...], tuple[int | None, ...]]:
     return tuple(names), tuple(defaults)
 
 
-@contextlib.contextmanager
-def private_copy(payload: bytes) -> Iterator[str]:
-    """A path to a copy of ``payload`` that no other process can change: an anonymous memory
-    file where Linux has one, else a 0600 temporary file created here."""
-    fd = None
-    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            fd = os.memfd_create("wsgemm-entry", getattr(os, "MFD_CLOEXEC", 0))
-    if fd is not None:
-        try:
-            write_all(fd, payload)
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    fd, path = tempfile.mkstemp(prefix="wsgemm-entry-", suffix=".o")
-    try:
-        write_all(fd, payload)
-        os.close(fd)
-        fd = None
-        yield path
-    finally:
-        if fd is not None:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def link(payload: bytes, name: str) -> Callable:
     """Link a verified object into this process through the DSL (LLVM JITLink, in-process;
     imports the DSL) and return its tvm-ffi function."""
@@ -272,9 +241,7 @@ def link(payload: bytes, name: str) -> Callable:
 
 def link_library(payload: bytes, name: str) -> Callable:
     """Load a verified shared library through tvm-ffi (no DSL) and return its function."""
-    from .library import load
-
-    return load(payload, name)
+    return library.load(payload, name)
 
 
 @dataclasses.dataclass(frozen=True)
