@@ -70,6 +70,24 @@ def test_hardware_facts_agree_with_each_other():
     assert len(spans) == 2 * len(per_warpgroup) and max(spans) < 16  # 16 named barriers
 
 
+def test_smem_per_block_is_one_row_per_target(monkeypatch):
+    kib = 1024
+    table = {"sm_80": 163 * kib, "sm_86": 99 * kib, "sm_89": 99 * kib, "sm_90a": 227 * kib}
+    assert support.SMEM_PER_BLOCK == table
+    assert support.archs_from(8) == tuple(table) and support.archs_from(9) == ("sm_90a",)
+    assert support.smallest_smem_per_block(support.archs_from(8)) == 99 * kib
+    assert support.smallest_smem_per_block(["sm_80", "sm_90a"]) == 163 * kib
+    with pytest.raises(ValueError, match="unknown target 'sm_87'"):
+        support.smallest_smem_per_block(["sm_80", "sm_87"])
+    # A later target is one more row: its name parses and it joins the families of its major.
+    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_87", 163 * kib)
+    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_120a", 99 * kib)
+    assert support.arch_major("sm_87") == 8 and support.arch_major("sm_120a") == 12
+    assert support.archs_from(9) == ("sm_90a", "sm_120a")
+    assert support.smallest_smem_per_block(["sm_80", "sm_87"]) == 163 * kib
+    assert support.has_mbarrier_try_wait("sm_120a") and not support.has_mbarrier_try_wait("sm_87")
+
+
 def test_import_wsgemm_loads_neither_the_dsl_nor_kernels():
     code = (
         "import sys, wsgemm, wsgemm.support, wsgemm.host; "

@@ -40,6 +40,7 @@ __all__ = [
     "BarrierId",
     "accumulator_allowed",
     "arch_major",
+    "archs_from",
     "check_arch",
     "check_dtypes",
     "cutlass_dtype",
@@ -48,6 +49,7 @@ __all__ = [
     "element_bytes",
     "has_mbarrier_try_wait",
     "short_name",
+    "smallest_smem_per_block",
     "smem_per_block",
     "torch_dtype",
     "vector_elems",
@@ -168,7 +170,10 @@ MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
 # ----------------------------------------------------------------------------------------------
 # Memory
 
-#: The largest dynamic shared memory one block may opt into, per DSL target.
+#: The largest dynamic shared memory one block may opt into, per DSL target (the CUDA
+#: programming guide's "maximum shared memory per thread block" of its compute capability).
+#: One row per target wsgemm builds for, and the only place that lists them: a new target
+#: (sm_87, sm_100a, sm_120a) is one more row here.
 SMEM_PER_BLOCK = {
     "sm_80": 163 * 1024,
     "sm_86": 99 * 1024,
@@ -185,7 +190,19 @@ def check_arch(arch: str) -> str:
 
 
 def smem_per_block(arch: str) -> int:
+    """Opt-in shared memory per block of ``arch`` (:data:`SMEM_PER_BLOCK`)."""
     return SMEM_PER_BLOCK[check_arch(arch)]
+
+
+def archs_from(major: int) -> tuple[str, ...]:
+    """The targets of :data:`SMEM_PER_BLOCK` of compute capability ``major`` or later: those a
+    kernel family that needs that capability builds for."""
+    return tuple(arch for arch in SMEM_PER_BLOCK if arch_major(arch) >= major)
+
+
+def smallest_smem_per_block(archs) -> int:
+    """The shared memory a block may use on every one of ``archs``: the smallest budget."""
+    return min(smem_per_block(arch) for arch in archs)
 
 
 def arch_major(arch: str) -> int:
