@@ -23,7 +23,7 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync, warp
 
 from wsgemm.kernels.sm80.config import MMA_INST_MNK, Sm80Config, ab_smem_bytes, epilogue_tile_n
-from wsgemm.support import VECTOR_BITS, vector_elems
+from wsgemm.support import VECTOR_BITS, VECTOR_BYTES, vector_elems
 
 #: Every global<->shared copy moves one 16-byte vector per thread per instruction.
 COPY_BITS = VECTOR_BITS
@@ -228,11 +228,13 @@ def zero_fill(
     buffer: cute.Pointer, num_bytes: cutlass.Constexpr, tid, num_threads: cutlass.Constexpr
 ):
     """Zero ``num_bytes`` of shared memory with 16-byte stores spread over ``num_threads``."""
-    num_vectors = num_bytes // 16
+    num_vectors = num_bytes // VECTOR_BYTES
+    # A vector as 32-bit words: column v of (words, vectors) is one vectorized store.
+    vector_words = VECTOR_BYTES * 8 // cutlass.Int32.width
     words = cute.make_tensor(
-        cute.recast_ptr(buffer, dtype=cutlass.Int32), cute.make_layout((4, num_vectors))
+        cute.recast_ptr(buffer, dtype=cutlass.Int32), cute.make_layout((vector_words, num_vectors))
     )
-    zeros = cute.make_rmem_tensor(cute.make_layout(4), cutlass.Int32)
+    zeros = cute.make_rmem_tensor(cute.make_layout(vector_words), cutlass.Int32)
     zeros.fill(0)
     for i in cutlass.range_constexpr((num_vectors + num_threads - 1) // num_threads):
         v = i * num_threads + tid
