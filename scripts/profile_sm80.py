@@ -1,7 +1,7 @@
 """One GEMM call of a wsgemm kernel inside a cudaProfilerStart/Stop window, for Nsight Compute:
 
     ncu --profile-from-start off --section WarpStateStats ... \\
-        python scripts/profile_sm80.py 'sm80{producer_warps=2}' fp32 4096 4096 4096
+        python scripts/profile_sm80.py 'sm80{tile_k=32,stages=4}' fp32 4096 4096 4096
 
 The kernel is compiled and run twice before the window, so ncu sees one warm launch only.
 The candidate syntax is the benchmark's (``wsgemm.bench.backends.parse_candidate``)."""

@@ -6,8 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 what=${*:-ncu sweep}
 if [[ " $what " == *" ncu "* ]]; then
-  for spec in ${PROFILE:-"sm80 fp32" "sm80-multistage fp32" "sm80{producer_warps=2} fp32" \
-      "sm80 fp16" "sm80-multistage fp16"}; do
+  for spec in ${PROFILE:-"sm80 fp32" "sm80-multistage fp32" "sm80 fp16" "sm80-multistage fp16"}; do
     set -- $spec
     name=$(echo "$1_$2" | tr -c 'A-Za-z0-9_\n' '_')
     timeout 120 ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats \

@@ -9,7 +9,7 @@ import pytest
 from sass_checks import assert_clean, assert_sm80_path
 
 import wsgemm
-from wsgemm import host
+from wsgemm import host, support
 from wsgemm.kernels.common.arrive import ArriveCountError
 from wsgemm.kernels.sm80.config import (
     BUFFER_ALIGN_BYTES,
@@ -34,9 +34,11 @@ from wsgemm.support import MAX_GRID_DIM
 
 F16, BF16, F32 = cutlass.Float16, cutlass.BFloat16, cutlass.Float32
 KERNELS = (Sm80WsGemm, Sm80MultistageGemm)
-#: The study design (4 consumer warps, 160 threads) and the shipped 8-MMA-warp tile.
-STUDY = Sm80Config()
+#: The default config (4 consumer warps, 160 threads) and the shipped 8-MMA-warp tile.
+DEFAULT = Sm80Config()
 WIDE = Sm80Config(128, 256, 32, 4, mma_warps_n=4)
+#: A 144 KiB ring: more than sm_86/sm_89 hold, within sm_80's and sm_90a's budgets.
+BIG = Sm80Config(128, 256, 64, 3, mma_warps_n=4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,7 +64,6 @@ def test_mma_warps_n_sets_the_warp_grid():
         ({"stages": 9}, r"stages=9 must be in \[3, 8\]"),
         ({"tile_m": 128.0}, "must be an int"),
         ({"stages": True}, "must be an int"),
-        ({"tile_m": 256, "tile_n": 256, "tile_k": 64, "stages": 3}, "bytes of shared memory"),
         ({"mma_warps_n": 3}, r"mma_warps_n=3 is not allowed; choose one of \(2, 4\)"),
         ({"mma_warps_n": 8}, "mma_warps_n=8"),
         ({"mma_warps_n": True}, "mma_warps_n=True"),
@@ -71,20 +72,6 @@ def test_mma_warps_n_sets_the_warp_grid():
         ({"tile_n": 192, "mma_warps_n": 4}, "256 threads cannot store a 128x192 slab"),
         ({"fast_interior": 2}, "fast_interior=2 must be 0 or 1"),
         ({"fast_interior": True}, "fast_interior=True"),
-        ({"producer_warps": 1.0}, "producer_warps=1.0 must be 1, 2 or 4"),
-        ({"target": "sm_89"}, "target='sm_89' is not allowed"),
-        (
-            {"tile_n": 256, "tile_k": 64, "mma_warps_n": 4},
-            r"at most 101376 are allowed \(sm_89; target='sm_90a' allows more\)",
-        ),
-        ({"register_handoff": 2}, "register_handoff=2 must be 0 or 1"),
-        ({"register_handoff": True}, "register_handoff=True must be 0 or 1"),
-        ({"register_handoff": 1, "mma_warps_n": 4}, "register_handoff=1 needs target='sm_90a'"),
-        ({"register_handoff": 1, "target": "sm_90a"}, "2 x 2 warps"),
-        (
-            {"register_handoff": 1, "target": "sm_90a", "mma_warps_n": 4, "producer_warps": 2},
-            "producer_warps=2",
-        ),
     ],
 )
 def test_bad_config_raises_with_what_is_allowed(kwargs, message):
@@ -105,15 +92,36 @@ def test_mma_warps_m_sets_the_warp_grid():
     assert mainloop_registers(tall, F32) == 96 + 2 * (3 * 4 + 8 * 2) < register_budget(288)
 
 
-def test_hopper_target_allows_its_shared_memory():
-    assert smem_capacity_bytes() == smem_capacity_bytes("sm_80") == 101376
+def test_smem_budget_is_the_compile_archs():
+    # No arch: the smallest of the family's, so the config runs on every GPU it serves.
+    assert smem_capacity_bytes() == 99 * 1024 == min(support.SMEM_PER_BLOCK.values())
+    assert smem_capacity_bytes("sm_80") == 163 * 1024
+    assert smem_capacity_bytes("sm_86") == smem_capacity_bytes("sm_89") == 99 * 1024
     assert smem_capacity_bytes("sm_90a") == 227 * 1024
-    big = Sm80Config(128, 256, 64, 3, mma_warps_n=4, target="sm_90a")
-    assert 101376 < smem_bytes(big, F16, F16, barrier_stages=3) <= 227 * 1024
+    assert 99 * 1024 < smem_bytes(BIG, F16, F16, barrier_stages=3) <= 163 * 1024
+    for arch in ("sm_80", "sm_90a"):
+        BIG.check_smem(arch)
+    with pytest.raises(ValueError, match=r"at most 101376 are allowed \(the smallest of sm_80, "):
+        BIG.check_smem()
+    with pytest.raises(ValueError, match=r"needs 148528 bytes .* at most 101376 .* \(sm_89\)"):
+        BIG.check_smem("sm_89")
     with pytest.raises(ValueError, match=r"at most 232448 are allowed \(sm_90a\)"):
-        Sm80Config(256, 256, 64, 4, mma_warps_n=4, target="sm_90a")
-    with pytest.raises(ValueError, match="unknown sm80 config target"):
+        Sm80Config(256, 256, 64, 4, mma_warps_n=4).check_smem("sm_90a")
+    with pytest.raises(ValueError, match="unknown target 'sm_100a'"):
         smem_capacity_bytes("sm_100a")
+
+
+def test_a_new_target_is_one_row_of_the_support_table(monkeypatch):
+    # Later targets join the family through support.SMEM_PER_BLOCK alone.
+    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_87", 163 * 1024)
+    assert smem_capacity_bytes("sm_87") == 163 * 1024
+    BIG.check_smem("sm_87")
+    # A target with less shared memory than sm_89's lowers the budget of every config built
+    # without an arch (a hypothetical 64 KiB part; the shipped configs would no longer fit).
+    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_120a", 64 * 1024)
+    assert smem_capacity_bytes() == 64 * 1024
+    with pytest.raises(ValueError, match=r"at most 65536 are allowed \(the smallest of .*sm_120a"):
+        shipped_config("sm80", F32).check_smem()
 
 
 @pytest.mark.parametrize("tile_mn, vectors", [(64, 8), (96, 4), (128, 8), (192, 8), (256, 8)])
@@ -145,7 +153,7 @@ def test_config_is_frozen():
 @pytest.mark.parametrize("c_dtype", [F16, BF16, F32])
 @pytest.mark.parametrize(
     "config",
-    [STUDY, Sm80Config(128, 128, 32, 4), WIDE, Sm80Config(128, 128, 32, 4, mma_warps_n=4)],
+    [DEFAULT, Sm80Config(128, 128, 32, 4), WIDE, Sm80Config(128, 128, 32, 4, mma_warps_n=4)],
     ids=str,
 )
 def test_epilogue_reuses_the_ab_ring(config, c_dtype):
@@ -167,8 +175,12 @@ def test_shipped_configs_fit_every_sm80_family_gpu(table):
     # kernel loads interior tiles is its own measured best.
     assert table["sm80"] == dataclasses.replace(table["sm80-multistage"], fast_interior=1)
     for config in table.values():
+        config.check_smem()
         for c_dtype in (F16, BF16, F32):
             assert smem_bytes(config, F16, c_dtype, barrier_stages=config.stages) <= 101376
+        for arch in support.SMEM_PER_BLOCK:
+            for kernel in KERNELS:
+                assert kernel(config, F16, F32, F32, arch).gpu_arch == arch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,8 +231,8 @@ def test_shipped_config_unknown_name():
 
 @pytest.mark.parametrize(
     "config, counts, threads",
-    [(STUDY, (32, 128), 160), (WIDE, (32, 256), 288)],
-    ids=["study", "wide"],
+    [(DEFAULT, (32, 128), 160), (WIDE, (32, 256), 288)],
+    ids=["default", "wide"],
 )
 def test_ws_arrive_counts_are_derived_from_the_roles(config, counts, threads):
     kernel = Sm80WsGemm(config, F16, F16, F32)
@@ -229,7 +241,7 @@ def test_ws_arrive_counts_are_derived_from_the_roles(config, counts, threads):
     assert kernel.consumer_warps == config.mma_warps
 
 
-@pytest.mark.parametrize("config", [STUDY, WIDE], ids=["study", "wide"])
+@pytest.mark.parametrize("config", [DEFAULT, WIDE], ids=["default", "wide"])
 @pytest.mark.parametrize(
     "attribute, wrong, barrier",
     [
@@ -246,47 +258,19 @@ def test_wrong_arrive_count_raises(config, attribute, wrong, barrier):
         broken(config, F16, F16, F32).arrive_counts()
 
 
-@pytest.mark.parametrize("producers", [1, 2, 4])
-def test_producer_warps_set_the_full_count_and_the_launch(producers):
-    config = dataclasses.replace(shipped_config("sm80", F32), producer_warps=producers)
-    kernel = Sm80WsGemm(config, F16, F16, F32)
-    assert kernel.arrive_counts() == (32 * producers, 128)
-    assert kernel.threads == 32 * (producers + 4)
-    assert kernel.consumer_warps == 4
-    with pytest.raises(ValueError, match="producer_warps=3 must be 1, 2 or 4"):
-        dataclasses.replace(config, producer_warps=3)
-
-
-#: The register hand-over measured in docs/perf.md entry 9 (Hopper only).
-HANDOFF = Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target="sm_90a")
-
-
-def test_register_handoff_gives_the_producer_a_warpgroup():
-    kernel = Sm80WsGemm(HANDOFF, F16, F16, F32, "sm_90a")
-    # Warps 0-3: the producer warpgroup (warp 0 loads); warps 4-11: eight consumers.
-    assert (kernel.first_consumer_warp, kernel.consumer_warps, kernel.threads) == (4, 8, 384)
-    assert kernel.arrive_counts() == (32, 256)
-    assert HANDOFF.launch_bounds(384) == {"min_blocks_per_mp": 1, "max_number_threads": [384, 1, 1]}
-    # Without the hand-over the same tile is 9 warps (288 threads) at 168 registers.
-    plain = dataclasses.replace(HANDOFF, register_handoff=0)
-    assert Sm80WsGemm(plain, F16, F16, F32, "sm_90a").threads == 288
-
-
-def test_multistage_refuses_the_specialized_kernels_options():
-    plain = dataclasses.replace(HANDOFF, register_handoff=0)
-    for config in (HANDOFF, dataclasses.replace(plain, producer_warps=2)):
-        with pytest.raises(ValueError, match="has no producer warp"):
-            Sm80MultistageGemm(config, F16, F16, F32, "sm_90a")
-    assert Sm80MultistageGemm(plain, F16, F16, F32, "sm_90a").threads == 256
-
-
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
-def test_hopper_target_config_refuses_other_gpus(kernel, arch):
-    config = Sm80Config(128, 256, 64, 3, mma_warps_n=4, target="sm_90a")
-    with pytest.raises(ValueError, match=f"target='sm_90a'.*cannot be built for {arch}"):
-        kernel(config, F16, F16, F32, arch)
-    assert kernel(config, F16, F16, F32, "sm_90a").gpu_arch == "sm_90a"
+@pytest.mark.parametrize("arch", ["sm_86", "sm_89"])
+def test_a_config_beyond_an_archs_shared_memory_is_refused_for_it(kernel, arch):
+    with pytest.raises(ValueError, match=f"at most 101376 are allowed \\({arch}\\)"):
+        kernel(BIG, F16, F16, F32, arch)
+    for fits in ("sm_80", "sm_90a"):
+        assert kernel(BIG, F16, F16, F32, fits).shared_memory_bytes() <= smem_capacity_bytes(fits)
+
+
+def test_the_producer_is_one_warp_before_the_consumers():
+    kernel = Sm80WsGemm(WIDE, F16, F16, F32)
+    assert (kernel.PRODUCER_WARPS, kernel.load_threads, kernel.consumer_warps) == (1, 32, 8)
+    assert kernel.threads == 32 * (1 + WIDE.mma_warps)
 
 
 def test_declaring_one_release_lane_fails_the_trace():
@@ -295,22 +279,7 @@ def test_declaring_one_release_lane_fails_the_trace():
     assert Sm80WsGemm.RELEASE_LANES_PER_WARP == 32
     one = type("One", (Sm80WsGemm,), {"RELEASE_LANES_PER_WARP": 1})
     with pytest.raises(ArriveCountError, match="sm80 ab empty"):
-        one(STUDY, F16, F16, F32).arrive_counts()
-
-
-def test_register_handoff_split_fits_the_launch_pool():
-    from wsgemm.kernels.sm80.config import HANDOFF_CONSUMER_REGISTERS, HANDOFF_PRODUCER_REGISTERS
-
-    producer, consumer = HANDOFF_PRODUCER_REGISTERS, HANDOFF_CONSUMER_REGISTERS
-    launch = register_budget(384)
-    assert launch == 168
-    # setmaxnreg takes multiples of 8 in [24, 256]; what the producer warpgroup gives up is
-    # what the consumer warpgroups take, within the pool the CTA launched with.
-    assert all(r % 8 == 0 and 24 <= r <= 256 for r in (producer, consumer))
-    assert 128 * producer + 256 * consumer <= 384 * launch
-    # Eight 64x64 fp32 consumers need 128 accumulators + 64 fragment registers before addresses.
-    assert mainloop_registers(HANDOFF, F32) == 192 < consumer
-    assert mainloop_registers(HANDOFF, F32) > launch
+        one(DEFAULT, F16, F16, F32).arrive_counts()
 
 
 def test_arrive_counts_follow_the_launched_consumer_warps():
@@ -336,7 +305,7 @@ def test_contract_attributes():
     )
     assert Sm80MultistageGemm.name == "sm80-multistage"
     assert Sm80MultistageGemm.needs_vector_extent
-    assert Sm80MultistageGemm(STUDY, F16, F16, F32).threads == 128
+    assert Sm80MultistageGemm(DEFAULT, F16, F16, F32).threads == 128
     assert Sm80MultistageGemm(WIDE, F16, F16, F32).threads == 256
     for cls in KERNELS:
         for section in ("Roles", "Pipelines", "Per-role timeline"):
@@ -368,9 +337,16 @@ def test_config_type_is_checked(kernel):
 @pytest.mark.parametrize("ab", [F16, BF16])
 @pytest.mark.parametrize("c", [F16, BF16, F32])
 def test_allowed_dtypes(kernel, ab, c):
-    kernel(shipped_config(kernel.name, F32), ab, c, F32)
-    if ab is F16:
-        kernel(shipped_config(kernel.name, F16), ab, c, F16)
+    accs = [F32, F16] if ab is F16 else [F32]  # support.ACCUMULATOR_RULE
+    for acc in accs:
+        assert support.dtype_error(ab, c, acc) is None
+        config = shipped_config(kernel.name, acc)
+        k = kernel(config, ab, c, acc)
+        assert (k.config, k.ab_dtype, k.c_dtype, k.acc_dtype) == (config, ab, c, acc)
+        assert k.gpu_arch == "sm_80" and not k.trace
+        # Every allowed C dtype fits the shipped ring on every target: the epilogue reuses it.
+        assert k.shared_memory_bytes() <= smem_capacity_bytes()
+        assert k.threads == config.mma_threads + (32 if kernel is Sm80WsGemm else 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,12 +361,10 @@ _M_K = dict(a_major="m", b_major="k")
     [
         ("sm80", shipped_config("sm80", F16), "float16"),
         ("sm80-multistage", shipped_config("sm80-multistage", F16), "float16"),
-        # The 160-thread study design (4 consumer warps of 64x128), fp16 accumulators.
-        ("sm80", STUDY, "float16"),
+        # The 160-thread default config (4 consumer warps of 64x128), fp16 accumulators.
+        ("sm80", DEFAULT, "float16"),
         # Eight consumer warps of 48x64 keep fp32 accumulators within a 288-thread CTA's 168.
         ("sm80", Sm80Config(192, 128, 32, 4, mma_warps_m=4), "float32"),
-        # Two producer warps share the copies (64 arrivals on full[s]).
-        ("sm80", Sm80Config(128, 128, 64, 3, producer_warps=2), "float32"),
         # The baseline with the unpredicated loop copy for interior tiles.
         ("sm80-multistage", dataclasses.replace(WIDE, fast_interior=1), "float16"),
         # 96-row tiles: the M-major A operand in 64-byte shared rows.

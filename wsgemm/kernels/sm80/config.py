@@ -14,22 +14,25 @@ from wsgemm.support import (
     MAX_REGISTERS_PER_THREAD,
     SWIZZLE_ATOM_BYTES,
     WARP_SIZE,
+    arch_major,
+    archs_from,
     dtype_name,
     element_bytes,
+    smallest_smem_per_block,
     smem_per_block,
     vector_elems,
 )
 
 __all__ = [
     "BUFFER_ALIGN_BYTES",
-    "HANDOFF_CONSUMER_REGISTERS",
-    "HANDOFF_PRODUCER_REGISTERS",
+    "FULL_SMEM_CARVEOUT_PERCENT",
     "MAX_REGISTERS_PER_THREAD",
+    "MIN_ARCH_MAJOR",
     "MMA_INST_MNK",
     "SHIPPED_CONFIGS",
     "SHIPPED_FP16_ACC_CONFIGS",
-    "TARGETS",
     "Sm80Config",
+    "archs",
     "ab_smem_bytes",
     "accumulator_registers",
     "barrier_bytes",
@@ -52,19 +55,27 @@ _TILE_MN_CHOICES = (64, 96, 128, 192, 256)
 _TILE_K_CHOICES = (32, 64)
 _STAGE_RANGE = (3, 8)
 
-#: What an :class:`Sm80Config` may be built for: every GPU of the family, or Hopper only.
-TARGETS = ("sm_80", "sm_90a")
+#: cp.async and ldmatrix + mma.sync (m16n8k16) exist from compute capability 8.0 on.
+MIN_ARCH_MAJOR = 8
+#: ``preferred_smem_carveout`` of a launch with several CTAs per SM: all of the unified L1 /
+#: shared memory as shared, so the residency promised to ptxas is not cut by the carveout.
+FULL_SMEM_CARVEOUT_PERCENT = 100
 
 
-def smem_capacity_bytes(target: str = "sm_80") -> int:
-    """Opt-in shared memory per block: for ``target="sm_80"`` configs that of sm_86/sm_89
-    (99 KiB), the smallest of the GPUs this backend serves (sm_80 has 163 KiB), so one config
-    runs on all of them; for ``"sm_90a"`` configs Hopper's 227 KiB."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown sm80 config target {target!r}; choose one of {TARGETS}")
-    if target == "sm_90a":
-        return smem_per_block("sm_90a")
-    return min(smem_per_block(arch) for arch in ("sm_80", "sm_86", "sm_89"))
+def archs() -> tuple[str, ...]:
+    """The DSL targets the sm80 kernels build for (``support.SMEM_PER_BLOCK``'s, from 8.0)."""
+    return archs_from(MIN_ARCH_MAJOR)
+
+
+def smem_capacity_bytes(arch: str | None = None) -> int:
+    """Opt-in shared memory per block of ``arch``, the target a kernel compiles for; with no
+    arch, the smallest of the family's targets (sm_86/sm_89's 99 KiB), so a config within it
+    runs on every GPU the family serves."""
+    if arch is None:
+        return smallest_smem_per_block(archs())
+    if arch_major(arch) < MIN_ARCH_MAJOR:  # (an unknown target raises here, naming the known)
+        raise ValueError(f"the sm80 kernels need sm_80 or later, got {arch!r}")
+    return smem_per_block(arch)
 
 
 @dataclass(frozen=True)
@@ -75,11 +86,14 @@ class Sm80Config:
     192-wide C slab splits over the epilogue's threads; M/N-major operands of a 96-row tile use
     64-byte shared rows instead of 128-byte ones), ``tile_k``
     in {32, 64} (an even number of 16-deep k-blocks, for the two-slot fragment buffer),
-    ``stages`` in [3, 8] and the A/B ring within :func:`smem_capacity_bytes` of ``target``
-    (sm_89's 99 KiB unless ``target="sm_90a"``). ``ctas_per_sm``
+    ``stages`` in [3, 8]. ``ctas_per_sm``
     (1-4) is the residency the launch promises ptxas (``min_blocks_per_mp``): with more than one
     CTA per SM, ptxas caps registers so that many fit, which trades registers for warps that
     hide each other's latency.
+
+    Shared memory is a property of the target, so :meth:`check_smem` is separate: the kernels
+    call it with the arch they compile for; without one it takes the smallest budget of the
+    family (sm_86/sm_89's 99 KiB), which every shipped config fits.
 
     ``mma_warps_m`` x ``mma_warps_n`` in {2, 4} x {2, 4}, not 4 x 4: the MMA (consumer) warps
     form that grid of m16n8k16 warps, so a CTA has 4 or 8 of them, each owning a
@@ -90,9 +104,6 @@ class Sm80Config:
 
     ``fast_interior``: 1 loads a tile whose rows are all in range without row predicates, from
     a second copy of the loading loop (fewer instructions per copy); 0: one predicated loop.
-
-    The last three fields are experiments no shipped config uses (:attr:`EXPERIMENTS`, with
-    the docs/perf.md entries that measured them); their defaults are the study design.
     """
 
     tile_m: int = 128
@@ -103,48 +114,10 @@ class Sm80Config:
     mma_warps_n: int = 2
     mma_warps_m: int = 2
     fast_interior: int = 1
-    # -- experiments (EXPERIMENTS) --
-    #: Warps that load, in the specialized kernel only: 2 or 4 spread the copies over as many
-    #: SM sub-partitions.
-    producer_warps: int = 1
-    #: 1 (specialized kernel, ``target="sm_90a"``, 8 MMA warps): the producer warp sits in a
-    #: warpgroup of its own, which ``setmaxnreg`` shrinks to :data:`HANDOFF_PRODUCER_REGISTERS`
-    #: so the consumers grow to :data:`HANDOFF_CONSUMER_REGISTERS`.
-    register_handoff: int = 0
-    #: "sm_80": runs on every GPU of the family (sm_80, sm_86, sm_89, sm_90a), within sm_89's
-    #: 99 KiB of shared memory; "sm_90a": Hopper only (its 227 KiB, ``register_handoff``).
-    target: str = "sm_80"
-
-    #: The experiment-only fields and the docs/perf.md entry that measured each.
-    EXPERIMENTS = {"producer_warps": 8, "register_handoff": 9, "target": 9}
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise ValueError(
-                f"Sm80Config.target={self.target!r} is not allowed; choose one of {TARGETS}"
-            )
-        if type(self.producer_warps) is not int or self.producer_warps not in (1, 2, 4):
-            raise ValueError(f"Sm80Config.producer_warps={self.producer_warps!r} must be 1, 2 or 4")
         if type(self.fast_interior) is not int or self.fast_interior not in (0, 1):
             raise ValueError(f"Sm80Config.fast_interior={self.fast_interior!r} must be 0 or 1")
-        if type(self.register_handoff) is not int or self.register_handoff not in (0, 1):
-            raise ValueError(
-                f"Sm80Config.register_handoff={self.register_handoff!r} must be 0 or 1"
-            )
-        if self.register_handoff and (
-            self.mma_warps_m * self.mma_warps_n != 8
-            or self.ctas_per_sm != 1
-            or self.target != "sm_90a"
-            or self.producer_warps != 1
-        ):
-            # (producer_warps 2 and 4 would load from the warpgroup's idle warps: they compile
-            # spill-free but have not run on a GPU yet.)
-            raise ValueError(
-                "Sm80Config.register_handoff=1 needs target='sm_90a' (setmaxnreg), 8 MMA warps "
-                "(two consumer warpgroups), ctas_per_sm=1 and producer_warps=1, got "
-                f"target={self.target!r}, {self.mma_warps_m} x {self.mma_warps_n} warps, "
-                f"ctas_per_sm={self.ctas_per_sm}, producer_warps={self.producer_warps}"
-            )
         if self.ctas_per_sm not in (1, 2, 3, 4):
             raise ValueError(f"Sm80Config.ctas_per_sm={self.ctas_per_sm!r} must be 1, 2, 3 or 4")
         for name in ("mma_warps_m", "mma_warps_n"):
@@ -186,14 +159,22 @@ class Sm80Config:
                 f"Sm80Config.tile_n={self.tile_n} with mma_warps_n={self.mma_warps_n} is not "
                 f"allowed: tile_n must be a multiple of {self.mma_tile_n} (16 per N warp)"
             )
+        # The epilogue's passes of C split over the MMA threads (raises if they cannot).
+        epilogue_tile_n(self, "float16", "float16")
+
+    def check_smem(self, arch: str | None = None) -> None:
+        """Raise ``ValueError`` unless the kernels' shared memory fits
+        :func:`smem_capacity_bytes` of ``arch`` (None: every target of the family). The A/B
+        ring and the mbarriers of the specialized kernel are the most either kernel uses with
+        any dtypes (the epilogue reuses the ring)."""
         need = smem_bytes(self, "float16", "float16", barrier_stages=self.stages)
-        if need > smem_capacity_bytes(self.target):
-            where = "sm_90a" if self.target == "sm_90a" else "sm_89; target='sm_90a' allows more"
+        capacity = smem_capacity_bytes(arch)
+        if need > capacity:
+            where = arch or f"the smallest of {', '.join(archs())}"
             raise ValueError(
                 f"Sm80Config {self.tile_m}x{self.tile_n}x{self.tile_k} with {self.stages} stages "
-                f"needs {need} bytes of shared memory; at most "
-                f"{smem_capacity_bytes(self.target)} are allowed ({where}): use fewer stages "
-                "or a smaller tile"
+                f"needs {need} bytes of shared memory; at most {capacity} are allowed "
+                f"({where}): use fewer stages or a smaller tile"
             )
 
     @property
@@ -228,16 +209,12 @@ class Sm80Config:
     def launch_bounds(self, threads: int) -> dict:
         """Launch keywords that tell ptxas the block size and residency to budget registers for
         (a carveout is given so the DSL does not query a device for it: this compiles GPU-less)."""
-        if self.register_handoff:
-            # ptxas budgets the launch for exactly one CTA of ``threads`` (168 registers for
-            # 384) and keeps the setmaxnreg hand-over.
-            return {"min_blocks_per_mp": 1, "max_number_threads": [threads, 1, 1]}
         if self.ctas_per_sm == 1:
             return {}
         return {
             "min_blocks_per_mp": self.ctas_per_sm,
             "max_number_threads": [threads, 1, 1],
-            "preferred_smem_carveout": 100,
+            "preferred_smem_carveout": FULL_SMEM_CARVEOUT_PERCENT,
         }
 
 
@@ -275,16 +252,6 @@ def epilogue_smem_bytes(config: Sm80Config, ab_dtype, c_dtype) -> int:
     return config.tile_m * epilogue_tile_n(config, ab_dtype, c_dtype) * element_bytes(c_dtype)
 
 
-#: Registers per thread after ``setmaxnreg`` with ``Sm80Config.register_handoff``. The CTA
-#: launches 12 warps at 168 each (its pool: 168 x 384 threads); the producer warpgroup (the
-#: loading warp and three that exit) drops to 56 and the two consumer warpgroups rise to 224:
-#: 56 x 128 + 224 x 256 = 168 x 384. 56 holds the producer's unrolled interior loop; its loop
-#: for edge tiles is rolled (``OperandLoader._load_rolled``): fully unrolled, it spilled at 88
-#: (its 48-96 copy addresses are all computed before the first copy). 224 holds eight 64x64
-#: fp32 consumers (a 104 / 200 split spilled in every variant).
-HANDOFF_PRODUCER_REGISTERS = 56
-HANDOFF_CONSUMER_REGISTERS = 224
-
 #: Alignment of the A/B/C buffer: a whole 8x64 swizzle atom of 16-bit elements (1 KiB) starts
 #: on a boundary, so the swizzle is a function of the buffer offset alone.
 BUFFER_ALIGN_BYTES = SWIZZLE_ATOM_BYTES
@@ -319,6 +286,7 @@ def mainloop_registers(config: Sm80Config, acc_dtype) -> int:
 # ----------------------------------------------------------------------------------------------
 # Shipped configs
 
+
 #: Both kernels ship the specialized kernel's fastest spill-free tile (the ablation compares
 #: like with like); why each number: docs/perf.md entry 14.
 SHIPPED_CONFIGS = {
@@ -332,6 +300,16 @@ SHIPPED_FP16_ACC_CONFIGS = {
         tile_m=128, tile_n=256, tile_k=32, stages=4, mma_warps_n=4, fast_interior=0
     ),
 }
+
+
+def _check_shipped() -> None:
+    """A shipped config serves every target: it fits the family's smallest shared memory."""
+    for table in (SHIPPED_CONFIGS, SHIPPED_FP16_ACC_CONFIGS):
+        for config in table.values():
+            config.check_smem()
+
+
+_check_shipped()
 
 
 def shipped_config(name: str, acc_dtype) -> Sm80Config:

@@ -8,7 +8,7 @@ import cutlass
 import cutlass.cute as cute
 
 from wsgemm.kernels.common import address, trace
-from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, Sm80Config, smem_bytes
+from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, MIN_ARCH_MAJOR, Sm80Config, smem_bytes
 from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
 from wsgemm.support import MAX_GRID_DIM, VECTOR_BYTES, WARP_SIZE, arch_major, check_dtypes
@@ -56,20 +56,15 @@ class Sm80Kernel:
         trace: bool = False,
     ):
         """``gpu_arch``: the DSL target this object is compiled for (the host passes the
-        variant's); it picks how mbarrier waits are written and must fit the config.
-        ``trace``: build the traced variant (launched through ``traced``; module
-        ``wsgemm.kernels.common.trace``)."""
+        variant's); it picks how mbarrier waits are written, and the config's shared memory
+        must fit its budget (``Sm80Config.check_smem``). ``trace``: build the traced variant
+        (launched through ``traced``; module ``wsgemm.kernels.common.trace``)."""
         if not isinstance(config, Sm80Config):
             raise ValueError(f"{self.name} takes an Sm80Config, got {type(config).__name__}")
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
-        if arch_major(gpu_arch) < 8:
+        if arch_major(gpu_arch) < MIN_ARCH_MAJOR:
             raise ValueError(f"{self.name} needs sm_80 or later, got gpu_arch={gpu_arch!r}")
-        if config.target == "sm_90a" and gpu_arch != "sm_90a":
-            raise ValueError(
-                f"{self.name}: this Sm80Config has target='sm_90a' (Hopper's shared memory or "
-                f"setmaxnreg), it cannot be built for {gpu_arch}; other GPUs take "
-                "target='sm_80' configs"
-            )
+        config.check_smem(gpu_arch)
         self.gpu_arch = gpu_arch
         self.trace = bool(trace)
         self.config = config

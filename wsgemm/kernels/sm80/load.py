@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import cutlass
 import cutlass.cute as cute
 
-#: Row groups per trip of :meth:`OperandLoader._load_rolled`'s loop.
-ROLLED_UNROLL = 4
+from wsgemm.support import VECTOR_BYTES
 
 
 @dataclass(frozen=True)
@@ -23,52 +22,20 @@ class OperandLoader:
     tXpX: cute.Tensor  # (CPY_V, CPY_MN, CPY_K) row-in-range predicates, broadcast along k
     #: Whether every row of the CTA's tile is in range (run-time, uniform over the CTA).
     interior: cutlass.Boolean
-    #: Rows of the operand (M or N), for predicates computed where they are used.
-    extent_mn: cutlass.Int32
-    #: Edge tiles through :meth:`_load_rolled` (a producer with few registers:
-    #: ``register_handoff``), static.
-    rolled_edges: bool = False
 
     @cute.jit
     def load(self, k_tile, stage, predicated: cutlass.Constexpr = True):
         """A k-tile after the first: every k is in range; rows are predicated unless the
         caller knows the tile is ``interior`` (then each copy is one instruction, with no
         predicate to rebuild: the producer warp's budget, docs/sm80.md)."""
-        if cutlass.const_expr(predicated and self.rolled_edges):
-            self._load_rolled(k_tile, stage)
-        else:
-            # Row group by row group, the k-direction copies of a row group back to back: they
-            # share one address (constant offsets), which the compiler then computes once.
-            for i in cutlass.range_constexpr(cute.size(self.tXsX, mode=[1])):
-                cute.copy(
-                    self.tiled_copy,
-                    self.tXgX[None, i, None, k_tile],
-                    self.tXsX[None, i, None, stage],
-                    pred=self.tXpX[None, i, None] if predicated else None,
-                )
-
-    @cute.jit
-    def _load_rolled(self, k_tile, stage):
-        """:meth:`load` with row predicates, for a producer with few registers: a loop over
-        the row groups (mode 1 of the partition), unrolled :data:`ROLLED_UNROLL` times, so only
-        their addresses are live at once (fully unrolled, ptxas computes every copy's 64-bit
-        address before the first copy: 96 registers for 48 copies); each row predicate is
-        compared where it is used instead of kept in a mask. K-major operands have a row group
-        per 4 or 8 rows; an M/N-major 128- or 256-wide tile has one, whose k-direction copies
-        stay unrolled."""
-        vecs = self.tXsX.shape[0][1]
-        for i in cutlass.range(cute.size(self.tXsX, mode=[1]), unroll=ROLLED_UNROLL):
-            pred = cute.make_rmem_tensor(
-                cute.make_layout((vecs, cute.size(self.tXsX, mode=[2])), stride=(1, 0)),
-                cutlass.Boolean,
-            )
-            for v in cutlass.range_constexpr(vecs):
-                pred[v, 0] = _row_in_range(self.tXcX, v, i, self.extent_mn)
+        # Row group by row group, the k-direction copies of a row group back to back: they
+        # share one address (constant offsets), which the compiler then computes once.
+        for i in cutlass.range_constexpr(cute.size(self.tXsX, mode=[1])):
             cute.copy(
                 self.tiled_copy,
                 self.tXgX[None, i, None, k_tile],
                 self.tXsX[None, i, None, stage],
-                pred=pred,
+                pred=self.tXpX[None, i, None] if predicated else None,
             )
 
     @cute.jit
@@ -99,10 +66,8 @@ def make_operand_loader(
     tile_k: cutlass.Constexpr,
     tile_idx,
     tid,
-    rolled_edges: cutlass.Constexpr = False,
 ) -> OperandLoader:
-    """``mX``: one batch of the operand, (MN, K); ``tile_idx``: this CTA's tile along MN;
-    ``rolled_edges``: see :attr:`OperandLoader.rolled_edges`."""
+    """``mX``: one batch of the operand, (MN, K); ``tile_idx``: this CTA's tile along MN."""
     gX = cute.local_tile(mX, (tile_mn, tile_k), (tile_idx, None))  # (tile_mn, tile_k, k_tiles)
     cX = cute.local_tile(cute.make_identity_tensor(mX.shape), (tile_mn, tile_k), (tile_idx, None))
     # Shift the k-tiles so the partial one is first (its start is <= 0).
@@ -110,8 +75,8 @@ def make_operand_loader(
     gX = cute.domain_offset((0, residue_k, 0), gX)
     cX = cute.domain_offset((0, residue_k, 0), cX)
     # The shift is a multiple of 8 elements along a stride-1 K or a K stride that is a
-    # multiple of 8, so every k-tile still starts on a 16-byte boundary.
-    gX = cute.make_tensor(gX.iterator.align(16), gX.layout)
+    # multiple of 8, so every k-tile still starts on a 16-byte boundary: one cp.async vector.
+    gX = cute.make_tensor(gX.iterator.align(VECTOR_BYTES), gX.layout)
 
     thr = tiled_copy.get_slice(tid)
     tXgX = thr.partition_S(gX)
@@ -129,4 +94,4 @@ def make_operand_loader(
         for i in cutlass.range_constexpr(tXpX.shape[1]):
             tXpX[v, i, 0] = _row_in_range(tXcX, v, i, extent_mn)
     interior = (tile_idx + 1) * tile_mn <= extent_mn
-    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior, extent_mn, rolled_edges)
+    return OperandLoader(tiled_copy, tXgX, tXsX, tXcX, tXpX, interior)

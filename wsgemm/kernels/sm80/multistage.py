@@ -7,11 +7,7 @@ import cutlass.cute as cute
 from cutlass.memory import SmemAllocator
 
 from wsgemm.kernels.common import trace
-from wsgemm.kernels.sm80.config import (
-    BUFFER_ALIGN_BYTES,
-    Sm80Config,
-    smem_bytes,
-)
+from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, smem_bytes
 from wsgemm.kernels.sm80.kernel import Sm80Kernel
 from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
@@ -56,23 +52,6 @@ class Sm80MultistageGemm(Sm80Kernel):
     """
 
     name = "sm80-multistage"
-
-    def __init__(
-        self,
-        config: Sm80Config,
-        ab_dtype,
-        c_dtype,
-        acc_dtype,
-        gpu_arch: str = "sm_80",
-        trace: bool = False,
-    ):
-        super().__init__(config, ab_dtype, c_dtype, acc_dtype, gpu_arch, trace)
-        # The specialized kernel's role options mean nothing here: refuse them, not ignore.
-        if config.register_handoff or config.producer_warps != 1:
-            raise ValueError(
-                f"{self.name} has no producer warp: register_handoff and producer_warps are "
-                "options of the specialized kernel (sm80); leave them at 0 and 1"
-            )
 
     @property
     def threads(self) -> int:

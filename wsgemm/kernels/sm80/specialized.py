@@ -10,17 +10,12 @@ from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.budget import barrier_bytes
 from wsgemm.kernels.common.pipeline import CpAsyncPipeline
-from wsgemm.kernels.sm80.config import (
-    BUFFER_ALIGN_BYTES,
-    HANDOFF_CONSUMER_REGISTERS,
-    HANDOFF_PRODUCER_REGISTERS,
-    smem_bytes,
-)
+from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, smem_bytes
 from wsgemm.kernels.sm80.kernel import Sm80Kernel
 from wsgemm.kernels.sm80.load import OperandLoader, make_operand_loader
 from wsgemm.kernels.sm80.mma import make_accumulators, make_mma_fragments
 from wsgemm.kernels.sm80.plan import Sm80Plan, carve_smem, zero_fill
-from wsgemm.support import WARP_SIZE, WARPS_PER_WARPGROUP, has_mbarrier_try_wait
+from wsgemm.support import MBARRIER_BYTES, WARP_SIZE, has_mbarrier_try_wait
 from wsgemm.trace_format import Event, Role
 
 __all__ = ["Sm80WsGemm"]
@@ -32,7 +27,7 @@ class Sm80WsGemm(Sm80Kernel):
     ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]``, one (tile_m, tile_n) tile per CTA (grid
     ``(ceil(M / tile_m), ceil(N / tile_n), L)``), all four A/B majors, any M, N, K, L >= 1
     (major extents multiples of 8: ``needs_vector_extent``). ``config.mma_warps_m`` x
-    ``mma_warps_n`` sets the consumers: 2 x 2 warps (160 threads, the study design), 2 x 4 or
+    ``mma_warps_n`` sets the consumers: 2 x 2 warps (160 threads with the producer), 2 x 4 or
     4 x 2 (288 threads).
 
     Roles
@@ -41,21 +36,14 @@ class Sm80WsGemm(Sm80Kernel):
           k-tile 0 carries the K residue, rows past M/N are never copied (zero-filled stages).
           A tile with every row in range is loaded by a second copy of the loop without row
           predicates (``config.fast_interior``): this one warp issues every copy of the CTA.
-          (``config.producer_warps`` = 2 or 4, an experiment, splits the copies over warps
-          0 .. P - 1; the consumers' indices shift by P - 1.)
-          With ``config.register_handoff`` (an experiment, sm_90a) warps 0-3 form the producer
-          warpgroup: all four ``setmaxnreg`` down, warp 0 loads (its edge-tile loop rolled to
-          fit the smaller budget), warps 1-3 exit; the consumers are warps 4-11 and
-          ``setmaxnreg`` up.
-        * the next mma_warps warps (from warp ``first_consumer_warp``: 1 in the study design),
-          consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
+        * warps 1 .. mma_warps, consumers (mma_warps_m x mma_warps_n warps of m16n8k16, 128 or
           256 threads): ldmatrix (transposed for M/N-major operands) + mma.sync into fp32 or fp16
           accumulators, then the epilogue: convert, stage through the (reused) A/B shared
           buffer, 16-byte predicated stores.
 
     Pipelines
         * ``ab`` (:class:`~wsgemm.kernels.common.pipeline.CpAsyncPipeline`), producer ->
-          consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase per producer warp, one
+          consumers, ``stages`` deep. ``full[s]``: 32 arrivals a phase, one
           ``cp.async.mbarrier.arrive.noinc`` per producer thread, fired when that thread's
           copies of the stage have landed. ``empty[s]``: ``mma_threads`` (128 or 256) arrivals
           a phase, every consumer thread, once its warp has issued
@@ -85,33 +73,22 @@ class Sm80WsGemm(Sm80Kernel):
     #: (``CpAsyncPipeline.consumer_release``); checked against the barrier's count.
     RELEASE_LANES_PER_WARP = WARP_SIZE
 
-    @property
-    def producer_warps(self) -> int:
-        """Warps 0 .. producer_warps - 1 load (one in the study design; ``config``)."""
-        return self.config.producer_warps
-
-    @property
-    def first_consumer_warp(self) -> int:
-        """Warps before the consumers: the producer warp(s), or with ``register_handoff`` a
-        whole warpgroup (``setmaxnreg`` acts on warpgroups), whose other warps exit."""
-        if self.config.register_handoff:
-            return WARPS_PER_WARPGROUP
-        return self.producer_warps
+    #: Warp 0 loads; the consumers are the warps after it.
+    PRODUCER_WARPS = 1
 
     @property
     def threads(self) -> int:
-        """The CTA: the producer warp(s) (or their warpgroup) and one consumer warp per warp
-        of the tiled MMA."""
-        return (self.first_consumer_warp + self.config.mma_warps) * WARP_SIZE
+        """The CTA: the producer warp and one consumer warp per warp of the tiled MMA."""
+        return (self.PRODUCER_WARPS + self.config.mma_warps) * WARP_SIZE
 
     @property
     def consumer_warps(self) -> int:
         """The warps of the launched CTA after the producer's (they release stages)."""
-        return self.threads // WARP_SIZE - self.first_consumer_warp
+        return self.threads // WARP_SIZE - self.PRODUCER_WARPS
 
     def full_barrier_arrivals(self) -> int:
-        """What ``full[s]`` is initialised to expect per phase: 32 in the study design."""
-        return self.config.producer_warps * WARP_SIZE
+        """What ``full[s]`` is initialised to expect per phase: every producer thread."""
+        return self.PRODUCER_WARPS * WARP_SIZE
 
     def empty_barrier_arrivals(self) -> int:
         """What ``empty[s]`` is initialised to expect per phase: every MMA thread."""
@@ -124,7 +101,7 @@ class Sm80WsGemm(Sm80Kernel):
             "sm80 ab full",
             self.full_barrier_arrivals(),
             {
-                "producer warps": self.producer_warps,
+                "producer warps": self.PRODUCER_WARPS,
                 "threads per warp": WARP_SIZE,
                 "cp.async.mbarrier.arrive.noinc per thread per stage": 1,
             },
@@ -152,7 +129,7 @@ class Sm80WsGemm(Sm80Kernel):
 
     @property
     def load_threads(self) -> int:
-        return self.producer_warps * WARP_SIZE
+        return self.PRODUCER_WARPS * WARP_SIZE
 
     @cute.kernel
     def kernel(
@@ -171,7 +148,7 @@ class Sm80WsGemm(Sm80Kernel):
         c = plan.config
 
         smem = SmemAllocator()
-        barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=8)
+        barriers = smem.allocate_array(cutlass.Int64, 2 * c.stages, byte_alignment=MBARRIER_BYTES)
         slots = trace.smem_slots(trace_buffer, smem, self.threads // WARP_SIZE)
         buffer_bytes = self.shared_memory_bytes() - BUFFER_ALIGN_BYTES - barrier_bytes(c.stages)
         buffer = smem.allocate(buffer_bytes, byte_alignment=BUFFER_ALIGN_BYTES)
@@ -185,24 +162,15 @@ class Sm80WsGemm(Sm80Kernel):
         # roles before either starts.
         cute.arch.sync_threads()
 
-        if warp_idx < self.first_consumer_warp:
-            if cutlass.const_expr(c.register_handoff):
-                cute.arch.setmaxregister_decrease(HANDOFF_PRODUCER_REGISTERS)
-            if warp_idx < self.producer_warps:
-                rec = trace.open_recorder(
-                    trace_buffer, slots, Role.PRODUCER, self.gpu_arch, WARP_SIZE
-                )
-                trace.fetch(rec, (bm, bn, bl))
-                self.load(
-                    plan, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx, rec
-                )
-                trace.close(rec)
+        if warp_idx < self.PRODUCER_WARPS:
+            rec = trace.open_recorder(trace_buffer, slots, Role.PRODUCER, self.gpu_arch, WARP_SIZE)
+            trace.fetch(rec, (bm, bn, bl))
+            self.load(plan, mA[None, None, bl], mB[None, None, bl], views, pipe, bm, bn, tidx, rec)
+            trace.close(rec)
         else:
-            if cutlass.const_expr(c.register_handoff):
-                cute.arch.setmaxregister_increase(HANDOFF_CONSUMER_REGISTERS)
             rec = trace.open_recorder(trace_buffer, slots, Role.CONSUMER, self.gpu_arch, WARP_SIZE)
             trace.fetch(rec, (bm, bn, bl))
-            tid = tidx - self.first_consumer_warp * WARP_SIZE
+            tid = tidx - self.PRODUCER_WARPS * WARP_SIZE
             tiled_mma = plan.tiled_mma()
             k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), c.tile_k)
             acc = self.mma(plan, tiled_mma, views, pipe, k_tiles, tid, rec)
@@ -224,17 +192,14 @@ class Sm80WsGemm(Sm80Kernel):
         tid: cutlass.Int32,
         rec=None,
     ):
-        """Producer warp(s), thread ``tid``: every k-tile of this CTA's A and B, in order, into
-        the ring (with several producer warps each copies its share of every k-tile). ``rec``:
-        the warp's trace recorder (None: untraced)."""
+        """Producer warp, thread ``tid``: every k-tile of this CTA's A and B, in order, into
+        the ring. ``rec``: the warp's trace recorder (None: untraced)."""
         c = plan.config
-        # With the register hand-over the producer's edge-tile loop is rolled to fit its budget.
-        rolled = bool(c.register_handoff)
         load_a = make_operand_loader(
-            plan.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid, rolled
+            plan.g2s_copy_a(), mA_mk, views.sA, c.tile_m, c.tile_k, bm, tid
         )
         load_b = make_operand_loader(
-            plan.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid, rolled
+            plan.g2s_copy_b(), mB_nk, views.sB, c.tile_n, c.tile_k, bn, tid
         )
         k_tiles = cute.size(load_a.tXgX, mode=[3])
 
