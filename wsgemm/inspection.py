@@ -22,9 +22,6 @@ OPCODE_COLUMNS = {
     "sm90": ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"),
     "sm80": ("HMMA", "LDGSTS", "LDSM", "ARRIVES", "SYNCS", "DEPBAR", "BAR"),
 }
-# Config fields a kernel has no use for: the baseline has no producer warp (it refuses any
-# value but the default for these), so its report leaves them out.
-UNUSED_CONFIG_FIELDS = {"sm80-multistage": ("producer_warps", "register_handoff")}
 
 
 @dataclass
@@ -134,13 +131,10 @@ def inspect_variant(variant: host.Variant, compiled=None) -> Report:
     dynamic = getattr(kernel_obj, "shared_memory_bytes", None)
     smem = k.static_smem_bytes + (int(dynamic()) if callable(dynamic) else 0)
     config = variant.kernel_config()
-    fields = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {}
-    for unused in UNUSED_CONFIG_FIELDS.get(variant.backend, ()):
-        fields.pop(unused, None)
     return Report(
         kernel=variant.backend,
         arch=variant.arch,
-        config=fields,
+        config=dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {},
         variant={
             f: getattr(variant, f)
             for f in ("ab_dtype", "c_dtype", "acc_dtype", "a_major", "b_major")

@@ -2,9 +2,9 @@
 with no local-memory spills.
 
 The default run compiles one representative variant of every kernel for its arch (plus the
-Hopper register hand-over of the sm80 kernel), each once per session (the ``compiled``
-fixture); the exhaustive sweep over every shipped variant is marked ``sweep``
-(``python -m pytest -m sweep``, docs/architecture.md).
+sm80 kernel for Hopper), each once per session (the ``compiled`` fixture); the exhaustive sweep
+over every shipped variant is marked ``sweep`` (``python -m pytest -m sweep``,
+docs/architecture.md).
 """
 
 import collections
@@ -13,7 +13,6 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from sass_checks import assert_clean, assert_sm80_path
 from wsgemm import host, sass
 from wsgemm import inspection as insp
 from wsgemm.host import policy
-from wsgemm.kernels.sm80.config import Sm80Config
 
 SM90 = host.shipped_backends("sm90")
 SM80 = host.shipped_backends("sm80")
@@ -32,14 +30,8 @@ REPRESENTATIVE = {
     **{b: host.Variant(b, "sm_90a") for b in SM90},
     **{b: host.Variant(b, "sm_80") for b in SM80},
 }
-#: The specialized sm80 kernel's Hopper-only register hand-over (an experiment, docs/perf.md
-#: entry 9), with an M-major A (the transposed ldmatrix path).
-HANDOFF = host.Variant(
-    "sm80",
-    "sm_90a",
-    a_major="m",
-    config=Sm80Config(128, 256, 64, 3, mma_warps_n=4, register_handoff=1, target="sm_90a"),
-)
+#: The specialized sm80 kernel built for Hopper, with an M-major A (the transposed ldmatrix path).
+SM80_ON_HOPPER = host.Variant("sm80", "sm_90a", a_major="m")
 
 # opcode -> why it must be there
 SM90_NEEDS = {
@@ -81,14 +73,13 @@ def test_sm80_kernels_compile_to_cp_async_and_mma_sync(compiled, backend):
     assert_clean(r)
 
 
-def test_register_hand_over_compiles_for_hopper(compiled):
-    r = compiled(HANDOFF).report
-    # The producer warpgroup gives registers back (56), the consumers take them (224).
-    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL 0x38 ;", r.sass_text)
-    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, 0xe0 ;", r.sass_text)
+def test_sm80_kernel_waits_in_hardware_on_hopper(compiled):
+    v = SM80_ON_HOPPER
+    r = compiled(v).report
     # On sm_90a a waiting thread is suspended in hardware until the phase flips.
     assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in r.sass_text
-    assert_sm80_path(r, "float32", 256, specialized=True)  # eight consumer warps
+    assert r.sass["HGMMA"] == 0 and r.sass["USETMAXREG"] == 0
+    assert_sm80_path(r, v.acc_dtype, v.kernel_config().mma_threads, specialized=True)
     assert_clean(r)
 
 
@@ -112,10 +103,7 @@ def test_inspect_json_reports_each_kernel(compiled, monkeypatch, capsys):
             "sass",
         }
         assert r["arch"] == "sm_80" and r["sass"]["HMMA"] > 0 and r["spill_bytes"] == 0
-        config = dataclasses.asdict(REPRESENTATIVE[r["kernel"]].kernel_config())
-        for unused in insp.UNUSED_CONFIG_FIELDS.get(r["kernel"], ()):  # no producer, no fields
-            config.pop(unused)
-        assert r["config"] == config
+        assert r["config"] == dataclasses.asdict(REPRESENTATIVE[r["kernel"]].kernel_config())
 
 
 @pytest.mark.parametrize(
