@@ -1,7 +1,7 @@
 """Small cases for compute-sanitizer (memcheck, racecheck): an aligned and two ragged problems per
 backend, each checked against torch. Run as
 ``compute-sanitizer --tool memcheck python scripts/sanitize_cases.py [backend ...]``; a backend may
-carry config overrides in the benchmark's syntax, e.g. ``'sm80{register_handoff=1,...}'``."""
+carry config overrides in the benchmark's syntax, e.g. ``'sm80{tile_m=96,ctas_per_sm=2}'``."""
 
 import dataclasses
 import sys

@@ -327,11 +327,6 @@ def test_nvdisasm_missing_names_a_package_that_exists(monkeypatch):
         sass.nvdisasm()
 
 
-def test_the_baseline_report_has_no_producer_fields(monkeypatch):
-    pytest.importorskip("cutlass")
-    assert "producer_warps" in inspection.UNUSED_CONFIG_FIELDS["sm80-multistage"]
-
-
 # ----------------------------------------------------------------------------- --help
 
 
