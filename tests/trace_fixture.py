@@ -1,4 +1,4 @@
-"""Synthetic raw traces for the CPU tests of ``wsgemm.timeline``, in exactly the format the
+"""Synthetic raw traces for the CPU tests of ``wsgemm.tracing``, in exactly the format the
 kernels write (``wsgemm/trace_format.py``).
 
 ``pingpong_run()`` simulates a persistent sm90 ping-pong call: 2 CTAs on 2 SMs, each a producer

@@ -25,7 +25,7 @@ _PUBLIC = {
     "nn": None,
     "explain": "api",
     "available_backends": "api",
-    "trace": "timeline",
+    "trace": "tracing",
 }
 
 

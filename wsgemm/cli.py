@@ -14,9 +14,9 @@ import os
 import sys
 import time
 
-from . import trace_cli
 from .bench import cli as bench_cli
 from .bench.cli import stderr_console as _err_console
+from .tracing import cli as trace_cli
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -1,5 +1,5 @@
 """Traced calls on the GPU (issue #13): the product is still right, and the recording is
-consistent (``wsgemm.timeline.check``: no overflow at the planned capacity, every output
+consistent (``wsgemm.tracing.check``: no overflow at the planned capacity, every output
 tile fetched by its consumers exactly once, no stage released twice without a fill between, no
 wait on a full barrier ending before the loads of its k-tile were issued, in the CTA and in
 its multicast peers).
@@ -13,9 +13,9 @@ import torch
 from operands import assert_within_torch_error, make
 
 import wsgemm
-from wsgemm import timeline
-from wsgemm.api.tracing import record
+from wsgemm import tracing
 from wsgemm.trace_format import Event, RawTrace
+from wsgemm.tracing.record import record
 
 pytestmark = pytest.mark.gpu
 
@@ -53,7 +53,7 @@ def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
     assert_within_torch_error(out, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
     assert raw.meta["backend"] == backend and raw.meta["overflow"] == 0
     assert (raw.buffer[:, 0] > 0).sum() > 0, "no recorder wrote"
-    assert timeline.check(raw) == []
+    assert tracing.check(raw) == []
 
 
 @pytest.mark.parametrize(
@@ -76,8 +76,8 @@ def test_a_split_k_call_traces_its_units_and_fix_ups(name, shape, split):
     assert not torch.isnan(out).any(), "unwritten (poisoned) output elements"
     assert_within_torch_error(out, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
     assert raw.meta["split"] > 1 and raw.meta["policy_split"] == split
-    assert raw.meta["overflow"] == 0 and timeline.check(raw) == []
-    decoded = timeline.decode(raw)
+    assert raw.meta["overflow"] == 0 and tracing.check(raw) == []
+    decoded = tracing.decode(raw)
     assert (decoded.events["kind"] == Event.FIXUP_BEGIN).sum() > 0
     assert raw.meta["traced_us"] > 0 and raw.meta["untraced_us"] > 0
 
@@ -86,7 +86,7 @@ def test_the_whole_sm80_grid_can_be_traced():
     _needs("sm80")
     _, _, out, raw = _traced("sm80", (1031, 2053, 777), max_ctas=10**6, measure=False)
     assert raw.meta["ctas_traced"] == raw.meta["ctas_launched"]
-    assert timeline.check(raw) == []
+    assert tracing.check(raw) == []
 
 
 def test_a_small_capacity_overflows_without_writing_past_it():
@@ -114,7 +114,7 @@ def test_overhead_is_measured_and_the_recording_saves(tmp_path):
 def test_auto_traces_the_kernel_the_policy_picks():
     _, _, out, raw = _traced("auto", (2048, 2048, 1024), measure=False)
     assert raw.meta["backend"] in wsgemm.available_backends()
-    assert timeline.check(raw) == []
+    assert tracing.check(raw) == []
 
 
 def test_bad_arguments_raise_typed_errors():

@@ -24,9 +24,9 @@ import pytest
 import torch
 from sass_checks import assert_clean
 
-from wsgemm import host, sass, timeline
+from wsgemm import host, sass
 from wsgemm import inspection as insp
-from wsgemm.host import tracing
+from wsgemm import tracing as timeline
 from wsgemm.kernels.common.address import SIZE_AND_STRIDE_NAMES
 from wsgemm.trace_format import (
     EVENT_WORDS,
@@ -37,6 +37,7 @@ from wsgemm.trace_format import (
     Role,
     Timer,
 )
+from wsgemm.tracing import plan as tracing
 
 TIMER_READS = re.compile(r"SR_GLOBALTIMER|SR_CLOCK")
 TRACED = {
@@ -305,7 +306,7 @@ def test_plan_rejects_a_bad_capacity(bad):
 def test_record_without_a_gpu_says_so():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from wsgemm.api.tracing import NoGpuError, record
+    from wsgemm.tracing.record import NoGpuError, record
 
     a = torch.zeros(4, 4, dtype=torch.float16)
     with pytest.raises(NoGpuError, match="CUDA GPU"):
@@ -374,7 +375,7 @@ META = dict(
 
 
 def _check(buffer):
-    """The one consistency checker (``wsgemm.timeline.check``) on a simulated recording."""
+    """The one consistency checker (``wsgemm.tracing.check``) on a simulated recording."""
     capacity = (buffer.shape[1] - HEADER_WORDS) // EVENT_WORDS
     return timeline.check(RawTrace(buffer, dict(META, capacity=capacity)))
 

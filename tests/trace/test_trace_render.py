@@ -1,4 +1,4 @@
-"""``wsgemm.timeline`` and ``python -m wsgemm trace`` on the CPU: decoding a raw trace, the
+"""``wsgemm.tracing`` and ``python -m wsgemm trace`` on the CPU: decoding a raw trace, the
 consistency checks, the Chrome trace, the PNG, the summary and the command line, on synthetic
 recordings (tests/trace_fixture.py) and on the real ones in tests/data/trace_*.npz."""
 
@@ -23,12 +23,13 @@ from trace_fixture import (
     pingpong_run,
 )
 
-from wsgemm import cli, trace_cli
-from wsgemm.timeline import Timeline, check, decode
-from wsgemm.timeline import summary as summary_module
-from wsgemm.timeline.chrome import INSTANTS
-from wsgemm.timeline.decode import SPAN_NAMES
+from wsgemm import cli
 from wsgemm.trace_format import Event, RawTrace, Timer
+from wsgemm.tracing import Timeline, check, decode
+from wsgemm.tracing import cli as trace_cli
+from wsgemm.tracing import summary as summary_module
+from wsgemm.tracing.chrome import INSTANTS
+from wsgemm.tracing.decoding import SPAN_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = sorted((REPO / "tests" / "data").glob("trace_*.npz"))
@@ -354,7 +355,7 @@ def test_summary_tail_and_tiles_across_sms():
 def test_summary_tables_render():
     from rich.console import Console
 
-    from wsgemm.timeline.summary import tables
+    from wsgemm.tracing.summary import tables
 
     console = Console(record=True, width=200)
     for table in tables(Timeline(pack(hand_run(), meta=hand_meta())).summary()):
@@ -470,7 +471,7 @@ def test_inconsistent_options_exit_2_before_any_gpu_work(argv, message, recordin
 def test_import_wsgemm_and_a_re_render_load_neither_torch_nor_the_dsl(recording, tmp_path):
     code = (
         "import sys, wsgemm\n"
-        "assert wsgemm.trace is wsgemm.timeline.trace\n"
+        "assert wsgemm.trace is wsgemm.tracing.trace\n"
         "from wsgemm import cli\n"
         f"code = cli.main(['trace', '--from-raw', {str(recording)!r}, '--out', "
         f"{str(tmp_path / 'out')!r}])\n"

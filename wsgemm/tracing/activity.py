@@ -22,7 +22,7 @@ import numpy as np
 
 from wsgemm.trace_format import Event
 
-from .decode import SPAN_NAMES, Decoded
+from .decoding import SPAN_NAMES, Decoded
 
 __all__ = ["ACTIVITIES", "COLORS", "exclusive_time", "mainloop_intervals", "paint", "sweep"]
 

@@ -1,13 +1,13 @@
 """Record one traced call (issue #13): ``record(a, b, backend=...) -> RawTrace``.
 
 The call is validated as ``matmul`` validates it and planned the same way (kernel views of the
-operands); then the chosen kernel's traced variant (``host.tracing.compile_traced``, compiled
-once per process) runs once into a zeroed buffer sized by ``host.tracing.plan_trace``, and the
+operands); then the chosen kernel's traced variant (``plan.compile_traced``, compiled
+once per process) runs once into a zeroed buffer sized by ``plan.plan_trace``, and the
 buffer comes back to the host with the facts needed to read it (``RawTrace.meta``). With
 ``measure=True`` the same call is also timed traced and untraced (CUDA events, after a
 warm-up, median of ``MEASURE_REPS``) so the tracing overhead can be reported.
 
-The decoder, the consistency checks and the renderers live in ``wsgemm.timeline``.
+The decoder, the consistency checks and the renderers are this package's other modules.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import statistics
 import torch
 
 from .. import host
-from ..host import tracing as host_tracing
-from ..host.dispatch import DISPATCHER
+from ..api import DISPATCHER, batched, validate
+from ..api.dispatch import kernel_views
 from ..host.workspace import split_buffer_sizes, split_launcher
 from ..kernels.common.trace import timer_for
 from ..trace_format import HEADER_FIELDS, RawTrace
-from .dispatch import kernel_views
-from .plan import batched
-from .validate import validate
+from . import plan
 
 __all__ = ["MEASURE_REPS", "NoGpuError", "record"]
 
@@ -66,9 +64,9 @@ def record(
             ``matmul`` runs. The split traced variants were not yet run on a GPU when this was
             written (docs/trace.md).
         capacity: events per recorder row (None: planned from the problem,
-            ``host.tracing.plan_trace``); a recorder past it counts its overflow.
+            ``plan.plan_trace``); a recorder past it counts its overflow.
         max_ctas: trace only the first this many CTAs (None: every CTA of a persistent sm90
-            grid, ``host.tracing.DEFAULT_SM80_WAVES`` waves of the sm80 grid).
+            grid, ``plan.DEFAULT_SM80_WAVES`` waves of the sm80 grid).
         measure: also time the call traced and untraced (``meta["traced_us"]``,
             ``meta["untraced_us"]``).
         out: where the product goes (a tensor ``matmul`` would accept as ``out``); None
@@ -137,12 +135,12 @@ def record(
         traced_split, words, count = split_buffer_sizes(kernel_config, traced_split, m, n, k, L)
         workspace = torch.empty(words, dtype=torch.float32, device=a.device)
         split_args = (traced_split, workspace, d.semaphores.get(a.device, count))
-    tplan = host_tracing.plan_trace(
+    tplan = plan.plan_trace(
         route.backend, kernel_config, (m, n, k, L), num_sms, capacity=capacity,
         max_ctas=max_ctas, split=traced_split,
     )  # fmt: skip
     with torch.cuda.device(device):
-        traced = host_tracing.cached_traced(variant)
+        traced = plan.cached_traced(variant)
         clusters = num_sms // host.cluster_size(kernel_config)  # as the dispatcher launches
         buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=a.device)
         traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *split_args)

@@ -14,10 +14,10 @@ import re
 import sys
 from pathlib import Path
 
-from .bench import suites
-from .bench.cli import PIPE_WIDTH, bounded_int, stderr_console
-from .bench.layouts import LAYOUTS, Layout, make_operands
-from .support import (
+from ..bench import suites
+from ..bench.cli import PIPE_WIDTH, bounded_int, stderr_console
+from ..bench.layouts import LAYOUTS, Layout, make_operands
+from ..support import (
     AB_DTYPES,
     ACC_DTYPES,
     ACCUMULATOR_RULE,
@@ -37,7 +37,7 @@ _RECORDING = ("batch", "backend", "dtype", "out_dtype", "accumulate", "layout", 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``trace`` options to ``parser`` (the ``wsgemm.cli`` subparser)."""
-    from .host.registry import BACKENDS
+    from ..host.registry import BACKENDS
 
     parser.description = (
         "Run one GEMM on the traced variant of its kernel and show what each warp role did: a "
@@ -183,8 +183,8 @@ def _render(timeline, args, console) -> int:
     """Warn about inconsistencies, write the four files, print the summary."""
     from rich.console import Console
 
-    from .timeline.plot import pick_sms
-    from .timeline.summary import tables
+    from .plot import pick_sms
+    from .summary import tables
 
     try:
         sms = pick_sms(timeline.decoded, args.sms)

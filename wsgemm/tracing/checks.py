@@ -33,7 +33,7 @@ import numpy as np
 
 from wsgemm.trace_format import Event, RawTrace, Role
 
-from .decode import Decoded, decode, recorder_label
+from .decoding import Decoded, decode, recorder_label
 
 __all__ = ["TICK_NS", "check"]
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from wsgemm.trace_format import Event
 
-from .decode import SPAN_NAMES, Decoded, recorder_label, role_name
+from .decoding import SPAN_NAMES, Decoded, recorder_label, role_name
 
 __all__ = ["INSTANTS", "write_chrome"]
 

@@ -1,6 +1,6 @@
 """Traced kernels on the host side (issue #13): how big the trace buffer is, and compiling a
 kernel's traced variant. The call that records (validation, launch, timing) is
-``wsgemm.api.tracing.record``; the buffer's layout is ``wsgemm.trace_format``.
+``record.record``; the buffer's layout is ``wsgemm.trace_format``.
 
 Which CTAs record, and how many events each row holds (``plan_trace``):
 
@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..host.registry import BACKENDS, Variant
 from ..support import WARP_SIZE, cutlass_dtype
 from ..trace_format import EVENT_WORDS, HEADER_WORDS
-from .registry import BACKENDS, Variant
 
 __all__ = [
     "DEFAULT_SM80_WAVES",
@@ -170,7 +170,7 @@ def compile_traced(variant: Variant, *, keep: bool = False, trace_knobs=None):
     ``trace_knobs`` (sm90 only; a ``kernels.common.trace.TraceKnobs`` or its spec string, None:
     the defaults): which event groups the kernel records and how (the overhead study,
     ``scripts/trace_overhead_probe.py``)."""
-    from .compiling.compile import compile_entry, fake_arguments, make_kernel
+    from ..host.compiling.compile import compile_entry, fake_arguments, make_kernel
 
     options = {} if trace_knobs is None else {"trace_knobs": trace_knobs}
     if options and BACKENDS[variant.backend].family != "sm90":

@@ -20,7 +20,7 @@ import numpy as np
 from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, COLORS, paint
-from .decode import Decoded, role_name
+from .decoding import Decoded, role_name
 
 __all__ = ["DEFAULT_SMS", "pick_sms", "plot"]
 

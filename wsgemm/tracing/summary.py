@@ -30,7 +30,7 @@ import numpy as np
 from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, exclusive_time, mainloop_intervals, sweep
-from .decode import SPAN_NAMES, Decoded
+from .decoding import SPAN_NAMES, Decoded
 
 __all__ = ["summarize", "tables", "title"]
 

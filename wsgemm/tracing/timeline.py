@@ -10,14 +10,14 @@ from wsgemm.trace_format import RawTrace
 
 from . import chrome, plot, summary
 from .checks import check
-from .decode import Decoded, decode
+from .decoding import Decoded, decode
 
 __all__ = ["Timeline", "trace"]
 
 
 class Timeline:
     """One traced call: the recording (``raw``), its tables (``recorders``, ``events``,
-    ``spans``: numpy structured arrays, fields in ``wsgemm.timeline.decode``) and what they
+    ``spans``: numpy structured arrays, fields in ``wsgemm.tracing.decoding``) and what they
     show (``check``, ``summary``, ``to_chrome``, ``plot``). Times are ns from the earliest
     recorder's start."""
 
@@ -49,13 +49,13 @@ class Timeline:
         return self.decoded.spans
 
     def check(self) -> list[str]:
-        """The recording's inconsistencies, one sentence each (``wsgemm.timeline.checks``)."""
+        """The recording's inconsistencies, one sentence each (``wsgemm.tracing.checks``)."""
         if self._problems is None:
             self._problems = check(self.decoded)
         return list(self._problems)
 
     def summary(self) -> dict:
-        """The numbers (``wsgemm.timeline.summary``), with ``check``'s problems."""
+        """The numbers (``wsgemm.tracing.summary``), with ``check``'s problems."""
         return summary.summarize(self.decoded, self.check())
 
     def title(self) -> str:
@@ -92,8 +92,8 @@ def trace(a, b, **options) -> Timeline:
     """Run ``wsgemm.api.matmul(a, b, ...)`` once on the traced variant of its kernel and return
     the per-role timeline of that call (a ``Timeline``: ``.summary()``, ``.check()``,
     ``.to_chrome(path)``, ``.plot(path)``, ``.save(path)``). Needs a CUDA GPU. ``options`` are
-    ``wsgemm.api.tracing.record``'s (backend, config, out_dtype, accumulate, out, capacity,
-    max_ctas, measure), documented there."""
-    from ..api.tracing import record  # torch and the kernels only when something is recorded
+    ``wsgemm.tracing.record.record``'s (backend, config, out_dtype, accumulate, out, capacity,
+    max_ctas, measure, split_k), documented there."""
+    from .record import record  # torch and the kernels only when something is recorded
 
     return Timeline(record(a, b, **options))
