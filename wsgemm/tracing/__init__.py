@@ -7,7 +7,7 @@ this package share). Recording one (torch, the DSL and a CUDA GPU):
 
 * ``plan``: the buffer's size (which CTAs record, events per row) and the traced compile;
 * ``record``: one call, validated and planned as ``matmul`` does, run on its kernel's traced
-  variant (and timed traced and untraced: the tracing overhead).
+  variant; ``measure``: that call timed traced and untraced (the tracing overhead).
 
 Reading one, on the GPU host or anywhere else from a saved ``.npz`` (numpy only):
 

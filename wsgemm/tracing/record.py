@@ -1,11 +1,11 @@
 """Record one traced call (issue #13): ``record(a, b, backend=...) -> RawTrace``.
 
 The call is validated as ``matmul`` validates it and planned the same way (kernel views of the
-operands); then the chosen kernel's traced variant (``plan.compile_traced``, compiled
-once per process) runs once into a zeroed buffer sized by ``plan.plan_trace``, and the
-buffer comes back to the host with the facts needed to read it (``RawTrace.meta``). With
-``measure=True`` the same call is also timed traced and untraced (CUDA events, after a
-warm-up, median of ``MEASURE_REPS``) so the tracing overhead can be reported.
+operands); then the chosen kernel's traced variant (``plan.compile_traced``, compiled once per
+process) runs once into a zeroed buffer sized by ``plan.plan_trace``, and the buffer comes back
+to the host with the facts needed to read it (``RawTrace.meta``). With ``measure=True`` the same
+call is also timed traced and untraced (``measure.median_us``) so the tracing overhead can be
+reported.
 
 The decoder, the consistency checks and the renderers are this package's other modules.
 """
@@ -13,7 +13,6 @@ The decoder, the consistency checks and the renderers are this package's other m
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 import torch
 
@@ -24,14 +23,9 @@ from ..host.workspace import split_buffer_sizes, split_launcher
 from ..kernels.common.trace import timer_for
 from ..trace_format import HEADER_FIELDS, RawTrace
 from . import plan
+from .measure import median_us
 
-__all__ = ["MEASURE_REPS", "NoGpuError", "record"]
-
-#: GPU cycles of the spin in front of each timed run (about 50 us at 2 GHz: longer than the host
-#: takes to launch a call).
-SPIN_CYCLES = 100_000
-#: Timed runs of each of the traced and untraced call (after one warm-up each).
-MEASURE_REPS = 10
+__all__ = ["NoGpuError", "consumers_per_tile", "record"]
 
 
 class NoGpuError(RuntimeError):
@@ -154,10 +148,10 @@ def record(
             if split_args:
                 untraced = split_launcher(untraced, route.config, traced_split, d.semaphores)
             timing = {
-                "traced_us": _median_us(
+                "traced_us": median_us(
                     lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *split_args)
                 ),
-                "untraced_us": _median_us(lambda: untraced(launch.a, launch.b, launch.c, clusters)),
+                "untraced_us": median_us(lambda: untraced(launch.a, launch.b, launch.c, clusters)),
             }
             launch.finish()
 
@@ -198,21 +192,3 @@ def consumers_per_tile(backend: str, config) -> int:
     if host.BACKENDS[backend].family == "sm90":
         return 1 if config.pingpong else 2
     return config.mma_warps
-
-
-def _median_us(fn) -> float:
-    """Median time of ``fn`` in microseconds, over ``MEASURE_REPS`` runs after a warm-up. Each
-    run's start event is queued behind a short spin kernel, so the host's work before its launch
-    (argument conversion, which differs between the traced and untraced entries) overlaps the
-    GPU's and is not timed: a decode call's kernel is short enough for it to show."""
-    fn()
-    times = []
-    for _ in range(MEASURE_REPS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SPIN_CYCLES)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
