@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..host.compiling.compile import compile_entry, fake_arguments, make_kernel
 from ..host.registry import BACKENDS, Variant
 from ..support import WARP_SIZE, cutlass_dtype
 from ..trace_format import EVENT_WORDS, HEADER_WORDS
@@ -162,20 +163,12 @@ def fake_trace_buffer():
     return make_fake_tensor(cutlass.Int32, (rows, words), (stride, 1), assumed_align=16)
 
 
-def compile_traced(variant: Variant, *, keep: bool = False, trace_knobs=None):
+def compile_traced(variant: Variant, *, keep: bool = False):
     """Compile the traced variant of ``variant`` (no GPU needed): its ``traced`` entry, which
     takes ``compile.fake_arguments``'s launch arguments and then the trace buffer. ``keep``
     retains the cubin in ``compiled.artifacts.CUBIN`` as ``compile_variant`` does. Traced
-    kernels are compiled per process, never cached on disk (``cached_traced`` memoizes).
-    ``trace_knobs`` (sm90 only; a ``kernels.common.trace.TraceKnobs`` or its spec string, None:
-    the defaults): which event groups the kernel records and how (the overhead study,
-    ``scripts/trace_overhead_probe.py``)."""
-    from ..host.compiling.compile import compile_entry, fake_arguments, make_kernel
-
-    options = {} if trace_knobs is None else {"trace_knobs": trace_knobs}
-    if options and BACKENDS[variant.backend].family != "sm90":
-        raise ValueError(f"trace_knobs apply to the sm90 kernels, not {variant.backend}")
-    kernel = make_kernel(variant, trace=True, **options)
+    kernels are compiled per process, never cached on disk (``cached_traced`` memoizes)."""
+    kernel = make_kernel(variant, trace=True)
     # a split-K variant's run-time count, workspace and semaphores follow the buffer
     args = (*fake_arguments(variant), fake_trace_buffer(), *kernel.fake_launch_extras())
     return compile_entry(kernel.traced, args, variant.arch, keep=keep)
