@@ -27,82 +27,18 @@ import torch.autograd.forward_ad as _forward_ad
 from torch.utils._device import DeviceContext
 
 from . import api
-from .api.validate import AB_DTYPES, check_backend, check_dtype_args, check_out_fits, dtype_list
-
-# ----------------------------------------------------------------------------- shapes and checks
-
-
-def result_shape(a_shape, b_shape) -> tuple:
-    """The shape of ``torch.matmul(a, b)`` for operands of these shapes; raises ValueError where
-    torch.matmul refuses. Pure shape arithmetic: symbolic sizes pass through without a guard on
-    M or N."""
-    if len(a_shape) == 0 or len(b_shape) == 0:
-        raise ValueError(
-            f"both operands must be at least 1-D, got a: {tuple(a_shape)}, b: {tuple(b_shape)}"
-        )
-    a_mat = tuple(a_shape) if len(a_shape) > 1 else (1, *a_shape)
-    b_mat = tuple(b_shape) if len(b_shape) > 1 else (*b_shape, 1)
-    if a_mat[-1] != b_mat[-2]:
-        raise ValueError(
-            f"inner dimensions differ: a is {tuple(a_shape)} (K={a_mat[-1]}) and b is "
-            f"{tuple(b_shape)} (K={b_mat[-2]}); a's last dim must equal b's "
-            + ("only dim" if len(b_shape) == 1 else "second-to-last")
-        )
-    batch = _broadcast(a_mat[:-2], b_mat[:-2])
-    rows = a_mat[-2:-1] if len(a_shape) > 1 else ()
-    cols = b_mat[-1:] if len(b_shape) > 1 else ()
-    return (*batch, *rows, *cols)
-
-
-def _broadcast(a_batch: tuple, b_batch: tuple) -> tuple:
-    try:
-        return tuple(torch.broadcast_shapes(a_batch, b_batch))
-    except RuntimeError:
-        raise ValueError(
-            f"batch dimensions {a_batch} and {b_batch} do not broadcast: each pair (aligned "
-            "from the right) must be equal or contain a 1, as in torch.matmul"
-        ) from None
-
-
-def _check_types(a, b, out, out_dtype, accumulate, backend) -> None:
-    """What the dispatcher would refuse with a RuntimeError, refused here with a TypeError."""
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if out is not None and not isinstance(out, torch.Tensor):
-        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
-        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
-    if not isinstance(accumulate, torch.dtype):
-        raise TypeError(f"accumulate must be a torch.dtype, got {type(accumulate).__name__}")
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
-
+from .api.validate import check_devices, check_kinds, check_out_fits, check_static, result_shape
 
 # Devices the fake implementation takes: CUDA, and meta for shapes alone.
 _FAKE_DEVICES = ("cuda", "meta")
 
 
-def check(a, b, out, out_dtype, accumulate, backend) -> tuple:
-    """Every check that needs no GPU, for the fake implementations: types, dtypes, shapes, the
-    backend's name. Returns the result's shape. Never reads data or asks the device anything."""
-    _check_types(a, b, out, out_dtype, accumulate, backend)
-    if a.dtype not in AB_DTYPES:
-        raise TypeError(
-            f"a has dtype {a.dtype}; wsgemm multiplies {dtype_list(AB_DTYPES)} operands"
-        )
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
-    check_dtype_args(a.dtype, out_dtype, accumulate)
-    check_backend(backend)
-    shape = result_shape(a.shape, b.shape)
-    if out is not None:
-        check_out_fits(out, shape, out_dtype)
-    for name, t in (("a", a), ("b", b), ("out", out)):
-        if t is not None and t.device.type not in _FAKE_DEVICES:
-            raise ValueError(f"{name} must be a CUDA tensor, got a tensor on {t.device}")
-        if t is not None and t.device != a.device:
-            raise ValueError(f"{name} is on {t.device}, a on {a.device}")
+def _check_fake(a, b, out, out_dtype, accumulate, backend) -> tuple:
+    """The fake implementations' checks: ``api.validate``'s that need no GPU (types, dtypes,
+    shapes, the backend's name; ``check_static``) and the devices. Returns the result's shape.
+    Never reads data or asks the device anything."""
+    shape = check_static(a, b, out, out_dtype, accumulate, backend)
+    check_devices(a, b, out, _FAKE_DEVICES)
     return shape
 
 
@@ -123,10 +59,12 @@ def _forward(a, b, out, out_dtype, accumulate, backend):
 
 
 def _forward_nd(a, b, out, out_dtype, accumulate, backend):
+    # torch.matmul's shapes and out's before folding (the folded views would hide a wrong
+    # shape of out); the core checks the rest of the call on the folded views
     shape = result_shape(a.shape, b.shape)
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
-    batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
+    batch = shape[: len(shape) - (a.dim() > 1) - (b.dim() > 1)]  # the rows and columns follow
     count = math.prod(batch)
     a3, b3 = _fold(a2, batch, count), _fold(b2, batch, count)
     m, n = a2.shape[-2], b2.shape[-1]
@@ -184,7 +122,7 @@ def _grads(a, b, grad, need_a: bool, need_b: bool, backend: str):
     g = grad.to(a.dtype)
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
-    batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
+    batch = torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])  # checked by the forward
     count = math.prod(batch)
     m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
     g = g.reshape(*batch, m, n)
@@ -239,13 +177,14 @@ for _key in ("CUDA", "CPU"):
 
 @torch.library.register_fake("wsgemm::matmul", lib=_LIB)
 def _matmul_fake(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    shape = check(a, b, None, out_dtype, accumulate, backend)
+    shape = _check_fake(a, b, None, out_dtype, accumulate, backend)
     return a.new_empty(shape, dtype=out_dtype or a.dtype)  # contiguous, as torch.matmul's
 
 
 @torch.library.register_fake("wsgemm::matmul_out", lib=_LIB)
 def _matmul_out_fake(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    check(a, b, out, out_dtype, accumulate, backend)  # no overlap test: fake tensors have no data
+    # no overlap test: fake tensors have no data
+    _check_fake(a, b, out, out_dtype, accumulate, backend)
 
 
 def _setup_context(ctx, inputs, output):
@@ -444,7 +383,8 @@ def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend=
         if _grad_enabled() and (a.requires_grad or b.requires_grad):
             return _Matmul.apply(a, b, out_dtype, accumulate, backend)
         return _forward(a, b, None, out_dtype, accumulate, backend)
-    _check_types(a, b, out, out_dtype, accumulate, backend)
+    # what torch's dispatcher would refuse with a RuntimeError, refused with our TypeError
+    check_kinds(a, b, out, out_dtype, accumulate, backend)
     if out is None:
         return _MATMUL(a, b, out_dtype, accumulate, backend)
     _refuse_grad(a, b, out)

@@ -80,9 +80,14 @@ def test_out_aliasing_an_input_is_an_error():
         on_cpu(t(8, 8), b[:, :8], out=b[:, 4:12])
 
 
+def problem(batch, m, n, k, c_dtype=F16) -> api.Problem:
+    """What ``validate`` returns for an accepted fp16 call with an fp32 accumulator."""
+    return api.Problem(batch, m, n, k, F16, c_dtype, torch.float32)
+
+
 def test_interleaved_column_blocks_of_one_buffer_are_not_aliases():
     buf = t(8, 32)  # a fused output: a in columns 0-15, out in columns 16-31
-    on_cpu(buf[:, :16], t(16, 16), out=buf[:, 16:])
+    assert on_cpu(buf[:, :16], t(16, 16), out=buf[:, 16:]) == problem(None, 8, 16, 16)
 
 
 def test_out_with_repeated_elements_is_an_error():
@@ -102,13 +107,14 @@ def test_out_whose_rows_overlap_is_an_error(size, stride):
 
 
 def test_out_with_unusual_but_distinct_strides_is_accepted():
-    out = torch.zeros(64, dtype=F16).as_strided((3, 3), (2, 3))  # offsets 0 2 4 3 5 7 6 8 10
-    on_cpu(t(3, 5), t(5, 3), out=out)
+    out = torch.zeros(64, dtype=torch.float32).as_strided((3, 3), (2, 3))  # 0 2 4 3 5 7 6 8 10
+    assert on_cpu(t(3, 5), t(5, 3), out=out) == problem(None, 3, 3, 5, c_dtype=torch.float32)
 
 
 def test_disjoint_views_of_one_buffer_are_not_aliases():
     buf = t(3, 8, 8)
-    on_cpu(buf[0], buf[1], out=buf[2])
+    assert on_cpu(buf[0], buf[1], out=buf[2]) == problem(None, 8, 8, 8)
+    assert on_cpu(buf[:1], buf[1], out=buf[2:]) == problem(1, 8, 8, 8)  # a batch of 1 stays
 
 
 def test_disjoint_column_blocks_of_a_large_buffer_are_not_aliases():
@@ -185,8 +191,10 @@ def test_requires_grad_with_grad_mode_on_is_an_error(where):
     with pytest.raises(ValueError, match=f"{where} requires grad and grad mode is on"):
         on_cpu(args["a"], args["b"], out=args["out"])
     with torch.no_grad():  # the op layer's call: no gradients asked for, none dropped
-        on_cpu(args["a"], args["b"], out=args["out"])
-    on_cpu(args["a"].detach(), args["b"].detach(), out=args["out"].detach())
+        assert on_cpu(args["a"], args["b"], out=args["out"]) == problem(None, 4, 4, 4)
+    assert on_cpu(args["a"].detach(), args["b"].detach(), out=args["out"].detach()) == problem(
+        None, 4, 4, 4
+    )
 
 
 def test_parameters_are_inputs_that_require_grad():
@@ -227,3 +235,79 @@ def test_output_shape_follows_torch_matmul(sa, sb, expected):
     p = on_cpu(a, b)
     assert p.out_shape == expected
     assert p.c_dtype == F16 and p.acc_dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- one set of checks
+
+META = dict(dtype=F16, device="meta")
+
+
+@pytest.mark.parametrize(
+    "sa, sb, out, kw",
+    [
+        ((4, 5), (4, 4), None, {}),
+        ((2, 4, 4), (3, 4, 4), None, {}),
+        ((4, 4), (4, 4), None, {"out_dtype": torch.int8}),
+        ((4, 4), (4, 4), None, {"accumulate": torch.bfloat16}),
+        ((4, 4), (4, 4), None, {"accumulate": "float32"}),
+        ((4, 4), (4, 4), None, {"backend": "cublas"}),
+        ((4, 4), (4, 4), None, {"backend": 3}),
+        ((4, 4), (4, 4), ((4, 5), F16), {}),
+        ((2, 4, 4), (4, 4), ((2, 4, 4), torch.float32), {"out_dtype": F16}),
+        ((4, 4), (4, 4), ((4, 4), torch.int32), {}),
+    ],
+)
+def test_the_core_and_the_torch_op_refuse_in_the_same_words(sa, sb, out, kw):
+    """One set of checks: ``validate`` (the core's), ``wsgemm.matmul`` on CPU tensors (the torch
+    op's real road) and ``check_static`` on meta tensors (its fake road) raise the same error
+    with the same message."""
+    from wsgemm import ops
+    from wsgemm.api.validate import check_static
+
+    def operands(device):
+        a, b = (torch.zeros(s, dtype=F16, device=device) for s in (sa, sb))
+        return a, b, None if out is None else torch.zeros(out[0], dtype=out[1], device=device)
+
+    options = dict(out_dtype=None, accumulate=torch.float32, backend="auto") | kw
+    a, b, c = operands("cpu")
+    calls = (
+        lambda: on_cpu(a, b, out=c, **options),
+        lambda: ops.matmul(a, b, out=c, **options),
+        lambda: check_static(*operands("meta"), **options),
+    )
+    errors = []
+    for call_ in calls:
+        with pytest.raises((TypeError, ValueError)) as info:
+            call_()
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1] == errors[2]
+
+
+@pytest.mark.parametrize(
+    "sa, sb",
+    [
+        ((7,), (7,)),
+        ((3, 7), (7,)),
+        ((7,), (2, 7, 5)),
+        ((2, 1, 3, 7), (4, 7, 5)),
+        ((0, 3, 7), (7, 5)),
+    ],
+)
+def test_check_static_gives_torch_matmuls_shape_on_meta_tensors(sa, sb):
+    """The torch op's fake road: any rank, no data, no device."""
+    from wsgemm.api.validate import check_static
+
+    a, b = torch.zeros(sa, **META), torch.zeros(sb, **META)
+    expected = torch.matmul(torch.zeros(sa), torch.zeros(sb)).shape
+    assert check_static(a, b, None, None, torch.float32, "auto") == tuple(expected)
+
+
+def test_the_core_takes_two_and_three_dimensions_only():
+    """The one rule ``validate`` adds to ``check_static``'s: a 1-D or 4-D operand is the torch
+    op's to fold, which ``check_static`` accepts."""
+    from wsgemm.api.validate import check_static
+
+    a, b = t(2, 1, 3, 7), t(7, 5)
+    assert check_static(a, b, None, None, torch.float32, "auto") == (2, 1, 3, 5)
+    with pytest.raises(ValueError, match="a must be 2-D .* or 3-D .*, got 4-D"):
+        on_cpu(a, b)

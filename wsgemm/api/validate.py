@@ -1,7 +1,14 @@
-"""Every check of ``matmul``, as a pure function of its arguments: ``validate`` reads tensor
-attributes (and, last, data pointers for the overlap check) and raises; it queries no device,
-picks no backend and allocates nothing, so a rejected call leaves nothing behind and every check
-but the device's runs on the CPU.
+"""Every check of ``matmul``, as pure functions of its arguments, in two layers:
+
+* ``check_static``: what the arguments' metadata says alone (types, layouts, dtypes, torch.matmul's
+  shapes for any number of dimensions, ``out``'s dtype and shape, the backend): it runs on fake
+  and meta tensors, and the torch op (``wsgemm.ops``) checks its calls with it;
+* ``validate``: the core's call (2-D and 3-D operands): ``check_static``, then ``out``'s memory,
+  the split, grad mode, negative views, the devices and (last, reading data pointers) overlap.
+
+Both read tensor attributes and raise; they query no device, pick no backend and allocate
+nothing, so a rejected call leaves nothing behind and every check but the device's runs on the
+CPU.
 """
 
 from __future__ import annotations
@@ -47,10 +54,55 @@ class Problem:
         return AB_DTYPES[self.ab_dtype], C_DTYPES[self.c_dtype], ACC_DTYPES[self.acc_dtype]
 
 
-def _check_dense(name: str, t, *, what: str = "a torch.Tensor") -> None:
-    """A strided tensor: nested and sparse tensors have no single (sizes, strides) to read."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be {what}, got {type(t).__name__}")
+def result_shape(a_shape, b_shape) -> tuple:
+    """The shape of ``torch.matmul(a, b)`` for operands of these shapes; raises ValueError where
+    torch.matmul refuses. Pure shape arithmetic: symbolic sizes pass through without a guard on
+    M or N."""
+    if len(a_shape) == 0 or len(b_shape) == 0:
+        raise ValueError(
+            f"both operands must be at least 1-D, got a: {tuple(a_shape)}, b: {tuple(b_shape)}"
+        )
+    a_mat = tuple(a_shape) if len(a_shape) > 1 else (1, *a_shape)
+    b_mat = tuple(b_shape) if len(b_shape) > 1 else (*b_shape, 1)
+    if a_mat[-1] != b_mat[-2]:
+        raise ValueError(
+            f"inner dimensions differ: a is {tuple(a_shape)} (K={a_mat[-1]}) and b is "
+            f"{tuple(b_shape)} (K={b_mat[-2]}); a's last dim must equal b's "
+            + ("only dim" if len(b_shape) == 1 else "second-to-last")
+        )
+    try:
+        batch = tuple(torch.broadcast_shapes(a_mat[:-2], b_mat[:-2]))
+    except RuntimeError:
+        raise ValueError(
+            f"batch dimensions do not broadcast: a has {a_mat[:-2]}, b has {b_mat[:-2]}; each "
+            "pair (aligned from the right) must be equal or contain a 1, as in torch.matmul"
+        ) from None
+    rows = a_mat[-2:-1] if len(a_shape) > 1 else ()
+    cols = b_mat[-1:] if len(b_shape) > 1 else ()
+    return (*batch, *rows, *cols)
+
+
+def check_kinds(a, b, out, out_dtype, accumulate, backend) -> None:
+    """The arguments' Python types: tensors, dtypes and a str, as the torch op's schema takes
+    them. The op checks these before torch's dispatcher would refuse with a RuntimeError."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if not isinstance(accumulate, torch.dtype):
+        raise TypeError(
+            f"accumulate must be a torch.dtype, got {type(accumulate).__name__}; "
+            f"allowed: {dtype_list(ACC_DTYPES)}"
+        )
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+
+
+def _check_strided(name: str, t: torch.Tensor) -> None:
+    """Nested and sparse tensors have no single (sizes, strides) to read."""
     if t.is_nested:
         raise TypeError(f"{name} is a nested tensor; wsgemm multiplies dense (strided) tensors")
     if t.layout != torch.strided:
@@ -60,26 +112,9 @@ def _check_dense(name: str, t, *, what: str = "a torch.Tensor") -> None:
         )
 
 
-def _check_operand(name: str, t) -> None:
-    _check_dense(name, t)
-    if t.dim() not in (2, 3):
-        raise ValueError(
-            f"{name} must be 2-D (rows, cols) or 3-D (batch, rows, cols), got {t.dim()}-D "
-            f"with shape {tuple(t.shape)}"
-        )
-    if t.dtype not in AB_DTYPES:
-        raise TypeError(
-            f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(AB_DTYPES)} operands"
-        )
-
-
-def _batch_of(t: torch.Tensor) -> int | None:
-    return t.shape[0] if t.dim() == 3 else None
-
-
 def check_out_fits(out: torch.Tensor, expected: tuple, out_dtype) -> None:
     """``out`` has a C dtype (``out_dtype`` if given) and the product's shape ``expected``.
-    Shape arithmetic only: shared with the torch op's fake checks and its N-D road."""
+    Shape arithmetic only: the torch op's N-D road checks ``out`` with it before folding it."""
     if out_dtype is not None and out.dtype != out_dtype:
         raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
     if out.dtype not in C_DTYPES:
@@ -88,9 +123,8 @@ def check_out_fits(out: torch.Tensor, expected: tuple, out_dtype) -> None:
         raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {expected}")
 
 
-def _check_out(out, expected: tuple[int, ...], out_dtype) -> None:
-    _check_dense("out", out, what="a torch.Tensor or None")
-    check_out_fits(out, expected, out_dtype)
+def _check_out_memory(out: torch.Tensor) -> None:
+    """No two elements of ``out`` at one address (a kernel's stores would race)."""
     if any(st == 0 and size > 1 for size, st in zip(out.shape, out.stride(), strict=True)):
         raise ValueError(
             f"out has stride 0 along a dimension (strides {tuple(out.stride())}): several "
@@ -104,19 +138,12 @@ def _check_out(out, expected: tuple[int, ...], out_dtype) -> None:
         )
 
 
-def check_dtype_args(ab_dtype: torch.dtype, out_dtype, accumulate) -> None:
-    """``out_dtype`` and ``accumulate`` against the dtype tables and the accumulator rule, for
-    operands of ``ab_dtype`` (already checked). Shared with the torch op's fake checks."""
-    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
-        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+def _check_dtype_args(ab_dtype: torch.dtype, out_dtype, accumulate) -> None:
+    """``out_dtype`` and ``accumulate`` (dtypes or None, ``check_kinds``) against the dtype
+    tables and the accumulator rule, for operands of ``ab_dtype``."""
     if out_dtype is not None and out_dtype not in C_DTYPES:
         raise TypeError(
             f"out_dtype={out_dtype}; allowed: None (the input dtype), {dtype_list(C_DTYPES)}"
-        )
-    if not isinstance(accumulate, torch.dtype):
-        raise TypeError(
-            f"accumulate must be a torch.dtype, got {type(accumulate).__name__}; "
-            f"allowed: {dtype_list(ACC_DTYPES)}"
         )
     if accumulate not in ACC_DTYPES:
         raise ValueError(f"accumulate={accumulate}; allowed: {dtype_list(ACC_DTYPES)}")
@@ -124,10 +151,9 @@ def check_dtype_args(ab_dtype: torch.dtype, out_dtype, accumulate) -> None:
         raise ValueError(f"accumulate={accumulate} with {ab_dtype} inputs: {ACCUMULATOR_RULE}")
 
 
-def check_backend(backend, config=None) -> None:
-    """``backend`` is ``"auto"`` or a registered name; ``config`` (tuning) fits it."""
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+def check_backend(backend: str, config=None) -> None:
+    """``backend`` (a str, ``check_kinds``) is ``"auto"`` or a registered name; ``config``
+    (tuning) fits it."""
     if backend not in ("auto", *host.BACKENDS):
         raise ValueError(
             f"backend={backend!r} is not a wsgemm backend; "
@@ -146,6 +172,31 @@ def check_backend(backend, config=None) -> None:
             f"config for backend={backend!r} must be a {shipped.__name__}, "
             f"got {type(config).__name__}"
         )
+
+
+def check_static(a, b, out, out_dtype, accumulate, backend, config=None) -> tuple:
+    """Every check that reads only what a fake or meta tensor has too: the arguments' types,
+    dense layouts, the dtypes and the accumulator rule, torch.matmul's shapes (any number of
+    dimensions, 1-D operands, broadcast batches), ``out``'s dtype and shape, the backend and
+    ``config``. Returns the result's shape (``result_shape``). Reads no strides, devices or
+    data."""
+    check_kinds(a, b, out, out_dtype, accumulate, backend)
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t is not None:
+            _check_strided(name, t)
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in AB_DTYPES:
+            raise TypeError(
+                f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(AB_DTYPES)} operands"
+            )
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
+    shape = result_shape(a.shape, b.shape)
+    _check_dtype_args(a.dtype, out_dtype, accumulate)
+    if out is not None:
+        check_out_fits(out, shape, out_dtype)
+    check_backend(backend, config)
+    return shape
 
 
 def check_split(config, accumulate) -> None:
@@ -186,11 +237,13 @@ def _check_no_grad(a, b, out) -> None:
             )
 
 
-def _check_devices(a, b, out, device_type: str) -> None:
+def check_devices(a, b, out, device_types: tuple[str, ...] = ("cuda",)) -> None:
+    """``a``, ``b`` and ``out`` on one device, of a type in ``device_types`` (the first is the
+    kernels': the torch op's fake road takes "meta" too, tensors that are shapes alone)."""
     for name, t in (("a", a), ("b", b), ("out", out)):
-        if t is not None and t.device.type != device_type:
+        if t is not None and t.device.type not in device_types:
             raise ValueError(
-                f"{name} must be a {device_type.upper()} tensor, got a tensor on {t.device}"
+                f"{name} must be a {device_types[0].upper()} tensor, got a tensor on {t.device}"
             )
     if a.device != b.device:
         raise ValueError(f"a and b must be on the same device, got a: {a.device}, b: {b.device}")
@@ -212,35 +265,21 @@ def validate(
 ) -> Problem:
     """Every check of ``matmul``, in the order a reader would ask them. Raises, never allocates.
 
-    The device checks come after everything readable on any device (so the CPU tests reach
-    them) and before the one check that reads data pointers (meta tensors have none).
-    ``device_type`` is where the kernels run: a stand-in dispatcher (tests, the host-overhead
-    benchmark) runs them on the CPU.
+    The core's one rule beyond ``check_static``'s first: 2-D or 3-D operands. The device checks
+    come after everything readable on any device (so the CPU tests reach them) and before the
+    one check that reads data pointers (meta tensors have none). ``device_type`` is where the
+    kernels run: a stand-in dispatcher (tests, the host-overhead benchmark) runs them on the
+    CPU.
     """
-    _check_operand("a", a)
-    _check_operand("b", b)
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
-    m, k = a.shape[-2:]
-    k2, n = b.shape[-2:]
-    if k != k2:
-        raise ValueError(
-            f"inner dimensions differ: a is {tuple(a.shape)} (K={k}) and b is {tuple(b.shape)} "
-            f"(K={k2}); a's last dim must equal b's second-to-last"
-        )
-    la, lb = _batch_of(a), _batch_of(b)
-    if la is not None and lb is not None and la != lb and 1 not in (la, lb):
-        raise ValueError(
-            f"batch dimensions differ: a has {la}, b has {lb}; they must be equal or one of "
-            "them 1 (broadcast), as in torch.matmul"
-        )
-    # torch.matmul's broadcast: a batch of 1 (or none) takes the other's, which may be 0
-    batch = la if lb is None else lb if (la is None or la == 1) else la
-
-    check_dtype_args(a.dtype, out_dtype, accumulate)
+    for name, t in (("a", a), ("b", b)):
+        if isinstance(t, torch.Tensor) and t.dim() not in (2, 3):
+            raise ValueError(
+                f"{name} must be 2-D (rows, cols) or 3-D (batch, rows, cols), got {t.dim()}-D "
+                f"with shape {tuple(t.shape)}"
+            )
+    shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
     if out is not None:
-        _check_out(out, (m, n) if batch is None else (batch, m, n), out_dtype)
-    check_backend(backend, config)
+        _check_out_memory(out)
     check_split(config, accumulate)
     _check_no_grad(a, b, out)
     for name, t in (("a", a), ("b", b), ("out", out)):
@@ -249,8 +288,10 @@ def validate(
                 f"{name} is a negative view (is_neg()), which the kernels cannot honour; "
                 f"pass {name}.resolve_neg()"
             )
-    _check_devices(a, b, out, device_type)
+    check_devices(a, b, out, (device_type,))
     if out is not None:
         check_no_overlap(out, a, b)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = shape[0] if len(shape) == 3 else None  # torch.matmul's broadcast of L (may be 0)
     c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
     return Problem(batch, m, n, k, a.dtype, c_dtype, accumulate)
