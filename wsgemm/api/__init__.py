@@ -11,16 +11,21 @@ Three steps, one module each:
   (``wsgemm.host.dispatch``: device facts, compiled kernels, the compile cache), the launch, and
   a prebuilt launcher per call signature so that a repeated call costs little more than the
   kernel call itself.
+
+The instruments above this layer (``wsgemm.bench``) use only the names here: ``matmul`` on a
+dispatcher of their own (``stand_in``: the host path without a GPU) and ``shipped_config`` (what
+``config=`` replaces).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..host.dispatch import DISPATCHER, Dispatcher
+from .. import host
+from ..host.dispatch import DISPATCHER, Dispatcher, StandInDevices
 from . import dispatch
 from .plan import batched, plan
-from .validate import Problem, validate
+from .validate import ACC_DTYPES, Problem, check_backend, validate
 
 __all__ = [
     "DISPATCHER",
@@ -31,12 +36,22 @@ __all__ = [
     "explain",
     "matmul",
     "plan",
+    "shipped_config",
+    "stand_in",
     "validate",
 ]
 
 
 def matmul(
-    a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto", config=None
+    a,
+    b,
+    *,
+    out=None,
+    out_dtype=None,
+    accumulate=torch.float32,
+    backend="auto",
+    config=None,
+    dispatcher=None,
 ):
     """``a @ b`` on the tensor cores, with torch.matmul's meaning for 2-D and 3-D operands.
 
@@ -52,7 +67,11 @@ def matmul(
             count per shape, see ``explain`` and docs/policy.md) or one of
             ``wsgemm.host.BACKENDS`` (its shipped config, never split).
         config: with a named ``backend``, a config of that backend's kernel class to run
-            instead of the shipped one (tuning: each distinct config compiles once).
+            instead of the shipped one (``shipped_config``; tuning: each distinct config
+            compiles once).
+        dispatcher: the ``Dispatcher`` whose devices, kernels and launchers the call uses;
+            default the process's (``DISPATCHER``). A benchmark or test passes its own, such
+            as ``stand_in()``.
 
     Returns:
         the product, (M, N) or (L, M, N), of ``out_dtype`` (``out`` itself when given).
@@ -60,7 +79,8 @@ def matmul(
     Records no gradients: with grad mode on, an input that requires grad is an error. Safe to
     capture in a CUDA graph once the call has run outside it (the first call compiles).
     """
-    return dispatch.call(DISPATCHER, a, b, out, out_dtype, accumulate, backend, config)
+    d = DISPATCHER if dispatcher is None else dispatcher
+    return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config)
 
 
 def explain(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto") -> str:
@@ -79,3 +99,39 @@ def explain(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend
 def available_backends(device=None) -> list[str]:
     """The backends that run on ``device`` (default: the current CUDA device), best first."""
     return DISPATCHER.available_backends(device)
+
+
+def shipped_config(backend: str, accumulate=torch.float32):
+    """The config ``matmul(..., backend=backend, accumulate=accumulate)`` runs, a frozen
+    dataclass: the base a tuning run changes fields of and passes as ``config=``."""
+    check_backend(backend)
+    if backend == "auto":
+        raise ValueError(
+            "backend='auto' picks a config per shape (explain says which); "
+            f"name a backend: {', '.join(host.BACKENDS)}"
+        )
+    if accumulate not in ACC_DTYPES:
+        raise ValueError(f"accumulate={accumulate}; allowed: {', '.join(map(str, ACC_DTYPES))}")
+    return host.BACKENDS[backend].config(ACC_DTYPES[accumulate])
+
+
+class _NoOpKernels(host.CompileCache):
+    """A compile cache whose every variant's compiled function does nothing. Everything around
+    it is the real cache's: the kernel call that checks the views, binds a signature's sizes
+    and strides once and then passes addresses."""
+
+    @staticmethod
+    def _load_or_compile(variant):
+        return _no_op
+
+
+def _no_op(*args) -> None:
+    return None
+
+
+def stand_in(capability: tuple[int, int] = (9, 0), sm_count: int = 132) -> Dispatcher:
+    """A dispatcher on which ``matmul(..., dispatcher=...)`` takes CPU tensors for a GPU of
+    ``capability`` with ``sm_count`` SMs and launches kernels that do nothing: the whole host
+    path of a call (checks, choice, planning, the launcher kept per signature) without a GPU,
+    compiling nothing. What ``python scripts/bench_host_overhead.py --stand-in`` times."""
+    return Dispatcher(cache=_NoOpKernels(), devices=StandInDevices(capability, sm_count))

@@ -116,12 +116,10 @@ def wsgemm_candidate(kernel: str) -> Contender:
     def make(problem: Workload, out) -> Call:
         import dataclasses
 
-        from wsgemm import api, host
-        from wsgemm.support import dtype_name
+        from wsgemm import api
 
         a, b, acc = problem.a, problem.b, problem.accumulate
-        acc_name = dtype_name(problem.accumulate_name)
-        shipped = host.BACKENDS[base].config(acc_name)
+        shipped = api.shipped_config(base, acc)
         unknown = set(overrides) - {f.name for f in dataclasses.fields(shipped)}
         if unknown:  # raster_group, say, is a launch argument now, not a config field
             raise ValueError(

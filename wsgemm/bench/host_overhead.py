@@ -8,8 +8,9 @@ rounds, and the median per-call time of each is reported. "host" times the loop 
 GPU never holds the host back. "with sync" adds the wait for the GPU to finish the calls, as a
 caller who synchronizes sees it.
 
-``stand_in`` (no GPU needed) times wsgemm's own Python path on CPU tensors, through a dispatcher
-whose "kernel" does nothing: the overhead wsgemm adds around the kernel call.
+``stand_in`` (no GPU needed) times the core's Python path (``wsgemm.api.matmul``) on CPU tensors,
+on a dispatcher whose kernels do nothing (``wsgemm.api.stand_in``): the overhead wsgemm adds
+around the kernel call.
 """
 
 from __future__ import annotations
@@ -78,30 +79,18 @@ def measure(device: str = "cuda", rounds: int = ROUNDS, calls: int = CALLS) -> l
     return _interleaved(contenders, rounds, calls, torch.cuda.synchronize)
 
 
-class _NoOpCache:
-    """A compile cache whose every kernel does nothing, called as the real cache's are
-    (``host.compiling.calls.KernelCall``: bound once per signature, then given addresses)."""
-
-    def get(self, variant):
-        from wsgemm.host.compiling.cache import kernel_call
-
-        return kernel_call(lambda *args: None, variant)
-
-
 def stand_in(rounds: int = ROUNDS, calls: int = 2000) -> list[Row]:
     """wsgemm's per-call Python path on CPU tensors with a no-op kernel (no GPU needed)."""
     import torch
 
-    from wsgemm.api import dispatch
-    from wsgemm.host.dispatch import Dispatcher, StandInDevices
+    from wsgemm import api
 
-    d = Dispatcher(cache=_NoOpCache(), devices=StandInDevices())
+    d = api.stand_in()
     a, b = (torch.randn(SIZE, SIZE).half() for _ in range(2))
     out = torch.empty(SIZE, SIZE, dtype=torch.float16)
-    f32 = torch.float32
     contenders = {
-        "wsgemm (no-op kernel)": lambda: dispatch.call(d, a, b, None, None, f32, "auto", None),
-        "wsgemm (no-op kernel), out=": lambda: dispatch.call(d, a, b, out, None, f32, "auto", None),
+        "wsgemm (no-op kernel)": lambda: api.matmul(a, b, dispatcher=d),
+        "wsgemm (no-op kernel), out=": lambda: api.matmul(a, b, out=out, dispatcher=d),
     }
     return _interleaved(contenders, rounds, calls, lambda: None)
 
