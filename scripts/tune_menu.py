@@ -4,7 +4,7 @@
     source .gpu/p2/install.sh            # on the H200 host
     PYTHONPATH=$PWD python scripts/tune_menu.py --out "$OUT"
 
-Writes into ``--out``: ``sm90_<gpu>.json`` (the table ``host.choosing.policy`` reads: copy
+Writes into ``--out``: ``sm90_<gpu>.json`` (the table ``host.choosing`` reads: copy
 it to ``wsgemm/host/choosing/data/`` to ship it), ``tune_menu.csv`` (every candidate on every
 shape), ``tune_menu.log`` (what was printed). Both data files are rewritten after every shape,
 so a run cut short still leaves what it measured.
@@ -15,15 +15,22 @@ goes into the shipped table without a GPU:
     python scripts/tune_menu.py --merge tune_menu.csv \
         --into wsgemm/host/choosing/data/sm90_h200.json
 
-rebuilds the CSV's shapes as table points from the rows of today's ``policy.MENU`` and replaces
+rebuilds the CSV's shapes as table points from the rows of today's ``choosing.MENU`` and replaces
 the table's points of the same labels (the others stay), noting the CSV in the table's source.
+
+A new table, menu or rule changes what ``choose`` answers; once that is meant,
+
+    python scripts/tune_menu.py --record-choices tests/data/policy_choices.json
+
+records the new answers (``policy_choices``; no GPU needed), which
+``tests/host/test_policy.py`` holds every later change to.
 
 Protocol: fp16 inputs, TN (``x @ W.T``, both operands K-major; with ``--layouts own`` each shape
 in the layout its suite names, e.g. the midsize suite's NT rows with an M-major A and an N-major
 B, each operand's leading dimension padded to 16 bytes as the API's copy would), fp32
 accumulate, fp16 out. For
 each shape, decode-sized first: the candidates are each menu entry that fits the shape with each
-split ``policy.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
+split ``choosing.split_candidates`` allows (the same rule ``choose`` applies). Every candidate
 and cuBLAS is checked against an fp32 reference (``wsgemm.bench.check``; a wrong one is reported
 and never timed), then all are timed in ``--rounds`` rounds, each round every one once in an order
 rotated per round, each timing the median of ``--reps`` calls, each after an L2 flush
@@ -46,21 +53,65 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from wsgemm import host
 from wsgemm.bench import suites
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
+from wsgemm.host.choosing import MenuEntry, rules
 
 TOKENS = (1, 16, 64, 128, 256, 1024, 4096, 16384)
 SUITES = ("llm", "midsize")
 
+_of = MenuEntry.of
+# Measured and left off the menu: no shape where they beat every menu entry by more than the
+# run-to-run noise, and each would cost 36 more compiles in ``warm``. ``--with-dropped`` times
+# them again next to the menu; the GPU tests still run them. What each measured: docs/policy.md.
+DROPPED: tuple[MenuEntry, ...] = (
+    # Gate/up at 16 tokens: as fast as pingpong-64x256-c1x1, not faster.
+    _of("pingpong-64x256-c1x2", "sm90-pingpong", tile_m=64, tile_n=256, tile_k=64,
+        cluster_m=1, cluster_n=2, schedule="pingpong"),
+    # The swap-AB tiles with 64-deep k-tiles (the menu's until perf.md entry 25): 24 stages of
+    # 9 KiB (64x8) read the weights slower than 12 of 18 KiB at every decode shape measured.
+    _of("swap-pingpong-64x16-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=16,
+        tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    _of("swap-pingpong-64x8-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
+        tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    # Swap-AB up to 32 tokens: within noise of the 64x16 tile at 16 tokens.
+    _of("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
+        tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    # Stream-K on the shipped tiles (docs/architecture.md): correct on the H200; against the
+    # same tile unsplit it loses on every midsize row with short K, wins on half with long K.
+    _of("sk-cooperative-128x256-c2x1", "sm90", tile_m=128, tile_n=256, tile_k=64,
+        cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True),
+    _of("sk-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
+        cluster_m=2, cluster_n=1, schedule="pingpong", stream_k=True),
+    # The qkv layers at 128 tokens in 96-wide tiles (one wave of 128 CTAs): within noise of
+    # the menu's 64x128.
+    _of("pingpong-64x96-c2x1", "sm90-pingpong", tile_m=64, tile_n=96, tile_k=64,
+        cluster_m=2, cluster_n=1, schedule="pingpong"),
+    # CUTLASS's usual large tile: within noise of sm90; the 256x160 tile (on the menu) wins the
+    # rows it was built for.
+    _of("cooperative-256x128-c1x2", "sm90", tile_m=256, tile_n=128, tile_k=64,
+        cluster_m=1, cluster_n=2, schedule="cooperative"),
+)  # fmt: skip
+
+
+def entry(name: str) -> MenuEntry:
+    """The menu or dropped entry called ``name`` (the GPU tests and scripts run both)."""
+    for e in choosing.MENU + DROPPED:
+        if e.name == name:
+            return e
+    names = ", ".join(e.name for e in choosing.MENU + DROPPED)
+    raise ValueError(f"no menu or dropped entry {name!r}; there are: {names}")
+
 
 @dataclass(frozen=True)
 class Candidate:
-    entry: policy.MenuEntry
+    entry: MenuEntry
     split: int
     majors: tuple[str, str] = ("k", "k")  # the kernel's (A, B) majors (swap-AB: W's, then x's)
 
@@ -112,8 +163,8 @@ def plan(
         cands = []
         layout = tuned_layout(s, own_layouts)
         for e in entries:
-            if policy.fits(e, s.m, s.n):
-                splits = policy.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
+            if choosing.fits(e, s.m, s.n):
+                splits = choosing.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
             else:
                 splits = (1,) if e.shipped else ()
             majors = kernel_majors(layout, e.swap_ab)
@@ -166,7 +217,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--with-dropped",
         action="store_true",
-        help="also time policy.DROPPED (CSV only, never in the table)",
+        help="also time DROPPED (CSV only, never in the table)",
     )
     parser.add_argument(
         "--budget-s",
@@ -184,13 +235,21 @@ def main(argv=None) -> int:
     parser.add_argument("--merge", metavar="CSV", help="a tune_menu.csv to merge (no GPU needed)")
     parser.add_argument("--into", metavar="TABLE", help="the table --merge rewrites")
     parser.add_argument("--sm-count", type=int, default=132, help="SMs, for --dry-run")
+    parser.add_argument(
+        "--record-choices",
+        metavar="JSON",
+        help="write what choose answers on the suites' shapes (policy_choices; no GPU needed)",
+    )
     args = parser.parse_args(argv)  # fmt: skip
 
+    if args.record_choices:
+        Path(args.record_choices).write_text(choices_json(policy_choices()))
+        return 0
     if args.merge or args.into:
         if not (args.merge and args.into):
             parser.error("--merge CSV and --into TABLE go together")
         return _merge(Path(args.merge), Path(args.into))
-    entries = policy.MENU + (policy.DROPPED if args.with_dropped else ())
+    entries = choosing.MENU + (DROPPED if args.with_dropped else ())
     shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
     if args.dry_run:
         planned = plan(shapes, entries, args.sm_count, args.layouts == "own")
@@ -203,6 +262,64 @@ def main(argv=None) -> int:
     if not args.out:
         parser.error("--out (or $OUT) is required")
     return _tune(args, entries, shapes)
+
+
+# The GPU the recorded choices are made for: the tests' stand-in H200.
+CHOICE_SM_COUNT, CHOICE_CC = 132, (9, 0)
+CHOICE_COLUMNS = (
+    "label", "m", "n", "k", "ab_dtype", "batch_invariant", "table", "entry", "split", "source"
+)  # fmt: skip
+
+
+def policy_choices() -> list[list]:
+    """What ``choose`` answers (``CHOICE_COLUMNS``) on every shape of the tuned suites (the
+    ``llm`` suite at ``TOKENS``, and ``midsize``) with fp16 and bf16 inputs and output and fp32
+    accumulation, batch-invariant off and on, from the shipped table ("shipped") and from
+    none ("none": the heuristic's answers), on ``CHOICE_SM_COUNT`` SMs of capability
+    ``CHOICE_CC``. The environment's table, if any, is set aside while it runs."""
+    sm_count, cc = CHOICE_SM_COUNT, CHOICE_CC
+    shapes = suites.suite("llm", tokens=TOKENS) + suites.suite("midsize")
+    before = os.environ.pop(choosing.ENV_TABLE, None)
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            empty = Path(tmp) / "none.json"
+            table = dict(schema=choosing.TABLE_SCHEMA, device="none", sm_count=sm_count,
+                         cc=list(cc), source="no measurement", points=[])  # fmt: skip
+            empty.write_text(json.dumps(table))
+            for name, override in (("shipped", None), ("none", str(empty))):
+                if override:
+                    os.environ[choosing.ENV_TABLE] = override
+                rules._environment.cache_clear()  # the policy reads the variable once
+                for s in shapes:
+                    for ab in ("float16", "bfloat16"):
+                        for invariant in (False, True):
+                            c = choosing.choose(s.m, s.n, s.k, 1, ab, ab, "float32", sm_count, cc,
+                                                batch_invariant=invariant)  # fmt: skip
+                            rows.append([s.label, s.m, s.n, s.k, ab, invariant, name,
+                                         c.menu_entry.name, c.split, c.source])  # fmt: skip
+    finally:
+        os.environ.pop(choosing.ENV_TABLE, None)
+        if before is not None:
+            os.environ[choosing.ENV_TABLE] = before
+        rules._environment.cache_clear()
+    return rows
+
+
+def choices_json(rows: list[list]) -> str:
+    """``policy_choices``'s rows as tests/data/policy_choices.json holds them: one a line."""
+    about = (
+        "choose's answers (scripts/tune_menu.py policy_choices): C = A @ B, batch 1, C in the "
+        "inputs' dtype, fp32 accumulate, on a stand-in H200 (132 SMs, sm_90); regenerate after "
+        "a deliberate policy change: python scripts/tune_menu.py --record-choices "
+        "tests/data/policy_choices.json"
+    )
+    head = {"about": about, "sm_count": CHOICE_SM_COUNT, "cc": list(CHOICE_CC),
+            "tokens": list(TOKENS),
+            "columns": list(CHOICE_COLUMNS)}  # fmt: skip
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    body = ",\n".join(f"    {json.dumps(row)}" for row in rows)
+    return "{\n" + "\n".join(lines) + '\n  "rows": [\n' + body + "\n  ]\n}\n"
 
 
 class _Log:
@@ -260,7 +377,7 @@ def _tune(args, entries, shapes) -> int:
     stem = "sm90_" + "_".join("".join(ch for ch in w if ch.isalnum()) for w in words)
     layouts = "TN" if args.layouts == "TN" else "each shape in its suite's layout"
     table = {
-        "schema": policy.TABLE_SCHEMA,
+        "schema": choosing.TABLE_SCHEMA,
         "device": props.name,
         "sm_count": sms,
         "cc": list(cc),
@@ -347,7 +464,7 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     if base:
         point["cublas_us"] = round(statistics.median(s.ms for s in base) * 1e3, 2)
     rows = []
-    menu = {e.name for e in policy.MENU}
+    menu = {e.name for e in choosing.MENU}
     for c in [None, *cands]:
         name = "cublas" if c is None else c.name
         row = dict(label=shape.label, group=shape.group, m=m, n=n, k=k, layout=layout,
@@ -425,7 +542,7 @@ def merge_points(table: dict, points: list[dict], note: str) -> dict:
 def _merge(csv_path: Path, table_path: Path) -> int:
     with csv_path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    points = points_from_rows(rows, {e.name for e in policy.MENU})
+    points = points_from_rows(rows, {e.name for e in choosing.MENU})
     if not points:
         raise SystemExit(f"{csv_path}: no timed row of a menu entry")
     table = json.loads(table_path.read_text())
@@ -435,7 +552,7 @@ def _merge(csv_path: Path, table_path: Path) -> int:
     staged = table_path.with_name(table_path.name + ".merging")
     staged.write_text(json.dumps(merged, indent=1) + "\n")
     try:
-        policy.load_table(staged)  # what the policy reads must load before it replaces the table
+        choosing.load_table(staged)  # what the policy reads must load before it replaces the table
     except ValueError:
         staged.unlink()
         raise

@@ -11,7 +11,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from wsgemm.api import Dispatcher, dispatch
-from wsgemm.host.choosing import autotune, policy
+from wsgemm.host import choosing
+from wsgemm.host.choosing import autotune
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32
@@ -33,7 +34,7 @@ class TimedCache:
 
 
 def entry_of(variant, split) -> str:
-    for e in policy.MENU:
+    for e in choosing.MENU:
         if split > 1 and not e.splits:
             continue
         if e.backend == variant.backend and e.variant_config(split=split > 1) == variant.config:
@@ -79,7 +80,7 @@ def call(d, a, b, out=None):
 
 
 def candidates(m=M, n=N, k=K):
-    return policy.candidates(m, n, k, 1, "float16", "float16", "float32", 132, (9, 0))
+    return choosing.candidates(m, n, k, 1, "float16", "float16", "float32", 132, (9, 0))
 
 
 def test_the_fastest_candidate_runs_and_is_kept_on_disk(tmp_path):
@@ -214,7 +215,7 @@ def test_without_a_cache_root_choices_stay_in_memory(monkeypatch):
 
 def test_the_bucket_is_the_policys():
     d = ("float16", "float16", "float32")
-    q = policy.M_QUANTUM
+    q = choosing.M_QUANTUM
     assert autotune.bucket(1, 64, 64, 1, d) == autotune.bucket(q, 64, 64, 1, d)
     assert autotune.bucket(q, 64, 64, 1, d) != autotune.bucket(q + 1, 64, 64, 1, d)
     assert autotune.fastest({("sm90", 1): 2.0, ("sm90-pingpong", 1): 1.0}) == ("sm90-pingpong", 1)

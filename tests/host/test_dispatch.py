@@ -11,7 +11,8 @@ from operands import make
 
 from wsgemm import host
 from wsgemm.api import Dispatcher, dispatch, validate
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
+from wsgemm.host.choosing import rules
 from wsgemm.host.dispatch import StandInDevices
 from wsgemm.kernels.sm90.config import Sm90Config
 
@@ -53,7 +54,7 @@ def matmul(d, a, b, out=None, out_dtype=None, accumulate=F32, backend="auto", co
 
 def hopper_choice(m, n, k, batch=1):
     """What the policy picks for an fp16 problem on the stand-in H200 (132 SMs)."""
-    return policy.choose(m, n, k, batch, "float16", "float16", "float32", 132, (9, 0))
+    return choosing.choose(m, n, k, batch, "float16", "float16", "float32", 132, (9, 0))
 
 
 def reference(a, b, dtype=F16):
@@ -344,27 +345,27 @@ def hopper(cache=None, **options) -> Dispatcher:
 
 @pytest.fixture
 def choose_calls(monkeypatch):
-    """Every ``policy.choose`` call's (m, n, k, batch), the real answer returned."""
+    """Every ``choosing.choose`` call's (m, n, k, batch), the real answer returned."""
     calls = []
-    real = policy.choose
+    real = choosing.choose
 
     def counted(m, n, k, batch, *rest, **kw):
         calls.append((m, n, k, batch))
         return real(m, n, k, batch, *rest, **kw)
 
-    monkeypatch.setattr(policy, "choose", counted)
+    monkeypatch.setattr(choosing, "choose", counted)
     return calls
 
 
 def force_split(monkeypatch, name: str, split: int) -> list:
-    """``policy.choose`` answers ``name`` with ``split`` for every problem; returns its calls."""
+    """``choosing.choose`` answers ``name`` with ``split`` for every problem; returns its calls."""
     calls = []
 
     def forced(m, n, k, batch, *rest, **kw):
         calls.append((m, n, k, batch))
-        return policy.Choice(policy.entry(name), split, "forced by the test", "test")
+        return choosing.Choice(choosing.entry(name), split, "forced by the test", "test")
 
-    monkeypatch.setattr(policy, "choose", forced)
+    monkeypatch.setattr(choosing, "choose", forced)
     return calls
 
 
@@ -459,7 +460,7 @@ def test_a_split_choice_runs_the_split_variant_with_its_buffers(
         assert got is out if out is not None else got.dtype == out_dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert len(calls) == 1 and len(d.launchers) == 1
-    config = policy.entry("pingpong-64x128-c1x2").variant_config(split=True)
+    config = choosing.entry("pingpong-64x128-c1x2").variant_config(split=True)
     assert {(v.backend, v.config) for v in d.cache.variants} == {("sm90-pingpong", config)}
     assert {v.c_dtype for v in d.cache.variants} == {str(out_dtype).removeprefix("torch.")}
     _check_split_launch(d, config, split)
@@ -597,14 +598,14 @@ def test_batch_invariant_mode_never_splits(monkeypatch):
     dtypes = ("float16", "float16", "float32")
     assert hopper().route("auto", None, (m, n, k, None), dtypes).split > 1  # the table splits
     assert hopper(batch_invariant=True).route("auto", None, (m, n, k, None), dtypes).split == 1
-    monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
-    policy._environment.cache_clear()
+    monkeypatch.setenv(choosing.ENV_BATCH_INVARIANT, "1")
+    rules._environment.cache_clear()
     try:
         assert hopper().route("auto", None, (m, n, k, None), dtypes).split == 1
         assert hopper(batch_invariant=False).route("auto", None, (m, n, k, None), dtypes).split > 1
     finally:
-        monkeypatch.delenv(policy.ENV_BATCH_INVARIANT)
-        policy._environment.cache_clear()
+        monkeypatch.delenv(choosing.ENV_BATCH_INVARIANT)
+        rules._environment.cache_clear()
     with pytest.raises(TypeError, match="batch_invariant must be a bool"):
         hopper(batch_invariant="yes")
 
@@ -629,7 +630,7 @@ def test_explain_says_what_auto_runs_and_why_without_compiling():
     d = hopper()
     a, b = torch.empty(16, 14336, dtype=F16), torch.empty(14336, 4096, dtype=F16)
     text = explain(d, a, b)
-    said = policy.explain(16, 4096, 14336, 1, "float16", "float16", "float32", 132, (9, 0))
+    said = choosing.explain(16, 4096, 14336, 1, "float16", "float16", "float32", 132, (9, 0))
     operands = "a read in place (K-major); b read in place (N-major); out written in place"
     assert text == f"{said}\noperands: {operands} (N-major)"
     choice = hopper_choice(16, 4096, 14336)

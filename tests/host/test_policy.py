@@ -1,7 +1,8 @@
-"""The sm90 tile menu and shape policy (host.choosing.policy): the menu's configs, the rules, the
-choices against the shipped table, the heuristic, batch invariance, explain(); one compile of a
-new entry (every entry's variants behind the ``sweep`` marker); on the GPU, the claim that every
-entry sums in one order."""
+"""The sm90 tile menu and shape policy (the choosing room, ``wsgemm.host.choosing``): the menu's
+configs, the rules, the choices against the shipped table and against the recorded choices
+(``tests/data/policy_choices.json``), the heuristic, batch invariance, explain(); one compile
+of a new entry (every entry's variants behind the ``sweep`` marker); on the GPU, the claim that
+every entry sums in one order."""
 
 import ast
 import concurrent.futures
@@ -15,11 +16,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load
 
 from wsgemm import host
 from wsgemm.bench import suites
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
+from wsgemm.host.choosing import menu, rules
+from wsgemm.host.choosing.table import tables
 from wsgemm.kernels.sm90.config import SHIPPED_CONFIGS, Sm90Config
+
+tune_menu = load("tune_menu")  # the entries measured and left off the menu: tune_menu.DROPPED
 
 H200 = dict(sm_count=132, cc=(9, 0))
 FP16 = ("float16", "float16", "float32")
@@ -27,17 +33,17 @@ LLM = suites.suite("llm", tokens=(1, 16, 64, 128, 256, 1024, 4096, 16384))
 
 
 def choose(m, n, k, batch=1, dtypes=FP16, sm_count=132, **kw):
-    return policy.choose(m, n, k, batch, *dtypes, sm_count, (9, 0), **kw)
+    return choosing.choose(m, n, k, batch, *dtypes, sm_count, (9, 0), **kw)
 
 
 @pytest.fixture(autouse=True)
 def fresh_environment(monkeypatch):
     """Each test reads the environment it sets (the policy reads it once per process)."""
-    monkeypatch.delenv(policy.ENV_BATCH_INVARIANT, raising=False)
-    monkeypatch.delenv(policy.ENV_TABLE, raising=False)
-    policy._environment.cache_clear()
+    monkeypatch.delenv(choosing.ENV_BATCH_INVARIANT, raising=False)
+    monkeypatch.delenv(choosing.ENV_TABLE, raising=False)
+    rules._environment.cache_clear()
     yield
-    policy._environment.cache_clear()
+    rules._environment.cache_clear()
 
 
 @pytest.fixture
@@ -47,33 +53,41 @@ def empty_table(tmp_path, monkeypatch):
     path.write_text(
         json.dumps(dict(schema=1, device="none", sm_count=132, cc=[9, 0], source="test", points=[]))
     )
-    monkeypatch.setenv(policy.ENV_TABLE, str(path))
-    policy._environment.cache_clear()
+    monkeypatch.setenv(choosing.ENV_TABLE, str(path))
+    rules._environment.cache_clear()
 
 
 # ----------------------------------------------------------------------------- the menu
 
 
-def test_policy_imports_neither_torch_nor_the_dsl():
-    tree = ast.parse(Path(policy.__file__).read_text())
+@pytest.mark.parametrize(
+    "path", sorted(Path(choosing.__file__).parent.glob("*.py")), ids=lambda p: p.name
+)
+def test_the_choosing_room_imports_neither_torch_nor_the_dsl(path):
+    """At module level (the timing loop imports torch when it times)."""
+    tree = ast.parse(path.read_text())
     imported = {
         alias.name.split(".")[0]
-        for node in ast.walk(tree)
+        for node in tree.body
         if isinstance(node, ast.Import)
         for alias in node.names
     } | {
         (node.module or "").split(".")[0]
-        for node in ast.walk(tree)
+        for node in tree.body
         if isinstance(node, ast.ImportFrom) and node.level == 0
     }
     assert not imported & {"torch", "cutlass", "cuda"}, imported
-    code = "import sys, wsgemm.host.choosing.policy as p; p.choose(16, 4096, 4096, 1, 'float16', "
-    code += "'float16', 'float32', 132, (9, 0)); print('cutlass' in sys.modules)"
+
+
+def test_the_policy_runs_in_a_process_without_torch_or_the_dsl():
+    code = "import sys, wsgemm.host.choosing as c; c.explain(16, 4096, 4096, 1, 'float16', "
+    code += "'float16', 'float32', 132, (9, 0)); print('cutlass' in sys.modules, "
+    code += "'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"
 
 
-@pytest.mark.parametrize("e", policy.MENU + policy.DROPPED, ids=lambda e: e.name)
+@pytest.mark.parametrize("e", choosing.MENU + tune_menu.DROPPED, ids=lambda e: e.name)
 def test_menu_entries_are_valid_sm90_configs(e):
     config = Sm90Config(**e.config)  # validates every field
     fields = dataclasses.asdict(config)
@@ -95,28 +109,31 @@ def test_menu_entries_are_valid_sm90_configs(e):
 
 
 def test_menu_is_small_named_once_and_always_has_a_fitting_entry():
-    names = [e.name for e in policy.MENU + policy.DROPPED]
+    names = [e.name for e in choosing.MENU + tune_menu.DROPPED]
     assert len(names) == len(set(names))
+    assert [tune_menu.entry(name).name for name in names] == names
+    with pytest.raises(ValueError, match="no menu entry 'sk-pingpong-128x128-c2x1'"):
+        choosing.entry("sk-pingpong-128x128-c2x1")  # the policy never looks at a dropped one
     # each entry costs 36 compiles in warm (60 with its split-K form): a bounded menu, each
-    # entry kept for a measured win (policy.py's comments, docs/perf.md; 9 -> 15 entries with
-    # the wave-fitting tiles, entry 29: 708 menu variants; `warm` 780 in 101 s on 15 jobs)
-    assert len(policy.MENU) <= 15, "each entry costs 36 compiles in warm"
-    assert [e.name for e in policy.MENU if e.shipped] == ["sm90", "sm90-pingpong"]
+    # entry kept for a measured win (docs/policy.md's rows; 9 -> 15 entries with the
+    # wave-fitting tiles, perf.md entry 29: 708 menu variants; `warm` 780 in 101 s on 15 jobs)
+    assert len(choosing.MENU) <= 15, "each entry costs 36 compiles in warm"
+    assert [e.name for e in choosing.MENU if e.shipped] == ["sm90", "sm90-pingpong"]
     # A 1x1 cluster fits any problem, so fits() never leaves the policy empty-handed.
-    assert any(e.cluster == (1, 1) for e in policy.MENU)
+    assert any(e.cluster == (1, 1) for e in choosing.MENU)
     # Batch invariance rests on one accumulation order: every entry issues the same ascending
     # sequence of 16-deep WGMMA k-steps, so each tile_k is a whole number of them (the bits
     # themselves: test_gpu_every_menu_entry_gives_the_same_bits).
-    assert all(e.tile_k % 16 == 0 for e in policy.MENU)
+    assert all(e.tile_k % 16 == 0 for e in choosing.MENU)
 
 
 def test_menu_variants_are_what_warm_compiles():
     from wsgemm import inspection
 
-    variants = policy.menu_variants()
-    splitting = [e for e in policy.MENU if e.splits]
+    variants = choosing.menu_variants()
+    splitting = [e for e in choosing.MENU if e.splits]
     # 36 per entry, and 24 (fp32 accumulators only) per split variant
-    assert len(variants) == 36 * len(policy.MENU) + 24 * len(splitting) == len(set(variants))
+    assert len(variants) == 36 * len(choosing.MENU) + 24 * len(splitting) == len(set(variants))
     split = [v for v in variants if v.config is not None and v.config.split_k != 1]
     assert {v.config for v in split} == {e.variant_config(split=True) for e in splitting}
     assert {v.acc_dtype for v in split} == {"float32"}
@@ -134,20 +151,20 @@ def test_menu_variants_are_what_warm_compiles():
 
 
 def test_clusters_need_two_tiles_along_their_mode():
-    sm90, c12 = policy.entry("sm90"), policy.entry("pingpong-64x128-c1x2")
-    assert not policy.fits(sm90, 128, 4096) and policy.fits(sm90, 129, 4096)
-    assert not policy.fits(c12, 16, 128) and policy.fits(c12, 16, 129)
+    sm90, c12 = choosing.entry("sm90"), choosing.entry("pingpong-64x128-c1x2")
+    assert not choosing.fits(sm90, 128, 4096) and choosing.fits(sm90, 129, 4096)
+    assert not choosing.fits(c12, 16, 128) and choosing.fits(c12, 16, 129)
     for name in ("pingpong-64x64-c2x1", "pingpong-64x128-c2x1"):
-        c21 = policy.entry(name)
-        assert not policy.fits(c21, 64, 4096) and policy.fits(c21, 65, 4096)
+        c21 = choosing.entry(name)
+        assert not choosing.fits(c21, 64, 4096) and choosing.fits(c21, 65, 4096)
 
 
 def test_work_units_count_whole_clusters():
-    c21 = policy.entry("pingpong-64x64-c2x1")
+    c21 = choosing.entry("pingpong-64x64-c2x1")
     assert c21.tiles(128, 4096, 1) == 2 * 64
     assert c21.tiles(129, 4096, 1) == 4 * 64  # 3 m-tiles run as two clusters of two
     assert c21.tiles(129, 4096, 3) == 3 * 4 * 64
-    assert policy.entry("sm90").tiles(129, 4097, 1) == 2 * 17  # 2x1: 2 m-tiles, 17 n-tiles
+    assert choosing.entry("sm90").tiles(129, 4097, 1) == 2 * 17  # 2x1: 2 m-tiles, 17 n-tiles
 
 
 @pytest.mark.parametrize("shape", [s for s in LLM if s.m <= 128], ids=lambda s: s.label)
@@ -157,26 +174,26 @@ def test_an_m_cluster_runs_only_on_two_m_tiles(shape):
     e = choose(shape.m, shape.n, shape.k).menu_entry
     if e.cluster[0] > 1:
         assert -(-e.kernel_mn(shape.m, shape.n)[0] // e.tile_m) >= e.cluster[0], e
-    if shape.m <= policy.MIN_TILE_M:
+    if shape.m <= menu.MIN_TILE_M:
         assert e.cluster[0] == 1, e
 
 
 def test_split_candidates():
-    e = policy.entry("pingpong-64x128-c1x2")
-    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132) == (1, 2, 4, 8)
-    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132, "float16") == (1,)
-    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132, batch_invariant=True) == (1,)
+    e = choosing.entry("pingpong-64x128-c1x2")
+    assert choosing.split_candidates(e, 16, 4096, 14336, 1, 132) == (1, 2, 4, 8)
+    assert choosing.split_candidates(e, 16, 4096, 14336, 1, 132, "float16") == (1,)
+    assert choosing.split_candidates(e, 16, 4096, 14336, 1, 132, batch_invariant=True) == (1,)
     # the kernel splits at k-tiles: any K, as long as every split keeps a k-tile
-    assert policy.split_candidates(e, 16, 4096, 1021, 1, 132) == (1, 2, 4, 8)
-    assert policy.split_candidates(e, 16, 4096, 3 * 64, 1, 132) == (1, 2)
-    assert policy.split_candidates(e, 16, 4096, 64, 1, 132) == (1,)
+    assert choosing.split_candidates(e, 16, 4096, 1021, 1, 132) == (1, 2, 4, 8)
+    assert choosing.split_candidates(e, 16, 4096, 3 * 64, 1, 132) == (1, 2)
+    assert choosing.split_candidates(e, 16, 4096, 64, 1, 132) == (1,)
     # 32 tiles: 8 x 32 = 256 units fit two waves of 132, 16 x 32 would not
-    assert policy.split_candidates(e, 16, 4096, 14336, 1, 132)[-1] * 32 <= 2 * 132
-    assert policy.split_candidates(e, 16, 4096, 14336, 1, 66) == (1, 2, 4)
-    assert policy.split_candidates(policy.entry("sm90"), 16384, 57344, 8192, 1, 132) == (1,)
+    assert choosing.split_candidates(e, 16, 4096, 14336, 1, 132)[-1] * 32 <= 2 * 132
+    assert choosing.split_candidates(e, 16, 4096, 14336, 1, 66) == (1, 2, 4)
+    assert choosing.split_candidates(choosing.entry("sm90"), 16384, 57344, 8192, 1, 132) == (1,)
     # the shipped entries have no split variant, even where their tiles are few
     for name in ("sm90", "sm90-pingpong"):
-        assert policy.split_candidates(policy.entry(name), 256, 4096, 8192, 1, 132) == (1,)
+        assert choosing.split_candidates(choosing.entry(name), 256, 4096, 8192, 1, 132) == (1,)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -184,7 +201,7 @@ def test_split_candidates():
 
 def _cell_best(table, m, n, k, allowed):
     """The best mean ratio among allowed candidates over the table points in (m, n, k)'s cell."""
-    q = policy.M_QUANTUM
+    q = choosing.M_QUANTUM
     blocks = -(-m // q)
     scores = {}
     for p in table.points:
@@ -196,23 +213,23 @@ def _cell_best(table, m, n, k, allowed):
 
 
 def test_shipped_table_loads_and_names_menu_entries_only():
-    (table,) = policy._tables(None)
+    (table,) = tables(None)
     assert table.cc == (9, 0) and table.sm_count == 132 and table.source
     assert table.points
-    names = {e.name for e in policy.MENU}
+    names = {e.name for e in choosing.MENU}
     for p in table.points:
-        assert all(name in names and s in policy.SPLITS and r > 0 for name, s, r in p.ratios)
+        assert all(name in names and s in menu.SPLITS and r > 0 for name, s, r in p.ratios)
 
 
-@pytest.mark.parametrize("point", policy._tables(None)[0].points, ids=lambda p: p.label)
+@pytest.mark.parametrize("point", tables(None)[0].points, ids=lambda p: p.label)
 @pytest.mark.parametrize("invariant", [False, True])
 def test_each_measured_problem_chooses_its_best_allowed_candidate(point, invariant):
-    (table,) = policy._tables(None)
+    (table,) = tables(None)
     args = (point.m, point.n, point.k, point.batch, 132, "float32", invariant)
-    entries = [e for e in policy.MENU if policy.fits(e, point.m, point.n)]
+    entries = [e for e in choosing.MENU if choosing.fits(e, point.m, point.n)]
     if any(e.swap_ab for e in entries):  # rule 1: decode is swap-AB's
         entries = [e for e in entries if e.swap_ab]
-    allowed = {e.name: policy.split_candidates(e, *args) for e in entries}
+    allowed = {e.name: choosing.split_candidates(e, *args) for e in entries}
     best = _cell_best(table, point.m, point.n, point.k, allowed)
     choice = choose(point.m, point.n, point.k, point.batch, batch_invariant=invariant)
     if best is None:
@@ -224,7 +241,7 @@ def test_each_measured_problem_chooses_its_best_allowed_candidate(point, invaria
 
 
 def test_m_enters_only_through_blocks_of_m_quantum_rows():
-    q = policy.M_QUANTUM
+    q = choosing.M_QUANTUM
     assert q == 8  # the 8-wide swap-AB entry's token columns; every other tile a multiple
     for n, k in ((6144, 4096), (8192, 28672), (1000, 3000)):
         for lo in (1, 9, 17, 49, 65, 129, 4081):
@@ -243,8 +260,8 @@ def test_other_sm90_parts_read_the_row_measured_at_their_tiles_per_sm():
     for sms in (114, 78):
         for s in LLM:
             c = choose(s.m, s.n, s.k, sm_count=sms)
-            assert policy.fits(c.menu_entry, s.m, s.n)
-            assert c.split in policy.split_candidates(c.menu_entry, s.m, s.n, s.k, 1, sms)
+            assert choosing.fits(c.menu_entry, s.m, s.n)
+            assert c.split in choosing.split_candidates(c.menu_entry, s.m, s.n, s.k, 1, sms)
 
 
 def test_load_table_checks_its_input(tmp_path):
@@ -258,14 +275,36 @@ def test_load_table_checks_its_input(tmp_path):
         path = tmp_path / f"{name}.json"
         path.write_text(text)
         with pytest.raises(ValueError, match="policy table"):
-            policy.load_table(path)
+            choosing.load_table(path)
     point = dict(label="x", m=1, n=8, k=8, ratios=[
         dict(entry="no-such-entry", split=1, ratio=2.0), dict(entry="sm90", split=1, ratio=0.5)
     ])  # fmt: skip
     path = tmp_path / "old.json"
     path.write_text(json.dumps(good | {"points": [point]}))
-    (p,) = policy.load_table(path).points
+    (p,) = choosing.load_table(path).points
     assert p.ratios == (("sm90", 1, 0.5),) and p.batch == 1
+
+
+# ----------------------------------------------------------------------------- recorded choices
+
+
+def test_choose_answers_as_recorded():
+    """``choose`` on every ``llm`` (at the tuner's token counts) and ``midsize`` shape, fp16 and
+    bf16, batch-invariant off and on, from the shipped table and from none (the heuristic), on
+    the stand-in H200, against ``tests/data/policy_choices.json``: recorded from the code before
+    the choosing room was split (the split changed no answer), it holds later work to the same
+    answers. A deliberate policy change (a new table, menu entry or rule) regenerates it:
+    ``python scripts/tune_menu.py --record-choices tests/data/policy_choices.json``; the file's
+    diff is the change's list of new answers, to read before committing both."""
+    path = Path(__file__).parents[1] / "data" / "policy_choices.json"
+    recorded = json.loads(path.read_text())
+    assert recorded["columns"] == list(tune_menu.CHOICE_COLUMNS)
+    shapes = {tuple(row[1:4]) for row in recorded["rows"]}
+    assert shapes >= {(s.m, s.n, s.k) for s in suites.suite("llm") + suites.suite("midsize")}
+    now = tune_menu.policy_choices()
+    changed = [(was, new) for was, new in zip(recorded["rows"], now, strict=False) if was != new]
+    assert not changed, f"{len(changed)} answers changed, the first: {changed[:3]}"
+    assert path.read_text() == tune_menu.choices_json(now)
 
 
 # ----------------------------------------------------------------------------- heuristic
@@ -323,12 +362,12 @@ def test_batch_invariant_mode_never_splits(shape):
 
 def test_batch_invariant_from_the_environment(monkeypatch, empty_table):
     assert choose(16, 4096, 14336).split == 2
-    monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "1")
-    policy._environment.cache_clear()
+    monkeypatch.setenv(choosing.ENV_BATCH_INVARIANT, "1")
+    rules._environment.cache_clear()
     assert choose(16, 4096, 14336).split == 1
     assert choose(16, 4096, 14336, batch_invariant=False).split == 2
-    monkeypatch.setenv(policy.ENV_BATCH_INVARIANT, "yes")
-    policy._environment.cache_clear()
+    monkeypatch.setenv(choosing.ENV_BATCH_INVARIANT, "yes")
+    rules._environment.cache_clear()
     with pytest.raises(ValueError, match="WSGEMM_BATCH_INVARIANT='yes'"):
         choose(16, 4096, 14336)
 
@@ -349,22 +388,23 @@ def test_fp16_accumulation_never_splits():
         ((8, 8, 8, 1, *FP16, 108, (8, 0)), ValueError, "sm_90"),
     ],
 )
-def test_choose_rejects_bad_arguments(args, error, message):
+@pytest.mark.parametrize("ask", [choosing.choose, choosing.candidates], ids=lambda f: f.__name__)
+def test_choose_and_candidates_reject_bad_arguments(ask, args, error, message):
     with pytest.raises(error, match=message):
-        policy.choose(*args)
+        ask(*args)
     with pytest.raises(TypeError, match="batch_invariant"):
-        policy.choose(8, 8, 8, 1, *FP16, 132, (9, 0), batch_invariant="yes")
+        ask(8, 8, 8, 1, *FP16, 132, (9, 0), batch_invariant="yes")
 
 
 def test_empty_problems_choose_without_measuring():
     for m, n, k, batch in ((0, 8, 8, 1), (8, 0, 8, 1), (8, 8, 0, 1), (8, 8, 8, 0)):
-        assert policy.choose(m, n, k, batch, *FP16, 132, (9, 0)).source == "empty"
+        assert choosing.choose(m, n, k, batch, *FP16, 132, (9, 0)).source == "empty"
 
 
 def test_explain_says_kernel_split_and_why():
-    choice = policy.choose(16, 4096, 14336, 1, *FP16, 132, (9, 0))
+    choice = choosing.choose(16, 4096, 14336, 1, *FP16, 132, (9, 0))
     e = choice.menu_entry
-    lines = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0)).splitlines()
+    lines = choosing.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0)).splitlines()
     assert lines[0] == (
         "problem: M=16 N=4096 K=14336 batch=1, float16 inputs, float16 output, float32 "
         "accumulate; sm_90 with 132 SMs"
@@ -378,7 +418,7 @@ def test_explain_says_kernel_split_and_why():
     tiles = e.tiles(16, 4096, 1)
     assert lines[3].startswith(f"grid: {tiles} tiles") and "for 132 SMs: one wave" in lines[3]
     assert lines[4].startswith("why (table): sm90_h200.json") and "8b down t=16" in lines[4]
-    text = policy.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0), batch_invariant=True)
+    text = choosing.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0), batch_invariant=True)
     assert "batch-invariant" in text.splitlines()[0] and "split-K: 1 (none)" in text
 
 
@@ -391,19 +431,19 @@ def test_explain_says_kernel_split_and_why():
     ],
 )
 def test_explain_counts_the_waves(m, n, split, words):
-    e = policy.entry("sm90")
-    choice = policy.Choice(e, split, "test", "test")
-    assert words in policy.describe(choice, m, n, 4096, 1, *FP16, 132, (9, 0))
+    e = choosing.entry("sm90")
+    choice = choosing.Choice(e, split, "test", "test")
+    assert words in choosing.describe(choice, m, n, 4096, 1, *FP16, 132, (9, 0))
 
 
 def test_explain_of_a_stream_k_entry_says_it_shares_the_last_waves():
-    choice = policy.Choice(policy.entry("sk-cooperative-128x256-c2x1"), 1, "test", "test")
-    text = policy.describe(choice, 4472, 1928, 680, 1, *FP16, 132, (9, 0))
+    choice = choosing.Choice(tune_menu.entry("sk-cooperative-128x256-c2x1"), 1, "test", "test")
+    text = choosing.describe(choice, 4472, 1928, 680, 1, *FP16, 132, (9, 0))
     assert "grid: 288 tiles for 132 SMs, the last waves' k-tiles shared by all" in text
 
 
 def test_explain_of_an_empty_problem_has_no_grid():
-    assert "grid: none" in policy.explain(0, 4096, 4096, 1, *FP16, 132, (9, 0))
+    assert "grid: none" in choosing.explain(0, 4096, 4096, 1, *FP16, 132, (9, 0))
 
 
 # ----------------------------------------------------------------------------- compiles
@@ -438,7 +478,7 @@ def test_a_new_tile_compiles_spill_free_for_sm_90a(name, majors, hgmma):
     it (its epilogue mapping: tests/kernels/test_sm90_static.py; its results: the GPU tests)."""
     from wsgemm import inspection
 
-    e = policy.entry(name)
+    e = tune_menu.entry(name)
     v = host.Variant(e.backend, "sm_90a", a_major=majors[0], b_major=majors[1],
                      config=e.variant_config())  # fmt: skip
     r = inspection.inspect_variant(v)
@@ -461,9 +501,10 @@ def _summary(variant):
 def test_every_new_menu_variant_compiles_spill_free():
     """The menu's non-shipped entries in all 36 variants each (the shipped two are the shipped
     backends, swept in test_compile_sass), and the dropped entries of NEW_TILES."""
-    new = tuple(e for e in map(policy.entry, NEW_TILES) if e not in policy.MENU)
-    assert set(new) <= set(policy.DROPPED)
-    variants = policy.menu_variants(entries=tuple(e for e in policy.MENU if not e.shipped) + new)
+    new = tuple(e for e in map(tune_menu.entry, NEW_TILES) if e not in choosing.MENU)
+    assert set(new) <= set(tune_menu.DROPPED)
+    entries = tuple(e for e in choosing.MENU if not e.shipped) + new
+    variants = choosing.menu_variants(entries=entries)
     workers = max(1, min(8, os.cpu_count() or 1))
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
@@ -495,7 +536,7 @@ def test_gpu_every_menu_entry_gives_the_same_bits():
 
     for c_dtype, torch_dtype in (("float16", torch.float16), ("float32", torch.float32)):
         outs = {}
-        for e in policy.MENU:
+        for e in choosing.MENU:
             v = host.Variant(e.backend, "sm_90a", "float16", c_dtype, config=e.variant_config())
             fn = host.COMPILE_CACHE.get(v)
             clusters = sms // host.cluster_size(v.kernel_config())
@@ -503,7 +544,7 @@ def test_gpu_every_menu_entry_gives_the_same_bits():
                 out = torch.full((rows, n), math.nan, dtype=torch_dtype, device="cuda")
                 if not e.swap_ab:
                     fn(view(x[:rows]), view(w), view(out), clusters)
-                elif policy.fits(e, rows, n):  # C^T = W x^T, written M-major into out
+                elif choosing.fits(e, rows, n):  # C^T = W x^T, written M-major into out
                     ld = out.stride(0)
                     fn(view(w), view(x[:rows]), out.as_strided((n, rows, 1), (1, ld, rows * ld)),
                        clusters)  # fmt: skip

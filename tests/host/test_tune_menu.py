@@ -1,23 +1,17 @@
 """scripts/tune_menu.py's plan, on the CPU (the run itself needs an sm_90 GPU)."""
 
 import csv
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load
 
 from wsgemm.bench import suites
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
 
-_spec = importlib.util.spec_from_file_location(
-    "tune_menu", Path(__file__).parents[2] / "scripts" / "tune_menu.py"
-)
-tune_menu = importlib.util.module_from_spec(_spec)
-sys.modules["tune_menu"] = tune_menu  # its dataclasses look their module up while defined
-_spec.loader.exec_module(tune_menu)
+tune_menu = load("tune_menu")
 
 
 def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
@@ -25,13 +19,13 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
     assert {s.label for s in shapes} >= {s.label for s in suites.suite("llm")}
     assert {s.label for s in shapes} >= {s.label for s in suites.suite("midsize")}
     assert [s.flop for s in shapes] == sorted(s.flop for s in shapes)  # decode first
-    planned = tune_menu.plan(shapes, policy.MENU, 132)
+    planned = tune_menu.plan(shapes, choosing.MENU, 132)
     for s, cands in planned:
         names = {(c.entry.name, c.split) for c in cands}
         assert len(names) == len(cands)
-        for e in policy.MENU:
-            if policy.fits(e, s.m, s.n):
-                want = policy.split_candidates(e, s.m, s.n, s.k, 1, 132)
+        for e in choosing.MENU:
+            if choosing.fits(e, s.m, s.n):
+                want = choosing.split_candidates(e, s.m, s.n, s.k, 1, 132)
                 assert {split for name, split in names if name == e.name} == set(want)
             elif e.shipped:
                 assert (e.name, 1) in names  # the baseline, though the policy never picks it
@@ -40,11 +34,11 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
     variants = tune_menu.variants(planned)
     # one unsplit variant per entry, one split variant per entry that may split
     kk = ("k", "k")
-    want = {(e.name, False, kk) for e in policy.MENU}
-    assert set(variants) == want | {(e.name, True, kk) for e in policy.MENU if e.splits}
+    want = {(e.name, False, kk) for e in choosing.MENU}
+    assert set(variants) == want | {(e.name, True, kk) for e in choosing.MENU if e.splits}
     for (name, split, _), v in variants.items():
         assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == ("float16", "float32", "k", "k")
-        assert v.config == policy.entry(name).variant_config(split=split)
+        assert v.config == choosing.entry(name).variant_config(split=split)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +57,7 @@ def test_own_layouts_time_the_kernel_variant_that_layout_runs(layout, plain, swa
     assert tune_menu.kernel_majors(layout, swap_ab=True) == swapped
     shape = suites.Shape(16, 4096, 1000, "s", "g", layout)
     assert tune_menu.tuned_layout(shape, own=False) == "TN"
-    [(_, cands)] = tune_menu.plan([shape], policy.MENU, 132, own_layouts=True)
+    [(_, cands)] = tune_menu.plan([shape], choosing.MENU, 132, own_layouts=True)
     for c in cands:
         assert c.majors == (swapped if c.entry.swap_ab else plain)
     for (_, _, majors), v in tune_menu.variants([(shape, cands)]).items():
@@ -85,7 +79,7 @@ def test_operands_and_kernel_views_have_16_byte_strides(rows_unit):
 def test_dry_run_prints_the_plan(capsys):
     assert tune_menu.main(["--dry-run", "--with-dropped"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    entries = policy.MENU + policy.DROPPED
+    entries = choosing.MENU + tune_menu.DROPPED
     assert last.endswith(f"{len(entries) + sum(e.splits for e in entries)} variants")
 
 
@@ -105,7 +99,7 @@ def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path,
     before, after = json.loads(shipped.read_text()), json.loads(table.read_text())
     labels = {r["label"] for r in rows}
     assert len(labels) == 24
-    menu = {e.name for e in policy.MENU}
+    menu = {e.name for e in choosing.MENU}
     merged = {p["label"]: p for p in after["points"]}
     for label in labels:
         want = [(r["entry"], int(r["split"]), float(r["ratio"])) for r in rows
@@ -117,7 +111,7 @@ def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path,
     assert len(after["points"]) == len(kept) + 24
     assert after["source"].startswith(before["source"])
     assert "tune_menu_midsize_2026-12-01g.csv" in after["source"]
-    assert len(policy.load_table(table).points) == len(after["points"])
+    assert len(choosing.load_table(table).points) == len(after["points"])
 
 
 def test_merge_needs_both_arguments(capsys):
@@ -141,7 +135,7 @@ def test_a_shape_is_timed_in_its_own_layout_on_the_kernels_majors(layout, monkey
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     shape = suites.Shape(16, 40, 24, f"s {layout}", "midsize", layout)
-    [(_, cands)] = tune_menu.plan([shape], policy.MENU, 132, own_layouts=True)
+    [(_, cands)] = tune_menu.plan([shape], choosing.MENU, 132, own_layouts=True)
     cands = [c for c in cands if c.split == 1]
     assert any(c.entry.swap_ab for c in cands) and any(not c.entry.swap_ab for c in cands)
 

@@ -4,7 +4,7 @@ A ``Dispatcher`` owns what a call needs besides its tensors:
 
 * the device facts (capability, SM count, name) of each CUDA device, asked once per device;
 * the route of a problem on a device (``route``): which kernel ``auto`` runs (on sm_90 the shape
-  policy's menu entry and split-K count, ``host.policy``), and whether a named backend runs on
+  policy's menu entry and split-K count, ``host.choosing``), and whether a named backend runs on
   that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from ..support import MAX_GRID_DIM
+from . import choosing
 from .choosing import autotune as _autotune
-from .choosing import policy
 from .compiling.cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
 from .workspace import SemaphoreCache
@@ -45,7 +45,7 @@ class Route:
     backend: str
     config: Any = None
     split: int = 1
-    choice: policy.Choice | None = None
+    choice: choosing.Choice | None = None
 
 
 class CudaDevices:
@@ -134,7 +134,7 @@ class Dispatcher:
     docstring). Thread-safe: the memos only grow under a lock; a failed compile or a rejected call
     stores nothing.
 
-    ``batch_invariant``: passed to ``policy.choose``; None (the default) reads
+    ``batch_invariant``: passed to ``choosing.choose``; None (the default) reads
     ``WSGEMM_BATCH_INVARIANT``, True keeps every output element's summation order independent
     of M (no split-K). ``max_batch_per_launch``: non-persistent kernels put the batch on the
     grid's z, which holds ``support.MAX_GRID_DIM[2]`` blocks, so larger batches take several
@@ -143,7 +143,7 @@ class Dispatcher:
     batch (TMA cannot address a stride-0 batch); past this many bytes of copies, one launch per
     batch is cheaper.
     ``autotune``: time the policy's candidates at a problem's first call and keep the fastest
-    (``host.autotune``); None (the default) reads ``WSGEMM_AUTOTUNE``. ``tuned``: where tuned
+    (``choosing.autotune``); None (the default) reads ``WSGEMM_AUTOTUNE``. ``tuned``: where tuned
     choices are kept (default the process's ``autotune.STORE``); ``time_call``: how a
     candidate is timed (ms per call of a function; default ``autotune.time_cuda``).
     """
@@ -166,7 +166,7 @@ class Dispatcher:
         self.cache = COMPILE_CACHE if cache is None else cache
         self.devices = CudaDevices() if devices is None else devices
         if batch_invariant is not None:
-            policy.batch_invariant_requested(batch_invariant)  # TypeError unless a bool
+            choosing.batch_invariant_requested(batch_invariant)  # TypeError unless a bool
         self.batch_invariant = batch_invariant
         self.max_batch_per_launch = max_batch_per_launch
         self.max_broadcast_copy_bytes = max_broadcast_copy_bytes
@@ -185,7 +185,7 @@ class Dispatcher:
         """Whether ``auto`` tunes on this dispatcher (the argument, else ``WSGEMM_AUTOTUNE``)."""
         return _autotune.requested() if self._autotune is None else self._autotune
 
-    def tuned_choice(self, device, problem, dtypes) -> policy.Choice | None:
+    def tuned_choice(self, device, problem, dtypes) -> choosing.Choice | None:
         """The tuned choice stored for this problem on this GPU model, or None (also when
         autotuning is off)."""
         if not self.autotune:
@@ -196,22 +196,22 @@ class Dispatcher:
             self.batch_invariant,
         )  # fmt: skip
 
-    def candidates(self, device, problem, dtypes) -> list[policy.Choice]:
-        """Every choice ``auto`` may make for this problem on sm_90 (``policy.candidates``), as
+    def candidates(self, device, problem, dtypes) -> list[choosing.Choice]:
+        """Every choice ``auto`` may make for this problem on sm_90 (``choosing.candidates``), as
         ``Choice`` objects whose ``source`` is "candidate"."""
         args = self._policy_args(device, problem, dtypes)
         return [
-            policy.Choice(e, split, "a candidate being timed", "candidate")
-            for e, split in policy.candidates(*args, batch_invariant=self.batch_invariant)
+            choosing.Choice(e, split, "a candidate being timed", "candidate")
+            for e, split in choosing.candidates(*args, batch_invariant=self.batch_invariant)
         ]
 
-    def remember_tuned(self, device, problem, dtypes, times: dict) -> policy.Choice | None:
+    def remember_tuned(self, device, problem, dtypes, times: dict) -> choosing.Choice | None:
         """Keep the fastest of ``times`` ((entry name, split) -> ms) for this problem's bucket;
         returns it as the choice later calls read (``tuned_choice``)."""
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         _autotune.remember(
             self.tuned, self.devices.name(device), sm_count, m, n, k, batch, dtypes,
-            policy.batch_invariant_requested(self.batch_invariant), times,
+            choosing.batch_invariant_requested(self.batch_invariant), times,
         )  # fmt: skip
         return self.tuned_choice(device, problem, dtypes)
 
@@ -252,7 +252,7 @@ class Dispatcher:
             )
         if backend == "auto":
             if BACKENDS["sm90"].supports(cc):
-                choice = self.tuned_choice(device, problem, dtypes) or policy.choose(
+                choice = self.tuned_choice(device, problem, dtypes) or choosing.choose(
                     *self._policy_args(device, problem, dtypes),
                     batch_invariant=self.batch_invariant,
                 )
@@ -281,7 +281,7 @@ class Dispatcher:
         return chosen
 
     @staticmethod
-    def choice_route(choice: policy.Choice) -> Route:
+    def choice_route(choice: choosing.Choice) -> Route:
         """The route that runs a policy (or tuned) choice."""
         e = choice.menu_entry
         return Route(e.backend, e.variant_config(split=choice.split > 1), choice.split, choice)
@@ -300,8 +300,8 @@ class Dispatcher:
             args = self._policy_args(device, problem, dtypes)
             tuned = self.tuned_choice(device, problem, dtypes)
             if tuned is not None:
-                return policy.describe(tuned, *args, batch_invariant=self.batch_invariant)
-            text = policy.explain(*args, batch_invariant=self.batch_invariant)
+                return choosing.describe(tuned, *args, batch_invariant=self.batch_invariant)
+            text = choosing.explain(*args, batch_invariant=self.batch_invariant)
             count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
             if count > 1:
                 text += (
@@ -331,7 +331,7 @@ class Dispatcher:
         )
 
     def _policy_args(self, device, problem, dtypes) -> tuple:
-        """``policy.choose``'s (and ``policy.explain``'s) positional arguments for a problem."""
+        """``choosing.choose``'s (and ``choosing.explain``'s) positional arguments for a problem."""
         m, n, k, batch = problem
         return (
             m, n, k, 1 if batch is None else batch, *dtypes,

@@ -1,9 +1,9 @@
 """On-line tuning for ``backend="auto"`` on Hopper: ``WSGEMM_AUTOTUNE=1``.
 
-The shape policy (``host.policy``) answers from a table measured on the H200; on another sm_90
+The shape policy (``choosing.choose``) answers from a table measured on the H200; on another sm_90
 part (an H100 PCIe with 114 SMs, an H20) it answers from the nearest H200 cell or a heuristic.
 With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the policy may
-pick (``policy.candidates``: each menu entry that fits, with each split it allows) on the call's
+pick (``choosing.candidates``: each menu entry that fits, with each split it allows) on the call's
 own operands, keeps the fastest for this GPU on disk, and every later call and process of the
 same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N, K, batch, dtypes) runs it.
 
@@ -33,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..compiling import disk
-from . import policy
+from .menu import MENU, m_block
+from .rules import Choice, batch_invariant_requested, candidates
 
 ENV_AUTOTUNE = "WSGEMM_AUTOTUNE"
 #: Calls timed per candidate, back to back between two CUDA events (after one untimed call).
@@ -62,9 +63,9 @@ def requested() -> bool:
 def bucket(
     m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str], invariant: bool = False
 ) -> str:
-    """The store's key for a problem: what ``policy.choose`` distinguishes, batch-invariant
+    """The store's key for a problem: what ``choose`` distinguishes, batch-invariant
     mode included (its candidates differ: no split)."""
-    key = f"m{policy.m_block(m)}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
+    key = f"m{m_block(m)}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
     return key + ("-invariant" if invariant else "")
 
 
@@ -195,21 +196,20 @@ class TunedStore:
 
 
 def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, batch, dtypes,
-                 batch_invariant: bool | None = None) -> policy.Choice | None:  # fmt: skip
-    """The stored choice for this problem as a ``policy.Choice`` (source "tuned"), or None when
+                 batch_invariant: bool | None = None) -> Choice | None:  # fmt: skip
+    """The stored choice for this problem as a ``Choice`` (source "tuned"), or None when
     none is stored or it names a candidate the policy no longer allows."""
-    invariant = policy.batch_invariant_requested(batch_invariant)
+    invariant = batch_invariant_requested(batch_invariant)
     key = bucket(m, n, k, batch, dtypes, invariant)
     found = store.get(device, sm_count, key)
     if found is None:
         return None
-    allowed = policy.candidates(m, n, k, batch, *dtypes, sm_count, cc,
-                                batch_invariant=batch_invariant)  # fmt: skip
+    allowed = candidates(m, n, k, batch, *dtypes, sm_count, cc, batch_invariant=batch_invariant)
     for e, split in allowed:
         if (e.name, split) == found:
             why = (f"tuned on this GPU ({ENV_AUTOTUNE}=1): the fastest of {len(allowed)} "
                    f"candidates for {key}")  # fmt: skip
-            return policy.Choice(e, split, why, "tuned")
+            return Choice(e, split, why, "tuned")
     return None
 
 
@@ -224,7 +224,7 @@ def remember(store: TunedStore, device: str, sm_count: int, m, n, k, batch, dtyp
 
 def fastest(times: dict[tuple[str, int], float]) -> tuple[str, int]:
     """The (entry name, split) with the least time; ties go to the earlier in menu order."""
-    order = {e.name: i for i, e in enumerate(policy.MENU)}
+    order = {e.name: i for i, e in enumerate(MENU)}
     return min(times, key=lambda c: (times[c], order.get(c[0], len(order)), c[1]))
 
 

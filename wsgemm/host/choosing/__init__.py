@@ -1,0 +1,53 @@
+"""The choosing room: which compiled kernel ``backend="auto"`` runs a problem with on Hopper.
+
+* ``menu``: the sm90 menu of kernel configs (``MENU``, ``entry``, ``menu_variants``);
+* ``table``: the table measured on a GPU and its nearest-problem lookup (``data/``);
+* ``rules``: the rules, the table's verdict and the heuristic: ``choose`` and ``candidates``;
+* ``wording``: the answer in words (``explain``, ``describe``);
+* ``autotune``: ``WSGEMM_AUTOTUNE`` and the tuned-choice store per GPU model.
+
+The names other rooms use are here. Importing the room imports neither torch nor the DSL: the
+policy runs in processes that never load them (the timing imports torch when it times).
+"""
+
+from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore, time_cuda
+from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
+from .rules import (
+    ENV_BATCH_INVARIANT,
+    ENV_TABLE,
+    Choice,
+    batch_invariant_requested,
+    candidates,
+    choose,
+    fits,
+    split_candidates,
+)
+from .table import TABLE_SCHEMA, Table, load_table
+from .wording import describe, explain
+
+__all__ = [
+    "ENV_AUTOTUNE",
+    "ENV_BATCH_INVARIANT",
+    "ENV_TABLE",
+    "MENU",
+    "M_QUANTUM",
+    "STORE",
+    "TABLE_SCHEMA",
+    "AutotuneWarning",
+    "Choice",
+    "MenuEntry",
+    "Table",
+    "TunedStore",
+    "batch_invariant_requested",
+    "candidates",
+    "choose",
+    "describe",
+    "entry",
+    "explain",
+    "fits",
+    "load_table",
+    "m_block",
+    "menu_variants",
+    "split_candidates",
+    "time_cuda",
+]

@@ -1,0 +1,319 @@
+"""Which menu entry and which split-K count run a problem (``choose``), and every pair that may
+(``candidates``, what the tuners time).
+
+``choose`` decides in this order:
+
+1. Rules no measurement overturns (``fits``, ``split_candidates``, ``_allowed``): a cluster of
+   two CTAs along M (N) needs at least two m-tiles (n-tiles), or one of them computes nothing;
+   split-K only on entries with a split variant, with an fp32 accumulator, outside
+   batch-invariant mode, with a k-tile per split and at most two waves of split units. And
+   decode is swap-AB's: when a swap-AB entry takes all of M in its token columns (M <= 16), only
+   swap-AB entries are candidates (they were the fastest at every 1- and 16-token ``llm`` shape
+   but one whose best differs from one process to the next: docs/policy.md).
+2. The measured table (``table``): the nearest measured problem, if near enough, decides: the
+   best candidate measured there that rule 1 allows here.
+3. Otherwise the heuristic (``_heuristic``): the narrowest swap-AB tile that takes the tokens
+   (up to 16), then 64-row ping-pong tiles up to 64 tokens (64x256 when they fill
+   ``WIDE_TILE_FILL`` of the SMs, else 64x128 in an N-pair cluster that shares A), 128x128
+   cooperative tiles clustered along N up to 128 tokens, then the shipped 128x256 tile when it
+   makes ``LARGE_TILE_WAVES`` waves and the shipped 128x128 ping-pong when it does not; a split
+   only while the split units fit one wave and each keeps ``HEURISTIC_MIN_K_PER_SPLIT`` of K.
+
+Split-K runs inside the kernel (``Sm90Config.split_k``; docs/architecture.md): no extra
+kernels, a fixed cost per unit of one partial tile stored and, on the unit that finishes a
+tile, the partials read back, rows inside C only. Only the entries marked ``splits`` (the
+decode and 128-token ones) have a split variant, so ``warm`` compiles a bounded set: their
+fp32-accumulator variants once more.
+
+Batch invariance (``batch_invariant=True`` or ``WSGEMM_BATCH_INVARIANT=1``): the summation order
+of every output element must not depend on M. Split-K changes it (partial sums over K ranges,
+then their sum), so this mode never splits. Every entry accumulates in one order: the consumer
+walks k-tiles in ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order,
+from zeroed accumulators, so every entry issues the same sequence of k16 steps whatever its
+tile_k (a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
+element, never in the order of its sum.
+``tests/host/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
+
+Pure Python, as the rest of the room: no torch, no DSL.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...support import ELEMENT_BYTES, dtype_error
+from .menu import MENU, MIN_TILE_M, SPLITS, MenuEntry, entry, m_block
+from .table import nearest, table_for, tables
+
+__all__ = [
+    "ENV_BATCH_INVARIANT",
+    "ENV_TABLE",
+    "Choice",
+    "batch_invariant_requested",
+    "candidates",
+    "choose",
+    "fits",
+    "split_candidates",
+]
+
+# Splits are candidates (tuned, and chosen from the table) while tiles x split units fit in
+# this many waves: a problem with more tiles than that already fills the machine.
+SPLIT_MAX_WAVES = 2
+# Heuristic only: a split unit must keep this much K and the units fit one wave. UNMEASURED for
+# the in-kernel split: 16 k-tiles of 64, twice the ~8-stage ring of the 64-row tiles, so a
+# unit's fixed costs (filling the ring, one partial tile stored and read back) stay a small
+# part of it (docs/policy.md); scripts/tune_menu.py measures what the table should say.
+HEURISTIC_MIN_K_PER_SPLIT = 1024
+# Heuristic only: 64x256 tiles at decode when they occupy this share of the SMs (the gate/up
+# projections; qkv and o, with a few dozen tiles, want 64x128: docs/policy.md).
+WIDE_TILE_FILL = 0.8
+# Heuristic only: the shipped 128x256 tile from this many waves on; below it the shipped
+# ping-pong tile (1024 tokens, issue #10: docs/policy.md).
+LARGE_TILE_WAVES = 2
+ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
+ENV_TABLE = "WSGEMM_POLICY_TABLE"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What runs a problem: a menu entry, a split-K count (1: none) and why."""
+
+    menu_entry: MenuEntry
+    split: int
+    reason: str
+    source: str  # "table", "heuristic", "tuned" (WSGEMM_AUTOTUNE, choosing.autotune) or "empty"
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def fits(e: MenuEntry, m: int, n: int) -> bool:
+    """A cluster of two CTAs along M (N) needs two m-tiles (n-tiles): with one, the second CTA
+    of every cluster computes a tile wholly outside the problem (the shipped 2x1 cluster at
+    decode)."""
+    cm, cn = e.cluster
+    km, kn = e.kernel_mn(m, n)
+    if e.swap_ab and m > e.tile_n:
+        return False  # swap-AB is for a few tokens: all of them in one tile
+    return -(-km // e.tile_m) >= cm and -(-kn // e.tile_n) >= cn
+
+
+def split_candidates(
+    e: MenuEntry,
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    sm_count: int,
+    acc_dtype: str = "float32",
+    batch_invariant: bool = False,
+) -> tuple[int, ...]:
+    """The split-K counts the tuner times and the policy may choose for entry ``e``.
+
+    Only entries with a split variant (``splits``). Never with an fp16 accumulator:
+    ``accumulate=torch.float16`` means one fp16 running sum per element over all of K; split
+    partials would each round in fp16 and then add in fp32, a result that changes with the split
+    (so with M) and matches neither promise. Never in batch-invariant mode (the split changes the
+    summation order). Otherwise s in 2, 4, 8 while every split keeps a k-tile (no empty units)
+    and the split units fit ``SPLIT_MAX_WAVES`` waves.
+    """
+    if not e.splits or acc_dtype != "float32" or batch_invariant:
+        return (1,)
+    tiles = e.tiles(m, n, batch)
+    k_tiles = -(-k // e.tile_k)
+    return (1,) + tuple(
+        s for s in SPLITS[1:] if s <= k_tiles and tiles * s <= SPLIT_MAX_WAVES * sm_count
+    )
+
+
+def batch_invariant_requested(flag: bool | None = None) -> bool:
+    """``flag`` when given, else ``WSGEMM_BATCH_INVARIANT=1`` in the environment (read once, at
+    the first call: set it before the process multiplies)."""
+    if flag is None:
+        return _environment()[0]
+    if not isinstance(flag, bool):
+        raise TypeError(f"batch_invariant must be a bool or None, got {type(flag).__name__}")
+    return flag
+
+
+@functools.cache
+def _environment() -> tuple[bool, str | None]:
+    """(batch-invariant by default, table path override), read once per process: ``choose``
+    runs for every new call signature, and reading the environment costs a microsecond a
+    variable."""
+    value = os.environ.get(ENV_BATCH_INVARIANT, "0")
+    if value not in ("0", "1", ""):
+        raise ValueError(f"{ENV_BATCH_INVARIANT}={value!r}; allowed: 0 or 1")
+    return value == "1", os.environ.get(ENV_TABLE) or None
+
+
+def _allowed(m, n, k, batch, acc_dtype, sm_count, invariant) -> dict[str, tuple[int, ...]]:
+    """Menu entry name -> the splits rule 1 allows, the entries in menu order."""
+    # Batch invariance needs no filter here: every entry sums in one order (the module's
+    # docstring; the GPU test of the bits), so only the split is ruled out (split_candidates).
+    entries = [e for e in MENU if fits(e, m, n)]
+    if any(e.swap_ab for e in entries):
+        entries = [e for e in entries if e.swap_ab]  # decode is swap-AB's (rule 1)
+    return {
+        e.name: split_candidates(e, m, n, k, batch, sm_count, acc_dtype, invariant) for e in entries
+    }
+
+
+def _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc) -> None:
+    for name, value in (("m", m), ("n", n), ("k", k), ("batch", batch), ("sm_count", sm_count)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < (1 if name == "sm_count" else 0):
+            raise ValueError(f"{name}={value}; it must be >= {1 if name == 'sm_count' else 0}")
+    dtypes = (ab_dtype, c_dtype, acc_dtype)
+    error = dtype_error(*dtypes)
+    if error is None and not set(dtypes) <= ELEMENT_BYTES.keys():
+        # the split rule compares acc_dtype with "float32": no aliases ("fp32", torch.float32)
+        error = f"dtypes by the host's names only: {', '.join(ELEMENT_BYTES)}"
+    if error:
+        raise ValueError(f"(ab_dtype, c_dtype, acc_dtype)={dtypes}: {error}")
+    if cc != (9, 0):
+        raise ValueError(
+            f"the sm90 menu runs on sm_90 (Hopper) only, got compute capability {cc}; "
+            "other GPUs take an sm80 backend"
+        )
+
+
+# ----------------------------------------------------------------------------- choosing
+
+
+def _asks_of_a_problem(answer: Callable) -> Callable:
+    """The signature ``choose`` and ``candidates`` share, written once: the returned function
+    takes ``(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, *, batch_invariant)``,
+    checks M and the mode, and hands ``answer`` M in whole ``M_QUANTUM`` blocks (all of M that
+    any rule sees), ``cc`` as a tuple and the mode resolved; ``answer`` checks the rest
+    (``_check_args``, inside ``choose``'s memo)."""
+
+    def asked(
+        m: int,
+        n: int,
+        k: int,
+        batch: int,
+        ab_dtype: str,
+        c_dtype: str,
+        acc_dtype: str,
+        sm_count: int,
+        cc: tuple[int, int],
+        *,
+        batch_invariant: bool | None = None,
+    ):
+        if not isinstance(m, int) or isinstance(m, bool):
+            raise TypeError(f"m must be an int, got {type(m).__name__}")
+        if m < 0:
+            raise ValueError(f"m={m}; it must be >= 0")
+        invariant = batch_invariant_requested(batch_invariant)
+        return answer(
+            m_block(m), n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, tuple(cc), invariant
+        )
+
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(asked, name, getattr(answer, name))
+    return asked
+
+
+@_asks_of_a_problem
+def choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant) -> Choice:
+    """The menu entry and split for ``C (M, N, L) = A (M, K, L) B (K, N, L)`` on an sm_90 GPU
+    with ``sm_count`` SMs: ``choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+    *, batch_invariant=None)``. Dtypes are the host's names ("float16", ...).
+    ``batch_invariant`` None reads ``WSGEMM_BATCH_INVARIANT``. Memoized: a repeated problem (M
+    counted in blocks of ``M_QUANTUM`` rows) costs a dict lookup; a new one a table search."""
+    table = _environment()[1]
+    return _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table)
+
+
+@_asks_of_a_problem
+def candidates(
+    m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant
+) -> tuple[tuple[MenuEntry, int], ...]:
+    """Every (menu entry, split) ``choose`` may pick for this problem, in menu order: what the
+    tuners time (``scripts/tune_menu.py``, ``WSGEMM_AUTOTUNE``), with ``choose``'s arguments.
+    Empty for an empty problem."""
+    _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    if m == 0 or n == 0 or k == 0 or batch == 0:
+        return ()
+    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path):
+    _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    if m == 0 or n == 0 or k == 0 or batch == 0:
+        return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
+    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    notes = _notes(acc_dtype, invariant)
+    if allowed and all(entry(name).swap_ab for name in allowed):  # rule 1
+        widest = max(entry(name).tile_n for name in allowed)
+        notes = f"; up to {widest} tokens only the swap-AB entries are candidates{notes}"
+    table = table_for(tables(table_path), sm_count, cc)
+    if table is not None:
+        found = nearest(table, m, n, k, batch, sm_count, allowed)
+        if found is not None:
+            e, split, why = found
+            return Choice(e, split, why + notes, "table")
+    e, split, why = _heuristic(m, n, k, batch, sm_count, allowed)
+    where = "no table for this GPU" if table is None else f"no {table.name} row within reach"
+    return Choice(e, split, f"{where}; {why}{notes}", "heuristic")
+
+
+def _notes(acc_dtype: str, invariant: bool) -> str:
+    if invariant:
+        return "; batch-invariant: no split-K, one accumulation order for every M"
+    if acc_dtype != "float32":
+        return "; no split-K with an fp16 accumulator"
+    return ""
+
+
+def _first_fitting(allowed, *names) -> MenuEntry:
+    for name in names:
+        if name in allowed:
+            return entry(name)
+    return entry(next(iter(allowed)))
+
+
+def _heuristic(m, n, k, batch, sm_count, allowed):
+    """The documented fallback (module docstring, rule 3). ``allowed``: entry name -> splits."""
+    swaps = [entry(name) for name in allowed if entry(name).swap_ab]
+    if swaps:
+        e = min(swaps, key=lambda e: e.tile_n)
+        why = f"decode: {m} token(s) in a {e.tile_n}-wide swap-AB tile, the weights in its 64 rows"
+    elif m <= MIN_TILE_M:
+        wide = entry("pingpong-64x256-c1x1")
+        tiles = wide.tiles(m, n, batch)
+        if tiles >= WIDE_TILE_FILL * sm_count:
+            e = _first_fitting(allowed, wide.name)
+            why = f"decode: {tiles} 64x256 tiles fill {tiles / sm_count:.0%} of {sm_count} SMs"
+        else:
+            e = _first_fitting(allowed, "pingpong-64x128-c1x2", wide.name)
+            why = f"decode: only {tiles} 64x256 tiles for {sm_count} SMs, so 64x128 tiles"
+    elif m <= 128:
+        e = _first_fitting(allowed, "cooperative-128x128-c1x2", "pingpong-64x256-c1x1")
+        why = "one 128-row tile: 128x128 tiles, no cluster partner along M"
+    else:
+        large = entry("sm90")
+        tiles = large.tiles(m, n, batch)
+        if tiles >= LARGE_TILE_WAVES * sm_count:
+            e = _first_fitting(allowed, "sm90", "sm90-pingpong")
+            why = f"{tiles} 128x256 tiles make {tiles / sm_count:.1f} waves"
+        else:
+            e = _first_fitting(allowed, "sm90-pingpong", "sm90")
+            why = f"only {tiles} 128x256 tiles ({tiles / sm_count:.1f} waves): 128x128 ping-pong"
+    tiles = e.tiles(m, n, batch)
+    splits = [
+        s
+        for s in allowed[e.name]
+        if s > 1 and tiles * s <= sm_count and k // s >= HEURISTIC_MIN_K_PER_SPLIT
+    ]
+    split = max(splits, default=1)
+    if split > 1:
+        why += f"; {tiles} tiles leave SMs idle and K={k} splits {split} ways"
+    return e, split, why

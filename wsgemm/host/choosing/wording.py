@@ -1,0 +1,55 @@
+"""The policy's answer in words: ``explain`` (what ``choose`` picks, and why) and ``describe`` (any
+choice, a tuned one included), the lines ``wsgemm.explain`` and ``python -m wsgemm explain``
+print for ``auto`` on Hopper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .rules import Choice, batch_invariant_requested, choose
+
+__all__ = ["describe", "explain", "grid"]
+
+
+def explain(*args: Any, batch_invariant: bool | None = None) -> str:
+    """``choose``'s answer for the same arguments, as a few lines a person reads."""
+    choice = choose(*args, batch_invariant=batch_invariant)  # checks the arguments first
+    return describe(choice, *args, batch_invariant=batch_invariant)
+
+
+def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) -> str:
+    """``choice`` for ``choose``'s arguments ``args``, as ``explain`` words it."""
+    m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc = args
+    e = choice.menu_entry
+    mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
+    split = f"{choice.split} (in the kernel, fp32 partials)" if choice.split > 1 else "1 (none)"
+    return "\n".join(
+        [
+            f"problem: M={m} N={n} K={k} batch={batch}, {ab_dtype} inputs, {c_dtype} output, "
+            f"{acc_dtype} accumulate; sm_{cc[0]}{cc[1]} with {sm_count} SMs{mode}",
+            f"kernel: {e.name} (backend {e.backend}: {e.describe()})",
+            f"split-K: {split}",
+            f"grid: {grid(choice, m, n, batch, sm_count)}",
+            f"why ({choice.source}): {choice.reason}",
+        ]
+    )
+
+
+def grid(choice: Choice, m: int, n: int, batch: int, sm_count: int) -> str:
+    """The work units against the SMs (one CTA each): how whole the waves are, which is what
+    decides a mid-size problem's speed (docs/perf.md entry 28)."""
+    tiles = choice.menu_entry.tiles(m, n, batch)
+    if choice.source == "empty" or tiles == 0:
+        return "none (an empty problem)"
+    if choice.menu_entry.config.get("stream_k"):
+        return f"{tiles} tiles for {sm_count} SMs, the last waves' k-tiles shared by all (stream-K)"
+    units = tiles * choice.split
+    what = f"{tiles} tiles" if choice.split == 1 else f"{tiles} tiles x {choice.split} splits"
+    full, rest = divmod(units, sm_count)
+    if units <= sm_count:
+        fill = f"one wave, {units / sm_count:.0%} of the SMs busy"
+    elif rest:
+        fill = f"{units / sm_count:.2f} waves, the last {rest / sm_count:.0%} full"
+    else:
+        fill = f"{full} whole waves"
+    return f"{what} for {sm_count} SMs: {fill}"
