@@ -8,6 +8,7 @@ import torch
 from operands import assert_within_torch_error
 
 from wsgemm.api import DISPATCHER, Dispatcher, dispatch
+from wsgemm.host import choosing
 from wsgemm.host.choosing import autotune
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +27,7 @@ class CountingTimer:
 
     def __call__(self, fn):
         self.calls += 1
-        return autotune.time_cuda(fn)
+        return choosing.time_cuda(fn)
 
 
 def tuned(tmp_path):

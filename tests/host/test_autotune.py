@@ -153,8 +153,9 @@ def test_a_candidate_that_fails_is_left_out(tmp_path):
     broken, fastest = names[0], names[1]
     d, cache, _ = tuned_dispatcher(tmp_path, {broken: RuntimeError("no"), fastest: 0.1})
     a, b = operands()
-    with pytest.warns(autotune.AutotuneWarning, match="failed"):
+    with pytest.warns(autotune.AutotuneWarning, match="failed") as record:
         out = call(d, a, b)
+    assert record[0].filename == __file__  # the line that called (``call`` plays api.matmul)
     assert torch.equal(out, (a.double() @ b.double()).to(F16))
     assert (entry_of(*cache.launched[-1]), cache.launched[-1][1]) == fastest
 

@@ -2,11 +2,13 @@
 
 ``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
 asks the dispatcher for a route (backend, config and split-K count: ``auto`` asks the shape
-policy here, once per signature) and a kernel, plans the kernel views and launches; then it
-keeps a launcher for the signature in the dispatcher. A later call with the same signature reads
-a handful of tensor attributes, finds the launcher and runs it: no validation, planning or
-dispatch in Python: the output allocation and the kernel call at the tensors' addresses (the
-kernel is bound to the signature's sizes and strides at its first call, ``host.compiling.calls``).
+policy here, once per signature; with ``WSGEMM_AUTOTUNE`` the dispatcher times the candidates
+through ``_run_candidate``, which launches one on the call's operands) and a kernel, plans the
+kernel views and launches; then it keeps a launcher for the signature in the dispatcher. A later
+call with the same signature reads a handful of tensor attributes, finds the launcher and runs
+it: no validation, planning or dispatch in Python: the output allocation and the kernel call at
+the tensors' addresses (the kernel is bound to the signature's sizes and strides at its first
+call, ``host.compiling.calls``).
 
 The signature is everything ``validate`` and ``plan`` read except where the tensors live: types,
 shapes, strides, dtypes, devices, negative-view bits, each data pointer's 16-byte alignment
@@ -19,18 +21,14 @@ they meet.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .. import host
-from ..host.choosing.autotune import AutotuneWarning
 from ..host.dispatch import Route
 from ..host.workspace import split_launcher
 from .overlap import extent
@@ -88,9 +86,10 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
 
 def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
-    route = d.route(backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
-    if route.choice is not None and route.choice.source in _TUNABLE and d.autotune:
-        route = _tuned(d, a, b, p, route)
+    run = functools.partial(_run_candidate, d, a, b, p) if _may_tune(a) else None
+    route = d.route(
+        backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
+    )
     result, planned = _launch(d, a, b, out, p, route)
     if planned is None and log.isEnabledFor(logging.INFO):
         # once per signature: a copy on every call is a cost the caller can often remove
@@ -110,10 +109,6 @@ def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> to
     return result
 
 
-# The policy's own answers, which WSGEMM_AUTOTUNE replaces by a measurement ("tuned" is one).
-_TUNABLE = ("table", "heuristic")
-
-
 def _may_tune(t: torch.Tensor) -> bool:
     """Not while a CUDA graph is captured (timing synchronizes and allocates), under
     torch.compile's tracing, or on fake tensors."""
@@ -122,44 +117,17 @@ def _may_tune(t: torch.Tensor) -> bool:
     return t.device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
 
 
-def _tuned(d, a, b, p: Problem, route: Route) -> Route:
-    """``WSGEMM_AUTOTUNE``: time every candidate of the policy on this call's operands (into a
-    scratch output, never the caller's), keep the fastest for the problem's bucket, run it. A
-    candidate that fails to compile or launch is left out (warned); if none runs, ``route``.
-    Each candidate is planned and run once, then its kernel alone is timed (not the planning);
-    one tuning at a time per process, on the operands' device."""
-    if not _may_tune(a):
-        return route
-    device, problem = a.device.index, (p.m, p.n, p.k, p.batch)
-    candidates = d.candidates(device, problem, p.dtype_names)
-    if len(candidates) < 2:
-        return route
-    times = {}
-    with _TUNING, _on_device(d, device):
-        scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
-        for choice in candidates:
-            r = d.choice_route(choice)
-            try:
-                _, planned = _launch(d, a, b, scratch, p, r)  # compiles, plans, runs once
-                if planned is not None:  # one launch on views: time the kernel alone
-                    launch, fn, clusters, _ = planned
-                    call = functools.partial(fn, launch.a, launch.b, launch.c, clusters)
-                else:
-                    call = functools.partial(_launch, d, a, b, scratch, p, r)
-                times[(choice.menu_entry.name, choice.split)] = d.time_call(call)
-            except Exception as exc:  # a candidate that cannot run is not a candidate
-                warnings.warn(
-                    f"wsgemm autotune: {choice.menu_entry.name} with split {choice.split} "
-                    f"failed ({type(exc).__name__}: {exc}); left out",
-                    AutotuneWarning,
-                    stacklevel=5,
-                )
-    choice = d.remember_tuned(device, problem, p.dtype_names, times) if times else None
-    return route if choice is None else d.choice_route(choice)
-
-
-# One tuning at a time in a process: two would time each other's kernels.
-_TUNING = threading.Lock()
+def _run_candidate(d, a, b, p: Problem, route: Route) -> Callable[[], object]:
+    """The dispatcher's ``run`` for ``WSGEMM_AUTOTUNE`` (``host.dispatch.Runner``): launch
+    ``route`` once on this call's operands, into a scratch output (never the caller's), which
+    compiles and plans it; return what is timed: its kernel alone on the planned views when the
+    call was one launch on views, else the whole planned call."""
+    scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
+    _, planned = _launch(d, a, b, scratch, p, route)
+    if planned is not None:
+        launch, fn, clusters, _ = planned
+        return functools.partial(fn, launch.a, launch.b, launch.c, clusters)
+    return functools.partial(_launch, d, a, b, scratch, p, route)
 
 
 def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:
@@ -237,7 +205,7 @@ def _launch(d, a, b, out, p: Problem, route: Route):
     if getattr(route.config, "splits_in_kernel", False):  # split-K or stream-K: its buffers
         fn = split_launcher(fn, route.config, route.split, d.semaphores)
     L = launch.c.shape[2]
-    with _on_device(d, index):
+    with d.on_device(index):
         if L <= d.max_batch_per_launch:
             fn(launch.a, launch.b, launch.c, clusters)
         else:
@@ -263,16 +231,6 @@ def _kernel_problem(a3, b3, out3, route: Route):
     if swap:
         a3, b3, out3 = b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2)
     return a3, b3, out3, host.needs_vector_extent(route.backend), swap
-
-
-_NO_SWITCH = contextlib.nullcontext()
-
-
-def _on_device(d, index):
-    """Kernels launch on the current device: make it ``index`` for the call if it is not."""
-    if d.devices.count() == 1 or d.devices.current() == index:
-        return _NO_SWITCH
-    return d.devices.guard(index)
 
 
 def _direct_launcher(
@@ -322,7 +280,7 @@ def _direct_launcher(
         return launcher
 
     def on_its_device(a, b, out, pa, pb, po):
-        with _on_device(d, index):
+        with d.on_device(index):
             return launcher(a, b, out, pa, pb, po)
 
     return on_its_device

@@ -4,7 +4,8 @@ A ``Dispatcher`` owns what a call needs besides its tensors:
 
 * the device facts (capability, SM count, name) of each CUDA device, asked once per device;
 * the route of a problem on a device (``route``): which kernel ``auto`` runs (on sm_90 the shape
-  policy's menu entry and split-K count, ``host.choosing``), and whether a named backend runs on
+  policy's menu entry and split-K count, ``host.choosing``; with ``WSGEMM_AUTOTUNE``, the
+  fastest candidate, timed through the caller's ``run``), and whether a named backend runs on
   that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
@@ -17,6 +18,7 @@ and a stand-in compile cache instead of patching module globals.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Hashable
@@ -33,6 +35,13 @@ from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, ship
 from .workspace import SemaphoreCache
 
 log = logging.getLogger("wsgemm")
+
+# run(route) -> what to time: launches ``route`` once on the caller's operands (into a scratch
+# output) and returns a callable that launches its kernel alone (``wsgemm.api``'s; ``route``).
+Runner = Callable[["Route"], Callable[[], object]]
+# The policy's own answers, which WSGEMM_AUTOTUNE replaces by a measurement ("tuned" is one).
+_TUNABLE = ("table", "heuristic")
+_NO_SWITCH = contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -143,9 +152,9 @@ class Dispatcher:
     batch (TMA cannot address a stride-0 batch); past this many bytes of copies, one launch per
     batch is cheaper.
     ``autotune``: time the policy's candidates at a problem's first call and keep the fastest
-    (``choosing.autotune``); None (the default) reads ``WSGEMM_AUTOTUNE``. ``tuned``: where tuned
-    choices are kept (default the process's ``autotune.STORE``); ``time_call``: how a
-    candidate is timed (ms per call of a function; default ``autotune.time_cuda``).
+    (``choosing.autotune``); None (the default) reads ``WSGEMM_AUTOTUNE``. ``tuned``: where
+    tuned choices are kept (default the process's ``choosing.STORE``); ``time_call``: how a
+    candidate is timed (ms per call of a function; default ``choosing.time_cuda``).
     """
 
     # Launchers kept; the oldest goes first (a workload with ever-new shapes must not grow memory).
@@ -160,7 +169,7 @@ class Dispatcher:
         max_batch_per_launch: int = MAX_GRID_DIM[2],
         max_broadcast_copy_bytes: int = 64 << 20,
         autotune: bool | None = None,
-        tuned: _autotune.TunedStore | None = None,
+        tuned: choosing.TunedStore | None = None,
         time_call: Callable[[Callable[[], object]], float] | None = None,
     ) -> None:
         self.cache = COMPILE_CACHE if cache is None else cache
@@ -173,8 +182,8 @@ class Dispatcher:
         if autotune is not None and not isinstance(autotune, bool):
             raise TypeError(f"autotune must be a bool or None, got {type(autotune).__name__}")
         self._autotune = autotune
-        self.tuned = _autotune.STORE if tuned is None else tuned
-        self.time_call = _autotune.time_cuda if time_call is None else time_call
+        self.tuned = choosing.STORE if tuned is None else tuned
+        self.time_call = choosing.time_cuda if time_call is None else time_call
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
         self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
@@ -197,23 +206,40 @@ class Dispatcher:
         )  # fmt: skip
 
     def candidates(self, device, problem, dtypes) -> list[choosing.Choice]:
-        """Every choice ``auto`` may make for this problem on sm_90 (``choosing.candidates``), as
-        ``Choice`` objects whose ``source`` is "candidate"."""
+        """Every choice ``auto`` may make for this problem on sm_90 (``choosing.candidates``),
+        as ``Choice`` objects whose ``source`` is "candidate"."""
         args = self._policy_args(device, problem, dtypes)
         return [
             choosing.Choice(e, split, "a candidate being timed", "candidate")
             for e, split in choosing.candidates(*args, batch_invariant=self.batch_invariant)
         ]
 
-    def remember_tuned(self, device, problem, dtypes, times: dict) -> choosing.Choice | None:
-        """Keep the fastest of ``times`` ((entry name, split) -> ms) for this problem's bucket;
-        returns it as the choice later calls read (``tuned_choice``)."""
+    def _tuned(self, device, problem, dtypes, run: Runner) -> choosing.Choice | None:
+        """``WSGEMM_AUTOTUNE``: time every candidate through ``run`` (``choosing.tune``) on
+        ``device``, keep the fastest for this problem's bucket and return it as the choice later
+        calls read (``tuned_choice``); None when fewer than two candidates or none ran."""
+        candidates = self.candidates(device, problem, dtypes)
+        if len(candidates) < 2:
+            return None
+        with self.on_device(device):  # the timing events record on the operands' device
+            times = choosing.tune(
+                candidates, lambda choice: run(self.choice_route(choice)), self.time_call
+            )
+        if not times:
+            return None
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         _autotune.remember(
             self.tuned, self.devices.name(device), sm_count, m, n, k, batch, dtypes,
             choosing.batch_invariant_requested(self.batch_invariant), times,
         )  # fmt: skip
         return self.tuned_choice(device, problem, dtypes)
+
+    def on_device(self, index):
+        """Kernels launch on the current device: a context that makes it ``index`` for a call
+        if it is not."""
+        if self.devices.count() == 1 or self.devices.current() == index:
+            return _NO_SWITCH
+        return self.devices.guard(index)
 
     # --------------------------------------------------------------------------- backends
 
@@ -236,6 +262,7 @@ class Dispatcher:
         config: Any = None,
         *,
         quiet: bool = False,
+        run: Runner | None = None,
     ) -> Route:
         """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the host
         names of (A/B, C, accumulator). ``auto`` on sm_90 takes the policy's menu entry and
@@ -243,7 +270,11 @@ class Dispatcher:
         one), split only when the config says so (an ``Sm90Config`` with ``split_k`` >= 2,
         checked by ``api.validate``, or with ``stream_k``); ValueError if it does not run on
         this GPU. Called once per call signature (its launcher keeps the route), so a repeated
-        call never asks the policy. ``quiet``: no DEBUG line (``explain`` asks, nothing runs)."""
+        call never asks the policy. ``quiet``: no DEBUG line (``explain`` asks, nothing runs).
+
+        ``run``: how the caller launches a route on its operands, given when the call may be
+        timed (``Runner``). With autotuning on, an ``auto`` choice the policy made (not one
+        tuned before) is replaced by the fastest candidate timed through it (``_tuned``)."""
         cc = self.devices.capability(device)
         if cc < (8, 0):
             raise ValueError(
@@ -256,6 +287,8 @@ class Dispatcher:
                     *self._policy_args(device, problem, dtypes),
                     batch_invariant=self.batch_invariant,
                 )
+                if run is not None and choice.source in _TUNABLE and self.autotune:
+                    choice = self._tuned(device, problem, dtypes, run) or choice
                 chosen = self.choice_route(choice)
             else:
                 chosen = Route("sm80")

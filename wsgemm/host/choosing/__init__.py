@@ -4,13 +4,14 @@
 * ``table``: the table measured on a GPU and its nearest-problem lookup (``data/``);
 * ``rules``: the rules, the table's verdict and the heuristic: ``choose`` and ``candidates``;
 * ``wording``: the answer in words (``explain``, ``describe``);
-* ``autotune``: ``WSGEMM_AUTOTUNE`` and the tuned-choice store per GPU model.
+* ``autotune`` and ``tuning``: ``WSGEMM_AUTOTUNE``, the tuned-choice store per GPU model and the
+  timing loop (the caller passes how to launch a candidate).
 
 The names other rooms use are here. Importing the room imports neither torch nor the DSL: the
 policy runs in processes that never load them (the timing imports torch when it times).
 """
 
-from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore, time_cuda
+from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
 from .rules import (
     ENV_BATCH_INVARIANT,
@@ -23,6 +24,7 @@ from .rules import (
     split_candidates,
 )
 from .table import TABLE_SCHEMA, Table, load_table
+from .tuning import time_cuda, tune
 from .wording import describe, explain
 
 __all__ = [
@@ -50,4 +52,5 @@ __all__ = [
     "menu_variants",
     "split_candidates",
     "time_cuda",
+    "tune",
 ]

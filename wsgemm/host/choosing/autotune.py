@@ -1,22 +1,21 @@
-"""On-line tuning for ``backend="auto"`` on Hopper: ``WSGEMM_AUTOTUNE=1``.
+"""On-line tuning for ``backend="auto"`` on Hopper: ``WSGEMM_AUTOTUNE=1``, and its store.
 
-The shape policy (``choosing.choose``) answers from a table measured on the H200; on another sm_90
-part (an H100 PCIe with 114 SMs, an H20) it answers from the nearest H200 cell or a heuristic.
-With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the policy may
-pick (``choosing.candidates``: each menu entry that fits, with each split it allows) on the call's
-own operands, keeps the fastest for this GPU on disk, and every later call and process of the
-same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N, K, batch, dtypes) runs it.
+The shape policy (``choosing.choose``) answers from a table measured on the H200; on another
+sm_90 part (an H100 PCIe with 114 SMs, an H20) it answers from the nearest H200 cell or a
+heuristic. With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the
+policy may pick (``choosing.candidates``: each menu entry that fits, with each split it allows)
+on the call's own operands (``tuning.tune``), keeps the fastest for this GPU on disk, and every
+later call and process of the same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N,
+K, batch, dtypes) runs it.
 
 Never while a CUDA graph is being captured, under torch.compile's tracing or on fake tensors:
 those calls take the policy's choice. A tuned choice naming an entry or split that the current
-menu no longer offers is ignored (re-tuned). Timing: each candidate runs once (compiling it if
-needed), then ``TIMED_CALLS`` back to back between two CUDA events, with L2 warm; the first call
-of a bucket therefore costs the candidates' compiles (seconds each without a warm disk cache)
-plus milliseconds of GPU time. docs/policy.md.
+menu no longer offers is ignored (re-tuned). docs/policy.md.
 
-The store: ``<cache root>/autotune/<GPU name>-<SMs>sm.json`` (``disk.location``, as the compile
-cache; in memory only where there is no cache root), written atomically; a file that does not
-parse is set aside with a warning and tuning starts over.
+The store: ``<cache root>/autotune/<GPU name>-<SMs>sm.json`` (the compile cache's root,
+``compiling.disk.location``, so ``cache clear`` clears both; in memory only where there is no
+cache root), written atomically; a file that does not parse is set aside with a warning and
+tuning starts over.
 """
 
 from __future__ import annotations
@@ -29,16 +28,14 @@ import re
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
-from ..compiling import disk
+from ..compiling.disk import location
+from ..settings import FALSE_WORDS, TRUE_WORDS
 from .menu import MENU, m_block
 from .rules import Choice, batch_invariant_requested, candidates
 
 ENV_AUTOTUNE = "WSGEMM_AUTOTUNE"
-#: Calls timed per candidate, back to back between two CUDA events (after one untimed call).
-TIMED_CALLS = 10
 SCHEMA = 1
 
 
@@ -48,16 +45,17 @@ class AutotuneWarning(UserWarning):
 
 @functools.cache
 def requested() -> bool:
-    """``WSGEMM_AUTOTUNE`` is one of disk's true words (read once, at the first call)."""
+    """``WSGEMM_AUTOTUNE`` is one of the switches' true words (``host.settings``; read once,
+    at the first call)."""
     word = os.environ.get(ENV_AUTOTUNE, "").strip().lower()
-    if word and word not in disk.TRUE_WORDS | disk.FALSE_WORDS:
+    if word and word not in TRUE_WORDS | FALSE_WORDS:
         warnings.warn(
             f"{ENV_AUTOTUNE}={os.environ[ENV_AUTOTUNE]!r} is not one of "
-            f"{', '.join(sorted(disk.TRUE_WORDS | disk.FALSE_WORDS))}; autotuning stays off",
+            f"{', '.join(sorted(TRUE_WORDS | FALSE_WORDS))}; autotuning stays off",
             AutotuneWarning,
             stacklevel=2,
         )
-    return word in disk.TRUE_WORDS
+    return word in TRUE_WORDS
 
 
 def bucket(
@@ -69,24 +67,9 @@ def bucket(
     return key + ("-invariant" if invariant else "")
 
 
-def time_cuda(fn: Callable[[], object]) -> float:
-    """Milliseconds per call of ``fn`` on the current CUDA stream: one untimed call, then
-    ``TIMED_CALLS`` between two events."""
-    import torch
-
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(TIMED_CALLS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / TIMED_CALLS
-
-
 class TunedStore:
     """Tuned choices per GPU model: bucket -> (menu entry name, split, timings). ``root``: the
-    folder holding ``autotune/`` (None: ``disk.location()``'s root; in memory where none)."""
+    folder holding ``autotune/`` (None: ``location()``'s root; in memory where none)."""
 
     def __init__(self, root: Path | None = None) -> None:
         self._root = root
@@ -94,7 +77,7 @@ class TunedStore:
         self._lock = threading.Lock()
 
     def _path(self, device: str, sm_count: int) -> Path | None:
-        root = self._root if self._root is not None else disk.location().root
+        root = self._root if self._root is not None else location().root
         if root is None:
             return None
         slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-") or "gpu"
@@ -103,7 +86,7 @@ class TunedStore:
     def _file_mode(self) -> int:
         """As the compile cache's entries: private, or readable by all with
         ``WSGEMM_CACHE_SHARED`` (the umask applied)."""
-        if self._root is None and disk.location().shared:
+        if self._root is None and location().shared:
             umask = os.umask(0o22)
             os.umask(umask)
             return 0o666 & ~umask
