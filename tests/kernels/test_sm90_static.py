@@ -9,7 +9,7 @@ import cutlass.cute as cute
 import pytest
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.host import policy
+from wsgemm.host.choosing import policy
 from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
 from wsgemm.kernels.common.budget import register_budget
 from wsgemm.kernels.sm90.config import (

@@ -158,7 +158,7 @@ def _hooks_compiled_out(variant):
             variant.kernel_config(), *map(host.cutlass_dtype, dtypes), gpu_arch=variant.arch
         )
         args = host.fake_arguments(variant)
-        fn = host.compile.compile_entry(kernel, args, variant.arch, keep=True)
+        fn = host.compiling.compile.compile_entry(kernel, args, variant.arch, keep=True)
         return insp.inspect_variant(variant, fn)
 
 
@@ -242,7 +242,7 @@ def test_a_traced_kernel_refuses_the_untraced_entry():
     variant = host.Variant("sm80", "sm_80")
     kernel = host.make_kernel(variant, trace=True)
     with pytest.raises(ValueError, match="launches through traced"):
-        host.compile.compile_entry(kernel, host.fake_arguments(variant), "sm_80")
+        host.compiling.compile.compile_entry(kernel, host.fake_arguments(variant), "sm_80")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def test_plan_traces_every_sm90_cta_with_room_for_every_event():
 
 
 def test_plan_counts_split_k_units_and_their_fix_ups():
-    from wsgemm.host import policy
+    from wsgemm.host.choosing import policy
 
     e = policy.entry("swap-pingpong-64x16x128-c1x1")
     config = e.variant_config(split=True)
@@ -275,10 +275,10 @@ def test_plan_counts_split_k_units_and_their_fix_ups():
 
 
 def test_a_traced_split_k_variant_compiles_spill_free(traced_report):
-    from wsgemm.host import policy
+    from wsgemm.kernels.sm90.config import Sm90Config
 
-    e = policy.entry("cooperative-128x128-c1x2")
-    variant = host.Variant(e.backend, "sm_90a", config=e.variant_config(split=True))
+    cfg = Sm90Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=2, split_k=0)
+    variant = host.Variant("sm90", "sm_90a", config=cfg)
     _, r = traced_report(variant)
     assert_clean(r)
     assert "SR_GLOBALTIMER" in r.sass_text and "ATOMG" in r.sass_text  # the fix-up's count

@@ -53,7 +53,7 @@ nothing else) separates what is compiled from what is launched:
   ``fn(a, b, c, max_active_clusters)`` meaning what it meant, and ``fake_launch_extras()``
   gives the host their compile-time stand-ins (none for the sm80 kernels). Python defaults
   live only on a function compiled in this process; one loaded from disk gets them back from
-  ``host.compile.wrap_launch``. (Swap-AB is a config field, ``Sm90Config.swap_ab``: the host
+  ``compiling.compile.wrap_launch``. (Swap-AB is a config field, ``Sm90Config.swap_ab``: the host
   passes the transposed problem, so it needs no launch argument.)
 
 * ``by_address(majors, token, a, b, c, m, n, k, l, a_ld, a_batch, b_ld, b_batch, c_ld,
