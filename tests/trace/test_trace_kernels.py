@@ -2,9 +2,11 @@
 
 * traced builds compile spill-free and read the timer their arch uses;
 * an untraced build is the kernel with its hooks compiled out: the same SASS opcode histogram
-  as the kernel source with every ``trace.*`` hook statement deleted (compiled from a copy of
-  the module, ``_without_hooks``), no timer reads and no trace stores;
+  as the kernel source with every ``trace.*`` hook statement deleted (compiled from copies of
+  every kernel module that holds hooks, ``_without_hooks``), no timer reads and no trace stores;
 * the untraced launch signature is today's, the traced one has the buffer last;
+* the sm90 lanes loops (``kernels/sm90/traced.py``): their offsets and where their state comes
+  from;
 * the host's buffer planning and the recording checker, on synthetic rows.
 
 The default run compiles one traced kernel per family (sm90 cooperative, sm80 specialized on
@@ -13,11 +15,15 @@ sm_80) and one hooks-deleted kernel (sm90); the rest is marked ``sweep``.
 
 import ast
 import collections
+import contextlib
+import importlib
 import importlib.util
 import inspect
 import os
 import re
+import sys
 import tempfile
+import textwrap
 
 import numpy as np
 import pytest
@@ -48,8 +54,9 @@ TRACED_SWEEP = {
     "sm90-pingpong": ("sm_90a", "SR_GLOBALTIMER"),
     "sm80-multistage": ("sm_80", "SR_CLOCK"),
 }
-# The modules whose hook statements a backend's kernel runs (its class's module).
-HOOKED_MODULES = {
+# The module of each backend's kernel class; the modules it imports that hold hooks are found
+# from it (``_hooked_modules``).
+KERNEL_MODULES = {
     "sm90": "wsgemm.kernels.sm90.kernel",
     "sm90-pingpong": "wsgemm.kernels.sm90.kernel",
     "sm80": "wsgemm.kernels.sm80.specialized",
@@ -127,32 +134,125 @@ class _DeleteHooks(ast.NodeTransformer):
         return node
 
 
-def _without_hooks(module_name: str, folder: str):
-    """A copy of kernel module ``module_name`` with its hook statements deleted, imported from
-    a real file (the DSL reads its functions' source)."""
-    spec = importlib.util.find_spec(module_name)
-    with open(spec.origin) as f:
-        tree = ast.parse(f.read())
-    hooks = sum(
+def _source_tree(module_name: str) -> ast.Module:
+    with open(importlib.util.find_spec(module_name).origin) as f:
+        return ast.parse(f.read())
+
+
+def _hook_count(tree: ast.Module) -> int:
+    return sum(
         isinstance(n, ast.Expr | ast.Assign) and _DeleteHooks._is_hook(n.value)
         for n in ast.walk(tree)
     )
-    assert hooks > 10, f"{module_name}: only {hooks} hook statements found"
-    tree = ast.fix_missing_locations(_DeleteHooks().visit(tree))
-    path = os.path.join(folder, module_name.replace(".", "_") + "_without_hooks.py")
-    with open(path, "w") as f:
-        f.write(ast.unparse(tree))
-    stripped_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-    module = importlib.util.module_from_spec(stripped_spec)
-    stripped_spec.loader.exec_module(module)
-    return module
+
+
+def _kernel_imports(tree: ast.Module) -> set[str]:
+    """The ``wsgemm.kernels`` modules a module imports (``from package import module``
+    included)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return {
+        name
+        for name in found
+        if name.startswith("wsgemm.kernels.") and _find_spec_or_none(name) is not None
+    }
+
+
+def _find_spec_or_none(name):
+    try:
+        return importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # a name imported from a module, not a module
+        return None
+
+
+def _hooked_modules(root: str) -> list[str]:
+    """``root`` and the ``wsgemm.kernels`` modules it imports, directly or through each other,
+    that hold hook statements: every module whose hooks the kernel's code may run."""
+    seen, todo, hooked = set(), [root], []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        tree = _source_tree(name)
+        if _hook_count(tree):
+            hooked.append(name)
+        todo.extend(sorted(_kernel_imports(tree)))
+    return sorted(hooked)
+
+
+class _RedirectImports(ast.NodeTransformer):
+    """Point imports of the hooked modules at their hook-free copies (``renamed``: module name
+    -> the copy's top-level name)."""
+
+    def __init__(self, renamed: dict[str, str]):
+        self.renamed = renamed
+
+    def visit_ImportFrom(self, node):
+        if node.level or not node.module:
+            return node
+        if node.module in self.renamed:
+            node.module = self.renamed[node.module]
+            return node
+        # ``from package import module``: the copied modules become plain imports
+        copied = [a for a in node.names if f"{node.module}.{a.name}" in self.renamed]
+        if not copied:
+            return node
+        kept = [a for a in node.names if a not in copied]
+        out = [ast.ImportFrom(node.module, kept, 0)] if kept else []
+        for a in copied:
+            copy = self.renamed[f"{node.module}.{a.name}"]
+            out.append(ast.Import([ast.alias(copy, a.asname or a.name)]))
+        return out
+
+    def visit_Import(self, node):
+        for a in node.names:
+            if a.name in self.renamed:
+                assert a.asname, f"import {a.name} without 'as': not redirected"
+                a.name = self.renamed[a.name]
+        return node
+
+
+@contextlib.contextmanager
+def _without_hooks(root: str, folder: str):
+    """Module ``root`` imported from copies, written to ``folder``, of it and of every kernel
+    module it imports that holds hooks, with their hook statements deleted and their imports of
+    each other redirected to the copies (the DSL reads its functions' source from real files).
+    Yields (the module, the copied module names, the hook statements deleted)."""
+    hooked = _hooked_modules(root)
+    assert root in hooked, f"{root} holds no hook statements"
+    renamed = {name: "_without_hooks_" + name.replace(".", "_") for name in hooked}
+    deleted = 0
+    for name in hooked:
+        tree = _source_tree(name)
+        deleted += _hook_count(tree)
+        tree = _RedirectImports(renamed).visit(_DeleteHooks().visit(tree))
+        assert _hook_count(tree) == 0
+        with open(os.path.join(folder, renamed[name] + ".py"), "w") as f:
+            f.write(ast.unparse(ast.fix_missing_locations(tree)))
+    importlib.invalidate_caches()
+    sys.path.insert(0, folder)
+    try:
+        yield importlib.import_module(renamed[root]), hooked, deleted
+    finally:
+        sys.path.remove(folder)
+        for copy in renamed.values():
+            sys.modules.pop(copy, None)
 
 
 def _hooks_compiled_out(variant):
-    """The report of ``variant`` built from its kernel module without hook statements."""
+    """The report of ``variant`` built from its kernel modules without hook statements."""
     backend = host.BACKENDS[variant.backend]
-    with tempfile.TemporaryDirectory() as folder:
-        module = _without_hooks(HOOKED_MODULES[variant.backend], folder)
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        _without_hooks(KERNEL_MODULES[variant.backend], folder) as (module, hooked, deleted),
+    ):
+        assert deleted > 10, f"{variant.backend}: only {deleted} hook statements in {hooked}"
         dtypes = (variant.ab_dtype, variant.c_dtype, variant.acc_dtype)
         kernel = getattr(module, backend.cls)(
             variant.kernel_config(), *map(host.cutlass_dtype, dtypes), gpu_arch=variant.arch
@@ -160,6 +260,18 @@ def _hooks_compiled_out(variant):
         args = host.fake_arguments(variant)
         fn = host.compiling.compile.compile_entry(kernel, args, variant.arch, keep=True)
         return insp.inspect_variant(variant, fn)
+
+
+def test_every_sm90_module_with_hooks_is_copied_without_them():
+    """The hooks-deleted build covers each sm90 module that holds hooks: the kernel's own and
+    the traced loops' (split-K's fix-up holds none)."""
+    hooked = _hooked_modules(KERNEL_MODULES["sm90"])
+    assert {"wsgemm.kernels.sm90.kernel", "wsgemm.kernels.sm90.traced"} <= set(hooked)
+    family = os.path.dirname(importlib.util.find_spec("wsgemm.kernels.sm90").origin)
+    for file in sorted(os.listdir(family)):
+        name = "wsgemm.kernels.sm90." + file.removesuffix(".py")
+        if file.endswith(".py") and name not in hooked:
+            assert _hook_count(_source_tree(name)) == 0, f"{name} holds hooks the test misses"
 
 
 def _check_untraced_equals_hooks_out(compiled, backend, arch):
@@ -243,6 +355,43 @@ def test_a_traced_kernel_refuses_the_untraced_entry():
     kernel = host.make_kernel(variant, trace=True)
     with pytest.raises(ValueError, match="launches through traced"):
         host.compiling.compile.compile_entry(kernel, host.fake_arguments(variant), "sm_80")
+
+
+# ---------------------------------------------------------------------------------------------
+# The sm90 lanes loops (kernels/sm90/traced.py)
+
+
+@pytest.mark.parametrize("k_count", [1, 2, 31, 32, 33, 64, 65])
+def test_lanes_offsets_follow_the_row_order(k_count):
+    """Iteration j's events follow iteration j - 1's: the consumer's 3 + 6 (k - 1) staged
+    events, the producer's 3 per k-tile, the epilogue's 2 per subtile, without gaps; the last
+    flush writes a window of at most ``LANES`` items that starts on a multiple of it."""
+    from wsgemm.kernels.common import trace
+
+    issued = [trace.mma_issued_offset(j) for j in range(k_count)]
+    released = [trace.mma_released_offset(j) for j in range(1, k_count)]
+    slots = sorted(o + i for o in issued + released for i in range(3))
+    assert slots == list(range(trace.mma_staged_events(k_count)))
+    last = trace.last_window(k_count)
+    assert last % trace.LANES == 0 and 0 < k_count - last <= trace.LANES
+    assert trace.load_offset(k_count) == 3 * k_count
+    assert [trace.store_wait_offset(e) for e in range(4)] == [0, 2, 4, 6]
+
+
+@pytest.mark.parametrize("method", ["_load_lanes", "_mma_lanes", "_epilogue_lanes"])
+def test_lanes_loops_write_from_the_writer_lanes_state(method):
+    """Each lanes loop takes its recorder state through ``trace.warp_hot`` (the writer lane's
+    registers, shuffled), never ``trace.hot`` (each lane's own read of the shared slot: on the
+    H200 the other lanes read a count one or two events old, docs/perf.md entry 24)."""
+    from wsgemm.kernels.sm90.kernel import Sm90Gemm
+
+    source = textwrap.dedent(inspect.getsource(getattr(Sm90Gemm, method)))
+    calls = {
+        n.func.attr
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
+    assert "warp_hot" in calls and "hot" not in calls
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,54 +556,3 @@ def test_checker_finds_each_kind_of_inconsistency():
 
     overflowed = _buffer(_simulated_sm80_cta(), capacity=8)
     assert any("overflowed" in p for p in _check(overflowed))
-
-
-# ---------------------------------------------------------------------------------------------
-# The overhead study's knobs (scripts/trace_overhead_probe.py)
-
-
-def test_trace_knobs_parse_and_defaults():
-    from wsgemm.kernels.common.trace import EVENT_GROUPS, TraceKnobs
-
-    default = TraceKnobs()
-    assert default.complete and TraceKnobs.parse("") == default == TraceKnobs.parse("default")
-    assert (default.producer, default.consumer, default.epilogue) == ("lanes",) * 3
-    old = TraceKnobs.parse("producer=slow,consumer=slow,epilogue=slow")  # on the spot
-    assert old.complete and TraceKnobs.parse(str(old)) == old != default
-    knobs = TraceKnobs.parse("events=consumer+producer,producer=lanes,epilogue=lanes")
-    assert knobs.events == {"consumer", "producer"} and not knobs.complete
-    assert TraceKnobs.parse(str(knobs)) == knobs
-    assert TraceKnobs.parse("events=none").events == frozenset()
-    assert TraceKnobs.parse("events=all").events == frozenset(EVENT_GROUPS)
-    for bad in ("events=mma", "consumer=hot", "producer", "timer=clock"):
-        with pytest.raises(ValueError):
-            TraceKnobs.parse(bad)
-    with pytest.raises(ValueError, match="sm90"):
-        tracing.compile_traced(host.Variant("sm80", "sm_80"), trace_knobs="events=none")
-
-
-#: Knob variants of the overhead probe (scripts/trace_overhead_probe.py) besides the defaults
-#: (every role's lanes path, compiled by the tests above): the slow paths, each slow path with
-#: one role's lanes path, the defaults with one role's slow path, and each event group alone.
-KNOB_SPECS = (
-    "producer=slow,consumer=slow,epilogue=slow",
-    "producer=lanes,consumer=slow,epilogue=slow",
-    "producer=slow,consumer=lanes,epilogue=slow",
-    "producer=slow,consumer=slow,epilogue=lanes",
-    "producer=slow",
-    "consumer=slow",
-    "epilogue=slow",
-    "events=none",
-    "events=producer",
-    "events=consumer",
-    "events=epilogue",
-)
-
-
-@pytest.mark.sweep
-@pytest.mark.parametrize("spec", KNOB_SPECS)
-@pytest.mark.parametrize("backend", ["sm90", "sm90-pingpong"])
-def test_knob_variant_compiles_spill_free(backend, spec):
-    variant = host.Variant(backend, "sm_90a")
-    r = insp.inspect_variant(variant, tracing.compile_traced(variant, keep=True, trace_knobs=spec))
-    _check_traced(r, backend, "sm_90a", "SR_GLOBALTIMER")

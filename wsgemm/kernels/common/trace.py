@@ -20,6 +20,14 @@ Hooks, one statement each at an event point of a role:
 Cost per event on the recording lane: a timer read, a 16-byte shared load and a 4-byte shared
 store, two 16-byte global stores. Other lanes skip it; nothing waits on the stores.
 
+Hot loops (the sm90 roles' k-loops and subtile loops, ``kernels/sm90/traced.py``) stage their
+times in lanes instead: the loop only reads the timer and keeps the low 32 bits of each time in
+a register of lane ``i % 32`` (``now_lo``, ``stage_lane``: a select per time, no store); every
+``LANES`` items, and at the end, the writer's warp writes the staged events, one lane per item,
+in parallel (``widen``, ``store_checked``), every lane from the writer lane's count and tile
+(``warp_hot``). The offsets below (``load_offset``, ...) put each staged event at its place in
+the row's event order.
+
 Timer (``timer_for``): ``%globaltimer`` on sm_90 and later, where it steps every 32 ns and is
 one clock for every SM; ``clock64`` (SM cycles, well under 1 ns) on sm_80/86/89, where
 ``%globaltimer`` steps every microsecond, longer than a k-tile. Every header holds both
@@ -38,7 +46,6 @@ writes and torch reads keeps the format ours (``trace_format``) and the cost vis
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import cutlass
@@ -56,12 +63,10 @@ from wsgemm.trace_format import (
 )
 
 __all__ = [
-    "EVENT_GROUPS",
     "LANES",
     "SLOT_WORDS",
     "HotRecorder",
     "Recorder",
-    "TraceKnobs",
     "close",
     "fetch",
     "hot",
@@ -80,90 +85,9 @@ _S = {name: i for i, name in enumerate(SLOT_FIELDS)}
 _H = {name: i for i, name in enumerate(HEADER_FIELDS)}
 
 
-#: Event groups a traced sm90 kernel can leave out (``TraceKnobs.events``, a diagnostic):
-#: the producer's per-k-tile events (wait empty begin/end, load issue), the consumer's
-#: (wait full begin/end, MMA issue, MMA wait begin/end, stage release), and the epilogue's
-#: store waits. Tile-level events (fetch, epilogue begin/end, order waits, the final drains,
-#: recorder begin/end) are always recorded.
-EVENT_GROUPS = ("producer", "consumer", "epilogue")
-#: How each role writes its per-k-tile (epilogue: per-subtile) events:
-#: * ``slow``: ``record`` per event (the recorder's state read from and written back to its
-#:   shared-memory slot, a timer read, two 16-byte stores, all on the recording lane), in the
-#:   untraced loop's own ``trace.record`` calls;
-#: * ``lanes``: the loop only reads the timer and keeps the low 32 bits of each time in a
-#:   register of lane ``i % 32`` (a select per time, no store); every 32 k-tiles (and at the
-#:   end of the tile) the writer's warp writes the staged events, one lane per k-tile, in
-#:   parallel, right after an issue (``stage_lane``, ``widen``), every lane from the writer
-#:   lane's count and tile (``warp_hot``). The default of every role: the cheapest on the H200
-#:   (issue #13's probe: 4096^3 traced +4-5% over untraced, against +29% / +61% on the paths
-#:   before; docs/perf.md entry 24). ``slow`` stays selectable as the baseline it is measured
-#:   against (a register-held ``hot`` path in between was measured and dropped: entry 24).
-PATHS = {
-    "producer": ("slow", "lanes"),
-    "consumer": ("slow", "lanes"),
-    "epilogue": ("slow", "lanes"),
-}
-#: k-tiles (subtiles) a writer warp stages before it writes them: one per lane.
+#: k-tiles (subtiles) a writer warp stages before it writes them: one per lane. Staged, not
+#: written where they happen, so the hot loops stay cheap (docs/perf.md entry 24).
 LANES = WARP_SIZE
-
-
-@dataclass(frozen=True)
-class TraceKnobs:
-    """Compile-time choices of a traced sm90 kernel (issue #13's overhead study): which event
-    groups it records (``EVENT_GROUPS``; the default, all of them, is what a recording needs)
-    and how each role writes them (``PATHS``; the defaults: ``lanes`` for every role).
-    ``parse("events=consumer+producer,producer=slow")``; ``str`` gives the spec back."""
-
-    events: frozenset = field(default_factory=lambda: frozenset(EVENT_GROUPS))
-    producer: str = "lanes"
-    consumer: str = "lanes"
-    epilogue: str = "lanes"
-
-    def __post_init__(self):
-        object.__setattr__(self, "events", frozenset(self.events))
-        unknown = set(self.events) - set(EVENT_GROUPS)
-        if unknown:
-            raise ValueError(f"unknown event groups {sorted(unknown)}; known: {EVENT_GROUPS}")
-        for role, paths in PATHS.items():
-            if getattr(self, role) not in paths:
-                raise ValueError(f"{role}={getattr(self, role)!r}: choose from {paths}")
-
-    def records(self, group: str) -> bool:
-        return group in self.events
-
-    @property
-    def complete(self) -> bool:
-        """Every event group recorded: a recording the checks can judge."""
-        return self.events == frozenset(EVENT_GROUPS)
-
-    @classmethod
-    def parse(cls, spec: str) -> TraceKnobs:
-        """``"events=all|none|g1+g2,producer=slow|lanes,consumer=slow|lanes,
-        epilogue=slow|lanes"``, every part optional ("" or "default": the defaults)."""
-        fields: dict[str, Any] = {}
-        for part in filter(None, (p.strip() for p in spec.split(","))):
-            if part == "default":
-                continue
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise ValueError(f"trace knob {part!r} is not key=value")
-            if key == "events":
-                groups = {"all": EVENT_GROUPS, "none": ()}.get(value)
-                fields["events"] = groups if groups is not None else value.split("+")
-            elif key in PATHS:
-                fields[key] = value
-            else:
-                raise ValueError(f"unknown trace knob {key!r}: events, {', '.join(PATHS)}")
-        return cls(**fields)
-
-    def __str__(self) -> str:
-        if self.complete:
-            events = "all"
-        else:
-            events = "+".join(g for g in EVENT_GROUPS if g in self.events) or "none"
-        return f"events={events},producer={self.producer},consumer={self.consumer}," + (
-            f"epilogue={self.epilogue}"
-        )
 
 
 def timer_for(gpu_arch: str) -> Timer:
@@ -223,7 +147,7 @@ class HotRecorder:
     taken by ``now``, then ``cool``): its count, capacity, row and tile are read from the slot
     once, so an event costs two 16-byte stores and no shared-memory round trip, and the loop
     can take its time stamps on the critical path and write them where the warp has slack.
-    The ``lanes`` paths use it (``warp_hot``); the count goes back to the slot in ``cool``."""
+    The lanes loops use it (``warp_hot``); the count goes back to the slot in ``cool``."""
 
     def __init__(self, rec: Recorder, writer, count, capacity, row_lo, row_hi, tile):
         self.rec = rec
@@ -287,7 +211,7 @@ def hot(rec: Recorder) -> HotRecorder:
 
 @cute.jit
 def warp_hot(rec: Recorder) -> HotRecorder:
-    """``hot(rec)`` for a ``lanes`` path, where every lane of the writer's warp writes events:
+    """``hot(rec)`` for a lanes loop, where every lane of the writer's warp writes events:
     the count, capacity, row and tile as the writing lane (lane 0) holds them, handed to the
     warp's other lanes by shuffles (each warp of the group takes its own lane 0's; only the
     writer's warp writes). Called by every lane of the warp.
@@ -312,7 +236,7 @@ def _lane0(v) -> Int32:
 
 
 # Where each lanes path writes its staged events: offsets from the recorder's count when the
-# path began (the same arithmetic, plain ints, in tests/trace/test_trace_lanes.py's model).
+# path began.
 
 
 def last_window(count):
@@ -328,7 +252,7 @@ def load_offset(j):
 
 def mma_issued_offset(j):
     """Consumer iteration j: its k-tile's wait-full begin, end and MMA issue, after iteration
-    j - 1's events (``_mma_traced``'s order): 0 for j = 0, else ``6 j - 3``."""
+    j - 1's events (``_mma_lanes``' order): 0 for j = 0, else ``6 j - 3``."""
     return cutlass.max(6 * j - 3, 0)
 
 

@@ -1,4 +1,10 @@
-"""Hopper (sm_90a) warp-specialized persistent GEMM: TMA loads, WGMMA, TMA-store epilogue."""
+"""Hopper (sm_90a) warp-specialized persistent GEMM: TMA loads, WGMMA, TMA-store epilogue.
+
+``Sm90Gemm``: the plan, the host entries, the device entry ``kernel`` (setup) and the roles
+(``load``; ``mma_and_epilogue``, which runs ``mma`` and ``epilogue`` per tile). Beside it:
+``split_k.py``, the split-K/stream-K fix-up the consumers call between the two; ``traced.py``,
+the roles' loops as a kernel built with ``trace=True`` runs them (``TracedLoops``, inherited).
+"""
 
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +28,7 @@ from wsgemm.kernels.common.scheduler import (
     persistent_cluster_count,
     stream_k_layout,
 )
-from wsgemm.kernels.common.trace import TraceKnobs
+from wsgemm.kernels.sm90 import split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
@@ -41,6 +47,7 @@ from wsgemm.kernels.sm90.config import (
     reserved_smem_bytes,
     stage_counts,
 )
+from wsgemm.kernels.sm90.traced import TracedLoops
 from wsgemm.support import (
     THREADS_PER_WARPGROUP,
     WARP_SIZE,
@@ -116,6 +123,20 @@ class _LoadArgs:
 
 
 @dataclass(frozen=True)
+class _ConsumerArgs:
+    """What the consumer warpgroups take from the kernel's setup."""
+
+    tiled_mma: Any
+    sA: Any  # (tile_m, tile_k, stages)
+    sB: Any  # (tile_n, tile_k, stages)
+    sC: Any  # (epi_m, epi_n, epi_stages)
+    tma_c: Any
+    mC_mnl: Any  # (M, N, L), TMA's view of C
+    k_tiles: Any
+    split: Any  # split_k.SplitLaunch, or None without split-K
+
+
+@dataclass(frozen=True)
 class _MmaArgs:
     tiled_mma: Any
     tCrA: Any  # (MMA, MMA_M, MMA_K, stages) smem descriptors
@@ -139,26 +160,17 @@ class _EpilogueArgs:
 
 
 @dataclass(frozen=True)
-class _SplitArgs:
-    """What the split-K fix-up needs (``Sm90Gemm.fixup``): the launch's split count, the fp32
-    workspace and the per-tile semaphores, the tile counts that number the tiles, C's rows, the
-    fragment's tile coordinates, the unit's threads (thread 0 arrives for all), its barrier and
-    its smem flag."""
+class _TileEpilogue:
+    """One tile's epilogue: its TMA store views, the subtile order and one subtile's registers."""
 
-    splits: Any
-    workspace: Any  # (units x tile_m * tile_n,) fp32, flat
-    semaphores: Any  # (tiles,) int32, zero between launches
-    num_m: Any
-    num_n: Any
-    rows: Any  # M
-    tCcC: Any  # the accumulator's (row, col) in the tile, fragment order
-    threads: int  # threads holding one tile's accumulator (the unit)
-    thread: Any  # this thread's index among them
-    barrier: Any
-    flag: Any  # (smem flags, this unit's index): the semaphore's value before its arrival
+    bSG_sC: Any  # (TMA, epi_stages)
+    bSG_gC: Any  # (TMA, (subtiles_m, subtiles_n)) this tile's subtiles in C
+    order: Any  # epilogue_subtile_order
+    tRS_rD: Any  # (R2S, R2S_M, R2S_N) accumulator dtype
+    tRS_rD_out: Any  # (R2S, R2S_M, R2S_N) C's dtype
 
 
-class Sm90Gemm:
+class Sm90Gemm(TracedLoops):
     """Persistent warp-specialized GEMM for Hopper: TMA -> smem ring -> WGMMA -> TMA store.
 
     Roles (384 threads, three warpgroups):
@@ -171,9 +183,12 @@ class Sm90Gemm:
         every 128-row band (a 256-row tile has two).
         Ping-pong: each owns every other tile; ordered barriers let one warpgroup's epilogue
         run while the other issues its mainloop. Under split-K (``config.split_k != 1``) a
-        consumer's unit of work is one tile's K range, and ``fixup`` combines the partial sums
-        of a tile's units before the epilogue (docs/architecture.md, "Split-K inside the sm90
-        kernel").
+        consumer's unit of work is one tile's K range, and ``split_k.fixup`` combines the
+        partial sums of a tile's units before the epilogue (docs/architecture.md, "Split-K
+        inside the sm90 kernel").
+      * traced (``trace=True``): the same roles, recording into a trace buffer; their k-loops
+        and the epilogue's subtile loop are ``traced.TracedLoops``' (times staged in lanes),
+        the tile-level events are recorded by the roles here.
 
     Pipelines:
       * mainloop (``PipelineTmaAsync``, S stages), producer -> consumers. full: 1 arrival (the
@@ -185,12 +200,12 @@ class Sm90Gemm:
         commit per subtile; a buffer is rewritten only after at most E-1 stores are pending.
       * ping-pong order: named barriers MMA_ORDER+wg and EPI_ORDER+wg (256 threads: one
         warpgroup syncs, the other arrives) hand the mainloop and the epilogue back and forth.
-      * split-K fix-up, unit -> the unit that finishes its tile, through global memory: each
-        unit stores its fp32 partial into its workspace slot, meets its own threads on its
-        epilogue barrier, and one thread adds 1 to the tile's semaphore (acq_rel, gpu scope);
-        the unit that sees ``splits - 1`` earlier arrivals is the last and finishes. Nothing
-        waits for another unit (no deadlock, whatever is resident); the finishing unit resets
-        the semaphore to 0.
+      * split-K fix-up (``split_k.py``), unit -> the unit that finishes its tile, through
+        global memory: each unit stores its fp32 partial into its workspace slot, meets its
+        own threads on its epilogue barrier, and one thread adds 1 to the tile's semaphore
+        (acq_rel, gpu scope); the unit that sees ``splits - 1`` earlier arrivals is the last
+        and finishes. Nothing waits for another unit (no deadlock, whatever is resident); the
+        finishing unit resets the semaphore to 0.
 
     Per-role timeline (steady state):
       * producer: per unit, per k-tile of its range: wait empty[s] -> arm full[s] with bytes
@@ -216,12 +231,9 @@ class Sm90Gemm:
         acc_dtype,
         gpu_arch: str = "sm_90a",
         trace: bool = False,
-        trace_knobs=None,
     ):
-        """``trace``: build the traced variant (launched through ``traced``; module
-        ``wsgemm.kernels.common.trace``). ``trace_knobs`` (a ``trace.TraceKnobs`` or its spec
-        string; None: the defaults): which event groups a traced kernel records and how each
-        role writes them (the overhead study of issue #13)."""
+        """``trace``: build the traced variant (launched through ``traced``; the recorder is
+        ``wsgemm.kernels.common.trace``, the roles' traced loops are ``traced.TracedLoops``)."""
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
         if gpu_arch != self.arch:
@@ -241,11 +253,6 @@ class Sm90Gemm:
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
         self.ab_stages, self.epi_stages = self.stage_counts()
         self.trace = bool(trace)
-        if trace_knobs is not None and not self.trace:
-            raise ValueError("trace_knobs apply to a traced kernel (trace=True) only")
-        if isinstance(trace_knobs, str):
-            trace_knobs = TraceKnobs.parse(trace_knobs)  # (``trace`` is the flag here)
-        self.trace_knobs = trace_knobs if trace_knobs is not None else TraceKnobs()
         self.producer_regs, self.consumer_regs = register_split(
             NUM_CONSUMER_WARPGROUPS,
             producer=TRACED_PRODUCER_REGISTERS if self.trace else PRODUCER_REGISTERS,
@@ -685,24 +692,12 @@ class Sm90Gemm:
             rec = trace.open_recorder(
                 trace_buffer, slots, Role.CONSUMER, self.gpu_arch, THREADS_PER_WARPGROUP
             )
-            split_parts = None
+            split = None
             if const_expr(cfg.splits_in_kernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
-                split_parts = (splits, workspace, semaphores, num_m, num_n, flags)
-            self.mma_and_epilogue(
-                plan,
-                tiled_mma,
-                sA,
-                sB,
-                sC,
-                tma_c,
-                mC_mnl,
-                k_tiles,
-                scheduler,
-                ab_pipeline,
-                split_parts,
-                rec,
-            )
+                split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
+            consumer_args = _ConsumerArgs(tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split)
+            self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
     def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
         producer_arrivals = check_arrive_count(
@@ -756,30 +751,24 @@ class Sm90Gemm:
     @cute.jit
     def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline, rec=None):
         """Producer warp: fill the ring, tile after tile, k-tile after k-tile. ``rec``: its
-        trace recorder (None: untraced)."""
+        trace recorder (None: untraced; traced, the k-loop is ``_load_lanes``, traced.py)."""
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.ab_stages)
-        # the per-k-tile events' recorder (None: the group is off, trace.TraceKnobs)
-        knobs = self.trace_knobs
-        krec = rec if const_expr(knobs.records("producer")) else None
         tile = scheduler.initial_work_tile()
         while tile.is_valid:
             trace.fetch(rec, tile)
             tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             k_begin, k_end = self._k_range(tile, args.k_tiles)
-            if const_expr(krec is not None and knobs.producer == "lanes"):
+            if const_expr(rec is not None):
                 state = self._load_lanes(
-                    plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, krec
+                    plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, rec
                 )
             else:
                 for k in cutlass.range(k_begin, k_end, unroll=1):
                     # Waits until every consumer of this stage, here and in the peers this CTA
                     # multicasts to, released it; then arms full[s] with the stage's bytes.
-                    trace.record(krec, Event.WAIT_EMPTY_BEGIN, k, state.index)
                     ab_pipeline.producer_acquire(state)
-                    trace.record(krec, Event.WAIT_EMPTY_END, k, state.index)
                     self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
-                    trace.record(krec, Event.LOAD_ISSUE, k, state.index)
                     state.advance()
             tile = scheduler.next_work_tile(tile)
         # Peers may still be reading stages this CTA multicast into, and will arrive on its
@@ -802,55 +791,6 @@ class Sm90Gemm:
         ab_pipeline.producer_commit(state)
 
     @cute.jit
-    def _load_lanes(self, plan, args, ab_pipeline, state, tAgA, tBgB, k_begin, k_end, rec):
-        """The producer's k-loop staging its times in lanes (knob ``producer=lanes``,
-        ``trace.PATHS``): k-tile j of the tile keeps its three times in lane j % 32; after the
-        loads of every 32nd k-tile, and at the end, the warp writes the staged k-tiles' events
-        (3 each, in k order), one k-tile per lane. Every lane writes from the writer lane's
-        state (``trace.warp_hot``)."""
-        hot = trace.warp_hot(rec)
-        lane = cute.arch.lane_idx()
-        stage0 = state.index
-        s0 = Int32(0)
-        s1 = Int32(0)
-        s2 = Int32(0)
-        for k in cutlass.range(k_begin, k_end, unroll=1):
-            j = k - k_begin
-            t0 = trace.now_lo(rec)
-            ab_pipeline.producer_acquire(state)
-            t1 = trace.now_lo(rec)
-            self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
-            t2 = trace.now_lo(rec)
-            slot = j % trace.LANES
-            if slot == 0 and j > 0:
-                self._flush_load(plan, hot, lane, (s0, s1, s2), j - trace.LANES, j, k_begin, stage0)
-            s0 = trace.stage_lane(lane, slot, t0, s0)
-            s1 = trace.stage_lane(lane, slot, t1, s1)
-            s2 = trace.stage_lane(lane, slot, t2, s2)
-            state.advance()
-        count = k_end - k_begin
-        first = trace.last_window(count)
-        self._flush_load(plan, hot, lane, (s0, s1, s2), first, count, k_begin, stage0)
-        hot.count = hot.count + trace.load_offset(count)
-        hot.cool()
-        return state
-
-    @cute.jit
-    def _flush_load(self, plan, hot, lane, staged, first, end, k_begin, stage0):
-        """Write the producer's staged k-tiles ``first .. end - 1`` (``first`` a multiple of
-        32; lane ``j % 32`` holds k-tile j): events ``3 j .. 3 j + 2`` of the tile's."""
-        j = first + lane
-        if j < end:
-            ref = hot.now()
-            n = hot.count + trace.load_offset(j)
-            stage = (stage0 + j) % plan.ab_stages
-            k = k_begin + j
-            kinds = (Event.WAIT_EMPTY_BEGIN, Event.WAIT_EMPTY_END, Event.LOAD_ISSUE)
-            for i in cutlass.range_constexpr(3):
-                t = trace.widen(staged[i], ref)
-                trace.store_checked(hot, n + i, kinds[i], t, k, stage)
-
-    @cute.jit
     def _tma_load(self, atom, src, dst, full_barrier, mask):
         if const_expr(mask is None):
             cute.copy(atom, src, dst, tma_bar_ptr=full_barrier)
@@ -861,49 +801,40 @@ class Sm90Gemm:
 
     @cute.jit
     def mma_and_epilogue(
-        self,
-        plan: cutlass.Constexpr,
-        tiled_mma,
-        sA,
-        sB,
-        sC,
-        tma_c,
-        mC_mnl,
-        k_tiles,
-        scheduler,
-        ab_pipeline,
-        split_parts,
-        rec=None,
+        self, plan: cutlass.Constexpr, args: _ConsumerArgs, scheduler, ab_pipeline, rec=None
     ):
         """Consumer warpgroup: for each of its tiles, the mainloop then the epilogue (under
-        split-K: the mainloop over the unit's k-range, the fix-up, and the epilogue only on the
-        unit that finishes the tile). ``split_parts``: None, or split-K's launch values.
-        ``rec``: its trace recorder (None: untraced)."""
+        split-K: the mainloop over the unit's k-range, the fix-up (``split_k.fixup``), and the
+        epilogue only on the unit that finishes the tile). ``rec``: its trace recorder (None:
+        untraced)."""
         cfg = plan.config
+        tiled_mma, k_tiles = args.tiled_mma, args.k_tiles
         tidx, _, _ = cute.arch.thread_idx()
         wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
         # Cooperative: one 256-thread MMA over both warpgroups; ping-pong: one per warpgroup.
         mma_tidx = tidx % THREADS_PER_WARPGROUP if const_expr(cfg.pingpong) else tidx
         thr_mma = tiled_mma.get_slice(mma_tidx)
-        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(args.sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(args.sB))
         # (tile_m, tile_n, tiles_m, tiles_n, L)
-        gC_mnl = cute.local_tile(mC_mnl, (cfg.tile_m, cfg.tile_n), (None, None, None))
+        gC_mnl = cute.local_tile(args.mC_mnl, (cfg.tile_m, cfg.tile_n), (None, None, None))
         acc = cute.make_rmem_tensor(
             thr_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), plan.acc_dtype
         )
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
         mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, wg)
-        epi_args = self._epilogue_args(plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg)
+        epi_args = self._epilogue_args(
+            plan, tiled_mma, acc, mma_tidx, args.sC, args.tma_c, gC_mnl, wg
+        )
         store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=plan.epi_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cute.size(tiled_mma)),
         )
 
         split_args = None
-        if const_expr(split_parts is not None):
-            split_args = self._split_args(
-                plan, split_parts, tiled_mma, thr_mma, mma_tidx, mC_mnl, epi_args
+        if const_expr(args.split is not None):
+            split_args = split_k.split_args(
+                plan, args.split, tiled_mma, thr_mma, mma_tidx, args.mC_mnl, epi_args.barrier
             )
         read_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, plan.ab_stages
@@ -924,9 +855,6 @@ class Sm90Gemm:
                 self._order_arrive(_Barrier.EPI_ORDER, 0)
         tile = scheduler.initial_work_tile(first)
         subtiles_done = Int32(0)
-        # the event groups this kernel records (trace.TraceKnobs; all by default)
-        krec = rec if const_expr(self.trace_knobs.records("consumer")) else None
-        erec = rec if const_expr(self.trace_knobs.records("epilogue")) else None
         while tile.is_valid:
             trace.fetch(rec, tile)
             if const_expr(cfg.pingpong):
@@ -935,13 +863,13 @@ class Sm90Gemm:
                 trace.record(rec, Event.ORDER_WAIT_END, stage=0)
             k_begin, k_end = self._k_range(tile, k_tiles)
             read_state = self.mma(
-                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, krec
+                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, rec
             )
             if const_expr(split_args is not None):
                 # Before the epilogue turn: it touches no epilogue buffer, so it overlaps the
                 # other warpgroup's epilogue.
                 trace.record(rec, Event.FIXUP_BEGIN)
-                finishes = self.fixup(plan, split_args, acc, tile)
+                finishes = split_k.fixup(plan, split_args, acc, tile)
                 trace.record(rec, Event.FIXUP_END)
             if const_expr(cfg.pingpong):
                 trace.record(rec, Event.ORDER_WAIT_BEGIN, stage=1)
@@ -949,13 +877,13 @@ class Sm90Gemm:
                 trace.record(rec, Event.ORDER_WAIT_END, stage=1)
             if const_expr(split_args is None):
                 trace.record(rec, Event.EPILOGUE_BEGIN)
-                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, erec)
+                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
                 trace.record(rec, Event.EPILOGUE_END)
                 subtiles_done += subtiles_per_tile
             else:
                 if finishes:
                     trace.record(rec, Event.EPILOGUE_BEGIN)
-                    self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, erec)
+                    self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec)
                     trace.record(rec, Event.EPILOGUE_END)
                     subtiles_done += subtiles_per_tile
             if const_expr(cfg.pingpong):
@@ -1003,140 +931,32 @@ class Sm90Gemm:
         rec=None,
     ):
         """One unit's mainloop over ``k_count`` (>= 1) k-tiles from ``k_begin`` (the trace's
-        k-tile numbers). One k-tile of WGMMAs stays in flight; a stage is released as soon as
-        the WGMMAs reading it have retired."""
-        if const_expr(rec is not None and self.trace_knobs.consumer == "lanes"):
+        k-tile numbers; traced, the loop is ``_mma_lanes``, traced.py). One k-tile of WGMMAs
+        stays in flight; a stage is released as soon as the WGMMAs reading it have retired."""
+        if const_expr(rec is not None):
             return self._mma_lanes(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs
         # K >= 1, so there is always a first k-tile.
-        trace.record(rec, Event.WAIT_FULL_BEGIN, k_begin, read_state.index)
         ab_pipeline.consumer_wait(read_state)
-        trace.record(rec, Event.WAIT_FULL_END, k_begin, read_state.index)
         self._mma_k_tile(args, acc, read_state.index)
         warpgroup.commit_group()
-        trace.record(rec, Event.MMA_ISSUE, k_begin, read_state.index)
         read_state.advance()
-        for k in cutlass.range(1, k_count, unroll=1):
-            trace.record(rec, Event.WAIT_FULL_BEGIN, k_begin + k, read_state.index)
+        for _ in cutlass.range(1, k_count, unroll=1):
             ab_pipeline.consumer_wait(read_state)
-            trace.record(rec, Event.WAIT_FULL_END, k_begin + k, read_state.index)
             self._mma_k_tile(args, acc, read_state.index)
             warpgroup.commit_group()
-            trace.record(rec, Event.MMA_ISSUE, k_begin + k, read_state.index)
-            trace.record(rec, Event.MMA_WAIT_BEGIN, k_begin + k - 1, release_state.index)
             warpgroup.wait_group(1)  # the previous k-tile's WGMMAs are done reading smem
-            trace.record(rec, Event.MMA_WAIT_END, k_begin + k - 1, release_state.index)
             ab_pipeline.consumer_release(release_state)
-            trace.record(rec, Event.STAGE_RELEASE, k_begin + k - 1, release_state.index)
             release_state.advance()
             read_state.advance()
         if const_expr(plan.config.pingpong):
             # All WGMMAs of this tile are issued: the other warpgroup may issue its own.
             self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
-        trace.record(rec, Event.MMA_WAIT_BEGIN, k_begin + k_count - 1, release_state.index)
         warpgroup.wait_group(0)
-        trace.record(rec, Event.MMA_WAIT_END, k_begin + k_count - 1, release_state.index)
         ab_pipeline.consumer_release(release_state)
-        trace.record(rec, Event.STAGE_RELEASE, k_begin + k_count - 1, release_state.index)
         return read_state
-
-    @cute.jit
-    def _mma_lanes(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec):
-        """``mma`` staging its times in lanes (knob ``consumer=lanes``, ``trace.PATHS``): the
-        loop reads the timer six times a k-tile and keeps the low words in lane j % 32
-        (iteration j: its wait on full, its issue, then the previous k-tile's MMA wait and
-        release); after the issue of every 32nd iteration the writer's warp writes the staged
-        iterations' events, one iteration per lane, in the row order of ``mma``'s own records.
-        The last k-tile's wait and release are written by the writer lane (``hot.emit``). Every
-        lane writes from the writer lane's state (``trace.warp_hot``)."""
-        hot = trace.warp_hot(rec)
-        lane = cute.arch.lane_idx()
-        flusher = trace.writer_warp(rec)
-        stage0 = read_state.index
-        release_state = read_state.clone()
-        acc.fill(0.0)
-        warpgroup.fence()
-        t0 = trace.now_lo(rec)
-        ab_pipeline.consumer_wait(read_state)
-        t1 = trace.now_lo(rec)
-        self._mma_k_tile(args, acc, read_state.index)
-        warpgroup.commit_group()
-        t2 = trace.now_lo(rec)
-        zero = Int32(0)
-        s0 = trace.stage_lane(lane, 0, t0, zero)
-        s1 = trace.stage_lane(lane, 0, t1, zero)
-        s2 = trace.stage_lane(lane, 0, t2, zero)
-        s3 = zero
-        s4 = zero
-        s5 = zero
-        read_state.advance()
-        for k in cutlass.range(1, k_count, unroll=1):
-            t0 = trace.now_lo(rec)
-            ab_pipeline.consumer_wait(read_state)
-            t1 = trace.now_lo(rec)
-            self._mma_k_tile(args, acc, read_state.index)
-            warpgroup.commit_group()
-            t2 = trace.now_lo(rec)
-            slot = k % trace.LANES
-            if slot == 0:
-                if flusher:
-                    staged = (s0, s1, s2, s3, s4, s5)
-                    self._flush_mma(plan, hot, lane, staged, k - trace.LANES, k, k_begin, stage0)
-            w0 = trace.now_lo(rec)
-            warpgroup.wait_group(1)
-            w1 = trace.now_lo(rec)
-            ab_pipeline.consumer_release(release_state)
-            w2 = trace.now_lo(rec)
-            s0 = trace.stage_lane(lane, slot, t0, s0)
-            s1 = trace.stage_lane(lane, slot, t1, s1)
-            s2 = trace.stage_lane(lane, slot, t2, s2)
-            s3 = trace.stage_lane(lane, slot, w0, s3)
-            s4 = trace.stage_lane(lane, slot, w1, s4)
-            s5 = trace.stage_lane(lane, slot, w2, s5)
-            release_state.advance()
-            read_state.advance()
-        if const_expr(plan.config.pingpong):
-            self._order_arrive(_Barrier.MMA_ORDER, 1 - args.warpgroup)
-        w0 = hot.now()
-        warpgroup.wait_group(0)
-        w1 = hot.now()
-        ab_pipeline.consumer_release(release_state)
-        w2 = hot.now()
-        if flusher:
-            staged = (s0, s1, s2, s3, s4, s5)
-            first = trace.last_window(k_count)
-            self._flush_mma(plan, hot, lane, staged, first, k_count, k_begin, stage0)
-        # iterations 0 .. k_count - 1 wrote 3 + 6 (k_count - 1) events; the last release 3
-        hot.count = hot.count + trace.mma_staged_events(k_count)
-        hot.emit_released((w0, w1, w2), k_begin + k_count - 1, release_state.index)
-        hot.cool()
-        return read_state
-
-    @cute.jit
-    def _flush_mma(self, plan, hot, lane, staged, first, end, k_begin, stage0):
-        """Write staged iterations ``first .. end - 1`` (``first`` a multiple of 32; lane
-        ``j % 32`` holds iteration j). Iteration j's events, in the row's order: its k-tile's
-        wait on full, end, issue at ``max(6 j - 3, 0)``; then (j >= 1) k-tile j - 1's MMA wait
-        begin, end and release at ``6 j``."""
-        j = first + lane
-        if j < end:
-            ref = hot.now()
-            stage = (stage0 + j) % plan.ab_stages
-            n = hot.count + trace.mma_issued_offset(j)
-            k = k_begin + j
-            issued = (Event.WAIT_FULL_BEGIN, Event.WAIT_FULL_END, Event.MMA_ISSUE)
-            for i in cutlass.range_constexpr(3):
-                t = trace.widen(staged[i], ref)
-                trace.store_checked(hot, n + i, issued[i], t, k, stage)
-            if j > 0:
-                prev = (stage0 + j + plan.ab_stages - 1) % plan.ab_stages
-                m = hot.count + trace.mma_released_offset(j)
-                released = (Event.MMA_WAIT_BEGIN, Event.MMA_WAIT_END, Event.STAGE_RELEASE)
-                for i in cutlass.range_constexpr(3):
-                    t = trace.widen(staged[3 + i], ref)
-                    trace.store_checked(hot, m + i, released[i], t, k - 1, prev)
 
     @cute.jit
     def _mma_k_tile(self, args: _MmaArgs, acc, stage):
@@ -1148,101 +968,6 @@ class Sm90Gemm:
                 args.tCrB[(None, None, kb, stage)],
                 acc,
             )
-
-    # ------------------------------------------------------ fix-up (split-K, consumer warpgroups)
-
-    def _split_args(self, plan, split_parts, tiled_mma, thr_mma, mma_tidx, mC_mnl, epi_args):
-        cfg = plan.config
-        splits, workspace, semaphores, num_m, num_n, flags = split_parts
-        # Cooperative: both warpgroups hold one unit (flag 0); ping-pong: one unit each.
-        flag_idx = 0
-        if const_expr(cfg.pingpong):
-            tidx, _, _ = cute.arch.thread_idx()
-            flag_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
-        return _SplitArgs(
-            splits=splits,
-            workspace=workspace,
-            semaphores=semaphores,
-            num_m=num_m,
-            num_n=num_n,
-            rows=Int32(cute.size(mC_mnl, mode=[0])),
-            # (MMA, MMA_M, MMA_N) (row, col) in the tile, in the accumulator's order
-            tCcC=thr_mma.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))),
-            threads=cute.size(tiled_mma),
-            thread=mma_tidx,
-            barrier=epi_args.barrier,
-            flag=(flags, flag_idx),
-        )
-
-    def _partial(self, plan, args: _SplitArgs, acc, slot):
-        """This thread's view of workspace slot ``slot`` (an Int64; split-K: ``tile_idx *
-        splits + split``): value ``v`` of the accumulator at word ``v * threads + thread`` of
-        the slot, so the unit's threads write and read consecutive words (coalesced) for each
-        ``v``."""
-        cfg = plan.config
-        base = slot * (cfg.tile_m * cfg.tile_n) + args.thread
-        return cute.make_tensor(
-            args.workspace.iterator + base, cute.make_layout(cute.size(acc), stride=args.threads)
-        )
-
-    @cute.jit
-    def fixup(self, plan: cutlass.Constexpr, args: _SplitArgs, acc, tile):
-        """Split-K and stream-K: combine the partial sums of ``tile``'s units (its parts).
-        Returns whether this unit finishes the tile (then ``acc`` holds the whole sum and the
-        epilogue runs).
-
-        Every unit stores its partial into its own workspace slot, then arrives on the tile's
-        semaphore (all the unit's threads meet on its barrier, then one thread adds 1 with
-        acq_rel at gpu scope: a release of every thread's stores, which the barrier ordered
-        before it). The unit that sees ``splits - 1`` earlier arrivals is the last: every
-        partial is visible to it (the same atomic acquires, the barrier passes it on), so it
-        sums them all from the workspace in split order 0, 1, ..., its own included (re-read,
-        so the order, never the arrival, fixes the bits), resets the semaphore to 0 for the
-        next launch and finishes. Nobody waits for anybody: whatever CTAs are resident, and
-        wherever the splits of a tile run, nothing can deadlock.
-
-        Only rows inside C are stored and read back (the TMA store drops the others), so a
-        decode tile of a few tokens moves a few rows. Tiles wholly past a ragged cluster edge
-        store nothing and skip it all.
-        """
-        cfg = plan.config
-        finishes = cutlass.Boolean(True)
-        # A split-K tile has `splits` parts in slots tile_idx * splits + part; a stream-K tile
-        # its own count, from slot0 on (scheduler module docstring).
-        parts = tile.parts if const_expr(cfg.stream_k) else args.splits
-        if parts > 1 and tile.m < args.num_m and tile.n < args.num_n:
-            tile_idx = (tile.l * args.num_m + tile.m) * args.num_n + tile.n
-            if const_expr(cfg.stream_k):
-                slot0 = cutlass.Int64(tile.slot0)
-            else:
-                slot0 = cutlass.Int64(tile_idx) * args.splits
-            rows = args.rows - tile.m * cfg.tile_m
-            values = cute.size(acc)
-            own = self._partial(plan, args, acc, slot0 + tile.split)
-            for v in cutlass.range_constexpr(values):
-                if args.tCcC[v][0] < rows:
-                    own[v] = acc[v]
-            flags, flag_idx = args.flag
-            args.barrier.arrive_and_wait()
-            if args.thread == 0:
-                flags[flag_idx] = cute.arch.atomic_add(
-                    args.semaphores.iterator + tile_idx, Int32(1), sem="acq_rel", scope="gpu"
-                )
-            args.barrier.arrive_and_wait()
-            finishes = flags[flag_idx] == parts - 1
-            if finishes:
-                first = self._partial(plan, args, acc, slot0)
-                for v in cutlass.range_constexpr(values):
-                    if args.tCcC[v][0] < rows:
-                        acc[v] = first[v]
-                for split in cutlass.range(1, parts, unroll=1):
-                    part = self._partial(plan, args, acc, slot0 + split)
-                    for v in cutlass.range_constexpr(values):
-                        if args.tCcC[v][0] < rows:
-                            acc[v] = acc[v] + part[v]
-                if args.thread == 0:
-                    args.semaphores[tile_idx] = Int32(0)
-        return finishes
 
     # --------------------------------------------------------------- epilogue (consumer warpgroups)
 
@@ -1303,91 +1028,48 @@ class Sm90Gemm:
         bSG_sC, bSG_gC = cpasync.tma_partition(
             args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
         )
-        subtile_order = epilogue_subtile_order(cfg)
-        tRS_rD = cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype)
-        tRS_rD_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
-        if const_expr(
-            rec is not None
-            and self.trace_knobs.epilogue == "lanes"
-            and cfg.num_epi_subtiles <= trace.LANES
-        ):
-            # knob epilogue=lanes: subtile e's wait times stay in lane e until the end
-            self._epilogue_lanes(
-                plan, args, store_pipeline, subtiles_done, bSG_sC, bSG_gC, subtile_order,
-                tRS_rD, tRS_rD_out, rec,
-            )  # fmt: skip
+        views = _TileEpilogue(
+            bSG_sC=bSG_sC,
+            bSG_gC=bSG_gC,
+            order=epilogue_subtile_order(cfg),
+            tRS_rD=cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype),
+            tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
+        )
+        if const_expr(rec is not None):
+            # the store waits' times stay in lanes until the last subtile (traced.py)
+            self._epilogue_lanes(plan, args, store_pipeline, views, subtiles_done, rec)
             return
         for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
-            self._subtile_to_registers(plan, args, tRS_rD, tRS_rD_out, e)
+            self._subtile_to_registers(plan, args, views, e)
             buf = (subtiles_done + e) % plan.epi_stages
             if args.is_store_warp:
-                trace.record(rec, Event.STORE_WAIT_BEGIN, stage=buf)
                 store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
-                trace.record(rec, Event.STORE_WAIT_END, stage=buf)
-            self._store_subtile(
-                args, store_pipeline, tRS_rD_out, buf, bSG_sC, bSG_gC, e, subtile_order
-            )
+            self._store_subtile(args, store_pipeline, views, buf, e)
 
     @cute.jit
-    def _subtile_to_registers(self, plan: cutlass.Constexpr, args, tRS_rD, tRS_rD_out, e):
-        """Subtile ``e``'s accumulators, converted to the output dtype in ``tRS_rD_out``."""
-        per_subtile = cute.size(tRS_rD)
+    def _subtile_to_registers(self, plan: cutlass.Constexpr, args, views, e):
+        """Subtile ``e``'s accumulators, converted to the output dtype in ``views.tRS_rD_out``."""
+        per_subtile = cute.size(views.tRS_rD)
         for v in cutlass.range_constexpr(per_subtile):
-            tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
-        tRS_rD_out.store(tRS_rD.load().to(plan.c_dtype))
+            views.tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+        views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
 
     @cute.jit
-    def _store_subtile(self, args, store_pipeline, tRS_rD_out, buf, bSG_sC, bSG_gC, e, order):
-        """``tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired), then
-        its TMA store to subtile ``e`` of the tile."""
+    def _store_subtile(self, args, store_pipeline, views, buf, e):
+        """``views.tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired),
+        then its TMA store to subtile ``e`` of the tile."""
         args.barrier.arrive_and_wait()
-        cute.copy(args.tiled_copy_r2s, tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
+        cute.copy(args.tiled_copy_r2s, views.tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
         # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
         cute.arch.fence_proxy("async.shared", space="cta")
         args.barrier.arrive_and_wait()
         if args.is_store_warp:
-            cute.copy(args.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, order.get_hier_coord(e))])
-            store_pipeline.producer_commit()
-
-    @cute.jit
-    def _epilogue_lanes(
-        self, plan, args, store_pipeline, subtiles_done, bSG_sC, bSG_gC, subtile_order, tRS_rD,
-        tRS_rD_out, rec,
-    ):  # fmt: skip
-        """``epilogue`` with its store waits staged in lanes: the store warp reads the timer
-        around each wait and lane e keeps subtile e's two times; after the last subtile the
-        warp writes the 2 x subtiles events (subtile order) in parallel, from the writer lane's
-        state (``trace.warp_hot``)."""
-        cfg = plan.config
-        hot = trace.warp_hot(rec)
-        lane = cute.arch.lane_idx()
-        b0 = Int32(0)
-        b1 = Int32(0)
-        for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
-            self._subtile_to_registers(plan, args, tRS_rD, tRS_rD_out, e)
-            buf = (subtiles_done + e) % plan.epi_stages
-            if args.is_store_warp:
-                t0 = trace.now_lo(rec)
-                store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
-                t1 = trace.now_lo(rec)
-                b0 = trace.stage_lane(lane, e, t0, b0)
-                b1 = trace.stage_lane(lane, e, t1, b1)
-            self._store_subtile(
-                args, store_pipeline, tRS_rD_out, buf, bSG_sC, bSG_gC, e, subtile_order
+            cute.copy(
+                args.tma_c,
+                views.bSG_sC[(None, buf)],
+                views.bSG_gC[(None, views.order.get_hier_coord(e))],
             )
-        if args.is_store_warp:
-            if trace.writer_warp(rec):
-                if lane < cfg.num_epi_subtiles:
-                    ref = hot.now()
-                    n = hot.count + trace.store_wait_offset(lane)
-                    buf = (subtiles_done + lane) % plan.epi_stages
-                    k = Int32(-1)
-                    t = trace.widen(b0, ref)
-                    trace.store_checked(hot, n, Event.STORE_WAIT_BEGIN, t, k, buf)
-                    t = trace.widen(b1, ref)
-                    trace.store_checked(hot, n + 1, Event.STORE_WAIT_END, t, k, buf)
-                hot.count = hot.count + trace.store_wait_offset(cfg.num_epi_subtiles)
-                hot.cool()
+            store_pipeline.producer_commit()
 
     @staticmethod
     def _order_wait(base: _Barrier, wg):

@@ -1,0 +1,152 @@
+"""Split-K and stream-K inside the sm90 kernel: the fix-up that combines the partial sums of a
+tile's units (docs/architecture.md, "Split-K inside the sm90 kernel").
+
+``Sm90Gemm.kernel`` hands its consumers the launch values (``SplitLaunch``);
+``Sm90Gemm.mma_and_epilogue`` builds each consumer's ``SplitArgs`` once (``split_args``) and
+calls ``fixup`` after every unit's mainloop, before its epilogue turn; the epilogue runs only on
+the unit that finishes its tile. The schedule of units (k-ranges, splits, stream-K parts) is
+``common.scheduler``'s.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, const_expr
+
+from wsgemm.support import THREADS_PER_WARPGROUP
+
+__all__ = ["SplitArgs", "SplitLaunch", "fixup", "split_args"]
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    """Split-K's launch values as the kernel hands them to its consumer warpgroups: the split
+    count (unused by stream-K, whose schedule chooses each tile's parts), the fp32 workspace,
+    the per-tile semaphores, the tile counts that number the tiles, and the smem flags (one
+    word per consumer warpgroup)."""
+
+    splits: Any
+    workspace: Any  # (units x tile_m * tile_n,) fp32, flat
+    semaphores: Any  # (tiles,) int32, zero between launches
+    num_m: Any
+    num_n: Any
+    flags: Any  # (consumer warpgroups,) int32 in smem
+
+
+@dataclass(frozen=True)
+class SplitArgs:
+    """What the fix-up needs (``fixup``): the launch's split count, the fp32 workspace and the
+    per-tile semaphores, the tile counts that number the tiles, C's rows, the fragment's tile
+    coordinates, the unit's threads (thread 0 arrives for all), its barrier and its smem
+    flag."""
+
+    splits: Any
+    workspace: Any  # (units x tile_m * tile_n,) fp32, flat
+    semaphores: Any  # (tiles,) int32, zero between launches
+    num_m: Any
+    num_n: Any
+    rows: Any  # M
+    tCcC: Any  # the accumulator's (row, col) in the tile, fragment order
+    threads: int  # threads holding one tile's accumulator (the unit)
+    thread: Any  # this thread's index among them
+    barrier: Any
+    flag: Any  # (smem flags, this unit's index): the semaphore's value before its arrival
+
+
+def split_args(
+    plan, launch: SplitLaunch, tiled_mma, thr_mma, mma_tidx, mC_mnl, barrier
+) -> SplitArgs:
+    """A consumer warpgroup's ``SplitArgs``; ``barrier``: the epilogue barrier of its unit."""
+    cfg = plan.config
+    # Cooperative: both warpgroups hold one unit (flag 0); ping-pong: one unit each.
+    flag_idx = 0
+    if const_expr(cfg.pingpong):
+        tidx, _, _ = cute.arch.thread_idx()
+        flag_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
+    return SplitArgs(
+        splits=launch.splits,
+        workspace=launch.workspace,
+        semaphores=launch.semaphores,
+        num_m=launch.num_m,
+        num_n=launch.num_n,
+        rows=Int32(cute.size(mC_mnl, mode=[0])),
+        # (MMA, MMA_M, MMA_N) (row, col) in the tile, in the accumulator's order
+        tCcC=thr_mma.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))),
+        threads=cute.size(tiled_mma),
+        thread=mma_tidx,
+        barrier=barrier,
+        flag=(launch.flags, flag_idx),
+    )
+
+
+def _partial(plan, args: SplitArgs, acc, slot):
+    """This thread's view of workspace slot ``slot`` (an Int64; split-K: ``tile_idx * splits +
+    split``): value ``v`` of the accumulator at word ``v * threads + thread`` of the slot, so
+    the unit's threads write and read consecutive words (coalesced) for each ``v``."""
+    cfg = plan.config
+    base = slot * (cfg.tile_m * cfg.tile_n) + args.thread
+    return cute.make_tensor(
+        args.workspace.iterator + base, cute.make_layout(cute.size(acc), stride=args.threads)
+    )
+
+
+@cute.jit
+def fixup(plan: cutlass.Constexpr, args: SplitArgs, acc, tile):
+    """Split-K and stream-K: combine the partial sums of ``tile``'s units (its parts). Returns
+    whether this unit finishes the tile (then ``acc`` holds the whole sum and the epilogue
+    runs).
+
+    Every unit stores its partial into its own workspace slot, then arrives on the tile's
+    semaphore (all the unit's threads meet on its barrier, then one thread adds 1 with acq_rel
+    at gpu scope: a release of every thread's stores, which the barrier ordered before it). The
+    unit that sees ``splits - 1`` earlier arrivals is the last: every partial is visible to it
+    (the same atomic acquires, the barrier passes it on), so it sums them all from the
+    workspace in split order 0, 1, ..., its own included (re-read, so the order, never the
+    arrival, fixes the bits), resets the semaphore to 0 for the next launch and finishes.
+    Nobody waits for anybody: whatever CTAs are resident, and wherever the splits of a tile
+    run, nothing can deadlock.
+
+    Only rows inside C are stored and read back (the TMA store drops the others), so a decode
+    tile of a few tokens moves a few rows. Tiles wholly past a ragged cluster edge store
+    nothing and skip it all.
+    """
+    cfg = plan.config
+    finishes = cutlass.Boolean(True)
+    # A split-K tile has `splits` parts in slots tile_idx * splits + part; a stream-K tile its
+    # own count, from slot0 on (scheduler module docstring).
+    parts = tile.parts if const_expr(cfg.stream_k) else args.splits
+    if parts > 1 and tile.m < args.num_m and tile.n < args.num_n:
+        tile_idx = (tile.l * args.num_m + tile.m) * args.num_n + tile.n
+        if const_expr(cfg.stream_k):
+            slot0 = cutlass.Int64(tile.slot0)
+        else:
+            slot0 = cutlass.Int64(tile_idx) * args.splits
+        rows = args.rows - tile.m * cfg.tile_m
+        values = cute.size(acc)
+        own = _partial(plan, args, acc, slot0 + tile.split)
+        for v in cutlass.range_constexpr(values):
+            if args.tCcC[v][0] < rows:
+                own[v] = acc[v]
+        flags, flag_idx = args.flag
+        args.barrier.arrive_and_wait()
+        if args.thread == 0:
+            flags[flag_idx] = cute.arch.atomic_add(
+                args.semaphores.iterator + tile_idx, Int32(1), sem="acq_rel", scope="gpu"
+            )
+        args.barrier.arrive_and_wait()
+        finishes = flags[flag_idx] == parts - 1
+        if finishes:
+            first = _partial(plan, args, acc, slot0)
+            for v in cutlass.range_constexpr(values):
+                if args.tCcC[v][0] < rows:
+                    acc[v] = first[v]
+            for split in cutlass.range(1, parts, unroll=1):
+                part = _partial(plan, args, acc, slot0 + split)
+                for v in cutlass.range_constexpr(values):
+                    if args.tCcC[v][0] < rows:
+                        acc[v] = acc[v] + part[v]
+            if args.thread == 0:
+                args.semaphores[tile_idx] = Int32(0)
+    return finishes
