@@ -20,6 +20,7 @@ from wsgemm.kernels.sm90.config import (
     SM90_REGISTERS_PER_SM,
     SM90_SMEM_CAPACITY,
     STATIC_SMEM_BYTES,
+    TILE_N_CHOICES,
     TRACED_PRODUCER_REGISTERS,
     Sm90Config,
     check_raster_group,
@@ -148,6 +149,23 @@ def test_register_split():
     # Gemm instances carry the same split.
     gemm = Sm90Gemm(SHIPPED_CONFIGS["sm90"], F16, F16, F32)
     assert (gemm.producer_regs, gemm.consumer_regs) == (40, 232)
+
+
+def test_every_epilogue_fits_the_traced_lanes():
+    """A traced epilogue keeps subtile e's store-wait times in lane e (``sm90/traced.py``): no
+    valid config has more subtiles than a warp has lanes."""
+    from wsgemm.kernels.common.trace import LANES
+
+    subtiles = []
+    for schedule in SCHEDULES:
+        for tile_m in (64, 128, 256):
+            for tile_n in TILE_N_CHOICES:
+                try:
+                    config = Sm90Config(tile_m=tile_m, tile_n=tile_n, schedule=schedule)
+                except ValueError:
+                    continue
+                subtiles.append(config.num_epi_subtiles)
+    assert len(subtiles) > 10 and max(subtiles) <= LANES
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,10 @@
 as ``cute.Tensor``.
 
 * ``sm80/``: cp.async + mma.sync kernels for sm_80 and later (``specialized``, ``multistage``);
-* ``sm90/``: the Hopper TMA + WGMMA persistent kernel (cooperative and ping-pong schedules);
+* ``sm90/``: the Hopper TMA + WGMMA persistent kernel (cooperative and ping-pong schedules;
+  its split-K fix-up in ``split_k.py``, its traced loops in ``traced.py``);
 * ``common/``: what the families share (arrive counts, budgets, the mbarrier ring, the tile
-  scheduler). Rules and hardware facts come from ``wsgemm.support``.
+  scheduler, the trace recorder). Rules and hardware facts come from ``wsgemm.support``.
 
 The contract every GEMM kernel class keeps (the host layer, ``wsgemm.host``, relies on it and
 nothing else) separates what is compiled from what is launched:
@@ -68,7 +69,7 @@ nothing else) separates what is compiled from what is launched:
 * A traced variant (issue #13): ``Kernel(..., trace=True)`` is compiled and launched through
   ``traced(mA, mB, mC, max_active_clusters, stream, raster_group, trace_buffer, ...)`` (the
   same arguments, then an int32 ``(recorders, words)`` buffer in the layout of
-  ``common.trace_format``, then the kernel's further launch arguments); its ``__call__``
+  ``wsgemm.trace_format``, then the kernel's further launch arguments); its ``__call__``
   refuses to build, as ``traced`` does on an untraced kernel. ``trace`` is part of the compile
   key; untraced, the kernel's code and ``__call__``'s compiled signature are what they were
   without tracing (a ``None`` buffer argument would stay in the compiled signature, hence the
