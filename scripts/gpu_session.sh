@@ -80,8 +80,9 @@ if has wavefit; then
   timeout 120 python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1
   tail -1 "$OUT/warm.log"
   # warm compiles the menu; the GPU fuzz also runs the dropped tiles (all 36 variants each)
-  timeout 100 python3 -c "from wsgemm import host; from wsgemm.host import policy; host.warm(
-    policy.menu_variants(entries=tuple(e for e in policy.DROPPED if not e.swap_ab
+  timeout 100 python3 -c "import sys; sys.path.insert(0, 'scripts'); import tune_menu
+from wsgemm import host; from wsgemm.host import choosing; host.warm(
+    choosing.menu_variants(entries=tuple(e for e in tune_menu.DROPPED if not e.swap_ab
     and not e.config.get('stream_k'))), jobs=15)" > "$OUT/warm_dropped.log" 2>&1 \
     || { echo "warm of the dropped tiles failed:"; tail -3 "$OUT/warm_dropped.log"; }
   timeout 180 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \

@@ -25,10 +25,10 @@ import dataclasses
 import sys
 
 import torch
+import tune_menu  # scripts/ is sys.path[0]; the menu's entries and the dropped ones
 
 import wsgemm
 from wsgemm import api
-from wsgemm.host.choosing import policy
 
 SHAPES = (
     (16, 4096, 14336),
@@ -95,7 +95,7 @@ def forced(label: str, backend: str, config, m: int, n: int, k: int, batch: int)
 def stream_k_cases() -> int:
     wrong = 0
     for name, m, n, k, batch in STREAM_K:
-        e = policy.entry(name)
+        e = tune_menu.entry(name)
         wrong += forced(name, e.backend, e.variant_config(), m, n, k, batch)
     return wrong
 
@@ -117,7 +117,7 @@ for m, n, k in SHAPES:
         bad += not report(f"auto {m}x{n}x{k} out={given}: {route}", got, ref)
 
 for name, m, n, k, batch, split in SPLIT:
-    e = policy.entry(name)
+    e = tune_menu.entry(name)
     config = dataclasses.replace(e.variant_config(split=True), split_k=split)
     bad += forced(f"{name} split {split}", e.backend, config, m, n, k, batch)
 sys.exit(1 if bad else 0)

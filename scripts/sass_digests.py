@@ -30,9 +30,9 @@ def digest(variant) -> tuple[str, str]:
 def menu_variants(one_per_entry: bool = False) -> list:
     """Every menu variant, or the first of each entry's and split variant's (its fp16, K-major
     one): a quick check."""
-    from wsgemm.host.choosing import policy
+    from wsgemm.host import choosing
 
-    variants = policy.menu_variants()
+    variants = choosing.menu_variants()
     if not one_per_entry:
         return variants
     first: dict = {}

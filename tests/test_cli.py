@@ -87,21 +87,21 @@ def test_warm_fills_the_cache_then_finds_it_full(stand_in, capsys):
 
 
 def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
-    """For sm_90a, warm's sm90 variants are the policy's menu (policy.menu_variants): the
+    """For sm_90a, warm's sm90 variants are the policy's menu (choosing.menu_variants): the
     shipped two backends plus the other entries, 36 variants each, the entries that split
     24 more each (their split-K variant, fp32 accumulators), and nothing else."""
-    from wsgemm.host.choosing import policy
+    from wsgemm.host import choosing
 
     _, _, compiled = stand_in
     code, _, err = run(capsys, "warm", "--arch", "sm_90a", "--backend", "sm90-pingpong",
                        "--jobs", "1")  # fmt: skip
-    entries = [e for e in policy.MENU if e.backend == "sm90-pingpong"]
+    entries = [e for e in choosing.MENU if e.backend == "sm90-pingpong"]
     assert code == 0, err
     assert f"warm: the sm90 menu (docs/policy.md): {', '.join(e.name for e in entries)}" in err
     count = 36 * len(entries) + 24 * sum(e.splits for e in entries)
     assert len(compiled) == count == len(set(compiled))
     assert f"warm: {count} compiled, 0 already cached, 0 failed" in err
-    assert set(compiled) == {v.key() for v in policy.menu_variants("sm_90a", tuple(entries))}
+    assert set(compiled) == {v.key() for v in choosing.menu_variants("sm_90a", tuple(entries))}
 
 
 def test_warm_without_a_gpu_needs_an_arch(stand_in, capsys):
@@ -379,14 +379,14 @@ class _Fixed:
 def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(capsys, monkeypatch):
     import torch
 
-    from wsgemm.host.choosing import policy
+    from wsgemm.host import choosing
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a GPU-less machine
     code, out, err = run(capsys, "explain", "--shape", "608,3263,4259", "--layout", "TT")
     assert code == 0 and not err
     lines = out.splitlines()
     assert lines[0].startswith("wsgemm.matmul of 608x3263x4259, fp16 TT, on a stand-in sm_90 GPU")
-    choice = policy.choose(608, 3263, 4259, 1, "float16", "float16", "float32", 132, (9, 0))
+    choice = choosing.choose(608, 3263, 4259, 1, "float16", "float16", "float32", 132, (9, 0))
     assert f"kernel: {choice.menu_entry.name} " in out
     assert lines[-1].startswith("operands: a copied on every call into a K-major buffer")
     code, out, _ = run(capsys, "explain", "--shape", "1,8192,8192", "--cc", "9.0",

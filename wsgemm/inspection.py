@@ -84,10 +84,10 @@ def variants(arch: str, backend: str, everything: bool = False) -> list[host.Var
 
 
 def menu_entries(arch: str, backends) -> list:
-    """The sm90 menu entries (``host.policy.MENU``) that run on ``backends``, for ``arch``."""
-    from .host import policy
+    """The sm90 menu entries (``choosing.MENU``) that run on ``backends``, for ``arch``."""
+    from .host import choosing
 
-    return [e for e in policy.MENU if e.backend in backends and arch_allows(arch, "sm90")]
+    return [e for e in choosing.MENU if e.backend in backends and arch_allows(arch, "sm90")]
 
 
 def warm_variants(arch: str, backends) -> list[host.Variant]:
@@ -95,7 +95,7 @@ def warm_variants(arch: str, backends) -> list[host.Variant]:
     for the sm90 family every variant of the menu entries that run on those backends (the
     shipped two are the sm90 backends' own variants), so ``auto`` never compiles at run time
     a kernel ``warm`` left out. Bounded: 36 per backend or menu entry."""
-    from .host import policy
+    from .host import choosing
 
     out = [
         v
@@ -103,7 +103,7 @@ def warm_variants(arch: str, backends) -> list[host.Variant]:
         if host.BACKENDS[name].family != "sm90"
         for v in variants(arch, name, everything=True)
     ]
-    return out + policy.menu_variants(arch, tuple(menu_entries(arch, backends)))
+    return out + choosing.menu_variants(arch, tuple(menu_entries(arch, backends)))
 
 
 def cubin(variant: host.Variant) -> bytes:

@@ -9,7 +9,7 @@ from operands import assert_within_torch_error
 
 import wsgemm
 from wsgemm.api import DISPATCHER, Dispatcher, dispatch
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
 
 pytestmark = pytest.mark.gpu
 
@@ -152,12 +152,12 @@ def _split_choice(monkeypatch, m, n, k):
     what the test runs)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cc = torch.cuda.get_device_capability()
-    choice = policy.choose(m, n, k, 1, "float16", "float16", "float32", sms, cc)
+    choice = choosing.choose(m, n, k, 1, "float16", "float16", "float32", sms, cc)
     if not choice.menu_entry.splits:
-        choice = policy.Choice(policy.entry("pingpong-64x128-c1x2"), 1, "", "test")
+        choice = choosing.Choice(choosing.entry("pingpong-64x128-c1x2"), 1, "", "test")
     if choice.split == 1:
-        choice = policy.Choice(choice.menu_entry, 2, "forced by the test", "test")
-        monkeypatch.setattr(policy, "choose", lambda *args, **kw: choice)
+        choice = choosing.Choice(choice.menu_entry, 2, "forced by the test", "test")
+        monkeypatch.setattr(choosing, "choose", lambda *args, **kw: choice)
     return choice
 
 

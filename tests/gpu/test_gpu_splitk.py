@@ -4,7 +4,7 @@ with the suite's tolerance (twice PyTorch's own error, ``operands.assert_within_
 outputs poisoned first. Then bitwise determinism with the split forced, a side stream, two
 streams at once, and a CUDA graph replayed.
 
-The split variants compiled here are the menu's (``policy.menu_variants``), so after ``warm``
+The split variants compiled here are the menu's (``choosing.menu_variants``), so after ``warm``
 they load from the disk cache; the 2x1-cluster one is extra.
 """
 
@@ -15,7 +15,7 @@ import torch
 from operands import assert_within_torch_error, fp32_accumulation_bound, make
 
 from wsgemm import api
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
 from wsgemm.kernels.sm90.config import Sm90Config
 
 pytestmark = pytest.mark.gpu
@@ -25,7 +25,7 @@ F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 #: name -> (backend, the split kernel's config, split_k = 0: a count is given per test)
 SPLIT_CONFIGS = {
     **{
-        name: (policy.entry(name).backend, policy.entry(name).variant_config(split=True))
+        name: (choosing.entry(name).backend, choosing.entry(name).variant_config(split=True))
         for name in ("pingpong-64x128-c1x2", "pingpong-64x256-c1x1", "cooperative-128x128-c1x2")
     },
     # a cluster along M: decode tiles leave its second CTA outside C (no fix-up there)

@@ -67,10 +67,10 @@ def test_traced_call_is_correct_and_its_events_consistent(backend, shape):
 def test_a_split_k_call_traces_its_units_and_fix_ups(name, shape, split):
     import dataclasses
 
-    from wsgemm.host.choosing import policy
+    from wsgemm.host import choosing
 
     _needs("sm90")
-    e = policy.entry(name)
+    e = choosing.entry(name)
     config = dataclasses.replace(e.variant_config(split=True), split_k=split)
     a, b, out, raw = _traced(e.backend, shape, config=config, split_k=True)
     assert not torch.isnan(out).any(), "unwritten (poisoned) output elements"

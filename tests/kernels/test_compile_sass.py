@@ -21,7 +21,7 @@ from sass_checks import assert_clean, assert_sm80_path
 
 from wsgemm import host, sass
 from wsgemm import inspection as insp
-from wsgemm.host import policy
+from wsgemm.host import choosing
 
 SM90 = host.shipped_backends("sm90")
 SM80 = host.shipped_backends("sm80")
@@ -145,7 +145,7 @@ def test_an_unsplit_sm90_kernel_compiles_as_before_split_k(compiled):
 #: The split-K variants of the decode entries: a ping-pong and a cooperative schedule.
 SPLIT = {
     name: host.Variant(
-        policy.entry(name).backend, "sm_90a", config=policy.entry(name).variant_config(True)
+        choosing.entry(name).backend, "sm_90a", config=choosing.entry(name).variant_config(True)
     )
     for name in ("pingpong-64x128-c1x2", "cooperative-128x128-c1x2")
 }
@@ -157,7 +157,7 @@ SPLIT_SWEEP = {
         "sm90",
         "sm_90a",
         config=dataclasses.replace(
-            policy.entry("cooperative-256x160-c1x2").variant_config(), split_k=0
+            choosing.entry("cooperative-256x160-c1x2").variant_config(), split_k=0
         ),
     ),
 }

@@ -8,8 +8,9 @@ import cutlass
 import cutlass.cute as cute
 import pytest
 from cutlass.tensor_utils import LayoutEnum
+from script_modules import load
 
-from wsgemm.host.choosing import policy
+from wsgemm.host import choosing
 from wsgemm.kernels.common.arrive import ArriveCountError, check_arrive_count
 from wsgemm.kernels.common.budget import register_budget
 from wsgemm.kernels.sm90.config import (
@@ -307,7 +308,7 @@ def test_epilogue_writes_each_accumulator_where_the_mma_computed_it(name, c, c_m
 
 def _menu_tiles():
     """Each distinct tile of the menu and its dropped list: (tile_m, tile_n, schedule, swap)."""
-    entries = policy.MENU + policy.DROPPED
+    entries = choosing.MENU + load("tune_menu").DROPPED
     return list(
         dict.fromkeys((e.tile_m, e.tile_n, e.config["schedule"], e.swap_ab) for e in entries)
     )

@@ -411,9 +411,9 @@ def test_plan_traces_every_sm90_cta_with_room_for_every_event():
 
 
 def test_plan_counts_split_k_units_and_their_fix_ups():
-    from wsgemm.host.choosing import policy
+    from wsgemm.host import choosing
 
-    e = policy.entry("swap-pingpong-64x16x128-c1x1")
+    e = choosing.entry("swap-pingpong-64x16x128-c1x1")
     config = e.variant_config(split=True)
     # the kernel's problem: N=4096 weights rows (M here), 16 tokens, K=14336: 64 tiles x 2 splits
     p = tracing.plan_trace("sm90-pingpong", config, (4096, 16, 14336, 1), 132, split=2)

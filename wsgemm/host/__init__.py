@@ -1,5 +1,5 @@
 """Host layer: the backend registry, compiling kernel variants, the compile caches, the sm90
-shape policy (``policy``) and the ``Dispatcher`` (``dispatch``: device facts, the route of a
+shape policy (``choosing``) and the ``Dispatcher`` (``dispatch``: device facts, the route of a
 problem, the kernel memo). The launch itself is ``wsgemm.api``'s.
 
 A *variant* is everything a kernel is specialized on: backend (kernel class and config), target
