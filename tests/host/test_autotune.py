@@ -160,6 +160,16 @@ def test_a_candidate_that_fails_is_left_out(tmp_path):
     assert (entry_of(*cache.launched[-1]), cache.launched[-1][1]) == fastest
 
 
+def test_a_route_asked_without_run_is_the_policys(tmp_path):
+    """The API passes ``run`` only where a call may be timed (``_may_tune``): without it (a
+    captured or traced call, ``explain``) the route is the policy's and nothing is timed."""
+    d, _, timer = tuned_dispatcher(tmp_path)
+    dtypes = ("float16", "float16", "float32")
+    route = d.route("auto", None, (M, N, K, None), dtypes)
+    assert route.choice.source in ("table", "heuristic") and timer.timed == []
+    assert not (tmp_path / "autotune").exists()
+
+
 def test_nothing_is_tuned_on_fake_tensors_or_while_compiling(monkeypatch):
     with FakeTensorMode():
         fake = torch.empty(4, 4, dtype=F16)
