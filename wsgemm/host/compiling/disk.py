@@ -54,6 +54,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..settings import FALSE_WORDS, TRUE_WORDS
 from . import library
 from .files import private_copy
 
@@ -73,8 +74,6 @@ PRUNE_EVERY_S = 24 * 3600
 # A temporary this old is not being written by anyone: its writer was killed.
 STALE_TMP_S = 3600
 QUARANTINE_KEEP = 16
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 _FINGERPRINT_NAME = re.compile(r"[0-9a-f]{16}")
 
 
