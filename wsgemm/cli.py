@@ -31,20 +31,32 @@ def _inspect(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from . import inspection as insp
+    from .host import BACKENDS
     from .sass import NvdisasmMissing
 
     console = _err_console()
-    names = insp.backends_for(args.arch)
-    if args.backend:
-        problem = insp.mismatch(args.arch, args.backend)
-        if problem:
-            console.print(f"inspect: {problem}", markup=False)
+    if args.menu:
+        menu = insp.menu_variants(args.arch, args.all)
+        if not menu:
+            console.print(
+                "inspect: --menu lists the sm90 kernels backend='auto' picks from, which need "
+                f"--arch sm_90a, not {args.arch}",
+                markup=False,
+            )
             return EXIT_USAGE
-        names = [n for n in names if n in args.backend]
-    if not names:
-        console.print(f"inspect: no shipped kernel builds for {args.arch}", markup=False)
-        return EXIT_FAILED
-    todo = [v for name in names for v in insp.variants(args.arch, name, args.all)]
+        todo = [m.variant for m in menu]
+    else:
+        names = insp.backends_for(args.arch)
+        if args.backend:
+            problem = insp.mismatch(args.arch, args.backend)
+            if problem:
+                console.print(f"inspect: {problem}", markup=False)
+                return EXIT_USAGE
+            names = [n for n in names if n in args.backend]
+        if not names:
+            console.print(f"inspect: no shipped kernel builds for {args.arch}", markup=False)
+            return EXIT_FAILED
+        todo = [v for name in names for v in insp.variants(args.arch, name, args.all)]
     reports = []
     try:
         with bench_cli.ProgressBar(console, len(todo), "inspect") as bar:
@@ -54,24 +66,39 @@ def _inspect(args: argparse.Namespace) -> int:
     except NvdisasmMissing as exc:
         console.print(f"inspect: {exc}", markup=False)
         return EXIT_FAILED
+    rows = [r.as_json() for r in reports]
+    if args.menu:  # which entry of the menu, and whether its split-K variant
+        rows = [
+            {"entry": m.entry, "split": m.split, **row} for m, row in zip(menu, rows, strict=True)
+        ]
     if args.json:
-        print(json.dumps([r.as_json() for r in reports], indent=2))
+        print(json.dumps(rows, indent=2))
         return EXIT_OK
-    from .host import BACKENDS
-
-    ops = insp.opcode_columns(args.arch, {BACKENDS[n].family for n in names})
+    ops = insp.opcode_columns(args.arch, {BACKENDS[r.kernel].family for r in reports})
     from .support import SHORT_NAMES as short
 
-    table = Table(title=f"wsgemm kernels compiled for {args.arch}")
-    for col in ("kernel", "in>out acc A B", "config", "regs", "smem", "spill", *ops):
-        table.add_column(col, justify="right" if col not in ("kernel", "config") else "left")
-    for r in reports:
-        v = r.variant
+    if args.menu:
+        title = f"the sm90 menu (backend='auto') compiled for {args.arch}"
+        lead, config_col = ("entry", "split", "kernel"), "tile, cluster"
+    else:
+        title = f"wsgemm kernels compiled for {args.arch}"
+        lead, config_col = ("kernel",), "config"
+    table = Table(title=title)
+    for col in (*lead, "in>out acc A B", config_col, "regs", "smem", "spill", *ops):
+        table.add_column(col, justify="left" if col in (*lead, config_col) else "right")
+    for row, r in zip(rows, reports, strict=True):
+        v, c = r.variant, r.config
+        if args.menu:
+            cells = (row["entry"], "split" if row["split"] else "", r.kernel)
+            config = f"{c['tile_m']}x{c['tile_n']}x{c['tile_k']}, {c['cluster_m']}x{c['cluster_n']}"
+        else:
+            cells = (r.kernel,)
+            config = " ".join(f"{k}={val}" for k, val in c.items())
         table.add_row(
-            r.kernel,
+            *cells,
             f"{short[v['ab_dtype']]}>{short[v['c_dtype']]} {short[v['acc_dtype']]} "
             f"{v['a_major']} {v['b_major']}",
-            " ".join(f"{k}={val}" for k, val in r.config.items()),
+            config,
             str(r.registers),
             str(r.smem_bytes),
             str(r.spill_bytes),
@@ -323,8 +350,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="every dtype/accumulator/layout variant, not one each"
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)"
+    )
+    which.add_argument(
+        "--menu",
+        action="store_true",
+        help="the kernels backend='auto' picks from: each sm90 menu entry and its split-K "
+        "variant, one row each (with --all: every variant `warm` compiles for them)",
     )
     p.set_defaults(func=_inspect)
 

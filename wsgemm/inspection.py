@@ -106,9 +106,40 @@ def warm_variants(arch: str, backends) -> list[host.Variant]:
     return out + choosing.menu_variants(arch, tuple(menu_entries(arch, backends)))
 
 
+@dataclass(frozen=True)
+class MenuVariant:
+    """A variant of an sm90 menu entry (``choosing.MENU``): the entry's name, and whether it
+    is the entry's split-K variant."""
+
+    entry: str
+    split: bool
+    variant: host.Variant
+
+
+def menu_variants(arch: str = "sm_90a", everything: bool = False) -> list[MenuVariant]:
+    """The variants of every menu entry ``auto`` can pick, in menu order: one for each entry
+    and for its split-K variant where it has one (the first of each: fp16 in and out, fp32
+    accumulate, K-major A and B), or with ``everything`` all that ``warm`` compiles
+    (``choosing.menu_variants``). None for an arch the sm90 kernels do not build for."""
+    from .host import choosing
+
+    if not arch_allows(arch, "sm90"):
+        return []
+    out = []
+    for e in choosing.MENU:
+        split_config = e.variant_config(split=True) if e.splits else None
+        seen = set()
+        for v in choosing.menu_variants(arch, (e,)):
+            split = split_config is not None and v.config == split_config
+            if everything or split not in seen:
+                seen.add(split)
+                out.append(MenuVariant(e.name, split, v))
+    return out
+
+
 def cubin(variant: host.Variant) -> bytes:
     """The variant's cubin: from its cached object (compiled and stored on a miss)."""
-    from .host.cache import object_bytes
+    from .host.compiling.cache import object_bytes
 
     found = sass.embedded_cubin(object_bytes(variant))
     if found is not None:

@@ -1,8 +1,8 @@
 """The sm90 tile menu and shape policy (the choosing room, ``wsgemm.host.choosing``): the menu's
 configs, the rules, the choices against the shipped table and against the recorded choices
-(``tests/data/policy_choices.json``), the heuristic, batch invariance, explain(); one compile
-of a new entry (every entry's variants behind the ``sweep`` marker); on the GPU, the claim that
-every entry sums in one order."""
+(``tests/data/policy_choices.json``), the heuristic, batch invariance, explain(); the
+dropped new tiles' compiles behind the ``sweep`` marker (the menu's kernels compile in
+tests/kernels/test_menu_sass.py); on the GPU, the claim that every entry sums in one order."""
 
 import ast
 import concurrent.futures
@@ -462,34 +462,6 @@ NEW_TILES = (
 )
 
 
-@pytest.mark.parametrize(
-    "name, majors, hgmma",
-    [
-        ("pingpong-64x128-c1x2", ("k", "k"), "HGMMA.64x128x16"),
-        # 160 columns of an N-major B: SW64 swizzle atoms (the 128-byte atom is 64 wide),
-        # multicast to the 2x1 cluster
-        ("cooperative-128x160-c2x1", ("m", "n"), "HGMMA.64x160x16"),
-        # each warpgroup two 64-row bands: twice the WGMMAs of a 128-row tile per k-tile
-        ("cooperative-256x128-c1x2", ("k", "k"), "HGMMA.64x128x16"),
-    ],
-)
-def test_a_new_tile_compiles_spill_free_for_sm_90a(name, majors, hgmma):
-    """A menu entry and the new tiles: that a tile builds spill-free is what a CPU can say of
-    it (its epilogue mapping: tests/kernels/test_sm90_static.py; its results: the GPU tests)."""
-    from wsgemm import inspection
-
-    e = tune_menu.entry(name)
-    v = host.Variant(e.backend, "sm_90a", a_major=majors[0], b_major=majors[1],
-                     config=e.variant_config())  # fmt: skip
-    r = inspection.inspect_variant(v)
-    assert r.config == {**e.config, "split_k": 1}
-    assert r.spill_bytes == 0 and r.sass["LDL"] == 0 and r.sass["STL"] == 0
-    assert hgmma in r.sass_text and r.sass["UTMALDG"] > 0 and 0 < r.registers <= 255
-    # WGMMAs per warpgroup and k-step: its 64-row bands (two warpgroups share a cooperative tile)
-    bands = e.tile_m // (64 if e.config["schedule"] == "pingpong" else 128)
-    assert r.sass["HGMMA"] == 8 * bands  # as sm90's 8 (two 64-deep k-tiles' 4 k-steps)
-
-
 def _summary(variant):
     from wsgemm import inspection
 
@@ -498,13 +470,12 @@ def _summary(variant):
 
 
 @pytest.mark.sweep
-def test_every_new_menu_variant_compiles_spill_free():
-    """The menu's non-shipped entries in all 36 variants each (the shipped two are the shipped
-    backends, swept in test_compile_sass), and the dropped entries of NEW_TILES."""
+def test_every_dropped_new_tile_compiles_spill_free():
+    """The entries of NEW_TILES left off the menu, in all 36 variants each, so that the tuner
+    can measure them again (the menu's variants: tests/kernels/test_menu_sass.py)."""
     new = tuple(e for e in map(tune_menu.entry, NEW_TILES) if e not in choosing.MENU)
-    assert set(new) <= set(tune_menu.DROPPED)
-    entries = tuple(e for e in choosing.MENU if not e.shipped) + new
-    variants = choosing.menu_variants(entries=entries)
+    assert new and set(new) <= set(tune_menu.DROPPED)
+    variants = choosing.menu_variants(entries=new)
     workers = max(1, min(8, os.cpu_count() or 1))
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
