@@ -113,9 +113,7 @@ def test_nothing_imports_upward_or_sideways():
     bad = [
         f"{s} ({room(s)}, floor {FLOORS[room(s)]}) -> {t} ({room(t)}, floor {FLOORS[room(t)]})"
         for s, t in _arrows()
-        if t != "wsgemm"
-        and room(s) != room(t)
-        and FLOORS[room(t)] >= FLOORS[room(s)]
+        if t != "wsgemm" and room(s) != room(t) and FLOORS[room(t)] >= FLOORS[room(s)]
     ]
     assert not bad, "imports that run up or sideways:\n" + "\n".join(bad)
 

@@ -128,7 +128,7 @@ def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled, backend, 
     with pytest.raises(TypeError, match=f"Expects {params} parameters"):
         raw(*first)
     with pytest.raises(TypeError, match="Mismatched type on argument #0"):
-        host.compile.with_launch_defaults(raw, v)(*first)
+        host.compiling.compile.with_launch_defaults(raw, v)(*first)
 
 
 def test_an_unsplit_sm90_kernel_compiles_as_before_split_k(compiled):
