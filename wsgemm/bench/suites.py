@@ -95,7 +95,7 @@ RAGGED = (
 )
 
 # Mid-size problems, a few thousand per dimension, where the tile menu and its policy must hold
-# up without a model's shapes to be tuned on (issue #10: geomean >= 0.97x cuBLAS). Drawn once,
+# up without a model's shapes to be tuned on (the bar issue #10 set). Drawn once,
 # before any tuning, and fixed here: random.Random(20261201), each dimension
 # round(exp(uniform(ln 500, ln 6000))), every other shape rounded down to a multiple of 8 (16-byte
 # rows, ragged edge tiles only) and the rest left ragged (unaligned rows, which the API copies),
