@@ -115,17 +115,10 @@ def shipped_config(backend: str, accumulate=torch.float32):
     return host.BACKENDS[backend].config(ACC_DTYPES[accumulate])
 
 
-class _NoOpKernels(host.CompileCache):
-    """A compile cache whose every variant's compiled function does nothing. Everything around
-    it is the real cache's: the kernel call that checks the views, binds a signature's sizes
-    and strides once and then passes addresses."""
-
-    @staticmethod
-    def _load_or_compile(variant):
-        return _no_op
-
-
 def _no_op(*args) -> None:
+    """A stand-in's kernel: every variant's compiled function, doing nothing. Everything around
+    it is the real cache's: the kernel call that checks the views, binds a signature's sizes and
+    strides once and then passes addresses."""
     return None
 
 
@@ -134,4 +127,7 @@ def stand_in(capability: tuple[int, int] = (9, 0), sm_count: int = 132) -> Dispa
     ``capability`` with ``sm_count`` SMs and launches kernels that do nothing: the whole host
     path of a call (checks, choice, planning, the launcher kept per signature) without a GPU,
     compiling nothing. What ``python scripts/bench_host_overhead.py --stand-in`` times."""
-    return Dispatcher(cache=_NoOpKernels(), devices=StandInDevices(capability, sm_count))
+    return Dispatcher(
+        cache=host.CompileCache(lambda variant: _no_op),
+        devices=StandInDevices(capability, sm_count),
+    )
