@@ -229,3 +229,21 @@ def test_batch_larger_than_one_grid_dimension(backend):
     b = torch.randn(70000, 8, 8, dtype=torch.float16, device="cuda")
     got = wsgemm.matmul(a, b, backend=backend)
     torch.testing.assert_close(got, torch.matmul(a, b), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("backend", ["sm80", "sm80-multistage"])
+def test_more_n_tiles_than_grid_y_holds(backend):
+    """An sm80 grid with more n tiles than grid y holds (65,537 tiles of 128, ragged) runs as
+    several column slices (``kernels.sm80.kernel.column_slices``) and is right."""
+    from wsgemm.kernels.sm80.config import shipped_config
+
+    if backend not in wsgemm.available_backends():
+        pytest.skip(f"{backend} does not run on this GPU")
+    import cutlass
+
+    n = 65535 * shipped_config(backend, cutlass.Float32).tile_n + 136
+    case = dict(
+        m=33, n=n, k=40, dtypes=(torch.float16, None, torch.float32), a_col=False, b_col=False,
+        batch="none", offset=0, pad=0, use_out=True,
+    )  # fmt: skip
+    check(case, backend, torch.Generator().manual_seed(0))

@@ -10,7 +10,8 @@ import ctypes
 import pytest
 import torch
 from operands import make
-from test_dispatch import LAYOUTS, force_split, matmul, reference
+from stand_ins import LAYOUTS, matmul, reference
+from test_dispatch import force_split
 
 from wsgemm.api import Dispatcher
 from wsgemm.host.compiling import cache as compile_cache

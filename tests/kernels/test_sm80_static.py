@@ -8,7 +8,6 @@ import cutlass
 import pytest
 from sass_checks import assert_clean, assert_sm80_path
 
-import wsgemm
 from wsgemm import host, support
 from wsgemm.kernels.common.arrive import ArriveCountError
 from wsgemm.kernels.sm80.config import (
@@ -409,19 +408,3 @@ def test_column_slices_keep_every_launch_within_grid_y(kernel, acc):
         for first, width in slices:
             assert -(-width // config.tile_n) <= MAX_GRID_DIM[1]
             assert first % config.tile_n == 0 and width % 8 == 0
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["sm80", "sm80-multistage"])
-def test_more_n_tiles_than_grid_y_holds(backend):
-    import torch
-    from test_gpu_correctness import check
-
-    if backend not in wsgemm.available_backends():
-        pytest.skip(f"{backend} does not run on this GPU")
-    n = 65535 * shipped_config(backend, F32).tile_n + 136  # 65537 tiles of 128, ragged
-    case = dict(
-        m=33, n=n, k=40, dtypes=(torch.float16, None, torch.float32), a_col=False, b_col=False,
-        batch="none", offset=0, pad=0, use_out=True,
-    )  # fmt: skip
-    check(case, backend, torch.Generator().manual_seed(0))

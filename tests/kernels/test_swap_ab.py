@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 from operands import make
-from test_dispatch import LAYOUTS, StandInCache, StandInKernel, matmul, reference
+from stand_ins import LAYOUTS, StandInCache, StandInKernel, matmul, reference
 
 from wsgemm.api import Dispatcher
 from wsgemm.host.dispatch import StandInDevices
@@ -88,24 +88,28 @@ def test_swap_is_part_of_the_config_and_validated():
 
 
 @pytest.mark.parametrize(
-    "config, stsm, hgmma",
+    "entry, stsm, hgmma",
     [
-        (SWAP, "STSM.16.MT88.4", "HGMMA.64x16x16"),
+        ("swap-pingpong-64x16x128-c1x1", "STSM.16.MT88.4", "HGMMA.64x16x16"),
         # the 8-wide decode tile: st.matrix x2 (x4 covers 16 columns)
-        (dataclasses.replace(SWAP, tile_n=8), "STSM.16.MT88.2", "HGMMA.64x8x16"),
+        ("swap-pingpong-64x8x128-c1x1", "STSM.16.MT88.2", "HGMMA.64x8x16"),
     ],
     ids=["64x16", "64x8"],
 )
-def test_the_swap_kernel_compiles_for_sm_90a_with_a_transposed_epilogue(config, stsm, hgmma):
-    """One representative compile per tile width (the exhaustive one is the sweep's):
+def test_the_swap_kernel_compiles_for_sm_90a_with_a_transposed_epilogue(
+    compiled, entry, stsm, hgmma
+):
+    """The menu's two swap-AB tiles (the session's compiles, shared with test_menu_sass.py):
     spill-free, WGMMA from TMA-loaded stages, transposed st.matrix into the M-major subtile,
     TMA store."""
     from sass_checks import assert_clean
 
-    from wsgemm import host, inspection, sass
+    from wsgemm import host, sass
+    from wsgemm.host import choosing
 
+    config = choosing.entry(entry).variant_config()
     v = host.Variant("sm90-pingpong", "sm_90a", "float16", "float16", config=config)
-    r = inspection.inspect_variant(v, host.compile_variant(v, keep=True))
+    r = compiled(v).report
     assert_clean(r)
     ops = set(sass.opcodes(r.sass_text))
     assert stsm in ops, sorted(o for o in ops if o.startswith("STSM"))

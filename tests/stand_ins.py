@@ -1,0 +1,57 @@
+"""The call path's stand-ins, shared by the CPU tests of the dispatcher (tests/host) and of
+swap-AB (tests/kernels): a dispatcher posing as a GPU whose kernels are float64 products."""
+
+import torch
+
+from wsgemm.api import Dispatcher, dispatch
+from wsgemm.host.dispatch import StandInDevices
+
+F16, F32 = torch.float16, torch.float32
+
+
+class StandInKernel:
+    """C[m,n,l] = sum_k A[m,k,l] B[n,k,l] in float64, remembering what each launch was given
+    (and a split kernel's launch arguments: split count, workspace and semaphores)."""
+
+    def __init__(self):
+        self.launches = []
+        self.splits = []
+
+    def __call__(self, a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None):
+        self.launches.append((a.data_ptr(), b.data_ptr(), c.data_ptr(), clusters))
+        if workspace is not None:
+            self.splits.append((tuple(a.shape), tuple(c.shape), split, workspace, sems.clone()))
+        c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+
+
+class StandInCache:
+    def __init__(self):
+        self.kernel = StandInKernel()
+        self.variants = []
+
+    def get(self, variant):
+        self.variants.append(variant)
+        return self.kernel
+
+
+def cpu_dispatcher(capability=(9, 0), **options) -> Dispatcher:
+    return Dispatcher(StandInCache(), StandInDevices(capability, 132), **options)
+
+
+def matmul(d, a, b, out=None, out_dtype=None, accumulate=F32, backend="auto", config=None):
+    return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config)
+
+
+def reference(a, b, dtype=F16):
+    return torch.matmul(a.double(), b.double()).to(dtype)
+
+
+LAYOUTS = [
+    # (a shape, b shape, a column-major, b column-major, out given)
+    ((64, 32), (32, 48), False, False, False),
+    ((64, 32), (32, 48), True, True, True),
+    ((37, 29), (29, 13), False, True, True),  # ragged: copies on the way in and out
+    ((3, 16, 24), (24, 40), False, False, False),  # folds into one (48, 24) @ (24, 40)
+    ((16, 24), (3, 24, 40), False, True, True),  # a broadcast: materialized per batch
+    ((2, 16, 8), (2, 8, 16), True, False, True),
+]
