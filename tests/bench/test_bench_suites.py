@@ -82,6 +82,46 @@ def test_suite_rejects_unknown_names_and_misplaced_overrides():
         suites.suite("llm", models=("405b",))
 
 
+def test_models_suite_is_the_seeded_draw_of_layer_gemms():
+    from wsgemm.bench import models
+
+    shapes = suites.suite("models", seed=4, count=30)
+    drawn = models.draw(4, count=30)
+    assert [(s.m, s.n, s.k, s.label, s.group) for s in shapes] == [
+        (d.tokens, d.n, d.k, d.label, d.family) for d in drawn
+    ]
+    assert len({s.label for s in shapes}) == len(shapes)
+    assert all(s.layout == "" for s in shapes)  # the run's --layout: TN unless told otherwise
+    assert [s.label for s in suites.suite("models", seed=4, count=30)] == [s.label for s in shapes]
+    assert [s.label for s in suites.suite("models", seed=5, count=30)] != [s.label for s in shapes]
+    assert len(suites.suite("models")) == models.DEFAULT_COUNT
+
+
+def test_models_suite_keeps_the_draws_of_the_runs_dtype():
+    from wsgemm.bench import models
+
+    drawn = models.draw(2, families=("olmoe",), count=40)
+    for dtype in models.DTYPES:
+        shapes = suites.suite("models", seed=2, families=("olmoe",), count=40, dtype=dtype)
+        assert [s.label for s in shapes] == [d.label for d in drawn if d.dtype == dtype]
+        assert {s.group for s in shapes} == {"olmoe"}
+    first = drawn[0]
+    other = next(d for d in models.DTYPES if d != first.dtype)
+    with pytest.raises(ValueError, match=f"have none in {other}"):
+        suites.suite("models", seed=2, families=("olmoe",), count=1, dtype=other)
+
+
+def test_models_suite_options_belong_to_it():
+    with pytest.raises(ValueError, match="apply to the models suite, not 'square'"):
+        suites.suite("square", families=("yi",))
+    with pytest.raises(ValueError, match="apply to the models suite, not 'llm'"):
+        suites.suite("llm", count=3)
+    with pytest.raises(ValueError, match="llm and decode suites, not 'models'"):
+        suites.suite("models", tokens=(1,))
+    with pytest.raises(ValueError, match="unknown model family 'gpt'; choose from llama3"):
+        suites.suite("models", families=("gpt",))
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [

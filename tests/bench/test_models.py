@@ -1,11 +1,13 @@
-"""The public-model table, its layer GEMMs under tensor parallelism and the seeded draw (CPU
-only)."""
+"""The public-model table, its layer GEMMs under tensor parallelism, the seeded draw and the
+``--suite models`` options (CPU only)."""
 
+import argparse
 import math
 
 import pytest
+import torch
 
-from wsgemm.bench import models
+from wsgemm.bench import cli, models
 from wsgemm.bench.models import BY_NAME, MODELS, Model, draw, gemms
 
 
@@ -226,3 +228,63 @@ def test_families_filter_and_ignore_their_order():
 def test_draw_rejects_bad_arguments(families, count, message):
     with pytest.raises(ValueError, match=message):
         draw(0, families, count)
+
+
+# ---------------------------------------------------------------- python -m wsgemm bench
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_cli_plans_a_draw_without_a_gpu():
+    args = parse("--suite", "models", "--seed", "3", "--families", "yi, olmoe", "--count", "40")
+    shapes, options, suite = cli._plan(args)
+    assert suite == "models" and options.seed == 3 and options.dtype == "fp16"
+    expected = [d for d in draw(3, ("yi", "olmoe"), 40) if d.dtype == "fp16"]
+    assert [(s.label, s.m, s.n, s.k, s.group) for s in shapes] == [
+        (d.label, d.m, d.n, d.k, d.family) for d in expected
+    ]
+    assert all(s.layout == "" for s in shapes) and options.layout == "TN"
+
+
+def test_the_fp16_and_bf16_runs_of_a_seed_measure_the_whole_draw():
+    labels = {}
+    for dtype in models.DTYPES:
+        shapes, _, _ = cli._plan(parse("--suite", "models", "--seed", "9", "--dtype", dtype))
+        labels[dtype] = [s.label for s in shapes]
+    assert not set(labels["fp16"]) & set(labels["bf16"])
+    drawn = draw(9)
+    assert sorted(labels["fp16"] + labels["bf16"]) == sorted(d.label for d in drawn)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "models", "--families", "yi,gpt"], "choose from llama3, qwen2.5"),
+        (["--suite", "square", "--families", "yi"], "apply to the models suite"),
+        (["--suite", "llm", "--count", "5"], "apply to the models suite"),
+        (["--shapes", "1,2,3", "--count", "5"], "not --shapes"),
+        (["--suite", "models", "--models", "8b"], "llm and decode"),
+    ],
+)
+def test_cli_reports_bad_models_options_as_usage_errors(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # usage errors come first
+    assert cli.run(parse(*argv)) == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("count", ["0", "-3", "x", str(models.MAX_COUNT + 1)])
+def test_parser_rejects_a_bad_count(count, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse("--suite", "models", "--count", count)
+    assert exc.value.code == 2
+
+
+def test_without_a_gpu_the_models_suite_plans_then_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ("--suite", "models", "--seed", "3", "--families", ",".join(models.FIT_FAMILIES))
+    assert cli.run(parse(*argv)) == cli.EXIT_NO_GPU
+    assert "no CUDA GPU" in capsys.readouterr().err

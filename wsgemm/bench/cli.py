@@ -12,7 +12,7 @@ import math
 import re
 import sys
 
-from . import suites
+from . import models, suites
 from .backends import SELECTABLE
 from .layouts import LAYOUTS
 from .runner import (
@@ -65,6 +65,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"models for the llm/decode suites ({', '.join(suites.MODELS)})",
     )
     what.add_argument(
+        "--families",
+        metavar="NAME,...",
+        help=f"model families for the models suite ({', '.join(models.FAMILIES)}; "
+        f"default: all; fit: {','.join(models.FIT_FAMILIES)}; "
+        f"held out: {','.join(models.HELDOUT_FAMILIES)})",
+    )
+    what.add_argument(
+        "--count",
+        type=bounded_int(1, models.MAX_COUNT),
+        help=f"problems the models suite draws, both dtypes (default {models.DEFAULT_COUNT}); "
+        "a run measures those drawn in its --dtype",
+    )
+    what.add_argument(
         "--host-overhead",
         action="store_true",
         help="instead of GEMM speed: host time per call, torch.mm vs wsgemm.matmul on 64x64 "
@@ -106,7 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--min-reps", type=reps, default=3, help="fewest calls a measurement")
     how.add_argument("--max-reps", type=reps, default=100, help="most calls a measurement")
     how.add_argument(
-        "--seed", type=bounded_int(0, SEED_LIMIT - 1), default=0, help="seed of the randn operands"
+        "--seed",
+        type=bounded_int(0, SEED_LIMIT - 1),
+        default=0,
+        help="seed of the randn operands, and of the models suite's draw",
     )
     how.add_argument("--device", default="cuda", help="CUDA device (default: cuda)")
     out = parser.add_argument_group("output")
@@ -166,14 +182,25 @@ def _selection(text: str) -> list[str]:
 def _plan(args) -> tuple[list, Options, str]:
     quick = getattr(args, "quick", False)
     tokens = suites.parse_int_list(args.tokens) if args.tokens else None
-    models = tuple(m.strip() for m in args.models.split(",") if m.strip()) if args.models else None
+    names = _names(args.models)
+    families = _names(args.families)
     if args.shapes:
-        if tokens or models:
+        if tokens or names:
             raise ValueError("--tokens/--models apply to the llm and decode suites, not --shapes")
+        if families is not None or args.count is not None:
+            raise ValueError("--families/--count apply to the models suite, not --shapes")
         shapes, suite_name = suites.parse_shapes(args.shapes), "custom"
     else:
         suite_name = QUICK["suite"] if quick else (args.suite or "square")
-        shapes = suites.suite(suite_name, tokens=tokens, models=models)
+        shapes = suites.suite(
+            suite_name,
+            tokens=tokens,
+            models=names,
+            seed=args.seed,
+            families=families,
+            count=args.count,
+            dtype=args.dtype,
+        )
     options = Options(
         dtype=args.dtype,
         accumulate=args.accumulate,
@@ -185,6 +212,11 @@ def _plan(args) -> tuple[list, Options, str]:
         seed=args.seed,
     )
     return shapes, options, suite_name
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    """A comma-separated option's names (None when the option is not given)."""
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else None
 
 
 def _no_gpu_reason(device: str) -> str | None:

@@ -2,7 +2,8 @@
 
 A shape is a GEMM ``C[M, N] = A[M, K] @ B[K, N]``. For transformer layers M is the number of
 tokens, N the layer's output features and K its input features (``x @ W.T`` with ``W`` of shape
-``(N, K)``), so the weights are the K-major B of the ``TN`` layout.
+``(N, K)``), so the weights are the K-major B of the ``TN`` layout. The ``models`` suite draws such
+layer GEMMs from public models' configs (models.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from .layouts import LAYOUTS
+from .models import DEFAULT_COUNT, draw
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,27 @@ def quick() -> list[Shape]:
     ]
 
 
-SUITES = ("square", "llm", "decode", "ragged", "midsize", "quick")
+def drawn(
+    seed: int = 0,
+    families: tuple[str, ...] | None = None,
+    count: int = DEFAULT_COUNT,
+    dtype: str | None = None,
+) -> list[Shape]:
+    """The ``models`` suite: ``models.draw(seed, families, count)`` as shapes grouped by family,
+    keeping only the draws of ``dtype`` when one is given: a run has one dtype, so the fp16 and
+    the bf16 run of one seed measure the whole draw between them, each problem in the dtype it
+    was drawn with."""
+    shapes = [
+        Shape(d.m, d.n, d.k, label=d.label, group=d.family)
+        for d in draw(seed, families, count)
+        if dtype is None or d.dtype == dtype
+    ]
+    if not shapes:
+        raise ValueError(f"the {count} problems drawn with seed {seed} have none in {dtype}")
+    return shapes
+
+
+SUITES = ("square", "llm", "decode", "ragged", "midsize", "quick", "models")
 
 
 def suite(
@@ -177,15 +199,24 @@ def suite(
     *,
     tokens: tuple[int, ...] | None = None,
     models: tuple[str, ...] | None = None,
+    seed: int = 0,
+    families: tuple[str, ...] | None = None,
+    count: int | None = None,
+    dtype: str | None = None,
 ) -> list[Shape]:
-    """The shapes of suite ``name``; ``tokens``/``models`` override the LLM suites' defaults."""
+    """The shapes of suite ``name``; ``tokens``/``models`` override the LLM suites' defaults,
+    ``seed``, ``families``, ``count`` and ``dtype`` pick the models suite's draw (``drawn``)."""
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
+    if name != "models" and (families is not None or count is not None):
+        raise ValueError(f"--families and --count apply to the models suite, not {name!r}")
     if name in ("llm", "decode"):
         default = LLM_TOKENS if name == "llm" else DECODE_TOKENS
         return llm(tokens or default, models or tuple(MODELS))
     if tokens or models:
         raise ValueError(f"--tokens and --models apply to the llm and decode suites, not {name!r}")
+    if name == "models":
+        return drawn(seed, families, DEFAULT_COUNT if count is None else count, dtype)
     return {"square": square, "ragged": ragged, "midsize": midsize, "quick": quick}[name]()
 
 
