@@ -158,11 +158,11 @@ def test_gemms_rejects_an_unknown_tp():
 # The first draws of seed 0: the draw must not move under anyone's feet, since a held-out
 # report names its seed (docs/benchmarking.md).
 SEED_0 = [
-    ("gemma-2-9b", "gate_up", 1, 11719, "bf16", 28672, 3584),
-    ("gemma-2-9b", "gate_up", 8, 287, "fp16", 3584, 3584),
-    ("deepseek-v3", "down", 4, 1532, "bf16", 7168, 4608),
-    ("deepseek-v3", "gate_up", 4, 1190, "bf16", 9216, 7168),
-    ("phi-4", "gate_up", 1, 67, "fp16", 35840, 5120),
+    ("olmo-2-32b", "o", 2, 142, "fp16", 5120, 2560),
+    ("olmo-2-7b", "gate_up", 2, 6717, "bf16", 11008, 4096),
+    ("qwen3-235b-a22b", "o", 4, 6824, "bf16", 4096, 2048),
+    ("olmo-2-32b", "down", 2, 6139, "bf16", 5120, 13824),
+    ("gemma-2-2b", "down", 2, 7044, "bf16", 2304, 4608),
 ]
 
 

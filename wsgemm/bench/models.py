@@ -350,8 +350,9 @@ def draw(
     at least one GEMM, one of the GEMMs, a log-uniform token count in [1, MAX_TOKENS] and a
     dtype. ``families`` (None: all) only filters: the same set in any order draws the same.
 
-    Reproducible for a seed: the Mersenne Twister and its ``choice`` are the same across
-    Python versions, and nothing depends on set or hash order."""
+    Reproducible for a seed: every choice comes from ``Random.random()``, the one part of the
+    random module Python promises to keep across versions (``choice`` and ``uniform`` may
+    change), and nothing depends on set or hash order."""
     if not (isinstance(count, int) and 1 <= count <= MAX_COUNT):
         raise ValueError(f"count must be an int in [1, {MAX_COUNT}], got {count!r}")
     chosen = family_models(families)
@@ -361,11 +362,11 @@ def draw(
     out: list[Draw] = []
     seen = set()
     while len(out) < count:
-        model = rng.choice(by_family[rng.choice(names)])
-        tp = rng.choice([tp for tp in TP_DEGREES if gemms(model, tp)])
-        gemm = rng.choice(gemms(model, tp))
+        model = _pick(rng, by_family[_pick(rng, names)])
+        tp = _pick(rng, [tp for tp in TP_DEGREES if gemms(model, tp)])
+        gemm = _pick(rng, gemms(model, tp))
         tokens = _log_uniform_tokens(rng)
-        dtype = rng.choice(DTYPES)
+        dtype = _pick(rng, DTYPES)
         key = (model.name, gemm.layer, tp, tokens, dtype)
         if key in seen:  # a repeat would be measured twice under one label
             continue
@@ -374,7 +375,13 @@ def draw(
     return out
 
 
+def _pick(rng: random.Random, items):
+    """One of ``items``, uniformly, from ``rng.random()`` alone (the min: ``random() * n`` can
+    round up to n)."""
+    return items[min(len(items) - 1, int(rng.random() * len(items)))]
+
+
 def _log_uniform_tokens(rng: random.Random) -> int:
-    """floor(exp(U(0, ln(MAX_TOKENS + 1)))): each t in [1, MAX_TOKENS] with probability
-    ln((t + 1) / t) / ln(MAX_TOKENS + 1), the discrete log-uniform law."""
-    return min(MAX_TOKENS, int(math.exp(rng.uniform(0.0, math.log(MAX_TOKENS + 1)))))
+    """floor(exp(U * ln(MAX_TOKENS + 1))), U uniform in [0, 1): each t in [1, MAX_TOKENS]
+    with probability ln((t + 1) / t) / ln(MAX_TOKENS + 1), the discrete log-uniform law."""
+    return min(MAX_TOKENS, int(math.exp(rng.random() * math.log(MAX_TOKENS + 1))))
