@@ -105,6 +105,13 @@ def _arrows():
             yield source, target
 
 
+def test_every_folder_of_the_package_is_a_package():
+    """A folder without ``__init__.py`` would be a namespace package: no room docstring, and
+    its modules' names would not resolve as this test reads them."""
+    folders = {p.parent for p in PACKAGE.rglob("*.py")}
+    assert sorted(str(f) for f in folders if not (f / "__init__.py").exists()) == []
+
+
 def test_every_module_is_in_a_room():
     assert [m for m in MODULES if m != "wsgemm" and not room(m)] == []
 

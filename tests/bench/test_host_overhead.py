@@ -66,11 +66,23 @@ def test_shipped_config_is_what_a_named_backend_runs(backend, accumulate, acc_na
     [
         (("auto",), "name a backend"),
         (("cublas",), "backend='cublas' is not a wsgemm backend"),
-        (("sm90", torch.bfloat16), "accumulate=torch.bfloat16; allowed"),
+        (("sm90", torch.bfloat16), "accumulate=torch.bfloat16 is not allowed; allowed"),
     ],
 )
 def test_shipped_config_refuses_what_has_none(args, words):
     with pytest.raises(ValueError, match=words):
+        api.shipped_config(*args)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ((None,), "backend must be a str, got NoneType"),
+        (("sm90", "fp32"), "accumulate must be a torch.dtype, got str"),
+    ],
+)
+def test_shipped_config_refuses_wrong_kinds_as_matmul_does(args, words):
+    with pytest.raises(TypeError, match=words):
         api.shipped_config(*args)
 
 

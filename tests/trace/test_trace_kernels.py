@@ -30,9 +30,9 @@ import pytest
 import torch
 from sass_checks import assert_clean
 
-from wsgemm import host, sass
+import wsgemm.tracing
+from wsgemm import host, sass, support
 from wsgemm import inspection as insp
-from wsgemm import tracing as timeline
 from wsgemm.kernels.common.address import SIZE_AND_STRIDE_NAMES
 from wsgemm.trace_format import (
     EVENT_WORDS,
@@ -43,7 +43,7 @@ from wsgemm.trace_format import (
     Role,
     Timer,
 )
-from wsgemm.tracing import plan as tracing
+from wsgemm.tracing import plan as trace_plan
 
 TIMER_READS = re.compile(r"SR_GLOBALTIMER|SR_CLOCK")
 TRACED = {
@@ -70,7 +70,7 @@ def traced_report():
 
     def get(variant):
         if variant not in done:
-            fn = tracing.compile_traced(variant, keep=True)
+            fn = trace_plan.compile_traced(variant, keep=True)
             done[variant] = (fn, insp.inspect_variant(variant, fn))
         return done[variant]
 
@@ -255,7 +255,7 @@ def _hooks_compiled_out(variant):
         assert deleted > 10, f"{variant.backend}: only {deleted} hook statements in {hooked}"
         dtypes = (variant.ab_dtype, variant.c_dtype, variant.acc_dtype)
         kernel = getattr(module, backend.cls)(
-            variant.kernel_config(), *map(host.cutlass_dtype, dtypes), gpu_arch=variant.arch
+            variant.kernel_config(), *map(support.cutlass_dtype, dtypes), gpu_arch=variant.arch
         )
         args = host.fake_arguments(variant)
         fn = host.compiling.compile.compile_entry(kernel, args, variant.arch, keep=True)
@@ -400,11 +400,11 @@ def test_lanes_loops_write_from_the_writer_lanes_state(method):
 
 def test_plan_traces_every_sm90_cta_with_room_for_every_event():
     config = host.BACKENDS["sm90"].config()
-    p = tracing.plan_trace("sm90", config, (4096, 4096, 4096, 1), 132)
+    p = trace_plan.plan_trace("sm90", config, (4096, 4096, 4096, 1), 132)
     # 32 x 16 tiles in 2x1 clusters: 256 cluster tiles over 66 clusters
     assert (p.ctas_launched, p.ctas_traced, p.recorders_per_cta) == (132, 132, 3)
     assert p.tiles_per_cta == 4 and p.k_tiles == 64
-    consumer_events = 4 * (6 * 64 + tracing.EVENTS_PER_TILE) + tracing.EVENTS_PER_RECORDER
+    consumer_events = 4 * (6 * 64 + trace_plan.EVENTS_PER_TILE) + trace_plan.EVENTS_PER_RECORDER
     assert p.capacity == consumer_events
     assert p.words % 8 == 0 and p.recorders == 396
     assert p.nbytes == 396 * (HEADER_WORDS + p.capacity * EVENT_WORDS) * 4
@@ -416,11 +416,11 @@ def test_plan_counts_split_k_units_and_their_fix_ups():
     e = choosing.entry("swap-pingpong-64x16x128-c1x1")
     config = e.variant_config(split=True)
     # the kernel's problem: N=4096 weights rows (M here), 16 tokens, K=14336: 64 tiles x 2 splits
-    p = tracing.plan_trace("sm90-pingpong", config, (4096, 16, 14336, 1), 132, split=2)
+    p = trace_plan.plan_trace("sm90-pingpong", config, (4096, 16, 14336, 1), 132, split=2)
     # K = 14336 is 112 k-tiles of 128, 56 per split
     assert p.ctas_launched == 128 and p.tiles_per_cta == 1 and p.k_tiles == 112
-    per_unit = 6 * 56 + tracing.EVENTS_PER_TILE + tracing.EVENTS_PER_FIXUP
-    assert p.capacity == per_unit + tracing.EVENTS_PER_RECORDER
+    per_unit = 6 * 56 + trace_plan.EVENTS_PER_TILE + trace_plan.EVENTS_PER_FIXUP
+    assert p.capacity == per_unit + trace_plan.EVENTS_PER_RECORDER
 
 
 def test_a_traced_split_k_variant_compiles_spill_free(traced_report):
@@ -435,21 +435,21 @@ def test_a_traced_split_k_variant_compiles_spill_free(traced_report):
 
 def test_plan_caps_the_buffer_and_samples_the_sm80_grid():
     config = host.BACKENDS["sm80"].config()
-    p = tracing.plan_trace("sm80", config, (16384, 16384, 1 << 20, 1), 132)
+    p = trace_plan.plan_trace("sm80", config, (16384, 16384, 1 << 20, 1), 132)
     assert p.ctas_launched == 128 * 128 and p.ctas_traced == 2 * 132
     assert p.recorders_per_cta == 5  # a producer warp and four MMA warps
-    assert p.nbytes <= tracing.MAX_BUFFER_BYTES
+    assert p.nbytes <= trace_plan.MAX_BUFFER_BYTES
     assert p.capacity < 6 * p.k_tiles  # capped: the overflow is counted, not written
-    small = tracing.plan_trace("sm80", config, (100, 100, 100, 1), 132, max_ctas=1)
-    assert small.ctas_traced == 1 and small.capacity >= 6 * 2 + tracing.EVENTS_PER_TILE
-    assert tracing.plan_trace("sm80", config, (1, 1, 1, 1), 132, capacity=7).capacity == 7
+    small = trace_plan.plan_trace("sm80", config, (100, 100, 100, 1), 132, max_ctas=1)
+    assert small.ctas_traced == 1 and small.capacity >= 6 * 2 + trace_plan.EVENTS_PER_TILE
+    assert trace_plan.plan_trace("sm80", config, (1, 1, 1, 1), 132, capacity=7).capacity == 7
 
 
 @pytest.mark.parametrize("bad", [0, -3, 1.5, True, "10"])
 def test_plan_rejects_a_bad_capacity(bad):
     config = host.BACKENDS["sm80"].config()
     with pytest.raises(ValueError, match="capacity"):
-        tracing.plan_trace("sm80", config, (64, 64, 64, 1), 132, capacity=bad)
+        trace_plan.plan_trace("sm80", config, (64, 64, 64, 1), 132, capacity=bad)
 
 
 def test_record_without_a_gpu_says_so():
@@ -526,7 +526,7 @@ META = dict(
 def _check(buffer):
     """The one consistency checker (``wsgemm.tracing.check``) on a simulated recording."""
     capacity = (buffer.shape[1] - HEADER_WORDS) // EVENT_WORDS
-    return timeline.check(RawTrace(buffer, dict(META, capacity=capacity)))
+    return wsgemm.tracing.check(RawTrace(buffer, dict(META, capacity=capacity)))
 
 
 def test_checker_passes_a_consistent_recording():

@@ -25,7 +25,15 @@ from .. import host
 from ..host.dispatch import DISPATCHER, Dispatcher, StandInDevices
 from . import dispatch
 from .plan import batched, plan
-from .validate import ACC_DTYPES, Problem, check_backend, validate
+from .validate import (
+    ACC_DTYPES,
+    Problem,
+    check_accumulate_kind,
+    check_backend,
+    check_backend_kind,
+    dtype_list,
+    validate,
+)
 
 __all__ = [
     "DISPATCHER",
@@ -104,14 +112,18 @@ def available_backends(device=None) -> list[str]:
 def shipped_config(backend: str, accumulate=torch.float32):
     """The config ``matmul(..., backend=backend, accumulate=accumulate)`` runs, a frozen
     dataclass: the base a tuning run changes fields of and passes as ``config=``."""
+    check_backend_kind(backend)
     check_backend(backend)
+    check_accumulate_kind(accumulate)
     if backend == "auto":
         raise ValueError(
             "backend='auto' picks a config per shape (explain says which); "
             f"name a backend: {', '.join(host.BACKENDS)}"
         )
     if accumulate not in ACC_DTYPES:
-        raise ValueError(f"accumulate={accumulate}; allowed: {', '.join(map(str, ACC_DTYPES))}")
+        raise ValueError(
+            f"accumulate={accumulate} is not allowed; allowed: {dtype_list(ACC_DTYPES)}"
+        )
     return host.BACKENDS[backend].config(ACC_DTYPES[accumulate])
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import host
+from ..support import VECTOR_BYTES
 
 
 def _vector(dtype: torch.dtype) -> int:
-    return host.VECTOR_BYTES // dtype.itemsize
+    return VECTOR_BYTES // dtype.itemsize
 
 
 def _round_up(x: int, m: int) -> int:
@@ -43,8 +43,8 @@ def _view_or_refusal(
     """``_kernel_view``'s search: the view, or why there is none, from the first mode with
     unit stride that failed (``{0}``/``{1}`` stand for the rows' and columns' names)."""
     vec = _vector(t.dtype)
-    if t.data_ptr() % host.VECTOR_BYTES:
-        return f"its address is not {host.VECTOR_BYTES}-byte aligned"
+    if t.data_ptr() % VECTOR_BYTES:
+        return f"its address is not {VECTOR_BYTES}-byte aligned"
     rows, cols, batch = t.shape
     refusal = None
     for major in majors:  # by default the K-major / row-major reading when both fit
@@ -60,8 +60,7 @@ def _view_or_refusal(
             continue
         if need_extent and t.shape[major] % vec:
             refusal = refusal or (
-                f"cp.async kernels need its unit-stride mode in whole {host.VECTOR_BYTES}-byte "
-                "vectors"
+                f"cp.async kernels need its unit-stride mode in whole {VECTOR_BYTES}-byte vectors"
             )
             continue
         if batch == 1:
@@ -302,7 +301,7 @@ def _why(t: torch.Tensor, modes: str, need_extent: bool, padded: bool, majors) -
     padded extents (``padded``: ``plan`` does not look for a view), else ``_kernel_view``'s
     own refusal."""
     if padded:
-        return f"cp.async kernels need K (and N) in whole {host.VECTOR_BYTES}-byte vectors"
+        return f"cp.async kernels need K (and N) in whole {VECTOR_BYTES}-byte vectors"
     return _view_or_refusal(t, need_extent, majors).format(*modes)
 
 

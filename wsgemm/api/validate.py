@@ -17,14 +17,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import host
+from .. import host, support
 from ..support import ACCUMULATOR_RULE, accumulator_allowed
 from .overlap import overlaps, repeats_elements
 
-# torch dtype -> the host's name for it (host.AB_DTYPES etc. are the one list of what is allowed)
-AB_DTYPES = {getattr(torch, name): name for name in host.AB_DTYPES}
-C_DTYPES = {getattr(torch, name): name for name in host.C_DTYPES}
-ACC_DTYPES = {getattr(torch, name): name for name in host.ACC_DTYPES}
+# torch dtype -> its name in the host's vocabulary (support.AB_DTYPES etc. are the one list of
+# what is allowed)
+AB_DTYPES = {getattr(torch, name): name for name in support.AB_DTYPES}
+C_DTYPES = {getattr(torch, name): name for name in support.C_DTYPES}
+ACC_DTYPES = {getattr(torch, name): name for name in support.ACC_DTYPES}
 
 
 def dtype_list(dtypes) -> str:
@@ -92,11 +93,19 @@ def check_kinds(a, b, out, out_dtype, accumulate, backend) -> None:
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    check_accumulate_kind(accumulate)
+    check_backend_kind(backend)
+
+
+def check_accumulate_kind(accumulate) -> None:
     if not isinstance(accumulate, torch.dtype):
         raise TypeError(
             f"accumulate must be a torch.dtype, got {type(accumulate).__name__}; "
             f"allowed: {dtype_list(ACC_DTYPES)}"
         )
+
+
+def check_backend_kind(backend) -> None:
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a str, got {type(backend).__name__}")
 

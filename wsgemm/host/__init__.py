@@ -1,16 +1,17 @@
-"""Host layer: the backend registry, compiling kernel variants, the compile caches, the sm90
-shape policy (``choosing``) and the ``Dispatcher`` (``dispatch``: device facts, the route of a
-problem, the kernel memo). The launch itself is ``wsgemm.api``'s.
+"""Host layer, in rooms: ``registry`` (the backends, ``Variant``), ``compiling/`` (compiling
+kernel variants, the compile caches), ``choosing/`` (which kernel ``auto`` runs: the sm90 menu,
+the measured table, the rules, autotuning) and the dispatcher core, ``dispatch`` (the
+``Dispatcher``: device facts, the route of a problem, the kernel memo) and ``workspace``
+(split-K's buffers). The launch itself is ``wsgemm.api``'s.
 
 A *variant* is everything a kernel is specialized on: backend (kernel class and config), target
 arch, dtypes and the operands' major modes. Problem sizes (M, N, K, L) and the non-unit strides
 are run-time values: a new shape never recompiles. Each variant is compiled once per process
 (an in-memory dict) and, across processes, once per machine (an on-disk cache keyed by the
-variant and a fingerprint of the kernel sources and toolchain versions: ``disk.py``; its entries
-load without the DSL where they hold a shared library: ``library.py``).
+variant and a fingerprint of the kernel sources and toolchain versions: ``compiling/disk.py``;
+its entries load without the DSL where they hold a shared library: ``compiling/library.py``).
 """
 
-from ..support import AB_DTYPES, ACC_DTYPES, C_DTYPES, ELEMENT_BYTES, VECTOR_BYTES, cutlass_dtype
 from .compiling.cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compiling.compile import compile_variant, fake_arguments, make_kernel
 from .compiling.warming import warm
@@ -26,13 +27,8 @@ from .registry import (
 )
 
 __all__ = [
-    "AB_DTYPES",
-    "ACC_DTYPES",
     "BACKENDS",
-    "C_DTYPES",
     "COMPILE_CACHE",
-    "ELEMENT_BYTES",
-    "VECTOR_BYTES",
     "Backend",
     "CacheError",
     "CompileCache",
@@ -41,7 +37,6 @@ __all__ = [
     "cache_dir",
     "cluster_size",
     "compile_variant",
-    "cutlass_dtype",
     "every_variant",
     "fake_arguments",
     "make_kernel",

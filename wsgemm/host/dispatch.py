@@ -29,7 +29,6 @@ import torch
 
 from ..support import MAX_GRID_DIM
 from . import choosing
-from .choosing import autotune as _autotune
 from .compiling.cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
 from .workspace import SemaphoreCache
@@ -192,7 +191,7 @@ class Dispatcher:
     @property
     def autotune(self) -> bool:
         """Whether ``auto`` tunes on this dispatcher (the argument, else ``WSGEMM_AUTOTUNE``)."""
-        return _autotune.requested() if self._autotune is None else self._autotune
+        return choosing.autotune_requested() if self._autotune is None else self._autotune
 
     def tuned_choice(self, device, problem, dtypes) -> choosing.Choice | None:
         """The tuned choice stored for this problem on this GPU model, or None (also when
@@ -200,7 +199,7 @@ class Dispatcher:
         if not self.autotune:
             return None
         m, n, k, batch, *_, sm_count, cc = self._policy_args(device, problem, dtypes)
-        return _autotune.tuned_choice(
+        return choosing.tuned_choice(
             self.tuned, self.devices.name(device), sm_count, cc, m, n, k, batch, dtypes,
             self.batch_invariant,
         )  # fmt: skip
@@ -228,7 +227,7 @@ class Dispatcher:
         if not times:
             return None
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
-        _autotune.remember(
+        choosing.remember(
             self.tuned, self.devices.name(device), sm_count, m, n, k, batch, dtypes,
             choosing.batch_invariant_requested(self.batch_invariant), times,
         )  # fmt: skip
@@ -338,7 +337,7 @@ class Dispatcher:
             count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
             if count > 1:
                 text += (
-                    f"\nautotune: on ({_autotune.ENV_AUTOTUNE}); the first call times these "
+                    f"\nautotune: on ({choosing.ENV_AUTOTUNE}); the first call times these "
                     f"{count} candidates and runs the fastest instead"
                 )
             return text

@@ -11,7 +11,8 @@ The names other rooms use are here. Importing the room imports neither torch nor
 policy runs in processes that never load them (the timing imports torch when it times).
 """
 
-from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore
+from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore, remember, tuned_choice
+from .autotune import requested as autotune_requested
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
 from .rules import (
     ENV_BATCH_INVARIANT,
@@ -40,6 +41,7 @@ __all__ = [
     "MenuEntry",
     "Table",
     "TunedStore",
+    "autotune_requested",
     "batch_invariant_requested",
     "candidates",
     "choose",
@@ -50,7 +52,9 @@ __all__ = [
     "load_table",
     "m_block",
     "menu_variants",
+    "remember",
     "split_candidates",
     "time_cuda",
     "tune",
+    "tuned_choice",
 ]

@@ -112,7 +112,7 @@ def make_g2s_copy(dtype, k_major: bool, num_threads: int, tile_mn: int, tile_k: 
         # Whole rows of the k-tile (64 or 128 bytes) per group of threads: one instruction reads
         # num_threads / along full rows. (Two threads per 64-byte row, a 32-byte sector each,
         # shares addresses between a thread's copies but doubles the lines an instruction
-        # touches: both kernels lost 10-30% on the H200, docs/perf.md entry 7.)
+        # touches: slower for both kernels, docs/perf.md entry 7.)
         along = tile_k // vec
         threads = cute.make_layout((num_threads // along, along), stride=(along, 1))
         values = cute.make_layout((1, vec))
