@@ -320,22 +320,27 @@ def _exported_signature(fn) -> str:
 
 @pytest.mark.parametrize("backend", host.shipped_backends())
 def test_call_signature_is_todays(backend):
-    params = list(inspect.signature(host.BACKENDS[backend].kernel_class().__call__).parameters)
-    base = ["self", "mA", "mB", "mC", "max_active_clusters", "stream", "raster_group"]
-    # sm90 kernels take split-K's launch values after the contract's six (kernels/__init__.py)
-    split = (
-        ["split_count", "workspace", "semaphores"]
-        if host.BACKENDS[backend].family == "sm90"
-        else []
-    )
-    assert params == base + split
-    traced = list(inspect.signature(host.BACKENDS[backend].kernel_class().traced).parameters)
-    assert traced == base + ["trace_buffer"] + split
+    """The three host entries (``kernels.base.GemmKernel``): the contract's arguments, then the
+    family's launch extras as a ``*launch`` tail (sm90: split-K's count and buffers)."""
+    cls = host.BACKENDS[backend].kernel_class()
+    base = ["self", "mA", "mB", "mC", "max_active_clusters", "stream", "raster_group", "launch"]
+    assert list(inspect.signature(cls.__call__).parameters) == base
+    traced = list(inspect.signature(cls.traced).parameters)
+    assert traced == [*base[:-1], "trace_buffer", "launch"]
     # the entry the host compiles: the operands as addresses, sizes and strides, then the same
     # launch arguments (kernels/common/address.py)
-    by_address = inspect.signature(host.BACKENDS[backend].kernel_class().by_address).parameters
+    by_address = inspect.signature(cls.by_address).parameters
     operands = ["majors", "token", "a", "b", "c", *SIZE_AND_STRIDE_NAMES]
-    assert list(by_address) == ["self", *operands, *base[4:], *split]
+    assert list(by_address) == ["self", *operands, *base[4:]]
+    assert by_address["launch"].kind is inspect.Parameter.VAR_POSITIONAL
+    split = ["split_count", "workspace", "semaphores"]
+    extras = split if host.BACKENDS[backend].family == "sm90" else []
+    assert [name for name, _ in cls.LAUNCH_EXTRAS] == extras
+    # what a kernel loaded from disk (or compiled here) is wrapped with: every run-time
+    # argument by name, the trailing ones with defaults
+    names, defaults = host.compiling.compile.launch_signature(host.Variant(backend, cls.arch))
+    assert list(names) == [*operands[1:], "max_active_clusters", "raster_group", *extras]
+    assert defaults == ((0, 1, None, None) if extras else (0,))
 
 
 def test_compiled_launch_signatures(compiled, traced_report):

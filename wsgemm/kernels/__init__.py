@@ -2,6 +2,8 @@
 as ``cute.Tensor``.
 
 * ``sm80/``: cp.async + mma.sync kernels for sm_80 and later (``specialized``, ``multistage``);
+* ``base.py``: ``GemmKernel``, the three host entries below (``__call__``, ``by_address``,
+  ``traced``) written once for every kernel class, each ending in the family's ``_call``;
 * ``sm90/``: the Hopper TMA + WGMMA persistent kernel (cooperative and ping-pong schedules;
   its split-K fix-up in ``split_k.py``, its traced loops in ``traced.py``);
 * ``common/``: what the families share (arrive counts, budgets, the mbarrier ring, the tile
@@ -23,8 +25,9 @@ nothing else) separates what is compiled from what is launched:
 
 **Launch arguments** (run-time values of the host entry; any value reuses the compiled code):
 
-* ``__call__(mA, mB, mC, max_active_clusters, stream, raster_group=0, split_count=1,
-  workspace=None, semaphores=None)`` is a ``@cute.jit``
+* ``__call__(mA, mB, mC, max_active_clusters, stream, raster_group, *launch)`` (``launch``:
+  the family's ``LAUNCH_EXTRAS``, sm90's ``split_count=1, workspace=None, semaphores=None``) is
+  a ``@cute.jit``
   method computing ``C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]`` (CuTe's convention: B is
   given as (N, K, L)):
 
@@ -44,16 +47,18 @@ nothing else) separates what is compiled from what is launched:
     walked down a column before the next one; 0 is the kernel's default. Others ignore it.
   - sm90 kernels only: ``split_count`` (``cutlass.Int32``, default 1), ``workspace`` and
     ``semaphores`` (tensors, default None): split-K's count and buffers, used only by a kernel
-    compiled to split (``Sm90Config.split_k != 1``; ``Sm90Gemm.__call__`` says what they must
+    compiled to split (``Sm90Config.split_k != 1``; ``Sm90Gemm._call`` says what they must
     hold). A stream-K kernel (``Sm90Config.stream_k``) takes the buffers and ignores the
     count (``Sm90Config.stream_k_workspace_elements`` sizes its workspace). Their compiled
     function takes them as run-time values.
 
   Every kernel takes the same first launch arguments, so the host calls them all alike; a
-  kernel's further trailing launch arguments have defaults (0 / None: off) that keep the call
-  ``fn(a, b, c, max_active_clusters)`` meaning what it meant, and ``fake_launch_extras()``
-  gives the host their compile-time stand-ins (none for the sm80 kernels). Python defaults
-  live only on a function compiled in this process; one loaded from disk gets them back from
+  family's further trailing launch arguments (``LAUNCH_EXTRAS``) have defaults (0 / None: off)
+  that keep the call ``fn(a, b, c, max_active_clusters)`` meaning what it meant, and
+  ``fake_launch_extras()`` gives the host a compile-time stand-in for each (none for the sm80
+  kernels). The entries carry no Python defaults (the DSL turns the ``*launch`` tail into
+  parameters without any, which no defaulted one may precede): every compiled function, loaded
+  from disk or compiled in this process, is wrapped with ``launch_defaults()`` by
   ``compiling.compile.wrap_launch``. (Swap-AB is a config field, ``Sm90Config.swap_ab``: the host
   passes the transposed problem, so it needs no launch argument.)
 

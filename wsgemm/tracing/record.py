@@ -124,7 +124,10 @@ def record(
             raise ValueError(f"N={n} takes several sm80 launches; a trace records one")
 
     num_sms = d.devices.sm_count(device)
-    split_args: tuple = ()
+    # the traced entry takes every launch argument after the buffer: the family's defaults
+    # (``LAUNCH_EXTRAS``) unless the call splits
+    extras = host.BACKENDS[route.backend].kernel_class().LAUNCH_EXTRAS
+    split_args: tuple = tuple(default for _, default in extras)
     if traced_split > 1:
         traced_split, words, count = split_buffer_sizes(kernel_config, traced_split, m, n, k, L)
         workspace = torch.empty(words, dtype=torch.float32, device=a.device)
@@ -145,7 +148,7 @@ def record(
             untraced, _ = d.kernel(
                 route.backend, device, p.dtype_names, launch.a_major, launch.b_major, route.config
             )
-            if split_args:
+            if traced_split > 1:
                 untraced = split_launcher(untraced, route.config, traced_split, d.semaphores)
             timing = {
                 "traced_us": median_us(

@@ -17,7 +17,13 @@ from pathlib import Path
 
 from ..registry import Variant
 from . import disk, fingerprint, library
-from .compile import compile_variant, launch_signature, operand_majors, wrap_launch
+from .compile import (
+    compile_variant,
+    launch_signature,
+    operand_majors,
+    with_launch_defaults,
+    wrap_launch,
+)
 
 log = logging.getLogger("wsgemm")
 
@@ -188,9 +194,12 @@ class CompileCache:
 
     @staticmethod
     def _load_or_compile(variant: Variant) -> Callable:
+        """The variant's address entry taking its launch defaults (``wrap_launch``), whether
+        loaded from the disk cache or compiled here (a compiled function takes every launch
+        argument: ``kernels.base``)."""
         cache = open_disk_cache()
         if cache is None:
-            return compile_logged(variant)
+            return with_launch_defaults(compile_logged(variant), variant)
         key = variant.key()
         loaded = cache.load(key)
         if loaded is None:
@@ -199,7 +208,7 @@ class CompileCache:
                 if loaded is None:
                     compiled = compile_logged(variant)
                     store(cache, variant, compiled)
-                    return compiled
+                    return with_launch_defaults(compiled, variant)
         log.debug("loaded %s from its %s", key, loaded.form)
         return wrap_launch(loaded.fn, loaded.launch)
 

@@ -123,18 +123,20 @@ def compile_entry(entry, args: tuple, arch: str, *, keep: bool = False):
 def launch_signature(variant: Variant) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The names of the compiled function's arguments (the kernel's ``by_address`` less
     ``stream``, which the compiled function takes from the environment, and the compile-time
-    ``majors``) and the defaults of the trailing ones. Imports the kernel class (and so the
-    DSL): asked when an entry is stored, which keeps it (``disk.Entry.launch``)."""
-    signature = inspect.signature(BACKENDS[variant.backend].kernel_class().by_address)
+    ``majors``; then the family's ``LAUNCH_EXTRAS``) and the defaults of the trailing ones.
+    Imports the kernel class (and so the DSL): asked when an entry is stored, which keeps it
+    (``disk.Entry.launch``), and when a function compiled here is wrapped."""
+    cls = BACKENDS[variant.backend].kernel_class()
     skip = ("self", "stream", "majors")
-    params = [p for p in signature.parameters.values() if p.name not in skip]
+    params = [
+        p
+        for p in inspect.signature(cls.by_address).parameters.values()
+        if p.name not in skip and p.kind is not inspect.Parameter.VAR_POSITIONAL
+    ]
+    names = (*(p.name for p in params), *(name for name, _ in cls.LAUNCH_EXTRAS))
     # ints (raster group, split count) and None (split-K's buffers of an unsplit kernel)
-    defaults = tuple(
-        None if p.default is None else int(p.default)
-        for p in params
-        if p.default is not inspect.Parameter.empty
-    )
-    return tuple(p.name for p in params), defaults
+    defaults = tuple(None if d is None else int(d) for d in cls.launch_defaults())
+    return names, defaults
 
 
 def wrap_launch(fn, launch: tuple[tuple[str, ...], tuple[int, ...]]):

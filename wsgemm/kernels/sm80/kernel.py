@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from wsgemm.kernels.common import address, trace
+from wsgemm.kernels.base import GemmKernel
+from wsgemm.kernels.common import trace
 from wsgemm.kernels.sm80.config import BUFFER_ALIGN_BYTES, MIN_ARCH_MAJOR, Sm80Config, smem_bytes
 from wsgemm.kernels.sm80.epilogue import store_accumulators
 from wsgemm.kernels.sm80.plan import Sm80Plan, check_operands, make_plan
@@ -36,7 +36,7 @@ def _slice_mode(t: cute.Tensor, mode: int, first, width) -> cute.Tensor:
     return cute.make_tensor(base, cute.make_layout(shape, stride=t.stride))
 
 
-class Sm80Kernel:
+class Sm80Kernel(GemmKernel):
     """The sm80 family's host side and epilogue. Each kernel class sets ``name`` and ``threads``
     (and ``load_threads`` when not every thread loads), and writes its device entry ``kernel``
     (a ``@cute.kernel`` taking ``(mA, mB, mC, plan)``) and its ``load`` / ``mma`` roles."""
@@ -77,88 +77,28 @@ class Sm80Kernel:
         """Threads that issue the cp.async copies (all of them, or the producer warps)."""
         return self.threads
 
-    def fake_launch_extras(self) -> tuple:
-        """No launch arguments after ``raster_group`` (the package docstring's contract)."""
-        return ()
-
-    @cute.jit
-    def __call__(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        max_active_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-        raster_group: cutlass.Int32 = 0,
-    ):
-        """The host entry: check the operands, build the static plan, launch one CTA per
-        (tile_m, tile_n) output tile and batch (grid x: m, y: n, z: batch) with the config's
-        shared memory and launch bounds; past 65535 n tiles, one launch per column slice.
-        The launch arguments of persistent kernels (``max_active_clusters``,
-        ``raster_group``) are accepted and unused."""
-        self._call(mA, mB, mC, stream, None)
-
-    @cute.jit
-    def by_address(
-        self,
-        majors: cutlass.Constexpr,
-        token: cute.Tensor,
-        a: cute.Pointer,
-        b: cute.Pointer,
-        c: cute.Pointer,
-        m: cutlass.Int64,
-        n: cutlass.Int64,
-        k: cutlass.Int64,
-        l: cutlass.Int64,  # noqa: E741
-        a_ld: cutlass.Int64,
-        a_batch: cutlass.Int64,
-        b_ld: cutlass.Int64,
-        b_batch: cutlass.Int64,
-        c_ld: cutlass.Int64,
-        c_batch: cutlass.Int64,
-        max_active_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-        raster_group: cutlass.Int32 = 0,
-    ):
-        """``__call__`` with the operands at addresses ``a``, ``b``, ``c`` (the entry the host
-        compiles: ``common.address``); ``majors`` (compile time) is (A's, B's, C's) major mode,
-        ``token`` any tensor on the device (it names the device and so the stream)."""
-        mA, mB, mC = address.operands(
-            majors, a, b, c, m, n, k, l, a_ld, a_batch, b_ld, b_batch, c_ld, c_batch
-        )
-        self._call(mA, mB, mC, stream, None)
-
-    @cute.jit
-    def traced(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        max_active_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-        raster_group: cutlass.Int32,
-        trace_buffer: cute.Tensor,
-    ):
-        """``__call__`` of a kernel built with ``trace=True``, recording into ``trace_buffer``
-        (int32, (recorders, words), ``trace_format``): row ``cta * warps + w`` is warp w's
-        of the CTA with linear index ``cta`` (grid x fastest); CTAs past the rows record
-        nothing. One launch only: the host traces no C wider than ``launch_columns``.
-
-        The recorders' shared slots go in front of the A/B buffer, in the slack its 1 KiB
-        alignment leaves (``smem_bytes``), so the traced kernel has the same budget."""
+    def check_traced(self) -> None:
+        """The recorders' shared slots go in front of the A/B buffer, in the slack its 1 KiB
+        alignment leaves (``smem_bytes``), so the traced kernel has the same budget. A traced
+        sm80 kernel records row ``cta * warps + w`` for warp w of the CTA with linear index
+        ``cta`` (grid x fastest); CTAs past the rows record nothing. One launch only: the host
+        traces no C wider than ``launch_columns``."""
         front = self.shared_memory_bytes() - smem_bytes(
             self.config, self.ab_dtype, self.c_dtype, barrier_stages=0
         )
         slots = 4 * trace.slot_words(self.threads // WARP_SIZE)
-        if cutlass.const_expr(front + slots > BUFFER_ALIGN_BYTES):
+        if front + slots > BUFFER_ALIGN_BYTES:
             raise ValueError(
                 f"{front} bytes of barriers and {slots} of trace slots do not fit in the "
                 f"{BUFFER_ALIGN_BYTES}-byte alignment slack before the shared buffer"
             )
-        self._call(mA, mB, mC, stream, trace_buffer)
 
     @cute.jit
-    def _call(self, mA, mB, mC, stream, trace_buffer):
+    def _call(self, mA, mB, mC, max_active_clusters, stream, raster_group, launch, trace_buffer):
+        """One CTA per (tile_m, tile_n) output tile and batch (grid x: m, y: n, z: batch) with
+        the config's shared memory and launch bounds; past 65535 n tiles, one launch per column
+        slice. The persistent kernels' launch arguments (``max_active_clusters``,
+        ``raster_group``) are accepted and unused; there are no others."""
         trace.check_entry(self.trace, trace_buffer)
         check_operands(mA, mB, mC, self.ab_dtype, self.c_dtype)
         c = self.config

@@ -76,7 +76,7 @@ class Sm90Config:
     consumer warpgroups on one tile, half its rows each: one 64-row WGMMA band of a 128-row
     tile, two of a 256-row one) or "pingpong" (each warpgroup owns whole tiles, alternating).
     Every field changes the compiled code; the raster group, which does not, is a launch
-    argument (``Sm90Gemm.__call__``; :data:`DEFAULT_RASTER_GROUP`).
+    argument (``Sm90Gemm._call``; :data:`DEFAULT_RASTER_GROUP`).
 
     ``split_k``: split-K inside the kernel. 1 (the default, every shipped config): the kernel
     has no split path, and compiles to the code it had before split-K existed. Any other value

@@ -13,13 +13,14 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Int32, Int64, const_expr
+from cutlass import Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from wsgemm.kernels.common import address, trace
+from wsgemm.kernels.base import GemmKernel
+from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
@@ -170,7 +171,7 @@ class _TileEpilogue:
     tRS_rD_out: Any  # (R2S, R2S_M, R2S_N) C's dtype
 
 
-class Sm90Gemm(TracedLoops):
+class Sm90Gemm(TracedLoops, GemmKernel):
     """Persistent warp-specialized GEMM for Hopper: TMA -> smem ring -> WGMMA -> TMA store.
 
     Roles (384 threads, three warpgroups):
@@ -222,6 +223,8 @@ class Sm90Gemm(TracedLoops):
     name = "sm90"
     arch = "sm_90a"
     needs_vector_extent = False
+    # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
+    LAUNCH_EXTRAS = (("split_count", 1), ("workspace", None), ("semaphores", None))
 
     def __init__(
         self,
@@ -275,11 +278,11 @@ class Sm90Gemm(TracedLoops):
         return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
 
     def fake_launch_extras(self) -> tuple:
-        """Compile-time stand-ins for the launch arguments after ``raster_group`` that the
-        compiled function takes as run-time values: split-K's (count, workspace, semaphores)
-        for a split kernel, none otherwise (they stay compile-time defaults)."""
+        """Compile-time stand-ins for split-K's launch arguments (count, workspace, semaphores):
+        fake buffers for a split kernel; for an unsplit one the count and two None buffers,
+        which its compiled function takes and ignores."""
         if not self.config.splits_in_kernel:
-            return ()
+            return Int32(1), None, None
         from cutlass.cute.runtime import make_fake_tensor
 
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
@@ -293,98 +296,19 @@ class Sm90Gemm(TracedLoops):
         actual = (mma_threads // WARP_SIZE) * (cfg.cluster_m + cfg.cluster_n - 1)
         return check_arrive_count("sm90 mainloop empty", actual, mainloop_arrive_terms(cfg))
 
-    # -------------------------------------------------------------------------- host side: __call__
+    # -------------------------------------------------------------------------- host side: _call
 
     @cute.jit
-    def __call__(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        max_active_clusters: Int32,
-        stream,
-        raster_group: Int32 = 0,
-        split_count: Int32 = 1,
-        workspace: cute.Tensor = None,
-        semaphores: cute.Tensor = None,
-    ):
-        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]; see the package docstring. Launch
-        arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group`` (0: the
-        schedule's default, else a positive multiple of ``cluster_m``; ``check_raster_group``)
-        orders its tiles. Split-K (a kernel built with ``config.split_k != 1``, else all three
-        are ignored): ``split_count`` splits K (clamped by ``effective_splits``), ``workspace``
-        is a flat fp32 tensor of at least ``config.split_workspace_elements`` words (contents
-        irrelevant) and ``semaphores`` a flat int32 tensor of one zero per output tile, which
-        the kernel leaves zero again."""
-        self._call(
-            mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
-            semaphores, None,
-        )  # fmt: skip
-
-    @cute.jit
-    def by_address(
-        self,
-        majors: cutlass.Constexpr,
-        token: cute.Tensor,
-        a: cute.Pointer,
-        b: cute.Pointer,
-        c: cute.Pointer,
-        m: Int64,
-        n: Int64,
-        k: Int64,
-        l: Int64,  # noqa: E741
-        a_ld: Int64,
-        a_batch: Int64,
-        b_ld: Int64,
-        b_batch: Int64,
-        c_ld: Int64,
-        c_batch: Int64,
-        max_active_clusters: Int32,
-        stream,
-        raster_group: Int32 = 0,
-        split_count: Int32 = 1,
-        workspace: cute.Tensor = None,
-        semaphores: cute.Tensor = None,
-    ):
-        """``__call__`` with the operands at addresses ``a``, ``b``, ``c`` (the entry the host
-        compiles: ``common.address``); ``majors`` (compile time) is (A's, B's, C's) major mode,
-        ``token`` any tensor on the device (it names the device and so the stream)."""
-        mA, mB, mC = address.operands(
-            majors, a, b, c, m, n, k, l, a_ld, a_batch, b_ld, b_batch, c_ld, c_batch
-        )
-        self._call(
-            mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
-            semaphores, None,
-        )  # fmt: skip
-
-    @cute.jit
-    def traced(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        max_active_clusters: Int32,
-        stream,
-        raster_group: Int32,
-        trace_buffer: cute.Tensor,
-        split_count: Int32 = 1,
-        workspace: cute.Tensor = None,
-        semaphores: cute.Tensor = None,
-    ):
-        """``__call__`` of a kernel built with ``trace=True``, recording into ``trace_buffer``
-        (int32, (recorders, words), ``trace_format``): row ``3 * cta + w`` is consumer
-        warpgroup w's (w = 0, 1), row ``3 * cta + 2`` the producer's; CTAs past the rows
-        record nothing."""
-        self._call(
-            mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
-            semaphores, trace_buffer,
-        )  # fmt: skip
-
-    @cute.jit
-    def _call(
-        self, mA, mB, mC, max_active_clusters, stream, raster_group, split_count, workspace,
-        semaphores, trace_buffer,
-    ):  # fmt: skip
+    def _call(self, mA, mB, mC, max_active_clusters, stream, raster_group, launch, trace_buffer):
+        """C[m, n, l] = sum_k A[m, k, l] * B[n, k, l] (the entries of ``base.GemmKernel``).
+        Launch arguments: ``max_active_clusters`` bounds the persistent grid; ``raster_group``
+        (0: the schedule's default, else a positive multiple of ``cluster_m``;
+        ``check_raster_group``) orders its tiles. Split-K's (``launch``; a kernel built with
+        ``config.split_k != 1``, else all three are ignored): ``split_count`` splits K (clamped
+        by ``effective_splits``), ``workspace`` is a flat fp32 tensor of at least
+        ``config.split_workspace_elements`` words (contents irrelevant) and ``semaphores`` a
+        flat int32 tensor of one zero per output tile, which the kernel leaves zero again."""
+        split_count, workspace, semaphores = launch
         trace.check_entry(self.trace, trace_buffer)
         cfg = self.config
         if const_expr(cfg.splits_in_kernel):
