@@ -28,17 +28,11 @@ def digest(variant) -> tuple[str, str]:
 
 
 def menu_variants(one_per_entry: bool = False) -> list:
-    """Every menu variant, or the first of each entry's and split variant's (its fp16, K-major
-    one): a quick check."""
-    from wsgemm.host import choosing
+    """Every menu variant, or each entry's and split variant's first (its fp16, K-major one):
+    ``inspection.menu_variants``, the selection the CPU tests compile."""
+    from wsgemm import inspection
 
-    variants = choosing.menu_variants()
-    if not one_per_entry:
-        return variants
-    first: dict = {}
-    for v in variants:
-        first.setdefault((v.backend, v.config), v)
-    return list(first.values())
+    return [m.variant for m in inspection.menu_variants(everything=not one_per_entry)]
 
 
 def main(argv: list[str] | None = None) -> int:
