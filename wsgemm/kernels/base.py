@@ -115,8 +115,8 @@ class GemmKernel:
         *launch,
     ):
         """``__call__`` of a kernel built with ``trace=True``, recording into ``trace_buffer``
-        (int32, (recorders, words), ``trace_format``; which row is whose: the family's
-        ``RECORDERS``)."""
+        (int32, (recorders, words), ``trace_format``; which recorder writes which row: sm90's
+        ``RECORDERS_PER_CTA``, sm80's ``check_traced``)."""
         self.check_traced()
         self._call(
             mA, mB, mC, max_active_clusters, stream, raster_group, self._launch_values(launch),

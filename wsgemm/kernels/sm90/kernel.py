@@ -60,7 +60,8 @@ from wsgemm.trace_format import Event, Role
 
 __all__ = ["RECORDERS_PER_CTA", "Sm90Gemm", "epilogue_subtile_order", "mainloop_arrive_terms"]
 
-#: Trace rows per CTA (``traced``): one per warpgroup, consumers 0 and 1, then the producer's.
+#: Trace rows per CTA (``base.GemmKernel.traced``): row ``3 * cta + w`` is consumer warpgroup
+#: w's (w = 0, 1), row ``3 * cta + 2`` the producer's; CTAs past the rows record nothing.
 RECORDERS_PER_CTA = NUM_CONSUMER_WARPGROUPS + 1
 
 
