@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|oracle|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -44,6 +44,13 @@ if has sanitize; then
     echo "$tool auto rc=${PIPESTATUS[0]}"
   done
   echo "sanitize done at $((SECONDS - start)) s"
+fi
+if has oracle; then
+  # issue #23's oracle: every menu and dropped entry x split on a models draw (DRAW=SEED:FAMILIES:COUNT)
+  timeout ${ORACLE_TIMEOUT:-560} python3 scripts/tune_menu.py --out "$OUT/oracle" --draw ${DRAW:-1:fit:250} \
+    --with-dropped --jobs 15 --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/oracle.log" 2>&1
+  echo "oracle rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/oracle.log" | tail -20
+  echo "oracle done at $((SECONDS - start)) s"
 fi
 if has checks; then
   # docs/perf.md entry 21: what was built without a GPU, checked in one go

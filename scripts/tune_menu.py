@@ -59,9 +59,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wsgemm import host
-from wsgemm.bench import suites
+from wsgemm.bench import models, suites
 from wsgemm.host import choosing
 from wsgemm.host.choosing import MenuEntry, rules
+from wsgemm.support import dtype_name, short_name
 
 TOKENS = (1, 16, 64, 128, 256, 1024, 4096, 16384)
 SUITES = ("llm", "midsize")
@@ -114,16 +115,17 @@ class Candidate:
     entry: MenuEntry
     split: int
     majors: tuple[str, str] = ("k", "k")  # the kernel's (A, B) majors (swap-AB: W's, then x's)
+    dtype: str = "float16"  # A, B and C (the models suite draws each problem's)
 
     @property
     def name(self) -> str:
         return f"{self.entry.name}/{self.split}"
 
     @property
-    def variant_key(self) -> tuple[str, bool, tuple[str, str]]:
-        """(entry name, split variant, majors): every split count runs the entry's one split
-        kernel."""
-        return (self.entry.name, self.split > 1, self.majors)
+    def variant_key(self) -> tuple[str, bool, tuple[str, str], str]:
+        """(entry name, split variant, majors, dtype): every split count runs the entry's one
+        split kernel."""
+        return (self.entry.name, self.split > 1, self.majors, self.dtype)
 
 
 def kernel_majors(layout: str, swap_ab: bool) -> tuple[str, str]:
@@ -152,36 +154,62 @@ def shapes_to_tune(names=SUITES, tokens=TOKENS) -> list[suites.Shape]:
     return sorted(shapes, key=lambda s: s.flop)
 
 
+def drawn_shapes(seed: int, families: str, count: int) -> tuple[list[suites.Shape], dict]:
+    """A ``models`` draw (``--draw``): its shapes (TN, grouped by family), fewest FLOP first,
+    and label -> the dtype each was drawn with. ``families``: "fit", "heldout" (the split of
+    ``bench.models``) or family names, comma-separated."""
+    named = {"fit": models.FIT_FAMILIES, "heldout": models.HELDOUT_FAMILIES}
+    chosen = named.get(families) or tuple(f for f in families.split(",") if f)
+    draws = models.draw(seed, chosen, count)
+    shapes = [suites.Shape(d.m, d.n, d.k, label=d.label, group=d.family) for d in draws]
+    dtypes = {d.label: dtype_name(d.dtype) for d in draws}
+    return sorted(shapes, key=lambda s: s.flop), dtypes
+
+
+#: The token bands the issues report by (M of a TN layer GEMM).
+BANDS = ((1, 16), (17, 128), (129, 1024), (1025, None))
+
+
+def band(m: int) -> str:
+    for lo, hi in BANDS:
+        if hi is None or m <= hi:
+            return f"{lo}-{hi}" if hi else f">{lo - 1}"
+    raise AssertionError(m)
+
+
 def plan(
-    shapes, entries, sm_count: int, own_layouts: bool = False
+    shapes, entries, sm_count: int, own_layouts: bool = False, dtypes: dict | None = None
 ) -> list[tuple[suites.Shape, list[Candidate]]]:
     """Per shape: each entry that fits with each split the policy allows; the shipped entries
     unsplit even where they do not fit (the baseline the menu is measured against). Each
-    candidate's kernel reads the operands in the shape's timed layout (``tuned_layout``)."""
+    candidate's kernel reads the operands in the shape's timed layout (``tuned_layout``), in
+    the shape's dtype (``dtypes``: label -> dtype; fp16 where it has none)."""
     out = []
     for s in shapes:
         cands = []
         layout = tuned_layout(s, own_layouts)
+        dtype = (dtypes or {}).get(s.label, "float16")
         for e in entries:
             if choosing.fits(e, s.m, s.n):
                 splits = choosing.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
             else:
                 splits = (1,) if e.shipped else ()
             majors = kernel_majors(layout, e.swap_ab)
-            cands += [Candidate(e, split, majors) for split in splits]
+            cands += [Candidate(e, split, majors, dtype) for split in splits]
         out.append((s, cands))
     return out
 
 
 def variants(planned, arch: str = "sm_90a") -> dict[tuple, host.Variant]:
-    """(entry name, split variant, majors) -> the compiled variant, fp16 out (split-K runs
-    inside the kernel: one split variant per entry and majors serves every count)."""
+    """(entry name, split variant, majors, dtype) -> the compiled variant, C in the inputs'
+    dtype (split-K runs inside the kernel: one split variant per entry, majors and dtype serves
+    every count)."""
     out = {}
     for _, cands in planned:
         for c in cands:
             if c.variant_key not in out:
                 config = c.entry.variant_config(split=c.split > 1)
-                out[c.variant_key] = host.Variant(c.entry.backend, arch, "float16", "float16",
+                out[c.variant_key] = host.Variant(c.entry.backend, arch, c.dtype, c.dtype,
                                                   "float32", *c.majors, config)  # fmt: skip
     return out
 
@@ -196,14 +224,15 @@ def kernel_view(t):
     return t.as_strided((rows, cols, 1), (1, t.stride(1), cols * t.stride(1)))
 
 
-def operand(torch, rows: int, cols: int, rows_unit: bool, device, generator):
-    """A randn fp16 (rows, cols) view whose unit-stride mode is rows (``rows_unit``) or cols,
-    the other stride padded to a 16-byte multiple."""
+def operand(torch, rows: int, cols: int, rows_unit: bool, device, generator, dtype=None):
+    """A randn (rows, cols) view (fp16 unless ``dtype``) whose unit-stride mode is rows
+    (``rows_unit``) or cols, the other stride padded to a 16-byte multiple."""
+    dtype = dtype or torch.float16
     if rows_unit:
         pad = -(-rows // 8) * 8
-        return torch.randn(cols, pad, device=device, generator=generator).half()[:, :rows].t()
+        return torch.randn(cols, pad, device=device, generator=generator).to(dtype)[:, :rows].t()
     pad = -(-cols // 8) * 8
-    return torch.randn(rows, pad, device=device, generator=generator).half()[:, :cols]
+    return torch.randn(rows, pad, device=device, generator=generator).to(dtype)[:, :cols]
 
 
 def main(argv=None) -> int:
@@ -231,6 +260,12 @@ def main(argv=None) -> int:
         default="TN",
         help="time every shape TN (x @ W.T), or in the layout its suite names",
     )
+    parser.add_argument(
+        "--draw",
+        metavar="SEED:FAMILIES:COUNT",
+        help="tune a models-suite draw instead of --suites (FAMILIES: fit, heldout or names "
+        "joined by +), each problem in its drawn dtype: with --with-dropped, the oracle",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
     parser.add_argument("--merge", metavar="CSV", help="a tune_menu.csv to merge (no GPU needed)")
     parser.add_argument("--into", metavar="TABLE", help="the table --merge rewrites")
@@ -250,9 +285,18 @@ def main(argv=None) -> int:
             parser.error("--merge CSV and --into TABLE go together")
         return _merge(Path(args.merge), Path(args.into))
     entries = choosing.MENU + (DROPPED if args.with_dropped else ())
-    shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
+    dtypes = None
+    if args.draw:
+        try:
+            seed, families, count = args.draw.split(":")
+            shapes, dtypes = drawn_shapes(int(seed), families.replace("+", ","), int(count))
+        except ValueError as exc:
+            parser.error(f"--draw {args.draw!r}: {exc}")
+    else:
+        shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
+    args.dtypes = dtypes
     if args.dry_run:
-        planned = plan(shapes, entries, args.sm_count, args.layouts == "own")
+        planned = plan(shapes, entries, args.sm_count, args.layouts == "own", dtypes)
         for s, cands in planned:
             layout = tuned_layout(s, args.layouts == "own")
             print(f"{s.label:22s} {s.m}x{s.n}x{s.k} {layout}: {' '.join(c.name for c in cands)}")
@@ -351,7 +395,7 @@ def _tune(args, entries, shapes) -> int:
             f"the sm90 menu needs an sm_90 GPU; this is {props.name} sm_{cc[0]}{cc[1]}"
         )
     sms = props.multi_processor_count
-    planned = plan(shapes, entries, sms, args.layouts == "own")
+    planned = plan(shapes, entries, sms, args.layouts == "own", args.dtypes)
     needed = variants(planned)
     log(f"{props.name}, {sms} SMs; {len(planned)} shapes, "
         f"{sum(len(c) for _, c in planned)} candidates, {len(needed)} variants")  # fmt: skip
@@ -371,6 +415,7 @@ def _tune(args, entries, shapes) -> int:
     # As the benchmark (runner._full_precision_cublas_reductions): an fp32-accumulate cuBLAS
     # must not reduce its split-K partials in fp16.
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     nvml = Nvml.open(device.index)
     timer = CudaTimer(device, nvml, getattr(props, "L2_cache_size", None))
     words = props.name.lower().replace("nvidia", "").split()
@@ -383,7 +428,9 @@ def _tune(args, entries, shapes) -> int:
         "cc": list(cc),
         "source": (
             f"scripts/tune_menu.py on {props.name}, {datetime.date.today()}, git {_git_sha()}, "
-            f"torch {torch.__version__}: fp16 {layouts}, fp32 accumulate (cuBLAS too), fp16 out; "
+            f"torch {torch.__version__}: "
+            + (f"models draw {args.draw}, each in its dtype" if args.draw else "fp16")
+            + f" {layouts}, fp32 accumulate (cuBLAS too), C in the inputs' dtype; "
             f"{args.rounds} interleaved rounds x {args.reps} cold-L2 reps, median of rounds"
         ),
         "points": [],
@@ -403,6 +450,8 @@ def _tune(args, entries, shapes) -> int:
         done += 1
         _write(out, stem, table, rows)
     _summary(table, rows, log)
+    for line in oracle_summary(rows, sms):
+        log(line)
     log(f"done in {time.perf_counter() - start:.0f} s; wrote {out / (stem + '.json')}")
     return 0
 
@@ -414,15 +463,17 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
 
     m, n, k = shape.m, shape.n, shape.k
     layout = tuned_layout(shape, args.layouts == "own")
+    dtype_name = cands[0].dtype if cands else "float16"
+    dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device=device).manual_seed(m * 131 + n * 7 + k)
     # 16-byte leading dimensions, as the API's kernel views (or its copies) have them
-    x = operand(torch, m, k, layout[0] == "N", device, gen)  # x (M, K): M-major if "N"
-    w = operand(torch, n, k, layout[1] == "T", device, gen)  # W (N, K): N-major if W^T is "T"
+    x = operand(torch, m, k, layout[0] == "N", device, gen, dtype)  # x (M, K): M-major if "N"
+    w = operand(torch, n, k, layout[1] == "T", device, gen, dtype)  # W (N, K): N-major if "T"
     ref = check.reference(x, w.t())
     a, b = kernel_view(x), kernel_view(w)
 
     def buffer():
-        return torch.empty(m, -(-n // 8) * 8, dtype=torch.float16, device=device)[:, :n]
+        return torch.empty(m, -(-n // 8) * 8, dtype=dtype, device=device)[:, :n]
 
     calls = {}
     cublas_out = buffer()
@@ -440,7 +491,7 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
         else:
             calls[c.name] = (_call(fn, a, b, kernel_view(o), clusters), o)
 
-    model = check.model_tolerance("fp16", "fp32", k)
+    model = check.model_tolerance(short_name(dtype_name), "fp32", k)
     status, errors = {}, {}
     for name, (call, o) in calls.items():
         check.poison(o)
@@ -468,6 +519,7 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
     for c in [None, *cands]:
         name = "cublas" if c is None else c.name
         row = dict(label=shape.label, group=shape.group, m=m, n=n, k=k, layout=layout,
+                   dtype=dtype_name,
                    entry="cublas" if c is None else c.entry.name, split=1 if c is None else c.split,
                    status=status[name], median_us=None, cublas_us=point.get("cublas_us"),
                    ratio=None, ratio_min=None, ratio_max=None, sm_mhz=None,
@@ -589,6 +641,45 @@ def _summary(table: dict, rows: list[dict], log) -> None:
         best, shipped = zip(*pairs, strict=True)
         log(f"{group:8s} {len(pairs):3d} shapes: menu+policy geomean {_geomean(best):.3f}x "
             f"(min {min(best):.3f}), shipped auto {_geomean(shipped):.3f}x")  # fmt: skip
+
+
+def oracle_summary(rows: list[dict], sm_count: int) -> list[str]:
+    """Per token band (``BANDS``) and overall: the geomean over shapes of the best timed
+    candidate (the oracle: menu and dropped entries), of the best menu candidate, and of what
+    ``choose`` picks today (the policy as these timings price it: the kernel time, not the
+    API's host path), with the minimum and the shapes below 0.95x cuBLAS."""
+    by_shape: dict[str, list[dict]] = {}
+    for r in rows:
+        by_shape.setdefault(r["label"], []).append(r)
+    columns: dict[str, dict[str, list[float]]] = {}
+    for rs in by_shape.values():
+        timed = {(r["entry"], int(r["split"])): float(r["ratio"]) for r in rs
+                 if r["ratio"] and r["entry"] != "cublas"}  # fmt: skip
+        if not timed:
+            continue
+        m, n, k = int(rs[0]["m"]), int(rs[0]["n"]), int(rs[0]["k"])
+        dtype = rs[0].get("dtype") or "float16"
+        pick = choosing.choose(m, n, k, 1, dtype, dtype, "float32", sm_count, (9, 0))
+        menu = [v for (name, _), v in timed.items() if name in {e.name for e in choosing.MENU}]
+        values = {
+            "oracle": max(timed.values()),
+            "menu": max(menu, default=None),
+            "policy": timed.get((pick.menu_entry.name, pick.split)),
+        }
+        for key in (band(m), "all"):
+            for name, v in values.items():
+                if v is not None:
+                    columns.setdefault(key, {}).setdefault(name, []).append(v)
+    lines = []
+    for key in [b for b in (band(lo) for lo, _ in BANDS) if b in columns] + ["all"]:
+        if key not in columns:
+            continue
+        parts = [
+            f"{name} {_geomean(vs):.3f}x (min {min(vs):.2f}, {sum(v < 0.95 for v in vs)} < 0.95)"
+            for name, vs in columns[key].items()
+        ]
+        lines.append(f"{key:>9s} {len(columns[key]['oracle']):4d} shapes: " + "; ".join(parts))
+    return lines
 
 
 def _git_sha() -> str:

@@ -33,10 +33,10 @@ def test_plan_times_what_the_policy_can_choose_and_the_shipped_baseline():
                 assert all(name != e.name for name, _ in names)
     variants = tune_menu.variants(planned)
     # one unsplit variant per entry, one split variant per entry that may split
-    kk = ("k", "k")
-    want = {(e.name, False, kk) for e in choosing.MENU}
-    assert set(variants) == want | {(e.name, True, kk) for e in choosing.MENU if e.splits}
-    for (name, split, _), v in variants.items():
+    kk, fp16 = ("k", "k"), "float16"
+    want = {(e.name, False, kk, fp16) for e in choosing.MENU}
+    assert set(variants) == want | {(e.name, True, kk, fp16) for e in choosing.MENU if e.splits}
+    for (name, split, _, _), v in variants.items():
         assert (v.c_dtype, v.acc_dtype, v.a_major, v.b_major) == ("float16", "float32", "k", "k")
         assert v.config == choosing.entry(name).variant_config(split=split)
 
@@ -60,7 +60,7 @@ def test_own_layouts_time_the_kernel_variant_that_layout_runs(layout, plain, swa
     [(_, cands)] = tune_menu.plan([shape], choosing.MENU, 132, own_layouts=True)
     for c in cands:
         assert c.majors == (swapped if c.entry.swap_ab else plain)
-    for (_, _, majors), v in tune_menu.variants([(shape, cands)]).items():
+    for (_, _, majors, _), v in tune_menu.variants([(shape, cands)]).items():
         assert (v.a_major, v.b_major) == majors
 
 
@@ -74,6 +74,28 @@ def test_operands_and_kernel_views_have_16_byte_strides(rows_unit):
     v = tune_menu.kernel_view(t)
     assert v.shape == (37, 29, 1) and torch.equal(v[:, :, 0], t)
     assert all(s == 1 or s % 8 == 0 for s in v.stride())
+
+
+def test_a_models_draw_is_tuned_each_problem_in_its_drawn_dtype(capsys):
+    """--draw SEED:FAMILIES:COUNT: the models suite's seeded draw (the oracle's shapes), each
+    problem's candidates and variants in the dtype it was drawn with."""
+    from wsgemm.bench import models
+
+    shapes, dtypes = tune_menu.drawn_shapes(5, "heldout", 40)
+    draws = models.draw(5, models.HELDOUT_FAMILIES, 40)
+    assert sorted(s.label for s in shapes) == sorted(d.label for d in draws)
+    assert {s.group for s in shapes} <= set(models.HELDOUT_FAMILIES)
+    assert set(dtypes.values()) == {"float16", "bfloat16"}
+    planned = tune_menu.plan(shapes, choosing.MENU, 132, dtypes=dtypes)
+    for s, cands in planned:
+        assert cands and {c.dtype for c in cands} == {dtypes[s.label]}
+    for key, v in tune_menu.variants(planned).items():
+        assert v.ab_dtype == v.c_dtype == key[3]
+    assert tune_menu.main(["--dry-run", "--draw", "5:gemma2+yi:12"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("12 shapes")
+    assert [tune_menu.band(m) for m in (1, 16, 17, 128, 129, 1024, 1025)] == [
+        "1-16", "1-16", "17-128", "17-128", "129-1024", "129-1024", ">1024"
+    ]  # fmt: skip
 
 
 def test_dry_run_prints_the_plan(capsys):
