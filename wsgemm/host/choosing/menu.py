@@ -15,6 +15,7 @@ config through the registry only when asked.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -64,23 +65,25 @@ class MenuEntry:
     def config(self) -> dict[str, Any]:
         return dict(self.fields)
 
-    @property
+    # The fields the policy reads for every candidate of every new problem, read once (an entry
+    # is frozen; functools.cached_property writes the instance's __dict__ directly).
+    @functools.cached_property
     def tile_m(self) -> int:
         return self.config["tile_m"]
 
-    @property
+    @functools.cached_property
     def tile_n(self) -> int:
         return self.config["tile_n"]
 
-    @property
+    @functools.cached_property
     def tile_k(self) -> int:
         return self.config["tile_k"]
 
-    @property
+    @functools.cached_property
     def cluster(self) -> tuple[int, int]:
         return self.config["cluster_m"], self.config["cluster_n"]
 
-    @property
+    @functools.cached_property
     def swap_ab(self) -> bool:
         """The entry runs the swapped problem C^T (N, M) = B^T A^T: N along its tile's M."""
         return bool(self.config.get("swap_ab", False))

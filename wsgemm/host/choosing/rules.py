@@ -10,14 +10,13 @@
    decode is swap-AB's: when a swap-AB entry takes all of M in its token columns (M <= 16), only
    swap-AB entries are candidates (they were the fastest at every 1- and 16-token ``llm`` shape
    but one whose best differs from one process to the next: docs/policy.md).
-2. The measured table (``table``): the nearest measured problem, if near enough, decides: the
-   best candidate measured there that rule 1 allows here.
-3. Otherwise the heuristic (``_heuristic``): the narrowest swap-AB tile that takes the tokens
-   (up to 16), then 64-row ping-pong tiles up to 64 tokens (64x256 when they fill
-   ``WIDE_TILE_FILL`` of the SMs, else 64x128 in an N-pair cluster that shares A), 128x128
-   cooperative tiles clustered along N up to 128 tokens, then the shipped 128x256 tile when it
-   makes ``LARGE_TILE_WAVES`` waves and the shipped 128x128 ping-pong when it does not; a split
-   only while the split units fit one wave and each keeps ``HEURISTIC_MIN_K_PER_SPLIT`` of K.
+2. The measured table (``table``), as a correction only: where this very problem (the same
+   ``M_QUANTUM`` block of M, N and K) was measured, the best candidate measured there that rule
+   1 allows here.
+3. Otherwise the cost model (``cost``): every allowed candidate's predicted time, and the
+   fastest wins (ties: menu order, then the smaller split). The model reasons from the grid
+   (waves, k-tiles per unit) and the bytes (DRAM, L2) with a few constants per entry fitted
+   from measurements; it, not the table, is what chooses on a problem nobody measured.
 
 Split-K runs inside the kernel (``Sm90Config.split_k``; docs/architecture.md): no extra
 kernels, a fixed cost per unit of one partial tile stored and, on the unit that finishes a
@@ -45,7 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...support import ELEMENT_BYTES, dtype_error
-from .menu import MENU, MIN_TILE_M, SPLITS, MenuEntry, entry, m_block
+from . import cost
+from .menu import MENU, SPLITS, MenuEntry, entry, m_block
 from .table import nearest, table_for, tables
 
 __all__ = [
@@ -62,17 +62,8 @@ __all__ = [
 # Splits are candidates (tuned, and chosen from the table) while tiles x split units fit in
 # this many waves: a problem with more tiles than that already fills the machine.
 SPLIT_MAX_WAVES = 2
-# Heuristic only: a split unit must keep this much K and the units fit one wave. UNMEASURED for
-# the in-kernel split: 16 k-tiles of 64, twice the ~8-stage ring of the 64-row tiles, so a
-# unit's fixed costs (filling the ring, one partial tile stored and read back) stay a small
-# part of it (docs/policy.md); scripts/tune_menu.py measures what the table should say.
-HEURISTIC_MIN_K_PER_SPLIT = 1024
-# Heuristic only: 64x256 tiles at decode when they occupy this share of the SMs (the gate/up
-# projections; qkv and o, with a few dozen tiles, want 64x128: docs/policy.md).
-WIDE_TILE_FILL = 0.8
-# Heuristic only: the shipped 128x256 tile from this many waves on; below it the shipped
-# ping-pong tile (1024 tokens, issue #10: docs/policy.md).
-LARGE_TILE_WAVES = 2
+# How many of the fastest predicted candidates a choice keeps, for ``explain``.
+SHOWN_PREDICTIONS = 4
 ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
 ENV_TABLE = "WSGEMM_POLICY_TABLE"
 
@@ -84,7 +75,11 @@ class Choice:
     menu_entry: MenuEntry
     split: int
     reason: str
-    source: str  # "table", "heuristic", "tuned" (WSGEMM_AUTOTUNE, choosing.autotune) or "empty"
+    # "model", "table", "tuned" (WSGEMM_AUTOTUNE, choosing.autotune), "empty", or "default" (a
+    # GPU the cost model was never fitted for: the menu's first allowed entry)
+    source: str
+    # the fastest few candidates as the cost model predicts them: (entry name, split, prediction)
+    predictions: tuple[tuple[str, int, cost.Prediction], ...] = ()
 
 
 # ----------------------------------------------------------------------------- rules
@@ -254,15 +249,59 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     if allowed and all(entry(name).swap_ab for name in allowed):  # rule 1
         widest = max(entry(name).tile_n for name in allowed)
         notes = f"; up to {widest} tokens only the swap-AB entries are candidates{notes}"
+    ranked = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed)
+    shown = tuple((e.name, s, p) for p, _, e, s in ranked[:SHOWN_PREDICTIONS])
     table = table_for(tables(table_path), sm_count, cc)
-    if table is not None:
-        found = nearest(table, m, n, k, batch, sm_count, allowed)
-        if found is not None:
-            e, split, why = found
-            return Choice(e, split, why + notes, "table")
-    e, split, why = _heuristic(m, n, k, batch, sm_count, allowed)
-    where = "no table for this GPU" if table is None else f"no {table.name} row within reach"
-    return Choice(e, split, f"{where}; {why}{notes}", "heuristic")
+    found = None if table is None else nearest(table, m, n, k, batch, sm_count, allowed)
+    # The table corrects the model where it measured the model's pick against the others;
+    # a cell measured before the model's pick joined the menu cannot overrule it.
+    if found is not None and (not ranked or (ranked[0][2].name, ranked[0][3]) in found[3]):
+        e, split, why, _ = found
+        if ranked and (e, split) != (ranked[0][2], ranked[0][3]):
+            p = ranked[0][0]
+            why += f" (the cost model's pick, {ranked[0][2].name} split {ranked[0][3]} at "
+            why += f"{p.us:.1f} us predicted, measured slower there)"
+        return Choice(e, split, why + notes, "table", shown)
+    if not ranked:
+        e = entry(next(iter(allowed)))
+        why = f"no cost model for sm_{cc[0]}{cc[1]} with {sm_count} SMs: the menu's first fit"
+        return Choice(e, 1, why + notes, "default")
+    best, _, e, split = ranked[0]
+    why = _why(best, ranked[1:], e, split, len(ranked))
+    return Choice(e, split, why + notes, "model", shown)
+
+
+def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed):
+    """Every allowed candidate with its predicted time, fastest first: (prediction, tie-break,
+    entry, split); empty without a cost model for this GPU."""
+    model = cost.cost_model_for(sm_count, cc)
+    if model is None:
+        return []
+    ab, c = ELEMENT_BYTES[ab_dtype], ELEMENT_BYTES[c_dtype]
+    out = []
+    for order, (name, splits) in enumerate(allowed.items()):
+        e = entry(name)
+        for s in splits:
+            p = cost.predict(model, e, cost.features(e, s, m, n, k, batch, sm_count, ab, c))
+            if p is not None:
+                out.append((p, (order, s), e, s))
+    return sorted(out, key=lambda x: (x[0].us, x[1]))
+
+
+def _why(best, rest, e, split, count) -> str:
+    """Why the model's winner won, against the runner-up."""
+    f = best.features
+    grid = f"{f.units} units in {f.waves} wave{'s' if f.waves > 1 else ''}"
+    said = (f"cost model: {e.name} split {split} predicted {best.us:.1f} us, the fastest of "
+            f"{count} candidates ({grid}, {f.k_tiles} k-tiles each; {best.bound}-bound)")  # fmt: skip
+    if rest:
+        p, _, other, s = rest[0]
+        said += f"; next {other.name} split {s} at {p.us:.1f} us"
+        if p.features.waves > f.waves:
+            said += f" ({p.features.waves} waves)"
+        elif p.bound != best.bound:
+            said += f" ({p.bound}-bound)"
+    return said
 
 
 def _notes(acc_dtype: str, invariant: bool) -> str:
@@ -271,49 +310,3 @@ def _notes(acc_dtype: str, invariant: bool) -> str:
     if acc_dtype != "float32":
         return "; no split-K with an fp16 accumulator"
     return ""
-
-
-def _first_fitting(allowed, *names) -> MenuEntry:
-    for name in names:
-        if name in allowed:
-            return entry(name)
-    return entry(next(iter(allowed)))
-
-
-def _heuristic(m, n, k, batch, sm_count, allowed):
-    """The documented fallback (module docstring, rule 3). ``allowed``: entry name -> splits."""
-    swaps = [entry(name) for name in allowed if entry(name).swap_ab]
-    if swaps:
-        e = min(swaps, key=lambda e: e.tile_n)
-        why = f"decode: {m} token(s) in a {e.tile_n}-wide swap-AB tile, the weights in its 64 rows"
-    elif m <= MIN_TILE_M:
-        wide = entry("pingpong-64x256-c1x1")
-        tiles = wide.tiles(m, n, batch)
-        if tiles >= WIDE_TILE_FILL * sm_count:
-            e = _first_fitting(allowed, wide.name)
-            why = f"decode: {tiles} 64x256 tiles fill {tiles / sm_count:.0%} of {sm_count} SMs"
-        else:
-            e = _first_fitting(allowed, "pingpong-64x128-c1x2", wide.name)
-            why = f"decode: only {tiles} 64x256 tiles for {sm_count} SMs, so 64x128 tiles"
-    elif m <= 128:
-        e = _first_fitting(allowed, "cooperative-128x128-c1x2", "pingpong-64x256-c1x1")
-        why = "one 128-row tile: 128x128 tiles, no cluster partner along M"
-    else:
-        large = entry("sm90")
-        tiles = large.tiles(m, n, batch)
-        if tiles >= LARGE_TILE_WAVES * sm_count:
-            e = _first_fitting(allowed, "sm90", "sm90-pingpong")
-            why = f"{tiles} 128x256 tiles make {tiles / sm_count:.1f} waves"
-        else:
-            e = _first_fitting(allowed, "sm90-pingpong", "sm90")
-            why = f"only {tiles} 128x256 tiles ({tiles / sm_count:.1f} waves): 128x128 ping-pong"
-    tiles = e.tiles(m, n, batch)
-    splits = [
-        s
-        for s in allowed[e.name]
-        if s > 1 and tiles * s <= sm_count and k // s >= HEURISTIC_MIN_K_PER_SPLIT
-    ]
-    split = max(splits, default=1)
-    if split > 1:
-        why += f"; {tiles} tiles leave SMs idle and K={k} splits {split} ways"
-    return e, split, why

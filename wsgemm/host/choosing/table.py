@@ -1,14 +1,16 @@
 """The measured table: what each menu candidate ran at on measured problems of one GPU, and the
-lookup that lets the nearest measured problem speak for a new one.
+lookup that lets a measured problem correct the cost model on that very problem.
 
 A table (``data/sm90_*.json``, one per measured GPU, written by ``scripts/tune_menu.py``;
-``WSGEMM_POLICY_TABLE=path`` replaces them) holds points: a problem and, for each candidate
-(entry, split), cuBLAS's time over its own. A problem's features are ``(log2 ceil(M / M_QUANTUM),
-log2(N x L x table SMs / this GPU's SMs), log2 K)``, weighted 1, 1, 0.5. M counts blocks of
-``M_QUANTUM`` rows because that, not M itself, sets the work: 1 and 16 tokens run the same
-tiles. N is scaled by the SM count so another sm_90 part (H100 SXM 132 SMs, H100 PCIe 114, H20
-78) reads the row measured at its tiles-per-SM. The nearest point within ``MAX_TABLE_DISTANCE``
-decides: the best candidate measured there that the rules allow here.
+``WSGEMM_POLICY_TABLE=path`` replaces them, and a table with no points turns the correction off)
+holds points: a problem and, for each candidate (entry, split), cuBLAS's time over its own. A
+problem's features are ``(log2 ceil(M / M_QUANTUM), log2(N x L x table SMs / this GPU's SMs),
+log2 K)``. M counts blocks of ``M_QUANTUM`` rows because that, not M itself, sets the work: 1 and
+8 tokens run the same tiles. A point speaks only for its own cell (distance at most
+``MAX_TABLE_DISTANCE``: the same M block, N and K on a GPU with the table's SM count): the best
+candidate measured there that the rules allow here. Elsewhere the cost model chooses
+(``cost``): the table used to let its nearest point within 1.5 log2 units decide, which on real
+layers of other models picked kernels at half the speed of the best (docs/perf.md entry 33).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -27,9 +29,9 @@ __all__ = ["TABLE_SCHEMA", "Table", "TablePoint", "load_table", "nearest", "tabl
 
 TABLE_SCHEMA = 1
 # Feature weights (M blocks, N x L per SM, K) and the largest distance (log2 units) at which a
-# measured problem still speaks for this one.
+# measured problem still speaks for this one: its own cell only.
 FEATURE_WEIGHTS = (1.0, 1.0, 0.5)
-MAX_TABLE_DISTANCE = 1.5
+MAX_TABLE_DISTANCE = 0.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,18 @@ class Table:
     cc: tuple[int, int]
     source: str
     points: tuple[TablePoint, ...]
+    # the points by cell (their features), for the exact-cell lookup: built once, here
+    cells: dict = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cells: dict[tuple[float, ...], list[TablePoint]] = {}
+        for p in self.points:
+            cells.setdefault(_key(features(p.m, p.n, p.k, p.batch, 1.0)), []).append(p)
+        object.__setattr__(self, "cells", cells)
+
+
+def _key(features: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(round(v, 9) for v in features)
 
 
 def load_table(path: str | Path) -> Table:
@@ -119,15 +133,18 @@ def distance(x: tuple[float, ...], y: tuple[float, ...]) -> float:
 
 def nearest(
     table: Table, m, n, k, batch, sm_count, allowed: dict[str, tuple[int, ...]]
-) -> tuple[MenuEntry, int, str] | None:
-    """(entry, split, why) of the best allowed candidate of the nearest measured cell within
-    reach, or None. ``allowed``: entry name -> the splits the rules allow.
+) -> tuple[MenuEntry, int, str, frozenset[tuple[str, int]]] | None:
+    """(entry, split, why, the candidates measured there) of the best allowed candidate of the
+    measured cell within reach, or None. ``allowed``: entry name -> the splits the rules allow.
 
-    A cell: the measured problems at one distance (1 and 16 tokens of one layer are both one
+    A cell: the measured problems at one distance (1 and 8 tokens of one layer are both one
     ``M_QUANTUM`` block, so they are one cell); a candidate scores its mean ratio over the cell's
     problems that measured it.
     """
     here = features(m, n, k, batch, table.sm_count / sm_count)
+    if MAX_TABLE_DISTANCE == 0.0:  # one cell at most: a dict lookup, not a scan
+        cell = table.cells.get(_key(here), [])
+        return _best_of(table, cell, 0.0, allowed) if cell else None
     dist = sorted(
         (distance(here, features(p.m, p.n, p.k, p.batch, 1.0)), i)
         for i, p in enumerate(table.points)
@@ -135,21 +152,26 @@ def nearest(
     for d, group in itertools.groupby(dist, key=lambda x: round(x[0], 9)):
         if d > MAX_TABLE_DISTANCE:
             return None
-        cell = [table.points[i] for _, i in group]
-        scores: dict[tuple[str, int], list[float]] = {}
-        for p in cell:
-            for name, s, r in p.ratios:
-                if s in allowed.get(name, ()):
-                    scores.setdefault((name, s), []).append(r)
-        if not scores:
-            continue
-        (name, split), ratios = max(scores.items(), key=lambda kv: (sum(kv[1]) / len(kv[1]), kv[0]))
-        mean = sum(ratios) / len(ratios)
-        labels = ", ".join(p.label for p in cell)
-        why = (
-            f"{table.name} ({table.device}, {table.sm_count} SMs): nearest measured problems with "
-            f"an allowed candidate: {labels} (distance {d:.2f}); there {name} with split {split} "
-            f"ran at {mean:.2f}x cuBLAS, the best of {len(scores)} allowed candidates"
-        )
-        return entry(name), split, why
+        found = _best_of(table, [table.points[i] for _, i in group], d, allowed)
+        if found is not None:
+            return found
     return None
+
+
+def _best_of(table: Table, cell: list[TablePoint], d: float, allowed):
+    scores: dict[tuple[str, int], list[float]] = {}
+    for p in cell:
+        for name, s, r in p.ratios:
+            if s in allowed.get(name, ()):
+                scores.setdefault((name, s), []).append(r)
+    if not scores:
+        return None
+    (name, split), ratios = max(scores.items(), key=lambda kv: (sum(kv[1]) / len(kv[1]), kv[0]))
+    mean = sum(ratios) / len(ratios)
+    labels = ", ".join(p.label for p in cell)
+    why = (
+        f"{table.name} ({table.device}, {table.sm_count} SMs): measured problems of this cell: "
+        f"{labels} (distance {d:.2f}); there {name} with split {split} ran at {mean:.2f}x "
+        f"cuBLAS, the best of {len(scores)} allowed candidates"
+    )
+    return entry(name), split, why, frozenset(scores)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .rules import Choice, batch_invariant_requested, choose
 
-__all__ = ["describe", "explain", "grid"]
+__all__ = ["describe", "explain", "grid", "predicted"]
 
 
 def explain(*args: Any, batch_invariant: bool | None = None) -> str:
@@ -31,8 +31,24 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
             f"split-K: {split}",
             f"grid: {grid(choice, m, n, batch, sm_count)}",
             f"why ({choice.source}): {choice.reason}",
+            *predicted(choice),
         ]
     )
+
+
+def predicted(choice: Choice) -> list[str]:
+    """The cost model's fastest few candidates, one line each (none without a model)."""
+    if not choice.predictions:
+        return []
+    lines = ["predicted (cost model, fastest first):"]
+    for name, split, p in choice.predictions:
+        f = p.features
+        lines.append(
+            f"  {p.us:8.1f} us  {name} split {split}: {f.units} units in {f.waves} "
+            f"wave{'s' if f.waves > 1 else ''}; compute {p.compute_us:.1f}, DRAM "
+            f"{p.dram_us:.1f}, L2 {p.l2_us:.1f} us"
+        )
+    return lines
 
 
 def grid(choice: Choice, m: int, n: int, batch: int, sm_count: int) -> str:

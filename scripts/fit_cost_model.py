@@ -1,0 +1,260 @@
+"""Fit the sm90 cost model's constants (``wsgemm/host/choosing/cost.py``) to measured kernel
+times, and say how well the model chooses on families it was not fitted on.
+
+    python scripts/fit_cost_model.py docs/data/oracle_fit_seed1_2026-12-03.csv ... \
+        --out wsgemm/host/choosing/data/cost/sm90_h200.json
+
+Reads ``scripts/tune_menu.py`` CSVs (every menu candidate's median time on each problem); a row
+of an entry that is not on today's menu, or not timed, is left out. Fits, by least squares on
+log time with a soft-L1 loss (so one odd measurement does not pull every constant), each
+entry's four constants and the machine's four (docs/policy.md lists them). Then, per group of
+the CSVs (a model family of a ``--draw``, a suite), it refits without that group and chooses on
+it: the choices' geomean against cuBLAS next to the best candidate's, the model's view of a
+family it never saw. Writes the model (with this record in its ``fit`` field) to ``--out``;
+``--markdown`` prints the constants as docs/policy.md's table.
+
+Needs numpy and scipy (a development tool: the model itself is pure Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from wsgemm.host import choosing
+from wsgemm.host.choosing import cost
+from wsgemm.support import element_bytes
+
+ENTRY_CONSTANTS = ("per_k_tile", "per_unit", "per_split_unit", "dram_tb_s")
+MACHINE_CONSTANTS = ("launch_us", "l2_tb_s", "q", "per_extra_split")
+START = {"per_k_tile": 0.5, "per_unit": 1.0, "per_split_unit": 2.0, "dram_tb_s": 3.5,
+         "launch_us": 4.0, "l2_tb_s": 10.0, "q": 4.0, "per_extra_split": 0.3}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sample:
+    label: str
+    group: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    entry: str
+    split: int
+    us: float
+    cublas_us: float
+
+
+def read_samples(paths, sm_count: int) -> list[Sample]:
+    menu = {e.name for e in choosing.MENU}
+    out = []
+    for path in paths:
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                if r["entry"] not in menu or r["status"] != "ok" or not r["median_us"]:
+                    continue
+                out.append(Sample(r["label"], r["group"], int(r["m"]), int(r["n"]), int(r["k"]),
+                                  r.get("dtype") or "float16", r["entry"], int(r["split"]),
+                                  float(r["median_us"]), float(r["cublas_us"])))  # fmt: skip
+    return out
+
+
+class Fitter:
+    """The samples as arrays, and the model's prediction of all of them from a parameter vector
+    (the logs of the constants): the same arithmetic as ``cost.predict``, vectorized."""
+
+    def __init__(self, samples: list[Sample], sm_count: int):
+        import numpy as np
+
+        self.np, self.samples, self.sm_count = np, samples, sm_count
+        self.names = [e.name for e in choosing.MENU]
+        index = {name: i for i, name in enumerate(self.names)}
+        rows = []
+        for s in samples:
+            e = choosing.entry(s.entry)
+            b = element_bytes(s.dtype)
+            f = cost.features(e, s.split, s.m, s.n, s.k, 1, sm_count, b, b)
+            rows.append((index[s.entry], f.waves, f.k_tiles * f.volume, s.split > 1,
+                         s.split - 1, f.dram_bytes, f.l2_bytes, s.us))  # fmt: skip
+        cols = list(zip(*rows, strict=True))
+        self.entry = np.array(cols[0])
+        self.waves, self.work, self.split, self.extra, self.dram, self.l2, self.us = (
+            np.array(c, dtype=float) for c in cols[1:]
+        )
+
+    def unpack(self, p):
+        n = len(self.names)
+        per_entry = {c: self.np.exp(p[i * n : (i + 1) * n]) for i, c in enumerate(ENTRY_CONSTANTS)}
+        machine = {c: float(self.np.exp(p[4 * n + i])) for i, c in enumerate(MACHINE_CONSTANTS)}
+        return per_entry, machine
+
+    def predict(self, p, mask):
+        np = self.np
+        e, m = self.unpack(p)
+        i = self.entry[mask]
+        compute = self.waves[mask] * (
+            self.work[mask] * e["per_k_tile"][i] + e["per_unit"][i]
+            + self.split[mask] * (e["per_split_unit"][i] + m["per_extra_split"] * self.extra[mask])
+        )  # fmt: skip
+        dram = self.dram[mask] / (e["dram_tb_s"][i] * 1e6)
+        l2 = self.l2[mask] / (m["l2_tb_s"] * 1e6)
+        q = m["q"]
+        return m["launch_us"] + (compute**q + dram**q + l2**q) ** (1 / q)
+
+    def fit(self, mask):
+        from scipy.optimize import least_squares
+
+        np = self.np
+        n = len(self.names)
+        start = [math.log(START[c]) for c in ENTRY_CONSTANTS for _ in range(n)]
+        start += [math.log(START[c]) for c in MACHINE_CONSTANTS]
+
+        def residuals(p):
+            return np.log(self.predict(p, mask)) - np.log(self.us[mask])
+
+        return least_squares(residuals, np.array(start), loss="soft_l1", f_scale=0.05).x
+
+    def model(self, p, device: str, source: str, fit: dict) -> dict:
+        per_entry, machine = self.unpack(p)
+        splits = {e.name for e in choosing.MENU if e.splits}
+        entries = {}
+        for i, name in enumerate(self.names):
+            values = {c: round(float(per_entry[c][i]), 4) for c in ENTRY_CONSTANTS}
+            if name not in splits:
+                values["per_split_unit"] = 0.0  # never splits: nothing measured it
+            entries[name] = values
+        return dict(schema=cost.COST_SCHEMA, device=device, sm_count=self.sm_count, cc=[9, 0],
+                    source=source, **{k: round(v, 4) for k, v in machine.items()},
+                    entries=entries, fit=fit)  # fmt: skip
+
+
+def choice_quality(model: cost.CostModel, samples: list[Sample], sm_count: int) -> dict:
+    """On ``samples``' problems: the geomean over problems of cuBLAS's time over the time of
+    what the model picks among ``choose``'s candidates, and of the best of them; the smallest
+    pick; how many picks are below 0.95x cuBLAS; the model's median error."""
+    by_problem = defaultdict(list)
+    for s in samples:
+        by_problem[s.label].append(s)
+    picks, bests, errors = [], [], []
+    for rows in by_problem.values():
+        s0 = rows[0]
+        allowed = set(choosing.candidates(s0.m, s0.n, s0.k, 1, s0.dtype, s0.dtype, "float32",
+                                          sm_count, (9, 0)))  # fmt: skip
+        timed = [(r, choosing.entry(r.entry)) for r in rows]
+        timed = [(r, e) for r, e in timed if (e, r.split) in allowed]
+        if not timed:
+            continue
+        b = element_bytes(s0.dtype)
+        predicted = []
+        for r, e in timed:
+            f = cost.features(e, r.split, r.m, r.n, r.k, 1, sm_count, b, b)
+            p = cost.predict(model, e, f)
+            predicted.append((p.us, r))
+            errors.append(abs(math.log(p.us / r.us)))
+        pick = min(predicted, key=lambda x: x[0])[1]
+        picks.append(s0.cublas_us / pick.us)
+        bests.append(s0.cublas_us / min(r.us for r, _ in timed))
+    errors.sort()
+    return dict(
+        problems=len(picks),
+        pick_geomean=round(_geomean(picks), 4),
+        best_geomean=round(_geomean(bests), 4),
+        pick_min=round(min(picks), 4),
+        picks_below_095=sum(p < 0.95 for p in picks),
+        median_error=round(math.exp(errors[len(errors) // 2]) - 1, 4),
+    )
+
+
+def _geomean(values) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _as_model(raw: dict, path: Path) -> cost.CostModel:
+    path.write_text(json.dumps(raw))
+    return cost.load_cost_model(path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("csv", nargs="+", help="tune_menu.py CSVs to fit on")
+    parser.add_argument("--out", help="the cost model JSON to write")
+    parser.add_argument("--device", default="NVIDIA H200")
+    parser.add_argument("--sm-count", type=int, default=132)
+    parser.add_argument("--no-cv", action="store_true", help="skip the leave-one-group-out refits")
+    parser.add_argument("--markdown", action="store_true", help="print the constants as a table")
+    args = parser.parse_args(argv)
+
+    import tempfile
+
+    import numpy as np
+
+    samples = read_samples(args.csv, args.sm_count)
+    if not samples:
+        raise SystemExit("no timed menu candidate in the CSVs")
+    fitter = Fitter(samples, args.sm_count)
+    everything = np.ones(len(samples), dtype=bool)
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp) / "model.json"
+        names = ", ".join(Path(p).name for p in args.csv)
+        source = (f"scripts/fit_cost_model.py on {names}, {datetime.date.today()}, "
+                  f"git {_git_sha()}")  # fmt: skip
+        p = fitter.fit(everything)
+        raw = fitter.model(p, args.device, source, {})
+        fit = {
+            "samples": len(samples),
+            "in_sample": choice_quality(_as_model(raw, scratch), samples, args.sm_count),
+        }
+        print(f"in sample: {fit['in_sample']}")
+        if not args.no_cv:
+            groups = sorted({s.group for s in samples})
+            fit["left_out"] = {}
+            for g in groups:
+                inside = np.array([s.group != g for s in samples])
+                q = fitter.fit(inside)
+                model = _as_model(fitter.model(q, args.device, source, {}), scratch)
+                held = [s for s in samples if s.group == g]
+                fit["left_out"][g] = choice_quality(model, held, args.sm_count)
+                print(f"left out {g}: {fit['left_out'][g]}")
+        raw["fit"] = fit
+        _as_model(raw, scratch)  # what ships must load
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(raw, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    if args.markdown:
+        print(markdown(raw))
+    return 0
+
+
+def markdown(raw: dict) -> str:
+    """The constants as docs/policy.md's table."""
+    lines = ["| entry | per k-tile (us, 128x256x64) | per unit (us) | per split unit (us) | "
+             "DRAM (TB/s) |", "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for name, c in raw["entries"].items():
+        lines.append(f"| `{name}` | {c['per_k_tile']:.3f} | {c['per_unit']:.2f} | "
+                     f"{c['per_split_unit']:.2f} | {c['dram_tb_s']:.2f} |")  # fmt: skip
+    lines.append("")
+    lines.append(f"Machine: launch {raw['launch_us']:.2f} us, L2 {raw['l2_tb_s']:.2f} TB/s, "
+                 f"q {raw['q']:.2f}, each split beyond the first "
+                 f"{raw['per_extra_split']:.2f} us a unit.")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

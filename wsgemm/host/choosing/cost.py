@@ -1,0 +1,195 @@
+"""The cost model: a predicted time for every (menu entry, split-K count) on a problem, from
+which ``choose`` takes the fastest.
+
+Why a model and not a lookup: a table of measured problems speaks only for the problems it
+measured; a layer of another model at another token count lies between its points, and the
+nearest one chose a kernel 0.5x as fast as the best on real layers (docs/perf.md entry 33). The
+model reasons from what sets a persistent GEMM's time instead, with a handful of constants per
+entry fitted from measurements (``scripts/fit_cost_model.py``; the constants and the fit's
+record are ``data/cost/<gpu>.json``, and docs/policy.md lists them).
+
+For entry ``e`` (tile ``tm x tn x tk``, cluster ``cm x cn``) and split ``s`` on the problem the
+kernel sees (``kernel_mn``: swap-AB exchanges M and N):
+
+* **work units**: output tiles, each side rounded up to whole clusters, times the batch, times
+  ``s``; **waves**: units over the CTAs that run at once (the SMs in whole clusters), rounded up,
+  because a persistent CTA runs its units one after another and the call ends with the last;
+* **compute** = waves x (k-tiles per unit x ``per_k_tile`` x the tile's volume over a 128x256x64
+  tile's + ``per_unit`` + with a split ``per_split_unit`` + ``per_extra_split`` x (s - 1)): a k-tile's
+  MMAs, a unit's fixed costs (filling the ring, the epilogue), a split unit's partial tile
+  stored and read back by the unit that finishes the tile;
+* **DRAM** = the bytes each operand and C need at least once (plus the split partials'
+  workspace traffic) over the entry's fitted ``dram_tb_s``;
+* **L2** = the bytes every CTA's TMA loads read from L2, the A tile shared by a cluster's ``cn``
+  CTAs and the B tile by its ``cm`` (multicast), over one machine-wide ``l2_tb_s``;
+* **time** = ``launch_us`` + the three combined as a ``q``-norm (``q`` = 1 adds them, a large
+  ``q`` takes the largest): compute, DRAM and L2 overlap, but not perfectly.
+
+A prediction carries its terms so that ``explain`` can say why the winner won. Pure Python, as
+the rest of the room: no torch, no DSL; a prediction is a few dozen float operations.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .menu import MenuEntry
+
+__all__ = ["COST_SCHEMA", "CostModel", "EntryCost", "Prediction", "cost_model_for", "features",
+           "load_cost_model"]  # fmt: skip
+
+COST_SCHEMA = 1
+# The tile the per-k-tile constant is stated for: a k-tile of another tile costs its volume's
+# share of it, so the constant stays comparable across entries.
+REFERENCE_TILE_VOLUME = 128 * 256 * 64
+
+
+@dataclass(frozen=True)
+class EntryCost:
+    """One entry's fitted constants (microseconds and TB/s)."""
+
+    per_k_tile: float
+    per_unit: float
+    per_split_unit: float
+    dram_tb_s: float
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The constants of one GPU: per entry, and the machine-wide ones."""
+
+    name: str
+    device: str
+    sm_count: int
+    cc: tuple[int, int]
+    source: str
+    launch_us: float
+    l2_tb_s: float
+    q: float
+    per_extra_split: float
+    entries: dict[str, EntryCost]
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the model reads of a (problem, entry, split): the grid and the bytes."""
+
+    units: int
+    waves: int
+    k_tiles: int  # per unit
+    volume: float  # the tile's volume over REFERENCE_TILE_VOLUME
+    split: int
+    dram_bytes: float
+    l2_bytes: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    us: float
+    compute_us: float
+    dram_us: float
+    l2_us: float
+    features: Features
+
+    @property
+    def bound(self) -> str:
+        """The term that weighs most: what limits this candidate."""
+        terms = {"compute": self.compute_us, "DRAM": self.dram_us, "L2": self.l2_us}
+        return max(terms, key=terms.get)
+
+
+def features(
+    e: MenuEntry,
+    split: int,
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    sm_count: int,
+    ab_bytes: int = 2,
+    c_bytes: int = 2,
+) -> Features:
+    """The grid (units, waves, k-tiles per unit) and bytes (DRAM, L2) of entry ``e`` with
+    ``split`` on ``C (M, N, L) = A (M, K, L) B (K, N, L)`` over ``sm_count`` SMs."""
+    km, kn = e.kernel_mn(m, n)
+    cm, cn = e.cluster
+    tiles = e.tiles(m, n, batch)  # whole clusters, times the batch
+    units = tiles * split
+    slots = max(sm_count // (cm * cn), 1) * cm * cn
+    waves = -(-units // slots)
+    k_tiles = -(-(-(-k // e.tile_k)) // split)
+    volume = e.tile_m * e.tile_n * e.tile_k / REFERENCE_TILE_VOLUME
+    batch = max(batch, 1)
+    dram = ((km + kn) * k * ab_bytes + km * kn * c_bytes) * batch
+    if split > 1:  # every unit stores an fp32 partial tile; the finisher reads them back
+        dram += tiles * e.tile_m * e.tile_n * 4 * 2 * split
+    l2 = units * k_tiles * (e.tile_m * e.tile_k / cn + e.tile_n * e.tile_k / cm) * ab_bytes
+    return Features(units, waves, k_tiles, volume, split, float(dram), float(l2))
+
+
+def predict(model: CostModel, e: MenuEntry, f: Features) -> Prediction | None:
+    """The predicted time of ``e`` on the problem of ``f``; None for an entry the model has no
+    constants for."""
+    c = model.entries.get(e.name)
+    if c is None:
+        return None
+    per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit
+    if f.split > 1:
+        per_unit += c.per_split_unit + model.per_extra_split * (f.split - 1)
+    compute = f.waves * per_unit
+    dram = f.dram_bytes / (c.dram_tb_s * 1e6)
+    l2 = f.l2_bytes / (model.l2_tb_s * 1e6)
+    q = model.q
+    combined = (compute**q + dram**q + l2**q) ** (1 / q)
+    return Prediction(model.launch_us + combined, compute, dram, l2, f)
+
+
+def load_cost_model(path: str | Path) -> CostModel:
+    """Read and check a cost model written by ``scripts/fit_cost_model.py``."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cost model {path}: cannot read it as JSON ({exc})") from None
+    try:
+        if raw["schema"] != COST_SCHEMA:
+            raise ValueError(f"schema {raw['schema']!r}, this wsgemm reads {COST_SCHEMA}")
+        entries = {
+            str(name): EntryCost(*(float(v[key]) for key in EntryCost.__dataclass_fields__))
+            for name, v in raw["entries"].items()
+        }
+        machine = {key: float(raw[key]) for key in ("launch_us", "l2_tb_s", "q", "per_extra_split")}
+        model = CostModel(
+            path.name, str(raw["device"]), int(raw["sm_count"]), tuple(int(v) for v in raw["cc"]),
+            str(raw["source"]), entries=entries, **machine,
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"cost model {path}: malformed ({exc!r})") from None
+    values = [v for c in entries.values() for v in vars(c).values()]
+    if (
+        not all(math.isfinite(v) and v >= 0 for v in values + [model.launch_us])
+        or min([model.l2_tb_s, model.q] + [c.dram_tb_s for c in entries.values()]) <= 0
+    ):
+        raise ValueError(f"cost model {path}: constants must be finite, rates and q positive")
+    return model
+
+
+@functools.cache
+def cost_models() -> tuple[CostModel, ...]:
+    """The shipped cost models (``data/cost/*.json``), one per measured GPU."""
+    folder = resources.files(__package__) / "data" / "cost"
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
+    return tuple(load_cost_model(Path(str(folder / name))) for name in names)
+
+
+def cost_model_for(sm_count: int, cc: tuple[int, int]) -> CostModel | None:
+    """The model fitted on this compute capability with the nearest SM count."""
+    same = [c for c in cost_models() if c.cc == tuple(cc)]
+    if not same:
+        return None
+    return min(same, key=lambda c: abs(math.log2(c.sm_count / sm_count)))
