@@ -97,7 +97,6 @@ class Fitter:
         return per_entry, machine
 
     def predict(self, p, mask):
-        np = self.np
         e, m = self.unpack(p)
         i = self.entry[mask]
         compute = self.waves[mask] * (

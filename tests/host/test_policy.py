@@ -1,6 +1,6 @@
 """The sm90 tile menu and shape policy (the choosing room, ``wsgemm.host.choosing``): the menu's
 configs, the rules, the choices against the shipped table and against the recorded choices
-(``tests/data/policy_choices.json``), the heuristic, batch invariance, explain(); the
+(``tests/data/policy_choices.json``), the cost model's choices, batch invariance, explain(); the
 dropped new tiles' compiles behind the ``sweep`` marker (the menu's kernels compile in
 tests/kernels/test_menu_sass.py); on the GPU, the claim that every entry sums in one order."""
 
@@ -48,7 +48,7 @@ def fresh_environment(monkeypatch):
 
 @pytest.fixture
 def empty_table(tmp_path, monkeypatch):
-    """No measured point anywhere: every choice is the heuristic's."""
+    """No measured point anywhere: every choice is the cost model's."""
     path = tmp_path / "empty.json"
     path.write_text(
         json.dumps(dict(schema=1, device="none", sm_count=132, cc=[9, 0], source="test", points=[]))
@@ -232,12 +232,24 @@ def test_each_measured_problem_chooses_its_best_allowed_candidate(point, invaria
     allowed = {e.name: choosing.split_candidates(e, *args) for e in entries}
     best = _cell_best(table, point.m, point.n, point.k, allowed)
     choice = choose(point.m, point.n, point.k, point.batch, batch_invariant=invariant)
-    if best is None:
-        assert choice.source in ("table", "heuristic")
-        return
-    assert choice.source == "table"
-    assert (choice.menu_entry.name, choice.split) == best[1], choice.reason
     assert choice.split in allowed[choice.menu_entry.name]
+    model_pick = choice.predictions[0][:2]
+    cell = table.cells[_cell_key(point)]
+    measured = {(n, s) for p in cell for n, s, _ in p.ratios if s in allowed.get(n, ())}
+    if choice.source == "table":
+        # the table corrects the model only where it measured the model's pick too
+        assert best is not None and (choice.menu_entry.name, choice.split) == best[1]
+        assert model_pick in measured
+    else:  # not measured here, or not the model's pick: the model stands
+        assert choice.source == "model"
+        assert (choice.menu_entry.name, choice.split) == model_pick
+        assert best is None or model_pick not in measured
+
+
+def _cell_key(point):
+    from wsgemm.host.choosing import table
+
+    return table._key(table.features(point.m, point.n, point.k, point.batch, 1.0))
 
 
 def test_m_enters_only_through_blocks_of_m_quantum_rows():
@@ -249,17 +261,13 @@ def test_m_enters_only_through_blocks_of_m_quantum_rows():
             assert len({choose(m, n, k) for m in range(lo, hi + 1, 3)} | {choose(hi, n, k)}) == 1
 
 
-def test_other_sm90_parts_read_the_row_measured_at_their_tiles_per_sm():
-    # Half the SMs and half of N: the same tiles per SM, so the same measured row.
-    for m, n, k in ((16, 8192, 8192), (1, 16384, 28672), (128, 8192, 4096)):
-        full = choose(m, n, k, sm_count=132)
-        half = choose(m, n // 2, k, sm_count=66)
-        assert full.source == half.source == "table"
-        assert full.menu_entry == half.menu_entry
-    # H100 PCIe and H20 get a choice that fits (and splits only within their own SM count).
+def test_other_sm90_parts_get_a_choice_that_fits():
+    # H100 PCIe and H20: the model counts their waves; a choice fits and splits only within
+    # their own SM count.
     for sms in (114, 78):
         for s in LLM:
             c = choose(s.m, s.n, s.k, sm_count=sms)
+            assert c.source == "model"  # the table's cells are the H200's, 132 SMs
             assert choosing.fits(c.menu_entry, s.m, s.n)
             assert c.split in choosing.split_candidates(c.menu_entry, s.m, s.n, s.k, 1, sms)
 
@@ -307,50 +315,38 @@ def test_choose_answers_as_recorded():
     assert path.read_text() == tune_menu.choices_json(now)
 
 
-# ----------------------------------------------------------------------------- heuristic
+# ----------------------------------------------------------------------------- the cost model
 
 
 @pytest.mark.parametrize("shape", [s for s in LLM if s.m >= 4096], ids=lambda s: s.label)
-def test_large_shapes_run_the_shipped_large_tile(shape, empty_table):
+def test_large_shapes_run_a_large_cooperative_tile_unsplit(shape, empty_table):
     choice = choose(shape.m, shape.n, shape.k)
-    assert (choice.menu_entry.name, choice.split, choice.source) == ("sm90", 1, "heuristic")
+    e = choice.menu_entry
+    assert choice.source == "model" and choice.split == 1
+    assert e.config["schedule"] == "cooperative" and e.tile_m * e.tile_n >= 128 * 160
 
 
-def test_heuristic_rules(empty_table):
-    def pick(m, n, k, **kw):
-        c = choose(m, n, k, **kw)
-        assert c.source == "heuristic"
-        return c.menu_entry.name, c.split
-
-    # Up to 16 tokens: the narrowest swap-AB tile that takes them (rule 1: decode is swap-AB's)
-    swap8, swap16 = "swap-pingpong-64x8x128-c1x1", "swap-pingpong-64x16x128-c1x1"
-    assert pick(16, 28672, 4096) == (swap16, 1)  # 448 tiles
-    assert pick(16, 6144, 4096) == (swap16, 1)  # 96 tiles: split 2 would be 192 > 132 units
-    assert pick(16, 4096, 14336) == (swap16, 2)  # 64 tiles: 2 x 64 <= 132
-    assert pick(16, 4096, 2048) == (swap16, 2)  # K/2 = 1024 still splits
-    assert pick(16, 4096, 1024) == (swap16, 1)  # K too short to split
-    assert pick(1, 8192, 28672) == (swap8, 1)  # 128 tiles
-    assert pick(9, 8192, 28672) == (swap16, 1)  # 9 tokens: past the 8-wide tile
-    assert pick(16, 128, 4096) == (swap16, 4)  # 2 tiles; K/8 < 1024
-    # 17-64 tokens: 64-row ping-pong tiles
-    assert pick(64, 28672, 4096) == ("pingpong-64x256-c1x1", 1)  # 112 tiles fill 85%
-    # 24 wide tiles: narrower ones, 48, split 2 (96 units <= 132 SMs)
-    assert pick(64, 6144, 4096) == ("pingpong-64x128-c1x2", 2)
-    assert pick(64, 4096, 14336) == ("pingpong-64x128-c1x2", 4)  # 32 tiles: 4 x 32 <= 132
-    assert pick(64, 4096, 1024) == ("pingpong-64x128-c1x2", 1)  # K too short to split
-    assert pick(64, 128, 4096)[0] == "pingpong-64x256-c1x1"  # one n-tile: no N pair
-    assert pick(128, 8192, 8192) == ("cooperative-128x128-c1x2", 2)
-    assert pick(128, 28672, 4096) == ("cooperative-128x128-c1x2", 1)  # 224 tiles
-    assert pick(1024, 4096, 4096) == ("sm90-pingpong", 1)  # 128 tiles < 2 waves
-    assert pick(1024, 28672, 4096) == ("sm90", 1)
-    assert pick(16, 4096, 14336, dtypes=("float16", "float16", "float16")) == (swap16, 1)
-    assert pick(64, 4096, 14336, dtypes=("float16", "float16", "float16")) == (
-        "pingpong-64x128-c1x2",
-        1,
-    )
+@pytest.mark.parametrize("shape", LLM + suites.suite("midsize"), ids=lambda s: s.label)
+def test_the_model_picks_the_fastest_prediction_among_the_allowed(shape, empty_table):
+    """Without a table the choice is the model's fastest candidate, a split counted
+    ``SPLIT_MARGIN`` slower than predicted; ``predictions`` are in that order, each an allowed
+    (entry, split) the rules let through, and the same on every ask."""
+    c = choose(shape.m, shape.n, shape.k)
+    assert c.source == "model" and c.predictions
+    allowed = set(choosing.candidates(shape.m, shape.n, shape.k, 1, *FP16, **H200))
+    times = [p.us * (1 + rules.SPLIT_MARGIN * (s > 1)) for _, s, p in c.predictions]
+    assert times == sorted(times) and all(t > 0 for t in times)
+    assert c.predictions[0][:2] == (c.menu_entry.name, c.split)
+    assert {(choosing.entry(n), s) for n, s, _ in c.predictions} <= allowed
+    rules._choose.cache_clear()
+    assert choose(shape.m, shape.n, shape.k) == c  # deterministic, not just memoized
 
 
-# ----------------------------------------------------------------------------- modes
+def test_decode_picks_swap_ab_and_prefill_never_does(empty_table):
+    for m in (1, 8, 16):
+        assert choose(m, 8192, 28672).menu_entry.swap_ab
+    for m in (17, 128, 1024, 16384):
+        assert not choose(m, 8192, 28672).menu_entry.swap_ab
 
 
 @pytest.mark.parametrize("shape", LLM + suites.suite("midsize"), ids=lambda s: s.label)
@@ -361,11 +357,11 @@ def test_batch_invariant_mode_never_splits(shape):
 
 
 def test_batch_invariant_from_the_environment(monkeypatch, empty_table):
-    assert choose(16, 4096, 14336).split == 2
+    assert choose(16, 2048, 16384).split == 4
     monkeypatch.setenv(choosing.ENV_BATCH_INVARIANT, "1")
     rules._environment.cache_clear()
-    assert choose(16, 4096, 14336).split == 1
-    assert choose(16, 4096, 14336, batch_invariant=False).split == 2
+    assert choose(16, 2048, 16384).split == 1
+    assert choose(16, 2048, 16384, batch_invariant=False).split == 4
     monkeypatch.setenv(choosing.ENV_BATCH_INVARIANT, "yes")
     rules._environment.cache_clear()
     with pytest.raises(ValueError, match="WSGEMM_BATCH_INVARIANT='yes'"):
@@ -418,6 +414,10 @@ def test_explain_says_kernel_split_and_why():
     tiles = e.tiles(16, 4096, 1)
     assert lines[3].startswith(f"grid: {tiles} tiles") and "for 132 SMs: one wave" in lines[3]
     assert lines[4].startswith("why (table): sm90_h200.json") and "8b down t=16" in lines[4]
+    assert lines[5] == "predicted (cost model, fastest first):"
+    first = choice.predictions[0]
+    assert lines[6].split() == [f"{first[2].us:.1f}", "us", first[0], "split", f"{first[1]}:",
+                                *lines[6].split()[5:]]  # fmt: skip
     text = choosing.explain(16, 4096, 14336, 1, *FP16, 132, (9, 0), batch_invariant=True)
     assert "batch-invariant" in text.splitlines()[0] and "split-K: 1 (none)" in text
 

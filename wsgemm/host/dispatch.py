@@ -39,7 +39,7 @@ log = logging.getLogger("wsgemm")
 # output) and returns a callable that launches its kernel alone (``wsgemm.api``'s; ``route``).
 Runner = Callable[["Route"], Callable[[], object]]
 # The policy's own answers, which WSGEMM_AUTOTUNE replaces by a measurement ("tuned" is one).
-_TUNABLE = ("table", "heuristic")
+_TUNABLE = ("table", "model", "default")
 _NO_SWITCH = contextlib.nullcontext()
 
 

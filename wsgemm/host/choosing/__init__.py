@@ -2,7 +2,9 @@
 
 * ``menu``: the sm90 menu of kernel configs (``MENU``, ``entry``, ``menu_variants``);
 * ``table``: the table measured on a GPU and its nearest-problem lookup (``data/``);
-* ``rules``: the rules, the table's verdict and the heuristic: ``choose`` and ``candidates``;
+* ``cost``: the cost model, a predicted time for every candidate (``data/cost/``);
+* ``rules``: the rules, the table's correction and the model's verdict: ``choose`` and
+  ``candidates``;
 * ``wording``: the answer in words (``explain``, ``describe``);
 * ``autotune`` and ``tuning``: ``WSGEMM_AUTOTUNE``, the tuned-choice store per GPU model and the
   timing loop (the caller passes how to launch a candidate).

@@ -1,12 +1,12 @@
 """On-line tuning for ``backend="auto"`` on Hopper: ``WSGEMM_AUTOTUNE=1``, and its store.
 
-The shape policy (``choosing.choose``) answers from a table measured on the H200; on another
-sm_90 part (an H100 PCIe with 114 SMs, an H20) it answers from the nearest H200 cell or a
-heuristic. With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the
-policy may pick (``choosing.candidates``: each menu entry that fits, with each split it allows)
-on the call's own operands (``tuning.tune``), keeps the fastest for this GPU on disk, and every
-later call and process of the same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N,
-K, batch, dtypes) runs it.
+The shape policy (``choosing.choose``) answers from a cost model fitted on the H200; on another
+sm_90 part (an H100 PCIe with 114 SMs, an H20) the model counts that part's waves, but its constants
+are the H200's. With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the
+policy may pick (``choosing.candidates``: each menu entry that fits, with each split it allows) on
+the call's own operands (``tuning.tune``), keeps the fastest for this GPU on disk, and every later
+call and process of the same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N, K, batch,
+dtypes) runs it.
 
 Never while a CUDA graph is being captured, under torch.compile's tracing or on fake tensors:
 those calls take the policy's choice. A tuned choice naming an entry or split that the current

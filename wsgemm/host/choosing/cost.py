@@ -14,10 +14,10 @@ kernel sees (``kernel_mn``: swap-AB exchanges M and N):
 * **work units**: output tiles, each side rounded up to whole clusters, times the batch, times
   ``s``; **waves**: units over the CTAs that run at once (the SMs in whole clusters), rounded up,
   because a persistent CTA runs its units one after another and the call ends with the last;
-* **compute** = waves x (k-tiles per unit x ``per_k_tile`` x the tile's volume over a 128x256x64
-  tile's + ``per_unit`` + with a split ``per_split_unit`` + ``per_extra_split`` x (s - 1)): a k-tile's
-  MMAs, a unit's fixed costs (filling the ring, the epilogue), a split unit's partial tile
-  stored and read back by the unit that finishes the tile;
+* **compute** = waves x (k-tiles per unit x ``per_k_tile`` x the tile's volume over a
+  128x256x64 tile's + ``per_unit`` + with a split ``per_split_unit`` + ``per_extra_split`` x
+  (s - 1)): a k-tile's MMAs, a unit's fixed costs (filling the ring, the epilogue), a split
+  unit's partial tile stored and read back by the unit that finishes the tile;
 * **DRAM** = the bytes each operand and C need at least once (plus the split partials'
   workspace traffic) over the entry's fitted ``dram_tb_s``;
 * **L2** = the bytes every CTA's TMA loads read from L2, the A tile shared by a cluster's ``cn``
@@ -122,7 +122,7 @@ def features(
     units = tiles * split
     slots = max(sm_count // (cm * cn), 1) * cm * cn
     waves = -(-units // slots)
-    k_tiles = -(-(-(-k // e.tile_k)) // split)
+    k_tiles = -(-math.ceil(k / e.tile_k) // split)
     volume = e.tile_m * e.tile_n * e.tile_k / REFERENCE_TILE_VOLUME
     batch = max(batch, 1)
     dram = ((km + kn) * k * ab_bytes + km * kn * c_bytes) * batch

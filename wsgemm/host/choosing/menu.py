@@ -134,7 +134,7 @@ MENU: tuple[MenuEntry, ...] = (
     # 1024 tokens, where the large tile makes less than two waves (qkv, o, down).
     _of("sm90-pingpong", "sm90-pingpong", True, tile_m=128, tile_n=128, tile_k=64,
         cluster_m=2, cluster_n=1, schedule="pingpong"),
-    # 17-64 tokens with many n-tiles (gate/up), and the table-less heuristic's wide decode tile.
+    # 17-64 tokens with many n-tiles (gate/up).
     _of("pingpong-64x256-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=256,
         tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong"),
     # 17-64 tokens with few n-tiles (qkv, o, down; split on the K-heavy ones).

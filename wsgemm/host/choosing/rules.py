@@ -62,6 +62,9 @@ __all__ = [
 # Splits are candidates (tuned, and chosen from the table) while tiles x split units fit in
 # this many waves: a problem with more tiles than that already fills the machine.
 SPLIT_MAX_WAVES = 2
+# A split must be predicted this much faster than it is to be taken: the model prices the
+# split's fix-up within its error (docs/policy.md), so an unsplit candidate wins a near tie.
+SPLIT_MARGIN = 0.06
 # How many of the fastest predicted candidates a choice keeps, for ``explain``.
 SHOWN_PREDICTIONS = 4
 ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
@@ -285,15 +288,17 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed):
             p = cost.predict(model, e, cost.features(e, s, m, n, k, batch, sm_count, ab, c))
             if p is not None:
                 out.append((p, (order, s), e, s))
-    return sorted(out, key=lambda x: (x[0].us, x[1]))
+    return sorted(out, key=lambda x: (x[0].us * (1 + SPLIT_MARGIN * (x[3] > 1)), x[1]))
 
 
 def _why(best, rest, e, split, count) -> str:
     """Why the model's winner won, against the runner-up."""
     f = best.features
     grid = f"{f.units} units in {f.waves} wave{'s' if f.waves > 1 else ''}"
-    said = (f"cost model: {e.name} split {split} predicted {best.us:.1f} us, the fastest of "
-            f"{count} candidates ({grid}, {f.k_tiles} k-tiles each; {best.bound}-bound)")  # fmt: skip
+    said = (
+        f"cost model: {e.name} split {split} predicted {best.us:.1f} us, the fastest of "
+        f"{count} candidates ({grid}, {f.k_tiles} k-tiles each; {best.bound}-bound)"
+    )
     if rest:
         p, _, other, s = rest[0]
         said += f"; next {other.name} split {s} at {p.us:.1f} us"

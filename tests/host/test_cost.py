@@ -1,0 +1,112 @@
+"""The cost model the sm90 policy chooses with (``wsgemm.host.choosing.cost``): its shipped
+constants, its arithmetic on the grid and the bytes, and that the shipped constants are what
+``scripts/fit_cost_model.py`` makes of the shipped measurements."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from script_modules import load
+
+from wsgemm.host import choosing
+from wsgemm.host.choosing import cost
+
+REPO = Path(__file__).parents[2]
+SHIPPED = REPO / "wsgemm" / "host" / "choosing" / "data" / "cost" / "sm90_h200.json"
+
+
+def model() -> cost.CostModel:
+    found = cost.cost_model_for(132, (9, 0))
+    assert found is not None and found.name == SHIPPED.name
+    return found
+
+
+def test_every_menu_entry_has_constants_and_only_those():
+    m = model()
+    assert set(m.entries) == {e.name for e in choosing.MENU}
+    for e in choosing.MENU:
+        c = m.entries[e.name]
+        assert c.per_k_tile > 0 and c.dram_tb_s > 0
+        if not e.splits:
+            assert c.per_split_unit == 0  # never measured: an entry without a split variant
+    assert m.cc == (9, 0) and m.sm_count == 132 and 0 < m.q and m.l2_tb_s > 0
+
+
+def test_other_gpus_have_no_model():
+    assert cost.cost_model_for(108, (8, 0)) is None
+    assert cost.cost_model_for(78, (9, 0)) is model()  # another sm_90 part: the nearest
+
+
+@pytest.mark.parametrize(
+    "name, split, m, n, k, units, waves, k_tiles",
+    [
+        ("sm90", 1, 4096, 4096, 4096, 512, 4, 64),  # 32 x 16 tiles; 132 SMs in 66 clusters
+        ("sm90", 1, 100, 4096, 4096, 32, 1, 64),  # 1 m-tile and its cluster partner, x 16
+        ("cooperative-128x128-c1x2", 4, 128, 4096, 4100, 128, 1, 17),  # 65 k-tiles in 4
+        ("swap-pingpong-64x8x128-c1x1", 1, 3, 4096, 4096, 64, 1, 32),  # N along the rows
+        ("cooperative-256x160-c1x2", 1, 8192, 8192, 8192, 1664, 13, 128),
+    ],
+)
+def test_features_count_the_grid(name, split, m, n, k, units, waves, k_tiles):
+    f = cost.features(choosing.entry(name), split, m, n, k, 1, 132)
+    assert (f.units, f.waves, f.k_tiles) == (units, waves, k_tiles)
+    assert f.dram_bytes >= 2 * (m * k + n * k + m * n)
+
+
+def test_predictions_grow_with_the_work():
+    m_ = model()
+
+    def us(name, split, m, n, k, batch=1):
+        e = choosing.entry(name)
+        return cost.predict(m_, e, cost.features(e, split, m, n, k, batch, 132)).us
+
+    for name in ("sm90", "pingpong-64x128-c1x2", "swap-pingpong-64x16x128-c1x1"):
+        assert us(name, 1, 16, 4096, 4096) < us(name, 1, 16, 4096, 8192)  # more K
+        assert us(name, 1, 16, 4096, 4096) < us(name, 1, 16, 4096, 4096, batch=8)
+    # 8 whole waves of the large tile, then 2 more n-tiles start a ninth: ~9/8 the time
+    eight, nine = us("sm90", 1, 4096, 8448, 4096), us("sm90", 1, 4096, 8704, 4096)
+    assert nine > eight * 1.08
+    assert cost.predict(m_, choosing.entry("sm90"), cost.features(
+        choosing.entry("sm90"), 1, 8, 8, 8, 1, 132)).us >= m_.launch_us  # fmt: skip
+
+
+def test_an_entry_off_the_model_is_not_predicted():
+    dropped = load("tune_menu").DROPPED[0]
+    assert cost.predict(model(), dropped, cost.features(dropped, 1, 64, 4096, 4096, 1, 132)) is None
+
+
+def test_load_cost_model_checks_its_input(tmp_path):
+    good = json.loads(SHIPPED.read_text())
+    bad = [
+        ("not json", "{"),
+        ("schema", json.dumps(good | {"schema": 99})),
+        ("missing", json.dumps({k: v for k, v in good.items() if k != "q"})),
+        ("negative", json.dumps(good | {"l2_tb_s": -1.0})),
+        ("nan", json.dumps(good | {"launch_us": float("nan")})),
+    ]
+    for name, text in bad:
+        path = tmp_path / f"{name}.json"
+        path.write_text(text)
+        with pytest.raises(ValueError, match="cost model"):
+            cost.load_cost_model(path)
+
+
+def test_the_shipped_constants_are_the_fit_of_the_shipped_measurements(tmp_path):
+    """scripts/fit_cost_model.py on the CSVs the shipped model names (its ``source``) gives the
+    shipped constants again, and the choice quality it recorded."""
+    pytest.importorskip("scipy")
+    fit = load("fit_cost_model")
+    shipped = json.loads(SHIPPED.read_text())
+    csvs = [str(REPO / "docs" / "data" / name.strip()) for name in
+            shipped["source"].split(" on ")[1].split(",")[:-2]]  # fmt: skip
+    assert len(csvs) >= 1 and all(Path(c).exists() for c in csvs)
+    out = tmp_path / "refit.json"
+    assert fit.main([*csvs, "--out", str(out), "--no-cv"]) == 0
+    refit = json.loads(out.read_text())
+    for key in ("launch_us", "l2_tb_s", "q", "per_extra_split"):
+        assert math.isclose(refit[key], shipped[key], rel_tol=0.02, abs_tol=0.02), key
+    for name, constants in shipped["entries"].items():
+        for key, value in constants.items():
+            assert math.isclose(refit["entries"][name][key], value, rel_tol=0.02, abs_tol=0.02)
+    assert refit["fit"]["in_sample"] == shipped["fit"]["in_sample"]
