@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|oracle|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -51,6 +51,17 @@ if has oracle; then
     --with-dropped --jobs 15 --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/oracle.log" 2>&1
   echo "oracle rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/oracle.log" | tail -20
   echo "oracle done at $((SECONDS - start)) s"
+fi
+if has heldout; then
+  # issue #24's acceptance run: auto against cuBLAS on a held-out models draw (SEED recorded
+  # before it is measured), both dtypes, no tuned store, no autotune
+  for dt in fp16 bf16; do
+    WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-200} python3 -m wsgemm bench --suite models \
+      --seed ${SEED:?} --count ${COUNT:-160} --dtype $dt --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
+      --backends cublas,wsgemm:auto --rounds ${ROUNDS:-7} --json "$OUT/heldout-$dt.json" > "$OUT/heldout-$dt.log" 2>&1
+    echo "heldout $dt rc=$?"; grep -iE "geomean|auto" "$OUT/heldout-$dt.log" | tail -4
+  done
+  echo "heldout done at $((SECONDS - start)) s"
 fi
 if has checks; then
   # docs/perf.md entry 21: what was built without a GPU, checked in one go
