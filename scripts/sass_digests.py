@@ -3,6 +3,7 @@ variant, compiled without a GPU in worker processes.
 
     python scripts/sass_digests.py --write tests/data/menu_sass_digests.json   # record
     python scripts/sass_digests.py --check tests/data/menu_sass_digests.json   # compare
+    python scripts/sass_digests.py --add tests/data/menu_sass_digests.json     # a new entry's
 
 Recorded before a change that should not touch the kernels' code (a refactor that moves it),
 checked after: a different digest means a variant now issues other instructions. The CPU tests
@@ -40,18 +41,25 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", metavar="JSON")
     mode.add_argument("--check", metavar="JSON")
+    mode.add_argument("--add", metavar="JSON", help="record the variants the file lacks only")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--one-per-entry", action="store_true", help="one variant of each entry")
     args = p.parse_args(argv)
     variants = menu_variants(args.one_per_entry)
+    if args.add:  # a menu entry joined: compile its variants, keep every recorded digest
+        with open(args.add) as f:
+            recorded = json.load(f)
+        variants = [v for v in variants if v.key() not in recorded]
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
         got = dict(pool.map(digest, variants))
-    if args.write:
-        with open(args.write, "w") as f:
+    if args.write or args.add:
+        if args.add:
+            got = recorded | got
+        with open(args.write or args.add, "w") as f:
             json.dump(dict(sorted(got.items())), f, indent=1)
             f.write("\n")
-        print(f"{len(got)} digests written to {args.write}")
+        print(f"{len(got)} digests written to {args.write or args.add}")
         return 0
     with open(args.check) as f:
         want = json.load(f)

@@ -81,9 +81,6 @@ DROPPED: tuple[MenuEntry, ...] = (
         tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
     _of("swap-pingpong-64x8-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
         tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
-    # Swap-AB up to 32 tokens: within noise of the 64x16 tile at 16 tokens.
-    _of("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
-        tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
     # Stream-K on the shipped tiles (docs/architecture.md): correct on the H200; against the
     # same tile unsplit it loses on every midsize row with short K, wins on half with long K.
     _of("sk-cooperative-128x256-c2x1", "sm90", tile_m=128, tile_n=256, tile_k=64,

@@ -153,6 +153,9 @@ MENU: tuple[MenuEntry, ...] = (
     # 128-deep k-tiles (half the ring stages, twice the bytes each) read the weights faster.
     _of("swap-pingpong-64x16x128-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=16,
         tile_k=128, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
+    # Swap-AB at 17-32 tokens, where a 64-row token tile is half empty (perf.md entry 33).
+    _of("swap-pingpong-64x32-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=32,
+        tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),
     # Swap-AB up to 8 tokens, as cuBLAS's 64x8: an eighth of the 16-wide tile's wasted MMAs.
     _of("swap-pingpong-64x8x128-c1x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=8,
         tile_k=128, cluster_m=1, cluster_n=1, schedule="pingpong", swap_ab=True),

@@ -7,9 +7,10 @@
    two CTAs along M (N) needs at least two m-tiles (n-tiles), or one of them computes nothing;
    split-K only on entries with a split variant, with an fp32 accumulator, outside
    batch-invariant mode, with a k-tile per split and at most two waves of split units. And
-   decode is swap-AB's: when a swap-AB entry takes all of M in its token columns (M <= 16), only
-   swap-AB entries are candidates (they were the fastest at every 1- and 16-token ``llm`` shape
-   but one whose best differs from one process to the next: docs/policy.md).
+   decode is swap-AB's: up to ``SWAP_ONLY_TOKENS`` (16) tokens only swap-AB entries are
+   candidates (they were the fastest at every 1- and 16-token ``llm`` shape but one whose best
+   differs from one process to the next: docs/policy.md); from 17 tokens the 32-wide swap-AB
+   tile competes with the rest.
 2. The measured table (``table``), as a correction only: where this very problem (the same
    ``M_QUANTUM`` block of M, N and K) was measured, the best candidate measured there that rule
    1 allows here.
@@ -65,6 +66,8 @@ SPLIT_MAX_WAVES = 2
 # A split must be predicted this much faster than it is to be taken: the model prices the
 # split's fix-up within its error (docs/policy.md), so an unsplit candidate wins a near tie.
 SPLIT_MARGIN = 0.06
+# Rule 1: up to this many tokens (M, in whole M_QUANTUM blocks) only swap-AB entries run.
+SWAP_ONLY_TOKENS = 16
 # How many of the fastest predicted candidates a choice keeps, for ``explain``.
 SHOWN_PREDICTIONS = 4
 ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
@@ -153,7 +156,7 @@ def _allowed(m, n, k, batch, acc_dtype, sm_count, invariant) -> dict[str, tuple[
     # Batch invariance needs no filter here: every entry sums in one order (the module's
     # docstring; the GPU test of the bits), so only the split is ruled out (split_candidates).
     entries = [e for e in MENU if fits(e, m, n)]
-    if any(e.swap_ab for e in entries):
+    if m <= SWAP_ONLY_TOKENS and any(e.swap_ab for e in entries):
         entries = [e for e in entries if e.swap_ab]  # decode is swap-AB's (rule 1)
     return {
         e.name: split_candidates(e, m, n, k, batch, sm_count, acc_dtype, invariant) for e in entries
@@ -250,8 +253,7 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
     notes = _notes(acc_dtype, invariant)
     if allowed and all(entry(name).swap_ab for name in allowed):  # rule 1
-        widest = max(entry(name).tile_n for name in allowed)
-        notes = f"; up to {widest} tokens only the swap-AB entries are candidates{notes}"
+        notes = f"; up to {SWAP_ONLY_TOKENS} tokens only the swap-AB entries are candidates{notes}"
     ranked = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed)
     shown = tuple((e.name, s, p) for p, _, e, s in ranked[:SHOWN_PREDICTIONS])
     table = table_for(tables(table_path), sm_count, cc)
