@@ -6,6 +6,7 @@ import contextlib
 import torch
 
 from wsgemm import api, ops
+from wsgemm.api.epilogue import torch_activation
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -20,13 +21,20 @@ class CoreStub:
     def __init__(self):
         self.calls = []  # (a, b, out) as handed to the core
 
-    def __call__(self, a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto"):
+    def __call__(
+        self, a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto",
+        bias=None, activation=None,
+    ):  # fmt: skip
         assert a.dim() in (2, 3) and b.dim() in (2, 3), (a.shape, b.shape)
         assert a.dtype == b.dtype and a.dtype in HALF, (a.dtype, b.dtype)
         if a.dim() == b.dim() == 3:
             assert a.shape[0] == b.shape[0] or 1 in (a.shape[0], b.shape[0])
         self.calls.append((a, b, out))
         result = torch.matmul(a.double(), b.double())
+        if bias is not None:  # the core's bias forms: (N,), (1, N), (), (M, 1)
+            assert bias.dtype == a.dtype and bias.dim() <= 2, (bias.dtype, bias.shape)
+            result = result + bias.double()
+        result = torch_activation(activation or "none", result)
         if out is None:
             return result.to(out_dtype or a.dtype)
         assert out.shape == result.shape and out_dtype in (None, out.dtype)

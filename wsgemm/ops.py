@@ -27,18 +27,20 @@ import torch.autograd.forward_ad as _forward_ad
 from torch.utils._device import DeviceContext
 
 from . import api
+from .api.epilogue import activation_grad, check_activation, check_epilogue, torch_activation
 from .api.validate import check_devices, check_kinds, check_out_fits, check_static, result_shape
 
 # Devices the fake implementation takes: CUDA, and meta for shapes alone.
 _FAKE_DEVICES = ("cuda", "meta")
 
 
-def _check_fake(a, b, out, out_dtype, accumulate, backend) -> tuple:
+def _check_fake(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None) -> tuple:
     """The fake implementations' checks: ``api.validate``'s that need no GPU (types, dtypes,
-    shapes, the backend's name; ``check_static``) and the devices. Returns the result's shape.
-    Never reads data or asks the device anything."""
+    shapes, the backend's name; ``check_static``; the epilogue's) and the devices. Returns the
+    result's shape. Never reads data or asks the device anything."""
     shape = check_static(a, b, out, out_dtype, accumulate, backend)
     check_devices(a, b, out, _FAKE_DEVICES)
+    check_epilogue(bias, activation, a.dtype, shape or (1, 1), a.device)
     return shape
 
 
@@ -47,18 +49,35 @@ def _check_fake(a, b, out, out_dtype, accumulate, backend) -> tuple:
 _unsafe_view = torch.ops.aten._unsafe_view.default
 
 
-def _forward(a, b, out, out_dtype, accumulate, backend):
-    """``a @ b`` with torch.matmul's meaning on the core. 2-D and 3-D operands go straight to it;
-    others are brought to (L, M, K) @ (L or 1, K, N) first."""
+def _forward(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None):
+    """``activation(a @ b + bias)`` with torch.matmul's meaning on the core. 2-D and 3-D
+    operands go straight to it; others are brought to (L, M, K) @ (L or 1, K, N) first."""
     # with out=, the core bumps out's version counter (a view's bump is its base's)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
+        if bias is None and activation is None:
+            return api.matmul(
+                a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend
+            )
         return api.matmul(
-            a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend
-        )
-    return _forward_nd(a, b, out, out_dtype, accumulate, backend)
+            a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend,
+            bias=bias, activation=activation,
+        )  # fmt: skip
+    return _forward_nd(a, b, out, out_dtype, accumulate, backend, bias, activation)
 
 
-def _forward_nd(a, b, out, out_dtype, accumulate, backend):
+def _core_bias(bias, a, b, shape):
+    """A bias of the N-D product (broadcast against its ``shape``) as the core's 2-D/3-D product
+    takes it: a 1-D ``b`` makes the result's last dimension the core's rows (M, 1); otherwise
+    the bias keeps its last two dimensions (any leading ones are 1: ``check_epilogue``)."""
+    if bias is None:
+        return None
+    check_epilogue(bias, None, bias.dtype, shape if len(shape) >= 2 else (1, *shape), None)
+    if b.dim() == 1 and bias.numel() > 1:
+        return bias.reshape(-1, 1)
+    return bias.reshape(bias.shape[-2:]) if bias.dim() > 2 else bias
+
+
+def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None):
     # torch.matmul's shapes and out's before folding (the folded views would hide a wrong
     # shape of out); the core checks the rest of the call on the folded views
     shape = result_shape(a.shape, b.shape)
@@ -70,6 +89,8 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend):
     m, n = a2.shape[-2], b2.shape[-1]
     core_shape = (m, n) if a3.dim() == b3.dim() == 2 else (count, m, n)
     kw = dict(accumulate=accumulate, backend=backend)
+    if bias is not None or activation is not None:
+        kw.update(bias=_core_bias(bias, a, b, shape), activation=activation)
     if out is None:
         result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
         # not a view: autograd forbids in-place changes of views made inside a custom Function
@@ -149,24 +170,30 @@ def _grads(a, b, grad, need_a: bool, need_b: bool, backend: str):
 _LIB = torch.library.Library("wsgemm", "DEF")
 _LIB.define(
     "matmul(Tensor a, Tensor b, ScalarType? out_dtype=None, ScalarType accumulate=float, "
-    'str backend="auto") -> Tensor',
+    'str backend="auto", Tensor? bias=None, str? activation=None) -> Tensor',
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _LIB.define(
     "matmul_out(Tensor a, Tensor b, Tensor(a!) out, ScalarType? out_dtype=None, "
-    'ScalarType accumulate=float, str backend="auto") -> ()',
+    'ScalarType accumulate=float, str backend="auto", Tensor? bias=None, '
+    "str? activation=None) -> ()",
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _MATMUL = torch.ops.wsgemm.matmul.default
 _MATMUL_OUT = torch.ops.wsgemm.matmul_out.default
 
 
-def _matmul_impl(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    return _forward(a, b, None, out_dtype, accumulate, backend)
+def _matmul_impl(
+    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None
+):
+    return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
 
 
-def _matmul_out_impl(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    _forward(a, b, out, out_dtype, accumulate, backend)
+def _matmul_out_impl(
+    a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
+    activation=None,
+):  # fmt: skip
+    _forward(a, b, out, out_dtype, accumulate, backend, bias, activation)
 
 
 # CPU too, so a CPU tensor gets the core's ValueError rather than the dispatcher's
@@ -176,41 +203,85 @@ for _key in ("CUDA", "CPU"):
 
 
 @torch.library.register_fake("wsgemm::matmul", lib=_LIB)
-def _matmul_fake(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    shape = _check_fake(a, b, None, out_dtype, accumulate, backend)
+def _matmul_fake(
+    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None
+):
+    shape = _check_fake(a, b, None, out_dtype, accumulate, backend, bias, activation)
     return a.new_empty(shape, dtype=out_dtype or a.dtype)  # contiguous, as torch.matmul's
 
 
 @torch.library.register_fake("wsgemm::matmul_out", lib=_LIB)
-def _matmul_out_fake(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
+def _matmul_out_fake(
+    a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
+    activation=None,
+):  # fmt: skip
     # no overlap test: fake tensors have no data
-    _check_fake(a, b, out, out_dtype, accumulate, backend)
+    _check_fake(a, b, out, out_dtype, accumulate, backend, bias, activation)
 
 
 def _setup_context(ctx, inputs, output):
-    a, b, _out_dtype, _accumulate, backend = inputs
-    ctx.save_for_backward(a, b)
-    ctx.backend = backend
+    a, b, out_dtype, accumulate, backend, *epilogue = inputs
+    bias, activation = (*epilogue, None, None)[:2]
+    ctx.save_for_backward(a, b, bias)
+    ctx.backend, ctx.activation = backend, activation
+    ctx.pre = (out_dtype, accumulate)  # what recomputing the pre-activation needs
 
 
 def _backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    ga, gb = _grads(a, b, grad, *ctx.needs_input_grad[:2], ctx.backend)
-    return ga, gb, None, None, None
+    """The product's gradients; with an activation, the gradient through it first, at the
+    pre-activation ``a @ b + bias`` recomputed by one more (bias-fused) product (the fused
+    backward that reads a saved pre-activation is the next step of issue #25); the bias's is the
+    gradient summed over every dimension the bias broadcasts along, in fp32."""
+    a, b, bias = ctx.saved_tensors
+    need_a, need_b = ctx.needs_input_grad[:2]
+    need_bias = bias is not None and ctx.needs_input_grad[5]
+    if ctx.activation is not None and ctx.activation != "none":
+        out_dtype, accumulate = ctx.pre
+        with torch.no_grad():
+            pre = _forward(a, b, None, out_dtype, accumulate, ctx.backend, bias, None)
+        grad = (grad.float() * activation_grad(ctx.activation, pre)).to(grad.dtype)
+    ga, gb = _grads(a, b, grad, need_a, need_b, ctx.backend)
+    gbias = None
+    if need_bias:
+        gbias = grad.float().sum_to_size(_bias_grad_shape(bias, grad)).reshape(bias.shape)
+        gbias = gbias.to(bias.dtype)
+    return ga, gb, None, None, None, gbias, None
+
+
+def _bias_grad_shape(bias, grad) -> tuple:
+    """The shape ``grad`` sums to for ``bias``: the bias's shape, left-padded, with a bias that
+    runs along a 1-D ``b``'s result (the rows of the core) counted along the last dimension."""
+    shape = tuple(bias.shape)
+    if bias.numel() == 1:
+        return (1,) * grad.dim()
+    if len(shape) == 2 and shape[-1] == 1 and grad.dim() >= 2 and grad.shape[-1] != 1:
+        return (1,) * (grad.dim() - 2) + shape  # a row bias (M, 1)
+    return (1,) * (grad.dim() - len(shape)) + shape
 
 
 torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)
 
 
-def _matmul_vmap(info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
+def _matmul_vmap(
+    info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
+    activation=None,
+):  # fmt: skip
     """vmap's batching rule: the vmapped dimension becomes a leading batch dimension of one
     product (matmul broadcasts batches), not a loop of per-sample calls. A per-sample vector
     becomes a one-row (``a``) or one-column (``b``) matrix, squeezed out of the result again, and
     the per-sample batch dimensions of a vmapped operand are padded with ones to the other's
     count, so that the vmapped dimension lines up with the other's (or broadcasts)."""
     a_dim, b_dim = in_dims[0], in_dims[1]
+    if len(in_dims) > 5 and in_dims[5] is not None:
+        # a per-sample bias: the product batched, then the bias and activation in torch
+        out, dim = _matmul_vmap(info, in_dims[:5], a, b, out_dtype, accumulate, backend)
+        # a sample's bias broadcasts against its result from the right, as torch's add does
+        bias = bias.movedim(in_dims[5], 0)
+        bias = bias.reshape(bias.shape[0], *(1,) * (out.dim() - bias.dim()), *bias.shape[1:])
+        y = out.float() + bias.float()
+        return torch_activation(check_activation(activation), y).to(out.dtype), dim
     if a_dim is None and b_dim is None:
-        return _MATMUL(a, b, out_dtype, accumulate, backend), None
+        return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation), None
     a = a if a_dim is None else a.movedim(a_dim, 0)
     b = b if b_dim is None else b.movedim(b_dim, 0)
     a_lead, b_lead = int(a_dim is not None), int(b_dim is not None)  # the mapped dimension
@@ -225,7 +296,7 @@ def _matmul_vmap(info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, 
         a = a.reshape(a.shape[0], *(1,) * (rank - a_batch), *a.shape[1:])
     if b_lead:
         b = b.reshape(b.shape[0], *(1,) * (rank - b_batch), *b.shape[1:])
-    out = _MATMUL(a, b, out_dtype, accumulate, backend)  # (vmapped, *batch, M, N)
+    out = _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation)  # (vmapped, *batch, M, N)
     if b_vec:
         out = out.squeeze(-1)
     if a_vec:
@@ -237,18 +308,22 @@ if hasattr(torch.library, "register_vmap"):  # torch 2.4+; before it, torch's pe
     torch.library.register_vmap("wsgemm::matmul", _matmul_vmap, lib=_LIB)
 
 
-def _refuse_grad(a, b, out) -> None:
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
+def _refuse_grad(a, b, out, bias=None) -> None:
+    wants = a.requires_grad or b.requires_grad or out.requires_grad
+    if torch.is_grad_enabled() and (wants or (bias is not None and bias.requires_grad)):
         raise RuntimeError(
             "wsgemm.matmul(): out= does not support automatic differentiation, but an argument "
             "requires grad (as torch.matmul); call it without out=, or under torch.no_grad()"
         )
 
 
-def _matmul_out_autograd(a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    _refuse_grad(a, b, out)
+def _matmul_out_autograd(
+    a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
+    activation=None,
+):  # fmt: skip
+    _refuse_grad(a, b, out, bias)
     with torch._C._AutoDispatchBelowAutograd():
-        _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend)
+        _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation)
 
 
 _LIB.impl("matmul_out", _matmul_out_autograd, "Autograd")
@@ -262,17 +337,22 @@ def autocast_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
     return t.dtype
 
 
-def _autocast(a, b):
+def _autocast(a, b, bias=None):
     dtype = torch.get_autocast_dtype("cuda")
-    return a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
+    a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
+    if bias is not None:  # the epilogue adds a bias of the inputs' dtype
+        bias = bias.to(a.dtype) if bias.is_floating_point() else bias
+    return a, b, bias
 
 
-def _matmul_autocast(a, b, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    a, b = _autocast(a, b)
+def _matmul_autocast(
+    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None
+):
+    a, b, bias = _autocast(a, b, bias)
     with torch._C._ExcludeDispatchKeyGuard(
         torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
     ):
-        return _MATMUL(a, b, out_dtype, accumulate, backend)
+        return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation)
 
 
 # out= calls are not autocast (torch's rule), so matmul_out keeps the fallthrough
@@ -301,9 +381,9 @@ class _Matmul(torch.autograd.Function):
     binding default arguments on every ``apply``."""
 
     @staticmethod
-    def forward(ctx, a, b, out_dtype, accumulate, backend):
-        _setup_context(ctx, (a, b, out_dtype, accumulate, backend), None)
-        return _forward(a, b, None, out_dtype, accumulate, backend)
+    def forward(ctx, a, b, out_dtype, accumulate, backend, bias, activation):
+        _setup_context(ctx, (a, b, out_dtype, accumulate, backend, bias, activation), None)
+        return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
 
     backward = staticmethod(_backward)  # the registered op's backward
 
@@ -353,8 +433,19 @@ def _no_modes() -> bool:
     )
 
 
-def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto"):
-    """``a @ b`` on the tensor cores, with ``torch.matmul``'s meaning.
+def matmul(
+    a,
+    b,
+    *,
+    bias=None,
+    activation=None,
+    out=None,
+    out_dtype=None,
+    accumulate=torch.float32,
+    backend="auto",
+):
+    """``a @ b`` on the tensor cores, with ``torch.matmul``'s meaning; with ``bias`` or
+    ``activation``, ``activation(a @ b + bias)`` with the epilogue fused into the kernel.
 
     Args:
         a: (..., M, K) or (K,), float16 or bfloat16, CUDA, any strides.
@@ -366,41 +457,59 @@ def matmul(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend=
         out_dtype: float16, bfloat16 or float32; default the input dtype (or ``out.dtype``).
         accumulate: torch.float32 (default, as cuBLAS) or torch.float16 (fp16 inputs only).
         backend: "auto" (the best kernel for the GPU and shape) or one of ``wsgemm.host.BACKENDS``.
+        bias: optional, the inputs' dtype, added to the product: it broadcasts against the
+            result as in ``a @ b + bias`` but varies along one dimension only, the same for
+            every batch: one value per column ((N,), (1, N), ()) or per row ((M, 1)).
+        activation: None, "relu", "relu2" (relu squared), "gelu" (erf form, torch's default),
+            "gelu_tanh" (torch's ``approximate="tanh"``) or "silu", applied after the bias.
+            On Hopper both are fused: computed in fp32 on the accumulators before the output
+            conversion (``explain`` says where they run).
 
     Differentiable (the backward runs on wsgemm's kernels; see docs/torch.md), traceable by
     torch.compile (as ``torch.ops.wsgemm.matmul``), and cast by CUDA autocast like torch.matmul.
 
     Returns:
-        the product, of ``out_dtype`` (``out`` itself when given).
+        the result, of ``out_dtype`` (``out`` itself when given).
     """
     # _is_compiling first: dynamo must not trace the other checks
-    if not _is_compiling() and _plain(a, b, out) and _no_modes():
+    if (
+        not _is_compiling()
+        and _plain(a, b, out)
+        and (bias is None or ((type(bias) is _Tensor or type(bias) is _Parameter) and bias.is_cuda))
+        and _no_modes()
+    ):
         if out is not None:
-            _refuse_grad(a, b, out)
-            return _forward(a, b, out, out_dtype, accumulate, backend)
+            _refuse_grad(a, b, out, bias)
+            return _forward(a, b, out, out_dtype, accumulate, backend, bias, activation)
         if _any_autocast() and torch.is_autocast_enabled("cuda"):
-            a, b = _autocast(a, b)
-        if _grad_enabled() and (a.requires_grad or b.requires_grad):
-            return _Matmul.apply(a, b, out_dtype, accumulate, backend)
-        return _forward(a, b, None, out_dtype, accumulate, backend)
+            a, b, bias = _autocast(a, b, bias)
+        if _grad_enabled() and (
+            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+        ):
+            return _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, activation)
+        return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
     # what torch's dispatcher would refuse with a RuntimeError, refused with our TypeError
     check_kinds(a, b, out, out_dtype, accumulate, backend)
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    check_activation(activation)
     if out is None:
-        return _MATMUL(a, b, out_dtype, accumulate, backend)
-    _refuse_grad(a, b, out)
-    _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend)
+        return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation)
+    _refuse_grad(a, b, out, bias)
+    _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation)
     return out
 
 
-def linear(input, weight, bias=None):
-    """``torch.nn.functional.linear`` on wsgemm: ``input @ weight.T + bias``.
+def linear(input, weight, bias=None, activation=None):
+    """``torch.nn.functional.linear`` on wsgemm: ``activation(input @ weight.T + bias)``, the
+    bias and activation fused into the kernel's epilogue (``matmul``).
 
     Args:
         input: (..., in_features), float16 or bfloat16 (or cast by CUDA autocast), CUDA.
         weight: (out_features, in_features) or (in_features,), input's dtype and device.
         bias: optional (out_features,) or 0-D, weight's dtype.
+        activation: None or one of ``matmul``'s activations.
 
-    The bias is a separate add after the product until wsgemm has a fused bias epilogue.
     Differentiable and traceable like ``matmul``.
     """
     if not isinstance(weight, torch.Tensor):
@@ -420,7 +529,4 @@ def linear(input, weight, bias=None):
                 f"bias has shape {tuple(bias.shape)}; weight {tuple(weight.shape)} needs "
                 f"{tuple(weight.shape[:-1])} or ()"
             )
-    y = matmul(input, weight.t())
-    if bias is None:
-        return y
-    return y + bias.to(y.dtype)  # under autocast y is already in the autocast dtype
+    return matmul(input, weight.t(), bias=bias, activation=activation)

@@ -60,8 +60,11 @@ def matmul(
     backend="auto",
     config=None,
     dispatcher=None,
+    bias=None,
+    activation=None,
 ):
-    """``a @ b`` on the tensor cores, with torch.matmul's meaning for 2-D and 3-D operands.
+    """``a @ b`` on the tensor cores, with torch.matmul's meaning for 2-D and 3-D operands;
+    with ``bias`` or ``activation``, ``activation(a @ b + bias)`` in one kernel.
 
     Args:
         a: (M, K) or (L, M, K), float16 or bfloat16, CUDA, any strides.
@@ -80,6 +83,12 @@ def matmul(
         dispatcher: the ``Dispatcher`` whose devices, kernels and launchers the call uses;
             default the process's (``DISPATCHER``). A benchmark or test passes its own, such
             as ``stand_in()``.
+        bias: optional, the inputs' dtype, added to the product: (N,), (1, N) or () one value
+            per column (``nn.Linear``'s bias), (M, 1) one per row; the same for every batch.
+        activation: None, "relu", "relu2" (relu squared), "gelu" (erf form), "gelu_tanh"
+            (torch's ``approximate="tanh"``) or "silu", applied after the bias. On the sm90
+            family both are fused: computed in fp32 on the accumulators before the output
+            conversion; other backends apply them after the product (``explain`` says which).
 
     Returns:
         the product, (M, N) or (L, M, N), of ``out_dtype`` (``out`` itself when given).
@@ -88,10 +97,20 @@ def matmul(
     capture in a CUDA graph once the call has run outside it (the first call compiles).
     """
     d = DISPATCHER if dispatcher is None else dispatcher
-    return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config)
+    return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
 
 
-def explain(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto") -> str:
+def explain(
+    a,
+    b,
+    *,
+    out=None,
+    out_dtype=None,
+    accumulate=torch.float32,
+    backend="auto",
+    bias=None,
+    activation=None,
+) -> str:
     """Which kernel ``matmul`` with these arguments runs, and why: the backend, tile, cluster
     and split-K count, and the reason (on Hopper, the shape policy's: docs/policy.md). Checks
     the arguments as ``matmul`` does and reads the device's capability and SM count; compiles
@@ -101,7 +120,7 @@ def explain(a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend
         a few lines of text: the problem, the kernel, the split, why, and the operands (read
         in place, or copied on every call: into which major, how many bytes, why).
     """
-    return dispatch.explain(DISPATCHER, a, b, out, out_dtype, accumulate, backend)
+    return dispatch.explain(DISPATCHER, a, b, out, out_dtype, accumulate, backend, bias, activation)
 
 
 def available_backends(device=None) -> list[str]:

@@ -30,12 +30,14 @@ import torch
 
 from .. import host
 from ..host.dispatch import Route
-from ..host.workspace import split_launcher
+from ..host.workspace import bias_launcher, split_launcher
+from .epilogue import PLAIN, apply_in_torch, kernel_bias
 from .overlap import extent
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
 from .validate import Problem, check_no_overlap, validate
 
-# launch(a, b, out or None, a's data pointer, b's, out's or None): the pointers ``call`` read
+# launch(a, b, out or None, a's data pointer, b's, out's or None[, bias]): the pointers ``call``
+# read, and a fused epilogue's bias (the caller's tensor) when the call has one
 Launcher = Callable[..., torch.Tensor]
 
 log = logging.getLogger("wsgemm")
@@ -46,8 +48,12 @@ log = logging.getLogger("wsgemm")
 _increment_version = torch.autograd.graph.increment_version
 
 
-def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
+def call(
+    d, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None
+) -> torch.Tensor:
     """``matmul(a, b, out=..., ...)`` on dispatcher ``d``."""
+    if bias is not None or activation is not None:
+        return _call_fused(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
     try:
         pa, pb = a.data_ptr(), b.data_ptr()
         if out is None:
@@ -84,13 +90,60 @@ def call(d, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
     return out
 
 
-def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> torch.Tensor:
-    p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
-    run = functools.partial(_run_candidate, d, a, b, p) if _may_tune(a) else None
+def _call_fused(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation):
+    """``call`` with a fused epilogue: the same fast path, its signature extended by the
+    activation and the bias's metadata, its launcher given the bias."""
+    try:
+        pa, pb = a.data_ptr(), b.data_ptr()
+        bias_sig = (
+            None
+            if bias is None
+            else (type(bias), bias.shape, bias.stride(), bias.dtype, bias.device, bias.is_neg())
+        )
+        grad = (
+            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+            or (out is not None and out.requires_grad)
+        ) and torch.is_grad_enabled()  # fmt: skip
+        key = (
+            "fused", activation, bias_sig,
+            type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
+            type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
+            grad, out_dtype, accumulate, backend, config,
+        )  # fmt: skip
+        if out is not None:
+            po = out.data_ptr()
+            key += (type(out), out.shape, out.stride(), out.dtype, out.device, out.is_neg(),
+                    po & 15)  # fmt: skip
+        hit = d.launchers.get(key)
+    except Exception:  # not tensors, unhashable arguments, ...: validate says what is wrong
+        key = hit = None
+    if hit is None:
+        return _first_call(
+            d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation
+        )
+    launch, spans = hit
+    if out is None:
+        return launch(a, b, None, pa, pb, None, bias)
+    check_no_overlap(out, a, b)
+    if bias is not None:
+        check_no_overlap(out, bias, bias)
+    launch(a, b, out, pa, pb, po, bias)
+    _increment_version(out)
+    return out
+
+
+def _first_call(
+    d, key, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None
+) -> torch.Tensor:
+    p = validate(
+        a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
+        bias=bias, activation=activation,
+    )  # fmt: skip
+    run = functools.partial(_run_candidate, d, a, b, p, bias) if _may_tune(a) else None
     route = d.route(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
     )
-    result, planned = _launch(d, a, b, out, p, route)
+    result, planned = _launch(d, a, b, out, p, route, bias)
     if planned is None and log.isEnabledFor(logging.INFO):
         # once per signature: a copy on every call is a cost the caller can often remove
         said = _operands(d, a, b, out, p, route)
@@ -100,7 +153,7 @@ def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> to
         _increment_version(out)
     if key is not None:
         direct = (
-            _direct_launcher(d, planned, p, a.device, out is None, (a, b, result))
+            _direct_launcher(d, planned, p, a.device, out is None, (a, b, result), bias)
             if planned
             else None
         )
@@ -117,28 +170,57 @@ def _may_tune(t: torch.Tensor) -> bool:
     return t.device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
 
 
-def _run_candidate(d, a, b, p: Problem, route: Route) -> Callable[[], object]:
+def _run_candidate(d, a, b, p: Problem, bias, route: Route) -> Callable[[], object]:
     """The dispatcher's ``run`` for ``WSGEMM_AUTOTUNE`` (``host.dispatch.Runner``): launch
     ``route`` once on this call's operands, into a scratch output (never the caller's), which
     compiles and plans it; return what is timed: its kernel alone on the planned views when the
     call was one launch on views, else the whole planned call."""
     scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
-    _, planned = _launch(d, a, b, scratch, p, route)
+    _, planned = _launch(d, a, b, scratch, p, route, bias)
     if planned is not None:
-        launch, fn, clusters, _ = planned
-        return functools.partial(fn, launch.a, launch.b, launch.c, clusters)
-    return functools.partial(_launch, d, a, b, scratch, p, route)
+        launch, fn, clusters, _, late = planned
+        return functools.partial(fn, launch.a, launch.b, launch.c, clusters, *late)
+    return functools.partial(_launch, d, a, b, scratch, p, route, bias)
 
 
-def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:
+def explain(d, a, b, out, out_dtype, accumulate, backend, bias=None, activation=None) -> str:
     """``wsgemm.api.explain``'s body: validate as ``call`` does, then the dispatcher's account
-    of the route and what the call does with each operand (``plan.describe``). Compiles,
-    allocates and launches nothing."""
-    p = validate(a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type)
+    of the route, the epilogue and what the call does with each operand (``plan.describe``).
+    Compiles, allocates and launches nothing."""
+    p = validate(
+        a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type,
+        bias=bias, activation=activation,
+    )  # fmt: skip
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
-    return f"{text}\n{_operands(d, a, b, out, p, route)}"
+    return f"{text}\n{_epilogue_line(p, route)}{_operands(d, a, b, out, p, route)}"
+
+
+def _epilogue_line(p: Problem, route: Route) -> str:
+    """``explain``'s epilogue line ("" for a plain call)."""
+    e = p.epilogue
+    if e.plain:
+        return ""
+    what = " then ".join(
+        part
+        for part in (
+            {"col": "a bias per column", "row": "a bias per row"}.get(e.bias),
+            None if e.activation == "none" else e.activation,
+        )
+        if part
+    )
+    if host.fuses_epilogues(route.backend):
+        swap = bool(getattr(route.config, "swap_ab", False))
+        how = "fused: computed in fp32 on the accumulators before the output conversion"
+        if swap and e.bias != "none":
+            how += " (swap-AB: the kernel's row bias)"
+    else:
+        how = (
+            f"not fused: {route.backend} has no fused epilogue; torch applies it after the "
+            "product (fp32 on the rounded output, one more pass over it)"
+        )
+    return f"epilogue: {what}, {how}\n"
 
 
 def _operands(d, a, b, out, p: Problem, route: Route) -> str:
@@ -168,53 +250,69 @@ def _extent(t: torch.Tensor) -> int:
 
 
 def run(
-    d, a, b, out, problem: Problem, backend: str, config: Any = None, split: int = 1
+    d, a, b, out, problem: Problem, backend: str, config: Any = None, split: int = 1, bias=None
 ) -> torch.Tensor:
     """Launch a validated call on a chosen backend (and split), planning it from scratch: what
     every call of a signature does when its operands need copies (and what the CPU tests
     drive)."""
-    return _launch(d, a, b, out, problem, Route(backend, config, split))[0]
+    return _launch(d, a, b, out, problem, Route(backend, config, split), bias)[0]
 
 
 def _general_launcher(d, p: Problem, route: Route) -> Launcher:
-    return lambda a, b, out, pa, pb, po: _launch(d, a, b, out, p, route)[0]
+    return lambda a, b, out, pa, pb, po, bias=None: _launch(d, a, b, out, p, route, bias)[0]
 
 
-def _launch(d, a, b, out, p: Problem, route: Route):
-    """Plan and launch one call; returns (the result, (the ``Launch``, kernel, clusters) when it
-    was one launch on views of the caller's tensors, else None). A split route's kernel is the
-    split variant with its workspace and semaphores bound (``host.workspace.split_launcher``):
-    it writes C itself, as any kernel."""
+def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
+    """Plan and launch one call; returns (the result, (the ``Launch``, kernel, clusters, swap,
+    the kernel's late launch arguments) when it was one launch on views of the caller's
+    tensors, else None). A split route's kernel is the split variant with its workspace and
+    semaphores bound (``host.workspace.split_launcher``): it writes C itself, as any kernel.
+    A fused epilogue (``p.epilogue``) runs in the kernel where the route's family fuses, its
+    bias the kernel's last launch argument; elsewhere torch applies it afterwards."""
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     if out.numel() == 0:
         return out, None
+    epi = p.epilogue
     if p.k == 0:
-        return out.zero_(), None
+        return apply_in_torch(out.zero_(), bias, epi), None
+    fused = not epi.plain and host.fuses_epilogues(route.backend)
     a3, b3, out3 = batched(a, b, out)
     if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
-        one = Problem(None, p.m, p.n, p.k, p.ab_dtype, p.c_dtype, p.acc_dtype)
+        one = Problem(None, p.m, p.n, p.k, p.ab_dtype, p.c_dtype, p.acc_dtype, epi)
         for l_ in range(out3.shape[0]):
-            _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route)
+            _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route, bias)
         return out, None
+    rows = out3.shape[1]  # the caller's rows per launch (a batch folded into M: L * M)
     launch, swap = kernel_views(a3, b3, out3, route)
     index = a.device.index
+    kernel_epi = (epi.swapped() if swap else epi) if fused else PLAIN
     fn, clusters = d.kernel(
-        route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config
-    )
+        route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config,
+        kernel_epi.name,
+    )  # fmt: skip
+    late = ()
+    if kernel_epi.bias != "none":
+        late = (kernel_bias(bias, epi.bias, p.m if epi.bias == "row" else p.n, rows),)
     if getattr(route.config, "splits_in_kernel", False):  # split-K or stream-K: its buffers
         fn = split_launcher(fn, route.config, route.split, d.semaphores)
+    elif late:
+        fn = bias_launcher(fn)
     L = launch.c.shape[2]
     with d.on_device(index):
         if L <= d.max_batch_per_launch:
-            fn(launch.a, launch.b, launch.c, clusters)
+            fn(launch.a, launch.b, launch.c, clusters, *late)
         else:
             for l0 in range(0, L, d.max_batch_per_launch):
                 batch = slice(l0, l0 + d.max_batch_per_launch)
-                fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters)
+                fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters,
+                   *late)  # fmt: skip
         launch.finish()
+    if not epi.plain and not fused:
+        apply_in_torch(out, bias, epi)
+        return out, None
     single = launch.direct and L <= d.max_batch_per_launch
-    return out, (launch, fn, clusters, swap) if single else None
+    return out, (launch, fn, clusters, swap, late) if single else None
 
 
 def kernel_views(a3, b3, out3, route: Route) -> tuple[Launch, bool]:
@@ -235,11 +333,12 @@ def _kernel_problem(a3, b3, out3, route: Route):
 
 def _direct_launcher(
     d,
-    planned: tuple[Launch, Callable, int, bool],
+    planned: tuple[Launch, Callable, int, bool, tuple],
     p: Problem,
     device: torch.device,
     allocate: bool,
     tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    bias=None,
 ) -> Launcher | None:
     """A launcher that runs the kernel of ``planned`` (a ``Launch`` made for this signature) on
     a later call's tensors: views of the same sizes and strides at their addresses, so the
@@ -247,20 +346,28 @@ def _direct_launcher(
     given the addresses ``call`` read. Under swap-AB the kernel's A is the caller's B and
     its B the caller's A. None where the kernel has no ``bind`` (the tests' stand-ins) or the
     views do not sit at the caller's tensors' addresses: the signature then re-plans."""
-    launch, fn, clusters, swap = planned
+    launch, fn, clusters, swap, late = planned
     bind = getattr(fn, "bind", None)
     views = (launch.b, launch.a) if swap else (launch.a, launch.b)
     at_callers = tuple(v.data_ptr() for v in (*views, launch.c)) == tuple(
         t.data_ptr() for t in tensors
     )
-    at = bind(launch.a, launch.b, launch.c, clusters) if bind is not None and at_callers else None
+    if bind is None or not at_callers:
+        return None
+    at = (
+        bind(launch.a, launch.b, launch.c, clusters, late=len(late))
+        if late
+        else bind(launch.a, launch.b, launch.c, clusters)
+    )
     if at is None:
         return None
     index = device.index
     shape, dtype = p.out_shape, p.c_dtype
+    if late:
+        return _fused_launcher(d, at, p, device, swap, bias, late[0])
     if allocate:
 
-        def launcher(a, b, out, pa, pb, po):
+        def launcher(a, b, out, pa, pb, po, bias=None):
             # sizes as arguments, not a tuple: torch parses them faster (perf.md, entry 12)
             out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
             if swap:  # the kernel's A is the caller's B, its B the caller's A
@@ -270,17 +377,46 @@ def _direct_launcher(
 
     else:
 
-        def launcher(a, b, out, pa, pb, po):
+        def launcher(a, b, out, pa, pb, po, bias=None):
             if swap:
                 pa, pb = pb, pa
             at(pa, pb, po)
             return out
 
+    return _on_its_device(d, index, launcher)
+
+
+def _on_its_device(d, index, launcher: Launcher) -> Launcher:
+    """``launcher``, run with ``index`` the current device where the machine has several."""
     if d.devices.count() == 1:
         return launcher
 
-    def on_its_device(a, b, out, pa, pb, po):
+    def on_its_device(a, b, out, pa, pb, po, *bias):
         with d.on_device(index):
-            return launcher(a, b, out, pa, pb, po)
+            return launcher(a, b, out, pa, pb, po, *bias)
 
     return on_its_device
+
+
+def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, first_vector):
+    """The direct launcher of a call with a fused bias: ``at`` (bound with the bias as its
+    late argument) given the kernel's vector of each call's bias: the bias itself when the
+    first call's already was one (a flat contiguous vector; the signature fixes its strides),
+    else a vector made as the first call's was (``kernel_bias``)."""
+    epi = p.epilogue
+    length = p.m if epi.bias == "row" else p.n
+    rows = first_vector.numel()  # a row bias of a batch folded into M: repeated per batch
+    as_is = bias.dim() == 1 and bias.stride(0) == 1 and bias.numel() == rows
+    shape, dtype = p.out_shape, p.c_dtype
+
+    def launcher(a, b, out, pa, pb, po, bias):
+        vector = bias if as_is else kernel_bias(bias, epi.bias, length, rows)
+        if out is None:
+            out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
+            po = out.data_ptr()
+        if swap:  # the kernel's A is the caller's B, its B the caller's A
+            pa, pb = pb, pa
+        at(pa, pb, po, vector)
+        return out
+
+    return _on_its_device(d, device.index, launcher)

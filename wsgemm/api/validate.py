@@ -19,6 +19,7 @@ import torch
 
 from .. import host, support
 from ..support import ACCUMULATOR_RULE, accumulator_allowed
+from .epilogue import PLAIN, Epilogue, check_epilogue
 from .overlap import overlaps, repeats_elements
 
 # torch dtype -> its name in the host's vocabulary (support.AB_DTYPES etc. are the one list of
@@ -44,6 +45,8 @@ class Problem:
     ab_dtype: torch.dtype
     c_dtype: torch.dtype
     acc_dtype: torch.dtype
+    # the fused epilogue in the caller's terms (a "col" bias runs along N); plain by default
+    epilogue: Epilogue = PLAIN
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -234,11 +237,11 @@ def check_split(config, accumulate) -> None:
         )
 
 
-def _check_no_grad(a, b, out) -> None:
+def _check_no_grad(a, b, out, bias=None) -> None:
     """The core records no gradients: a silent result without ``grad_fn`` would drop them."""
     if not torch.is_grad_enabled():
         return
-    for name, t in (("a", a), ("b", b), ("out", out)):
+    for name, t in (("a", a), ("b", b), ("out", out), ("bias", bias)):
         if t is not None and t.requires_grad:
             raise ValueError(
                 f"{name} requires grad and grad mode is on, but wsgemm.api.matmul records no "
@@ -270,7 +273,17 @@ def check_no_overlap(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Non
 
 
 def validate(
-    a, b, out, out_dtype, accumulate, backend, config=None, *, device_type: str = "cuda"
+    a,
+    b,
+    out,
+    out_dtype,
+    accumulate,
+    backend,
+    config=None,
+    *,
+    device_type: str = "cuda",
+    bias=None,
+    activation=None,
 ) -> Problem:
     """Every check of ``matmul``, in the order a reader would ask them. Raises, never allocates.
 
@@ -290,7 +303,7 @@ def validate(
     if out is not None:
         _check_out_memory(out)
     check_split(config, accumulate)
-    _check_no_grad(a, b, out)
+    _check_no_grad(a, b, out, bias if isinstance(bias, torch.Tensor) else None)
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None and t.is_neg():
             raise ValueError(
@@ -298,9 +311,14 @@ def validate(
                 f"pass {name}.resolve_neg()"
             )
     check_devices(a, b, out, (device_type,))
+    epilogue = check_epilogue(bias, activation, a.dtype, shape, a.device)
+    if bias is not None and bias.is_neg():
+        raise ValueError("bias is a negative view (is_neg()); pass bias.resolve_neg()")
     if out is not None:
         check_no_overlap(out, a, b)
+        if bias is not None and overlaps(out, bias):
+            raise ValueError("out overlaps bias in memory; pass a separate output tensor")
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = shape[0] if len(shape) == 3 else None  # torch.matmul's broadcast of L (may be 0)
     c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    return Problem(batch, m, n, k, a.dtype, c_dtype, accumulate)
+    return Problem(batch, m, n, k, a.dtype, c_dtype, accumulate, epilogue)

@@ -22,6 +22,7 @@ from .registry import (
     arch_for_capability,
     cluster_size,
     every_variant,
+    fuses_epilogues,
     needs_vector_extent,
     shipped_backends,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "cluster_size",
     "compile_variant",
     "every_variant",
+    "fuses_epilogues",
     "fake_arguments",
     "make_kernel",
     "needs_vector_extent",

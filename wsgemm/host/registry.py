@@ -92,6 +92,12 @@ def needs_vector_extent(backend: str) -> bool:
     return BACKENDS[backend].family in _VECTOR_EXTENT_FAMILIES
 
 
+def fuses_epilogues(backend: str) -> bool:
+    """Whether ``backend``'s kernels compute a fused epilogue (bias, activation) themselves:
+    the sm90 family; elsewhere the API applies it after the product (``api.epilogue``)."""
+    return BACKENDS[backend].family == "sm90"
+
+
 def cluster_size(config: Any) -> int:
     """CTAs per cluster: the persistent grid has (SMs // this) clusters."""
     return config.cluster_size
@@ -109,6 +115,8 @@ class Variant:
     a_major: str = "k"  # A is (M, K, L): "k" (row-major a) or "m"
     b_major: str = "k"  # B is (N, K, L): "k" (column-major b) or "n" (row-major b)
     config: Any = None  # None: the backend's shipped config; else a config to try (tuning)
+    # the fused epilogue's name (``wsgemm.kernels.epilogue.Epilogue.name``); "none": plain
+    epilogue: str = "none"
 
     def __post_init__(self) -> None:
         checks = (
@@ -124,12 +132,27 @@ class Variant:
                 raise ValueError(f"Variant.{field}={value!r}; allowed: {', '.join(allowed)}")
         if not accumulator_allowed(self.ab_dtype, self.acc_dtype):
             raise ValueError(ACCUMULATOR_RULE)
+        if self.epilogue != "none":
+            from wsgemm.kernels.epilogue import Epilogue  # plain Python, no DSL
+
+            if Epilogue.parse(self.epilogue).name != self.epilogue:
+                raise ValueError(
+                    f"Variant.epilogue={self.epilogue!r} is not an epilogue's name; say "
+                    f"{Epilogue.parse(self.epilogue).name!r}"
+                )
+            if BACKENDS[self.backend].family != "sm90":
+                raise ValueError(
+                    f"Variant.epilogue={self.epilogue!r}: only the sm90 family fuses epilogues"
+                )
 
     def key(self) -> str:
-        names = [f.name for f in dataclasses.fields(self) if f.name != "config"]
+        skip = ("config", "epilogue")
+        names = [f.name for f in dataclasses.fields(self) if f.name not in skip]
         fields = [str(getattr(self, name)) for name in names]
         if self.config is not None:
             fields.append(repr(self.config))
+        if self.epilogue != "none":  # plain variants keep the keys they had before epilogues
+            fields.append(f"epilogue={self.epilogue}")
         return "-".join(fields)
 
     def kernel_config(self) -> Any:

@@ -28,7 +28,7 @@ import torch
 
 from .compiling.calls import KernelCall
 
-__all__ = ["SemaphoreCache", "split_launcher"]
+__all__ = ["UNSPLIT_LAUNCH", "SemaphoreCache", "bias_launcher", "split_launcher"]
 
 
 class SemaphoreCache:
@@ -115,15 +115,37 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
         workspace = torch.empty(words, dtype=torch.float32, device=device)
         return 0, split, workspace, semaphores.get(device, count)
 
-    def launch(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+    def launch(a_mkl, b_nkl, c_mnl, clusters: int, *late):
         sized = buffer_sizes(a_mkl, b_nkl, clusters)
-        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*sized, c_mnl.device))
+        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*sized, c_mnl.device), *late)
 
-    def bind(a_mkl: torch.Tensor, b_nkl: torch.Tensor, c_mnl: torch.Tensor, clusters: int):
+    def bind(a_mkl, b_nkl, c_mnl, clusters: int, late: int = 0):
         if not isinstance(fn, KernelCall):
             return None
         sized = (*buffer_sizes(a_mkl, b_nkl, clusters), c_mnl.device)
-        return fn.bind(a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized))
+        return fn.bind(a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized), late=late)
+
+    launch.bind = bind
+    return launch
+
+
+#: An unsplit sm90 launch's arguments between the clusters and a fused epilogue's bias
+#: (``Sm90Gemm.LAUNCH_EXTRAS``): the kernel's own raster order, split 1, no split buffers.
+UNSPLIT_LAUNCH = (0, 1, None, None)
+
+
+def bias_launcher(fn: Callable) -> Callable:
+    """``launch(a_mkl, b_nkl, c_mnl, clusters, bias)``: an unsplit kernel with a fused bias,
+    called like a split launcher (the bias last); ``launch.bind(..., late=1)`` binds it as
+    ``KernelCall.bind`` does, the bias given per launch."""
+
+    def launch(a_mkl, b_nkl, c_mnl, clusters: int, *late):
+        fn(a_mkl, b_nkl, c_mnl, clusters, *UNSPLIT_LAUNCH, *late)
+
+    def bind(a_mkl, b_nkl, c_mnl, clusters: int, late: int = 0):
+        if not isinstance(fn, KernelCall):
+            return None
+        return fn.bind(a_mkl, b_nkl, c_mnl, clusters, *UNSPLIT_LAUNCH, late=late)
 
     launch.bind = bind
     return launch

@@ -63,31 +63,40 @@ class KernelCall:
                        *launch_args)  # fmt: skip
 
     def bind(
-        self, a, b, c, max_active_clusters: int, *launch_args, per_call: Callable | None = None
+        self,
+        a,
+        b,
+        c,
+        max_active_clusters: int,
+        *launch_args,
+        per_call: Callable | None = None,
+        late: int = 0,
     ) -> Callable:
-        """``launch(pa, pb, pc)``: this kernel on views with ``a``, ``b`` and ``c``'s sizes and
-        strides at the addresses ``pa``, ``pb``, ``pc`` (ints), the launch arguments fixed;
-        ``per_call()``, if given, returns every launch argument after them afresh for each
-        launch (split-K's buffers). The caller vouches that its addresses are of tensors like
-        these (same dtypes and device, 16-byte aligned): nothing is checked per call."""
+        """``launch(pa, pb, pc, *late_values)``: this kernel on views with ``a``, ``b`` and
+        ``c``'s sizes and strides at the addresses ``pa``, ``pb``, ``pc`` (ints), the launch
+        arguments fixed; ``per_call()``, if given, returns the launch arguments after them
+        afresh for each launch (split-K's buffers); the last ``late`` launch arguments are the
+        launch's own (a fused epilogue's bias). The caller vouches that its addresses are of
+        tensors like these (same dtypes and device, 16-byte aligned): nothing is checked per
+        call."""
         fn, void_p = self.fn, ctypes.c_void_p
         defaults = getattr(fn, "launch_defaults", None)
         if defaults is not None:  # a loaded kernel: every argument given, no keyword wrapper
             fn = fn.__wrapped__
             if per_call is None:
-                launch_args = (*launch_args, *defaults[len(launch_args) :])
+                launch_args = (*launch_args, *defaults[len(launch_args) : len(defaults) - late])
         args = (*self.sizes_and_strides(a, b, c), max_active_clusters, *launch_args)
         tok = token(c.device)
         addresses(a, b, c)  # the alignment of the views it binds
         if per_call is None:
 
-            def launch(pa: int, pb: int, pc: int) -> None:
-                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args)
+            def launch(pa: int, pb: int, pc: int, *late_values) -> None:
+                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *late_values)
 
         else:
 
-            def launch(pa: int, pb: int, pc: int) -> None:
-                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *per_call())
+            def launch(pa: int, pb: int, pc: int, *late_values) -> None:
+                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *per_call(), *late_values)
 
         return launch
 

@@ -75,6 +75,8 @@ def fake_address_arguments(variant: Variant) -> tuple:
 def make_kernel(variant: Variant, **options):
     """The kernel object of ``variant``; ``options`` go to its class (``trace=True``)."""
     backend = BACKENDS[variant.backend]
+    if variant.epilogue != "none":
+        options = {**options, "epilogue": variant.epilogue}
     return backend.kernel_class()(
         variant.kernel_config(),
         cutlass_dtype(variant.ab_dtype),

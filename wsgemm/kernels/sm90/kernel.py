@@ -29,6 +29,9 @@ from wsgemm.kernels.common.scheduler import (
     persistent_cluster_count,
     stream_k_layout,
 )
+from wsgemm.kernels.epilogue import PLAIN, Epilogue
+from wsgemm.kernels.epilogue import activation as epilogue_activation
+from wsgemm.kernels.epilogue import bias as epilogue_bias
 from wsgemm.kernels.sm90 import split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
@@ -107,6 +110,7 @@ class Sm90Plan:
     tma_bytes_per_stage: int
     storage: Any
     c_major: Any  # LayoutEnum of C: ROW_MAJOR (N-major) or COL_MAJOR (M-major)
+    epilogue: Epilogue = PLAIN  # the fused epilogue (``wsgemm.kernels.epilogue``)
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ class _ConsumerArgs:
     mC_mnl: Any  # (M, N, L), TMA's view of C
     k_tiles: Any
     split: Any  # split_k.SplitLaunch, or None without split-K
+    bias: Any  # the fused epilogue's bias vector (``plan.epilogue.bias``), or None
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,11 @@ class _EpilogueArgs:
     gC_mnl: Any  # (tile_m, tile_n, tiles_m, tiles_n, L)
     barrier: Any
     is_store_warp: Any
+    # a fused bias: each accumulator's (row, col) in the tile, retiled as ``tRS_rAcc``; the
+    # vector and its length (None, None, None without a bias)
+    tRS_cAcc: Any
+    bias: Any
+    bias_extent: Any
 
 
 @dataclass(frozen=True)
@@ -168,8 +178,9 @@ class _TileEpilogue:
     bSG_sC: Any  # (TMA, epi_stages)
     bSG_gC: Any  # (TMA, (subtiles_m, subtiles_n)) this tile's subtiles in C
     order: Any  # epilogue_subtile_order
-    tRS_rD: Any  # (R2S, R2S_M, R2S_N) accumulator dtype
+    tRS_rD: Any  # (R2S, R2S_M, R2S_N) accumulator dtype (fp32 with a fused epilogue)
     tRS_rD_out: Any  # (R2S, R2S_M, R2S_N) C's dtype
+    origin: Any  # the tile's first (row, col) in the problem
 
 
 class Sm90Gemm(TracedLoops, GemmKernel):
@@ -225,7 +236,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     arch = "sm_90a"
     needs_vector_extent = False
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
-    LAUNCH_EXTRAS = (("split_count", 1), ("workspace", None), ("semaphores", None))
+    # and the fused epilogue's bias vector (``epilogue``; kernels without a bias ignore it)
+    LAUNCH_EXTRAS = (
+        ("split_count", 1), ("workspace", None), ("semaphores", None), ("bias", None),
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -235,9 +249,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         acc_dtype,
         gpu_arch: str = "sm_90a",
         trace: bool = False,
+        epilogue: Epilogue = PLAIN,
     ):
         """``trace``: build the traced variant (launched through ``traced``; the recorder is
-        ``wsgemm.kernels.common.trace``, the roles' traced loops are ``traced.TracedLoops``)."""
+        ``wsgemm.kernels.common.trace``, the roles' traced loops are ``traced.TracedLoops``).
+        ``epilogue``: the fused epilogue (``wsgemm.kernels.epilogue.Epilogue``, or its name),
+        computed in fp32 on the accumulators before the conversion to C's dtype."""
+        if isinstance(epilogue, str):
+            epilogue = Epilogue.parse(epilogue)
+        if not isinstance(epilogue, Epilogue):
+            raise ValueError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+        self.fused_epilogue = epilogue
         if not isinstance(config, Sm90Config):
             raise ValueError(f"config must be an Sm90Config, got {type(config).__name__}")
         if gpu_arch != self.arch:
@@ -282,13 +304,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """Compile-time stand-ins for split-K's launch arguments (count, workspace, semaphores):
         fake buffers for a split kernel; for an unsplit one the count and two None buffers,
         which its compiled function takes and ignores."""
-        if not self.config.splits_in_kernel:
-            return Int32(1), None, None
         from cutlass.cute.runtime import make_fake_tensor
 
+        bias = None
+        if self.fused_epilogue.bias != "none":
+            width = self.ab_dtype.width // 8
+            bias = make_fake_tensor(self.ab_dtype, (cute.sym_int64(),), (1,), assumed_align=width)
+        if not self.config.splits_in_kernel:
+            return Int32(1), None, None, bias
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
         semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
-        return Int32(1), workspace, semaphores
+        return Int32(1), workspace, semaphores, bias
 
     def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
         """The empty barrier's count, from the traced WGMMA (its thread count) and the cluster,
@@ -309,9 +335,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         by ``effective_splits``), ``workspace`` is a flat fp32 tensor of at least
         ``config.split_workspace_elements`` words (contents irrelevant) and ``semaphores`` a
         flat int32 tensor of one zero per output tile, which the kernel leaves zero again."""
-        split_count, workspace, semaphores = launch
+        split_count, workspace, semaphores, bias = launch
         trace.check_entry(self.trace, trace_buffer)
         cfg = self.config
+        if const_expr(self.fused_epilogue.bias == "none"):
+            bias = None
+        else:
+            if const_expr(bias is None):
+                raise ValueError(f"epilogue {self.fused_epilogue.name} takes a bias vector")
+            if const_expr(bias.element_type != self.ab_dtype):
+                raise ValueError(f"the bias is {bias.element_type}, it must be {self.ab_dtype}")
         if const_expr(cfg.splits_in_kernel):
             if const_expr(workspace is None or semaphores is None):
                 raise ValueError("a split-K kernel takes a workspace and semaphores")
@@ -393,6 +426,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tma_bytes_per_stage=tma_bytes,
             storage=self._shared_storage(a_layout, b_layout, c_layout),
             c_major=c_major,
+            epilogue=self.fused_epilogue,
         )
 
         # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
@@ -434,6 +468,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             splits,
             workspace,
             semaphores,
+            bias,
             trace_buffer,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
@@ -547,10 +582,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         splits,
         workspace,
         semaphores,
+        bias,
         trace_buffer,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
-        ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without)."""
+        ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without);
+        ``bias``: the fused epilogue's vector (None without)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -621,7 +658,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if const_expr(cfg.splits_in_kernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
                 split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
-            consumer_args = _ConsumerArgs(tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split)
+            consumer_args = _ConsumerArgs(
+                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias
+            )
             self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
     def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
@@ -749,7 +788,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
         mma_args = _MmaArgs(tiled_mma, tCrA, tCrB, wg)
         epi_args = self._epilogue_args(
-            plan, tiled_mma, acc, mma_tidx, args.sC, args.tma_c, gC_mnl, wg
+            plan, tiled_mma, acc, mma_tidx, args.sC, args.tma_c, gC_mnl, wg, args
         )
         store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=plan.epi_stages,
@@ -896,7 +935,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     # --------------------------------------------------------------- epilogue (consumer warpgroups)
 
-    def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg):
+    def _epilogue_args(self, plan, tiled_mma, acc, mma_tidx, sC, tma_c, gC_mnl, wg, consumer):
         cfg = plan.config
         tiled_copy_r2s = self.make_epilogue_copy(tiled_mma, plan.c_major)
         thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
@@ -918,6 +957,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             barrier_id = int(_Barrier.EPILOGUE)
             is_store_warp = warp_idx == 0
         barrier = pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=epilogue_threads)
+        tRS_cAcc = bias_extent = None
+        if const_expr(plan.epilogue.bias != "none"):
+            # the accumulators' tile coordinates, laid out as the accumulators are
+            tile_coords = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
+            tRS_cAcc = tiled_copy_r2s.retile(tiled_mma.get_slice(mma_tidx).partition_C(tile_coords))
+            mode = 0 if const_expr(plan.epilogue.bias == "row") else 1
+            bias_extent = Int32(cute.size(consumer.mC_mnl, mode=[mode]))
         return _EpilogueArgs(
             tiled_copy_r2s=tiled_copy_r2s,
             tRS_rAcc=tiled_copy_r2s.retile(acc),
@@ -929,6 +975,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             gC_mnl=gC_mnl,
             barrier=barrier,
             is_store_warp=is_store_warp,
+            tRS_cAcc=tRS_cAcc,
+            bias=consumer.bias,
+            bias_extent=bias_extent,
         )
 
     @cute.jit
@@ -957,8 +1006,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             bSG_sC=bSG_sC,
             bSG_gC=bSG_gC,
             order=epilogue_subtile_order(cfg),
-            tRS_rD=cute.make_rmem_tensor(args.rD_shape, plan.acc_dtype),
+            tRS_rD=cute.make_rmem_tensor(args.rD_shape, self._epilogue_dtype(plan)),
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
+            origin=(tile.m * cfg.tile_m, tile.n * cfg.tile_n),
         )
         if const_expr(rec is not None):
             # the store waits' times stay in lanes until the last subtile (traced.py)
@@ -971,12 +1021,32 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             self._store_subtile(args, store_pipeline, views, buf, e)
 
+    @staticmethod
+    def _epilogue_dtype(plan):
+        """The epilogue's register dtype: the accumulator's, fp32 with a fused epilogue."""
+        return plan.acc_dtype if plan.epilogue.plain else cutlass.Float32
+
     @cute.jit
     def _subtile_to_registers(self, plan: cutlass.Constexpr, args, views, e):
-        """Subtile ``e``'s accumulators, converted to the output dtype in ``views.tRS_rD_out``."""
+        """Subtile ``e``'s accumulators, through the fused epilogue (fp32: bias, then the
+        activation) and converted to the output dtype in ``views.tRS_rD_out``."""
         per_subtile = cute.size(views.tRS_rD)
-        for v in cutlass.range_constexpr(per_subtile):
-            views.tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+        epi = plan.epilogue
+        if const_expr(epi.plain):
+            for v in cutlass.range_constexpr(per_subtile):
+                views.tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+        else:
+            for v in cutlass.range_constexpr(per_subtile):
+                x = cutlass.Float32(args.tRS_rAcc[e * per_subtile + v])
+                if const_expr(epi.bias != "none"):
+                    x = x + epilogue_bias.addend(
+                        epi.bias,
+                        args.bias,
+                        args.tRS_cAcc[e * per_subtile + v],
+                        views.origin,
+                        args.bias_extent,
+                    )
+                views.tRS_rD[v] = epilogue_activation.apply(epi.activation, x)
         views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
 
     @cute.jit

@@ -1,0 +1,144 @@
+"""A call's fused epilogue, ``act(a @ b + bias)``, on the API side: its checks, the kernel's
+bias vector, and the same formula in torch (where no kernel fuses it, and for autograd).
+
+The kernels compute it in fp32 on the accumulators before the output conversion
+(``wsgemm.kernels.epilogue``). Where the route's kernel does not fuse epilogues (the sm80
+family), ``apply_in_torch`` adds the bias and applies the activation after the product, in fp32
+on the rounded output, then rounds again: the same formula, one more rounding, and one more
+pass over the output (``explain`` says so).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..kernels.epilogue import ACTIVATIONS, PLAIN, Epilogue
+
+__all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activation_grad", "apply_in_torch",
+           "check_epilogue", "kernel_bias", "torch_activation"]  # fmt: skip
+
+#: The public activation names (``matmul(..., activation=...)``): None and the kernels' own.
+PUBLIC_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "none")
+
+
+def check_activation(activation) -> str:
+    """The kernels' name for ``activation`` (None: "none"); TypeError/ValueError otherwise."""
+    if activation is None:
+        return "none"
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be a str or None, got {type(activation).__name__}")
+    if activation not in PUBLIC_ACTIVATIONS:
+        raise ValueError(
+            f"activation={activation!r} is not one of {', '.join(PUBLIC_ACTIVATIONS)} (or None); "
+            "'gelu' is the erf form (torch's default), 'gelu_tanh' torch's approximate='tanh', "
+            "'relu2' is relu(x)**2"
+        )
+    return activation
+
+
+def bias_mode(bias_shape, out_shape) -> str:
+    """Which way a bias of ``bias_shape`` runs along an output of ``out_shape`` (2-D or 3-D):
+    "col" (one value per column, broadcast down the rows: (N,), (1, N), (), ...) or "row" (one
+    per row: (M, 1), ...). ValueError for any other shape: a bias varies along one output
+    dimension, the same for every batch."""
+    shape = tuple(bias_shape)
+    rows, cols = out_shape[-2], out_shape[-1]
+    allowed = f"({cols},), (1, {cols}) or () for a column bias, ({rows}, 1) for a row bias"
+    if len(shape) > len(out_shape) or any(s != 1 for s in shape[:-2]):
+        raise ValueError(
+            f"bias has shape {shape}; for an output of shape {tuple(out_shape)} it must be "
+            f"{allowed} (the same for every batch)"
+        )
+    full = (1,) * (2 - min(len(shape), 2)) + shape[-2:] if shape else (1, 1)
+    r, c = full
+    if r == 1 and c in (1, cols):
+        return "col"
+    if c == 1 and r == rows:
+        return "row"
+    raise ValueError(f"bias has shape {shape}; for an output of shape {tuple(out_shape)} it "
+                     f"must be {allowed}")  # fmt: skip
+
+
+def check_epilogue(bias, activation, ab_dtype: torch.dtype, out_shape, device) -> Epilogue:
+    """The epilogue of a call whose output has ``out_shape``; checks ``bias`` (a tensor of the
+    inputs' dtype on their device, broadcast as ``bias_mode`` says) and ``activation``."""
+    act = check_activation(activation)
+    if bias is None:
+        return Epilogue("none", act)
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if bias.dtype != ab_dtype:
+        raise TypeError(
+            f"bias has dtype {bias.dtype}; it must be the inputs' dtype {ab_dtype} (as in "
+            "torch.nn.functional.linear)"
+        )
+    if bias.layout != torch.strided:
+        raise TypeError(f"bias must be a dense (strided) tensor, got layout {bias.layout}")
+    if device is not None and bias.device != device:
+        raise ValueError(f"bias is on {bias.device}, the operands on {device}")
+    return Epilogue(bias_mode(bias.shape, out_shape), act)
+
+
+def kernel_bias(bias: torch.Tensor, mode: str, length: int, rows: int) -> torch.Tensor:
+    """The flat vector a kernel reads for ``bias``: ``length`` entries along the output's
+    columns ("col") or rows ("row"), contiguous; ``rows`` > ``length`` (a row bias of a batch
+    folded into M) repeats it once per batch. A view when the bias already is one."""
+    flat = bias.reshape(-1) if bias.numel() != 1 else bias.reshape(1).expand(length)
+    if flat.numel() != length:
+        raise AssertionError(f"a {mode} bias of {flat.numel()} entries for {length}")
+    if mode == "row" and rows != length:
+        flat = flat.repeat(rows // length)
+    return flat if flat.stride(0) == 1 else flat.contiguous()
+
+
+def torch_activation(name: str, x: torch.Tensor) -> torch.Tensor:
+    """torch's own form of an activation (``spec.ACTIVATIONS``)."""
+    if name == "none":
+        return x
+    if name == "relu":
+        return torch.relu(x)
+    if name == "relu2":
+        return torch.relu(x).square()
+    if name == "gelu":
+        return torch.nn.functional.gelu(x)
+    if name == "gelu_tanh":
+        return torch.nn.functional.gelu(x, approximate="tanh")
+    if name == "silu":
+        return torch.nn.functional.silu(x)
+    raise ValueError(f"no activation {name!r}")
+
+
+def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
+    """d act(x) / dx at ``pre`` (fp32), for the backward."""
+    x = pre.float()
+    if name == "none":
+        return torch.ones_like(x)
+    if name == "relu":
+        return (x > 0).to(x.dtype)
+    if name == "relu2":
+        return 2.0 * torch.relu(x)
+    if name == "silu":
+        s = torch.sigmoid(x)
+        return s * (1.0 + x * (1.0 - s))
+    if name == "gelu":
+        cdf = 0.5 * (1.0 + torch.erf(x * math.sqrt(0.5)))
+        return cdf + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    if name == "gelu_tanh":
+        k = math.sqrt(2.0 / math.pi)
+        u = k * (x + 0.044715 * x**3)
+        t = torch.tanh(u)
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
+    raise ValueError(f"no activation {name!r}")
+
+
+def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:
+    """``out`` := act(out + bias), in fp32, in place (a route whose kernel does not fuse)."""
+    if epilogue.plain:
+        return out
+    y = out.float()
+    if bias is not None:
+        y = y + (bias.float() if epilogue.bias == "col" else bias.float().reshape(-1, 1))
+    out.copy_(torch_activation(epilogue.activation, y))
+    return out

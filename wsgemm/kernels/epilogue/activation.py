@@ -1,0 +1,53 @@
+"""The activations of a fused epilogue, on one fp32 value, for the special-function unit.
+
+Plain Python functions called while a kernel is traced: the activation's name is a Python
+string, so each kernel compiles exactly its own formula. The logistic forms use
+``ex2.approx`` and ``rcp.approx`` (relative error about 2^-22, far below the bf16/fp16 output
+rounding) and avoid the IEEE division that compiles to a subroutine call:
+
+* ``silu(x) = x · 1/(1 + 2^(-x·log2 e))``
+* ``gelu_tanh(x) = x · 1/(1 + 2^(-2u·log2 e))``, u = √(2/π)·(x + 0.044715x³): the identity
+  ½(1 + tanh u) = 1/(1 + e^(-2u)), which keeps its relative accuracy for large negative x,
+  where the tanh form cancels
+* ``gelu(x) = ½x(1 + erf(x/√2))`` (torch's formula; libdevice's ``erff``, a polynomial)
+
+At the extremes the logistic forms stay finite: 2^(+large) is +inf, its reciprocal 0, so the
+result is -0.0 where torch gives -0.0 or a denormal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass.cute as cute
+from cutlass import Float32
+
+LOG2E = math.log2(math.e)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+SQRT_HALF = math.sqrt(0.5)
+GELU_CUBIC = 0.044715
+
+
+def _logistic_times(x: Float32, u: Float32) -> Float32:
+    """x · sigmoid(u) = x / (1 + e^(-u)), without a division."""
+    e = cute.math.exp2(u * Float32(-LOG2E), fastmath=True)
+    return x * cute.arch.rcp_approx(Float32(1.0) + e)
+
+
+def apply(name: str, x: Float32) -> Float32:
+    """``name``'s activation of ``x`` (``spec.ACTIVATIONS``; "none" returns ``x``)."""
+    if name == "none":
+        return x
+    if name == "relu":
+        return cute.arch.fmax(x, Float32(0.0))
+    if name == "relu2":
+        r = cute.arch.fmax(x, Float32(0.0))
+        return r * r
+    if name == "silu":
+        return _logistic_times(x, x)
+    if name == "gelu_tanh":
+        u = Float32(2.0 * SQRT_2_OVER_PI) * (x + Float32(GELU_CUBIC) * x * x * x)
+        return _logistic_times(x, u)
+    if name == "gelu":
+        return Float32(0.5) * x * (Float32(1.0) + cute.math.erf(x * Float32(SQRT_HALF)))
+    raise ValueError(f"no activation {name!r} (spec.ACTIVATIONS)")
