@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -62,6 +62,17 @@ if has heldout; then
     echo "heldout $dt rc=$?"; grep -iE "geomean|auto" "$OUT/heldout-$dt.log" | tail -4
   done
   echo "heldout done at $((SECONDS - start)) s"
+fi
+if has epilogue; then
+  # issue #25 step 1: the fused epilogue's GPU tests, then its bench (llm suite, fp16)
+  timeout ${EPI_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_epilogue.py 2>&1 | tee "$OUT/epilogue-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout ${EPI_BENCH_TIMEOUT:-300} python3 scripts/bench_epilogue.py --rounds ${ROUNDS:-5} \
+    --tokens ${EPI_TOKENS:-16,1024,4096} --epilogues ${EPILOGUES:-bias,bias_gelu_tanh,bias_silu} \
+    --json "$OUT/epilogue-bench.json" > "$OUT/epilogue-bench.log" 2>&1
+  echo "epilogue bench rc=$?"; grep "==" "$OUT/epilogue-bench.log"
+  echo "epilogue done at $((SECONDS - start)) s"
 fi
 if has checks; then
   # docs/perf.md entry 21: what was built without a GPU, checked in one go

@@ -1,0 +1,154 @@
+"""Fused epilogues against the plain GEMM and torch's unfused path (issue #25), interleaved.
+
+For each shape (tokens x N x K of a linear layer: x (tokens, K) @ W^T, W (N, K) row-major, as
+``nn.Linear`` holds it) and each epilogue, in one process, round-robin with the order rotated
+each round, cold L2 (``wsgemm.bench.measure.CudaTimer``):
+
+* ``plain``: ``wsgemm.linear(x, W)`` (no bias, no activation), the same auto choice of kernel;
+* ``fused``: ``wsgemm.linear(x, W, bias, activation=...)``;
+* ``torch``: the faster of ``F.linear(x, W, bias)`` -> activation and, for bias+relu/gelu_tanh,
+  ``torch._addmm_activation`` (cuBLASLt's fused epilogue); both recorded.
+
+Prints per shape the median over rounds of fused/plain, fused/torch and the share of torch's
+unfused overhead (t_torch - t_plain) that fusing recovers, and the geomeans; ``--json`` keeps
+every time with the clocks. Epilogues: bias, bias_relu, bias_gelu (erf), bias_gelu_tanh,
+bias_silu, silu, gelu_tanh (no bias).
+
+    python scripts/bench_epilogue.py [--suite llm|models] [--seed S --count C] [--rounds 7]
+        [--epilogues bias,bias_gelu_tanh] [--dtype fp16|bf16] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import wsgemm
+from wsgemm.api.epilogue import torch_activation
+from wsgemm.bench import measure, suites
+from wsgemm.bench.nvml import Nvml
+
+EPILOGUES = {
+    "bias": (True, None),
+    "bias_relu": (True, "relu"),
+    "bias_gelu": (True, "gelu"),
+    "bias_gelu_tanh": (True, "gelu_tanh"),
+    "bias_silu": (True, "silu"),
+    "silu": (False, "silu"),
+    "gelu_tanh": (False, "gelu_tanh"),
+}
+LT_ACTIVATIONS = {"relu": False, "gelu_tanh": True}  # torch._addmm_activation's use_gelu
+
+
+def contenders(x, w, bias, act):
+    """name -> zero-argument call."""
+    calls = {
+        "plain": lambda: wsgemm.linear(x, w),
+        "fused": lambda: wsgemm.linear(x, w, bias, activation=act),
+        "torch": lambda: torch_activation(act or "none", F.linear(x, w, bias)),
+    }
+    if bias is not None and act in LT_ACTIVATIONS:
+        use_gelu = LT_ACTIVATIONS[act]
+        calls["torch_lt"] = lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=use_gelu)
+    return calls
+
+
+def check(calls, x, w, bias, act) -> None:
+    ref = torch_activation(act or "none", F.linear(x.double(), w.double(), None if bias is None
+                                                   else bias.double()))  # fmt: skip
+    got = calls["fused"]().double()
+    scale = ref.abs().max().item() + 1.0
+    err = (got - ref).abs().max().item()
+    if not err <= 2e-2 * scale:
+        raise AssertionError(f"fused result off by {err:.3g} (scale {scale:.3g})")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", default="llm", choices=("llm", "models"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--count", type=int, default=40)
+    p.add_argument("--families", default=None)
+    p.add_argument("--tokens", default=None, help="llm suite token counts, e.g. 16,1024,4096")
+    p.add_argument("--epilogues", default="bias,bias_gelu_tanh,bias_silu")
+    p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    if args.suite == "llm":
+        tokens = suites.parse_int_list(args.tokens) if args.tokens else None
+        shapes = suites.suite("llm", tokens=tokens)
+    else:
+        fams = tuple(args.families.split(",")) if args.families else None
+        shapes = suites.suite("models", seed=args.seed, families=fams, count=args.count)
+    nvml = Nvml.open(0)
+    timer = measure.CudaTimer(torch.device("cuda"), nvml)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    records, summary = [], {}
+    for name in args.epilogues.split(","):
+        has_bias, act = EPILOGUES[name]
+        fused_plain, fused_torch, recovered = [], [], []
+        for s in shapes:
+            x = torch.randn(s.m, s.k, device="cuda", dtype=dtype, generator=gen)
+            w = torch.randn(s.n, s.k, device="cuda", dtype=dtype, generator=gen) / math.sqrt(s.k)
+            bias = torch.randn(s.n, device="cuda", dtype=dtype, generator=gen) if has_bias else None
+            calls = contenders(x, w, bias, act)
+            check(calls, x, w, bias, act)
+            names = list(calls)
+            estimates = {n: timer.estimate(calls[n]) for n in names}
+            times = {n: [] for n in names}
+            clocks = []
+            for r in range(args.rounds):
+                for n in measure.rotated(names, r):
+                    sample = timer.measure(calls[n], args.reps, estimates[n])
+                    times[n].append(sample.ms)
+                    clocks.append(sample.sm_clock_mhz)
+            med = {n: statistics.median(v) for n, v in times.items()}
+            t_torch = min(med["torch"], med.get("torch_lt", math.inf))
+            r_fp = statistics.median(f / q for f, q in zip(times["fused"], times["plain"],
+                                                             strict=True))  # fmt: skip
+            r_ft = med["fused"] / t_torch
+            over = t_torch - med["plain"]
+            rec = (over - (med["fused"] - med["plain"])) / over if over > 0 else float("nan")
+            fused_plain.append(r_fp)
+            fused_torch.append(r_ft)
+            recovered.append(rec)
+            label = s.label or f"{s.m}x{s.n}x{s.k}"
+            us = med["plain"] * 1e3
+            print(f"{name:15s} {label:28s} fused/plain {r_fp:.3f}  fused/torch {r_ft:.3f}  "
+                  f"recovered {rec:6.1%}  plain {us:8.1f} us", flush=True)  # fmt: skip
+            records.append(dict(epilogue=name, m=s.m, n=s.n, k=s.k, label=label,
+                                times_ms=times, median_ms=med, fused_over_plain=r_fp,
+                                fused_over_torch=r_ft, recovered=rec,
+                                clock_mhz=[c for c in clocks if c]))  # fmt: skip
+
+        def geo(v):
+            return math.exp(statistics.fmean(math.log(x) for x in v))
+
+        summary[name] = dict(
+            fused_over_plain_geomean=geo(fused_plain), fused_over_plain_max=max(fused_plain),
+            fused_over_torch_geomean=geo(fused_torch), fused_over_torch_max=max(fused_torch),
+            recovered_median=statistics.median(r for r in recovered if r == r) if any(
+                r == r for r in recovered) else None,
+        )  # fmt: skip
+        print(f"== {name}: {json.dumps(summary[name])}", flush=True)
+    if args.json:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
+                           torch=torch.__version__, gpu=torch.cuda.get_device_name(),
+                           summary=summary, records=records), f, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""GPU correctness of the fused epilogue, ``activation(a @ b + bias)`` (issue #25, step 1).
+
+Against a float64 reference of the same formula; the tolerance is the suite's
+(``assert_within_torch_error``): twice the error of torch's own unfused path in the same dtypes
+(``activation(torch.matmul(a, b) + bias)``), plus the fp32 accumulation bound where the output is
+fp32, scaled by how much the activation can stretch an error (its largest slope on the values
+seen). Outputs are poisoned first. Every backend (sm80 applies the epilogue after the product),
+``auto`` (swap-AB at few tokens, split-K where the policy splits), explicit split-K and stream-K
+configs, batched and folded batches, row, column and scalar biases, column-major operands,
+offset views, ``out=``, and a second call of a signature (its launcher, with another bias).
+"""
+
+import random
+
+import pytest
+import torch
+from operands import assert_within_torch_error, fp32_accumulation_bound, make
+
+import wsgemm
+from wsgemm import api
+from wsgemm.api.epilogue import torch_activation
+
+pytestmark = pytest.mark.gpu
+
+ACTIVATIONS = [None, "relu", "relu2", "gelu", "gelu_tanh", "silu"]
+BIASES = ["col", "row", "scalar", "none"]
+DIMS = [1, 2, 7, 8, 16, 31, 64, 97, 128, 129, 257, 383, 640, 1021]
+CASES = 96
+
+
+def _cases(seed):
+    rng = random.Random(seed)
+    out = []
+    for i in range(CASES):
+        m, n, k = (rng.choice(DIMS) for _ in range(3))
+        if i % 16 == 0:
+            m, n, k = rng.choice([(2048, 1536, 1024), (1031, 2053, 777), (16, 4096, 4096)])
+        act = ACTIVATIONS[i % len(ACTIVATIONS)]
+        bias = BIASES[(i // len(ACTIVATIONS)) % len(BIASES)]
+        if act is None and bias == "none":
+            bias = "col"
+        out.append(dict(
+            m=m, n=n, k=k, act=act, bias=bias,
+            ab=(torch.float16, torch.bfloat16)[i % 2],
+            out_dtype=None if i % 3 else torch.float32,
+            a_col=rng.random() < 0.5, b_col=rng.random() < 0.5,
+            batch=rng.choice(["none", "none", "both", "a3b2"]),
+            offset=rng.choice([0, 0, 8]), use_out=i % 2 == 1,
+        ))  # fmt: skip
+    return out
+
+
+def _bias(case, gen):
+    m, n, ab = case["m"], case["n"], case["ab"]
+    shape = {"col": (n,), "row": (m, 1), "scalar": (), "none": None}[case["bias"]]
+    if shape is None:
+        return None
+    return torch.randn(shape, generator=gen).to(ab).cuda()
+
+
+def _slope(act, pre: torch.Tensor) -> float:
+    """The activation's largest slope on values like ``pre`` (an error in the pre-activation is
+    stretched by at most this)."""
+    if act == "relu2":
+        return 2.0 * pre.abs().max().item() + 1.0
+    return 1.2  # relu, silu (1.1), gelu (1.13), gelu_tanh (1.13), none (1)
+
+
+def check(case, backend, gen, config=None, second=False):
+    ab, m, n, k = case["ab"], case["m"], case["n"], case["k"]
+    la, lb = {"none": (None, None), "both": (3, 3), "a3b2": (3, None)}[case["batch"]]
+    a = make(((la,) if la else ()) + (m, k), ab, "cuda", col_major=case["a_col"],
+             offset=case["offset"], gen=gen)  # fmt: skip
+    b = make(((lb,) if lb else ()) + (k, n), ab, "cuda", col_major=case["b_col"],
+             offset=case["offset"], gen=gen)  # fmt: skip
+    bias, act = _bias(case, gen), case["act"]
+    pre = torch.matmul(a.double(), b.double()) + (0 if bias is None else bias.double())
+    ref = torch_activation(act or "none", pre)
+    want = case["out_dtype"] or ab
+    kw = dict(out_dtype=case["out_dtype"], backend=backend, bias=bias, activation=act)
+    call = wsgemm.matmul
+    if config is not None:
+        call = api.matmul
+        kw["config"] = config
+    for attempt in range(2 if second else 1):
+        if attempt:  # the signature's launcher, with another bias's values
+            bias = None if bias is None else torch.randn_like(bias, dtype=torch.float32).to(ab)
+            kw["bias"] = bias
+            pre = torch.matmul(a.double(), b.double()) + (0 if bias is None else bias.double())
+            ref = torch_activation(act or "none", pre)
+        if case["use_out"] or config is not None:
+            out = torch.full(ref.shape, float("nan"), dtype=want, device="cuda")
+            got = call(a, b, out=out, **kw)
+            assert got is out
+        else:
+            torch.full((ref.numel() + 4096,), float("nan"), dtype=want, device="cuda")
+            got = call(a, b, **kw)
+    assert got.shape == ref.shape and got.dtype == want
+    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
+    theirs = torch.matmul(a, b) if want != torch.float32 else torch.matmul(a.float(), b.float())
+    theirs = theirs.to(want)
+    if bias is not None:
+        theirs = theirs + bias.to(want)
+    theirs = torch_activation(act or "none", theirs)
+    slack = fp32_accumulation_bound(a, b) if want == torch.float32 else 0.0
+    assert_within_torch_error(got, ref, theirs, slack=slack * _slope(act, pre))
+
+
+def _backends():
+    names = wsgemm.available_backends() if torch.cuda.is_available() else []
+    return ["auto", *(names or ["sm90"])]
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("index", range(CASES))
+def test_fused_epilogue(backend, index):
+    case = _cases(4242)[index]
+    if backend != "auto" and index % 2:
+        pytest.skip("every other case per named backend: the shapes differ by backend anyway")
+    check(case, backend, torch.Generator().manual_seed(index), second=index % 4 == 0)
+
+
+@pytest.mark.parametrize("form", ["split_k", "stream_k"])
+@pytest.mark.parametrize("index", range(0, CASES, 4))
+def test_fused_epilogue_split(form, index):
+    """The epilogue runs once, after the fix-up, on the unit that finishes the tile."""
+    from wsgemm.kernels.sm90.config import Sm90Config
+
+    case = dict(_cases(4242)[index], k=max(_cases(4242)[index]["k"], 300))
+    config = Sm90Config(split_k=3) if form == "split_k" else Sm90Config(stream_k=True)
+    check(case, "sm90", torch.Generator().manual_seed(index), config=config)
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_fused_linear_gradients(act):
+    """``linear`` with a bias and an activation: the gradients of input, weight and bias against
+    float64 autograd of the same formula."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 37, 96, generator=gen).half().cuda().requires_grad_()
+    w = (torch.randn(160, 96, generator=gen) / 10).half().cuda().requires_grad_()
+    bias = torch.randn(160, generator=gen).half().cuda().requires_grad_()
+    g = torch.randn(3, 37, 160, generator=gen).half().cuda()
+    wsgemm.linear(x, w, bias, activation=act).backward(g)
+    ref = [t.detach().double().requires_grad_() for t in (x, w, bias)]
+    y = torch_activation(act or "none", torch.nn.functional.linear(*ref))
+    y.backward(g.double())
+    for got, r, name in zip((x.grad, w.grad, bias.grad), ref, ("x", "w", "bias"), strict=True):
+        scale = r.grad.abs().max().item() + 1.0
+        err = (got.double() - r.grad).abs().max().item()
+        assert err <= 2e-2 * scale, f"{name}.grad off by {err:.3g} (scale {scale:.3g})"
