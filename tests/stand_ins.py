@@ -1,27 +1,41 @@
 """The call path's stand-ins, shared by the CPU tests of the dispatcher (tests/host) and of
 swap-AB (tests/kernels): a dispatcher posing as a GPU whose kernels are float64 products."""
 
+import functools
+
 import torch
 
 from wsgemm.api import Dispatcher, dispatch
+from wsgemm.api.epilogue import Epilogue, torch_activation
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32
 
 
 class StandInKernel:
-    """C[m,n,l] = sum_k A[m,k,l] B[n,k,l] in float64, remembering what each launch was given
-    (and a split kernel's launch arguments: split count, workspace and semaphores)."""
+    """C[m,n,l] = act(sum_k A[m,k,l] B[n,k,l] + bias) in float64 (the fused epilogue of the
+    variant it was handed for: ``epilogue``), remembering what each launch was given (and a
+    split kernel's launch arguments: split count, workspace and semaphores; a bias vector)."""
 
     def __init__(self):
         self.launches = []
         self.splits = []
+        self.biases = []
 
-    def __call__(self, a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None):
+    def __call__(self, a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None,
+                 bias=None, *, epilogue="none"):  # fmt: skip
         self.launches.append((a.data_ptr(), b.data_ptr(), c.data_ptr(), clusters))
         if workspace is not None:
             self.splits.append((tuple(a.shape), tuple(c.shape), split, workspace, sems.clone()))
-        c.copy_(torch.einsum("mkl,nkl->mnl", a.double(), b.double()).to(c.dtype))
+        result = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
+        spec = Epilogue.parse(epilogue)
+        if spec.bias != "none":
+            assert bias is not None and bias.dim() == 1 and bias.stride(0) == 1
+            self.biases.append((spec.bias, bias.clone()))
+            rows = spec.bias == "row"
+            assert bias.numel() == c.shape[0 if rows else 1], (spec, bias.shape, c.shape)
+            result = result + (bias.double()[:, None, None] if rows else bias.double()[:, None])
+        c.copy_(torch_activation(spec.activation, result).to(c.dtype))
 
 
 class StandInCache:
@@ -31,7 +45,9 @@ class StandInCache:
 
     def get(self, variant):
         self.variants.append(variant)
-        return self.kernel
+        if variant.epilogue == "none":
+            return self.kernel
+        return functools.partial(self.kernel, epilogue=variant.epilogue)
 
 
 def cpu_dispatcher(capability=(9, 0), **options) -> Dispatcher:

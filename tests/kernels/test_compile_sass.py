@@ -276,3 +276,45 @@ def test_sm80_kernels_compile_for_every_arch_of_the_family(compiled, backend, ar
     assert ("TRYWAIT" in r.sass_text) == (backend == "sm80" and arch == "sm_90a")
     assert_sm80_path(r, v.acc_dtype, v.kernel_config().mma_threads, backend == "sm80")
     assert_clean(r)
+
+
+#: A fused epilogue (issue #25) on the shipped cooperative kernel: the default run's one compile
+#: of one; the sweep compiles every bias mode and activation on both schedules and on the swap-AB
+#: decode tile (whose bias runs along the kernel's rows).
+FUSED = host.Variant("sm90", "sm_90a", epilogue="bias_col+gelu_tanh")
+FUSED_SWEEP = [
+    host.Variant(backend, "sm_90a", config=config, epilogue=f"{bias}{act}".strip("+") or "none")
+    for backend, config in (
+        ("sm90", None),
+        ("sm90-pingpong", None),
+        ("sm90-pingpong", choosing.entry("swap-pingpong-64x32-c1x1").variant_config()),
+    )
+    for bias in ("", "bias_row+", "bias_col+")
+    for act in ("", "relu", "relu2", "gelu", "gelu_tanh", "silu")
+    if bias or act
+]
+
+
+def _assert_fused(r: insp.Report, epilogue: str) -> None:
+    """A fused epilogue's SASS: clean (no spills), the sm90 path intact, no subroutine CALL
+    (an IEEE division or libm call would be one), the bias read from global memory as 16-bit
+    loads, and the logistic activations on the special-function unit."""
+    assert_clean(r)
+    ops = set(sass.opcodes(r.sass_text))
+    for op, why in SM90_NEEDS.items():
+        assert any(o.startswith(op) for o in ops), f"no {op}: {why}"
+    assert not any(o.startswith("CALL") for o in ops), f"{epilogue}: a CALL in the kernel"
+    if "bias_" in epilogue:
+        assert "LDG.E.U16" in ops, f"{epilogue}: the bias is not read"
+    if epilogue.endswith(("silu", "gelu_tanh")):
+        assert {"MUFU.EX2", "MUFU.RCP"} <= ops, f"{epilogue}: not on the SFU"
+
+
+def test_a_fused_epilogue_compiles_without_calls_or_spills(compiled):
+    _assert_fused(compiled(FUSED).report, FUSED.epilogue)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", FUSED_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
+def test_every_fused_epilogue_compiles_without_calls_or_spills(compiled, variant):
+    _assert_fused(compiled(variant).report, variant.epilogue)
