@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ..kernels.epilogue import ACTIVATIONS, PLAIN, Epilogue
+from ..host.registry import ACTIVATIONS, PLAIN, Epilogue
 
 __all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activation_grad", "apply_in_torch",
            "check_epilogue", "kernel_bias", "torch_activation"]  # fmt: skip

@@ -9,6 +9,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+# The fused epilogues' names (plain Python), re-exported for the API.
+from wsgemm.kernels.epilogue import ACTIVATIONS, BIAS_MODES, PLAIN, Epilogue  # noqa: F401
+
 # The dtype tables live in wsgemm.support; the host re-exports them for its callers.
 from wsgemm.support import (
     AB_DTYPES,
@@ -133,8 +136,6 @@ class Variant:
         if not accumulator_allowed(self.ab_dtype, self.acc_dtype):
             raise ValueError(ACCUMULATOR_RULE)
         if self.epilogue != "none":
-            from wsgemm.kernels.epilogue import Epilogue  # plain Python, no DSL
-
             if Epilogue.parse(self.epilogue).name != self.epilogue:
                 raise ValueError(
                     f"Variant.epilogue={self.epilogue!r} is not an epilogue's name; say "
