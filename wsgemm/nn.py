@@ -1,25 +1,44 @@
-"""Modules: ``Linear``, a drop-in ``torch.nn.Linear`` on wsgemm, and ``replace_linear``, which turns
-a model's ``nn.Linear`` layers into it in place."""
+"""Modules: ``Linear``, a drop-in ``torch.nn.Linear`` on wsgemm; ``replace_linear``, which turns
+a model's ``nn.Linear`` layers into it in place and reports what it did (``ReplaceReport``); and
+``restore_linear``, which undoes that."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .api.validate import AB_DTYPES
+from .api.validate import AB_DTYPES, dtype_list
 from .ops import autocast_dtype, linear
+from .support import VECTOR_BYTES, vector_elems
 
-__all__ = ["Linear", "replace_linear"]
+__all__ = ["Linear", "ReplaceReport", "replace_linear", "restore_linear"]
+
+log = logging.getLogger("wsgemm")
 
 _HALF = tuple(AB_DTYPES)  # the torch dtypes wsgemm multiplies
+#: A row of in_features or out_features elements that is not a whole number of 16-byte vectors
+#: is not TMA-addressable: ``api/plan.py`` then copies the operand (or the output) into a padded
+#: buffer on every call. The largest vector of the dtypes wsgemm multiplies (8 for fp16/bf16).
+_VECTOR = max(vector_elems(dtype) for dtype in _HALF)
+_BACKEND = "auto"  # what wsgemm.linear runs: matmul's default backend
+#: Devices a model is built or loaded on before it moves to the GPU: a layer there is replaced
+#: (and reported falling back) rather than skipped.
+_STAGING_DEVICES = ("cpu", "meta")
 
 
 def _runs_on_wsgemm(input: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Does wsgemm multiply these: CUDA tensors of one half dtype, after CUDA autocast?"""
+    """Does wsgemm multiply these, without a copy on every call: CUDA tensors of one half dtype
+    (after CUDA autocast), in_features and out_features whole 16-byte vectors?"""
     if not (input.is_cuda and weight.is_cuda):
+        return False
+    if weight.shape[0] % _VECTOR or weight.shape[-1] % _VECTOR:
         return False
     if torch.is_autocast_enabled("cuda"):
         dtype = torch.get_autocast_dtype("cuda")
@@ -27,61 +46,287 @@ def _runs_on_wsgemm(input: torch.Tensor, weight: torch.Tensor) -> bool:
     return input.dtype == weight.dtype in _HALF
 
 
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _misaligned(weight: torch.Tensor) -> str | None:
+    """Why wsgemm would copy an operand or the output of this layer on every call, or None."""
+    sizes = (("in_features", weight.shape[-1]), ("out_features", weight.shape[0]))
+    bad = [f"{what}={size}" for what, size in sizes if size % _VECTOR]
+    if not bad:
+        return None
+    said = (
+        f"{bad[0]} is not a multiple" if len(bad) == 1 else f"{' and '.join(bad)} are not multiples"
+    )
+    return (
+        f"{said} of {_VECTOR} (whole {VECTOR_BYTES}-byte rows), so wsgemm would copy an operand "
+        "or the output on every call"
+    )
+
+
+def _fallback_reason(
+    weight: torch.Tensor, input: torch.Tensor | None = None
+) -> tuple[str, str] | None:
+    """Why ``Linear.forward`` runs torch's ``F.linear`` for this weight (and ``input``, when
+    given; without it, for an input like the weight) in the current autocast state, as (kind,
+    detail) with kind "device", "dtype" or "misaligned"; None where wsgemm runs. Agrees with
+    ``_runs_on_wsgemm``, which answers the same question cheaply, without words."""
+    tensors = [("weight", weight)] + ([] if input is None else [("input", input)])
+    for what, t in tensors:
+        if not t.is_cuda:
+            return "device", f"{what} on {t.device.type}"
+    autocast = torch.is_autocast_enabled("cuda")
+    cast = torch.get_autocast_dtype("cuda")
+    got = {autocast_dtype(t, cast) if autocast else t.dtype for _, t in tensors}
+    if len(got) > 1 or not got <= set(_HALF):
+        said = " and ".join(f"{_name(t.dtype)} {what}" for what, t in reversed(tensors))
+        if not autocast and all(_autocastable(t.dtype) for _, t in tensors):
+            return "dtype", f'{said} outside torch.autocast("cuda")'
+        fp64 = autocast and any(t.dtype == torch.float64 for _, t in tensors)
+        leaves = " (autocast leaves float64 as it is)" if fp64 else ""
+        return "dtype", f"{said}{leaves}; wsgemm multiplies {dtype_list(_HALF)}"
+    misaligned = _misaligned(weight)
+    return None if misaligned is None else ("misaligned", misaligned)
+
+
+def _autocastable(dtype: torch.dtype) -> bool:
+    """Does CUDA autocast give a tensor of this dtype its half dtype (``ops.autocast_dtype``)?"""
+    return dtype.is_floating_point and dtype != torch.float64
+
+
+#: Layers that have logged their fallback (once per layer, not per call).
+_FELL_BACK: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def _note_fallback(layer: Linear, input: torch.Tensor) -> None:
+    _FELL_BACK.add(layer)
+    reason = _fallback_reason(layer.weight, input)
+    log.info(
+        "%s(in_features=%d, out_features=%d) runs torch's F.linear, not wsgemm: %s (logged "
+        "once per layer)",
+        type(layer).__name__,
+        layer.in_features,
+        layer.out_features,
+        reason[1] if reason else "wsgemm does not take this call",
+    )
+
+
 class Linear(nn.Linear):
     """``torch.nn.Linear`` whose product runs on wsgemm (``wsgemm.linear``).
 
-    Same constructor (including ``device`` and ``dtype``), parameters, initialization,
-    ``state_dict`` keys and ``extra_repr``; ``isinstance(m, nn.Linear)`` holds. Where wsgemm
-    cannot multiply (a CPU or meta input, fp32/fp64 tensors outside CUDA autocast) the layer
-    computes what ``nn.Linear`` computes, with torch, so a model keeps working on any device
-    and dtype; wsgemm runs for fp16/bf16 CUDA tensors and under ``torch.autocast("cuda")``.
+    Same constructor (including ``device`` and ``dtype``), parameters, initialization and
+    ``state_dict`` keys; ``isinstance(m, nn.Linear)`` holds. ``extra_repr`` adds
+    ``wsgemm=auto`` and, where the layer runs torch as it stands, why.
+
+    wsgemm runs for fp16/bf16 CUDA tensors (or under ``torch.autocast("cuda")``) whose
+    in_features and out_features are multiples of 8. Elsewhere (a CPU or meta tensor, fp32/fp64
+    outside CUDA autocast, sizes wsgemm would copy on every call) the layer computes what
+    ``nn.Linear`` computes, with torch, so a model keeps working on any device and dtype; the
+    first such call of each layer logs one INFO line on the ``"wsgemm"`` logger (in eager mode;
+    under ``torch.compile`` nothing is logged).
+
+    Pickling (``torch.save(model)``, ``copy.deepcopy``) records the torch class the layer came
+    from and a function of this module that swaps it back in, so a replaced subclass of
+    ``nn.Linear`` pickles although its wsgemm class is made at run time.
     """
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if _runs_on_wsgemm(input, self.weight):
             return linear(input, self.weight, self.bias)
+        # is_compiling() folds to True in a traced graph, so the note is eager-only and the
+        # graph holds F.linear alone (no logging call to break it).
+        if not torch.compiler.is_compiling() and self not in _FELL_BACK:
+            _note_fallback(self, input)
         return F.linear(input, self.weight, self.bias)
 
+    def extra_repr(self) -> str:
+        text = f"{super().extra_repr()}, wsgemm={_BACKEND}"
+        reason = _fallback_reason(self.weight)
+        return text if reason is None else f"{text}, falls back to torch: {reason[1]}"
 
-_SWAPPED: dict[type, type] = {nn.Linear: Linear}
+    def __reduce_ex__(self, protocol):
+        torch_class = _TORCH_CLASS.get(type(self))
+        if torch_class is None:  # a user's own subclass of Linear: importable by name
+            return super().__reduce_ex__(protocol)
+        return _unpickle, (torch_class,), self.__getstate__()
+
+
+_SWAPPED: dict[type, type] = {nn.Linear: Linear}  # torch class -> its wsgemm class
+_TORCH_CLASS: dict[type, type] = {Linear: nn.Linear}  # wsgemm class -> the torch class
 
 
 def _swapped_class(cls: type) -> type:
     """``Linear`` for ``nn.Linear``; for a subclass, a subclass of both with wsgemm's forward."""
     if cls not in _SWAPPED:
-        _SWAPPED[cls] = type(f"Wsgemm{cls.__name__}", (Linear, cls), {"__module__": __name__})
+        swapped = type(f"Wsgemm{cls.__name__}", (Linear, cls), {"__module__": __name__})
+        _SWAPPED[cls], _TORCH_CLASS[swapped] = swapped, cls
     return _SWAPPED[cls]
+
+
+def _unpickle(torch_class: type) -> Linear:
+    """An empty wsgemm layer of ``torch_class`` for pickle to fill (``Linear.__reduce_ex__``)."""
+    cls = _swapped_class(torch_class)
+    return cls.__new__(cls)
+
+
+@dataclass(frozen=True, eq=False)
+class ReplaceReport(Sequence):
+    """What ``replace_linear`` did. It reads as the list of replaced names that
+    ``replace_linear`` returned before it had a report: ``len``, iteration, indexing and
+    ``report == ["up", "down"]`` see ``replaced``.
+
+    Each reason is ``"<kind>: <detail>"``; the kinds are "filtered" (the filter declined it),
+    "misaligned" (wsgemm would copy an operand or the output on every call), "dtype" (no CUDA
+    autocast makes the weight fp16/bf16, e.g. float64), "device" (a weight on a device other
+    than CUDA, CPU or meta) and "uninitialized" (a lazy layer before its first forward).
+    """
+
+    replaced: tuple[str, ...] = ()
+    #: Gate/up pairs fused into one product; empty until wsgemm has fused epilogues (issue
+    #: "Fused epilogues").
+    fused: tuple[tuple[str, ...], ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)  # name -> why it stays torch's
+    #: Replaced layers that run torch as the model stands (weights on CPU or meta, fp32 outside
+    #: autocast), name -> why; they run wsgemm once the model is on the GPU in fp16/bf16.
+    falling_back: Mapping[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.replaced)
+
+    def __getitem__(self, index):
+        return self.replaced[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.replaced)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ReplaceReport):
+            return (self.replaced, self.fused, dict(self.skipped), dict(self.falling_back)) == (
+                other.replaced,
+                other.fused,
+                dict(other.skipped),
+                dict(other.falling_back),
+            )
+        if isinstance(other, (list, tuple)):
+            return list(self.replaced) == list(other)
+        return NotImplemented
+
+    def summary(self) -> str:
+        """One line of counts, as ``replace_linear`` logs it."""
+
+        def counted(what: str, reasons: Mapping[str, str]) -> str:
+            kinds = Counter(reason.split(":", 1)[0] for reason in reasons.values())
+            detail = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            return f"{len(reasons)} {what}" + (f" ({detail})" if detail else "")
+
+        return (
+            f"replace_linear: {len(self.replaced)} replaced, "
+            f"{counted('falling back to torch', self.falling_back)}, {len(self.fused)} fused, "
+            f"{counted('skipped', self.skipped)}"
+        )
+
+
+def _skip_reason(layer: nn.Linear) -> str | None:
+    """Why a layer the filter chose stays torch's: what no later ``.to()`` of the model
+    fixes or what would make wsgemm slower than torch. None if it is replaced."""
+    weight = layer.weight
+    if isinstance(weight, nn.parameter.UninitializedParameter):
+        return (
+            f"uninitialized: {type(layer).__name__} has no weight shape before its first "
+            "forward; replace after it"
+        )
+    misaligned = _misaligned(weight)
+    if misaligned is not None:
+        return f"misaligned: {misaligned}"
+    if not _autocastable(weight.dtype):
+        return f"dtype: {_name(weight.dtype)} weight; wsgemm multiplies {dtype_list(_HALF)}" + (
+            " and CUDA autocast leaves float64 as it is" if weight.dtype == torch.float64 else ""
+        )
+    if not weight.is_cuda and weight.device.type not in _STAGING_DEVICES:
+        return f"device: weight on {weight.device.type}; wsgemm runs on CUDA GPUs"
+    return None
 
 
 def replace_linear(
     module: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None
-) -> list[str]:
+) -> ReplaceReport:
     """Make the eligible ``nn.Linear`` layers of ``module`` (itself included) wsgemm layers, in
     place: each keeps its identity, its ``Parameter`` objects (so optimizer state and tied
     weights survive), buffers and hooks; only its class changes (the way
-    ``torch.nn.utils.parametrize`` works).
+    ``torch.nn.utils.parametrize`` works). ``restore_linear`` undoes it.
+
+    A layer is replaced when the filter chooses it and wsgemm can run it without a per-call
+    copy: in_features and out_features multiples of 8 (16-byte rows for fp16/bf16; a
+    vocab-32001 head is skipped, as wsgemm would copy it on every call), a weight that is
+    fp16/bf16 or that CUDA autocast makes so (fp32, not fp64), on CUDA or on CPU/meta (where
+    models are built before they move). Layers replaced on CPU/meta or in fp32 work and are
+    listed in ``falling_back``: they run torch until the model is on the GPU in fp16/bf16 (or
+    under autocast).
 
     Args:
         module: the model.
         filter_fn: ``filter_fn(layer, qualified_name) -> bool`` picks layers among the
-            ``nn.Linear`` instances, subclasses included; a chosen subclass keeps its other
-            methods but its ``forward`` becomes ``Linear.forward`` (``x @ W.T + b``), so choose
-            only subclasses whose forward means that. Default: layers whose type is exactly
-            ``nn.Linear``.
+            ``nn.Linear`` instances, subclasses included, in place of the default (layers whose
+            type is exactly ``nn.Linear``); the size, dtype and device rules above apply to
+            the layers it picks, whatever it says. A chosen subclass keeps its other methods
+            but its ``forward`` becomes ``Linear.forward`` (``x @ W.T + b``), so choose only
+            subclasses whose forward means that.
 
     Returns:
-        the qualified names of the layers replaced ("" for ``module`` itself); layers already on
-        wsgemm and everything else stay as they are.
+        a ``ReplaceReport``: ``replaced`` (qualified names, "" for ``module`` itself),
+        ``skipped`` and ``falling_back`` (name -> reason), and ``fused``, empty until wsgemm
+        fuses gate/up pairs. It compares equal to, and iterates as, the list of replaced names.
+        Layers already on wsgemm appear nowhere. One INFO line on the ``"wsgemm"`` logger gives
+        the counts.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if filter_fn is not None and not callable(filter_fn):
         raise TypeError(f"filter_fn must be callable or None, got {type(filter_fn).__name__}")
-    replaced = []
+    replaced, skipped, falling_back = [], {}, {}
     for name, layer in module.named_modules():
         if isinstance(layer, Linear) or not isinstance(layer, nn.Linear):
             continue
-        if filter_fn(layer, name) if filter_fn is not None else type(layer) is nn.Linear:
-            layer.__class__ = _swapped_class(type(layer))
-            replaced.append(name)
-    return replaced
+        if filter_fn is not None:
+            why = None if filter_fn(layer, name) else "filtered: filter_fn declined it"
+        elif type(layer) is not nn.Linear:
+            why = (
+                f"filtered: a subclass of nn.Linear ({type(layer).__name__}); the default "
+                "takes exactly nn.Linear, filter_fn may choose subclasses"
+            )
+        else:
+            why = None
+        why = why or _skip_reason(layer)
+        if why is not None:
+            skipped[name] = why
+            continue
+        layer.__class__ = _swapped_class(type(layer))
+        replaced.append(name)
+        fallback = _fallback_reason(layer.weight)
+        if fallback is not None:
+            falling_back[name] = ": ".join(fallback)
+    report = ReplaceReport(tuple(replaced), (), skipped, falling_back)
+    log.info("%s", report.summary())
+    return report
+
+
+def restore_linear(module: nn.Module) -> list[str]:
+    """Undo ``replace_linear``: every wsgemm layer of ``module`` (itself included) whose class
+    ``replace_linear`` (or ``Linear`` itself) made gets its torch class back (``nn.Linear``, or
+    the subclass it was), in place, keeping its ``Parameter`` objects, buffers and hooks. A
+    user's own subclass of ``Linear`` stays as it is.
+
+    Returns:
+        the qualified names restored ("" for ``module`` itself).
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    restored = []
+    for name, layer in module.named_modules():
+        torch_class = _TORCH_CLASS.get(type(layer))
+        if torch_class is not None:
+            layer.__class__ = torch_class
+            _FELL_BACK.discard(layer)
+            restored.append(name)
+    return restored

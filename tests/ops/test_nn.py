@@ -1,6 +1,7 @@
 """wsgemm.nn without a GPU: Linear is a drop-in nn.Linear (constructor, parameters, init,
-state_dict, repr), routes fp16/bf16 CUDA work to wsgemm and everything else to torch, and
-replace_linear swaps layers in place keeping their Parameter objects."""
+state_dict; its repr adds wsgemm's part), routes aligned fp16/bf16 CUDA work to wsgemm and
+everything else to torch, visibly, and replace_linear swaps layers in place keeping their
+Parameter objects. The report, pickling and restore_linear: test_replace_linear.py."""
 
 import pytest
 import torch
@@ -23,7 +24,11 @@ def test_linear_is_a_drop_in_for_nn_linear():
     assert [(n, p.shape, p.dtype) for n, p in ours.named_parameters()] == [
         (n, p.shape, p.dtype) for n, p in theirs.named_parameters()
     ]
-    assert ours.extra_repr() == theirs.extra_repr() == "in_features=12, out_features=5, bias=True"
+    assert theirs.extra_repr() == "in_features=12, out_features=5, bias=True"
+    assert (
+        ours.extra_repr()
+        == theirs.extra_repr() + ", wsgemm=auto, falls back to torch: weight on cpu"
+    )
     assert torch.equal(ours.weight, theirs.weight) and torch.equal(ours.bias, theirs.bias)
     assert Linear(3, 4, bias=False, device="meta").bias is None
 
@@ -52,14 +57,17 @@ def test_which_calls_run_on_wsgemm():
 
     with FakeTensorMode():
         half, single = fake_cuda((4, 8), BF16), fake_cuda((4, 8), torch.float32)
-        w_half, w_single = fake_cuda((3, 8), BF16), fake_cuda((3, 8), torch.float32)
+        w_half, w_single = fake_cuda((16, 8), BF16), fake_cuda((16, 8), torch.float32)
         assert _runs_on_wsgemm(half, w_half)
+        # sizes wsgemm would copy on every call: torch
+        assert not _runs_on_wsgemm(half, fake_cuda((12, 8), BF16))
+        assert not _runs_on_wsgemm(fake_cuda((4, 12), BF16), fake_cuda((16, 12), BF16))
         assert not _runs_on_wsgemm(single, w_single)  # fp32 without autocast: torch
         assert not _runs_on_wsgemm(half, w_single)  # mixed: torch (which refuses it)
         with cuda_autocast(BF16):
             assert _runs_on_wsgemm(single, w_single) and _runs_on_wsgemm(half, w_single)
             assert not _runs_on_wsgemm(fake_cuda((4, 8), torch.float64), w_single)
-    assert not _runs_on_wsgemm(torch.ones(2, 8, dtype=BF16), torch.ones(3, 8, dtype=BF16))
+    assert not _runs_on_wsgemm(torch.ones(2, 8, dtype=BF16), torch.ones(16, 8, dtype=BF16))
 
 
 def test_eligible_layers_call_wsgemm_linear(monkeypatch):
@@ -113,7 +121,7 @@ def test_replace_linear_swaps_in_place_and_keeps_parameters():
 
 
 def test_replace_linear_takes_subclasses_through_filter_fn():
-    model = nn.Sequential(nn.Linear(8, 8), MyLinear(8, 4))
+    model = nn.Sequential(nn.Linear(8, 8), MyLinear(8, 16))
     names = replace_linear(model, filter_fn=lambda layer, name: isinstance(layer, MyLinear))
     assert names == ["1"]
     assert type(model[0]) is nn.Linear
@@ -124,7 +132,7 @@ def test_replace_linear_takes_subclasses_through_filter_fn():
 
 
 def test_replace_linear_on_a_bare_layer_names_it_empty():
-    layer = nn.Linear(4, 4)
+    layer = nn.Linear(8, 8)
     assert replace_linear(layer) == [""] and type(layer) is Linear
 
 
