@@ -29,8 +29,9 @@ from typing import Any
 import torch
 
 from .. import host
-from ..host.dispatch import Route
+from ..host.dispatch import TORCH, Route
 from ..host.workspace import split_launcher
+from . import fallback
 from .overlap import extent
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
 from .validate import Problem, check_no_overlap, validate
@@ -90,6 +91,8 @@ def _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config) -> to
     route = d.route(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
     )
+    if route.backend == TORCH:  # no wsgemm kernel for this GPU or these dtypes
+        return fallback.first_call(d, key, a, b, out, p, route.reason)
     result, planned = _launch(d, a, b, out, p, route)
     if planned is None and log.isEnabledFor(logging.INFO):
         # once per signature: a copy on every call is a cost the caller can often remove
@@ -138,6 +141,8 @@ def explain(d, a, b, out, out_dtype, accumulate, backend) -> str:
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
+    if route.backend == TORCH:
+        return f"{text}\n{fallback.describe_operands()}"
     return f"{text}\n{_operands(d, a, b, out, p, route)}"
 
 
