@@ -3,8 +3,9 @@
 ``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
 asks the dispatcher for a route (backend, config and split-K count: ``auto`` asks the shape
 policy here, once per signature; with ``WSGEMM_AUTOTUNE`` the dispatcher times the candidates
-through ``_run_candidate``, which launches one on the call's operands) and a kernel, plans the
-kernel views and launches; then it keeps a launcher for the signature in the dispatcher. A later
+through ``_run_candidate``, which launches one on the call's operands; where wsgemm has no
+kernel, a torch route, which ``fallback`` runs) and a kernel, plans the kernel views and
+launches; then it keeps a launcher for the signature in the dispatcher. A later
 call with the same signature reads a handful of tensor attributes, finds the launcher and runs
 it: no validation, planning or dispatch in Python: the output allocation and the kernel call at
 the tensors' addresses (the kernel is bound to the signature's sizes and strides at its first

@@ -226,8 +226,7 @@ def check_static(a, b, out, out_dtype, accumulate, backend, config=None) -> tupl
                 else ""
             )
             raise TypeError(
-                f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(takes)} operands"
-                + also
+                f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(takes)} operands" + also
             )
     if a.dtype != b.dtype:
         raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")

@@ -3,10 +3,11 @@
 A ``Dispatcher`` owns what a call needs besides its tensors:
 
 * the device facts (capability, SM count, name) of each CUDA device, asked once per device;
-* the route of a problem on a device (``route``): which kernel ``auto`` runs (on sm_90 the shape
-  policy's menu entry and split-K count, ``host.choosing``; with ``WSGEMM_AUTOTUNE``, the
-  fastest candidate, timed through the caller's ``run``), and whether a named backend runs on
-  that GPU at all; ``explain`` says the same in words;
+* the route of a problem on a device (``route``): which kernel ``auto`` runs (torch.matmul where
+  wsgemm has no kernel for the GPU or dtypes, or none that competes: ``support.TARGETS``; on
+  sm_90 the shape policy's menu entry and split-K count, ``host.choosing``; with
+  ``WSGEMM_AUTOTUNE``, the fastest candidate, timed through the caller's ``run``), and whether
+  a named backend runs on that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
 * the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature;
@@ -277,8 +278,9 @@ class Dispatcher:
         sm80 kernel. A named backend runs ``config`` (None: its shipped one), split only when
         the config says so (an ``Sm90Config`` with ``split_k`` >= 2, checked by
         ``api.validate``, or with ``stream_k``); ValueError, naming the GPUs it runs on, if it
-        does not run on this one. Called once per call signature (its launcher keeps the route), so a repeated
-        call never asks the policy. ``quiet``: no DEBUG line (``explain`` asks, nothing runs).
+        does not run on this one. Called once per call signature (its launcher keeps the
+        route), so a repeated call never asks the policy. ``quiet``: no DEBUG line
+        (``explain`` asks, nothing runs).
 
         ``run``: how the caller launches a route on its operands, given when the call may be
         timed (``Runner``). With autotuning on, an ``auto`` choice the policy made (not one
@@ -329,8 +331,7 @@ class Dispatcher:
         that sends ``auto`` to torch (the tcgen05 GPUs)."""
         if dtypes[0] not in support.AB_DTYPES:
             return (
-                f"{dtypes[0]} inputs; wsgemm's kernels multiply "
-                f"{' and '.join(support.AB_DTYPES)}"
+                f"{dtypes[0]} inputs; wsgemm's kernels multiply {' and '.join(support.AB_DTYPES)}"
             )
         cc = self.devices.capability(device)
         row = support.target(cc)

@@ -45,7 +45,8 @@ class Backend:
         return _shipped_config(self.family, self.name, acc_dtype)
 
     def supports(self, cc: tuple[int, int]) -> bool:
-        """Whether it builds and runs on a GPU of compute capability ``cc`` (``support.TARGETS``)."""
+        """Whether it builds and runs on a GPU of compute capability ``cc``
+        (``support.TARGETS``)."""
         row = target(cc)
         return row is not None and self.family in row.families
 
