@@ -60,9 +60,11 @@ def run(a, b, out, p: Problem) -> torch.Tensor:
 
 def product(a, b, c_dtype: torch.dtype) -> torch.Tensor:
     """``a @ b`` rounded once to ``c_dtype``. In the input dtype when that is the output's
-    (cuBLAS accumulates 16-bit products in fp32) or the output is narrower (one rounding of the
-    wide result). A 16-bit product into fp32 or the other 16-bit dtype is computed in fp32
-    first: rounding to the input dtype on the way would lose precision and, for fp16, range."""
+    (cuBLAS accumulates 16-bit products in fp32; its split-K reductions follow torch's
+    ``allow_fp16/bf16_reduced_precision_reduction``, as torch.matmul's do) or the output is
+    narrower (one rounding of the wide result). A 16-bit product into fp32 or the other 16-bit
+    dtype is computed in fp32 first: rounding to the input dtype on the way would lose
+    precision and, for fp16, range."""
     if c_dtype == a.dtype:
         return torch.matmul(a, b)
     if a.dtype.itemsize > c_dtype.itemsize:
