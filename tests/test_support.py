@@ -59,8 +59,8 @@ def test_hardware_facts_agree_with_each_other():
     assert support.VECTOR_BITS == 8 * support.VECTOR_BYTES
     assert support.smem_per_block("sm_90a") == 227 * 1024
     assert min(support.SMEM_PER_BLOCK.values()) == support.smem_per_block("sm_89")
-    with pytest.raises(ValueError, match="unknown target 'sm_100a'"):
-        support.smem_per_block("sm_100a")
+    with pytest.raises(ValueError, match="unknown target 'sm_100'; known: sm_80, "):
+        support.smem_per_block("sm_100")
     ids = [int(b) for b in support.BarrierId]
     assert ids[0] == 0 and len(set(ids)) == len(ids)
     # Ping-pong uses base + warpgroup (0 or 1): the ranges of two ids must not overlap.
@@ -70,22 +70,39 @@ def test_hardware_facts_agree_with_each_other():
     assert len(spans) == 2 * len(per_warpgroup) and max(spans) < 16  # 16 named barriers
 
 
-def test_smem_per_block_is_one_row_per_target(monkeypatch):
+def test_smem_per_block_is_one_row_per_target():
     kib = 1024
-    table = {"sm_80": 163 * kib, "sm_86": 99 * kib, "sm_89": 99 * kib, "sm_90a": 227 * kib}
-    assert support.SMEM_PER_BLOCK == table
-    assert support.archs_from(8) == tuple(table) and support.archs_from(9) == ("sm_90a",)
+    # The CUDA programming guide's maximum shared memory per thread block (the SM's less the
+    # 1 KiB the driver reserves per block), per target.
+    guide = {
+        "sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99, "sm_90a": 227,
+        "sm_100a": 227, "sm_103a": 227, "sm_110a": 227, "sm_120a": 99, "sm_121a": 99,
+    }  # fmt: skip
+    assert support.SMEM_PER_BLOCK == {arch: n * kib for arch, n in guide.items()}
+    assert support.SMEM_PER_BLOCK == {t.arch: t.smem_per_block for t in support.TARGETS}
+    assert len({t.cc for t in support.TARGETS}) == len(support.TARGETS)
+    for t in support.TARGETS:  # each target's name is its compute capability's
+        assert support.arch_major(t.arch) == t.cc[0]
+        assert t.arch.rstrip("a") == support.cc_name(t.cc)
+        assert support.target(t.cc) is t
+    assert support.archs_from(8) == tuple(guide)
+    assert support.archs_from(10) == ("sm_100a", "sm_103a", "sm_110a", "sm_120a", "sm_121a")
     assert support.smallest_smem_per_block(support.archs_from(8)) == 99 * kib
-    assert support.smallest_smem_per_block(["sm_80", "sm_90a"]) == 163 * kib
-    with pytest.raises(ValueError, match="unknown target 'sm_87'"):
-        support.smallest_smem_per_block(["sm_80", "sm_87"])
-    # A later target is one more row: its name parses and it joins the families of its major.
-    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_87", 163 * kib)
-    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_120a", 99 * kib)
-    assert support.arch_major("sm_87") == 8 and support.arch_major("sm_120a") == 12
-    assert support.archs_from(9) == ("sm_90a", "sm_120a")
-    assert support.smallest_smem_per_block(["sm_80", "sm_87"]) == 163 * kib
+    assert support.smallest_smem_per_block(["sm_80", "sm_87", "sm_90a"]) == 163 * kib
+    with pytest.raises(ValueError, match="unknown target 'sm_75'"):
+        support.smallest_smem_per_block(["sm_80", "sm_75"])
     assert support.has_mbarrier_try_wait("sm_120a") and not support.has_mbarrier_try_wait("sm_87")
+
+
+def test_targets_say_where_each_family_runs_and_what_auto_runs():
+    assert support.target((7, 5)) is None and support.target((8, 8)) is None
+    assert support.family_gpus("sm90") == "sm_90 (H100, H200, GH200)"
+    assert support.family_gpus("sm80").startswith("sm_80 (A100, A30), sm_86 (")
+    assert all("sm80" in t.families for t in support.TARGETS)
+    # auto runs torch.matmul on the tcgen05 GPUs and a wsgemm kernel everywhere else
+    torch_ccs = {t.cc for t in support.TARGETS if t.auto_torch}
+    assert torch_ccs == {(10, 0), (10, 3), (11, 0)}
+    assert all(t.auto_torch == support.TCGEN05_REASON for t in support.TARGETS if t.auto_torch)
 
 
 def test_import_wsgemm_loads_neither_the_dsl_nor_kernels():

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from . import host, sass
+from . import host, sass, support
 
-ARCHES = ("sm_90a", "sm_80", "sm_86", "sm_89")
+#: The targets of ``support.TARGETS``, sm_90a (the default, where every family builds) first.
+ARCHES = tuple(sorted(support.SMEM_PER_BLOCK, key=lambda arch: arch != "sm_90a"))
 
 # The opcode columns of the table, per kernel family: what shows which hardware path it takes.
 # sm80 kernels meet on mbarriers: cp.async arrives are ARRIVES before Hopper and SYNCS on it;
@@ -44,12 +45,13 @@ class Report:
 
 
 def backends_for(arch: str) -> list[str]:
-    """sm90 kernels need sm_90a; sm80 kernels build for every arch from sm_80 on."""
+    """The backends that build for ``arch`` (``support.TARGETS``: sm90 kernels need sm_90a;
+    sm80 kernels build for every target)."""
     return [n for n in host.shipped_backends() if arch_allows(arch, host.BACKENDS[n].family)]
 
 
 def arch_allows(arch: str, family: str) -> bool:
-    return arch == "sm_90a" if family == "sm90" else True
+    return any(t.arch == arch and family in t.families for t in support.TARGETS)
 
 
 def mismatch(arch: str, backends: list[str]) -> str:
@@ -70,7 +72,7 @@ def opcode_columns(arch: str, families) -> tuple[str, ...]:
     for family in ("sm90", "sm80"):
         if family in families:
             columns += [op for op in OPCODE_COLUMNS[family] if op not in columns]
-    if arch != "sm_90a":
+    if support.arch_major(arch) < 9:
         columns = [op for op in columns if op != "SYNCS"]  # no such instruction before Hopper
     return tuple(columns)
 

@@ -95,7 +95,7 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation
         result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
         # not a view: autograd forbids in-place changes of views made inside a custom Function
         return _unsafe_view(result, shape)
-    check_out_fits(out, shape, out_dtype)
+    check_out_fits(out, shape, out_dtype, a.dtype)
     try:
         out_core = out.view(core_shape)
     except RuntimeError:  # out's batch dimensions do not collapse into one: write, then copy

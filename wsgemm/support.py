@@ -3,7 +3,9 @@
 Kernels, host, API and bench import their rules from here: the allowed dtypes (one table, named
 in every vocabulary the layers speak: ``"float16"``, ``"fp16"``, ``torch.float16``,
 ``cutlass.Float16``), the accumulator rule, warp and warpgroup sizes, shared memory per target,
-vector and alignment bytes, mbarrier size and the named-barrier ids.
+vector and alignment bytes, mbarrier size and the named-barrier ids, and the one table of
+the GPUs wsgemm builds for (:data:`TARGETS`: per compute capability, the DSL target, the
+shared memory per block, the kernel families that run there and what ``auto`` runs).
 
 Plain Python names only: nothing here imports ``cutlass`` or ``torch`` at import time (kernels
 stay torch-free and ``import wsgemm`` stays DSL-free). :func:`cutlass_dtype` and
@@ -13,6 +15,7 @@ stay torch-free and ``import wsgemm`` stays DSL-free). :func:`cutlass_dtype` and
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -32,25 +35,31 @@ __all__ = [
     "SMEM_PER_BLOCK",
     "SM_SUBPARTITIONS",
     "SWIZZLE_ATOM_BYTES",
+    "TARGETS",
+    "TCGEN05_REASON",
     "THREADS_PER_WARPGROUP",
     "VECTOR_BITS",
     "VECTOR_BYTES",
     "WARPS_PER_WARPGROUP",
     "WARP_SIZE",
     "BarrierId",
+    "Target",
     "accumulator_allowed",
     "arch_major",
     "archs_from",
+    "cc_name",
     "check_arch",
     "check_dtypes",
     "cutlass_dtype",
     "dtype_error",
     "dtype_name",
     "element_bytes",
+    "family_gpus",
     "has_mbarrier_try_wait",
     "short_name",
     "smallest_smem_per_block",
     "smem_per_block",
+    "target",
     "torch_dtype",
     "vector_elems",
 ]
@@ -170,16 +179,76 @@ MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
 # ----------------------------------------------------------------------------------------------
 # Memory
 
-#: The largest dynamic shared memory one block may opt into, per DSL target (the CUDA
-#: programming guide's "maximum shared memory per thread block" of its compute capability).
-#: One row per target wsgemm builds for, and the only place that lists them: a new target
-#: (sm_87, sm_100a, sm_120a) is one more row here.
-SMEM_PER_BLOCK = {
-    "sm_80": 163 * 1024,
-    "sm_86": 99 * 1024,
-    "sm_89": 99 * 1024,
-    "sm_90a": 227 * 1024,
-}
+KIB = 1024
+
+#: Why ``backend="auto"`` runs torch.matmul on the tcgen05 GPUs: their tensor cores are fed by
+#: ``tcgen05.mma``, and wsgemm's only kernels that build there (the ``mma.sync`` family) run the
+#: legacy path, far below cuBLAS's tcgen05 kernels.
+TCGEN05_REASON = (
+    "a tcgen05 GPU, where wsgemm's mma.sync kernels cannot compete with cuBLAS's tcgen05 "
+    "kernels (they stay available by name)"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One compute capability wsgemm builds for: the DSL target its kernels compile for there,
+    the shared memory one block may opt into, the kernel families that build and run there
+    (``host.registry.Backend.family``), and, where ``backend="auto"`` runs torch.matmul instead
+    of a wsgemm kernel, why (``auto_torch``). ``gpus`` names a few of its GPUs, for messages."""
+
+    cc: tuple[int, int]
+    arch: str
+    smem_per_block: int
+    families: tuple[str, ...]
+    gpus: str
+    auto_torch: str = ""
+
+
+#: Every GPU wsgemm builds for, one row per compute capability, and the only place that lists
+#: them: ``auto``'s route, each backend's GPUs, the compile target and the shared-memory budget
+#: all read it. A new GPU is one more row (its sm80-family compile is checked by
+#: tests/kernels/test_compile_sass.py).
+#:
+#: ``smem_per_block`` is the opt-in maximum shared memory per block: the SM's shared memory
+#: less the 1 KiB the driver reserves per block (the CUDA programming guide's "maximum amount of
+#: shared memory per thread block", docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/
+#: compute-capabilities.html; the same numbers as CCCL's ``cuda::arch_traits``,
+#: libcudacxx/include/cuda/__device/arch_traits.h). Left out: sm_88 (the DSL, nvidia-cutlass-dsl
+#: 4.8.1, has no such target) and everything before sm_80 (no cp.async, no bf16 ``mma.sync``).
+TARGETS = (
+    Target((8, 0), "sm_80", 163 * KIB, ("sm80",), "A100, A30"),
+    Target((8, 6), "sm_86", 99 * KIB, ("sm80",), "RTX 30xx, A10, A40"),
+    Target((8, 7), "sm_87", 163 * KIB, ("sm80",), "Jetson Orin"),
+    Target((8, 9), "sm_89", 99 * KIB, ("sm80",), "RTX 40xx, L4, L40"),
+    Target((9, 0), "sm_90a", 227 * KIB, ("sm90", "sm80"), "H100, H200, GH200"),
+    Target((10, 0), "sm_100a", 227 * KIB, ("sm80",), "B200, GB200", TCGEN05_REASON),
+    Target((10, 3), "sm_103a", 227 * KIB, ("sm80",), "B300, GB300", TCGEN05_REASON),
+    Target((11, 0), "sm_110a", 227 * KIB, ("sm80",), "Jetson Thor", TCGEN05_REASON),
+    Target((12, 0), "sm_120a", 99 * KIB, ("sm80",), "RTX 50xx, RTX PRO 6000 Blackwell"),
+    Target((12, 1), "sm_121a", 99 * KIB, ("sm80",), "DGX Spark (GB10)"),
+)
+_BY_CC = {t.cc: t for t in TARGETS}
+
+#: The largest dynamic shared memory one block may opt into, per DSL target (``TARGETS``'s).
+SMEM_PER_BLOCK = {t.arch: t.smem_per_block for t in TARGETS}
+
+
+def cc_name(cc: tuple[int, int]) -> str:
+    """``"sm_86"`` for compute capability (8, 6)."""
+    return f"sm_{cc[0]}{cc[1]}"
+
+
+def target(cc: tuple[int, int]) -> Target | None:
+    """The row of :data:`TARGETS` for compute capability ``cc``, or None: no wsgemm kernel
+    builds for it."""
+    return _BY_CC.get(tuple(cc))
+
+
+def family_gpus(family: str) -> str:
+    """Where a kernel family runs, in words for an error message:
+    ``"sm_80 (A100, A30), sm_86 (RTX 30xx, A10, A40), ..."``."""
+    return ", ".join(f"{cc_name(t.cc)} ({t.gpus})" for t in TARGETS if family in t.families)
 
 
 def check_arch(arch: str) -> str:

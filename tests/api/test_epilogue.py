@@ -167,3 +167,17 @@ def test_explain_says_where_the_epilogue_runs():
     assert "not fused: sm80 has no fused epilogue" in text
     plain = dispatch.explain(cpu_dispatcher(), a, b, None, None, F32, "auto")
     assert "epilogue" not in plain
+
+
+def test_the_torch_route_applies_the_epilogue_too():
+    """fp32 inputs under auto run torch.matmul (api.fallback): the bias and activation still
+    apply, in the inputs' precision."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(16, 24, generator=g), torch.randn(24, 40, generator=g)
+    bias = torch.randn(40, generator=g)
+    d = cpu_dispatcher()
+    for _ in range(2):  # the signature's kept launcher takes the bias too
+        got = call(d, a, b, bias=bias, activation="silu")
+        torch.testing.assert_close(got, torch.nn.functional.silu(a @ b + bias))
+    text = dispatch.explain(d, a, b, None, None, F32, "auto", bias, "silu")
+    assert "torch.matmul (fallback)" in text and "epilogue: a bias per column then silu" in text

@@ -244,7 +244,10 @@ def test_a_signature_whose_operands_are_copied_says_so_once_at_info(caplog):
 
 @pytest.mark.parametrize(
     "capability, backend, words",
-    [((7, 5), "auto", "needs an sm_80"), ((8, 6), "sm90", "needs an sm_90 .Hopper. GPU")],
+    [
+        ((7, 5), "sm80", r"runs on sm_80 \(A100, A30\), sm_86 .*; a stand-in GPU is sm_75"),
+        ((8, 6), "sm90", r"runs on sm_90 \(H100, H200, GH200\); a stand-in GPU is sm_86"),
+    ],
 )
 def test_a_gpu_that_cannot_run_the_backend_is_an_error(capability, backend, words):
     d = cpu_dispatcher(capability)

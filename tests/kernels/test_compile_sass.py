@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sass_checks import assert_clean, assert_sm80_path
 
-from wsgemm import host, sass
+from wsgemm import host, sass, support
 from wsgemm import inspection as insp
 from wsgemm.host import choosing
 
@@ -267,13 +267,42 @@ def test_every_shipped_variant_compiles_spill_free(family, archs, count, needs):
         assert not missing, f"no {op} ({why}) in {missing}"
 
 
+#: The targets the sm80 family claims (``support.TARGETS``), beyond the representative
+#: variants' sm_80: the default run compiles what ``auto`` runs on the newest mma.sync GPUs
+#: (sm_120a, RTX 50xx), the sweep every other (backend, target).
+SM80_TARGET_DEFAULT = ("sm80", "sm_120a")
+SM80_TARGET_SWEEP = [
+    (backend, arch)
+    for arch in host.BACKENDS["sm80"].archs()
+    for backend in SM80
+    if (backend, arch) != SM80_TARGET_DEFAULT and arch != REPRESENTATIVE[backend].arch
+]
+
+
+def test_the_sm80_targets_compiled_are_the_ones_the_table_claims():
+    for backend in SM80:
+        assert host.BACKENDS[backend].archs() == support.archs_from(8)
+        compiled_for = {a for b, a in (*SM80_TARGET_SWEEP, SM80_TARGET_DEFAULT) if b == backend}
+        assert compiled_for | {REPRESENTATIVE[backend].arch} == set(support.archs_from(8))
+
+
+def test_sm80_kernel_compiles_for_sm_120a(compiled):
+    _assert_sm80_target(compiled, *SM80_TARGET_DEFAULT)
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize("backend", SM80)
-@pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_90a"])
+@pytest.mark.parametrize("backend, arch", SM80_TARGET_SWEEP)
 def test_sm80_kernels_compile_for_every_arch_of_the_family(compiled, backend, arch):
+    _assert_sm80_target(compiled, backend, arch)
+
+
+def _assert_sm80_target(compiled, backend, arch):
+    """The mma.sync path (HMMA, cp.async, ldmatrix), spill-free, on ``arch``; the specialized
+    kernel's waits are hardware try-waits from sm_90 on, polls before."""
     v = host.Variant(backend, arch)
     r = compiled(v).report
-    assert ("TRYWAIT" in r.sass_text) == (backend == "sm80" and arch == "sm_90a")
+    assert r.arch == arch and r.sass["HMMA"] > 0 and r.sass["HGMMA"] == 0
+    assert ("TRYWAIT" in r.sass_text) == (backend == "sm80" and support.has_mbarrier_try_wait(arch))
     assert_sm80_path(r, v.acc_dtype, v.kernel_config().mma_threads, backend == "sm80")
     assert_clean(r)
 

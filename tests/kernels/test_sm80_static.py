@@ -106,20 +106,24 @@ def test_smem_budget_is_the_compile_archs():
         BIG.check_smem("sm_89")
     with pytest.raises(ValueError, match=r"at most 232448 are allowed \(sm_90a\)"):
         Sm80Config(256, 256, 64, 4, mma_warps_n=4).check_smem("sm_90a")
-    with pytest.raises(ValueError, match="unknown target 'sm_100a'"):
-        smem_capacity_bytes("sm_100a")
+    # the later targets of support.TARGETS: Orin's as sm_80's, Blackwell's as Hopper's or Ada's
+    assert smem_capacity_bytes("sm_87") == 163 * 1024
+    assert smem_capacity_bytes("sm_100a") == smem_capacity_bytes("sm_110a") == 227 * 1024
+    assert smem_capacity_bytes("sm_120a") == smem_capacity_bytes("sm_121a") == 99 * 1024
+    with pytest.raises(ValueError, match="unknown target 'sm_75'"):
+        smem_capacity_bytes("sm_75")
 
 
 def test_a_new_target_is_one_row_of_the_support_table(monkeypatch):
-    # Later targets join the family through support.SMEM_PER_BLOCK alone.
-    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_87", 163 * 1024)
-    assert smem_capacity_bytes("sm_87") == 163 * 1024
-    BIG.check_smem("sm_87")
+    # Later targets join the family through support's table alone (a hypothetical sm_130a).
+    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_130a", 163 * 1024)
+    assert smem_capacity_bytes("sm_130a") == 163 * 1024
+    BIG.check_smem("sm_130a")
     # A target with less shared memory than sm_89's lowers the budget of every config built
     # without an arch (a hypothetical 64 KiB part; the shipped configs would no longer fit).
-    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_120a", 64 * 1024)
+    monkeypatch.setitem(support.SMEM_PER_BLOCK, "sm_130a", 64 * 1024)
     assert smem_capacity_bytes() == 64 * 1024
-    with pytest.raises(ValueError, match=r"at most 65536 are allowed \(the smallest of .*sm_120a"):
+    with pytest.raises(ValueError, match=r"at most 65536 are allowed \(the smallest of .*sm_130a"):
         shipped_config("sm80", F32).check_smem()
 
 
@@ -258,11 +262,11 @@ def test_wrong_arrive_count_raises(config, attribute, wrong, barrier):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("arch", ["sm_86", "sm_89"])
+@pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_120a", "sm_121a"])
 def test_a_config_beyond_an_archs_shared_memory_is_refused_for_it(kernel, arch):
     with pytest.raises(ValueError, match=f"at most 101376 are allowed \\({arch}\\)"):
         kernel(BIG, F16, F16, F32, arch)
-    for fits in ("sm_80", "sm_90a"):
+    for fits in ("sm_80", "sm_87", "sm_90a", "sm_100a"):
         assert kernel(BIG, F16, F16, F32, fits).shared_memory_bytes() <= smem_capacity_bytes(fits)
 
 

@@ -290,8 +290,11 @@ def test_autocast_casts_fp32_inputs_like_torch_matmul(dtype):
         assert torch.ops.wsgemm.matmul(a, b).dtype == dtype
         w, bias = fake_cuda((16, 32), torch.float32), fake_cuda((16,), torch.float32)
         assert wsgemm.linear(a, w, bias).dtype == dtype
-        with pytest.raises(TypeError, match="float32"):  # out= is never autocast (torch's rule)
-            wsgemm.matmul(a, b, out=fake_cuda((2, 8, 16), torch.float32))
+        # out= is never autocast (torch's rule): fp32 operands, which auto hands to torch
+        out = fake_cuda((2, 8, 16), torch.float32)
+        assert wsgemm.matmul(a, b, out=out) is out
+        with pytest.raises(TypeError, match="float32"):  # a named backend takes none
+            wsgemm.matmul(a, b, out=out, backend="sm80")
     with FakeTensorMode():
         a, b = fake_cuda((8, 32), torch.float32), fake_cuda((32, 16), torch.float32)
     with cuda_autocast(dtype):
@@ -606,7 +609,14 @@ def test_bad_input_raises_on_cpu(a, b, kw, exc, words):
     "sa, sb, kw, exc, words",
     [
         ((4, 4), (4, 4), {"accumulate": torch.float16, "dtype": BF16}, ValueError, ["float16"]),
-        ((4, 4), (4, 4), {"dtype": torch.float32}, TypeError, ["float32"]),
+        ((4, 4), (4, 4), {"dtype": torch.float32, "backend": "sm80"}, TypeError, ["float32"]),
+        (
+            (4, 4),
+            (4, 4),
+            {"dtype": torch.float32, "accumulate": torch.float16},
+            ValueError,
+            ["torch.matmul", "accumulates in fp32"],
+        ),
         ((2, 4, 4), (3, 4, 4), {}, ValueError, ["do not broadcast"]),
         ((4, 4), (4, 4), {"backend": "cublas"}, ValueError, ["backend='cublas'", "sm90"]),
         ((4, 4), (4, 4), {"out_dtype": torch.int8}, TypeError, ["out_dtype", "float32"]),

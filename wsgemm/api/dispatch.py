@@ -3,8 +3,9 @@
 ``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
 asks the dispatcher for a route (backend, config and split-K count: ``auto`` asks the shape
 policy here, once per signature; with ``WSGEMM_AUTOTUNE`` the dispatcher times the candidates
-through ``_run_candidate``, which launches one on the call's operands) and a kernel, plans the
-kernel views and launches; then it keeps a launcher for the signature in the dispatcher. A later
+through ``_run_candidate``, which launches one on the call's operands; where wsgemm has no
+kernel, a torch route, which ``fallback`` runs) and a kernel, plans the kernel views and
+launches; then it keeps a launcher for the signature in the dispatcher. A later
 call with the same signature reads a handful of tensor attributes, finds the launcher and runs
 it: no validation, planning or dispatch in Python: the output allocation and the kernel call at
 the tensors' addresses (the kernel is bound to the signature's sizes and strides at its first
@@ -29,8 +30,9 @@ from typing import Any
 import torch
 
 from .. import host
-from ..host.dispatch import Route
+from ..host.dispatch import TORCH, Route
 from ..host.workspace import bias_launcher, split_launcher
+from . import fallback
 from .epilogue import PLAIN, apply_in_torch, kernel_bias
 from .overlap import extent
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
@@ -143,6 +145,8 @@ def _first_call(
     route = d.route(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
     )
+    if route.backend == TORCH:  # no wsgemm kernel for this GPU or these dtypes
+        return fallback.first_call(d, key, a, b, out, p, route.reason, bias)
     result, planned = _launch(d, a, b, out, p, route, bias)
     if planned is None and log.isEnabledFor(logging.INFO):
         # once per signature: a copy on every call is a cost the caller can often remove
@@ -194,6 +198,8 @@ def explain(d, a, b, out, out_dtype, accumulate, backend, bias=None, activation=
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
+    if route.backend == TORCH:
+        return f"{text}\n{_epilogue_line(p, route)}{fallback.describe_operands()}"
     return f"{text}\n{_epilogue_line(p, route)}{_operands(d, a, b, out, p, route)}"
 
 
@@ -210,7 +216,7 @@ def _epilogue_line(p: Problem, route: Route) -> str:
         )
         if part
     )
-    if host.fuses_epilogues(route.backend):
+    if route.backend != TORCH and host.fuses_epilogues(route.backend):
         swap = bool(getattr(route.config, "swap_ab", False))
         how = "fused: computed in fp32 on the accumulators before the output conversion"
         if swap and e.bias != "none":

@@ -134,11 +134,14 @@ def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
 
 
 def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:
-    """``out`` := act(out + bias), in fp32, in place (a route whose kernel does not fuse)."""
+    """``out`` := act(out + bias), in fp32 (fp64 for fp64 tensors), in place (a route whose
+    kernel does not fuse)."""
     if epilogue.plain:
         return out
-    y = out.float()
+    wide = torch.promote_types(out.dtype, torch.float32)
+    y = out.to(wide)
     if bias is not None:
-        y = y + (bias.float() if epilogue.bias == "col" else bias.float().reshape(-1, 1))
+        b = bias.to(wide)
+        y = y + (b if epilogue.bias == "col" else b.reshape(-1, 1))
     out.copy_(torch_activation(epilogue.activation, y))
     return out

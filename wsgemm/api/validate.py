@@ -27,6 +27,9 @@ from .overlap import overlaps, repeats_elements
 AB_DTYPES = {getattr(torch, name): name for name in support.AB_DTYPES}
 C_DTYPES = {getattr(torch, name): name for name in support.C_DTYPES}
 ACC_DTYPES = {getattr(torch, name): name for name in support.ACC_DTYPES}
+#: Inputs no wsgemm kernel multiplies that ``backend="auto"`` hands to torch.matmul
+#: (``api.fallback``); a named backend refuses them.
+TORCH_AB_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 
 
 def dtype_list(dtypes) -> str:
@@ -54,8 +57,10 @@ class Problem:
 
     @property
     def dtype_names(self) -> tuple[str, str, str]:
-        """(A/B, C, accumulator) in the host's vocabulary."""
-        return AB_DTYPES[self.ab_dtype], C_DTYPES[self.c_dtype], ACC_DTYPES[self.acc_dtype]
+        """(A/B, C, accumulator) in the host's vocabulary (``"float32"`` inputs too: the host
+        routes those to torch.matmul)."""
+        dtypes = (self.ab_dtype, self.c_dtype, self.acc_dtype)
+        return tuple(str(d).removeprefix("torch.") for d in dtypes)
 
 
 def result_shape(a_shape, b_shape) -> tuple:
@@ -124,13 +129,23 @@ def _check_strided(name: str, t: torch.Tensor) -> None:
         )
 
 
-def check_out_fits(out: torch.Tensor, expected: tuple, out_dtype) -> None:
-    """``out`` has a C dtype (``out_dtype`` if given) and the product's shape ``expected``.
-    Shape arithmetic only: the torch op's N-D road checks ``out`` with it before folding it."""
+def c_dtypes(ab_dtype=None) -> dict:
+    """The output dtypes of a call with ``ab_dtype`` inputs: the kernels' C dtypes, and for
+    inputs that go to torch.matmul (``TORCH_AB_DTYPES``) their own dtype too."""
+    if ab_dtype in TORCH_AB_DTYPES:
+        return {**C_DTYPES, ab_dtype: TORCH_AB_DTYPES[ab_dtype]}
+    return C_DTYPES
+
+
+def check_out_fits(out: torch.Tensor, expected: tuple, out_dtype, ab_dtype=None) -> None:
+    """``out`` has a C dtype of ``ab_dtype`` inputs (``c_dtypes``; ``out_dtype`` if given) and
+    the product's shape ``expected``. Shape arithmetic only: the torch op's N-D road checks
+    ``out`` with it before folding it."""
     if out_dtype is not None and out.dtype != out_dtype:
         raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
-    if out.dtype not in C_DTYPES:
-        raise TypeError(f"out has dtype {out.dtype}; allowed: {dtype_list(C_DTYPES)}")
+    allowed = c_dtypes(ab_dtype)
+    if out.dtype not in allowed:
+        raise TypeError(f"out has dtype {out.dtype}; allowed: {dtype_list(allowed)}")
     if tuple(out.shape) != expected:
         raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {expected}")
 
@@ -152,13 +167,21 @@ def _check_out_memory(out: torch.Tensor) -> None:
 
 def _check_dtype_args(ab_dtype: torch.dtype, out_dtype, accumulate) -> None:
     """``out_dtype`` and ``accumulate`` (dtypes or None, ``check_kinds``) against the dtype
-    tables and the accumulator rule, for operands of ``ab_dtype``."""
-    if out_dtype is not None and out_dtype not in C_DTYPES:
+    tables and the accumulator rule, for operands of ``ab_dtype`` (inputs that go to
+    torch.matmul accumulate in fp32, as it does)."""
+    allowed = c_dtypes(ab_dtype)
+    if out_dtype is not None and out_dtype not in allowed:
         raise TypeError(
-            f"out_dtype={out_dtype}; allowed: None (the input dtype), {dtype_list(C_DTYPES)}"
+            f"out_dtype={out_dtype}; allowed: None (the input dtype), {dtype_list(allowed)}"
         )
     if accumulate not in ACC_DTYPES:
         raise ValueError(f"accumulate={accumulate}; allowed: {dtype_list(ACC_DTYPES)}")
+    if ab_dtype in TORCH_AB_DTYPES and accumulate != torch.float32:
+        raise ValueError(
+            f"accumulate={accumulate} with {ab_dtype} inputs: no wsgemm kernel multiplies "
+            "those, and backend='auto' hands them to torch.matmul, which accumulates in fp32; "
+            "pass accumulate=torch.float32"
+        )
     if not accumulator_allowed(ab_dtype, accumulate):
         raise ValueError(f"accumulate={accumulate} with {ab_dtype} inputs: {ACCUMULATOR_RULE}")
 
@@ -196,17 +219,24 @@ def check_static(a, b, out, out_dtype, accumulate, backend, config=None) -> tupl
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None:
             _check_strided(name, t)
+    # backend="auto" takes fp32 and fp64 inputs too, for torch.matmul (``api.fallback``)
+    takes = {**AB_DTYPES, **TORCH_AB_DTYPES} if backend == "auto" else AB_DTYPES
     for name, t in (("a", a), ("b", b)):
-        if t.dtype not in AB_DTYPES:
+        if t.dtype not in takes:
+            also = (
+                f"; backend='auto' also takes {dtype_list(TORCH_AB_DTYPES)} (for torch.matmul)"
+                if t.dtype in TORCH_AB_DTYPES
+                else ""
+            )
             raise TypeError(
-                f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(AB_DTYPES)} operands"
+                f"{name} has dtype {t.dtype}; wsgemm multiplies {dtype_list(takes)} operands" + also
             )
     if a.dtype != b.dtype:
         raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
     shape = result_shape(a.shape, b.shape)
     _check_dtype_args(a.dtype, out_dtype, accumulate)
     if out is not None:
-        check_out_fits(out, shape, out_dtype)
+        check_out_fits(out, shape, out_dtype, a.dtype)
     check_backend(backend, config)
     return shape
 

@@ -3,10 +3,11 @@
 A ``Dispatcher`` owns what a call needs besides its tensors:
 
 * the device facts (capability, SM count, name) of each CUDA device, asked once per device;
-* the route of a problem on a device (``route``): which kernel ``auto`` runs (on sm_90 the shape
-  policy's menu entry and split-K count, ``host.choosing``; with ``WSGEMM_AUTOTUNE``, the
-  fastest candidate, timed through the caller's ``run``), and whether a named backend runs on
-  that GPU at all; ``explain`` says the same in words;
+* the route of a problem on a device (``route``): which kernel ``auto`` runs (torch.matmul where
+  wsgemm has no kernel for the GPU or dtypes, or none that competes: ``support.TARGETS``; on
+  sm_90 the shape policy's menu entry and split-K count, ``host.choosing``; with
+  ``WSGEMM_AUTOTUNE``, the fastest candidate, timed through the caller's ``run``), and whether
+  a named backend runs on that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
 * the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature;
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .. import support
 from ..support import MAX_GRID_DIM
 from . import choosing
 from .compiling.cache import COMPILE_CACHE
@@ -41,6 +43,9 @@ Runner = Callable[["Route"], Callable[[], object]]
 # The policy's own answers, which WSGEMM_AUTOTUNE replaces by a measurement ("tuned" is one).
 _TUNABLE = ("table", "model", "default")
 _NO_SWITCH = contextlib.nullcontext()
+#: The route's backend where ``auto`` runs torch.matmul (``wsgemm.api.fallback``): no wsgemm
+#: kernel for this GPU or these dtypes, or none that can compete (``support.TARGETS``).
+TORCH = "torch"
 
 
 @dataclass(frozen=True)
@@ -48,12 +53,14 @@ class Route:
     """How a validated problem runs: a backend, its config (None: the shipped one) and a split-K
     count (1: none; more: the config is a split kernel's, ``split_k=0``, and the count its
     launch argument, ``host.workspace.split_launcher``). ``choice`` is the policy's answer when
-    ``auto`` picked from the sm90 menu."""
+    ``auto`` picked from the sm90 menu; ``reason`` why ``auto`` runs torch.matmul when
+    ``backend`` is :data:`TORCH`."""
 
     backend: str
     config: Any = None
     split: int = 1
     choice: choosing.Choice | None = None
+    reason: str = ""
 
 
 class CudaDevices:
@@ -186,6 +193,7 @@ class Dispatcher:
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
         self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
+        self._said: set[Hashable] = set()  # say_once's
         self._lock = threading.Lock()
 
     @property
@@ -263,25 +271,28 @@ class Dispatcher:
         quiet: bool = False,
         run: Runner | None = None,
     ) -> Route:
-        """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the host
-        names of (A/B, C, accumulator). ``auto`` on sm_90 takes the policy's menu entry and
-        split; elsewhere the sm80 kernel. A named backend runs ``config`` (None: its shipped
-        one), split only when the config says so (an ``Sm90Config`` with ``split_k`` >= 2,
-        checked by ``api.validate``, or with ``stream_k``); ValueError if it does not run on
-        this GPU. Called once per call signature (its launcher keeps the route), so a repeated
-        call never asks the policy. ``quiet``: no DEBUG line (``explain`` asks, nothing runs).
+        """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the
+        names of (A/B, C, accumulator). ``auto`` runs torch.matmul (a :data:`TORCH` route, with
+        its reason: ``torch_reason``) where wsgemm has no kernel for the GPU or the dtypes, or
+        none that competes; on sm_90 it takes the policy's menu entry and split; elsewhere the
+        sm80 kernel. A named backend runs ``config`` (None: its shipped one), split only when
+        the config says so (an ``Sm90Config`` with ``split_k`` >= 2, checked by
+        ``api.validate``, or with ``stream_k``); ValueError, naming the GPUs it runs on, if it
+        does not run on this one. Called once per call signature (its launcher keeps the
+        route), so a repeated call never asks the policy. ``quiet``: no DEBUG line
+        (``explain`` asks, nothing runs).
 
         ``run``: how the caller launches a route on its operands, given when the call may be
         timed (``Runner``). With autotuning on, an ``auto`` choice the policy made (not one
         tuned before) is replaced by the fastest candidate timed through it (``_tuned``)."""
         cc = self.devices.capability(device)
-        if cc < (8, 0):
-            raise ValueError(
-                f"{self.devices.name(device)} is sm_{cc[0]}{cc[1]}; wsgemm needs an "
-                "sm_80 or newer GPU (cp.async and bf16 tensor cores)"
-            )
         if backend == "auto":
-            if BACKENDS["sm90"].supports(cc):
+            # The seam of a measured chooser: torch as a timed candidate would be one more
+            # TORCH route here, for the problems whose bucket it won.
+            why = self.torch_reason(device, dtypes)
+            if why is not None:
+                chosen = Route(TORCH, reason=why)
+            elif BACKENDS["sm90"].supports(cc):
                 choice = self.tuned_choice(device, problem, dtypes) or choosing.choose(
                     *self._policy_args(device, problem, dtypes),
                     batch_invariant=self.batch_invariant,
@@ -293,9 +304,9 @@ class Dispatcher:
                 chosen = Route("sm80")
         elif not BACKENDS[backend].supports(cc):
             raise ValueError(
-                f"backend={backend!r} needs "
-                + ("an sm_90 (Hopper) GPU" if BACKENDS[backend].family == "sm90" else "sm_80+")
-                + f"; {self.devices.name(device)} is sm_{cc[0]}{cc[1]}"
+                f"backend={backend!r} runs on {support.family_gpus(BACKENDS[backend].family)}; "
+                f"{self.devices.name(device)} is {support.cc_name(cc)} (backend='auto' runs "
+                "torch.matmul where wsgemm has no kernel)"
             )
         elif getattr(config, "splits_in_kernel", False):
             # the split kernel; a stream-K schedule picks each tile's parts itself (split 1)
@@ -306,11 +317,42 @@ class Dispatcher:
             m, n, k, batch = problem
             what = chosen.choice.menu_entry.name if chosen.choice else chosen.backend
             why = f" ({chosen.choice.source}: {chosen.choice.reason})" if chosen.choice else ""
+            why = f" ({chosen.reason})" if chosen.reason else why
             log.debug(
                 "backend=%s runs %s with split %d for M=%d N=%d K=%d batch=%s, %s%s",
                 backend, what, chosen.split, m, n, k, batch, "/".join(dtypes), why,
             )  # fmt: skip
         return chosen
+
+    def torch_reason(self, device, dtypes: tuple[str, str, str]) -> str | None:
+        """Why ``auto`` runs torch.matmul for operands of ``dtypes`` on ``device``, or None when
+        a wsgemm kernel runs them: inputs of a dtype the kernels do not multiply, a GPU with no
+        row in ``support.TARGETS`` (before sm_80, or one wsgemm does not know yet), or a row
+        that sends ``auto`` to torch (the tcgen05 GPUs)."""
+        if dtypes[0] not in support.AB_DTYPES:
+            return (
+                f"{dtypes[0]} inputs; wsgemm's kernels multiply {' and '.join(support.AB_DTYPES)}"
+            )
+        cc = self.devices.capability(device)
+        row = support.target(cc)
+        gpu = f"{self.devices.name(device)} is {support.cc_name(cc)}"
+        if row is None and cc < (8, 0):
+            return f"{gpu}; wsgemm's kernels need sm_80 or newer (cp.async, bf16 mma.sync)"
+        if row is None:
+            known = ", ".join(support.cc_name(t.cc) for t in support.TARGETS)
+            return f"{gpu}, which wsgemm does not build for yet (it knows {known})"
+        if row.auto_torch:
+            return f"{gpu}, {row.auto_torch}"
+        return None
+
+    def say_once(self, what: Hashable) -> bool:
+        """True the first time this dispatcher is asked about ``what``: what says a fact once
+        (the torch fallback's log line, once per device and reason) asks here."""
+        with self._lock:
+            if what in self._said:
+                return False
+            self._said.add(what)
+            return True
 
     @staticmethod
     def choice_route(choice: choosing.Choice) -> Route:
@@ -328,6 +370,14 @@ class Dispatcher:
         """``route``'s answer in words: which kernel, tile, cluster and split, and why. Compiles
         and launches nothing."""
         cc = self.devices.capability(device)
+        torch_reason = self.torch_reason(device, dtypes) if backend == "auto" else None
+        if torch_reason is not None:
+            return "\n".join(
+                [
+                    self._problem_line(device, problem, dtypes),
+                    f"kernel: torch.matmul (fallback): {torch_reason}",
+                ]
+            )
         if backend == "auto" and BACKENDS["sm90"].supports(cc):
             args = self._policy_args(device, problem, dtypes)
             tuned = self.tuned_choice(device, problem, dtypes)
@@ -345,7 +395,6 @@ class Dispatcher:
         config = BACKENDS[chosen.backend].config(dtypes[2])
         tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))
         cluster = f"{getattr(config, 'cluster_m', 1)}x{getattr(config, 'cluster_n', 1)}"
-        m, n, k, batch = problem
         why = (
             f"backend={backend!r} named: its shipped config, never split"
             if backend != "auto"
@@ -353,13 +402,21 @@ class Dispatcher:
         )
         return "\n".join(
             [
-                f"problem: M={m} N={n} K={k} batch={1 if batch is None else batch}, "
-                f"{dtypes[0]} inputs, {dtypes[1]} output, {dtypes[2]} accumulate; "
-                f"sm_{cc[0]}{cc[1]} with {self.devices.sm_count(device)} SMs",
+                self._problem_line(device, problem, dtypes),
                 f"kernel: {chosen.backend} ({tile} tile, cluster {cluster})",
                 "split-K: 1 (none)",
                 f"why: {why}",
             ]
+        )
+
+    def _problem_line(self, device, problem, dtypes) -> str:
+        """``explain``'s first line, where the policy's does not speak."""
+        m, n, k, batch = problem
+        cc = self.devices.capability(device)
+        return (
+            f"problem: M={m} N={n} K={k} batch={1 if batch is None else batch}, "
+            f"{dtypes[0]} inputs, {dtypes[1]} output, {dtypes[2]} accumulate; "
+            f"{support.cc_name(cc)} with {self.devices.sm_count(device)} SMs"
         )
 
     def _policy_args(self, device, problem, dtypes) -> tuple:

@@ -18,7 +18,10 @@ from wsgemm.support import (
     ACC_DTYPES,
     ACCUMULATOR_RULE,
     C_DTYPES,
+    TARGETS,
     accumulator_allowed,
+    cc_name,
+    target,
 )
 
 #: The major modes an operand may have: A is (M, K, L), B is (N, K, L).
@@ -33,7 +36,7 @@ class Backend:
     name: str
     module: str
     cls: str
-    family: str  # "sm90" kernels need sm_90a exactly; "sm80" kernels run on sm_80 and later
+    family: str  # where it runs: the rows of support.TARGETS that list the family
 
     def kernel_class(self) -> type:
         return getattr(importlib.import_module(self.module), self.cls)
@@ -45,9 +48,14 @@ class Backend:
         return _shipped_config(self.family, self.name, acc_dtype)
 
     def supports(self, cc: tuple[int, int]) -> bool:
-        if self.family == "sm90":
-            return cc == (9, 0)
-        return cc >= (8, 0)
+        """Whether it builds and runs on a GPU of compute capability ``cc``
+        (``support.TARGETS``)."""
+        row = target(cc)
+        return row is not None and self.family in row.families
+
+    def archs(self) -> tuple[str, ...]:
+        """The DSL targets it compiles for, one per GPU it runs on (``support.TARGETS``)."""
+        return tuple(t.arch for t in TARGETS if self.family in t.families)
 
 
 @functools.cache
@@ -70,10 +78,16 @@ BACKENDS: dict[str, Backend] = {
 
 
 def arch_for_capability(cc: tuple[int, int]) -> str:
-    """The DSL target for a device: sm_90a-only instructions (WGMMA, setmaxnreg) need the 'a'."""
-    major, minor = cc
-    suffix = "a" if major >= 9 else ""
-    return f"sm_{major}{minor}{suffix}"
+    """The DSL target the kernels compile for on a device (``support.TARGETS``: sm_90a and later
+    carry the 'a' of their architecture-specific instructions); ValueError for a GPU wsgemm does
+    not build for."""
+    row = target(cc)
+    if row is None:
+        raise ValueError(
+            f"wsgemm builds no kernel for {cc_name(cc)}; it builds for "
+            + ", ".join(cc_name(t.cc) for t in TARGETS)
+        )
+    return row.arch
 
 
 @functools.cache
