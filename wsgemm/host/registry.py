@@ -9,16 +9,17 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-# The fused epilogues' names (plain Python), re-exported for the API.
-from wsgemm.kernels.epilogue import ACTIVATIONS, BIAS_MODES, PLAIN, Epilogue  # noqa: F401
-
 # The dtype tables live in wsgemm.support; the host re-exports them for its callers.
-from wsgemm.support import (
+from wsgemm.support import (  # noqa: F401  (the epilogue names: re-exported for the API)
     AB_DTYPES,
     ACC_DTYPES,
     ACCUMULATOR_RULE,
+    ACTIVATIONS,
+    BIAS_MODES,
     C_DTYPES,
+    PLAIN,
     TARGETS,
+    Epilogue,
     accumulator_allowed,
     cc_name,
     target,
