@@ -641,3 +641,37 @@ def test_the_llm_fixture_is_memory_bound_at_128_tokens_and_below():
     assert {label for label, b in bound.items() if b} == {
         f"8b {p} t=128" for p in ("qkv", "o", "gate_up", "down")
     }
+
+
+def test_an_epilogue_run_checks_every_backend_against_the_epilogues_reference():
+    """``--epilogue bias_gelu_tanh``: cuBLAS's row is torch's unfused path and passes; a
+    contender computing the epilogue passes; one that forgets it is caught as wrong; a
+    contender without epilogues (triton's skip) is skipped, never timed."""
+    import torch.nn.functional as F
+
+    from wsgemm.bench.backends import triton_backend
+
+    def fused(problem, out):
+        def call():
+            y = torch.addmm(problem.bias.float(), problem.a.float(), problem.b.float())
+            out.copy_(F.gelu(y, approximate="tanh"))
+
+        call.fake_ms, call.fake_name = 0.4, "fused"
+        return call
+
+    forgets, _ = stand_in("forgets", 0.3)
+    options = runner.Options(dtype="fp16", rounds=2, target_ms=2.0, epilogue="bias_gelu_tanh")
+    output = runner.run(
+        SHAPES[:1],
+        [cublas(), Contender("fused", fused), forgets, triton_backend()],
+        [],
+        options,
+        ScriptedTimer(),
+        "cpu",
+        lambda clock: peak_tflops(132, 4096, clock),
+    )
+    status = {r["backend"]: r["status"] for r in output.rows}
+    assert status == {"cublas": "ok", "fused": "ok", "forgets": "wrong", "triton": "skipped"}
+    assert options.to_dict("custom", [])["epilogue"] == "bias_gelu_tanh"
+    with pytest.raises(ValueError, match="epilogue must be one of"):
+        runner.Options(epilogue="swiglu")

@@ -38,14 +38,59 @@ def leading_first(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: LEADING.index(n) if n in LEADING else len(LEADING))
 
 
+#: ``--epilogue``'s names: (adds a bias per column, the activation after it).
+EPILOGUES = {
+    "none": (False, None),
+    "bias": (True, None),
+    "bias_relu": (True, "relu"),
+    "bias_gelu": (True, "gelu"),
+    "bias_gelu_tanh": (True, "gelu_tanh"),
+    "bias_silu": (True, "silu"),
+    "gelu_tanh": (False, "gelu_tanh"),
+    "silu": (False, "silu"),
+}
+
+
 @dataclass(frozen=True)
 class Workload:
-    """What every backend computes: ``out = a @ b`` with ``accumulate`` accumulators."""
+    """What every backend computes: ``out = activation(a @ b + bias)`` with ``accumulate``
+    accumulators (no bias and no activation: ``out = a @ b``)."""
 
     a: object  # torch.Tensor (M, K), a view in the benchmark's layout
     b: object  # torch.Tensor (K, N)
     accumulate: object  # torch.float32 or torch.float16
     accumulate_name: str  # "fp32" or "fp16"
+    bias: object = None  # torch.Tensor (N,) of the inputs' dtype, or None
+    activation: str | None = None  # wsgemm.matmul's activation names
+
+    @property
+    def plain(self) -> bool:
+        return self.bias is None and self.activation is None
+
+
+def _torch_activation_(out, activation: str | None) -> None:
+    """``activation`` applied to ``out`` in place where torch has the in-place form (else
+    computed and copied back): the epilogue pass torch makes after cuBLAS's product."""
+    import torch
+    import torch.nn.functional as F
+
+    if activation is None:
+        return
+    if activation == "relu":
+        out.relu_()
+    elif activation == "silu":
+        F.silu(out, inplace=True)
+    elif activation == "gelu":
+        out.copy_(F.gelu(out))
+    elif activation == "gelu_tanh":
+        out.copy_(F.gelu(out, approximate="tanh"))
+    else:
+        raise ValueError(f"no torch form of activation {activation!r} here")
+    del torch
+
+
+def _no_epilogue(problem: Workload) -> str | None:
+    return None if problem.plain else "no fused epilogue (bias, activation) in this contender"
 
 
 Call = Callable[[], object]
@@ -74,11 +119,24 @@ class Unavailable:
 
 
 def cublas() -> Contender:
+    """torch.matmul; with an epilogue, torch's unfused path: ``torch.addmm`` (cuBLASLt adds the
+    bias in its epilogue), then the activation in place."""
+
     def make(problem: Workload, out) -> Call:
         import torch
 
-        a, b = problem.a, problem.b
-        return lambda: torch.matmul(a, b, out=out)
+        a, b, bias, act = problem.a, problem.b, problem.bias, problem.activation
+        if problem.plain:
+            return lambda: torch.matmul(a, b, out=out)
+
+        def unfused():
+            if bias is None:
+                torch.matmul(a, b, out=out)
+            else:
+                torch.addmm(bias, a, b, out=out)
+            _torch_activation_(out, act)
+
+        return unfused
 
     return Contender(BASELINE, make)
 
@@ -88,7 +146,12 @@ def wsgemm_backend(kernel: str) -> Contender:
         import wsgemm
 
         a, b, acc = problem.a, problem.b, problem.accumulate
-        return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel)
+        if problem.plain:
+            return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel)
+        bias, act = problem.bias, problem.activation
+        return lambda: wsgemm.matmul(
+            a, b, out=out, accumulate=acc, backend=kernel, bias=bias, activation=act
+        )
 
     return Contender(f"wsgemm:{kernel}", make)
 
@@ -127,7 +190,10 @@ def wsgemm_candidate(kernel: str) -> Contender:
                 f"fields: {', '.join(f.name for f in dataclasses.fields(shipped))}"
             )
         config = dataclasses.replace(shipped, **overrides)
-        return lambda: api.matmul(a, b, out=out, accumulate=acc, backend=base, config=config)
+        bias, act = problem.bias, problem.activation
+        return lambda: api.matmul(
+            a, b, out=out, accumulate=acc, backend=base, config=config, bias=bias, activation=act
+        )
 
     return Contender(f"wsgemm:{kernel}", make)
 
@@ -139,7 +205,7 @@ def triton_backend() -> Contender:
         a, b, acc = problem.a, problem.b, problem.accumulate
         return lambda: triton_matmul.matmul(a, b, out=out, accumulate=acc)
 
-    return Contender("triton", make)
+    return Contender("triton", make, _no_epilogue)
 
 
 def quack_backend(tuned: bool) -> Contender:
@@ -152,7 +218,7 @@ def quack_backend(tuned: bool) -> Contender:
     def skip(problem: Workload) -> str | None:
         if problem.accumulate_name != "fp32":
             return "QuACK accumulates in fp32 only"
-        return None
+        return _no_epilogue(problem)
 
     return Contender("quack-tuned" if tuned else "quack", make, skip)
 

@@ -73,16 +73,28 @@ def tolerance(model: Tolerance, cublas: Errors | None) -> Tolerance:
     )
 
 
-def reference(a, b):
-    """fp32 product of the (exactly representable) half inputs, with tf32 off."""
+def reference(a, b, bias=None, activation=None):
+    """fp32 product of the (exactly representable) half inputs, with tf32 off; with a bias
+    and an activation, ``activation(a @ b + bias)`` in fp32 (``--epilogue``)."""
     import torch
+    import torch.nn.functional as F
 
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
-        return torch.matmul(a.float(), b.float())
+        ref = torch.matmul(a.float(), b.float())
     finally:
         torch.set_float32_matmul_precision(previous)
+    if bias is not None:
+        ref += bias.float()
+    forms = {
+        None: lambda x: x,
+        "relu": torch.relu,
+        "silu": F.silu,
+        "gelu": F.gelu,
+        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    }
+    return forms[activation](ref)
 
 
 def errors(out, ref) -> Errors:

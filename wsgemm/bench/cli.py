@@ -13,7 +13,7 @@ import re
 import sys
 
 from . import models, suites
-from .backends import SELECTABLE
+from .backends import EPILOGUES, SELECTABLE
 from .layouts import LAYOUTS
 from .runner import (
     ACCUMULATORS,
@@ -84,6 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "fp16, with and without out= (--rounds applies)",
     )
     what.add_argument("--dtype", choices=DTYPES, default="fp16", help="input and output dtype")
+    what.add_argument(
+        "--epilogue",
+        choices=tuple(EPILOGUES),
+        default="none",
+        help="what every backend computes after a @ b: a bias per column and/or an activation "
+        "(wsgemm fuses it into the kernel; the cublas row is torch's unfused path: addmm, then "
+        "the activation in place; contenders without an epilogue are skipped)",
+    )
     what.add_argument(
         "--accumulate",
         choices=ACCUMULATORS,
@@ -210,6 +218,7 @@ def _plan(args) -> tuple[list, Options, str]:
         min_reps=args.min_reps,
         max_reps=args.max_reps,
         seed=args.seed,
+        epilogue=args.epilogue,
     )
     return shapes, options, suite_name
 

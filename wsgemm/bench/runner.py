@@ -31,7 +31,7 @@ from ..support import (
     torch_dtype,
 )
 from . import check, schema
-from .backends import BASELINE, Contender, Unavailable, Workload
+from .backends import BASELINE, EPILOGUES, Contender, Unavailable, Workload
 from .layouts import Layout, make_operands
 from .measure import Estimate, Sample, Timer, reps_for, rotated, summarize, tflops
 from .suites import Shape
@@ -60,6 +60,7 @@ class Options:
     min_reps: int = 3
     max_reps: int = 100
     seed: int = 0
+    epilogue: str = "none"  # backends.EPILOGUES: what every backend computes after a @ b
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -80,6 +81,10 @@ class Options:
             )
         if not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(
+                f"epilogue must be one of {', '.join(EPILOGUES)}, got {self.epilogue!r}"
+            )
 
     def to_dict(self, suite: str, backends: list[str]) -> dict:
         return {
@@ -93,6 +98,7 @@ class Options:
             "min_reps": self.min_reps,
             "max_reps": self.max_reps,
             "seed": self.seed,
+            "epilogue": self.epilogue,
         }
 
 
@@ -240,8 +246,12 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     layout = Layout(shape.layout or options.layout)
     a, b = make_operands(layout, shape.m, shape.n, shape.k, dtype, ctx.device, generator)
     accumulate = torch_dtype(options.accumulate)
-    problem = Workload(a=a, b=b, accumulate=accumulate, accumulate_name=options.accumulate)
-    return _Inputs(shape, problem, dtype, check.reference(a, b))
+    has_bias, activation = EPILOGUES[options.epilogue]
+    bias = None
+    if has_bias:
+        bias = torch.randn(shape.n, generator=generator, device=ctx.device).to(dtype)
+    problem = Workload(a, b, accumulate, options.accumulate, bias, activation)
+    return _Inputs(shape, problem, dtype, check.reference(a, b, bias, activation))
 
 
 def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcome: _Outcome):
