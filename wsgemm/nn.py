@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .api.epilogue import check_activation, torch_activation
 from .api.validate import AB_DTYPES, dtype_list
 from .ops import autocast_dtype, linear
 from .support import VECTOR_BYTES, vector_elems
@@ -129,19 +130,41 @@ class Linear(nn.Linear):
     Pickling (``torch.save(model)``, ``copy.deepcopy``) records the torch class the layer came
     from and a function of this module that swaps it back in, so a replaced subclass of
     ``nn.Linear`` pickles although its wsgemm class is made at run time.
+
+    ``activation`` (a keyword beyond ``nn.Linear``'s): one of ``wsgemm.matmul``'s activations,
+    applied to the output, fused into the kernel's epilogue with the bias where wsgemm runs
+    (``activation(x @ W.T + b)``), by torch where the layer falls back. A layer made by
+    ``replace_linear`` has none.
     """
+
+    activation: str | None = None  # the class default: a replaced nn.Linear has none
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        activation: str | None = None,
+    ) -> None:
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.activation = None if check_activation(activation) == "none" else activation
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if _runs_on_wsgemm(input, self.weight):
-            return linear(input, self.weight, self.bias)
+            return linear(input, self.weight, self.bias, self.activation)
         # is_compiling() folds to True in a traced graph, so the note is eager-only and the
         # graph holds F.linear alone (no logging call to break it).
         if not torch.compiler.is_compiling() and self not in _FELL_BACK:
             _note_fallback(self, input)
-        return F.linear(input, self.weight, self.bias)
+        y = F.linear(input, self.weight, self.bias)
+        return y if self.activation is None else torch_activation(self.activation, y)
 
     def extra_repr(self) -> str:
         text = f"{super().extra_repr()}, wsgemm={_BACKEND}"
+        if self.activation is not None:
+            text += f", activation={self.activation}"
         reason = _fallback_reason(self.weight)
         return text if reason is None else f"{text}, falls back to torch: {reason[1]}"
 

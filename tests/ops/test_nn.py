@@ -161,3 +161,27 @@ def test_replace_linear_bad_input(args, exc, words):
 
 def test_public_names():
     assert wsgemm.nn.Linear is Linear and wsgemm.nn.replace_linear is replace_linear
+
+
+def test_linear_with_an_activation_fuses_it_and_falls_back_with_it(monkeypatch):
+    """``wsgemm.nn.Linear(..., activation=)``: wsgemm's linear gets the activation (fused with
+    the bias into the epilogue); on the torch fallback (a CPU fp32 layer) torch applies it; it
+    shows in ``extra_repr`` and survives a deepcopy."""
+    import copy
+
+    from wsgemm import nn as wnn
+
+    seen = []
+    monkeypatch.setattr(wnn, "linear", lambda x, w, b, act=None: seen.append(act) or x @ w.t())
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    layer = wnn.Linear(16, 8, activation="gelu_tanh")
+    layer(torch.randn(2, 16))
+    assert seen == ["gelu_tanh"] and "activation=gelu_tanh" in repr(layer)
+    monkeypatch.undo()
+    x = torch.randn(3, 16)
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(x, layer.weight, layer.bias),
+                                    approximate="tanh")  # fmt: skip
+    torch.testing.assert_close(copy.deepcopy(layer)(x), want)
+    assert wnn.Linear(16, 8).activation is None
+    with pytest.raises(ValueError, match="activation="):
+        wnn.Linear(16, 8, activation="tanh")
