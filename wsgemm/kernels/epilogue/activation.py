@@ -9,7 +9,11 @@ rounding) and avoid the IEEE division that compiles to a subroutine call:
 * ``gelu_tanh(x) = x · 1/(1 + 2^(-2u·log2 e))``, u = √(2/π)·(x + 0.044715x³): the identity
   ½(1 + tanh u) = 1/(1 + e^(-2u)), which keeps its relative accuracy for large negative x,
   where the tanh form cancels
-* ``gelu(x) = ½x(1 + erf(x/√2))`` (torch's formula; libdevice's ``erff``, a polynomial)
+* ``gelu(x) = ½x(1 + erf(x/√2))`` (torch's formula), with erf from Abramowitz and Stegun's
+  7.1.26: 1 - erf(z) = t(a1 + t(a2 + ... + t a5)) e^(-z²), t = 1/(1 + p z), z >= 0, absolute
+  error below 1.5e-7: one ``rcp.approx`` and one ``ex2.approx``; for x < 0 the product is
+  ½x times that tail itself, so it keeps its relative accuracy where 1 + erf cancels.
+  (libdevice's ``erff`` is branchy and, unrolled over a subtile, took local memory.)
 
 At the extremes the logistic forms stay finite: 2^(+large) is +inf, its reciprocal 0, so the
 result is -0.0 where torch gives -0.0 or a denormal.
@@ -19,10 +23,14 @@ from __future__ import annotations
 
 import math
 
+import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
 
 LOG2E = math.log2(math.e)
+# Abramowitz & Stegun 7.1.26
+ERF_P = 0.3275911
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 SQRT_HALF = math.sqrt(0.5)
 GELU_CUBIC = 0.044715
@@ -49,5 +57,12 @@ def apply(name: str, x: Float32) -> Float32:
         u = Float32(2.0 * SQRT_2_OVER_PI) * (x + Float32(GELU_CUBIC) * x * x * x)
         return _logistic_times(x, u)
     if name == "gelu":
-        return Float32(0.5) * x * (Float32(1.0) + cute.math.erf(x * Float32(SQRT_HALF)))
+        z = cute.arch.fmax(x, -x) * Float32(SQRT_HALF)
+        t = cute.arch.rcp_approx(Float32(1.0) + Float32(ERF_P) * z)
+        poly = Float32(ERF_A[4])
+        for a in reversed(ERF_A[:4]):
+            poly = poly * t + Float32(a)
+        tail = poly * t * cute.math.exp2(z * z * Float32(-LOG2E), fastmath=True)  # 1 - erf(z)
+        two_cdf = cutlass.select_(x >= Float32(0.0), Float32(2.0) - tail, tail)
+        return Float32(0.5) * x * two_cdf
     raise ValueError(f"no activation {name!r} (spec.ACTIVATIONS)")
