@@ -77,6 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=40)
     p.add_argument("--families", default=None)
     p.add_argument("--tokens", default=None, help="llm suite token counts, e.g. 16,1024,4096")
+    p.add_argument("--models", default=None, help="llm suite models, e.g. 8b,70b")
     p.add_argument("--epilogues", default="bias,bias_gelu_tanh,bias_silu")
     p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     p.add_argument("--rounds", type=int, default=7)
@@ -86,7 +87,8 @@ def main(argv=None) -> int:
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     if args.suite == "llm":
         tokens = suites.parse_int_list(args.tokens) if args.tokens else None
-        shapes = suites.suite("llm", tokens=tokens)
+        models = tuple(args.models.split(",")) if args.models else None
+        shapes = suites.suite("llm", tokens=tokens, models=models)
     else:
         fams = tuple(args.families.split(",")) if args.families else None
         shapes = suites.suite("models", seed=args.seed, families=fams, count=args.count)

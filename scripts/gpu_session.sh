@@ -65,10 +65,11 @@ if has heldout; then
 fi
 if has epilogue; then
   # issue #25 step 1: the fused epilogue's GPU tests, then its bench (llm suite, fp16)
-  timeout ${EPI_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
-    tests/gpu/test_gpu_epilogue.py 2>&1 | tee "$OUT/epilogue-tests.log" \
-    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout ${EPI_TEST_TIMEOUT:-300} python3 -m pytest -v -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_epilogue.py -k "${EPI_TESTS:-fused}" > "$OUT/epilogue-tests.log" 2>&1
+  grep -cE " PASSED" "$OUT/epilogue-tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/epilogue-tests.log" | cut -c1-300 | tail -20
   timeout ${EPI_BENCH_TIMEOUT:-300} python3 scripts/bench_epilogue.py --rounds ${ROUNDS:-5} \
+    --models ${EPI_MODELS:-8b,70b} \
     --tokens ${EPI_TOKENS:-16,1024,4096} --epilogues ${EPILOGUES:-bias,bias_gelu_tanh,bias_silu} \
     --json "$OUT/epilogue-bench.json" > "$OUT/epilogue-bench.log" 2>&1
   echo "epilogue bench rc=$?"; grep "==" "$OUT/epilogue-bench.log"
