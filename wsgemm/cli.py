@@ -403,14 +403,22 @@ def _cc(text: str) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- parser
 
 
+def _program_name() -> str:
+    """What the user typed, for usage lines: ``wsgemm`` run as the installed console script
+    (pyproject's ``[project.scripts]``), ``python -m wsgemm`` run as a module (where
+    ``sys.argv[0]`` is the package's ``__main__.py``) or with no script at all."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m wsgemm" if name in ("", "-c", "__main__.py") else name
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .bench.layouts import LAYOUTS
     from .host.registry import BACKENDS
     from .inspection import ARCHES
-    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, short_name
+    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, dtype_option, short_name
 
     parser = argparse.ArgumentParser(
-        prog="python -m wsgemm", description="Warp-specialized GEMM kernels in CuTe DSL."
+        prog=_program_name(), description="Warp-specialized GEMM kernels in CuTe DSL."
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -479,11 +487,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", default="TN", choices=LAYOUTS,
                    help="operand storage, BLAS letters for A then B: T row-major, N column-major "
                    "(default TN: x @ W.T)")  # fmt: skip
-    p.add_argument("--dtype", default="fp16", choices=[short_name(d) for d in AB_DTYPES])
-    p.add_argument(
-        "--out-dtype", choices=[short_name(d) for d in C_DTYPES], help="default: --dtype"
-    )
-    p.add_argument("--accumulate", default="fp32", choices=[short_name(d) for d in ACC_DTYPES])
+    for flag, allowed, default, what in (
+        ("--dtype", AB_DTYPES, "fp16", "operand dtype (torch's names work too: float16, half, "
+         "bfloat16, float32, in each dtype option)"),
+        ("--out-dtype", C_DTYPES, None, "output dtype (default: --dtype)"),
+        ("--accumulate", ACC_DTYPES, "fp32", "accumulator dtype"),
+    ):  # fmt: skip
+        short = tuple(short_name(d) for d in allowed)
+        p.add_argument(
+            flag, type=dtype_option(short), default=default, metavar="|".join(short), help=what
+        )
     p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
     p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
