@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,24 @@ def test_a_failed_variant_is_one_line_and_a_non_zero_exit(stand_in, capsys):
     assert "more" not in err.replace("more than", "")
 
 
+def test_ctrl_c_in_a_one_process_warm_is_one_line(stand_in, capsys, monkeypatch):
+    """With --jobs 1 the compile runs in the command's own process, where Ctrl-C lands."""
+    _, _, compiled = stand_in
+    real = cache.compile_variant
+
+    def interrupted_at_the_fourth(variant, keep=False):
+        if len(compiled) == 3:
+            raise KeyboardInterrupt
+        return real(variant, keep)
+
+    monkeypatch.setattr(cache, "compile_variant", interrupted_at_the_fourth)
+    code, _, err = run(capsys, *WARM_80, "--no-progress")
+    assert code == 130 and len(err.splitlines()) == 2, err
+    assert err.splitlines()[1].startswith(
+        "warm: interrupted after 3 of 36 variants (3 compiled); compiled ones are kept in "
+    )
+
+
 @pytest.mark.parametrize("jobs", ["0", "-3", "two"])
 def test_warm_jobs_must_be_a_positive_integer(jobs, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -213,6 +232,14 @@ def test_max_jobs_counts_cores_and_memory(monkeypatch):
     assert 1 <= warming.max_jobs() <= 3
     monkeypatch.setattr(warming, "_available_bytes", lambda: 0)
     assert warming.max_jobs() == 1
+
+
+def test_the_readme_counts_a_full_warm_as_the_code_does():
+    text = " ".join((REPO / "README.md").read_text().split())
+    found = re.search(r"A full sm_90a warm is (\d+) variants", text)
+    assert found, "the README no longer says how many variants a full sm_90a warm compiles"
+    everything = inspection.warm_variants("sm_90a", inspection.backends_for("sm_90a"))
+    assert int(found[1]) == len(everything)
 
 
 # ----------------------------------------------------------------------------- worker processes

@@ -161,13 +161,12 @@ def warm(
 
     context = multiprocessing.get_context("spawn")
     others = set(multiprocessing.active_children())
-    with _sigint_ignored():  # the pool starts its workers in submit
-        pool = ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_end_with_parent, initargs=(os.getpid(),)
-        )
-        futures = {pool.submit(task, v): v for v in variants}
-    workers = [p for p in multiprocessing.active_children() if p not in others]
+    pool = ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_end_with_parent, initargs=(os.getpid(),)
+    )
     try:
+        with _sigint_ignored():  # the pool starts its workers in submit
+            futures = {pool.submit(task, v): v for v in variants}
         for fut in as_completed(futures):
             outcomes.append(fut.result())
             report(outcomes[-1])
@@ -179,7 +178,9 @@ def warm(
                 outcomes.append(Outcome(v.key(), "failed", 0.0, why))
                 report(outcomes[-1])
     except BaseException:
-        _stop(pool, workers)
+        # the pool's workers are the children started since it was made (it names them only
+        # in private)
+        _stop(pool, [p for p in multiprocessing.active_children() if p not in others])
         raise
     pool.shutdown()
     return outcomes
