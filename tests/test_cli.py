@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from wsgemm import cli, inspection
-from wsgemm.host.compiling import cache, disk, fingerprint, warming
+from wsgemm.host.compiling import cache, disk, fingerprint, library, warming
 
 REPO = Path(__file__).resolve().parents[1]
 FP = "fedcba9876543210"
@@ -38,8 +39,8 @@ class Compiled:
 
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
-    """A private cache in tmp_path, a fixed fingerprint, and a compiler that takes no time
-    (and fails for the keys in ``fail``)."""
+    """A private cache in tmp_path, a fixed fingerprint, a compiler that takes no time (and
+    fails for the keys in ``fail``), and no linker."""
     for name in ("WSGEMM_DISK_CACHE", "WSGEMM_CACHE_SHARED"):
         monkeypatch.delenv(name, raising=False)
     root = tmp_path / "cache"
@@ -59,6 +60,10 @@ def stand_in(tmp_path, monkeypatch):
         return Compiled(variant.key())
 
     monkeypatch.setattr(cache, "compile_variant", compile_variant)
+    # its objects are no ELF a C linker takes: as in tests/host/test_cache.py's world, this
+    # machine has no linker (else each test warned that linking failed; test_cache.py tests
+    # the link, and that warning, with a linker that works)
+    monkeypatch.setattr(library, "why_not_linkable", lambda: "no linker in the test world")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cache.reset()
     yield root, fail, compiled
@@ -157,6 +162,24 @@ def test_a_failed_variant_is_one_line_and_a_non_zero_exit(stand_in, capsys):
     assert "more" not in err.replace("more than", "")
 
 
+def test_ctrl_c_in_a_one_process_warm_is_one_line(stand_in, capsys, monkeypatch):
+    """With --jobs 1 the compile runs in the command's own process, where Ctrl-C lands."""
+    _, _, compiled = stand_in
+    real = cache.compile_variant
+
+    def interrupted_at_the_fourth(variant, keep=False):
+        if len(compiled) == 3:
+            raise KeyboardInterrupt
+        return real(variant, keep)
+
+    monkeypatch.setattr(cache, "compile_variant", interrupted_at_the_fourth)
+    code, _, err = run(capsys, *WARM_80, "--no-progress")
+    assert code == 130 and len(err.splitlines()) == 2, err
+    assert err.splitlines()[1].startswith(
+        "warm: interrupted after 3 of 36 variants (3 compiled); compiled ones are kept in "
+    )
+
+
 @pytest.mark.parametrize("jobs", ["0", "-3", "two"])
 def test_warm_jobs_must_be_a_positive_integer(jobs, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -170,11 +193,53 @@ def test_warm_jobs_are_bounded_by_the_machine(stand_in, capsys, monkeypatch):
     assert code == 0 and "--jobs 100000 is more than this machine holds" in err
 
 
+def test_warm_in_a_log_prints_plain_progress_lines(stand_in, capsys):
+    """Without a terminal (a log, a pipe, CI) there is no bar: a line each tenth of the
+    variants instead, then the summary; ``--no-progress`` leaves the start and the summary."""
+    code, _, err = run(capsys, *WARM_80)
+    lines = err.splitlines()
+    assert code == 0, err
+    steps = [line for line in lines if " of 36 in " in line]
+    assert [s.split(" of ")[0] for s in steps] == [f"warm: {n}" for n in range(4, 36, 4)]
+    assert steps[-1].endswith("(32 compiled, 0 already cached, 0 failed)")
+    assert lines[-1].startswith("warm: 36 compiled, 0 already cached, 0 failed in ")
+    cache.reset()
+    code, _, err = run(capsys, *WARM_80, "--no-progress")
+    lines = err.splitlines()
+    assert code == 0 and len(lines) == 2, err
+    assert lines[0].startswith("warm: 36 variants for sm_80 into ")
+    assert lines[1].startswith("warm: 0 compiled, 36 already cached, 0 failed in ")
+
+
+def test_warm_on_a_terminal_draws_a_bar_not_lines(stand_in, capsys, monkeypatch):
+    from rich.console import Console
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "_err_console", lambda: Console(
+        file=screen, force_terminal=True, width=120, color_system=None, highlight=False
+    ))  # fmt: skip
+    assert run(capsys, *WARM_80)[0] == 0
+    assert "36/36" in screen.getvalue() and " of 36 in " not in screen.getvalue()
+    screen.seek(0)
+    screen.truncate()
+    cache.reset()
+    assert run(capsys, *WARM_80, "--no-progress")[0] == 0
+    assert "/36" not in screen.getvalue() and "36 already cached" in screen.getvalue()
+
+
 def test_max_jobs_counts_cores_and_memory(monkeypatch):
     monkeypatch.setattr(warming, "_available_bytes", lambda: 3 * warming.WORKER_BYTES)
     assert 1 <= warming.max_jobs() <= 3
     monkeypatch.setattr(warming, "_available_bytes", lambda: 0)
     assert warming.max_jobs() == 1
+
+
+def test_the_readme_counts_a_full_warm_as_the_code_does():
+    text = " ".join((REPO / "README.md").read_text().split())
+    found = re.search(r"A full sm_90a warm is (\d+) variants", text)
+    assert found, "the README no longer says how many variants a full sm_90a warm compiles"
+    everything = inspection.warm_variants("sm_90a", inspection.backends_for("sm_90a"))
+    assert int(found[1]) == len(everything)
 
 
 # ----------------------------------------------------------------------------- worker processes
@@ -228,6 +293,98 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# A `python -m wsgemm warm` whose compiles after the first three take ten minutes, in two
+# worker processes: it marks in $MARKS each worker that starts a slow one, and each of the
+# three outcomes the parent has reported.
+_SLOW_WARM = """
+import os, signal, sys, time
+from pathlib import Path
+
+from wsgemm import cli, inspection
+from wsgemm.host.compiling import fingerprint, warming
+
+MARKS = Path(os.environ["MARKS"])
+FAST = {v.key() for v in inspection.warm_variants("sm_80", ["sm80-multistage"])[:3]}
+
+
+def compile_slowly(variant):
+    if variant.key() not in FAST:
+        (MARKS / f"worker.{os.getpid()}").touch()
+        time.sleep(600)
+    return warming.Outcome(variant.key(), "compiled", 0.0)
+
+
+if __name__ == "__main__":
+    # as a shell starts a command in the foreground, whatever started this test
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    fingerprint.fingerprint = lambda: "fedcba9876543210"
+    warming.max_jobs = lambda: 2
+    real = warming.warm
+
+    def warm(variants, jobs, on_outcome):
+        def report(outcome):
+            on_outcome(outcome)
+            (MARKS / f"seen.{outcome.key}").touch()
+
+        return real(variants, jobs, report, task=compile_slowly)
+
+    warming.warm = warm
+    sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    "to_group, signum, code",
+    [(True, signal.SIGINT, 130), (False, signal.SIGTERM, 143)],
+    ids=["ctrl-c", "sigterm-to-warm-alone"],
+)
+def test_an_interrupted_warm_says_one_line_and_its_workers_stop(tmp_path, to_group, signum, code):
+    """Ctrl-C at a terminal signals the whole process group, workers included; a SIGTERM
+    reaches the parent alone. Either way: one line, no traceback, the shell's exit code, and
+    no worker left compiling."""
+    script, marks = tmp_path / "slow_warm.py", tmp_path / "marks"
+    script.write_text(_SLOW_WARM)
+    marks.mkdir()
+    env = dict(_env(), MARKS=str(marks), WSGEMM_CACHE_DIR=str(tmp_path / "cache"))
+    for name in ("WSGEMM_DISK_CACHE", "WSGEMM_CACHE_SHARED"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "warm", "--arch", "sm_80", "--backend", "sm80-multistage",
+         "--jobs", "2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers = [int(m.suffix[1:]) for m in marks.glob("worker.*")]
+            if len(workers) == 2 and len(list(marks.glob("seen.*"))) == 3:
+                break
+            time.sleep(0.1)
+        assert len(workers) == 2 and proc.poll() is None, proc.communicate(timeout=60)
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
+        _, err = proc.communicate(timeout=60)
+        still = [w for w in workers if _alive(w)]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+    assert proc.returncode == code, err
+    lines = err.splitlines()
+    assert len(lines) == 2 and "Traceback" not in err, err
+    assert lines[0].startswith("warm: 36 variants for sm_80 into ")
+    assert lines[1].startswith(
+        "warm: interrupted after 3 of 36 variants (3 compiled); compiled ones are kept in "
+    )
+    assert still == [], "workers outlived the warm that started them"
 
 
 # ----------------------------------------------------------------------------- cache info|clear
@@ -343,6 +500,50 @@ def test_help_imports_neither_torch_nor_the_dsl():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "argv0, prog",
+    [
+        ("/venv/bin/wsgemm", "wsgemm"),  # the console script of pyproject's [project.scripts]
+        ("/src/wsgemm/__main__.py", "python -m wsgemm"),  # what `python -m wsgemm` sets
+        ("", "python -m wsgemm"),
+    ],
+)
+def test_usage_names_the_program_as_it_was_run(argv0, prog, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [argv0])
+    for argv in (["--help"], ["warm", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        assert capsys.readouterr().out.startswith(f"usage: {prog} {' '.join(argv[:-1])}".strip())
+
+
+@pytest.mark.parametrize(
+    "command, options, vocabulary",
+    [
+        ("explain --shape 8,8,8", ("dtype", "out_dtype", "accumulate"), "short"),
+        ("bench", ("dtype", "accumulate"), "short"),
+        ("trace --shape 8,8,8 --out OUT", ("dtype", "out_dtype", "accumulate"), "long"),
+    ],
+)
+def test_every_dtype_option_takes_both_spellings(command, options, vocabulary, tmp_path, capsys):
+    """One vocabulary across the commands: fp16 and float16 (and half), bf16 and bfloat16,
+    fp32 and float32 wherever a dtype is asked; each command reads them in its own names."""
+    from wsgemm.support import AB_DTYPES, ACC_DTYPES, C_DTYPES, short_name
+
+    parser = cli.build_parser()
+    base = command.replace("OUT", str(tmp_path)).split()
+    own = short_name if vocabulary == "short" else (lambda d: d)
+    allowed = {"dtype": AB_DTYPES, "out_dtype": C_DTYPES, "accumulate": ACC_DTYPES}
+    for option in options:
+        flag = "--" + option.replace("_", "-")
+        for dtype in allowed[option]:
+            for typed in {dtype, short_name(dtype), "half" if dtype == "float16" else dtype}:
+                args = parser.parse_args([*base, flag, typed])
+                assert getattr(args, option) == own(dtype), (flag, typed)
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args([*base, flag, "fp8"])
+        assert info.value.code == 2 and "expected one of" in capsys.readouterr().err
 
 
 def test_a_reader_that_leaves_ends_the_command_quietly(monkeypatch, capsys):

@@ -30,6 +30,34 @@ def test_unknown_dtype_says_what_is_known(dtype):
         support.dtype_name(dtype)
 
 
+# What a user may type for each dtype on any command line.
+TYPED = {
+    "float16": ("fp16", "float16", "half", "FP16", "Float16"),
+    "bfloat16": ("bf16", "bfloat16", "BF16"),
+    "float32": ("fp32", "float32"),
+}
+
+
+@pytest.mark.parametrize("vocabulary", [lambda d: d, support.short_name], ids=["long", "short"])
+@pytest.mark.parametrize("allowed", [support.AB_DTYPES, support.C_DTYPES, support.ACC_DTYPES])
+def test_a_dtype_option_takes_every_spelling_and_answers_in_its_own(allowed, vocabulary):
+    import argparse
+
+    own = tuple(vocabulary(d) for d in allowed)
+    parse = support.dtype_option(own)
+    for name, typed in TYPED.items():
+        for text in typed:
+            if name in allowed:
+                assert parse(text) == vocabulary(name)
+            else:
+                with pytest.raises(argparse.ArgumentTypeError, match=f"got '{text}'"):
+                    parse(text)
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse("fp8")
+    for name in allowed:  # the error names each allowed dtype, as the option spells it first
+        assert f"{vocabulary(name)} (" in str(info.value)
+
+
 @pytest.mark.parametrize("ab", support.AB_DTYPES)
 @pytest.mark.parametrize("acc", support.ACC_DTYPES)
 def test_accumulator_rule_is_one_function_in_every_vocabulary(ab, acc):

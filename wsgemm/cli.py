@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import time
 
@@ -182,20 +183,92 @@ def _warm(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     seen_errors: set[str] = set()
-    with bench_cli.ProgressBar(console, len(variants), "warm") as bar:
+    outcomes: list[warming.Outcome] = []
+    show = not args.no_progress
+    lines = _ProgressLines(console, len(variants), start)
+    # a bar on a terminal; in a log or a pipe, where a bar shows nothing, plain lines
+    bar = bench_cli.ProgressBar(
+        console, len(variants), "warm", disabled=not (show and console.is_terminal)
+    )
 
-        def on_outcome(o: warming.Outcome) -> None:
-            if o.status == "failed" and o.error not in seen_errors:
-                seen_errors.add(o.error)
-                console.print(f"warm: {o.key} failed: {o.error}", markup=False)
-            bar.done(o.key)
+    def on_outcome(o: warming.Outcome) -> None:
+        outcomes.append(o)
+        if o.status == "failed" and o.error not in seen_errors:
+            seen_errors.add(o.error)
+            console.print(f"warm: {o.key} failed: {o.error}", markup=False)
+        bar.done(o.key)
+        if show and not console.is_terminal:
+            lines.done(outcomes)
 
-        outcomes = warming.warm(variants, jobs, on_outcome)
+    try:
+        with _signals_interrupt(), bar:
+            warming.warm(variants, jobs, on_outcome)
+    except KeyboardInterrupt as exc:
+        console.print(
+            f"warm: interrupted after {len(outcomes)} of {len(variants)} variants "
+            f"({_counts(outcomes)['compiled']} compiled); compiled ones are kept in {store.folder}",
+            markup=False,
+        )
+        return 128 + getattr(exc, "signum", signal.SIGINT)
     return _warm_summary(console, outcomes, time.perf_counter() - start, store.folder)
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during ``warm``: stop as on Ctrl-C, workers first, and exit with
+    128 + the signal as a shell expects."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP raise :class:`_Signalled` inside (their default ends the process at
+    once, without the one line that says what was kept)."""
+
+    def interrupt(signum, frame):
+        raise _Signalled(signum)
+
+    names = ("SIGTERM", "SIGHUP")
+    previous = {s: signal.signal(s, interrupt) for n in names if (s := getattr(signal, n, None))}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class _ProgressLines:
+    """Plain progress lines for a log or a pipe (no terminal, so no bar): one each tenth of
+    the variants, or after ``EVERY_S`` seconds without one; the summary says the last."""
+
+    EVERY_S = 30.0
+
+    def __init__(self, console, total: int, start: float) -> None:
+        self._console, self._total, self._start = console, total, start
+        self._step = max(1, -(-total // 10))
+        self._last = start
+
+    def done(self, outcomes) -> None:
+        count, now = len(outcomes), time.perf_counter()
+        if count == self._total or (count % self._step and now - self._last < self.EVERY_S):
+            return
+        self._last = now
+        counts = _counts(outcomes)
+        self._console.print(
+            f"warm: {count} of {self._total} in {now - self._start:.0f} s ({counts['compiled']} "
+            f"compiled, {counts['cached']} already cached, {counts['failed']} failed)",
+            markup=False,
+        )
+
+
+def _counts(outcomes) -> dict[str, int]:
+    return {s: sum(o.status == s for o in outcomes) for s in ("compiled", "cached", "failed")}
+
+
 def _warm_summary(console, outcomes, seconds: float, folder) -> int:
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("compiled", "cached", "failed")}
+    counts = _counts(outcomes)
     line = (
         f"warm: {counts['compiled']} compiled, {counts['cached']} already cached, "
         f"{counts['failed']} failed in {seconds:.0f} s ({folder})"
@@ -330,14 +403,22 @@ def _cc(text: str) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- parser
 
 
+def _program_name() -> str:
+    """What the user typed, for usage lines: ``wsgemm`` run as the installed console script
+    (pyproject's ``[project.scripts]``), ``python -m wsgemm`` run as a module (where
+    ``sys.argv[0]`` is the package's ``__main__.py``) or with no script at all."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m wsgemm" if name in ("", "-c", "__main__.py") else name
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .bench.layouts import LAYOUTS
     from .host.registry import BACKENDS
     from .inspection import ARCHES
-    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, short_name
+    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, dtype_option, short_name
 
     parser = argparse.ArgumentParser(
-        prog="python -m wsgemm", description="Warp-specialized GEMM kernels in CuTe DSL."
+        prog=_program_name(), description="Warp-specialized GEMM kernels in CuTe DSL."
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -379,6 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="compile processes (default: cores - 1, at most one per 0.5 GB of free memory)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (on a terminal) or progress lines (in a log); failures and the "
+        "summary still print",
+    )
     p.set_defaults(func=_warm)
 
     p = sub.add_parser("cache", help="show or clear the on-disk compile cache")
@@ -400,11 +487,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", default="TN", choices=LAYOUTS,
                    help="operand storage, BLAS letters for A then B: T row-major, N column-major "
                    "(default TN: x @ W.T)")  # fmt: skip
-    p.add_argument("--dtype", default="fp16", choices=[short_name(d) for d in AB_DTYPES])
-    p.add_argument(
-        "--out-dtype", choices=[short_name(d) for d in C_DTYPES], help="default: --dtype"
-    )
-    p.add_argument("--accumulate", default="fp32", choices=[short_name(d) for d in ACC_DTYPES])
+    for flag, allowed, default, what in (
+        ("--dtype", AB_DTYPES, "fp16", "operand dtype (torch's names work too: float16, half, "
+         "bfloat16, float32, in each dtype option)"),
+        ("--out-dtype", C_DTYPES, None, "output dtype (default: --dtype)"),
+        ("--accumulate", ACC_DTYPES, "fp32", "accumulator dtype"),
+    ):  # fmt: skip
+        short = tuple(short_name(d) for d in allowed)
+        p.add_argument(
+            flag, type=dtype_option(short), default=default, metavar="|".join(short), help=what
+        )
     p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
     p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")

@@ -15,6 +15,7 @@ stay torch-free and ``import wsgemm`` stays DSL-free). :func:`cutlass_dtype` and
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ __all__ = [
     "cutlass_dtype",
     "dtype_error",
     "dtype_name",
+    "dtype_option",
     "element_bytes",
     "family_gpus",
     "has_mbarrier_try_wait",
@@ -103,6 +105,37 @@ def dtype_name(dtype: Any) -> str:
 def short_name(dtype: Any) -> str:
     """``"fp16"``, ``"bf16"`` or ``"fp32"``."""
     return SHORT_NAMES[dtype_name(dtype)]
+
+
+#: What a command line takes besides the canonical and the short names: torch's alias.
+_OPTION_ALIASES = {"half": "float16"}
+
+
+def dtype_option(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """An ``argparse`` type for a dtype option of any wsgemm command: takes every spelling of
+    one of ``allowed`` (``fp16``, ``float16`` or ``half``; ``bf16`` or ``bfloat16``; ``fp32``
+    or ``float32``, any case) and returns it as ``allowed`` spells it, so one command line
+    takes both vocabularies while each command keeps its own (bench's records say ``fp16``,
+    trace's ``float16``); anything else is an error that names what is allowed."""
+    by_name = {dtype_name(d): d for d in allowed}
+
+    def spellings(name: str) -> list[str]:
+        other = [name, SHORT_NAMES[name], *(a for a, n in _OPTION_ALIASES.items() if n == name)]
+        return [s for s in other if s != by_name[name]]
+
+    expected = ", ".join(f"{by_name[n]} ({', '.join(spellings(n))})" for n in by_name)
+
+    def parse(text: str) -> str:
+        word = text.strip().lower()
+        name = _canonical(_OPTION_ALIASES.get(word, word))
+        if name not in by_name:
+            import argparse  # only on a bad option: support stays import-light
+
+            raise argparse.ArgumentTypeError(f"expected one of {expected}, got {text!r}")
+        return by_name[name]
+
+    parse.__name__ = "dtype"  # what argparse calls the type in its own messages
+    return parse
 
 
 def element_bytes(dtype: Any) -> int:

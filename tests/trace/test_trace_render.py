@@ -423,7 +423,7 @@ def test_without_a_gpu_recording_says_so_and_fails(monkeypatch, tmp_path, capsys
         (["--shape", "0,8,8"], "expected three positive integers"),
         (["--shape", "8,8,8;8,8,8"], "expected one shape"),
         (["--shape", "8,8,8", "--backend", "sm100"], "invalid choice: 'sm100'"),
-        (["--shape", "8,8,8", "--dtype", "float32"], "expected one of float16 (fp16)"),
+        (["--shape", "8,8,8", "--dtype", "float32"], "float16 (fp16, half), bfloat16 (bf16)"),
         (["--shape", "8,8,8", "--layout", "TX"], "expected one of TN, NN, NT, TT"),
         (["--shape", "8,8,8", "--batch", "0"], "expected an integer >= 1"),
         (["--shape", "8,8,8", "--capacity", "-5"], "expected an integer >= 1"),

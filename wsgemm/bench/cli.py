@@ -12,6 +12,7 @@ import math
 import re
 import sys
 
+from ..support import dtype_option
 from . import models, suites
 from .backends import EPILOGUES, SELECTABLE
 from .layouts import LAYOUTS
@@ -83,7 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead of GEMM speed: host time per call, torch.mm vs wsgemm.matmul on 64x64 "
         "fp16, with and without out= (--rounds applies)",
     )
-    what.add_argument("--dtype", choices=DTYPES, default="fp16", help="input and output dtype")
+    what.add_argument(
+        "--dtype",
+        type=dtype_option(DTYPES),
+        default="fp16",
+        metavar="|".join(DTYPES),
+        help="input and output dtype (torch's names work too: float16, half, bfloat16, also in "
+        "--accumulate)",
+    )
     what.add_argument(
         "--epilogue",
         choices=tuple(EPILOGUES),
@@ -94,8 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--accumulate",
-        choices=ACCUMULATORS,
+        type=dtype_option(ACCUMULATORS),
         default="fp32",
+        metavar="|".join(ACCUMULATORS),
         help="accumulator dtype (fp16 needs --dtype fp16)",
     )
     what.add_argument(

@@ -23,7 +23,7 @@ from ..support import (
     ACCUMULATOR_RULE,
     C_DTYPES,
     accumulator_allowed,
-    dtype_name,
+    dtype_option,
     short_name,
 )
 
@@ -60,11 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend", choices=("auto", *BACKENDS), help="kernel (default auto: what matmul picks)"
     )
     for flag, allowed, what in (
-        ("--dtype", AB_DTYPES, "operand dtype (default float16)"),
+        ("--dtype", AB_DTYPES, "operand dtype (default float16; the short names work too: "
+         "fp16, bf16, fp32, also half, in each dtype option)"),
         ("--out-dtype", C_DTYPES, "output dtype (default: the operand dtype)"),
         ("--accumulate", ACC_DTYPES, "accumulator dtype (default float32)"),
-    ):
-        call.add_argument(flag, type=_dtype(allowed), metavar="|".join(allowed), help=what)
+    ):  # fmt: skip
+        call.add_argument(flag, type=dtype_option(allowed), metavar="|".join(allowed), help=what)
     call.add_argument(
         "--layout",
         type=_layout,
@@ -235,21 +236,6 @@ def _shape(text: str) -> tuple[int, int, int]:
     if len(shapes) != 1:
         raise argparse.ArgumentTypeError(f"expected one shape M,N,K, got {text!r}")
     return shapes[0].m, shapes[0].n, shapes[0].k
-
-
-def _dtype(allowed: tuple[str, ...]):
-    names = ", ".join(f"{d} ({short_name(d)})" for d in allowed)
-
-    def parse(text: str) -> str:
-        try:
-            name = dtype_name(text)
-        except ValueError:
-            name = None
-        if name not in allowed:
-            raise argparse.ArgumentTypeError(f"expected one of {names}, got {text!r}")
-        return name
-
-    return parse
 
 
 def _layout(text: str) -> str:
