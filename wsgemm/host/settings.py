@@ -71,13 +71,17 @@ def set_default(name: str, value: bool | None) -> None:
         _process = _process._replace(**{name: value})
 
 
-@contextlib.contextmanager
-def block(**values: bool | None) -> Iterator[Settings]:
+def block(**values: bool | None) -> contextlib.AbstractContextManager[Settings]:
     """Settings for the ``with`` body in this thread or async task only: the named ones as
     given, the others as they are at the block's start; restored on exit, nested blocks
-    included."""
+    included. The values are checked here, before any ``with``."""
     for name, value in values.items():
         check(name, value)
+    return _entered(values)
+
+
+@contextlib.contextmanager
+def _entered(values: dict[str, bool | None]) -> Iterator[Settings]:
     token = _block.set(current()._replace(**values))
     try:
         yield _block.get()
