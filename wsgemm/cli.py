@@ -307,6 +307,8 @@ def _cache(args: argparse.Namespace) -> int:
     facts = toolchain()
     settings = " ".join(f"{k}={v}" for k, v in facts["dsl_settings"].items()) or "none"
     print(f"location     {where.root}{' (shared: WSGEMM_CACHE_SHARED)' if where.shared else ''}")
+    refused = disk.refusal(where, current)
+    print(f"status       {f'refused, compiling in memory: {refused}' if refused else 'in use'}")
     print(f"fingerprint  {current} (this environment)")
     print(
         f"toolchain    cutlass-dsl {facts['cutlass_dsl']} ({facts['dsl_flavour']}, CUDA "

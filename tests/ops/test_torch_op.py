@@ -73,6 +73,7 @@ def test_public_surface_and_import_cost():
         "explain",
         "available_backends",
         "trace",
+        "config",
     }
     assert wsgemm.matmul is ops.matmul and wsgemm.linear is ops.linear
     assert set(wsgemm.__all__) <= set(dir(wsgemm))

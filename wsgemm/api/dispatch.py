@@ -13,11 +13,12 @@ call, ``host.compiling.calls``).
 
 The signature is everything ``validate`` and ``plan`` read except where the tensors live: types,
 shapes, strides, dtypes, devices, negative-view bits, each data pointer's 16-byte alignment
-class, whether grad mode meets a tensor that requires grad, and the keyword arguments. So a
-signature that was valid once is valid again, and its plan is the same, but for the one thing
-that depends on the pointers themselves: whether ``out`` overlaps ``a`` or ``b``. That is checked
-on every call: the address ranges first (two comparisons each), the exact arithmetic only when
-they meet.
+class, whether grad mode meets a tensor that requires grad, the keyword arguments and the
+settings in effect (``wsgemm.config``: a launcher chosen outside a block is never reused inside
+it). So a signature that was valid once is valid again, and its plan is the same, but for the
+one thing that depends on the pointers themselves: whether ``out`` overlaps ``a`` or ``b``. That
+is checked on every call: the address ranges first (two comparisons each), the exact arithmetic
+only when they meet.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from .. import host
-from ..host.dispatch import TORCH, Route
+from ..host.dispatch import TORCH, Route, current_settings
 from ..host.workspace import bias_launcher, split_launcher
 from . import fallback
 from .epilogue import PLAIN, apply_in_torch, kernel_bias
@@ -63,7 +64,7 @@ def call(
             key = (
                 type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
                 type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
-                grad, out_dtype, accumulate, backend, config,
+                grad, out_dtype, accumulate, backend, config, current_settings(),
             )  # fmt: skip
         else:
             po = out.data_ptr()
@@ -74,7 +75,7 @@ def call(
                 type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
                 type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
                 type(out), out.shape, out.stride(), out.dtype, out.device, out.is_neg(), po & 15,
-                grad, out_dtype, accumulate, backend, config,
+                grad, out_dtype, accumulate, backend, config, current_settings(),
             )  # fmt: skip
         hit = d.launchers.get(key)
     except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
@@ -110,7 +111,7 @@ def _call_fused(d, a, b, out, out_dtype, accumulate, backend, config, bias, acti
             "fused", activation, bias_sig,
             type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
             type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
-            grad, out_dtype, accumulate, backend, config,
+            grad, out_dtype, accumulate, backend, config, current_settings(),
         )  # fmt: skip
         if out is not None:
             po = out.data_ptr()

@@ -33,6 +33,7 @@ from ..support import MAX_GRID_DIM
 from . import choosing
 from .compiling.cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
+from .settings import current as current_settings
 from .workspace import SemaphoreCache
 
 log = logging.getLogger("wsgemm")
@@ -150,15 +151,16 @@ class Dispatcher:
     stores nothing.
 
     ``batch_invariant``: passed to ``choosing.choose``; None (the default) reads
-    ``WSGEMM_BATCH_INVARIANT``, True keeps every output element's summation order independent
-    of M (no split-K). ``max_batch_per_launch``: non-persistent kernels put the batch on the
-    grid's z, which holds ``support.MAX_GRID_DIM[2]`` blocks, so larger batches take several
-    launches.
+    ``wsgemm.config``'s setting, else ``WSGEMM_BATCH_INVARIANT``, True keeps every output
+    element's summation order independent of M (no split-K). ``max_batch_per_launch``:
+    non-persistent kernels put the batch on the grid's z, which holds
+    ``support.MAX_GRID_DIM[2]`` blocks, so larger batches take several launches.
     ``max_broadcast_copy_bytes``: a broadcast operand that cannot be folded is copied once per
     batch (TMA cannot address a stride-0 batch); past this many bytes of copies, one launch per
     batch is cheaper.
     ``autotune``: time the policy's candidates at a problem's first call and keep the fastest
-    (``choosing.autotune``); None (the default) reads ``WSGEMM_AUTOTUNE``. ``tuned``: where
+    (``choosing.autotune``); None (the default) reads ``wsgemm.config``'s setting, else
+    ``WSGEMM_AUTOTUNE``. ``tuned``: where
     tuned choices are kept (default the process's ``choosing.STORE``); ``time_call``: how a
     candidate is timed (ms per call of a function; default ``choosing.time_cuda``).
     """
@@ -198,8 +200,12 @@ class Dispatcher:
 
     @property
     def autotune(self) -> bool:
-        """Whether ``auto`` tunes on this dispatcher (the argument, else ``WSGEMM_AUTOTUNE``)."""
-        return choosing.autotune_requested() if self._autotune is None else self._autotune
+        """Whether ``auto`` tunes on this dispatcher: the argument, else ``wsgemm.config``'s
+        setting in this thread or task, else ``WSGEMM_AUTOTUNE``."""
+        if self._autotune is not None:
+            return self._autotune
+        asked = current_settings().autotune
+        return choosing.autotune_requested() if asked is None else asked
 
     def tuned_choice(self, device, problem, dtypes) -> choosing.Choice | None:
         """The tuned choice stored for this problem on this GPU model, or None (also when
@@ -387,8 +393,8 @@ class Dispatcher:
             count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
             if count > 1:
                 text += (
-                    f"\nautotune: on ({choosing.ENV_AUTOTUNE}); the first call times these "
-                    f"{count} candidates and runs the fastest instead"
+                    "\nautotune: on (wsgemm.config.autotune, else WSGEMM_AUTOTUNE); the first "
+                    f"call times these {count} candidates and runs the fastest instead"
                 )
             return text
         chosen = self.route(backend, device, problem, dtypes, quiet=True)

@@ -1,9 +1,10 @@
-"""On-line tuning for ``backend="auto"`` on Hopper: ``WSGEMM_AUTOTUNE=1``, and its store.
+"""On-line tuning for ``backend="auto"`` on Hopper: ``wsgemm.config.autotune(True)`` or
+``WSGEMM_AUTOTUNE=1``, and its store.
 
 The shape policy (``choosing.choose``) answers from a cost model fitted on the H200; on another
 sm_90 part (an H100 PCIe with 114 SMs, an H20) the model counts that part's waves, but its constants
-are the H200's. With ``WSGEMM_AUTOTUNE=1`` the first call of a problem times every candidate the
-policy may pick (``choosing.candidates``: each menu entry that fits, with each split it allows) on
+are the H200's. With autotuning on, the first call of a problem times every candidate the policy
+may pick (``choosing.candidates``: each menu entry that fits, with each split it allows) on
 the call's own operands (``tuning.tune``), keeps the fastest for this GPU on disk, and every later
 call and process of the same *bucket* (the policy's: M in ``M_QUANTUM``-row blocks, N, K, batch,
 dtypes) runs it.
@@ -46,7 +47,8 @@ class AutotuneWarning(UserWarning):
 @functools.cache
 def requested() -> bool:
     """``WSGEMM_AUTOTUNE`` is one of the switches' true words (``host.settings``; read once,
-    at the first call)."""
+    at the first call): the default where ``wsgemm.config`` sets nothing (the dispatcher's
+    ``autotune`` asks the setting first)."""
     word = os.environ.get(ENV_AUTOTUNE, "").strip().lower()
     if word and word not in TRUE_WORDS | FALSE_WORDS:
         warnings.warn(
@@ -190,7 +192,7 @@ def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, bat
     allowed = candidates(m, n, k, batch, *dtypes, sm_count, cc, batch_invariant=batch_invariant)
     for e, split in allowed:
         if (e.name, split) == found:
-            why = (f"tuned on this GPU ({ENV_AUTOTUNE}=1): the fastest of {len(allowed)} "
+            why = (f"tuned on this GPU (autotune on): the fastest of {len(allowed)} "
                    f"candidates for {key}")  # fmt: skip
             return Choice(e, split, why, "tuned")
     return None

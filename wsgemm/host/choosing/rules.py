@@ -25,13 +25,13 @@ tile, the partials read back, rows inside C only. Only the entries marked ``spli
 decode and 128-token ones) have a split variant, so ``warm`` compiles a bounded set: their
 fp32-accumulator variants once more.
 
-Batch invariance (``batch_invariant=True`` or ``WSGEMM_BATCH_INVARIANT=1``): the summation order
-of every output element must not depend on M. Split-K changes it (partial sums over K ranges,
-then their sum), so this mode never splits. Every entry accumulates in one order: the consumer
-walks k-tiles in ascending order and each k-tile's 16-deep WGMMA k-steps in ascending order,
-from zeroed accumulators, so every entry issues the same sequence of k16 steps whatever its
-tile_k (a ragged tail only adds zero-filled steps); the entries differ in which CTA computes an
-element, never in the order of its sum.
+Batch invariance (``batch_invariant=True``, ``wsgemm.config.batch_invariant(True)`` or
+``WSGEMM_BATCH_INVARIANT=1``): the summation order of every output element must not depend on
+M. Split-K changes it (partial sums over K ranges, then their sum), so this mode never splits.
+Every entry accumulates in one order: the consumer walks k-tiles in ascending order and each
+k-tile's 16-deep WGMMA k-steps in ascending order, from zeroed accumulators, so every entry
+issues the same sequence of k16 steps whatever its tile_k (a ragged tail only adds zero-filled
+steps); the entries differ in which CTA computes an element, never in the order of its sum.
 ``tests/host/test_policy.py::test_gpu_every_menu_entry_gives_the_same_bits`` checks it on the GPU.
 
 Pure Python, as the rest of the room: no torch, no DSL.
@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...support import ELEMENT_BYTES, dtype_error
+from ..settings import current
 from . import cost
 from .menu import MENU, SPLITS, MenuEntry, entry, m_block
 from .table import nearest, table_for, tables
@@ -131,10 +132,12 @@ def split_candidates(
 
 
 def batch_invariant_requested(flag: bool | None = None) -> bool:
-    """``flag`` when given, else ``WSGEMM_BATCH_INVARIANT=1`` in the environment (read once, at
+    """``flag`` when given, else ``wsgemm.config``'s setting in this thread or task
+    (``settings.current``), else ``WSGEMM_BATCH_INVARIANT=1`` in the environment (read once, at
     the first call: set it before the process multiplies)."""
     if flag is None:
-        return _environment()[0]
+        flag = current().batch_invariant
+        return _environment()[0] if flag is None else flag
     if not isinstance(flag, bool):
         raise TypeError(f"batch_invariant must be a bool or None, got {type(flag).__name__}")
     return flag
@@ -225,7 +228,8 @@ def choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant
     """The menu entry and split for ``C (M, N, L) = A (M, K, L) B (K, N, L)`` on an sm_90 GPU
     with ``sm_count`` SMs: ``choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
     *, batch_invariant=None)``. Dtypes are the host's names ("float16", ...).
-    ``batch_invariant`` None reads ``WSGEMM_BATCH_INVARIANT``. Memoized: a repeated problem (M
+    ``batch_invariant`` None reads ``wsgemm.config``'s setting, else ``WSGEMM_BATCH_INVARIANT``
+    (``batch_invariant_requested``). Memoized: a repeated problem (M
     counted in blocks of ``M_QUANTUM`` rows) costs a dict lookup; a new one a table search."""
     table = _environment()[1]
     return _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table)

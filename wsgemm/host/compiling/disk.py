@@ -54,7 +54,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..settings import FALSE_WORDS, TRUE_WORDS
+from ..settings import FALSE_WORDS, TRUE_WORDS, current
 from . import library
 from .files import private_copy
 
@@ -113,9 +113,21 @@ class Location:
     shared: bool = False
 
 
+def enabled() -> bool:
+    """Whether the disk cache is switched on here: ``wsgemm.config.disk_cache``'s setting in
+    this thread or task, else ``WSGEMM_DISK_CACHE`` (on unless one of the false words)."""
+    asked = current().disk_cache
+    return _env_word("WSGEMM_DISK_CACHE") not in FALSE_WORDS if asked is None else asked
+
+
 def location() -> Location:
-    """The cache root from the environment; never raises."""
-    word = _env_word("WSGEMM_DISK_CACHE")
+    """The cache root from the environment; never raises. ``wsgemm.config.disk_cache`` (this
+    thread's or task's setting) decides on or off before ``WSGEMM_DISK_CACHE``, which is read
+    at each call (a compile asks once)."""
+    asked = current().disk_cache
+    if asked is False:
+        return Location(None, "off (wsgemm.config.disk_cache is False)")
+    word = None if asked else _env_word("WSGEMM_DISK_CACHE")
     if word in FALSE_WORDS:
         return Location(None, f"off (WSGEMM_DISK_CACHE={os.environ['WSGEMM_DISK_CACHE']!r})")
     if word and word not in TRUE_WORDS:
@@ -284,6 +296,38 @@ def _is_private(st: os.stat_result) -> str:
     return ""
 
 
+def folder_problem(folder: Path, shared: bool) -> str:
+    """Why cache folder ``folder`` (the root or a fingerprint folder) is refused, or "": not a
+    directory, or, unless ``shared``, not private to the user."""
+    try:
+        st = os.stat(folder)
+    except OSError as exc:
+        return f"cannot use {folder} ({exc.strerror or exc})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a directory"
+    why = "" if shared else _is_private(st)
+    if why:
+        return (
+            f"not loading code from {folder}: {why}. A cache entry runs in your "
+            "process; set WSGEMM_CACHE_SHARED=1 to trust a shared cache"
+        )
+    return ""
+
+
+def refusal(where: Location, fingerprint: str) -> str:
+    """Why a process of this ``fingerprint`` would not use the cache at ``where``, or "": what
+    ``DiskCache.open`` warns of, asked of the folders that exist, creating nothing (``cache
+    info``)."""
+    if where.root is None:
+        return where.why_not
+    for folder in (where.root, where.root / fingerprint):
+        if os.path.lexists(folder):
+            problem = folder_problem(folder, where.shared)
+            if problem:
+                return problem
+    return ""
+
+
 class DiskCache:
     """One fingerprint folder of the cache. Every method degrades instead of raising."""
 
@@ -319,18 +363,9 @@ class DiskCache:
             if not _is_dir(self.folder):
                 return f"cannot create {self.folder} ({exc.strerror or exc})"
         for folder in (self.root, self.folder):
-            try:
-                st = os.stat(folder)
-            except OSError as exc:
-                return f"cannot use {folder} ({exc.strerror or exc})"
-            if not stat.S_ISDIR(st.st_mode):
-                return f"{folder} is not a directory"
-            why = "" if self.shared else _is_private(st)
-            if why:
-                return (
-                    f"not loading code from {folder}: {why}. A cache entry runs in your "
-                    "process; set WSGEMM_CACHE_SHARED=1 to trust a shared cache"
-                )
+            problem = folder_problem(folder, self.shared)
+            if problem:
+                return problem
         with contextlib.suppress(OSError):
             stamp = self.folder / ".last-used"
             stamp.touch(mode=self._file_mode)
