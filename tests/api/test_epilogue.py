@@ -9,9 +9,16 @@ from stand_ins import LAYOUTS, cpu_dispatcher
 
 from wsgemm.api import dispatch
 from wsgemm.api.epilogue import Epilogue, bias_mode, torch_activation
-from wsgemm.host import Variant
+from wsgemm.host import Variant, registry
 
 F16, F32 = torch.float16, torch.float32
+
+
+@pytest.fixture(autouse=True)
+def fusing(monkeypatch):
+    """The sm90 fused-epilogue kernels switched on (``registry.FUSING_FAMILIES``: off on main
+    until their first GPU check), so these tests drive the fused path."""
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 
 def call(d, a, b, *, bias=None, activation=None, out=None, backend="auto", out_dtype=None):
@@ -181,3 +188,17 @@ def test_the_torch_route_applies_the_epilogue_too():
         torch.testing.assert_close(got, torch.nn.functional.silu(a @ b + bias))
     text = dispatch.explain(d, a, b, None, None, F32, "auto", bias, "silu")
     assert "torch.matmul (fallback)" in text and "epilogue: a bias per column then silu" in text
+
+
+def test_until_switched_on_the_fused_kernels_stay_off(monkeypatch):
+    """On main the sm90 epilogue kernels are built but off: a call with a bias runs the plain
+    kernel and torch's epilogue (correct), and explain says why."""
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", frozenset())
+    a, b = operands((64, 32), (32, 48), False, False)
+    bias = make_bias("col", 64, 48)
+    d = cpu_dispatcher()
+    got = call(d, a, b, bias=bias, activation="gelu")
+    torch.testing.assert_close(got, expected(a, b, bias, "gelu"), rtol=1e-2, atol=1e-2)
+    assert all(v.epilogue == "none" for v in d.cache.variants)
+    text = dispatch.explain(d, a, b, None, None, F32, "auto", bias, "gelu")
+    assert "not yet switched on" in text

@@ -22,6 +22,21 @@ from wsgemm.api.epilogue import torch_activation
 
 pytestmark = pytest.mark.gpu
 
+
+@pytest.fixture(autouse=True, scope="module")
+def fusing():
+    """The sm90 fused-epilogue kernels switched on for this module (``FUSING_FAMILIES``: off
+    on main until these tests pass on a GPU), with no launcher kept from before or after."""
+    from wsgemm.host import registry
+
+    saved = registry.FUSING_FAMILIES
+    registry.FUSING_FAMILIES = registry.EPILOGUE_FAMILIES
+    api.DISPATCHER.forget()
+    yield
+    registry.FUSING_FAMILIES = saved
+    api.DISPATCHER.forget()
+
+
 ACTIVATIONS = [None, "relu", "relu2", "gelu", "gelu_tanh", "silu"]
 BIASES = ["col", "row", "scalar", "none"]
 DIMS = [1, 2, 7, 8, 16, 31, 64, 97, 128, 129, 257, 383, 640, 1021]

@@ -223,9 +223,15 @@ def _epilogue_line(p: Problem, route: Route) -> str:
         if swap and e.bias != "none":
             how += " (swap-AB: the kernel's row bias)"
     else:
+        why = (
+            "'s fused kernels are built but not yet switched on (they await their first GPU "
+            "check: host.registry.FUSING_FAMILIES)"
+            if route.backend != TORCH and host.BACKENDS[route.backend].family == "sm90"
+            else " has no fused epilogue"
+        )
         how = (
-            f"not fused: {route.backend} has no fused epilogue; torch applies it after the "
-            "product (fp32 on the rounded output, one more pass over it)"
+            f"not fused: {route.backend}{why}; torch applies it after the product (fp32 on "
+            "the rounded output, one more pass over it)"
         )
     return f"epilogue: {what}, {how}\n"
 
