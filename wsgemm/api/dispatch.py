@@ -230,8 +230,8 @@ def _epilogue_line(p: Problem, route: Route) -> str:
             else " has no fused epilogue"
         )
         how = (
-            f"not fused: {route.backend}{why}; torch applies it after the product (fp32 on "
-            "the rounded output, one more pass over it)"
+            f"not fused: {route.backend}{why}; torch applies it after the product, in the "
+            "output's dtype (its unfused path: one more pass over the output)"
         )
     return f"epilogue: {what}, {how}\n"
 

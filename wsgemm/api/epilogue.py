@@ -3,9 +3,10 @@ bias vector, and the same formula in torch (where no kernel fuses it, and for au
 
 The kernels compute it in fp32 on the accumulators before the output conversion
 (``wsgemm.kernels.epilogue``). Where the route's kernel does not fuse epilogues (the sm80
-family), ``apply_in_torch`` adds the bias and applies the activation after the product, in fp32
-on the rounded output, then rounds again: the same formula, one more rounding, and one more
-pass over the output (``explain`` says so).
+family, and the sm90 family's until its fused kernels are switched on), ``apply_in_torch``
+adds the bias and applies the activation after the product as torch's unfused path does, in the
+output's dtype: the same formula, rounded between the steps, with more passes over the output
+(``explain`` says so).
 """
 
 from __future__ import annotations
@@ -134,14 +135,20 @@ def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
 
 
 def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:
-    """``out`` := act(out + bias), in fp32 (fp64 for fp64 tensors), in place (a route whose
-    kernel does not fuse)."""
+    """``out`` := act(out + bias) in place, as torch's unfused path computes it (a route whose
+    kernel does not fuse): the bias added in ``out``'s dtype, then the activation (in place
+    where torch has the in-place form)."""
     if epilogue.plain:
         return out
-    wide = torch.promote_types(out.dtype, torch.float32)
-    y = out.to(wide)
     if bias is not None:
-        b = bias.to(wide)
-        y = y + (b if epilogue.bias == "col" else b.reshape(-1, 1))
-    out.copy_(torch_activation(epilogue.activation, y))
+        out.add_(bias if epilogue.bias == "col" else bias.reshape(-1, 1))
+    act = epilogue.activation
+    if act == "relu":
+        out.relu_()
+    elif act == "relu2":
+        out.relu_().square_()
+    elif act == "silu":
+        torch.nn.functional.silu(out, inplace=True)
+    elif act != "none":
+        out.copy_(torch_activation(act, out))
     return out
