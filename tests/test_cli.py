@@ -608,7 +608,7 @@ def test_explain_a_shape_without_a_gpu_says_what_auto_runs_and_what_it_copies(ca
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (("--shape", "64,64"), "expected three positive integers M,N,K"),
+        (("--shape", "64,64"), "want one shape M,N,K of three non-negative integers"),
         (("--shape", "64,64,64", "--cc", "nine"), "want MAJOR.MINOR"),
     ],
 )

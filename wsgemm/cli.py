@@ -9,8 +9,10 @@ imports what it needs.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -382,16 +384,18 @@ def _explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _one_shape(text: str):
-    from .bench.suites import parse_shapes
+_Problem = collections.namedtuple("_Problem", "m n k")
 
-    try:
-        shapes = parse_shapes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if len(shapes) != 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: want one shape M,N,K")
-    return shapes
+
+def _one_shape(text: str):
+    """One problem "M,N,K" (``x`` also separates); zero sizes are a problem too (an empty
+    result, or K = 0: zeros), as ``wsgemm.matmul`` takes them."""
+    fields = [f for f in re.split(r"[,xX\s]+", text.strip()) if f]
+    if len(fields) != 3 or not all(f.isdigit() for f in fields):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want one shape M,N,K of three non-negative integers"
+        )
+    return [_Problem(*(int(f) for f in fields))]
 
 
 def _cc(text: str) -> tuple[int, int]:

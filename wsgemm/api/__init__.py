@@ -110,17 +110,55 @@ def explain(
     backend="auto",
     bias=None,
     activation=None,
+    cc: tuple[int, int] | None = None,
+    sm_count: int | None = None,
 ) -> str:
     """Which kernel ``matmul`` with these arguments runs, and why: the backend, tile, cluster
     and split-K count, and the reason (on Hopper, the shape policy's: docs/policy.md). Checks
     the arguments as ``matmul`` does and reads the device's capability and SM count; compiles
     and launches nothing.
 
+    ``cc`` and ``sm_count`` answer for another GPU (a (major, minor) capability, its SM
+    count): a stand-in of it, so no GPU is needed; meta and fake tensors, or a machine without a
+    GPU, get a stand-in too (default an H200: sm_90, 132 SMs).
+
     Returns:
         a few lines of text: the problem, the kernel, the split, why, and the operands (read
         in place, or copied on every call: into which major, how many bytes, why).
     """
-    return dispatch.explain(DISPATCHER, a, b, out, out_dtype, accumulate, backend, bias, activation)
+    d = DISPATCHER
+    stand_in_gpu = cc is not None or sm_count is not None
+    if not stand_in_gpu and isinstance(a, torch.Tensor):
+        fake = isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
+        stand_in_gpu = a.device.type == "meta" or fake or not torch.cuda.is_available()
+    if stand_in_gpu:
+        d = _explaining_dispatcher(a, cc, sm_count)
+    return dispatch.explain(d, a, b, out, out_dtype, accumulate, backend, bias, activation)
+
+
+def _explaining_dispatcher(a, cc, sm_count) -> Dispatcher:
+    """A dispatcher posing as a GPU of ``cc`` with ``sm_count`` SMs for ``explain`` (each
+    default: this machine's GPU where it has one, else an H200's sm_90 with 132 SMs), taking
+    tensors of ``a``'s device type (meta, fake CUDA, ...); it compiles nothing."""
+    if cc is not None and not (
+        isinstance(cc, tuple) and len(cc) == 2 and all(isinstance(v, int) for v in cc)
+    ):
+        raise TypeError(f"cc must be a (major, minor) tuple of ints, got {cc!r}")
+    if sm_count is not None and (not isinstance(sm_count, int) or sm_count < 1):
+        raise ValueError(f"sm_count must be a positive int, got {sm_count!r}")
+    here = torch.cuda.is_available()
+    if here:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    default_cc = (props.major, props.minor) if here else (9, 0)
+    default_sms = props.multi_processor_count if here else 132
+    device_type = a.device.type if isinstance(a, torch.Tensor) else "meta"
+    return Dispatcher(
+        cache=None,
+        devices=StandInDevices(
+            cc or default_cc, sm_count or default_sms, device_type=device_type,
+            name="a stand-in GPU",
+        ),
+    )  # fmt: skip
 
 
 def available_backends(device=None) -> list[str]:
