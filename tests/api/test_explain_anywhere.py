@@ -58,3 +58,14 @@ def test_the_cli_explains_a_zero_size():
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "empty" in out
+
+
+def test_explain_says_when_batch_invariance_cannot_be_kept():
+    """fp32 inputs (or a GPU without a wsgemm kernel) run torch.matmul, which does not promise
+    batch invariance: explain says so rather than staying silent."""
+    a = torch.empty(16, 32, dtype=torch.float32, device="meta")
+    b = torch.empty(32, 64, dtype=torch.float32, device="meta")
+    with wsgemm.config.batch_invariant(True):
+        text = wsgemm.explain(a, b)
+    assert "torch.matmul (fallback)" in text and "batch invariance: asked for" in text
+    assert "batch invariance" not in wsgemm.explain(a, b)

@@ -378,12 +378,16 @@ class Dispatcher:
         cc = self.devices.capability(device)
         torch_reason = self.torch_reason(device, dtypes) if backend == "auto" else None
         if torch_reason is not None:
-            return "\n".join(
-                [
-                    self._problem_line(device, problem, dtypes),
-                    f"kernel: torch.matmul (fallback): {torch_reason}",
-                ]
-            )
+            lines = [
+                self._problem_line(device, problem, dtypes),
+                f"kernel: torch.matmul (fallback): {torch_reason}",
+            ]
+            if choosing.batch_invariant_requested(self.batch_invariant):
+                lines.append(
+                    "batch invariance: asked for, but torch.matmul (cuBLAS) does not promise "
+                    "it; no wsgemm kernel runs here to give it"
+                )
+            return "\n".join(lines)
         if backend == "auto" and BACKENDS["sm90"].supports(cc):
             args = self._policy_args(device, problem, dtypes)
             tuned = self.tuned_choice(device, problem, dtypes)
