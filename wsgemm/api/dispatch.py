@@ -162,6 +162,8 @@ def _first_call(
             if planned
             else None
         )
+        if direct is not None and not p.epilogue.plain and not host.fuses_epilogues(route.backend):
+            direct = _then_epilogue(direct, p)
         spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
         d.remember(key, (direct or _general_launcher(d, p, route), spans))
     return result
@@ -322,8 +324,7 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
                    *late)  # fmt: skip
         launch.finish()
     if not epi.plain and not fused:
-        apply_in_torch(out, bias, epi)
-        return out, None
+        apply_in_torch(out, bias, epi)  # the launcher kept for the signature does it too
     single = launch.direct and L <= d.max_batch_per_launch
     return out, (launch, fn, clusters, swap, late) if single else None
 
@@ -397,6 +398,17 @@ def _direct_launcher(
             return out
 
     return _on_its_device(d, index, launcher)
+
+
+def _then_epilogue(launcher: Launcher, p: Problem) -> Launcher:
+    """``launcher`` (the plain kernel's) followed by torch's epilogue (``apply_in_torch``): a
+    signature whose epilogue the route's kernel does not fuse keeps the direct launch."""
+    epi = p.epilogue
+
+    def launch_then_epilogue(a, b, out, pa, pb, po, bias=None):
+        return apply_in_torch(launcher(a, b, out, pa, pb, po), bias, epi)
+
+    return launch_then_epilogue
 
 
 def _on_its_device(d, index, launcher: Launcher) -> Launcher:
