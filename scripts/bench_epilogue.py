@@ -35,19 +35,11 @@ import torch.nn.functional as F
 
 import wsgemm
 from wsgemm.api.epilogue import torch_activation
-from wsgemm.bench import measure, suites
+from wsgemm.bench import backends, measure, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
 
-EPILOGUES = {
-    "bias": (True, None),
-    "bias_relu": (True, "relu"),
-    "bias_gelu": (True, "gelu"),
-    "bias_gelu_tanh": (True, "gelu_tanh"),
-    "bias_silu": (True, "silu"),
-    "silu": (False, "silu"),
-    "gelu_tanh": (False, "gelu_tanh"),
-}
+EPILOGUES = {name: e for name, e in backends.EPILOGUES.items() if name != "none"}
 LT_ACTIVATIONS = {"relu": False, "gelu_tanh": True}  # torch._addmm_activation's use_gelu
 
 

@@ -27,7 +27,13 @@ import torch.autograd.forward_ad as _forward_ad
 from torch.utils._device import DeviceContext
 
 from . import api
-from .api.epilogue import activation_grad, check_activation, check_epilogue, torch_activation
+from .api.epilogue import (
+    activation_grad,
+    bias_mode,
+    check_activation,
+    check_epilogue,
+    torch_activation,
+)
 from .api.validate import check_devices, check_kinds, check_out_fits, check_static, result_shape
 
 # Devices the fake implementation takes: CUDA, and meta for shapes alone.
@@ -40,7 +46,7 @@ def _check_fake(a, b, out, out_dtype, accumulate, backend, bias=None, activation
     result's shape. Never reads data or asks the device anything."""
     shape = check_static(a, b, out, out_dtype, accumulate, backend)
     check_devices(a, b, out, _FAKE_DEVICES)
-    check_epilogue(bias, activation, a.dtype, shape or (1, 1), a.device)
+    check_epilogue(bias, activation, a.dtype, shape, a.device)
     return shape
 
 
@@ -54,10 +60,6 @@ def _forward(a, b, out, out_dtype, accumulate, backend, bias=None, activation=No
     operands go straight to it; others are brought to (L, M, K) @ (L or 1, K, N) first."""
     # with out=, the core bumps out's version counter (a view's bump is its base's)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
-        if bias is None and activation is None:
-            return api.matmul(
-                a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend
-            )
         return api.matmul(
             a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend,
             bias=bias, activation=activation,
@@ -68,10 +70,10 @@ def _forward(a, b, out, out_dtype, accumulate, backend, bias=None, activation=No
 def _core_bias(bias, a, b, shape):
     """A bias of the N-D product (broadcast against its ``shape``) as the core's 2-D/3-D product
     takes it: a 1-D ``b`` makes the result's last dimension the core's rows (M, 1); otherwise
-    the bias keeps its last two dimensions (any leading ones are 1: ``check_epilogue``)."""
+    the bias keeps its last two dimensions (any leading ones are 1: ``bias_mode``)."""
     if bias is None:
         return None
-    check_epilogue(bias, None, bias.dtype, shape if len(shape) >= 2 else (1, *shape), None)
+    bias_mode(bias.shape, shape)
     if b.dim() == 1 and bias.numel() > 1:
         return bias.reshape(-1, 1)
     return bias.reshape(bias.shape[-2:]) if bias.dim() > 2 else bias
@@ -242,21 +244,9 @@ def _backward(ctx, grad):
         grad = (grad.float() * activation_grad(ctx.activation, pre)).to(grad.dtype)
     ga, gb = _grads(a, b, grad, need_a, need_b, ctx.backend)
     gbias = None
-    if need_bias:
-        gbias = grad.float().sum_to_size(_bias_grad_shape(bias, grad)).reshape(bias.shape)
-        gbias = gbias.to(bias.dtype)
+    if need_bias:  # the bias broadcasts against the result from the right, as in torch's add
+        gbias = grad.float().sum_to_size(bias.shape).to(bias.dtype)
     return ga, gb, None, None, None, gbias, None
-
-
-def _bias_grad_shape(bias, grad) -> tuple:
-    """The shape ``grad`` sums to for ``bias``: the bias's shape, left-padded, with a bias that
-    runs along a 1-D ``b``'s result (the rows of the core) counted along the last dimension."""
-    shape = tuple(bias.shape)
-    if bias.numel() == 1:
-        return (1,) * grad.dim()
-    if len(shape) == 2 and shape[-1] == 1 and grad.dim() >= 2 and grad.shape[-1] != 1:
-        return (1,) * (grad.dim() - 2) + shape  # a row bias (M, 1)
-    return (1,) * (grad.dim() - len(shape)) + shape
 
 
 torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)

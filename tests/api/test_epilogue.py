@@ -202,3 +202,18 @@ def test_until_switched_on_the_fused_kernels_stay_off(monkeypatch):
     assert all(v.epilogue == "none" for v in d.cache.variants)
     text = dispatch.explain(d, a, b, None, None, F32, "auto", bias, "gelu")
     assert "not yet switched on" in text
+
+
+def test_a_vector_result_takes_a_bias_along_it():
+    """(M, K) @ (K,) is a vector of M: a bias of (M,) or () runs along it, on the fake road
+    (the op's shape check) as in torch's ``a @ b + bias``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import wsgemm
+
+    assert bias_mode((7,), (7,)) == "col" and bias_mode((), ()) == "col"
+    with FakeTensorMode():
+        a = torch.empty(7, 16, dtype=F16, device="cuda")
+        b = torch.empty(16, dtype=F16, device="cuda")
+        out = wsgemm.matmul(a, b, bias=torch.empty(7, dtype=F16, device="cuda"), activation="silu")
+    assert out.shape == (7,)

@@ -347,3 +347,11 @@ def test_a_fused_epilogue_compiles_without_calls_or_spills(compiled):
 @pytest.mark.parametrize("variant", FUSED_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
 def test_every_fused_epilogue_compiles_without_calls_or_spills(compiled, variant):
     _assert_fused(compiled(variant).report, variant.epilogue)
+
+
+def test_the_bias_launcher_passes_the_unsplit_launch_defaults():
+    """``host.workspace.UNSPLIT_LAUNCH`` is the sm90 launch tail before the bias: the kernel
+    class's own defaults (kept in the host, which does not import the kernel class to call)."""
+    from wsgemm.host.workspace import UNSPLIT_LAUNCH
+
+    assert (*UNSPLIT_LAUNCH, None) == host.BACKENDS["sm90"].kernel_class().launch_defaults()

@@ -24,6 +24,7 @@ import torch
 from .. import host
 from ..host.dispatch import DISPATCHER, Dispatcher, StandInDevices
 from . import dispatch
+from .epilogue import activate_, torch_activation
 from .plan import batched, plan
 from .validate import (
     ACC_DTYPES,
@@ -39,6 +40,7 @@ __all__ = [
     "DISPATCHER",
     "Dispatcher",
     "Problem",
+    "activate_",
     "available_backends",
     "batched",
     "explain",
@@ -46,6 +48,7 @@ __all__ = [
     "plan",
     "shipped_config",
     "stand_in",
+    "torch_activation",
     "validate",
 ]
 

@@ -32,6 +32,7 @@ import torch
 
 from .. import host
 from ..host.dispatch import TORCH, Route, current_settings
+from ..host.registry import EPILOGUE_FAMILIES
 from ..host.workspace import bias_launcher, split_launcher
 from . import fallback
 from .epilogue import PLAIN, apply_in_torch, kernel_bias
@@ -55,8 +56,6 @@ def call(
     d, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None
 ) -> torch.Tensor:
     """``matmul(a, b, out=..., ...)`` on dispatcher ``d``."""
-    if bias is not None or activation is not None:
-        return _call_fused(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
     try:
         pa, pb = a.data_ptr(), b.data_ptr()
         if out is None:
@@ -77,49 +76,11 @@ def call(
                 type(out), out.shape, out.stride(), out.dtype, out.device, out.is_neg(), po & 15,
                 grad, out_dtype, accumulate, backend, config, current_settings(),
             )  # fmt: skip
+        if bias is not None or activation is not None:
+            key += _epilogue_key(bias, activation)
         hit = d.launchers.get(key)
     except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
         key = hit = None  # validate says what is wrong
-    if hit is None:
-        return _first_call(d, key, a, b, out, out_dtype, accumulate, backend, config)
-    launch, spans = hit
-    if out is None:
-        return launch(a, b, None, pa, pb, None)
-    ext_o, ext_a, ext_b = spans
-    if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
-        check_no_overlap(out, a, b)
-    launch(a, b, out, pa, pb, po)
-    _increment_version(out)
-    return out
-
-
-def _call_fused(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation):
-    """``call`` with a fused epilogue: the same fast path, its signature extended by the
-    activation and the bias's metadata, its launcher given the bias."""
-    try:
-        pa, pb = a.data_ptr(), b.data_ptr()
-        bias_sig = (
-            None
-            if bias is None
-            else (type(bias), bias.shape, bias.stride(), bias.dtype, bias.device, bias.is_neg())
-        )
-        grad = (
-            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
-            or (out is not None and out.requires_grad)
-        ) and torch.is_grad_enabled()  # fmt: skip
-        key = (
-            "fused", activation, bias_sig,
-            type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(), pa & 15,
-            type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(), pb & 15,
-            grad, out_dtype, accumulate, backend, config, current_settings(),
-        )  # fmt: skip
-        if out is not None:
-            po = out.data_ptr()
-            key += (type(out), out.shape, out.stride(), out.dtype, out.device, out.is_neg(),
-                    po & 15)  # fmt: skip
-        hit = d.launchers.get(key)
-    except Exception:  # not tensors, unhashable arguments, ...: validate says what is wrong
-        key = hit = None
     if hit is None:
         return _first_call(
             d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation
@@ -127,12 +88,26 @@ def _call_fused(d, a, b, out, out_dtype, accumulate, backend, config, bias, acti
     launch, spans = hit
     if out is None:
         return launch(a, b, None, pa, pb, None, bias)
-    check_no_overlap(out, a, b)
-    if bias is not None:
-        check_no_overlap(out, bias, bias)
+    ext_o, ext_a, ext_b, *ext_bias = spans
+    if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
+        check_no_overlap(out, a, b)
+    if ext_bias:  # a bias's range, checked as a and b's are
+        pz = bias.data_ptr()
+        if po < pz + ext_bias[0] and pz < po + ext_o:
+            check_no_overlap(out, a, b, bias)
     launch(a, b, out, pa, pb, po, bias)
     _increment_version(out)
     return out
+
+
+def _epilogue_key(bias, activation) -> tuple:
+    """What a fused epilogue adds to a call's signature: the activation and the bias's
+    metadata, with whether grad mode meets it requiring grad (which the core refuses)."""
+    if bias is None:
+        return (activation, None)
+    grad = bias.requires_grad and torch.is_grad_enabled()
+    return (activation, type(bias), bias.shape, bias.stride(), bias.dtype, bias.device,
+            bias.is_neg(), grad)  # fmt: skip
 
 
 def _first_call(
@@ -164,7 +139,9 @@ def _first_call(
         )
         if direct is not None and not p.epilogue.plain and not host.fuses_epilogues(route.backend):
             direct = _then_epilogue(direct, p)
-        spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
+        spans = None
+        if out is not None:
+            spans = tuple(_extent(t) for t in (out, a, b) + (() if bias is None else (bias,)))
         d.remember(key, (direct or _general_launcher(d, p, route), spans))
     return result
 
@@ -228,7 +205,7 @@ def _epilogue_line(p: Problem, route: Route) -> str:
         why = (
             "'s fused kernels are built but not yet switched on (they await their first GPU "
             "check: host.registry.FUSING_FAMILIES)"
-            if route.backend != TORCH and host.BACKENDS[route.backend].family == "sm90"
+            if route.backend != TORCH and host.BACKENDS[route.backend].family in EPILOGUE_FAMILIES
             else " has no fused epilogue"
         )
         how = (
@@ -368,11 +345,7 @@ def _direct_launcher(
     )
     if bind is None or not at_callers:
         return None
-    at = (
-        bind(launch.a, launch.b, launch.c, clusters, late=len(late))
-        if late
-        else bind(launch.a, launch.b, launch.c, clusters)
-    )
+    at = bind(launch.a, launch.b, launch.c, clusters, late=len(late))
     if at is None:
         return None
     index = device.index

@@ -17,7 +17,7 @@ import torch
 
 from ..host.registry import ACTIVATIONS, PLAIN, Epilogue
 
-__all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activation_grad", "apply_in_torch",
+__all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activate_", "activation_grad", "apply_in_torch",
            "check_epilogue", "kernel_bias", "torch_activation"]  # fmt: skip
 
 #: The public activation names (``matmul(..., activation=...)``): None and the kernels' own.
@@ -45,6 +45,7 @@ def bias_mode(bias_shape, out_shape) -> str:
     per row: (M, 1), ...). ValueError for any other shape: a bias varies along one output
     dimension, the same for every batch."""
     shape = tuple(bias_shape)
+    out_shape = (1,) * (2 - min(len(out_shape), 2)) + tuple(out_shape)  # a 1-D result: one row
     rows, cols = out_shape[-2], out_shape[-1]
     allowed = f"({cols},), (1, {cols}) or () for a column bias, ({rows}, 1) for a row bias"
     if len(shape) > len(out_shape) or any(s != 1 for s in shape[:-2]):
@@ -95,7 +96,7 @@ def kernel_bias(bias: torch.Tensor, mode: str, length: int, rows: int) -> torch.
 
 
 def torch_activation(name: str, x: torch.Tensor) -> torch.Tensor:
-    """torch's own form of an activation (``spec.ACTIVATIONS``)."""
+    """torch's own form of an activation (``support.ACTIVATIONS``)."""
     if name == "none":
         return x
     if name == "relu":
@@ -142,13 +143,18 @@ def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:
         return out
     if bias is not None:
         out.add_(bias if epilogue.bias == "col" else bias.reshape(-1, 1))
-    act = epilogue.activation
-    if act == "relu":
+    return activate_(out, epilogue.activation)
+
+
+def activate_(out: torch.Tensor, name: str | None) -> torch.Tensor:
+    """``out`` := ``name``'s activation of it (None or "none": unchanged), in place where torch
+    has the in-place form, else computed and copied back: the pass torch's unfused path makes."""
+    if name == "relu":
         out.relu_()
-    elif act == "relu2":
+    elif name == "relu2":
         out.relu_().square_()
-    elif act == "silu":
+    elif name == "silu":
         torch.nn.functional.silu(out, inplace=True)
-    elif act != "none":
-        out.copy_(torch_activation(act, out))
+    elif name not in (None, "none"):
+        out.copy_(torch_activation(name, out))
     return out

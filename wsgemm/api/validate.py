@@ -293,12 +293,12 @@ def check_devices(a, b, out, device_types: tuple[str, ...] = ("cuda",)) -> None:
         raise ValueError(f"out is on {out.device}, the operands on {a.device}")
 
 
-def check_no_overlap(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``out`` shares no byte with ``a`` or ``b`` (a kernel reading what it writes would read
-    garbage). Arithmetic only (``overlap.py``): exact for disjoint address ranges and for views
-    of one buffer with the same strides, conservative for the rest."""
-    for name, t in (("a", a), ("b", b)):
-        if overlaps(out, t):
+def check_no_overlap(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias=None) -> None:
+    """``out`` shares no byte with ``a``, ``b`` or ``bias`` (a kernel reading what it writes
+    would read garbage). Arithmetic only (``overlap.py``): exact for disjoint address ranges and
+    for views of one buffer with the same strides, conservative for the rest."""
+    for name, t in (("a", a), ("b", b), ("bias", bias)):
+        if t is not None and overlaps(out, t):
             raise ValueError(f"out overlaps {name} in memory; pass a separate output tensor")
 
 
@@ -345,9 +345,7 @@ def validate(
     if bias is not None and bias.is_neg():
         raise ValueError("bias is a negative view (is_neg()); pass bias.resolve_neg()")
     if out is not None:
-        check_no_overlap(out, a, b)
-        if bias is not None and overlaps(out, bias):
-            raise ValueError("out overlaps bias in memory; pass a separate output tensor")
+        check_no_overlap(out, a, b, bias)
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = shape[0] if len(shape) == 3 else None  # torch.matmul's broadcast of L (may be 0)
     c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)

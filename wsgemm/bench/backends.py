@@ -68,27 +68,6 @@ class Workload:
         return self.bias is None and self.activation is None
 
 
-def _torch_activation_(out, activation: str | None) -> None:
-    """``activation`` applied to ``out`` in place where torch has the in-place form (else
-    computed and copied back): the epilogue pass torch makes after cuBLAS's product."""
-    import torch
-    import torch.nn.functional as F
-
-    if activation is None:
-        return
-    if activation == "relu":
-        out.relu_()
-    elif activation == "silu":
-        F.silu(out, inplace=True)
-    elif activation == "gelu":
-        out.copy_(F.gelu(out))
-    elif activation == "gelu_tanh":
-        out.copy_(F.gelu(out, approximate="tanh"))
-    else:
-        raise ValueError(f"no torch form of activation {activation!r} here")
-    del torch
-
-
 def _no_epilogue(problem: Workload) -> str | None:
     return None if problem.plain else "no fused epilogue (bias, activation) in this contender"
 
@@ -125,6 +104,8 @@ def cublas() -> Contender:
     def make(problem: Workload, out) -> Call:
         import torch
 
+        from wsgemm import api
+
         a, b, bias, act = problem.a, problem.b, problem.bias, problem.activation
         if problem.plain:
             return lambda: torch.matmul(a, b, out=out)
@@ -134,7 +115,7 @@ def cublas() -> Contender:
                 torch.matmul(a, b, out=out)
             else:
                 torch.addmm(bias, a, b, out=out)
-            _torch_activation_(out, act)
+            api.activate_(out, act)
 
         return unfused
 

@@ -77,7 +77,8 @@ def reference(a, b, bias=None, activation=None):
     """fp32 product of the (exactly representable) half inputs, with tf32 off; with a bias
     and an activation, ``activation(a @ b + bias)`` in fp32 (``--epilogue``)."""
     import torch
-    import torch.nn.functional as F
+
+    from wsgemm import api
 
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
@@ -87,14 +88,7 @@ def reference(a, b, bias=None, activation=None):
         torch.set_float32_matmul_precision(previous)
     if bias is not None:
         ref += bias.float()
-    forms = {
-        None: lambda x: x,
-        "relu": torch.relu,
-        "silu": F.silu,
-        "gelu": F.gelu,
-        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    }
-    return forms[activation](ref)
+    return api.torch_activation(activation or "none", ref)
 
 
 def errors(out, ref) -> Errors:

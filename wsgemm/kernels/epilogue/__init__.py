@@ -3,17 +3,18 @@ them, ``D = act(acc + bias)``.
 
 Composable pieces, each a small module a family's epilogue calls on one subtile of registers:
 
-* ``spec`` (plain Python, no DSL: the host reads it): ``Epilogue``, the compile-time choice of
-  bias mode and activation, and its name in compile keys;
+* ``Epilogue`` (``wsgemm.support``: plain Python, which the host's compile key reads without
+  importing a kernel module): the compile-time choice of bias mode and activation;
 * ``activation``: the activations in fp32 (relu, relu², gelu in its tanh and erf forms, silu),
-  written for the special-function unit (``tanh.approx``, ``ex2.approx``, ``rcp.approx``; no
-  division that compiles to a call);
+  written for the special-function unit (``ex2.approx``, ``rcp.approx``; no division that
+  compiles to a call);
 * ``bias``: the bias addend of one accumulator element, per row or per column of the kernel's
   problem, read from global memory at a clamped index (no branch).
 
-Adding an activation is one function in ``activation`` and one name in ``spec.ACTIVATIONS``.
+Adding an activation is one branch in ``activation.apply`` and one name in
+``support.ACTIVATIONS``.
 """
 
-from .spec import ACTIVATIONS, BIAS_MODES, PLAIN, Epilogue
+from wsgemm.support import ACTIVATIONS, BIAS_MODES, PLAIN, Epilogue
 
 __all__ = ["ACTIVATIONS", "BIAS_MODES", "PLAIN", "Epilogue"]

@@ -43,7 +43,7 @@ def _logistic_times(x: Float32, u: Float32) -> Float32:
 
 
 def apply(name: str, x: Float32) -> Float32:
-    """``name``'s activation of ``x`` (``spec.ACTIVATIONS``; "none" returns ``x``)."""
+    """``name``'s activation of ``x`` (``support.ACTIVATIONS``; "none" returns ``x``)."""
     if name == "none":
         return x
     if name == "relu":
@@ -65,4 +65,4 @@ def apply(name: str, x: Float32) -> Float32:
         tail = poly * t * cute.math.exp2(z * z * Float32(-LOG2E), fastmath=True)  # 1 - erf(z)
         two_cdf = cutlass.select_(x >= Float32(0.0), Float32(2.0) - tail, tail)
         return Float32(0.5) * x * two_cdf
-    raise ValueError(f"no activation {name!r} (spec.ACTIVATIONS)")
+    raise ValueError(f"no activation {name!r} (support.ACTIVATIONS)")
