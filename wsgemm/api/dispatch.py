@@ -88,12 +88,12 @@ def call(
     launch, spans = hit
     if out is None:
         return launch(a, b, None, pa, pb, None, bias)
-    ext_o, ext_a, ext_b, *ext_bias = spans
+    ext_o, ext_a, ext_b, ext_bias = spans
     if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
         check_no_overlap(out, a, b)
-    if ext_bias:  # a bias's range, checked as a and b's are
+    if bias is not None:  # a bias's range, checked as a and b's are
         pz = bias.data_ptr()
-        if po < pz + ext_bias[0] and pz < po + ext_o:
+        if po < pz + ext_bias and pz < po + ext_o:
             check_no_overlap(out, a, b, bias)
     launch(a, b, out, pa, pb, po, bias)
     _increment_version(out)
@@ -140,8 +140,8 @@ def _first_call(
         if direct is not None and not p.epilogue.plain and not host.fuses_epilogues(route.backend):
             direct = _then_epilogue(direct, p)
         spans = None
-        if out is not None:
-            spans = tuple(_extent(t) for t in (out, a, b) + (() if bias is None else (bias,)))
+        if out is not None:  # (out's, a's, b's, bias's or 0) extents in bytes
+            spans = (*(_extent(t) for t in (out, a, b)), 0 if bias is None else _extent(bias))
         d.remember(key, (direct or _general_launcher(d, p, route), spans))
     return result
 
