@@ -36,7 +36,7 @@ from ..host.registry import EPILOGUE_FAMILIES
 from ..host.workspace import bias_launcher, split_launcher
 from . import fallback
 from .epilogue import PLAIN, apply_in_torch, kernel_bias
-from .overlap import extent
+from .overlap import spans
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
 from .validate import Problem, check_no_overlap, validate
 
@@ -85,10 +85,10 @@ def call(
         return _first_call(
             d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation
         )
-    launch, spans = hit
+    launch, ranges = hit
     if out is None:
         return launch(a, b, None, pa, pb, None, bias)
-    ext_o, ext_a, ext_b, ext_bias = spans
+    ext_o, ext_a, ext_b, ext_bias = ranges
     if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
         check_no_overlap(out, a, b)
     if bias is not None:  # a bias's range, checked as a and b's are
@@ -139,10 +139,7 @@ def _first_call(
         )
         if direct is not None and not p.epilogue.plain and not host.fuses_epilogues(route.backend):
             direct = _then_epilogue(direct, p)
-        spans = None
-        if out is not None:  # (out's, a's, b's, bias's or 0) extents in bytes
-            spans = (*(_extent(t) for t in (out, a, b)), 0 if bias is None else _extent(bias))
-        d.remember(key, (direct or _general_launcher(d, p, route), spans))
+        d.remember(key, (direct or _general_launcher(d, p, route), spans(out, a, b, bias)))
     return result
 
 
@@ -235,10 +232,6 @@ def _operands(d, a, b, out, p: Problem, route: Route) -> str:
         )
     a3, b3, out3, need_extent, swap = _kernel_problem(a3, b3, out3, route)
     return describe(a3, b3, out3, need_extent, c_major="m" if swap else "n", swap=swap)
-
-
-def _extent(t: torch.Tensor) -> int:
-    return extent(t.shape, t.stride(), t.element_size())
 
 
 def run(

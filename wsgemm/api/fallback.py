@@ -20,7 +20,7 @@ import logging
 import torch
 
 from .epilogue import apply_in_torch
-from .overlap import extent
+from .overlap import spans
 from .validate import Problem
 
 log = logging.getLogger("wsgemm")
@@ -43,8 +43,8 @@ def first_call(d, key, a, b, out, p: Problem, reason: str, bias=None) -> torch.T
         log.info("%s: backend='auto' runs torch.matmul (fallback): %s", a.device, reason)
     result = run(a, b, out, p, bias)
     if key is not None:
-        spans = None if out is None else tuple(_extent(t) for t in (out, a, b))
-        d.remember(key, (lambda a, b, out, pa, pb, po, bias=None: run(a, b, out, p, bias), spans))
+        launcher = lambda a, b, out, pa, pb, po, bias=None: run(a, b, out, p, bias)  # noqa: E731
+        d.remember(key, (launcher, spans(out, a, b, bias)))
     return result
 
 
@@ -89,7 +89,3 @@ def _fp32_product(a, b) -> torch.Tensor:
 def describe_operands() -> str:
     """``explain``'s operands line for the torch route."""
     return "operands: torch.matmul's to plan (no wsgemm kernel runs)"
-
-
-def _extent(t: torch.Tensor) -> int:
-    return extent(t.shape, t.stride(), t.element_size())

@@ -128,3 +128,15 @@ def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
         (py, byte_dims(sy, y.stride(), y.element_size())),
     )
     return found is not False
+
+
+def spans(out, a, b, bias=None) -> tuple[int, int, int, int] | None:
+    """What a call signature's launcher keeps for the per-call overlap check: the byte
+    extents of (out, a, b, bias; 0 without one), or None without ``out``."""
+    if out is None:
+        return None
+    return (*(tensor_extent(t) for t in (out, a, b)), 0 if bias is None else tensor_extent(bias))
+
+
+def tensor_extent(t) -> int:
+    return extent(t.shape, t.stride(), t.element_size())
