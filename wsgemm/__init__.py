@@ -20,12 +20,15 @@ import threading
 import warnings
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "nn", "explain", "available_backends", "trace", "config"]
+__all__ = [
+    "matmul", "linear", "grouped_mm", "nn", "explain", "available_backends", "trace", "config",
+]  # fmt: skip
 
 # Where each public name lives (None: the name is a submodule).
 _PUBLIC = {
     "matmul": "ops",
     "linear": "ops",
+    "grouped_mm": "grouped",
     "nn": None,
     "explain": "api",
     "available_backends": "api",
@@ -58,6 +61,7 @@ def _register_ops() -> None:
     happens inside someone's ``import torch``, and the API raises it again at first use."""
     try:
         importlib.import_module(".ops", __name__)
+        importlib.import_module(".grouped", __name__)
     except Exception as exc:
         warnings.warn(
             f"wsgemm: torch.ops.wsgemm could not be registered ({type(exc).__name__}: {exc}); "

@@ -15,6 +15,7 @@ its entries load without the DSL where they hold a shared library: ``compiling/l
 from .compiling.cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compiling.compile import compile_variant, fake_arguments, make_kernel
 from .compiling.warming import warm
+from .grouped import GROUPED_BACKENDS, grouped_config, grouped_kernel, supports_grouped
 from .registry import (
     BACKENDS,
     Backend,
@@ -30,6 +31,7 @@ from .registry import (
 __all__ = [
     "BACKENDS",
     "COMPILE_CACHE",
+    "GROUPED_BACKENDS",
     "Backend",
     "CacheError",
     "CompileCache",
@@ -41,8 +43,11 @@ __all__ = [
     "every_variant",
     "fuses_epilogues",
     "fake_arguments",
+    "grouped_config",
+    "grouped_kernel",
     "make_kernel",
     "needs_vector_extent",
     "shipped_backends",
+    "supports_grouped",
     "warm",
 ]

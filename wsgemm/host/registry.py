@@ -28,6 +28,9 @@ from wsgemm.support import (  # noqa: F401  (the epilogue names: re-exported for
 #: The major modes an operand may have: A is (M, K, L), B is (N, K, L).
 A_MAJORS = ("k", "m")
 B_MAJORS = ("k", "n")
+#: What a kernel's problem is: "none", a dense (batched) GEMM; "m", a grouped GEMM whose rows
+#: are cut into groups by offsets on the GPU (``wsgemm.grouped_mm``'s 2D x 3D form).
+GROUPINGS = ("none", "m")
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,17 @@ class Backend:
     module: str
     cls: str
     family: str  # where it runs: the rows of support.TARGETS that list the family
+    # the class of its grouped GEMM (``GROUPINGS``) in the family's ``grouped`` module, or ""
+    grouped_cls: str = ""
 
-    def kernel_class(self) -> type:
-        return getattr(importlib.import_module(self.module), self.cls)
+    def kernel_class(self, grouping: str = "none") -> type:
+        """Its kernel class, or (``grouping`` "m") its grouped GEMM's."""
+        if grouping == "none":
+            return getattr(importlib.import_module(self.module), self.cls)
+        if not self.grouped_cls:
+            raise ValueError(f"backend {self.name!r} has no grouped GEMM")
+        module = importlib.import_module(f"wsgemm.kernels.{self.family}.grouped")
+        return getattr(module, self.grouped_cls)
 
     def config(self, acc_dtype: str = "float32") -> Any:
         """The shipped config, from the family's ``config`` module (it may pick one per
@@ -70,8 +81,10 @@ def _shipped_config(family: str, name: str, acc_dtype: str) -> Any:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("sm90", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90"),
-        Backend("sm90-pingpong", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90"),
+        Backend("sm90", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90", "Sm90GroupedGemm"),
+        Backend(
+            "sm90-pingpong", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90", "Sm90GroupedGemm"
+        ),
         Backend("sm80", "wsgemm.kernels.sm80.specialized", "Sm80WsGemm", "sm80"),
         Backend("sm80-multistage", "wsgemm.kernels.sm80.multistage", "Sm80MultistageGemm", "sm80"),
     )
@@ -147,6 +160,7 @@ class Variant:
     config: Any = None  # None: the backend's shipped config; else a config to try (tuning)
     # the fused epilogue's name (``wsgemm.kernels.epilogue.Epilogue.name``); "none": plain
     epilogue: str = "none"
+    grouping: str = "none"  # ``GROUPINGS``: a dense GEMM, or a grouped one
 
     def __post_init__(self) -> None:
         checks = (
@@ -156,6 +170,7 @@ class Variant:
             ("acc_dtype", self.acc_dtype, ACC_DTYPES),
             ("a_major", self.a_major, A_MAJORS),
             ("b_major", self.b_major, B_MAJORS),
+            ("grouping", self.grouping, GROUPINGS),
         )
         for field, value, allowed in checks:
             if value not in allowed:
@@ -172,16 +187,28 @@ class Variant:
                 raise ValueError(
                     f"Variant.epilogue={self.epilogue!r}: only the sm90 family fuses epilogues"
                 )
+        if self.grouping != "none" and not BACKENDS[self.backend].grouped_cls:
+            grouped = [n for n, b in BACKENDS.items() if b.grouped_cls]
+            raise ValueError(
+                f"Variant.grouping={self.grouping!r}: backend {self.backend!r} has no grouped "
+                f"GEMM; these have: {', '.join(grouped)}"
+            )
 
     def key(self) -> str:
-        skip = ("config", "epilogue")
+        skip = ("config", "epilogue", "grouping")
         names = [f.name for f in dataclasses.fields(self) if f.name not in skip]
         fields = [str(getattr(self, name)) for name in names]
         if self.config is not None:
             fields.append(repr(self.config))
         if self.epilogue != "none":  # plain variants keep the keys they had before epilogues
             fields.append(f"epilogue={self.epilogue}")
+        if self.grouping != "none":  # and dense ones those they had before grouped GEMMs
+            fields.append(f"grouping={self.grouping}")
         return "-".join(fields)
+
+    def kernel_class(self) -> type:
+        """The class that builds it (its backend's, or its grouped GEMM's)."""
+        return BACKENDS[self.backend].kernel_class(self.grouping)
 
     def kernel_config(self) -> Any:
         if self.config is not None:

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from ...support import VECTOR_BYTES, cutlass_dtype, vector_elems
-from ..registry import BACKENDS, Variant
+from ..registry import Variant
 
 
 def operand_majors(variant: Variant) -> tuple[str, str, str]:
@@ -74,10 +74,9 @@ def fake_address_arguments(variant: Variant) -> tuple:
 
 def make_kernel(variant: Variant, **options):
     """The kernel object of ``variant``; ``options`` go to its class (``trace=True``)."""
-    backend = BACKENDS[variant.backend]
     if variant.epilogue != "none":
         options = {**options, "epilogue": variant.epilogue}
-    return backend.kernel_class()(
+    return variant.kernel_class()(
         variant.kernel_config(),
         cutlass_dtype(variant.ab_dtype),
         cutlass_dtype(variant.c_dtype),
@@ -128,7 +127,7 @@ def launch_signature(variant: Variant) -> tuple[tuple[str, ...], tuple[int, ...]
     ``majors``; then the family's ``LAUNCH_EXTRAS``) and the defaults of the trailing ones.
     Imports the kernel class (and so the DSL): asked when an entry is stored, which keeps it
     (``disk.Entry.launch``), and when a function compiled here is wrapped."""
-    cls = BACKENDS[variant.backend].kernel_class()
+    cls = variant.kernel_class()
     skip = ("self", "stream", "majors")
     params = [
         p

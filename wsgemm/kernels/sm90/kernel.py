@@ -22,6 +22,7 @@ from cutlass.tensor_utils import LayoutEnum
 from wsgemm.kernels.base import GemmKernel
 from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
+from wsgemm.kernels.common.grouped_scheduler import RaggedMScheduler, unit_bound
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
@@ -32,7 +33,7 @@ from wsgemm.kernels.common.scheduler import (
 from wsgemm.kernels.epilogue import PLAIN, Epilogue
 from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
-from wsgemm.kernels.sm90 import split_k
+from wsgemm.kernels.sm90 import ragged, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
@@ -126,6 +127,9 @@ class _LoadArgs:
     tBsB: Any  # (TMA, stages)
     mask_b: Any
     k_tiles: Any
+    # a grouped kernel's (A's TMA coordinates, this CTA's multicast slice, sA): its tiles'
+    # A rows start at their group's first row (``ragged.a_tile``); None for a dense kernel
+    ragged_a: Any = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ class _ConsumerArgs:
     k_tiles: Any
     split: Any  # split_k.SplitLaunch, or None without split-K
     bias: Any  # the fused epilogue's bias vector (``plan.epilogue.bias``), or None
+    mC_gmem: Any = None  # a grouped kernel's C (rows, N), for its predicated stores
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ class _EpilogueArgs:
     tRS_cAcc: Any
     bias: Any
     bias_extent: Any
+    ragged: Any = None  # a grouped kernel's ``ragged.RaggedStore``; None for a dense one
 
 
 @dataclass(frozen=True)
@@ -235,6 +241,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     name = "sm90"
     arch = "sm_90a"
     needs_vector_extent = False
+    #: None: a dense (batched) GEMM. "m": the ragged-M grouped GEMM (``grouped.py``: its rows
+    #: cut into groups by an offsets launch argument, ``ragged.py`` the pieces that differ).
+    grouped = None
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
     # and the fused epilogue's bias vector (``epilogue``; kernels without a bias ignore it)
     LAUNCH_EXTRAS = (
@@ -274,6 +283,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             )
         if config.stream_k and trace:
             raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
+        if self.grouped is not None:
+            unsupported = {
+                "split-K or stream-K": config.splits_in_kernel,
+                "swap-AB": config.swap_ab,
+                "tracing": trace,
+                "a fused bias": epilogue.bias != "none",
+            }
+            for what, used in unsupported.items():
+                if used:
+                    raise ValueError(f"the grouped sm90 kernel has no {what} yet")
         self.config = config
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.name = "sm90-pingpong" if config.pingpong else "sm90"  # the backend's name
@@ -335,7 +354,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         by ``effective_splits``), ``workspace`` is a flat fp32 tensor of at least
         ``config.split_workspace_elements`` words (contents irrelevant) and ``semaphores`` a
         flat int32 tensor of one zero per output tile, which the kernel leaves zero again."""
-        split_count, workspace, semaphores, bias = launch
+        split_count, workspace, semaphores, bias = launch[:4]
+        offs = mC_gmem = None
+        if const_expr(self.grouped is not None):
+            offs = launch[4]
+            if const_expr(offs is None or offs.element_type != Int32):
+                raise ValueError("a grouped kernel takes its groups' end rows as int32 offsets")
+            # A and C hold every group's rows (their L is B's with batch stride 0)
+            mA, mC = ragged.first_batch(mA), ragged.first_batch(mC)
+            mC_gmem = mC[(None, None, 0)]
         trace.check_entry(self.trace, trace_buffer)
         cfg = self.config
         if const_expr(self.fused_epilogue.bias == "none"):
@@ -432,12 +459,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
         num_m = Int32(cute.ceil_div(cute.size(mC, mode=[0]), cfg.tile_m))
         num_n = Int32(cute.ceil_div(cute.size(mC, mode=[1]), cfg.tile_n))
-        num_l = Int32(cute.size(mC, mode=[2]))
+        num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
         units = clusters_m * clusters_n * num_l
         splits = None
-        if const_expr(cfg.stream_k):
+        if const_expr(self.grouped is not None):
+            # the groups' sizes are on the GPU: launch for the most units they can hold
+            rows = Int32(cute.size(mC, mode=[0]))
+            units = unit_bound(rows, num_l, cfg.tile_m, cfg.cluster_m, clusters_n)
+            workspace = semaphores = None
+            num_clusters = persistent_cluster_count(units, max_active_clusters)
+        elif const_expr(cfg.stream_k):
             splits = Int32(1)  # unused: the stream-K schedule chooses each tile's parts
             num_clusters = stream_k_layout(units, k_tiles, max_active_clusters)[0]
         else:
@@ -469,6 +502,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             workspace,
             semaphores,
             bias,
+            offs,
+            mC_gmem,
             trace_buffer,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
@@ -583,11 +618,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         workspace,
         semaphores,
         bias,
+        offs,
+        mC_gmem,
         trace_buffer,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
         ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without);
-        ``bias``: the fused epilogue's vector (None without)."""
+        ``bias``: the fused epilogue's vector (None without); ``offs``, ``mC_gmem``: a grouped
+        kernel's group ends and its C (rows, N) (None for a dense kernel)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -617,16 +655,31 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         group_rows = cutlass.max(
             cutlass.select_(raster_group > 0, raster_group // cfg.cluster_m, default_group), 1
         )
-        scheduler = GroupedTileScheduler(
-            (num_m, num_n, num_l),
-            (cfg.cluster_m, cfg.cluster_n),
-            Int32(group_rows),
-            Int32(num_clusters),
-            Int32(cluster_idx),
-            (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
-            (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
-            stream_k=cfg.stream_k,
-        )
+        cta_mn = (Int32(cluster_coord[0]), Int32(cluster_coord[1]))
+        if const_expr(self.grouped is not None):
+            scheduler = RaggedMScheduler(
+                offs,
+                num_l,
+                Int32(cute.size(mC_gmem, mode=[0])),
+                cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)[1],
+                cfg.tile_m,
+                (cfg.cluster_m, cfg.cluster_n),
+                Int32(group_rows),
+                Int32(num_clusters),
+                Int32(cluster_idx),
+                cta_mn,
+            )
+        else:
+            scheduler = GroupedTileScheduler(
+                (num_m, num_n, num_l),
+                (cfg.cluster_m, cfg.cluster_n),
+                Int32(group_rows),
+                Int32(num_clusters),
+                Int32(cluster_idx),
+                cta_mn,
+                (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
+                stream_k=cfg.stream_k,
+            )
 
         pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
 
@@ -659,7 +712,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
                 split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
             consumer_args = _ConsumerArgs(
-                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias
+                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem
             )
             self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
@@ -710,7 +763,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             mask_a = cute.make_layout_image_mask(cluster_layout, cluster_coord, mode=1)
         if const_expr(cfg.cluster_m > 1):
             mask_b = cute.make_layout_image_mask(cluster_layout, cluster_coord, mode=0)
-        return _LoadArgs(tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles)
+        ragged_a = None
+        if const_expr(self.grouped is not None):
+            ragged_a = (mA_mkl, cluster_coord[1], sA)
+        return _LoadArgs(tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a)
 
     @cute.jit
     def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline, rec=None):
@@ -720,7 +776,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         tile = scheduler.initial_work_tile()
         while tile.is_valid:
             trace.fetch(rec, tile)
-            tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
+            if const_expr(args.ragged_a is None):
+                tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
+            else:
+                mA_tma, a_cta, sA = args.ragged_a
+                tAgA = ragged.a_tile(
+                    args.tma_a, mA_tma, sA, a_cta, plan.config.cluster_n, tile,
+                    (plan.config.tile_m, plan.config.tile_k),
+                )  # fmt: skip
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             k_begin, k_end = self._k_range(tile, args.k_tiles)
             if const_expr(rec is not None):
@@ -964,6 +1027,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tRS_cAcc = tiled_copy_r2s.retile(tiled_mma.get_slice(mma_tidx).partition_C(tile_coords))
             mode = 0 if const_expr(plan.epilogue.bias == "row") else 1
             bias_extent = Int32(cute.size(consumer.mC_mnl, mode=[mode]))
+        ragged_store = None
+        if const_expr(self.grouped is not None):
+            ragged_store = ragged.RaggedStore(
+                consumer.mC_mnl, consumer.mC_gmem, mma_tidx, epilogue_threads
+            )
         return _EpilogueArgs(
             tiled_copy_r2s=tiled_copy_r2s,
             tRS_rAcc=tiled_copy_r2s.retile(acc),
@@ -978,6 +1046,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tRS_cAcc=tRS_cAcc,
             bias=consumer.bias,
             bias_extent=bias_extent,
+            ragged=ragged_store,
         )
 
     @cute.jit
@@ -994,9 +1063,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
         Buffer ``b`` is rewritten only after the store that last read it has finished reading
         (the store warp waits for at most E-1 pending stores, then the barrier tells everyone).
+        A grouped kernel's tile whose rows run past its group's end copies its subtiles' rows
+        out of the buffers itself (``ragged.store_rows``) after every pending store is done.
         """
         cfg = plan.config
-        gC = args.gC_mnl[(None, None, tile.m, tile.n, tile.l)]  # (tile_m, tile_n)
+        if const_expr(args.ragged is None):
+            gC = args.gC_mnl[(None, None, tile.m, tile.n, tile.l)]  # (tile_m, tile_n)
+        else:
+            gC = ragged.c_tile(args.ragged.mC_tma, tile, (cfg.tile_m, cfg.tile_n))
         gC_epi = cute.zipped_divide(gC, cfg.epi_tile)  # ((epi_m, epi_n), (subtiles_m, subtiles_n))
         # (TMA, epi_stages), (TMA, (subtiles_m, subtiles_n))
         bSG_sC, bSG_gC = cpasync.tma_partition(
@@ -1014,12 +1088,52 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             # the store waits' times stay in lanes until the last subtile (traced.py)
             self._epilogue_lanes(plan, args, store_pipeline, views, subtiles_done, rec)
             return
+        if const_expr(args.ragged is not None):
+            self._ragged_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
+            return
         for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
             self._subtile_to_registers(plan, args, views, e)
             buf = (subtiles_done + e) % plan.epi_stages
             if args.is_store_warp:
                 store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             self._store_subtile(args, store_pipeline, views, buf, e)
+
+    @cute.jit
+    def _ragged_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
+                         subtiles_done):  # fmt: skip
+        """``epilogue``'s subtile loop for a grouped kernel: TMA stores for a tile inside its
+        group, predicated copies for one that runs past the group's end."""
+        cfg = plan.config
+        epi_m, epi_n = cfg.epi_tile
+        rows_left = tile.rows_left(cfg.tile_m)
+        if rows_left < cfg.tile_m:
+            if args.is_store_warp:
+                # the copies write the buffers without the ring's turns: no store may still
+                # be reading one
+                store_pipeline.producer_tail()
+        for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
+            self._subtile_to_registers(plan, args, views, e)
+            buf = (subtiles_done + e) % plan.epi_stages
+            if rows_left >= cfg.tile_m:
+                if args.is_store_warp:
+                    store_pipeline.producer_acquire()
+                self._store_subtile(args, store_pipeline, views, buf, e)
+            else:
+                sub_m, sub_n = views.order.get_hier_coord(e)
+                args.barrier.arrive_and_wait()
+                cute.copy(
+                    args.tiled_copy_r2s, views.tRS_rD_out, args.tRS_sC[(None, None, None, buf)]
+                )
+                args.barrier.arrive_and_wait()
+                ragged.store_rows(
+                    args.ragged,
+                    args.sC[(None, None, buf)],
+                    tile.row0 + tile.m * cfg.tile_m + sub_m * epi_m,
+                    tile.n * cfg.tile_n + sub_n * epi_n,
+                    rows_left - sub_m * epi_m,
+                    cfg.epi_tile,
+                    args.ragged.threads,
+                )
 
     @staticmethod
     def _epilogue_dtype(plan):

@@ -1,0 +1,341 @@
+"""``grouped_mm``: a grouped GEMM with ``torch._grouped_mm``'s meaning (a mixture-of-experts
+layer's one GEMM per expert), on wsgemm's kernels where it has them.
+
+Four forms, told by the operands' dimensions (``offs``: int32 cumulative *end* offsets of the
+groups along the jagged dimension, no leading 0; a group may be empty):
+
+========  =================  =================  ==========  ===================================
+form      a                  b                  offs        result
+========  =================  =================  ==========  ===================================
+2D x 3D   (M, K) by group    (G, K, N)          (G,) on M   (M, N): rows of group g times b[g]
+3D x 3D   (G, M, K)          (G, K, N)          None        (G, M, N): a batched product
+2D x 2D   (M, K) by group    (K, N) by group    (G,) on K   (G, M, N): group g's K slice each
+3D x 2D   (G, M, K)          (K, N) by group    (G,) on N   (M, N): column group g from a[g]
+========  =================  =================  ==========  ===================================
+
+Rows (2D x 3D) or columns (3D x 2D) past ``offs[-1]`` are not written: ``out`` keeps them, a
+fresh result holds whatever its memory held (as torch's). A 2D x 2D group with an empty K slice
+is zero. The offsets stay on the GPU: nothing here reads them on the host (no sync, capturable
+in a CUDA graph), so nothing here can check them either: they must be non-decreasing and at
+most the jagged dimension; others give unspecified values in the groups they garble, never an
+access outside the operands (the kernel clamps each end to [previous end, rows]).
+
+Routes (``route``): 2D x 3D on the grouped kernel (``host.grouped``) on a GPU that has one,
+for float16/bfloat16 inputs; 3D x 3D on ``matmul`` (the batched kernels, with their own
+fallbacks); the rest on torch (``torch._grouped_mm``, or a loop over the groups that reads the
+offsets on the host where torch has none: a sync, refused inside a CUDA-graph capture).
+
+Results are row-major with each row padded to a whole 16 bytes (torch's layout for its grouped
+GEMM, which its kernels' TMA stores need): ``result_strides``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import host
+from ..support import VECTOR_BYTES
+from .plan import _copy_unit, _kernel_view, _padded
+
+__all__ = ["GroupedProblem", "check_grouped", "grouped_mm", "result_shape", "result_strides"]
+
+FORMS = ("2d3d", "3d3d", "2d2d", "3d2d")
+#: Where a form's jagged dimension is (the operand and its dimension), and so what ``offs``
+#: splits; None: no ``offs``.
+_JAGGED = {"2d3d": ("a", 0), "3d3d": None, "2d2d": ("a", 1), "3d2d": ("b", 1)}
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+#: Route names (``GroupedProblem.route``).
+KERNEL, BATCHED, TORCH = "kernel", "batched", "torch"
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    form: str
+    groups: int
+    shape: tuple[int, ...]  # the result's
+    c_dtype: torch.dtype
+
+
+def _form(a_dim: int, b_dim: int) -> str:
+    if a_dim not in (2, 3) or b_dim not in (2, 3):
+        raise ValueError(
+            f"grouped_mm takes 2-D or 3-D operands (2D x 3D, 3D x 3D, 2D x 2D, 3D x 2D), got "
+            f"a {a_dim}-D and b {b_dim}-D"
+        )
+    return f"{a_dim}d{b_dim}d"
+
+
+def result_shape(a_shape, b_shape, offs_len: int | None) -> tuple[GroupedProblem, tuple]:
+    """(form, groups) and the result's shape, from the shapes alone (the fake implementation's
+    arithmetic); ValueError for operands that do not fit."""
+    form = _form(len(a_shape), len(b_shape))
+    if (_JAGGED[form] is None) != (offs_len is None):
+        raise ValueError(
+            f"grouped_mm's {form[:2].upper()} x {form[2:].upper()} form "
+            + (
+                "takes no offs (its first dimension is the group)"
+                if offs_len is not None
+                else "needs offs: the groups' int32 end offsets"
+            )  # fmt: skip
+        )
+    k_a = a_shape[-1]
+    k_b = b_shape[-2]
+    if k_a != k_b:
+        raise ValueError(
+            f"a {tuple(a_shape)} and b {tuple(b_shape)}: a's last dimension ({k_a}) must equal "
+            f"b's {'second' if len(b_shape) == 3 else 'first'} ({k_b})"
+        )
+    if form == "2d3d":
+        groups, shape = b_shape[0], (a_shape[0], b_shape[2])
+    elif form == "3d3d":
+        if a_shape[0] != b_shape[0]:
+            raise ValueError(f"a has {a_shape[0]} groups and b {b_shape[0]}; they must match")
+        groups, shape = a_shape[0], (a_shape[0], a_shape[1], b_shape[2])
+    elif form == "2d2d":
+        groups, shape = offs_len, (offs_len, a_shape[0], b_shape[1])
+    else:  # 3d2d
+        groups, shape = a_shape[0], (a_shape[1], b_shape[1])
+    if offs_len is not None and offs_len != groups:
+        raise ValueError(f"offs has {offs_len} entries; the {form} form has {groups} groups")
+    return form, groups, tuple(int(s) for s in shape)
+
+
+def result_strides(shape: tuple, dtype: torch.dtype) -> tuple[int, ...]:
+    """Row-major strides of a result of ``shape``, each row padded to whole 16 bytes."""
+    vec = VECTOR_BYTES // dtype.itemsize
+    ld = -(-max(shape[-1], 1) // vec) * vec
+    strides = [ld, 1]
+    for size in reversed(shape[1:-1]):  # each outer stride spans the dimension after it
+        strides.insert(0, strides[0] * max(size, 1))
+    return tuple(strides)
+
+
+def check_grouped(a, b, offs, out, out_dtype, backend, device_types=("cuda",)) -> GroupedProblem:
+    """Every check of ``grouped_mm`` that reads no data (what the fake implementation runs too;
+    ``device_types``' first is where the kernels run). Raises, never allocates."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if offs is not None:
+        if not isinstance(offs, torch.Tensor):
+            raise TypeError(f"offs must be a torch.Tensor or None, got {type(offs).__name__}")
+        if offs.dtype != torch.int32 or offs.dim() != 1:
+            raise ValueError(
+                f"offs must be a 1-D int32 tensor of the groups' end offsets, got a "
+                f"{offs.dim()}-D {offs.dtype} tensor"
+            )
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+    if backend != "auto" and backend not in host.BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of "
+                         f"{', '.join(host.BACKENDS)}")  # fmt: skip
+    form, groups, shape = result_shape(a.shape, b.shape, None if offs is None else offs.shape[0])
+    if a.dtype != b.dtype:
+        raise TypeError(f"a is {a.dtype} and b {b.dtype}; grouped_mm multiplies equal dtypes")
+    if a.dtype not in (*_KERNEL_DTYPES, torch.float32):
+        raise TypeError(f"grouped_mm takes float16, bfloat16 or float32 operands, got {a.dtype}")
+    allowed = {a.dtype, torch.float32}
+    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if c_dtype not in allowed or (out is not None and out_dtype not in (None, out.dtype)):
+        raise TypeError(
+            f"the result of {a.dtype} operands is {' or '.join(map(str, sorted(allowed, key=str)))}"
+            f"; got out_dtype={out_dtype}" + (f", out of {out.dtype}" if out is not None else "")
+        )
+    if out is not None and tuple(out.shape) != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}; the result's is {shape}")
+    for name, t in (("a", a), ("b", b), ("offs", offs), ("out", out)):
+        if t is not None and t.device.type not in device_types:
+            raise ValueError(
+                f"{name} must be a {device_types[0].upper()} tensor, got one on {t.device}"
+            )
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{name} is on {t.device}, a on {a.device}; one device for all")
+    if backend != "auto" and form != "3d3d" and not host.BACKENDS[backend].grouped_cls:
+        raise ValueError(
+            f"backend {backend!r} has no grouped kernel; these have: "
+            f"{', '.join(host.GROUPED_BACKENDS)} (or say backend='auto')"
+        )
+    if backend != "auto" and form in ("2d2d", "3d2d"):
+        raise ValueError(
+            f"grouped_mm's {form[:2].upper()} x {form[2:].upper()} form has no wsgemm kernel "
+            "yet: backend='auto' runs it on torch"
+        )
+    if torch.is_grad_enabled() and out is not None and any(t.requires_grad for t in (a, b, out)):
+        raise RuntimeError("grouped_mm(): out= does not support automatic differentiation; "
+                           "call it without out=, or under torch.no_grad()")  # fmt: skip
+    return GroupedProblem(form, groups, shape, c_dtype)
+
+
+def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
+    """Where a checked problem runs (module docstring): ``KERNEL``, ``BATCHED`` or ``TORCH``."""
+    if p.form == "3d3d":
+        return BATCHED
+    if p.form != "2d3d" or a.dtype not in _KERNEL_DTYPES:
+        if backend != "auto":
+            raise ValueError(f"backend {backend!r} runs float16 and bfloat16 only, got {a.dtype}")
+        return TORCH
+    cc = d.devices.capability(_index(d, a.device))
+    named = backend if backend != "auto" else None
+    candidates = [named] if named else list(host.GROUPED_BACKENDS)
+    if any(host.supports_grouped(name, cc) for name in candidates):
+        return KERNEL
+    if named:
+        raise ValueError(f"backend {backend!r} does not run on a GPU of capability {cc}")
+    return TORCH
+
+
+def _index(d, device: torch.device) -> int:
+    return device.index if device.index is not None else d.devices.current() or 0
+
+
+def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dispatcher=None):
+    """The grouped GEMM (module docstring) on dispatcher ``dispatcher`` (default: the
+    process's). Returns the result (``out`` itself when given)."""
+    d = dispatcher or host_dispatcher()
+    p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,))
+    where = route(d, p, a, backend)
+    if out is not None and where != BATCHED:
+        for t in (a, b):
+            if _shares_memory(out, t):
+                raise ValueError("out overlaps an operand in memory; pass a separate output")
+    result = out
+    if result is None:
+        result = torch.empty_strided(p.shape, result_strides(p.shape, p.c_dtype),
+                                     dtype=p.c_dtype, device=a.device)  # fmt: skip
+    if math.prod(p.shape) == 0:
+        return result
+    if where == BATCHED:
+        from . import matmul
+
+        return matmul(a, b, out=result, backend=backend, dispatcher=d)
+    if where == KERNEL:
+        _run_kernel(d, a, b, offs, result, backend)
+    else:
+        _write(result, _torch_grouped(p, a, b, offs), p, offs)
+    if out is not None:
+        torch.autograd.graph.increment_version(out)
+    return result
+
+
+def host_dispatcher():
+    from ..host.dispatch import DISPATCHER
+
+    return DISPATCHER
+
+
+def _shares_memory(x: torch.Tensor, y: torch.Tensor) -> bool:
+    from .overlap import overlaps
+
+    return overlaps(x, y)
+
+
+# ----------------------------------------------------------------------------- the kernel route
+
+
+def _run_kernel(d, a, b, offs, out, backend: str) -> None:
+    """2D x 3D on the grouped kernel: A (M, K, G) and C (M, N, G) as views with batch stride 0,
+    B (N, K, G); copies only where a kernel cannot address an operand (``api.plan``'s rules)."""
+    m, k = a.shape
+    groups, _, n = b.shape
+    if k == 0:  # every group's product is zero: rows before offs[-1] become 0
+        _write(out, torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n),
+               GroupedProblem("2d3d", groups, (m, n), out.dtype), offs)  # fmt: skip
+        return
+    a_view, a_unit = _operand(a.unsqueeze(-1), (1, 0))
+    b_view, b_unit = _operand(b.permute(2, 1, 0), (1, 0))
+    c_found = _kernel_view(out.unsqueeze(-1), False, (1,))
+    c_view = c_found[0] if c_found else torch.empty_strided(
+        (m, n, 1), (*result_strides((m, n), out.dtype), 0), dtype=out.dtype, device=out.device
+    )  # fmt: skip
+    a_mkl = a_view.as_strided((m, k, groups), (*a_view.stride()[:2], 0))
+    c_mnl = c_view.as_strided((m, n, groups), (*c_view.stride()[:2], 0))
+    name, config = host.grouped_config(backend, m, groups)
+    dtypes = (_name(a.dtype), _name(out.dtype), "float32")
+    a_major = "k" if a_unit == 1 else "m"
+    b_major = "k" if b_unit == 1 else "n"
+    fn, clusters = host.grouped_kernel(
+        d, name, _index(d, a.device), dtypes, a_major, b_major, config
+    )
+    fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
+    if c_found is None:  # the caller's out is not addressable: the written rows copied in
+        _write(out, c_view[:, :, 0], GroupedProblem("2d3d", groups, (m, n), out.dtype), offs)
+
+
+def _operand(t: torch.Tensor, majors) -> tuple[torch.Tensor, int]:
+    """``t`` (rows, cols, L) as a kernel addresses it: (view, unit-stride mode), a padded copy
+    where no view fits."""
+    found = _kernel_view(t, False, majors)
+    if found is not None:
+        view, unit = found
+        return view, (0 if unit == "rows" else 1)
+    unit = _copy_unit(t, False)
+    return _padded(t, t.shape[0], t.shape[1], unit), unit
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ----------------------------------------------------------------------------- the torch route
+
+
+def _torch_grouped(p: GroupedProblem, a, b, offs) -> torch.Tensor:
+    """The grouped product on torch: ``torch._grouped_mm`` where torch has it for these dtypes,
+    else a loop over the groups (which reads ``offs`` on the host)."""
+    fused = getattr(torch, "_grouped_mm", None)
+    if fused is not None and p.c_dtype == a.dtype:
+        try:
+            return fused(a, b, offs)
+        except (RuntimeError, NotImplementedError):
+            pass  # this torch or GPU has no kernel for it: the loop
+    return _loop(p, a, b, offs)
+
+
+def _loop(p: GroupedProblem, a, b, offs) -> torch.Tensor:
+    if a.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"grouped_mm's {p.form} form on {a.dtype} runs a loop over the groups here, which "
+            "reads offs on the host: not possible inside a CUDA-graph capture (float16 and "
+            "bfloat16 2D x 3D calls on Hopper run a kernel that is)"
+        )
+    ends = [0, *offs.tolist()]  # a sync
+    acc = torch.float32 if a.dtype != torch.float64 else a.dtype
+    result = torch.zeros(p.shape, dtype=p.c_dtype, device=a.device)
+    jagged = {"2d3d": a.shape[0], "2d2d": a.shape[1], "3d2d": b.shape[1]}[p.form]
+
+    def mm(x, y):
+        return (x.to(acc) @ y.to(acc)).to(p.c_dtype)
+
+    hi = 0
+    for g in range(p.groups):
+        # the kernel's reading of the ends: each clamped to [previous end, extent]
+        lo, hi = hi, min(max(ends[g + 1], hi), jagged)
+        if p.form == "2d3d":
+            result[lo:hi] = mm(a[lo:hi], b[g])
+        elif p.form == "2d2d":
+            result[g] = mm(a[:, lo:hi], b[lo:hi])
+        else:  # 3d2d
+            result[:, lo:hi] = mm(a[g], b[:, lo:hi])
+    return result
+
+
+def _write(out: torch.Tensor, result: torch.Tensor, p: GroupedProblem, offs) -> None:
+    """``result`` into ``out`` where the groups write (rows or columns before ``offs[-1]``),
+    ``out`` kept elsewhere: a masked copy on the device (no sync)."""
+    if p.form in ("2d3d", "3d2d") and offs is not None and offs.numel() > 0:
+        dim = 0 if p.form == "2d3d" else 1
+        idx = torch.arange(p.shape[dim], device=out.device)
+        written = idx < offs[-1].to(idx.dtype)
+        mask = written[:, None] if dim == 0 else written[None, :]
+        out.copy_(torch.where(mask, result.to(out.dtype), out))
+    elif p.form in ("2d3d", "3d2d"):
+        return  # no groups: nothing is written
+    else:
+        out.copy_(result)

@@ -1,0 +1,176 @@
+"""``wsgemm.grouped_mm`` inside a model: the op ``torch.ops.wsgemm.grouped_mm`` that
+torch.compile, export, autograd, autocast and fake tensors understand, over the core
+(``wsgemm.api.grouped``, whose docstring says what each form computes and where it runs).
+
+Its fake implementation does shape arithmetic only (no data, no device query). The backward is
+made of grouped GEMMs of the other forms (a 2D x 3D product's dA is a 2D x 3D product on the
+grouped kernel, its dB a 2D x 2D one); rows or columns past ``offs[-1]`` get a zero gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .api import grouped as core
+from .ops import _any_autocast, _is_compiling, _no_modes, autocast_dtype
+
+__all__ = ["grouped_mm"]
+
+_FAKE_DEVICES = ("cuda", "meta")
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+_LIB = torch.library.Library("wsgemm", "FRAGMENT")
+_LIB.define(
+    "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None, "
+    'str backend="auto") -> Tensor',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+_GROUPED_MM = torch.ops.wsgemm.grouped_mm.default
+
+
+def _impl(a, b, offs=None, out_dtype=None, backend="auto"):
+    return core.grouped_mm(a, b, offs, out_dtype=out_dtype, backend=backend)
+
+
+for _key in ("CUDA", "CPU"):  # CPU too: a CPU tensor gets the core's ValueError
+    _LIB.impl("grouped_mm", _impl, _key)
+
+
+@torch.library.register_fake("wsgemm::grouped_mm", lib=_LIB)
+def _fake(a, b, offs=None, out_dtype=None, backend="auto"):
+    p = core.check_grouped(a, b, offs, None, out_dtype, backend, _FAKE_DEVICES)
+    return a.new_empty_strided(p.shape, core.result_strides(p.shape, p.c_dtype), dtype=p.c_dtype)
+
+
+def _zero_past_end(t: torch.Tensor, offs: torch.Tensor, dim: int) -> torch.Tensor:
+    """``t`` with its rows (``dim`` 0) or columns (1) from ``offs[-1]`` on set to zero (what
+    the grouped product leaves unwritten: their gradient is zero), on the device."""
+    if offs.numel() == 0:
+        return torch.zeros_like(t)
+    idx = torch.arange(t.shape[dim], device=t.device)
+    keep = idx < offs[-1].to(idx.dtype)
+    keep = keep[:, None] if dim == 0 else keep[None, :]
+    return torch.where(keep, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, offs, _, backend = inputs
+    ctx.save_for_backward(a, b, offs)
+    ctx.backend = backend
+
+
+def _backward(ctx, grad):
+    """dA and dB of each form as grouped products of the others (module docstring); the
+    gradient is taken in the inputs' dtype, as ``matmul``'s backward does."""
+    a, b, offs = ctx.saved_tensors
+    need_a, need_b = ctx.needs_input_grad[:2]
+    g = grad.to(a.dtype)
+    form = core.result_shape(a.shape, b.shape, None if offs is None else offs.shape[0])[0]
+    mm = _GROUPED_MM
+    ga = gb = None
+    if form == "2d3d":
+        if need_a:
+            ga = _zero_past_end(mm(g, b.transpose(-2, -1), offs), offs, 0)
+        if need_b:
+            gb = mm(a.t(), g, offs)
+    elif form == "3d3d":
+        if need_a:
+            ga = mm(g, b.transpose(-2, -1))
+        if need_b:
+            gb = mm(a.transpose(-2, -1), g)
+    elif form == "2d2d":
+        if need_a:
+            ga = _zero_past_end(mm(g, b.t(), offs), offs, 1)
+        if need_b:
+            gb = _zero_past_end(mm(a.t(), g, offs), offs, 0)
+    else:  # 3d2d
+        if need_a:
+            ga = mm(g, b.t(), offs)
+        if need_b:
+            gb = _zero_past_end(mm(a.transpose(-2, -1), g, offs), offs, 1)
+    return ga, gb, None, None, None
+
+
+torch.library.register_autograd(
+    "wsgemm::grouped_mm", _backward, setup_context=_setup_context, lib=_LIB
+)
+
+
+def _autocast(a, b, offs=None, out_dtype=None, backend="auto"):
+    dtype = torch.get_autocast_dtype("cuda")
+    a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
+    with torch._C._ExcludeDispatchKeyGuard(
+        torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+    ):
+        return _GROUPED_MM(a, b, offs, out_dtype, backend)
+
+
+_LIB.impl("grouped_mm", _autocast, "AutocastCUDA")
+
+
+def _flops(a_shape, b_shape, offs_shape=None, *args, out_shape=None, **kwargs) -> int:
+    """Multiply-adds twice, over every row (the groups' sizes are data): the count if every
+    row and column belongs to a group. A 2D x 2D product splits K: each K belongs to one
+    group's product."""
+    offs_len = None if offs_shape is None else offs_shape[0]
+    _, _, shape = core.result_shape(a_shape, b_shape, offs_len)
+    k = a_shape[-1]
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return 2 * shape[1] * shape[2] * k
+    return 2 * math.prod(shape) * k
+
+
+def _register_flops() -> None:
+    from torch.utils.flop_counter import register_flop_formula
+
+    register_flop_formula(torch.ops.wsgemm.grouped_mm)(_flops)
+
+
+_register_flops()
+
+
+def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto"):
+    """A grouped GEMM with ``torch._grouped_mm``'s meaning: one product per group (a
+    mixture-of-experts layer's experts), the groups given by ``offs`` on the GPU.
+
+    Args:
+        a: (M, K) tokens sorted by group (2D x 3D, 2D x 2D) or (G, M, K) (3D x 3D, 3D x 2D);
+            float16 or bfloat16 (float32 runs on torch), CUDA, any strides.
+        b: (G, K, N) (2D x 3D, 3D x 3D) or (K, N) (2D x 2D, 3D x 2D), a's dtype and device.
+            For ``x @ w.T`` with expert weights ``w`` (G, N, K), pass ``w.transpose(-2, -1)``
+            (a view; the kernel reads either major).
+        offs: int32 (G,) cumulative *end* offsets of the groups along the jagged dimension (a's
+            rows for 2D x 3D, K for 2D x 2D, b's columns for 3D x 2D); None for 3D x 3D. Groups
+            may be empty; entries must be non-decreasing and at most that dimension. Never
+            read on the host on the kernel's road (no sync; capturable in a CUDA graph).
+        out: optional result written in place, of the result's shape; rows (columns) past
+            ``offs[-1]`` keep their values. Not with autograd.
+        out_dtype: a's dtype (default) or torch.float32.
+        backend: "auto", or "sm90" / "sm90-pingpong" (the grouped kernel's schedule).
+
+    Returns:
+        (M, N) for 2D x 3D and 3D x 2D, (G, M, N) for the others: row-major, rows padded to
+        whole 16 bytes (torch's layout), ``out`` when given. Rows (columns) past ``offs[-1]``
+        of a fresh result are unspecified, as torch's.
+
+    On Hopper a float16/bfloat16 2D x 3D call runs wsgemm's grouped kernel, 3D x 3D its
+    batched GEMM; the other forms and GPUs run torch (``wsgemm.api.grouped``).
+    Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
+    """
+    if out is not None:
+        return core.grouped_mm(a, b, offs, out=out, out_dtype=out_dtype, backend=backend)
+    fast = (
+        not _is_compiling()
+        and type(a) in _PLAIN
+        and type(b) in _PLAIN
+        and _no_modes()
+        and not (_any_autocast() and torch.is_autocast_enabled("cuda"))
+        and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+    )
+    if fast:
+        return core.grouped_mm(a, b, offs, out_dtype=out_dtype, backend=backend)
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        core.check_grouped(a, b, offs, None, out_dtype, backend)  # the TypeError
+    return _GROUPED_MM(a, b, offs, out_dtype, backend)

@@ -1,0 +1,84 @@
+"""Grouped GEMM on the host: which grouped kernel a call runs, and the compiled kernel itself.
+
+A ragged-M grouped GEMM (``wsgemm.grouped_mm``'s 2D x 3D form) runs the family's grouped
+kernel (``Backend.grouped_cls``; ``Variant.grouping`` "m"). The host knows the total rows and
+the group count, not the groups' sizes (they are on the GPU), so the tile is chosen from the
+mean rows per group: a group's last tile is partly empty, and a tile much taller than its
+group wastes the tensor cores' work and B's reads on rows that are not there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .registry import BACKENDS, Variant, arch_for_capability, cluster_size
+
+__all__ = ["GROUPED_BACKENDS", "grouped_config", "grouped_kernel", "supports_grouped"]
+
+#: The backends with a grouped kernel, in the order ``auto`` prefers them.
+GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
+
+#: Mean rows per group up to which a 64-row ping-pong tile runs (a decode step's few tokens
+#: per expert), and up to which the 128-row ping-pong tile does; above, the cooperative
+#: 128x256 tile (docs/perf.md entry 36: the prediction; not yet measured).
+SMALL_GROUP_ROWS = 64
+MEDIUM_GROUP_ROWS = 256
+
+
+def supports_grouped(backend: str, cc: tuple[int, int]) -> bool:
+    """Whether ``backend`` has a grouped kernel that runs on a GPU of capability ``cc``."""
+    b = BACKENDS.get(backend)
+    return b is not None and bool(b.grouped_cls) and b.supports(cc)
+
+
+def grouped_config(backend: str, rows: int, groups: int) -> tuple[str, Any]:
+    """(backend, config) of a ragged-M grouped GEMM of ``rows`` rows in ``groups`` groups:
+    ``backend`` "auto" picks by the mean group (module docstring); a named backend keeps its
+    schedule and takes the tile height the mean group fits."""
+    from ..kernels.sm90.config import Sm90Config
+
+    mean = rows / max(groups, 1)
+    if backend == "auto":
+        backend = "sm90-pingpong" if mean <= MEDIUM_GROUP_ROWS else "sm90"
+    if backend == "sm90-pingpong" and mean <= SMALL_GROUP_ROWS:
+        # one 64-row tile per group, 128 columns: many CTAs, each reads its B tile once
+        return backend, Sm90Config(tile_m=64, tile_n=128, schedule="pingpong")
+    return backend, None  # the backend's shipped config
+
+
+class _Kernels:
+    """Compiled grouped kernels by (backend, device, dtypes, majors, config), with the
+    clusters to launch on the device."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple, tuple[Callable, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, d, backend: str, device: int, dtypes: tuple[str, str, str], a_major: str,
+            b_major: str, config: Any = None) -> tuple[Callable, int]:  # fmt: skip
+        key = (id(d), backend, device, dtypes, a_major, b_major, config)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        arch = arch_for_capability(d.devices.capability(device))
+        variant = Variant(backend, arch, *dtypes, a_major, b_major, config, grouping="m")
+        clusters = d.devices.sm_count(device) // cluster_size(variant.kernel_config())
+        hit = (d.cache.get(variant), clusters)
+        with self._lock:
+            return self._memo.setdefault(key, hit)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memo.clear()
+
+
+_KERNELS = _Kernels()
+
+
+def grouped_kernel(d, backend: str, device: int, dtypes: tuple[str, str, str], a_major: str,
+                   b_major: str, config: Any = None) -> tuple[Callable, int]:  # fmt: skip
+    """(compiled grouped kernel, clusters to launch) on dispatcher ``d``'s ``device``;
+    ``dtypes``: (A/B, C, accumulator) host names."""
+    return _KERNELS.get(d, backend, device, dtypes, a_major, b_major, config)

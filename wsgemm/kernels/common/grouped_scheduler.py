@@ -1,0 +1,215 @@
+"""Persistent tile scheduling over groups of rows whose sizes only the GPU knows (grouped GEMM).
+
+A grouped GEMM with ragged M (``wsgemm.grouped_mm``'s 2D x 3D form, a mixture-of-experts
+layer) multiplies the rows ``[end[g - 1], end[g])`` of A by B's batch ``g`` for every group
+``g`` (``end[-1] = 0``). The ends (``offs``) live in device memory: the host knows the total
+rows and the group count, never the sizes, so it launches a persistent grid as for a dense
+GEMM, sized by a bound (:func:`unit_bound`), and each CTA finds its tiles from ``offs``.
+
+Work units: group after group, each group's cluster tiles in the dense kernel's grouped raster
+order (``scheduler.grouped_cluster_coord`` on the group's own cluster rows): a group of
+``rows`` rows holds ``ceil(ceil(rows / tile_m) / cluster_m) * clusters_n`` units, so a
+cluster never straddles two groups (a ragged last cluster row has CTAs past the group's rows:
+they load and compute, and store nothing). Cluster ``c`` runs units ``c, c + P, ...`` as in
+the dense schedule; it keeps a *cursor* on the group holding its current unit (the group, its
+rows, its first and end unit) and moves it forward only, reading one ``offs`` entry per group
+passed: a CTA's whole walk reads each entry at most once.
+
+Ends are read defensively: clamped to ``[previous end, rows]``, so ends that decrease or
+exceed the rows (which the host cannot check without a sync) give empty groups and rows past
+``rows`` that nothing stores to, never an access outside the operands.
+
+The arithmetic runs on Python ints (host replay, :func:`ragged_unit_order`, the tests) and on
+DSL ``Int32`` values (in the kernel) alike; only the walk's loop differs (a Python loop, a
+``@cute.jit`` loop on the GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+
+from wsgemm.kernels.common.scheduler import (
+    WorkTile,
+    _ceil_div,
+    _select,
+    group_rows,
+    grouped_cluster_coord,
+    persistent_cluster_count,
+)
+
+__all__ = ["GroupWorkTile", "RaggedMScheduler", "ragged_unit_order", "unit_bound"]
+
+#: A cursor past the last group ends at this unit: no work index reaches it.
+_NO_END = 2**31 - 1
+
+
+def unit_bound(rows: Any, groups: Any, tile_m: int, cluster_m: int, clusters_n: Any) -> Any:
+    """At most how many work units ``groups`` groups of ``rows`` rows in all hold, whatever
+    their sizes: each group's cluster rows exceed its share of ``rows / (tile_m * cluster_m)``
+    by less than one."""
+    return (_ceil_div(rows, tile_m * cluster_m) + groups) * clusters_n
+
+
+class GroupWorkTile(WorkTile):
+    """A ``WorkTile`` of the grouped schedule: ``l`` is the group (B's batch), ``m`` the tile
+    index inside the group's rows, and the cursor: the group's first row ``row0``, its end row
+    ``row_end`` (rows ``[row0 + m * tile_m, row_end)`` of the tile are the group's) and its
+    units ``[unit_start, unit_end)``."""
+
+    __slots__ = ("row0", "row_end", "unit_start", "unit_end")
+
+    def __init__(self, m, n, l, work, is_valid, row0, row_end, unit_start, unit_end):  # noqa: E741
+        super().__init__(m, n, l, work, is_valid)
+        self.row0, self.row_end = row0, row_end
+        self.unit_start, self.unit_end = unit_start, unit_end
+
+    @property
+    def cursor(self) -> tuple:
+        return (self.l, self.row0, self.row_end, self.unit_start, self.unit_end)
+
+    def rows_left(self, tile_m: int) -> Any:
+        """The group's rows from this tile's first row on (<= 0: the tile stores nothing)."""
+        return self.row_end - (self.row0 + self.m * tile_m)
+
+    def _ints(self) -> tuple:
+        return (self.m, self.n, self.l, self.work, self.row0, self.row_end, self.unit_start,
+                self.unit_end)  # fmt: skip
+
+    def __new_from_mlir_values__(self, values: list) -> GroupWorkTile:
+        *ints, valid = values
+        ints = [cutlass.Int32(v) for v in ints]
+        m, n, l, work, row0, row_end, start, end = ints  # noqa: E741
+        return GroupWorkTile(m, n, l, work, cutlass.Boolean(valid), row0, row_end, start, end)
+
+    def __repr__(self) -> str:
+        return (f"GroupWorkTile(group={self.l}, m={self.m}, n={self.n}, rows=[{self.row0}, "
+                f"{self.row_end}), valid={self.is_valid})")  # fmt: skip
+
+
+def _group_cursor(offs, g, num_groups, rows, row0, unit_start, tile_m, cluster_m, clusters_n):
+    """(g, row0, row_end, unit_start, unit_end) of group ``g``, which starts at row ``row0``
+    and unit ``unit_start``; past the last group the end unit is :data:`_NO_END`."""
+    end = offs[cutlass.min(g, num_groups - 1)]
+    row_end = cutlass.min(cutlass.max(end, row0), rows)
+    units = _ceil_div(_ceil_div(row_end - row0, tile_m), cluster_m) * clusters_n
+    unit_end = _select(g < num_groups, unit_start + units, _NO_END)
+    return g, row0, row_end, unit_start, unit_end
+
+
+@cute.jit
+def _seek_device(offs, num_groups, rows, tile_m: cutlass.Constexpr, cluster_m: cutlass.Constexpr,
+                 clusters_n, cursor, work):  # fmt: skip
+    """The cursor moved forward to the group holding unit ``work`` (on the GPU)."""
+    g, row0, row_end, unit_start, unit_end = cursor
+    while work >= unit_end:
+        g, row0, row_end, unit_start, unit_end = _group_cursor(
+            offs, g + 1, num_groups, rows, row_end, unit_end, tile_m, cluster_m, clusters_n
+        )
+    return g, row0, row_end, unit_start, unit_end
+
+
+class RaggedMScheduler:
+    """Static persistent schedule of a ragged-M grouped GEMM for one CTA (module docstring).
+
+    ``offs``: the groups' end rows (a list on the host, an int32 tensor on the GPU);
+    ``num_groups``, ``rows`` (A's and C's rows), ``clusters_n`` (cluster columns of C):
+    run-time values; ``tile_m`` and ``cluster_mn`` static; ``rows_per_group``,
+    ``num_clusters``, ``cluster_idx``, ``cta_in_cluster_mn`` as for
+    ``scheduler.GroupedTileScheduler``.
+    """
+
+    def __init__(self, offs, num_groups, rows, clusters_n, tile_m: int, cluster_mn: tuple,
+                 rows_per_group, num_clusters, cluster_idx, cta_in_cluster_mn):  # fmt: skip
+        self.offs = offs
+        self.tile_m, self.cluster_mn = tile_m, cluster_mn
+        self.num_groups, self.rows, self.clusters_n = num_groups, rows, clusters_n
+        self.group_clusters = rows_per_group
+        self.num_clusters, self.cluster_idx = num_clusters, cluster_idx
+        self.cta_m, self.cta_n = cta_in_cluster_mn
+
+    _DYNAMIC = ("num_groups", "rows", "clusters_n", "group_clusters", "num_clusters",
+                "cluster_idx", "cta_m", "cta_n")  # fmt: skip
+
+    # Let the scheduler be passed to @cute.jit roles (the offsets tensor travels with it).
+    def __extract_mlir_values__(self) -> list:
+        ints = [cutlass.Int32(getattr(self, f)).ir_value() for f in self._DYNAMIC]
+        return ints + list(self.offs.__extract_mlir_values__())
+
+    def __new_from_mlir_values__(self, values: list) -> RaggedMScheduler:
+        new = object.__new__(RaggedMScheduler)
+        new.tile_m, new.cluster_mn = self.tile_m, self.cluster_mn
+        count = len(self._DYNAMIC)
+        for field, value in zip(self._DYNAMIC, values[:count], strict=True):
+            setattr(new, field, cutlass.Int32(value))
+        new.offs = self.offs.__new_from_mlir_values__(values[count:])
+        return new
+
+    def _first_cursor(self) -> tuple:
+        return _group_cursor(self.offs, 0 * self.num_groups, self.num_groups, self.rows,
+                             0 * self.rows, 0 * self.rows, self.tile_m, self.cluster_mn[0],
+                             self.clusters_n)  # fmt: skip
+
+    def _seek(self, cursor: tuple, work: Any) -> tuple:
+        if isinstance(work, int):  # the host's replay
+            while work >= cursor[4]:
+                g, _, row_end, _, unit_end = cursor
+                cursor = _group_cursor(self.offs, g + 1, self.num_groups, self.rows, row_end,
+                                       unit_end, self.tile_m, self.cluster_mn[0],
+                                       self.clusters_n)  # fmt: skip
+            return cursor
+        return _seek_device(self.offs, self.num_groups, self.rows, self.tile_m,
+                            self.cluster_mn[0], self.clusters_n, cursor, work)  # fmt: skip
+
+    def _tile(self, cursor: tuple, work: Any) -> GroupWorkTile:
+        g, row0, row_end, unit_start, unit_end = self._seek(cursor, work)
+        cluster_m, cluster_n = self.cluster_mn
+        clusters_m = _ceil_div(_ceil_div(row_end - row0, self.tile_m), cluster_m)
+        # a cursor past the last group has no rows: its coordinates are never used
+        cm, cn, _ = grouped_cluster_coord(work - unit_start, cutlass.max(clusters_m, 1),
+                                          self.clusters_n, self.group_clusters)  # fmt: skip
+        return GroupWorkTile(cm * cluster_m + self.cta_m, cn * cluster_n + self.cta_n, g, work,
+                             g < self.num_groups, row0, row_end, unit_start, unit_end)  # fmt: skip
+
+    def initial_work_tile(self, skip: int = 0) -> GroupWorkTile:
+        """The first unit, or the ``skip``-th one (ping-pong's second consumer starts at 1)."""
+        return self._tile(self._first_cursor(), self.cluster_idx + skip * self.num_clusters)
+
+    def next_work_tile(self, tile: GroupWorkTile, steps: int = 1) -> GroupWorkTile:
+        """The unit ``steps`` turns after ``tile`` (its cursor only moves forward)."""
+        return self._tile(tile.cursor, tile.work + steps * self.num_clusters)
+
+
+def ragged_unit_order(
+    ends: list[int],
+    rows: int,
+    num_n: int,
+    tile_m: int,
+    group: int,
+    num_ctas: int,
+    cluster: tuple[int, int] = (1, 1),
+) -> list[list[GroupWorkTile]]:
+    """Host replay of the grouped kernel's schedule: for each launched CTA (launch-grid order,
+    as ``scheduler.unit_order``), the units it runs. ``ends``: the groups' end rows (``offs``);
+    ``num_n``: tiles along N; ``group``: the raster group in m-tiles; ``num_ctas``: the CTAs
+    that may be resident."""
+    cluster_m, cluster_n = cluster
+    clusters_n = _ceil_div(num_n, cluster_n)
+    bound = unit_bound(rows, len(ends), tile_m, cluster_m, clusters_n)
+    launched = persistent_cluster_count(bound, num_ctas // (cluster_m * cluster_n))
+    order = []
+    for cluster_idx in range(launched):
+        for cta_n in range(cluster_n):
+            for cta_m in range(cluster_m):
+                sched = RaggedMScheduler(list(ends), len(ends), rows, clusters_n, tile_m, cluster,
+                                         group_rows(group, cluster_m), launched, cluster_idx,
+                                         (cta_m, cta_n))  # fmt: skip
+                units = []
+                unit = sched.initial_work_tile()
+                while unit.is_valid:
+                    units.append(unit)
+                    unit = sched.next_work_tile(unit)
+                order.append(units)
+    return order

@@ -1,0 +1,105 @@
+"""The ragged-M grouped GEMM's pieces of the sm90 kernel (``grouped.Sm90GroupedGemm``).
+
+Group ``g`` multiplies rows ``[end[g - 1], end[g])`` of A (all groups' rows in one matrix) by
+B's batch ``g`` into the same rows of C (``common.grouped_scheduler``). The kernel is the dense
+one with three differences, each a function here that ``kernel.Sm90Gemm`` calls where a
+grouped kernel differs:
+
+* the operands: A and C arrive as (rows, cols, groups) views whose batch stride is 0 (the
+  address entry has one L for all three operands); the kernel takes their first batch
+  (:func:`first_batch`), and B's batch is the group;
+* the loads: a tile's A rows start at its group's first row, which need not be a multiple of
+  the tile (:func:`a_tile`: TMA coordinates offset by that row; rows past the group are loaded
+  and computed, and never stored);
+* the stores: TMA clips only at the tensor's edge, so a tile whose rows run past its group's
+  end (every group's last tile, unless the group is a multiple of ``tile_m``) would store into
+  the next group's rows. Such a tile goes through shared memory as usual, then every epilogue
+  thread copies its rows of the subtile with a row and column predicate (:func:`store_rows`);
+  whole tiles keep the TMA store (:func:`c_tile`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, const_expr
+from cutlass.cute.nvgpu import cpasync
+
+from wsgemm.support import VECTOR_BYTES
+
+__all__ = ["RaggedStore", "a_tile", "c_tile", "first_batch", "store_rows"]
+
+
+def first_batch(t: cute.Tensor) -> cute.Tensor:
+    """(rows, cols, 1): batch 0 of a (rows, cols, L) tensor (the grouped kernel's A and C,
+    whose L is B's group count with batch stride 0)."""
+    layout = cute.make_layout((t.shape[0], t.shape[1], 1), stride=(t.stride[0], t.stride[1], 0))
+    return cute.make_tensor(t.iterator, layout)
+
+
+@dataclass(frozen=True)
+class RaggedStore:
+    """What the epilogue of a grouped kernel needs beyond the dense one's: C's TMA coordinates
+    (rows, cols, 1), C itself (rows, cols) for the predicated copies, the thread's index among
+    the epilogue threads and their count."""
+
+    mC_tma: Any
+    mC: Any
+    tidx: Any
+    threads: int
+
+
+@cute.jit
+def a_tile(
+    tma_a, mA_tma, sA, a_cta, cluster_n: cutlass.Constexpr, tile, tile_mk: cutlass.Constexpr
+):
+    """(TMA, k_tiles): the TMA view of unit ``tile``'s A rows, from its group's first row on
+    (``mA_tma``: A's TMA coordinates, (rows, K, 1); ``a_cta``: this CTA's slice of a tile that
+    its cluster row multicasts)."""
+    mA_group = cute.domain_offset((tile.row0, 0), mA_tma[(None, None, 0)])
+    gA = cute.local_tile(mA_group, tile_mk, (tile.m, None))  # (tile_m, tile_k, k_tiles)
+    _, tAgA = cpasync.tma_partition(
+        tma_a,
+        a_cta,
+        cute.make_layout(cluster_n),
+        cute.group_modes(sA, 0, 2),
+        cute.group_modes(gA, 0, 2),
+    )
+    return tAgA
+
+
+@cute.jit
+def c_tile(mC_tma, tile, tile_mn: cutlass.Constexpr):
+    """(tile_m, tile_n): unit ``tile``'s output tile in C's TMA coordinates."""
+    mC_group = cute.domain_offset((tile.row0, 0), mC_tma[(None, None, 0)])
+    return cute.local_tile(mC_group, tile_mn, (tile.m, tile.n))
+
+
+@cute.jit
+def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlass.Constexpr,
+               threads: cutlass.Constexpr):  # fmt: skip
+    """Subtile ``sC_buf`` (epi_m, epi_n; complete in shared memory and visible to every
+    epilogue thread) into C at (``row``, ``col``): its first ``rows_left`` rows, and its
+    columns inside C. Each thread copies runs of one 16-byte vector's elements, a run per
+    ``threads`` (``store.threads``, given again as a compile-time value; no thread waits on
+    another; the caller's next barrier frees the buffer)."""
+    epi_m, epi_n = epi_tile
+    run = min(VECTOR_BYTES * 8 // store.mC.element_type.width, epi_n)
+    runs_per_row = epi_n // run
+    runs = epi_m * runs_per_row
+    cols = cute.size(store.mC, mode=[1])
+    rows = cutlass.min(rows_left, epi_m)
+    for i in cutlass.range_constexpr((runs + threads - 1) // threads):
+        r_idx = store.tidx + i * threads
+        r = r_idx // runs_per_row
+        c = (r_idx - r * runs_per_row) * run
+        if const_expr(runs % threads != 0):
+            # the last round's surplus threads copy nothing: their row is past the subtile
+            r = cutlass.select_(r_idx < runs, r, Int32(epi_m))
+        if r < rows:
+            for j in cutlass.range_constexpr(run):
+                if col + c + j < cols:
+                    store.mC[(row + r, col + c + j)] = sC_buf[(r, c + j)]
