@@ -209,7 +209,7 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     if result is None:
         result = torch.empty_strided(p.shape, result_strides(p.shape, p.c_dtype),
                                      dtype=p.c_dtype, device=a.device)  # fmt: skip
-    if math.prod(p.shape) == 0:
+    if math.prod(p.shape) == 0 or p.groups == 0:  # nothing to compute, no group to write
         return result
     if where == BATCHED:
         from . import matmul

@@ -1,0 +1,380 @@
+"""``wsgemm.grouped_mm`` on the CPU (issue #26): the four forms' shapes and checks, the
+routes, the kernel road's views (a dispatcher whose grouped kernel is a float64 stand-in that
+reads the offsets as the kernel does), the torch road, the fake implementation and autograd.
+The kernel itself runs in tests/gpu/test_gpu_grouped.py."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import wsgemm
+from wsgemm.api import Dispatcher
+from wsgemm.api import grouped as core
+from wsgemm.host.dispatch import StandInDevices
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+
+
+class GroupedStandIn:
+    """The grouped kernel in float64: C[r] = A[r] B[g]^T for the rows of group g, each end
+    clamped to [previous end, rows] as the kernel clamps it; rows past the groups untouched."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, offs):
+        self.launches.append(dict(a=a, b=b, c=c, offs=offs))
+        assert a.stride(2) == 0 and c.stride(2) == 0 and b.shape[2] == len(offs)
+        assert (raster, split, workspace, sems, bias) == (0, 1, None, None, None)
+        rows, prev = a.shape[0], 0
+        for g, end in enumerate(offs.tolist()):
+            lo, hi = prev, min(max(end, prev), rows)
+            c[lo:hi, :, 0] = (a[lo:hi, :, 0].double() @ b[:, :, g].double().T).to(c.dtype)
+            prev = hi
+
+
+class Cache:
+    def __init__(self):
+        self.kernel = GroupedStandIn()
+        self.variants = []
+
+    def get(self, variant):
+        self.variants.append(variant)
+        assert variant.grouping == "m"
+        return self.kernel
+
+
+def dispatcher(capability=(9, 0)):
+    return Dispatcher(Cache(), StandInDevices(capability, 132))
+
+
+def reference(a, b, offs, form):
+    """float64, per group, from the offsets read on the host."""
+    a64, b64 = a.double(), b.double()
+    if form == "3d3d":
+        return a64 @ b64
+    ends = [0, *offs.tolist()]
+    if form == "2d3d":
+        return [(ends[g], ends[g + 1], a64[ends[g] : ends[g + 1]] @ b64[g]) for g in range(len(b))]
+    if form == "2d2d":
+        return torch.stack([a64[:, ends[g] : ends[g + 1]] @ b64[ends[g] : ends[g + 1]]
+                            for g in range(len(offs))])  # fmt: skip
+    return [(ends[g], ends[g + 1], a64[g] @ b64[:, ends[g] : ends[g + 1]]) for g in range(len(a))]
+
+
+def tolerance(dtype, k):
+    eps = torch.finfo(dtype).eps
+    return 2 * eps * max(k, 1) ** 0.5 + eps
+
+
+def assert_rows(out, ref, k, dim=0):
+    for lo, hi, block in ref:
+        got = out[lo:hi] if dim == 0 else out[:, lo:hi]
+        err = (got.double() - block).abs().max().item() if block.numel() else 0.0
+        scale = block.abs().max().item() if block.numel() else 1.0
+        assert err <= tolerance(out.dtype, k) * max(scale, 1.0), (lo, hi, err)
+
+
+def ends(*sizes):
+    return torch.tensor(list(torch.tensor(sizes).cumsum(0)), dtype=torch.int32)
+
+
+# ----------------------------------------------------------------------------- shapes and checks
+
+
+@pytest.mark.parametrize(
+    "a, b, offs, form, groups, shape",
+    [
+        ((10, 8), (3, 8, 16), 3, "2d3d", 3, (10, 16)),
+        ((3, 10, 8), (3, 8, 16), None, "3d3d", 3, (3, 10, 16)),
+        ((10, 40), (40, 16), 4, "2d2d", 4, (4, 10, 16)),
+        ((3, 10, 8), (8, 48), 3, "3d2d", 3, (10, 48)),
+    ],
+)
+def test_the_four_forms(a, b, offs, form, groups, shape):
+    assert core.result_shape(a, b, offs) == (form, groups, shape)
+
+
+@pytest.mark.parametrize(
+    "a, b, offs, match",
+    [
+        ((10, 8), (3, 8, 16), None, "needs offs"),
+        ((3, 10, 8), (3, 8, 16), 3, "takes no offs"),
+        ((10, 8), (3, 9, 16), 3, "must equal"),
+        ((2, 10, 8), (3, 8, 16), None, "groups"),
+        ((10, 8), (3, 8, 16), 4, "4 entries"),
+        ((10,), (3, 8, 16), 3, "2-D or 3-D"),
+    ],
+)
+def test_shapes_that_do_not_fit_are_refused(a, b, offs, match):
+    with pytest.raises(ValueError, match=match):
+        core.result_shape(a, b, offs)
+
+
+def test_results_are_row_major_with_rows_padded_to_16_bytes():
+    assert core.result_strides((5, 13), F16) == (16, 1)
+    assert core.result_strides((3, 5, 13), F16) == (80, 16, 1)
+    assert core.result_strides((3, 5, 13), F32) == (80, 16, 1)
+    assert core.result_strides((4, 16), BF16) == (16, 1)
+
+
+def _args(**over):
+    args = dict(
+        a=torch.randn(10, 8, dtype=F16), b=torch.randn(3, 8, 16, dtype=F16),
+        offs=ends(2, 3, 5), out=None, out_dtype=None, backend="auto",
+    )  # fmt: skip
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over, error, match",
+    [
+        (dict(offs=torch.tensor([2, 5, 10])), ValueError, "int32"),
+        (dict(offs=ends(2, 3, 5)[None]), ValueError, "1-D"),
+        (dict(offs=[2, 5, 10]), TypeError, "offs must be a torch.Tensor"),
+        (dict(b=torch.randn(3, 8, 16, dtype=BF16)), TypeError, "equal dtypes"),
+        (
+            dict(a=torch.randn(10, 8).double(), b=torch.randn(3, 8, 16).double()),
+            TypeError,
+            "float64",
+        ),
+        (dict(out_dtype=BF16), TypeError, "out_dtype"),
+        (dict(out=torch.empty(10, 15, dtype=F16)), ValueError, "shape"),
+        (dict(backend="fast"), ValueError, "unknown backend"),
+        (dict(backend=3), TypeError, "backend must be a str"),
+        (dict(backend="sm80"), ValueError, "no grouped kernel"),
+        (
+            dict(
+                a=torch.randn(10, 40, dtype=F16),
+                b=torch.randn(40, 16, dtype=F16),
+                offs=ends(10, 30),
+                backend="sm90",
+            ),
+            ValueError,
+            "no wsgemm kernel yet",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_calls_are_refused_with_what_is_allowed(over, error, match):
+    args = _args(**over)
+    with pytest.raises(error, match=match):
+        core.check_grouped(*args.values(), device_types=("cpu",))
+
+
+def test_a_cpu_tensor_is_refused_on_the_gpu_road():
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        core.check_grouped(*_args().values())
+
+
+def test_out_with_autograd_is_refused():
+    args = _args(a=torch.randn(10, 8, dtype=F16, requires_grad=True),
+                 out=torch.empty(10, 16, dtype=F16))  # fmt: skip
+    with pytest.raises(RuntimeError, match="automatic differentiation"):
+        core.check_grouped(*args.values(), device_types=("cpu",))
+
+
+# ----------------------------------------------------------------------------- the kernel road
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("a_layout", ["row", "col", "offset", "odd_k"])
+@pytest.mark.parametrize("b_layout", ["k_major", "n_major"])
+def test_the_kernel_road_matches_float64_per_group(dtype, a_layout, b_layout):
+    torch.manual_seed(0)
+    k = 21 if a_layout == "odd_k" else 24
+    sizes = (5, 0, 17, 1, 40)
+    m, groups, n = sum(sizes) + 3, len(sizes), 40
+    a = torch.randn(m, k, dtype=dtype)
+    if a_layout == "col":
+        a = torch.randn(k, m, dtype=dtype).t()
+    elif a_layout == "offset":
+        a = torch.randn(m + 1, k + 8, dtype=dtype)[1:, 8:]
+    w = torch.randn(groups, n, k, dtype=dtype)  # expert weights (G, N, K), passed transposed
+    b = w.transpose(1, 2) if b_layout == "k_major" else w.transpose(1, 2).contiguous()
+    d = dispatcher()
+    offs = ends(*sizes)
+    out = core.grouped_mm(a, b, offs, dispatcher=d)
+    assert out.shape == (m, n) and out.dtype == dtype
+    assert_rows(out, reference(a, b, offs, "2d3d"), k)
+    v = d.cache.variants[-1]
+    assert (v.grouping, v.ab_dtype) == ("m", str(dtype)[6:])
+    assert v.b_major == ("k" if b_layout == "k_major" else "n")
+    assert v.a_major == ("m" if a_layout == "col" else "k")
+
+
+def test_out_keeps_the_rows_past_the_last_group():
+    a, b = torch.randn(30, 16, dtype=F16), torch.randn(2, 16, 24, dtype=F16)
+    out = torch.full((30, 24), 7.0, dtype=F16)
+    offs = ends(4, 20)
+    assert core.grouped_mm(a, b, offs, out=out, dispatcher=dispatcher()) is out
+    assert (out[24:] == 7).all()
+    assert_rows(out, reference(a, b, offs, "2d3d"), 16)
+
+
+def test_an_out_the_kernel_cannot_write_gets_the_rows_copied_in():
+    """A column-major out: the kernel writes a temporary; only the groups' rows are copied."""
+    a, b = torch.randn(30, 16, dtype=F16), torch.randn(2, 16, 24, dtype=F16)
+    out = torch.full((24, 30), 7.0, dtype=F16).t()
+    offs = ends(4, 20)
+    core.grouped_mm(a, b, offs, out=out, dispatcher=dispatcher())
+    assert (out[24:] == 7).all()
+    assert_rows(out, reference(a, b, offs, "2d3d"), 16)
+
+
+def test_a_narrow_result_has_padded_rows_and_the_right_values():
+    a, b = torch.randn(9, 16, dtype=F16), torch.randn(2, 16, 13, dtype=F16)
+    offs = ends(4, 5)
+    out = core.grouped_mm(a, b, offs, dispatcher=dispatcher())
+    assert out.shape == (9, 13) and out.stride() == (16, 1)
+    assert_rows(out, reference(a, b, offs, "2d3d"), 16)
+
+
+def test_an_fp32_result():
+    a, b = torch.randn(9, 16, dtype=BF16), torch.randn(2, 16, 8, dtype=BF16)
+    offs = ends(4, 5)
+    d = dispatcher()
+    out = core.grouped_mm(a, b, offs, out_dtype=F32, dispatcher=d)
+    assert out.dtype == F32 and d.cache.variants[-1].c_dtype == "float32"
+    assert_rows(out, reference(a, b, offs, "2d3d"), 16)
+
+
+def test_k_zero_writes_zeros_in_the_groups_rows_only():
+    a, b = torch.randn(10, 0, dtype=F16), torch.randn(2, 0, 8, dtype=F16)
+    out = torch.full((10, 8), 3.0, dtype=F16)
+    d = dispatcher()
+    core.grouped_mm(a, b, ends(2, 5), out=out, dispatcher=d)
+    assert (out[:7] == 0).all() and (out[7:] == 3).all()
+    assert d.cache.kernel.launches == []
+
+
+@pytest.mark.parametrize(
+    "shape", [((0, 8), (2, 8, 8), 2), ((4, 8), (2, 8, 0), 2), ((4, 8), (0, 8, 8), 0)]
+)
+def test_empty_problems_launch_nothing(shape):
+    (m, k), (g, _, n), count = shape
+    d = dispatcher()
+    offs = torch.zeros(count, dtype=torch.int32)
+    out = core.grouped_mm(torch.randn(m, k, dtype=F16), torch.randn(g, k, n, dtype=F16), offs,
+                          dispatcher=d)  # fmt: skip
+    assert out.shape == (m, n) and d.cache.kernel.launches == []
+
+
+def test_the_tile_follows_the_mean_group():
+    from wsgemm import host
+
+    assert host.grouped_config("auto", 8 * 256, 256)[1].tile_m == 64
+    assert host.grouped_config("auto", 200 * 8, 8) == ("sm90-pingpong", None)
+    assert host.grouped_config("auto", 4096 * 8, 8) == ("sm90", None)
+    assert host.grouped_config("sm90", 8, 8) == ("sm90", None)
+
+
+# ----------------------------------------------------------------------------- the other roads
+
+
+def test_off_hopper_and_fp32_run_torch():
+    a, b, offs = torch.randn(10, 8, dtype=F16), torch.randn(3, 8, 16, dtype=F16), ends(2, 3, 5)
+    for d, (x, y) in ((dispatcher((8, 0)), (a, b)), (dispatcher(), (a.float(), b.float()))):
+        out = core.grouped_mm(x, y, offs, dispatcher=d)
+        assert d.cache.variants == []
+        assert_rows(out, reference(x, y, offs, "2d3d"), 8)
+    with pytest.raises(ValueError, match="capability"):
+        core.grouped_mm(a, b, offs, backend="sm90", dispatcher=dispatcher((8, 0)))
+
+
+@pytest.mark.parametrize("form", ["2d2d", "3d2d"])
+def test_the_torch_road_forms(form):
+    torch.manual_seed(1)
+    if form == "2d2d":
+        a, b, offs = torch.randn(6, 30, dtype=BF16), torch.randn(30, 8, dtype=BF16), ends(10, 0, 20)
+        out = core.grouped_mm(a, b, offs, dispatcher=dispatcher())
+        ref = reference(a, b, offs, form)
+        assert out.shape == ref.shape
+        assert (out.double() - ref).abs().max() <= tolerance(BF16, 30) * ref.abs().max()
+        assert (out[1] == 0).all()  # the empty K slice
+    else:
+        a, b, offs = (
+            torch.randn(3, 6, 8, dtype=BF16),
+            torch.randn(8, 40, dtype=BF16),
+            ends(8, 8, 16),
+        )
+        out = core.grouped_mm(a, b, offs, dispatcher=dispatcher())
+        assert out.shape == (6, 40)
+        assert_rows(out, reference(a, b, offs, form), 8, dim=1)
+
+
+def test_the_loop_reads_the_ends_as_the_kernel_does():
+    """Decreasing ends and ends past the rows: clamped to [previous end, rows]."""
+    a, b = torch.randn(12, 8, dtype=F16), torch.randn(3, 8, 4, dtype=F16)
+    offs = torch.tensor([6, 2, 40], dtype=torch.int32)
+    p = core.check_grouped(a, b, offs, None, None, "auto", ("cpu",))
+    got = core._loop(p, a, b, offs)
+    want = torch.cat([a[:6].double() @ b[0].double(), a[6:].double() @ b[2].double()])
+    assert (got.double() - want).abs().max() < 1e-2
+
+
+# ----------------------------------------------------------------------------- the op
+
+
+def test_the_fake_implementation_gives_shape_and_strides():
+    with FakeTensorMode():
+        a = torch.empty(100, 64, dtype=BF16, device="cuda")
+        b = torch.empty(8, 64, 20, dtype=BF16, device="cuda")
+        offs = torch.empty(8, dtype=torch.int32, device="cuda")
+        out = torch.ops.wsgemm.grouped_mm(a, b, offs)
+        assert out.shape == (100, 20) and out.stride() == (24, 1) and out.dtype == BF16
+        out = torch.ops.wsgemm.grouped_mm(a, b, offs, F32)
+        assert out.dtype == F32 and out.stride() == (20, 1)
+        a3 = torch.empty(8, 5, 64, dtype=BF16, device="cuda")
+        assert torch.ops.wsgemm.grouped_mm(a3, b).shape == (8, 5, 20)
+        with pytest.raises(ValueError, match="needs offs"):
+            torch.ops.wsgemm.grouped_mm(a, b)
+
+
+def test_it_is_public_and_registered():
+    assert wsgemm.grouped_mm.__module__ == "wsgemm.grouped"
+    assert "grouped_mm" in wsgemm.__all__
+    assert hasattr(torch.ops.wsgemm, "grouped_mm")
+
+
+@pytest.mark.parametrize("form", ["2d3d", "2d2d", "3d2d"])
+def test_gradients_match_float64(form, monkeypatch):
+    """Through the registered op's autograd, on the stand-in dispatcher (CPU tensors). (The
+    3D x 3D form is ``wsgemm.matmul``'s batched product, whose gradients tests/ops checks.)"""
+    d = dispatcher()
+    monkeypatch.setattr(core, "host_dispatcher", lambda: d)
+    torch.manual_seed(2)
+    shapes = {
+        "2d3d": ((20, 8), (3, 8, 16), ends(4, 0, 12)),
+        "2d2d": ((5, 24), (24, 16), ends(8, 0, 12)),
+        "3d2d": ((3, 5, 8), (8, 24), ends(8, 0, 12)),
+    }
+    a_shape, b_shape, offs = shapes[form]
+    a = torch.randn(a_shape, dtype=F32).to(BF16).requires_grad_()
+    b = torch.randn(b_shape, dtype=F32).to(BF16).requires_grad_()
+    out = torch.ops.wsgemm.grouped_mm(a, b, offs)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    a64 = a.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_()
+    ref = _reference_op(a64, b64, offs, form)
+    ref.backward(grad.double())
+    for got, want in ((a.grad, a64.grad), (b.grad, b64.grad)):
+        assert got.shape == want.shape
+        err = (got.double() - want).abs().max().item()
+        assert err <= 4 * tolerance(BF16, 24) * max(want.abs().max().item(), 1.0), err
+
+
+def _reference_op(a, b, offs, form):
+    """The forward in float64 with ops autograd differentiates; what the groups leave unwritten
+    is a constant zero (so its gradient is zero)."""
+    e = [0, *offs.tolist()]
+    if form == "2d3d":
+        parts = [a[e[g] : e[g + 1]] @ b[g] for g in range(len(b))]
+        rest = torch.zeros(a.shape[0] - e[-1], b.shape[2], dtype=a.dtype)
+        return torch.cat([*parts, rest])
+    if form == "2d2d":
+        return torch.stack([a[:, e[g] : e[g + 1]] @ b[e[g] : e[g + 1]] for g in range(len(offs))])
+    parts = [a[g] @ b[:, e[g] : e[g + 1]] for g in range(len(a))]
+    rest = torch.zeros(a.shape[1], b.shape[1] - e[-1], dtype=a.dtype)
+    return torch.cat([*parts, rest], dim=1)

@@ -1,0 +1,95 @@
+"""The grouped sm90 kernel (issue #26) compiles without a GPU, spill-free, to the dense kernel's
+hardware path plus what a ragged group needs: the offsets read from global memory and the
+predicated stores of a group's last tile beside the TMA stores of whole tiles.
+
+The default run compiles the variant ``auto`` runs for small groups (64x128 ping-pong); the
+sweep (``-m sweep``) the shipped tiles, both majors of each operand, bf16 and an fp32 output.
+"""
+
+import dataclasses
+
+import pytest
+from sass_checks import assert_clean
+
+from wsgemm import host, sass
+from wsgemm.kernels.sm90.config import Sm90Config
+
+SMALL = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong")
+REPRESENTATIVE = host.Variant("sm90-pingpong", "sm_90a", config=SMALL, grouping="m")
+SWEEP = [
+    host.Variant("sm90", "sm_90a", grouping="m"),
+    host.Variant("sm90-pingpong", "sm_90a", grouping="m"),
+    host.Variant("sm90", "sm_90a", "bfloat16", "float32", grouping="m"),
+    host.Variant("sm90", "sm_90a", a_major="m", b_major="n", grouping="m"),
+    host.Variant(
+        "sm90-pingpong", "sm_90a", "bfloat16", "bfloat16", config=SMALL, b_major="n", grouping="m"
+    ),  # fmt: skip
+    host.Variant("sm90", "sm_90a", config=Sm90Config(tile_n=128, cluster_n=2), grouping="m"),
+]
+
+NEEDS = {
+    "HGMMA": "consumers issue warpgroup MMA",
+    "UTMALDG": "the producer loads tiles with TMA",
+    "UTMASTG": "whole tiles are stored with TMA",
+    "USETMAXREG": "the producer gives registers to the consumers",
+    "SYNCS": "roles meet on mbarriers",
+}
+
+
+def _assert_grouped(r, variant) -> None:
+    assert_clean(r)
+    ops = set(sass.opcodes(r.sass_text))
+    for op, why in NEEDS.items():
+        assert any(o.startswith(op) for o in ops), f"no {op}: {why}"
+    assert not any(o.startswith("CALL") for o in ops), "a CALL in the kernel"
+    # the groups' ends, read by every role's schedule
+    assert any(o.startswith("LDG.E") for o in ops), "the offsets are not read"
+    # a group's last tile: its rows copied out of shared memory under a predicate
+    width = 32 if variant.c_dtype == "float32" else 16
+    assert any(o.startswith(f"LDS.U{width}") or o == f"LDS.{width}" or o.startswith("LDS")
+               for o in ops), "no shared-memory read of the subtile"  # fmt: skip
+    assert any(o.startswith("STG.E") for o in ops), "no predicated global store"
+
+
+def test_the_grouped_kernel_compiles_spill_free(compiled):
+    _assert_grouped(compiled(REPRESENTATIVE).report, REPRESENTATIVE)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", SWEEP, ids=lambda v: v.key())
+def test_every_grouped_variant_compiles_spill_free(compiled, variant):
+    _assert_grouped(compiled(variant).report, variant)
+
+
+def test_grouped_keys_are_apart_and_dense_keys_unchanged():
+    dense = host.Variant("sm90", "sm_90a")
+    grouped = dataclasses.replace(dense, grouping="m")
+    assert grouped.key() == dense.key() + "-grouping=m"
+    assert "grouping" not in dense.key()
+    assert grouped.kernel_class().__name__ == "Sm90GroupedGemm"
+
+
+def test_a_backend_without_a_grouped_kernel_is_refused():
+    with pytest.raises(ValueError, match="no grouped GEMM"):
+        host.Variant("sm80", "sm_80", grouping="m")
+
+
+@pytest.mark.parametrize(
+    "options, what",
+    [
+        (dict(config=Sm90Config(split_k=2)), "split-K"),
+        (dict(config=Sm90Config(swap_ab=True, tile_n=32, schedule="pingpong", tile_m=64)), "swap"),
+        (dict(epilogue="bias_col"), "bias"),
+    ],
+)
+def test_the_grouped_kernel_refuses_what_it_does_not_have(options, what):
+    variant = host.Variant("sm90", "sm_90a", grouping="m", **options)
+    with pytest.raises(ValueError, match=what):
+        host.make_kernel(variant)
+
+
+def test_the_grouped_launch_takes_the_offsets_last():
+    """The host passes (raster group, split, workspace, semaphores, bias, offs)."""
+    cls = host.Variant("sm90", "sm_90a", grouping="m").kernel_class()
+    assert [name for name, _ in cls.LAUNCH_EXTRAS][-2:] == ["bias", "offs"]
+    assert cls.launch_defaults() == (0, 1, None, None, None, None)

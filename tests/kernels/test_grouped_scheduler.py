@@ -1,0 +1,100 @@
+"""The grouped kernel's schedule (``kernels.common.grouped_scheduler``), replayed on the host:
+every tile of every group runs exactly once, on one CTA; a cluster never straddles two groups;
+the launch bound holds for any group sizes; ends that decrease or overrun are clamped."""
+
+import math
+import random
+
+import pytest
+
+from wsgemm.kernels.common.grouped_scheduler import ragged_unit_order, unit_bound
+
+
+def _clamped(ends: list[int], rows: int) -> list[tuple[int, int]]:
+    """Each group's [first, end) rows as the kernel reads the ends."""
+    out, prev = [], 0
+    for e in ends:
+        hi = min(max(e, prev), rows)
+        out.append((prev, hi))
+        prev = hi
+    return out
+
+
+def _check(ends, rows, num_n, tile_m, group, num_ctas, cluster):
+    order = ragged_unit_order(ends, rows, num_n, tile_m, group, num_ctas, cluster)
+    spans = _clamped(ends, rows)
+    seen = {}
+    for cta, units in enumerate(order):
+        for u in units:
+            g = int(u.l)
+            first, end = spans[g]
+            assert (int(u.row0), int(u.row_end)) == (first, end)
+            assert u.rows_left(tile_m) > -tile_m * cluster[0]  # at most a ragged cluster's surplus
+            assert int(u.n) < -(-num_n // cluster[1]) * cluster[1]
+            if u.rows_left(tile_m) > 0 and int(u.n) < num_n:  # else a ragged cluster's surplus
+                key = (g, int(u.m), int(u.n))
+                assert key not in seen, f"tile {key} runs on CTAs {seen[key]} and {cta}"
+                seen[key] = cta
+    want = {
+        (g, m, n)
+        for g, (first, end) in enumerate(spans)
+        for m in range(-(-(end - first) // tile_m))
+        for n in range(num_n)
+    }
+    assert set(seen) == want
+    # the CTAs of a cluster (consecutive in launch order) run the same units of one group
+    size = cluster[0] * cluster[1]
+    for c in range(0, len(order), size):
+        cluster_units = [[(int(u.work), int(u.l)) for u in order[c + i]] for i in range(size)]
+        assert all(units == cluster_units[0] for units in cluster_units)
+    return order
+
+
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)])
+@pytest.mark.parametrize("tile_m", [64, 128])
+def test_every_tile_of_every_group_runs_once(cluster, tile_m):
+    rng = random.Random(f"{cluster}{tile_m}")
+    for _ in range(12):
+        groups = rng.choice([1, 2, 7, 33])
+        sizes = [rng.choice([0, 1, 5, tile_m, tile_m + 1, 3 * tile_m - 7]) for _ in range(groups)]
+        ends = [sum(sizes[: i + 1]) for i in range(groups)]
+        rows = ends[-1] + rng.choice([0, 3])  # rows past the last group stay unwritten
+        num_n = rng.choice([1, 3, 4])
+        _check(ends, rows, num_n, tile_m, rng.choice([1, 2, 4]) * cluster[0], 16, cluster)
+
+
+def test_empty_groups_and_no_rows():
+    assert all(units == [] for units in ragged_unit_order([0, 0, 0], 0, 2, 128, 8, 8))
+    order = _check([0, 10, 10], 10, 2, 128, 8, 8, (1, 1))
+    assert sum(len(u) for u in order) == 2
+
+
+def test_ends_that_decrease_or_overrun_are_clamped():
+    """The host cannot check the offsets (they are on the GPU): a decreasing end is an empty
+    group, an end past the rows stops at the rows; no tile reaches past them."""
+    order = _check([50, 20, 400, 300], 120, 2, 64, 8, 8, (1, 1))
+    groups = {int(u.l) for units in order for u in units}
+    assert groups == {0, 2}
+    assert all(int(u.row_end) <= 120 for units in order for u in units)
+
+
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_the_launch_bound_covers_any_group_sizes(cluster_m):
+    rng = random.Random(cluster_m)
+    for _ in range(200):
+        groups, tile_m = rng.randint(1, 40), rng.choice([64, 128])
+        sizes = [rng.choice([0, 1, rng.randint(0, 3 * tile_m)]) for _ in range(groups)]
+        rows, clusters_n = sum(sizes), rng.randint(1, 5)
+        tiles = [math.ceil(s / tile_m) for s in sizes]
+        units = sum(math.ceil(t / cluster_m) for t in tiles) * clusters_n
+        assert units <= unit_bound(rows, groups, tile_m, cluster_m, clusters_n)
+
+
+def test_a_cta_walks_its_groups_forward():
+    """Each CTA's units are in increasing work order and group order: its cursor only moves
+    forward (one read of each group's end per CTA at most)."""
+    ends = [3, 200, 200, 260, 900]
+    for units in ragged_unit_order(ends, 900, 3, 64, 8, 5):
+        works = [int(u.work) for u in units]
+        groups = [int(u.l) for u in units]
+        assert works == sorted(works) and groups == sorted(groups)
