@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|grouped|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -74,6 +74,28 @@ if has epilogue; then
     --json "$OUT/epilogue-bench.json" > "$OUT/epilogue-bench.log" 2>&1
   echo "epilogue bench rc=$?"; grep "==" "$OUT/epilogue-bench.log"
   echo "epilogue done at $((SECONDS - start)) s"
+fi
+if has grouped; then
+  # issue #26 step 1: the grouped kernel's variants compiled in parallel, its GPU tests, the
+  # sanitizer on its ragged cases, then the moe bench (bf16 against torch._grouped_mm)
+  timeout 300 python3 -c "from wsgemm import host; from wsgemm.host.grouped import grouped_variants
+o = host.warm(grouped_variants(), jobs=15); bad = [x for x in o if x.status == 'failed']
+print(len(o) - len(bad), 'grouped variants ready;', *(f'{x.key}: {x.error}' for x in bad[:3]))"
+  timeout ${GROUPED_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_grouped.py > "$OUT/grouped-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/grouped-tests.log" | cut -c1-300 | tail -20
+  timeout 120 python3 scripts/sanitize_grouped.py 2>&1 | tail -2
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_grouped.py \
+      2>&1 | tee "$OUT/sanitize_grouped_$tool.log" | tail -3
+    echo "$tool grouped rc=${PIPESTATUS[0]}"
+  done
+  for dt in ${MOE_DTYPES:-bf16 fp16}; do
+    WSGEMM_AUTOTUNE=0 timeout ${MOE_BENCH_TIMEOUT:-240} python3 -m wsgemm bench --suite moe --dtype $dt \
+      --rounds ${ROUNDS:-5} ${MOE_ARGS:-} --json "$OUT/moe-$dt.json" > "$OUT/moe-$dt.log" 2>&1
+    echo "moe $dt rc=$?"; grep -iE "geomean|wsgemm" "$OUT/moe-$dt.log" | tail -6
+  done
+  echo "grouped done at $((SECONDS - start)) s"
 fi
 if has checks; then
   # docs/perf.md entry 21: what was built without a GPU, checked in one go

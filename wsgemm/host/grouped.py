@@ -15,7 +15,9 @@ from typing import Any
 
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size
 
-__all__ = ["GROUPED_BACKENDS", "grouped_config", "grouped_kernel", "supports_grouped"]
+__all__ = [
+    "GROUPED_BACKENDS", "grouped_config", "grouped_kernel", "grouped_variants", "supports_grouped",
+]  # fmt: skip
 
 #: The backends with a grouped kernel, in the order ``auto`` prefers them.
 GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
@@ -46,6 +48,26 @@ def grouped_config(backend: str, rows: int, groups: int) -> tuple[str, Any]:
         # one 64-row tile per group, 128 columns: many CTAs, each reads its B tile once
         return backend, Sm90Config(tile_m=64, tile_n=128, schedule="pingpong")
     return backend, None  # the backend's shipped config
+
+
+def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
+    """Every grouped variant a call may run on ``arch``: each backend's tiles
+    (``grouped_config``) x input dtype x result dtype (the inputs' or fp32) x operand majors.
+    What a GPU session warms before the grouped tests (``warm`` compiles dense kernels only:
+    a grouped kernel compiles at its first call)."""
+    import itertools
+
+    from ..support import AB_DTYPES
+
+    configs = {grouped_config(backend, rows, 1) for backend in GROUPED_BACKENDS
+               for rows in (SMALL_GROUP_ROWS, MEDIUM_GROUP_ROWS + 1)}  # fmt: skip
+    out = []
+    for (backend, config), ab, am, bm in itertools.product(
+        sorted(configs, key=repr), AB_DTYPES, ("k", "m"), ("k", "n")
+    ):
+        for c in (ab, "float32"):
+            out.append(Variant(backend, arch, ab, c, "float32", am, bm, config, grouping="m"))
+    return out
 
 
 class _Kernels:

@@ -1,0 +1,214 @@
+"""GPU correctness of ``wsgemm.grouped_mm`` (issue #26, step 1) against a float64 reference per
+group, within the suite's tolerance (``assert_within_torch_error``: twice the error of torch's
+own per-group product in the same dtypes, plus the fp32 accumulation bound for fp32 results).
+
+The 2D x 3D form on the grouped kernel: ragged groups (empty ones, one row, tile multiples and
+one past them, primes, everything in one group, rows left past ``offs[-1]``), both majors of A
+and B, offset views, a K not a multiple of 8 (a copy), narrow N (padded rows), fp16 and bf16
+with their own or an fp32 result, each schedule (``auto`` and the named backends), ``out=``
+poisoned with NaN (the groups' rows overwritten, the rest kept), offsets that decrease or run
+past the rows (clamped: no fault); a CUDA graph replayed with new offsets in place (nothing
+read on the host); torch.compile(fullgraph=True); gradients; the other forms' roads.
+"""
+
+import random
+
+import pytest
+import torch
+from operands import assert_within_torch_error, fp32_accumulation_bound, make
+
+import wsgemm
+
+pytestmark = pytest.mark.gpu
+
+CASES = 48
+
+
+def _sizes(rng: random.Random, groups: int, kind: str) -> list[int]:
+    if kind == "balanced":
+        per = rng.choice([1, 8, 64, 128, 129, 300])
+        return [per] * groups
+    if kind == "one":
+        sizes = [0] * groups
+        sizes[rng.randrange(groups)] = rng.choice([1, 127, 1000])
+        return sizes
+    return [rng.choice([0, 0, 1, 5, 63, 64, 65, 128, 129, 257, 997]) for _ in range(groups)]
+
+
+def _cases(seed: int):
+    rng = random.Random(seed)
+    out = []
+    for i in range(CASES):
+        groups = rng.choice([1, 3, 8, 64] if i % 8 else [256, 257])
+        kind = ("balanced", "one", "ragged", "ragged")[i % 4]
+        sizes = _sizes(rng, groups, kind)
+        if groups > 100:
+            sizes = [rng.choice([0, 1, 3, 8, 17]) for _ in range(groups)]
+        out.append(dict(
+            sizes=sizes, tail=rng.choice([0, 0, 5]),
+            k=rng.choice([8, 64, 200, 1000, 4096] if i % 6 else [21, 100]),
+            n=rng.choice([8, 13, 128, 1000, 4096] if groups < 100 else [256, 512]),
+            ab=(torch.float16, torch.bfloat16)[i % 2],
+            out_dtype=None if i % 5 else torch.float32,
+            a_layout=rng.choice(["row", "row", "col", "offset"]),
+            b_kmajor=rng.random() < 0.6,
+            backend=("auto", "auto", "sm90", "sm90-pingpong")[i % 4],
+            use_out=i % 3 == 0,
+        ))  # fmt: skip
+    return out
+
+
+def _operands(c, gen):
+    m = sum(c["sizes"]) + c["tail"]
+    k, n, groups, ab = c["k"], c["n"], len(c["sizes"]), c["ab"]
+    if c["a_layout"] == "col":
+        a = make((m, k), ab, "cuda", col_major=True, gen=gen)
+    else:
+        a = make((m, k), ab, "cuda", offset=8 if c["a_layout"] == "offset" else 0, gen=gen)
+    w = torch.randn(groups, n, k, generator=gen).to(ab).cuda()  # expert weights (G, N, K)
+    b = w.transpose(1, 2) if c["b_kmajor"] else w.transpose(1, 2).contiguous()
+    ends = torch.tensor(c["sizes"]).cumsum(0).to(torch.int32).cuda()
+    return a, b, ends
+
+
+def _check_groups(out, a, b, ends, c_dtype, what):
+    e = [0, *ends.tolist()]
+    for g in range(len(e) - 1):
+        lo, hi = e[g], e[g + 1]
+        if hi == lo:
+            continue
+        ref = a[lo:hi].double() @ b[g].double()
+        theirs = (a[lo:hi] @ b[g]).to(c_dtype)
+        slack = fp32_accumulation_bound(a[lo:hi], b[g]) if c_dtype == torch.float32 else 0.0
+        assert_within_torch_error(out[lo:hi], ref, theirs, f"{what} group {g}", slack)
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_grouped_2d_x_3d_matches_float64_per_group(case):
+    c = _cases(2611)[case]
+    gen = torch.Generator().manual_seed(case)
+    a, b, ends = _operands(c, gen)
+    c_dtype = c["out_dtype"] or c["ab"]
+    kw = dict(out_dtype=c["out_dtype"], backend=c["backend"])
+    if c["use_out"]:
+        out = torch.full((a.shape[0], b.shape[2]), float("nan"), dtype=c_dtype, device="cuda")
+        assert wsgemm.grouped_mm(a, b, ends, out=out, **kw) is out
+        written = int(ends[-1])
+        assert out[written:].isnan().all(), "rows past offs[-1] were written"
+    else:
+        out = wsgemm.grouped_mm(a, b, ends, **kw)
+    assert out.shape == (a.shape[0], b.shape[2]) and out.dtype == c_dtype
+    _check_groups(out, a, b, ends, c_dtype, str(c))
+
+
+def test_a_second_call_with_other_offsets_reads_them_afresh():
+    gen = torch.Generator().manual_seed(5)
+    a = make((300, 64), torch.float16, "cuda", gen=gen)
+    b = torch.randn(4, 64, 96, generator=gen).half().cuda()
+    for sizes in ([100, 0, 150, 50], [1, 1, 1, 297], [0, 0, 0, 0], [300, 0, 0, 0]):
+        ends = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+        _check_groups(wsgemm.grouped_mm(a, b, ends), a, b, ends, torch.float16, str(sizes))
+
+
+def test_offsets_that_decrease_or_overrun_are_clamped_without_a_fault():
+    a = torch.randn(200, 64, device="cuda").half()
+    b = torch.randn(3, 64, 128, device="cuda").half()
+    ends = torch.tensor([120, 40, 10_000], dtype=torch.int32, device="cuda")
+    out = wsgemm.grouped_mm(a, b, ends)
+    torch.cuda.synchronize()  # a fault would surface here
+    clamped = torch.tensor([120, 120, 200], dtype=torch.int32, device="cuda")
+    _check_groups(out, a, b, clamped, torch.float16, "clamped")
+
+
+def test_a_cuda_graph_replays_with_new_offsets():
+    """The offsets are read on the GPU: a captured call follows offsets changed in place."""
+    gen = torch.Generator().manual_seed(7)
+    a = make((512, 128), torch.bfloat16, "cuda", gen=gen)
+    b = torch.randn(8, 128, 256, generator=gen).bfloat16().cuda()
+    ends = torch.tensor([64] * 8).cumsum(0).to(torch.int32).cuda()
+    out = torch.zeros(512, 256, dtype=torch.bfloat16, device="cuda")
+    wsgemm.grouped_mm(a, b, ends, out=out)  # compile and warm outside the capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        wsgemm.grouped_mm(a, b, ends, out=out)
+    torch.cuda.current_stream().wait_stream(stream)
+    for sizes in ([10, 0, 300, 2, 0, 100, 50, 50], [512, 0, 0, 0, 0, 0, 0, 0]):
+        ends.copy_(torch.tensor(sizes).cumsum(0).to(torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_groups(out, a, b, ends, torch.bfloat16, f"replay {sizes}")
+
+
+def test_torch_compile_fullgraph():
+    a = torch.randn(256, 64, device="cuda").half()
+    b = torch.randn(4, 64, 128, device="cuda").half()
+    ends = torch.tensor([30, 100, 100, 256], dtype=torch.int32, device="cuda")
+
+    @torch.compile(fullgraph=True)
+    def f(x, w, offs):
+        return torch.nn.functional.silu(wsgemm.grouped_mm(x, w, offs))
+
+    got = f(a, b, ends)
+    want = torch.nn.functional.silu(wsgemm.grouped_mm(a, b, ends))
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("form", ["2d3d", "3d3d"])
+def test_gradients_match_float64(form):
+    gen = torch.Generator().manual_seed(11)
+    if form == "2d3d":
+        a = torch.randn(200, 64, generator=gen).bfloat16().cuda().requires_grad_()
+        b = torch.randn(4, 64, 96, generator=gen).bfloat16().cuda().requires_grad_()
+        ends = torch.tensor([50, 50, 120, 190], dtype=torch.int32, device="cuda")
+    else:
+        a = torch.randn(4, 50, 64, generator=gen).bfloat16().cuda().requires_grad_()
+        b = torch.randn(4, 64, 96, generator=gen).bfloat16().cuda().requires_grad_()
+        ends = None
+    out = wsgemm.grouped_mm(a, b, ends)
+    grad = torch.randn(out.shape, generator=gen).bfloat16().cuda()
+    out.backward(grad)
+    a64, b64 = a.detach().double(), b.detach().double()
+    g64 = grad.double()
+    if form == "2d3d":
+        e = [0, *ends.tolist()]
+        ga = torch.zeros_like(a64)
+        gb = torch.zeros_like(b64)
+        for g in range(4):
+            lo, hi = e[g], e[g + 1]
+            ga[lo:hi] = g64[lo:hi] @ b64[g].T
+            gb[g] = a64[lo:hi].T @ g64[lo:hi]
+    else:
+        ga, gb = g64 @ b64.transpose(1, 2), a64.transpose(1, 2) @ g64
+    for got, want, name in ((a.grad, ga, "dA"), (b.grad, gb, "dB")):
+        err = (got.double() - want).abs().max().item()
+        assert err <= 2**-6 * want.abs().max().item() + 1e-3, f"{name}: {err}"
+
+
+@pytest.mark.parametrize("form", ["3d3d", "2d2d", "3d2d"])
+def test_the_other_forms(form):
+    gen = torch.Generator().manual_seed(13)
+    dt = torch.bfloat16
+    if form == "3d3d":
+        a, b, offs = (torch.randn(5, 40, 64, generator=gen).to(dt).cuda(),
+                      torch.randn(5, 64, 72, generator=gen).to(dt).cuda(), None)  # fmt: skip
+        ref = a.double() @ b.double()
+        theirs = a @ b
+    elif form == "2d2d":
+        a = torch.randn(40, 96, generator=gen).to(dt).cuda()
+        b = torch.randn(96, 72, generator=gen).to(dt).cuda()
+        offs = torch.tensor([32, 32, 96], dtype=torch.int32, device="cuda")
+        e = [0, 32, 32, 96]
+        ref = torch.stack([a[:, e[g]:e[g + 1]].double() @ b[e[g]:e[g + 1]].double()
+                           for g in range(3)])  # fmt: skip
+        theirs = torch.stack([a[:, e[g] : e[g + 1]] @ b[e[g] : e[g + 1]] for g in range(3)])
+    else:
+        a = torch.randn(3, 40, 64, generator=gen).to(dt).cuda()
+        b = torch.randn(64, 96, generator=gen).to(dt).cuda()
+        offs = torch.tensor([32, 32, 96], dtype=torch.int32, device="cuda")
+        e = [0, 32, 32, 96]
+        ref = torch.cat([a[g].double() @ b[:, e[g] : e[g + 1]].double() for g in range(3)], 1)
+        theirs = torch.cat([a[g] @ b[:, e[g] : e[g + 1]] for g in range(3)], 1)
+    out = wsgemm.grouped_mm(a, b, offs)
+    assert_within_torch_error(out, ref, theirs, form)
