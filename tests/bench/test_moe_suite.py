@@ -289,6 +289,13 @@ def test_a_moe_record_round_trips_and_renders(moe_record, tmp_path):
     }
 
 
+def test_a_moe_record_plots(moe_record, tmp_path):
+    from wsgemm.bench import plot
+
+    plot.plot(moe_record[0], tmp_path / "moe.png")
+    assert (tmp_path / "moe.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_a_grouped_row_whose_sizes_do_not_add_up_is_refused(moe_record):
     rec = copy.deepcopy(moe_record[0])
     rec["results"][0]["grouped"]["sizes"][0] += 1
@@ -351,3 +358,23 @@ def test_without_a_gpu_the_moe_suite_says_so(monkeypatch, capsys):
     argv = ("--suite", "moe", "--models", "mixtral-8x7b", "--backends", "loop,wsgemm")
     assert cli.run(parse(*argv)) == cli.EXIT_NO_GPU
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_moe_suite_end_to_end_on_a_gpu(dtype, tmp_path):
+    path = tmp_path / "moe.json"
+    code = cli.run(
+        parse("--suite", "moe", "--models", "qwen3-30b-a3b", "--tokens", "8", "--dtype", dtype,
+              "--rounds", "2", "--target-ms", "1", "--no-progress", "--json", str(path))
+    )  # fmt: skip
+    rec = schema.load(path)
+    baseline = rec["header"]["options"]["baseline"]
+    assert baseline == ("loop" if dtype == "fp16" else baseline) and baseline in ("torch", "loop")
+    rows = rec["results"]
+    assert len({r["label"] for r in rows}) == 4  # 2 projections x 2 routings
+    assert {r["status"] for r in rows if r["backend"] == baseline} == {"ok"}
+    assert {r["status"] for r in rows if r["backend"] == "loop"} == {"ok"}
+    wrong = [r for r in rows if r["status"] == "wrong"]
+    assert code == (cli.EXIT_FAILED if wrong else cli.EXIT_OK)
