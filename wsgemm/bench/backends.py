@@ -28,14 +28,14 @@ BASELINE = "cublas"
 AUTO = "wsgemm:auto"
 # "wsgemm" stands for wsgemm:auto followed by every named backend the device runs.
 DEFAULT_SELECTION = ("cublas", "wsgemm", "triton", "quack")
-# Rows every table puts first, in this order; the rest keep the order they were selected in.
-LEADING = (BASELINE, AUTO)
 SELECTABLE = ("all", "cublas", "wsgemm", "wsgemm:<name>", "triton", "quack", "quack-tuned")
 
 
-def leading_first(names: list[str]) -> list[str]:
-    """``names`` with cuBLAS, then wsgemm:auto, moved to the front (a stable reorder)."""
-    return sorted(names, key=lambda n: LEADING.index(n) if n in LEADING else len(LEADING))
+def leading_first(names: list[str], baseline: str = BASELINE) -> list[str]:
+    """``names`` with the baseline (cuBLAS; the moe suite's is another), then wsgemm:auto,
+    moved to the front (a stable reorder)."""
+    leading = (baseline, AUTO)
+    return sorted(names, key=lambda n: leading.index(n) if n in leading else len(leading))
 
 
 #: ``--epilogue``'s names: (adds a bias per column, the activation after it).
@@ -82,11 +82,14 @@ def _never(problem: Workload) -> str | None:
 @dataclass(frozen=True)
 class Contender:
     """``make(problem, out)`` returns the call to check and time; ``skip(problem)`` says why a
-    problem is outside what the backend supports (None when it is not)."""
+    problem is outside what the backend supports (None when it is not). A contender with no
+    ``out=`` (``torch._grouped_mm``) has ``returns_output``: its call's return value is checked
+    instead of ``out``."""
 
     name: str
     make: Callable[[Workload, object], Call]
     skip: Callable[[Workload], str | None] = field(default=_never)
+    returns_output: bool = False
 
 
 @dataclass(frozen=True)

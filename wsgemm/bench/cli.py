@@ -13,8 +13,8 @@ import re
 import sys
 
 from ..support import dtype_option
-from . import models, suites
-from .backends import EPILOGUES, SELECTABLE
+from . import models, moe, suites
+from .backends import BASELINE, EPILOGUES, SELECTABLE
 from .layouts import LAYOUTS
 from .runner import (
     ACCUMULATORS,
@@ -53,17 +53,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the README's smoke benchmark: 4096^3, 8192^3 and the 8B gate/up GEMM at 4096 "
         "tokens, 3 rounds",
     )
-    pick.add_argument("--suite", choices=suites.SUITES, help="a named suite (default: square)")
+    pick.add_argument(
+        "--suite",
+        choices=suites.SUITES,
+        help="a named suite (default: square; moe: grouped GEMMs of mixture-of-experts layers)",
+    )
     pick.add_argument(
         "--shapes", metavar="M,N,K;...", help='explicit shapes, e.g. "4096,4096,4096;1,8192,8192"'
     )
     what.add_argument(
-        "--tokens", metavar="T,T,...", help="token counts (M) for the llm/decode suites"
+        "--tokens",
+        metavar="T,T,...",
+        help="token counts (M) for the llm/decode suites; average routed rows per expert for "
+        f"the moe suite (default {','.join(map(str, moe.TOKENS_PER_EXPERT))})",
     )
     what.add_argument(
         "--models",
         metavar="NAME,...",
-        help=f"models for the llm/decode suites ({', '.join(suites.MODELS)})",
+        help=f"models for the llm/decode suites ({', '.join(suites.MODELS)}) or the moe suite "
+        f"({', '.join(moe.MODELS)})",
+    )
+    what.add_argument(
+        "--routing",
+        metavar="NAME,...",
+        help=f"the moe suite's routings ({', '.join(moe.ROUTINGS)}; default: both)",
     )
     what.add_argument(
         "--families",
@@ -119,7 +132,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME,...",
         default="all",
         help=f"comma-separated, from {', '.join(SELECTABLE)} (default: all; cuBLAS always "
-        "runs as the baseline; wsgemm = wsgemm:auto, then every named wsgemm backend)",
+        "runs as the baseline; wsgemm = wsgemm:auto, then every named wsgemm backend); "
+        f"the moe suite's: {', '.join(moe.SELECTABLE)} (the baseline, torch in bf16 and loop "
+        "in fp16, always runs; wsgemm = wsgemm:auto)",
     )
     how = parser.add_argument_group("how to measure")
     how.add_argument(
@@ -169,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         return _emit(rec, args, _stdout_console(), console)
     try:
         shapes, options, suite_name = _plan(args)
-        selection = _selection(args.backends)
+        selection = _selection(args.backends, grouped=suite_name == "moe")
     except ValueError as exc:
         console.print(f"bench: {exc}", style="red", markup=False)
         return EXIT_USAGE
@@ -186,13 +201,14 @@ def run(args: argparse.Namespace) -> int:
     return _measure(args, shapes, options, suite_name, selection, console)
 
 
-def _selection(text: str) -> list[str]:
-    """The --backends list, names checked (no GPU needed): ValueError for an unknown one."""
+def _selection(text: str, grouped: bool = False) -> list[str]:
+    """The --backends list, names checked (no GPU needed): ValueError for an unknown one
+    (``grouped``: the moe suite's names)."""
     from .backends import _expand
 
     # commas inside {...} belong to a tuning candidate, not to the list
     names = re.split(r",(?![^{]*\})", text)
-    _expand(names)
+    (moe.expand if grouped else _expand)(names)
     return names
 
 
@@ -201,7 +217,10 @@ def _plan(args) -> tuple[list, Options, str]:
     tokens = suites.parse_int_list(args.tokens) if args.tokens else None
     names = _names(args.models)
     families = _names(args.families)
+    routings = _names(getattr(args, "routing", None))
     if args.shapes:
+        if routings:
+            raise ValueError("--routing applies to the moe suite, not --shapes")
         if tokens or names:
             raise ValueError("--tokens/--models apply to the llm and decode suites, not --shapes")
         if families is not None or args.count is not None:
@@ -217,7 +236,10 @@ def _plan(args) -> tuple[list, Options, str]:
             families=families,
             count=args.count,
             dtype=args.dtype,
+            routings=routings,
         )
+        if suite_name == "moe":
+            _check_moe_options(args)
     options = Options(
         dtype=args.dtype,
         accumulate=args.accumulate,
@@ -230,6 +252,19 @@ def _plan(args) -> tuple[list, Options, str]:
         epilogue=args.epilogue,
     )
     return shapes, options, suite_name
+
+
+def _check_moe_options(args) -> None:
+    """What the moe suite does not vary: ValueError for an option it would ignore."""
+    if args.accumulate != "fp32":
+        raise ValueError("the moe suite accumulates in fp32 (grouped_mm has no accumulate=)")
+    if args.epilogue != "none":
+        raise ValueError("--epilogue applies to the dense suites, not moe")
+    if args.layout != moe.LAYOUT:
+        raise ValueError(
+            f"the moe suite runs {moe.LAYOUT} (the experts' [G, N, K] weights, transposed), "
+            f"not --layout {args.layout}"
+        )
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
@@ -267,8 +302,12 @@ def _measure(args, shapes, options: Options, suite_name: str, selection, console
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
+    baseline = BASELINE
     try:
-        backends, unavailable = resolve(selection, device)
+        if suite_name == "moe":
+            backends, unavailable, baseline = moe.resolve(selection, device, options.dtype)
+        else:
+            backends, unavailable = resolve(selection, device)
     except ValueError as exc:
         console.print(f"bench: {exc}", style="red", markup=False)
         return EXIT_USAGE
@@ -288,9 +327,10 @@ def _measure(args, shapes, options: Options, suite_name: str, selection, console
         "cublas_reduced_precision_reduction": False,
     }
     names = [b.name for b in backends] + [u.name for u in unavailable]
-    header = env.collect(
-        device, nvml, options=options.to_dict(suite_name, names), method=method, notes=notes
-    )
+    recorded = options.to_dict(suite_name, names)
+    if baseline != BASELINE:
+        recorded["baseline"] = baseline
+    header = env.collect(device, nvml, options=recorded, method=method, notes=notes)
     fpc = header["flop_per_clock_per_sm"]
 
     def peak_at(clock_mhz):
@@ -299,7 +339,7 @@ def _measure(args, shapes, options: Options, suite_name: str, selection, console
     steps = len(shapes) * (1 + options.rounds)
     with ProgressBar(console, steps, disabled=args.no_progress) as bar:
         output = runner.run(
-            shapes, backends, unavailable, options, timer, device, peak_at, bar.start
+            shapes, backends, unavailable, options, timer, device, peak_at, bar.start, baseline
         )
     if output.clocks_mhz:
         header["clocks"]["sm_observed_mhz"] = [min(output.clocks_mhz), max(output.clocks_mhz)]

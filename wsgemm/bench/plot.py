@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .backends import BASELINE
-from .report import backends_in_order, shapes_in_order
+from .report import backends_in_order, baseline_of, shapes_in_order
 
 # Beyond this spread of TFLOP/s (decode next to 16k-token shapes) a linear axis flattens the
 # small shapes into the floor, so the top panel goes logarithmic.
@@ -24,6 +24,7 @@ def plot(rec: dict, path) -> None:
         2, 1, figsize=(max(9.0, 0.45 * len(shapes) + 5), 8.5), sharex=True
     )
     not_plotted, all_tflops = [], []
+    baseline = baseline_of(rec)  # cuBLAS; the moe suite's torch or loop
     for i, backend in enumerate(backends_in_order(rec)):
         rows = [cells.get((s[0], backend)) for s in shapes]
         ok = {x: r for x, r in enumerate(rows) if r is not None and r["status"] == "ok"}
@@ -35,7 +36,7 @@ def plot(rec: dict, path) -> None:
         label = backend + (f" (not ok on {len(failed)})" if failed else "")
         all_tflops += [r["tflops"] for r in ok.values()]
         top.plot([], [], label=label, **style)
-        if backend != BASELINE:
+        if backend != baseline:
             bottom.plot([], [], label=backend, **style)
         # One line per run of related shapes (one projection across token counts), broken
         # where a shape has no ok result: a line never bridges shapes that are not a series.
@@ -43,13 +44,14 @@ def plot(rec: dict, path) -> None:
             for segment in _segments([x for x in run if x in ok]):
                 top.plot(segment, [ok[x]["tflops"] for x in segment], **style)
                 ratios = [ok[x]["ratio_to_cublas"] for x in segment]
-                if backend != BASELINE and None not in ratios:
+                if backend != baseline and None not in ratios:
                     _ratio_bars(bottom, segment, ratios, style)
-    bottom.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label=f"{BASELINE} = 1")
+    bottom.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label=f"{baseline} = 1")
     if all_tflops and max(all_tflops) > LOG_SCALE_SPREAD * min(all_tflops):
         top.set_yscale("log")
     top.set_ylabel("TFLOP/s (median over rounds)")
-    bottom.set_ylabel("cuBLAS time / backend time\n(median, min-max over rounds)")
+    name = "cuBLAS" if baseline == BASELINE else baseline
+    bottom.set_ylabel(f"{name} time / backend time\n(median, min-max over rounds)")
     bottom.set_xticks(range(len(shapes)), [s[0] for s in shapes], rotation=60, ha="right")
     bottom.tick_params(axis="x", labelsize=8)
     for ax in (top, bottom):

@@ -1,8 +1,9 @@
 """Tables drawn from a benchmark record: the terminal report (rich) and a Markdown summary.
 
 Every table lists cuBLAS first, then ``wsgemm:auto`` (what users call), then the rest in run
-order. Memory-bound shapes (``roofline.py``) also show their effective bandwidth and its share
-of the HBM peak.
+order; a record with another baseline (the moe suite's ``torch`` or ``loop``,
+``header.options.baseline``) lists and compares with that one instead. Memory-bound shapes
+(``roofline.py``) also show their effective bandwidth and its share of the HBM peak.
 """
 
 from __future__ import annotations
@@ -24,9 +25,22 @@ def shapes_in_order(rec: dict) -> list[tuple]:
     return list(seen)
 
 
+def baseline_of(rec: dict) -> str:
+    """The backend the record's ratios are to (cuBLAS unless the record names another)."""
+    return rec["header"]["options"].get("baseline", BASELINE)
+
+
+def _vs(rec: dict) -> str:
+    """The baseline as column titles name it."""
+    name = baseline_of(rec)
+    return "cuBLAS" if name == BASELINE else name
+
+
 def backends_in_order(rec: dict) -> list[str]:
-    """cuBLAS, then wsgemm:auto, then the other backends in the order they first appear."""
-    return leading_first(list(dict.fromkeys(r["backend"] for r in rec["results"])))
+    """The baseline, then wsgemm:auto, then the other backends in the order they first
+    appear."""
+    names = list(dict.fromkeys(r["backend"] for r in rec["results"]))
+    return leading_first(names, baseline_of(rec))
 
 
 def memory_bound_shapes(rec: dict) -> list[tuple]:
@@ -72,7 +86,7 @@ def render(rec: dict, console=None) -> None:
     table = Table(show_lines=False, header_style="bold")
     for name, justify in (
         ("shape", "left"), ("M x N x K", "right"), ("backend", "left"), ("status", "left"),
-        ("ms", "right"), ("TFLOP/s", "right"), ("vs cuBLAS (min-max)", "right"),
+        ("ms", "right"), ("TFLOP/s", "right"), (f"vs {_vs(rec)} (min-max)", "right"),
         ("% peak", "right"), ("TB/s", "right"), ("% HBM", "right"), ("SM MHz", "right"),
         ("W", "right"),
     ):  # fmt: skip
@@ -87,7 +101,7 @@ def render(rec: dict, console=None) -> None:
     console.print(table)
     console.print(_summary_table(rec))
     if skews:
-        console.print(_skew_note(skews), highlight=False, markup=False)
+        console.print(_skew_note(skews, _vs(rec)), highlight=False, markup=False)
 
 
 def render_text(rec: dict, width: int = 160) -> str:
@@ -105,17 +119,18 @@ CLOCK_SKEW = 0.05
 
 
 def clock_skews(rec: dict) -> dict[tuple[str, str], float]:
-    """(label, backend) -> its SM clock / cuBLAS's clock on the same shape - 1, for the rows
-    where that exceeds ``CLOCK_SKEW`` either way (both clocks known)."""
+    """(label, backend) -> its SM clock / the baseline's (cuBLAS's) clock on the same shape - 1,
+    for the rows where that exceeds ``CLOCK_SKEW`` either way (both clocks known)."""
+    baseline = baseline_of(rec)
     base = {
         r["label"]: r["sm_clock_mhz"]
         for r in rec["results"]
-        if r["backend"] == BASELINE and r["status"] == "ok" and r["sm_clock_mhz"]
+        if r["backend"] == baseline and r["status"] == "ok" and r["sm_clock_mhz"]
     }
     out = {}
     for r in rec["results"]:
         clock, ref = r["sm_clock_mhz"], base.get(r["label"])
-        if r["backend"] == BASELINE or r["status"] != "ok" or not clock or not ref:
+        if r["backend"] == baseline or r["status"] != "ok" or not clock or not ref:
             continue
         skew = clock / ref - 1.0
         if abs(skew) > CLOCK_SKEW:
@@ -123,9 +138,9 @@ def clock_skews(rec: dict) -> dict[tuple[str, str], float]:
     return out
 
 
-def _skew_note(skews: dict) -> str:
+def _skew_note(skews: dict, baseline: str = "cuBLAS") -> str:
     return (
-        f"* {len(skews)} row(s) ran at an SM clock more than {CLOCK_SKEW:.0%} from cuBLAS's "
+        f"* {len(skews)} row(s) ran at an SM clock more than {CLOCK_SKEW:.0%} from {baseline}'s "
         "rounds of the same shape (shown next to the ratio): under the power cap their ratio "
         "is partly the clock"
     )
@@ -161,14 +176,16 @@ def markdown(rec: dict) -> str:
     ]
     skews = clock_skews(rec)
     for label, m, n, k in shapes_in_order(rec):
-        row = [label, f"{m} x {n} x {k}"]
+        groups = _groups_text(next(r for r in rec["results"] if r["label"] == label))
+        row = [label, f"{m} x {n} x {k}{groups}"]
         for backend in backends:
             r = cells.get((label, backend))
             skew = skews.get((label, backend))
-            row.append(_md_cell(r) + ("" if skew is None else f" *clock {skew:+.0%}"))
+            clock = "" if skew is None else f" *clock {skew:+.0%}"
+            row.append(_md_cell(r, baseline_of(rec)) + clock)
         lines.append("| " + " | ".join(row) + " |")
     if skews:
-        lines += ["", _skew_note(skews)]
+        lines += ["", _skew_note(skews, _vs(rec))]
     bound = memory_bound_shapes(rec)
     if bound:
         lines += [
@@ -186,7 +203,7 @@ def markdown(rec: dict) -> str:
             lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
-        "| backend | geomean vs cuBLAS | range | geomean TFLOP/s | ok/wrong/skipped/error |",
+        f"| backend | geomean vs {_vs(rec)} | range | geomean TFLOP/s | ok/wrong/skipped/error |",
         "|---|---:|---:|---:|---:|",
     ]
     for s in summary(rec):
@@ -218,6 +235,7 @@ def _cells(shape: tuple, r: dict, first: bool, skew: float | None = None) -> lis
     from rich.text import Text
 
     label, m, n, k = shape
+    dims = f"{m}x{n}x{k}" + _groups_text(r)
     status = Text(r["status"] if r["status"] == "ok" else f"{r['status']}: {r['note']}")
     status.stylize(STATUS_STYLE[r["status"]])
     ratio = r["ratio_to_cublas"]
@@ -230,7 +248,7 @@ def _cells(shape: tuple, r: dict, first: bool, skew: float | None = None) -> lis
     # Text, not str: rich would read "[...]" in a label or note as markup.
     return [
         Text(label if first else ""),
-        Text(f"{m}x{n}x{k}" if first else ""),
+        Text(dims if first else ""),
         Text(r["backend"]),
         status,
         Text(_num(r["median_ms"], 4)),
@@ -249,7 +267,7 @@ def _summary_table(rec: dict):
     from rich.text import Text
 
     table = Table(title="per backend, over the shapes it ran", header_style="bold")
-    for name in ("backend", "geomean vs cuBLAS", "range", "geomean TFLOP/s", "ok", "wrong",
+    for name in ("backend", f"geomean vs {_vs(rec)}", "range", "geomean TFLOP/s", "ok", "wrong",
                  "skipped", "error"):  # fmt: skip
         table.add_column(name, justify="left" if name == "backend" else "right")
     for s in summary(rec):
@@ -267,16 +285,27 @@ def _summary_table(rec: dict):
     return table
 
 
-def _md_cell(r: dict | None) -> str:
+def _md_cell(r: dict | None, baseline: str = BASELINE) -> str:
     if r is None:
         return ""
     if r["status"] != "ok":
         return r["status"]
     ratio = r["ratio_to_cublas"]
     tflops = f"{r['tflops']:.{0 if r['tflops'] >= 10 else 1}f}"
-    if r["backend"] == BASELINE or not ratio:
+    if r["backend"] == baseline or not ratio:
         return tflops
     return f"{tflops} ({ratio['median']:.2f}x)"
+
+
+def _groups_text(r: dict) -> str:
+    """A grouped row's groups, for the M x N x K column: `` (256 groups, max 812, 3 empty)``
+    (M is the rows of all groups); empty for any other row."""
+    grouped = r.get("grouped")
+    if not grouped:
+        return ""
+    sizes = grouped["sizes"]
+    empty = sizes.count(0)
+    return f" ({len(sizes)} groups, max {max(sizes)}" + (f", {empty} empty)" if empty else ")")
 
 
 def _md_bandwidth_cell(r: dict | None) -> str:

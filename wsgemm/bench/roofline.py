@@ -7,6 +7,9 @@ bandwidth. Its arithmetic intensity is FLOP over those bytes. Below the device's
 cores, sets the speed limit: such a shape is *memory-bound*, and its bandwidth as a share of
 the HBM peak says how close a kernel came to that limit (decode GEMMs, M of a few tokens).
 
+A grouped GEMM (the moe suite: ``m`` rows split among G experts, each with its own N x K
+weight) reads the weight of every expert that has rows, so B counts once per non-empty group.
+
 The fields are derived from the header and the row alone, so a record from before they
 existed (schema version 1) gets them when it is read.
 """
@@ -17,14 +20,15 @@ from ..support import element_bytes
 from . import hardware
 
 
-def bytes_moved(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
-    """A and B read once, C written once: the least any GEMM kernel moves."""
-    return (m * k + n * k) * in_bytes + m * n * out_bytes
+def bytes_moved(m: int, n: int, k: int, in_bytes: int, out_bytes: int, weights: int = 1) -> int:
+    """A and B read once, C written once: the least any GEMM kernel moves (``weights``: how
+    many N x K matrices B is, the non-empty groups of a grouped GEMM)."""
+    return (m * k + weights * n * k) * in_bytes + m * n * out_bytes
 
 
-def intensity(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> float:
+def intensity(m: int, n: int, k: int, in_bytes: int, out_bytes: int, weights: int = 1) -> float:
     """FLOP per byte moved: 2*M*N*K over ``bytes_moved``."""
-    return 2 * m * n * k / bytes_moved(m, n, k, in_bytes, out_bytes)
+    return 2 * m * n * k / bytes_moved(m, n, k, in_bytes, out_bytes, weights)
 
 
 def header_fields(
@@ -49,10 +53,13 @@ def annotate(header: dict, results: list[dict]) -> None:
     ridge, peak = header["ridge_flop_per_byte"], header["hbm_tbps"]
     for row in results:
         size = element_bytes(row["dtype"])  # the benchmark's output has the inputs' dtype
-        moved = bytes_moved(row["m"], row["n"], row["k"], size, size)
+        grouped = row.get("grouped")
+        weights = sum(s > 0 for s in grouped["sizes"]) if grouped else 1
+        dims = (row["m"], row["n"], row["k"], size, size, weights)
+        moved = bytes_moved(*dims)
         row["memory_bound"] = None
         if ridge is not None:
-            row["memory_bound"] = intensity(row["m"], row["n"], row["k"], size, size) < ridge
+            row["memory_bound"] = intensity(*dims) < ridge
         row["tbps"] = row["pct_of_hbm"] = None
         if row["status"] == "ok":
             row["tbps"] = moved / (row["median_ms"] * 1e9)

@@ -4,7 +4,7 @@ Per shape::
 
     operands  <- randn A, B in the layout (seeded per shape)
     reference <- fp32 A @ B
-    for each backend (cuBLAS first: its error sets the others' tolerance):
+    for each backend (the baseline, cuBLAS, first: its error sets the others' tolerance):
         poison out with NaN; call once (compiles); compare with the reference
         wrong -> reported with its errors, never timed; raised -> error (or skipped if the
         backend refused the problem with ValueError/NotImplementedError)
@@ -13,6 +13,9 @@ Per shape::
         for backend in the checked ones, rotated by one each round:
             one measurement (measure.py)
     summarize each backend across rounds, ratios paired with cuBLAS round by round
+
+A grouped problem (``moe.GroupedShape``, the moe suite) runs the same way with its own
+operands, contenders and baseline (moe.py), checked against an fp64 product per group.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ..support import (
     short_name,
     torch_dtype,
 )
-from . import check, schema
+from . import check, moe, schema
 from .backends import BASELINE, EPILOGUES, Contender, Unavailable, Workload
 from .layouts import Layout, make_operands
 from .measure import Estimate, Sample, Timer, reps_for, rotated, summarize, tflops
@@ -139,16 +142,18 @@ class _Context:
     timer: Timer
     device: object  # torch.device
     on_step: Callable[[str], None]
+    baseline: str = BASELINE
 
 
 @dataclass(frozen=True)
 class _Inputs:
-    """One shape's operands, what every backend is handed, and the answer it must give."""
+    """One shape's operands, what every backend is handed, and how far an output is from the
+    answer it must give."""
 
     shape: Shape
     problem: Workload
     dtype: object  # torch dtype of A, B and the output
-    ref: object  # fp32 (M, N) reference
+    errors: Callable[[object], check.Errors]  # an (M, N) output's errors
 
 
 def run(
@@ -160,15 +165,17 @@ def run(
     device,
     peak_tflops_at: Callable[[float | None], float | None],
     on_step: Callable[[str], None] | None = None,
+    baseline: str = BASELINE,
 ) -> RunOutput:
     """Check and time every backend on every shape; stops early only if CUDA breaks. A shape
     that fails outside a backend (its operands do not fit in memory, ...) gets error rows and
-    the run goes on, so the rows measured before it are never lost."""
+    the run goes on, so the rows measured before it are never lost. Ratios are to
+    ``baseline``, which must be the first backend (cuBLAS; the moe suite's is another)."""
     import torch
 
-    if not backends or backends[0].name != BASELINE:
-        raise ValueError(f"the first backend must be the baseline {BASELINE!r}")
-    ctx = _Context(backends, options, timer, torch.device(device), on_step or _quiet)
+    if not backends or backends[0].name != baseline:
+        raise ValueError(f"the first backend must be the baseline {baseline!r}")
+    ctx = _Context(backends, options, timer, torch.device(device), on_step or _quiet, baseline)
     output = RunOutput(rows=[], clocks_mhz=[])
     with _full_precision_cublas_reductions(torch):
         for index, shape in enumerate(shapes):
@@ -180,7 +187,9 @@ def run(
                 aborted = None
                 if not _context_alive(ctx.device):
                     aborted = f"CUDA context lost on {shape.label}: {_describe(exc)}"
-            output.rows += _rows(shape, backends, unavailable, outcomes, options, peak_tflops_at)
+            output.rows += _rows(
+                shape, backends, unavailable, outcomes, options, peak_tflops_at, baseline
+            )
             output.clocks_mhz += [
                 s.sm_clock_mhz
                 for o in outcomes.values()
@@ -204,9 +213,9 @@ def _run_shape(ctx: _Context, index: int, shape: Shape):
     inputs = _inputs(ctx, index, shape)
     try:
         for backend in ctx.backends:
-            baseline = outcomes[BASELINE]
+            baseline = outcomes[ctx.baseline]
             tolerance = check.model_tolerance(ctx.options.dtype, ctx.options.accumulate, shape.k)
-            if backend.name != BASELINE and baseline.status == "ok":
+            if backend.name != ctx.baseline and baseline.status == "ok":
                 tolerance = check.tolerance(tolerance, baseline.errors)
             outcome = outcomes[backend.name]
             _check(ctx, backend, inputs, tolerance, outcome)
@@ -243,6 +252,9 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     generator = torch.Generator(device=ctx.device)
     generator.manual_seed(options.seed + index)
     dtype = torch_dtype(options.dtype)
+    if isinstance(shape, moe.GroupedShape):
+        grouped = moe.workload(shape, dtype, ctx.device, generator)
+        return _Inputs(shape, grouped, dtype, lambda out: moe.errors(out, grouped))
     layout = Layout(shape.layout or options.layout)
     a, b = make_operands(layout, shape.m, shape.n, shape.k, dtype, ctx.device, generator)
     accumulate = torch_dtype(options.accumulate)
@@ -251,7 +263,8 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     if has_bias:
         bias = torch.randn(shape.n, generator=generator, device=ctx.device).to(dtype)
     problem = Workload(a, b, accumulate, options.accumulate, bias, activation)
-    return _Inputs(shape, problem, dtype, check.reference(a, b, bias, activation))
+    ref = check.reference(a, b, bias, activation)
+    return _Inputs(shape, problem, dtype, lambda out: check.errors(out, ref))
 
 
 def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcome: _Outcome):
@@ -266,8 +279,13 @@ def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcom
     check.poison(out)
     try:
         call = backend.make(inputs.problem, out)
-        call()  # the first call compiles (or autotunes): checked here, never timed
+        produced = call()  # the first call compiles (or autotunes): checked here, never timed
         _sync(ctx.device)
+        if backend.returns_output:
+            if getattr(produced, "shape", None) != out.shape:
+                outcome.fail("error", f"returned {_shape_of(produced)}, not {tuple(out.shape)}")
+                return
+            out = produced
     except REFUSALS as exc:
         outcome.fail("skipped", f"unsupported: {_describe(exc)}")
         return
@@ -277,7 +295,7 @@ def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcom
             lost = f"CUDA context lost after {backend.name} on {shape.label}"
             raise FatalCudaError(lost) from exc
         return
-    outcome.errors = check.errors(out, inputs.ref)
+    outcome.errors = inputs.errors(out)
     outcome.tolerance = tolerance
     verdict = tolerance.verdict(outcome.errors)
     if verdict:
@@ -303,10 +321,12 @@ def _abandon(outcomes: dict[str, _Outcome], message: str) -> None:
             outcome.fail("error", f"not run: {message}")
 
 
-def _rows(shape, backends, unavailable, outcomes, options, peak_tflops_at) -> list[dict]:
+def _rows(
+    shape, backends, unavailable, outcomes, options, peak_tflops_at, baseline_name=BASELINE
+) -> list[dict]:
     layout = shape.layout or options.layout
     common = dict(dtype=options.dtype, layout=layout, accumulate=options.accumulate)
-    baseline = outcomes[BASELINE]
+    baseline = outcomes[baseline_name]
     baseline_samples = baseline.samples if baseline.status == "ok" else None
     rows = []
     for backend in backends:
@@ -362,6 +382,11 @@ def _error_dict(o: _Outcome) -> dict | None:
         "tol_rel": o.tolerance.rel,
         "tol_peak": o.tolerance.peak,
     }
+
+
+def _shape_of(value) -> str:
+    shape = getattr(value, "shape", None)
+    return type(value).__name__ if shape is None else str(tuple(shape))
 
 
 def _sync(device) -> None:

@@ -35,6 +35,12 @@ Version 2::
 ``load`` validates a file against this and raises ``RecordError`` naming the first bad field.
 A ratio above 1 means faster than cuBLAS.
 
+Grouped problems (the moe suite, moe.py) add two keys, optional so that every other record
+stays as it was: ``header.options.baseline``, the backend the ratios are to (absent:
+``"cublas"``; ``ratio_to_cublas`` keeps its name), and on each row ``grouped``: {"groups": G,
+"routing": "balanced" | "skewed", "tokens_per_expert": T, "sizes": [rows of each group]}, where
+``m`` is the sum of the sizes and the weights are G matrices of N x K.
+
 Version 1 lacked ``hbm_tbps``, ``ridge_flop_per_byte``, ``memory_bound``, ``tbps`` and
 ``pct_of_hbm``; every one is derived from the rest of the record, so ``load`` reads a version 1
 file as version 2 with them filled in (``upgrade``).
@@ -135,6 +141,10 @@ _RESULT = {
     "round_ms": list,
     "error": (_ERROR, type(None)),
 }
+_GROUPED = {"groups": int, "routing": str, "tokens_per_expert": int, "sizes": list}
+# Keys only some records have (the module docstring): checked where present.
+_OPTIONAL_OPTIONS = {"baseline": str}
+_OPTIONAL_RESULT = {"grouped": _GROUPED}
 # What version 2 added, all derived (roofline.py): a version 1 record is read without them.
 _ADDED_IN_2 = {"header": ("hbm_tbps", "ridge_flop_per_byte"),
                "result": ("memory_bound", "tbps", "pct_of_hbm")}  # fmt: skip
@@ -143,7 +153,8 @@ CSV_COLUMNS = (
     "group", "label", "m", "n", "k", "dtype", "layout", "accumulate", "backend", "status",
     "median_ms", "tflops", "ratio_median", "ratio_min", "ratio_max", "pct_of_peak",
     "memory_bound", "tbps", "pct_of_hbm", "sm_clock_mhz", "power_w", "reps", "rel_err",
-    "peak_err", "tol_rel", "tol_peak", "note",
+    "peak_err", "tol_rel", "tol_peak", "note", "groups", "routing", "tokens_per_expert",
+    "empty_groups", "max_group",
 )  # fmt: skip
 
 
@@ -162,7 +173,8 @@ def result(
     note: str = "",
     **measured,
 ) -> dict:
-    """One result row with every schema key; ``measured`` fills the numeric ones."""
+    """One result row with every schema key; ``measured`` fills the numeric ones. A grouped
+    shape (``moe.GroupedShape``) adds its ``grouped`` field."""
     row = {
         "group": shape.group,
         "label": shape.label,
@@ -192,6 +204,9 @@ def result(
     if unknown:
         raise RecordError(f"result() got keys outside the schema: {sorted(unknown)}")
     row.update(measured)
+    grouped = getattr(shape, "grouped", None)
+    if grouped is not None:
+        row["grouped"] = grouped
     return row
 
 
@@ -238,6 +253,7 @@ def validate(rec: dict) -> None:
             f"version: this reader knows {VERSION} (1 through load), got {rec.get('version')!r}"
         )
     _check_fields(rec.get("header"), _HEADER, "header")
+    _check_optional(rec["header"]["options"], _OPTIONAL_OPTIONS, "header.options")
     _check_header(rec["header"])
     results = rec.get("results")
     if not isinstance(results, list):
@@ -245,6 +261,7 @@ def validate(rec: dict) -> None:
     for i, row in enumerate(results):
         path = f"results[{i}]"
         _check_fields(row, _RESULT, path)
+        _check_optional(row, _OPTIONAL_RESULT, path)
         _check_result(row, path)
 
 
@@ -258,7 +275,29 @@ def _check_header(header: dict) -> None:
         raise RecordError("header.clocks.sm_observed_mhz: expected null or [min, max] in MHz")
 
 
+def _check_optional(obj: dict, spec: dict, path: str) -> None:
+    for key, expected in spec.items():
+        if key in obj:
+            _check_value(obj[key], expected, f"{path}.{key}")
+
+
+def _check_grouped(row: dict, path: str) -> None:
+    g = row["grouped"]
+    sizes = g["sizes"]
+    if not (
+        g["groups"] >= 1
+        and len(sizes) == g["groups"]
+        and all(_is_instance(s, int) and s >= 0 for s in sizes)
+        and sum(sizes) == row["m"]
+    ):
+        raise RecordError(
+            f"{path}.grouped: expected {g['groups']} sizes >= 0 (the groups) summing to m"
+        )
+
+
 def _check_result(row: dict, path: str) -> None:
+    if "grouped" in row:
+        _check_grouped(row, path)
     status = row["status"]
     if status not in STATUSES:
         raise RecordError(f"{path}.status: expected one of {STATUSES}, got {status!r}")
@@ -344,6 +383,8 @@ def csv_rows(rec: dict) -> list[dict]:
     for r in rec["results"]:
         ratio = r["ratio_to_cublas"] or {}
         error = r["error"] or {}
+        grouped = r.get("grouped") or {}
+        sizes = grouped.get("sizes")
         row = {key: r.get(key) for key in CSV_COLUMNS if key in r}
         row.update(
             ratio_median=ratio.get("median"),
@@ -353,6 +394,11 @@ def csv_rows(rec: dict) -> list[dict]:
             peak_err=error.get("peak"),
             tol_rel=error.get("tol_rel"),
             tol_peak=error.get("tol_peak"),
+            groups=grouped.get("groups"),
+            routing=grouped.get("routing"),
+            tokens_per_expert=grouped.get("tokens_per_expert"),
+            empty_groups=None if sizes is None else sizes.count(0),
+            max_group=max(sizes) if sizes else None,
         )
         rows.append({key: ("" if row.get(key) is None else row[key]) for key in CSV_COLUMNS})
     return rows

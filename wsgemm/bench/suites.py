@@ -3,7 +3,8 @@
 A shape is a GEMM ``C[M, N] = A[M, K] @ B[K, N]``. For transformer layers M is the number of
 tokens, N the layer's output features and K its input features (``x @ W.T`` with ``W`` of shape
 ``(N, K)``), so the weights are the K-major B of the ``TN`` layout. The ``models`` suite draws such
-layer GEMMs from public models' configs (models.py).
+layer GEMMs from public models' configs (models.py); the ``moe`` suite's problems are grouped
+GEMMs of mixture-of-experts layers (moe.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import moe
 from .layouts import LAYOUTS
 from .models import DEFAULT_COUNT, draw
 
@@ -191,7 +193,7 @@ def drawn(
     return shapes
 
 
-SUITES = ("square", "llm", "decode", "ragged", "midsize", "quick", "models")
+SUITES = ("square", "llm", "decode", "ragged", "midsize", "quick", "models", "moe")
 
 
 def suite(
@@ -203,18 +205,28 @@ def suite(
     families: tuple[str, ...] | None = None,
     count: int | None = None,
     dtype: str | None = None,
-) -> list[Shape]:
+    routings: tuple[str, ...] | None = None,
+) -> list[Shape] | list[moe.GroupedShape]:
     """The shapes of suite ``name``; ``tokens``/``models`` override the LLM suites' defaults,
-    ``seed``, ``families``, ``count`` and ``dtype`` pick the models suite's draw (``drawn``)."""
+    ``seed``, ``families``, ``count`` and ``dtype`` pick the models suite's draw (``drawn``).
+    The moe suite's grouped problems (``moe.problems``) take ``seed``, ``models`` (MoE models),
+    ``tokens`` (per expert) and ``routings``."""
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
     if name != "models" and (families is not None or count is not None):
         raise ValueError(f"--families and --count apply to the models suite, not {name!r}")
+    if name == "moe":
+        return moe.problems(seed, models, tokens, routings)
+    if routings:
+        raise ValueError(f"--routing applies to the moe suite, not {name!r}")
     if name in ("llm", "decode"):
         default = LLM_TOKENS if name == "llm" else DECODE_TOKENS
         return llm(tokens or default, models or tuple(MODELS))
     if tokens or models:
-        raise ValueError(f"--tokens and --models apply to the llm and decode suites, not {name!r}")
+        raise ValueError(
+            f"--tokens and --models apply to the llm and decode suites, not {name!r} (moe "
+            "takes them too)"
+        )
     if name == "models":
         return drawn(seed, families, DEFAULT_COUNT if count is None else count, dtype)
     return {"square": square, "ragged": ragged, "midsize": midsize, "quick": quick}[name]()
