@@ -69,6 +69,7 @@ def test_public_surface_and_import_cost():
     assert set(wsgemm.__all__) == {
         "matmul",
         "linear",
+        "grouped_mm",
         "nn",
         "explain",
         "available_backends",
@@ -76,6 +77,7 @@ def test_public_surface_and_import_cost():
         "config",
     }
     assert wsgemm.matmul is ops.matmul and wsgemm.linear is ops.linear
+    assert wsgemm.grouped_mm.__module__ == "wsgemm.grouped"
     assert set(wsgemm.__all__) <= set(dir(wsgemm))
     with pytest.raises(AttributeError, match="no attribute 'mat_mul'"):
         wsgemm.mat_mul  # noqa: B018
@@ -84,7 +86,8 @@ def test_public_surface_and_import_cost():
         "print(sorted(m for m in ('torch', 'cutlass') if m in sys.modules))\n"
         "wsgemm.matmul, wsgemm.nn.Linear\n"
         "import torch\n"
-        "print(hasattr(torch.ops.wsgemm, 'matmul'), 'cutlass' in sys.modules)\n"
+        "print(hasattr(torch.ops.wsgemm, 'matmul') and hasattr(torch.ops.wsgemm, 'grouped_mm'),"
+        " 'cutlass' in sys.modules)\n"
     )
     # `import wsgemm` loads neither torch nor the DSL; the API loads torch and registers the op
     assert _python(code).split("\n")[:2] == ["[]", "True False"]
