@@ -364,16 +364,26 @@ ACTIVATIONS = ("none", "relu", "relu2", "gelu", "gelu_tanh", "silu")
 class Epilogue:
     """``D = act(acc + bias)``: ``bias`` one of ``BIAS_MODES``, ``activation`` one of
     ``ACTIVATIONS``. The default is the plain epilogue (convert and store), whose compiled code
-    is the kernel's code before fused epilogues existed."""
+    is the kernel's code before fused epilogues existed.
+
+    ``gated``: a gated linear unit, ``D = act(acc[:, :N]) * acc[:, N:]`` of a product ``2N``
+    wide (B's first N columns the gate's, its last N the up projection's; SwiGLU with "silu",
+    GeGLU with "gelu" or "gelu_tanh"): the output is half the product's width. No bias."""
 
     bias: str = "none"
     activation: str = "none"
+    gated: bool = False
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
             raise ValueError(f"bias mode {self.bias!r}; allowed: {', '.join(BIAS_MODES)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r}; allowed: {', '.join(ACTIVATIONS)}")
+        if self.gated and (self.bias != "none" or self.activation == "none"):
+            raise ValueError(
+                "a gated epilogue takes an activation (silu: SwiGLU, gelu or gelu_tanh: GeGLU, "
+                "relu, relu2) and no bias"
+            )
 
     @property
     def plain(self) -> bool:
@@ -384,6 +394,8 @@ class Epilogue:
         """ "none", or the pieces joined by "+" ("bias_col", "bias_col+gelu", "silu"): the form
         compile keys and ``parse`` use."""
         parts = [f"bias_{self.bias}"] if self.bias != "none" else []
+        if self.gated:
+            parts.append("gated")
         if self.activation != "none":
             parts.append(self.activation)
         return "+".join(parts) or "none"
@@ -393,16 +405,20 @@ class Epilogue:
         """The epilogue ``name`` names (``Epilogue.parse(e.name) == e``)."""
         if not isinstance(name, str):
             raise TypeError(f"an epilogue name is a str, got {type(name).__name__}")
-        bias, activation = "none", "none"
+        bias, activation, gated = "none", "none", False
         for part in name.split("+") if name != "none" else ():
             if part.startswith("bias_"):
                 bias = part[len("bias_") :]
+            elif part == "gated":
+                gated = True
             else:
                 activation = part
-        return cls(bias, activation)
+        return cls(bias, activation, gated)
 
     def swapped(self) -> Epilogue:
         """The same epilogue on the transposed problem (swap-AB): rows and columns trade."""
+        if self.gated:
+            raise ValueError("a gated epilogue pairs columns: it has no swap-AB form")
         trade = {"row": "col", "col": "row", "none": "none"}
         return Epilogue(trade[self.bias], self.activation)
 

@@ -88,11 +88,13 @@ def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
     }
 
 
-def epilogue_subtile_order(config: Sm90Config) -> cute.Layout:
+def epilogue_subtile_order(config: Sm90Config, tile_n: int | None = None) -> cute.Layout:
     """Subtile index -> (subtile row, subtile column). Row-major, because that is the order in
     which the retiled accumulator holds them (every column of a WGMMA band, 64 rows of one
-    warpgroup or 128 of two, then the next band)."""
-    grid = (config.tile_m // config.epi_tile[0], config.tile_n // config.epi_tile[1])
+    warpgroup or 128 of two, then the next band). ``tile_n``: the output tile's width when it
+    is not the product's (a gated epilogue writes half of it)."""
+    width = config.tile_n if tile_n is None else tile_n
+    grid = (config.tile_m // config.epi_tile[0], width // config.epi_tile[1])
     return cute.make_layout(grid, stride=(grid[1], 1))
 
 
@@ -113,6 +115,18 @@ class Sm90Plan:
     c_major: Any  # LayoutEnum of C: ROW_MAJOR (N-major) or COL_MAJOR (M-major)
     epilogue: Epilogue = PLAIN  # the fused epilogue (``wsgemm.kernels.epilogue``)
 
+    @property
+    def out_tile_n(self) -> int:
+        """The output tile's width: the product's, or half of it under a gated epilogue (its
+        first half the gate's columns, its second the up projection's)."""
+        return self.config.tile_n // 2 if self.epilogue.gated else self.config.tile_n
+
+    @property
+    def out_subtiles(self) -> int:
+        """Epilogue subtiles stored per output tile."""
+        epi_m, epi_n = self.config.epi_tile
+        return (self.config.tile_m // epi_m) * (self.out_tile_n // epi_n)
+
 
 @dataclass(frozen=True)
 class _LoadArgs:
@@ -130,6 +144,10 @@ class _LoadArgs:
     # a grouped kernel's (A's TMA coordinates, this CTA's multicast slice, sA): its tiles'
     # A rows start at their group's first row (``ragged.a_tile``); None for a dense kernel
     ragged_a: Any = None
+    # a gated epilogue's second half of B (the up projection's rows, N rows past the gate's):
+    # (TMA, tiles_n, k_tiles, L) and (TMA, stages), loaded into the second half of sB
+    tBgB_up: Any = None
+    tBsB_up: Any = None
 
 
 @dataclass(frozen=True)
@@ -283,6 +301,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             )
         if config.stream_k and trace:
             raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
+        if epilogue.gated:
+            half = config.tile_n // 2
+            if config.swap_ab or trace or half % config.epi_tile[1] or half < config.epi_tile[1]:
+                raise ValueError(
+                    "a gated epilogue needs tile_n a multiple of "
+                    f"{2 * config.epi_tile[1]} (each half whole epilogue subtiles), no swap-AB "
+                    f"and no tracing; got tile_n={config.tile_n}, swap_ab={config.swap_ab}, "
+                    f"trace={trace}"
+                )
         if self.grouped is not None:
             unsupported = {
                 "split-K or stream-K": config.splits_in_kernel,
@@ -400,9 +427,19 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             )
 
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        gated = self.fused_epilogue.gated
+        # a gated product loads B in two halves of a tile each (gate rows, then up rows N on)
+        b_box = cfg.tile_n // 2 if const_expr(gated) else cfg.tile_n
+        if const_expr(gated and b_major != LayoutEnum.ROW_MAJOR):
+            raise ValueError("a gated epilogue reads a K-major B (the weights' nn.Linear layout)")
         tiled_mma = self.make_tiled_mma(a_major, b_major)
         a_layout = sm90_utils.make_smem_layout_a(a_major, tile_mnk, self.ab_dtype, self.ab_stages)
         b_layout = sm90_utils.make_smem_layout_b(b_major, tile_mnk, self.ab_dtype, self.ab_stages)
+        b_box_layout = b_layout
+        if const_expr(gated):
+            b_box_layout = sm90_utils.make_smem_layout_b(
+                b_major, (cfg.tile_m, b_box, cfg.tile_k), self.ab_dtype, self.ab_stages
+            )
         c_layout = sm90_utils.make_smem_layout_epi(
             self.c_dtype, c_major, cfg.epi_tile, self.epi_stages
         )
@@ -418,8 +455,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         tma_b, tma_mB = cpasync.make_tiled_tma_atom(
             self._load_op(cfg.cluster_m),
             mB,
-            cute.slice_(b_layout, (None, None, 0)),
-            (cfg.tile_n, cfg.tile_k),
+            cute.slice_(b_box_layout, (None, None, 0)),
+            (b_box, cfg.tile_k),
             num_multicast=cfg.cluster_m,
         )
         tma_c, tma_mC = cpasync.make_tiled_tma_atom(
@@ -458,7 +495,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
         # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
         num_m = Int32(cute.ceil_div(cute.size(mC, mode=[0]), cfg.tile_m))
-        num_n = Int32(cute.ceil_div(cute.size(mC, mode=[1]), cfg.tile_n))
+        num_n = Int32(cute.ceil_div(cute.size(mC, mode=[1]), plan.out_tile_n))
         num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
@@ -700,6 +737,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     cluster_layout,
                     cluster_coord,
                     k_tiles,
+                    cute.size(mC_mnl, mode=[1]),
                 )
                 self.load(plan, load_args, scheduler, ab_pipeline, rec)
         else:
@@ -736,13 +774,32 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     # ------------------------------------------------------------------------- load (producer warp)
 
     def _load_args(
-        self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles
-    ) -> _LoadArgs:
+        self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles,
+        n_out,
+    ) -> _LoadArgs:  # fmt: skip
+        """``n_out``: C's columns (a gated product's up rows of B start there)."""
         cfg = plan.config
         # (tile_m, tile_k, tiles_m, k_tiles, L)
         gA = cute.local_tile(mA_mkl, (cfg.tile_m, cfg.tile_k), (None, None, None))
-        # (tile_n, tile_k, tiles_n, k_tiles, L)
-        gB = cute.local_tile(mB_nkl, (cfg.tile_n, cfg.tile_k), (None, None, None))
+        # (tile_n, tile_k, tiles_n, k_tiles, L); gated: the gate's half tile (out_tile_n rows)
+        gB = cute.local_tile(mB_nkl, (plan.out_tile_n, cfg.tile_k), (None, None, None))
+        tBgB_up = tBsB_up = None
+        if const_expr(plan.epilogue.gated):
+            # sB's halves: ((out_tile_n, 2), tile_k, stages), gate rows then up rows
+            halves = cute.logical_divide(sB, (plan.out_tile_n,))
+            sB = halves[((None, 0), None, None)]
+            gB_up = cute.local_tile(
+                cute.domain_offset((n_out, 0, 0), mB_nkl),
+                (plan.out_tile_n, cfg.tile_k),
+                (None, None, None),
+            )
+            tBsB_up, tBgB_up = cpasync.tma_partition(
+                tma_b,
+                cluster_coord[0],
+                cute.make_layout(cfg.cluster_m),
+                cute.group_modes(halves[((None, 1), None, None)], 0, 2),
+                cute.group_modes(gB_up, 0, 2),
+            )
         # Each CTA of a multicast group loads its slice of the shared tile for all of them.
         tAsA, tAgA = cpasync.tma_partition(
             tma_a,
@@ -766,7 +823,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ragged_a = None
         if const_expr(self.grouped is not None):
             ragged_a = (mA_mkl, cluster_coord[1], sA)
-        return _LoadArgs(tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a)
+        return _LoadArgs(
+            tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a, tBgB_up,
+            tBsB_up,
+        )  # fmt: skip
 
     @cute.jit
     def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline, rec=None):
@@ -785,6 +845,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     (plan.config.tile_m, plan.config.tile_k),
                 )  # fmt: skip
             tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
+            tBgB_up = None
+            if const_expr(args.tBgB_up is not None):
+                tBgB_up = args.tBgB_up[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             k_begin, k_end = self._k_range(tile, args.k_tiles)
             if const_expr(rec is not None):
                 state = self._load_lanes(
@@ -795,7 +858,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     # Waits until every consumer of this stage, here and in the peers this CTA
                     # multicasts to, released it; then arms full[s] with the stage's bytes.
                     ab_pipeline.producer_acquire(state)
-                    self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k)
+                    self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k, tBgB_up)
                     state.advance()
             tile = scheduler.next_work_tile(tile)
         # Peers may still be reading stages this CTA multicast into, and will arrive on its
@@ -806,8 +869,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         trace.close(rec)
 
     @cute.jit
-    def _load_k_tile(self, args: _LoadArgs, ab_pipeline, state, tAgA, tBgB, k):
-        """The TMA loads of k-tile ``k`` into ``state``'s stage (acquired), then the commit."""
+    def _load_k_tile(self, args: _LoadArgs, ab_pipeline, state, tAgA, tBgB, k, tBgB_up=None):
+        """The TMA loads of k-tile ``k`` into ``state``'s stage (acquired), then the commit
+        (``tBgB_up``: a gated product's up half of B, into the second half of the stage)."""
         full = ab_pipeline.producer_get_barrier(state)
         self._tma_load(
             args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a
@@ -815,6 +879,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         self._tma_load(
             args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
         )
+        if const_expr(tBgB_up is not None):
+            self._tma_load(
+                args.tma_b, tBgB_up[(None, k)], args.tBsB_up[(None, state.index)], full,
+                args.mask_b,
+            )  # fmt: skip
         ab_pipeline.producer_commit(state)
 
     @cute.jit
@@ -844,7 +913,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(args.sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(args.sB))
         # (tile_m, tile_n, tiles_m, tiles_n, L)
-        gC_mnl = cute.local_tile(args.mC_mnl, (cfg.tile_m, cfg.tile_n), (None, None, None))
+        gC_mnl = cute.local_tile(args.mC_mnl, (cfg.tile_m, plan.out_tile_n), (None, None, None))
         acc = cute.make_rmem_tensor(
             thr_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), plan.acc_dtype
         )
@@ -869,7 +938,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         steps = 1
         first = 0
         # Ping-pong drains its stores after every tile and restarts at buffer 0.
-        subtiles_per_tile = 0 if const_expr(cfg.pingpong) else cfg.num_epi_subtiles
+        subtiles_per_tile = 0 if const_expr(cfg.pingpong) else plan.out_subtiles
         if const_expr(cfg.pingpong):
             # Warpgroup w takes the CTA's units w, w + 2, ...; the ring holds every unit's
             # stages in order, so warpgroup 1 starts past the first unit's k-tiles.
@@ -1070,7 +1139,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if const_expr(args.ragged is None):
             gC = args.gC_mnl[(None, None, tile.m, tile.n, tile.l)]  # (tile_m, tile_n)
         else:
-            gC = ragged.c_tile(args.ragged.mC_tma, tile, (cfg.tile_m, cfg.tile_n))
+            gC = ragged.c_tile(args.ragged.mC_tma, tile, (cfg.tile_m, plan.out_tile_n))
         gC_epi = cute.zipped_divide(gC, cfg.epi_tile)  # ((epi_m, epi_n), (subtiles_m, subtiles_n))
         # (TMA, epi_stages), (TMA, (subtiles_m, subtiles_n))
         bSG_sC, bSG_gC = cpasync.tma_partition(
@@ -1079,10 +1148,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         views = _TileEpilogue(
             bSG_sC=bSG_sC,
             bSG_gC=bSG_gC,
-            order=epilogue_subtile_order(cfg),
+            order=epilogue_subtile_order(cfg, plan.out_tile_n),
             tRS_rD=cute.make_rmem_tensor(args.rD_shape, self._epilogue_dtype(plan)),
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
-            origin=(tile.m * cfg.tile_m, tile.n * cfg.tile_n),
+            origin=(tile.m * cfg.tile_m, tile.n * plan.out_tile_n),
         )
         if const_expr(rec is not None):
             # the store waits' times stay in lanes until the last subtile (traced.py)
@@ -1091,7 +1160,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if const_expr(args.ragged is not None):
             self._ragged_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
             return
-        for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
+        for e in cutlass.range_constexpr(plan.out_subtiles):
             self._subtile_to_registers(plan, args, views, e)
             buf = (subtiles_done + e) % plan.epi_stages
             if args.is_store_warp:
@@ -1111,7 +1180,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 # the copies write the buffers without the ring's turns: no store may still
                 # be reading one
                 store_pipeline.producer_tail()
-        for e in cutlass.range_constexpr(cfg.num_epi_subtiles):
+        for e in cutlass.range_constexpr(plan.out_subtiles):
             self._subtile_to_registers(plan, args, views, e)
             buf = (subtiles_done + e) % plan.epi_stages
             if rows_left >= cfg.tile_m:
@@ -1129,7 +1198,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     args.ragged,
                     args.sC[(None, None, buf)],
                     tile.row0 + tile.m * cfg.tile_m + sub_m * epi_m,
-                    tile.n * cfg.tile_n + sub_n * epi_n,
+                    tile.n * plan.out_tile_n + sub_n * epi_n,
                     rows_left - sub_m * epi_m,
                     cfg.epi_tile,
                     args.ragged.threads,
@@ -1149,6 +1218,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if const_expr(epi.plain):
             for v in cutlass.range_constexpr(per_subtile):
                 views.tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+        elif const_expr(epi.gated):
+            # output subtile (row r, column c) pairs the product's subtiles (r, c), the gate's,
+            # and (r, c + half), the up projection's: the same registers of one thread
+            cols = plan.config.tile_n // plan.config.epi_tile[1]  # the product's subtile columns
+            r, c = e // (cols // 2), e % (cols // 2)
+            gate = (r * cols + c) * per_subtile
+            up = (r * cols + c + cols // 2) * per_subtile
+            for v in cutlass.range_constexpr(per_subtile):
+                g = cutlass.Float32(args.tRS_rAcc[gate + v])
+                u = cutlass.Float32(args.tRS_rAcc[up + v])
+                views.tRS_rD[v] = epilogue_activation.apply(epi.activation, g) * u
         else:
             for v in cutlass.range_constexpr(per_subtile):
                 x = cutlass.Float32(args.tRS_rAcc[e * per_subtile + v])

@@ -1,0 +1,123 @@
+"""The gated epilogue's pairing (issue #25 step 2), traced without a GPU: output value v of
+output subtile e is ``act(gate) * up`` of two accumulator values one thread holds, the gate's
+computed at the output coordinate (row, col) and the up projection's at (row, col + tile_n / 2),
+B's second half; and sB's two halves are the stage's first and last ``tile_n / 2`` rows."""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+import pytest
+from cutlass.tensor_utils import LayoutEnum
+
+from wsgemm.kernels.epilogue import Epilogue
+from wsgemm.kernels.sm90.config import Sm90Config
+from wsgemm.kernels.sm90.kernel import Sm90Gemm, epilogue_subtile_order
+
+F16, F32 = cutlass.Float16, cutlass.Float32
+GATED = Epilogue(activation="silu", gated=True)
+
+
+def _walk(gemm, tiled_mma, r2s, threads, found):
+    """The kernel's gated pairing, walked in plain Python (static values) while traced."""
+    cfg = gemm.config
+    half = cfg.tile_n // 2
+    order = epilogue_subtile_order(cfg, half)
+    c_tile = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
+    c_sub = cute.make_identity_tensor((*cfg.epi_tile, 1))
+    cols = cfg.tile_n // cfg.epi_tile[1]
+    for t in threads:
+        computed = r2s.retile(tiled_mma.get_slice(t).partition_C(c_tile))
+        written = r2s.get_slice(t).partition_S(c_sub)[(None, None, None, 0)]
+        per = cute.size(written)
+        for e in range((cfg.tile_m // cfg.epi_tile[0]) * (half // cfg.epi_tile[1])):
+            sub_m, sub_n = order.get_hier_coord(e)
+            r, c = e // (cols // 2), e % (cols // 2)  # the kernel's own arithmetic
+            for v in range(per):
+                m, n, _ = written[v]
+                out = (sub_m * cfg.epi_tile[0] + m, sub_n * cfg.epi_tile[1] + n)
+                gate = computed[(r * cols + c) * per + v]
+                up = computed[(r * cols + c + cols // 2) * per + v]
+                found.append((out, tuple(gate), tuple(up)))
+
+
+def _pairs(config, threads):
+    gemm = Sm90Gemm(config, F16, F16, F32, epilogue=GATED)
+    found = []
+
+    @cute.jit
+    def trace():
+        tiled_mma = gemm.make_tiled_mma(LayoutEnum.ROW_MAJOR, LayoutEnum.ROW_MAJOR)
+        r2s = gemm.make_epilogue_copy(tiled_mma, LayoutEnum.ROW_MAJOR)
+        _walk(gemm, tiled_mma, r2s, threads, found)
+
+    cute.compile(trace, options="--gpu-arch sm_90a")
+    return found
+
+
+@pytest.mark.parametrize(
+    "config",
+    [Sm90Config(tile_m=128, tile_n=256), Sm90Config(tile_m=128, tile_n=128, schedule="pingpong")],
+    ids=["cooperative-128x256", "pingpong-128x128"],
+)
+def test_each_output_value_pairs_its_gate_and_up_columns(config):
+    found = _pairs(config, range(32))  # a warp: st.matrix moves values inside one
+    half = config.tile_n // 2
+    assert found
+    for out, gate, up in found:
+        assert gate == out, (out, gate)
+        assert up == (out[0], out[1] + half), (out, up)
+    outs = {out for out, _, _ in found}
+    assert len(outs) == len(found)  # each output written once
+
+
+def test_the_smem_halves_are_the_stage_rows_split_in_two():
+    """logical_divide of sB's rows by tile_n / 2: half h, row r, column k, stage s is full row
+    h * half + r (the offsets before the swizzle, which then agree too)."""
+    checked = []
+
+    def walk():
+        full = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (128, 256, 64), F16, 3).outer
+        halves = cute.logical_divide(full, (128,))
+        for h in range(2):
+            for r in (0, 1, 7, 8, 63, 127):
+                for k in (0, 5, 63):
+                    for s in range(3):
+                        checked.append((halves(((r, h), k, s)), full((h * 128 + r, k, s))))
+
+    @cute.jit
+    def trace():
+        walk()
+
+    cute.compile(trace, options="--gpu-arch sm_90a")
+    assert checked and all(a == b for a, b in checked)
+
+
+def test_a_gated_config_must_split_into_whole_subtiles():
+    with pytest.raises(ValueError, match="gated epilogue needs tile_n"):
+        Sm90Gemm(Sm90Config(tile_m=128, tile_n=32), F16, F16, F32, epilogue=GATED)
+    with pytest.raises(ValueError, match="no swap-AB"):
+        Sm90Gemm(Sm90Config(tile_m=64, tile_n=64, schedule="pingpong", swap_ab=True), F16, F16,
+                 F32, epilogue=GATED)  # fmt: skip
+    with pytest.raises(ValueError, match="activation"):
+        Epilogue(gated=True)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("backend", ["sm90", "sm90-pingpong"])
+@pytest.mark.parametrize("grouping", ["none", "m"])
+def test_a_gated_kernel_compiles_to_two_b_loads_and_half_the_stores(compiled, backend, grouping):
+    """SASS: A's load and B's two half loads per stage (3 UTMALDG), the activation on the SFU,
+    no CALL, no spills; the dense plain kernel's TMA stores halve (half the subtiles)."""
+    from sass_checks import assert_clean
+
+    from wsgemm import host, sass
+
+    v = host.Variant(backend, "sm_90a", epilogue="gated+silu", grouping=grouping)
+    r = compiled(v).report
+    assert_clean(r)
+    ops = set(sass.opcodes(r.sass_text))
+    assert r.sass["UTMALDG"] == 3
+    assert {"MUFU.EX2", "MUFU.RCP"} <= ops
+    assert not any(o.startswith("CALL") for o in ops)
+    plain = compiled(host.Variant(backend, "sm_90a", grouping=grouping)).report
+    assert r.sass["UTMASTG"] * 2 == plain.sass["UTMASTG"]
