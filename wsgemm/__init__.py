@@ -21,7 +21,8 @@ import warnings
 
 __version__ = "0.1.0"
 __all__ = [
-    "matmul", "linear", "grouped_mm", "nn", "explain", "available_backends", "trace", "config",
+    "matmul", "linear", "gated_linear", "grouped_mm", "nn", "explain", "available_backends",
+    "trace", "config",
 ]  # fmt: skip
 
 # Where each public name lives (None: the name is a submodule).
@@ -29,6 +30,7 @@ _PUBLIC = {
     "matmul": "ops",
     "linear": "ops",
     "grouped_mm": "grouped",
+    "gated_linear": "gated",
     "nn": None,
     "explain": "api",
     "available_backends": "api",
@@ -62,6 +64,7 @@ def _register_ops() -> None:
     try:
         importlib.import_module(".ops", __name__)
         importlib.import_module(".grouped", __name__)
+        importlib.import_module(".gated", __name__)
     except Exception as exc:
         warnings.warn(
             f"wsgemm: torch.ops.wsgemm could not be registered ({type(exc).__name__}: {exc}); "

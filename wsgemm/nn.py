@@ -1,6 +1,7 @@
-"""Modules: ``Linear``, a drop-in ``torch.nn.Linear`` on wsgemm; ``replace_linear``, which turns
-a model's ``nn.Linear`` layers into it in place and reports what it did (``ReplaceReport``); and
-``restore_linear``, which undoes that."""
+"""Modules: ``Linear``, a drop-in ``torch.nn.Linear`` on wsgemm; ``GatedMLP``, a gated MLP
+(SwiGLU, GeGLU) whose gate and up projections run as one fused GEMM; ``replace_linear``, which
+turns a model's ``nn.Linear`` layers into ``Linear`` in place and reports what it did
+(``ReplaceReport``); and ``restore_linear``, which undoes that."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from torch import nn
 
 from .api.epilogue import check_activation, torch_activation
 from .api.validate import AB_DTYPES, dtype_list
+from .gated import gated_linear
 from .ops import autocast_dtype, linear
 from .support import VECTOR_BYTES, vector_elems
 
-__all__ = ["Linear", "ReplaceReport", "replace_linear", "restore_linear"]
+__all__ = ["GatedMLP", "Linear", "ReplaceReport", "replace_linear", "restore_linear"]
 
 log = logging.getLogger("wsgemm")
 
@@ -353,3 +355,38 @@ def restore_linear(module: nn.Module) -> list[str]:
             _FELL_BACK.discard(layer)
             restored.append(name)
     return restored
+
+
+class GatedMLP(nn.Module):
+    """A gated MLP: ``down_proj(act(x @ w_gate.T) * (x @ w_up.T))`` (Llama's, Qwen's, Mistral's
+    SwiGLU with ``activation="silu"``; Gemma's GeGLU with "gelu_tanh").
+
+    ``gate_up_proj`` holds both projections in one weight, the gate's ``ffn`` rows then the up
+    projection's (2 * ffn, hidden): its product runs as one GEMM whose epilogue writes only
+    ``act(gate) * up`` (``wsgemm.gated_linear``); ``down_proj`` is a ``Linear``. A model with
+    separate gate and up weights loads into it with ``torch.cat([w_gate, w_up])``. With
+    ``bias=True`` the projections have biases and the gate's product runs unfused (the gated
+    kernel takes none)."""
+
+    def __init__(self, hidden: int, ffn: int, activation: str = "silu", bias: bool = False,
+                 device=None, dtype=None):  # fmt: skip
+        super().__init__()
+        if check_activation(activation) == "none":
+            raise ValueError("GatedMLP needs an activation ('silu', 'gelu_tanh', ...)")
+        self.activation = activation
+        self.gate_up_proj = Linear(hidden, 2 * ffn, bias=bias, device=device, dtype=dtype)
+        self.down_proj = Linear(ffn, hidden, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.gate_up_proj.weight, self.gate_up_proj.bias
+        if b is None and _runs_on_wsgemm(x, w):
+            h = gated_linear(x, w, self.activation)
+        else:  # torch's road: the product, then act(gate) * up in fp32
+            y = self.gate_up_proj(x)
+            half = y.shape[-1] // 2
+            g, u = y[..., :half].float(), y[..., half:].float()
+            h = (torch_activation(self.activation, g) * u).to(y.dtype)
+        return self.down_proj(h)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"

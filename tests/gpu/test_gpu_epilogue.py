@@ -169,3 +169,56 @@ def test_fused_linear_gradients(act):
         scale = r.grad.abs().max().item() + 1.0
         err = (got.double() - r.grad).abs().max().item()
         assert err <= 2e-2 * scale, f"{name}.grad off by {err:.3g} (scale {scale:.3g})"
+
+
+# ----------------------------------------------------------------------------- gated (step 2)
+
+GATED_CASES = [
+    (m, half, k, act, ab)
+    for (m, half, k) in (
+        (1, 64, 64),
+        (7, 128, 200),
+        (64, 1000, 4096),
+        (300, 4096, 1024),
+        (2048, 1536, 4096),
+    )  # fmt: skip
+    for act, ab in (
+        ("silu", torch.bfloat16),
+        ("gelu_tanh", torch.float16),
+        ("relu2", torch.bfloat16),
+    )
+]
+
+
+@pytest.mark.parametrize("m, half, k, act, ab", GATED_CASES)
+def test_gated_linear_matches_float64(m, half, k, act, ab):
+    """``act(x @ w_gate.T) * (x @ w_up.T)`` in one kernel, against float64; torch's road
+    (the product in the dtype, then the gate in fp32) sets the tolerance."""
+    gen = torch.Generator().manual_seed(m * 7 + half)
+    x = make((m, k), ab, "cuda", gen=gen)
+    w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
+    got = wsgemm.gated_linear(x, w, act)
+    y64 = x.double() @ w.double().T
+    ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+    y = (x @ w.T).float()
+    theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
+    assert_within_torch_error(got, ref, theirs, f"gated {act}")
+
+
+def test_gated_mlp_forward_and_backward():
+    gen = torch.Generator().manual_seed(1)
+    mlp = wsgemm.nn.GatedMLP(256, 512, activation="silu", device="cuda", dtype=torch.bfloat16)
+    x = make((33, 256), torch.bfloat16, "cuda", gen=gen).requires_grad_()
+    out = mlp(x)
+    w, wd = mlp.gate_up_proj.weight.double(), mlp.down_proj.weight.double()
+    y = x.double() @ w.T
+    ref = (torch_activation("silu", y[:, :512]) * y[:, 512:]) @ wd.T
+    err = (out.double() - ref).abs().max().item()
+    assert err <= 2**-6 * ref.abs().max().item() + 1e-3
+    out.sum().backward()
+    assert x.grad is not None and mlp.gate_up_proj.weight.grad is not None
+    x64 = x.detach().double().requires_grad_()
+    y = x64 @ w.T
+    ((torch_activation("silu", y[:, :512]) * y[:, 512:]) @ wd.T).sum().backward()
+    err = (x.grad.double() - x64.grad).abs().max().item()
+    assert err <= 2**-6 * x64.grad.abs().max().item() + 1e-3

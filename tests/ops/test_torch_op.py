@@ -70,6 +70,7 @@ def test_public_surface_and_import_cost():
         "matmul",
         "linear",
         "grouped_mm",
+        "gated_linear",
         "nn",
         "explain",
         "available_backends",

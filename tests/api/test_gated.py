@@ -1,0 +1,166 @@
+"""``wsgemm.gated_linear`` and ``nn.GatedMLP`` on the CPU (issue #25 step 2): checks, the fused
+road's kernel call (a float64 stand-in of the gated kernel: ``act(gate) * up`` of the 2I-wide
+product), the unfused road (fused epilogues off, another GPU, a weight not K-major), the fake
+implementation and the backward's formula. The kernel itself runs in
+tests/gpu/test_gpu_epilogue.py."""
+
+import functools
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import wsgemm
+from wsgemm.api import Dispatcher
+from wsgemm.api import gated as core
+from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.host import registry
+from wsgemm.host.dispatch import StandInDevices
+
+F16, BF16 = torch.float16, torch.bfloat16
+
+
+class Kernels:
+    """Plain products in float64 (the unfused road's matmul) and the gated kernel's contract."""
+
+    def __init__(self):
+        self.variants = []
+
+    def get(self, variant):
+        self.variants.append(variant)
+        return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue))
+
+    @staticmethod
+    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *, epilogue):
+        y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
+        if epilogue.gated:
+            half = c.shape[1]
+            assert b.shape[0] == 2 * half and b.stride(1) == 1  # K-major, gate rows then up
+            y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
+        c.copy_(y.to(c.dtype))
+
+
+def dispatcher(capability=(9, 0)):
+    return Dispatcher(Kernels(), StandInDevices(capability, 132))
+
+
+@pytest.fixture
+def fusing(monkeypatch):
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+def reference(x, w, act):
+    y = x.double() @ w.double().T
+    half = w.shape[0] // 2
+    return torch_activation(act, y[:, :half]) * y[:, half:]
+
+
+def close(got, want, dtype, k):
+    eps = torch.finfo(dtype).eps
+    tol = (4 * eps * k**0.5 + 2 * eps) * max(want.abs().max().item(), 1.0)
+    return (got.double() - want).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu", "relu2"])
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_the_fused_road_runs_the_gated_kernel(fusing, act, dtype):
+    torch.manual_seed(0)
+    x, w = torch.randn(37, 64, dtype=dtype), torch.randn(2 * 48, 64, dtype=dtype)
+    d = dispatcher()
+    out = core.gated_linear(x, w, act, dispatcher=d)
+    assert out.shape == (37, 48) and out.dtype == dtype
+    v = d.cache.variants[-1]
+    assert v.epilogue == f"gated+{act}" and v.b_major == "k" and v.backend == "sm90-pingpong"
+    assert close(out, reference(x, w, act), dtype, 64)
+
+
+def test_many_rows_take_the_cooperative_tile(fusing):
+    x, w = torch.randn(300, 32, dtype=F16), torch.randn(64, 32, dtype=F16)
+    d = dispatcher()
+    core.gated_linear(x, w, "silu", dispatcher=d)
+    assert d.cache.variants[-1].backend == "sm90"
+
+
+@pytest.mark.parametrize("case", ["switched off", "ampere", "weight not K-major", "odd half"])
+def test_the_unfused_road(case, monkeypatch):
+    if case != "switched off":
+        monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    x, w = torch.randn(20, 64, dtype=BF16), torch.randn(96, 64, dtype=BF16)
+    if case == "weight not K-major":
+        w = w.t().contiguous().t()
+    if case == "odd half":
+        w = torch.randn(2 * 13, 64, dtype=BF16)
+    d = dispatcher((8, 0) if case == "ampere" else (9, 0))
+    out = core.gated_linear(x, w, "silu", dispatcher=d)
+    assert all(not registry.Epilogue.parse(v.epilogue).gated for v in d.cache.variants)
+    assert close(out, reference(x, w, "silu"), BF16, 64)
+
+
+@pytest.mark.parametrize(
+    "x, w, act, error, match",
+    [
+        ((4, 8), (16, 8), None, ValueError, "needs an activation"),
+        ((4, 8), (16, 8), "tanh", ValueError, "not one of"),
+        ((4, 8), (15, 8), "silu", ValueError, "2 \\* out_features"),
+        ((4, 8), (16, 9), "silu", ValueError, "2 \\* out_features"),
+        ((4, 8, 2), (16, 8), "silu", ValueError, "2-D"),
+    ],
+)
+def test_bad_calls_are_refused(x, w, act, error, match):
+    with pytest.raises(error, match=match):
+        core.check_gated(torch.empty(x, dtype=F16), torch.empty(w, dtype=F16), act, ("cpu",))
+
+
+def test_dtypes_must_match_and_be_half():
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        core.check_gated(torch.empty(4, 8), torch.empty(16, 8), "silu", ("cpu",))
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        core.check_gated(torch.empty(4, 8, dtype=F16), torch.empty(16, 8, dtype=BF16), "silu",
+                         ("cpu",))  # fmt: skip
+
+
+def test_the_fake_implementation_folds_leading_dimensions():
+    with FakeTensorMode():
+        x = torch.empty(2, 5, 64, dtype=BF16, device="cuda")
+        w = torch.empty(256, 64, dtype=BF16, device="cuda")
+        out = torch.ops.wsgemm.gated_linear(x, w, "silu")
+        assert out.shape == (2, 5, 128) and out.dtype == BF16
+
+
+def test_the_backward_formula(monkeypatch):
+    """``_backward`` against autograd through the float64 formula (its GEMMs on torch here)."""
+    import wsgemm.gated as gated
+
+    monkeypatch.setattr(gated, "matmul", lambda a, b: (a.double() @ b.double()).to(a.dtype))
+    torch.manual_seed(3)
+    x = torch.randn(3, 7, 16, dtype=BF16)
+    w = torch.randn(2 * 8, 16, dtype=BF16)
+    grad = torch.randn(3, 7, 8, dtype=BF16)
+
+    class Ctx:
+        saved_tensors = (x, w)
+        activation = "gelu_tanh"
+        needs_input_grad = (True, True, False)
+
+    gx, gw, _ = gated._backward(Ctx, grad)
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    y = x64.reshape(-1, 16) @ w64.T
+    out = torch_activation("gelu_tanh", y[:, :8]) * y[:, 8:]
+    out.backward(grad.double().reshape(-1, 8))
+    assert gx.shape == x.shape and gw.shape == w.shape
+    assert close(gx, x64.grad, BF16, 16) and close(gw, w64.grad, BF16, 21)
+
+
+def test_gated_mlp_is_a_module_with_one_gate_up_weight():
+    mlp = wsgemm.nn.GatedMLP(64, 96, activation="silu", dtype=BF16)
+    assert mlp.gate_up_proj.weight.shape == (192, 64)
+    assert mlp.down_proj.weight.shape == (64, 96)
+    assert "activation='silu'" in repr(mlp)
+    x = torch.randn(4, 64, dtype=BF16)
+    w = mlp.gate_up_proj.weight.detach()
+    h = reference(x, w, "silu").to(BF16)
+    want = h.double() @ mlp.down_proj.weight.detach().double().T
+    assert close(mlp(x).detach(), want, BF16, 96)  # on the CPU: torch's road
+    with pytest.raises(ValueError, match="needs an activation"):
+        wsgemm.nn.GatedMLP(8, 8, activation=None)

@@ -1,0 +1,116 @@
+"""``gated_linear``: a gated linear unit, ``act(x @ w_gate.T) * (x @ w_up.T)``, with the two
+projections in one weight ``[w_gate; w_up]`` (2I, K) (a SwiGLU MLP's ``gate_up_proj``).
+
+On the fused road one kernel computes the (M, 2I) product and writes only the (M, I) result:
+B's two halves load into the two halves of each stage, and the epilogue multiplies
+``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``). The unfused road, where
+no kernel fuses (another GPU, a weight the kernel cannot read K-major, fused epilogues switched
+off: ``host.fuses_epilogues``), is torch's: the (M, 2I) product, then ``act(gate) * up`` in
+fp32, rounded once to the result's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import host
+from ..host.registry import Epilogue
+from ..host.workspace import UNSPLIT_LAUNCH
+from .epilogue import check_activation, torch_activation
+from .plan import _kernel_view
+
+__all__ = ["check_gated", "gated_config", "gated_linear", "gated_in_torch"]
+
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int, str]:
+    """(rows, output features I, the kernels' activation name) of ``gated_linear(x, weight,
+    activation)`` with a 2-D ``x``; raises what is wrong and what is allowed."""
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    act = check_activation(activation)
+    if act == "none":
+        raise ValueError("a gated linear unit needs an activation: 'silu' (SwiGLU), 'gelu' or "
+                         "'gelu_tanh' (GeGLU), 'relu' or 'relu2'")  # fmt: skip
+    if x.dim() != 2 or weight.dim() != 2:
+        raise ValueError(
+            f"x must be 2-D (rows, in_features) and weight 2-D (2 * out_features, in_features); "
+            f"got {tuple(x.shape)} and {tuple(weight.shape)}"
+        )
+    if weight.shape[0] % 2 or weight.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"weight {tuple(weight.shape)} must be (2 * out_features, {x.shape[1]}): the gate's "
+            "rows, then the up projection's"
+        )
+    if x.dtype != weight.dtype or x.dtype not in _DTYPES:
+        raise TypeError(f"x and weight must share float16 or bfloat16, got {x.dtype} and "
+                        f"{weight.dtype}")  # fmt: skip
+    for name, t in (("x", x), ("weight", weight)):
+        if t.device.type not in device_types or t.device != x.device:
+            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on x's device, "
+                             f"got {t.device}")  # fmt: skip
+    return x.shape[0], weight.shape[0] // 2, act
+
+
+def gated_config(rows: int) -> tuple[str, None]:
+    """The backend whose shipped tile a gated call of ``rows`` rows runs: ping-pong 128x128
+    (64 output columns) for a few rows, cooperative 128x256 (128) for many (a rule: not yet
+    measured, docs/perf.md entry 37)."""
+    return ("sm90-pingpong" if rows <= 256 else "sm90"), None
+
+
+def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
+    """``act(y[:, :I]) * y[:, I:]`` in fp32, rounded once: the unfused road's epilogue."""
+    half = y.shape[-1] // 2
+    g, u = y[..., :half].float(), y[..., half:].float()
+    return (torch_activation(activation, g) * u).to(out_dtype)
+
+
+def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tensor:
+    """(rows, I): ``act(x @ weight[:I].T) * (x @ weight[I:].T)`` (module docstring); ``x`` 2-D."""
+    from . import matmul
+
+    d = dispatcher or _default_dispatcher()
+    m, half, act = check_gated(x, weight, activation, (d.devices.type,))
+    out = torch.empty(m, half, dtype=x.dtype, device=x.device)
+    if m == 0 or half == 0:
+        return out
+    if x.shape[1] == 0:  # both projections are 0, and act(0) * 0 = 0
+        return out.zero_()
+    fused = _fused_route(d, x, weight)
+    if fused is None:
+        y = matmul(x, weight.t(), dispatcher=d)
+        return gated_in_torch(y, act, x.dtype)
+    (a_view, a_major), b_view, backend, index = fused
+    epilogue = Epilogue(activation=act, gated=True).name
+    dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
+    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", None, epilogue)
+    c_view = out.unsqueeze(-1)
+    fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+    return out
+
+
+def _default_dispatcher():
+    from ..host.dispatch import DISPATCHER
+
+    return DISPATCHER
+
+
+def _fused_route(d, x, weight):
+    """((A's view, its major), B's view, backend, device index) where a gated kernel runs this
+    call, else None."""
+    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
+    backend, _ = gated_config(x.shape[0])
+    cc = d.devices.capability(index)
+    if not (host.BACKENDS[backend].supports(cc) and host.fuses_epilogues(backend)):
+        return None
+    if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
+        return None
+    a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
+    b = _kernel_view(weight.unsqueeze(-1), False, (1,))  # K-major only
+    if a is None or b is None:
+        return None
+    a_view, unit = a
+    return (a_view, "k" if unit == "cols" else "m"), b[0], backend, index

@@ -1,0 +1,112 @@
+"""``wsgemm.gated_linear`` inside a model: ``act(x @ w_gate.T) * (x @ w_up.T)`` from one weight
+``[w_gate; w_up]``, as the op ``torch.ops.wsgemm.gated_linear`` (torch.compile, export, fake
+tensors, autograd) over the core (``wsgemm.api.gated``: the fused kernel, or torch's road).
+
+The backward recomputes the (rows, 2I) product with one more GEMM (as ``matmul``'s backward
+recomputes a pre-activation), then ``dgate = grad * up * act'(gate)``, ``dup = grad *
+act(gate)`` in fp32, and dx, dW as two GEMMs on wsgemm's kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .api import gated as core
+from .api.epilogue import activation_grad, torch_activation
+from .ops import matmul
+
+__all__ = ["gated_linear"]
+
+_LIB = torch.library.Library("wsgemm", "FRAGMENT")
+_LIB.define(
+    'gated_linear(Tensor x, Tensor weight, str activation="silu") -> Tensor',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+_GATED = torch.ops.wsgemm.gated_linear.default
+
+
+def _fold(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
+def _impl(x, weight, activation="silu"):
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        core.check_gated(x, weight, activation)  # the TypeError / ValueError
+    y = core.gated_linear(_fold(x), weight, activation)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("gated_linear", _impl, _key)
+
+
+@torch.library.register_fake("wsgemm::gated_linear", lib=_LIB)
+def _fake(x, weight, activation="silu"):
+    core.check_gated(_fold(x), weight, activation, ("cuda", "meta"))
+    return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, activation = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.activation = activation
+
+
+def _backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    x2 = _fold(x)
+    with torch.no_grad():
+        y = matmul(x2, weight.t()).float()  # the pre-activations, recomputed
+    half = weight.shape[0] // 2
+    g, u = y[:, :half], y[:, half:]
+    dy_out = _fold(grad).float()
+    dy = torch.cat(
+        [
+            dy_out * u * activation_grad(ctx.activation, g),
+            dy_out * torch_activation(ctx.activation, g),
+        ],
+        dim=1,
+    ).to(x.dtype)
+    gx = gw = None
+    if ctx.needs_input_grad[0]:
+        gx = matmul(dy, weight).reshape(x.shape)
+    if ctx.needs_input_grad[1]:
+        gw = matmul(dy.t(), x2)
+    return gx, gw, None
+
+
+torch.library.register_autograd(
+    "wsgemm::gated_linear", _backward, setup_context=_setup_context, lib=_LIB
+)
+
+
+def _autocast(x, weight, activation="silu"):
+    dtype = torch.get_autocast_dtype("cuda")
+    x, weight = x.to(dtype), weight.to(dtype)
+    with torch._C._ExcludeDispatchKeyGuard(
+        torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+    ):
+        return _GATED(x, weight, activation)
+
+
+_LIB.impl("gated_linear", _autocast, "AutocastCUDA")
+
+
+def gated_linear(input, weight, activation="silu"):
+    """A gated linear unit: ``act(input @ weight[:I].T) * (input @ weight[I:].T)``.
+
+    Args:
+        input: (..., in_features), float16 or bfloat16, CUDA.
+        weight: (2 * I, in_features): the gate projection's I rows, then the up projection's
+            (a SwiGLU MLP's ``gate_up_proj``; two separate weights: ``torch.cat([w_gate,
+            w_up])``, once).
+        activation: "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU), "relu" or "relu2".
+
+    Returns:
+        (..., I), input's dtype. On Hopper with fused epilogues on, one kernel (the (rows, 2I)
+        product never reaches memory); elsewhere torch's road (``wsgemm.api.gated``).
+        Differentiable, traceable by torch.compile (``torch.ops.wsgemm.gated_linear``).
+    """
+    return _GATED(input, weight, activation)
