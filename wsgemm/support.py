@@ -367,8 +367,9 @@ class Epilogue:
     is the kernel's code before fused epilogues existed.
 
     ``gated``: a gated linear unit, ``D = act(acc[:, :N]) * acc[:, N:]`` of a product ``2N``
-    wide (B's first N columns the gate's, its last N the up projection's; SwiGLU with "silu",
-    GeGLU with "gelu" or "gelu_tanh"): the output is half the product's width. No bias."""
+    wide (SwiGLU with "silu", GeGLU with "gelu" or "gelu_tanh"), writing an N-wide output: the
+    kernel's B view (N, K, L) holds the gate's rows and the up projection's N rows follow them
+    in memory (one ``[w_gate; w_up]`` weight, K-major). No bias."""
 
     bias: str = "none"
     activation: str = "none"

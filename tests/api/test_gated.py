@@ -32,10 +32,12 @@ class Kernels:
 
     @staticmethod
     def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *, epilogue):
+        if epilogue.gated:  # B's view is the gate's rows; the up rows follow in memory
+            half = c.shape[1]
+            assert b.shape[0] == half and b.stride(1) == 1  # K-major
+            b = b.as_strided((2 * half, *b.shape[1:]), b.stride())
         y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
         if epilogue.gated:
-            half = c.shape[1]
-            assert b.shape[0] == 2 * half and b.stride(1) == 1  # K-major, gate rows then up
             y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
         c.copy_(y.to(c.dtype))
 

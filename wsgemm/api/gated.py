@@ -109,7 +109,8 @@ def _fused_route(d, x, weight):
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return None
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
-    b = _kernel_view(weight.unsqueeze(-1), False, (1,))  # K-major only
+    # K-major only; the kernel's B view is the gate's rows, the up rows follow them
+    b = _kernel_view(weight[: weight.shape[0] // 2].unsqueeze(-1), False, (1,))
     if a is None or b is None:
         return None
     a_view, unit = a

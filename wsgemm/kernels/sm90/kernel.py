@@ -430,8 +430,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         gated = self.fused_epilogue.gated
         # a gated product loads B in two halves of a tile each (gate rows, then up rows N on)
         b_box = cfg.tile_n // 2 if const_expr(gated) else cfg.tile_n
-        if const_expr(gated and b_major != LayoutEnum.ROW_MAJOR):
-            raise ValueError("a gated epilogue reads a K-major B (the weights' nn.Linear layout)")
+        if const_expr(gated):
+            if const_expr(b_major != LayoutEnum.ROW_MAJOR):
+                raise ValueError("a gated epilogue reads a K-major B (nn.Linear's weights)")
+            # B's view holds the gate's N rows; the up projection's are the N rows after them
+            n, k, batches = (cute.size(mB, mode=[i]) for i in range(3))
+            mB = cute.make_tensor(
+                mB.iterator, cute.make_layout((2 * n, k, batches), stride=mB.stride)
+            )
         tiled_mma = self.make_tiled_mma(a_major, b_major)
         a_layout = sm90_utils.make_smem_layout_a(a_major, tile_mnk, self.ab_dtype, self.ab_stages)
         b_layout = sm90_utils.make_smem_layout_b(b_major, tile_mnk, self.ab_dtype, self.ab_stages)
