@@ -14,6 +14,7 @@ import math
 import torch
 
 from .api import grouped as core
+from .api.epilogue import activation_grad, torch_activation
 from .ops import _any_autocast, _is_compiling, _no_modes, autocast_dtype
 
 __all__ = ["grouped_mm"]
@@ -24,14 +25,16 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _LIB = torch.library.Library("wsgemm", "FRAGMENT")
 _LIB.define(
     "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None, "
-    'str backend="auto") -> Tensor',
+    'str backend="auto", str? activation=None, bool gated=False) -> Tensor',
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _GROUPED_MM = torch.ops.wsgemm.grouped_mm.default
 
 
-def _impl(a, b, offs=None, out_dtype=None, backend="auto"):
-    return core.grouped_mm(a, b, offs, out_dtype=out_dtype, backend=backend)
+def _impl(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False):
+    return core.grouped_mm(
+        a, b, offs, out_dtype=out_dtype, backend=backend, activation=activation, gated=gated
+    )
 
 
 for _key in ("CUDA", "CPU"):  # CPU too: a CPU tensor gets the core's ValueError
@@ -39,8 +42,8 @@ for _key in ("CUDA", "CPU"):  # CPU too: a CPU tensor gets the core's ValueError
 
 
 @torch.library.register_fake("wsgemm::grouped_mm", lib=_LIB)
-def _fake(a, b, offs=None, out_dtype=None, backend="auto"):
-    p = core.check_grouped(a, b, offs, None, out_dtype, backend, _FAKE_DEVICES)
+def _fake(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False):
+    p = core.check_grouped(a, b, offs, None, out_dtype, backend, _FAKE_DEVICES, activation, gated)
     return a.new_empty_strided(p.shape, core.result_strides(p.shape, p.c_dtype), dtype=p.c_dtype)
 
 
@@ -56,9 +59,27 @@ def _zero_past_end(t: torch.Tensor, offs: torch.Tensor, dim: int) -> torch.Tenso
 
 
 def _setup_context(ctx, inputs, output):
-    a, b, offs, _, backend = inputs
+    a, b, offs, out_dtype, backend, *epilogue = inputs
     ctx.save_for_backward(a, b, offs)
     ctx.backend = backend
+    ctx.activation, ctx.gated = (*epilogue, None, False)[:2]
+
+
+def _through_epilogue(ctx, a, b, offs, grad):
+    """The gradient at the product, through an activation or a gated unit: the product
+    recomputed (one more grouped GEMM), then the chain rule in fp32."""
+    with torch.no_grad():
+        pre = _GROUPED_MM(a, b, offs).float()
+    act, g = ctx.activation, grad.float()
+    if ctx.gated:
+        half = pre.shape[-1] // 2
+        gate, up = pre[..., :half], pre[..., half:]
+        d = torch.cat([g * up * activation_grad(act, gate), g * torch_activation(act, gate)], -1)
+    else:
+        d = g * activation_grad(act, pre)
+    if offs is not None and pre.dim() == 2 and a.dim() == 2 and b.dim() == 3:
+        d = _zero_past_end(d, offs, 0)  # the rows past the groups: unwritten, no gradient
+    return d.to(grad.dtype)
 
 
 def _backward(ctx, grad):
@@ -66,6 +87,8 @@ def _backward(ctx, grad):
     gradient is taken in the inputs' dtype, as ``matmul``'s backward does."""
     a, b, offs = ctx.saved_tensors
     need_a, need_b = ctx.needs_input_grad[:2]
+    if ctx.activation not in (None, "none"):
+        grad = _through_epilogue(ctx, a, b, offs, grad)
     g = grad.to(a.dtype)
     form = core.result_shape(a.shape, b.shape, None if offs is None else offs.shape[0])[0]
     mm = _GROUPED_MM
@@ -90,7 +113,7 @@ def _backward(ctx, grad):
             ga = mm(g, b.t(), offs)
         if need_b:
             gb = _zero_past_end(mm(a.transpose(-2, -1), g, offs), offs, 1)
-    return ga, gb, None, None, None
+    return ga, gb, None, None, None, None, None
 
 
 torch.library.register_autograd(
@@ -98,13 +121,13 @@ torch.library.register_autograd(
 )
 
 
-def _autocast(a, b, offs=None, out_dtype=None, backend="auto"):
+def _autocast(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False):
     dtype = torch.get_autocast_dtype("cuda")
     a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
     with torch._C._ExcludeDispatchKeyGuard(
         torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
     ):
-        return _GROUPED_MM(a, b, offs, out_dtype, backend)
+        return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated)
 
 
 _LIB.impl("grouped_mm", _autocast, "AutocastCUDA")
@@ -131,7 +154,9 @@ def _register_flops() -> None:
 _register_flops()
 
 
-def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto"):
+def grouped_mm(
+    a, b, offs=None, *, out=None, out_dtype=None, backend="auto", activation=None, gated=False
+):
     """A grouped GEMM with ``torch._grouped_mm``'s meaning: one product per group (a
     mixture-of-experts layer's experts), the groups given by ``offs`` on the GPU.
 
@@ -149,6 +174,11 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto"):
             ``offs[-1]`` keep their values. Not with autograd.
         out_dtype: a's dtype (default) or torch.float32.
         backend: "auto", or "sm90" / "sm90-pingpong" (the grouped kernel's schedule).
+        activation: None, or one of ``matmul``'s activations, applied to the product.
+        gated: with an activation, a gated unit (2D x 3D): ``act(gate) * up`` of the product's
+            column halves (b's first N / 2 columns the gate's, e.g. ``w_gate_up.transpose(-2,
+            -1)`` of experts' (G, 2I, K) weights), an (M, N / 2) result: a mixture-of-experts
+            SwiGLU's first GEMM. Fused into the grouped kernel where fused epilogues run.
 
     Returns:
         (M, N) for 2D x 3D and 3D x 2D, (G, M, N) for the others: row-major, rows padded to
@@ -159,8 +189,9 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto"):
     batched GEMM; the other forms and GPUs run torch (``wsgemm.api.grouped``).
     Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
     """
+    kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated)
     if out is not None:
-        return core.grouped_mm(a, b, offs, out=out, out_dtype=out_dtype, backend=backend)
+        return core.grouped_mm(a, b, offs, out=out, **kw)
     fast = (
         not _is_compiling()
         and type(a) in _PLAIN
@@ -170,7 +201,7 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto"):
         and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
     )
     if fast:
-        return core.grouped_mm(a, b, offs, out_dtype=out_dtype, backend=backend)
+        return core.grouped_mm(a, b, offs, **kw)
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         core.check_grouped(a, b, offs, None, out_dtype, backend)  # the TypeError
-    return _GROUPED_MM(a, b, offs, out_dtype, backend)
+    return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated)

@@ -3,6 +3,8 @@ routes, the kernel road's views (a dispatcher whose grouped kernel is a float64 
 reads the offsets as the kernel does), the torch road, the fake implementation and autograd.
 The kernel itself runs in tests/gpu/test_gpu_grouped.py."""
 
+import functools
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -10,6 +12,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import wsgemm
 from wsgemm.api import Dispatcher
 from wsgemm.api import grouped as core
+from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.host import registry
 from wsgemm.host.dispatch import StandInDevices
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -22,14 +26,25 @@ class GroupedStandIn:
     def __init__(self):
         self.launches = []
 
-    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, offs):
-        self.launches.append(dict(a=a, b=b, c=c, offs=offs))
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, offs, *,
+                 epilogue="none"):  # fmt: skip
+        self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
         assert a.stride(2) == 0 and c.stride(2) == 0 and b.shape[2] == len(offs)
         assert (raster, split, workspace, sems, bias) == (0, 1, None, None, None)
+        spec = Epilogue.parse(epilogue)
+        if spec.gated:  # B's view is the gate's rows; the up rows follow in memory
+            assert b.stride(1) == 1 and b.shape[0] == c.shape[1]
+            b = b.as_strided((2 * b.shape[0], *b.shape[1:]), b.stride())
         rows, prev = a.shape[0], 0
         for g, end in enumerate(offs.tolist()):
             lo, hi = prev, min(max(end, prev), rows)
-            c[lo:hi, :, 0] = (a[lo:hi, :, 0].double() @ b[:, :, g].double().T).to(c.dtype)
+            y = a[lo:hi, :, 0].double() @ b[:, :, g].double().T
+            if spec.gated:
+                half = y.shape[1] // 2
+                y = torch_activation(spec.activation, y[:, :half]) * y[:, half:]
+            else:
+                y = torch_activation(spec.activation, y)
+            c[lo:hi, :, 0] = y.to(c.dtype)
             prev = hi
 
 
@@ -41,7 +56,7 @@ class Cache:
     def get(self, variant):
         self.variants.append(variant)
         assert variant.grouping == "m"
-        return self.kernel
+        return functools.partial(self.kernel, epilogue=variant.epilogue)
 
 
 def dispatcher(capability=(9, 0)):
@@ -378,3 +393,99 @@ def _reference_op(a, b, offs, form):
     parts = [a[g] @ b[:, e[g] : e[g + 1]] for g in range(len(a))]
     rest = torch.zeros(a.shape[1], b.shape[1] - e[-1], dtype=a.dtype)
     return torch.cat([*parts, rest], dim=1)
+
+
+# ----------------------------------------------------------------------------- epilogues
+
+
+def _moe_fc1(dtype=BF16, sizes=(5, 0, 17, 1, 40), n_half=24, k=32):
+    torch.manual_seed(4)
+    m = sum(sizes) + 3
+    a = torch.randn(m, k, dtype=dtype)
+    w = torch.randn(len(sizes), 2 * n_half, k, dtype=dtype)  # experts' [w_gate; w_up]
+    return a, w.transpose(1, 2), ends(*sizes)
+
+
+def _gated_reference(a, b, offs, act):
+    half = b.shape[2] // 2
+    return [(lo, hi, torch_activation(act, y[:, :half]) * y[:, half:])
+            for lo, hi, y in reference(a, b, offs, "2d3d")]  # fmt: skip
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_a_gated_unit_on_the_grouped_kernel(fused, act, monkeypatch):
+    if fused:
+        monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    a, b, offs = _moe_fc1()
+    d = dispatcher()
+    out = core.grouped_mm(a, b, offs, activation=act, gated=True, dispatcher=d)
+    assert out.shape == (a.shape[0], b.shape[2] // 2)
+    assert_rows(out, _gated_reference(a, b, offs, act), 32)
+    want = f"gated+{act}" if fused else "none"
+    assert [v.epilogue for v in d.cache.variants] == [want]
+
+
+def test_an_activation_on_the_grouped_kernel(monkeypatch):
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    a, b, offs = _moe_fc1()
+    d = dispatcher()
+    out = core.grouped_mm(a, b, offs, activation="relu", dispatcher=d)
+    ref = [(lo, hi, torch.relu(y)) for lo, hi, y in reference(a, b, offs, "2d3d")]
+    assert_rows(out, ref, 32)
+    assert d.cache.variants[-1].epilogue == "relu"
+
+
+def test_a_gated_unit_off_hopper_and_with_an_n_major_weight(monkeypatch):
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    a, b, offs = _moe_fc1()
+    for d, bb in ((dispatcher((8, 0)), b), (dispatcher(), b.contiguous())):
+        out = core.grouped_mm(a, bb, offs, activation="silu", gated=True, dispatcher=d)
+        assert_rows(out, _gated_reference(a, bb, offs, "silu"), 32)
+        assert all(v.epilogue == "none" for v in d.cache.variants)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(gated=True), "needs an activation"),
+        (dict(gated=True, activation="silu", b=torch.randn(3, 8, 15, dtype=F16)), "even N"),
+        (dict(activation="tanh"), "not one of"),
+        (dict(gated=1, activation="silu"), "gated must be a bool"),
+    ],
+)
+def test_bad_epilogues_are_refused(kw, match):
+    args = _args(b=kw.pop("b", torch.randn(3, 8, 16, dtype=F16)))
+    with pytest.raises((TypeError, ValueError), match=match):
+        core.check_grouped(*args.values(), device_types=("cpu",), **kw)
+
+
+def test_the_fake_implementation_halves_a_gated_width():
+    with FakeTensorMode():
+        a = torch.empty(100, 64, dtype=BF16, device="cuda")
+        b = torch.empty(8, 64, 48, dtype=BF16, device="cuda")
+        offs = torch.empty(8, dtype=torch.int32, device="cuda")
+        out = torch.ops.wsgemm.grouped_mm(a, b, offs, None, "auto", "silu", True)
+        assert out.shape == (100, 24)
+
+
+def test_gated_gradients_match_float64(monkeypatch):
+    d = dispatcher()
+    monkeypatch.setattr(core, "host_dispatcher", lambda: d)
+    a, b, offs = _moe_fc1(n_half=8, k=16)
+    a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+    out = torch.ops.wsgemm.grouped_mm(a, b, offs, None, "auto", "silu", True)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    a64 = a.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_()
+    e = [0, *offs.tolist()]
+    parts = []
+    for g in range(len(offs)):
+        y = a64[e[g] : e[g + 1]] @ b64[g]
+        parts.append(torch_activation("silu", y[:, :8]) * y[:, 8:])
+    parts.append(torch.zeros(a.shape[0] - e[-1], 8, dtype=torch.float64))
+    torch.cat(parts).backward(grad.double())
+    for got, want in ((a.grad, a64.grad), (b.grad, b64.grad)):
+        err = (got.double() - want).abs().max().item()
+        assert err <= 4 * tolerance(BF16, 16) * max(want.abs().max().item(), 1.0), err

@@ -212,3 +212,38 @@ def test_the_other_forms(form):
         theirs = torch.cat([a[g] @ b[:, e[g] : e[g + 1]] for g in range(3)], 1)
     out = wsgemm.grouped_mm(a, b, offs)
     assert_within_torch_error(out, ref, theirs, form)
+
+
+@pytest.fixture
+def fusing(monkeypatch):
+    """The fused epilogues switched on (``FUSING_FAMILIES``: off on main until their GPU tests
+    pass)."""
+    from wsgemm.host import registry
+
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("sizes", [[8] * 64, [0, 300, 1, 129, 64], [1000]])
+def test_a_gated_moe_fc1_matches_float64(fusing, act, sizes):
+    """``act(x @ w_gate[e].T) * (x @ w_up[e].T)`` per expert in the grouped kernel's epilogue."""
+    gen = torch.Generator().manual_seed(len(sizes))
+    k, half = 256, 192
+    a = make((sum(sizes) + 2, k), torch.bfloat16, "cuda", gen=gen)
+    w = (torch.randn(len(sizes), 2 * half, k, generator=gen) / k**0.5).bfloat16().cuda()
+    b = w.transpose(1, 2)
+    ends = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+    out = wsgemm.grouped_mm(a, b, ends, activation=act, gated=True)
+    assert out.shape == (a.shape[0], half)
+    e = [0, *ends.tolist()]
+    from wsgemm.api.epilogue import torch_activation
+
+    for g in range(len(sizes)):
+        lo, hi = e[g], e[g + 1]
+        if hi == lo:
+            continue
+        y64 = a[lo:hi].double() @ b[g].double()
+        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+        y = (a[lo:hi] @ b[g]).float()
+        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).bfloat16()
+        assert_within_torch_error(out[lo:hi], ref, theirs, f"{act} group {g}")

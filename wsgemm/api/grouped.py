@@ -37,7 +37,9 @@ from dataclasses import dataclass
 import torch
 
 from .. import host
+from ..host.registry import PLAIN, Epilogue
 from ..support import VECTOR_BYTES
+from .epilogue import check_activation, torch_activation
 from .plan import _copy_unit, _kernel_view, _padded
 
 __all__ = ["GroupedProblem", "check_grouped", "grouped_mm", "result_shape", "result_strides"]
@@ -57,6 +59,12 @@ class GroupedProblem:
     groups: int
     shape: tuple[int, ...]  # the result's
     c_dtype: torch.dtype
+    epilogue: Epilogue = PLAIN  # an activation on the product, or a gated unit (half the width)
+
+    def plain(self) -> GroupedProblem:
+        """The product before its epilogue (a gated unit's: twice the result's width)."""
+        width = self.shape[-1] * (2 if self.epilogue.gated else 1)
+        return GroupedProblem(self.form, self.groups, (*self.shape[:-1], width), self.c_dtype)
 
 
 def _form(a_dim: int, b_dim: int) -> str:
@@ -113,7 +121,9 @@ def result_strides(shape: tuple, dtype: torch.dtype) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def check_grouped(a, b, offs, out, out_dtype, backend, device_types=("cuda",)) -> GroupedProblem:
+def check_grouped(
+    a, b, offs, out, out_dtype, backend, device_types=("cuda",), activation=None, gated=False
+) -> GroupedProblem:
     """Every check of ``grouped_mm`` that reads no data (what the fake implementation runs too;
     ``device_types``' first is where the kernels run). Raises, never allocates."""
     for name, t in (("a", a), ("b", b)):
@@ -135,6 +145,17 @@ def check_grouped(a, b, offs, out, out_dtype, backend, device_types=("cuda",)) -
         raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of "
                          f"{', '.join(host.BACKENDS)}")  # fmt: skip
     form, groups, shape = result_shape(a.shape, b.shape, None if offs is None else offs.shape[0])
+    act = check_activation(activation)
+    if not isinstance(gated, bool):
+        raise TypeError(f"gated must be a bool, got {type(gated).__name__}")
+    if gated:
+        if act == "none" or form != "2d3d" or shape[-1] % 2:
+            raise ValueError(
+                "gated=True (act(gate) * up, the gate's columns then the up projection's) needs "
+                "an activation, the 2D x 3D form and an even N; got activation="
+                f"{activation!r}, a {form} call of N={shape[-1]}"
+            )
+        shape = (*shape[:-1], shape[-1] // 2)
     if a.dtype != b.dtype:
         raise TypeError(f"a is {a.dtype} and b {b.dtype}; grouped_mm multiplies equal dtypes")
     if a.dtype not in (*_KERNEL_DTYPES, torch.float32):
@@ -170,7 +191,7 @@ def check_grouped(a, b, offs, out, out_dtype, backend, device_types=("cuda",)) -
     if torch.is_grad_enabled() and out is not None and any(t.requires_grad for t in (a, b, out)):
         raise RuntimeError("grouped_mm(): out= does not support automatic differentiation; "
                            "call it without out=, or under torch.no_grad()")  # fmt: skip
-    return GroupedProblem(form, groups, shape, c_dtype)
+    return GroupedProblem(form, groups, shape, c_dtype, Epilogue(activation=act, gated=gated))
 
 
 def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
@@ -195,11 +216,13 @@ def _index(d, device: torch.device) -> int:
     return device.index if device.index is not None else d.devices.current() or 0
 
 
-def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dispatcher=None):
+def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dispatcher=None,
+               activation=None, gated=False):  # fmt: skip
     """The grouped GEMM (module docstring) on dispatcher ``dispatcher`` (default: the
-    process's). Returns the result (``out`` itself when given)."""
+    process's), with ``activation`` applied to it, or (``gated``) ``act(gate) * up`` of its
+    two column halves. Returns the result (``out`` itself when given)."""
     d = dispatcher or host_dispatcher()
-    p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,))
+    p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,), activation, gated)
     where = route(d, p, a, backend)
     if out is not None and where != BATCHED:
         for t in (a, b):
@@ -214,11 +237,13 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     if where == BATCHED:
         from . import matmul
 
-        return matmul(a, b, out=result, backend=backend, dispatcher=d)
+        act = None if p.epilogue.activation == "none" else p.epilogue.activation
+        return matmul(a, b, out=result, backend=backend, dispatcher=d, activation=act)
     if where == KERNEL:
-        _run_kernel(d, a, b, offs, result, backend)
+        _run_kernel(d, a, b, offs, result, backend, p.epilogue)
     else:
-        _write(result, _torch_grouped(p, a, b, offs), p, offs)
+        product = _torch_grouped(p.plain(), a, b, offs)
+        _write(result, epilogue_in_torch(product, p.epilogue, p.c_dtype), p, offs)
     if out is not None:
         torch.autograd.graph.increment_version(out)
     return result
@@ -239,33 +264,62 @@ def _shares_memory(x: torch.Tensor, y: torch.Tensor) -> bool:
 # ----------------------------------------------------------------------------- the kernel route
 
 
-def _run_kernel(d, a, b, offs, out, backend: str) -> None:
+def epilogue_in_torch(product: torch.Tensor, epilogue: Epilogue, dtype) -> torch.Tensor:
+    """The epilogue on a product torch or a plain kernel computed: in fp32, rounded once."""
+    if epilogue.plain:
+        return product
+    y = product.float()
+    if epilogue.gated:
+        half = y.shape[-1] // 2
+        return (torch_activation(epilogue.activation, y[..., :half]) * y[..., half:]).to(dtype)
+    return torch_activation(epilogue.activation, y).to(dtype)
+
+
+def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) -> None:
     """2D x 3D on the grouped kernel: A (M, K, G) and C (M, N, G) as views with batch stride 0,
-    B (N, K, G); copies only where a kernel cannot address an operand (``api.plan``'s rules)."""
+    B (N, K, G); copies only where a kernel cannot address an operand (``api.plan``'s rules).
+    An epilogue runs in the kernel where its family fuses them (a gated one reads a K-major B:
+    its view the gate's rows, the up rows after them), else in torch after a plain kernel."""
     m, k = a.shape
-    groups, _, n = b.shape
-    if k == 0:  # every group's product is zero: rows before offs[-1] become 0
-        _write(out, torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n),
-               GroupedProblem("2d3d", groups, (m, n), out.dtype), offs)  # fmt: skip
+    groups, n = b.shape[0], out.shape[1]  # a gated unit's out is half of b's columns
+    p = GroupedProblem("2d3d", groups, (m, n), out.dtype, epilogue)
+    if k == 0:  # every group's product is zero: rows before offs[-1] become act(0) (* 0)
+        zero = torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n)
+        _write(out, epilogue_in_torch(zero, epilogue if not epilogue.gated else PLAIN, out.dtype),
+               p, offs)  # fmt: skip
+        return
+    name, config = host.grouped_config(backend, m, groups)
+    b_nkg = b.permute(2, 1, 0)
+    fused = not epilogue.plain and host.fuses_epilogues(name)
+    if fused and epilogue.gated:
+        gate = _kernel_view(b_nkg[:n], False, (1,))  # K-major only
+        fused = gate is not None and n % 8 == 0
+    if not epilogue.plain and not fused:  # the plain kernel, then the epilogue in torch
+        plain = torch.empty_strided(p.plain().shape, result_strides(p.plain().shape, out.dtype),
+                                    dtype=out.dtype, device=out.device)  # fmt: skip
+        _run_kernel(d, a, b, offs, plain, backend)
+        _write(out, epilogue_in_torch(plain, epilogue, out.dtype), p, offs)
         return
     a_view, a_unit = _operand(a.unsqueeze(-1), (1, 0))
-    b_view, b_unit = _operand(b.permute(2, 1, 0), (1, 0))
+    if epilogue.gated:
+        b_view, b_unit = gate[0], 1
+    else:
+        b_view, b_unit = _operand(b_nkg, (1, 0))
     c_found = _kernel_view(out.unsqueeze(-1), False, (1,))
     c_view = c_found[0] if c_found else torch.empty_strided(
         (m, n, 1), (*result_strides((m, n), out.dtype), 0), dtype=out.dtype, device=out.device
     )  # fmt: skip
     a_mkl = a_view.as_strided((m, k, groups), (*a_view.stride()[:2], 0))
     c_mnl = c_view.as_strided((m, n, groups), (*c_view.stride()[:2], 0))
-    name, config = host.grouped_config(backend, m, groups)
     dtypes = (_name(a.dtype), _name(out.dtype), "float32")
     a_major = "k" if a_unit == 1 else "m"
     b_major = "k" if b_unit == 1 else "n"
     fn, clusters = host.grouped_kernel(
-        d, name, _index(d, a.device), dtypes, a_major, b_major, config
+        d, name, _index(d, a.device), dtypes, a_major, b_major, config, epilogue.name
     )
     fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
-        _write(out, c_view[:, :, 0], GroupedProblem("2d3d", groups, (m, n), out.dtype), offs)
+        _write(out, c_view[:, :, 0], p, offs)
 
 
 def _operand(t: torch.Tensor, majors) -> tuple[torch.Tensor, int]:

@@ -79,13 +79,14 @@ class _Kernels:
         self._lock = threading.Lock()
 
     def get(self, d, backend: str, device: int, dtypes: tuple[str, str, str], a_major: str,
-            b_major: str, config: Any = None) -> tuple[Callable, int]:  # fmt: skip
-        key = (id(d), backend, device, dtypes, a_major, b_major, config)
+            b_major: str, config: Any = None, epilogue: str = "none",
+            ) -> tuple[Callable, int]:  # fmt: skip
+        key = (id(d), backend, device, dtypes, a_major, b_major, config, epilogue)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         arch = arch_for_capability(d.devices.capability(device))
-        variant = Variant(backend, arch, *dtypes, a_major, b_major, config, grouping="m")
+        variant = Variant(backend, arch, *dtypes, a_major, b_major, config, epilogue, "m")
         clusters = d.devices.sm_count(device) // cluster_size(variant.kernel_config())
         hit = (d.cache.get(variant), clusters)
         with self._lock:
@@ -100,7 +101,8 @@ _KERNELS = _Kernels()
 
 
 def grouped_kernel(d, backend: str, device: int, dtypes: tuple[str, str, str], a_major: str,
-                   b_major: str, config: Any = None) -> tuple[Callable, int]:  # fmt: skip
+                   b_major: str, config: Any = None, epilogue: str = "none",
+                   ) -> tuple[Callable, int]:  # fmt: skip
     """(compiled grouped kernel, clusters to launch) on dispatcher ``d``'s ``device``;
-    ``dtypes``: (A/B, C, accumulator) host names."""
-    return _KERNELS.get(d, backend, device, dtypes, a_major, b_major, config)
+    ``dtypes``: (A/B, C, accumulator) host names; ``epilogue``: a fused epilogue's name."""
+    return _KERNELS.get(d, backend, device, dtypes, a_major, b_major, config, epilogue)
