@@ -176,7 +176,8 @@ def test_explain_says_where_the_epilogue_runs():
     bias = make_bias("col", 64, 48)
     text = dispatch.explain(cpu_dispatcher(), a, b, None, None, F32, "auto", bias, "gelu")
     assert "epilogue: a bias per column then gelu, fused" in text
-    text = dispatch.explain(cpu_dispatcher((8, 0)), a, b, None, None, F32, "auto", bias, "gelu")
+    sm80 = cpu_dispatcher((8, 0), against_torch=False)  # the kernel, not the race's default
+    text = dispatch.explain(sm80, a, b, None, None, F32, "auto", bias, "gelu")
     assert "not fused: sm80 has no fused epilogue" in text
     plain = dispatch.explain(cpu_dispatcher(), a, b, None, None, F32, "auto")
     assert "epilogue" not in plain

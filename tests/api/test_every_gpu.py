@@ -1,7 +1,9 @@
 """Every CUDA GPU works: on a stand-in of each generation, ``auto`` runs what ``explain`` and
 ``available_backends`` say (a wsgemm kernel compiled for the target of ``support.TARGETS``, or
 torch.matmul with its reason), never raises on fp16/bf16/fp32 operands, and a named backend
-that does not run there raises an error naming the GPUs it runs on."""
+that does not run there raises an error naming the GPUs it runs on. Where no table measured
+``auto``'s kernel (the sm80 family, off Hopper) torch.matmul runs until autotuning measures the
+kernel faster (``choosing.route_choice``; its tests: tests/host/test_route_choice.py)."""
 
 import logging
 
@@ -18,17 +20,20 @@ from wsgemm.host.dispatch import TORCH
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 
-#: (compute capability, backends that run there, what auto runs on fp16/bf16 operands): a
-#: family's kernel ("sm90" family: the policy's menu entry), or torch.matmul.
+#: (compute capability, backends that run there, what auto runs on fp16/bf16 operands with
+#: autotuning off): a family's kernel ("sm90" family: the policy's menu entry), or torch.matmul
+#: (no kernel; or the sm80 kernel, which no table measured there: the chooser's default).
 GPUS = [
     ((7, 5), [], TORCH),  # T4
-    ((8, 0), ["sm80", "sm80-multistage"], "sm80"),  # A100
-    ((8, 7), ["sm80", "sm80-multistage"], "sm80"),  # Orin
-    ((8, 9), ["sm80", "sm80-multistage"], "sm80"),  # L4, RTX 40xx
+    ((8, 0), ["sm80", "sm80-multistage"], TORCH),  # A100
+    ((8, 7), ["sm80", "sm80-multistage"], TORCH),  # Orin
+    ((8, 9), ["sm80", "sm80-multistage"], TORCH),  # L4, RTX 40xx
     ((9, 0), ["sm90", "sm90-pingpong", "sm80", "sm80-multistage"], "sm90"),  # H100
     ((10, 0), ["sm80", "sm80-multistage"], TORCH),  # B200
-    ((12, 0), ["sm80", "sm80-multistage"], "sm80"),  # RTX 50xx
+    ((12, 0), ["sm80", "sm80-multistage"], TORCH),  # RTX 50xx
 ]
+#: The kernel family ``auto`` runs where it runs one (measured faster, or never raced).
+KERNEL = {(8, 0): "sm80", (8, 7): "sm80", (8, 9): "sm80", (9, 0): "sm90", (12, 0): "sm80"}
 IDS = [support.cc_name(cc) for cc, _, _ in GPUS]
 
 
@@ -50,12 +55,16 @@ def test_available_backends_are_the_tables(cc, backends, auto):
     assert backends == [n for n in host.shipped_backends() if host.BACKENDS[n].family in families]
 
 
+@pytest.mark.parametrize("race", [None, False], ids=["default", "kernel"])
 @pytest.mark.parametrize("dtype", [F16, BF16, F32])
 @pytest.mark.parametrize("cc, backends, auto", GPUS, ids=IDS)
-def test_auto_runs_what_explain_says_and_never_raises(cc, backends, auto, dtype):
-    d = cpu_dispatcher(cc)
+def test_auto_runs_what_explain_says_and_never_raises(cc, backends, auto, dtype, race):
+    """With autotuning off (the default): ``auto``'s kernel, or torch.matmul; ``race`` False
+    (``Dispatcher.against_torch``): the kernel where the GPU has one, as ``auto`` runs it once
+    measured faster."""
+    d = cpu_dispatcher(cc, autotune=False, against_torch=race)
     a, b = operands(dtype)
-    expected = TORCH if dtype == F32 else auto
+    expected = TORCH if dtype == F32 else KERNEL.get(cc, TORCH) if race is False else auto
     route = d.route("auto", None, (37, 40, 24, None), (str(dtype)[6:], str(dtype)[6:], "float32"))
     assert family(route.backend) == expected
     text = dispatch.explain(d, a, b, None, None, F32, "auto")
@@ -63,7 +72,8 @@ def test_auto_runs_what_explain_says_and_never_raises(cc, backends, auto, dtype)
     result = matmul(d, a, b)
     assert result.dtype == dtype and result.shape == (37, 40)
     if expected == TORCH:
-        assert kernel_line == f"kernel: torch.matmul (fallback): {route.reason}"
+        assert kernel_line.startswith("kernel: torch.matmul (")
+        assert kernel_line.endswith(f"): {route.reason}")
         assert route.reason in text and not d.cache.variants  # nothing compiled
         assert torch.equal(result, torch.matmul(a, b))
     else:

@@ -24,7 +24,8 @@ def test_meta_tensors_get_a_stand_in_h200_without_a_gpu():
 
 @pytest.mark.parametrize(
     "cc, sms, kernel",
-    [((8, 9), 128, "kernel: sm80"), ((10, 0), 148, "torch.matmul (fallback)"),
+    [((8, 9), 128, "kernel: torch.matmul (not the sm80 kernel)"),
+     ((10, 0), 148, "torch.matmul (fallback)"),
      ((9, 0), 114, "backend sm90")],
 )  # fmt: skip
 def test_cc_and_sm_count_answer_for_another_gpu(cc, sms, kernel):

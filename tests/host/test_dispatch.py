@@ -184,7 +184,7 @@ def test_the_launcher_memo_is_bounded():
     ],
 )
 def test_the_backend_is_chosen_per_device(capability, backend, expected):
-    d = cpu_dispatcher(capability)
+    d = cpu_dispatcher(capability, against_torch=False)  # the kernel, not the race's default
     matmul(d, torch.randn(2048, 8).half(), torch.randn(8, 2048).half(), backend=backend)
     (variant,) = d.cache.variants
     if expected == "the policy's":
@@ -210,7 +210,7 @@ def test_explain_says_which_operands_a_call_copies_and_why(caplog):
     assert text.endswith("operands: a read in place (K-major); b read in place (K-major); "
                          "out written in place (N-major)")  # fmt: skip
     # cp.async kernels pad K to whole vectors
-    line = explain(cpu_dispatcher((8, 0)), torch.empty(64, 100, dtype=F16),
+    line = explain(cpu_dispatcher((8, 0), against_torch=False), torch.empty(64, 100, dtype=F16),
                    torch.empty(100, 64, dtype=F16)).splitlines()[-1]  # fmt: skip
     assert "cp.async kernels need K (and N) in whole 16-byte vectors" in line
     assert not d.cache.variants and not d.launchers
@@ -612,7 +612,7 @@ def test_explain_says_what_auto_runs_and_why_without_compiling():
     ],
 )
 def test_explain_outside_the_menu(capability, backend, words):
-    d = cpu_dispatcher(capability)
+    d = cpu_dispatcher(capability, against_torch=False)  # the kernel, not the race's default
     text = explain(d, torch.empty(16, 64, dtype=F16), torch.empty(64, 32, dtype=F16),
                    backend=backend)  # fmt: skip
     config = host.BACKENDS[backend if backend != "auto" else "sm80"].config()

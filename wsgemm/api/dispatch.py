@@ -3,9 +3,11 @@
 ``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
 asks the dispatcher for a route (backend, config and split-K count: ``auto`` asks the shape
 policy here, once per signature; with ``WSGEMM_AUTOTUNE`` the dispatcher times the candidates
-through ``_run_candidate``, which launches one on the call's operands; where wsgemm has no
-kernel, a torch route, which ``fallback`` runs) and a kernel, plans the kernel views and
-launches; then it keeps a launcher for the signature in the dispatcher. A later
+through ``_run_candidate``, which launches one on the call's operands, torch.matmul included
+where the dispatcher races its kernel against it; where wsgemm has no kernel, or torch.matmul
+won, a torch route, which ``fallback`` runs) and a kernel, plans the kernel views and
+launches; then it keeps a launcher for the signature in the dispatcher (unless the route says
+not to: a default taken until a race can run, ``Route.keep``). A later
 call with the same signature reads a handful of tensor attributes, finds the launcher and runs
 it: no validation, planning or dispatch in Python: the output allocation and the kernel call at
 the tensors' addresses (the kernel is bound to the signature's sizes and strides at its first
@@ -121,6 +123,8 @@ def _first_call(
     route = d.route(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
     )
+    if not route.keep:  # a default until this signature can race: the next call asks again
+        key = None
     if route.backend == TORCH:  # no wsgemm kernel for this GPU or these dtypes
         return fallback.first_call(d, key, a, b, out, p, route.reason, bias)
     result, planned = _launch(d, a, b, out, p, route, bias)
@@ -154,14 +158,27 @@ def _may_tune(t: torch.Tensor) -> bool:
 def _run_candidate(d, a, b, p: Problem, bias, route: Route) -> Callable[[], object]:
     """The dispatcher's ``run`` for ``WSGEMM_AUTOTUNE`` (``host.dispatch.Runner``): launch
     ``route`` once on this call's operands, into a scratch output (never the caller's), which
-    compiles and plans it; return what is timed: its kernel alone on the planned views when the
-    call was one launch on views, else the whole planned call."""
+    compiles and plans it; return what is timed, what a later call of the signature runs: its
+    kernel alone on the planned views when the call was one launch on views (then torch's
+    epilogue where the kernel does not fuse it), else the whole planned call. A torch route
+    (raced against a kernel no table measured): the torch route's call, epilogue included."""
+    if route.backend == TORCH:
+        fallback.run(a, b, None, p, bias)
+        return functools.partial(fallback.run, a, b, None, p, bias)
     scratch = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     _, planned = _launch(d, a, b, scratch, p, route, bias)
-    if planned is not None:
-        launch, fn, clusters, _, late = planned
-        return functools.partial(fn, launch.a, launch.b, launch.c, clusters, *late)
-    return functools.partial(_launch, d, a, b, scratch, p, route, bias)
+    if planned is None:
+        return functools.partial(_launch, d, a, b, scratch, p, route, bias)
+    launch, fn, clusters, _, late = planned
+    kernel = functools.partial(fn, launch.a, launch.b, launch.c, clusters, *late)
+    if p.epilogue.plain or host.fuses_epilogues(route.backend):
+        return kernel
+
+    def kernel_then_epilogue():
+        kernel()
+        return apply_in_torch(scratch, bias, p.epilogue)  # in place, as a later call's
+
+    return kernel_then_epilogue
 
 
 def explain(d, a, b, out, out_dtype, accumulate, backend, bias=None, activation=None) -> str:

@@ -9,7 +9,8 @@ never comes here: it raises its own error on a GPU it does not run on.
 
 ``accumulate=torch.float16`` is refused here: it promises one fp16 running sum, which only
 wsgemm's kernels give. The first call of each (device, reason) says so in one INFO line of the
-``wsgemm`` logger; the call's signature then keeps a launcher that calls torch directly, like
+``wsgemm`` logger (where torch.matmul just won a race, the race's line said it:
+``Dispatcher.route``); the call's signature then keeps a launcher that calls torch directly, like
 any other signature's (``dispatch.call``).
 """
 
@@ -39,7 +40,7 @@ def first_call(d, key, a, b, out, p: Problem, reason: str, bias=None) -> torch.T
             f"torch.matmul here ({reason}), which accumulates in fp32; pass "
             "accumulate=torch.float32"
         )
-    if d.say_once(("torch", a.device, reason)):
+    if d.say_once(("torch", a.device.index, reason)):  # the dispatcher's device (index)
         log.info("%s: backend='auto' runs torch.matmul (fallback): %s", a.device, reason)
     result = run(a, b, out, p, bias)
     if key is not None:

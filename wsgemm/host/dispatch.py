@@ -6,8 +6,10 @@ A ``Dispatcher`` owns what a call needs besides its tensors:
 * the route of a problem on a device (``route``): which kernel ``auto`` runs (torch.matmul where
   wsgemm has no kernel for the GPU or dtypes, or none that competes: ``support.TARGETS``; on
   sm_90 the shape policy's menu entry and split-K count, ``host.choosing``; with
-  ``WSGEMM_AUTOTUNE``, the fastest candidate, timed through the caller's ``run``), and whether
-  a named backend runs on that GPU at all; ``explain`` says the same in words;
+  ``WSGEMM_AUTOTUNE``, the fastest candidate, timed through the caller's ``run``; where no
+  table measured the kernel, the sm80 family's off Hopper, that kernel or torch.matmul:
+  ``choosing.route_choice``), and whether a named backend runs on that GPU at all; ``explain``
+  says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
 * the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature;
@@ -20,6 +22,7 @@ and a stand-in compile cache instead of patching module globals.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Hashable
@@ -45,8 +48,10 @@ Runner = Callable[["Route"], Callable[[], object]]
 _TUNABLE = ("table", "model", "default")
 _NO_SWITCH = contextlib.nullcontext()
 #: The route's backend where ``auto`` runs torch.matmul (``wsgemm.api.fallback``): no wsgemm
-#: kernel for this GPU or these dtypes, or none that can compete (``support.TARGETS``).
-TORCH = "torch"
+#: kernel for this GPU or these dtypes, none that can compete (``support.TARGETS``), or one no
+#: table measured here that did not win a race against it (``choosing.route_choice``).
+TORCH = choosing.route_choice.TORCH
+_RACE = choosing.route_choice
 
 
 @dataclass(frozen=True)
@@ -55,13 +60,16 @@ class Route:
     count (1: none; more: the config is a split kernel's, ``split_k=0``, and the count its
     launch argument, ``host.workspace.split_launcher``). ``choice`` is the policy's answer when
     ``auto`` picked from the sm90 menu; ``reason`` why ``auto`` runs torch.matmul when
-    ``backend`` is :data:`TORCH`."""
+    ``backend`` is :data:`TORCH`, or its kernel where it chose between the two
+    (``choosing.route_choice``). ``keep`` False: a call's signature keeps no launcher for the
+    route (a default taken where a race could not run yet: the next call races)."""
 
     backend: str
     config: Any = None
     split: int = 1
     choice: choosing.Choice | None = None
     reason: str = ""
+    keep: bool = True
 
 
 class CudaDevices:
@@ -161,8 +169,14 @@ class Dispatcher:
     ``autotune``: time the policy's candidates at a problem's first call and keep the fastest
     (``choosing.autotune``); None (the default) reads ``wsgemm.config``'s setting, else
     ``WSGEMM_AUTOTUNE``. ``tuned``: where
-    tuned choices are kept (default the process's ``choosing.STORE``); ``time_call``: how a
-    candidate is timed (ms per call of a function; default ``choosing.time_cuda``).
+    tuned choices (and route decisions) are kept (default the process's ``choosing.STORE``);
+    ``time_call``: how a candidate is timed (ms per call of a function; default
+    ``choosing.time_cuda``; a race calls it ``ROUNDS`` times per side).
+    ``against_torch``: whether ``auto`` chooses between its kernel and torch.matmul
+    (``choosing.route_choice``): None (the default) where no shipped table measured the
+    kernel's family on the GPU (the sm80 family, everywhere it is ``auto``'s), True on every
+    GPU with a wsgemm kernel (a study: the H200's sm90 choice against torch), False never (the
+    kernel, unmeasured).
     """
 
     # Launchers kept; the oldest goes first (a workload with ever-new shapes must not grow memory).
@@ -179,6 +193,7 @@ class Dispatcher:
         autotune: bool | None = None,
         tuned: choosing.TunedStore | None = None,
         time_call: Callable[[Callable[[], object]], float] | None = None,
+        against_torch: bool | None = None,
     ) -> None:
         self.cache = COMPILE_CACHE if cache is None else cache
         self.devices = CudaDevices() if devices is None else devices
@@ -192,6 +207,11 @@ class Dispatcher:
         self._autotune = autotune
         self.tuned = choosing.STORE if tuned is None else tuned
         self.time_call = choosing.time_cuda if time_call is None else time_call
+        if against_torch is not None and not isinstance(against_torch, bool):
+            raise TypeError(
+                f"against_torch must be a bool or None, got {type(against_torch).__name__}"
+            )
+        self.against_torch = against_torch
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
         self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
@@ -281,20 +301,19 @@ class Dispatcher:
         names of (A/B, C, accumulator). ``auto`` runs torch.matmul (a :data:`TORCH` route, with
         its reason: ``torch_reason``) where wsgemm has no kernel for the GPU or the dtypes, or
         none that competes; on sm_90 it takes the policy's menu entry and split; elsewhere the
-        sm80 kernel. A named backend runs ``config`` (None: its shipped one), split only when
-        the config says so (an ``Sm90Config`` with ``split_k`` >= 2, checked by
-        ``api.validate``, or with ``stream_k``); ValueError, naming the GPUs it runs on, if it
-        does not run on this one. Called once per call signature (its launcher keeps the
-        route), so a repeated call never asks the policy. ``quiet``: no DEBUG line
-        (``explain`` asks, nothing runs).
+        sm80 kernel, or torch.matmul in its place (``_or_torch``). A named backend runs
+        ``config`` (None: its shipped one), split only when the config says so (an
+        ``Sm90Config`` with ``split_k`` >= 2, checked by ``api.validate``, or with
+        ``stream_k``); ValueError, naming the GPUs it runs on, if it does not run on this one.
+        Called once per call signature (its launcher keeps the route), so a repeated call never
+        asks the policy. ``quiet``: no DEBUG line (``explain`` asks, nothing runs).
 
         ``run``: how the caller launches a route on its operands, given when the call may be
         timed (``Runner``). With autotuning on, an ``auto`` choice the policy made (not one
-        tuned before) is replaced by the fastest candidate timed through it (``_tuned``)."""
+        tuned before) is replaced by the fastest candidate timed through it (``_tuned``); where
+        no table measured the kernel, the route decision's race runs through it too."""
         cc = self.devices.capability(device)
         if backend == "auto":
-            # The seam of a measured chooser: torch as a timed candidate would be one more
-            # TORCH route here, for the problems whose bucket it won.
             why = self.torch_reason(device, dtypes)
             if why is not None:
                 chosen = Route(TORCH, reason=why)
@@ -305,9 +324,9 @@ class Dispatcher:
                 )
                 if run is not None and choice.source in _TUNABLE and self.autotune:
                     choice = self._tuned(device, problem, dtypes, run) or choice
-                chosen = self.choice_route(choice)
+                chosen = self._or_torch(self.choice_route(choice), device, problem, dtypes, run)
             else:
-                chosen = Route("sm80")
+                chosen = self._or_torch(Route("sm80"), device, problem, dtypes, run)
         elif not BACKENDS[backend].supports(cc):
             raise ValueError(
                 f"backend={backend!r} runs on {support.family_gpus(BACKENDS[backend].family)}; "
@@ -329,6 +348,64 @@ class Dispatcher:
                 backend, what, chosen.split, m, n, k, batch, "/".join(dtypes), why,
             )  # fmt: skip
         return chosen
+
+    def races_torch(self, device, family: str) -> bool:
+        """Whether ``auto``'s kernel of ``family`` on ``device`` is chosen against torch.matmul
+        (``against_torch``; by default where no shipped table measured the family there)."""
+        if self.against_torch is not None:
+            return self.against_torch
+        cc = self.devices.capability(device)
+        return not _RACE.measured(family, self.devices.sm_count(device), cc)
+
+    def route_decision(self, device, problem, dtypes, family: str) -> choosing.RouteDecision:
+        """What runs in place of ``family``'s kernel without a race: the stored decision, the
+        default, or "not measured yet" (``choosing.route_choice.decide``)."""
+        m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
+        return _RACE.decide(
+            self.tuned, self.devices.name(device), sm_count, (m, n, k, batch), dtypes, family,
+            autotune=self.autotune,
+            invariant=choosing.batch_invariant_requested(self.batch_invariant),
+        )  # fmt: skip
+
+    def _or_torch(self, chosen: Route, device, problem, dtypes, run: Runner | None) -> Route:
+        """``chosen`` (``auto``'s kernel route), or torch.matmul where it may not run unmeasured
+        (``races_torch``): the route decision, raced through ``run`` when there is none yet and
+        the call may be timed. A default taken because the call could not race keeps no
+        launcher (``Route.keep``)."""
+        family = BACKENDS[chosen.backend].family
+        if not self.races_torch(device, family):
+            return chosen
+        decision = self.route_decision(device, problem, dtypes, family)
+        if decision.source == _RACE.NOT_YET and run is not None:
+            decision = self._race(chosen, family, device, problem, dtypes, run) or decision
+        if decision.runs == TORCH:
+            return Route(TORCH, reason=decision.reason, keep=decision.source != _RACE.NOT_YET)
+        return dataclasses.replace(chosen, reason=decision.reason)
+
+    def _race(self, chosen: Route, family, device, problem, dtypes, run: Runner):
+        """Time ``chosen`` against torch.matmul through ``run`` on ``device``
+        (``route_choice.race``), keep the winner for the bucket and say so in one INFO line;
+        None when neither ran."""
+        with self.on_device(device):  # the timing events record on the operands' device
+            times = _RACE.race(
+                {family: lambda: run(chosen), TORCH: lambda: run(Route(TORCH))}, self.time_call
+            )
+        if not times:
+            return None
+        m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
+        name = self.devices.name(device)
+        decision = _RACE.remember(
+            self.tuned, name, sm_count, (m, n, k, batch), dtypes, family, times
+        )
+        if decision.runs == TORCH:  # this line says it: not the torch route's line too
+            self.say_once(("torch", device, decision.reason))
+        log.info(
+            "%s: backend='auto' measured %s against torch.matmul for M=%d N=%d K=%d batch=%d "
+            "%s: %s; runs %s from now on for this bucket on this GPU model",
+            name, chosen.backend, m, n, k, batch, "/".join(dtypes), decision.detail,
+            "torch.matmul" if decision.runs == TORCH else f"the {family} kernel",
+        )  # fmt: skip
+        return decision
 
     def torch_reason(self, device, dtypes: tuple[str, str, str]) -> str | None:
         """Why ``auto`` runs torch.matmul for operands of ``dtypes`` on ``device``, or None when
@@ -373,8 +450,10 @@ class Dispatcher:
         problem: tuple[int, int, int, int | None],
         dtypes: tuple[str, str, str],
     ) -> str:
-        """``route``'s answer in words: which kernel, tile, cluster and split, and why. Compiles
-        and launches nothing."""
+        """``route``'s answer in words: which kernel, tile, cluster and split, and why; where
+        ``auto`` chooses between its kernel and torch.matmul, a ``route:`` line with the
+        decision and where it came from (a stored measurement, the default, not measured yet,
+        or no choice). Compiles, launches and measures nothing."""
         cc = self.devices.capability(device)
         torch_reason = self.torch_reason(device, dtypes) if backend == "auto" else None
         if torch_reason is not None:
@@ -388,11 +467,24 @@ class Dispatcher:
                     "it; no wsgemm kernel runs here to give it"
                 )
             return "\n".join(lines)
+        decided = ""
+        if backend == "auto":
+            family = "sm90" if BACKENDS["sm90"].supports(cc) else "sm80"
+            if self.races_torch(device, family):
+                decision = self.route_decision(device, problem, dtypes, family)
+                decided = f"\nroute: {decision.source}: {decision.reason}; {decision.detail}"
+                if decision.runs == TORCH:
+                    return (
+                        f"{self._problem_line(device, problem, dtypes)}\n"
+                        f"kernel: torch.matmul (not the {family} kernel): {decision.reason}"
+                        f"{decided}"
+                    )
         if backend == "auto" and BACKENDS["sm90"].supports(cc):
             args = self._policy_args(device, problem, dtypes)
             tuned = self.tuned_choice(device, problem, dtypes)
             if tuned is not None:
-                return choosing.describe(tuned, *args, batch_invariant=self.batch_invariant)
+                text = choosing.describe(tuned, *args, batch_invariant=self.batch_invariant)
+                return text + decided
             text = choosing.explain(*args, batch_invariant=self.batch_invariant)
             count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
             if count > 1:
@@ -400,7 +492,7 @@ class Dispatcher:
                     "\nautotune: on (wsgemm.config.autotune, else WSGEMM_AUTOTUNE); the first "
                     f"call times these {count} candidates and runs the fastest instead"
                 )
-            return text
+            return text + decided
         chosen = self.route(backend, device, problem, dtypes, quiet=True)
         config = BACKENDS[chosen.backend].config(dtypes[2])
         tile = "x".join(str(getattr(config, f, "?")) for f in ("tile_m", "tile_n", "tile_k"))
@@ -410,13 +502,16 @@ class Dispatcher:
             if backend != "auto"
             else f"auto on sm_{cc[0]}{cc[1]}: the sm80 kernel (the sm90 menu needs sm_90)"
         )
-        return "\n".join(
-            [
-                self._problem_line(device, problem, dtypes),
-                f"kernel: {chosen.backend} ({tile} tile, cluster {cluster})",
-                "split-K: 1 (none)",
-                f"why: {why}",
-            ]
+        return (
+            "\n".join(
+                [
+                    self._problem_line(device, problem, dtypes),
+                    f"kernel: {chosen.backend} ({tile} tile, cluster {cluster})",
+                    "split-K: 1 (none)",
+                    f"why: {why}",
+                ]
+            )
+            + decided
         )
 
     def _problem_line(self, device, problem, dtypes) -> str:

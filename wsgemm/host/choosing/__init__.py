@@ -7,15 +7,19 @@
   ``candidates``;
 * ``wording``: the answer in words (``explain``, ``describe``);
 * ``autotune`` and ``tuning``: ``WSGEMM_AUTOTUNE``, the tuned-choice store per GPU model and the
-  timing loop (the caller passes how to launch a candidate).
+  timing loop (the caller passes how to launch a candidate);
+* ``route_choice``: where no table measured the kernel ``auto`` runs (off Hopper), that kernel
+  or torch.matmul: a default, or a race kept in the same store.
 
 The names other rooms use are here. Importing the room imports neither torch nor the DSL: the
 policy runs in processes that never load them (the timing imports torch when it times).
 """
 
+from . import route_choice
 from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore, remember, tuned_choice
 from .autotune import requested as autotune_requested
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
+from .route_choice import RouteDecision
 from .rules import (
     ENV_BATCH_INVARIANT,
     ENV_TABLE,
@@ -41,6 +45,7 @@ __all__ = [
     "AutotuneWarning",
     "Choice",
     "MenuEntry",
+    "RouteDecision",
     "Table",
     "TunedStore",
     "autotune_requested",
@@ -55,6 +60,7 @@ __all__ = [
     "m_block",
     "menu_variants",
     "remember",
+    "route_choice",
     "split_candidates",
     "time_cuda",
     "tune",

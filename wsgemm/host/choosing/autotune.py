@@ -129,14 +129,20 @@ class TunedStore:
 
     def get(self, device: str, sm_count: int, key: str) -> tuple[str, int] | None:
         """The tuned (entry name, split) of ``key`` on this GPU model, or None."""
-        with self._lock:
-            found = self._load(device, sm_count).get(key)
-        if not isinstance(found, dict):
+        found = self.record(device, sm_count, key)
+        if found is None:
             return None
         name, split = found.get("entry"), found.get("split")
         if not isinstance(name, str) or not isinstance(split, int):
             return None
         return name, split
+
+    def record(self, device: str, sm_count: int, key: str) -> dict | None:
+        """Everything ``put`` kept for ``key`` on this GPU model (winner, split, every
+        candidate's ms), or None."""
+        with self._lock:
+            found = self._load(device, sm_count).get(key)
+        return found if isinstance(found, dict) else None
 
     def put(
         self, device: str, sm_count: int, key: str, name: str, split: int, times: dict[str, float]
