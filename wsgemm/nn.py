@@ -21,7 +21,9 @@ from .gated import gated_linear
 from .ops import autocast_dtype, linear
 from .support import VECTOR_BYTES, vector_elems
 
-__all__ = ["GatedMLP", "Linear", "ReplaceReport", "replace_linear", "restore_linear"]
+__all__ = [
+    "GatedMLP", "Linear", "ReplaceReport", "fuse_gated_mlps", "replace_linear", "restore_linear",
+]  # fmt: skip
 
 log = logging.getLogger("wsgemm")
 
@@ -208,8 +210,8 @@ class ReplaceReport(Sequence):
     """
 
     replaced: tuple[str, ...] = ()
-    #: Gate/up pairs fused into one product; empty until wsgemm has fused epilogues (issue
-    #: "Fused epilogues").
+    #: Gated MLPs whose gate and up projections run as one gated GEMM (``fuse_mlp=True``):
+    #: (the MLP's name, its gate's, its up's).
     fused: tuple[tuple[str, ...], ...] = ()
     skipped: Mapping[str, str] = field(default_factory=dict)  # name -> why it stays torch's
     #: Replaced layers that run torch as the model stands (weights on CPU or meta, fp32 outside
@@ -274,7 +276,10 @@ def _skip_reason(layer: nn.Linear) -> str | None:
 
 
 def replace_linear(
-    module: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None
+    module: nn.Module,
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    *,
+    fuse_mlp: bool = False,
 ) -> ReplaceReport:
     """Make the eligible ``nn.Linear`` layers of ``module`` (itself included) wsgemm layers, in
     place: each keeps its identity, its ``Parameter`` objects (so optimizer state and tied
@@ -297,11 +302,15 @@ def replace_linear(
             the layers it picks, whatever it says. A chosen subclass keeps its other methods
             but its ``forward`` becomes ``Linear.forward`` (``x @ W.T + b``), so choose only
             subclasses whose forward means that.
+        fuse_mlp: also fuse gated MLPs (``fuse_gated_mlps``): a module with replaced
+            ``gate_proj`` and ``up_proj`` layers, a ``down_proj`` and an ``act_fn`` (Llama's,
+            Qwen's, Mistral's ``MLP``) computes ``act(gate) * up`` as one gated GEMM.
 
     Returns:
         a ``ReplaceReport``: ``replaced`` (qualified names, "" for ``module`` itself),
         ``skipped`` and ``falling_back`` (name -> reason), and ``fused``, empty until wsgemm
-        fuses gate/up pairs. It compares equal to, and iterates as, the list of replaced names.
+        fuses gate/up pairs (``fuse_mlp``). It compares equal to, and iterates as, the list of
+        replaced names.
         Layers already on wsgemm appear nowhere. One INFO line on the ``"wsgemm"`` logger gives
         the counts.
     """
@@ -331,7 +340,8 @@ def replace_linear(
         fallback = _fallback_reason(layer.weight)
         if fallback is not None:
             falling_back[name] = ": ".join(fallback)
-    report = ReplaceReport(tuple(replaced), (), skipped, falling_back)
+    fused = fuse_gated_mlps(module) if fuse_mlp else ()
+    report = ReplaceReport(tuple(replaced), tuple(fused), skipped, falling_back)
     log.info("%s", report.summary())
     return report
 
@@ -390,3 +400,105 @@ class GatedMLP(nn.Module):
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
+
+
+# ----------------------------------------------------------------------------- gated MLP fusion
+
+#: An MLP's ``act_fn`` -> the activation's name, by class name (transformers' activation
+#: classes too, without importing transformers); nn.GELU by its ``approximate``.
+_ACT_CLASSES = {
+    "SiLU": "silu", "SiLUActivation": "silu", "ReLU": "relu",
+    "GELUTanh": "gelu_tanh", "PytorchGELUTanh": "gelu_tanh", "NewGELUActivation": "gelu_tanh",
+    "GELUActivation": "gelu",
+}  # fmt: skip
+
+
+def _activation_of(act_fn) -> str | None:
+    if isinstance(act_fn, nn.GELU):
+        return "gelu_tanh" if act_fn.approximate == "tanh" else "gelu"
+    return _ACT_CLASSES.get(type(act_fn).__name__)
+
+
+def _adjacent(gate: torch.Tensor, up: torch.Tensor) -> bool:
+    """The up weight's rows follow the gate's in memory, both row-major: one [gate; up]."""
+    if gate.shape != up.shape or gate.dtype != up.dtype or gate.device != up.device:
+        return False
+    if gate.stride() != up.stride() or gate.stride(1) != 1:
+        return False
+    return up.data_ptr() == gate.data_ptr() + gate.shape[0] * gate.stride(0) * gate.element_size()
+
+
+class _FusedMLP:
+    """The forward a fused gated MLP gets (mixed into its own class): ``down_proj(act(gate)
+    * up)`` with ``act(gate) * up`` one ``gated_linear`` of the two weights read as one,
+    while they stay adjacent in memory and wsgemm runs the call; the model's own forward
+    otherwise (a ``.to()`` that copies the weights apart, a CPU tensor)."""
+
+    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        gate, up = self.gate_proj.weight, self.up_proj.weight
+        if (
+            not args and not kwargs and _adjacent(gate, up) and _runs_on_wsgemm(x, gate)
+            and self.gate_proj.bias is None and self.up_proj.bias is None
+        ):  # fmt: skip
+            both = gate.as_strided((2 * gate.shape[0], gate.shape[1]), gate.stride())
+            return self.down_proj(gated_linear(x, both, self._wsgemm_activation))
+        return _TORCH_CLASS[type(self)].forward(self, x, *args, **kwargs)
+
+    def __reduce_ex__(self, protocol):
+        # its class is made at run time: pickle the torch class, swap the fused one back in
+        return _unpickle_fused, (_TORCH_CLASS[type(self)],), self.__getstate__()
+
+
+def _unpickle_fused(torch_class: type) -> nn.Module:
+    cls = _fused_class(torch_class)
+    return cls.__new__(cls)
+
+
+def _fused_class(cls: type) -> type:
+    if cls not in _SWAPPED:
+        fused = type(f"WsgemmFused{cls.__name__}", (_FusedMLP, cls), {"__module__": __name__})
+        _SWAPPED[cls], _TORCH_CLASS[fused] = fused, cls
+    return _SWAPPED[cls]
+
+
+def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
+    """Fuse the gated MLPs of ``module`` in place: a submodule with ``gate_proj`` and
+    ``up_proj`` (``nn.Linear`` of equal shape, no bias, one dtype and device), ``down_proj``
+    and an ``act_fn`` wsgemm knows (SiLU, GELU in either form, ReLU; transformers' classes
+    too) computes ``act_fn(gate_proj(x)) * up_proj(x)`` as one ``gated_linear``.
+
+    The two weights are copied once into one buffer, ``[gate; up]``, and each ``Parameter``
+    is pointed at its half (``param.data``): the same ``Parameter`` objects and ``state_dict``
+    keys, no copy per call. The module's class gets the fused forward (its own is kept for
+    what the fusion does not cover); ``restore_linear`` gives the class back.
+
+    Returns:
+        (the MLP's name, its gate's, its up's) for each fused MLP.
+    """
+    fused = []
+    for name, mlp in module.named_modules():
+        if isinstance(mlp, _FusedMLP):
+            continue
+        gate, up = getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None)
+        act = _activation_of(getattr(mlp, "act_fn", None))
+        if not (isinstance(gate, nn.Linear) and isinstance(up, nn.Linear) and act is not None):
+            continue
+        if not isinstance(getattr(mlp, "down_proj", None), nn.Module):
+            continue
+        g, u = gate.weight, up.weight
+        if gate.bias is not None or up.bias is not None or g.shape != up.weight.shape:
+            continue
+        if g.dtype != u.dtype or g.device != u.device or _misaligned(g) is not None:
+            continue
+        if not _adjacent(g, u):
+            with torch.no_grad():
+                both = torch.empty((2 * g.shape[0], g.shape[1]), dtype=g.dtype, device=g.device)
+                if g.device.type != "meta":
+                    both[: g.shape[0]].copy_(g)
+                    both[g.shape[0] :].copy_(u)
+            g.data, u.data = both[: g.shape[0]], both[g.shape[0] :]
+        mlp._wsgemm_activation = act
+        mlp.__class__ = _fused_class(type(mlp))
+        prefix = f"{name}." if name else ""
+        fused.append((name, f"{prefix}gate_proj", f"{prefix}up_proj"))
+    return fused
