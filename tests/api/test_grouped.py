@@ -489,3 +489,19 @@ def test_gated_gradients_match_float64(monkeypatch):
     for got, want in ((a.grad, a64.grad), (b.grad, b64.grad)):
         err = (got.double() - want).abs().max().item()
         assert err <= 4 * tolerance(BF16, 16) * max(want.abs().max().item(), 1.0), err
+
+
+def test_explain_says_where_a_grouped_call_runs():
+    meta = dict(device="meta")
+    a = torch.empty(1000, 7168, dtype=BF16, **meta)
+    b = torch.empty(256, 4096, 7168, dtype=BF16, **meta).transpose(1, 2)
+    offs = torch.empty(256, dtype=torch.int32, **meta)
+    text = wsgemm.explain(a, b, offs=offs, activation="silu", gated=True)
+    assert "grouped 2D x 3D, 256 groups" in text and "(1000, 2048)" in text
+    assert "tile 64x128" in text and "no sync" in text
+    assert "epilogue: gated+silu: in torch" in text  # fused epilogues are off on main
+    assert "kernel: torch" in wsgemm.explain(a, b, offs=offs, cc=(8, 0))
+    a3, b3 = torch.empty(4, 10, 64, dtype=F16, **meta), torch.empty(4, 64, 32, dtype=F16, **meta)
+    assert "batched GEMM" in wsgemm.explain(a3, b3, grouped=True)
+    with pytest.raises(ValueError, match="needs offs"):
+        wsgemm.explain(a, b, grouped=True)

@@ -115,11 +115,15 @@ def explain(
     activation=None,
     cc: tuple[int, int] | None = None,
     sm_count: int | None = None,
+    grouped: bool = False,
+    offs=None,
+    gated: bool = False,
 ) -> str:
     """Which kernel ``matmul`` with these arguments runs, and why: the backend, tile, cluster
     and split-K count, and the reason (on Hopper, the shape policy's: docs/policy.md). Checks
     the arguments as ``matmul`` does and reads the device's capability and SM count; compiles
-    and launches nothing.
+    and launches nothing. With ``grouped=True`` (or ``offs``), the same for ``grouped_mm(a, b,
+    offs, out_dtype=, backend=, activation=, gated=)``.
 
     ``cc`` and ``sm_count`` answer for another GPU (a (major, minor) capability, its SM
     count): a stand-in of it, so no GPU is needed; meta and fake tensors, or a machine without a
@@ -136,6 +140,10 @@ def explain(
         stand_in_gpu = a.device.type == "meta" or fake or not torch.cuda.is_available()
     if stand_in_gpu:
         d = _explaining_dispatcher(a, cc, sm_count)
+    if grouped or offs is not None:
+        from . import grouped as grouped_api
+
+        return grouped_api.explain(d, a, b, offs, out_dtype, backend, activation, gated)
     return dispatch.explain(d, a, b, out, out_dtype, accumulate, backend, bias, activation)
 
 

@@ -393,3 +393,54 @@ def _write(out: torch.Tensor, result: torch.Tensor, p: GroupedProblem, offs) -> 
         return  # no groups: nothing is written
     else:
         out.copy_(result)
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
+            gated=False) -> str:  # fmt: skip
+    """What ``grouped_mm`` with these arguments runs on dispatcher ``d``, and why (checks the
+    arguments as the call does; compiles and launches nothing, reads no data)."""
+    p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), activation, gated)
+    where = route(d, p, a, backend)
+    form = f"{p.form[:2].upper()} x {p.form[2:].upper()}"
+    lines = [f"problem: grouped {form}, {p.groups} groups, a {tuple(a.shape)} x b "
+             f"{tuple(b.shape)} -> {p.shape}, {_name(a.dtype)} -> {_name(p.c_dtype)}"]  # fmt: skip
+    epi = p.epilogue
+    if where == BATCHED:
+        lines.append("kernel: wsgemm.matmul's batched GEMM (one batch per group): "
+                     "wsgemm.explain(a, b) says which")  # fmt: skip
+    elif where == TORCH:
+        why = ("this form has no wsgemm kernel yet" if p.form != "2d3d" else
+               f"{_name(a.dtype)} operands" if a.dtype not in _KERNEL_DTYPES else
+               "no grouped kernel runs on this GPU")  # fmt: skip
+        fused = getattr(torch, "_grouped_mm", None) is not None and p.c_dtype == a.dtype
+        how = "torch._grouped_mm" if fused else "a loop over the groups, reading offs: a sync"
+        lines.append(f"kernel: torch ({how}): {why}")
+    else:
+        m, groups = a.shape[0], p.groups
+        name, config = host.grouped_config(backend, m, groups)
+        cfg = config or host.BACKENDS[name].config()
+        lines.append(
+            f"kernel: {name} grouped (ragged M), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
+            f"{cfg.cluster_m}x{cfg.cluster_n}: mean {m / max(groups, 1):.0f} rows per group "
+            "(host.grouped_config); the groups are found from offs on the GPU (no sync), a "
+            "group's last tile stored under a row predicate"
+        )
+        b_nkg = b.permute(2, 1, 0)
+        a_found = _kernel_view(a.unsqueeze(-1), False, (1, 0))
+        b_found = _kernel_view(b_nkg[: p.shape[1]] if epi.gated else b_nkg, False,
+                               (1,) if epi.gated else (1, 0))  # fmt: skip
+        for what, found in (("A", a_found), ("B", b_found)):
+            how = "read in place" if found else "copied on every call (no TMA-addressable view)"
+            lines.append(f"{what}: {how}")
+        if not epi.plain:
+            fuses = host.fuses_epilogues(name) and (not epi.gated or b_found is not None)
+            where_epi = (
+                "in the kernel, on the accumulators"
+                if fuses
+                else "in torch after the product (fused epilogues are off, or B is not K-major)"
+            )
+            lines.append(f"epilogue: {epi.name}: {where_epi}")
+    return "\n".join(lines)
