@@ -176,10 +176,12 @@ def test_the_largest_split_tile_compiles_to_the_fixup(compiled, name):
 
 
 def _assert_fixup(compiled, name, v):
-    """Spill-free, the hardware path, and the fix-up (split-K's, which stream-K shares): one
-    atomic add at gpu scope on the tile's semaphore, one predicated fp32 store per accumulator
-    value (the partial) plus the semaphore's reset, and one fp32 load per value for the first
-    partial and one in the loop over the others."""
+    """Spill-free, the hardware path, and the fix-up (split-K's, which stream-K shares): the
+    ticket (one atomic add at gpu scope on the tile's arrival counter), the stored count (one
+    release reduction, behind a gpu-scope fence), the finisher's acquire loads, one predicated
+    fp32 store per accumulator value (a partial that does not finish) plus the two counters'
+    resets, and one fp32 load per value for the first partial and one in the loop over the
+    others (the finisher's own part stays in registers: ``split_k.fixup``)."""
     r = compiled(v).report
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
@@ -188,9 +190,11 @@ def _assert_fixup(compiled, name, v):
     threads = 128 if config.pingpong else 256
     values = config.tile_m * config.tile_n // threads
     ops = collections.Counter(sass.opcodes(r.sass_text))
-    assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1
-    assert ops["MEMBAR.ALL.GPU"] >= 1, "the arrival releases the partial's stores"
-    assert ops["STG.E"] == values + 1 and ops["LDG.E"] == 2 * values
+    assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1, "the ticket"
+    assert ops["REDG.E.ADD.STRONG.GPU"] == 1, "the stored count"
+    assert ops["MEMBAR.ALL.GPU"] >= 1, "the stored count releases the partial's stores"
+    assert ops["LDG.E.STRONG.GPU"] >= 1, "the finisher acquires the stored count"
+    assert ops["STG.E"] == values + 2 and ops["LDG.E"] == 2 * values
 
 
 def _stream_k(**fields):

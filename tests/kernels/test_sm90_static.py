@@ -73,7 +73,7 @@ def test_every_split_count_compiles_as_one_kernel():
 def test_split_buffers_hold_one_tile_per_unit_and_a_semaphore_per_tile():
     config = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", split_k=0)
     # M = 1 still has one 64-row tile; ragged N: 33 tiles; L = 3
-    assert config.split_semaphores(1, 4097, 3) == 33 * 3
+    assert config.split_semaphores(1, 4097, 3) == 2 * 33 * 3  # arrivals, stored partials
     assert config.split_workspace_elements(1, 4097, 3, 4) == 33 * 3 * 4 * 64 * 128
     coop = Sm90Config(tile_m=128, tile_n=256, split_k=0)
     assert coop.split_workspace_elements(129, 256, 1, 2) == 2 * 1 * 2 * 128 * 256

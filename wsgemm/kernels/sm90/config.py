@@ -67,6 +67,10 @@ EPI_TILE_N = 32
 TILE_N_CHOICES = (8, 16, 32, 64, 96, 128, 160, 192, 224, 256)
 
 
+#: Semaphores per split tile: its units' arrivals, then its stored partials (``split_k.fixup``).
+SEMAPHORES_PER_TILE = 2
+
+
 @dataclass(frozen=True)
 class Sm90Config:
     """Static shape of the kernel.
@@ -171,9 +175,9 @@ class Sm90Config:
     def split_workspace_elements(self, m: int, n: int, batch: int, splits: int) -> int:
         """fp32 words of the split-K workspace of an (M, N, L) problem split ``splits`` ways
         (the count the kernel runs, ``scheduler.effective_splits``): one tile of partial sums
-        per work unit of a tile inside C. Every unit stores its partial, because the unit that
-        finishes a tile (the last to arrive) is known only when it arrives."""
-        return self.split_semaphores(m, n, batch) * splits * self.tile_m * self.tile_n
+        per work unit of a tile inside C (the unit that finishes a tile keeps its own in
+        registers and leaves its slot unused: which unit finishes is known only at run time)."""
+        return self.split_tiles(m, n, batch) * splits * self.tile_m * self.tile_n
 
     def stream_k_workspace_elements(
         self, m: int, n: int, k: int, batch: int, max_active_clusters: int
@@ -191,9 +195,14 @@ class Sm90Config:
                                          max_active_clusters)  # fmt: skip
         return tiles * self.cluster_size * per_tile * self.tile_m * self.tile_n
 
-    def split_semaphores(self, m: int, n: int, batch: int) -> int:
-        """int32 semaphores of a split-K launch: one per output tile inside C."""
+    def split_tiles(self, m: int, n: int, batch: int) -> int:
+        """Output tiles inside C."""
         return -(-m // self.tile_m) * -(-n // self.tile_n) * batch
+
+    def split_semaphores(self, m: int, n: int, batch: int) -> int:
+        """int32 semaphores of a split-K or stream-K launch: two per output tile inside C (the
+        units that arrived, the partials stored: ``split_k.fixup``)."""
+        return SEMAPHORES_PER_TILE * self.split_tiles(m, n, batch)
 
     @property
     def cluster_size(self) -> int:

@@ -15,6 +15,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, const_expr
 
+from wsgemm.kernels.sm90.config import SEMAPHORES_PER_TILE
 from wsgemm.support import THREADS_PER_WARPGROUP
 
 __all__ = ["SplitArgs", "SplitLaunch", "fixup", "split_args"]
@@ -98,15 +99,21 @@ def fixup(plan: cutlass.Constexpr, args: SplitArgs, acc, tile):
     whether this unit finishes the tile (then ``acc`` holds the whole sum and the epilogue
     runs).
 
-    Every unit stores its partial into its own workspace slot, then arrives on the tile's
-    semaphore (all the unit's threads meet on its barrier, then one thread adds 1 with acq_rel
-    at gpu scope: a release of every thread's stores, which the barrier ordered before it). The
-    unit that sees ``splits - 1`` earlier arrivals is the last: every partial is visible to it
-    (the same atomic acquires, the barrier passes it on), so it sums them all from the
-    workspace in split order 0, 1, ..., its own included (re-read, so the order, never the
-    arrival, fixes the bits), resets the semaphore to 0 for the next launch and finishes.
-    Nobody waits for anybody: whatever CTAs are resident, and wherever the splits of a tile
-    run, nothing can deadlock.
+    Each unit first takes a ticket: one thread adds 1 to the tile's arrival counter (relaxed,
+    gpu scope) and the unit's barrier hands the old value to every thread. The unit that draws
+    ``parts - 1`` is the last to arrive and finishes the tile; the others store their partial
+    into their own workspace slot, meet on their barrier, and one thread adds 1 to the tile's
+    stored counter with release semantics (a release of every thread's stores, which the
+    barrier ordered before it). The finisher keeps its own partial in registers (it never goes
+    to memory): one thread waits with acquire loads until the stored counter shows the other
+    ``parts - 1`` partials, the barrier passes that on, and every value is summed in part order
+    0, 1, ..., ``parts - 1`` with its own part taken from its registers: the order, never the
+    arrival, fixes the bits (an fp32 store and load would be exact: the same bits as reading
+    its own part back). The finisher resets both counters to 0 for the next launch.
+
+    The finisher waits only on units that drew a ticket before it: they are running (past
+    their mainloop) and store without waiting for anyone, so the wait ends whatever else is
+    resident on the GPU (no deadlock beside another persistent kernel).
 
     Only rows inside C are stored and read back (the TMA store drops the others), so a decode
     tile of a few tokens moves a few rows. Tiles wholly past a ragged cluster edge store
@@ -125,28 +132,51 @@ def fixup(plan: cutlass.Constexpr, args: SplitArgs, acc, tile):
             slot0 = cutlass.Int64(tile_idx) * args.splits
         rows = args.rows - tile.m * cfg.tile_m
         values = cute.size(acc)
-        own = _partial(plan, args, acc, slot0 + tile.split)
-        for v in cutlass.range_constexpr(values):
-            if args.tCcC[v][0] < rows:
-                own[v] = acc[v]
+        arrived = args.semaphores.iterator + SEMAPHORES_PER_TILE * tile_idx
+        stored = arrived + 1
         flags, flag_idx = args.flag
-        args.barrier.arrive_and_wait()
         if args.thread == 0:
-            flags[flag_idx] = cute.arch.atomic_add(
-                args.semaphores.iterator + tile_idx, Int32(1), sem="acq_rel", scope="gpu"
-            )
+            flags[flag_idx] = cute.arch.atomic_add(arrived, Int32(1), sem="relaxed", scope="gpu")
         args.barrier.arrive_and_wait()
+        # (every thread reads the flag before the barrier either branch meets next, so this
+        # unit's next tile rewrites it only after)
         finishes = flags[flag_idx] == parts - 1
         if finishes:
-            first = _partial(plan, args, acc, slot0)
+            if args.thread == 0:
+                seen = cute.arch.load(stored, Int32, sem="acquire", scope="gpu")
+                while seen < parts - 1:
+                    seen = cute.arch.load(stored, Int32, sem="acquire", scope="gpu")
+            args.barrier.arrive_and_wait()
+            _sum_in_part_order(plan, args, acc, slot0, tile.split, parts, rows)
+            if args.thread == 0:
+                arrived.store(Int32(0))
+                stored.store(Int32(0))
+        else:
+            own = _partial(plan, args, acc, slot0 + tile.split)
             for v in cutlass.range_constexpr(values):
                 if args.tCcC[v][0] < rows:
-                    acc[v] = first[v]
-            for split in cutlass.range(1, parts, unroll=1):
-                part = _partial(plan, args, acc, slot0 + split)
-                for v in cutlass.range_constexpr(values):
-                    if args.tCcC[v][0] < rows:
-                        acc[v] = acc[v] + part[v]
+                    own[v] = acc[v]
+            args.barrier.arrive_and_wait()
             if args.thread == 0:
-                args.semaphores[tile_idx] = Int32(0)
+                cute.arch.atomic_add(stored, Int32(1), sem="release", scope="gpu")
     return finishes
+
+
+@cute.jit
+def _sum_in_part_order(plan: cutlass.Constexpr, args: SplitArgs, acc, slot0, own, parts, rows):
+    """``acc`` := part 0 + part 1 + ... + part ``parts - 1`` (in that order), part ``own`` being
+    ``acc`` itself and the others read from their workspace slots."""
+    first = _partial(plan, args, acc, slot0)
+    for v in cutlass.range_constexpr(cute.size(acc)):
+        if args.tCcC[v][0] < rows:
+            # never a read of its own slot: nothing wrote it (compute-sanitizer's initcheck)
+            mine = acc[v]
+            total = mine
+            if own != 0:
+                total = first[v]
+            for p in cutlass.range(1, parts, unroll=1):
+                if p == own:
+                    total = total + mine
+                else:
+                    total = total + _partial(plan, args, acc, slot0 + p)[v]
+            acc[v] = total
