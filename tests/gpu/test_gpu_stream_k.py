@@ -85,3 +85,22 @@ def test_stream_k_in_a_cuda_graph():
     graph = _captured(lambda: api.matmul(a, b, out=out, backend=backend, config=config))
     for _ in range(3):
         assert torch.equal(_replayed(graph, out), want)
+
+
+@pytest.mark.parametrize("name", ["pp128x128c2x1", "coop128x256c2x1"])
+def test_no_deadlock_beside_a_kernel_on_another_stream(name):
+    """The finisher waits only on units that drew a ticket before it (``split_k.fixup``):
+    with other streams' kernels holding SMs while the stream-K grid is launched (so not every
+    CTA of it is resident at once), every call still completes, with the right result."""
+    _sm90()
+    a, b = _operands(2888, 2072, 1504, "TN", seed=3)
+    others = [torch.cuda.Stream() for _ in range(3)]
+    x = torch.randn(8192, 8192, device="cuda", dtype=F16)
+    for _ in range(3):
+        for s in others:
+            with torch.cuda.stream(s):
+                for _ in range(4):
+                    torch.mm(x, x)  # long kernels that fill the GPU beside ours
+        got = _run(name, a, b)
+        torch.cuda.synchronize()  # a deadlock would hang here (the suite's timeout fails it)
+        _check(got, a, b)
