@@ -238,11 +238,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
       * ping-pong order: named barriers MMA_ORDER+wg and EPI_ORDER+wg (256 threads: one
         warpgroup syncs, the other arrives) hand the mainloop and the epilogue back and forth.
       * split-K fix-up (``split_k.py``), unit -> the unit that finishes its tile, through
-        global memory: each unit stores its fp32 partial into its workspace slot, meets its
-        own threads on its epilogue barrier, and one thread adds 1 to the tile's semaphore
-        (acq_rel, gpu scope); the unit that sees ``splits - 1`` earlier arrivals is the last
-        and finishes. Nothing waits for another unit (no deadlock, whatever is resident); the
-        finishing unit resets the semaphore to 0.
+        global memory: each unit draws a ticket (one thread adds 1 to the tile's arrival
+        counter); the one that draws ``parts - 1`` finishes, keeping its partial in registers;
+        the others store their fp32 partial into their workspace slot, meet on their epilogue
+        barrier, and one thread adds 1 to the tile's stored counter (release, gpu scope). The
+        finisher waits (acquire) until the stored counter shows the others: units that drew a
+        ticket before it, past their mainloop, so no deadlock whatever is resident. It resets
+        both counters to 0.
 
     Per-role timeline (steady state):
       * producer: per unit, per k-tile of its range: wait empty[s] -> arm full[s] with bytes
@@ -250,8 +252,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         multicast).
       * consumer: per unit: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
         release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [split-K:
-        store partial -> barrier -> arrive -> barrier -> last? sum the partials in split order,
-        reset the semaphore : next unit] -> [ping-pong: wait epilogue turn] -> per subtile:
+        ticket -> barrier -> last? wait for the stored count, sum the parts in order (its own
+        from registers), reset the counters : store partial, barrier, count it, next unit] -> [ping-pong: wait epilogue turn] -> per subtile:
         convert -> wait buffer free -> st.shared -> fence -> TMA store -> [ping-pong: drain
         stores, pass epilogue turn; skip the other warpgroup's unit's stages].
     """
@@ -380,7 +382,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ``config.split_k != 1``, else all three are ignored): ``split_count`` splits K (clamped
         by ``effective_splits``), ``workspace`` is a flat fp32 tensor of at least
         ``config.split_workspace_elements`` words (contents irrelevant) and ``semaphores`` a
-        flat int32 tensor of one zero per output tile, which the kernel leaves zero again."""
+        flat int32 tensor of ``config.split_semaphores`` zeros (two per output tile), which the
+        kernel leaves zero again."""
         split_count, workspace, semaphores, bias = launch[:4]
         offs = mC_gmem = None
         if const_expr(self.grouped is not None):
