@@ -80,12 +80,17 @@ def test_blocks_of_one_buffer_are_decided_exactly(itemsize_x, itemsize_y):
     position and width: never undecided, always right."""
     dtypes = {2: torch.float16, 4: torch.float32}
     base = torch.zeros(BUFFER_BYTES // 4, dtype=torch.float32)
-    for x_cut, y_cut in itertools.product(_cuts(), repeat=2):
-        x = _block(base, dtypes[itemsize_x], x_cut)
-        y = _block(base, dtypes[itemsize_y], y_cut)
-        found = share_bytes(as_layout(x), as_layout(y))
-        assert found is not None
-        assert found == brute_overlap(base, x, y), (x_cut, y_cut)
+    # each block's bytes marked once (brute force), every pair's overlap one matrix product
+    xs = [(cut, _block(base, dtypes[itemsize_x], cut)) for cut in _cuts()]
+    ys = [(cut, _block(base, dtypes[itemsize_y], cut)) for cut in _cuts()]
+    x_marks = torch.stack([marked(base, x) for _, x in xs]).float()
+    y_marks = torch.stack([marked(base, y) for _, y in ys]).float()
+    truth = (x_marks @ y_marks.T > 0).tolist()
+    for (x_cut, x), row in zip(xs, truth, strict=True):
+        for (y_cut, y), brute in zip(ys, row, strict=True):
+            found = share_bytes(as_layout(x), as_layout(y))
+            assert found is not None
+            assert found == brute, (x_cut, y_cut)
 
 
 def _cuts():

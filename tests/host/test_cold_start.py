@@ -125,45 +125,68 @@ _LOAD = """
 """
 
 
-def _load_in_a_new_process(cache_dir: Path) -> tuple[str, str]:
-    """(what a new process that loads V1 from ``cache_dir`` prints, its cache warnings)."""
+def _start_loading(cache_dir: Path) -> subprocess.Popen:
+    """A new process that loads V1 from ``cache_dir`` (``_loaded`` reads what it prints)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), WSGEMM_CACHE_DIR=str(cache_dir))
     env.pop("WSGEMM_DISK_CACHE", None)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_LOAD)], capture_output=True, text=True, env=env,
-        timeout=300,
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_LOAD)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    warned, result = done.stdout.strip().splitlines()[-2:]
+
+
+def _loaded(child: subprocess.Popen) -> tuple[str, str]:
+    """(what a new process that loaded V1 printed, its cache warnings)."""
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    warned, result = out.strip().splitlines()[-2:]
     return result, warned
 
 
+@pytest.fixture(scope="module")
+def loads(warm_cache, tmp_path_factory):
+    """The new processes of the tests below, started side by side (each imports torch, two
+    the DSL: seconds each): ``{name: (cache folder, process)}``. "library": the warm cache
+    as stored; "object only": its entry without the library, as stored where no C compiler
+    driver was found; "bad library": a library that dlopen refuses (not an ELF file at all,
+    with a valid checksum)."""
+    root, store, _ = warm_cache
+    entry = store.read(V1.key())
+    folders = {"library": root}
+    for name, lib in (("object only", None), ("bad library", b"not a library")):
+        folders[name] = tmp_path_factory.mktemp("cache")
+        other = disk.DiskCache.open(folders[name], store.fingerprint)
+        assert other.write(V1.key(), disk.Entry(entry.object, lib, entry.launch)) == ""
+    if library.linker() is None:
+        del folders["library"]
+    children = {name: (folder, _start_loading(folder)) for name, folder in folders.items()}
+    yield children
+    for _, child in children.values():
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
 @pytest.mark.skipif(library.linker() is None, reason="no C compiler driver to link a library")
-def test_a_new_process_first_call_loads_its_kernel_without_the_dsl(warm_cache):
-    root, _, _ = warm_cache
-    assert _load_in_a_new_process(root) == ("library True False", "[]")
+def test_a_new_process_first_call_loads_its_kernel_without_the_dsl(loads):
+    _, child = loads["library"]
+    assert _loaded(child) == ("library True False", "[]")
 
 
-def test_without_its_library_an_entry_loads_through_the_dsl(warm_cache, tmp_path):
+def test_without_its_library_an_entry_loads_through_the_dsl(loads):
     """The fallback where no C compiler driver was found when the entry was stored."""
-    root, store, _ = warm_cache
-    entry = store.read(V1.key())
-    other = disk.DiskCache.open(tmp_path, store.fingerprint)
-    assert other.write(V1.key(), disk.Entry(entry.object, None, entry.launch)) == ""
-    assert _load_in_a_new_process(tmp_path) == ("object True True", "[]")
+    _, child = loads["object only"]
+    assert _loaded(child) == ("object True True", "[]")
 
 
-def test_a_library_that_does_not_load_falls_back_to_the_object(warm_cache, tmp_path):
-    """A library that dlopen refuses (here: not an ELF file at all, with a valid checksum):
-    one warning, the object links through the DSL, the entry is kept."""
-    root, store, _ = warm_cache
-    entry = store.read(V1.key())
-    other = disk.DiskCache.open(tmp_path, store.fingerprint)
-    assert other.write(V1.key(), disk.Entry(entry.object, b"not a library", entry.launch)) == ""
-    result, warned = _load_in_a_new_process(tmp_path)
+def test_a_library_that_does_not_load_falls_back_to_the_object(loads):
+    """A library that dlopen refuses: one warning, the object links through the DSL, the
+    entry is kept."""
+    folder, child = loads["bad library"]
+    result, warned = _loaded(child)
     assert result == "object True True"
     assert "cannot load the shared library" in warned and "through the DSL" in warned
-    assert list(tmp_path.glob("*/quarantine/*")) == []
+    assert list(folder.glob("*/quarantine/*")) == []
 
 
 def test_the_fingerprint_is_the_same_before_and_after_the_dsl_is_imported():

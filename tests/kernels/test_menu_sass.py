@@ -1,13 +1,18 @@
 """Every kernel ``auto`` can pick compiles without a GPU to the instructions recorded for it.
 
-The default run compiles one variant (fp16 in and out, fp32 accumulate, K-major A and B) of each
-sm90 menu entry and of its split-K variant where it has one, through the session's ``compiled``
-fixture (the shipped and split variants other tests compile are compiled once), and checks each:
-the WGMMAs its warpgroups issue, TMA loads and stores, mbarriers, no spills, and its instruction
-digest (``sass.instruction_digest``) against ``tests/data/menu_sass_digests.json``
+Each check below runs on one variant (fp16 in and out, fp32 accumulate, K-major A and B) of a
+menu entry or of its split-K variant, through the session's ``compiled`` fixture: the WGMMAs its
+warpgroups issue, TMA loads and stores, mbarriers, no spills, and its instruction digest
+(``sass.instruction_digest``) against ``tests/data/menu_sass_digests.json``
 (``scripts/sass_digests.py`` records it). A refactor that moves kernel code must leave every
-digest alone; a deliberate kernel change records the file again. ``-m sweep`` checks every menu
-variant (all dtypes and majors) the same way, in worker processes.
+digest alone; a deliberate kernel change records the file again.
+
+The default run checks one representative of each kind of menu kernel (``REPRESENTATIVES``:
+the cooperative and ping-pong schedules, each unsplit and split, and the swap-AB tiles), all
+of them variants other tests compile anyway, so this file adds no compile to the default run.
+``-m sweep`` checks every other entry and split variant the same way (one compile each), the
+``inspect --menu`` rows of the whole menu, and every menu variant (all dtypes and majors) in
+worker processes.
 """
 
 import concurrent.futures
@@ -31,6 +36,21 @@ WGMMA_K = 16
 
 def _label(m: insp.MenuVariant) -> str:
     return f"{m.entry}-split" if m.split else m.entry
+
+
+#: The default run's menu variants, one of each kind, each also compiled by another test (the
+#: ``compiled`` fixture compiles it once): the shipped cooperative and ping-pong kernels
+#: (test_compile_sass.py's representatives), the decode entries' split variants (its
+#: ``SPLIT``) and the two swap-AB tiles (test_swap_ab.py).
+REPRESENTATIVES = {
+    "sm90",
+    "sm90-pingpong",
+    "pingpong-64x128-c1x2-split",
+    "cooperative-128x128-c1x2-split",
+    "swap-pingpong-64x16x128-c1x1",
+    "swap-pingpong-64x8x128-c1x1",
+}
+MENU_DEFAULT = [m for m in MENU if _label(m) in REPRESENTATIVES]
 
 
 def test_the_menu_variants_are_one_per_entry_and_split_variant():
@@ -68,7 +88,19 @@ def check_variant(r: insp.Report, config, name: str) -> None:
     assert_clean(r)
 
 
-@pytest.mark.parametrize("m", MENU, ids=_label)
+def test_the_representatives_are_menu_variants_of_every_kind():
+    assert {_label(m) for m in MENU_DEFAULT} == REPRESENTATIVES
+    kinds = {(m.variant.backend, m.split, m.entry.startswith("swap")) for m in MENU_DEFAULT}
+    assert kinds >= {("sm90", False, False), ("sm90", True, False),
+                     ("sm90-pingpong", False, False), ("sm90-pingpong", True, False),
+                     ("sm90-pingpong", False, True)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "m",
+    [m if m in MENU_DEFAULT else pytest.param(m, marks=pytest.mark.sweep) for m in MENU],
+    ids=_label,
+)
 def test_every_menu_kernel_compiles_to_its_recorded_instructions(compiled, m):
     r = compiled(m.variant).report
     check_variant(r, m.variant.kernel_config(), _label(m))
@@ -80,16 +112,29 @@ def test_every_menu_kernel_compiles_to_its_recorded_instructions(compiled, m):
     )
 
 
-def test_inspect_menu_json_reports_each_entry(compiled, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "menu",
+    [
+        pytest.param(MENU_DEFAULT, id="representatives"),
+        pytest.param(MENU, id="every-entry", marks=pytest.mark.sweep),
+    ],
+)
+def test_inspect_menu_json_reports_each_entry(compiled, monkeypatch, capsys, menu):
     """``python -m wsgemm inspect --menu --json`` (in process, reading the session's
-    compiles): one row per entry and split variant, named, with its resources."""
+    compiles): one row per entry and split variant, named, with its resources. The default
+    run gives the command the representatives as its menu (no compile of its own), the sweep
+    the whole menu."""
     from wsgemm import cli
 
     monkeypatch.setattr(insp, "inspect_variant", lambda v, compiled_fn=None: compiled(v).report)
+    if menu is not MENU:
+        real = insp.menu_variants
+        assert real("sm_90a", False) == MENU
+        monkeypatch.setattr(insp, "menu_variants", lambda arch, everything=False: menu)
     assert cli.main(["inspect", "--menu", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [(r["entry"], r["split"]) for r in rows] == [(m.entry, m.split) for m in MENU]
-    for r, m in zip(rows, MENU, strict=True):
+    assert [(r["entry"], r["split"]) for r in rows] == [(m.entry, m.split) for m in menu]
+    for r, m in zip(rows, menu, strict=True):
         assert set(r) == {"entry", "split", "kernel", "arch", "config", "variant", "registers",
                           "smem_bytes", "spill_bytes", "sass"}  # fmt: skip
         assert r["kernel"] == m.variant.backend and r["arch"] == "sm_90a"

@@ -308,9 +308,10 @@ def test_stream_k_validity_never_comes_back(problem):
         sched = GroupedTileScheduler(
             (num_m, num_n, num_l), (1, 1), 2, launched, c, (0, 0), (k_tiles, 1), stream_k=True
         )
-        valid = [sched.work_tile(c + i * launched).is_valid for i in range(40)]
+        tiles = [sched.work_tile(c + i * launched) for i in range(40)]
+        valid = [t.is_valid for t in tiles]
         assert valid == sorted(valid, reverse=True)
-        units = [sched.work_tile(c + i * launched) for i in range(valid.count(True))]
+        units = tiles[: valid.count(True)]
         produced, consumed = _pingpong_walk(units)
         assert [consumed[j] for j in range(len(units))] == produced
 
