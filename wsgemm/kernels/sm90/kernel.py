@@ -253,7 +253,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
       * consumer: per unit: [ping-pong: wait MMA turn] -> per k-tile: wait full[s] -> WGMMA ->
         release stage s-1 once its WGMMAs retired -> [ping-pong: pass MMA turn] -> [split-K:
         ticket -> barrier -> last? wait for the stored count, sum the parts in order (its own
-        from registers), reset the counters : store partial, barrier, count it, next unit] -> [ping-pong: wait epilogue turn] -> per subtile:
+        from registers), reset the counters : store partial, barrier, count it, next unit] ->
+        [ping-pong: wait epilogue turn] -> per subtile:
         convert -> wait buffer free -> st.shared -> fence -> TMA store -> [ping-pong: drain
         stores, pass epilogue turn; skip the other warpgroup's unit's stages].
     """
