@@ -109,6 +109,24 @@ def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
     assert set(compiled) == {v.key() for v in choosing.menu_variants("sm_90a", tuple(entries))}
 
 
+def test_warm_grouped_adds_the_grouped_kernels(stand_in, capsys):
+    """``--grouped``: grouped_mm's variants of the chosen backends (``host.grouped_variants``),
+    besides the menu; none for an arch without a grouped kernel."""
+    from wsgemm import host
+    from wsgemm.host import choosing
+
+    _, _, compiled = stand_in
+    code, _, err = run(capsys, "warm", "--arch", "sm_90a", "--backend", "sm90-pingpong",
+                       "--jobs", "1", "--grouped")  # fmt: skip
+    assert code == 0, err
+    entries = tuple(e for e in choosing.MENU if e.backend == "sm90-pingpong")
+    grouped = {v.key() for v in host.grouped_variants("sm_90a") if v.backend == "sm90-pingpong"}
+    assert grouped and all("grouping=m" in k for k in grouped)
+    assert set(compiled) == grouped | {v.key() for v in choosing.menu_variants("sm_90a", entries)}
+    code, _, err = run(capsys, *WARM_80, "--grouped")
+    assert code == 0 and "no grouped kernel builds for sm_80" in err
+
+
 def test_warm_without_a_gpu_needs_an_arch(stand_in, capsys):
     code, _, err = run(capsys, "warm")
     assert code == 2 and "no CUDA GPU" in err and "pass --arch" in err

@@ -150,6 +150,13 @@ def _warm(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         names = [n for n in names if n in args.backend]
     variants = insp.warm_variants(arch, names)
+    if args.grouped:  # grouped_mm's kernels compile at their first call otherwise
+        from .host import grouped_variants
+
+        grouped = [v for v in grouped_variants(arch) if v.backend in names]
+        if not grouped:
+            console.print(f"warm: no grouped kernel builds for {arch}", markup=False)
+        variants += grouped
     menu = insp.menu_entries(arch, names)
     if menu:
         console.print(
@@ -471,6 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no progress bar (on a terminal) or progress lines (in a log); failures and the "
         "summary still print",
+    )
+    p.add_argument(
+        "--grouped",
+        action="store_true",
+        help="also the grouped GEMM's kernels (wsgemm.grouped_mm; 48 on sm_90a), which "
+        "otherwise compile at their first call",
     )
     p.set_defaults(func=_warm)
 

@@ -15,7 +15,13 @@ its entries load without the DSL where they hold a shared library: ``compiling/l
 from .compiling.cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compiling.compile import compile_variant, fake_arguments, make_kernel
 from .compiling.warming import warm
-from .grouped import GROUPED_BACKENDS, grouped_config, grouped_kernel, supports_grouped
+from .grouped import (
+    GROUPED_BACKENDS,
+    grouped_config,
+    grouped_kernel,
+    grouped_variants,
+    supports_grouped,
+)
 from .registry import (
     BACKENDS,
     Backend,
@@ -45,6 +51,7 @@ __all__ = [
     "fake_arguments",
     "grouped_config",
     "grouped_kernel",
+    "grouped_variants",
     "make_kernel",
     "needs_vector_extent",
     "shipped_backends",

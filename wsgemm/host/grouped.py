@@ -53,8 +53,8 @@ def grouped_config(backend: str, rows: int, groups: int) -> tuple[str, Any]:
 def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
     """Every grouped variant a call may run on ``arch``: each backend's tiles
     (``grouped_config``) x input dtype x result dtype (the inputs' or fp32) x operand majors.
-    What a GPU session warms before the grouped tests (``warm`` compiles dense kernels only:
-    a grouped kernel compiles at its first call)."""
+    What ``python -m wsgemm warm --grouped`` adds (plain ``warm`` compiles dense kernels only:
+    a grouped kernel compiles at its first call otherwise)."""
     import itertools
 
     from ..support import AB_DTYPES
