@@ -48,7 +48,8 @@ def dispatcher(capability=(9, 0)):
 
 @pytest.fixture
 def fusing(monkeypatch):
-    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    """The gated kernels on, as on main since they ran on the H200 (``GATED_FAMILIES``)."""
+    monkeypatch.setattr(registry, "GATED_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 
 def reference(x, w, act):
@@ -76,6 +77,11 @@ def test_the_fused_road_runs_the_gated_kernel(fusing, act, dtype):
     assert close(out, reference(x, w, act), dtype, 64)
 
 
+def test_gated_kernels_are_on_by_default():
+    assert registry.fuses_epilogues("sm90", gated=True)
+    assert not registry.fuses_epilogues("sm80", gated=True)
+
+
 def test_many_rows_take_the_cooperative_tile(fusing):
     x, w = torch.randn(300, 32, dtype=F16), torch.randn(64, 32, dtype=F16)
     d = dispatcher()
@@ -85,8 +91,8 @@ def test_many_rows_take_the_cooperative_tile(fusing):
 
 @pytest.mark.parametrize("case", ["switched off", "ampere", "weight not K-major", "odd half"])
 def test_the_unfused_road(case, monkeypatch):
-    if case != "switched off":
-        monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    families = frozenset() if case == "switched off" else registry.EPILOGUE_FAMILIES
+    monkeypatch.setattr(registry, "GATED_FAMILIES", families)
     x, w = torch.randn(20, 64, dtype=BF16), torch.randn(96, 64, dtype=BF16)
     if case == "weight not K-major":
         w = w.t().contiguous().t()

@@ -4,9 +4,9 @@ projections in one weight ``[w_gate; w_up]`` (2I, K) (a SwiGLU MLP's ``gate_up_p
 On the fused road one kernel computes the (M, 2I) product and writes only the (M, I) result:
 B's two halves load into the two halves of each stage, and the epilogue multiplies
 ``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``). The unfused road, where
-no kernel fuses (another GPU, a weight the kernel cannot read K-major, fused epilogues switched
-off: ``host.fuses_epilogues``), is torch's: the (M, 2I) product, then ``act(gate) * up`` in
-fp32, rounded once to the result's dtype.
+no kernel fuses (another GPU, a weight the kernel cannot read K-major, gated kernels switched
+off: ``host.fuses_epilogues(..., gated=True)``), is torch's: the (M, 2I) product, then
+``act(gate) * up`` in fp32, rounded once to the result's dtype.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _fused_route(d, x, weight):
     index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
     backend, _ = gated_config(x.shape[0])
     cc = d.devices.capability(index)
-    if not (host.BACKENDS[backend].supports(cc) and host.fuses_epilogues(backend)):
+    if not (host.BACKENDS[backend].supports(cc) and host.fuses_epilogues(backend, gated=True)):
         return None
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return None

@@ -300,7 +300,10 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
         _run_kernel(d, a, b, offs, plain, backend)
         _write(out, epilogue_in_torch(plain, epilogue, out.dtype), p, offs)
         return
-    a_view, a_unit = _operand(a.unsqueeze(-1), (1, 0))
+    # K-major only: a group's first row is any row, and TMA takes a box whose start in the
+    # contiguous dimension is not 16-byte aligned as an illegal instruction (an M-major A's
+    # rows; measured on the H200, 2026-12-05): an M-major A is copied
+    a_view, a_unit = _operand(a.unsqueeze(-1), (1,))
     if epilogue.gated:
         b_view, b_unit = gate[0], 1
     else:
@@ -329,7 +332,7 @@ def _operand(t: torch.Tensor, majors) -> tuple[torch.Tensor, int]:
     if found is not None:
         view, unit = found
         return view, (0 if unit == "rows" else 1)
-    unit = _copy_unit(t, False)
+    unit = majors[0] if len(majors) == 1 else _copy_unit(t, False)
     return _padded(t, t.shape[0], t.shape[1], unit), unit
 
 
@@ -429,7 +432,7 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
             "group's last tile stored under a row predicate"
         )
         b_nkg = b.permute(2, 1, 0)
-        a_found = _kernel_view(a.unsqueeze(-1), False, (1, 0))
+        a_found = _kernel_view(a.unsqueeze(-1), False, (1,))
         b_found = _kernel_view(b_nkg[: p.shape[1]] if epi.gated else b_nkg, False,
                                (1,) if epi.gated else (1, 0))  # fmt: skip
         for what, found in (("A", a_found), ("B", b_found)):

@@ -63,7 +63,7 @@ def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
                for rows in (SMALL_GROUP_ROWS, MEDIUM_GROUP_ROWS + 1)}  # fmt: skip
     out = []
     for (backend, config), ab, am, bm in itertools.product(
-        sorted(configs, key=repr), AB_DTYPES, ("k", "m"), ("k", "n")
+        sorted(configs, key=repr), AB_DTYPES, ("k",), ("k", "n")
     ):
         for c in (ab, "float32"):
             out.append(Variant(backend, arch, ab, c, "float32", am, bm, config, grouping="m"))

@@ -132,13 +132,21 @@ def needs_vector_extent(backend: str) -> bool:
 FUSING_FAMILIES: frozenset[str] = frozenset()
 #: The families that have fused-epilogue kernels at all (what ``FUSING_FAMILIES`` may hold).
 EPILOGUE_FAMILIES = frozenset({"sm90"})
+#: The families whose *gated* kernels (``gated_linear``'s: ``act(gate) * up``, no bias) calls
+#: run. The sm90 one ran on the H200 on 2026-12-05 (docs/perf.md entry 39): 15 cases of
+#: ``tests/gpu/test_gpu_epilogue.py`` (silu, gelu_tanh, relu2; 1 to 2048 rows; both schedules)
+#: and ``GatedMLP``'s forward and backward, within the suite's tolerance. The grouped kernel's
+#: epilogues (``grouped_mm(activation=, gated=)``) stay on ``FUSING_FAMILIES``.
+GATED_FAMILIES = frozenset({"sm90"})
 
 
-def fuses_epilogues(backend: str) -> bool:
+def fuses_epilogues(backend: str, gated: bool = False) -> bool:
     """Whether calls on ``backend`` run a fused-epilogue kernel (bias, activation in the
-    kernel's epilogue): its family is in ``FUSING_FAMILIES``; elsewhere the API applies the
-    epilogue after the product (``api.epilogue.apply_in_torch``)."""
-    return BACKENDS[backend].family in FUSING_FAMILIES
+    kernel's epilogue): its family is in ``FUSING_FAMILIES`` (``gated``: a dense gated unit's,
+    ``GATED_FAMILIES``); elsewhere the API applies the epilogue after the product
+    (``api.epilogue.apply_in_torch``)."""
+    family = BACKENDS[backend].family
+    return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
 
 
 def cluster_size(config: Any) -> int:
