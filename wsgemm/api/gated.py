@@ -16,6 +16,7 @@ import torch
 from .. import host
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
+from . import dispatch
 from .epilogue import check_activation, torch_activation
 from .plan import _kernel_view
 
@@ -70,8 +71,6 @@ def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
 
 def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tensor:
     """(rows, I): ``act(x @ weight[:I].T) * (x @ weight[I:].T)`` (module docstring); ``x`` 2-D."""
-    from . import matmul
-
     d = dispatcher or _default_dispatcher()
     m, half, act = check_gated(x, weight, activation, (d.devices.type,))
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
@@ -81,7 +80,7 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         return out.zero_()
     fused = _fused_route(d, x, weight)
     if fused is None:
-        y = matmul(x, weight.t(), dispatcher=d)
+        y = dispatch.call(d, x, weight.t(), None, None, torch.float32, "auto", None)
         return gated_in_torch(y, act, x.dtype)
     (a_view, a_major), b_view, backend, index = fused
     epilogue = Epilogue(activation=act, gated=True).name

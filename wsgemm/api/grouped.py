@@ -39,6 +39,7 @@ import torch
 from .. import host
 from ..host.registry import PLAIN, Epilogue
 from ..support import VECTOR_BYTES
+from . import dispatch
 from .epilogue import check_activation, torch_activation
 from .plan import _copy_unit, _kernel_view, _padded
 
@@ -234,11 +235,9 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
                                      dtype=p.c_dtype, device=a.device)  # fmt: skip
     if math.prod(p.shape) == 0 or p.groups == 0:  # nothing to compute, no group to write
         return result
-    if where == BATCHED:
-        from . import matmul
-
+    if where == BATCHED:  # api.matmul's body (this module is below the package's __init__)
         act = None if p.epilogue.activation == "none" else p.epilogue.activation
-        return matmul(a, b, out=result, backend=backend, dispatcher=d, activation=act)
+        return dispatch.call(d, a, b, result, None, torch.float32, backend, None, None, act)
     if where == KERNEL:
         _run_kernel(d, a, b, offs, result, backend, p.epilogue)
     else:
