@@ -419,6 +419,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 raise ValueError(f"{what} is {t.element_type}, the kernel was built for {want}")
         a_major = LayoutEnum.from_tensor(mA)
         b_major = LayoutEnum.from_tensor(mB)
+        if const_expr(self.grouped is not None and a_major != LayoutEnum.ROW_MAJOR):
+            # a group starts at any row: a TMA box starting at any element of A's contiguous
+            # dimension is an illegal instruction on the GPU (docs/perf.md entry 39)
+            raise ValueError("the grouped kernel reads a K-major A (the host copies others)")
         # C is N-major (row-major per batch), or M-major for a swap-AB config: the host passes
         # the caller's row-major C transposed (C^T = B^T A^T); the epilogue follows it.
         c_major = LayoutEnum.from_tensor(mC)
