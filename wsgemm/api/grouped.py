@@ -316,8 +316,8 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
     dtypes = (_name(a.dtype), _name(out.dtype), "float32")
     a_major = "k" if a_unit == 1 else "m"
     b_major = "k" if b_unit == 1 else "n"
-    fn, clusters = host.grouped_kernel(
-        d, name, _index(d, a.device), dtypes, a_major, b_major, config, epilogue.name
+    fn, clusters = d.kernel(
+        name, _index(d, a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
     )
     fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
     if c_found is None:  # the caller's out is not addressable: the written rows copied in

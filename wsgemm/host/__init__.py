@@ -18,7 +18,6 @@ from .compiling.warming import warm
 from .grouped import (
     GROUPED_BACKENDS,
     grouped_config,
-    grouped_kernel,
     grouped_variants,
     supports_grouped,
 )
@@ -50,7 +49,6 @@ __all__ = [
     "fuses_epilogues",
     "fake_arguments",
     "grouped_config",
-    "grouped_kernel",
     "grouped_variants",
     "make_kernel",
     "needs_vector_extent",

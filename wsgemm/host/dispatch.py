@@ -543,20 +543,22 @@ class Dispatcher:
         b_major: str,
         config: Any = None,
         epilogue: str = "none",
+        grouping: str = "none",
     ) -> tuple[Callable, int]:
         """(compiled kernel, clusters to launch) for ``backend`` on ``device``; ``dtypes`` are the
         host names of (A/B, C, accumulator). ``config`` replaces the shipped config (tuning);
-        ``epilogue`` names a fused epilogue (``host.Variant.epilogue``)."""
-        key = (backend, device, dtypes, a_major, b_major, config, epilogue)
+        ``epilogue`` names a fused epilogue, ``grouping`` a grouped GEMM
+        (``host.Variant.epilogue``, ``.grouping``)."""
+        key = (backend, device, dtypes, a_major, b_major, config, epilogue, grouping)
         hit = self._kernels.get(key)
         if hit is not None:
             return hit
         if config is not None and config == BACKENDS[backend].config(dtypes[2]):
             # the shipped config under its own name: one compile, not two
-            hit = self.kernel(backend, device, dtypes, a_major, b_major, None, epilogue)
+            hit = self.kernel(backend, device, dtypes, a_major, b_major, None, epilogue, grouping)
         else:
             arch = arch_for_capability(self.devices.capability(device))
-            variant = Variant(backend, arch, *dtypes, a_major, b_major, config, epilogue)
+            variant = Variant(backend, arch, *dtypes, a_major, b_major, config, epilogue, grouping)
             clusters = self.devices.sm_count(device) // cluster_size(variant.kernel_config())
             hit = (self.cache.get(variant), clusters)
         with self._lock:

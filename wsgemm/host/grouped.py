@@ -1,4 +1,5 @@
-"""Grouped GEMM on the host: which grouped kernel a call runs, and the compiled kernel itself.
+"""Grouped GEMM on the host: which grouped kernel a call runs (the compiled kernel comes from
+the dispatcher, ``Dispatcher.kernel(..., grouping="m")``).
 
 A ragged-M grouped GEMM (``wsgemm.grouped_mm``'s 2D x 3D form) runs the family's grouped
 kernel (``Backend.grouped_cls``; ``Variant.grouping`` "m"). The host knows the total rows and
@@ -9,15 +10,11 @@ group wastes the tensor cores' work and B's reads on rows that are not there.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
-from .registry import BACKENDS, Variant, arch_for_capability, cluster_size
+from .registry import BACKENDS, Variant
 
-__all__ = [
-    "GROUPED_BACKENDS", "grouped_config", "grouped_kernel", "grouped_variants", "supports_grouped",
-]  # fmt: skip
+__all__ = ["GROUPED_BACKENDS", "grouped_config", "grouped_variants", "supports_grouped"]
 
 #: The backends with a grouped kernel, in the order ``auto`` prefers them.
 GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
@@ -68,41 +65,3 @@ def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
         for c in (ab, "float32"):
             out.append(Variant(backend, arch, ab, c, "float32", am, bm, config, grouping="m"))
     return out
-
-
-class _Kernels:
-    """Compiled grouped kernels by (backend, device, dtypes, majors, config), with the
-    clusters to launch on the device."""
-
-    def __init__(self) -> None:
-        self._memo: dict[tuple, tuple[Callable, int]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, d, backend: str, device: int, dtypes: tuple[str, str, str], a_major: str,
-            b_major: str, config: Any = None, epilogue: str = "none",
-            ) -> tuple[Callable, int]:  # fmt: skip
-        key = (id(d), backend, device, dtypes, a_major, b_major, config, epilogue)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        arch = arch_for_capability(d.devices.capability(device))
-        variant = Variant(backend, arch, *dtypes, a_major, b_major, config, epilogue, "m")
-        clusters = d.devices.sm_count(device) // cluster_size(variant.kernel_config())
-        hit = (d.cache.get(variant), clusters)
-        with self._lock:
-            return self._memo.setdefault(key, hit)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._memo.clear()
-
-
-_KERNELS = _Kernels()
-
-
-def grouped_kernel(d, backend: str, device: int, dtypes: tuple[str, str, str], a_major: str,
-                   b_major: str, config: Any = None, epilogue: str = "none",
-                   ) -> tuple[Callable, int]:  # fmt: skip
-    """(compiled grouped kernel, clusters to launch) on dispatcher ``d``'s ``device``;
-    ``dtypes``: (A/B, C, accumulator) host names; ``epilogue``: a fused epilogue's name."""
-    return _KERNELS.get(d, backend, device, dtypes, a_major, b_major, config, epilogue)
