@@ -38,6 +38,7 @@ from wsgemm.kernels.common.scheduler import (
     group_rows,
     grouped_cluster_coord,
     persistent_cluster_count,
+    replay,
 )
 
 __all__ = ["GroupWorkTile", "RaggedMScheduler", "ragged_unit_order", "unit_bound"]
@@ -199,17 +200,8 @@ def ragged_unit_order(
     clusters_n = _ceil_div(num_n, cluster_n)
     bound = unit_bound(rows, len(ends), tile_m, cluster_m, clusters_n)
     launched = persistent_cluster_count(bound, num_ctas // (cluster_m * cluster_n))
-    order = []
-    for cluster_idx in range(launched):
-        for cta_n in range(cluster_n):
-            for cta_m in range(cluster_m):
-                sched = RaggedMScheduler(list(ends), len(ends), rows, clusters_n, tile_m, cluster,
-                                         group_rows(group, cluster_m), launched, cluster_idx,
-                                         (cta_m, cta_n))  # fmt: skip
-                units = []
-                unit = sched.initial_work_tile()
-                while unit.is_valid:
-                    units.append(unit)
-                    unit = sched.next_work_tile(unit)
-                order.append(units)
-    return order
+    rows_per_group = group_rows(group, cluster_m)
+    return replay(launched, cluster, lambda cluster_idx, cta_mn: RaggedMScheduler(
+        list(ends), len(ends), rows, clusters_n, tile_m, cluster, rows_per_group, launched,
+        cluster_idx, cta_mn,
+    ))  # fmt: skip

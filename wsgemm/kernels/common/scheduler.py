@@ -57,6 +57,7 @@ __all__ = [
     "group_rows",
     "grouped_cluster_coord",
     "persistent_cluster_count",
+    "replay",
     "split_k_range",
     "stream_k_layout",
     "stream_k_slots",
@@ -436,14 +437,20 @@ def unit_order(
         launched = stream_k_layout(total, split_k[0], clusters)[0]
     else:
         launched = persistent_cluster_count(total, clusters)
+    return replay(launched, cluster, lambda cluster_idx, cta_mn: GroupedTileScheduler(
+        problem, cluster, rows, launched, cluster_idx, cta_mn, split_k, stream_k
+    ))  # fmt: skip
+
+
+def replay(launched: int, cluster: tuple[int, int], scheduler: Any) -> list[list[WorkTile]]:
+    """For each CTA of ``launched`` clusters of shape ``cluster`` (launch-grid order, x
+    fastest), the units its schedule walks: ``scheduler(cluster_idx, (cta_m, cta_n))`` makes
+    that CTA's scheduler (host values)."""
     order = []
     for cluster_idx in range(launched):
-        for cta_n in range(cluster_n):
-            for cta_m in range(cluster_m):
-                sched = GroupedTileScheduler(
-                    problem, cluster, rows, launched, cluster_idx, (cta_m, cta_n), split_k,
-                    stream_k,
-                )  # fmt: skip
+        for cta_n in range(cluster[1]):
+            for cta_m in range(cluster[0]):
+                sched = scheduler(cluster_idx, (cta_m, cta_n))
                 units = []
                 unit = sched.initial_work_tile()
                 while unit.is_valid:
