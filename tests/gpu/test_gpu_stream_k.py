@@ -93,7 +93,7 @@ def test_no_deadlock_beside_a_kernel_on_another_stream(name):
     with other streams' kernels holding SMs while the stream-K grid is launched (so not every
     CTA of it is resident at once), every call still completes, with the right result."""
     _sm90()
-    a, b = _operands(2888, 2072, 1504, "TN", seed=3)
+    a, b = _operands(2888, 2072, 1504, None, "tn", seed=3)
     others = [torch.cuda.Stream() for _ in range(3)]
     x = torch.randn(8192, 8192, device="cuda", dtype=F16)
     for _ in range(3):

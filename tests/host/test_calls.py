@@ -162,7 +162,39 @@ def test_a_bound_loaded_kernel_is_called_with_every_argument_and_no_keyword_wrap
     assert got[1][4:14] == (64, 48, 32, 1, 32, 0, 32, 0, 48, 0)
     # split-K's per-launch arguments replace the defaults, afresh on each launch
     fresh = iter(range(2))
-    launch = call.bind(a, b, c.half(), 7, per_call=lambda: (0, 3, next(fresh), "sems"))
+    launch = call.bind(
+        a, b, c.half(), 7, per_call=lambda: (0, 3, next(fresh), "sems"), per_call_count=4
+    )
     launch(16, 32, 48)
     launch(16, 32, 48)
     assert got[2][14:] == (7, 0, 3, 0, "sems") and got[3][14:] == (7, 0, 3, 1, "sems")
+
+
+def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
+    """Split-K's per-launch buffers are not the last launch arguments: the fused epilogue's
+    bias follows them (``Sm90Gemm.LAUNCH_EXTRAS``), and a bound launch of the raw function
+    (positional only) must pass its default, or a plain split call misses an argument (the
+    H100 run of 2026-12-05: ``wrapper() missing 1 required positional argument``)."""
+    from wsgemm import host
+    from wsgemm.host.compiling.compile import launch_signature, wrap_launch
+
+    v = host.Variant("sm90", "sm_90a")
+    names, defaults = launch_signature(v)
+    got = []
+
+    def raw(*args):  # a compiled function: every argument positional, none missing
+        assert len(args) == len(names), (len(args), names)
+        got.append(args)
+
+    call = KernelCall(wrap_launch(raw, (names, defaults)), operand_majors(v), (F16, F16))
+    a, b, c = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half(), torch.zeros(64, 48, 1)
+    extras = len(defaults) - 1  # after the raster group: split count, buffers, bias
+    per = (0, 3, "workspace", "sems")
+    call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per))(16, 32, 48)
+    assert got[-1][15:] == (*per, *defaults[len(per) :])
+    assert extras == 4 and got[-1][-1] is None  # the bias: not fused in this launch
+    # a fused launch passes the bias itself, as the last (late) argument
+    call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=1)(
+        16, 32, 48, "bias"
+    )
+    assert got[-1][-1] == "bias" and len(got[-1]) == len(names)

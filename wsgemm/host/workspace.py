@@ -123,7 +123,10 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
         if not isinstance(fn, KernelCall):
             return None
         sized = (*buffer_sizes(a_mkl, b_nkl, clusters), c_mnl.device)
-        return fn.bind(a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized), late=late)
+        return fn.bind(
+            a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized), per_call_count=4,
+            late=late,
+        )  # fmt: skip
 
     launch.bind = bind
     return launch

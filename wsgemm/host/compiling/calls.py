@@ -70,33 +70,38 @@ class KernelCall:
         max_active_clusters: int,
         *launch_args,
         per_call: Callable | None = None,
+        per_call_count: int = 0,
         late: int = 0,
     ) -> Callable:
         """``launch(pa, pb, pc, *late_values)``: this kernel on views with ``a``, ``b`` and
         ``c``'s sizes and strides at the addresses ``pa``, ``pb``, ``pc`` (ints), the launch
         arguments fixed; ``per_call()``, if given, returns the launch arguments after them
-        afresh for each launch (split-K's buffers); the last ``late`` launch arguments are the
-        launch's own (a fused epilogue's bias). The caller vouches that its addresses are of
-        tensors like these (same dtypes and device, 16-byte aligned): nothing is checked per
-        call."""
+        afresh for each launch (split-K's buffers, ``per_call_count`` of them; the defaults of
+        any after them are passed); the last ``late`` launch arguments are the launch's own (a
+        fused epilogue's bias). The caller vouches that its addresses are of tensors like these
+        (same dtypes and device, 16-byte aligned): nothing is checked per call."""
+        if per_call is not None and per_call_count < 1:
+            raise ValueError("bind: per_call needs per_call_count, how many arguments it returns")
         fn, void_p = self.fn, ctypes.c_void_p
         defaults = getattr(fn, "launch_defaults", None)
         if defaults is not None:  # a loaded kernel: every argument given, no keyword wrapper
-            fn = fn.__wrapped__
-            if per_call is None:
-                launch_args = (*launch_args, *defaults[len(launch_args) : len(defaults) - late])
+            fn = fn.__wrapped__  # so the omitted arguments are given their defaults here
+            given = len(launch_args) + (per_call_count if per_call is not None else 0)
+            tail = defaults[given : len(defaults) - late]
+        else:
+            tail = ()
         args = (*self.sizes_and_strides(a, b, c), max_active_clusters, *launch_args)
         tok = token(c.device)
         addresses(a, b, c)  # the alignment of the views it binds
         if per_call is None:
 
             def launch(pa: int, pb: int, pc: int, *late_values) -> None:
-                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *late_values)
+                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *tail, *late_values)
 
         else:
 
             def launch(pa: int, pb: int, pc: int, *late_values) -> None:
-                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *per_call(), *late_values)
+                fn(tok, void_p(pa), void_p(pb), void_p(pc), *args, *per_call(), *tail, *late_values)
 
         return launch
 
