@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|grouped|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|grouped|groupedtune|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -96,6 +96,14 @@ print(len(o) - len(bad), 'grouped variants ready;', *(f'{x.key}: {x.error}' for 
     echo "moe $dt rc=$?"; grep -iE "geomean|wsgemm" "$OUT/moe-$dt.log" | tail -6
   done
   echo "grouped done at $((SECONDS - start)) s"
+fi
+if has groupedtune; then
+  # issue #26: every grouped tile on the moe problems (bf16 against torch._grouped_mm), the
+  # choice fitted on two models and judged on the other two (docs/perf.md entry 41)
+  timeout ${GTUNE_TIMEOUT:-560} python3 scripts/tune_grouped.py --out "$OUT/tune_grouped" \
+    --dtype ${GTUNE_DTYPE:-bf16} --tokens ${GTUNE_TOKENS:-8,64,512,4096} --jobs 15 \
+    --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/tune_grouped.log" 2>&1
+  echo "groupedtune rc=$?"; grep -E "t/e=|WRONG|FAILED|done in" "$OUT/tune_grouped.log" | tail -20
 fi
 if has checks; then
   # docs/perf.md entry 21: what was built without a GPU, checked in one go
