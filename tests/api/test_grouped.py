@@ -318,6 +318,55 @@ def test_the_torch_road_forms(form):
         assert_rows(out, reference(a, b, offs, form), 8, dim=1)
 
 
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+def test_3d2d_runs_the_grouped_kernel_transposed(a_layout, b_layout):
+    """float16 3D x 2D, which torch can only loop over (a sync): the ragged-M kernel on the
+    transposed problem, the result's columns its rows; columns past offs[-1] kept."""
+    torch.manual_seed(4)
+    g, m, k, n = 4, 9, 24, 56
+    a = torch.randn(g, m, k, dtype=F16)
+    if a_layout == "col":  # each group's a[g] M-major
+        a = torch.randn(g, k, m, dtype=F16).transpose(1, 2)
+    b = torch.randn(k, n, dtype=F16) if b_layout == "row" else torch.randn(n, k, dtype=F16).t()
+    offs = ends(16, 0, 9, 23)  # 48 of 56 columns; an empty group, groups at odd columns
+    d = dispatcher()
+    out = torch.full((m, n), 7.0, dtype=F16)
+    got = core.grouped_mm(a, b, offs, out=out, dispatcher=d)
+    assert got is out and (out[:, 48:] == 7).all()
+    assert_rows(out, reference(a, b, offs, "3d2d"), k, dim=1)
+    (variant,) = d.cache.variants
+    assert variant.grouping == "m" and variant.epilogue == "none"
+    launch = d.cache.kernel.launches[-1]
+    assert launch["a"].shape == (n, k, g) and launch["b"].shape == (m, k, g)
+    assert launch["a"].stride(1) == 1  # the kernel's A (b transposed) is K-major, copied if not
+    fresh = core.grouped_mm(a, b, offs, dispatcher=d, activation="relu")
+    want = [(lo, hi, torch.relu(y)) for lo, hi, y in reference(a, b, offs, "3d2d")]
+    assert_rows(fresh, want, k, dim=1)
+
+
+def test_3d2d_routes():
+    """bfloat16 in and out: torch._grouped_mm's fused kernel under auto, the kernel when named;
+    a float32 result (torch has none): the kernel; off Hopper: torch."""
+    a, b, offs = torch.randn(2, 8, 16, dtype=BF16), torch.randn(16, 32, dtype=BF16), ends(8, 24)
+    d = dispatcher()
+    core.grouped_mm(a, b, offs, dispatcher=d)
+    assert d.cache.variants == []
+    assert "torch._grouped_mm" in core.explain(d, a, b, offs)
+    out = core.grouped_mm(a, b, offs, backend="sm90", dispatcher=d)
+    assert len(d.cache.variants) == 1
+    assert_rows(out, reference(a, b, offs, "3d2d"), 16, dim=1)
+    out32 = core.grouped_mm(a, b, offs, out_dtype=F32, dispatcher=d)
+    assert len(d.cache.variants) == 2 and out32.dtype == F32
+    assert_rows(out32, reference(a, b, offs, "3d2d"), 16, dim=1)
+    assert "transposed problem" in core.explain(d, a, b, offs, out_dtype=F32)
+    off = dispatcher((8, 0))
+    core.grouped_mm(a.half(), b.half(), offs, dispatcher=off)
+    assert off.cache.variants == []
+    with pytest.raises(ValueError, match="2D x 2D form has no wsgemm kernel"):
+        core.grouped_mm(a[0], b, offs, backend="sm90", dispatcher=d)
+
+
 def test_the_loop_reads_the_ends_as_the_kernel_does():
     """Decreasing ends and ends past the rows: clamped to [previous end, rows]."""
     a, b = torch.randn(12, 8, dtype=F16), torch.randn(3, 8, 4, dtype=F16)

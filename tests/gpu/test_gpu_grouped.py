@@ -217,6 +217,39 @@ def test_the_other_forms(form):
     assert_within_torch_error(out, ref, theirs, form)
 
 
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+def test_3d2d_on_the_transposed_kernel(dt, b_kmajor):
+    """3D x 2D where it runs the grouped kernel on the transposed problem: float16 (torch
+    loops), and bfloat16 with the backend named; ragged column groups, one empty, columns past
+    offs[-1] kept in ``out``; and inside a CUDA graph (no sync: the loop could not be)."""
+    gen = torch.Generator().manual_seed(17)
+    g, m, k, n = 5, 77, 200, 1000
+    a = torch.randn(g, m, k, generator=gen).to(dt).cuda()
+    b = torch.randn(k, n, generator=gen).to(dt).cuda()
+    if b_kmajor:
+        b = b.t().contiguous().t()
+    sizes = [130, 0, 1, 257, 600]  # 988 of 1000 columns
+    e = [0, *torch.tensor(sizes).cumsum(0).tolist()]
+    offs = torch.tensor(e[1:], dtype=torch.int32, device="cuda")
+    ref = torch.cat([a[i].double() @ b[:, e[i] : e[i + 1]].double() for i in range(g)], 1)
+    theirs = torch.cat([a[i] @ b[:, e[i] : e[i + 1]] for i in range(g)], 1)
+    backend = "auto" if dt == torch.float16 else "sm90"
+    out = torch.full((m, n), float("nan"), dtype=dt, device="cuda")
+    wsgemm.grouped_mm(a, b, offs, out=out, backend=backend)
+    assert out[:, e[-1] :].isnan().all()
+    assert_within_torch_error(out[:, : e[-1]], ref, theirs, "3d2d")
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        wsgemm.grouped_mm(a, b, offs, out=out, backend=backend)
+    torch.cuda.current_stream().wait_stream(stream)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_within_torch_error(out[:, : e[-1]], ref, theirs, "3d2d replayed")
+
+
 @pytest.fixture
 def fusing(monkeypatch):
     """The fused epilogues switched on (``FUSING_FAMILIES``: off on main until their GPU tests

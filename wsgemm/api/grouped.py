@@ -21,9 +21,11 @@ most the jagged dimension; others give unspecified values in the groups they gar
 access outside the operands (the kernel clamps each end to [previous end, rows]).
 
 Routes (``route``): 2D x 3D on the grouped kernel (``host.grouped``) on a GPU that has one,
-for float16/bfloat16 inputs; 3D x 3D on ``matmul`` (the batched kernels, with their own
-fallbacks); the rest on torch (``torch._grouped_mm``, or a loop over the groups that reads the
-offsets on the host where torch has none: a sync, refused inside a CUDA-graph capture).
+for float16/bfloat16 inputs; 3D x 2D on the same kernel, transposed (``_run_kernel_3d2d``),
+where torch has no fused kernel for its dtypes (float16, or a float32 result); 3D x 3D on
+``matmul`` (the batched kernels, with their own fallbacks); the rest on torch
+(``torch._grouped_mm``, or a loop over the groups that reads the offsets on the host where
+torch has none: a sync, refused inside a CUDA-graph capture).
 
 Results are row-major with each row padded to a whole 16 bytes (torch's layout for its grouped
 GEMM, which its kernels' TMA stores need): ``result_strides``.
@@ -184,10 +186,9 @@ def check_grouped(
             f"backend {backend!r} has no grouped kernel; these have: "
             f"{', '.join(host.GROUPED_BACKENDS)} (or say backend='auto')"
         )
-    if backend != "auto" and form in ("2d2d", "3d2d"):
+    if backend != "auto" and form == "2d2d":
         raise ValueError(
-            f"grouped_mm's {form[:2].upper()} x {form[2:].upper()} form has no wsgemm kernel "
-            "yet: backend='auto' runs it on torch"
+            "grouped_mm's 2D x 2D form has no wsgemm kernel yet: backend='auto' runs it on torch"
         )
     if torch.is_grad_enabled() and out is not None and any(t.requires_grad for t in (a, b, out)):
         raise RuntimeError("grouped_mm(): out= does not support automatic differentiation; "
@@ -196,10 +197,15 @@ def check_grouped(
 
 
 def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
-    """Where a checked problem runs (module docstring): ``KERNEL``, ``BATCHED`` or ``TORCH``."""
+    """Where a checked problem runs (module docstring): ``KERNEL``, ``BATCHED`` or ``TORCH``.
+    A 3D x 2D call under ``auto`` takes the kernel only where torch would loop over the groups
+    (``_torch_grouped``: no ``torch._grouped_mm`` for these dtypes; a sync, not capturable):
+    torch's fused kernel, where it has one, writes the transposed result directly."""
     if p.form == "3d3d":
         return BATCHED
-    if p.form != "2d3d" or a.dtype not in _KERNEL_DTYPES:
+    if p.form == "3d2d" and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
+        return TORCH
+    if p.form not in ("2d3d", "3d2d") or a.dtype not in _KERNEL_DTYPES:
         if backend != "auto":
             raise ValueError(f"backend {backend!r} runs float16 and bfloat16 only, got {a.dtype}")
         return TORCH
@@ -211,6 +217,12 @@ def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
     if named:
         raise ValueError(f"backend {backend!r} does not run on a GPU of capability {cc}")
     return TORCH
+
+
+def _torch_fuses(ab_dtype: torch.dtype, c_dtype: torch.dtype) -> bool:
+    """Whether ``torch._grouped_mm`` has a fused kernel for these dtypes (bfloat16 in and out
+    on the torch versions wsgemm supports; ``_torch_grouped`` falls back to a loop otherwise)."""
+    return hasattr(torch, "_grouped_mm") and ab_dtype == c_dtype == torch.bfloat16
 
 
 def _index(d, device: torch.device) -> int:
@@ -238,7 +250,9 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     if where == BATCHED:  # api.matmul's body (this module is below the package's __init__)
         act = None if p.epilogue.activation == "none" else p.epilogue.activation
         return dispatch.call(d, a, b, result, None, torch.float32, backend, None, None, act)
-    if where == KERNEL:
+    if where == KERNEL and p.form == "3d2d":
+        _run_kernel_3d2d(d, a, b, offs, result, backend, p)
+    elif where == KERNEL:
         _run_kernel(d, a, b, offs, result, backend, p.epilogue)
     else:
         product = _torch_grouped(p.plain(), a, b, offs)
@@ -322,6 +336,35 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
     fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
         _write(out, c_view[:, :, 0], p, offs)
+
+
+def _run_kernel_3d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> None:
+    """3D x 2D on the ragged-M grouped kernel, transposed: column group g of the result is
+    ``a[g] @ b[:, cols of g]``, so its transpose is ``b[:, cols of g]^T @ a[g]^T``, a 2D x 3D
+    problem whose rows are the result's columns (the kernel's A is ``b^T``, its B per group
+    ``a[g]``). The kernel writes row-major rows, the result's columns: into a (N, M) buffer,
+    whose written rows are then copied into the result's columns (one pass over the output,
+    no sync). An activation runs in torch on the buffer."""
+    groups, m, k = a.shape
+    n = b.shape[1]
+    if k == 0:  # every group's product is zero
+        zero = torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n)
+        _write(out, epilogue_in_torch(zero, p.epilogue, out.dtype), p, offs)
+        return
+    name, config = host.grouped_config(backend, n, groups)
+    a_view, _ = _operand(b.t().unsqueeze(-1), (1,))  # (N, K): K-major only, as in _run_kernel
+    b_view, b_unit = _operand(a.permute(1, 2, 0), (1, 0))  # (M, K, G)
+    c_view = torch.empty_strided((n, m, 1), (*result_strides((n, m), out.dtype), 0),
+                                 dtype=out.dtype, device=out.device)  # fmt: skip
+    a_mkl = a_view.as_strided((n, k, groups), (*a_view.stride()[:2], 0))
+    c_mnl = c_view.as_strided((n, m, groups), (*c_view.stride()[:2], 0))
+    dtypes = (_name(a.dtype), _name(out.dtype), "float32")
+    fn, clusters = d.kernel(
+        name, _index(d, a.device), dtypes, "k", "k" if b_unit == 1 else "n", config, PLAIN.name,
+        "m",
+    )  # fmt: skip
+    fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
+    _write(out, epilogue_in_torch(c_view[:, :, 0].t(), p.epilogue, out.dtype), p, offs)
 
 
 def _operand(t: torch.Tensor, majors) -> tuple[torch.Tensor, int]:
@@ -414,12 +457,26 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         lines.append("kernel: wsgemm.matmul's batched GEMM (one batch per group): "
                      "wsgemm.explain(a, b) says which")  # fmt: skip
     elif where == TORCH:
-        why = ("this form has no wsgemm kernel yet" if p.form != "2d3d" else
+        why = ("torch's fused grouped kernel writes this form's columns directly"
+               if p.form == "3d2d" and _torch_fuses(a.dtype, p.c_dtype) else
+               "this form has no wsgemm kernel yet" if p.form == "2d2d" else
                f"{_name(a.dtype)} operands" if a.dtype not in _KERNEL_DTYPES else
                "no grouped kernel runs on this GPU")  # fmt: skip
         fused = getattr(torch, "_grouped_mm", None) is not None and p.c_dtype == a.dtype
         how = "torch._grouped_mm" if fused else "a loop over the groups, reading offs: a sync"
         lines.append(f"kernel: torch ({how}): {why}")
+    elif p.form == "3d2d":
+        n, groups = b.shape[1], p.groups
+        name, config = host.grouped_config(backend, n, groups)
+        cfg = config or host.BACKENDS[name].config()
+        lines.append(
+            f"kernel: {name} grouped (ragged M) on the transposed problem (the result's columns "
+            f"are its rows), tile {cfg.tile_m}x{cfg.tile_n}, cluster {cfg.cluster_m}x"
+            f"{cfg.cluster_n}: mean {n / max(groups, 1):.0f} columns per group; no sync; the "
+            "result's written columns copied in from an (N, M) buffer"
+        )
+        if not epi.plain:
+            lines.append(f"epilogue: {epi.name}: in torch after the product")
     else:
         m, groups = a.shape[0], p.groups
         name, config = host.grouped_config(backend, m, groups)
