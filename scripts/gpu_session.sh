@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|grouped|groupedtune|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|epibench|grouped|groupedtune|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -64,16 +64,21 @@ if has heldout; then
   echo "heldout done at $((SECONDS - start)) s"
 fi
 if has epilogue; then
-  # issue #25 step 1: the fused epilogue's GPU tests, then its bench (llm suite, fp16)
-  timeout ${EPI_TEST_TIMEOUT:-300} python3 -m pytest -v -m gpu -p no:cacheprovider --no-header -rf \
+  # issue #25: the fused epilogue's GPU tests (351 cases with -k fused: ~450 s on an H100,
+  # 2026-12-05, so alone in a call)
+  timeout ${EPI_TEST_TIMEOUT:-560} python3 -m pytest -v -m gpu -p no:cacheprovider --no-header -rf \
     tests/gpu/test_gpu_epilogue.py -k "${EPI_TESTS:-fused}" > "$OUT/epilogue-tests.log" 2>&1
   grep -cE " PASSED" "$OUT/epilogue-tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/epilogue-tests.log" | cut -c1-300 | tail -20
+  echo "epilogue tests done at $((SECONDS - start)) s"
+fi
+if has epibench; then
+  # issue #25: fused against plain wsgemm and torch's best unfused path (llm suite rows, fp16)
   timeout ${EPI_BENCH_TIMEOUT:-300} python3 scripts/bench_epilogue.py --rounds ${ROUNDS:-5} \
     --models ${EPI_MODELS:-8b,70b} \
     --tokens ${EPI_TOKENS:-16,1024,4096} --epilogues ${EPILOGUES:-bias,bias_gelu_tanh,bias_silu} \
     --json "$OUT/epilogue-bench.json" > "$OUT/epilogue-bench.log" 2>&1
   echo "epilogue bench rc=$?"; grep "==" "$OUT/epilogue-bench.log"
-  echo "epilogue done at $((SECONDS - start)) s"
+  echo "epilogue bench done at $((SECONDS - start)) s"
 fi
 if has grouped; then
   # issue #26 step 1: the grouped kernel's variants compiled in parallel, its GPU tests, the
