@@ -209,7 +209,7 @@ def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
         if backend != "auto":
             raise ValueError(f"backend {backend!r} runs float16 and bfloat16 only, got {a.dtype}")
         return TORCH
-    cc = d.devices.capability(_index(d, a.device))
+    cc = d.devices.capability(d.device_index(a.device))
     named = backend if backend != "auto" else None
     candidates = [named] if named else list(host.GROUPED_BACKENDS)
     if any(host.supports_grouped(name, cc) for name in candidates):
@@ -223,10 +223,6 @@ def _torch_fuses(ab_dtype: torch.dtype, c_dtype: torch.dtype) -> bool:
     """Whether ``torch._grouped_mm`` has a fused kernel for these dtypes (bfloat16 in and out
     on the torch versions wsgemm supports; ``_torch_grouped`` falls back to a loop otherwise)."""
     return hasattr(torch, "_grouped_mm") and ab_dtype == c_dtype == torch.bfloat16
-
-
-def _index(d, device: torch.device) -> int:
-    return device.index if device.index is not None else d.devices.current() or 0
 
 
 def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dispatcher=None,
@@ -331,7 +327,7 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
     a_major = "k" if a_unit == 1 else "m"
     b_major = "k" if b_unit == 1 else "n"
     fn, clusters = d.kernel(
-        name, _index(d, a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
+        name, d.device_index(a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
     )
     fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
@@ -359,10 +355,9 @@ def _run_kernel_3d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> Non
     a_mkl = a_view.as_strided((n, k, groups), (*a_view.stride()[:2], 0))
     c_mnl = c_view.as_strided((n, m, groups), (*c_view.stride()[:2], 0))
     dtypes = (_name(a.dtype), _name(out.dtype), "float32")
-    fn, clusters = d.kernel(
-        name, _index(d, a.device), dtypes, "k", "k" if b_unit == 1 else "n", config, PLAIN.name,
-        "m",
-    )  # fmt: skip
+    b_major = "k" if b_unit == 1 else "n"
+    index = d.device_index(a.device)
+    fn, clusters = d.kernel(name, index, dtypes, "k", b_major, config, PLAIN.name, "m")
     fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
     _write(out, epilogue_in_torch(c_view[:, :, 0].t(), p.epilogue, out.dtype), p, offs)
 

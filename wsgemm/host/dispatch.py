@@ -282,7 +282,7 @@ class Dispatcher:
         (``Backend.kernel_class``), never vanishing silently."""
         if not self.devices.available():
             return []
-        index = self._index(device)
+        index = self.device_index(device)
         cc = self.devices.capability(index)
         return [n for n in shipped_backends() if BACKENDS[n].supports(cc)]
 
@@ -579,7 +579,9 @@ class Dispatcher:
             self._kernels.clear()
         self.semaphores.clear()
 
-    def _index(self, device) -> int:
+    def device_index(self, device) -> int:
+        """The index of ``device`` (a torch.device, its string, an int, or None: the current
+        one) among this dispatcher's devices; a device without an index is the current one."""
         if device is None:
             return self.devices.current()
         if isinstance(device, int):
