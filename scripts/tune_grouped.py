@@ -132,7 +132,7 @@ def _tune(args, cands: list[Candidate], shapes) -> int:
 
     import wsgemm
     from wsgemm.bench import check
-    from wsgemm.bench.measure import CudaTimer, rotated
+    from wsgemm.bench.measure import CudaTimer, interleaved
     from wsgemm.bench.nvml import Nvml
 
     out_dir = Path(args.out)
@@ -186,12 +186,8 @@ def _tune(args, cands: list[Candidate], shapes) -> int:
             status[name] = tol.verdict(err) or "ok"
             if status[name] != "ok":
                 print(f"  WRONG {shape.label} {name}: {status[name]}", flush=True)
-        timed = [n for n in calls if status[n] == "ok"]
-        est = {n: timer.estimate(calls[n][0]) for n in timed}
-        samples = {n: [] for n in timed}
-        for r in range(args.rounds):
-            for n in rotated(timed, r):
-                samples[n].append(timer.measure(calls[n][0], args.reps, est[n]))
+        timed = {n: fn for n, (fn, _) in calls.items() if status[n] == "ok"}
+        samples = interleaved(timer, timed, args.rounds, args.reps)
         base = samples.get(base_name)
         model = shape.group
         for c in cands:

@@ -377,7 +377,7 @@ def _tune(args, entries, shapes) -> int:
     import torch
 
     from wsgemm.bench import check
-    from wsgemm.bench.measure import CudaTimer, rotated
+    from wsgemm.bench.measure import CudaTimer, interleaved
     from wsgemm.bench.nvml import Nvml
 
     out = Path(args.out)
@@ -440,7 +440,7 @@ def _tune(args, entries, shapes) -> int:
             table["source"] += f"; cut short: {len(planned) - done} shapes not measured"
             break
         point, shape_rows = _measure_shape(
-            shape, cands, kernels, timer, args, device, torch, check, rotated, log
+            shape, cands, kernels, timer, args, device, torch, check, interleaved, log
         )
         table["points"].append(point)
         rows += shape_rows
@@ -453,7 +453,7 @@ def _tune(args, entries, shapes) -> int:
     return 0
 
 
-def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rotated, log):
+def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, interleaved, log):
     from wsgemm.host.workspace import SemaphoreCache, split_launcher
 
     semaphores = SemaphoreCache()
@@ -500,12 +500,8 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, rot
         if status[name] != "ok":
             log(f"  WRONG {shape.label} {name}: {status[name]}")
     del ref
-    timed = [name for name in calls if status[name] == "ok"]
-    estimates = {name: timer.estimate(calls[name][0]) for name in timed}
-    samples = {name: [] for name in timed}
-    for r in range(args.rounds):
-        for name in rotated(timed, r):
-            samples[name].append(timer.measure(calls[name][0], args.reps, estimates[name]))
+    timed = {name: fn for name, (fn, _) in calls.items() if status[name] == "ok"}
+    samples = interleaved(timer, timed, args.rounds, args.reps)
 
     base = samples.get("cublas")
     point = _point(shape.label, m, n, k, layout)

@@ -153,7 +153,7 @@ def test_a_shape_is_timed_in_its_own_layout_on_the_kernels_majors(layout, monkey
     import torch
 
     from wsgemm.bench import check
-    from wsgemm.bench.measure import Sample, rotated
+    from wsgemm.bench.measure import Sample, interleaved
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     shape = suites.Shape(16, 40, 24, f"s {layout}", "midsize", layout)
@@ -182,7 +182,7 @@ def test_a_shape_is_timed_in_its_own_layout_on_the_kernels_majors(layout, monkey
     args = argparse.Namespace(layouts="own", rounds=1, reps=1)
     logged = []
     point, rows = tune_menu._measure_shape(
-        shape, cands, kernels, Timer(), args, torch.device("cpu"), torch, check, rotated,
+        shape, cands, kernels, Timer(), args, torch.device("cpu"), torch, check, interleaved,
         logged.append,
     )  # fmt: skip
     assert not [line for line in logged if "WRONG" in line]

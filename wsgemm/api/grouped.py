@@ -335,31 +335,17 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
 
 
 def _run_kernel_3d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> None:
-    """3D x 2D on the ragged-M grouped kernel, transposed: column group g of the result is
+    """3D x 2D on the grouped kernel, transposed: column group g of the result is
     ``a[g] @ b[:, cols of g]``, so its transpose is ``b[:, cols of g]^T @ a[g]^T``, a 2D x 3D
-    problem whose rows are the result's columns (the kernel's A is ``b^T``, its B per group
-    ``a[g]``). The kernel writes row-major rows, the result's columns: into a (N, M) buffer,
-    whose written rows are then copied into the result's columns (one pass over the output,
-    no sync). An activation runs in torch on the buffer."""
-    groups, m, k = a.shape
-    n = b.shape[1]
-    if k == 0:  # every group's product is zero
-        zero = torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n)
-        _write(out, epilogue_in_torch(zero, p.epilogue, out.dtype), p, offs)
-        return
-    name, config = host.grouped_config(backend, n, groups)
-    a_view, _ = _operand(b.t().unsqueeze(-1), (1,))  # (N, K): K-major only, as in _run_kernel
-    b_view, b_unit = _operand(a.permute(1, 2, 0), (1, 0))  # (M, K, G)
-    c_view = torch.empty_strided((n, m, 1), (*result_strides((n, m), out.dtype), 0),
-                                 dtype=out.dtype, device=out.device)  # fmt: skip
-    a_mkl = a_view.as_strided((n, k, groups), (*a_view.stride()[:2], 0))
-    c_mnl = c_view.as_strided((n, m, groups), (*c_view.stride()[:2], 0))
-    dtypes = (_name(a.dtype), _name(out.dtype), "float32")
-    b_major = "k" if b_unit == 1 else "n"
-    index = d.device_index(a.device)
-    fn, clusters = d.kernel(name, index, dtypes, "k", b_major, config, PLAIN.name, "m")
-    fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
-    _write(out, epilogue_in_torch(c_view[:, :, 0].t(), p.epilogue, out.dtype), p, offs)
+    problem whose rows are the result's columns (``_run_kernel`` with ``b^T`` as its A and
+    ``a[g]^T`` as its B per group). The kernel writes rows, the result's columns: into an
+    (N, M) buffer, whose written rows are then copied into the result's columns (one pass
+    over the output, no sync). An activation runs in torch on the buffer."""
+    n, m = b.shape[1], a.shape[1]
+    rows = torch.empty_strided((n, m), result_strides((n, m), out.dtype), dtype=out.dtype,
+                               device=out.device)  # fmt: skip
+    _run_kernel(d, b.t(), a.transpose(1, 2), offs, rows, backend)
+    _write(out, epilogue_in_torch(rows.t(), p.epilogue, out.dtype), p, offs)
 
 
 def _operand(t: torch.Tensor, majors) -> tuple[torch.Tensor, int]:
@@ -461,27 +447,15 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         how = "torch._grouped_mm" if fused else "a loop over the groups, reading offs: a sync"
         lines.append(f"kernel: torch ({how}): {why}")
     elif p.form == "3d2d":
-        n, groups = b.shape[1], p.groups
-        name, config = host.grouped_config(backend, n, groups)
-        cfg = config or host.BACKENDS[name].config()
-        lines.append(
-            f"kernel: {name} grouped (ragged M) on the transposed problem (the result's columns "
-            f"are its rows), tile {cfg.tile_m}x{cfg.tile_n}, cluster {cfg.cluster_m}x"
-            f"{cfg.cluster_n}: mean {n / max(groups, 1):.0f} columns per group; no sync; the "
-            "result's written columns copied in from an (N, M) buffer"
-        )
+        lines.append(_kernel_line(backend, b.shape[1], p.groups, "columns") + "; on the "
+                     "transposed problem (the result's columns are its rows), written through an "
+                     "(N, M) buffer")  # fmt: skip
         if not epi.plain:
             lines.append(f"epilogue: {epi.name}: in torch after the product")
     else:
-        m, groups = a.shape[0], p.groups
-        name, config = host.grouped_config(backend, m, groups)
-        cfg = config or host.BACKENDS[name].config()
-        lines.append(
-            f"kernel: {name} grouped (ragged M), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
-            f"{cfg.cluster_m}x{cfg.cluster_n}: mean {m / max(groups, 1):.0f} rows per group "
-            "(host.grouped_config); the groups are found from offs on the GPU (no sync), a "
-            "group's last tile stored under a row predicate"
-        )
+        name = host.grouped_config(backend, a.shape[0], p.groups)[0]
+        lines.append(_kernel_line(backend, a.shape[0], p.groups, "rows") + "; a group's last "
+                     "tile stored under a row predicate")  # fmt: skip
         b_nkg = b.permute(2, 1, 0)
         a_found = _kernel_view(a.unsqueeze(-1), False, (1,))
         b_found = _kernel_view(b_nkg[: p.shape[1]] if epi.gated else b_nkg, False,
@@ -498,3 +472,15 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
             )
             lines.append(f"epilogue: {epi.name}: {where_epi}")
     return "\n".join(lines)
+
+
+def _kernel_line(backend: str, rows: int, groups: int, what: str) -> str:
+    """explain's line for the grouped kernel: its backend and tile for ``rows`` ragged rows
+    (the result's ``what``) in ``groups`` groups (``host.grouped_config``)."""
+    name, config = host.grouped_config(backend, rows, groups)
+    cfg = config or host.BACKENDS[name].config()
+    return (
+        f"kernel: {name} grouped (ragged M), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
+        f"{cfg.cluster_m}x{cfg.cluster_n}: mean {rows / max(groups, 1):.0f} {what} per group "
+        "(host.grouped_config); the groups are found from offs on the GPU (no sync)"
+    )

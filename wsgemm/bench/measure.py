@@ -70,6 +70,18 @@ class Timer(Protocol):
         """Median time of ``reps`` cold-L2 calls of ``fn``, whose cost ``estimate`` gave."""
 
 
+def interleaved(timer: Timer, calls: dict, rounds: int, reps: int) -> dict[str, list[Sample]]:
+    """Each of ``calls`` (name -> call) estimated once, then timed once per round (``reps``
+    cold-L2 calls a sample) in an order rotated each round (``rotated``): each call's samples,
+    one per round, taken beside the others' under the same clocks."""
+    estimates = {name: timer.estimate(fn) for name, fn in calls.items()}
+    samples: dict[str, list[Sample]] = {name: [] for name in calls}
+    for r in range(rounds):
+        for name in rotated(list(calls), r):
+            samples[name].append(timer.measure(calls[name], reps, estimates[name]))
+    return samples
+
+
 def reps_for(estimate_ms: float, target_ms: float, min_reps: int, max_reps: int) -> int:
     """Enough calls for ``target_ms`` of GEMM time, within [min_reps, max_reps]."""
     if estimate_ms <= 0 or not math.isfinite(estimate_ms):
