@@ -111,7 +111,7 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
 
     def buffers(words: int, count: int, device: torch.device) -> tuple:
         """The launch arguments after ``clusters``: raster group, split, a fresh workspace and
-        the current stream's semaphores."""
+        the current stream's semaphores (``UNSPLIT_LAUNCH``'s places)."""
         workspace = torch.empty(words, dtype=torch.float32, device=device)
         return 0, split, workspace, semaphores.get(device, count)
 
@@ -123,10 +123,8 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
         if not isinstance(fn, KernelCall):
             return None
         sized = (*buffer_sizes(a_mkl, b_nkl, clusters), c_mnl.device)
-        return fn.bind(
-            a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized), per_call_count=4,
-            late=late,
-        )  # fmt: skip
+        return fn.bind(a_mkl, b_nkl, c_mnl, clusters, per_call=lambda: buffers(*sized),
+                       per_call_count=len(UNSPLIT_LAUNCH), late=late)  # fmt: skip
 
     launch.bind = bind
     return launch
