@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|epibench|grouped|groupedtune|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -79,6 +79,20 @@ if has epibench; then
     --json "$OUT/epilogue-bench.json" > "$OUT/epilogue-bench.log" 2>&1
   echo "epilogue bench rc=$?"; grep "==" "$OUT/epilogue-bench.log"
   echo "epilogue bench done at $((SECONDS - start)) s"
+fi
+if has fixup; then
+  # issue #23 item 1: the split-K/stream-K fix-up's exposed cost per shared tile, and the
+  # stream-K tile against the same tile unsplit on entry 28's rows (docs/perf.md entry 45)
+  timeout ${FIXUP_TIMEOUT:-300} python3 scripts/bench_fixup.py --out "$OUT/fixup" --jobs 15 \
+    --rounds ${ROUNDS:-7} > "$OUT/fixup.log" 2>&1
+  echo "fixup rc=$?"; grep -E "fix-up|stream-K|WRONG|FAILED|done in" "$OUT/fixup.log" | tail -30
+fi
+if has grouped3d2d; then
+  # issue #26: 3D x 2D on the grouped kernel (transposed), built on the CPU (perf.md entry 42)
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_grouped.py -k 3d2d > "$OUT/grouped-3d2d.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/grouped-3d2d.log" | cut -c1-300 | tail -10
+  echo "grouped 3d2d done at $((SECONDS - start)) s"
 fi
 if has grouped; then
   # issue #26 step 1: the grouped kernel's variants compiled in parallel, its GPU tests, the
