@@ -179,9 +179,13 @@ def _assert_fixup(compiled, name, v):
     """Spill-free, the hardware path, and the fix-up (split-K's, which stream-K shares): the
     ticket (one atomic add at gpu scope on the tile's arrival counter), the stored count (one
     release reduction, behind a gpu-scope fence), the finisher's acquire loads, one predicated
-    fp32 store per accumulator value (a partial that does not finish) plus the two counters'
-    resets, and one fp32 load per value for the first partial and one in the loop over the
-    others (the finisher's own part stays in registers: ``split_k.fixup``)."""
+    fp32 store per accumulator value (a partial that does not finish; and a finisher's own
+    part when it is third or later) plus the two counters' resets, and fp32 loads per value:
+    one each where the finisher's own part is first or second, two where it is neither, one in
+    the loop over the later parts (``split_k._sum_in_part_order``). The loads of a pass are
+    issued together: a run of at least half a thread's values with no more than three other
+    instructions between two loads (one load per round trip cost ~20 us per 64 values on the
+    H100, docs/perf.md entry 45)."""
     r = compiled(v).report
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
@@ -194,7 +198,22 @@ def _assert_fixup(compiled, name, v):
     assert ops["REDG.E.ADD.STRONG.GPU"] == 1, "the stored count"
     assert ops["MEMBAR.ALL.GPU"] >= 1, "the stored count releases the partial's stores"
     assert ops["LDG.E.STRONG.GPU"] >= 1, "the finisher acquires the stored count"
-    assert ops["STG.E"] == values + 2 and ops["LDG.E"] == 2 * values
+    assert ops["STG.E"] == 2 * values + 2 and ops["LDG.E"] == 5 * values
+    assert _longest_run(r.sass_text, "LDG.E", gap=3) >= values // 2, "loads one at a time"
+
+
+def _longest_run(sass_text: str, opcode: str, gap: int) -> int:
+    """The most ``opcode`` instructions in a row, up to ``gap`` others allowed between two."""
+    best = run = others = 0
+    for op in sass.opcodes(sass_text):
+        if op == opcode:
+            run, others = run + 1, 0
+            best = max(best, run)
+        else:
+            others += 1
+            if others > gap:
+                run = 0
+    return best
 
 
 def _stream_k(**fields):

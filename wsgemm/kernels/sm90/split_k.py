@@ -104,8 +104,8 @@ def fixup(plan: cutlass.Constexpr, args: SplitArgs, acc, tile):
     ``parts - 1`` is the last to arrive and finishes the tile; the others store their partial
     into their own workspace slot, meet on their barrier, and one thread adds 1 to the tile's
     stored counter with release semantics (a release of every thread's stores, which the
-    barrier ordered before it). The finisher keeps its own partial in registers (it never goes
-    to memory): one thread waits with acquire loads until the stored counter shows the other
+    barrier ordered before it). The finisher keeps its own partial in registers (it goes to
+    memory only when it is the third part or later, ``_sum_in_part_order``): one thread waits with acquire loads until the stored counter shows the other
     ``parts - 1`` partials, the barrier passes that on, and every value is summed in part order
     0, 1, ..., ``parts - 1`` with its own part taken from its registers: the order, never the
     arrival, fixes the bits (an fp32 store and load would be exact: the same bits as reading
@@ -165,18 +165,36 @@ def fixup(plan: cutlass.Constexpr, args: SplitArgs, acc, tile):
 @cute.jit
 def _sum_in_part_order(plan: cutlass.Constexpr, args: SplitArgs, acc, slot0, own, parts, rows):
     """``acc`` := part 0 + part 1 + ... + part ``parts - 1`` (in that order), part ``own`` being
-    ``acc`` itself and the others read from their workspace slots."""
+    ``acc`` itself and the others read from their workspace slots.
+
+    Each pass is one unrolled loop over the thread's values whose loads do not depend on one
+    another, so they are in flight together: one L2 round trip per pass, not per value (a loop
+    over the parts inside the loop over the values waited one round trip per value, ~20 us
+    per 64 values, docs/perf.md entry 45). Pass one adds the first two parts (fp32 addition is
+    commutative: ``part 0 + own`` is ``acc`` plus part 0 whichever of the two ``own`` is);
+    each further pass adds the next part. A finisher whose own part is third or later stores
+    it to its slot first (an exact round trip, read back by this same thread)."""
     first = _partial(plan, args, acc, slot0)
-    for v in cutlass.range_constexpr(cute.size(acc)):
-        if args.tCcC[v][0] < rows:
-            # never a read of its own slot: nothing wrote it (compute-sanitizer's initcheck)
-            mine = acc[v]
-            total = mine
-            if own != 0:
-                total = first[v]
-            for p in cutlass.range(1, parts, unroll=1):
-                if p == own:
-                    total = total + mine
-                else:
-                    total = total + _partial(plan, args, acc, slot0 + p)[v]
-            acc[v] = total
+    second = _partial(plan, args, acc, slot0 + 1)
+    if own >= 2:
+        mine = _partial(plan, args, acc, slot0 + own)
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            if args.tCcC[v][0] < rows:
+                mine[v] = acc[v]
+    if own == 0:
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            if args.tCcC[v][0] < rows:
+                acc[v] = acc[v] + second[v]
+    elif own == 1:
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            if args.tCcC[v][0] < rows:
+                acc[v] = first[v] + acc[v]
+    else:
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            if args.tCcC[v][0] < rows:
+                acc[v] = first[v] + second[v]
+    for p in cutlass.range(2, parts, unroll=1):
+        part = _partial(plan, args, acc, slot0 + p)
+        for v in cutlass.range_constexpr(cute.size(acc)):
+            if args.tCcC[v][0] < rows:
+                acc[v] = acc[v] + part[v]
