@@ -279,7 +279,10 @@ def test_the_tile_follows_the_mean_group():
     from wsgemm import host
 
     assert host.grouped_config("auto", 8 * 256, 256)[1].tile_m == 64
-    assert host.grouped_config("auto", 200 * 8, 8) == ("sm90-pingpong", None)
+    name, config = host.grouped_config("auto", 200 * 8, 8)
+    assert name == "sm90-pingpong"
+    assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n) == (128, 128, 1, 2)
+    assert host.grouped_config("auto", 32 * 8, 8)[1].tile_m == 64
     assert host.grouped_config("auto", 4096 * 8, 8) == ("sm90", None)
     assert host.grouped_config("sm90", 8, 8) == ("sm90", None)
 

@@ -20,9 +20,12 @@ __all__ = ["GROUPED_BACKENDS", "grouped_config", "grouped_variants", "supports_g
 GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
 
 #: Mean rows per group up to which a 64-row ping-pong tile runs (a decode step's few tokens
-#: per expert), and up to which the 128-row ping-pong tile does; above, the cooperative
-#: 128x256 tile (docs/perf.md entry 36: the prediction; not yet measured).
-SMALL_GROUP_ROWS = 64
+#: per expert), and up to which the 128x128 ping-pong tile with its cluster along N does; above,
+#: the cooperative 128x256 tile. Measured (docs/perf.md entry 46, ``scripts/tune_grouped.py``
+#: on an H100, fitted on two MoE models and judged on two others): the 64-row tile at 8 rows a
+#: group, the 128x128 c1x2 at 64, the cooperative 128x256 c2x1 at 512; the bounds between
+#: those points are not measured.
+SMALL_GROUP_ROWS = 32
 MEDIUM_GROUP_ROWS = 256
 
 
@@ -44,6 +47,11 @@ def grouped_config(backend: str, rows: int, groups: int) -> tuple[str, Any]:
     if backend == "sm90-pingpong" and mean <= SMALL_GROUP_ROWS:
         # one 64-row tile per group, 128 columns: many CTAs, each reads its B tile once
         return backend, Sm90Config(tile_m=64, tile_n=128, schedule="pingpong")
+    if backend == "sm90-pingpong" and mean <= MEDIUM_GROUP_ROWS:
+        # 128x128, its cluster along N: a group's last tile pads it to 128 rows, not the 256
+        # of the shipped cluster along M (two m-tiles of one group)
+        return backend, Sm90Config(tile_m=128, tile_n=128, cluster_m=1, cluster_n=2,
+                                   schedule="pingpong")  # fmt: skip
     return backend, None  # the backend's shipped config
 
 
@@ -57,7 +65,7 @@ def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
     from ..support import AB_DTYPES
 
     configs = {grouped_config(backend, rows, 1) for backend in GROUPED_BACKENDS
-               for rows in (SMALL_GROUP_ROWS, MEDIUM_GROUP_ROWS + 1)}  # fmt: skip
+               for rows in (SMALL_GROUP_ROWS, MEDIUM_GROUP_ROWS, MEDIUM_GROUP_ROWS + 1)}  # fmt: skip
     out = []
     for (backend, config), ab, am, bm in itertools.product(
         sorted(configs, key=repr), AB_DTYPES, ("k",), ("k", "n")
