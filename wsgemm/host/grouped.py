@@ -64,8 +64,9 @@ def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
 
     from ..support import AB_DTYPES
 
+    means = (SMALL_GROUP_ROWS, MEDIUM_GROUP_ROWS, MEDIUM_GROUP_ROWS + 1)  # one of each tile
     configs = {grouped_config(backend, rows, 1) for backend in GROUPED_BACKENDS
-               for rows in (SMALL_GROUP_ROWS, MEDIUM_GROUP_ROWS, MEDIUM_GROUP_ROWS + 1)}  # fmt: skip
+               for rows in means}  # fmt: skip
     out = []
     for (backend, config), ab, am, bm in itertools.product(
         sorted(configs, key=repr), AB_DTYPES, ("k",), ("k", "n")

@@ -995,9 +995,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 trace.record(rec, Event.ORDER_WAIT_END, stage=1)
             if const_expr(split_args is None):
                 trace.record(rec, Event.EPILOGUE_BEGIN)
-                self.epilogue(
-                    plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead
-                )
+                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead)
                 trace.record(rec, Event.EPILOGUE_END)
                 subtiles_done += subtiles_per_tile
             else:

@@ -105,8 +105,9 @@ def fixup(plan: cutlass.Constexpr, args: SplitArgs, acc, tile):
     into their own workspace slot, meet on their barrier, and one thread adds 1 to the tile's
     stored counter with release semantics (a release of every thread's stores, which the
     barrier ordered before it). The finisher keeps its own partial in registers (it goes to
-    memory only when it is the third part or later, ``_sum_in_part_order``): one thread waits with acquire loads until the stored counter shows the other
-    ``parts - 1`` partials, the barrier passes that on, and every value is summed in part order
+    memory only when it is the third part or later, ``_sum_in_part_order``): one thread waits
+    with acquire loads until the stored counter shows the other ``parts - 1`` partials, the
+    barrier passes that on, and every value is summed in part order
     0, 1, ..., ``parts - 1`` with its own part taken from its registers: the order, never the
     arrival, fixes the bits (an fp32 store and load would be exact: the same bits as reading
     its own part back). The finisher resets both counters to 0 for the next launch.
