@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -51,6 +51,18 @@ if has oracle; then
     --with-dropped --jobs 15 --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/oracle.log" 2>&1
   echo "oracle rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/oracle.log" | tail -20
   echo "oracle done at $((SECONDS - start)) s"
+fi
+if has bandoracle; then
+  # perf.md entry 48: the wide swap-AB candidates' GPU fuzz, then the oracle (menu + dropped x
+  # split) on the fit draw's 129-1024-token shapes, where the kernels lose most (entry 33)
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_swap_ab.py -k wide > "$OUT/swapwide-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/swapwide-tests.log" | cut -c1-300 | tail -10
+  timeout ${ORACLE_TIMEOUT:-380} python3 scripts/tune_menu.py --out "$OUT/bandoracle" \
+    --draw ${DRAW:-1:fit:250} --m-range 129:1024 --with-dropped --jobs 15 --rounds ${ROUNDS:-3} \
+    --budget-s ${BUDGET:-330} > "$OUT/bandoracle.log" 2>&1
+  echo "bandoracle rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED|oracle" "$OUT/bandoracle.log" | tail -20
+  echo "bandoracle done at $((SECONDS - start)) s"
 fi
 if has heldout; then
   # issue #24's acceptance run: auto against cuBLAS on a held-out models draw (SEED recorded

@@ -95,6 +95,17 @@ DROPPED: tuple[MenuEntry, ...] = (
     # rows it was built for.
     _of("cooperative-256x128-c1x2", "sm90", tile_m=256, tile_n=128, tile_k=64,
         cluster_m=1, cluster_n=2, schedule="cooperative"),
+    # Not yet measured (perf.md entry 48): swap-AB with the tokens in a wide N tile, for 129-1024
+    # tokens, where a 64- or 128-row token tile leaves much of its last tile empty (266 tokens:
+    # 384 rows of 128-row tiles, 320 of 160-wide ones) and the weights' N gives the CTAs. The
+    # cost model, with the constants of the nearest menu tiles, picks these widths on the fit
+    # draw's 129-1024-token shapes (+3.5% predicted there, up to +16% on the worst).
+    *(_of(f"swap-cooperative-128x{w}-c2x1", "sm90", splits=True, tile_m=128, tile_n=w,
+          tile_k=64, cluster_m=2, cluster_n=1, schedule="cooperative", swap_ab=True)
+      for w in (96, 160, 192, 224)),
+    *(_of(f"swap-pingpong-64x{w}-c2x1", "sm90-pingpong", splits=True, tile_m=64, tile_n=w,
+          tile_k=64, cluster_m=2, cluster_n=1, schedule="pingpong", swap_ab=True)
+      for w in (96, 160, 192)),
 )  # fmt: skip
 
 
@@ -263,6 +274,11 @@ def main(argv=None) -> int:
         help="tune a models-suite draw instead of --suites (FAMILIES: fit, heldout or names "
         "joined by +), each problem in its drawn dtype: with --with-dropped, the oracle",
     )
+    parser.add_argument(
+        "--m-range",
+        metavar="LO:HI",
+        help="only the shapes with LO <= M <= HI (e.g. 129:1024, the band of perf.md entry 33)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
     parser.add_argument("--merge", metavar="CSV", help="a tune_menu.csv to merge (no GPU needed)")
     parser.add_argument("--into", metavar="TABLE", help="the table --merge rewrites")
@@ -291,6 +307,12 @@ def main(argv=None) -> int:
             parser.error(f"--draw {args.draw!r}: {exc}")
     else:
         shapes = shapes_to_tune(args.suites.split(","), suites.parse_int_list(args.tokens))
+    if args.m_range:
+        try:
+            lo, hi = (int(v) for v in args.m_range.split(":"))
+        except ValueError:
+            parser.error(f"--m-range {args.m_range!r}: want LO:HI, two integers")
+        shapes = [s for s in shapes if lo <= s.m <= hi]
     args.dtypes = dtypes
     if args.dry_run:
         planned = plan(shapes, entries, args.sm_count, args.layouts == "own", dtypes)

@@ -3,9 +3,11 @@ few-row problems (decode: M = 1..64 tokens) over every dtype, layout, batch, off
 N and K, with the suite's tolerance (fp64 reference, 2x PyTorch's own error)."""
 
 import random
+import zlib
 
 import pytest
 import torch
+from script_modules import load
 from test_gpu_correctness import DTYPES, check
 
 from wsgemm.kernels.sm90.config import Sm90Config
@@ -76,3 +78,22 @@ def test_swap_decode_shapes_and_bits_repeat(name):
         err = (got.double() - ref).abs().max().item()
         theirs = (torch.matmul(x, w.T).double() - ref).abs().max().item()
         assert err <= 2 * theirs + 1e-6 * (ref.abs().max().item() + 1.0)
+
+
+#: The wide swap-AB candidates (``tune_menu.DROPPED``, docs/perf.md entry 48): 129-1024 tokens
+#: in several N tiles, the last one ragged; the tuner times them, so they are checked here first.
+WIDE = [e.name for e in load("tune_menu").DROPPED if e.swap_ab and e.tile_n >= 64]
+WIDE_MS = [129, 157, 200, 266, 562, 1021]
+
+
+@pytest.mark.parametrize("name", WIDE)
+@pytest.mark.parametrize("index", range(len(WIDE_MS)))
+def test_wide_swap_tile_random_case(name, index):
+    e = load("tune_menu").entry(name)
+    rng = random.Random(zlib.crc32(name.encode()) + index)
+    case = dict(
+        m=WIDE_MS[index], n=rng.choice(NK), k=rng.choice(NK), dtypes=DTYPES[index % 3],
+        a_col=False, b_col=rng.random() < 0.5, batch=rng.choice(["none", "none", "both"]),
+        offset=rng.choice([0, 8]), pad=rng.choice([0, 8]), use_out=True,
+    )  # fmt: skip
+    check(case, e.backend, torch.Generator().manual_seed(index), config=e.variant_config())

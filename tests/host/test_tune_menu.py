@@ -189,3 +189,25 @@ def test_a_shape_is_timed_in_its_own_layout_on_the_kernels_majors(layout, monkey
     assert point["layout"] == layout and {r["layout"] for r in rows} == {layout}
     assert all(r["status"] == "ok" and r["ratio"] == 1.0 for r in rows)
     assert len(point["ratios"]) == len(cands)
+
+
+def test_the_wide_swap_candidates_tile_the_tokens_and_the_decode_ones_take_them_whole():
+    wide = [e for e in tune_menu.DROPPED if e.swap_ab and e.tile_n >= 64]
+    assert {e.tile_n for e in wide} >= {96, 160, 192} and all(e.splits for e in wide)
+    for e in wide:  # 266 tokens: several token tiles, the weights' 4096 rows the CTAs
+        assert choosing.fits(e, 266, 4096)
+        assert e.kernel_mn(266, 4096) == (4096, 266)
+    decode = choosing.entry("swap-pingpong-64x32-c1x1")
+    assert choosing.fits(decode, 32, 4096) and not choosing.fits(decode, 33, 4096)
+    shape = suites.Shape(266, 32768, 6144, "band", "t", "TN")
+    (_, cands), = tune_menu.plan([shape], choosing.MENU + tune_menu.DROPPED, 132)
+    names = {c.entry.name for c in cands}
+    assert {e.name for e in wide} <= names
+    assert all(c.majors == tune_menu.kernel_majors("TN", True) for c in cands if c.entry.swap_ab)
+
+
+def test_m_range_keeps_the_band(capsys):
+    assert tune_menu.main(["--dry-run", "--draw", "1:fit:250", "--m-range", "129:1024"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " TN:" in line]
+    ms = [int(line.split(" TN:")[0].split()[-1].split("x")[0]) for line in lines]
+    assert lines and all(129 <= m <= 1024 for m in ms)

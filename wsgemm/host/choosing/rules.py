@@ -92,14 +92,21 @@ class Choice:
 # ----------------------------------------------------------------------------- rules
 
 
+#: The widest decode swap-AB tile (tokens in its N): such a tile takes all of a call's tokens in
+#: one tile or does not fit. Wider swap-AB tiles (64 and up, ``scripts/tune_menu.py``'s
+#: candidates for 129-1024 tokens, docs/perf.md entry 48) tile the tokens as any N: their
+#: token tile can be sized to M more closely than a 64- or 128-row tile.
+SWAP_DECODE_MAX_N = 32
+
+
 def fits(e: MenuEntry, m: int, n: int) -> bool:
     """A cluster of two CTAs along M (N) needs two m-tiles (n-tiles): with one, the second CTA
     of every cluster computes a tile wholly outside the problem (the shipped 2x1 cluster at
-    decode)."""
+    decode). A decode swap-AB tile (``SWAP_DECODE_MAX_N``) fits only all the tokens at once."""
     cm, cn = e.cluster
     km, kn = e.kernel_mn(m, n)
-    if e.swap_ab and m > e.tile_n:
-        return False  # swap-AB is for a few tokens: all of them in one tile
+    if e.swap_ab and e.tile_n <= SWAP_DECODE_MAX_N and m > e.tile_n:
+        return False  # the decode swap-AB tiles are for a few tokens: all of them in one tile
     return -(-km // e.tile_m) >= cm and -(-kn // e.tile_n) >= cn
 
 
