@@ -200,7 +200,7 @@ def test_the_wide_swap_candidates_tile_the_tokens_and_the_decode_ones_take_them_
     decode = choosing.entry("swap-pingpong-64x32-c1x1")
     assert choosing.fits(decode, 32, 4096) and not choosing.fits(decode, 33, 4096)
     shape = suites.Shape(266, 32768, 6144, "band", "t", "TN")
-    (_, cands), = tune_menu.plan([shape], choosing.MENU + tune_menu.DROPPED, 132)
+    ((_, cands),) = tune_menu.plan([shape], choosing.MENU + tune_menu.DROPPED, 132)
     names = {c.entry.name for c in cands}
     assert {e.name for e in wide} <= names
     assert all(c.majors == tune_menu.kernel_majors("TN", True) for c in cands if c.entry.swap_ab)
