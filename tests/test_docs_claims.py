@@ -1,0 +1,126 @@
+"""Every speed number of the README traces to a record in ``docs/data/`` (issue #27): each is a
+claim in ``docs/data/claims.json`` that names the record and how the number is computed from
+it; this test recomputes it and checks the README prints it (to the digits it shows). A number
+whose record was lost is a claim marked ``unrecorded``, and its paragraph must say so. And no
+ratio in the README goes without a claim."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from wsgemm.bench import report
+
+ROOT = Path(__file__).parents[1]
+CLAIMS = json.loads((ROOT / "docs" / "data" / "claims.json").read_text())["claims"]
+#: A ratio the README states: 1.015x, 0.94–1.11x, 0.64-1.08x
+RATIO = re.compile(r"\d+\.\d+(?:[–-]\d+\.\d+)?x")
+NUMBER = re.compile(r"\d+\.\d+")
+
+
+def _doc(name: str) -> str:
+    return (ROOT / name).read_text()
+
+
+def _record(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
+def _get(row: dict, dotted: str):
+    for part in dotted.split("."):
+        row = row[part]
+    return row
+
+
+def _matches(row: dict, where: dict) -> bool:
+    for key, allowed in where.items():
+        if key == "ratio_below":
+            if not row["ratio_to_cublas"]["median"] < allowed:
+                return False
+        elif _get(row, key) not in allowed:
+            return False
+    return True
+
+
+def _ratios(rec: dict, backend: str, where: dict) -> list[float]:
+    rows = [r for r in rec["results"] if r["backend"] == backend and r["status"] == "ok"]
+    out = [r["ratio_to_cublas"]["median"] for r in rows if _matches(r, where or {})]
+    assert out, f"no ok rows of {backend} match {where}"
+    return out
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def values(claim: dict) -> list[float]:
+    """The numbers ``claim`` says, computed from its record, in the order it says them."""
+    v = claim["value"]
+    rec = _record(claim["record"])
+    kind = v["kind"]
+    if kind == "geomean":
+        return [_geomean(_ratios(rec, v["backend"], v.get("where")))]
+    if kind == "range":
+        r = _ratios(rec, v["backend"], v.get("where"))
+        return [min(r), max(r)] if len(r) > 1 else r
+    if kind == "geomean_and_range":
+        r = _ratios(rec, v["backend"], v.get("where"))
+        return [_geomean(r), min(r), max(r)]
+    if kind == "geomeans_range":
+        g = [_geomean(_ratios(_record(o["record"]) if "record" in o else rec, o["backend"],
+                              o.get("where"))) for o in v["of"]]  # fmt: skip
+        return [min(g), max(g)]
+    if kind == "json":
+        return [float(_get(rec, v["path"]))]
+    if kind == "rows_range":
+        r = [row[v["field"]] for row in _get(rec, v["rows"]) if _matches(row, v.get("where", {}))]
+        assert r, f"no rows match {v.get('where')}"
+        return [min(r), max(r)]
+    raise AssertionError(f"unknown value kind {kind!r}")
+
+
+def _paragraph(text: str, at: int) -> str:
+    start = text.rfind("\n\n", 0, at)
+    end = text.find("\n\n", at)
+    return text[start + 2 if start >= 0 else 0 : end if end >= 0 else len(text)]
+
+
+RECORDED = [c for c in CLAIMS if "record" in c]
+
+
+@pytest.mark.parametrize("claim", RECORDED, ids=lambda c: f"{c['doc']}:{c['says']!r}")
+def test_a_recorded_number_is_what_its_record_gives(claim):
+    assert claim["says"] in _doc(claim["doc"]), f"{claim['doc']} no longer says {claim['says']!r}"
+    shown = NUMBER.findall(claim["says"])
+    got = values(claim)
+    # the claim's own words may hold other numbers (tokens, widths): its values are the last ones
+    shown = shown[len(shown) - len(got) :]
+    assert len(shown) == len(got), f"{claim['says']!r} shows {shown}, the record gives {got}"
+    for text, value in zip(shown, got, strict=True):
+        digits = len(text.split(".")[1])
+        assert abs(round(value, digits) - float(text)) < 10**-digits / 2, (
+            f"{claim['says']!r}: the record gives {value:.4f}, printed {text}"
+        )
+
+
+@pytest.mark.parametrize(
+    "claim", [c for c in CLAIMS if "unrecorded" in c], ids=lambda c: repr(c["says"])
+)
+def test_an_unrecorded_number_says_its_record_was_lost(claim):
+    text = _doc(claim["doc"])
+    at = text.find(claim["says"])
+    assert at >= 0, f"{claim['doc']} no longer says {claim['says']!r}"
+    assert re.search(r"\blost\b|unrecorded", _paragraph(text, at)), claim["says"]
+
+
+def test_every_ratio_in_the_readme_has_a_claim():
+    text = _doc("README.md")
+    covered = set()
+    for c in CLAIMS:
+        if c["doc"] == "README.md":
+            for m in re.finditer(re.escape(c["says"]), text):
+                covered.update(range(m.start(), m.end()))
+    loose = [m.group() for m in RATIO.finditer(text) if m.start() not in covered]
+    assert not loose, f"README ratios with no claim in docs/data/claims.json: {loose}"
