@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from wsgemm.bench import report
-
 ROOT = Path(__file__).parents[1]
 CLAIMS = json.loads((ROOT / "docs" / "data" / "claims.json").read_text())["claims"]
 #: A ratio the README states: 1.015x, 0.94–1.11x, 0.64-1.08x
