@@ -641,3 +641,48 @@ def test_explain_says_why_a_call_would_be_refused(capsys):
                          "--accumulate", "fp16")  # fmt: skip
     assert code == 2 and not out
     assert err.startswith("explain: accumulate=torch.float16 with torch.bfloat16 inputs")
+
+
+# ----------------------------------------------------------------------------- tune
+
+
+def test_tune_lists_a_models_dense_layers_at_each_token_count(tmp_path, capsys):
+    config = tmp_path / "qwen3-moe.json"
+    config.write_text('{"hidden_size": 2048, "vocab_size": 151936, "num_attention_heads": 32, '
+                      '"num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, '
+                      '"moe_intermediate_size": 768, "num_experts": 128, '
+                      '"num_experts_per_tok": 8}')  # fmt: skip
+    assert cli.main(["tune", "--model", str(config), "--tokens", "16,300", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "6 problems"  # qkv, o, lm_head (the experts' GEMMs are grouped_mm's)
+    assert "qkv t=300" in out[1] and out[1].endswith("300x5120x2048")
+    assert not any("expert" in line for line in out)
+
+
+def test_tune_reads_a_shapes_file_and_names_a_bad_line(tmp_path, capsys):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("# mine\n256,4096,4096\n1000 x 14336 x 4096  # gate/up\n")
+    assert cli.main(["tune", "--shapes", str(shapes), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["line 2                           256x4096x4096",
+                   "line 3                           1000x14336x4096", "2 problems"]  # fmt: skip
+    shapes.write_text("256,4096\n")
+    assert cli.main(["tune", "--shapes", str(shapes), "--dry-run"]) == cli.EXIT_USAGE
+    assert f"{shapes}:1:" in capsys.readouterr().err
+    shapes.write_text("0,8,8\n")
+    assert cli.main(["tune", "--shapes", str(shapes), "--dry-run"]) == cli.EXIT_USAGE
+    assert "sizes must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU answer")
+def test_tune_without_a_gpu_says_so(tmp_path, capsys):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("256,4096,4096\n")
+    assert cli.main(["tune", "--shapes", str(shapes)]) == 3
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_tune_wants_shapes_or_a_model(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["tune"])
+    assert exc.value.code == 2 and "--shapes" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """Every speed number of the README traces to a record in ``docs/data/`` (issue #27): each is a
-claim in ``docs/data/claims.json`` that names the record and how the number is computed from
+claim in ``docs/claims.json`` that names the record and how the number is computed from
 it; this test recomputes it and checks the README prints it (to the digits it shows). A number
 whose record was lost is a claim marked ``unrecorded``, and its paragraph must say so. And no
 ratio in the README goes without a claim."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-CLAIMS = json.loads((ROOT / "docs" / "data" / "claims.json").read_text())["claims"]
+CLAIMS = json.loads((ROOT / "docs" / "claims.json").read_text())["claims"]
 #: A ratio the README states: 1.015x, 0.94–1.11x, 0.64-1.08x
 RATIO = re.compile(r"\d+\.\d+(?:[–-]\d+\.\d+)?x")
 NUMBER = re.compile(r"\d+\.\d+")
@@ -121,4 +121,4 @@ def test_every_ratio_in_the_readme_has_a_claim():
             for m in re.finditer(re.escape(c["says"]), text):
                 covered.update(range(m.start(), m.end()))
     loose = [m.group() for m in RATIO.finditer(text) if m.start() not in covered]
-    assert not loose, f"README ratios with no claim in docs/data/claims.json: {loose}"
+    assert not loose, f"README ratios with no claim in docs/claims.json: {loose}"

@@ -22,7 +22,7 @@ import warnings
 __version__ = "0.1.0"
 __all__ = [
     "matmul", "linear", "gated_linear", "grouped_mm", "nn", "explain", "available_backends",
-    "trace", "config",
+    "trace", "config", "tune",
 ]  # fmt: skip
 
 # Where each public name lives (None: the name is a submodule).
@@ -36,6 +36,7 @@ _PUBLIC = {
     "available_backends": "api",
     "trace": "tracing",
     "config": None,
+    "tune": "api",
 }
 
 

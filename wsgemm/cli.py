@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import os
 import re
 import signal
 import sys
 import time
+from pathlib import Path
 
 from .bench import cli as bench_cli
 from .bench.cli import stderr_console as _err_console
@@ -391,6 +393,85 @@ def _explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _tune(args: argparse.Namespace) -> int:
+    """``wsgemm.tune`` on the user's shapes (``--shapes FILE``) or a model's layers
+    (``--model CONFIG.json`` at ``--tokens``): per problem the cost model's pick, the fastest
+    candidate as timed, and the gain; the picks stored where ``auto`` reads them with
+    autotuning on."""
+    try:
+        problems = _tune_problems(args)
+    except (OSError, ValueError) as exc:
+        _err_console().print(f"tune: {exc}", markup=False)
+        return EXIT_USAGE
+    if args.dry_run:
+        for label, (m, n, k) in problems:
+            print(f"{label:32s} {m}x{n}x{k}")
+        print(f"{len(problems)} problems")
+        return EXIT_OK
+    import torch
+
+    from .api import tune as tune_module
+    from .support import torch_dtype
+
+    if not torch.cuda.is_available():
+        _err_console().print("tune: needs a CUDA GPU (--dry-run lists the problems without one)")
+        return 3  # as `bench`: no CUDA GPU
+    console = _err_console()
+
+    def progress(done, total, r):
+        gain = f"{r.gain:.3f}x" if r.gain else "-"
+        how = "stored before" if r.already else f"{len(r.times_ms)} timed"
+        label = next((lab for lab, p in problems if p == (r.m, r.n, r.k)), "")
+        console.print(
+            f"[{done}/{total}] {label} {r.m}x{r.n}x{r.k}: model {r.model_pick}, tuned "
+            f"{r.tuned_pick} ({how}), gain {gain}", markup=False,
+        )  # fmt: skip
+
+    try:
+        results = tune_module.tune(
+            [p for _, p in problems], dtype=torch_dtype(args.dtype), progress=progress
+        )
+    except ValueError as exc:
+        console.print(f"tune: {exc}", markup=False)
+        return EXIT_USAGE
+    gain = tune_module.geomean_gain(results)
+    tuned = sum(r.tuned_pick != r.model_pick for r in results)
+    print(f"{len(results)} problems: the tuned pick differs from the cost model's on {tuned}; "
+          f"gain {'-' if gain is None else f'{gain:.3f}x'} geomean (the model's pick's time over "
+          "the tuned pick's, warm L2). auto takes the stored picks while autotuning is on: "
+          "WSGEMM_AUTOTUNE=1 or wsgemm.config.set_autotune(True).")  # fmt: skip
+    return EXIT_OK
+
+
+def _tune_problems(args) -> list[tuple[str, tuple[int, int, int]]]:
+    """(label, (M, N, K)) of ``--shapes`` (one M,N,K a line; # comments) or of ``--model``'s
+    dense layers at ``--tokens`` on one of ``--tp`` ranks (the MoE experts' GEMMs run in
+    ``wsgemm.grouped_mm``, which tunes nothing)."""
+    if args.shapes:
+        out = []
+        for number, line in enumerate(Path(args.shapes).read_text().splitlines(), 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            try:
+                [(m, n, k)] = _one_shape(text)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(f"{args.shapes}:{number}: {exc}") from None
+            if min(m, n, k) < 1:
+                raise ValueError(f"{args.shapes}:{number}: sizes must be >= 1, got {text!r}")
+            out.append((f"line {number}", (m, n, k)))
+        if not out:
+            raise ValueError(f"{args.shapes}: no shapes (one M,N,K a line)")
+        return out
+    from .bench import models, suites
+
+    config = json.loads(Path(args.model).read_text())
+    model = models.from_config(config, Path(args.model).stem)
+    tokens = suites.parse_int_list(args.tokens)
+    layers = [g for g in models.gemms(model, args.tp) if not g.layer.startswith("expert_")]
+    return [(f"{g.layer} t={t}", (t, g.n, g.k)) for g in layers for t in tokens]
+
+
 _Problem = collections.namedtuple("_Problem", "m n k")
 
 
@@ -520,6 +601,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
     p.set_defaults(func=_explain)
+
+    p = sub.add_parser(
+        "tune",
+        help="time auto's candidates for your shapes on this GPU and keep the fastest where "
+        "auto reads it (with autotuning on)",
+    )
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--shapes",
+        metavar="FILE",
+        help="one problem a line, M,N,K of x (M, K) @ W (N, K).T; # comments",
+    )
+    which.add_argument("--model", metavar="CONFIG.json",
+                       help="a Hugging Face config.json: its layers' GEMMs (qkv, o, gate_up, "
+                       "down, lm_head) at --tokens")  # fmt: skip
+    p.add_argument(
+        "--tokens",
+        default="1,16,128,1024,4096",
+        help="token counts (M) of --model's layers (default 1,16,128,1024,4096)",
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        choices=(1, 2, 4, 8),
+        help="--model's layers as one of this many tensor-parallel ranks has them",
+    )
+    short = tuple(short_name(d) for d in AB_DTYPES)
+    p.add_argument(
+        "--dtype",
+        type=dtype_option(short),
+        default="fp16",
+        metavar="|".join(short),
+        help="operand and output dtype (fp32 accumulation)",
+    )
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the problems, time nothing (no GPU needed)")  # fmt: skip
+    p.set_defaults(func=_tune)
 
     p = sub.add_parser("bench", help="time wsgemm against torch.matmul and peers on the GPU")
     bench_cli.add_arguments(p)

@@ -288,3 +288,25 @@ def test_without_a_gpu_the_models_suite_plans_then_says_so(monkeypatch, capsys):
     argv = ("--suite", "models", "--seed", "3", "--families", ",".join(models.FIT_FAMILIES))
     assert cli.run(parse(*argv)) == cli.EXIT_NO_GPU
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_hugging_face_config_becomes_the_same_model_as_the_table():
+    """``from_config`` reads config.json's keys: Llama-3.1-8B's and DeepSeek-V3's give the
+    table's layer GEMMs."""
+    llama = models.from_config({"hidden_size": 4096, "vocab_size": 128256,
+                                "num_attention_heads": 32, "num_key_value_heads": 8,
+                                "intermediate_size": 14336}, "llama")  # fmt: skip
+    table = next(m for m in models.MODELS if m.name == "llama-3.1-8b")
+    for tp in models.TP_DEGREES:
+        assert models.gemms(llama, tp) == models.gemms(table, tp)
+    ds = models.from_config({"hidden_size": 7168, "vocab_size": 129280,
+                             "num_attention_heads": 128, "kv_lora_rank": 512,
+                             "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                             "n_routed_experts": 256, "n_shared_experts": 1,
+                             "num_experts_per_tok": 8, "first_k_dense_replace": 3})  # fmt: skip
+    layers = {g.layer: (g.n, g.k) for g in models.gemms(ds, 1)}
+    assert "qkv" not in layers  # multi-head latent attention: not these GEMMs
+    assert layers["gate_up"] == (36864, 7168) and layers["expert_down"] == (7168, 2048)
+    assert layers["shared_gate_up"] == (4096, 7168)
+    with pytest.raises(ValueError, match="needs hidden_size and vocab_size"):
+        models.from_config({"hidden_size": 4096})

@@ -76,6 +76,7 @@ def test_public_surface_and_import_cost():
         "available_backends",
         "trace",
         "config",
+        "tune",
     }
     assert wsgemm.matmul is ops.matmul and wsgemm.linear is ops.linear
     assert wsgemm.grouped_mm.__module__ == "wsgemm.grouped"

@@ -26,6 +26,7 @@ from ..host.dispatch import DISPATCHER, Dispatcher, StandInDevices
 from . import dispatch
 from .epilogue import activate_, torch_activation
 from .plan import batched, plan
+from .tune import TuneResult, tune
 from .validate import (
     ACC_DTYPES,
     Problem,
@@ -49,6 +50,8 @@ __all__ = [
     "shipped_config",
     "stand_in",
     "torch_activation",
+    "tune",
+    "TuneResult",
     "validate",
 ]
 

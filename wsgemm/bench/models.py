@@ -326,6 +326,46 @@ def _mlp(prefix: str, hidden: int, width: int | None, tp: int) -> list[Gemm]:
     ]
 
 
+def from_config(config: dict, name: str = "model") -> Model:
+    """A ``Model`` from a Hugging Face ``config.json`` (its keys in ``Model``'s brackets; a
+    ``text_config`` inside is read instead). MoE: the experts' width is
+    ``moe_intermediate_size`` (else ``intermediate_size``, as Mixtral's), the dense width
+    ``intermediate_size`` only where some layers stay dense (``first_k_dense_replace``,
+    ``mlp_only_layers``); shared experts from ``n_shared_experts`` or
+    ``shared_expert_intermediate_size``. Multi-head latent attention (``kv_lora_rank``) has no
+    QKV/O GEMMs here. ValueError naming a missing or wrong key."""
+    c = config.get("text_config") or config
+    try:
+        hidden, vocab = int(c["hidden_size"]), int(c["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: config needs hidden_size and vocab_size ({exc!r})") from None
+    heads = kv_heads = head_dim = None
+    if c.get("num_attention_heads") and not c.get("kv_lora_rank"):
+        heads = int(c["num_attention_heads"])
+        kv_heads = int(c.get("num_key_value_heads") or heads)
+        head_dim = int(c.get("head_dim") or hidden // heads)
+    experts = int(c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
+                  or 0)  # fmt: skip
+    dense = c.get("intermediate_size")
+    fields = {}
+    if experts:
+        moe_width = c.get("moe_intermediate_size") or dense
+        keeps_dense = c.get("first_k_dense_replace") or c.get("mlp_only_layers")
+        shared = c.get("shared_expert_intermediate_size") or (
+            int(c["n_shared_experts"]) * int(moe_width) if c.get("n_shared_experts") else None
+        )
+        fields = dict(
+            intermediate=int(dense) if keeps_dense and c.get("moe_intermediate_size") else None,
+            expert_intermediate=int(moe_width), experts=experts,
+            experts_per_token=int(c.get("num_experts_per_tok") or 1),
+            shared_intermediate=int(shared) if shared else None,
+        )  # fmt: skip
+    else:
+        fields = dict(intermediate=int(dense) if dense else None)
+    return Model(name, "user", hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
+                 head_dim=head_dim, **fields)  # fmt: skip
+
+
 def family_models(families: tuple[str, ...] | list[str] | None = None) -> tuple[Model, ...]:
     """The models of ``families`` (None: all), in table order; ValueError naming the allowed
     families for an unknown one."""

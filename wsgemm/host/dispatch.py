@@ -36,6 +36,7 @@ from ..support import MAX_GRID_DIM
 from . import choosing
 from .compiling.cache import COMPILE_CACHE
 from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
+from .settings import block as settings_block
 from .settings import current as current_settings
 from .workspace import SemaphoreCache
 
@@ -233,10 +234,35 @@ class Dispatcher:
         if not self.autotune:
             return None
         m, n, k, batch, *_, sm_count, cc = self._policy_args(device, problem, dtypes)
-        return choosing.tuned_choice(
+        tuned = choosing.tuned_choice(
             self.tuned, self.devices.name(device), sm_count, cc, m, n, k, batch, dtypes,
             self.batch_invariant,
         )  # fmt: skip
+        if tuned is None:
+            return None
+        model = self.model_choice(device, problem, dtypes)
+        if (model.menu_entry, model.split) == (tuned.menu_entry, tuned.split):
+            said = "; the cost model picks the same"
+        else:
+            said = (f"; it overrides the cost model's pick, {model.menu_entry.name} split "
+                    f"{model.split}")  # fmt: skip
+        return dataclasses.replace(tuned, reason=tuned.reason + said)
+
+    def model_choice(self, device, problem, dtypes) -> choosing.Choice:
+        """What the policy alone picks for this problem on sm_90 (the table and the cost
+        model; no tuned pick): ``wsgemm.tune``'s baseline."""
+        return choosing.choose(
+            *self._policy_args(device, problem, dtypes), batch_invariant=self.batch_invariant
+        )
+
+    def tuned_record(self, device, problem, dtypes) -> dict | None:
+        """What the tuned store keeps for this problem's bucket on this GPU model (the winner,
+        its split, every candidate's ms), read whether or not autotuning is on; None if
+        nothing."""
+        m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
+        invariant = choosing.batch_invariant_requested(self.batch_invariant)
+        key = choosing.bucket(m, n, k, batch, dtypes, invariant)
+        return self.tuned.record(self.devices.name(device), sm_count, key)
 
     def candidates(self, device, problem, dtypes) -> list[choosing.Choice]:
         """Every choice ``auto`` may make for this problem on sm_90 (``choosing.candidates``),
@@ -588,6 +614,12 @@ class Dispatcher:
             return device
         index = torch.device(device).index
         return self.devices.current() if index is None else index
+
+
+def autotuning(enabled: bool = True):
+    """``with`` block: on-line tuning on (or off) in this thread or task, whatever the
+    process's setting (``wsgemm.config.autotune``'s block, for the API's own use)."""
+    return settings_block(autotune=enabled)
 
 
 DISPATCHER = Dispatcher()

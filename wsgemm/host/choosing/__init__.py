@@ -16,7 +16,15 @@ policy runs in processes that never load them (the timing imports torch when it 
 """
 
 from . import route_choice
-from .autotune import ENV_AUTOTUNE, STORE, AutotuneWarning, TunedStore, remember, tuned_choice
+from .autotune import (
+    ENV_AUTOTUNE,
+    STORE,
+    AutotuneWarning,
+    TunedStore,
+    bucket,
+    remember,
+    tuned_choice,
+)
 from .autotune import requested as autotune_requested
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
 from .route_choice import RouteDecision
@@ -50,6 +58,7 @@ __all__ = [
     "TunedStore",
     "autotune_requested",
     "batch_invariant_requested",
+    "bucket",
     "candidates",
     "choose",
     "describe",
