@@ -81,3 +81,25 @@ def test_a_call_captured_in_a_cuda_graph_does_not_tune(tmp_path):
     torch.cuda.synchronize()
     assert timer.calls == 0 and not (tmp_path / "autotune").exists()
     assert_within_torch_error(out, torch.matmul(a.double(), w.t().double()), torch.matmul(a, w.t()))
+
+
+def test_tune_times_a_model_layer_and_auto_runs_its_pick(tmp_path):
+    """``wsgemm.tune`` on the GPU: every candidate timed (real times), the fastest stored, and
+    a later ``auto`` call with autotuning on runs it, right."""
+    _hopper()
+    from wsgemm import config
+    from wsgemm.api import tune
+
+    timer = CountingTimer()  # autotuning left as the process has it: tune turns it on per call
+    d = Dispatcher(DISPATCHER.cache, tuned=autotune.TunedStore(tmp_path), time_call=timer)
+    (r,) = tune([(300, 4096, 4096)], dispatcher=d)
+    assert timer.calls == len(r.times_ms) >= 2 and all(t > 0 for t in r.times_ms.values())
+    assert min(r.times_ms, key=r.times_ms.get) == r.tuned_pick and r.gain >= 1.0
+    a = torch.randn(300, 4096, device="cuda", dtype=F16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=F16)
+    with config.autotune(True):
+        choice = d.tuned_choice(0, (300, 4096, 4096, None), ("float16", "float16", "float32"))
+        got = dispatch.call(d, a, w.t(), None, None, F32, "auto", None)
+    assert f"{choice.menu_entry.name}/{choice.split}" == r.tuned_pick
+    assert timer.calls == len(r.times_ms)  # read, not timed again
+    assert_within_torch_error(got, torch.matmul(a.double(), w.t().double()), torch.matmul(a, w.t()))
