@@ -686,3 +686,33 @@ def test_tune_wants_shapes_or_a_model(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["tune"])
     assert exc.value.code == 2 and "--shapes" in capsys.readouterr().err
+
+
+def test_tune_runs_through_the_api_and_prints_each_pick(tmp_path, monkeypatch, capsys):
+    """The whole command past --dry-run, on the stand-in H200 (a CPU dispatcher, a stand-in
+    timer under which each later candidate is a little faster)."""
+    from stand_ins import cpu_dispatcher
+
+    from wsgemm.api import tuning as tune_module
+    from wsgemm.host.choosing import autotune
+
+    timed = []
+
+    def time_call(fn):
+        fn()
+        timed.append(fn)
+        return 3.0 - 0.1 * len(timed)
+
+    d = cpu_dispatcher(tuned=autotune.TunedStore(tmp_path), time_call=time_call)
+    monkeypatch.setattr(tune_module, "DISPATCHER", d)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("256,512,1024\n")
+    assert cli.main(["tune", "--shapes", str(shapes)]) == 0
+    out, err = capsys.readouterr()
+    assert "[1/1] line 1 256x512x1024: model " in err and f"({len(timed)} timed)" in err
+    assert out.startswith("1 problems: the tuned pick differs from the cost model's on ")
+    assert "auto takes the stored picks while autotuning is on" in out
+    count = len(timed)
+    assert cli.main(["tune", "--shapes", str(shapes)]) == 0
+    assert len(timed) == count and "(stored before)" in capsys.readouterr().err

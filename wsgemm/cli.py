@@ -410,7 +410,7 @@ def _tune(args: argparse.Namespace) -> int:
         return EXIT_OK
     import torch
 
-    from .api import tune as tune_module
+    from .api.tuning import geomean_gain, tune
     from .support import torch_dtype
 
     if not torch.cuda.is_available():
@@ -428,13 +428,13 @@ def _tune(args: argparse.Namespace) -> int:
         )  # fmt: skip
 
     try:
-        results = tune_module.tune(
+        results = tune(
             [p for _, p in problems], dtype=torch_dtype(args.dtype), progress=progress
         )
     except ValueError as exc:
         console.print(f"tune: {exc}", markup=False)
         return EXIT_USAGE
-    gain = tune_module.geomean_gain(results)
+    gain = geomean_gain(results)
     tuned = sum(r.tuned_pick != r.model_pick for r in results)
     print(f"{len(results)} problems: the tuned pick differs from the cost model's on {tuned}; "
           f"gain {'-' if gain is None else f'{gain:.3f}x'} geomean (the model's pick's time over "

@@ -77,3 +77,19 @@ def test_a_problem_no_candidate_ran_keeps_the_models_pick(tmp_path):
         (r,) = tune([(256, 512, 1024)], dispatcher=d, dtype=F16)
     assert r.tuned_pick == r.model_pick and r.times_ms == {} and r.gain is None
     assert d.tuned_record(None, (256, 512, 1024, None), ("float16", "float16", "float32")) is None
+
+
+def test_tune_refuses_a_dispatcher_that_never_tunes():
+    with pytest.raises(ValueError, match="autotune=False"):
+        tune([(256, 512, 1024)], dispatcher=cpu_dispatcher(autotune=False))
+
+
+def test_a_stored_pick_the_menu_no_longer_offers_is_timed_again(tmp_path):
+    store = autotune.TunedStore(tmp_path)
+    dtypes = ("float16", "float16", "float32")
+    key = autotune.bucket(256, 512, 1024, 1, dtypes)
+    store.put("a stand-in GPU", 132, key, "a-dropped-entry", 1, {"a-dropped-entry/1": 0.5})
+    timed = []
+    d = cpu_dispatcher(tuned=store, time_call=lambda fn: timed.append(fn) or 1.0)
+    (r,) = tune([(256, 512, 1024)], dispatcher=d)
+    assert timed and not r.already and r.tuned_pick != "a-dropped-entry/1"

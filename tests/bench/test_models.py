@@ -310,3 +310,14 @@ def test_a_hugging_face_config_becomes_the_same_model_as_the_table():
     assert layers["shared_gate_up"] == (4096, 7168)
     with pytest.raises(ValueError, match="needs hidden_size and vocab_size"):
         models.from_config({"hidden_size": 4096})
+    with pytest.raises(ValueError, match="not a config this reads"):  # a MoE without a width
+        models.from_config({"hidden_size": 64, "vocab_size": 64, "num_local_experts": 8})
+    with pytest.raises(ValueError, match="a JSON object"):
+        models.from_config([1, 2])
+    llama4 = {"hidden_size": 5120, "vocab_size": 202048, "num_attention_heads": 40,
+              "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+              "intermediate_size_mlp": 16384, "num_local_experts": 128,
+              "num_experts_per_tok": 1, "interleave_moe_layer_step": 2}  # fmt: skip
+    llama4 = models.from_config(llama4, "llama4")
+    layers = {g.layer: (g.n, g.k) for g in models.gemms(llama4, 1)}
+    assert layers["gate_up"] == (32768, 5120) and layers["expert_gate_up"] == (16384, 5120)

@@ -26,7 +26,7 @@ from ..host.dispatch import DISPATCHER, Dispatcher, StandInDevices
 from . import dispatch
 from .epilogue import activate_, torch_activation
 from .plan import batched, plan
-from .tune import TuneResult, tune
+from .tuning import TuneResult, tune
 from .validate import (
     ACC_DTYPES,
     Problem,

@@ -330,15 +330,23 @@ def from_config(config: dict, name: str = "model") -> Model:
     """A ``Model`` from a Hugging Face ``config.json`` (its keys in ``Model``'s brackets; a
     ``text_config`` inside is read instead). MoE: the experts' width is
     ``moe_intermediate_size`` (else ``intermediate_size``, as Mixtral's), the dense width
-    ``intermediate_size`` only where some layers stay dense (``first_k_dense_replace``,
-    ``mlp_only_layers``); shared experts from ``n_shared_experts`` or
+    ``intermediate_size_mlp`` or ``intermediate_size`` only where some layers stay dense
+    (``first_k_dense_replace``, ``mlp_only_layers``, a ``decoder_sparse_step`` or
+    ``interleave_moe_layer_step`` above 1); shared experts from ``n_shared_experts`` or
     ``shared_expert_intermediate_size``. Multi-head latent attention (``kv_lora_rank``) has no
     QKV/O GEMMs here. ValueError naming a missing or wrong key."""
-    c = config.get("text_config") or config
+    if not isinstance(config, dict):
+        raise ValueError(f"{name}: a config is a JSON object, got {type(config).__name__}")
     try:
-        hidden, vocab = int(c["hidden_size"]), int(c["vocab_size"])
+        return _from_config(config.get("text_config") or config, name)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: config needs hidden_size and vocab_size ({exc!r})") from None
+        raise ValueError(f"{name}: not a config this reads ({type(exc).__name__}: {exc})") from None
+
+
+def _from_config(c: dict, name: str) -> Model:
+    if "hidden_size" not in c or "vocab_size" not in c:
+        raise ValueError("config needs hidden_size and vocab_size")
+    hidden, vocab = int(c["hidden_size"]), int(c["vocab_size"])
     heads = kv_heads = head_dim = None
     if c.get("num_attention_heads") and not c.get("kv_lora_rank"):
         heads = int(c["num_attention_heads"])
@@ -350,12 +358,18 @@ def from_config(config: dict, name: str = "model") -> Model:
     fields = {}
     if experts:
         moe_width = c.get("moe_intermediate_size") or dense
-        keeps_dense = c.get("first_k_dense_replace") or c.get("mlp_only_layers")
+        # the dense layers' width: Llama-4's own key, else intermediate_size beside a MoE width
+        dense_width = c.get("intermediate_size_mlp") or (
+            dense if c.get("moe_intermediate_size") else None
+        )
+        keeps_dense = (c.get("first_k_dense_replace") or c.get("mlp_only_layers")
+                       or int(c.get("decoder_sparse_step") or 1) > 1
+                       or int(c.get("interleave_moe_layer_step") or 1) > 1)  # fmt: skip
         shared = c.get("shared_expert_intermediate_size") or (
             int(c["n_shared_experts"]) * int(moe_width) if c.get("n_shared_experts") else None
         )
         fields = dict(
-            intermediate=int(dense) if keeps_dense and c.get("moe_intermediate_size") else None,
+            intermediate=int(dense_width) if keeps_dense and dense_width else None,
             expert_intermediate=int(moe_width), experts=experts,
             experts_per_token=int(c.get("num_experts_per_tok") or 1),
             shared_intermediate=int(shared) if shared else None,

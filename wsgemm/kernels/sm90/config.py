@@ -176,7 +176,8 @@ class Sm90Config:
         """fp32 words of the split-K workspace of an (M, N, L) problem split ``splits`` ways
         (the count the kernel runs, ``scheduler.effective_splits``): one tile of partial sums
         per work unit of a tile inside C (the unit that finishes a tile keeps its own in
-        registers and leaves its slot unused: which unit finishes is known only at run time)."""
+        registers and leaves its slot unused unless it is a tile's third part or later, which
+        it stores and reads back: which unit finishes is known only at run time)."""
         return self.split_tiles(m, n, batch) * splits * self.tile_m * self.tile_n
 
     def stream_k_workspace_elements(

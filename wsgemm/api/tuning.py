@@ -78,13 +78,17 @@ def tune(
             "autotuning, WSGEMM_AUTOTUNE=1, races the sm80 kernel against torch.matmul on the "
             "first call of each bucket)"
         )
+    with autotuning(True):
+        if not d.autotune:  # the dispatcher's own switch wins over the per-call block
+            raise ValueError("tune: this dispatcher was made with autotune=False; it times nothing")
     where = torch.device(d.devices.type) if index is None else torch.device(d.devices.type, index)
     dtypes = (dtype_name(dtype), dtype_name(dtype), "float32")
     results = []
     for done, (m, n, k) in enumerate(problems, 1):
         problem = (m, n, k, None)
         model = d.model_choice(index, problem, dtypes)
-        before = d.tuned_record(index, problem, dtypes)
+        with autotuning(True):  # a stored pick the menu no longer offers is not one
+            before = d.tuned_choice(index, problem, dtypes)
         if before is None:
             gen = torch.Generator(device=where).manual_seed(m * 131 + n * 7 + k)
             x = torch.randn(m, k, generator=gen, device=where).to(dtype)
