@@ -428,9 +428,7 @@ def _tune(args: argparse.Namespace) -> int:
         )  # fmt: skip
 
     try:
-        results = tune(
-            [p for _, p in problems], dtype=torch_dtype(args.dtype), progress=progress
-        )
+        results = tune([p for _, p in problems], dtype=torch_dtype(args.dtype), progress=progress)
     except ValueError as exc:
         console.print(f"tune: {exc}", markup=False)
         return EXIT_USAGE
