@@ -123,3 +123,16 @@ def test_every_ratio_in_the_readme_has_a_claim():
                 covered.update(range(m.start(), m.end()))
     loose = [m.group() for m in RATIO.finditer(text) if m.start() not in covered]
     assert not loose, f"README ratios with no claim in docs/claims.json: {loose}"
+
+
+def test_the_benchmarking_results_are_their_record_rendered():
+    """docs/benchmarking.md's Results tables are what ``bench --from-json RECORD --markdown``
+    renders from the record they name: regenerated, never retyped."""
+    from wsgemm.bench import report
+
+    text = _doc("docs/benchmarking.md")
+    blocks = re.findall(r"<!-- rendered from (\S+) -->\n(.*?)\n<!-- end of the rendered record -->",
+                        text, flags=re.S)  # fmt: skip
+    assert blocks, "docs/benchmarking.md has no rendered record"
+    for path, shown in blocks:
+        assert shown == report.markdown(_record(path)).rstrip("\n"), f"{path} renders otherwise"
