@@ -453,7 +453,9 @@ def matmul(
         activation: None, "relu", "relu2" (relu squared), "gelu" (erf form, torch's default),
             "gelu_tanh" (torch's ``approximate="tanh"``) or "silu", applied after the bias.
             On Hopper both are fused: computed in fp32 on the accumulators before the output
-            conversion (``explain`` says where they run).
+            conversion (``explain`` says where they run). When autograd needs the result's
+            gradient, the activation runs as torch's own op on the bias-fused product instead
+            (autograd keeps that product, so the backward recomputes nothing).
 
     Differentiable (the backward runs on wsgemm's kernels; see docs/torch.md), traceable by
     torch.compile (as ``torch.ops.wsgemm.matmul``), and cast by CUDA autocast like torch.matmul.
@@ -476,6 +478,9 @@ def matmul(
         if _grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
         ):
+            if activation is not None and activation != "none":  # _activated's docstring
+                pre = _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, None)
+                return torch_activation(activation, pre)
             return _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, activation)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
     # what torch's dispatcher would refuse with a RuntimeError, refused with our TypeError
@@ -484,10 +489,24 @@ def matmul(
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
     check_activation(activation)
     if out is None:
+        if _activated(activation, a, b, bias):
+            return torch_activation(activation, _MATMUL(a, b, out_dtype, accumulate, backend, bias))
         return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation)
     _refuse_grad(a, b, out, bias)
     _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation)
     return out
+
+
+def _activated(activation, a, b, bias) -> bool:
+    """Whether a call with an activation runs it as torch's own op after the (bias-fused)
+    product: when autograd will need the pre-activation. Autograd then saves it, as torch's
+    unfused path does, and the backward multiplies by the activation's derivative there: no
+    product recomputed (the registered op's own backward, for a direct
+    ``torch.ops.wsgemm.matmul`` call with an activation, recomputes it). Without a gradient
+    (inference) the activation stays fused in the kernel's epilogue."""
+    if activation is None or activation == "none" or not _grad_enabled():
+        return False
+    return a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
 
 
 def linear(input, weight, bias=None, activation=None):

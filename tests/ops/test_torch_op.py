@@ -14,7 +14,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import wsgemm
-from wsgemm import ops
+from wsgemm import api, ops
+from wsgemm.api.epilogue import torch_activation
 
 F16, BF16 = torch.float16, torch.bfloat16
 
@@ -685,3 +686,51 @@ def test_opcheck_with_the_cpu_stub(monkeypatch, sa, sb, kw):
     torch.library.opcheck(torch.ops.wsgemm.matmul.default, (a, b), kw)
     out = torch.empty(ops.result_shape(sa, sb), dtype=F16)
     torch.library.opcheck(torch.ops.wsgemm.matmul_out.default, (a.detach(), b.detach(), out), {})
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+@pytest.mark.parametrize("act", ["gelu_tanh", "silu", "relu2"])
+def test_an_activation_with_autograd_keeps_its_pre_activation(monkeypatch, fast, act):
+    """With a gradient to compute, the activation runs as torch's own op on the bias-fused
+    product, which autograd saves: three products in all (forward, dA, dB), none recomputed;
+    the gradients those of torch's unfused path. Without one, the core fuses it."""
+    core = install(monkeypatch, fast=fast)
+    acts = []
+    stub = api.matmul
+
+    def recording(*args, activation=None, **kwargs):
+        acts.append(activation)
+        return stub(*args, activation=activation, **kwargs)
+
+    monkeypatch.setattr(api, "matmul", recording)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 4, 32, generator=gen).to(BF16).requires_grad_()
+    w = torch.randn(16, 32, generator=gen).to(BF16).requires_grad_()
+    bias = torch.randn(16, generator=gen).to(BF16).requires_grad_()
+    y = wsgemm.linear(x, w, bias, activation=act)
+    grad = torch.randn(y.shape, generator=gen).to(BF16)
+    gx, gw, gb = torch.autograd.grad(y, (x, w, bias), grad)
+    assert len(core.calls) == 3 and acts == [None, None, None]
+
+    def torch_path(dtype):  # torch's own unfused path: its product, bias, activation
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (x, w, bias)]
+        out = torch_activation(act, torch.nn.functional.linear(*leaves))
+        return out, *torch.autograd.grad(out, leaves, grad.to(dtype))
+
+    want, theirs = torch_path(torch.float64), torch_path(BF16)
+    for got, ref, other in zip((y, gx, gw, gb), want, theirs, strict=True):
+        bound = 2 * (other.double() - ref).abs().max().item() + 1e-2 * ref.abs().max().item()
+        assert (got.double() - ref).abs().max().item() <= bound
+    with torch.no_grad():
+        wsgemm.linear(x, w, bias, activation=act)
+    assert acts[-1] == act  # inference: fused
+
+
+def test_an_activations_backward_graph_recomputes_no_product():
+    def fwd_bwd(x, w, bias):
+        y = wsgemm.linear(x, w, bias, activation="gelu_tanh")
+        return torch.autograd.grad(y.sum(), (x, w, bias))
+
+    gm = make_fx(fwd_bwd, tracing_mode="fake")(meta((4, 8, 32)), meta((16, 32)), meta((16,)))
+    assert len(ops_in(gm)) == 3  # forward (the bias fused, no activation), dA, dB
+    assert any("gelu" in str(n.target) for n in gm.graph.nodes)  # torch's, saved for backward
