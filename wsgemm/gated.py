@@ -2,9 +2,11 @@
 ``[w_gate; w_up]``, as the op ``torch.ops.wsgemm.gated_linear`` (torch.compile, export, fake
 tensors, autograd) over the core (``wsgemm.api.gated``: the fused kernel, or torch's road).
 
-The backward recomputes the (rows, 2I) product with one more GEMM (as ``matmul``'s backward
-recomputes a pre-activation), then ``dgate = grad * up * act'(gate)``, ``dup = grad *
-act(gate)`` in fp32, and dx, dW as two GEMMs on wsgemm's kernels.
+With a gradient to compute, ``gated_linear`` runs the (rows, 2I) product and then ``act(gate)
+* up`` in torch, which autograd saves (``_for_autograd``): the backward is dx and dW, two GEMMs
+on wsgemm's kernels. The op's own backward (a direct ``torch.ops.wsgemm.gated_linear`` call with
+a gradient) recomputes the product with one more GEMM, then ``dgate = grad * up *
+act'(gate)``, ``dup = grad * act(gate)`` in fp32.
 """
 
 from __future__ import annotations
@@ -109,4 +111,22 @@ def gated_linear(input, weight, activation="silu"):
         product never reaches memory); elsewhere torch's road (``wsgemm.api.gated``).
         Differentiable, traceable by torch.compile (``torch.ops.wsgemm.gated_linear``).
     """
+    if (
+        isinstance(input, torch.Tensor)
+        and isinstance(weight, torch.Tensor)
+        and torch.is_grad_enabled()
+        and (input.requires_grad or weight.requires_grad)
+    ):
+        return _for_autograd(input, weight, activation)
     return _GATED(input, weight, activation)
+
+
+def _for_autograd(x, weight, activation):
+    """With a gradient to compute: the (..., 2I) product on wsgemm, then ``act(gate) * up`` as
+    torch's own ops, which autograd saves as torch's unfused SwiGLU does: the backward is dx
+    and dW (two products) and recomputes nothing. The op's own backward (a direct
+    ``torch.ops.wsgemm.gated_linear`` call) recomputes the product."""
+    folded = _fold(x) if x.dim() >= 1 else x
+    _, half, act = core.check_gated(folded, weight, activation, (x.device.type,))
+    y = matmul(x, weight.t())
+    return torch_activation(act, y[..., :half]) * y[..., half:]

@@ -172,3 +172,36 @@ def test_gated_mlp_is_a_module_with_one_gate_up_weight():
     assert close(mlp(x).detach(), want, BF16, 96)  # on the CPU: torch's road
     with pytest.raises(ValueError, match="needs an activation"):
         wsgemm.nn.GatedMLP(8, 8, activation=None)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+def test_with_autograd_the_product_is_saved_not_recomputed(monkeypatch, fast):
+    """A gradient to compute: the (rows, 2I) product on wsgemm (the core stub here), then
+    act(gate) * up in torch, which autograd keeps: three products in all (forward, dx, dW),
+    the gradients within twice torch's own bf16 error of float64."""
+    from op_helpers import install
+
+    import wsgemm
+    from wsgemm.api.epilogue import torch_activation
+
+    core = install(monkeypatch, fast=fast)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 32, generator=gen).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(2 * 24, 32, generator=gen) / 4).to(torch.bfloat16).requires_grad_()
+    y = wsgemm.gated_linear(x, w, "silu")
+    grad = torch.randn(y.shape, generator=gen).to(torch.bfloat16)
+    gx, gw = torch.autograd.grad(y, (x, w), grad)
+    assert y.shape == (2, 5, 24) and len(core.calls) == 3
+
+    def torch_path(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (x, w)]
+        h = leaves[0] @ leaves[1].T
+        out = torch_activation("silu", h[..., :24]) * h[..., 24:]
+        return out, *torch.autograd.grad(out, leaves, grad.to(dtype))
+
+    want, theirs = torch_path(torch.float64), torch_path(torch.bfloat16)
+    for got, ref, other in zip((y, gx, gw), want, theirs, strict=True):
+        bound = 2 * (other.double() - ref).abs().max().item() + 1e-2 * ref.abs().max().item()
+        assert (got.double() - ref).abs().max().item() <= bound
+    with pytest.raises(ValueError, match="needs an activation"):
+        wsgemm.gated_linear(x, w, None)
