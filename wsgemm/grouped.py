@@ -204,4 +204,22 @@ def grouped_mm(
         return core.grouped_mm(a, b, offs, **kw)
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         core.check_grouped(a, b, offs, None, out_dtype, backend)  # the TypeError
+    if activation is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _for_autograd(a, b, offs, out_dtype, backend, activation, gated)
     return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated)
+
+
+def _for_autograd(a, b, offs, out_dtype, backend, activation, gated):
+    """With a gradient to compute, an epilogue runs as torch's own ops on the grouped product,
+    which autograd saves (torch's unfused path): the backward is the grouped dA and dB and
+    recomputes nothing. (The op's own backward, for a direct ``torch.ops.wsgemm.grouped_mm``
+    call, recomputes the product.) Checked first as the op checks it, on the result's device
+    type."""
+    p = core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
+                           gated)  # fmt: skip
+    act = p.epilogue.activation
+    pre = _GROUPED_MM(a, b, offs, out_dtype, backend, None, False)
+    if not gated:
+        return torch_activation(act, pre)
+    half = pre.shape[-1] // 2
+    return torch_activation(act, pre[..., :half]) * pre[..., half:]

@@ -557,3 +557,40 @@ def test_explain_says_where_a_grouped_call_runs():
     assert "batched GEMM" in wsgemm.explain(a3, b3, grouped=True)
     with pytest.raises(ValueError, match="needs offs"):
         wsgemm.explain(a, b, grouped=True)
+
+
+def test_with_autograd_the_gated_product_is_saved_not_recomputed(monkeypatch):
+    """``wsgemm.grouped_mm`` with a gradient to compute: the grouped product, then act(gate) *
+    up in torch, saved by autograd: three grouped products in all (forward, dA, dB), the
+    gradients those of the float64 formula."""
+    from wsgemm import grouped as layer
+
+    d = dispatcher()
+    monkeypatch.setattr(core, "host_dispatcher", lambda: d)
+    calls = []
+    op = layer._GROUPED_MM
+
+    def counting(*args):
+        calls.append(args[3:])
+        return op(*args)
+
+    monkeypatch.setattr(layer, "_GROUPED_MM", counting)
+    a, b, offs = _moe_fc1(n_half=8, k=16)
+    a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+    out = wsgemm.grouped_mm(a, b, offs, activation="silu", gated=True)
+    assert out.shape == (a.shape[0], 8)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert len(calls) == 3 and calls[0][2:] == (None, False)  # the forward: no epilogue
+    a64 = a.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_()
+    e = [0, *offs.tolist()]
+    parts = []
+    for g in range(len(offs)):
+        y = a64[e[g] : e[g + 1]] @ b64[g]
+        parts.append(torch_activation("silu", y[:, :8]) * y[:, 8:])
+    parts.append(torch.zeros(a.shape[0] - e[-1], 8, dtype=torch.float64))
+    torch.cat(parts).backward(grad.double())
+    for got, want in ((a.grad, a64.grad), (b.grad, b64.grad)):
+        err = (got.double() - want).abs().max().item()
+        assert err <= 4 * tolerance(BF16, 16) * max(want.abs().max().item(), 1.0), err
