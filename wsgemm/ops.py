@@ -521,12 +521,29 @@ def linear(input, weight, bias=None, activation=None):
 
     Differentiable and traceable like ``matmul``.
     """
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     if weight.dim() not in (1, 2):
         raise ValueError(
             f"weight must be 2-D (out_features, in_features) or 1-D, got shape "
             f"{tuple(weight.shape)}"
+        )
+    # in the caller's words (input, weight, in_features), not the product's (a, b, K)
+    if input.dim() == 0:
+        raise ValueError("input must be at least 1-D (..., in_features), got a 0-D tensor")
+    if input.shape[-1] != weight.shape[-1]:
+        raise ValueError(
+            f"input has {input.shape[-1]} features (its last dimension, shape "
+            f"{tuple(input.shape)}); weight {tuple(weight.shape)} takes in_features="
+            f"{weight.shape[-1]}"
+        )
+    autocast = _any_autocast() and torch.is_autocast_enabled(input.device.type)
+    if input.dtype != weight.dtype and not autocast:
+        raise TypeError(
+            f"input is {input.dtype} and weight {weight.dtype}; they must match (or run under "
+            "torch.autocast)"
         )
     if bias is not None:
         if not isinstance(bias, torch.Tensor):

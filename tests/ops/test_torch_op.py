@@ -646,6 +646,10 @@ def test_bad_input_raises_in_fake_mode(sa, sb, kw, exc, words):
         ({"bias": t(3, dtype=torch.float32)}, TypeError, ["bias has dtype torch.float32"]),
         ({"bias": t(4)}, ValueError, ["bias has shape (4,)", "(3,)"]),
         ({"input": t()}, ValueError, ["at least 1-D"]),
+        # in linear's words, not the product's (issue #27 item 9)
+        ({"input": t(2, 5)}, ValueError, ["input has 5 features", "in_features=4"]),
+        ({"input": t(2, 4, dtype=torch.bfloat16)}, TypeError, ["input is torch.bfloat16"]),
+        ({"input": "x"}, TypeError, ["input must be a torch.Tensor"]),
     ],
 )
 def test_linear_bad_input_raises(kw, exc, words):
