@@ -8,6 +8,7 @@ the unit that finishes its tile. The schedule of units (k-ranges, splits, stream
 ``common.scheduler``'s.
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,10 @@ from wsgemm.kernels.sm90.config import SEMAPHORES_PER_TILE
 from wsgemm.support import THREADS_PER_WARPGROUP
 
 __all__ = ["SplitArgs", "SplitLaunch", "fixup", "split_args"]
+
+# The loops over a thread's accumulator values are unrolled on purpose (each value a register);
+# the DSL's note that a long static loop compiles slowly is expected here, not a problem.
+warnings.filterwarnings("ignore", message="This static loop has", module=__name__)
 
 
 @dataclass(frozen=True)
