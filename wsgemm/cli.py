@@ -428,7 +428,10 @@ def _tune(args: argparse.Namespace) -> int:
         )  # fmt: skip
 
     try:
-        results = tune([p for _, p in problems], dtype=torch_dtype(args.dtype), progress=progress)
+        results = tune(
+            [p for _, p in problems], dtype=torch_dtype(args.dtype), progress=progress,
+            top=args.top or None,
+        )  # fmt: skip
     except ValueError as exc:
         console.print(f"tune: {exc}", markup=False)
         return EXIT_USAGE
@@ -633,6 +636,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="fp16",
         metavar="|".join(short),
         help="operand and output dtype (fp32 accumulation)",
+    )
+    p.add_argument(
+        "--top",
+        type=bench_cli.bounded_int(0),
+        default=4,
+        help="candidates timed per problem, the cost model's fastest first (default "
+        "4; 0: every one the policy allows, each a compile the first time)",
     )
     p.add_argument("--dry-run", action="store_true",
                    help="list the problems, time nothing (no GPU needed)")  # fmt: skip

@@ -22,7 +22,7 @@ def test_tune_stores_the_fastest_and_auto_reads_it_with_autotuning_on(tmp_path):
 
     d = cpu_dispatcher(tuned=store, time_call=time_call)
     seen = []
-    (r,) = tune([(256, 512, 1024)], dispatcher=d, progress=lambda *a: seen.append(a))
+    (r,) = tune([(256, 512, 1024)], dispatcher=d, progress=lambda *a: seen.append(a), top=None)
     problem, dtypes = (256, 512, 1024, None), ("float16", "float16", "float32")
     candidates = d.candidates(None, problem, dtypes)
     assert len(timed) == len(candidates) >= 2 and not r.already
@@ -93,3 +93,23 @@ def test_a_stored_pick_the_menu_no_longer_offers_is_timed_again(tmp_path):
     d = cpu_dispatcher(tuned=store, time_call=lambda fn: timed.append(fn) or 1.0)
     (r,) = tune([(256, 512, 1024)], dispatcher=d)
     assert timed and not r.already and r.tuned_pick != "a-dropped-entry/1"
+
+
+def test_by_default_tune_times_the_cost_models_fastest_few(tmp_path):
+    """``top`` (default ``TOP``): the cost model's fastest candidates, its own pick first."""
+    from wsgemm.api import tuning
+    from wsgemm.host import choosing
+
+    timed = []
+    d = cpu_dispatcher(tuned=autotune.TunedStore(tmp_path),
+                       time_call=lambda fn: timed.append(fn) or 1.0)  # fmt: skip
+    (r,) = tune([(300, 4096, 4096)], dispatcher=d)
+    problem, dtypes = (300, 4096, 4096, None), ("float16", "float16", "float32")
+    every = d.candidates(None, problem, dtypes)
+    assert len(every) > tuning.TOP and len(timed) == tuning.TOP == len(r.times_ms)
+    ranked = choosing.ranked_candidates(300, 4096, 4096, 1, *dtypes, 132, (9, 0))
+    assert set(r.times_ms) == {f"{e.name}/{s}" for e, s in ranked[: tuning.TOP]}
+    assert r.model_pick in r.times_ms  # the model's own pick is its fastest prediction
+    assert set(ranked) == {(c.menu_entry, c.split) for c in every} and len(ranked) == len(every)
+    with pytest.raises(ValueError, match="top must be an int >= 1"):
+        tune([(8, 8, 8)], dispatcher=d, top=0)

@@ -1,17 +1,18 @@
 """``wsgemm.tune``: the user's own shapes timed on the user's GPU, the fastest kept where
 ``auto`` reads it (issue #24 item 3; ``python -m wsgemm tune`` is its command line).
 
-Each problem ``x (M, K) @ W (N, K).T`` is called once through ``auto`` with autotuning on for
-that call (``wsgemm.config.autotune``): the dispatcher's on-line tuner times every candidate
-the policy allows (``choosing.candidates``: each fitting menu entry and split) on random
-operands and stores the fastest per GPU model and bucket (docs/policy.md, "On-line tuning"),
-the same store later calls read while autotuning is on. A bucket already tuned is not timed
-again. The result says, per problem, the cost model's own pick and the tuned one with their
-measured times: the gain of tuning.
+Each problem ``x (M, K) @ W (N, K).T`` is timed by the dispatcher's on-line tuner
+(``Dispatcher.tune_problem``, the timing a first call makes with autotuning on) on random
+operands: the cost model's ``top`` fastest candidates (default ``TOP``; None: every fitting
+menu entry and split), the fastest stored per GPU model and bucket (docs/policy.md,
+"On-line tuning"), the same store later calls read while autotuning is on. A bucket already
+tuned is not timed again. The result says, per problem, the cost model's own pick and the
+tuned one with their measured times: the gain of tuning.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,8 +22,13 @@ import torch
 from ..host.dispatch import DISPATCHER, Dispatcher, autotuning
 from ..support import AB_DTYPES, dtype_name
 from . import dispatch
+from .validate import validate
 
-__all__ = ["TuneResult", "tune"]
+__all__ = ["TOP", "TuneResult", "tune"]
+
+#: Candidates timed per problem by default: the cost model's fastest four (its pick is among
+#: them; the model picks within 2-3% of the best candidate, docs/perf.md entry 33).
+TOP = 4
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,14 @@ def tune(
     device: torch.device | int | str | None = None,
     dispatcher: Dispatcher | None = None,
     progress: Callable[[int, int, TuneResult], None] | None = None,
+    top: int | None = TOP,
 ) -> list[TuneResult]:
     """Time ``auto``'s candidates for each ``(M, N, K)`` (``x (M, K) @ W (N, K).T``, ``dtype``
     in, fp32 accumulation, ``dtype`` out) on ``device`` (default the current CUDA device) and
     store the fastest where ``auto`` reads it while autotuning is on (``WSGEMM_AUTOTUNE=1`` or
     ``wsgemm.config.autotune(True)``). ``progress(done, total, result)`` is called after each.
+    ``top``: how many candidates, the cost model's fastest first (None: every one the policy
+    allows; each new one costs its compile the first time).
 
     Needs a Hopper (sm_90) GPU: the candidates are its menu's. Elsewhere ``auto`` chooses
     between the sm80 kernel and torch.matmul, which autotuning decides on the first call of
@@ -70,6 +79,8 @@ def tune(
         names = ", ".join(f"torch.{d}" for d in AB_DTYPES)
         raise ValueError(f"tune: dtype must be one of {names}, got {dtype}")
     problems = [_problem(p) for p in problems]
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"tune: top must be an int >= 1 or None (every candidate), got {top!r}")
     index = d.device_index(device)
     cc = d.devices.capability(index)
     if cc != (9, 0):
@@ -93,9 +104,11 @@ def tune(
             gen = torch.Generator(device=where).manual_seed(m * 131 + n * 7 + k)
             x = torch.randn(m, k, generator=gen, device=where).to(dtype)
             w = torch.randn(n, k, generator=gen, device=where).to(dtype)
-            with autotuning(True):  # the call's first launch times the candidates
-                dispatch.call(d, x, w.t(), None, None, torch.float32, "auto", None, None, None)
-            del x, w
+            wt = w.t()
+            p = validate(x, wt, None, None, torch.float32, "auto", None, device_type=d.devices.type)
+            run = functools.partial(dispatch._run_candidate, d, x, wt, p, None)
+            d.tune_problem(index, problem, dtypes, run, top)
+            del x, w, wt
         record = d.tuned_record(index, problem, dtypes)
         if record is None:  # fewer than two candidates, or none ran: the model's pick stands
             record = {"entry": model.menu_entry.name, "split": model.split, "ms": {}}

@@ -264,20 +264,26 @@ class Dispatcher:
         key = choosing.bucket(m, n, k, batch, dtypes, invariant)
         return self.tuned.record(self.devices.name(device), sm_count, key)
 
-    def candidates(self, device, problem, dtypes) -> list[choosing.Choice]:
+    def candidates(self, device, problem, dtypes, top: int | None = None) -> list[choosing.Choice]:
         """Every choice ``auto`` may make for this problem on sm_90 (``choosing.candidates``),
-        as ``Choice`` objects whose ``source`` is "candidate"."""
+        as ``Choice`` objects whose ``source`` is "candidate"; with ``top``, the cost model's
+        ``top`` fastest (``choosing.ranked_candidates``)."""
         args = self._policy_args(device, problem, dtypes)
-        return [
-            choosing.Choice(e, split, "a candidate being timed", "candidate")
-            for e, split in choosing.candidates(*args, batch_invariant=self.batch_invariant)
-        ]
+        if top is None:
+            found = choosing.candidates(*args, batch_invariant=self.batch_invariant)
+        else:
+            found = choosing.ranked_candidates(*args, batch_invariant=self.batch_invariant)[:top]
+        return [choosing.Choice(e, split, "a candidate being timed", "candidate")
+                for e, split in found]  # fmt: skip
 
-    def _tuned(self, device, problem, dtypes, run: Runner) -> choosing.Choice | None:
-        """``WSGEMM_AUTOTUNE``: time every candidate through ``run`` (``choosing.tune``) on
-        ``device``, keep the fastest for this problem's bucket and return it as the choice later
-        calls read (``tuned_choice``); None when fewer than two candidates or none ran."""
-        candidates = self.candidates(device, problem, dtypes)
+    def _tuned(
+        self, device, problem, dtypes, run: Runner, top: int | None = None
+    ) -> choosing.Choice | None:
+        """``WSGEMM_AUTOTUNE``: time every candidate (``top``: the cost model's fastest
+        ``top``) through ``run`` (``choosing.tune``) on ``device``, keep the fastest for this
+        problem's bucket and return it as the choice later calls read (``tuned_choice``); None
+        when fewer than two candidates or none ran."""
+        candidates = self.candidates(device, problem, dtypes, top)
         if len(candidates) < 2:
             return None
         with self.on_device(device):  # the timing events record on the operands' device
@@ -292,6 +298,11 @@ class Dispatcher:
             choosing.batch_invariant_requested(self.batch_invariant), times,
         )  # fmt: skip
         return self.tuned_choice(device, problem, dtypes)
+
+    def tune_problem(self, device, problem, dtypes, run: Runner, top: int | None = None):
+        """``wsgemm.tune``'s timing of one problem: as the on-line tuner's (``_tuned``), of the
+        cost model's ``top`` fastest candidates (None: all), into the same store."""
+        return self._tuned(device, problem, dtypes, run, top)
 
     def on_device(self, index):
         """Kernels launch on the current device: a context that makes it ``index`` for a call

@@ -36,6 +36,7 @@ from .rules import (
     candidates,
     choose,
     fits,
+    ranked_candidates,
     split_candidates,
 )
 from .table import TABLE_SCHEMA, Table, load_table
@@ -61,6 +62,7 @@ __all__ = [
     "bucket",
     "candidates",
     "choose",
+    "ranked_candidates",
     "describe",
     "entry",
     "explain",

@@ -57,6 +57,7 @@ __all__ = [
     "batch_invariant_requested",
     "candidates",
     "choose",
+    "ranked_candidates",
     "fits",
     "split_candidates",
 ]
@@ -254,6 +255,22 @@ def candidates(
         return ()
     allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
     return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
+
+
+@_asks_of_a_problem
+def ranked_candidates(
+    m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant
+) -> tuple[tuple[MenuEntry, int], ...]:
+    """``candidates``, the cost model's fastest first (as ``choose`` ranks them); in menu order
+    where no cost model describes the GPU. ``wsgemm.tune`` times the first few."""
+    found = candidates(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+                       batch_invariant=invariant)  # fmt: skip
+    if not found:
+        return ()
+    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    ranked = [(e, s) for _, _, e, s in _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc,
+                                                 allowed)]  # fmt: skip
+    return tuple(ranked) + tuple(c for c in found if c not in ranked)
 
 
 @functools.lru_cache(maxsize=4096)
