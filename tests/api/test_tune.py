@@ -113,3 +113,16 @@ def test_by_default_tune_times_the_cost_models_fastest_few(tmp_path):
     assert set(ranked) == {(c.menu_entry, c.split) for c in every} and len(ranked) == len(every)
     with pytest.raises(ValueError, match="top must be an int >= 1"):
         tune([(8, 8, 8)], dispatcher=d, top=0)
+
+
+def test_explain_names_a_stored_pick_that_autotuning_off_leaves_unused(tmp_path):
+    store = autotune.TunedStore(tmp_path)
+    d = cpu_dispatcher(tuned=store, time_call=lambda fn: fn() or 1.0)
+    (r,) = tune([(256, 512, 1024)], dispatcher=d)
+    problem, dtypes = (256, 512, 1024, None), ("float16", "float16", "float32")
+    entry, split = r.tuned_pick.split("/")
+    off = d.explain("auto", None, problem, dtypes)
+    assert f"tuned: {entry} split {split} is stored" in off and "autotuning is off" in off
+    with wsgemm.config.autotune(True):
+        on = d.explain("auto", None, problem, dtypes)
+    assert "tuned on this GPU" in on and "autotuning is off" not in on

@@ -529,6 +529,12 @@ class Dispatcher:
                     "\nautotune: on (wsgemm.config.autotune, else WSGEMM_AUTOTUNE); the first "
                     f"call times these {count} candidates and runs the fastest instead"
                 )
+            elif not self.autotune and (stored := self.tuned_record(device, problem, dtypes)):
+                text += (
+                    f"\ntuned: {stored['entry']} split {stored['split']} is stored for this "
+                    "problem on this GPU (`wsgemm tune` or an autotuned call), not used: "
+                    "autotuning is off (WSGEMM_AUTOTUNE=1 or wsgemm.config.autotune(True) reads it)"
+                )
             return text + decided
         chosen = self.route(backend, device, problem, dtypes, quiet=True)
         config = BACKENDS[chosen.backend].config(dtypes[2])
