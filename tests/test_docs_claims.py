@@ -136,3 +136,14 @@ def test_the_benchmarking_results_are_their_record_rendered():
     assert blocks, "docs/benchmarking.md has no rendered record"
     for path, shown in blocks:
         assert shown == report.markdown(_record(path)).rstrip("\n"), f"{path} renders otherwise"
+
+
+def test_the_policy_docs_constants_are_the_shipped_cost_model():
+    """docs/policy.md's table of the cost model's constants is what ``scripts/fit_cost_model.py
+    --markdown`` renders from the shipped ``data/cost/sm90_h200.json``: regenerated, never
+    retyped (issue #24 item 5)."""
+    from script_modules import load
+
+    shipped = ROOT / "wsgemm" / "host" / "choosing" / "data" / "cost" / "sm90_h200.json"
+    table = load("fit_cost_model").markdown(json.loads(shipped.read_text()))
+    assert table in _doc("docs/policy.md"), "docs/policy.md's constants differ from the model's"
