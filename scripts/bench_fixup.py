@@ -35,8 +35,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tune_menu  # noqa: E402  (scripts/ is no package)
 
-from wsgemm import host  # noqa: E402
-
 #: Part 2: entry 28's midsize rows (M, N, K) and its stream-K / unsplit ratio there.
 ENTRY_28: tuple[tuple[int, int, int, float], ...] = (
     (4472, 1928, 680, 0.80),
@@ -145,16 +143,11 @@ def _run(args, problems, needed) -> int:
     from wsgemm.bench import check
     from wsgemm.bench.measure import CudaTimer, interleaved
     from wsgemm.bench.nvml import Nvml
-    from wsgemm.host.workspace import SemaphoreCache, split_launcher
+    from wsgemm.host.workspace import SemaphoreCache
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log_file = (out / "fixup.log").open("w")
-
-    def log(text):
-        print(text, flush=True)
-        log_file.write(text + "\n")
-        log_file.flush()
+    log = tune_menu.Log(out / "fixup.log")
 
     start = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
@@ -162,14 +155,9 @@ def _run(args, problems, needed) -> int:
     sms = props.multi_processor_count
     if sms != SMS:
         log(f"note: {sms} SMs, the cases were sized for {SMS}")
-    outcomes = host.warm(list(needed.values()), jobs=args.jobs) or []
-    failed = [o for o in outcomes if getattr(o, "status", "") == "failed"]
-    for o in failed:
-        log(f"compile FAILED: {o.key}: {getattr(o, 'error', '')}")
-    if failed:
+    kernels = tune_menu.compiled(needed, args.jobs, sms, log)
+    if kernels is None:
         return 1
-    kernels = {key: (host.COMPILE_CACHE.get(v), sms // host.cluster_size(v.kernel_config()))
-               for key, v in needed.items()}  # fmt: skip
     log(f"{props.name}; {len(needed)} variants compiled in {time.perf_counter() - start:.0f} s")
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     timer = CudaTimer(device, Nvml.open(device.index), getattr(props, "L2_cache_size", None))
@@ -181,10 +169,7 @@ def _run(args, problems, needed) -> int:
         x = tune_menu.operand(torch, m, k, False, device, gen)
         w = tune_menu.operand(torch, n, k, False, device, gen)
         o = torch.empty(m, -(-n // 8) * 8, dtype=torch.float16, device=device)[:, :n]
-        fn, clusters = kernels[cand.variant_key]
-        config = cand.entry.variant_config(split=cand.split > 1)
-        if config is not None and config.splits_in_kernel:
-            fn = split_launcher(fn, config, cand.split, semaphores)
+        fn, clusters = tune_menu.launcher(cand, kernels, semaphores)
         run = tune_menu._call(fn, tune_menu.kernel_view(x), tune_menu.kernel_view(w),
                               tune_menu.kernel_view(o), clusters)  # fmt: skip
         check.poison(o)

@@ -388,7 +388,36 @@ def choices_json(rows: list[list]) -> str:
     return "{\n" + "\n".join(lines) + '\n  "rows": [\n' + body + "\n  ]\n}\n"
 
 
-class _Log:
+def compiled(needed: dict, jobs: int, sms: int, log) -> dict | None:
+    """``needed`` (key -> ``host.Variant``) compiled in parallel and loaded: key -> (kernel,
+    the clusters that run at once on ``sms`` SMs); None, each failure logged, if any failed
+    (the current warm reports a failure per variant, an older one raised)."""
+    outcomes = host.warm(list(needed.values()), jobs=jobs) or []
+    failed = [o for o in outcomes if getattr(o, "status", "") == "failed"]
+    for o in failed:
+        log(f"compile FAILED: {o.key}: {getattr(o, 'error', '')}")
+    if failed:
+        return None
+    return {key: (host.COMPILE_CACHE.get(v), sms // host.cluster_size(v.kernel_config()))
+            for key, v in needed.items()}  # fmt: skip
+
+
+def launcher(c: Candidate, kernels: dict, semaphores) -> tuple:
+    """(launch, clusters) of candidate ``c`` from ``compiled``'s kernels: its split-K or
+    stream-K variant through ``split_launcher`` (a fresh workspace per call, the stream's
+    semaphores), what the library runs; an unsplit one as compiled."""
+    from wsgemm.host.workspace import split_launcher
+
+    fn, clusters = kernels[c.variant_key]
+    config = c.entry.variant_config(split=c.split > 1)
+    if config is not None and config.splits_in_kernel:
+        fn = split_launcher(fn, config, c.split, semaphores)
+    return fn, clusters
+
+
+class Log:
+    """A log line to stdout and to ``path``."""
+
     def __init__(self, path: Path):
         self._file = path.open("w")
 
@@ -407,7 +436,7 @@ def _tune(args, entries, shapes) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = _Log(out / "tune_menu.log")
+    log = Log(out / "tune_menu.log")
     start = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
     props = torch.cuda.get_device_properties(device)
@@ -421,17 +450,9 @@ def _tune(args, entries, shapes) -> int:
     needed = variants(planned)
     log(f"{props.name}, {sms} SMs; {len(planned)} shapes, "
         f"{sum(len(c) for _, c in planned)} candidates, {len(needed)} variants")  # fmt: skip
-    # A failed compile: the current warm reports it per variant, an older one raised.
-    outcomes = host.warm(list(needed.values()), jobs=args.jobs) or []
-    failed = [o for o in outcomes if getattr(o, "status", "") == "failed"]
-    for o in failed:
-        log(f"compile FAILED: {o.key}: {getattr(o, 'error', '')}")
-    if failed:
+    kernels = compiled(needed, args.jobs, sms, log)
+    if kernels is None:
         return 1
-    kernels = {
-        key: (host.COMPILE_CACHE.get(v), sms // host.cluster_size(v.kernel_config()))
-        for key, v in needed.items()
-    }
     log(f"compiled and loaded in {time.perf_counter() - start:.0f} s")
 
     # As the benchmark (runner._full_precision_cublas_reductions): an fp32-accumulate cuBLAS
@@ -479,7 +500,7 @@ def _tune(args, entries, shapes) -> int:
 
 
 def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, interleaved, log):
-    from wsgemm.host.workspace import SemaphoreCache, split_launcher
+    from wsgemm.host.workspace import SemaphoreCache
 
     semaphores = SemaphoreCache()
 
@@ -501,10 +522,7 @@ def _measure_shape(shape, cands, kernels, timer, args, device, torch, check, int
     cublas_out = buffer()
     calls["cublas"] = (lambda: torch.mm(x, w.t(), out=cublas_out), cublas_out)
     for c in cands:
-        fn, clusters = kernels[c.variant_key]
-        config = c.entry.variant_config(split=c.split > 1)
-        if config is not None and config.splits_in_kernel:  # split-K or stream-K: its buffers
-            fn = split_launcher(fn, config, c.split, semaphores)
+        fn, clusters = launcher(c, kernels, semaphores)
         o = buffer()
         if c.entry.swap_ab:  # C^T = B^T A^T: the kernel's A is W, its B is x, its C is o^T
             ld = o.stride(0)  # (n, m, 1), unit stride along the kernel's M, 16-byte strides

@@ -211,3 +211,15 @@ def test_m_range_keeps_the_band(capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if " TN:" in line]
     ms = [int(line.split(" TN:")[0].split()[-1].split("x")[0]) for line in lines]
     assert lines and all(129 <= m <= 1024 for m in ms)
+
+
+def test_launcher_wraps_a_split_candidate_only():
+    """``launcher`` (tune_menu's and bench_fixup's): a split candidate through split_launcher,
+    an unsplit one as compiled."""
+    kernel = object()
+    e = tune_menu.entry("cooperative-128x128-c1x2")
+    plain, split = tune_menu.Candidate(e, 1), tune_menu.Candidate(e, 2)
+    kernels = {plain.variant_key: (kernel, 66), split.variant_key: (kernel, 66)}
+    assert tune_menu.launcher(plain, kernels, None) == (kernel, 66)
+    fn, clusters = tune_menu.launcher(split, kernels, None)
+    assert fn is not kernel and hasattr(fn, "bind") and clusters == 66
