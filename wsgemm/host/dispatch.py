@@ -234,19 +234,10 @@ class Dispatcher:
         if not self.autotune:
             return None
         m, n, k, batch, *_, sm_count, cc = self._policy_args(device, problem, dtypes)
-        tuned = choosing.tuned_choice(
+        return choosing.tuned_choice(
             self.tuned, self.devices.name(device), sm_count, cc, m, n, k, batch, dtypes,
             self.batch_invariant,
         )  # fmt: skip
-        if tuned is None:
-            return None
-        model = self.model_choice(device, problem, dtypes)
-        if (model.menu_entry, model.split) == (tuned.menu_entry, tuned.split):
-            said = "; the cost model picks the same"
-        else:
-            said = (f"; it overrides the cost model's pick, {model.menu_entry.name} split "
-                    f"{model.split}")  # fmt: skip
-        return dataclasses.replace(tuned, reason=tuned.reason + said)
 
     def model_choice(self, device, problem, dtypes) -> choosing.Choice:
         """What the policy alone picks for this problem on sm_90 (the table and the cost
@@ -276,13 +267,14 @@ class Dispatcher:
         return [choosing.Choice(e, split, "a candidate being timed", "candidate")
                 for e, split in found]  # fmt: skip
 
-    def _tuned(
+    def tune_problem(
         self, device, problem, dtypes, run: Runner, top: int | None = None
     ) -> choosing.Choice | None:
-        """``WSGEMM_AUTOTUNE``: time every candidate (``top``: the cost model's fastest
-        ``top``) through ``run`` (``choosing.tune``) on ``device``, keep the fastest for this
-        problem's bucket and return it as the choice later calls read (``tuned_choice``); None
-        when fewer than two candidates or none ran."""
+        """The on-line tuner (``WSGEMM_AUTOTUNE``'s first call of a bucket, and
+        ``wsgemm.tune``): time every candidate (``top``: the cost model's fastest ``top``)
+        through ``run`` (``choosing.tune``) on ``device``, keep the fastest for this problem's
+        bucket and return it as the choice later calls read (``tuned_choice``); None when fewer
+        than two candidates or none ran."""
         candidates = self.candidates(device, problem, dtypes, top)
         if len(candidates) < 2:
             return None
@@ -298,11 +290,6 @@ class Dispatcher:
             choosing.batch_invariant_requested(self.batch_invariant), times,
         )  # fmt: skip
         return self.tuned_choice(device, problem, dtypes)
-
-    def tune_problem(self, device, problem, dtypes, run: Runner, top: int | None = None):
-        """``wsgemm.tune``'s timing of one problem: as the on-line tuner's (``_tuned``), of the
-        cost model's ``top`` fastest candidates (None: all), into the same store."""
-        return self._tuned(device, problem, dtypes, run, top)
 
     def on_device(self, index):
         """Kernels launch on the current device: a context that makes it ``index`` for a call
@@ -360,7 +347,7 @@ class Dispatcher:
                     batch_invariant=self.batch_invariant,
                 )
                 if run is not None and choice.source in _TUNABLE and self.autotune:
-                    choice = self._tuned(device, problem, dtypes, run) or choice
+                    choice = self.tune_problem(device, problem, dtypes, run) or choice
                 chosen = self._or_torch(self.choice_route(choice), device, problem, dtypes, run)
             else:
                 chosen = self._or_torch(Route("sm80"), device, problem, dtypes, run)
@@ -521,6 +508,12 @@ class Dispatcher:
             tuned = self.tuned_choice(device, problem, dtypes)
             if tuned is not None:
                 text = choosing.describe(tuned, *args, batch_invariant=self.batch_invariant)
+                model = self.model_choice(device, problem, dtypes)
+                if (model.menu_entry, model.split) == (tuned.menu_entry, tuned.split):
+                    text += "\ntuned: the cost model picks the same"
+                else:
+                    text += (f"\ntuned: overrides the cost model's pick, {model.menu_entry.name} "
+                             f"split {model.split}")  # fmt: skip
                 return text + decided
             text = choosing.explain(*args, batch_invariant=self.batch_invariant)
             count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
