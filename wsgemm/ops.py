@@ -478,10 +478,10 @@ def matmul(
         if _grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
         ):
-            if activation is not None and activation != "none":  # _activated's docstring
-                pre = _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, None)
-                return torch_activation(activation, pre)
-            return _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, activation)
+            if activation is None:
+                return _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, None)
+            pre = _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, None)  # _activated
+            return torch_activation(check_activation(activation), pre)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
     # what torch's dispatcher would refuse with a RuntimeError, refused with our TypeError
     check_kinds(a, b, out, out_dtype, accumulate, backend)
@@ -504,7 +504,7 @@ def _activated(activation, a, b, bias) -> bool:
     product recomputed (the registered op's own backward, for a direct
     ``torch.ops.wsgemm.matmul`` call with an activation, recomputes it). Without a gradient
     (inference) the activation stays fused in the kernel's epilogue."""
-    if activation is None or activation == "none" or not _grad_enabled():
+    if activation is None or not _grad_enabled():
         return False
     return a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
 
@@ -539,8 +539,9 @@ def linear(input, weight, bias=None, activation=None):
             f"{tuple(input.shape)}); weight {tuple(weight.shape)} takes in_features="
             f"{weight.shape[-1]}"
         )
-    autocast = _any_autocast() and torch.is_autocast_enabled(input.device.type)
-    if input.dtype != weight.dtype and not autocast:
+    if input.dtype != weight.dtype and not (
+        _any_autocast() and torch.is_autocast_enabled(input.device.type)
+    ):
         raise TypeError(
             f"input is {input.dtype} and weight {weight.dtype}; they must match (or run under "
             "torch.autocast)"

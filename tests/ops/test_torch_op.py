@@ -738,3 +738,12 @@ def test_an_activations_backward_graph_recomputes_no_product():
     gm = make_fx(fwd_bwd, tracing_mode="fake")(meta((4, 8, 32)), meta((16, 32)), meta((16,)))
     assert len(ops_in(gm)) == 3  # forward (the bias fused, no activation), dA, dB
     assert any("gelu" in str(n.target) for n in gm.graph.nodes)  # torch's, saved for backward
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+def test_an_unknown_activation_with_autograd_is_refused(monkeypatch, fast):
+    install(monkeypatch, fast=fast)
+    x = torch.randn(4, 32).to(BF16).requires_grad_()
+    w = torch.randn(16, 32).to(BF16)
+    with pytest.raises(ValueError, match="activation='none' is not one of"):
+        wsgemm.linear(x, w, activation="none")
