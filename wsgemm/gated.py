@@ -16,7 +16,7 @@ import math
 import torch
 
 from .api import gated as core
-from .api.epilogue import activation_grad, torch_activation
+from .api.epilogue import activation_grad, gated_unit, torch_activation
 from .ops import matmul
 
 __all__ = ["gated_linear"]
@@ -127,6 +127,5 @@ def _for_autograd(x, weight, activation):
     and dW (two products) and recomputes nothing. The op's own backward (a direct
     ``torch.ops.wsgemm.gated_linear`` call) recomputes the product."""
     folded = _fold(x) if x.dim() >= 1 else x
-    _, half, act = core.check_gated(folded, weight, activation, (x.device.type,))
-    y = matmul(x, weight.t())
-    return torch_activation(act, y[..., :half]) * y[..., half:]
+    act = core.check_gated(folded, weight, activation, (x.device.type,))[2]
+    return gated_unit(act, matmul(x, weight.t()))

@@ -14,7 +14,7 @@ import math
 import torch
 
 from .api import grouped as core
-from .api.epilogue import activation_grad, torch_activation
+from .api.epilogue import activation_grad, gated_unit, torch_activation
 from .ops import _any_autocast, _is_compiling, _no_modes, autocast_dtype
 
 __all__ = ["grouped_mm"]
@@ -217,9 +217,5 @@ def _for_autograd(a, b, offs, out_dtype, backend, activation, gated):
     type."""
     p = core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
                            gated)  # fmt: skip
-    act = p.epilogue.activation
     pre = _GROUPED_MM(a, b, offs, out_dtype, backend, None, False)
-    if not gated:
-        return torch_activation(act, pre)
-    half = pre.shape[-1] // 2
-    return torch_activation(act, pre[..., :half]) * pre[..., half:]
+    return (gated_unit if gated else torch_activation)(p.epilogue.activation, pre)

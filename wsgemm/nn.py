@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .api.epilogue import check_activation, torch_activation
+from .api.epilogue import check_activation, gated_unit, torch_activation
 from .api.validate import AB_DTYPES, dtype_list
 from .gated import gated_linear
 from .ops import autocast_dtype, linear
@@ -393,9 +393,7 @@ class GatedMLP(nn.Module):
             h = gated_linear(x, w, self.activation)
         else:  # torch's road: the product, then act(gate) * up in fp32
             y = self.gate_up_proj(x)
-            half = y.shape[-1] // 2
-            g, u = y[..., :half].float(), y[..., half:].float()
-            h = (torch_activation(self.activation, g) * u).to(y.dtype)
+            h = gated_unit(self.activation, y.float()).to(y.dtype)
         return self.down_proj(h)
 
     def extra_repr(self) -> str:

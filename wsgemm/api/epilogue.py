@@ -112,6 +112,13 @@ def torch_activation(name: str, x: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"no activation {name!r}")
 
 
+def gated_unit(name: str, y: torch.Tensor) -> torch.Tensor:
+    """``act(gate) * up`` of a product whose last dimension is ``[gate; up]`` (half each), in
+    ``y``'s dtype: torch's own form (``.float()`` it first for fp32 arithmetic)."""
+    half = y.shape[-1] // 2
+    return torch_activation(name, y[..., :half]) * y[..., half:]
+
+
 def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
     """d act(x) / dx at ``pre`` (fp32), for the backward."""
     x = pre.float()

@@ -17,7 +17,7 @@ from .. import host
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import check_activation, torch_activation
+from .epilogue import check_activation, gated_unit
 from .plan import _kernel_view
 
 __all__ = ["check_gated", "gated_config", "gated_linear", "gated_in_torch"]
@@ -64,9 +64,7 @@ def gated_config(rows: int) -> tuple[str, None]:
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
     """``act(y[:, :I]) * y[:, I:]`` in fp32, rounded once: the unfused road's epilogue."""
-    half = y.shape[-1] // 2
-    g, u = y[..., :half].float(), y[..., half:].float()
-    return (torch_activation(activation, g) * u).to(out_dtype)
+    return gated_unit(activation, y.float()).to(out_dtype)
 
 
 def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tensor:

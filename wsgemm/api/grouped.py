@@ -42,7 +42,7 @@ from .. import host
 from ..host.registry import PLAIN, Epilogue
 from ..support import VECTOR_BYTES
 from . import dispatch
-from .epilogue import check_activation, torch_activation
+from .epilogue import check_activation, gated_unit, torch_activation
 from .plan import _copy_unit, _kernel_view, _padded
 
 __all__ = ["GroupedProblem", "check_grouped", "grouped_mm", "result_shape", "result_strides"]
@@ -279,8 +279,7 @@ def epilogue_in_torch(product: torch.Tensor, epilogue: Epilogue, dtype) -> torch
         return product
     y = product.float()
     if epilogue.gated:
-        half = y.shape[-1] // 2
-        return (torch_activation(epilogue.activation, y[..., :half]) * y[..., half:]).to(dtype)
+        return gated_unit(epilogue.activation, y).to(dtype)
     return torch_activation(epilogue.activation, y).to(dtype)
 
 
