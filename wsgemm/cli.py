@@ -421,7 +421,7 @@ def _tune(args: argparse.Namespace) -> int:
     def progress(done, total, r):
         gain = f"{r.gain:.3f}x" if r.gain else "-"
         how = "stored before" if r.already else f"{len(r.times_ms)} timed"
-        label = next((lab for lab, p in problems if p == (r.m, r.n, r.k)), "")
+        label = problems[done - 1][0]  # tune reports the problems in order
         console.print(
             f"[{done}/{total}] {label} {r.m}x{r.n}x{r.k}: model {r.model_pick}, tuned "
             f"{r.tuned_pick} ({how}), gain {gain}", markup=False,
@@ -508,6 +508,8 @@ def _program_name() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from .bench.layouts import LAYOUTS
+    from .bench.models import TP_DEGREES
+    from .host.choosing.tuning import TUNE_TOP
     from .host.registry import BACKENDS
     from .inspection import ARCHES
     from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, dtype_option, short_name
@@ -626,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tp",
         type=int,
         default=1,
-        choices=(1, 2, 4, 8),
+        choices=TP_DEGREES,
         help="--model's layers as one of this many tensor-parallel ranks has them",
     )
     short = tuple(short_name(d) for d in AB_DTYPES)
@@ -640,9 +642,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--top",
         type=bench_cli.bounded_int(0),
-        default=4,
-        help="candidates timed per problem, the cost model's fastest first (default "
-        "4; 0: every one the policy allows, each a compile the first time)",
+        default=TUNE_TOP,
+        help=f"candidates timed per problem, the cost model's fastest first (default "
+        f"{TUNE_TOP}; 0: every one the policy allows, each a compile the first time)",
     )
     p.add_argument("--dry-run", action="store_true",
                    help="list the problems, time nothing (no GPU needed)")  # fmt: skip

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..host.choosing.tuning import TUNE_TOP
 from ..host.dispatch import DISPATCHER, Dispatcher, autotuning
 from ..support import AB_DTYPES, dtype_name
 from . import dispatch
@@ -26,9 +27,8 @@ from .validate import validate
 
 __all__ = ["TOP", "TuneResult", "tune"]
 
-#: Candidates timed per problem by default: the cost model's fastest four (its pick is among
-#: them; the model picks within 2-3% of the best candidate, docs/perf.md entry 33).
-TOP = 4
+#: Candidates timed per problem by default (``host.choosing.tuning.TUNE_TOP``).
+TOP = TUNE_TOP
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,13 @@ from collections.abc import Callable, Sequence
 from .autotune import AutotuneWarning
 from .rules import Choice
 
-__all__ = ["TIMED_CALLS", "time_cuda", "tune"]
+__all__ = ["TIMED_CALLS", "TUNE_TOP", "time_cuda", "tune"]
 
 #: Calls timed per candidate, back to back between two CUDA events (after one untimed call).
 TIMED_CALLS = 10
+#: Candidates ``wsgemm.tune`` times per problem by default: the cost model's fastest four (its
+#: own pick among them; it picks within 2-3% of the best candidate, docs/perf.md entry 33).
+TUNE_TOP = 4
 # One tuning at a time in a process: two would time each other's kernels.
 _TUNING = threading.Lock()
 # The frames between ``tune`` and the caller of ``wsgemm.api.matmul``: the dispatcher's tuning
