@@ -521,30 +521,12 @@ def linear(input, weight, bias=None, activation=None):
 
     Differentiable and traceable like ``matmul``.
     """
-    if not isinstance(input, torch.Tensor):
-        raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     if weight.dim() not in (1, 2):
         raise ValueError(
             f"weight must be 2-D (out_features, in_features) or 1-D, got shape "
             f"{tuple(weight.shape)}"
-        )
-    # in the caller's words (input, weight, in_features), not the product's (a, b, K)
-    if input.dim() == 0:
-        raise ValueError("input must be at least 1-D (..., in_features), got a 0-D tensor")
-    if input.shape[-1] != weight.shape[-1]:
-        raise ValueError(
-            f"input has {input.shape[-1]} features (its last dimension, shape "
-            f"{tuple(input.shape)}); weight {tuple(weight.shape)} takes in_features="
-            f"{weight.shape[-1]}"
-        )
-    if input.dtype != weight.dtype and not (
-        _any_autocast() and torch.is_autocast_enabled(input.device.type)
-    ):
-        raise TypeError(
-            f"input is {input.dtype} and weight {weight.dtype}; they must match (or run under "
-            "torch.autocast)"
         )
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
@@ -556,4 +538,31 @@ def linear(input, weight, bias=None, activation=None):
                 f"bias has shape {tuple(bias.shape)}; weight {tuple(weight.shape)} needs "
                 f"{tuple(weight.shape[:-1])} or ()"
             )
-    return matmul(input, weight.t(), bias=bias, activation=activation)
+    try:
+        return matmul(input, weight.t(), bias=bias, activation=activation)
+    except (TypeError, ValueError):
+        # the product's checks speak of a, b and K: where the input is at fault, say it in
+        # linear's words (asked only on failure: nothing added to a call that runs)
+        fault = _input_fault(input, weight)
+        if fault is None:
+            raise
+    raise fault
+
+
+def _input_fault(input, weight) -> Exception | None:
+    """What is wrong with ``linear``'s input against ``weight``, in linear's words, if that is
+    what the product refused; None otherwise."""
+    if not isinstance(input, torch.Tensor):
+        return TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
+    if input.dim() >= 1 and input.shape[-1] != weight.shape[-1]:
+        return ValueError(
+            f"input has {input.shape[-1]} features (its last dimension, shape "
+            f"{tuple(input.shape)}); weight {tuple(weight.shape)} takes in_features="
+            f"{weight.shape[-1]}"
+        )
+    if input.dtype != weight.dtype:
+        return TypeError(
+            f"input is {input.dtype} and weight {weight.dtype}; they must match (or run under "
+            "torch.autocast)"
+        )
+    return None
