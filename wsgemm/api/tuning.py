@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..host.choosing.tuning import TUNE_TOP
+from .. import host
 from ..host.dispatch import DISPATCHER, Dispatcher, autotuning
 from ..support import AB_DTYPES, dtype_name
 from . import dispatch
@@ -27,8 +27,8 @@ from .validate import validate
 
 __all__ = ["TOP", "TuneResult", "tune"]
 
-#: Candidates timed per problem by default (``host.choosing.tuning.TUNE_TOP``).
-TOP = TUNE_TOP
+#: Candidates timed per problem by default (``host.TUNE_TOP``).
+TOP = host.TUNE_TOP
 
 
 @dataclass(frozen=True)

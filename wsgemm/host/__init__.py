@@ -12,6 +12,7 @@ variant and a fingerprint of the kernel sources and toolchain versions: ``compil
 its entries load without the DSL where they hold a shared library: ``compiling/library.py``).
 """
 
+from .choosing.tuning import TUNE_TOP
 from .compiling.cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compiling.compile import compile_variant, fake_arguments, make_kernel
 from .compiling.warming import warm
@@ -37,6 +38,7 @@ __all__ = [
     "BACKENDS",
     "COMPILE_CACHE",
     "GROUPED_BACKENDS",
+    "TUNE_TOP",
     "Backend",
     "CacheError",
     "CompileCache",
