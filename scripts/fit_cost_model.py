@@ -13,6 +13,13 @@ it: the choices' geomean against cuBLAS next to the best candidate's, the model'
 family it never saw. Writes the model (with this record in its ``fit`` field) to ``--out``;
 ``--markdown`` prints the constants as docs/policy.md's table.
 
+``--extend MODEL.json`` fits only the menu entries MODEL has no constants for, keeping its
+machine constants and every other entry's: for entries timed on another GPU than MODEL's (the
+device time one has). Each problem's times are first scaled by how the GPU that timed them
+compares with MODEL there: the median, over the problem's candidates MODEL knows, of MODEL's
+prediction over the measured time; so a new entry is placed against the menu it was timed
+beside, not against the other GPU's clock and memory.
+
 Needs numpy and scipy (a development tool: the model itself is pure Python).
 """
 
@@ -108,24 +115,70 @@ class Fitter:
         q = m["q"]
         return m["launch_us"] + (compute**q + dram**q + l2**q) ** (1 / q)
 
-    def fit(self, mask):
+    def fit(self, mask, base: cost.CostModel | None = None):
+        """The constants' logs fitted on the samples of ``mask``; with ``base``, only those of
+        the entries ``base`` has none for (the others and the machine's are ``base``'s)."""
         from scipy.optimize import least_squares
 
         np = self.np
         n = len(self.names)
         start = [math.log(START[c]) for c in ENTRY_CONSTANTS for _ in range(n)]
         start += [math.log(START[c]) for c in MACHINE_CONSTANTS]
+        start = np.array(start)
+        free = np.ones(len(start), dtype=bool)
+        if base is not None:
+            for i, name in enumerate(self.names):
+                known = base.entries.get(name)
+                for j, c in enumerate(ENTRY_CONSTANTS):
+                    if known is not None:
+                        # a never-split entry's 0.0 stands for "unmeasured": any small value
+                        start[j * n + i] = math.log(max(getattr(known, c), 1e-6))
+                        free[j * n + i] = False
+            for j, c in enumerate(MACHINE_CONSTANTS):
+                start[4 * n + j] = math.log(getattr(base, c))
+                free[4 * n + j] = False
+            if not free.any():
+                raise SystemExit("--extend: every menu entry already has constants")
 
-        def residuals(p):
+        def residuals(x):
+            p = start.copy()
+            p[free] = x
             return np.log(self.predict(p, mask)) - np.log(self.us[mask])
 
-        return least_squares(residuals, np.array(start), loss="soft_l1", f_scale=0.05).x
+        x = least_squares(residuals, start[free], loss="soft_l1", f_scale=0.05).x
+        out = start.copy()
+        out[free] = x
+        return out
 
-    def model(self, p, device: str, source: str, fit: dict) -> dict:
+    def anchor(self, base: cost.CostModel) -> None:
+        """Scale each problem's times to ``base``'s GPU: by the median, over the problem's
+        candidates ``base`` has constants for, of ``base``'s prediction over the time."""
+        np = self.np
+        by_problem = defaultdict(list)
+        for i, s in enumerate(self.samples):
+            by_problem[s.label].append(i)
+        for label, rows in by_problem.items():
+            ratios = []
+            for i in rows:
+                s = self.samples[i]
+                e = choosing.entry(s.entry)
+                b = element_bytes(s.dtype)
+                p = cost.predict(base, e, cost.features(e, s.split, s.m, s.n, s.k, 1,
+                                                        self.sm_count, b, b))  # fmt: skip
+                if p is not None:
+                    ratios.append(p.us / s.us)
+            if not ratios:
+                raise SystemExit(f"--extend: no candidate of {label!r} has constants to anchor it")
+            self.us[rows] *= float(np.median(ratios))
+
+    def model(self, p, device: str, source: str, fit: dict, base=None) -> dict:
         per_entry, machine = self.unpack(p)
         splits = {e.name for e in choosing.MENU if e.splits}
         entries = {}
+        timed = set(self.entry.tolist())
         for i, name in enumerate(self.names):
+            if i not in timed and (base is None or name not in base.entries):
+                continue  # nothing measured it: no constants (a later --extend fits them)
             values = {c: round(float(per_entry[c][i]), 4) for c in ENTRY_CONSTANTS}
             if name not in splits:
                 values["per_split_unit"] = 0.0  # never splits: nothing measured it
@@ -189,6 +242,12 @@ def main(argv=None) -> int:
     parser.add_argument("--sm-count", type=int, default=132)
     parser.add_argument("--no-cv", action="store_true", help="skip the leave-one-group-out refits")
     parser.add_argument("--markdown", action="store_true", help="print the constants as a table")
+    parser.add_argument(
+        "--extend",
+        metavar="MODEL",
+        help="fit only the entries MODEL lacks (its other constants kept), each problem "
+        "anchored to MODEL's GPU",
+    )
     args = parser.parse_args(argv)
 
     import tempfile
@@ -199,14 +258,21 @@ def main(argv=None) -> int:
     if not samples:
         raise SystemExit("no timed menu candidate in the CSVs")
     fitter = Fitter(samples, args.sm_count)
+    base = None
+    if args.extend:
+        base = cost.load_cost_model(args.extend)
+        fitter.anchor(base)
     everything = np.ones(len(samples), dtype=bool)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / "model.json"
         names = ", ".join(Path(p).name for p in args.csv)
         source = (f"scripts/fit_cost_model.py on {names}, {datetime.date.today()}, "
                   f"git {_git_sha()}")  # fmt: skip
-        p = fitter.fit(everything)
-        raw = fitter.model(p, args.device, source, {})
+        p = fitter.fit(everything, base)
+        raw = fitter.model(p, args.device, source, {}, base)
+        if base is not None:  # the base's record stays; this fit's follows it
+            old = json.loads(Path(args.extend).read_text())
+            raw["source"] = f"{old['source']}; extended by {source}"
         fit = {
             "samples": len(samples),
             "in_sample": choice_quality(_as_model(raw, scratch), samples, args.sm_count),
@@ -217,12 +283,16 @@ def main(argv=None) -> int:
             fit["left_out"] = {}
             for g in groups:
                 inside = np.array([s.group != g for s in samples])
-                q = fitter.fit(inside)
-                model = _as_model(fitter.model(q, args.device, source, {}), scratch)
+                q = fitter.fit(inside, base)
+                model = _as_model(fitter.model(q, args.device, source, {}, base), scratch)
                 held = [s for s in samples if s.group == g]
                 fit["left_out"][g] = choice_quality(model, held, args.sm_count)
                 print(f"left out {g}: {fit['left_out'][g]}")
-        raw["fit"] = fit
+        if base is not None:
+            before = json.loads(Path(args.extend).read_text())["fit"]
+            raw["fit"] = dict(before, extended=[*before.get("extended", []), fit])
+        else:
+            raw["fit"] = fit
         _as_model(raw, scratch)  # what ships must load
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

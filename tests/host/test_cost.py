@@ -92,21 +92,39 @@ def test_load_cost_model_checks_its_input(tmp_path):
             cost.load_cost_model(path)
 
 
+def _source_csvs(part: str) -> list[str]:
+    """The CSVs one fit of a model's ``source`` names ("... on a.csv, b.csv, date, git sha")."""
+    csvs = [str(REPO / "docs" / "data" / name.strip())
+            for name in part.split(" on ")[1].split(",")[:-2]]  # fmt: skip
+    assert len(csvs) >= 1 and all(Path(c).exists() for c in csvs), csvs
+    return csvs
+
+
 def test_the_shipped_constants_are_the_fit_of_the_shipped_measurements(tmp_path):
-    """scripts/fit_cost_model.py on the CSVs the shipped model names (its ``source``) gives the
-    shipped constants again, and the choice quality it recorded."""
+    """scripts/fit_cost_model.py on the CSVs the shipped model names (its ``source``: the fit,
+    then each ``--extend`` of it, in order) gives the shipped constants again, and the choice
+    quality it recorded."""
     pytest.importorskip("scipy")
     fit = load("fit_cost_model")
     shipped = json.loads(SHIPPED.read_text())
-    csvs = [str(REPO / "docs" / "data" / name.strip()) for name in
-            shipped["source"].split(" on ")[1].split(",")[:-2]]  # fmt: skip
-    assert len(csvs) >= 1 and all(Path(c).exists() for c in csvs)
+    base, *extensions = shipped["source"].split("; extended by ")
     out = tmp_path / "refit.json"
-    assert fit.main([*csvs, "--out", str(out), "--no-cv"]) == 0
+    assert fit.main([*_source_csvs(base), "--out", str(out), "--no-cv"]) == 0
+    in_sample = json.loads(out.read_text())["fit"]["in_sample"]
+    for i, part in enumerate(extensions):
+        extended = tmp_path / f"extended{i}.json"
+        assert fit.main([*_source_csvs(part), "--extend", str(out), "--out", str(extended),
+                         "--no-cv"]) == 0  # fmt: skip
+        out = extended
     refit = json.loads(out.read_text())
     for key in ("launch_us", "l2_tb_s", "q", "per_extra_split"):
         assert math.isclose(refit[key], shipped[key], rel_tol=0.02, abs_tol=0.02), key
+    assert set(refit["entries"]) == set(shipped["entries"])
     for name, constants in shipped["entries"].items():
         for key, value in constants.items():
-            assert math.isclose(refit["entries"][name][key], value, rel_tol=0.02, abs_tol=0.02)
-    assert refit["fit"]["in_sample"] == shipped["fit"]["in_sample"]
+            got = refit["entries"][name][key]
+            assert math.isclose(got, value, rel_tol=0.02, abs_tol=0.02), (name, key, got)
+    assert in_sample == shipped["fit"]["in_sample"]
+    if extensions:
+        got = [f["in_sample"] for f in refit["fit"]["extended"]]
+        assert got == [f["in_sample"] for f in shipped["fit"]["extended"]]

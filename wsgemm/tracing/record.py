@@ -125,13 +125,14 @@ def record(
 
     num_sms = d.devices.sm_count(device)
     # the traced entry takes every launch argument after the buffer: the family's defaults
-    # (``LAUNCH_EXTRAS``) unless the call splits
+    # (``LAUNCH_EXTRAS``: split count, workspace, semaphores, then the epilogue's), the split's
+    # three when the call splits
     extras = host.BACKENDS[route.backend].kernel_class().LAUNCH_EXTRAS
     split_args: tuple = tuple(default for _, default in extras)
     if traced_split > 1:
         traced_split, words, count = split_buffer_sizes(kernel_config, traced_split, m, n, k, L)
         workspace = torch.empty(words, dtype=torch.float32, device=a.device)
-        split_args = (traced_split, workspace, d.semaphores.get(a.device, count))
+        split_args = (traced_split, workspace, d.semaphores.get(a.device, count), *split_args[3:])
     tplan = plan.plan_trace(
         route.backend, kernel_config, (m, n, k, L), num_sms, capacity=capacity,
         max_ctas=max_ctas, split=traced_split,

@@ -173,6 +173,10 @@ MENU: tuple[MenuEntry, ...] = (
     # Gate/up at 128 tokens: the tokens' 128x256 tile multicast to the cluster's two weight tiles.
     _of("cooperative-128x256-c1x2", "sm90", tile_m=128, tile_n=256, tile_k=64,
         cluster_m=1, cluster_n=2, schedule="cooperative"),
+    # 129-1024 tokens: swap-AB with the tokens in one or two wide N tiles (266 tokens: 320 rows
+    # of 160-wide tiles where 128-row ones take 384), the weights' N giving the CTAs.
+    *(_of(f"swap-cooperative-128x{w}-c2x1", "sm90", tile_m=128, tile_n=w, tile_k=64,
+          cluster_m=2, cluster_n=1, schedule="cooperative", swap_ab=True) for w in (96, 160, 224)),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU}
 # The smallest tile's rows: the unit in which the table measures M.

@@ -98,16 +98,23 @@ class Choice:
 #: candidates for 129-1024 tokens, docs/perf.md entry 48) tile the tokens as any N: their
 #: token tile can be sized to M more closely than a 64- or 128-row tile.
 SWAP_DECODE_MAX_N = 32
+#: The most tokens a wide swap-AB tile (tile_n above ``SWAP_DECODE_MAX_N``) runs: they were
+#: measured, and their cost constants fitted, at 129-1024 tokens only (docs/perf.md entry 51);
+#: above, the tokens fill ordinary 128-row tiles and the model would speak past its data.
+SWAP_WIDE_MAX_M = 1024
 
 
 def fits(e: MenuEntry, m: int, n: int) -> bool:
     """A cluster of two CTAs along M (N) needs two m-tiles (n-tiles): with one, the second CTA
     of every cluster computes a tile wholly outside the problem (the shipped 2x1 cluster at
-    decode). A decode swap-AB tile (``SWAP_DECODE_MAX_N``) fits only all the tokens at once."""
+    decode). A decode swap-AB tile (``SWAP_DECODE_MAX_N``) fits only all the tokens at once,
+    a wide one at most ``SWAP_WIDE_MAX_M`` tokens."""
     cm, cn = e.cluster
     km, kn = e.kernel_mn(m, n)
     if e.swap_ab and e.tile_n <= SWAP_DECODE_MAX_N and m > e.tile_n:
         return False  # the decode swap-AB tiles are for a few tokens: all of them in one tile
+    if e.swap_ab and e.tile_n > SWAP_DECODE_MAX_N and m > SWAP_WIDE_MAX_M:
+        return False
     return -(-km // e.tile_m) >= cm and -(-kn // e.tile_n) >= cn
 
 
