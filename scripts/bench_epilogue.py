@@ -12,13 +12,15 @@ each round, cold L2 (``wsgemm.bench.measure.CudaTimer``):
 Prints per shape the median over rounds of fused/plain, fused/torch and the share of torch's
 unfused overhead (t_torch - t_plain) that fusing recovers, and the geomeans; ``--json`` keeps
 every time with the clocks. Epilogues: bias, bias_relu, bias_gelu (erf), bias_gelu_tanh,
-bias_silu, silu, gelu_tanh (no bias).
+bias_silu, silu, gelu_tanh (no bias), and ``residual``: the in-place ``r += x @ W^T``
+(``wsgemm.matmul(x, W.t(), c=r, out=r)``) against ``r.add_(F.linear(x, W))`` and cuBLASLt's
+``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``).
 
     python scripts/bench_epilogue.py [--suite llm|models] [--seed S --count C] [--rounds 7]
         [--epilogues bias,bias_gelu_tanh] [--dtype fp16|bf16] [--json FILE]
 
 It measures the fused kernels whether or not main runs them yet: it switches the sm90 family on
-(``host.registry.FUSING_FAMILIES``) for its own process.
+(``host.registry.FUSING_FAMILIES``, ``RESIDUAL_FAMILIES``) for its own process.
 """
 
 from __future__ import annotations
@@ -40,11 +42,20 @@ from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
 
 EPILOGUES = {name: e for name, e in backends.EPILOGUES.items() if name != "none"}
+EPILOGUES["residual"] = (False, None)  # contenders() takes its own road
 LT_ACTIVATIONS = {"relu": False, "gelu_tanh": True}  # torch._addmm_activation's use_gelu
 
 
-def contenders(x, w, bias, act):
-    """name -> zero-argument call."""
+def contenders(x, w, bias, act, residual=None):
+    """name -> zero-argument call (``residual``: the tensor the residual calls update)."""
+    if residual is not None:
+        r = residual
+        return {
+            "plain": lambda: wsgemm.linear(x, w),
+            "fused": lambda: wsgemm.matmul(x, w.t(), c=r, out=r),
+            "torch": lambda: r.add_(F.linear(x, w)),
+            "torch_lt": lambda: r.addmm_(x, w.t()),
+        }
     calls = {
         "plain": lambda: wsgemm.linear(x, w),
         "fused": lambda: wsgemm.linear(x, w, bias, activation=act),
@@ -56,9 +67,11 @@ def contenders(x, w, bias, act):
     return calls
 
 
-def check(calls, x, w, bias, act) -> None:
+def check(calls, x, w, bias, act, residual=None) -> None:
     ref = torch_activation(act or "none", F.linear(x.double(), w.double(), None if bias is None
                                                    else bias.double()))  # fmt: skip
+    if residual is not None:
+        ref = ref + residual.double()
     got = calls["fused"]().double()
     scale = ref.abs().max().item() + 1.0
     err = (got - ref).abs().max().item()
@@ -81,6 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     registry.FUSING_FAMILIES = registry.EPILOGUE_FAMILIES  # the fused kernels, measured
+    registry.RESIDUAL_FAMILIES = registry.EPILOGUE_FAMILIES
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     if args.suite == "llm":
         tokens = suites.parse_int_list(args.tokens) if args.tokens else None
@@ -100,8 +114,11 @@ def main(argv=None) -> int:
             x = torch.randn(s.m, s.k, device="cuda", dtype=dtype, generator=gen)
             w = torch.randn(s.n, s.k, device="cuda", dtype=dtype, generator=gen) / math.sqrt(s.k)
             bias = torch.randn(s.n, device="cuda", dtype=dtype, generator=gen) if has_bias else None
-            calls = contenders(x, w, bias, act)
-            check(calls, x, w, bias, act)
+            r = None
+            if name == "residual":  # (its values grow with every timed call: only time counts)
+                r = torch.randn(s.m, s.n, device="cuda", dtype=dtype, generator=gen)
+            calls = contenders(x, w, bias, act, r)
+            check(calls, x, w, bias, act, None if r is None else r.clone())
             names = list(calls)
             estimates = {n: timer.estimate(calls[n]) for n in names}
             times = {n: [] for n in names}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|residual|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -84,6 +84,15 @@ if has epilogue; then
     tests/gpu/test_gpu_epilogue.py -k "${EPI_TESTS:-fused}" > "$OUT/epilogue-tests.log" 2>&1
   grep -cE " PASSED" "$OUT/epilogue-tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/epilogue-tests.log" | cut -c1-300 | tail -20
   echo "epilogue tests done at $((SECONDS - start)) s"
+fi
+if has residual; then
+  # issue #25: the fused residual and alpha (kernels/sm90/residual.py), never run on a GPU
+  # before; RESIDUAL_FAMILIES stays empty until these pass. Its speed:
+  # EPILOGUES=residual bash scripts/gpu_session.sh epibench
+  timeout ${RES_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_residual.py > "$OUT/residual-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/residual-tests.log" | cut -c1-300 | tail -20
+  echo "residual tests done at $((SECONDS - start)) s"
 fi
 if has epibench; then
   # issue #25: fused against plain wsgemm and torch's best unfused path (llm suite rows, fp16)

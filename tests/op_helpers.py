@@ -23,14 +23,17 @@ class CoreStub:
 
     def __call__(
         self, a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto",
-        bias=None, activation=None,
+        bias=None, activation=None, c=None, alpha=1.0, beta=1.0,
     ):  # fmt: skip
         assert a.dim() in (2, 3) and b.dim() in (2, 3), (a.shape, b.shape)
         assert a.dtype == b.dtype and a.dtype in HALF, (a.dtype, b.dtype)
         if a.dim() == b.dim() == 3:
             assert a.shape[0] == b.shape[0] or 1 in (a.shape[0], b.shape[0])
         self.calls.append((a, b, out))
-        result = torch.matmul(a.double(), b.double())
+        result = alpha * torch.matmul(a.double(), b.double())
+        if c is not None and beta != 0:  # the core's c: broadcasts to its 2-D or 3-D result
+            assert torch.broadcast_shapes(c.shape, result.shape) == result.shape
+            result = result + beta * c.double()
         if bias is not None:  # the core's bias forms: (N,), (1, N), (), (M, 1)
             assert bias.dtype == a.dtype and bias.dim() <= 2, (bias.dtype, bias.shape)
             result = result + bias.double()

@@ -13,7 +13,8 @@ F16, F32 = torch.float16, torch.float32
 
 
 class StandInKernel:
-    """C[m,n,l] = act(sum_k A[m,k,l] B[n,k,l] + bias) in float64 (the fused epilogue of the
+    """C[m,n,l] = act(alpha · sum_k A[m,k,l] B[n,k,l] + beta · C[m,n,l] + bias) in float64 (the
+    fused epilogue of the
     variant it was handed for: ``epilogue``), remembering what each launch was given (and a
     split kernel's launch arguments: split count, workspace and semaphores; a bias vector)."""
 
@@ -23,12 +24,17 @@ class StandInKernel:
         self.biases = []
 
     def __call__(self, a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None,
-                 bias=None, *, epilogue="none"):  # fmt: skip
+                 bias=None, alpha=None, beta=None, *, epilogue="none"):  # fmt: skip
         self.launches.append((a.data_ptr(), b.data_ptr(), c.data_ptr(), clusters))
         if workspace is not None:
             self.splits.append((tuple(a.shape), tuple(c.shape), split, workspace, sems.clone()))
         result = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
         spec = Epilogue.parse(epilogue)
+        assert (alpha is not None) == (beta is not None) == spec.scalars, (spec, alpha, beta)
+        if spec.scale:
+            result = alpha * result
+        if spec.residual:  # C's values before the call, read from the output itself
+            result = result + beta * c.double()
         if spec.bias != "none":
             assert bias is not None and bias.dim() == 1 and bias.stride(0) == 1
             self.biases.append((spec.bias, bias.clone()))

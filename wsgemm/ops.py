@@ -32,6 +32,8 @@ from .api.epilogue import (
     bias_mode,
     check_activation,
     check_epilogue,
+    check_residual,
+    check_scalar,
     torch_activation,
 )
 from .api.validate import check_devices, check_kinds, check_out_fits, check_static, result_shape
@@ -40,13 +42,20 @@ from .api.validate import check_devices, check_kinds, check_out_fits, check_stat
 _FAKE_DEVICES = ("cuda", "meta")
 
 
-def _check_fake(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None) -> tuple:
+def _check_fake(
+    a, b, out, out_dtype, accumulate, backend, bias=None, activation=None, c=None, alpha=1.0,
+    beta=1.0,
+) -> tuple:  # fmt: skip
     """The fake implementations' checks: ``api.validate``'s that need no GPU (types, dtypes,
     shapes, the backend's name; ``check_static``; the epilogue's) and the devices. Returns the
     result's shape. Never reads data or asks the device anything."""
     shape = check_static(a, b, out, out_dtype, accumulate, backend)
     check_devices(a, b, out, _FAKE_DEVICES)
     check_epilogue(bias, activation, a.dtype, shape, a.device)
+    check_scalar("alpha", alpha), check_scalar("beta", beta)
+    if c is not None:
+        c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+        check_residual(c, shape, c_dtype, a.device)
     return shape
 
 
@@ -55,16 +64,24 @@ def _check_fake(a, b, out, out_dtype, accumulate, backend, bias=None, activation
 _unsafe_view = torch.ops.aten._unsafe_view.default
 
 
-def _forward(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None):
-    """``activation(a @ b + bias)`` with torch.matmul's meaning on the core. 2-D and 3-D
-    operands go straight to it; others are brought to (L, M, K) @ (L or 1, K, N) first."""
+def _forward(
+    a, b, out, out_dtype, accumulate, backend, bias=None, activation=None, c=None, alpha=1.0,
+    beta=1.0,
+):  # fmt: skip
+    """``activation(alpha · a @ b + beta · c + bias)`` with torch.matmul's meaning on the
+    core. 2-D and 3-D operands go straight to it; others are brought to (L, M, K) @ (L or 1,
+    K, N) first."""
     # with out=, the core bumps out's version counter (a view's bump is its base's)
+    scaled = {} if c is None and alpha == 1.0 else dict(c=c, alpha=alpha, beta=beta)
+    if c is not None:  # against torch.matmul's result, before any folding
+        c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+        check_residual(c, result_shape(a.shape, b.shape), c_dtype, a.device)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
         return api.matmul(
             a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend,
-            bias=bias, activation=activation,
+            bias=bias, activation=activation, **scaled,
         )  # fmt: skip
-    return _forward_nd(a, b, out, out_dtype, accumulate, backend, bias, activation)
+    return _forward_nd(a, b, out, out_dtype, accumulate, backend, bias, activation, scaled)
 
 
 def _core_bias(bias, a, b, shape):
@@ -79,7 +96,8 @@ def _core_bias(bias, a, b, shape):
     return bias.reshape(bias.shape[-2:]) if bias.dim() > 2 else bias
 
 
-def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None):
+def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None,
+                scaled=None):  # fmt: skip
     # torch.matmul's shapes and out's before folding (the folded views would hide a wrong
     # shape of out); the core checks the rest of the call on the folded views
     shape = result_shape(a.shape, b.shape)
@@ -93,7 +111,13 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation
     kw = dict(accumulate=accumulate, backend=backend)
     if bias is not None or activation is not None:
         kw.update(bias=_core_bias(bias, a, b, shape), activation=activation)
+    c = None
+    if scaled:
+        kw.update(alpha=scaled["alpha"], beta=scaled["beta"])
+        c = scaled["c"]  # checked by _forward
     if out is None:
+        if c is not None:  # the core's view of c: broadcast to the result, then folded
+            kw.update(c=c.expand(shape).reshape(core_shape))
         result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
         # not a view: autograd forbids in-place changes of views made inside a custom Function
         return _unsafe_view(result, shape)
@@ -101,8 +125,15 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation
     try:
         out_core = out.view(core_shape)
     except RuntimeError:  # out's batch dimensions do not collapse into one: write, then copy
+        if c is not None:
+            kw.update(c=c.expand(shape).reshape(core_shape))
         out.copy_(api.matmul(a3, b3, out_dtype=out.dtype, **kw).view(shape))
         return out
+    if c is not None:  # out itself: the in-place residual; another c folded as out is
+        same = c.data_ptr() == out.data_ptr() and (c.shape, c.stride()) == (
+            out.shape, out.stride()
+        )  # fmt: skip
+        kw.update(c=out_core if same else c.expand(shape).reshape(core_shape))
     api.matmul(a3, b3, out=out_core, **kw)
     return out
 
@@ -172,13 +203,14 @@ def _grads(a, b, grad, need_a: bool, need_b: bool, backend: str):
 _LIB = torch.library.Library("wsgemm", "DEF")
 _LIB.define(
     "matmul(Tensor a, Tensor b, ScalarType? out_dtype=None, ScalarType accumulate=float, "
-    'str backend="auto", Tensor? bias=None, str? activation=None) -> Tensor',
+    'str backend="auto", Tensor? bias=None, str? activation=None, Tensor? c=None, '
+    "float alpha=1.0, float beta=1.0) -> Tensor",
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _LIB.define(
     "matmul_out(Tensor a, Tensor b, Tensor(a!) out, ScalarType? out_dtype=None, "
     'ScalarType accumulate=float, str backend="auto", Tensor? bias=None, '
-    "str? activation=None) -> ()",
+    "str? activation=None, Tensor? c=None, float alpha=1.0, float beta=1.0) -> ()",
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _MATMUL = torch.ops.wsgemm.matmul.default
@@ -186,16 +218,17 @@ _MATMUL_OUT = torch.ops.wsgemm.matmul_out.default
 
 
 def _matmul_impl(
-    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None
-):
-    return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
+    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None,
+    c=None, alpha=1.0, beta=1.0,
+):  # fmt: skip
+    return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
 
 
 def _matmul_out_impl(
     a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
-    activation=None,
+    activation=None, c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
-    _forward(a, b, out, out_dtype, accumulate, backend, bias, activation)
+    _forward(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
 
 
 # CPU too, so a CPU tensor gets the core's ValueError rather than the dispatcher's
@@ -206,26 +239,30 @@ for _key in ("CUDA", "CPU"):
 
 @torch.library.register_fake("wsgemm::matmul", lib=_LIB)
 def _matmul_fake(
-    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None
-):
-    shape = _check_fake(a, b, None, out_dtype, accumulate, backend, bias, activation)
+    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None,
+    c=None, alpha=1.0, beta=1.0,
+):  # fmt: skip
+    shape = _check_fake(
+        a, b, None, out_dtype, accumulate, backend, bias, activation, c, alpha, beta
+    )
     return a.new_empty(shape, dtype=out_dtype or a.dtype)  # contiguous, as torch.matmul's
 
 
 @torch.library.register_fake("wsgemm::matmul_out", lib=_LIB)
 def _matmul_out_fake(
     a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
-    activation=None,
+    activation=None, c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
     # no overlap test: fake tensors have no data
-    _check_fake(a, b, out, out_dtype, accumulate, backend, bias, activation)
+    _check_fake(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
 
 
 def _setup_context(ctx, inputs, output):
     a, b, out_dtype, accumulate, backend, *epilogue = inputs
-    bias, activation = (*epilogue, None, None)[:2]
-    ctx.save_for_backward(a, b, bias)
-    ctx.backend, ctx.activation = backend, activation
+    defaults = (None, None, None, 1.0, 1.0)  # bias, activation, c, alpha, beta
+    bias, activation, c, alpha, beta = (*epilogue, *defaults[len(epilogue) :])
+    ctx.save_for_backward(a, b, bias, c)
+    ctx.backend, ctx.activation, ctx.alpha, ctx.beta = backend, activation, alpha, beta
     ctx.pre = (out_dtype, accumulate)  # what recomputing the pre-activation needs
 
 
@@ -234,19 +271,26 @@ def _backward(ctx, grad):
     pre-activation ``a @ b + bias`` recomputed by one more (bias-fused) product (the fused
     backward that reads a saved pre-activation is the next step of issue #25); the bias's is the
     gradient summed over every dimension the bias broadcasts along, in fp32."""
-    a, b, bias = ctx.saved_tensors
+    a, b, bias, c = ctx.saved_tensors
     need_a, need_b = ctx.needs_input_grad[:2]
     need_bias = bias is not None and ctx.needs_input_grad[5]
+    need_c = c is not None and len(ctx.needs_input_grad) > 7 and ctx.needs_input_grad[7]
+    alpha, beta = ctx.alpha, ctx.beta
     if ctx.activation is not None and ctx.activation != "none":
         out_dtype, accumulate = ctx.pre
         with torch.no_grad():
-            pre = _forward(a, b, None, out_dtype, accumulate, ctx.backend, bias, None)
+            pre = _forward(
+                a, b, None, out_dtype, accumulate, ctx.backend, bias, None, c, alpha, beta
+            )
         grad = (grad.float() * activation_grad(ctx.activation, pre)).to(grad.dtype)
-    ga, gb = _grads(a, b, grad, need_a, need_b, ctx.backend)
-    gbias = None
+    g_product = grad if alpha == 1.0 else (grad.float() * alpha).to(grad.dtype)
+    ga, gb = _grads(a, b, g_product, need_a, need_b, ctx.backend)
+    gbias = gc = None
     if need_bias:  # the bias broadcasts against the result from the right, as in torch's add
         gbias = grad.float().sum_to_size(bias.shape).to(bias.dtype)
-    return ga, gb, None, None, None, gbias, None
+    if need_c:  # so does c
+        gc = (grad.float() * beta).sum_to_size(c.shape).to(c.dtype)
+    return ga, gb, None, None, None, gbias, None, gc, None, None
 
 
 torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)
@@ -254,7 +298,7 @@ torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setu
 
 def _matmul_vmap(
     info, in_dims, a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
-    activation=None,
+    activation=None, c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
     """vmap's batching rule: the vmapped dimension becomes a leading batch dimension of one
     product (matmul broadcasts batches), not a loop of per-sample calls. A per-sample vector
@@ -262,6 +306,15 @@ def _matmul_vmap(
     the per-sample batch dimensions of a vmapped operand are padded with ones to the other's
     count, so that the vmapped dimension lines up with the other's (or broadcasts)."""
     a_dim, b_dim = in_dims[0], in_dims[1]
+    if c is not None or alpha != 1.0:
+        # alpha and a residual: the product batched, then the rest in torch (fp32, one rounding)
+        out, dim = _matmul_vmap(info, in_dims[:5], a, b, out_dtype, accumulate, backend)
+        y = alpha * out.float()
+        if c is not None and beta != 0.0:
+            y = y + beta * _per_sample(c, in_dims[7] if len(in_dims) > 7 else None, out).float()
+        if bias is not None:
+            y = y + _per_sample(bias, in_dims[5], out).float()
+        return torch_activation(check_activation(activation), y).to(out.dtype), dim
     if len(in_dims) > 5 and in_dims[5] is not None:
         # a per-sample bias: the product batched, then the bias and activation in torch
         out, dim = _matmul_vmap(info, in_dims[:5], a, b, out_dtype, accumulate, backend)
@@ -294,13 +347,24 @@ def _matmul_vmap(
     return out, 0
 
 
+def _per_sample(t, dim, out):
+    """``t`` (a bias or residual, vmapped along ``dim`` or not) broadcastable against ``out``
+    (the vmapped dimension first): a sample's tensor broadcasts against its result from the
+    right, as torch's add does."""
+    if dim is None:
+        return t
+    t = t.movedim(dim, 0)
+    return t.reshape(t.shape[0], *(1,) * (out.dim() - t.dim()), *t.shape[1:])
+
+
 if hasattr(torch.library, "register_vmap"):  # torch 2.4+; before it, torch's per-sample loop
     torch.library.register_vmap("wsgemm::matmul", _matmul_vmap, lib=_LIB)
 
 
-def _refuse_grad(a, b, out, bias=None) -> None:
+def _refuse_grad(a, b, out, bias=None, c=None) -> None:
     wants = a.requires_grad or b.requires_grad or out.requires_grad
-    if torch.is_grad_enabled() and (wants or (bias is not None and bias.requires_grad)):
+    wants = wants or (bias is not None and bias.requires_grad)
+    if torch.is_grad_enabled() and (wants or (isinstance(c, torch.Tensor) and c.requires_grad)):
         raise RuntimeError(
             "wsgemm.matmul(): out= does not support automatic differentiation, but an argument "
             "requires grad (as torch.matmul); call it without out=, or under torch.no_grad()"
@@ -309,11 +373,11 @@ def _refuse_grad(a, b, out, bias=None) -> None:
 
 def _matmul_out_autograd(
     a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
-    activation=None,
+    activation=None, c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
-    _refuse_grad(a, b, out, bias)
+    _refuse_grad(a, b, out, bias, c)
     with torch._C._AutoDispatchBelowAutograd():
-        _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation)
+        _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
 
 
 _LIB.impl("matmul_out", _matmul_out_autograd, "Autograd")
@@ -327,22 +391,25 @@ def autocast_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
     return t.dtype
 
 
-def _autocast(a, b, bias=None):
+def _autocast(a, b, bias=None, c=None, out_dtype=None):
     dtype = torch.get_autocast_dtype("cuda")
     a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
     if bias is not None:  # the epilogue adds a bias of the inputs' dtype
         bias = bias.to(a.dtype) if bias.is_floating_point() else bias
-    return a, b, bias
+    if isinstance(c, torch.Tensor) and c.is_floating_point():  # a residual: the result's
+        c = c.to(out_dtype or a.dtype)
+    return a, b, bias, c
 
 
 def _matmul_autocast(
-    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None
-):
-    a, b, bias = _autocast(a, b, bias)
+    a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None,
+    c=None, alpha=1.0, beta=1.0,
+):  # fmt: skip
+    a, b, bias, c = _autocast(a, b, bias, c, out_dtype)
     with torch._C._ExcludeDispatchKeyGuard(
         torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
     ):
-        return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation)
+        return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
 
 
 # out= calls are not autocast (torch's rule), so matmul_out keeps the fallthrough
@@ -375,7 +442,9 @@ class _Matmul(torch.autograd.Function):
         _setup_context(ctx, (a, b, out_dtype, accumulate, backend, bias, activation), None)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
 
-    backward = staticmethod(_backward)  # the registered op's backward
+    @staticmethod
+    def backward(ctx, grad):  # the registered op's, for this Function's seven inputs
+        return _backward(ctx, grad)[:7]
 
 
 # Bound once: every name lookup is on the per-call path (docs/perf.md, entry 13).
@@ -433,9 +502,14 @@ def matmul(
     out_dtype=None,
     accumulate=torch.float32,
     backend="auto",
+    c=None,
+    alpha=1.0,
+    beta=1.0,
 ):
     """``a @ b`` on the tensor cores, with ``torch.matmul``'s meaning; with ``bias`` or
-    ``activation``, ``activation(a @ b + bias)`` with the epilogue fused into the kernel.
+    ``activation``, ``activation(a @ b + bias)`` with the epilogue fused into the kernel; with
+    ``c`` or ``alpha``, ``activation(alpha · a @ b + beta · c + bias)`` (torch.addmm's
+    ``beta · input + alpha · (mat1 @ mat2)``, then the bias and the activation).
 
     Args:
         a: (..., M, K) or (K,), float16 or bfloat16, CUDA, any strides.
@@ -456,6 +530,12 @@ def matmul(
             conversion (``explain`` says where they run). When autograd needs the result's
             gradient, the activation runs as torch's own op on the bias-fused product instead
             (autograd keeps that product, so the backward recomputes nothing).
+        c: optional residual of the result's dtype that broadcasts to the result, ``beta · c``
+            added before the bias: ``out=c`` (the same tensor) updates it in place, and the
+            kernel reads each element of C just before it writes it (no other pass); any other
+            ``c`` is copied into the result first. ``beta == 0`` never reads ``c``.
+        alpha, beta: real numbers (launch arguments: another value compiles nothing; each
+            distinct pair is its own call signature, so keep them fixed in a hot loop).
 
     Differentiable (the backward runs on wsgemm's kernels; see docs/torch.md), traceable by
     torch.compile (as ``torch.ops.wsgemm.matmul``), and cast by CUDA autocast like torch.matmul.
@@ -463,6 +543,10 @@ def matmul(
     Returns:
         the result, of ``out_dtype`` (``out`` itself when given).
     """
+    if c is not None or alpha != 1.0 or not _real(alpha) or not _real(beta):
+        return _matmul_scaled(
+            a, b, bias, activation, out, out_dtype, accumulate, backend, c, alpha, beta
+        )
     # _is_compiling first: dynamo must not trace the other checks
     if (
         not _is_compiling()
@@ -474,7 +558,7 @@ def matmul(
             _refuse_grad(a, b, out, bias)
             return _forward(a, b, out, out_dtype, accumulate, backend, bias, activation)
         if _any_autocast() and torch.is_autocast_enabled("cuda"):
-            a, b, bias = _autocast(a, b, bias)
+            a, b, bias, _ = _autocast(a, b, bias)
         if _grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
         ):
@@ -494,6 +578,55 @@ def matmul(
         return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation)
     _refuse_grad(a, b, out, bias)
     _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation)
+    return out
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, c, alpha, beta):
+    """``matmul`` with ``c`` or ``alpha``: the core's fused residual where no gradient is
+    needed; with one, the product (``_Matmul``, its own backward) then alpha, ``c``, the bias
+    and the activation as torch's ops in fp32, which autograd differentiates (torch's unfused
+    path: nothing recomputed)."""
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    if c is not None and not isinstance(c, torch.Tensor):
+        raise TypeError(f"c must be a torch.Tensor or None, got {type(c).__name__}")
+    plain = all(
+        t is None or ((type(t) is _Tensor or type(t) is _Parameter) and t.is_cuda)
+        for t in (bias, c)
+    )
+    if not _is_compiling() and _plain(a, b, out) and plain and _no_modes():
+        if out is not None:
+            _refuse_grad(a, b, out, bias, c)
+            return _forward(a, b, out, out_dtype, accumulate, backend, bias, activation, c,
+                            alpha, beta)  # fmt: skip
+        if _any_autocast() and torch.is_autocast_enabled("cuda"):
+            a, b, bias, c = _autocast(a, b, bias, c, out_dtype)
+        wants = a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+        if _grad_enabled() and (wants or (c is not None and c.requires_grad)):
+            product = _Matmul.apply(a, b, out_dtype, accumulate, backend, None, None)
+            if c is not None:
+                shape = result_shape(a.shape, b.shape)
+                check_residual(c, shape, product.dtype, a.device)
+            y = product.float() * alpha
+            if c is not None and beta != 0.0:
+                y = y + c.float() * beta
+            if bias is not None:  # as in a @ b + bias: broadcast against the result
+                y = y + bias.float()
+            act = check_activation(activation)
+            return torch_activation(act, y).to(product.dtype)
+        return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, c, alpha,
+                        beta)  # fmt: skip
+    check_kinds(a, b, out, out_dtype, accumulate, backend)
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    check_activation(activation)
+    if out is None:  # the registered op's backward differentiates c and alpha too
+        return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
+    _refuse_grad(a, b, out, bias, c)
+    _MATMUL_OUT(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
     return out
 
 

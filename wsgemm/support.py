@@ -362,9 +362,15 @@ ACTIVATIONS = ("none", "relu", "relu2", "gelu", "gelu_tanh", "silu")
 
 @dataclass(frozen=True)
 class Epilogue:
-    """``D = act(acc + bias)``: ``bias`` one of ``BIAS_MODES``, ``activation`` one of
-    ``ACTIVATIONS``. The default is the plain epilogue (convert and store), whose compiled code
-    is the kernel's code before fused epilogues existed.
+    """``D = act(alpha · acc + beta · C + bias)``: ``bias`` one of ``BIAS_MODES``,
+    ``activation`` one of ``ACTIVATIONS``. The default is the plain epilogue (convert and
+    store), whose compiled code is the kernel's code before fused epilogues existed.
+
+    ``scale``: the accumulators are multiplied by ``alpha``; ``residual``: ``beta`` times the
+    output's own value before the call is added (the kernel reads each element of C before it
+    stores it: an in-place residual, ``C = alpha · A B + beta · C``). ``alpha`` and ``beta`` are
+    launch arguments: only "alpha is 1" (no ``scale``) and "beta is 0" (no ``residual``) are
+    compiled in.
 
     ``gated``: a gated linear unit, ``D = act(acc[:, :N]) * acc[:, N:]`` of a product ``2N``
     wide (SwiGLU with "silu", GeGLU with "gelu" or "gelu_tanh"), writing an N-wide output: the
@@ -374,6 +380,8 @@ class Epilogue:
     bias: str = "none"
     activation: str = "none"
     gated: bool = False
+    scale: bool = False
+    residual: bool = False
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
@@ -385,16 +393,28 @@ class Epilogue:
                 "a gated epilogue takes an activation (silu: SwiGLU, gelu or gelu_tanh: GeGLU, "
                 "relu, relu2) and no bias"
             )
+        if self.gated and (self.scale or self.residual):
+            raise ValueError("a gated epilogue takes no alpha and no residual")
 
     @property
     def plain(self) -> bool:
-        return self.bias == "none" and self.activation == "none"
+        return (
+            self.bias == "none" and self.activation == "none" and not self.scale
+            and not self.residual
+        )  # fmt: skip
+
+    @property
+    def scalars(self) -> bool:
+        """Whether the kernel takes ``alpha`` and ``beta`` (launch arguments)."""
+        return self.scale or self.residual
 
     @property
     def name(self) -> str:
         """ "none", or the pieces joined by "+" ("bias_col", "bias_col+gelu", "silu"): the form
         compile keys and ``parse`` use."""
-        parts = [f"bias_{self.bias}"] if self.bias != "none" else []
+        parts = [p for p, on in (("scale", self.scale), ("residual", self.residual)) if on]
+        if self.bias != "none":
+            parts.append(f"bias_{self.bias}")
         if self.gated:
             parts.append("gated")
         if self.activation != "none":
@@ -406,22 +426,22 @@ class Epilogue:
         """The epilogue ``name`` names (``Epilogue.parse(e.name) == e``)."""
         if not isinstance(name, str):
             raise TypeError(f"an epilogue name is a str, got {type(name).__name__}")
-        bias, activation, gated = "none", "none", False
+        bias, activation, flags = "none", "none", set()
         for part in name.split("+") if name != "none" else ():
             if part.startswith("bias_"):
                 bias = part[len("bias_") :]
-            elif part == "gated":
-                gated = True
+            elif part in ("gated", "scale", "residual"):
+                flags.add(part)
             else:
                 activation = part
-        return cls(bias, activation, gated)
+        return cls(bias, activation, "gated" in flags, "scale" in flags, "residual" in flags)
 
     def swapped(self) -> Epilogue:
         """The same epilogue on the transposed problem (swap-AB): rows and columns trade."""
         if self.gated:
             raise ValueError("a gated epilogue pairs columns: it has no swap-AB form")
         trade = {"row": "col", "col": "row", "none": "none"}
-        return Epilogue(trade[self.bias], self.activation)
+        return Epilogue(trade[self.bias], self.activation, False, self.scale, self.residual)
 
 
 PLAIN = Epilogue()

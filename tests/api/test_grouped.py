@@ -26,11 +26,12 @@ class GroupedStandIn:
     def __init__(self):
         self.launches = []
 
-    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, offs, *,
-                 epilogue="none"):  # fmt: skip
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
+                 offs, *, epilogue="none"):  # fmt: skip
         self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
         assert a.stride(2) == 0 and c.stride(2) == 0 and b.shape[2] == len(offs)
-        assert (raster, split, workspace, sems, bias) == (0, 1, None, None, None)
+        assert (raster, split, workspace, sems, bias, alpha, beta) == (0, 1, None, None, None,
+                                                                       None, None)  # fmt: skip
         spec = Epilogue.parse(epilogue)
         if spec.gated:  # B's view is the gate's rows; the up rows follow in memory
             assert b.stride(1) == 1 and b.shape[0] == c.shape[1]

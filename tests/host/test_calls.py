@@ -188,13 +188,13 @@ def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
 
     call = KernelCall(wrap_launch(raw, (names, defaults)), operand_majors(v), (F16, F16))
     a, b, c = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half(), torch.zeros(64, 48, 1)
-    extras = len(defaults) - 1  # after the raster group: split count, buffers, bias
+    extras = len(defaults) - 1  # after the raster group: split count, buffers, bias, alpha, beta
     per = (0, 3, "workspace", "sems")
     call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per))(16, 32, 48)
     assert got[-1][15:] == (*per, *defaults[len(per) :])
-    assert extras == 4 and got[-1][-1] is None  # the bias: not fused in this launch
-    # a fused launch passes the bias itself, as the last (late) argument
-    call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=1)(
-        16, 32, 48, "bias"
+    assert extras == 6 and got[-1][-3:] == (None, None, None)  # no fused epilogue here
+    # a fused launch passes its bias, alpha and beta itself, as the last (late) arguments
+    call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=3)(
+        16, 32, 48, "bias", 2.0, 0.5
     )
-    assert got[-1][-1] == "bias" and len(got[-1]) == len(names)
+    assert got[-1][-3:] == ("bias", 2.0, 0.5) and len(got[-1]) == len(names)

@@ -110,8 +110,8 @@ def test_inspect_json_reports_each_kernel(compiled, monkeypatch, capsys):
     "backend, params",
     # the address entry: token, three addresses, M, N, K, L, six strides, max_active_clusters,
     # raster_group; sm90: then split-K's count, workspace and semaphores (None when unsplit)
-    # and the fused epilogue's bias (None without one)
-    [("sm80", 16), ("sm90", 20)],
+    # and the fused epilogue's bias, alpha and beta (None without)
+    [("sm80", 16), ("sm90", 22)],
 )
 def test_a_kernel_loaded_from_disk_takes_the_launch_defaults(compiled, backend, params):
     """The disk cache's path: an exported kernel keeps no Python defaults and takes every
@@ -372,9 +372,43 @@ def test_every_fused_epilogue_compiles_without_calls_or_spills(compiled, variant
     _assert_fused(compiled(variant).report, variant.epilogue)
 
 
-def test_the_bias_launcher_passes_the_unsplit_launch_defaults():
-    """``host.workspace.UNSPLIT_LAUNCH`` is the sm90 launch tail before the bias: the kernel
-    class's own defaults (kept in the host, which does not import the kernel class to call)."""
-    from wsgemm.host.workspace import UNSPLIT_LAUNCH
+#: The residual and alpha (``kernels/sm90/residual.py``) on the 128x128 ping-pong tile, whose
+#: 128 accumulators a thread left least room (the first build, loading C per element, spilled
+#: there): the default run's one compile; the sweep adds the cooperative tile, swap-AB (C
+#: M-major) and a split variant.
+RESIDUAL = host.Variant("sm90-pingpong", "sm_90a", epilogue="scale+residual+bias_col+gelu_tanh")
+RESIDUAL_SWEEP = [
+    host.Variant("sm90", "sm_90a", epilogue="residual"),
+    host.Variant("sm90", "sm_90a", config=choosing.entry("swap-cooperative-128x160-c2x1")
+                 .variant_config(), epilogue="scale+residual"),
+    host.Variant("sm90-pingpong", "sm_90a", config=choosing.entry("swap-pingpong-64x16x128-c1x1")
+                 .variant_config(split=True), epilogue="residual+bias_row"),
+]  # fmt: skip
 
-    assert (*UNSPLIT_LAUNCH, None) == host.BACKENDS["sm90"].kernel_class().launch_defaults()
+
+def _assert_residual(r: insp.Report, epilogue: str) -> None:
+    """C's subtiles read in 16-byte vectors (and element by element at C's edge), staged
+    through shared memory in vectors and read back per accumulator; spill-free, no CALL."""
+    _assert_fused(r, epilogue)
+    ops = set(sass.opcodes(r.sass_text))
+    assert {"LDG.E.128", "STS.128", "LDS.U16", "LDG.E.U16"} <= ops, sorted(ops)
+
+
+def test_the_residual_compiles_vectorized_without_spills(compiled):
+    _assert_residual(compiled(RESIDUAL).report, RESIDUAL.epilogue)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", RESIDUAL_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
+def test_every_residual_variant_compiles_vectorized_without_spills(compiled, variant):
+    _assert_residual(compiled(variant).report, variant.epilogue)
+
+
+def test_the_bias_launcher_passes_the_unsplit_launch_defaults():
+    """``host.workspace.UNSPLIT_LAUNCH`` is the sm90 launch tail before the fused epilogue's,
+    ``NO_EPILOGUE_LAUNCH`` that tail's defaults: the kernel class's own (kept in the host, which
+    does not import the kernel class to call)."""
+    from wsgemm.host.workspace import NO_EPILOGUE_LAUNCH, UNSPLIT_LAUNCH
+
+    defaults = host.BACKENDS["sm90"].kernel_class().launch_defaults()
+    assert (*UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH) == defaults

@@ -68,9 +68,14 @@ def matmul(
     dispatcher=None,
     bias=None,
     activation=None,
+    c=None,
+    alpha=1.0,
+    beta=1.0,
 ):
     """``a @ b`` on the tensor cores, with torch.matmul's meaning for 2-D and 3-D operands;
-    with ``bias`` or ``activation``, ``activation(a @ b + bias)`` in one kernel.
+    with ``bias`` or ``activation``, ``activation(a @ b + bias)`` in one kernel; with ``c``
+    or ``alpha``, ``activation(alpha · a @ b + beta · c + bias)`` (torch.addmm's
+    ``beta · input + alpha · mat1 @ mat2``, then the bias and activation).
 
     Args:
         a: (M, K) or (L, M, K), float16 or bfloat16, CUDA, any strides.
@@ -95,6 +100,13 @@ def matmul(
             (torch's ``approximate="tanh"``) or "silu", applied after the bias. On the sm90
             family both are fused: computed in fp32 on the accumulators before the output
             conversion; other backends apply them after the product (``explain`` says which).
+        c: optional residual, of the output's dtype, broadcastable to the output: ``beta · c``
+            is added before the bias. On the sm90 family the kernel reads C from the output
+            just before it stores it: pass ``out=c`` (the same tensor) for an in-place residual
+            that costs no other pass; any other ``c`` is first copied into the output.
+            ``beta == 0`` never reads ``c``.
+        alpha, beta: real numbers (launch arguments: a new value compiles nothing; each
+            distinct pair is its own call signature, so keep them fixed in a hot loop).
 
     Returns:
         the product, (M, N) or (L, M, N), of ``out_dtype`` (``out`` itself when given).
@@ -103,7 +115,15 @@ def matmul(
     capture in a CUDA graph once the call has run outside it (the first call compiles).
     """
     d = DISPATCHER if dispatcher is None else dispatcher
-    return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
+    if c is None and alpha == 1.0 and _real(alpha) and _real(beta):
+        return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
+    return dispatch.call_scaled(
+        d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, c, alpha, beta
+    )
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def explain(
@@ -121,6 +141,9 @@ def explain(
     grouped: bool = False,
     offs=None,
     gated: bool = False,
+    c=None,
+    alpha=1.0,
+    beta=1.0,
 ) -> str:
     """Which kernel ``matmul`` with these arguments runs, and why: the backend, tile, cluster
     and split-K count, and the reason (on Hopper, the shape policy's: docs/policy.md). Checks
@@ -147,7 +170,9 @@ def explain(
         from . import grouped as grouped_api
 
         return grouped_api.explain(d, a, b, offs, out_dtype, backend, activation, gated)
-    return dispatch.explain(d, a, b, out, out_dtype, accumulate, backend, bias, activation)
+    return dispatch.explain(
+        d, a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta
+    )
 
 
 def _explaining_dispatcher(a, cc, sm_count) -> Dispatcher:

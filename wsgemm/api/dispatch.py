@@ -25,6 +25,7 @@ only when they meet.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -37,10 +38,17 @@ from ..host.dispatch import TORCH, Route, current_settings
 from ..host.registry import EPILOGUE_FAMILIES
 from ..host.workspace import bias_launcher, split_launcher
 from . import fallback
-from .epilogue import PLAIN, apply_in_torch, kernel_bias
-from .overlap import spans
+from .epilogue import (
+    PLAIN,
+    apply_in_torch,
+    check_residual,
+    check_scalar,
+    combine_in_torch,
+    kernel_bias,
+)
+from .overlap import overlaps, spans
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
-from .validate import Problem, check_no_overlap, validate
+from .validate import Problem, check_no_overlap, check_static, validate
 
 # launch(a, b, out or None, a's data pointer, b's, out's or None[, bias]): the pointers ``call``
 # read, and a fused epilogue's bias (the caller's tensor) when the call has one
@@ -54,10 +62,69 @@ log = logging.getLogger("wsgemm")
 _increment_version = torch.autograd.graph.increment_version
 
 
-def call(
-    d, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None
+def call_scaled(
+    d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, c, alpha, beta
 ) -> torch.Tensor:
-    """``matmul(a, b, out=..., ...)`` on dispatcher ``d``."""
+    """``matmul(a, b, c=c, alpha=alpha, beta=beta, ...)``: act(alpha · a @ b + beta · c + bias).
+
+    The kernel reads C from the output it is about to write (``Epilogue.residual``): with
+    ``c`` the output itself (``out=c``) nothing else moves; any other ``c`` is first copied
+    (broadcast) into the output, one pass over it, which ``explain`` says. ``beta == 0`` never
+    reads ``c`` (torch.addmm's rule: its NaNs do not propagate). Then ``call`` with the
+    epilogue's flags and values, part of the call's signature."""
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    residual = c is not None and beta != 0.0
+    if residual or out is None:
+        shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
+        c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    if residual:
+        _check_c(c, a, shape, c_dtype)
+        if out is None:
+            out = torch.empty(shape, dtype=c_dtype, device=a.device)
+            out.copy_(c)
+        elif not _same_view(c, out):
+            # every check before out is written: a refused call leaves it as it was
+            validate(
+                a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
+                bias=bias, activation=activation,
+            )  # fmt: skip
+            if overlaps(out, c):
+                raise ValueError(
+                    "c overlaps out in memory without being out itself; pass c=out for an "
+                    "in-place residual, or a separate tensor"
+                )
+            out.copy_(c)
+    elif out is None:  # alpha alone: the kernel's output allocated here, as with a residual
+        out = torch.empty(shape, dtype=c_dtype, device=a.device)
+    if not residual and alpha == 1.0:
+        return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
+    scalars = (alpha, beta if residual else 0.0, residual)
+    return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
+
+
+def _check_c(c, a, shape, c_dtype) -> None:
+    """``c`` of a residual (``check_residual``), which the core does not differentiate."""
+    check_residual(c, shape, c_dtype, a.device)
+    if c.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(
+            "wsgemm.api.matmul records no gradients and c requires grad; call wsgemm.matmul "
+            "(differentiable) or run under torch.no_grad()"
+        )
+
+
+def _same_view(c, out) -> bool:
+    """``c`` is ``out`` itself (the same elements in the same places): an in-place residual."""
+    return (
+        c.data_ptr() == out.data_ptr() and c.shape == out.shape and c.stride() == out.stride()
+        and c.dtype == out.dtype and c.device == out.device
+    )  # fmt: skip
+
+
+def call(
+    d, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None, scalars=None
+) -> torch.Tensor:
+    """``matmul(a, b, out=..., ...)`` on dispatcher ``d``; ``scalars``: ``call_scaled``'s
+    (alpha, beta, residual), C already in ``out``."""
     try:
         pa, pb = a.data_ptr(), b.data_ptr()
         if out is None:
@@ -80,12 +147,14 @@ def call(
             )  # fmt: skip
         if bias is not None or activation is not None:
             key += _epilogue_key(bias, activation)
+        if scalars is not None:  # alpha and beta are launch arguments, fixed per signature
+            key += ("scalars", *scalars)
         hit = d.launchers.get(key)
     except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
         key = hit = None  # validate says what is wrong
     if hit is None:
         return _first_call(
-            d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation
+            d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars
         )
     launch, ranges = hit
     if out is None:
@@ -113,13 +182,16 @@ def _epilogue_key(bias, activation) -> tuple:
 
 
 def _first_call(
-    d, key, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None
-) -> torch.Tensor:
+    d, key, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None,
+    scalars=None,
+) -> torch.Tensor:  # fmt: skip
     p = validate(
         a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
-        bias=bias, activation=activation,
+        bias=bias, activation=activation, scalars=scalars,
     )  # fmt: skip
-    run = functools.partial(_run_candidate, d, a, b, p, bias) if _may_tune(a) else None
+    # a call with alpha or a residual is not raced: its candidates would read and write C
+    tune = _may_tune(a) and scalars is None
+    run = functools.partial(_run_candidate, d, a, b, p, bias) if tune else None
     route = d.route(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
     )
@@ -141,7 +213,8 @@ def _first_call(
             if planned
             else None
         )
-        if direct is not None and not p.epilogue.plain and not host.fuses_epilogues(route.backend):
+        fuses = host.fuses_epilogues(route.backend, scalars=p.epilogue.scalars)
+        if direct is not None and not p.epilogue.plain and not fuses:
             direct = _then_epilogue(direct, p)
         d.remember(key, (direct or _general_launcher(d, p, route), spans(out, a, b, bias)))
     return result
@@ -171,7 +244,7 @@ def _run_candidate(d, a, b, p: Problem, bias, route: Route) -> Callable[[], obje
         return functools.partial(_launch, d, a, b, scratch, p, route, bias)
     launch, fn, clusters, _, late = planned
     kernel = functools.partial(fn, launch.a, launch.b, launch.c, clusters, *late)
-    if p.epilogue.plain or host.fuses_epilogues(route.backend):
+    if p.epilogue.plain or host.fuses_epilogues(route.backend, scalars=p.epilogue.scalars):
         return kernel
 
     def kernel_then_epilogue():
@@ -181,20 +254,40 @@ def _run_candidate(d, a, b, p: Problem, bias, route: Route) -> Callable[[], obje
     return kernel_then_epilogue
 
 
-def explain(d, a, b, out, out_dtype, accumulate, backend, bias=None, activation=None) -> str:
+def explain(
+    d, a, b, out, out_dtype, accumulate, backend, bias=None, activation=None, c=None, alpha=1.0,
+    beta=1.0,
+) -> str:  # fmt: skip
     """``wsgemm.api.explain``'s body: validate as ``call`` does, then the dispatcher's account
     of the route, the epilogue and what the call does with each operand (``plan.describe``).
     Compiles, allocates and launches nothing."""
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    residual = c is not None and beta != 0.0
+    scalars = (alpha, beta if residual else 0.0, residual) if residual or alpha != 1.0 else None
+    where = None
+    if residual:
+        shape = check_static(a, b, out, out_dtype, accumulate, backend)
+        _check_c(c, a, shape, out.dtype if out is not None else (out_dtype or a.dtype))
+        same = out is not None and _same_view(c, out)
+        where = ("c: out itself (an in-place residual: read by the kernel, no other pass)\n"
+                 if same else "c: copied into the output first (one pass over it; pass "
+                 "out=c for an in-place residual)\n")  # fmt: skip
     p = validate(
         a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type,
         bias=bias, activation=activation,
     )  # fmt: skip
+    if scalars is not None:
+        p = dataclasses.replace(
+            p, epilogue=dataclasses.replace(p.epilogue, scale=alpha != 1.0, residual=residual),
+            alpha=alpha, beta=scalars[1],
+        )  # fmt: skip
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
+    epilogue = _epilogue_line(p, route) + (where or "")
     if route.backend == TORCH:
-        return f"{text}\n{_epilogue_line(p, route)}{fallback.describe_operands()}"
-    return f"{text}\n{_epilogue_line(p, route)}{_operands(d, a, b, out, p, route)}"
+        return f"{text}\n{epilogue}{fallback.describe_operands()}"
+    return f"{text}\n{epilogue}{_operands(d, a, b, out, p, route)}"
 
 
 def _epilogue_line(p: Problem, route: Route) -> str:
@@ -205,20 +298,25 @@ def _epilogue_line(p: Problem, route: Route) -> str:
     what = " then ".join(
         part
         for part in (
+            f"alpha = {p.alpha:g} times the product" if e.scale else None,
+            f"plus beta = {p.beta:g} times C" if e.residual else None,
             {"col": "a bias per column", "row": "a bias per row"}.get(e.bias),
             None if e.activation == "none" else e.activation,
         )
         if part
     )
-    if route.backend != TORCH and host.fuses_epilogues(route.backend):
+    if route.backend != TORCH and host.fuses_epilogues(route.backend, scalars=e.scalars):
         swap = bool(getattr(route.config, "swap_ab", False))
         how = "fused: computed in fp32 on the accumulators before the output conversion"
+        if e.residual:
+            how += " (C read by the kernel, subtile by subtile, before it stores the subtile)"
         if swap and e.bias != "none":
             how += " (swap-AB: the kernel's row bias)"
     else:
+        gate = "RESIDUAL_FAMILIES" if e.scalars else "FUSING_FAMILIES"
         why = (
             "'s fused kernels are built but not yet switched on (they await their first GPU "
-            "check: host.registry.FUSING_FAMILIES)"
+            f"check: host.registry.{gate})"
             if route.backend != TORCH and host.BACKENDS[route.backend].family in EPILOGUE_FAMILIES
             else " has no fused epilogue"
         )
@@ -226,6 +324,11 @@ def _epilogue_line(p: Problem, route: Route) -> str:
             f"not fused: {route.backend}{why}; torch applies it after the product, in the "
             "output's dtype (its unfused path: one more pass over the output)"
         )
+        if e.scalars:
+            how = (
+                f"not fused: {route.backend}{why}; torch combines the product with it in fp32 "
+                "and rounds once (more passes over the output)"
+            )
     return f"epilogue: {what}, {how}\n"
 
 
@@ -277,11 +380,16 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         return out, None
     epi = p.epilogue
     if p.k == 0:
+        if epi.scalars:
+            return combine_in_torch(out, None, bias, p), None
         return apply_in_torch(out.zero_(), bias, epi), None
-    fused = not epi.plain and host.fuses_epilogues(route.backend)
+    fused = not epi.plain and host.fuses_epilogues(route.backend, scalars=epi.scalars)
+    if epi.scalars and not fused:  # the product, then alpha, C and the rest in torch
+        plain = dataclasses.replace(p, epilogue=PLAIN, alpha=1.0, beta=0.0)
+        return combine_in_torch(out, _launch(d, a, b, None, plain, route)[0], bias, p), None
     a3, b3, out3 = batched(a, b, out)
     if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
-        one = Problem(None, p.m, p.n, p.k, p.ab_dtype, p.c_dtype, p.acc_dtype, epi)
+        one = dataclasses.replace(p, batch=None)
         for l_ in range(out3.shape[0]):
             _launch(d, a3[l_ % a3.shape[0]], b3[l_ % b3.shape[0]], out3[l_], one, route, bias)
         return out, None
@@ -294,8 +402,14 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         kernel_epi.name,
     )  # fmt: skip
     late = ()
-    if kernel_epi.bias != "none":
-        late = (kernel_bias(bias, epi.bias, p.m if epi.bias == "row" else p.n, rows),)
+    if kernel_epi.bias != "none" or kernel_epi.scalars:  # (bias, alpha, beta): Sm90Gemm's
+        vector = None
+        if kernel_epi.bias != "none":
+            vector = kernel_bias(bias, epi.bias, p.m if epi.bias == "row" else p.n, rows)
+        late = (vector, *((p.alpha, p.beta) if kernel_epi.scalars else (None, None)))
+    if kernel_epi.residual and launch.copy_back is not None:
+        # the kernel writes a temporary C: it must hold C's values, which it reads first
+        launch.c[:, : launch.copy_back.shape[1]].copy_(launch.copy_back)
     if getattr(route.config, "splits_in_kernel", False):  # split-K or stream-K: its buffers
         fn = split_launcher(fn, route.config, route.split, d.semaphores)
     elif late:
@@ -361,7 +475,7 @@ def _direct_launcher(
     index = device.index
     shape, dtype = p.out_shape, p.c_dtype
     if late:
-        return _fused_launcher(d, at, p, device, swap, bias, late[0])
+        return _fused_launcher(d, at, p, device, swap, bias, late)
     if allocate:
 
         def launcher(a, b, out, pa, pb, po, bias=None):
@@ -406,25 +520,30 @@ def _on_its_device(d, index, launcher: Launcher) -> Launcher:
     return on_its_device
 
 
-def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, first_vector):
-    """The direct launcher of a call with a fused bias: ``at`` (bound with the bias as its
-    late argument) given the kernel's vector of each call's bias: the bias itself when the
-    first call's already was one (a flat contiguous vector; the signature fixes its strides),
-    else a vector made as the first call's was (``kernel_bias``)."""
+def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, late):
+    """The direct launcher of a call with a fused bias, alpha or residual: ``at`` (bound with
+    the epilogue's three launch arguments late: bias, alpha, beta) given, per call, the
+    kernel's vector of the call's bias (the bias itself when the first call's already was one:
+    a flat contiguous vector, the signature fixing its strides; else a vector made as the
+    first call's was, ``kernel_bias``) and the signature's alpha and beta (``late``'s)."""
     epi = p.epilogue
     length = p.m if epi.bias == "row" else p.n
-    rows = first_vector.numel()  # a row bias of a batch folded into M: repeated per batch
-    as_is = bias.dim() == 1 and bias.stride(0) == 1 and bias.numel() == rows
+    first_vector, scalars = late[0], late[1:]
+    if first_vector is not None:
+        rows = first_vector.numel()  # a row bias of a batch folded into M: repeated per batch
+        as_is = bias.dim() == 1 and bias.stride(0) == 1 and bias.numel() == rows
     shape, dtype = p.out_shape, p.c_dtype
 
-    def launcher(a, b, out, pa, pb, po, bias):
-        vector = bias if as_is else kernel_bias(bias, epi.bias, length, rows)
+    def launcher(a, b, out, pa, pb, po, bias=None):
+        vector = None
+        if first_vector is not None:
+            vector = bias if as_is else kernel_bias(bias, epi.bias, length, rows)
         if out is None:
             out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
             po = out.data_ptr()
         if swap:  # the kernel's A is the caller's B, its B the caller's A
             pa, pb = pb, pa
-        at(pa, pb, po, vector)
+        at(pa, pb, po, vector, *scalars)
         return out
 
     return _on_its_device(d, device.index, launcher)

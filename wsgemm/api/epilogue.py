@@ -18,7 +18,8 @@ import torch
 from ..host.registry import ACTIVATIONS, PLAIN, Epilogue
 
 __all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activate_", "activation_grad", "apply_in_torch",
-           "check_epilogue", "kernel_bias", "torch_activation"]  # fmt: skip
+           "check_epilogue", "check_residual", "check_scalar", "combine_in_torch", "kernel_bias",
+           "torch_activation"]  # fmt: skip
 
 #: The public activation names (``matmul(..., activation=...)``): None and the kernels' own.
 PUBLIC_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "none")
@@ -140,6 +141,53 @@ def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
         t = torch.tanh(u)
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
     raise ValueError(f"no activation {name!r}")
+
+
+def check_residual(c, shape, c_dtype: torch.dtype, device) -> None:
+    """A residual ``c``: a dense tensor of the result's dtype on the operands' device that
+    broadcasts to the result's ``shape`` (any number of dimensions)."""
+    if not isinstance(c, torch.Tensor):
+        raise TypeError(f"c must be a torch.Tensor or None, got {type(c).__name__}")
+    if c.layout != torch.strided:
+        raise TypeError(f"c must be a dense (strided) tensor, got layout {c.layout}")
+    if c.dtype != c_dtype:
+        raise TypeError(
+            f"c has dtype {c.dtype}; it must be the output's dtype {c_dtype} (as torch.addmm's "
+            "input is the result's)"
+        )
+    if c.device != device:
+        raise ValueError(f"c is on {c.device}, the operands on {device}")
+    try:
+        fits = tuple(torch.broadcast_shapes(c.shape, shape)) == tuple(shape)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        shape = tuple(shape)
+        raise ValueError(f"c has shape {tuple(c.shape)}, which does not broadcast to {shape}")
+
+
+def check_scalar(name: str, value) -> float:
+    """``alpha`` or ``beta`` as a Python float: a real number (int or float; not a bool or a
+    tensor, which would synchronize to be read), as torch.addmm's."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__}")
+    return float(value)
+
+
+def combine_in_torch(out: torch.Tensor, product, bias, p) -> torch.Tensor:
+    """``out`` := act(alpha · product + beta · out + bias) in place for a call with alpha or a
+    residual on a route whose kernel does not fuse them (``p``: its ``Problem``; ``product``
+    the plain product, None for K = 0): computed in fp32 from the rounded product and C, then
+    rounded once to ``out``'s dtype."""
+    e = p.epilogue
+    y = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    if product is not None:
+        y.add_(product.float(), alpha=p.alpha)
+    if e.residual:
+        y.add_(out.float(), alpha=p.beta)
+    if bias is not None:
+        y.add_((bias if e.bias == "col" else bias.reshape(-1, 1)).float())
+    return out.copy_(torch_activation(e.activation, y))
 
 
 def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:

@@ -20,7 +20,7 @@ import logging
 
 import torch
 
-from .epilogue import apply_in_torch
+from .epilogue import apply_in_torch, combine_in_torch
 from .overlap import spans
 from .validate import Problem
 
@@ -52,7 +52,10 @@ def first_call(d, key, a, b, out, p: Problem, reason: str, bias=None) -> torch.T
 def run(a, b, out, p: Problem, bias=None) -> torch.Tensor:
     """``act(a @ b + bias)`` of ``p.c_dtype`` by torch (the epilogue ``p.epilogue`` applied
     after the product, ``epilogue.apply_in_torch``), into ``out`` when given (torch's out=
-    bumps its version counter, as the kernels' path does)."""
+    bumps its version counter, as the kernels' path does). With alpha or a residual (C in
+    ``out``) the fp32 product, combined in fp32 and rounded once (``combine_in_torch``)."""
+    if p.epilogue.scalars:
+        return combine_in_torch(out, product(a, b, torch.float32), bias, p)
     if out is not None and out.dtype == a.dtype:
         return apply_in_torch(torch.matmul(a, b, out=out), bias, p.epilogue)
     result = apply_in_torch(product(a, b, p.c_dtype), bias, p.epilogue)

@@ -40,6 +40,7 @@ import torch
 
 from .. import host
 from ..host.registry import PLAIN, Epilogue
+from ..host.workspace import NO_EPILOGUE_LAUNCH, UNSPLIT_LAUNCH
 from ..support import VECTOR_BYTES
 from . import dispatch
 from .epilogue import check_activation, gated_unit, torch_activation
@@ -328,7 +329,7 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
     fn, clusters = d.kernel(
         name, d.device_index(a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
     )
-    fn(a_mkl, b_view, c_mnl, clusters, 0, 1, None, None, None, offs.contiguous())
+    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, offs.contiguous())
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
         _write(out, c_view[:, :, 0], p, offs)
 

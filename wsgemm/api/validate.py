@@ -13,6 +13,7 @@ CPU.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,9 @@ class Problem:
     acc_dtype: torch.dtype
     # the fused epilogue in the caller's terms (a "col" bias runs along N); plain by default
     epilogue: Epilogue = PLAIN
+    # ``epilogue.scale``'s alpha and ``epilogue.residual``'s beta (C is the output itself)
+    alpha: float = 1.0
+    beta: float = 0.0
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -314,8 +318,11 @@ def validate(
     device_type: str = "cuda",
     bias=None,
     activation=None,
+    scalars=None,
 ) -> Problem:
     """Every check of ``matmul``, in the order a reader would ask them. Raises, never allocates.
+    ``scalars``: (alpha, beta, residual) of a call with ``alpha != 1`` or a residual (its C
+    already in ``out``: ``dispatch.call_scaled``), else None.
 
     The core's one rule beyond ``check_static``'s first: 2-D or 3-D operands. The device checks
     come after everything readable on any device (so the CPU tests reach them) and before the
@@ -342,6 +349,12 @@ def validate(
             )
     check_devices(a, b, out, (device_type,))
     epilogue = check_epilogue(bias, activation, a.dtype, shape, a.device)
+    alpha, beta = 1.0, 0.0
+    if scalars is not None:
+        alpha, beta, residual = scalars
+        if residual and out is None:
+            raise AssertionError("a residual call reads its C from out")
+        epilogue = dataclasses.replace(epilogue, scale=alpha != 1.0, residual=residual)
     if bias is not None and bias.is_neg():
         raise ValueError("bias is a negative view (is_neg()); pass bias.resolve_neg()")
     if out is not None:
@@ -349,4 +362,4 @@ def validate(
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = shape[0] if len(shape) == 3 else None  # torch.matmul's broadcast of L (may be 0)
     c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    return Problem(batch, m, n, k, a.dtype, c_dtype, accumulate, epilogue)
+    return Problem(batch, m, n, k, a.dtype, c_dtype, accumulate, epilogue, alpha, beta)

@@ -138,14 +138,24 @@ EPILOGUE_FAMILIES = frozenset({"sm90"})
 #: and ``GatedMLP``'s forward and backward, within the suite's tolerance. The grouped kernel's
 #: epilogues (``grouped_mm(activation=, gated=)``) stay on ``FUSING_FAMILIES``.
 GATED_FAMILIES = frozenset({"sm90"})
+#: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
+#: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. Empty until
+#: the sm90 kernels' first GPU check (``tests/gpu/test_gpu_epilogue.py -k residual``): built,
+#: compiled spill-free and SASS-checked on the CPU (2026-12-05), never run on a GPU; until
+#: then the API computes the product, then alpha, C, the bias and the activation in torch
+#: (``api.epilogue.combine_in_torch``), which ``explain`` says.
+RESIDUAL_FAMILIES: frozenset[str] = frozenset()
 
 
-def fuses_epilogues(backend: str, gated: bool = False) -> bool:
+def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) -> bool:
     """Whether calls on ``backend`` run a fused-epilogue kernel (bias, activation in the
     kernel's epilogue): its family is in ``FUSING_FAMILIES`` (``gated``: a dense gated unit's,
-    ``GATED_FAMILIES``); elsewhere the API applies the epilogue after the product
-    (``api.epilogue.apply_in_torch``)."""
+    ``GATED_FAMILIES``; ``scalars``: one with alpha or a residual, ``RESIDUAL_FAMILIES`` too);
+    elsewhere the API applies the epilogue after the product (``api.epilogue.apply_in_torch``,
+    ``combine_in_torch``)."""
     family = BACKENDS[backend].family
+    if scalars and family not in RESIDUAL_FAMILIES:
+        return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
 
 

@@ -28,7 +28,8 @@ import torch
 
 from .compiling.calls import KernelCall
 
-__all__ = ["UNSPLIT_LAUNCH", "SemaphoreCache", "bias_launcher", "split_launcher"]
+__all__ = ["NO_EPILOGUE_LAUNCH", "UNSPLIT_LAUNCH", "SemaphoreCache", "bias_launcher",
+           "split_launcher"]  # fmt: skip
 
 
 class SemaphoreCache:
@@ -133,12 +134,16 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
 #: An unsplit sm90 launch's arguments between the clusters and a fused epilogue's bias
 #: (``Sm90Gemm.LAUNCH_EXTRAS``): the kernel's own raster order, split 1, no split buffers.
 UNSPLIT_LAUNCH = (0, 1, None, None)
+#: The fused epilogue's launch arguments when it has none (bias, alpha, beta): what comes
+#: between ``UNSPLIT_LAUNCH`` and a grouped kernel's offsets.
+NO_EPILOGUE_LAUNCH = (None, None, None)
 
 
 def bias_launcher(fn: Callable) -> Callable:
-    """``launch(a_mkl, b_nkl, c_mnl, clusters, bias)``: an unsplit kernel with a fused bias,
-    called like a split launcher (the bias last); ``launch.bind(..., late=1)`` binds it as
-    ``KernelCall.bind`` does, the bias given per launch."""
+    """``launch(a_mkl, b_nkl, c_mnl, clusters, bias, alpha, beta)``: an unsplit kernel with a
+    fused epilogue's launch arguments, called like a split launcher (those last);
+    ``launch.bind(..., late=3)`` binds it as ``KernelCall.bind`` does, the three given per
+    launch."""
 
     def launch(a_mkl, b_nkl, c_mnl, clusters: int, *late):
         fn(a_mkl, b_nkl, c_mnl, clusters, *UNSPLIT_LAUNCH, *late)

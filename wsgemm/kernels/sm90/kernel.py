@@ -33,7 +33,7 @@ from wsgemm.kernels.common.scheduler import (
 from wsgemm.kernels.epilogue import PLAIN, Epilogue
 from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
-from wsgemm.kernels.sm90 import ragged, split_k
+from wsgemm.kernels.sm90 import ragged, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
@@ -169,7 +169,9 @@ class _ConsumerArgs:
     k_tiles: Any
     split: Any  # split_k.SplitLaunch, or None without split-K
     bias: Any  # the fused epilogue's bias vector (``plan.epilogue.bias``), or None
-    mC_gmem: Any = None  # a grouped kernel's C (rows, N), for its predicated stores
+    # a grouped kernel's C (rows, N), for its predicated stores; a residual's C (M, N, L)
+    mC_gmem: Any = None
+    scalars: Any = None  # the fused epilogue's (alpha, beta) fp32 values, or None
 
 
 @dataclass(frozen=True)
@@ -193,12 +195,16 @@ class _EpilogueArgs:
     gC_mnl: Any  # (tile_m, tile_n, tiles_m, tiles_n, L)
     barrier: Any
     is_store_warp: Any
-    # a fused bias: each accumulator's (row, col) in the tile, retiled as ``tRS_rAcc``; the
-    # vector and its length (None, None, None without a bias)
+    # a fused bias or residual: each accumulator's (row, col) in the tile, retiled as
+    # ``tRS_rAcc``; the bias vector and its length (None, None, None without either)
     tRS_cAcc: Any
     bias: Any
     bias_extent: Any
     ragged: Any = None  # a grouped kernel's ``ragged.RaggedStore``; None for a dense one
+    # ``Epilogue.scale``/``residual``: (alpha, beta), and the residual's ``residual.ResidualCopy``
+    # (None without)
+    scalars: Any = None
+    residual: Any = None
 
 
 @dataclass(frozen=True)
@@ -272,9 +278,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     #: cut into groups by an offsets launch argument, ``ragged.py`` the pieces that differ).
     grouped = None
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
-    # and the fused epilogue's bias vector (``epilogue``; kernels without a bias ignore it)
+    # and the fused epilogue's bias vector and alpha, beta (``epilogue``; kernels without a bias,
+    # or without ``scale`` and ``residual``, ignore them)
     LAUNCH_EXTRAS = (
         ("split_count", 1), ("workspace", None), ("semaphores", None), ("bias", None),
+        ("alpha", None), ("beta", None),
     )  # fmt: skip
 
     def __init__(
@@ -308,6 +316,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
                 "added in fp32, not one fp16 running sum over K"
             )
+        if epilogue.residual and trace:
+            raise ValueError("a traced kernel with a residual is not built: trace it without")
         if config.stream_k and trace:
             raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
         if epilogue.gated:
@@ -326,6 +336,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 "tracing": trace,
                 "a fused bias": epilogue.bias != "none",
             }
+            unsupported["alpha or a residual"] = epilogue.scalars
             for what, used in unsupported.items():
                 if used:
                     raise ValueError(f"the grouped sm90 kernel has no {what} yet")
@@ -365,11 +376,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if self.fused_epilogue.bias != "none":
             width = self.ab_dtype.width // 8
             bias = make_fake_tensor(self.ab_dtype, (cute.sym_int64(),), (1,), assumed_align=width)
+        scalars = (None, None)
+        if self.fused_epilogue.scalars:
+            scalars = (cutlass.Float32(1.0), cutlass.Float32(0.0))
         if not self.config.splits_in_kernel:
-            return Int32(1), None, None, bias
+            return Int32(1), None, None, bias, *scalars
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
         semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
-        return Int32(1), workspace, semaphores, bias
+        return Int32(1), workspace, semaphores, bias, *scalars
 
     def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
         """The empty barrier's count, from the traced WGMMA (its thread count) and the cluster,
@@ -390,11 +404,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         by ``effective_splits``), ``workspace`` is a flat fp32 tensor of at least
         ``config.split_workspace_elements`` words (contents irrelevant) and ``semaphores`` a
         flat int32 tensor of ``config.split_semaphores`` zeros (two per output tile), which the
-        kernel leaves zero again."""
-        split_count, workspace, semaphores, bias = launch[:4]
+        kernel leaves zero again. A fused epilogue's: ``bias`` (a flat vector of the inputs'
+        dtype), ``alpha`` and ``beta`` (fp32 scalars; ``Epilogue.scale`` and ``residual``)."""
+        split_count, workspace, semaphores, bias, alpha, beta = launch[:6]
         offs = mC_gmem = None
         if const_expr(self.grouped is not None):
-            offs = launch[4]
+            offs = launch[6]
             if const_expr(offs is None or offs.element_type != Int32):
                 raise ValueError("a grouped kernel takes its groups' end rows as int32 offsets")
             # A and C hold every group's rows (their L is B's with batch stride 0)
@@ -409,6 +424,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 raise ValueError(f"epilogue {self.fused_epilogue.name} takes a bias vector")
             if const_expr(bias.element_type != self.ab_dtype):
                 raise ValueError(f"the bias is {bias.element_type}, it must be {self.ab_dtype}")
+        scalars = None
+        if const_expr(self.fused_epilogue.scalars):
+            if const_expr(alpha is None or beta is None):
+                raise ValueError(f"epilogue {self.fused_epilogue.name} takes alpha and beta")
+            scalars = (cutlass.Float32(alpha), cutlass.Float32(beta))
+        if const_expr(self.fused_epilogue.residual):
+            mC_gmem = mC  # a residual reads C itself (the TMA view holds coordinates)
         if const_expr(cfg.splits_in_kernel):
             if const_expr(workspace is None or semaphores is None):
                 raise ValueError("a split-K kernel takes a workspace and semaphores")
@@ -559,6 +581,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             workspace,
             semaphores,
             bias,
+            scalars,
             offs,
             mC_gmem,
             trace_buffer,
@@ -675,14 +698,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         workspace,
         semaphores,
         bias,
+        scalars,
         offs,
         mC_gmem,
         trace_buffer,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
         ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without);
-        ``bias``: the fused epilogue's vector (None without); ``offs``, ``mC_gmem``: a grouped
-        kernel's group ends and its C (rows, N) (None for a dense kernel)."""
+        ``bias``: the fused epilogue's vector (None without); ``scalars``: its (alpha, beta)
+        (None without); ``offs``, ``mC_gmem``: a grouped
+        kernel's group ends and its C (rows, N) (None for a dense kernel; a residual's C
+        (M, N, L) itself)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -770,7 +796,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
                 split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
             consumer_args = _ConsumerArgs(
-                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem
+                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem, scalars
             )
             self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
@@ -1113,13 +1139,19 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             barrier_id = int(_Barrier.EPILOGUE)
             is_store_warp = warp_idx == 0
         barrier = pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=epilogue_threads)
-        tRS_cAcc = bias_extent = None
-        if const_expr(plan.epilogue.bias != "none"):
+        tRS_cAcc = bias_extent = residual_copy = None
+        if const_expr(plan.epilogue.bias != "none" or plan.epilogue.residual):
             # the accumulators' tile coordinates, laid out as the accumulators are
             tile_coords = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
             tRS_cAcc = tiled_copy_r2s.retile(tiled_mma.get_slice(mma_tidx).partition_C(tile_coords))
+        if const_expr(plan.epilogue.bias != "none"):
             mode = 0 if const_expr(plan.epilogue.bias == "row") else 1
             bias_extent = Int32(cute.size(consumer.mC_mnl, mode=[mode]))
+        if const_expr(plan.epilogue.residual):
+            residual_copy = residual.make_copy(
+                consumer.mC_gmem, plan.c_major == LayoutEnum.COL_MAJOR, cfg.epi_tile,
+                epilogue_threads, mma_tidx,
+            )  # fmt: skip
         ragged_store = None
         if const_expr(self.grouped is not None):
             ragged_store = ragged.RaggedStore(
@@ -1140,6 +1172,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             bias=consumer.bias,
             bias_extent=bias_extent,
             ragged=ragged_store,
+            scalars=consumer.scalars,
+            residual=residual_copy,
         )
 
     @cute.jit
@@ -1154,9 +1188,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         bias_ahead=None,
     ):
         """Accumulators -> output dtype -> smem subtile -> TMA store, one subtile at a time.
-        ``bias_ahead``: a fused bias's addends of the first subtiles (``_bias_ahead``, loaded
-        before the mainloop); each subtile then loads the bias of the one ``BIAS_AHEAD`` past
-        it, so no subtile waits a global-memory round trip for its own.
+        ``bias_ahead``: a fused bias's addends and a residual's values of the first subtiles
+        (``_bias_ahead``, loaded before the mainloop); each subtile then loads those of the one
+        ``BIAS_AHEAD`` past it, so no subtile waits a global-memory round trip for its own.
 
         Buffer ``b`` is rewritten only after the store that last read it has finished reading
         (the store warp waits for at most E-1 pending stores, then the barrier tells everyone).
@@ -1189,14 +1223,34 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             self._ragged_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
             return
         ahead = [] if const_expr(bias_ahead is None) else list(bias_ahead)
+        res = None
+        if const_expr(plan.epilogue.residual):
+            # C's first subtile, on its way while the tile's last MMAs retire
+            res = residual.fragment(args.residual, cfg.epi_tile)
+            residual.load(args.residual, res, self._subtile_origin(plan, views, 0), cfg.epi_tile)
         for e in cutlass.range_constexpr(plan.out_subtiles):
             if const_expr(bias_ahead is not None and e + BIAS_AHEAD < plan.out_subtiles):
                 ahead.append(self._bias_subtile(plan, args, views.origin, e + BIAS_AHEAD))
             bias = ahead[e] if const_expr(bias_ahead is not None) else None
-            self._subtile_to_registers(plan, args, views, e, bias)
             buf = (subtiles_done + e) % plan.epi_stages
-            if args.is_store_warp:
-                store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
+            if const_expr(plan.epilogue.residual):
+                # C's subtile through buffer `buf` (once its previous store has read it), the
+                # next subtile's load issued behind it (module ``residual``)
+                if args.is_store_warp:
+                    store_pipeline.producer_acquire()
+                args.barrier.arrive_and_wait()
+                sC_buf = args.sC[(None, None, buf)]
+                residual.stage(args.residual, res, sC_buf)
+                if const_expr(e + 1 < plan.out_subtiles):
+                    origin = self._subtile_origin(plan, views, e + 1)
+                    residual.load(args.residual, res, origin, cfg.epi_tile)
+                args.barrier.arrive_and_wait()
+                self._subtile_to_registers(plan, args, views, e, bias, sC_buf)
+                # _store_subtile's first barrier: every thread has read its residual
+            else:
+                self._subtile_to_registers(plan, args, views, e, bias)
+                if args.is_store_warp:
+                    store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             self._store_subtile(args, store_pipeline, views, buf, e)
 
     @cute.jit
@@ -1243,8 +1297,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     @staticmethod
     def _tile_origin(plan, tile):
-        """The tile's first (row, col) in the problem."""
-        return (tile.m * plan.config.tile_m, tile.n * plan.out_tile_n)
+        """The tile's first (row, col) in the problem, and its batch."""
+        return (tile.m * plan.config.tile_m, tile.n * plan.out_tile_n, tile.l)
+
+    @staticmethod
+    def _subtile_origin(plan, views, e):
+        """Subtile ``e``'s first (row, col) in the problem, and its batch."""
+        sub_m, sub_n = views.order.get_hier_coord(e)
+        epi_m, epi_n = plan.config.epi_tile
+        row, col, batch = views.origin
+        return (row + sub_m * epi_m, col + sub_n * epi_n, batch)
 
     def _bias_subtile(self, plan, args, origin, e) -> list:
         """Subtile ``e``'s bias addends, one fp32 value per accumulator register (the
@@ -1271,10 +1333,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         return [self._bias_subtile(plan, args, origin, e) for e in range(first)]
 
     @cute.jit
-    def _subtile_to_registers(self, plan: cutlass.Constexpr, args, views, e, bias=None):
-        """Subtile ``e``'s accumulators, through the fused epilogue (fp32: bias, then the
-        activation) and converted to the output dtype in ``views.tRS_rD_out``. ``bias``: the
-        subtile's addends (``_bias_subtile``) when loaded ahead; None loads them here."""
+    def _subtile_to_registers(
+        self, plan: cutlass.Constexpr, args, views, e, bias=None, sC_buf=None
+    ):
+        """Subtile ``e``'s accumulators, through the fused epilogue (fp32: alpha times them,
+        plus beta times the residual, plus the bias, then the activation) and converted to the
+        output dtype in ``views.tRS_rD_out``. ``bias``: the subtile's ``_bias_subtile`` when
+        loaded ahead; None loads it here. ``sC_buf``: the buffer holding the residual's
+        subtile (``residual.stage``)."""
         per_subtile = cute.size(views.tRS_rD)
         epi = plan.epilogue
         if const_expr(epi.plain):
@@ -1296,6 +1362,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 bias = self._bias_subtile(plan, args, views.origin, e)
             for v in cutlass.range_constexpr(per_subtile):
                 x = cutlass.Float32(args.tRS_rAcc[e * per_subtile + v])
+                if const_expr(epi.scale):
+                    x = args.scalars[0] * x
+                if const_expr(epi.residual):
+                    coord = args.tRS_cAcc[e * per_subtile + v]
+                    x = x + args.scalars[1] * residual.value(sC_buf, coord, plan.config.epi_tile)
                 if const_expr(epi.bias != "none"):
                     x = x + bias[v]
                 views.tRS_rD[v] = epilogue_activation.apply(epi.activation, x)

@@ -1,0 +1,176 @@
+"""``matmul(a, b, c=, alpha=, beta=)`` on the CPU (issue #25's residual): ``act(alpha · a @ b +
+beta · c + bias)`` on every route (the sm90 family's kernels read C from the output they are
+about to write; sm80 and the torch route combine in torch), ``c`` the output itself or copied
+into it, the checks, a refused call leaving ``out`` as it was, and ``explain``. Stand-in kernels
+compute the kernel contract in float64 (``stand_ins``)."""
+
+import pytest
+import torch
+from stand_ins import LAYOUTS, cpu_dispatcher
+
+from wsgemm.api import dispatch
+from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.host import registry
+
+F16, F32 = torch.float16, torch.float32
+
+
+@pytest.fixture(autouse=True, params=["fused", "torch"])
+def fusing(monkeypatch, request):
+    """Both roads: the sm90 kernels reading C (``registry.RESIDUAL_FAMILIES``, empty on main
+    until their first GPU check) and the product combined in torch."""
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    if request.param == "fused":
+        monkeypatch.setattr(registry, "RESIDUAL_FAMILIES", registry.EPILOGUE_FAMILIES)
+    return request.param
+
+
+def call(d, a, b, *, c=None, alpha=1.0, beta=1.0, bias=None, activation=None, out=None,
+         backend="auto"):  # fmt: skip
+    return dispatch.call_scaled(d, a, b, out, None, F32, backend, None, bias, activation, c,
+                                alpha, beta)  # fmt: skip
+
+
+def rand(shape, seed, col=False):
+    t = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(F16)
+    return t.mT.contiguous().mT if col else t
+
+
+def expected(a, b, c, alpha, beta, bias=None, activation=None):
+    y = alpha * torch.matmul(a.double(), b.double())
+    if c is not None and beta != 0:
+        y = y + beta * c.double()
+    if bias is not None:
+        y = y + bias.double()
+    return torch_activation(activation or "none", y).to(F16)
+
+
+def close(got, want):
+    torch.testing.assert_close(got.double(), want.double(), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("backend", ["auto", "sm90-pingpong", "sm80"])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_results_on_every_route(layout, backend, in_place):
+    sa, sb, a_col, b_col, _ = layout
+    a, b = rand(sa, 0, a_col), rand(sb, 1, b_col)
+    shape = torch.matmul(a, b).shape
+    c = rand(shape, 2)
+    want = expected(a, b, c, 0.5, -2.0)
+    d = cpu_dispatcher()
+    if in_place:
+        out = c.clone()
+        got = call(d, a, b, c=out, out=out, alpha=0.5, beta=-2.0, backend=backend)
+        assert got is out
+    else:
+        got = call(d, a, b, c=c, alpha=0.5, beta=-2.0, backend=backend)
+    close(got, want)
+    again = call(d, a, b, c=out if in_place else c, out=out if in_place else None,
+                 alpha=0.5, beta=-2.0, backend=backend)  # fmt: skip
+    if not in_place:  # the signature's launcher, from the second call on
+        close(again, want)
+
+
+def test_the_kernel_reads_c_from_its_output_with_alpha_and_beta_as_launch_arguments(fusing):
+    if fusing != "fused":
+        pytest.skip("the fused road's launches")
+    a, b = rand((64, 32), 0), rand((32, 48), 1)
+    c = rand((64, 48), 2)
+    d = cpu_dispatcher()
+    out = torch.full((64, 48), float("nan"), dtype=F16)
+    call(d, a, b, c=c, out=out, alpha=2.0, beta=0.25, bias=rand((48,), 3), activation="relu")
+    kernel_epilogues = [v.epilogue for v in d.cache.variants]
+    assert kernel_epilogues and all(
+        Epilogue.parse(e).residual and Epilogue.parse(e).scale for e in kernel_epilogues
+    )
+    close(out, expected(a, b, c, 2.0, 0.25, rand((48,), 3), "relu"))
+    # another alpha compiles nothing new: the same variant, another signature
+    before = {v.key() for v in d.cache.variants}
+    call(d, a, b, c=c, out=out, alpha=3.0, beta=0.25, bias=rand((48,), 3), activation="relu")
+    assert {v.key() for v in d.cache.variants} == before
+
+
+def test_alpha_alone_and_beta_zero_never_read_c():
+    a, b = rand((40, 24), 0), rand((24, 56), 1)
+    d = cpu_dispatcher()
+    close(call(d, a, b, alpha=-1.5), expected(a, b, None, -1.5, 0.0))
+    nan = torch.full((40, 56), float("nan"), dtype=F16)
+    close(call(d, a, b, c=nan, beta=0.0), expected(a, b, None, 1.0, 0.0))
+    out = torch.full((40, 56), float("nan"), dtype=F16)
+    close(call(d, a, b, c=out, out=out, beta=0), expected(a, b, None, 1.0, 0.0))
+    assert all(not Epilogue.parse(v.epilogue).residual for v in d.cache.variants)
+
+
+@pytest.mark.parametrize("c_shape", [(56,), (1, 56), (40, 1), (), (3, 40, 56), (1, 1, 56)])
+def test_a_c_that_broadcasts(c_shape):
+    batch = len(c_shape) == 3 or c_shape == (1, 1, 56)
+    a = rand((3, 40, 24) if batch else (40, 24), 0)
+    b = rand((24, 56), 1)
+    c = rand(c_shape, 2)
+    d = cpu_dispatcher()
+    close(call(d, a, b, c=c, beta=2.0), expected(a, b, c, 1.0, 2.0))
+
+
+def test_k_zero_is_beta_c_plus_the_bias():
+    a, b = rand((16, 0), 0), rand((0, 24), 1)
+    c, bias = rand((16, 24), 2), rand((24,), 3)
+    d = cpu_dispatcher()
+    close(call(d, a, b, c=c, beta=3.0, alpha=2.0, bias=bias), expected(a, b, c, 2.0, 3.0, bias))
+
+
+def test_the_torch_route_takes_them_too():
+    a, b = rand((32, 16), 0), rand((16, 24), 1)
+    c = rand((32, 24), 2)
+    d = cpu_dispatcher(capability=(7, 5))  # no wsgemm kernel: torch.matmul
+    close(call(d, a, b, c=c, alpha=0.5, beta=2.0), expected(a, b, c, 0.5, 2.0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(alpha=True), TypeError, "alpha must be a real number"),
+        (dict(beta="1"), TypeError, "beta must be a real number"),
+        (dict(alpha=torch.tensor(2.0)), TypeError, "alpha must be a real number"),
+        (dict(c=[1.0]), TypeError, "c must be a torch.Tensor"),
+        (dict(c=torch.zeros(32, 24, dtype=F32)), TypeError, "output's dtype"),
+        (dict(c=torch.zeros(5, 24, dtype=F16)), ValueError, "does not broadcast"),
+        (dict(c=torch.zeros(2, 32, 24, dtype=F16)), ValueError, "does not broadcast"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, error, match):
+    a, b = rand((32, 16), 0), rand((16, 24), 1)
+    with pytest.raises(error, match=match):
+        call(cpu_dispatcher(), a, b, **kwargs)
+
+
+def test_a_refused_call_leaves_out_as_it_was():
+    a, b = rand((32, 16), 0), rand((16, 24), 1)
+    out = rand((32, 24), 5)
+    before = out.clone()
+    with pytest.raises(ValueError):
+        call(cpu_dispatcher(), a, b, c=rand((32, 24), 2), out=out, backend="no-such-backend")
+    with pytest.raises(ValueError, match="overlaps"):  # out overlaps a
+        big = rand((64, 24), 6)
+        call(cpu_dispatcher(), big[:32, :16], b, c=rand((32, 24), 2), out=big[16:48])
+    assert torch.equal(out, before)
+
+
+def test_c_that_overlaps_out_without_being_it_is_refused():
+    a, b = rand((32, 16), 0), rand((16, 24), 1)
+    buf = rand((33, 24), 7)
+    with pytest.raises(ValueError, match="c overlaps out"):
+        call(cpu_dispatcher(), a, b, c=buf[1:], out=buf[:32])
+
+
+def test_explain_says_how_c_is_read():
+    from wsgemm.api import explain
+
+    a, b = torch.empty(64, 32, dtype=F16), torch.empty(32, 48, dtype=F16)
+    out = torch.empty(64, 48, dtype=F16)
+    text = explain(a, b, c=out, out=out, alpha=2.0, beta=0.5)
+    assert "alpha = 2 times the product" in text and "plus beta = 0.5 times C" in text
+    assert ("C read by the kernel" in text) == (registry.RESIDUAL_FAMILIES != frozenset())
+    assert ("RESIDUAL_FAMILIES" in text) == (registry.RESIDUAL_FAMILIES == frozenset())
+    assert "c: out itself" in text
+    assert "copied into the output first" in explain(a, b, c=torch.empty(48, dtype=F16))

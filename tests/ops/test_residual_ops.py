@@ -1,0 +1,157 @@
+"""``wsgemm.matmul(a, b, c=, alpha=, beta=)`` above the core, without a GPU (issue #25's
+residual): torch.addmm's meaning with any number of batch dimensions (``c`` broadcast, folded
+with the result, ``out=c`` handed to the core as its own output), gradients of a, b, c and the
+bias on both eager roads against float64, the registered op's fake shapes, ``opcheck`` and a
+fullgraph compile, and the errors. The core is the CPU stand-in of tests/op_helpers.py."""
+
+import pytest
+import torch
+from op_helpers import fake_cuda, install
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import wsgemm
+from wsgemm import ops
+from wsgemm.api.epilogue import torch_activation
+
+F16, BF16 = torch.float16, torch.bfloat16
+
+
+def rand(shape, seed, dtype=BF16):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def reference(a, b, c, alpha, beta, bias=None, activation=None):
+    y = alpha * torch.matmul(a.double(), b.double())
+    if c is not None and beta != 0:
+        y = y + beta * c.double()
+    if bias is not None:
+        y = y + bias.double()
+    return torch_activation(activation or "none", y)
+
+
+def close(got, want, k):
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2 * (1 + k) ** 0.5)
+
+
+CASES = [
+    # (a, b, c): c's shape broadcasts to torch.matmul's result
+    ((5, 7), (7, 6), (5, 6)),
+    ((5, 7), (7, 6), (6,)),
+    ((2, 5, 7), (7, 6), (2, 5, 6)),
+    ((2, 5, 7), (7, 6), (5, 1)),
+    ((2, 3, 5, 7), (3, 7, 6), (2, 3, 5, 6)),
+    ((2, 3, 5, 7), (3, 7, 6), (1, 3, 1, 6)),
+    ((7,), (7, 6), (6,)),
+    ((5, 7), (7,), (5,)),
+]
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+@pytest.mark.parametrize("sa, sb, sc", CASES)
+def test_forward_matches_addmm(monkeypatch, fast, sa, sb, sc):
+    install(monkeypatch, fast=fast)
+    a, b, c = rand(sa, 0), rand(sb, 1), rand(sc, 2)
+    got = wsgemm.matmul(a, b, c=c, alpha=0.5, beta=-2.0)
+    close(got, reference(a, b, c, 0.5, -2.0), sa[-1])
+    assert got.shape == torch.matmul(a, b).shape and got.dtype == BF16
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+def test_out_c_is_the_cores_in_place_residual(monkeypatch, fast):
+    core = install(monkeypatch, fast=fast)
+    a, b = rand((2, 3, 5, 7), 0), rand((3, 7, 6), 1)
+    out = rand((2, 3, 5, 6), 2)
+    want = reference(a, b, out, 1.0, 1.0)
+    assert wsgemm.matmul(a, b, c=out, out=out) is out
+    close(out, want, 7)
+    _, _, core_out = core.calls[-1]
+    assert core_out.data_ptr() == out.data_ptr()  # folded: the core's output is out itself
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+def test_gradients_of_a_b_c_and_the_bias(monkeypatch, fast):
+    install(monkeypatch, fast=fast)
+    a = rand((2, 5, 16), 0).requires_grad_()
+    b = rand((16, 8), 1).requires_grad_()
+    c = rand((5, 8), 2).requires_grad_()
+    bias = rand((8,), 3).requires_grad_()
+    y = wsgemm.matmul(a, b, c=c, alpha=1.5, beta=0.5, bias=bias, activation="gelu_tanh")
+    grad = rand(y.shape, 4)
+    got = torch.autograd.grad(y, (a, b, c, bias), grad)
+    leaves = [t.detach().double().requires_grad_() for t in (a, b, c, bias)]
+    want = reference(*leaves[:3], 1.5, 0.5, leaves[3], "gelu_tanh")
+    wants = torch.autograd.grad(want, leaves, grad.double())
+    close(y, want, 16)
+    for g, w, leaf in zip(got, wants, (a, b, c, bias), strict=True):
+        assert g.shape == leaf.shape and g.dtype == leaf.dtype
+        close(g, w, 16)
+
+
+def test_the_registered_op_differentiates_c_and_alpha(monkeypatch):
+    install(monkeypatch)
+    a, b = rand((5, 16), 0).requires_grad_(), rand((16, 8), 1).requires_grad_()
+    c = rand((5, 8), 2).requires_grad_()
+    y = torch.ops.wsgemm.matmul(a, b, c=c, alpha=2.0, beta=-1.0, activation="silu")
+    grad = rand(y.shape, 4)
+    got = torch.autograd.grad(y, (a, b, c), grad)
+    leaves = [t.detach().double().requires_grad_() for t in (a, b, c)]
+    want = reference(*leaves, 2.0, -1.0, None, "silu")
+    for g, w in zip(got, torch.autograd.grad(want, leaves, grad.double()), strict=True):
+        close(g, w, 16)
+
+
+def test_fake_shapes_and_opcheck(monkeypatch):
+    install(monkeypatch)
+    with FakeTensorMode():
+        a, b = fake_cuda((2, 5, 16)), fake_cuda((16, 8))
+        out = torch.ops.wsgemm.matmul(a, b, c=fake_cuda((8,)), alpha=2.0)
+        assert out.shape == (2, 5, 8) and out.dtype == F16
+        with pytest.raises(ValueError, match="does not broadcast"):
+            torch.ops.wsgemm.matmul(a, b, c=fake_cuda((3, 8)))
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    a, b, c = (rand(s, i, F16).requires_grad_() for i, s in enumerate([(5, 16), (16, 8), (5, 8)]))
+    torch.library.opcheck(torch.ops.wsgemm.matmul.default, (a, b), dict(c=c, alpha=2.0, beta=0.5))
+    a, b, c = a.detach(), b.detach(), c.detach()
+    out = torch.empty(5, 8, dtype=F16)
+    torch.library.opcheck(torch.ops.wsgemm.matmul_out.default, (a, b, out), dict(c=c, beta=3.0))
+
+
+def test_compile_fullgraph_holds_the_op():
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x, w, r):
+        return wsgemm.matmul(x, w, c=r, alpha=0.5)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    with FakeTensorMode():
+        compiled(fake_cuda((4, 16)), fake_cuda((16, 8)), fake_cuda((4, 8)))
+    nodes = [n for g in graphs for n in g.graph.nodes if "wsgemm.matmul" in str(n.target)]
+    assert len(nodes) == 1 and 0.5 in (*nodes[0].args, *nodes[0].kwargs.values())
+
+
+@pytest.mark.parametrize(
+    "kw, exc, words",
+    [
+        (dict(c=rand((5, 8), 2), alpha=True), TypeError, "alpha must be a real number"),
+        (dict(c=[1.0]), TypeError, "c must be a torch.Tensor"),
+        (dict(c=rand((5, 8), 2, F16)), TypeError, "output's dtype"),
+        (dict(c=rand((4, 8), 2)), ValueError, "does not broadcast"),
+    ],
+)
+@pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
+def test_bad_input_raises(monkeypatch, fast, kw, exc, words):
+    install(monkeypatch, fast=fast)
+    with pytest.raises(exc, match=words):
+        wsgemm.matmul(rand((5, 16), 0), rand((16, 8), 1), **kw)
+
+
+def test_out_with_c_refuses_autograd(monkeypatch):
+    install(monkeypatch, fast=True)
+    c = rand((5, 8), 2).requires_grad_()
+    with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
+        wsgemm.matmul(rand((5, 16), 0), rand((16, 8), 1), c=c, out=torch.empty(5, 8, dtype=BF16))
