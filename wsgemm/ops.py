@@ -306,23 +306,22 @@ def _matmul_vmap(
     the per-sample batch dimensions of a vmapped operand are padded with ones to the other's
     count, so that the vmapped dimension lines up with the other's (or broadcasts)."""
     a_dim, b_dim = in_dims[0], in_dims[1]
-    if c is not None or alpha != 1.0:
-        # alpha and a residual: the product batched, then the rest in torch (fp32, one rounding)
-        out, dim = _matmul_vmap(info, in_dims[:5], a, b, out_dtype, accumulate, backend)
+    c_dim = in_dims[7] if len(in_dims) > 7 else None
+    bias_dim = in_dims[5] if len(in_dims) > 5 else None
+    if c is not None or alpha != 1.0 or bias_dim is not None:
+        # alpha, a residual or a per-sample bias: the product batched (in fp32), then the
+        # rest in torch, rounded once
+        wide = torch.float32 if accumulate == torch.float32 else out_dtype
+        out, dim = _matmul_vmap(info, in_dims[:5], a, b, wide, accumulate, backend)
+        rank = out.dim() - (dim is not None)  # a sample's result
         y = alpha * out.float()
         if c is not None and beta != 0.0:
-            y = y + beta * _per_sample(c, in_dims[7] if len(in_dims) > 7 else None, out).float()
+            y = y + beta * _per_sample(c, c_dim, rank).float()
         if bias is not None:
-            y = y + _per_sample(bias, in_dims[5], out).float()
-        return torch_activation(check_activation(activation), y).to(out.dtype), dim
-    if len(in_dims) > 5 and in_dims[5] is not None:
-        # a per-sample bias: the product batched, then the bias and activation in torch
-        out, dim = _matmul_vmap(info, in_dims[:5], a, b, out_dtype, accumulate, backend)
-        # a sample's bias broadcasts against its result from the right, as torch's add does
-        bias = bias.movedim(in_dims[5], 0)
-        bias = bias.reshape(bias.shape[0], *(1,) * (out.dim() - bias.dim()), *bias.shape[1:])
-        y = out.float() + bias.float()
-        return torch_activation(check_activation(activation), y).to(out.dtype), dim
+            y = y + _per_sample(bias, bias_dim, rank).float()
+        mapped = dim is not None or (c is not None and c_dim is not None) or bias_dim is not None
+        y = torch_activation(check_activation(activation), y).to(out_dtype or a.dtype)
+        return y, 0 if mapped else None
     if a_dim is None and b_dim is None:
         return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation), None
     a = a if a_dim is None else a.movedim(a_dim, 0)
@@ -347,14 +346,14 @@ def _matmul_vmap(
     return out, 0
 
 
-def _per_sample(t, dim, out):
-    """``t`` (a bias or residual, vmapped along ``dim`` or not) broadcastable against ``out``
-    (the vmapped dimension first): a sample's tensor broadcasts against its result from the
-    right, as torch's add does."""
+def _per_sample(t, dim, rank: int):
+    """``t`` (a bias or residual, vmapped along ``dim`` or not) against a batch of results of
+    ``rank`` dimensions each, the vmapped dimension first: a sample's tensor broadcasts against
+    its result from the right, as torch's add does (an unmapped one does so by itself)."""
     if dim is None:
         return t
     t = t.movedim(dim, 0)
-    return t.reshape(t.shape[0], *(1,) * (out.dim() - t.dim()), *t.shape[1:])
+    return t.reshape(t.shape[0], *(1,) * (rank - (t.dim() - 1)), *t.shape[1:])
 
 
 if hasattr(torch.library, "register_vmap"):  # torch 2.4+; before it, torch's per-sample loop
@@ -593,10 +592,7 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     if c is not None and not isinstance(c, torch.Tensor):
         raise TypeError(f"c must be a torch.Tensor or None, got {type(c).__name__}")
-    plain = all(
-        t is None or ((type(t) is _Tensor or type(t) is _Parameter) and t.is_cuda)
-        for t in (bias, c)
-    )
+    plain = all(_plain(t, t) for t in (bias, c) if t is not None)  # as a and b must be
     if not _is_compiling() and _plain(a, b, out) and plain and _no_modes():
         if out is not None:
             _refuse_grad(a, b, out, bias, c)
@@ -606,17 +602,21 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
             a, b, bias, c = _autocast(a, b, bias, c, out_dtype)
         wants = a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
         if _grad_enabled() and (wants or (c is not None and c.requires_grad)):
-            product = _Matmul.apply(a, b, out_dtype, accumulate, backend, None, None)
+            shape = result_shape(a.shape, b.shape)
+            dtype = out_dtype or a.dtype
+            act = check_activation(activation)
+            check_epilogue(bias, activation, a.dtype, shape, a.device)
             if c is not None:
-                shape = result_shape(a.shape, b.shape)
-                check_residual(c, shape, product.dtype, a.device)
+                check_residual(c, shape, dtype, a.device)
+            # the product in fp32 (a 16-bit one could overflow where alpha scales it back)
+            wide = torch.float32 if accumulate == torch.float32 else out_dtype
+            product = _Matmul.apply(a, b, wide, accumulate, backend, None, None)
             y = product.float() * alpha
             if c is not None and beta != 0.0:
                 y = y + c.float() * beta
             if bias is not None:  # as in a @ b + bias: broadcast against the result
                 y = y + bias.float()
-            act = check_activation(activation)
-            return torch_activation(act, y).to(product.dtype)
+            return torch_activation(act, y).to(dtype)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, c, alpha,
                         beta)  # fmt: skip
     check_kinds(a, b, out, out_dtype, accumulate, backend)

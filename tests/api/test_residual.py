@@ -156,11 +156,39 @@ def test_a_refused_call_leaves_out_as_it_was():
     assert torch.equal(out, before)
 
 
-def test_c_that_overlaps_out_without_being_it_is_refused():
+def test_c_that_overlaps_out_without_being_it_reads_cs_values_before_the_call():
     a, b = rand((32, 16), 0), rand((16, 24), 1)
     buf = rand((33, 24), 7)
-    with pytest.raises(ValueError, match="c overlaps out"):
-        call(cpu_dispatcher(), a, b, c=buf[1:], out=buf[:32])
+    want = expected(a, b, buf[1:].clone(), 1.0, 1.0)
+    call(cpu_dispatcher(), a, b, c=buf[1:], out=buf[:32])
+    close(buf[:32], want)
+
+
+def test_a_call_refused_after_the_checks_leaves_out_as_it_was():
+    """The torch route refuses an fp16 accumulator only once routed: after c was copied."""
+    a, b = rand((32, 16), 0), rand((16, 24), 1)
+    out = rand((32, 24), 5)
+    before = out.clone()
+    with pytest.raises(ValueError, match="accumulate"):
+        dispatch.call_scaled(cpu_dispatcher(capability=(7, 5)), a, b, out, None, F16, "auto",
+                             None, None, None, rand((32, 24), 2), 1.0, 1.0)  # fmt: skip
+    assert torch.equal(out, before)
+
+
+@pytest.mark.parametrize("backend", ["sm90-pingpong", "sm80", "auto"])
+def test_alpha_scales_a_product_too_large_for_the_output(backend):
+    """16 x 16 x 256 = 65536 overflows fp16; alpha = 0.5 brings it back: the product is
+    combined in fp32 (or in the kernel), never rounded to fp16 first."""
+    a = torch.full((64, 256), 16.0, dtype=F16)
+    b = torch.full((256, 64), 16.0, dtype=F16)
+    got = call(cpu_dispatcher(), a, b, alpha=0.5, backend=backend)
+    assert torch.equal(got, torch.full((64, 64), 32768.0, dtype=F16))
+
+
+def test_beta_zero_still_checks_c():
+    a, b = rand((32, 16), 0), rand((16, 24), 1)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        call(cpu_dispatcher(), a, b, c=torch.zeros(7, dtype=F16), beta=0.0)
 
 
 def test_explain_says_how_c_is_read():
@@ -173,4 +201,4 @@ def test_explain_says_how_c_is_read():
     assert ("C read by the kernel" in text) == (registry.RESIDUAL_FAMILIES != frozenset())
     assert ("RESIDUAL_FAMILIES" in text) == (registry.RESIDUAL_FAMILIES == frozenset())
     assert "c: out itself" in text
-    assert "copied into the output first" in explain(a, b, c=torch.empty(48, dtype=F16))
+    assert "copied into a new result first" in explain(a, b, c=torch.empty(48, dtype=F16))

@@ -104,7 +104,7 @@ def test_fused_residual_named_backends(backend, index):
     check(_cases(5151)[index], torch.Generator().manual_seed(index), backend=backend)
 
 
-@pytest.mark.parametrize("form", ["split_k", "stream_k", "swap_ab"])
+@pytest.mark.parametrize("form", ["split_k", "stream_k", "swap_ab", "swap_ab_8"])
 @pytest.mark.parametrize("index", range(0, CASES, 4))
 def test_fused_residual_split_and_swap(form, index):
     from wsgemm.host import choosing
@@ -113,6 +113,8 @@ def test_fused_residual_split_and_swap(form, index):
     case = dict(_cases(5151)[index], batch=False)
     if form == "swap_ab":  # C M-major: the residual's vectors run along M
         config = choosing.entry("swap-cooperative-128x160-c2x1").variant_config()
+    elif form == "swap_ab_8":  # 64 vectors a subtile for 128 threads
+        config = choosing.entry("swap-pingpong-64x8x128-c1x1").variant_config()
     else:
         case["k"] = max(case["k"], 300)
         config = Sm90Config(split_k=3) if form == "split_k" else Sm90Config(stream_k=True)

@@ -383,6 +383,9 @@ RESIDUAL_SWEEP = [
                  .variant_config(), epilogue="scale+residual"),
     host.Variant("sm90-pingpong", "sm_90a", config=choosing.entry("swap-pingpong-64x16x128-c1x1")
                  .variant_config(split=True), epilogue="residual+bias_row"),
+    # a subtile of 64 vectors for 128 threads (each vector copied by two)
+    host.Variant("sm90-pingpong", "sm_90a", config=choosing.entry("swap-pingpong-64x8x128-c1x1")
+                 .variant_config(), epilogue="scale+residual"),
 ]  # fmt: skip
 
 

@@ -155,3 +155,45 @@ def test_out_with_c_refuses_autograd(monkeypatch):
     c = rand((5, 8), 2).requires_grad_()
     with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
         wsgemm.matmul(rand((5, 16), 0), rand((16, 8), 1), c=c, out=torch.empty(5, 8, dtype=BF16))
+
+
+@pytest.mark.parametrize(
+    "in_dims, c_shape",
+    [
+        ((None, None, 0), (3, 5, 6)),  # only c mapped: a batch of results from one product
+        ((None, None, 0), (5, 6)),  # 5 samples of (6,): along the samples, not the rows
+        ((0, None, 0), (4, 6)),
+        ((0, None, None), (5, 6)),
+    ],
+)
+def test_vmap_with_c(monkeypatch, in_dims, c_shape):
+    install(monkeypatch)
+    a0, b = rand((5, 7), 0), rand((7, 6), 1)
+    samples = c_shape[0] if in_dims[2] == 0 else 4
+    a = torch.stack([a0 + i for i in range(samples)]) if in_dims[0] == 0 else a0
+    c = rand(c_shape, 2)
+
+    def f(x, y, r):
+        return wsgemm.matmul(x, y, c=r, alpha=0.5, beta=2.0)
+
+    got = torch.vmap(f, in_dims=in_dims)(a, b, c)
+    want = torch.stack([
+        reference(a[i] if in_dims[0] == 0 else a, b, c[i] if in_dims[2] == 0 else c, 0.5, 2.0)
+        for i in range(samples)
+    ])  # fmt: skip
+    assert got.shape == want.shape
+    close(got, want, 7)
+
+
+def test_the_gradient_road_checks_the_bias(monkeypatch):
+    install(monkeypatch, fast=True)
+    a = rand((5, 16), 0).requires_grad_()
+    with pytest.raises(TypeError, match="bias has dtype"):
+        wsgemm.matmul(a, rand((16, 8), 1), alpha=2.0, bias=torch.zeros(8))
+
+
+def test_alpha_scales_a_product_too_large_for_the_output_on_the_gradient_road(monkeypatch):
+    install(monkeypatch, fast=True)
+    a = torch.full((4, 256), 16.0, dtype=F16).requires_grad_()
+    y = wsgemm.matmul(a, torch.full((256, 4), 16.0, dtype=F16), alpha=0.5)
+    assert torch.equal(y, torch.full((4, 4), 32768.0, dtype=F16))

@@ -46,7 +46,7 @@ from .epilogue import (
     combine_in_torch,
     kernel_bias,
 )
-from .overlap import overlaps, spans
+from .overlap import spans
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
 from .validate import Problem, check_no_overlap, check_static, validate
 
@@ -69,37 +69,38 @@ def call_scaled(
 
     The kernel reads C from the output it is about to write (``Epilogue.residual``): with
     ``c`` the output itself (``out=c``) nothing else moves; any other ``c`` is first copied
-    (broadcast) into the output, one pass over it, which ``explain`` says. ``beta == 0`` never
-    reads ``c`` (torch.addmm's rule: its NaNs do not propagate). Then ``call`` with the
-    epilogue's flags and values, part of the call's signature."""
+    (broadcast) into a new result, one pass over it, which ``explain`` says (and, with ``out``
+    given, the result into ``out`` once the call succeeded: a refused or failed call leaves
+    ``out`` as it was). ``beta == 0`` never reads ``c``'s values (torch.addmm's rule: its NaNs
+    do not propagate) but checks it as torch does. Then ``call`` with the epilogue's flags and
+    values, part of the call's signature."""
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
-    residual = c is not None and beta != 0.0
-    if residual or out is None:
-        shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
-        c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    if residual:
+    shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
+    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    if c is not None:
         _check_c(c, a, shape, c_dtype)
-        if out is None:
-            out = torch.empty(shape, dtype=c_dtype, device=a.device)
-            out.copy_(c)
-        elif not _same_view(c, out):
-            # every check before out is written: a refused call leaves it as it was
+    residual = c is not None and beta != 0.0
+    target = None  # the caller's out, written once the call has succeeded
+    if residual and (out is None or not _same_view(c, out)):
+        if out is not None:
             validate(
                 a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
                 bias=bias, activation=activation,
             )  # fmt: skip
-            if overlaps(out, c):
-                raise ValueError(
-                    "c overlaps out in memory without being out itself; pass c=out for an "
-                    "in-place residual, or a separate tensor"
-                )
-            out.copy_(c)
+            target = out
+        out = torch.empty(shape, dtype=c_dtype, device=a.device)
+        out.copy_(c)
     elif out is None:  # alpha alone: the kernel's output allocated here, as with a residual
         out = torch.empty(shape, dtype=c_dtype, device=a.device)
     if not residual and alpha == 1.0:
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
     scalars = (alpha, beta if residual else 0.0, residual)
-    return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
+    result = call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
+    if target is None:
+        return result
+    target.copy_(result)
+    _increment_version(target)
+    return target
 
 
 def _check_c(c, a, shape, c_dtype) -> None:
@@ -265,13 +266,14 @@ def explain(
     residual = c is not None and beta != 0.0
     scalars = (alpha, beta if residual else 0.0, residual) if residual or alpha != 1.0 else None
     where = None
-    if residual:
+    if c is not None:
         shape = check_static(a, b, out, out_dtype, accumulate, backend)
         _check_c(c, a, shape, out.dtype if out is not None else (out_dtype or a.dtype))
+    if residual:
         same = out is not None and _same_view(c, out)
         where = ("c: out itself (an in-place residual: read by the kernel, no other pass)\n"
-                 if same else "c: copied into the output first (one pass over it; pass "
-                 "out=c for an in-place residual)\n")  # fmt: skip
+                 if same else "c: copied into a new result first (one pass over it; then the "
+                 "result into out, if given); pass out=c for an in-place residual\n")  # fmt: skip
     p = validate(
         a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type,
         bias=bias, activation=activation,
@@ -385,7 +387,10 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         return apply_in_torch(out.zero_(), bias, epi), None
     fused = not epi.plain and host.fuses_epilogues(route.backend, scalars=epi.scalars)
     if epi.scalars and not fused:  # the product, then alpha, C and the rest in torch
-        plain = dataclasses.replace(p, epilogue=PLAIN, alpha=1.0, beta=0.0)
+        # in fp32 (unless the product accumulates in fp16): a product rounded to a 16-bit
+        # output first could overflow where alpha scales it back into range
+        wide = torch.float32 if p.acc_dtype == torch.float32 else p.c_dtype
+        plain = dataclasses.replace(p, epilogue=PLAIN, alpha=1.0, beta=0.0, c_dtype=wide)
         return combine_in_torch(out, _launch(d, a, b, None, plain, route)[0], bias, p), None
     a3, b3, out3 = batched(a, b, out)
     if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:

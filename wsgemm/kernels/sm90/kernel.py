@@ -1188,9 +1188,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         bias_ahead=None,
     ):
         """Accumulators -> output dtype -> smem subtile -> TMA store, one subtile at a time.
-        ``bias_ahead``: a fused bias's addends and a residual's values of the first subtiles
-        (``_bias_ahead``, loaded before the mainloop); each subtile then loads those of the one
-        ``BIAS_AHEAD`` past it, so no subtile waits a global-memory round trip for its own.
+        ``bias_ahead``: a fused bias's addends of the first subtiles (``_bias_ahead``, loaded
+        before the mainloop); each subtile then loads the bias of the one ``BIAS_AHEAD`` past
+        it, so no subtile waits a global-memory round trip for its own. A residual's C is
+        loaded here, the first subtile's at the start and each next one's behind the subtile
+        before it (``residual``: registers for one subtile only).
 
         Buffer ``b`` is rewritten only after the store that last read it has finished reading
         (the store warp waits for at most E-1 pending stores, then the barrier tells everyone).

@@ -46,23 +46,29 @@ class ResidualCopy:
 
 def make_copy(mC, c_major_m: bool, epi_tile, threads: int, tidx) -> ResidualCopy:
     """The 16-byte vector copy of one (epi_m, epi_n) subtile by ``threads`` threads, vectors
-    along C's contiguous mode (M when ``c_major_m``), for thread ``tidx``."""
+    along C's contiguous mode (M when ``c_major_m``), for thread ``tidx``. A subtile of fewer
+    vectors than threads (the 8-wide swap-AB tile: 64 of them for 128 threads) is copied by as
+    many threads as it has vectors, each vector by ``threads // vectors`` of them (the same
+    values loaded and stored twice: no thread's copy reaches past the subtile)."""
     epi_m, epi_n = epi_tile
     vector = VECTOR_BYTES * 8 // mC.element_type.width
     atom = cute.make_copy_atom(
         cute.nvgpu.CopyUniversalOp(), mC.element_type, num_bits_per_copy=VECTOR_BYTES * 8
     )
+    used = min(threads, epi_m * epi_n // vector)
+    if const_expr(threads % used != 0):
+        raise ValueError(f"a residual subtile of {used} vectors for {threads} threads")
     if const_expr(c_major_m):
         across = epi_m // vector  # threads along M, one vector each
-        thr = cute.make_layout((across, threads // across), stride=(1, across))
+        thr = cute.make_layout((across, used // across), stride=(1, across))
         val = cute.make_layout((vector, 1))
     else:
         across = epi_n // vector
-        thr = cute.make_layout((threads // across, across), stride=(across, 1))
+        thr = cute.make_layout((used // across, across), stride=(across, 1))
         val = cute.make_layout((1, vector))
     tiled = cute.make_tiled_copy_tv(atom, thr, val)
     extent = (Int32(cute.size(mC, mode=[0])), Int32(cute.size(mC, mode=[1])))
-    return ResidualCopy(tiled, tiled.get_slice(tidx), mC, extent, 0 if c_major_m else 1)
+    return ResidualCopy(tiled, tiled.get_slice(tidx % used), mC, extent, 0 if c_major_m else 1)
 
 
 def fragment(copy: ResidualCopy, epi_tile):
