@@ -96,7 +96,7 @@ def _autocast(x, weight, activation="silu"):
 _LIB.impl("gated_linear", _autocast, "AutocastCUDA")
 
 
-def gated_linear(input, weight, activation="silu"):
+def gated_linear(input, weight, activation="silu", exact=False):
     """A gated linear unit: ``act(input @ weight[:I].T) * (input @ weight[I:].T)``.
 
     Args:
@@ -105,13 +105,16 @@ def gated_linear(input, weight, activation="silu"):
             (a SwiGLU MLP's ``gate_up_proj``; two separate weights: ``torch.cat([w_gate,
             w_up])``, once).
         activation: "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU), "relu" or "relu2".
+        exact: ``act(gate) * up`` as torch's own ops on the rounded (..., 2I) product: bit for
+            bit ``act(y[..., :I]) * y[..., I:]`` of ``y = wsgemm.matmul(input, weight.t())``
+            (the product reaches memory: one more pass).
 
     Returns:
         (..., I), input's dtype. On Hopper with fused epilogues on, one kernel (the (rows, 2I)
         product never reaches memory); elsewhere torch's road (``wsgemm.api.gated``).
         Differentiable, traceable by torch.compile (``torch.ops.wsgemm.gated_linear``).
     """
-    if (
+    if exact or (
         isinstance(input, torch.Tensor)
         and isinstance(weight, torch.Tensor)
         and torch.is_grad_enabled()

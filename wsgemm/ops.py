@@ -504,6 +504,7 @@ def matmul(
     c=None,
     alpha=1.0,
     beta=1.0,
+    exact=False,
 ):
     """``a @ b`` on the tensor cores, with ``torch.matmul``'s meaning; with ``bias`` or
     ``activation``, ``activation(a @ b + bias)`` with the epilogue fused into the kernel; with
@@ -535,6 +536,11 @@ def matmul(
             ``c`` is copied into the result first. ``beta == 0`` never reads ``c``.
         alpha, beta: real numbers (launch arguments: another value compiles nothing; each
             distinct pair is its own call signature, so keep them fixed in a hot loop).
+        exact: with an activation, apply it as torch's own op to the rounded product (the
+            call without the activation, on the same route and split): the result equals,
+            bit for bit, ``torch_activation(matmul(a, b, bias=..., ...))``, one more pass over
+            the output (the fused activation computes in fp32 before one rounding, and its
+            SFU forms differ from torch's in the last bits).
 
     Differentiable (the backward runs on wsgemm's kernels; see docs/torch.md), traceable by
     torch.compile (as ``torch.ops.wsgemm.matmul``), and cast by CUDA autocast like torch.matmul.
@@ -542,6 +548,13 @@ def matmul(
     Returns:
         the result, of ``out_dtype`` (``out`` itself when given).
     """
+    if exact and activation is not None:
+        act = check_activation(activation)
+        kw = dict(bias=bias, out=out, out_dtype=out_dtype, accumulate=accumulate,
+                  backend=backend, c=c, alpha=alpha, beta=beta)  # fmt: skip
+        if out is None:
+            return torch_activation(act, matmul(a, b, **kw))
+        return out.copy_(torch_activation(act, matmul(a, b, **kw)))
     if c is not None or alpha != 1.0 or not _real(alpha) or not _real(beta):
         return _matmul_scaled(
             a, b, bias, activation, out, out_dtype, accumulate, backend, c, alpha, beta
@@ -642,7 +655,7 @@ def _activated(activation, a, b, bias) -> bool:
     return a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
 
 
-def linear(input, weight, bias=None, activation=None):
+def linear(input, weight, bias=None, activation=None, exact=False):
     """``torch.nn.functional.linear`` on wsgemm: ``activation(input @ weight.T + bias)``, the
     bias and activation fused into the kernel's epilogue (``matmul``).
 
@@ -651,6 +664,7 @@ def linear(input, weight, bias=None, activation=None):
         weight: (out_features, in_features) or (in_features,), input's dtype and device.
         bias: optional (out_features,) or 0-D, weight's dtype.
         activation: None or one of ``matmul``'s activations.
+        exact: the activation as torch's own op on the rounded product (``matmul``'s).
 
     Differentiable and traceable like ``matmul``.
     """
@@ -672,7 +686,7 @@ def linear(input, weight, bias=None, activation=None):
                 f"{tuple(weight.shape[:-1])} or ()"
             )
     try:
-        return matmul(input, weight.t(), bias=bias, activation=activation)
+        return matmul(input, weight.t(), bias=bias, activation=activation, exact=exact)
     except (TypeError, ValueError):
         # the product's checks speak of a, b and K: where the input is at fault, say it in
         # linear's words (asked only on failure: nothing added to a call that runs)

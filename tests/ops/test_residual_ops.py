@@ -197,3 +197,27 @@ def test_alpha_scales_a_product_too_large_for_the_output_on_the_gradient_road(mo
     a = torch.full((4, 256), 16.0, dtype=F16).requires_grad_()
     y = wsgemm.matmul(a, torch.full((256, 4), 16.0, dtype=F16), alpha=0.5)
     assert torch.equal(y, torch.full((4, 4), 32768.0, dtype=F16))
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu2"])
+def test_exact_is_torchs_activation_of_the_rounded_product(monkeypatch, act):
+    """``exact=True``: bit for bit torch's activation applied to ``matmul``'s output (the
+    core, here the CPU stand-in, never sees the activation)."""
+    core = install(monkeypatch)
+    seen = []
+    stub = core.__call__
+
+    def recording(*args, activation=None, **kwargs):
+        seen.append(activation)
+        return stub(*args, activation=activation, **kwargs)
+
+    monkeypatch.setattr(ops.api, "matmul", recording)
+    x, w, bias = rand((2, 5, 16), 0), rand((8, 16), 1), rand((8,), 2)
+    got = wsgemm.linear(x, w, bias, activation=act, exact=True)
+    assert torch.equal(got, torch_activation(act, wsgemm.linear(x, w, bias)))
+    out = torch.empty(2, 5, 8, dtype=BF16)
+    assert wsgemm.matmul(x, w.t(), bias=bias, activation=act, exact=True, out=out) is out
+    assert torch.equal(out, got) and set(seen) == {None}
+    y = wsgemm.gated_linear(x, rand((16, 16), 3), act, exact=True)
+    both = wsgemm.matmul(x, rand((16, 16), 3).t())
+    assert torch.equal(y, torch_activation(act, both[..., :8]) * both[..., 8:])
