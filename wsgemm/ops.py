@@ -73,7 +73,7 @@ def _forward(
     K, N) first."""
     # with out=, the core bumps out's version counter (a view's bump is its base's)
     scaled = {} if c is None and alpha == 1.0 else dict(c=c, alpha=alpha, beta=beta)
-    if c is not None:  # against torch.matmul's result, before any folding
+    if c is not None and c is not out:  # against torch.matmul's result, before any folding
         c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
         check_residual(c, result_shape(a.shape, b.shape), c_dtype, a.device)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:

@@ -675,3 +675,30 @@ def test_an_epilogue_run_checks_every_backend_against_the_epilogues_reference():
     assert options.to_dict("custom", [])["epilogue"] == "bias_gelu_tanh"
     with pytest.raises(ValueError, match="epilogue must be one of"):
         runner.Options(epilogue="swiglu")
+
+
+def test_a_residual_run_checks_the_in_place_update():
+    """``--epilogue residual``: ``out`` holds C before the checked call, which adds a @ b to it
+    in place: cuBLAS's row (``out.addmm_``) passes, a contender that overwrites C is caught,
+    one without epilogues is skipped."""
+    from wsgemm.bench.backends import triton_backend
+
+    def overwrites(problem, out):
+        def call():
+            out.copy_(torch.matmul(problem.a.float(), problem.b.float()))
+
+        call.fake_ms, call.fake_name = 0.3, "overwrites"
+        return call
+
+    options = runner.Options(dtype="fp16", rounds=2, target_ms=2.0, epilogue="residual")
+    output = runner.run(
+        SHAPES[:1],
+        [cublas(), Contender("overwrites", overwrites), triton_backend()],
+        [],
+        options,
+        ScriptedTimer(),
+        "cpu",
+        lambda clock: peak_tflops(132, 4096, clock),
+    )
+    status = {r["backend"]: r["status"] for r in output.rows}
+    assert status == {"cublas": "ok", "overwrites": "wrong", "triton": "skipped"}

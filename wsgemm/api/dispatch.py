@@ -75,6 +75,11 @@ def call_scaled(
     do not propagate) but checks it as torch does. Then ``call`` with the epilogue's flags and
     values, part of the call's signature."""
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    if c is out and out is not None and beta != 0.0:
+        # the in-place residual: c's checks are out's, which the call's first validation makes
+        # (its signature then keeps a launcher): nothing more per call
+        scalars = (alpha, beta, True)
+        return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
     shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
     c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
     if c is not None:

@@ -38,7 +38,8 @@ def leading_first(names: list[str], baseline: str = BASELINE) -> list[str]:
     return sorted(names, key=lambda n: leading.index(n) if n in leading else len(leading))
 
 
-#: ``--epilogue``'s names: (adds a bias per column, the activation after it).
+#: ``--epilogue``'s names: (adds a bias per column, the activation after it). "residual" is
+#: ``out += a @ b`` in place (``Workload.residual``: C's values before the checked call).
 EPILOGUES = {
     "none": (False, None),
     "bias": (True, None),
@@ -48,6 +49,7 @@ EPILOGUES = {
     "bias_silu": (True, "silu"),
     "gelu_tanh": (False, "gelu_tanh"),
     "silu": (False, "silu"),
+    "residual": (False, None),
 }
 
 
@@ -62,14 +64,19 @@ class Workload:
     accumulate_name: str  # "fp32" or "fp16"
     bias: object = None  # torch.Tensor (N,) of the inputs' dtype, or None
     activation: str | None = None  # wsgemm.matmul's activation names
+    # "residual": C (M, N), what ``out`` holds before the checked call, which adds a @ b to it
+    # in place (every timed call adds again: only its time counts)
+    residual: object = None
 
     @property
     def plain(self) -> bool:
-        return self.bias is None and self.activation is None
+        return self.bias is None and self.activation is None and self.residual is None
 
 
 def _no_epilogue(problem: Workload) -> str | None:
-    return None if problem.plain else "no fused epilogue (bias, activation) in this contender"
+    if problem.plain:
+        return None
+    return "no fused epilogue (bias, activation, residual) in this contender"
 
 
 Call = Callable[[], object]
@@ -102,7 +109,8 @@ class Unavailable:
 
 def cublas() -> Contender:
     """torch.matmul; with an epilogue, torch's unfused path: ``torch.addmm`` (cuBLASLt adds the
-    bias in its epilogue), then the activation in place."""
+    bias in its epilogue), then the activation in place; a residual, ``out.addmm_(a, b)``
+    (cuBLASLt reads C in its epilogue)."""
 
     def make(problem: Workload, out) -> Call:
         import torch
@@ -112,6 +120,8 @@ def cublas() -> Contender:
         a, b, bias, act = problem.a, problem.b, problem.bias, problem.activation
         if problem.plain:
             return lambda: torch.matmul(a, b, out=out)
+        if problem.residual is not None:
+            return lambda: out.addmm_(a, b)
 
         def unfused():
             if bias is None:
@@ -132,6 +142,8 @@ def wsgemm_backend(kernel: str) -> Contender:
         a, b, acc = problem.a, problem.b, problem.accumulate
         if problem.plain:
             return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel)
+        if problem.residual is not None:  # the in-place residual: C is out itself
+            return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel, c=out)
         bias, act = problem.bias, problem.activation
         return lambda: wsgemm.matmul(
             a, b, out=out, accumulate=acc, backend=kernel, bias=bias, activation=act

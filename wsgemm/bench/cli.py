@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="none",
         help="what every backend computes after a @ b: a bias per column and/or an activation "
         "(wsgemm fuses it into the kernel; the cublas row is torch's unfused path: addmm, then "
-        "the activation in place; contenders without an epilogue are skipped)",
+        "the activation in place), or residual: out += a @ b in place (wsgemm's c=out; "
+        "cublas's out.addmm_); contenders without an epilogue are skipped",
     )
     what.add_argument(
         "--accumulate",
