@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import json
 import math
@@ -61,12 +62,17 @@ class Sample:
 
 
 def read_samples(paths, sm_count: int) -> list[Sample]:
-    menu = {e.name for e in choosing.MENU}
+    """The CSVs' timed rows of today's menu entries, each with a split it can run (an entry
+    without a split variant: its unsplit rows only, whatever the tuner timed of it before it
+    joined the menu)."""
+    splits = {e.name: e.splits for e in choosing.MENU}
     out = []
     for path in paths:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
-                if r["entry"] not in menu or r["status"] != "ok" or not r["median_us"]:
+                if r["entry"] not in splits or r["status"] != "ok" or not r["median_us"]:
+                    continue
+                if int(r["split"]) != 1 and not splits[r["entry"]]:
                     continue
                 out.append(Sample(r["label"], r["group"], int(r["m"]), int(r["n"]), int(r["k"]),
                                   r.get("dtype") or "float16", r["entry"], int(r["split"]),
@@ -152,7 +158,8 @@ class Fitter:
 
     def anchor(self, base: cost.CostModel) -> None:
         """Scale each problem's times to ``base``'s GPU: by the median, over the problem's
-        candidates ``base`` has constants for, of ``base``'s prediction over the time."""
+        candidates ``base`` has constants for, of ``base``'s prediction over the time (its
+        cuBLAS time too, so the choices' ratios stay what was measured)."""
         np = self.np
         by_problem = defaultdict(list)
         for i, s in enumerate(self.samples):
@@ -169,7 +176,13 @@ class Fitter:
                     ratios.append(p.us / s.us)
             if not ratios:
                 raise SystemExit(f"--extend: no candidate of {label!r} has constants to anchor it")
-            self.us[rows] *= float(np.median(ratios))
+            factor = float(np.median(ratios))
+            self.us[rows] *= factor
+            for i in rows:
+                s = self.samples[i]
+                self.samples[i] = dataclasses.replace(
+                    s, us=s.us * factor, cublas_us=s.cublas_us * factor
+                )
 
     def model(self, p, device: str, source: str, fit: dict, base=None) -> dict:
         per_entry, machine = self.unpack(p)
@@ -261,7 +274,12 @@ def main(argv=None) -> int:
     base = None
     if args.extend:
         base = cost.load_cost_model(args.extend)
+        if base.sm_count != args.sm_count:
+            raise SystemExit(f"--extend: {args.extend} is of {base.sm_count} SMs, not "
+                             f"--sm-count {args.sm_count}")  # fmt: skip
+        args.device = base.device  # the model extended keeps its GPU's name
         fitter.anchor(base)
+        samples = fitter.samples  # the choices' quality on the anchored times too
     everything = np.ones(len(samples), dtype=bool)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / "model.json"

@@ -114,12 +114,12 @@ def gated_linear(input, weight, activation="silu", exact=False):
         product never reaches memory); elsewhere torch's road (``wsgemm.api.gated``).
         Differentiable, traceable by torch.compile (``torch.ops.wsgemm.gated_linear``).
     """
-    if exact or (
-        isinstance(input, torch.Tensor)
-        and isinstance(weight, torch.Tensor)
-        and torch.is_grad_enabled()
-        and (input.requires_grad or weight.requires_grad)
-    ):
+    for name, t in (("input", input), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):  # (the op's dispatcher would say RuntimeError)
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if exact is not False and not isinstance(exact, bool):
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+    if exact or (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)):
         return _for_autograd(input, weight, activation)
     return _GATED(input, weight, activation)
 

@@ -548,6 +548,8 @@ def matmul(
     Returns:
         the result, of ``out_dtype`` (``out`` itself when given).
     """
+    if exact is not False and not isinstance(exact, bool):
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
     if exact and activation is not None:
         act = check_activation(activation)
         kw = dict(bias=bias, out=out, out_dtype=out_dtype, accumulate=accumulate,

@@ -10,6 +10,7 @@ import torch
 from script_modules import load
 from test_gpu_correctness import DTYPES, check
 
+from wsgemm.host import choosing
 from wsgemm.kernels.sm90.config import Sm90Config
 
 pytestmark = pytest.mark.gpu
@@ -80,9 +81,11 @@ def test_swap_decode_shapes_and_bits_repeat(name):
         assert err <= 2 * theirs + 1e-6 * (ref.abs().max().item() + 1.0)
 
 
-#: The wide swap-AB candidates (``tune_menu.DROPPED``, docs/perf.md entry 48): 129-1024 tokens
-#: in several N tiles, the last one ragged; the tuner times them, so they are checked here first.
-WIDE = [e.name for e in load("tune_menu").DROPPED if e.swap_ab and e.tile_n >= 64]
+#: The wide swap-AB tiles (docs/perf.md entries 48, 51): 129-1024 tokens in several N tiles, the
+#: last one ragged; three on the menu, the others ``tune_menu.DROPPED`` (the tuner times them).
+WIDE = [
+    e.name for e in (*choosing.MENU, *load("tune_menu").DROPPED) if e.swap_ab and e.tile_n >= 64
+]
 WIDE_MS = [129, 157, 200, 266, 562, 1021]
 
 

@@ -540,3 +540,20 @@ def test_decode_says_only_swap_ab_entries_were_candidates():
     # from 17 tokens the 32-wide swap-AB tile competes with the 64-row tiles
     assert {e.swap_ab for e, _ in choosing.candidates(24, 10240, 8192, 1, *FP16, **H200)} == {
         True, False}  # fmt: skip
+
+
+def test_the_wide_swap_tiles_run_only_where_they_were_measured():
+    """129-1024 tokens, unbatched, fp32 accumulators, the inputs' dtype out (perf.md 51): the
+    cost model is not asked about them elsewhere."""
+    wide = {e.name for e in choosing.MENU if e.swap_ab and e.tile_n > rules.SWAP_DECODE_MAX_N}
+    assert len(wide) == 3
+
+    def names(m, n=11008, k=4096, batch=1, c="float16", acc="float32", ab="float16"):
+        found = choosing.candidates(m, n, k, batch, ab, c, acc, 132, (9, 0))
+        return {e.name for e, _ in found}
+
+    assert wide <= names(300) and wide <= names(1024) and wide <= names(129, ab="bfloat16",
+                                                                        c="bfloat16")  # fmt: skip
+    for kw in (dict(m=128), dict(m=96), dict(m=1025), dict(m=300, batch=2),
+               dict(m=300, c="float32"), dict(m=300, acc="float16")):  # fmt: skip
+        assert not wide & names(**kw), kw

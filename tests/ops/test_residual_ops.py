@@ -221,3 +221,15 @@ def test_exact_is_torchs_activation_of_the_rounded_product(monkeypatch, act):
     y = wsgemm.gated_linear(x, rand((16, 16), 3), act, exact=True)
     both = wsgemm.matmul(x, rand((16, 16), 3).t())
     assert torch.equal(y, torch_activation(act, both[..., :8]) * both[..., 8:])
+
+
+def test_exact_must_be_a_bool_and_bad_operands_keep_their_typed_errors(monkeypatch):
+    install(monkeypatch)
+    x, w = rand((5, 16), 0), rand((16, 16), 1)
+    with pytest.raises(TypeError, match="exact must be a bool"):
+        wsgemm.matmul(x, w, activation="silu", exact="no")
+    with pytest.raises(TypeError, match="exact must be a bool"):
+        wsgemm.gated_linear(x, w, "silu", exact=1)
+    for exact in (False, True):
+        with pytest.raises(TypeError, match="input must be a torch.Tensor, got list"):
+            wsgemm.gated_linear([[1.0] * 16], w, "silu", exact=exact)

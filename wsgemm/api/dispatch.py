@@ -80,13 +80,17 @@ def call_scaled(
         # (its signature then keeps a launcher): nothing more per call
         scalars = (alpha, beta, True)
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
-    shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
-    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    if c is not None:
+    if c is not None:  # checked as torch checks an addmm's input, beta == 0 or not
+        shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
+        c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
         _check_c(c, a, shape, c_dtype)
-    residual = c is not None and beta != 0.0
+    if c is None or beta == 0.0:  # alpha alone (the signature's first call validates)
+        if alpha == 1.0:
+            return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
+        scalars = (alpha, 0.0, False)
+        return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
     target = None  # the caller's out, written once the call has succeeded
-    if residual and (out is None or not _same_view(c, out)):
+    if out is None or not _same_view(c, out):
         if out is not None:
             validate(
                 a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
@@ -95,11 +99,7 @@ def call_scaled(
             target = out
         out = torch.empty(shape, dtype=c_dtype, device=a.device)
         out.copy_(c)
-    elif out is None:  # alpha alone: the kernel's output allocated here, as with a residual
-        out = torch.empty(shape, dtype=c_dtype, device=a.device)
-    if not residual and alpha == 1.0:
-        return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
-    scalars = (alpha, beta if residual else 0.0, residual)
+    scalars = (alpha, beta, True)
     result = call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
     if target is None:
         return result

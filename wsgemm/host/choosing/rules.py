@@ -98,9 +98,12 @@ class Choice:
 #: candidates for 129-1024 tokens, docs/perf.md entry 48) tile the tokens as any N: their
 #: token tile can be sized to M more closely than a 64- or 128-row tile.
 SWAP_DECODE_MAX_N = 32
-#: The most tokens a wide swap-AB tile (tile_n above ``SWAP_DECODE_MAX_N``) runs: they were
-#: measured, and their cost constants fitted, at 129-1024 tokens only (docs/perf.md entry 51);
-#: above, the tokens fill ordinary 128-row tiles and the model would speak past its data.
+#: The tokens a wide swap-AB tile (tile_n above ``SWAP_DECODE_MAX_N``) runs: more than
+#: ``SWAP_WIDE_MIN_M``, at most ``SWAP_WIDE_MAX_M``. They were measured, and their cost
+#: constants fitted, at 129-1024 tokens only (docs/perf.md entry 51), unbatched, with fp32
+#: accumulators and the inputs' dtype out (``_measured``): elsewhere the model would speak past
+#: its data (below, the 64-row tiles and the 32-wide swap tile serve; above, 128-row tiles fill).
+SWAP_WIDE_MIN_M = 128
 SWAP_WIDE_MAX_M = 1024
 
 
@@ -108,12 +111,12 @@ def fits(e: MenuEntry, m: int, n: int) -> bool:
     """A cluster of two CTAs along M (N) needs two m-tiles (n-tiles): with one, the second CTA
     of every cluster computes a tile wholly outside the problem (the shipped 2x1 cluster at
     decode). A decode swap-AB tile (``SWAP_DECODE_MAX_N``) fits only all the tokens at once,
-    a wide one at most ``SWAP_WIDE_MAX_M`` tokens."""
+    a wide one ``SWAP_WIDE_MIN_M`` < M <= ``SWAP_WIDE_MAX_M`` tokens."""
     cm, cn = e.cluster
     km, kn = e.kernel_mn(m, n)
     if e.swap_ab and e.tile_n <= SWAP_DECODE_MAX_N and m > e.tile_n:
         return False  # the decode swap-AB tiles are for a few tokens: all of them in one tile
-    if e.swap_ab and e.tile_n > SWAP_DECODE_MAX_N and m > SWAP_WIDE_MAX_M:
+    if e.swap_ab and e.tile_n > SWAP_DECODE_MAX_N and not SWAP_WIDE_MIN_M < m <= SWAP_WIDE_MAX_M:
         return False
     return -(-km // e.tile_m) >= cm and -(-kn // e.tile_n) >= cn
 
@@ -169,11 +172,22 @@ def _environment() -> tuple[bool, str | None]:
     return value == "1", os.environ.get(ENV_TABLE) or None
 
 
-def _allowed(m, n, k, batch, acc_dtype, sm_count, invariant) -> dict[str, tuple[int, ...]]:
-    """Menu entry name -> the splits rule 1 allows, the entries in menu order."""
+def _measured(e: MenuEntry, batch: int, dtypes: tuple[str, str, str]) -> bool:
+    """A wide swap-AB tile only where it was measured (``SWAP_WIDE_MIN_M``): unbatched, fp32
+    accumulators, the inputs' dtype out. Every other entry: anywhere."""
+    if not (e.swap_ab and e.tile_n > SWAP_DECODE_MAX_N):
+        return True
+    ab_dtype, c_dtype, acc_dtype = dtypes
+    return batch <= 1 and acc_dtype == "float32" and c_dtype == ab_dtype
+
+
+def _allowed(m, n, k, batch, dtypes, sm_count, invariant) -> dict[str, tuple[int, ...]]:
+    """Menu entry name -> the splits rule 1 allows, the entries in menu order; ``dtypes`` is
+    (A/B, C, accumulator)."""
+    acc_dtype = dtypes[2]
     # Batch invariance needs no filter here: every entry sums in one order (the module's
     # docstring; the GPU test of the bits), so only the split is ruled out (split_candidates).
-    entries = [e for e in MENU if fits(e, m, n)]
+    entries = [e for e in MENU if fits(e, m, n) and _measured(e, batch, dtypes)]
     if m <= SWAP_ONLY_TOKENS and any(e.swap_ab for e in entries):
         entries = [e for e in entries if e.swap_ab]  # decode is swap-AB's (rule 1)
     return {
@@ -260,7 +274,7 @@ def candidates(
     _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return ()
-    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, invariant)
     return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
 
 
@@ -274,7 +288,7 @@ def ranked_candidates(
                        batch_invariant=invariant)  # fmt: skip
     if not found:
         return ()
-    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, invariant)
     ranked = [(e, s) for _, _, e, s in _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc,
                                                  allowed)]  # fmt: skip
     return tuple(ranked) + tuple(c for c in found if c not in ranked)
@@ -285,7 +299,7 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
-    allowed = _allowed(m, n, k, batch, acc_dtype, sm_count, invariant)
+    allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, invariant)
     notes = _notes(acc_dtype, invariant)
     if allowed and all(entry(name).swap_ab for name in allowed):  # rule 1
         notes = f"; up to {SWAP_ONLY_TOKENS} tokens only the swap-AB entries are candidates{notes}"
