@@ -674,7 +674,7 @@ def test_an_epilogue_run_checks_every_backend_against_the_epilogues_reference():
     assert status == {"cublas": "ok", "fused": "ok", "forgets": "wrong", "triton": "skipped"}
     assert options.to_dict("custom", [])["epilogue"] == "bias_gelu_tanh"
     with pytest.raises(ValueError, match="epilogue must be one of"):
-        runner.Options(epilogue="swiglu")
+        runner.Options(epilogue="swish")
 
 
 def test_a_residual_run_checks_the_in_place_update():
@@ -702,3 +702,44 @@ def test_a_residual_run_checks_the_in_place_update():
     )
     status = {r["backend"]: r["status"] for r in output.rows}
     assert status == {"cublas": "ok", "overwrites": "wrong", "triton": "skipped"}
+
+
+def test_a_gated_run_checks_the_half_wide_output():
+    """``--epilogue swiglu``: every contender's output is act(y[:, :N/2]) * y[:, N/2:] of
+    y = a @ b, (M, N/2): cuBLAS's row (torch's unfused unit) passes, a contender returning its
+    own tensor (as gated_linear does) passes, one that applies silu to the whole product is
+    caught, a named wsgemm kernel and triton are skipped."""
+    import torch.nn.functional as F
+
+    from wsgemm.bench.backends import triton_backend, wsgemm_backend
+
+    def fused(problem, out):
+        def call():
+            y = torch.matmul(problem.a.float(), problem.b.float())
+            half = y.shape[1] // 2
+            return (F.silu(y[:, :half]) * y[:, half:]).to(out.dtype)
+
+        call.fake_ms, call.fake_name = 0.4, "fused"
+        return call
+
+    def whole(problem, out):
+        def call():
+            out.copy_(F.silu(torch.matmul(problem.a.float(), problem.b.float()))[:, : out.shape[1]])
+
+        call.fake_ms, call.fake_name = 0.3, "whole"
+        return call
+
+    options = runner.Options(dtype="fp16", rounds=2, target_ms=2.0, epilogue="swiglu")
+    output = runner.run(
+        SHAPES[:1],
+        [cublas(), Contender("fused", fused, returns_output=True), Contender("whole", whole),
+         wsgemm_backend("sm80"), triton_backend()],
+        [],
+        options,
+        ScriptedTimer(),
+        "cpu",
+        lambda clock: peak_tflops(132, 4096, clock),
+    )  # fmt: skip
+    status = {r["backend"]: r["status"] for r in output.rows}
+    assert status == {"cublas": "ok", "fused": "ok", "whole": "wrong", "wsgemm:sm80": "skipped",
+                      "triton": "skipped"}  # fmt: skip

@@ -39,7 +39,9 @@ def leading_first(names: list[str], baseline: str = BASELINE) -> list[str]:
 
 
 #: ``--epilogue``'s names: (adds a bias per column, the activation after it). "residual" is
-#: ``out += a @ b`` in place (``Workload.residual``: C's values before the checked call).
+#: ``out += a @ b`` in place (``Workload.residual``: C's values before the checked call);
+#: "swiglu" and "geglu" the gated units ``act(y[:, :N/2]) * y[:, N/2:]`` of ``y = a @ b``
+#: (``Workload.gated``; ``GATED``: their activations), an output half as wide.
 EPILOGUES = {
     "none": (False, None),
     "bias": (True, None),
@@ -50,7 +52,10 @@ EPILOGUES = {
     "gelu_tanh": (False, "gelu_tanh"),
     "silu": (False, "silu"),
     "residual": (False, None),
+    "swiglu": (False, None),
+    "geglu": (False, None),
 }
+GATED = {"swiglu": "silu", "geglu": "gelu_tanh"}
 
 
 @dataclass(frozen=True)
@@ -67,10 +72,15 @@ class Workload:
     # "residual": C (M, N), what ``out`` holds before the checked call, which adds a @ b to it
     # in place (every timed call adds again: only its time counts)
     residual: object = None
+    # "swiglu"/"geglu": the gated unit's activation (``GATED``); the output is (M, N / 2)
+    gated: str | None = None
 
     @property
     def plain(self) -> bool:
-        return self.bias is None and self.activation is None and self.residual is None
+        return (
+            self.bias is None and self.activation is None and self.residual is None
+            and self.gated is None
+        )  # fmt: skip
 
 
 def _no_epilogue(problem: Workload) -> str | None:
@@ -122,6 +132,15 @@ def cublas() -> Contender:
             return lambda: torch.matmul(a, b, out=out)
         if problem.residual is not None:
             return lambda: out.addmm_(a, b)
+        if problem.gated is not None:  # torch's unfused gated unit: the product, then its halves
+            half = b.shape[1] // 2
+
+            def gated():
+                y = torch.matmul(a, b)
+                return torch.mul(api.torch_activation(problem.gated, y[:, :half]), y[:, half:],
+                                 out=out)  # fmt: skip
+
+            return gated
 
         def unfused():
             if bias is None:
@@ -144,12 +163,21 @@ def wsgemm_backend(kernel: str) -> Contender:
             return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel)
         if problem.residual is not None:  # the in-place residual: C is out itself
             return lambda: wsgemm.matmul(a, b, out=out, accumulate=acc, backend=kernel, c=out)
+        if problem.gated is not None:  # one weight [w_gate; w_up] (N, K): b is its transpose
+            weight, act = b.t(), problem.gated
+            return lambda: wsgemm.gated_linear(a, weight, act)  # no out=: returns its own
         bias, act = problem.bias, problem.activation
         return lambda: wsgemm.matmul(
             a, b, out=out, accumulate=acc, backend=kernel, bias=bias, activation=act
         )
 
-    return Contender(f"wsgemm:{kernel}", make)
+    def skip(problem: Workload) -> str | None:
+        if problem.gated is not None and kernel != "auto":
+            return "gated_linear runs auto's kernel (no backend argument)"
+        return None
+
+    # every call returns its output (``out`` itself, but gated_linear's own tensor)
+    return Contender(f"wsgemm:{kernel}", make, skip, returns_output=True)
 
 
 def parse_candidate(kernel: str) -> tuple[str, dict]:
@@ -191,7 +219,12 @@ def wsgemm_candidate(kernel: str) -> Contender:
             a, b, out=out, accumulate=acc, backend=base, config=config, bias=bias, activation=act
         )
 
-    return Contender(f"wsgemm:{kernel}", make)
+    def skip(problem: Workload) -> str | None:
+        if problem.residual is not None or problem.gated is not None:
+            return "a config variant runs bias and activation epilogues only"
+        return None
+
+    return Contender(f"wsgemm:{kernel}", make, skip)
 
 
 def triton_backend() -> Contender:

@@ -112,7 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="what every backend computes after a @ b: a bias per column and/or an activation "
         "(wsgemm fuses it into the kernel; the cublas row is torch's unfused path: addmm, then "
         "the activation in place), or residual: out += a @ b in place (wsgemm's c=out; "
-        "cublas's out.addmm_); contenders without an epilogue are skipped",
+        "cublas's out.addmm_), or swiglu/geglu: act(y[:, :N/2]) * y[:, N/2:] of y = a @ b "
+        "(wsgemm.gated_linear, auto only; cublas: the product, then torch's unit); contenders "
+        "without an epilogue are skipped",
     )
     what.add_argument(
         "--accumulate",

@@ -34,7 +34,7 @@ from ..support import (
     torch_dtype,
 )
 from . import check, moe, schema
-from .backends import BASELINE, EPILOGUES, Contender, Unavailable, Workload
+from .backends import BASELINE, EPILOGUES, GATED, Contender, Unavailable, Workload
 from .layouts import Layout, make_operands
 from .measure import Estimate, Sample, Timer, reps_for, rotated, summarize, tflops
 from .suites import Shape
@@ -265,10 +265,16 @@ def _inputs(ctx: _Context, index: int, shape: Shape) -> _Inputs:
     residual = None
     if options.epilogue == "residual":
         residual = torch.randn(shape.m, shape.n, generator=generator, device=ctx.device).to(dtype)
-    problem = Workload(a, b, accumulate, options.accumulate, bias, activation, residual)
+    gated = GATED.get(options.epilogue)
+    problem = Workload(a, b, accumulate, options.accumulate, bias, activation, residual, gated)
     ref = check.reference(a, b, bias, activation)
     if residual is not None:
         ref += residual.float()
+    if gated is not None:  # (an odd N is refused by _check)
+        from wsgemm import api
+
+        half = shape.n // 2
+        ref = api.torch_activation(gated, ref[:, :half]) * ref[:, half : 2 * half]
     return _Inputs(shape, problem, dtype, lambda out: check.errors(out, ref))
 
 
@@ -280,7 +286,13 @@ def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcom
         outcome.fail("skipped", reason)
         return
     shape = inputs.shape
-    out = torch.empty((shape.m, shape.n), dtype=inputs.dtype, device=ctx.device)
+    n_out = shape.n
+    if getattr(inputs.problem, "gated", None) is not None:  # (a moe workload has none)
+        if shape.n % 2:
+            outcome.fail("skipped", f"a gated unit halves N: N={shape.n} is odd")
+            return
+        n_out = shape.n // 2
+    out = torch.empty((shape.m, n_out), dtype=inputs.dtype, device=ctx.device)
     residual = getattr(inputs.problem, "residual", None)  # (a moe workload has none)
     if residual is not None:  # C's values: the checked call adds a @ b to them
         out.copy_(residual)
