@@ -155,8 +155,9 @@ _register_flops()
 
 
 def grouped_mm(
-    a, b, offs=None, *, out=None, out_dtype=None, backend="auto", activation=None, gated=False
-):
+    a, b, offs=None, *, out=None, out_dtype=None, backend="auto", activation=None, gated=False,
+    check_offs=False,
+):  # fmt: skip
     """A grouped GEMM with ``torch._grouped_mm``'s meaning: one product per group (a
     mixture-of-experts layer's experts), the groups given by ``offs`` on the GPU.
 
@@ -179,6 +180,11 @@ def grouped_mm(
             column halves (b's first N / 2 columns the gate's, e.g. ``w_gate_up.transpose(-2,
             -1)`` of experts' (G, 2I, K) weights), an (M, N / 2) result: a mixture-of-experts
             SwiGLU's first GEMM. Fused into the grouped kernel where fused epilogues run.
+        check_offs: read ``offs`` on the host first (one sync) and raise ValueError where an
+            entry is negative, decreases or passes the jagged dimension. Off by default: the
+            kernels never read it on the host; on the grouped kernel's road offsets out of
+            order or range give a defined result (each group's end clamped between the
+            previous end and the rows: empty groups), never a read or write out of bounds.
 
     Returns:
         (M, N) for 2D x 3D and 3D x 2D, (G, M, N) for the others: row-major, rows padded to
@@ -189,6 +195,10 @@ def grouped_mm(
     batched GEMM; the other forms and GPUs run torch (``wsgemm.api.grouped``).
     Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
     """
+    if check_offs is not False:
+        if not isinstance(check_offs, bool):
+            raise TypeError(f"check_offs must be a bool, got {type(check_offs).__name__}")
+        _check_offs_values(a, b, offs)
     kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated)
     if out is not None:
         return core.grouped_mm(a, b, offs, out=out, **kw)
@@ -207,6 +217,34 @@ def grouped_mm(
     if activation is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _for_autograd(a, b, offs, out_dtype, backend, activation, gated)
     return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated)
+
+
+def _check_offs_values(a, b, offs) -> None:
+    """``grouped_mm(check_offs=True)``: ``offs``'s values against the jagged dimension (a's
+    rows for 2D x 3D, K for 2D x 2D, b's columns for 3D x 2D), read on the host."""
+    if offs is None or not isinstance(offs, torch.Tensor):
+        return  # the call's own checks say what is wrong
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return
+    if a.dim() == 2 and b.dim() == 3:
+        what, size = "a's rows", a.shape[0]
+    elif a.dim() == 2 and b.dim() == 2:
+        what, size = "K", a.shape[1]
+    elif a.dim() == 3 and b.dim() == 2:
+        what, size = "b's columns", b.shape[1]
+    else:
+        return
+    ends = offs.detach().to("cpu", torch.int64).reshape(-1).tolist()  # the one sync
+    prev = 0
+    for g, end in enumerate(ends):
+        if end < prev:
+            raise ValueError(
+                f"offs[{g}] = {end} is below offs[{g - 1}] = {prev}" if g
+                else f"offs[0] = {end} is negative"
+            )  # fmt: skip
+        if end > size:
+            raise ValueError(f"offs[{g}] = {end} passes {what} ({size})")
+        prev = end
 
 
 def _for_autograd(a, b, offs, out_dtype, backend, activation, gated):

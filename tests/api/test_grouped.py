@@ -590,3 +590,23 @@ def test_with_autograd_the_gated_product_is_saved_not_recomputed(monkeypatch):
     out.backward(grad)
     assert len(calls) == 3 and calls[0][2:] == (None, False)  # the forward: no epilogue
     _assert_gated_fc1_gradients(a, b, offs, grad)
+
+
+@pytest.mark.parametrize(
+    "offs, match",
+    [
+        ([3, 2, 8], r"offs\[1\] = 2 is below offs\[0\] = 3"),
+        ([-1, 2, 8], r"offs\[0\] = -1 is negative"),
+        ([3, 5, 9], r"offs\[2\] = 9 passes a's rows \(8\)"),
+    ],
+)
+def test_check_offs_reads_the_offsets_once_and_says_what_is_wrong(offs, match):
+    import wsgemm
+
+    a = torch.zeros(8, 16, dtype=torch.float16)
+    b = torch.zeros(3, 16, 24, dtype=torch.float16)
+    with pytest.raises(ValueError, match=match):
+        wsgemm.grouped_mm(a, b, torch.tensor(offs, dtype=torch.int32), check_offs=True)
+    with pytest.raises(TypeError, match="check_offs must be a bool"):
+        wsgemm.grouped_mm(a, b, torch.tensor(offs, dtype=torch.int32), check_offs="yes")
+    wsgemm.grouped._check_offs_values(a, b, torch.tensor([3, 5, 8], dtype=torch.int32))  # fine
