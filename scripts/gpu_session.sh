@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|epilogue|residual|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -84,6 +84,18 @@ if has epilogue; then
     tests/gpu/test_gpu_epilogue.py -k "${EPI_TESTS:-fused}" > "$OUT/epilogue-tests.log" 2>&1
   grep -cE " PASSED" "$OUT/epilogue-tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/epilogue-tests.log" | cut -c1-300 | tail -20
   echo "epilogue tests done at $((SECONDS - start)) s"
+fi
+if has verify; then
+  # session 17's launch-path changes, first GPU run (one call): the fused bias launch now takes
+  # (bias, alpha, beta), the grouped one (bias, alpha, beta, offs); the traced split-K call;
+  # the wide swap-AB tiles now on the menu (their fuzz and the same-bits check of every entry)
+  timeout ${VERIFY_TIMEOUT:-520} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_epilogue.py tests/gpu/test_gpu_grouped.py tests/gpu/test_gpu_trace.py \
+    tests/gpu/test_gpu_swap_ab.py tests/host/test_policy.py \
+    -k "(test_fused_epilogue and auto) or grouped or split_k or wide or same_bits" \
+    > "$OUT/verify-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/verify-tests.log" | cut -c1-300 | tail -20
+  echo "verify done at $((SECONDS - start)) s"
 fi
 if has residual; then
   # issue #25: the fused residual and alpha (kernels/sm90/residual.py), never run on a GPU
