@@ -233,3 +233,21 @@ def test_exact_must_be_a_bool_and_bad_operands_keep_their_typed_errors(monkeypat
     for exact in (False, True):
         with pytest.raises(TypeError, match="input must be a torch.Tensor, got list"):
             wsgemm.gated_linear([[1.0] * 16], w, "silu", exact=exact)
+
+
+def test_exact_with_gradients_is_torchs_unfused_path(monkeypatch):
+    """``exact=True`` with autograd: the forward and the gradients of torch's own activation
+    applied to the product (here the CPU stand-in's, rounded as the core rounds)."""
+    install(monkeypatch, fast=True)
+    x = rand((3, 16), 0).requires_grad_()
+    w = rand((8, 16), 1).requires_grad_()
+    bias = rand((8,), 2).requires_grad_()
+    y = wsgemm.linear(x, w, bias, activation="gelu_tanh", exact=True)
+    grad = rand(y.shape, 3)
+    got = torch.autograd.grad(y, (x, w, bias), grad)
+    leaves = [t.detach().clone().requires_grad_() for t in (x, w, bias)]
+    product = wsgemm.linear(*leaves)  # the same stand-in product, then torch's activation
+    want = torch_activation("gelu_tanh", product)
+    assert torch.equal(y, want)
+    for g, ref in zip(got, torch.autograd.grad(want, leaves, grad), strict=True):
+        assert torch.equal(g, ref)
