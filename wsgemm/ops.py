@@ -64,22 +64,27 @@ def _check_fake(
 _unsafe_view = torch.ops.aten._unsafe_view.default
 
 
+def _scaled(c, alpha, beta) -> dict | None:
+    """The core's keywords of a call with ``c`` or ``alpha`` (``_forward``'s ``scaled``);
+    None for a call without them."""
+    return None if c is None and alpha == 1.0 else dict(c=c, alpha=alpha, beta=beta)
+
+
 def _forward(
-    a, b, out, out_dtype, accumulate, backend, bias=None, activation=None, c=None, alpha=1.0,
-    beta=1.0,
+    a, b, out, out_dtype, accumulate, backend, bias=None, activation=None, scaled=None
 ):  # fmt: skip
-    """``activation(alpha · a @ b + beta · c + bias)`` with torch.matmul's meaning on the
-    core. 2-D and 3-D operands go straight to it; others are brought to (L, M, K) @ (L or 1,
-    K, N) first."""
+    """``activation(a @ b + bias)`` with torch.matmul's meaning on the core; with ``scaled``
+    (``_scaled``'s), ``activation(alpha · a @ b + beta · c + bias)``. 2-D and 3-D operands go
+    straight to it; others are brought to (L, M, K) @ (L or 1, K, N) first."""
     # with out=, the core bumps out's version counter (a view's bump is its base's)
-    scaled = {} if c is None and alpha == 1.0 else dict(c=c, alpha=alpha, beta=beta)
-    if c is not None and c is not out:  # against torch.matmul's result, before any folding
+    if scaled is not None and scaled["c"] is not None and scaled["c"] is not out:
+        # against torch.matmul's result, before any folding
         c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-        check_residual(c, result_shape(a.shape, b.shape), c_dtype, a.device)
+        check_residual(scaled["c"], result_shape(a.shape, b.shape), c_dtype, a.device)
     if 2 <= a.dim() <= 3 and 2 <= b.dim() <= 3:
         return api.matmul(
             a, b, out=out, out_dtype=out_dtype, accumulate=accumulate, backend=backend,
-            bias=bias, activation=activation, **scaled,
+            bias=bias, activation=activation, **(scaled or {}),
         )  # fmt: skip
     return _forward_nd(a, b, out, out_dtype, accumulate, backend, bias, activation, scaled)
 
@@ -129,11 +134,9 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation
             kw.update(c=c.expand(shape).reshape(core_shape))
         out.copy_(api.matmul(a3, b3, out_dtype=out.dtype, **kw).view(shape))
         return out
-    if c is not None:  # out itself: the in-place residual; another c folded as out is
-        same = c.data_ptr() == out.data_ptr() and (c.shape, c.stride()) == (
-            out.shape, out.stride()
-        )  # fmt: skip
-        kw.update(c=out_core if same else c.expand(shape).reshape(core_shape))
+    if c is not None:  # out itself: the in-place residual; another c folded as out is (the
+        # core sees a fold that lands on out's elements as out itself: dispatch._same_view)
+        kw.update(c=out_core if c is out else c.expand(shape).reshape(core_shape))
     api.matmul(a3, b3, out=out_core, **kw)
     return out
 
@@ -221,14 +224,15 @@ def _matmul_impl(
     a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None,
     c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
-    return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
+    scaled = _scaled(c, alpha, beta)
+    return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, scaled)
 
 
 def _matmul_out_impl(
     a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
     activation=None, c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
-    _forward(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta)
+    _forward(a, b, out, out_dtype, accumulate, backend, bias, activation, _scaled(c, alpha, beta))
 
 
 # CPU too, so a CPU tensor gets the core's ValueError rather than the dispatcher's
@@ -279,9 +283,8 @@ def _backward(ctx, grad):
     if ctx.activation is not None and ctx.activation != "none":
         out_dtype, accumulate = ctx.pre
         with torch.no_grad():
-            pre = _forward(
-                a, b, None, out_dtype, accumulate, ctx.backend, bias, None, c, alpha, beta
-            )
+            scaled = _scaled(c, alpha, beta)
+            pre = _forward(a, b, None, out_dtype, accumulate, ctx.backend, bias, None, scaled)
         grad = (grad.float() * activation_grad(ctx.activation, pre)).to(grad.dtype)
     g_product = grad if alpha == 1.0 else (grad.float() * alpha).to(grad.dtype)
     ga, gb = _grads(a, b, g_product, need_a, need_b, ctx.backend)
@@ -557,7 +560,7 @@ def matmul(
         if out is None:
             return torch_activation(act, matmul(a, b, **kw))
         return out.copy_(torch_activation(act, matmul(a, b, **kw)))
-    if c is not None or alpha != 1.0 or not _real(alpha) or not _real(beta):
+    if c is not None or alpha != 1.0:  # (beta scales c only: _matmul_scaled checks both)
         return _matmul_scaled(
             a, b, bias, activation, out, out_dtype, accumulate, backend, c, alpha, beta
         )
@@ -595,10 +598,6 @@ def matmul(
     return out
 
 
-def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, c, alpha, beta):
     """``matmul`` with ``c`` or ``alpha``: the core's fused residual where no gradient is
     needed; with one, the product (``_Matmul``, its own backward) then alpha, ``c``, the bias
@@ -611,16 +610,15 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
     if not _is_compiling() and _plain(a, b, out) and plain and _no_modes():
         if out is not None:
             _refuse_grad(a, b, out, bias, c)
-            return _forward(a, b, out, out_dtype, accumulate, backend, bias, activation, c,
-                            alpha, beta)  # fmt: skip
+            return _forward(a, b, out, out_dtype, accumulate, backend, bias, activation,
+                            dict(c=c, alpha=alpha, beta=beta))  # fmt: skip
         if _any_autocast() and torch.is_autocast_enabled("cuda"):
             a, b, bias, c = _autocast(a, b, bias, c, out_dtype)
         wants = a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
         if _grad_enabled() and (wants or (c is not None and c.requires_grad)):
             shape = result_shape(a.shape, b.shape)
             dtype = out_dtype or a.dtype
-            act = check_activation(activation)
-            check_epilogue(bias, activation, a.dtype, shape, a.device)
+            act = check_epilogue(bias, activation, a.dtype, shape, a.device).activation
             if c is not None:
                 check_residual(c, shape, dtype, a.device)
             # the product in fp32 (a 16-bit one could overflow where alpha scales it back)
@@ -632,8 +630,8 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
             if bias is not None:  # as in a @ b + bias: broadcast against the result
                 y = y + bias.float()
             return torch_activation(act, y).to(dtype)
-        return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, c, alpha,
-                        beta)  # fmt: skip
+        return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation,
+                        dict(c=c, alpha=alpha, beta=beta))  # fmt: skip
     check_kinds(a, b, out, out_dtype, accumulate, backend)
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")

@@ -106,7 +106,8 @@ def matmul(
             that costs no other pass; any other ``c`` is first copied into the output.
             ``beta == 0`` never reads ``c``.
         alpha, beta: real numbers (launch arguments: a new value compiles nothing; each
-            distinct pair is its own call signature, so keep them fixed in a hot loop).
+            distinct pair is its own call signature, so keep them fixed in a hot loop). Without
+            ``c``, ``beta`` scales nothing and is not read.
 
     Returns:
         the product, (M, N) or (L, M, N), of ``out_dtype`` (``out`` itself when given).
@@ -115,15 +116,11 @@ def matmul(
     capture in a CUDA graph once the call has run outside it (the first call compiles).
     """
     d = DISPATCHER if dispatcher is None else dispatcher
-    if c is None and alpha == 1.0 and _real(alpha) and _real(beta):
+    if c is None and alpha == 1.0:  # (beta scales c only; call_scaled checks both)
         return dispatch.call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
     return dispatch.call_scaled(
         d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, c, alpha, beta
     )
-
-
-def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def explain(
