@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -441,7 +441,7 @@ class Epilogue:
         if self.gated:
             raise ValueError("a gated epilogue pairs columns: it has no swap-AB form")
         trade = {"row": "col", "col": "row", "none": "none"}
-        return Epilogue(trade[self.bias], self.activation, False, self.scale, self.residual)
+        return replace(self, bias=trade[self.bias])
 
 
 PLAIN = Epilogue()

@@ -281,13 +281,8 @@ def explain(
                  "result into out, if given); pass out=c for an in-place residual\n")  # fmt: skip
     p = validate(
         a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type,
-        bias=bias, activation=activation,
+        bias=bias, activation=activation, scalars=scalars,
     )  # fmt: skip
-    if scalars is not None:
-        p = dataclasses.replace(
-            p, epilogue=dataclasses.replace(p.epilogue, scale=alpha != 1.0, residual=residual),
-            alpha=alpha, beta=scalars[1],
-        )  # fmt: skip
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
@@ -327,15 +322,13 @@ def _epilogue_line(p: Problem, route: Route) -> str:
             if route.backend != TORCH and host.BACKENDS[route.backend].family in EPILOGUE_FAMILIES
             else " has no fused epilogue"
         )
-        how = (
-            f"not fused: {route.backend}{why}; torch applies it after the product, in the "
-            "output's dtype (its unfused path: one more pass over the output)"
+        how = f"not fused: {route.backend}{why}; " + (
+            "torch combines the product with it in fp32 and rounds once (more passes over "
+            "the output)"
+            if e.scalars
+            else "torch applies it after the product, in the output's dtype (its unfused "
+            "path: one more pass over the output)"
         )
-        if e.scalars:
-            how = (
-                f"not fused: {route.backend}{why}; torch combines the product with it in fp32 "
-                "and rounds once (more passes over the output)"
-            )
     return f"epilogue: {what}, {how}\n"
 
 

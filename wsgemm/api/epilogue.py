@@ -180,14 +180,20 @@ def combine_in_torch(out: torch.Tensor, product, bias, p) -> torch.Tensor:
     the plain product, None for K = 0): computed in fp32 from the rounded product and C, then
     rounded once to ``out``'s dtype."""
     e = p.epilogue
-    y = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
-    if product is not None:
-        y.add_(product.float(), alpha=p.alpha)
+    if product is None:
+        y = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    else:
+        y = product.float() * p.alpha
     if e.residual:
         y.add_(out.float(), alpha=p.beta)
     if bias is not None:
-        y.add_((bias if e.bias == "col" else bias.reshape(-1, 1)).float())
+        y.add_(_addend(bias, e.bias).float())
     return out.copy_(torch_activation(e.activation, y))
+
+
+def _addend(bias: torch.Tensor, mode: str) -> torch.Tensor:
+    """A bias of ``mode`` ("col" or "row") as it broadcasts against a 2-D/3-D result."""
+    return bias if mode == "col" else bias.reshape(-1, 1)
 
 
 def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:
@@ -197,7 +203,7 @@ def apply_in_torch(out: torch.Tensor, bias, epilogue: Epilogue) -> torch.Tensor:
     if epilogue.plain:
         return out
     if bias is not None:
-        out.add_(bias if epilogue.bias == "col" else bias.reshape(-1, 1))
+        out.add_(_addend(bias, epilogue.bias))
     return activate_(out, epilogue.activation)
 
 

@@ -321,8 +321,8 @@ def validate(
     scalars=None,
 ) -> Problem:
     """Every check of ``matmul``, in the order a reader would ask them. Raises, never allocates.
-    ``scalars``: (alpha, beta, residual) of a call with ``alpha != 1`` or a residual (its C
-    already in ``out``: ``dispatch.call_scaled``), else None.
+    ``scalars``: (alpha, beta, residual) of a call with ``alpha != 1`` or a residual (its C in
+    ``out`` by the time it runs: ``dispatch.call_scaled``), else None.
 
     The core's one rule beyond ``check_static``'s first: 2-D or 3-D operands. The device checks
     come after everything readable on any device (so the CPU tests reach them) and before the
@@ -352,8 +352,6 @@ def validate(
     alpha, beta = 1.0, 0.0
     if scalars is not None:
         alpha, beta, residual = scalars
-        if residual and out is None:
-            raise AssertionError("a residual call reads its C from out")
         epilogue = dataclasses.replace(epilogue, scale=alpha != 1.0, residual=residual)
     if bias is not None and bias.is_neg():
         raise ValueError("bias is a negative view (is_neg()); pass bias.resolve_neg()")

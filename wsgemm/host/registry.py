@@ -140,7 +140,7 @@ EPILOGUE_FAMILIES = frozenset({"sm90"})
 GATED_FAMILIES = frozenset({"sm90"})
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. Empty until
-#: the sm90 kernels' first GPU check (``tests/gpu/test_gpu_epilogue.py -k residual``): built,
+#: the sm90 kernels' first GPU check (``tests/gpu/test_gpu_residual.py``): built,
 #: compiled spill-free and SASS-checked on the CPU (2026-12-05), never run on a GPU; until
 #: then the API computes the product, then alpha, C, the bias and the activation in torch
 #: (``api.epilogue.combine_in_torch``), which ``explain`` says.

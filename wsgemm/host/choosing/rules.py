@@ -271,11 +271,8 @@ def candidates(
     """Every (menu entry, split) ``choose`` may pick for this problem, in menu order: what the
     tuners time (``scripts/tune_menu.py``, ``WSGEMM_AUTOTUNE``), with ``choose``'s arguments.
     Empty for an empty problem."""
-    _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
-    if m == 0 or n == 0 or k == 0 or batch == 0:
-        return ()
-    allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, invariant)
-    return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
+    return _flat(_allowed_of(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+                             invariant))  # fmt: skip
 
 
 @_asks_of_a_problem
@@ -284,14 +281,24 @@ def ranked_candidates(
 ) -> tuple[tuple[MenuEntry, int], ...]:
     """``candidates``, the cost model's fastest first (as ``choose`` ranks them); in menu order
     where no cost model describes the GPU. ``wsgemm.tune`` times the first few."""
-    found = candidates(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
-                       batch_invariant=invariant)  # fmt: skip
-    if not found:
+    allowed = _allowed_of(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant)
+    if not allowed:
         return ()
-    allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, invariant)
     ranked = [(e, s) for _, _, e, s in _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc,
                                                  allowed)]  # fmt: skip
-    return tuple(ranked) + tuple(c for c in found if c not in ranked)
+    return tuple(ranked) + tuple(c for c in _flat(allowed) if c not in ranked)
+
+
+def _allowed_of(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant) -> dict:
+    """``_allowed`` of a checked problem; empty for an empty one."""
+    _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    if m == 0 or n == 0 or k == 0 or batch == 0:
+        return {}
+    return _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, invariant)
+
+
+def _flat(allowed: dict) -> tuple[tuple[MenuEntry, int], ...]:
+    return tuple((entry(name), s) for name, splits in allowed.items() for s in splits)
 
 
 @functools.lru_cache(maxsize=4096)

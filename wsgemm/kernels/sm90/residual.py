@@ -28,20 +28,18 @@ from cutlass import Int32, const_expr
 
 from wsgemm.support import VECTOR_BYTES
 
-__all__ = ["ResidualCopy", "load", "make_copy", "stage", "value"]
+__all__ = ["ResidualCopy", "fragment", "load", "make_copy", "stage", "value"]
 
 
 @dataclass(frozen=True)
 class ResidualCopy:
     """One thread's view of the residual's subtile copies: the vector copy, this thread's
-    slice of it, the subtile's element coordinates as the slice holds them, and C (M, N, L)
-    with its (M, N)."""
+    slice of it, and C (M, N, L) with its (M, N)."""
 
     tiled_copy: Any
     thr_copy: Any
     mC: Any
     extent: Any  # (M, N)
-    major: int  # C's contiguous mode: 0 (M, swap-AB) or 1 (N)
 
 
 def make_copy(mC, c_major_m: bool, epi_tile, threads: int, tidx) -> ResidualCopy:
@@ -68,7 +66,7 @@ def make_copy(mC, c_major_m: bool, epi_tile, threads: int, tidx) -> ResidualCopy
         val = cute.make_layout((1, vector))
     tiled = cute.make_tiled_copy_tv(atom, thr, val)
     extent = (Int32(cute.size(mC, mode=[0])), Int32(cute.size(mC, mode=[1])))
-    return ResidualCopy(tiled, tiled.get_slice(tidx % used), mC, extent, 0 if c_major_m else 1)
+    return ResidualCopy(tiled, tiled.get_slice(tidx % used), mC, extent)
 
 
 def fragment(copy: ResidualCopy, epi_tile):
