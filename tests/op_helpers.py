@@ -45,6 +45,17 @@ class CoreStub:
         return out
 
 
+def addmm_reference(a, b, c, alpha, beta, bias=None, activation=None) -> torch.Tensor:
+    """``act(alpha · a @ b + beta · c + bias)`` in float64 (``beta == 0`` never reads ``c``):
+    what ``matmul(..., c=, alpha=, beta=)`` computes, on every layer."""
+    y = alpha * torch.matmul(a.double(), b.double())
+    if c is not None and beta != 0:
+        y = y + beta * c.double()
+    if bias is not None:
+        y = y + bias.double()
+    return torch_activation(activation or "none", y)
+
+
 def install(monkeypatch, *, fast=False) -> CoreStub:
     """The stub in place of the core. CPU tensors then take the registered op's road, or with
     ``fast`` the eager fast road (CPU tensors taken for plain CUDA ones)."""

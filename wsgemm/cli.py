@@ -498,6 +498,16 @@ def _cc(text: str) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- parser
 
 
+def _dtype_argument(p, flag: str, allowed, default, what: str) -> None:
+    """A dtype option taking the short names (fp16, ...) and torch's (float16, half, ...)."""
+    from .support import dtype_option, short_name
+
+    short = tuple(short_name(d) for d in allowed)
+    p.add_argument(
+        flag, type=dtype_option(short), default=default, metavar="|".join(short), help=what
+    )
+
+
 def _program_name() -> str:
     """What the user typed, for usage lines: ``wsgemm`` run as the installed console script
     (pyproject's ``[project.scripts]``), ``python -m wsgemm`` run as a module (where
@@ -512,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .host.choosing.tuning import TUNE_TOP
     from .host.registry import BACKENDS
     from .inspection import ARCHES
-    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES, dtype_option, short_name
+    from .support import AB_DTYPES, ACC_DTYPES, C_DTYPES
 
     parser = argparse.ArgumentParser(
         prog=_program_name(), description="Warp-specialized GEMM kernels in CuTe DSL."
@@ -596,10 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--out-dtype", C_DTYPES, None, "output dtype (default: --dtype)"),
         ("--accumulate", ACC_DTYPES, "fp32", "accumulator dtype"),
     ):  # fmt: skip
-        short = tuple(short_name(d) for d in allowed)
-        p.add_argument(
-            flag, type=dtype_option(short), default=default, metavar="|".join(short), help=what
-        )
+        _dtype_argument(p, flag, allowed, default, what)
     p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
     p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
@@ -631,14 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=TP_DEGREES,
         help="--model's layers as one of this many tensor-parallel ranks has them",
     )
-    short = tuple(short_name(d) for d in AB_DTYPES)
-    p.add_argument(
-        "--dtype",
-        type=dtype_option(short),
-        default="fp16",
-        metavar="|".join(short),
-        help="operand and output dtype (fp32 accumulation)",
-    )
+    _dtype_argument(p, "--dtype", AB_DTYPES, "fp16", "operand and output dtype (fp32 accumulation)")
     p.add_argument(
         "--top",
         type=bench_cli.bounded_int(0),

@@ -6,10 +6,11 @@ compute the kernel contract in float64 (``stand_ins``)."""
 
 import pytest
 import torch
+from op_helpers import addmm_reference
 from stand_ins import LAYOUTS, cpu_dispatcher
 
 from wsgemm.api import dispatch
-from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.api.epilogue import Epilogue
 from wsgemm.host import registry
 
 F16, F32 = torch.float16, torch.float32
@@ -37,12 +38,7 @@ def rand(shape, seed, col=False):
 
 
 def expected(a, b, c, alpha, beta, bias=None, activation=None):
-    y = alpha * torch.matmul(a.double(), b.double())
-    if c is not None and beta != 0:
-        y = y + beta * c.double()
-    if bias is not None:
-        y = y + bias.double()
-    return torch_activation(activation or "none", y).to(F16)
+    return addmm_reference(a, b, c, alpha, beta, bias, activation).to(F16)
 
 
 def close(got, want):

@@ -6,6 +6,7 @@ fullgraph compile, and the errors. The core is the CPU stand-in of tests/op_help
 
 import pytest
 import torch
+from op_helpers import addmm_reference as reference
 from op_helpers import fake_cuda, install
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -18,15 +19,6 @@ F16, BF16 = torch.float16, torch.bfloat16
 
 def rand(shape, seed, dtype=BF16):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
-def reference(a, b, c, alpha, beta, bias=None, activation=None):
-    y = alpha * torch.matmul(a.double(), b.double())
-    if c is not None and beta != 0:
-        y = y + beta * c.double()
-    if bias is not None:
-        y = y + bias.double()
-    return torch_activation(activation or "none", y)
 
 
 def close(got, want, k):
