@@ -192,7 +192,10 @@ def grouped_mm(
         of a fresh result are unspecified, as torch's.
 
     On Hopper a float16/bfloat16 2D x 3D call runs wsgemm's grouped kernel, 3D x 3D its
-    batched GEMM; the other forms and GPUs run torch (``wsgemm.api.grouped``).
+    batched GEMM, 3D x 2D the grouped kernel transposed where torch has no fused kernel; 2D x
+    2D runs the ragged-K grouped kernel with a named backend (``auto`` keeps it on torch until
+    that kernel's first GPU check, ``wsgemm.host.RAGGED_K_FAMILIES``); the other GPUs run
+    torch (``wsgemm.api.grouped``).
     Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
     """
     if check_offs is not False:

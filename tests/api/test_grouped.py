@@ -13,6 +13,7 @@ import wsgemm
 from wsgemm.api import Dispatcher
 from wsgemm.api import grouped as core
 from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.host import grouped as registry_grouped
 from wsgemm.host import registry
 from wsgemm.host.dispatch import StandInDevices
 
@@ -49,15 +50,43 @@ class GroupedStandIn:
             prev = hi
 
 
+class RaggedKStandIn:
+    """The ragged-K grouped kernel (2D x 2D) in float64: C[:, :, g] = A[:, lo:hi] B[:, lo:hi]^T
+    with each group's [lo, hi) read from the ends as the kernel reads them (each on its own,
+    clamped into K); checks the launch's views and its descriptor workspace."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
+                 offs, *, epilogue="none"):  # fmt: skip
+        self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
+        groups = len(offs)
+        assert a.stride(2) == 0 and b.stride(2) == 0 and c.shape[2] == groups
+        assert a.stride(0) == 1 and b.stride(0) == 1, "K must be strided (M-, N-major)"
+        assert c.stride(1) == 1
+        assert (raster, split, sems, bias, alpha, beta) == (0, 1, None, None, None, None)
+        # 128 bytes for each of A's and B's descriptors, per CTA of the clusters launched
+        assert workspace.dtype == torch.float32 and workspace.numel() == clusters * 2 * 64
+        k, ends = a.shape[1], offs.tolist()
+        for g in range(groups):
+            lo = min(max(ends[g - 1], 0), k) if g else 0
+            hi = min(max(ends[g], lo), k)
+            y = a[:, lo:hi, 0].double() @ b[:, lo:hi, 0].double().T
+            c[:, :, g] = torch_activation(Epilogue.parse(epilogue).activation, y).to(c.dtype)
+
+
 class Cache:
     def __init__(self):
         self.kernel = GroupedStandIn()
+        self.k_kernel = RaggedKStandIn()
         self.variants = []
 
     def get(self, variant):
         self.variants.append(variant)
-        assert variant.grouping == "m"
-        return functools.partial(self.kernel, epilogue=variant.epilogue)
+        assert variant.grouping in ("m", "k")
+        kernel = self.kernel if variant.grouping == "m" else self.k_kernel
+        return functools.partial(kernel, epilogue=variant.epilogue)
 
 
 def dispatcher(capability=(9, 0)):
@@ -160,16 +189,6 @@ def _args(**over):
         (dict(backend="fast"), ValueError, "unknown backend"),
         (dict(backend=3), TypeError, "backend must be a str"),
         (dict(backend="sm80"), ValueError, "no grouped kernel"),
-        (
-            dict(
-                a=torch.randn(10, 40, dtype=F16),
-                b=torch.randn(40, 16, dtype=F16),
-                offs=ends(10, 30),
-                backend="sm90",
-            ),
-            ValueError,
-            "no wsgemm kernel yet",
-        ),  # fmt: skip
     ],
 )
 def test_bad_calls_are_refused_with_what_is_allowed(over, error, match):
@@ -367,8 +386,6 @@ def test_3d2d_routes():
     off = dispatcher((8, 0))
     core.grouped_mm(a.half(), b.half(), offs, dispatcher=off)
     assert off.cache.variants == []
-    with pytest.raises(ValueError, match="2D x 2D form has no wsgemm kernel"):
-        core.grouped_mm(a[0], b, offs, backend="sm90", dispatcher=d)
 
 
 def test_the_loop_reads_the_ends_as_the_kernel_does():
@@ -610,3 +627,72 @@ def test_check_offs_reads_the_offsets_once_and_says_what_is_wrong(offs, match):
     with pytest.raises(TypeError, match="check_offs must be a bool"):
         wsgemm.grouped_mm(a, b, torch.tensor(offs, dtype=torch.int32), check_offs="yes")
     wsgemm.grouped._check_offs_values(a, b, torch.tensor([3, 5, 8], dtype=torch.int32))  # fine
+
+
+# ----------------------------------------------------------------------------- 2D x 2D, ragged K
+
+
+@pytest.mark.parametrize("out_dtype", [None, F32])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+def test_2d2d_runs_the_ragged_k_kernel_on_a_named_backend(a_layout, b_layout, out_dtype):
+    """A weight gradient's form (K split by offs, one M x N product a group) on the ragged-K
+    kernel: A M-major and B N-major as the kernel reads them (the weight gradient's own
+    layouts, ``dY^T`` and ``X``, read in place; others copied), empty groups zero, every group
+    within the float64 tolerance."""
+    torch.manual_seed(7)
+    m, n, sizes = 24, 40, (10, 0, 33, 1, 0, 20)
+    k = sum(sizes)
+    a = torch.randn(m, k, dtype=F16) if a_layout == "row" else torch.randn(k, m, dtype=F16).t()
+    b = torch.randn(k, n, dtype=F16) if b_layout == "row" else torch.randn(n, k, dtype=F16).t()
+    d, offs = dispatcher(), ends(*sizes)
+    out = core.grouped_mm(a, b, offs, out_dtype=out_dtype, backend="sm90", dispatcher=d)
+    [variant] = d.cache.variants
+    assert (variant.grouping, variant.a_major, variant.b_major) == ("k", "m", "n")
+    launch = d.cache.k_kernel.launches[0]
+    assert (launch["a"].data_ptr() == a.data_ptr()) == (a_layout == "col")  # in place: M-major
+    assert (launch["b"].data_ptr() == b.data_ptr()) == (b_layout == "row")  # N-major
+    ref = reference(a, b, offs, "2d2d")
+    assert out.shape == ref.shape == (len(sizes), m, n)
+    assert out.dtype == (out_dtype or F16)
+    assert (out.double() - ref).abs().max() <= tolerance(out.dtype, 33) * ref.abs().max()
+    assert (out[1] == 0).all() and (out[4] == 0).all()
+
+
+def test_2d2d_writes_an_out_it_cannot_address_through_a_buffer():
+    a, b, offs = torch.randn(8, 30, dtype=BF16), torch.randn(30, 12, dtype=BF16), ends(9, 21)
+    a = a.t().contiguous().t()
+    out = torch.full((2, 8, 24), 7.0, dtype=BF16)[:, :, ::2]  # stride 2: no TMA view
+    core.grouped_mm(a, b, offs, out=out, backend="sm90", dispatcher=dispatcher())
+    ref = reference(a, b, offs, "2d2d")
+    assert (out.double() - ref).abs().max() <= tolerance(BF16, 21) * ref.abs().max()
+
+
+def test_2d2d_activation_and_k_zero():
+    a = torch.randn(8, 30, dtype=F16).t().contiguous().t()
+    b, offs = torch.randn(30, 16, dtype=F16), ends(9, 21)
+    out = core.grouped_mm(a, b, offs, backend="sm90", activation="relu", dispatcher=dispatcher())
+    ref = reference(a, b, offs, "2d2d").clamp_min(0)
+    assert (out.double() - ref).abs().max() <= tolerance(F16, 21) * ref.abs().max()
+    d = dispatcher()
+    a0, b0 = torch.randn(8, 0, dtype=F16), torch.randn(0, 16, dtype=F16)
+    empty = core.grouped_mm(a0, b0, ends(0, 0), backend="sm90", activation="gelu_tanh",
+                            dispatcher=d)  # fmt: skip
+    assert d.cache.variants == [] and (empty == 0).all() and empty.shape == (2, 8, 16)
+
+
+def test_2d2d_under_auto_waits_for_its_gpu_check(monkeypatch):
+    """``auto`` keeps the 2D x 2D form on torch until the family is in RAGGED_K_FAMILIES (its
+    first GPU check); then it takes the kernel, and explain says which."""
+    a, b, offs = torch.randn(8, 30, dtype=F16), torch.randn(30, 16, dtype=F16), ends(9, 21)
+    d = dispatcher()
+    core.grouped_mm(a, b, offs, dispatcher=d)
+    assert d.cache.variants == []
+    assert "has not run on a GPU yet" in core.explain(d, a, b, offs)
+    monkeypatch.setattr(registry_grouped, "RAGGED_K_FAMILIES", frozenset({"sm90"}))
+    out = core.grouped_mm(a, b, offs, dispatcher=d)
+    assert [v.grouping for v in d.cache.variants] == ["k"]
+    ref = reference(a, b, offs, "2d2d")
+    assert (out.double() - ref).abs().max() <= tolerance(F16, 21) * ref.abs().max()
+    text = core.explain(d, a, b, offs)
+    assert "ragged K" in text and "A: copied" in text and "B: read in place" in text

@@ -101,3 +101,67 @@ def test_the_grouped_kernel_refuses_an_m_major_a():
     and the host copies such an A K-major (tests/api/test_grouped.py)."""
     with pytest.raises(ValueError, match="K-major A"):
         host.compile_variant(host.Variant("sm90", "sm_90a", a_major="m", grouping="m"))
+
+
+# ----------------------------------------------------------------------------- ragged K (2D x 2D)
+
+RAGGED_K = host.Variant("sm90", "sm_90a", a_major="m", b_major="n", grouping="k")
+RAGGED_K_SWEEP = [
+    host.Variant("sm90-pingpong", "sm_90a", a_major="m", b_major="n", grouping="k"),
+    host.Variant("sm90", "sm_90a", "bfloat16", "float32", a_major="m", b_major="n", grouping="k"),
+    host.Variant(
+        "sm90",
+        "sm_90a",
+        a_major="m",
+        b_major="n",
+        config=Sm90Config(tile_n=128, cluster_n=2),
+        grouping="k",
+    ),  # fmt: skip
+]
+
+
+def _assert_ragged_k(r) -> None:
+    """The dense kernel's hardware path, plus the per-CTA descriptors: copied from the launch's
+    (16-byte global stores), rewritten per group, released to the TMA unit's proxy
+    (``fence.proxy.tensormap::generic.release``: a GPU-scope memory barrier) and acquired
+    before the loads that use them (a descriptor-cache invalidation)."""
+    assert_clean(r)
+    ops = set(sass.opcodes(r.sass_text))
+    for op, why in NEEDS.items():
+        assert any(o.startswith(op) for o in ops), f"no {op}: {why}"
+    assert not any(o.startswith("CALL") for o in ops), "a CALL in the kernel"
+    assert any(o.startswith("LDG.E") for o in ops), "the offsets are not read"
+    assert "STG.E.128" in ops, "the launch's descriptors are not copied to the CTA's slots"
+    assert "MEMBAR.ALL.GPU" in ops, "no release of the rewritten descriptors"
+    assert "UTMACCTL.IV" in ops, "no acquire (descriptor invalidation) before the loads"
+    # nothing of the ragged-M store path: the output's tiles are whole (C's batch per group)
+    assert not any(o.startswith("LDS") for o in ops)
+
+
+def test_the_ragged_k_kernel_compiles_spill_free(compiled):
+    _assert_ragged_k(compiled(RAGGED_K).report)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", RAGGED_K_SWEEP, ids=lambda v: v.key())
+def test_every_ragged_k_variant_compiles_spill_free(compiled, variant):
+    _assert_ragged_k(compiled(variant).report)
+
+
+@pytest.mark.parametrize("majors", [("k", "n"), ("m", "k")])
+def test_the_ragged_k_kernel_refuses_a_contiguous_k(majors):
+    """A group starts at any k: K must be each operand's strided dimension (the host copies)."""
+    variant = host.Variant("sm90", "sm_90a", a_major=majors[0], b_major=majors[1], grouping="k")
+    with pytest.raises(ValueError, match="M-major A and an N-major B"):
+        host.compile_variant(variant)
+
+
+def test_the_ragged_k_kernel_is_its_own_variant():
+    assert RAGGED_K.key().endswith("-grouping=k")
+    assert RAGGED_K.kernel_class().__name__ == "Sm90KGroupedGemm"
+    assert RAGGED_K.kernel_class().grouped == "k"
+    assert set(host.ragged_k_variants()) >= {RAGGED_K}
+    assert all(v.grouping == "k" and (v.a_major, v.b_major) == ("m", "n")
+               for v in host.ragged_k_variants())  # fmt: skip
+    # the descriptor workspace: two 128-byte descriptors per CTA of the clusters launched
+    assert host.ragged_k_workspace_words("sm90", None, 66) == 66 * 2 * 2 * 128 // 4

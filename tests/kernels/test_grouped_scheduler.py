@@ -1,13 +1,19 @@
-"""The grouped kernel's schedule (``kernels.common.grouped_scheduler``), replayed on the host:
+"""The grouped kernels' schedules (``kernels.common.grouped_scheduler``), replayed on the host:
 every tile of every group runs exactly once, on one CTA; a cluster never straddles two groups;
-the launch bound holds for any group sizes; ends that decrease or overrun are clamped."""
+the launch bound holds for any group sizes; ends that decrease or overrun are clamped. The
+ragged-K schedule (2D x 2D): each unit's K slice, an empty group's one all-zero k-tile."""
 
 import math
 import random
 
 import pytest
 
-from wsgemm.kernels.common.grouped_scheduler import ragged_unit_order, unit_bound
+from wsgemm.kernels.common.grouped_scheduler import (
+    group_k_span,
+    ragged_k_unit_order,
+    ragged_unit_order,
+    unit_bound,
+)
 
 
 def _clamped(ends: list[int], rows: int) -> list[tuple[int, int]]:
@@ -98,3 +104,62 @@ def test_a_cta_walks_its_groups_forward():
         works = [int(u.work) for u in units]
         groups = [int(u.l) for u in units]
         assert works == sorted(works) and groups == sorted(groups)
+
+
+# ----------------------------------------------------------------------------- ragged K (2D x 2D)
+
+
+def _k_span(ends: list[int], g: int, k_total: int) -> tuple[int, int]:
+    """Group g's [lo, hi) of K as the ragged-K kernel reads the ends: each on its own."""
+    lo = min(max(ends[g - 1], 0), k_total) if g else 0
+    return lo, min(max(ends[g], lo), k_total)
+
+
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)])
+def test_ragged_k_runs_every_output_tile_of_every_group_once(cluster):
+    """The ragged-K schedule is the dense one over (groups, M tiles, N tiles): each tile on one
+    CTA, a cluster's CTAs on one group together, and each unit's loads start at its group's
+    first k, read k-tiles that cover its slice, and stop being real at its end."""
+    rng = random.Random(f"k{cluster}")
+    for _ in range(20):
+        groups, tile_k = rng.choice([1, 2, 7, 40]), rng.choice([64, 128])
+        sizes = [rng.choice([0, 1, 7, tile_k, tile_k + 1, 5 * tile_k - 3]) for _ in range(groups)]
+        ends = [sum(sizes[: i + 1]) for i in range(groups)]
+        k_total = ends[-1] + rng.choice([0, 9])
+        num_m, num_n = rng.randint(1, 5), rng.randint(1, 4)
+        order = ragged_k_unit_order(ends, k_total, num_m, num_n, tile_k, cluster[0], 16, cluster)
+        seen = {}
+        for cta, units in enumerate(order):
+            for u in units:
+                key = (int(u.l), int(u.m), int(u.n))
+                lo, hi = _k_span(ends, key[0], k_total)
+                if hi > lo:
+                    assert (u.k_start, u.k_extent) == (lo, hi)
+                    assert u.k_end * tile_k >= hi - lo > (u.k_end - 1) * tile_k
+                else:  # one k-tile wholly past the extent: zeros
+                    assert u.k_end == 1 and u.k_start >= u.k_extent >= 1
+                assert u.k_begin == 0 and u.has_k_range and not u.is_split
+                if key[1] < num_m and key[2] < num_n:  # else a ragged cluster's surplus
+                    assert key not in seen, f"tile {key} runs on CTAs {seen[key]} and {cta}"
+                    seen[key] = cta
+        assert set(seen) == {(g, m, n) for g in range(groups) for m in range(num_m)
+                             for n in range(num_n)}  # fmt: skip
+        size = cluster[0] * cluster[1]
+        for c in range(0, len(order), size):
+            cluster_units = [[(int(u.work), int(u.l)) for u in order[c + i]] for i in range(size)]
+            assert all(units == cluster_units[0] for units in cluster_units)
+
+
+def test_ragged_k_reads_bad_ends_inside_k():
+    """Ends that decrease or overrun K garble groups, never reach outside [0, K): every read
+    is clamped, and no unit past the schedule reads an offset past the last."""
+    ends = [50, 20, 400, -5, 300]
+    for units in ragged_k_unit_order(ends, 120, 2, 2, 64, 1, 8):
+        for u in units:
+            assert 0 <= u.k_start <= 120 and 1 <= u.k_extent <= 120
+            assert u.k_start + (u.k_end - 1) * 64 < max(u.k_extent, u.k_start + 1) or (
+                u.k_end == 1 and u.k_start >= u.k_extent
+            )
+    # a schedule's unit past the last group (its index clamped, not read past the tensor)
+    span = group_k_span(ends, 7, len(ends), 120, 64)
+    assert span == (120, 120, 1) or span[0] >= span[1]

@@ -22,8 +22,10 @@ access outside the operands (the kernel clamps each end to [previous end, rows])
 
 Routes (``route``): 2D x 3D on the grouped kernel (``host.grouped``) on a GPU that has one,
 for float16/bfloat16 inputs; 3D x 2D on the same kernel, transposed (``_run_kernel_3d2d``),
-where torch has no fused kernel for its dtypes (float16, or a float32 result); 3D x 3D on
-``matmul`` (the batched kernels, with their own fallbacks); the rest on torch
+where torch has no fused kernel for its dtypes (float16, or a float32 result); 2D x 2D on the
+ragged-K grouped kernel (``_run_kernel_2d2d``) for a named backend, and under ``auto`` once
+its family passed its GPU check (``host.RAGGED_K_FAMILIES``, empty so far: torch until then);
+3D x 3D on ``matmul`` (the batched kernels, with their own fallbacks); the rest on torch
 (``torch._grouped_mm``, or a loop over the groups that reads the offsets on the host where
 torch has none: a sync, refused inside a CUDA-graph capture).
 
@@ -187,10 +189,6 @@ def check_grouped(
             f"backend {backend!r} has no grouped kernel; these have: "
             f"{', '.join(host.GROUPED_BACKENDS)} (or say backend='auto')"
         )
-    if backend != "auto" and form == "2d2d":
-        raise ValueError(
-            "grouped_mm's 2D x 2D form has no wsgemm kernel yet: backend='auto' runs it on torch"
-        )
     if torch.is_grad_enabled() and out is not None and any(t.requires_grad for t in (a, b, out)):
         raise RuntimeError("grouped_mm(): out= does not support automatic differentiation; "
                            "call it without out=, or under torch.no_grad()")  # fmt: skip
@@ -206,7 +204,9 @@ def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
         return BATCHED
     if p.form == "3d2d" and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
         return TORCH
-    if p.form not in ("2d3d", "3d2d") or a.dtype not in _KERNEL_DTYPES:
+    if p.form == "2d2d" and not host.routes_ragged_k(backend):
+        return TORCH  # (no GPU check yet: ``host.RAGGED_K_FAMILIES``)
+    if p.form == "3d3d" or a.dtype not in _KERNEL_DTYPES:
         if backend != "auto":
             raise ValueError(f"backend {backend!r} runs float16 and bfloat16 only, got {a.dtype}")
         return TORCH
@@ -249,6 +249,8 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
         return dispatch.call(d, a, b, result, None, torch.float32, backend, None, None, act)
     if where == KERNEL and p.form == "3d2d":
         _run_kernel_3d2d(d, a, b, offs, result, backend, p)
+    elif where == KERNEL and p.form == "2d2d":
+        _run_kernel_2d2d(d, a, b, offs, result, backend, p)
     elif where == KERNEL:
         _run_kernel(d, a, b, offs, result, backend, p.epilogue)
     else:
@@ -348,6 +350,43 @@ def _run_kernel_3d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> Non
     _write(out, epilogue_in_torch(rows.t(), p.epilogue, out.dtype), p, offs)
 
 
+def _run_kernel_2d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> None:
+    """2D x 2D on the ragged-K grouped kernel (``host.ragged_k_config``): A (M, K, G) and B
+    (N, K, G) views with batch stride 0, M-major and N-major (a group starts at any k, which
+    must be a strided dimension: others are copied, transposed), C the result's (M, N, G)
+    view, and a workspace for each CTA's TMA descriptors. The kernel writes every group's
+    product, an empty group's as zeros; an activation runs in the kernel where its family
+    fuses epilogues, else in torch after it."""
+    m, k = a.shape
+    n, groups = b.shape[1], p.groups
+    epilogue = p.epilogue
+    if k == 0:  # every group's product is zero
+        out.copy_(epilogue_in_torch(torch.zeros_like(out), epilogue, out.dtype))
+        return
+    name, config = host.ragged_k_config(backend)
+    fused = epilogue.plain or host.fuses_epilogues(name)
+    a_view, _ = _operand(a.unsqueeze(-1), (0,))
+    b_view, _ = _operand(b.t().unsqueeze(-1), (0,))
+    a_mkg = a_view.as_strided((m, k, groups), (*a_view.stride()[:2], 0))
+    b_nkg = b_view.as_strided((n, k, groups), (*b_view.stride()[:2], 0))
+    c_found = _kernel_view(out.permute(1, 2, 0), False, (1,))
+    c_mng = c_found[0] if c_found else torch.empty_strided(
+        p.shape, result_strides(p.shape, out.dtype), dtype=out.dtype, device=out.device
+    ).permute(1, 2, 0)  # fmt: skip
+    dtypes = (_name(a.dtype), _name(out.dtype), "float32")
+    fn, clusters = d.kernel(name, d.device_index(a.device), dtypes, "m", "n", config,
+                            epilogue.name if fused else "none", "k")  # fmt: skip
+    words = host.ragged_k_workspace_words(name, config, clusters)
+    workspace = torch.empty(words, dtype=torch.float32, device=a.device)
+    fn(a_mkg, b_nkg, c_mng, clusters, 0, 1, workspace, None, *NO_EPILOGUE_LAUNCH,
+       offs.contiguous())  # fmt: skip
+    result = c_mng.permute(2, 0, 1)
+    if not fused:
+        out.copy_(epilogue_in_torch(result, epilogue, out.dtype))
+    elif c_found is None:
+        out.copy_(result)
+
+
 def _operand(t: torch.Tensor, majors) -> tuple[torch.Tensor, int]:
     """``t`` (rows, cols, L) as a kernel addresses it: (view, unit-stride mode), a padded copy
     where no view fits."""
@@ -440,12 +479,30 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
     elif where == TORCH:
         why = ("torch's fused grouped kernel writes this form's columns directly"
                if p.form == "3d2d" and _torch_fuses(a.dtype, p.c_dtype) else
-               "this form has no wsgemm kernel yet" if p.form == "2d2d" else
+               "its ragged-K kernel has not run on a GPU yet (host.RAGGED_K_FAMILIES; "
+               "backend='sm90' runs it)" if p.form == "2d2d" else
                f"{_name(a.dtype)} operands" if a.dtype not in _KERNEL_DTYPES else
                "no grouped kernel runs on this GPU")  # fmt: skip
         fused = getattr(torch, "_grouped_mm", None) is not None and p.c_dtype == a.dtype
         how = "torch._grouped_mm" if fused else "a loop over the groups, reading offs: a sync"
         lines.append(f"kernel: torch ({how}): {why}")
+    elif p.form == "2d2d":
+        name, config = host.ragged_k_config(backend)
+        cfg = config or host.BACKENDS[name].config()
+        lines.append(
+            f"kernel: {name} grouped (ragged K), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
+            f"{cfg.cluster_m}x{cfg.cluster_n}: the dense schedule over {p.groups} x {p.shape[1]}"
+            f"x{p.shape[2]} outputs; each tile sums its group's K slice, found from offs on "
+            "the GPU (no sync), through its CTA's own TMA descriptors (zeros past the slice)"
+        )
+        for what, t in (("A", a.unsqueeze(-1)), ("B", b.t().unsqueeze(-1))):
+            found = _kernel_view(t, False, (0,))
+            how = "read in place" if found else "copied on every call (K must be strided)"
+            lines.append(f"{what}: {how}")
+        if not epi.plain:
+            where_epi = ("in the kernel, on the accumulators" if host.fuses_epilogues(name)
+                         else "in torch after the product")  # fmt: skip
+            lines.append(f"epilogue: {epi.name}: {where_epi}")
     elif p.form == "3d2d":
         lines.append(_kernel_line(backend, b.shape[1], p.groups, "columns") + "; on the "
                      "transposed problem (the result's columns are its rows), written through an "

@@ -18,8 +18,13 @@ from .compiling.compile import compile_variant, fake_arguments, make_kernel
 from .compiling.warming import warm
 from .grouped import (
     GROUPED_BACKENDS,
+    RAGGED_K_FAMILIES,
     grouped_config,
     grouped_variants,
+    ragged_k_config,
+    ragged_k_variants,
+    ragged_k_workspace_words,
+    routes_ragged_k,
     supports_grouped,
 )
 from .registry import (
@@ -38,6 +43,7 @@ __all__ = [
     "BACKENDS",
     "COMPILE_CACHE",
     "GROUPED_BACKENDS",
+    "RAGGED_K_FAMILIES",
     "TUNE_TOP",
     "Backend",
     "CacheError",
@@ -52,6 +58,10 @@ __all__ = [
     "fake_arguments",
     "grouped_config",
     "grouped_variants",
+    "ragged_k_config",
+    "ragged_k_variants",
+    "ragged_k_workspace_words",
+    "routes_ragged_k",
     "make_kernel",
     "needs_vector_extent",
     "shipped_backends",

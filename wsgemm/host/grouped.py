@@ -12,9 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import BACKENDS, Variant
+from .registry import BACKENDS, Variant, cluster_size
 
-__all__ = ["GROUPED_BACKENDS", "grouped_config", "grouped_variants", "supports_grouped"]
+__all__ = [
+    "GROUPED_BACKENDS",
+    "RAGGED_K_FAMILIES",
+    "grouped_config",
+    "grouped_variants",
+    "ragged_k_config",
+    "ragged_k_variants",
+    "ragged_k_workspace_words",
+    "routes_ragged_k",
+    "supports_grouped",
+]
 
 #: The backends with a grouped kernel, in the order ``auto`` prefers them.
 GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
@@ -27,6 +37,50 @@ GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
 #: those points are not measured.
 SMALL_GROUP_ROWS = 32
 MEDIUM_GROUP_ROWS = 256
+
+
+#: The families whose ragged-K grouped kernel (``grouped_mm``'s 2D x 2D form, a mixture of
+#: experts' weight gradient; ``Variant.grouping`` "k") ``backend="auto"`` runs. Empty until its
+#: first GPU check (``tests/gpu/test_gpu_grouped.py -k ragged_k``): built, compiled spill-free
+#: and SASS-checked on the CPU (2026-12-05), never run on a GPU; until then ``auto`` runs the
+#: form on torch and only a named backend (``backend="sm90"``) takes the kernel.
+RAGGED_K_FAMILIES: frozenset[str] = frozenset()
+
+
+def routes_ragged_k(backend: str) -> bool:
+    """Whether a 2D x 2D call on ``backend`` ("auto" or a name) may take the ragged-K kernel."""
+    if backend == "auto":
+        return any(BACKENDS[name].family in RAGGED_K_FAMILIES for name in GROUPED_BACKENDS)
+    b = BACKENDS.get(backend)
+    return b is not None and bool(b.k_grouped_cls)
+
+
+def ragged_k_config(backend: str) -> tuple[str, Any]:
+    """(backend, config) of a ragged-K grouped GEMM: the output's tiles are the dense ones of
+    ``groups`` M x N products, so the backend's shipped config ("auto": the cooperative one)."""
+    return ("sm90" if backend == "auto" else backend), None
+
+
+def ragged_k_workspace_words(backend: str, config: Any, clusters: int) -> int:
+    """fp32 words of a ragged-K launch's workspace: each CTA's copies of A's and B's TMA
+    descriptors (128 bytes each; ``kernels/sm90/ragged_k.py``), for ``clusters`` clusters of
+    ``config`` (None: ``backend``'s shipped one)."""
+    return clusters * cluster_size(config or BACKENDS[backend].config()) * 64
+
+
+def ragged_k_variants(arch: str = "sm_90a") -> list[Variant]:
+    """The ragged-K variants a call may run: each grouped backend's shipped config x input
+    dtype x result dtype (the inputs' or fp32); A M-major, B N-major (the kernel's only
+    majors: the host copies others)."""
+    import itertools
+
+    from ..support import AB_DTYPES
+
+    out = []
+    for backend, ab in itertools.product(GROUPED_BACKENDS, AB_DTYPES):
+        for c in (ab, "float32"):
+            out.append(Variant(backend, arch, ab, c, "float32", "m", "n", grouping="k"))
+    return out
 
 
 def supports_grouped(backend: str, cc: tuple[int, int]) -> bool:

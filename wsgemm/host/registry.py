@@ -29,8 +29,9 @@ from wsgemm.support import (  # noqa: F401  (the epilogue names: re-exported for
 A_MAJORS = ("k", "m")
 B_MAJORS = ("k", "n")
 #: What a kernel's problem is: "none", a dense (batched) GEMM; "m", a grouped GEMM whose rows
-#: are cut into groups by offsets on the GPU (``wsgemm.grouped_mm``'s 2D x 3D form).
-GROUPINGS = ("none", "m")
+#: are cut into groups by offsets on the GPU (``wsgemm.grouped_mm``'s 2D x 3D form); "k", one
+#: whose K is (its 2D x 2D form: one output batch per group).
+GROUPINGS = ("none", "m", "k")
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,20 @@ class Backend:
     module: str
     cls: str
     family: str  # where it runs: the rows of support.TARGETS that list the family
-    # the class of its grouped GEMM (``GROUPINGS``) in the family's ``grouped`` module, or ""
+    # the classes of its grouped GEMMs (``GROUPINGS`` "m", "k") in the family's ``grouped``
+    # module, or ""
     grouped_cls: str = ""
+    k_grouped_cls: str = ""
 
     def kernel_class(self, grouping: str = "none") -> type:
-        """Its kernel class, or (``grouping`` "m") its grouped GEMM's."""
+        """Its kernel class, or (``grouping`` "m", "k") its grouped GEMM's."""
         if grouping == "none":
             return getattr(importlib.import_module(self.module), self.cls)
-        if not self.grouped_cls:
-            raise ValueError(f"backend {self.name!r} has no grouped GEMM")
+        name = self.grouped_cls if grouping == "m" else self.k_grouped_cls
+        if not name:
+            raise ValueError(f"backend {self.name!r} has no grouped GEMM of grouping {grouping!r}")
         module = importlib.import_module(f"wsgemm.kernels.{self.family}.grouped")
-        return getattr(module, self.grouped_cls)
+        return getattr(module, name)
 
     def config(self, acc_dtype: str = "float32") -> Any:
         """The shipped config, from the family's ``config`` module (it may pick one per
@@ -81,9 +85,21 @@ def _shipped_config(family: str, name: str, acc_dtype: str) -> Any:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("sm90", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90", "Sm90GroupedGemm"),
         Backend(
-            "sm90-pingpong", "wsgemm.kernels.sm90.kernel", "Sm90Gemm", "sm90", "Sm90GroupedGemm"
+            "sm90",
+            "wsgemm.kernels.sm90.kernel",
+            "Sm90Gemm",
+            "sm90",
+            "Sm90GroupedGemm",
+            "Sm90KGroupedGemm",
+        ),
+        Backend(
+            "sm90-pingpong",
+            "wsgemm.kernels.sm90.kernel",
+            "Sm90Gemm",
+            "sm90",
+            "Sm90GroupedGemm",
+            "Sm90KGroupedGemm",
         ),
         Backend("sm80", "wsgemm.kernels.sm80.specialized", "Sm80WsGemm", "sm80"),
         Backend("sm80-multistage", "wsgemm.kernels.sm80.multistage", "Sm80MultistageGemm", "sm80"),
@@ -206,6 +222,7 @@ class Variant:
                     f"Variant.epilogue={self.epilogue!r}: only the sm90 family fuses epilogues"
                 )
         if self.grouping != "none" and not BACKENDS[self.backend].grouped_cls:
+            # (a family with a ragged-M grouped GEMM has the ragged-K one too)
             grouped = [n for n, b in BACKENDS.items() if b.grouped_cls]
             raise ValueError(
                 f"Variant.grouping={self.grouping!r}: backend {self.backend!r} has no grouped "

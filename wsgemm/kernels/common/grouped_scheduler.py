@@ -32,16 +32,27 @@ import cutlass
 import cutlass.cute as cute
 
 from wsgemm.kernels.common.scheduler import (
+    GroupedTileScheduler,
     WorkTile,
     _ceil_div,
     _select,
+    cluster_tile_counts,
     group_rows,
     grouped_cluster_coord,
     persistent_cluster_count,
     replay,
 )
 
-__all__ = ["GroupWorkTile", "RaggedMScheduler", "ragged_unit_order", "unit_bound"]
+__all__ = [
+    "GroupWorkTile",
+    "KGroupWorkTile",
+    "RaggedKScheduler",
+    "RaggedMScheduler",
+    "group_k_span",
+    "ragged_k_unit_order",
+    "ragged_unit_order",
+    "unit_bound",
+]
 
 #: A cursor past the last group ends at this unit: no work index reaches it.
 _NO_END = 2**31 - 1
@@ -203,5 +214,118 @@ def ragged_unit_order(
     rows_per_group = group_rows(group, cluster_m)
     return replay(launched, cluster, lambda cluster_idx, cta_mn: RaggedMScheduler(
         list(ends), len(ends), rows, clusters_n, tile_m, cluster, rows_per_group, launched,
+        cluster_idx, cta_mn,
+    ))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------- ragged K
+
+
+def group_k_span(offs: Any, g: Any, num_groups: Any, k_total: Any, tile_k: int) -> tuple:
+    """(start, extent, k_tiles) of group ``g`` of a ragged-K grouped GEMM (the 2D x 2D form:
+    group ``g`` sums over K's ``[end[g - 1], end[g])``, ``end[-1] = 0``). Its loads start at
+    element ``start`` of K and read ``k_tiles`` k-tiles through a TMA descriptor whose K extent
+    is ``extent``: every element at or past the group's end reads as zero. Ends are read
+    defensively, each on its own: ``lo = clamp(end[g - 1], 0, K)``, ``hi = clamp(end[g], lo,
+    K)``, so bad offsets garble groups, never reach outside the operands. An empty group
+    (``hi == lo``) still takes one k-tile, loaded from ``start = extent`` past the extent: all
+    zeros, so its tile is zero (every unit keeps at least one k-tile, as a dense one does)."""
+    last = num_groups - 1  # a unit past the schedule may name a group past the last: clamped
+    prev = offs[cutlass.min(cutlass.max(g - 1, 0), last)]
+    lo = _select(g > 0, cutlass.min(cutlass.max(prev, 0), k_total), 0)
+    hi = cutlass.min(cutlass.max(offs[cutlass.min(g, last)], lo), k_total)
+    extent = cutlass.max(hi, 1)
+    start = _select(hi > lo, lo, extent)
+    return start, extent, cutlass.max(_ceil_div(hi - lo, tile_k), 1)
+
+
+class KGroupWorkTile(WorkTile):
+    """A ``WorkTile`` of the ragged-K schedule: ``l`` is the group (C's batch), ``[k_begin,
+    k_end)`` = ``[0, k_tiles)`` its k-tiles, and ``k_start``, ``k_extent`` where its loads start
+    in K and the K extent of the descriptor they go through (:func:`group_k_span`)."""
+
+    __slots__ = ("k_start", "k_extent")
+
+    def __init__(self, m, n, l, work, is_valid, k_start, k_extent, k_tiles):  # noqa: E741
+        super().__init__(m, n, l, work, is_valid, None, 0 * k_tiles, k_tiles)
+        self.k_start, self.k_extent = k_start, k_extent
+
+    def _ints(self) -> tuple:
+        return (self.m, self.n, self.l, self.work, self.k_start, self.k_extent, self.k_end)
+
+    def __new_from_mlir_values__(self, values: list) -> KGroupWorkTile:
+        *ints, valid = values
+        m, n, l, work, start, extent, k_tiles = [cutlass.Int32(v) for v in ints]  # noqa: E741
+        return KGroupWorkTile(m, n, l, work, cutlass.Boolean(valid), start, extent, k_tiles)
+
+    def __repr__(self) -> str:
+        return (f"KGroupWorkTile(m={self.m}, n={self.n}, group={self.l}, "
+                f"k_start={self.k_start}, k_extent={self.k_extent}, k_tiles={self.k_end}, "
+                f"valid={self.is_valid})")  # fmt: skip
+
+
+class RaggedKScheduler:
+    """Static persistent schedule of a ragged-K grouped GEMM for one CTA: the dense schedule
+    (``scheduler.GroupedTileScheduler``) over ``(num_m, num_n, groups)`` output tiles, since the
+    host knows the output's tiles (``groups`` of ``M x N``); only each unit's K range comes from
+    ``offs`` (:func:`group_k_span`: two reads per unit). ``k_total``: A's and B's K (a run-time
+    value); ``tile_k`` static; the other arguments as ``GroupedTileScheduler``'s."""
+
+    def __init__(self, offs, k_total, tile_k: int, num_tiles_mnl: tuple, cluster_mn: tuple,
+                 rows_per_group, num_clusters, cluster_idx, cta_in_cluster_mn):  # fmt: skip
+        self.offs, self.k_total, self.tile_k = offs, k_total, tile_k
+        self.num_groups = num_tiles_mnl[2]
+        self.dense = GroupedTileScheduler(num_tiles_mnl, cluster_mn, rows_per_group,
+                                          num_clusters, cluster_idx, cta_in_cluster_mn)  # fmt: skip
+
+    # Let the scheduler be passed to @cute.jit roles (the offsets tensor travels with it).
+    def __extract_mlir_values__(self) -> list:
+        ints = [cutlass.Int32(v).ir_value() for v in (self.k_total, self.num_groups)]
+        return (ints + self.dense.__extract_mlir_values__()
+                + list(self.offs.__extract_mlir_values__()))  # fmt: skip
+
+    def __new_from_mlir_values__(self, values: list) -> RaggedKScheduler:
+        new = object.__new__(RaggedKScheduler)
+        new.tile_k = self.tile_k
+        new.k_total, new.num_groups = (cutlass.Int32(v) for v in values[:2])
+        count = 2 + len(self.dense.__extract_mlir_values__())
+        new.dense = self.dense.__new_from_mlir_values__(values[2:count])
+        new.offs = self.offs.__new_from_mlir_values__(values[count:])
+        return new
+
+    def work_tile(self, work: Any) -> KGroupWorkTile:
+        tile = self.dense.work_tile(work)
+        start, extent, k_tiles = group_k_span(self.offs, tile.l, self.num_groups, self.k_total,
+                                              self.tile_k)  # fmt: skip
+        return KGroupWorkTile(tile.m, tile.n, tile.l, work, tile.is_valid, start, extent, k_tiles)
+
+    def initial_work_tile(self, skip: int = 0) -> KGroupWorkTile:
+        """The first unit, or the ``skip``-th one (ping-pong's second consumer starts at 1)."""
+        return self.work_tile(self.dense.cluster_idx + skip * self.dense.num_clusters)
+
+    def next_work_tile(self, tile: KGroupWorkTile, steps: int = 1) -> KGroupWorkTile:
+        return self.work_tile(tile.work + steps * self.dense.num_clusters)
+
+
+def ragged_k_unit_order(
+    ends: list[int],
+    k_total: int,
+    num_m: int,
+    num_n: int,
+    tile_k: int,
+    group: int,
+    num_ctas: int,
+    cluster: tuple[int, int] = (1, 1),
+) -> list[list[KGroupWorkTile]]:
+    """Host replay of the ragged-K grouped kernel's schedule (as :func:`ragged_unit_order`):
+    for each launched CTA, the units it runs. ``ends``: the groups' end offsets along K."""
+    cluster_m, cluster_n = cluster
+    groups = len(ends)
+    clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cluster_m, cluster_n)
+    launched = persistent_cluster_count(clusters_m * clusters_n * groups,
+                                        num_ctas // (cluster_m * cluster_n))  # fmt: skip
+    rows_per_group = group_rows(group, cluster_m)
+    return replay(launched, cluster, lambda cluster_idx, cta_mn: RaggedKScheduler(
+        list(ends), k_total, tile_k, (num_m, num_n, groups), cluster, rows_per_group, launched,
         cluster_idx, cta_mn,
     ))  # fmt: skip

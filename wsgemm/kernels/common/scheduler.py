@@ -200,6 +200,12 @@ class WorkTile:
     def is_stream_k(self) -> bool:
         return self.parts is not None
 
+    @property
+    def has_k_range(self) -> bool:
+        """Whether the unit names its own k-tiles ``[k_begin, k_end)`` (split-K, stream-K, a
+        ragged-K grouped unit) rather than all of K."""
+        return self.k_begin is not None
+
     def _ints(self) -> tuple:
         ints = (self.m, self.n, self.l, self.work)
         if self.is_split:

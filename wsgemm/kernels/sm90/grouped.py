@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from wsgemm.kernels.sm90.kernel import Sm90Gemm
 
-__all__ = ["Sm90GroupedGemm"]
+__all__ = ["Sm90GroupedGemm", "Sm90KGroupedGemm"]
 
 
 class Sm90GroupedGemm(Sm90Gemm):
@@ -34,3 +34,26 @@ class Sm90GroupedGemm(Sm90Gemm):
 
         offs = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
         return (*super().fake_launch_extras(), offs)
+
+
+class Sm90KGroupedGemm(Sm90GroupedGemm):
+    """The ragged-K grouped GEMM: ``C[:, :, g] = A[:, lo:hi] @ B[:, lo:hi]^T`` with ``[lo, hi)``
+    group ``g``'s slice of K (``offs``' ends along K), ``torch._grouped_mm``'s 2D x 2D form (a
+    mixture-of-experts layer's weight gradient). Operands: A (M, K, G) and B (N, K, G) with
+    batch stride 0 (every group's K in one matrix; A M-major, B N-major), C (M, N, G); the
+    ``workspace`` launch argument holds each CTA's descriptors (``ragged_k.WORDS_PER_CTA`` fp32
+    words a CTA, the launch's clusters x cluster size CTAs). The schedule is the dense one over
+    C's tiles; each unit's loads start at its group's first k and read zeros past its last
+    (``ragged_k.py``). The same limits as ``Sm90GroupedGemm``."""
+
+    grouped = "k"
+
+    def fake_launch_extras(self) -> tuple:
+        import cutlass
+        import cutlass.cute as cute
+        from cutlass.cute.runtime import make_fake_tensor
+
+        count, _, semaphores, *rest = super().fake_launch_extras()
+        # the descriptor slots: 128-byte aligned (a torch allocation is)
+        workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=128)
+        return (count, workspace, semaphores, *rest)

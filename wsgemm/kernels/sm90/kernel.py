@@ -22,7 +22,11 @@ from cutlass.tensor_utils import LayoutEnum
 from wsgemm.kernels.base import GemmKernel
 from wsgemm.kernels.common import trace
 from wsgemm.kernels.common.arrive import check_arrive_count
-from wsgemm.kernels.common.grouped_scheduler import RaggedMScheduler, unit_bound
+from wsgemm.kernels.common.grouped_scheduler import (
+    RaggedKScheduler,
+    RaggedMScheduler,
+    unit_bound,
+)
 from wsgemm.kernels.common.scheduler import (
     GroupedTileScheduler,
     cluster_tile_counts,
@@ -33,7 +37,7 @@ from wsgemm.kernels.common.scheduler import (
 from wsgemm.kernels.epilogue import PLAIN, Epilogue
 from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
-from wsgemm.kernels.sm90 import ragged, residual, split_k
+from wsgemm.kernels.sm90 import ragged, ragged_k, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
@@ -154,6 +158,10 @@ class _LoadArgs:
     # (TMA, tiles_n, k_tiles, L) and (TMA, stages), loaded into the second half of sB
     tBgB_up: Any = None
     tBsB_up: Any = None
+    # a ragged-K grouped kernel's (``ragged_k.Descriptors``, A's and B's TMA coordinates, the
+    # CTA's cluster coordinates, sA, sB): each unit's views start at its group's first k, its
+    # loads go through this CTA's descriptors; None for others
+    ragged_k: Any = None
 
 
 @dataclass(frozen=True)
@@ -275,7 +283,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     arch = "sm_90a"
     needs_vector_extent = False
     #: None: a dense (batched) GEMM. "m": the ragged-M grouped GEMM (``grouped.py``: its rows
-    #: cut into groups by an offsets launch argument, ``ragged.py`` the pieces that differ).
+    #: cut into groups by an offsets launch argument, ``ragged.py`` the pieces that differ);
+    #: "k": the ragged-K one (its K cut into groups, each group a batch of C; ``ragged_k.py``).
     grouped = None
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
     # and the fused epilogue's bias vector and alpha, beta (``epilogue``; kernels without a bias,
@@ -407,14 +416,24 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         kernel leaves zero again. A fused epilogue's: ``bias`` (a flat vector of the inputs'
         dtype), ``alpha`` and ``beta`` (fp32 scalars; ``Epilogue.scale`` and ``residual``)."""
         split_count, workspace, semaphores, bias, alpha, beta = launch[:6]
-        offs = mC_gmem = None
+        offs = mC_gmem = k_operands = None
+        num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         if const_expr(self.grouped is not None):
             offs = launch[6]
             if const_expr(offs is None or offs.element_type != Int32):
-                raise ValueError("a grouped kernel takes its groups' end rows as int32 offsets")
+                raise ValueError("a grouped kernel takes its groups' end offsets as int32")
+        if const_expr(self.grouped == "m"):
             # A and C hold every group's rows (their L is B's with batch stride 0)
             mA, mC = ragged.first_batch(mA), ragged.first_batch(mC)
             mC_gmem = mC[(None, None, 0)]
+        elif const_expr(self.grouped == "k"):
+            # A and B hold every group's K (their L is C's with batch stride 0); the workspace
+            # holds each CTA's copies of their descriptors (``ragged_k``)
+            if const_expr(workspace is None or workspace.element_type != cutlass.Float32):
+                raise ValueError("a ragged-K grouped kernel takes an fp32 descriptor workspace")
+            num_l = Int32(cute.size(mC, mode=[2]))
+            mA, mB = ragged.first_batch(mA), ragged.first_batch(mB)
+            k_operands = (mA, mB)
         trace.check_entry(self.trace, trace_buffer)
         cfg = self.config
         if const_expr(self.fused_epilogue.bias == "none"):
@@ -447,7 +466,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 raise ValueError(f"{what} is {t.element_type}, the kernel was built for {want}")
         a_major = LayoutEnum.from_tensor(mA)
         b_major = LayoutEnum.from_tensor(mB)
-        if const_expr(self.grouped is not None and a_major != LayoutEnum.ROW_MAJOR):
+        if const_expr(self.grouped == "k"):
+            ragged_k.check_operands(a_major, b_major, LayoutEnum.ROW_MAJOR)
+        if const_expr(self.grouped == "m" and a_major != LayoutEnum.ROW_MAJOR):
             # a group starts at any row: a TMA box starting at any element of A's contiguous
             # dimension is an illegal instruction on the GPU (docs/perf.md entry 39)
             raise ValueError("the grouped kernel reads a K-major A (the host copies others)")
@@ -538,12 +559,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
         num_m = Int32(cute.ceil_div(cute.size(mC, mode=[0]), cfg.tile_m))
         num_n = Int32(cute.ceil_div(cute.size(mC, mode=[1]), plan.out_tile_n))
-        num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
         units = clusters_m * clusters_n * num_l
         splits = None
-        if const_expr(self.grouped is not None):
+        if const_expr(self.grouped == "k"):
+            semaphores = None  # the workspace holds descriptors
+            num_clusters = persistent_cluster_count(units, max_active_clusters)
+        elif const_expr(self.grouped == "m"):
             # the groups' sizes are on the GPU: launch for the most units they can hold
             rows = Int32(cute.size(mC, mode=[0]))
             units = unit_bound(rows, num_l, cfg.tile_m, cfg.cluster_m, clusters_n)
@@ -584,6 +607,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             scalars,
             offs,
             mC_gmem,
+            k_operands,
             trace_buffer,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
@@ -701,6 +725,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         scalars,
         offs,
         mC_gmem,
+        k_operands,
         trace_buffer,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
@@ -708,7 +733,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ``bias``: the fused epilogue's vector (None without); ``scalars``: its (alpha, beta)
         (None without); ``offs``, ``mC_gmem``: a grouped
         kernel's group ends and its C (rows, N) (None for a dense kernel; a residual's C
-        (M, N, L) itself)."""
+        (M, N, L) itself); ``k_operands``: a ragged-K grouped kernel's A and B as passed (the
+        descriptors it rewrites; None for others)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -739,7 +765,19 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             cutlass.select_(raster_group > 0, raster_group // cfg.cluster_m, default_group), 1
         )
         cta_mn = (Int32(cluster_coord[0]), Int32(cluster_coord[1]))
-        if const_expr(self.grouped is not None):
+        if const_expr(self.grouped == "k"):
+            scheduler = RaggedKScheduler(
+                offs,
+                Int32(cute.size(mA_mkl, mode=[1])),
+                cfg.tile_k,
+                (num_m, num_n, num_l),
+                (cfg.cluster_m, cfg.cluster_n),
+                Int32(group_rows),
+                Int32(num_clusters),
+                Int32(cluster_idx),
+                cta_mn,
+            )
+        elif const_expr(self.grouped == "m"):
             scheduler = RaggedMScheduler(
                 offs,
                 num_l,
@@ -784,6 +822,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     cluster_coord,
                     k_tiles,
                     cute.size(mC_mnl, mode=[1]),
+                    k_operands,
+                    workspace,
                 )
                 self.load(plan, load_args, scheduler, ab_pipeline, rec)
         else:
@@ -821,9 +861,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     def _load_args(
         self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles,
-        n_out,
+        n_out, k_operands=None, workspace=None,
     ) -> _LoadArgs:  # fmt: skip
-        """``n_out``: C's columns (a gated product's up rows of B start there)."""
+        """``n_out``: C's columns (a gated product's up rows of B start there);
+        ``k_operands``, ``workspace``: a ragged-K grouped kernel's A and B and descriptor
+        slots."""
         cfg = plan.config
         # (tile_m, tile_k, tiles_m, k_tiles, L)
         gA = cute.local_tile(mA_mkl, (cfg.tile_m, cfg.tile_k), (None, None, None))
@@ -866,12 +908,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             mask_a = cute.make_layout_image_mask(cluster_layout, cluster_coord, mode=1)
         if const_expr(cfg.cluster_m > 1):
             mask_b = cute.make_layout_image_mask(cluster_layout, cluster_coord, mode=0)
-        ragged_a = None
-        if const_expr(self.grouped is not None):
+        ragged_a = ragged_k_args = None
+        if const_expr(self.grouped == "m"):
             ragged_a = (mA_mkl, cluster_coord[1], sA)
+        if const_expr(self.grouped == "k"):
+            descriptors = ragged_k.Descriptors.of_cta(tma_a, tma_b, *k_operands, workspace)
+            ragged_k_args = (descriptors, mA_mkl, mB_nkl, cluster_coord, sA, sB)
         return _LoadArgs(
             tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a, tBgB_up,
-            tBsB_up,
+            tBsB_up, ragged_k_args,
         )  # fmt: skip
 
     @cute.jit
@@ -879,10 +924,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """Producer warp: fill the ring, tile after tile, k-tile after k-tile. ``rec``: its
         trace recorder (None: untraced; traced, the k-loop is ``_load_lanes``, traced.py)."""
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, plan.ab_stages)
+        descriptor_group = Int32(-1)  # a ragged-K kernel's: the group its descriptors are for
+        if const_expr(args.ragged_k is not None):
+            args.ragged_k[0].init()
         tile = scheduler.initial_work_tile()
         while tile.is_valid:
             trace.fetch(rec, tile)
-            if const_expr(args.ragged_a is None):
+            if const_expr(args.ragged_k is not None):
+                tAgA, tBgB = self._ragged_k_views(plan, args, tile, descriptor_group)
+                descriptor_group = tile.l
+            elif const_expr(args.ragged_a is None):
                 tAgA = args.tAgA[(None, tile.m, None, tile.l)]  # (TMA, k_tiles)
             else:
                 mA_tma, a_cta, sA = args.ragged_a
@@ -890,7 +941,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     args.tma_a, mA_tma, sA, a_cta, plan.config.cluster_n, tile,
                     (plan.config.tile_m, plan.config.tile_k),
                 )  # fmt: skip
-            tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
+            if const_expr(args.ragged_k is None):
+                tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
             tBgB_up = None
             if const_expr(args.tBgB_up is not None):
                 tBgB_up = args.tBgB_up[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
@@ -915,16 +967,36 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         trace.close(rec)
 
     @cute.jit
+    def _ragged_k_views(self, plan: cutlass.Constexpr, args: _LoadArgs, tile, descriptor_group):
+        """A ragged-K unit's (A, B) TMA views from its group's first k on, this CTA's
+        descriptors first retargeted to its group's K extent when the group changed."""
+        cfg = plan.config
+        descriptors, mA_tma, mB_tma, cluster_coord, sA, sB = args.ragged_k
+        if tile.l != descriptor_group:
+            descriptors.retarget(tile.k_extent)
+        tAgA = ragged_k.k_slice(args.tma_a, mA_tma, sA, cluster_coord[1], cfg.cluster_n, tile.m,
+                                tile.k_start, (cfg.tile_m, cfg.tile_k))  # fmt: skip
+        tBgB = ragged_k.k_slice(args.tma_b, mB_tma, sB, cluster_coord[0], cfg.cluster_m, tile.n,
+                                tile.k_start, (cfg.tile_n, cfg.tile_k))  # fmt: skip
+        return tAgA, tBgB
+
+    @cute.jit
     def _load_k_tile(self, args: _LoadArgs, ab_pipeline, state, tAgA, tBgB, k, tBgB_up=None):
         """The TMA loads of k-tile ``k`` into ``state``'s stage (acquired), then the commit
-        (``tBgB_up``: a gated product's up half of B, into the second half of the stage)."""
+        (``tBgB_up``: a gated product's up half of B, into the second half of the stage; a
+        ragged-K kernel loads through its CTA's descriptors)."""
         full = ab_pipeline.producer_get_barrier(state)
+        desc_a = desc_b = None
+        if const_expr(args.ragged_k is not None):
+            desc_a, desc_b = args.ragged_k[0].a(), args.ragged_k[0].b()
         self._tma_load(
-            args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a
-        )
+            args.tma_a, tAgA[(None, k)], args.tAsA[(None, state.index)], full, args.mask_a,
+            desc_a,
+        )  # fmt: skip
         self._tma_load(
-            args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b
-        )
+            args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b,
+            desc_b,
+        )  # fmt: skip
         if const_expr(tBgB_up is not None):
             self._tma_load(
                 args.tma_b, tBgB_up[(None, k)], args.tBsB_up[(None, state.index)], full,
@@ -933,11 +1005,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ab_pipeline.producer_commit(state)
 
     @cute.jit
-    def _tma_load(self, atom, src, dst, full_barrier, mask):
+    def _tma_load(self, atom, src, dst, full_barrier, mask, desc=None):
+        """One TMA load (``desc``: a descriptor in global memory instead of the atom's)."""
+        extra = {} if const_expr(desc is None) else {"tma_desc_ptr": desc}
         if const_expr(mask is None):
-            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier)
+            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, **extra)
         else:
-            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, mcast_mask=mask)
+            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, mcast_mask=mask, **extra)
 
     # -------------------------------------------------------------------- mma (consumer warpgroups)
 
@@ -1052,15 +1126,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     @staticmethod
     def _k_range(tile, k_tiles):
-        """The k-tiles [begin, end) of a unit: all of K without split-K."""
-        if const_expr(tile.is_split):
+        """The k-tiles [begin, end) of a unit: all of K unless the unit names its own."""
+        if const_expr(tile.has_k_range):
             return tile.k_begin, tile.k_end
         return 0, k_tiles
 
     @staticmethod
     def _k_count(tile, k_tiles):
-        """How many k-tiles (ring stages) a unit takes: all of K without split-K."""
-        if const_expr(tile.is_split):
+        """How many k-tiles (ring stages) a unit takes: all of K unless it names its own."""
+        if const_expr(tile.has_k_range):
             return tile.k_end - tile.k_begin
         return k_tiles
 
@@ -1153,7 +1227,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 epilogue_threads, mma_tidx,
             )  # fmt: skip
         ragged_store = None
-        if const_expr(self.grouped is not None):
+        if const_expr(self.grouped == "m"):
             ragged_store = ragged.RaggedStore(
                 consumer.mC_mnl, consumer.mC_gmem, mma_tidx, epilogue_threads
             )
