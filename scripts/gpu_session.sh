@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -128,6 +128,19 @@ if has grouped3d2d; then
     tests/gpu/test_gpu_grouped.py -k 3d2d > "$OUT/grouped-3d2d.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/grouped-3d2d.log" | cut -c1-300 | tail -10
   echo "grouped 3d2d done at $((SECONDS - start)) s"
+fi
+if has raggedk; then
+  # issue #26's 2D x 2D form: the ragged-K kernel's variants, its GPU tests, the sanitizer
+  timeout 200 python3 -c "from wsgemm import host
+o = host.warm(host.ragged_k_variants(), jobs=15); bad = [x for x in o if x.status == 'failed']
+print(len(o) - len(bad), 'ragged-K variants ready;', *(f'{x.key}: {x.error}' for x in bad[:3]))"
+  timeout ${RAGGEDK_TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    -k "ragged_k or 2d2d" tests/gpu/test_gpu_grouped.py > "$OUT/raggedk-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/raggedk-tests.log" | cut -c1-300 | tail -20
+  timeout 120 python3 scripts/sanitize_grouped.py 2>&1 | tail -2
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_grouped.py \
+    2>&1 | tee "$OUT/sanitize_raggedk_memcheck.log" | tail -3
+  echo "raggedk done at $((SECONDS - start)) s"
 fi
 if has grouped; then
   # issue #26 step 1: the grouped kernel's variants compiled in parallel, its GPU tests, the

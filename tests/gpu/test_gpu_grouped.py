@@ -283,3 +283,119 @@ def test_a_gated_moe_fc1_matches_float64(fusing, act, sizes):
         y = (a[lo:hi] @ b[g]).float()
         theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).bfloat16()
         assert_within_torch_error(out[lo:hi], ref, theirs, f"{act} group {g}")
+
+
+# ----------------------------------------------------------------------------- 2D x 2D, ragged K
+# The ragged-K grouped kernel (``backend="sm90"``/``"sm90-pingpong"``; ``auto`` takes it once
+# host.RAGGED_K_FAMILIES holds its family): a weight gradient's form, K split by offs.
+
+RAGGED_K_CASES = 32
+
+
+def _ragged_k_cases(seed: int):
+    rng = random.Random(seed)
+    out = []
+    for i in range(RAGGED_K_CASES):
+        groups = rng.choice([1, 2, 8, 33] if i % 8 else [128, 256])
+        kind = ("balanced", "one", "ragged", "ragged")[i % 4]
+        sizes = _sizes(rng, groups, kind)
+        if groups > 100:
+            sizes = [rng.choice([0, 1, 8, 17, 64]) for _ in range(groups)]
+        out.append(dict(
+            sizes=sizes, tail=rng.choice([0, 0, 7]),
+            m=rng.choice([8, 64, 200, 768] if groups < 100 else [64, 256]),
+            n=rng.choice([8, 24, 128, 1000, 2048] if groups < 100 else [128, 256]),
+            ab=(torch.float16, torch.bfloat16)[i % 2],
+            out_dtype=None if i % 5 else torch.float32,
+            a_layout=rng.choice(["dyT", "dyT", "row"]),  # dY^T (M-major) read in place, or a copy
+            b_layout=rng.choice(["x", "x", "col"]),  # X (N-major) read in place, or a copy
+            backend=("sm90", "sm90-pingpong")[i % 2],
+            use_out=i % 3 == 0,
+        ))  # fmt: skip
+    return out
+
+
+def _ragged_k_operands(c, gen):
+    k = sum(c["sizes"]) + c["tail"]
+    m, n, ab = c["m"], c["n"], c["ab"]
+    dy = torch.randn(k, m, generator=gen).to(ab).cuda()  # the output gradient, tokens x M
+    a = dy.t() if c["a_layout"] == "dyT" else dy.t().contiguous()
+    x = torch.randn(k, n, generator=gen).to(ab).cuda()  # the layer's input, tokens x N
+    b = x if c["b_layout"] == "x" else x.t().contiguous().t()
+    if c["tail"]:  # K past offs[-1] is in no group: NaN there must never reach a product
+        a[:, -c["tail"] :] = float("nan")
+        b[-c["tail"] :] = float("nan")
+    ends = torch.tensor(c["sizes"]).cumsum(0).to(torch.int32).cuda()
+    return a, b, ends
+
+
+def _check_ragged_k(out, a, b, ends, c_dtype, what):
+    e = [0, *ends.tolist()]
+    for g in range(len(e) - 1):
+        lo, hi = e[g], e[g + 1]
+        if hi == lo:
+            assert (out[g] == 0).all(), f"{what} group {g}: an empty K slice is not zero"
+            continue
+        x, y = a[:, lo:hi], b[lo:hi]
+        ref = x.double() @ y.double()
+        theirs = (x @ y).to(c_dtype)
+        slack = fp32_accumulation_bound(x, y) if c_dtype == torch.float32 else 0.0
+        assert_within_torch_error(out[g], ref, theirs, f"{what} group {g}", slack)
+
+
+@pytest.mark.parametrize("case", range(RAGGED_K_CASES))
+def test_ragged_k_2d_x_2d_matches_float64_per_group(case):
+    """Each group's product over its own K slice, the neighbours' K (and NaN past offs[-1])
+    never in it: a group's last k-tile reads zeros past its end in both operands."""
+    c = _ragged_k_cases(7043)[case]
+    gen = torch.Generator().manual_seed(100 + case)
+    a, b, ends = _ragged_k_operands(c, gen)
+    c_dtype = c["out_dtype"] or c["ab"]
+    groups, m, n = len(c["sizes"]), c["m"], c["n"]
+    kw = dict(out_dtype=c["out_dtype"], backend=c["backend"])
+    if c["use_out"]:
+        out = torch.full((groups, m, n), float("nan"), dtype=c_dtype, device="cuda")
+        assert wsgemm.grouped_mm(a, b, ends, out=out, **kw) is out
+    else:
+        out = wsgemm.grouped_mm(a, b, ends, **kw)
+    assert out.shape == (groups, m, n) and out.dtype == c_dtype
+    _check_ragged_k(out, a, b, ends, c_dtype, str(c))
+
+
+def test_ragged_k_offsets_that_decrease_or_overrun_are_clamped_without_a_fault():
+    a = torch.randn(200, 64, device="cuda").half().t()
+    b = torch.randn(200, 128, device="cuda").half()
+    a, b = a[:, :150], b[:150]  # K = 150 inside larger allocations
+    ends = torch.tensor([120, 40, 10_000], dtype=torch.int32, device="cuda")
+    out = wsgemm.grouped_mm(a, b, ends, backend="sm90")
+    torch.cuda.synchronize()  # a fault would surface here
+    # each end read on its own, clamped into [previous end, K]
+    _check_ragged_k(out[:2], a, b, torch.tensor([120, 120], device="cuda"), torch.float16, "bad")
+    ref = a[:, 40:150].double() @ b[40:150].double()
+    assert_within_torch_error(out[2], ref, (a[:, 40:150] @ b[40:150]), "bad group 2", 0.0)
+
+
+def test_ragged_k_a_cuda_graph_replays_with_new_offsets_and_no_sync():
+    gen = torch.Generator().manual_seed(11)
+    k, m, n = 600, 256, 384
+    a = torch.randn(k, m, generator=gen).bfloat16().cuda().t()
+    b = torch.randn(k, n, generator=gen).bfloat16().cuda()
+    ends = torch.tensor([75] * 8).cumsum(0).to(torch.int32).cuda()
+    out = torch.zeros(8, m, n, dtype=torch.bfloat16, device="cuda")
+    wsgemm.grouped_mm(a, b, ends, out=out, backend="sm90")  # compile outside the capture
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        wsgemm.grouped_mm(a, b, ends, out=out, backend="sm90")
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            wsgemm.grouped_mm(a, b, ends, out=out, backend="sm90")
+        torch.cuda.current_stream().wait_stream(stream)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for sizes in ([10, 0, 300, 2, 0, 100, 50, 138], [600, 0, 0, 0, 0, 0, 0, 0]):
+        ends.copy_(torch.tensor(sizes).cumsum(0).to(torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_ragged_k(out, a, b, ends, torch.bfloat16, f"replay {sizes}")

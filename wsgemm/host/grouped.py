@@ -111,7 +111,8 @@ def grouped_config(backend: str, rows: int, groups: int) -> tuple[str, Any]:
 
 def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
     """Every grouped variant a call may run on ``arch``: each backend's tiles
-    (``grouped_config``) x input dtype x result dtype (the inputs' or fp32) x operand majors.
+    (``grouped_config``) x input dtype x result dtype (the inputs' or fp32) x operand majors,
+    then the ragged-K ones (``ragged_k_variants``).
     What ``python -m wsgemm warm --grouped`` adds (plain ``warm`` compiles dense kernels only:
     a grouped kernel compiles at its first call otherwise)."""
     import itertools
@@ -127,4 +128,4 @@ def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
     ):
         for c in (ab, "float32"):
             out.append(Variant(backend, arch, ab, c, "float32", am, bm, config, grouping="m"))
-    return out
+    return out + ragged_k_variants(arch)
