@@ -110,8 +110,8 @@ def test_warm_compiles_the_sm90_menu_and_says_which(stand_in, capsys):
 
 
 def test_warm_grouped_adds_the_grouped_kernels(stand_in, capsys):
-    """``--grouped``: grouped_mm's variants of the chosen backends (``host.grouped_variants``),
-    besides the menu; none for an arch without a grouped kernel."""
+    """``--grouped``: grouped_mm's variants of the chosen backends (``host.grouped_variants``:
+    ragged M and ragged K), besides the menu; none for an arch without a grouped kernel."""
     from wsgemm import host
     from wsgemm.host import choosing
 
@@ -121,7 +121,8 @@ def test_warm_grouped_adds_the_grouped_kernels(stand_in, capsys):
     assert code == 0, err
     entries = tuple(e for e in choosing.MENU if e.backend == "sm90-pingpong")
     grouped = {v.key() for v in host.grouped_variants("sm_90a") if v.backend == "sm90-pingpong"}
-    assert grouped and all("grouping=m" in k for k in grouped)
+    groupings = {k.rsplit("grouping=", 1)[1] for k in grouped}
+    assert groupings == {"m", "k"}  # the ragged-M kernels and the ragged-K (2D x 2D) ones
     assert set(compiled) == grouped | {v.key() for v in choosing.menu_variants("sm_90a", entries)}
     code, _, err = run(capsys, *WARM_80, "--grouped")
     assert code == 0 and "no grouped kernel builds for sm_80" in err
