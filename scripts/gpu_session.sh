@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -141,6 +141,16 @@ print(len(o) - len(bad), 'ragged-K variants ready;', *(f'{x.key}: {x.error}' for
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_grouped.py \
     2>&1 | tee "$OUT/sanitize_raggedk_memcheck.log" | tail -3
   echo "raggedk done at $((SECONDS - start)) s"
+fi
+if has raggedkbench; then
+  # issue #26's weight-gradient form: the ragged-K kernel against torch._grouped_mm (bf16) and
+  # the per-expert loop (fp16), interleaved (scripts/bench_ragged_k.py)
+  for dt in ${RKB_DTYPES:-bf16 fp16}; do
+    timeout ${RKB_TIMEOUT:-200} python3 scripts/bench_ragged_k.py --dtype $dt \
+      --tokens ${RKB_TOKENS:-64,512} --rounds ${ROUNDS:-5} --json "$OUT/ragged-k-bench-$dt.json" \
+      > "$OUT/ragged-k-bench-$dt.log" 2>&1
+    echo "ragged-K bench $dt rc=$?"; tail -3 "$OUT/ragged-k-bench-$dt.log" | cut -c1-400
+  done
 fi
 if has grouped; then
   # issue #26 step 1: the grouped kernel's variants compiled in parallel, its GPU tests, the
