@@ -192,9 +192,8 @@ def grouped_mm(
         of a fresh result are unspecified, as torch's.
 
     On Hopper a float16/bfloat16 2D x 3D call runs wsgemm's grouped kernel, 3D x 3D its
-    batched GEMM, 3D x 2D the grouped kernel transposed where torch has no fused kernel; 2D x
-    2D runs the ragged-K grouped kernel with a named backend (``auto`` keeps it on torch until
-    that kernel's first GPU check, ``wsgemm.host.RAGGED_K_FAMILIES``); the other GPUs run
+    batched GEMM, 3D x 2D the grouped kernel transposed and 2D x 2D the ragged-K grouped
+    kernel where torch has no fused kernel (float16, or a float32 result); the other GPUs run
     torch (``wsgemm.api.grouped``).
     Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
     """

@@ -681,18 +681,27 @@ def test_2d2d_activation_and_k_zero():
     assert d.cache.variants == [] and (empty == 0).all() and empty.shape == (2, 8, 16)
 
 
-def test_2d2d_under_auto_waits_for_its_gpu_check(monkeypatch):
-    """``auto`` keeps the 2D x 2D form on torch until the family is in RAGGED_K_FAMILIES (its
-    first GPU check); then it takes the kernel, and explain says which."""
+def test_2d2d_under_auto_takes_the_kernel_where_torch_loops(monkeypatch):
+    """``auto`` runs the 2D x 2D form on the ragged-K kernel where torch has no fused kernel
+    (float16, or a float32 result: torch loops over the groups with a sync), keeps bfloat16 in
+    and out on ``torch._grouped_mm`` (not timed against it yet), and keeps torch when the
+    family is not in RAGGED_K_FAMILIES; explain says which and why."""
     a, b, offs = torch.randn(8, 30, dtype=F16), torch.randn(30, 16, dtype=F16), ends(9, 21)
     d = dispatcher()
-    core.grouped_mm(a, b, offs, dispatcher=d)
-    assert d.cache.variants == []
-    assert "has not run on a GPU yet" in core.explain(d, a, b, offs)
-    monkeypatch.setattr(registry_grouped, "RAGGED_K_FAMILIES", frozenset({"sm90"}))
     out = core.grouped_mm(a, b, offs, dispatcher=d)
     assert [v.grouping for v in d.cache.variants] == ["k"]
     ref = reference(a, b, offs, "2d2d")
     assert (out.double() - ref).abs().max() <= tolerance(F16, 21) * ref.abs().max()
     text = core.explain(d, a, b, offs)
     assert "ragged K" in text and "A: copied" in text and "B: read in place" in text
+    bf = dispatcher()
+    core.grouped_mm(a.bfloat16(), b.bfloat16(), offs, dispatcher=bf)
+    assert bf.cache.variants == []
+    assert "not timed" in core.explain(bf, a.bfloat16(), b.bfloat16(), offs)
+    core.grouped_mm(a.bfloat16(), b.bfloat16(), offs, out_dtype=F32, dispatcher=bf)
+    assert [v.grouping for v in bf.cache.variants] == ["k"]
+    monkeypatch.setattr(registry_grouped, "RAGGED_K_FAMILIES", frozenset())
+    off = dispatcher()
+    core.grouped_mm(a, b, offs, dispatcher=off)
+    assert off.cache.variants == []
+    assert "RAGGED_K_FAMILIES" in core.explain(off, a, b, offs)

@@ -23,8 +23,8 @@ access outside the operands (the kernel clamps each end to [previous end, rows])
 Routes (``route``): 2D x 3D on the grouped kernel (``host.grouped``) on a GPU that has one,
 for float16/bfloat16 inputs; 3D x 2D on the same kernel, transposed (``_run_kernel_3d2d``),
 where torch has no fused kernel for its dtypes (float16, or a float32 result); 2D x 2D on the
-ragged-K grouped kernel (``_run_kernel_2d2d``) for a named backend, and under ``auto`` once
-its family passed its GPU check (``host.RAGGED_K_FAMILIES``, empty so far: torch until then);
+ragged-K grouped kernel (``_run_kernel_2d2d``; ``host.RAGGED_K_FAMILIES``), under ``auto``
+where torch has no fused kernel for its dtypes, as 3D x 2D;
 3D x 3D on ``matmul`` (the batched kernels, with their own fallbacks); the rest on torch
 (``torch._grouped_mm``, or a loop over the groups that reads the offsets on the host where
 torch has none: a sync, refused inside a CUDA-graph capture).
@@ -197,15 +197,16 @@ def check_grouped(
 
 def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
     """Where a checked problem runs (module docstring): ``KERNEL``, ``BATCHED`` or ``TORCH``.
-    A 3D x 2D call under ``auto`` takes the kernel only where torch would loop over the groups
-    (``_torch_grouped``: no ``torch._grouped_mm`` for these dtypes; a sync, not capturable):
-    torch's fused kernel, where it has one, writes the transposed result directly."""
+    A 3D x 2D or 2D x 2D call under ``auto`` takes a kernel only where torch would loop over the
+    groups (``_torch_grouped``: no ``torch._grouped_mm`` for these dtypes; a sync, not
+    capturable): torch's fused kernel, where it has one, writes the transposed result directly
+    (3D x 2D), and the ragged-K kernel has not been timed against it (2D x 2D)."""
     if p.form == "3d3d":
         return BATCHED
-    if p.form == "3d2d" and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
+    if p.form in ("3d2d", "2d2d") and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
         return TORCH
     if p.form == "2d2d" and not host.routes_ragged_k(backend):
-        return TORCH  # (no GPU check yet: ``host.RAGGED_K_FAMILIES``)
+        return TORCH  # (a family not in ``host.RAGGED_K_FAMILIES``)
     if p.form == "3d3d" or a.dtype not in _KERNEL_DTYPES:
         if backend != "auto":
             raise ValueError(f"backend {backend!r} runs float16 and bfloat16 only, got {a.dtype}")
@@ -477,12 +478,7 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         lines.append("kernel: wsgemm.matmul's batched GEMM (one batch per group): "
                      "wsgemm.explain(a, b) says which")  # fmt: skip
     elif where == TORCH:
-        why = ("torch's fused grouped kernel writes this form's columns directly"
-               if p.form == "3d2d" and _torch_fuses(a.dtype, p.c_dtype) else
-               "its ragged-K kernel has not run on a GPU yet (host.RAGGED_K_FAMILIES; "
-               "backend='sm90' runs it)" if p.form == "2d2d" else
-               f"{_name(a.dtype)} operands" if a.dtype not in _KERNEL_DTYPES else
-               "no grouped kernel runs on this GPU")  # fmt: skip
+        why = _torch_reason(p, a.dtype)
         fused = getattr(torch, "_grouped_mm", None) is not None and p.c_dtype == a.dtype
         how = "torch._grouped_mm" if fused else "a loop over the groups, reading offs: a sync"
         lines.append(f"kernel: torch ({how}): {why}")
@@ -529,6 +525,20 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
             )
             lines.append(f"epilogue: {epi.name}: {where_epi}")
     return "\n".join(lines)
+
+
+def _torch_reason(p: GroupedProblem, ab_dtype: torch.dtype) -> str:
+    """explain's reason for a call on the torch route."""
+    if ab_dtype not in _KERNEL_DTYPES:
+        return f"{_name(ab_dtype)} operands"
+    if p.form in ("3d2d", "2d2d") and _torch_fuses(ab_dtype, p.c_dtype):
+        if p.form == "3d2d":
+            return "torch's fused grouped kernel writes this form's columns directly"
+        return ("torch's fused grouped kernel runs bfloat16; the ragged-K kernel is not timed "
+                "against it yet (backend='sm90' runs it)")  # fmt: skip
+    if p.form == "2d2d" and not host.routes_ragged_k("auto"):
+        return "the ragged-K kernel is off (host.RAGGED_K_FAMILIES)"
+    return "no grouped kernel runs on this GPU"
 
 
 def _kernel_line(backend: str, rows: int, groups: int, what: str) -> str:

@@ -40,11 +40,13 @@ MEDIUM_GROUP_ROWS = 256
 
 
 #: The families whose ragged-K grouped kernel (``grouped_mm``'s 2D x 2D form, a mixture of
-#: experts' weight gradient; ``Variant.grouping`` "k") ``backend="auto"`` runs. Empty until its
-#: first GPU check (``tests/gpu/test_gpu_grouped.py -k ragged_k``): built, compiled spill-free
-#: and SASS-checked on the CPU (2026-12-05), never run on a GPU; until then ``auto`` runs the
-#: form on torch and only a named backend (``backend="sm90"``) takes the kernel.
-RAGGED_K_FAMILIES: frozenset[str] = frozenset()
+#: experts' weight gradient; ``Variant.grouping`` "k") ``backend="auto"`` runs. The sm90 one ran
+#: on an H100 on 2026-12-05 (docs/perf.md entry 54): 35 of 35 GPU tests
+#: (``tests/gpu/test_gpu_grouped.py -k ragged_k``) and memcheck clean. ``auto`` takes it where
+#: torch has no fused grouped kernel (``api.grouped.route``: float16, or a float32 result,
+#: where torch loops over the groups with a sync); bfloat16 in and out stays on
+#: ``torch._grouped_mm`` until the kernel is timed against it.
+RAGGED_K_FAMILIES: frozenset[str] = frozenset({"sm90"})
 
 
 def routes_ragged_k(backend: str) -> bool:
