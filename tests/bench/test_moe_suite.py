@@ -17,6 +17,9 @@ from wsgemm.bench.measure import Estimate, Sample
 SMALL = moe.GroupedShape(
     24, 40, (3, 0, 17, 5, 0), "skewed", 5, label="small t/e=5 skewed", group="small"
 )
+WGRAD = moe.GroupedShape(
+    24, 40, (3, 0, 17, 5, 0), "skewed", 5, label="small wgrad", group="small", direction="wgrad"
+)
 
 
 class ScriptedTimer:
@@ -150,7 +153,7 @@ def test_bad_selections_name_what_is_allowed(kwargs, message):
 
 
 def _run_contender(contender, problem, shape):
-    out = torch.empty(shape.m, shape.n, dtype=problem.a.dtype)
+    out = torch.empty(shape.out_shape, dtype=problem.a.dtype)
     check.poison(out)
     produced = contender.make(problem, out)()
     return produced if contender.returns_output else out
@@ -350,7 +353,8 @@ def test_moe_usage_errors(argv, message, capsys):
 def test_routing_belongs_to_the_moe_suite(capsys):
     assert cli.run(parse("--suite", "llm", "--routing", "skewed")) == cli.EXIT_USAGE
     assert cli.run(parse("--shapes", "1,2,3", "--routing", "skewed")) == cli.EXIT_USAGE
-    assert capsys.readouterr().err.count("--routing applies to the moe suite") == 2
+    assert cli.run(parse("--suite", "llm", "--pass", "wgrad")) == cli.EXIT_USAGE
+    assert capsys.readouterr().err.count("--routing/--pass apply to the moe suite") == 3
 
 
 def test_without_a_gpu_the_moe_suite_says_so(monkeypatch, capsys):
@@ -378,3 +382,91 @@ def test_the_moe_suite_end_to_end_on_a_gpu(dtype, tmp_path):
     assert {r["status"] for r in rows if r["backend"] == "loop"} == {"ok"}
     wrong = [r for r in rows if r["status"] == "wrong"]
     assert code == (cli.EXIT_FAILED if wrong else cli.EXIT_OK)
+
+
+# ---- the weight gradient (2D x 2D) ----------------------------------------------------------
+
+
+def test_the_weight_gradient_pass_is_the_same_layers_2d_x_2d_form():
+    """``--pass wgrad``: each layer's dW = dY^T X per expert, K the tokens split by offs; the
+    forward problems are unchanged, and a wgrad problem shares its layer's group sizes."""
+    fwd = moe.problems(3, ("mixtral-8x7b",), (64,), ("skewed",))
+    both = moe.problems(3, ("mixtral-8x7b",), (64,), ("skewed",), ("forward", "wgrad"))
+    assert [s for s in both if s.direction == "forward"] == fwd
+    wgrad = [s for s in both if s.direction == "wgrad"]
+    assert len(wgrad) == len(fwd) == 2
+    for f, w in zip(fwd, wgrad, strict=True):
+        assert (w.n, w.k, w.sizes, w.flop) == (f.n, f.k, f.sizes, f.flop)
+        assert w.out_shape == (len(w.sizes), w.n, w.k) and f.out_shape == (f.m, f.n)
+        assert "wgrad" in w.label and w.grouped["pass"] == "wgrad" and "pass" not in f.grouped
+    with pytest.raises(ValueError, match="unknown pass"):
+        moe.problems(passes=("backward",))
+    shapes, _, _ = cli._plan(parse("--suite", "moe", "--models", "mixtral-8x7b", "--tokens",
+                                   "64", "--pass", "wgrad"))  # fmt: skip
+    assert {s.direction for s in shapes} == {"wgrad"} and len(shapes) == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_weight_gradient_loop_matches_the_fp64_reference(dtype):
+    gen = torch.Generator().manual_seed(4)
+    problem = moe.workload(WGRAD, dtype, "cpu", gen)
+    assert problem.a.shape == (WGRAD.n, WGRAD.m) and problem.a.stride(0) == 1  # dY^T
+    assert problem.b.shape == (WGRAD.m, WGRAD.k)
+    out = _run_contender(moe.loop(), problem, WGRAD)
+    assert out.shape == (5, 24, 40) and (out[1] == 0).all() and (out[4] == 0).all()
+    name = "fp16" if dtype == torch.float16 else "bf16"
+    tolerance = check.model_tolerance(name, "fp32", max(WGRAD.sizes))
+    errors = moe.errors(out, problem)
+    assert errors.finite and tolerance.verdict(errors) is None
+    bad = out.clone()
+    bad[2] = bad[2].flip(0)  # a wrong group is seen
+    assert "tolerance" in tolerance.verdict(moe.errors(bad, problem))
+    bad = out.clone()
+    bad[4, 0, 0] = 1.0  # an empty group's gradient must be zero
+    assert moe.errors(bad, problem).rel > 0
+    # in chunks of the reference's rows, the same errors
+    whole = moe.errors(bad, problem)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(moe, "REFERENCE_CHUNK_BYTES", 8 * 40 * 3)
+    try:
+        chunked = moe.errors(bad, problem)
+    finally:
+        mp.undo()
+    assert chunked.rel == pytest.approx(whole.rel, rel=1e-9)
+
+
+def test_a_weight_gradient_row_records_and_moves_its_own_bytes():
+    """A wgrad row: its ``grouped.pass``, validated; its bytes read dY and X once and write
+    every group's N x K gradient."""
+    out = runner.run([WGRAD], [moe.loop()], [], runner.Options(dtype="fp16", rounds=2,
+                     target_ms=1.0), ScriptedTimer(), "cpu", lambda clock: None,
+                     baseline="loop")  # fmt: skip
+    options = runner.Options(dtype="fp16", rounds=2, target_ms=1.0)
+    header = h200_header(options, ["loop"])
+    header["options"] = {**options.to_dict("moe", ["loop"]), "baseline": "loop"}
+    rec = schema.record(header, out.rows)
+    [row] = rec["results"]
+    assert row["status"] == "ok" and row["grouped"]["pass"] == "wgrad"
+    moved = (WGRAD.m * WGRAD.n + WGRAD.m * WGRAD.k + 5 * WGRAD.n * WGRAD.k) * 2
+    assert row["tbps"] == pytest.approx(moved / (row["median_ms"] * 1e9))
+    assert moved == roofline.bytes_moved(WGRAD.m, WGRAD.n, WGRAD.k, 2, 2, 5, wgrad=True)
+    bad = copy.deepcopy(rec)
+    bad["results"][0]["grouped"]["pass"] = "backward"
+    with pytest.raises(schema.RecordError, match="grouped.pass"):
+        schema.validate(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_weight_gradient_pass_end_to_end_on_a_gpu(dtype, tmp_path):
+    path = tmp_path / "moe-wgrad.json"
+    code = cli.run(
+        parse("--suite", "moe", "--pass", "wgrad", "--models", "qwen3-30b-a3b", "--tokens", "8",
+              "--dtype", dtype, "--backends", "all,wsgemm:sm90", "--rounds", "2",
+              "--target-ms", "1", "--no-progress", "--json", str(path))
+    )  # fmt: skip
+    rows = schema.load(path)["results"]
+    assert all(r["grouped"]["pass"] == "wgrad" for r in rows)
+    assert {r["status"] for r in rows if r["backend"] in ("loop", "wsgemm:sm90")} == {"ok"}
+    assert code == cli.EXIT_OK

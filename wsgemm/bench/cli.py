@@ -79,6 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"the moe suite's routings ({', '.join(moe.ROUTINGS)}; default: both)",
     )
     what.add_argument(
+        "--pass",
+        dest="passes",
+        metavar="NAME,...",
+        help=f"the moe suite's passes ({', '.join(moe.PASSES)}: the layer's product, its weight "
+        "gradient, the 2D x 2D form; default: forward)",
+    )
+    what.add_argument(
         "--families",
         metavar="NAME,...",
         help=f"model families for the models suite ({', '.join(models.FAMILIES)}; "
@@ -221,9 +228,10 @@ def _plan(args) -> tuple[list, Options, str]:
     names = _names(args.models)
     families = _names(args.families)
     routings = _names(getattr(args, "routing", None))
+    passes = _names(getattr(args, "passes", None))
     if args.shapes:
-        if routings:
-            raise ValueError("--routing applies to the moe suite, not --shapes")
+        if routings or passes:
+            raise ValueError("--routing/--pass apply to the moe suite, not --shapes")
         if tokens or names:
             raise ValueError("--tokens/--models apply to the llm and decode suites, not --shapes")
         if families is not None or args.count is not None:
@@ -240,6 +248,7 @@ def _plan(args) -> tuple[list, Options, str]:
             count=args.count,
             dtype=args.dtype,
             routings=routings,
+            passes=passes,
         )
         if suite_name == "moe":
             _check_moe_options(args)

@@ -22,6 +22,12 @@ The weights are stored as the model's ``[G, N, K]`` (``nn.Linear``-like) and pas
 transposed view ``[G, K, N]``: the bench's ``TN`` layout per group. FLOP = 2 * sum_M * N * K
 (only real rows).
 
+A problem's *pass* (``PASSES``): ``forward`` (above) or ``wgrad``, the same layer's weight
+gradient: ``dW[g] = dY[rows of g]^T @ X[rows of g]``, ``[G, N, K]`` like the weights, K
+(here the tokens) split by ``offs``: ``torch._grouped_mm``'s and ``wsgemm.grouped_mm``'s 2D x 2D
+form with ``a`` = dY^T (the transposed view of the row-major ``[sum_M, N]`` output gradient)
+and ``b`` = X (``[sum_M, K]``, row-major). The same FLOP; an empty group's gradient is zero.
+
 Contenders (``resolve``): ``torch`` (``torch._grouped_mm``, bf16 only), ``loop`` (one
 ``torch.mm`` per non-empty group over the host-known sizes: what a model without a grouped
 kernel runs), ``wsgemm:auto`` / ``wsgemm:<backend>`` (``wsgemm.grouped_mm``). The baseline,
@@ -42,6 +48,8 @@ from . import check
 from .backends import AUTO, Contender, Unavailable, leading_first
 
 ROUTINGS = ("balanced", "skewed")
+#: A layer's forward grouped GEMM, or its weight gradient (module docstring).
+PASSES = ("forward", "wgrad")
 TOKENS_PER_EXPERT = (8, 64, 512, 4096)
 #: The Zipf exponent of skewed routing: with 256 experts the busiest gets about a quarter of
 #: the rows and the idlest, at 8 rows per expert on average, often none.
@@ -98,8 +106,11 @@ class GroupedShape:
     label: str
     group: str
     layout: str = LAYOUT
+    direction: str = "forward"  # ``PASSES``: the forward product or the weight gradient
 
     def __post_init__(self) -> None:
+        if self.direction not in PASSES:
+            raise ValueError(f"unknown pass {self.direction!r}; choose from {', '.join(PASSES)}")
         if not self.sizes or any(not isinstance(s, int) or s < 0 for s in self.sizes):
             raise ValueError(f"group sizes must be ints >= 0, got {self.sizes!r}")
         if sum(self.sizes) < 1 or self.n < 1 or self.k < 1:
@@ -120,14 +131,24 @@ class GroupedShape:
         return list(itertools.accumulate(self.sizes))
 
     @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The result's shape: [sum_M, N] (forward), [G, N, K] (the weight gradient)."""
+        return (self.m, self.n) if self.direction == "forward" else (len(self.sizes), self.n,
+                                                                       self.k)  # fmt: skip
+
+    @property
     def grouped(self) -> dict:
-        """The record's ``grouped`` field (schema.py)."""
-        return {
+        """The record's ``grouped`` field (schema.py); ``pass`` only on a weight gradient's
+        (forward records keep the fields they had)."""
+        fields = {
             "groups": len(self.sizes),
             "routing": self.routing,
             "tokens_per_expert": self.tokens_per_expert,
             "sizes": list(self.sizes),
         }
+        if self.direction != "forward":
+            fields["pass"] = self.direction
+        return fields
 
 
 def balanced(total: int, groups: int) -> tuple[int, ...]:
@@ -173,24 +194,32 @@ def problems(
     models: tuple[str, ...] | None = None,
     tokens: tuple[int, ...] | None = None,
     routings: tuple[str, ...] | None = None,
+    passes: tuple[str, ...] | None = None,
 ) -> list[GroupedShape]:
-    """The suite: every model x projection x tokens per expert x routing, in that nesting."""
+    """The suite: every model x projection x tokens per expert x routing x pass (default:
+    the forward only), in that nesting."""
     for name in models or ():
         if name not in MODELS:
             raise ValueError(f"unknown MoE model {name!r}; choose from {', '.join(MODELS)}")
     for routing in routings or ():
         if routing not in ROUTINGS:
             raise ValueError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
+    for direction in passes or ():
+        if direction not in PASSES:
+            raise ValueError(f"unknown pass {direction!r}; choose from {', '.join(PASSES)}")
     out = []
     for name in models or tuple(MODELS):
         model = MODELS[name]
         for proj, n, k in model.projections():
             for t in tokens or TOKENS_PER_EXPERT:
                 for routing in routings or ROUTINGS:
-                    out.append(GroupedShape(
-                        n, k, group_sizes(model, t, routing, seed), routing, t,
-                        label=f"{name} {proj} t/e={t} {routing}", group=name,
-                    ))  # fmt: skip
+                    for direction in passes or ("forward",):
+                        tag = "" if direction == "forward" else f" {direction}"
+                        out.append(GroupedShape(
+                            n, k, group_sizes(model, t, routing, seed), routing, t,
+                            label=f"{name} {proj}{tag} t/e={t} {routing}", group=name,
+                            direction=direction,
+                        ))  # fmt: skip
     return out
 
 
@@ -199,17 +228,19 @@ def problems(
 
 @dataclass(frozen=True)
 class GroupedWorkload:
-    """What every grouped contender computes: ``out[rows of g] = a[rows of g] @ b[g]``. Reads
-    like ``backends.Workload`` for the runner (no bias, no activation)."""
+    """What every grouped contender computes: ``out[rows of g] = a[rows of g] @ b[g]``
+    (forward), ``out[g] = a[:, cols of g] @ b[rows of g]`` (the weight gradient). Reads like
+    ``backends.Workload`` for the runner (no bias, no activation)."""
 
-    a: object  # torch.Tensor [sum_M, K], row-major
-    b: object  # torch.Tensor [G, K, N], the transposed view of [G, N, K] weights
+    a: object  # torch.Tensor [sum_M, K], row-major; wgrad: dY^T [N, sum_M], M-major
+    b: object  # torch.Tensor [G, K, N], the transposed view of [G, N, K] weights; wgrad: X
     offs: object  # torch.Tensor int32 [G] on the device
     sizes: tuple[int, ...]  # the same, host side
     accumulate: object  # torch.float32: grouped GEMMs accumulate in fp32
     accumulate_name: str = "fp32"
     bias: object = None
     activation: str | None = None
+    direction: str = "forward"
 
     plain = True
 
@@ -221,9 +252,12 @@ def workload(shape: GroupedShape, dtype, device, generator=None) -> GroupedWorkl
     def randn(*size):
         return torch.randn(*size, dtype=dtype, device=device, generator=generator)
 
+    offs = torch.tensor(shape.offs, dtype=torch.int32, device=device)
+    if shape.direction == "wgrad":  # dY^T (the output gradient's view) and X
+        a, b = randn(shape.m, shape.n).t(), randn(shape.m, shape.k)
+        return GroupedWorkload(a, b, offs, shape.sizes, torch.float32, direction="wgrad")
     a = randn(shape.m, shape.k)
     b = randn(len(shape.sizes), shape.n, shape.k).transpose(-1, -2)
-    offs = torch.tensor(shape.offs, dtype=torch.int32, device=device)
     return GroupedWorkload(a, b, offs, shape.sizes, torch.float32)
 
 
@@ -234,6 +268,8 @@ def errors(out, problem: GroupedWorkload) -> check.Errors:
 
     if not bool(torch.isfinite(out).all()):
         return check.Errors(rel=math.inf, peak=math.inf, finite=False)
+    if problem.direction == "wgrad":
+        return _wgrad_errors(out, problem)
     a, b, n = problem.a, problem.b, out.shape[1]
     chunk = max(1, REFERENCE_CHUNK_BYTES // (8 * max(n, a.shape[1])))
     zero = torch.zeros((), dtype=torch.float64, device=out.device)
@@ -245,6 +281,34 @@ def errors(out, problem: GroupedWorkload) -> check.Errors:
             hi = min(lo + chunk, start + size)
             ref = a[lo:hi].double() @ weight
             diff = out[lo:hi].double().sub_(ref)
+            diff_sq += diff.square().sum()
+            ref_sq += ref.square().sum()
+            peak = torch.maximum(peak, diff.abs().max())
+        start += size
+    ref_norm = math.sqrt(float(ref_sq))
+    rms = ref_norm / math.sqrt(out.numel())
+    return check.Errors(
+        rel=math.sqrt(float(diff_sq)) / (ref_norm if ref_norm > 0 else 1.0),
+        peak=float(peak) / (rms if rms > 0 else 1.0),
+        finite=True,
+    )
+
+
+def _wgrad_errors(out, problem: GroupedWorkload) -> check.Errors:
+    """``errors`` of a weight gradient: group g's fp64 ``a[:, cols of g] @ b[rows of g]``, a
+    chunk of its N rows at a time; an empty group's reference is zero."""
+    import torch
+
+    a, b = problem.a, problem.b
+    chunk = max(1, REFERENCE_CHUNK_BYTES // (8 * max(b.shape[1], a.shape[1])))
+    zero = torch.zeros((), dtype=torch.float64, device=out.device)
+    diff_sq, ref_sq, peak = zero.clone(), zero.clone(), zero.clone()
+    start = 0
+    for g, size in enumerate(problem.sizes):
+        x = b[start : start + size].double()
+        for lo in range(0, a.shape[0], chunk):
+            ref = a[lo : lo + chunk, start : start + size].double() @ x
+            diff = out[g, lo : lo + chunk].double().sub_(ref)
             diff_sq += diff.square().sum()
             ref_sq += ref.square().sum()
             peak = torch.maximum(peak, diff.abs().max())
@@ -275,8 +339,9 @@ def torch_grouped() -> Contender:
 
 
 def loop() -> Contender:
-    """One ``torch.mm`` per non-empty group into its rows of ``out``: the sizes are known on the
-    host, as a model that routes on the host knows them."""
+    """One ``torch.mm`` per non-empty group into its rows of ``out`` (per group into its
+    gradient, zeros for an empty one): the sizes are known on the host, as a model that routes
+    on the host knows them."""
 
     def make(problem: GroupedWorkload, out):
         import torch
@@ -285,7 +350,9 @@ def loop() -> Contender:
         spans = []
         start = 0
         for g, size in enumerate(problem.sizes):
-            if size:
+            if problem.direction == "wgrad":  # an empty group's mm writes its zeros
+                spans.append((a[:, start : start + size], b[start : start + size], out[g]))
+            elif size:
                 spans.append((a[start : start + size], b[g], out[start : start + size]))
             start += size
 

@@ -8,7 +8,9 @@ cores, sets the speed limit: such a shape is *memory-bound*, and its bandwidth a
 the HBM peak says how close a kernel came to that limit (decode GEMMs, M of a few tokens).
 
 A grouped GEMM (the moe suite: ``m`` rows split among G experts, each with its own N x K
-weight) reads the weight of every expert that has rows, so B counts once per non-empty group.
+weight) reads the weight of every expert that has rows, so B counts once per non-empty group;
+its weight gradient (``grouped.pass`` "wgrad") reads the output gradient and the input once
+and writes every group's N x K gradient.
 
 The fields are derived from the header and the row alone, so a record from before they
 existed (schema version 1) gets them when it is read.
@@ -20,15 +22,21 @@ from ..support import element_bytes
 from . import hardware
 
 
-def bytes_moved(m: int, n: int, k: int, in_bytes: int, out_bytes: int, weights: int = 1) -> int:
+def bytes_moved(m: int, n: int, k: int, in_bytes: int, out_bytes: int, weights: int = 1,
+                wgrad: bool = False) -> int:  # fmt: skip
     """A and B read once, C written once: the least any GEMM kernel moves (``weights``: how
-    many N x K matrices B is, the non-empty groups of a grouped GEMM)."""
+    many N x K matrices B is, the non-empty groups of a grouped GEMM). ``wgrad``: a grouped
+    weight gradient instead, which reads the M x N output gradient and the M x K input and
+    writes ``weights`` N x K gradients (every group's)."""
+    if wgrad:
+        return (m * n + m * k) * in_bytes + weights * n * k * out_bytes
     return (m * k + weights * n * k) * in_bytes + m * n * out_bytes
 
 
-def intensity(m: int, n: int, k: int, in_bytes: int, out_bytes: int, weights: int = 1) -> float:
+def intensity(m: int, n: int, k: int, in_bytes: int, out_bytes: int, weights: int = 1,
+              wgrad: bool = False) -> float:  # fmt: skip
     """FLOP per byte moved: 2*M*N*K over ``bytes_moved``."""
-    return 2 * m * n * k / bytes_moved(m, n, k, in_bytes, out_bytes, weights)
+    return 2 * m * n * k / bytes_moved(m, n, k, in_bytes, out_bytes, weights, wgrad)
 
 
 def header_fields(
@@ -54,8 +62,12 @@ def annotate(header: dict, results: list[dict]) -> None:
     for row in results:
         size = element_bytes(row["dtype"])  # the benchmark's output has the inputs' dtype
         grouped = row.get("grouped")
-        weights = sum(s > 0 for s in grouped["sizes"]) if grouped else 1
-        dims = (row["m"], row["n"], row["k"], size, size, weights)
+        wgrad = bool(grouped) and grouped.get("pass") == "wgrad"
+        weights = 1
+        if grouped:  # a weight gradient writes every group's; a forward reads the non-empty ones
+            sizes = grouped["sizes"]
+            weights = len(sizes) if wgrad else sum(s > 0 for s in sizes)
+        dims = (row["m"], row["n"], row["k"], size, size, weights, wgrad)
         moved = bytes_moved(*dims)
         row["memory_bound"] = None
         if ridge is not None:

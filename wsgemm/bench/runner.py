@@ -292,7 +292,8 @@ def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcom
             outcome.fail("skipped", f"a gated unit halves N: N={shape.n} is odd")
             return
         n_out = shape.n // 2
-    out = torch.empty((shape.m, n_out), dtype=inputs.dtype, device=ctx.device)
+    out_shape = getattr(shape, "out_shape", (shape.m, n_out))  # a moe shape's: its own
+    out = torch.empty(out_shape, dtype=inputs.dtype, device=ctx.device)
     residual = getattr(inputs.problem, "residual", None)  # (a moe workload has none)
     if residual is not None:  # C's values: the checked call adds a @ b to them
         out.copy_(residual)

@@ -39,7 +39,8 @@ Grouped problems (the moe suite, moe.py) add two keys, optional so that every ot
 stays as it was: ``header.options.baseline``, the backend the ratios are to (absent:
 ``"cublas"``; ``ratio_to_cublas`` keeps its name), and on each row ``grouped``: {"groups": G,
 "routing": "balanced" | "skewed", "tokens_per_expert": T, "sizes": [rows of each group]}, where
-``m`` is the sum of the sizes and the weights are G matrices of N x K.
+``m`` is the sum of the sizes and the weights are G matrices of N x K; a weight gradient's row
+adds ``"pass": "wgrad"`` (its result is the G N x K gradients, its K the tokens: moe.py).
 
 Version 1 lacked ``hbm_tbps``, ``ridge_flop_per_byte``, ``memory_bound``, ``tbps`` and
 ``pct_of_hbm``; every one is derived from the rest of the record, so ``load`` reads a version 1
@@ -142,6 +143,8 @@ _RESULT = {
     "error": (_ERROR, type(None)),
 }
 _GROUPED = {"groups": int, "routing": str, "tokens_per_expert": int, "sizes": list}
+#: ``grouped.pass``, where present (moe.PASSES): absent means the forward product.
+_GROUPED_PASSES = ("forward", "wgrad")
 # Keys only some records have (the module docstring): checked where present.
 _OPTIONAL_OPTIONS = {"baseline": str}
 _OPTIONAL_RESULT = {"grouped": _GROUPED}
@@ -293,6 +296,8 @@ def _check_grouped(row: dict, path: str) -> None:
         raise RecordError(
             f"{path}.grouped: expected {g['groups']} sizes >= 0 (the groups) summing to m"
         )
+    if g.get("pass", "forward") not in _GROUPED_PASSES:
+        raise RecordError(f"{path}.grouped.pass: expected one of {', '.join(_GROUPED_PASSES)}")
 
 
 def _check_result(row: dict, path: str) -> None:

@@ -206,19 +206,20 @@ def suite(
     count: int | None = None,
     dtype: str | None = None,
     routings: tuple[str, ...] | None = None,
+    passes: tuple[str, ...] | None = None,
 ) -> list[Shape] | list[moe.GroupedShape]:
     """The shapes of suite ``name``; ``tokens``/``models`` override the LLM suites' defaults,
     ``seed``, ``families``, ``count`` and ``dtype`` pick the models suite's draw (``drawn``).
     The moe suite's grouped problems (``moe.problems``) take ``seed``, ``models`` (MoE models),
-    ``tokens`` (per expert) and ``routings``."""
+    ``tokens`` (per expert), ``routings`` and ``passes``."""
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}")
     if name != "models" and (families is not None or count is not None):
         raise ValueError(f"--families and --count apply to the models suite, not {name!r}")
     if name == "moe":
-        return moe.problems(seed, models, tokens, routings)
-    if routings:
-        raise ValueError(f"--routing applies to the moe suite, not {name!r}")
+        return moe.problems(seed, models, tokens, routings, passes)
+    if routings or passes:
+        raise ValueError(f"--routing/--pass apply to the moe suite, not {name!r}")
     if name in ("llm", "decode"):
         default = LLM_TOKENS if name == "llm" else DECODE_TOKENS
         return llm(tokens or default, models or tuple(MODELS))
