@@ -143,13 +143,14 @@ print(len(o) - len(bad), 'ragged-K variants ready;', *(f'{x.key}: {x.error}' for
   echo "raggedk done at $((SECONDS - start)) s"
 fi
 if has raggedkbench; then
-  # issue #26's weight-gradient form: the ragged-K kernel against torch._grouped_mm (bf16) and
-  # the per-expert loop (fp16), interleaved (scripts/bench_ragged_k.py)
+  # issue #26's weight-gradient form: the moe suite's wgrad pass, the ragged-K kernel (auto and
+  # sm90 named) against torch._grouped_mm (bf16) and the per-expert loop (fp16)
   for dt in ${RKB_DTYPES:-bf16 fp16}; do
-    timeout ${RKB_TIMEOUT:-200} python3 scripts/bench_ragged_k.py --dtype $dt \
-      --tokens ${RKB_TOKENS:-64,512} --rounds ${ROUNDS:-5} --json "$OUT/ragged-k-bench-$dt.json" \
-      > "$OUT/ragged-k-bench-$dt.log" 2>&1
-    echo "ragged-K bench $dt rc=$?"; tail -3 "$OUT/ragged-k-bench-$dt.log" | cut -c1-400
+    timeout ${RKB_TIMEOUT:-200} python3 -m wsgemm bench --suite moe --pass wgrad --dtype $dt \
+      --models ${RKB_MODELS:-qwen3-30b-a3b,qwen3-235b-a22b,mixtral-8x7b} --tokens ${RKB_TOKENS:-64,512} \
+      --backends all,wsgemm:sm90 --rounds ${ROUNDS:-3} --no-progress --json "$OUT/moe-wgrad-$dt.json" \
+      > "$OUT/moe-wgrad-$dt.log" 2>&1
+    echo "moe wgrad $dt rc=$?"; grep -iE "geomean|wrong|error" "$OUT/moe-wgrad-$dt.log" | head -8 | cut -c1-300
   done
 fi
 if has grouped; then
