@@ -422,10 +422,13 @@ def test_it_is_public_and_registered():
     assert hasattr(torch.ops.wsgemm, "grouped_mm")
 
 
+@pytest.mark.parametrize("dtype", [BF16, F16])
 @pytest.mark.parametrize("form", ["2d3d", "2d2d", "3d2d"])
-def test_gradients_match_float64(form, monkeypatch):
-    """Through the registered op's autograd, on the stand-in dispatcher (CPU tensors). (The
-    3D x 3D form is ``wsgemm.matmul``'s batched product, whose gradients tests/ops checks.)"""
+def test_gradients_match_float64(form, dtype, monkeypatch):
+    """Through the registered op's autograd, on the stand-in dispatcher (CPU tensors); in
+    float16 the 2D x 3D form's dB (and the 2D x 2D form's forward) is the ragged-K kernel's
+    2D x 2D product. (The 3D x 3D form is ``wsgemm.matmul``'s batched product, whose gradients
+    tests/ops checks.)"""
     d = dispatcher()
     monkeypatch.setattr(core, "host_dispatcher", lambda: d)
     torch.manual_seed(2)
@@ -435,8 +438,8 @@ def test_gradients_match_float64(form, monkeypatch):
         "3d2d": ((3, 5, 8), (8, 24), ends(8, 0, 12)),
     }
     a_shape, b_shape, offs = shapes[form]
-    a = torch.randn(a_shape, dtype=F32).to(BF16).requires_grad_()
-    b = torch.randn(b_shape, dtype=F32).to(BF16).requires_grad_()
+    a = torch.randn(a_shape, dtype=F32).to(dtype).requires_grad_()
+    b = torch.randn(b_shape, dtype=F32).to(dtype).requires_grad_()
     out = torch.ops.wsgemm.grouped_mm(a, b, offs)
     grad = torch.randn_like(out)
     out.backward(grad)
@@ -447,7 +450,9 @@ def test_gradients_match_float64(form, monkeypatch):
     for got, want in ((a.grad, a64.grad), (b.grad, b64.grad)):
         assert got.shape == want.shape
         err = (got.double() - want).abs().max().item()
-        assert err <= 4 * tolerance(BF16, 24) * max(want.abs().max().item(), 1.0), err
+        assert err <= 4 * tolerance(dtype, 24) * max(want.abs().max().item(), 1.0), err
+    if dtype == F16 and form in ("2d3d", "2d2d"):  # dB (the forward) on the ragged-K kernel
+        assert "k" in {v.grouping for v in d.cache.variants}
 
 
 def _reference_op(a, b, offs, form):

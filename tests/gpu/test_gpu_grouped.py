@@ -399,3 +399,46 @@ def test_ragged_k_a_cuda_graph_replays_with_new_offsets_and_no_sync():
         graph.replay()
         torch.cuda.synchronize()
         _check_ragged_k(out, a, b, ends, torch.bfloat16, f"replay {sizes}")
+
+
+@pytest.mark.parametrize("backend", ["auto", "sm90", "sm90-pingpong"])
+def test_ragged_k_descriptor_rewrite_stress(backend):
+    """Each CTA rewrites its descriptors' K extent when its group changes, right after issuing
+    the previous group's last loads (docs/perf.md entry 54). Many small groups of sizes that
+    are not multiples of a k-tile, few tiles a group (every CTA changes group at every unit),
+    and neighbouring groups of very different magnitudes: a load that read the next group's
+    extent would add part of the next group's K to a group's last tile, far beyond the
+    tolerance of a float32 result. ``auto`` takes the kernel for float16 (torch loops there)."""
+    gen = torch.Generator().manual_seed(23)
+    groups, m, n = 256, 256, 256
+    sizes = [int(s) for s in torch.randint(1, 200, (groups,), generator=gen)]
+    sizes[::7] = [0] * len(sizes[::7])
+    k = sum(sizes)
+    scale = torch.tensor([1.0, 1e3, 1e-3])[torch.arange(k) % 3]  # by token, so groups differ
+    dy = (torch.randn(k, m, generator=gen) * scale[:, None]).half().cuda()
+    x = torch.randn(k, n, generator=gen).half().cuda()
+    ends = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+    for _ in range(3):  # the same call again: the descriptors start from the launch's each time
+        out = wsgemm.grouped_mm(dy.t(), x, ends, out_dtype=torch.float32, backend=backend)
+        _check_ragged_k(out, dy.t(), x, ends, torch.float32, f"stress {backend}")
+
+
+def test_float16_2d_x_3d_gradients_take_the_ragged_k_kernel():
+    """fp16 training: the 2D x 3D form's dB is a 2D x 2D product, on the ragged-K kernel."""
+    gen = torch.Generator().manual_seed(12)
+    a = torch.randn(300, 64, generator=gen).half().cuda().requires_grad_()
+    b = torch.randn(5, 64, 96, generator=gen).half().cuda().requires_grad_()
+    ends = torch.tensor([50, 50, 120, 190, 300], dtype=torch.int32, device="cuda")
+    out = wsgemm.grouped_mm(a, b, ends)
+    grad = torch.randn(out.shape, generator=gen).half().cuda()
+    out.backward(grad)
+    a64, b64, g64 = a.detach().double(), b.detach().double(), grad.double()
+    e = [0, *ends.tolist()]
+    for g in range(5):
+        lo, hi = e[g], e[g + 1]
+        want = a64[lo:hi].T @ g64[lo:hi]
+        err = (b.grad[g].double() - want).abs().max().item()
+        assert err <= 2**-8 * want.abs().max().item() + 1e-3, f"dB group {g}: {err}"
+        want = g64[lo:hi] @ b64[g].T
+        err = (a.grad[lo:hi].double() - want).abs().max().item() if hi > lo else 0.0
+        assert err <= 2**-8 * max(want.abs().max().item(), 1.0) + 1e-3, f"dA group {g}: {err}"

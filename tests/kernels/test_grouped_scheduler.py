@@ -109,6 +109,16 @@ def test_a_cta_walks_its_groups_forward():
 # ----------------------------------------------------------------------------- ragged K (2D x 2D)
 
 
+class _Offs(list):
+    """The offsets as the GPU holds them: an index outside [0, len) is a fault, not Python's
+    wrap-around (a missing clamp at group 0 would read offs[-1])."""
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(f"offs[{i}] read outside the {len(self)} entries")
+        return super().__getitem__(i)
+
+
 def _k_span(ends: list[int], g: int, k_total: int) -> tuple[int, int]:
     """Group g's [lo, hi) of K as the ragged-K kernel reads the ends: each on its own."""
     lo = min(max(ends[g - 1], 0), k_total) if g else 0
@@ -127,7 +137,8 @@ def test_ragged_k_runs_every_output_tile_of_every_group_once(cluster):
         ends = [sum(sizes[: i + 1]) for i in range(groups)]
         k_total = ends[-1] + rng.choice([0, 9])
         num_m, num_n = rng.randint(1, 5), rng.randint(1, 4)
-        order = ragged_k_unit_order(ends, k_total, num_m, num_n, tile_k, cluster[0], 16, cluster)
+        order = ragged_k_unit_order(_Offs(ends), k_total, num_m, num_n, tile_k, cluster[0], 16,
+                                    cluster)  # fmt: skip
         seen = {}
         for cta, units in enumerate(order):
             for u in units:
@@ -154,12 +165,12 @@ def test_ragged_k_reads_bad_ends_inside_k():
     """Ends that decrease or overrun K garble groups, never reach outside [0, K): every read
     is clamped, and no unit past the schedule reads an offset past the last."""
     ends = [50, 20, 400, -5, 300]
-    for units in ragged_k_unit_order(ends, 120, 2, 2, 64, 1, 8):
+    for units in ragged_k_unit_order(_Offs(ends), 120, 2, 2, 64, 1, 8):
         for u in units:
             assert 0 <= u.k_start <= 120 and 1 <= u.k_extent <= 120
             assert u.k_start + (u.k_end - 1) * 64 < max(u.k_extent, u.k_start + 1) or (
                 u.k_end == 1 and u.k_start >= u.k_extent
             )
     # a schedule's unit past the last group (its index clamped, not read past the tensor)
-    span = group_k_span(ends, 7, len(ends), 120, 64)
+    span = group_k_span(_Offs(ends), 7, len(ends), 120, 64)
     assert span == (120, 120, 1) or span[0] >= span[1]

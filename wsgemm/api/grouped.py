@@ -18,7 +18,9 @@ fresh result holds whatever its memory held (as torch's). A 2D x 2D group with a
 is zero. The offsets stay on the GPU: nothing here reads them on the host (no sync, capturable
 in a CUDA graph), so nothing here can check them either: they must be non-decreasing and at
 most the jagged dimension; others give unspecified values in the groups they garble, never an
-access outside the operands (the kernel clamps each end to [previous end, rows]).
+access outside the operands (the ragged-M kernel and torch's loop clamp each end to [previous
+end, extent]; the ragged-K kernel reads each group's two ends on their own, each clamped into
+[0, K]: bad offsets garble the two differently).
 
 Routes (``route``): 2D x 3D on the grouped kernel (``host.grouped``) on a GPU that has one,
 for float16/bfloat16 inputs; 3D x 2D on the same kernel, transposed (``_run_kernel_3d2d``),

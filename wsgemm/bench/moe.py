@@ -296,19 +296,25 @@ def errors(out, problem: GroupedWorkload) -> check.Errors:
 
 def _wgrad_errors(out, problem: GroupedWorkload) -> check.Errors:
     """``errors`` of a weight gradient: group g's fp64 ``a[:, cols of g] @ b[rows of g]``, a
-    chunk of its N rows at a time; an empty group's reference is zero."""
+    chunk of its N rows at a time, each summed over chunks of the group's tokens (no fp64 copy
+    of more than ``REFERENCE_CHUNK_BYTES`` of either operand at once: a skewed group holds up
+    to a quarter of a million tokens); an empty group's reference is zero."""
     import torch
 
     a, b = problem.a, problem.b
-    chunk = max(1, REFERENCE_CHUNK_BYTES // (8 * max(b.shape[1], a.shape[1])))
+    n, k = a.shape[0], b.shape[1]
+    rows = max(1, REFERENCE_CHUNK_BYTES // (8 * k))  # N rows of the reference at a time
+    tokens = max(1, REFERENCE_CHUNK_BYTES // (8 * max(k, min(rows, n))))  # tokens at a time
     zero = torch.zeros((), dtype=torch.float64, device=out.device)
     diff_sq, ref_sq, peak = zero.clone(), zero.clone(), zero.clone()
     start = 0
     for g, size in enumerate(problem.sizes):
-        x = b[start : start + size].double()
-        for lo in range(0, a.shape[0], chunk):
-            ref = a[lo : lo + chunk, start : start + size].double() @ x
-            diff = out[g, lo : lo + chunk].double().sub_(ref)
+        for lo in range(0, n, rows):
+            ref = torch.zeros(min(rows, n - lo), k, dtype=torch.float64, device=out.device)
+            for t in range(start, start + size, tokens):
+                end = min(t + tokens, start + size)
+                ref += a[lo : lo + rows, t:end].double() @ b[t:end].double()
+            diff = out[g, lo : lo + rows].double().sub_(ref)
             diff_sq += diff.square().sum()
             ref_sq += ref.square().sum()
             peak = torch.maximum(peak, diff.abs().max())

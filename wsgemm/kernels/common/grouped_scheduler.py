@@ -326,6 +326,6 @@ def ragged_k_unit_order(
                                         num_ctas // (cluster_m * cluster_n))  # fmt: skip
     rows_per_group = group_rows(group, cluster_m)
     return replay(launched, cluster, lambda cluster_idx, cta_mn: RaggedKScheduler(
-        list(ends), k_total, tile_k, (num_m, num_n, groups), cluster, rows_per_group, launched,
+        ends, k_total, tile_k, (num_m, num_n, groups), cluster, rows_per_group, launched,
         cluster_idx, cta_mn,
     ))  # fmt: skip
