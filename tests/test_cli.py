@@ -717,3 +717,16 @@ def test_tune_runs_through_the_api_and_prints_each_pick(tmp_path, monkeypatch, c
     count = len(timed)
     assert cli.main(["tune", "--shapes", str(shapes)]) == 0
     assert len(timed) == count and "(stored before)" in capsys.readouterr().err
+
+
+def test_the_grouped_variant_count_the_docs_give_is_the_count():
+    """README and ``warm --help`` say how many kernels ``--grouped`` adds on sm_90a."""
+    from pathlib import Path
+
+    from wsgemm import cli, host
+
+    variants = host.grouped_variants("sm_90a")
+    ragged_m = sum(v.grouping == "m" for v in variants)
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    assert f"({len(variants)} on sm_90a: {ragged_m} ragged-M, {len(variants) - ragged_m} " in text
+    assert f"wsgemm.grouped_mm; {len(variants)} on sm_90a" in Path(cli.__file__).read_text()
