@@ -131,8 +131,8 @@ def test_ragged_k_runs_every_output_tile_of_every_group_once(cluster):
     CTA, a cluster's CTAs on one group together, and each unit's loads start at its group's
     first k, read k-tiles that cover its slice, and stop being real at its end."""
     rng = random.Random(f"k{cluster}")
-    for _ in range(20):
-        groups, tile_k = rng.choice([1, 2, 7, 40]), rng.choice([64, 128])
+    for _ in range(12):
+        groups, tile_k = rng.choice([1, 2, 7, 23]), rng.choice([64, 128])
         sizes = [rng.choice([0, 1, 7, tile_k, tile_k + 1, 5 * tile_k - 3]) for _ in range(groups)]
         ends = [sum(sizes[: i + 1]) for i in range(groups)]
         k_total = ends[-1] + rng.choice([0, 9])
