@@ -262,29 +262,20 @@ def workload(shape: GroupedShape, dtype, device, generator=None) -> GroupedWorkl
 
 
 def errors(out, problem: GroupedWorkload) -> check.Errors:
-    """``check.errors`` against the fp64 product of each group, computed a chunk of rows at a
-    time (never the whole fp64 reference at once)."""
+    """``check.errors`` against the fp64 product of each group, computed a chunk at a time
+    (never the whole fp64 reference at once): ``_forward_chunks`` or ``_wgrad_chunks``."""
     import torch
 
     if not bool(torch.isfinite(out).all()):
         return check.Errors(rel=math.inf, peak=math.inf, finite=False)
-    if problem.direction == "wgrad":
-        return _wgrad_errors(out, problem)
-    a, b, n = problem.a, problem.b, out.shape[1]
-    chunk = max(1, REFERENCE_CHUNK_BYTES // (8 * max(n, a.shape[1])))
+    chunks = (_wgrad_chunks if problem.direction == "wgrad" else _forward_chunks)(out, problem)
     zero = torch.zeros((), dtype=torch.float64, device=out.device)
     diff_sq, ref_sq, peak = zero.clone(), zero.clone(), zero.clone()
-    start = 0
-    for g, size in enumerate(problem.sizes):
-        weight = b[g].double()
-        for lo in range(start, start + size, chunk):
-            hi = min(lo + chunk, start + size)
-            ref = a[lo:hi].double() @ weight
-            diff = out[lo:hi].double().sub_(ref)
-            diff_sq += diff.square().sum()
-            ref_sq += ref.square().sum()
-            peak = torch.maximum(peak, diff.abs().max())
-        start += size
+    for got, ref in chunks:
+        diff = got.double().sub_(ref)
+        diff_sq += diff.square().sum()
+        ref_sq += ref.square().sum()
+        peak = torch.maximum(peak, diff.abs().max())
     ref_norm = math.sqrt(float(ref_sq))
     rms = ref_norm / math.sqrt(out.numel())
     return check.Errors(
@@ -294,19 +285,31 @@ def errors(out, problem: GroupedWorkload) -> check.Errors:
     )
 
 
-def _wgrad_errors(out, problem: GroupedWorkload) -> check.Errors:
-    """``errors`` of a weight gradient: group g's fp64 ``a[:, cols of g] @ b[rows of g]``, a
-    chunk of its N rows at a time, each summed over chunks of the group's tokens (no fp64 copy
-    of more than ``REFERENCE_CHUNK_BYTES`` of either operand at once: a skewed group holds up
-    to a quarter of a million tokens); an empty group's reference is zero."""
+def _forward_chunks(out, problem: GroupedWorkload):
+    """(output rows, their fp64 reference) of each group, a chunk of rows at a time."""
+    a, b = problem.a, problem.b
+    chunk = max(1, REFERENCE_CHUNK_BYTES // (8 * max(out.shape[1], a.shape[1])))
+    start = 0
+    for g, size in enumerate(problem.sizes):
+        weight = b[g].double()
+        for lo in range(start, start + size, chunk):
+            hi = min(lo + chunk, start + size)
+            yield out[lo:hi], a[lo:hi].double() @ weight
+        start += size
+
+
+def _wgrad_chunks(out, problem: GroupedWorkload):
+    """(gradient rows, their fp64 reference) of a weight gradient: group g's ``a[:, cols of
+    g] @ b[rows of g]``, a chunk of its N rows at a time, each summed over chunks of the group's
+    tokens (no fp64 copy of more than ``REFERENCE_CHUNK_BYTES`` of either operand at once: a
+    skewed group holds up to a quarter of a million tokens); an empty group's reference is
+    zero."""
     import torch
 
     a, b = problem.a, problem.b
     n, k = a.shape[0], b.shape[1]
     rows = max(1, REFERENCE_CHUNK_BYTES // (8 * k))  # N rows of the reference at a time
     tokens = max(1, REFERENCE_CHUNK_BYTES // (8 * max(k, min(rows, n))))  # tokens at a time
-    zero = torch.zeros((), dtype=torch.float64, device=out.device)
-    diff_sq, ref_sq, peak = zero.clone(), zero.clone(), zero.clone()
     start = 0
     for g, size in enumerate(problem.sizes):
         for lo in range(0, n, rows):
@@ -314,18 +317,8 @@ def _wgrad_errors(out, problem: GroupedWorkload) -> check.Errors:
             for t in range(start, start + size, tokens):
                 end = min(t + tokens, start + size)
                 ref += a[lo : lo + rows, t:end].double() @ b[t:end].double()
-            diff = out[g, lo : lo + rows].double().sub_(ref)
-            diff_sq += diff.square().sum()
-            ref_sq += ref.square().sum()
-            peak = torch.maximum(peak, diff.abs().max())
+            yield out[g, lo : lo + rows], ref
         start += size
-    ref_norm = math.sqrt(float(ref_sq))
-    rms = ref_norm / math.sqrt(out.numel())
-    return check.Errors(
-        rel=math.sqrt(float(diff_sq)) / (ref_norm if ref_norm > 0 else 1.0),
-        peak=float(peak) / (rms if rms > 0 else 1.0),
-        finite=True,
-    )
 
 
 # ---- contenders -----------------------------------------------------------------------------
