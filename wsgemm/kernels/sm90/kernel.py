@@ -764,19 +764,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         group_rows = cutlass.max(
             cutlass.select_(raster_group > 0, raster_group // cfg.cluster_m, default_group), 1
         )
-        cta_mn = (Int32(cluster_coord[0]), Int32(cluster_coord[1]))
+        # where this CTA stands: every scheduler's last arguments
+        place = (
+            (cfg.cluster_m, cfg.cluster_n),
+            Int32(group_rows),
+            Int32(num_clusters),
+            Int32(cluster_idx),
+            (Int32(cluster_coord[0]), Int32(cluster_coord[1])),
+        )
         if const_expr(self.grouped == "k"):
-            scheduler = RaggedKScheduler(
-                offs,
-                Int32(cute.size(mA_mkl, mode=[1])),
-                cfg.tile_k,
-                (num_m, num_n, num_l),
-                (cfg.cluster_m, cfg.cluster_n),
-                Int32(group_rows),
-                Int32(num_clusters),
-                Int32(cluster_idx),
-                cta_mn,
-            )
+            k_total = Int32(cute.size(mA_mkl, mode=[1]))
+            scheduler = RaggedKScheduler(offs, k_total, cfg.tile_k, (num_m, num_n, num_l), *place)
         elif const_expr(self.grouped == "m"):
             scheduler = RaggedMScheduler(
                 offs,
@@ -784,20 +782,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 Int32(cute.size(mC_gmem, mode=[0])),
                 cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)[1],
                 cfg.tile_m,
-                (cfg.cluster_m, cfg.cluster_n),
-                Int32(group_rows),
-                Int32(num_clusters),
-                Int32(cluster_idx),
-                cta_mn,
+                *place,
             )
         else:
             scheduler = GroupedTileScheduler(
                 (num_m, num_n, num_l),
-                (cfg.cluster_m, cfg.cluster_n),
-                Int32(group_rows),
-                Int32(num_clusters),
-                Int32(cluster_idx),
-                cta_mn,
+                *place,
                 (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
                 stream_k=cfg.stream_k,
             )
@@ -810,6 +800,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 rec = trace.open_recorder(
                     trace_buffer, slots, Role.PRODUCER, self.gpu_arch, THREADS_PER_WARPGROUP
                 )
+                descriptors = None  # a ragged-K kernel's, this CTA's copies
+                if const_expr(k_operands is not None):
+                    descriptors = ragged_k.Descriptors.of_cta(tma_a, tma_b, *k_operands, workspace)
                 load_args = self._load_args(
                     plan,
                     tma_a,
@@ -822,8 +815,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     cluster_coord,
                     k_tiles,
                     cute.size(mC_mnl, mode=[1]),
-                    k_operands,
-                    workspace,
+                    descriptors,
                 )
                 self.load(plan, load_args, scheduler, ab_pipeline, rec)
         else:
@@ -861,11 +853,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     def _load_args(
         self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles,
-        n_out, k_operands=None, workspace=None,
+        n_out, descriptors=None,
     ) -> _LoadArgs:  # fmt: skip
         """``n_out``: C's columns (a gated product's up rows of B start there);
-        ``k_operands``, ``workspace``: a ragged-K grouped kernel's A and B and descriptor
-        slots."""
+        ``descriptors``: a ragged-K grouped kernel's ``ragged_k.Descriptors``."""
         cfg = plan.config
         # (tile_m, tile_k, tiles_m, k_tiles, L)
         gA = cute.local_tile(mA_mkl, (cfg.tile_m, cfg.tile_k), (None, None, None))
@@ -911,8 +902,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ragged_a = ragged_k_args = None
         if const_expr(self.grouped == "m"):
             ragged_a = (mA_mkl, cluster_coord[1], sA)
-        if const_expr(self.grouped == "k"):
-            descriptors = ragged_k.Descriptors.of_cta(tma_a, tma_b, *k_operands, workspace)
+        if const_expr(descriptors is not None):
             ragged_k_args = (descriptors, mA_mkl, mB_nkl, cluster_coord, sA, sB)
         return _LoadArgs(
             tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a, tBgB_up,
@@ -1006,12 +996,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     @cute.jit
     def _tma_load(self, atom, src, dst, full_barrier, mask, desc=None):
-        """One TMA load (``desc``: a descriptor in global memory instead of the atom's)."""
-        extra = {} if const_expr(desc is None) else {"tma_desc_ptr": desc}
-        if const_expr(mask is None):
-            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, **extra)
-        else:
-            cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, mcast_mask=mask, **extra)
+        """One TMA load (``mask``: its multicast peers; ``desc``: a descriptor in global memory
+        instead of the atom's)."""
+        extra = {} if const_expr(mask is None) else {"mcast_mask": mask}
+        if const_expr(desc is not None):
+            extra["tma_desc_ptr"] = desc
+        cute.copy(atom, src, dst, tma_bar_ptr=full_barrier, **extra)
 
     # -------------------------------------------------------------------- mma (consumer warpgroups)
 
