@@ -30,7 +30,7 @@ from cutlass.cute.nvgpu import cpasync
 
 from wsgemm.support import VECTOR_BYTES
 
-__all__ = ["RaggedStore", "a_tile", "c_tile", "first_batch", "store_rows"]
+__all__ = ["RaggedStore", "a_tile", "c_tile", "first_batch", "store_rows", "tile_view"]
 
 
 def first_batch(t: cute.Tensor) -> cute.Tensor:
@@ -53,22 +53,26 @@ class RaggedStore:
 
 
 @cute.jit
-def a_tile(
-    tma_a, mA_tma, sA, a_cta, cluster_n: cutlass.Constexpr, tile, tile_mk: cutlass.Constexpr
-):
+def tile_view(tma, mX_tma, sX, cta, ctas: cutlass.Constexpr, offset, index,
+              tile: cutlass.Constexpr):  # fmt: skip
+    """(TMA, k_tiles): the TMA view of tile ``index`` (along its rows) of an operand whose
+    coordinates start at ``offset`` ((row, k) of ``mX_tma``, its TMA coordinates (rows, K, 1));
+    ``cta``/``ctas``: this CTA's slice of a tile its cluster multicasts, among how many. A
+    grouped kernel's tiles start where their group does: at a row (ragged M, ``a_tile``) or
+    at an element of K (ragged K, ``ragged_k.k_slice``)."""
+    mX = cute.domain_offset(offset, mX_tma[(None, None, 0)])
+    gX = cute.local_tile(mX, tile, (index, None))  # (tile_rows, tile_k, k_tiles)
+    _, tXgX = cpasync.tma_partition(
+        tma, cta, cute.make_layout(ctas), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
+    )
+    return tXgX
+
+
+def a_tile(tma_a, mA_tma, sA, a_cta, cluster_n: int, tile, tile_mk: tuple):
     """(TMA, k_tiles): the TMA view of unit ``tile``'s A rows, from its group's first row on
     (``mA_tma``: A's TMA coordinates, (rows, K, 1); ``a_cta``: this CTA's slice of a tile that
     its cluster row multicasts)."""
-    mA_group = cute.domain_offset((tile.row0, 0), mA_tma[(None, None, 0)])
-    gA = cute.local_tile(mA_group, tile_mk, (tile.m, None))  # (tile_m, tile_k, k_tiles)
-    _, tAgA = cpasync.tma_partition(
-        tma_a,
-        a_cta,
-        cute.make_layout(cluster_n),
-        cute.group_modes(sA, 0, 2),
-        cute.group_modes(gA, 0, 2),
-    )
-    return tAgA
+    return tile_view(tma_a, mA_tma, sA, a_cta, cluster_n, (tile.row0, 0), tile.m, tile_mk)
 
 
 @cute.jit

@@ -28,10 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import const_expr
 from cutlass.cute.nvgpu import cpasync
+from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
+
+from wsgemm.kernels.sm90.ragged import tile_view
 
 __all__ = ["DESCRIPTOR_BYTES", "WORDS_PER_CTA", "Descriptors", "k_slice"]
 
@@ -39,6 +41,8 @@ __all__ = ["DESCRIPTOR_BYTES", "WORDS_PER_CTA", "Descriptors", "k_slice"]
 DESCRIPTOR_BYTES = 128
 #: fp32 workspace words per CTA: A's and B's descriptors.
 WORDS_PER_CTA = 2 * DESCRIPTOR_BYTES // 4
+#: Turns workspace addresses into descriptor pointers (the descriptors live in global memory).
+_TENSORMAPS = TensorMapManager(TensorMapUpdateMode.GMEM, DESCRIPTOR_BYTES)
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,8 @@ class Descriptors:
         gx, gy, _ = cute.arch.grid_dim()
         cta = (bz * gy + by) * gx + bx
         base = workspace.iterator + cta * WORDS_PER_CTA
-        return Descriptors(tma_a, tma_b, mA, mB, _tensormap(base),
-                           _tensormap(base + WORDS_PER_CTA // 2))  # fmt: skip
+        return Descriptors(tma_a, tma_b, mA, mB, _TENSORMAPS.get_tensormap_ptr(base),
+                           _TENSORMAPS.get_tensormap_ptr(base + WORDS_PER_CTA // 2))  # fmt: skip
 
     @cute.jit
     def init(self):
@@ -87,37 +91,16 @@ class Descriptors:
 
     def a(self):
         """A's descriptor address for ``cute.copy(..., tma_desc_ptr=)``."""
-        return _generic(self.ptr_a)
+        return _TENSORMAPS.get_tensormap_ptr(self.ptr_a, cute.AddressSpace.generic)
 
     def b(self):
-        return _generic(self.ptr_b)
+        return _TENSORMAPS.get_tensormap_ptr(self.ptr_b, cute.AddressSpace.generic)
 
 
-def _tensormap(ptr):
-    from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
-
-    return TensorMapManager(TensorMapUpdateMode.GMEM, DESCRIPTOR_BYTES).get_tensormap_ptr(ptr)
-
-
-def _generic(ptr):
-    from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
-
-    manager = TensorMapManager(TensorMapUpdateMode.GMEM, DESCRIPTOR_BYTES)
-    return manager.get_tensormap_ptr(ptr, cute.AddressSpace.generic)
-
-
-@cute.jit
-def k_slice(tma, mX_tma, sX, cta, ctas: cutlass.Constexpr, index, k_start,
-            tile: cutlass.Constexpr):  # fmt: skip
+def k_slice(tma, mX_tma, sX, cta, ctas: int, index, k_start, tile: tuple):
     """(TMA, k_tiles): the TMA view of tile ``index`` of an operand (``mX_tma``: its TMA
-    coordinates, (rows, K, 1)) from element ``k_start`` of K on; ``cta``/``ctas``: this CTA's
-    slice of a tile its cluster multicasts, among how many."""
-    mX = cute.domain_offset((0, k_start), mX_tma[(None, None, 0)])
-    gX = cute.local_tile(mX, tile, (index, None))  # (tile_rows, tile_k, k_tiles)
-    _, tXgX = cpasync.tma_partition(
-        tma, cta, cute.make_layout(ctas), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
-    )
-    return tXgX
+    coordinates, (rows, K, 1)) from element ``k_start`` of K on (``ragged.tile_view``)."""
+    return tile_view(tma, mX_tma, sX, cta, ctas, (0, k_start), index, tile)
 
 
 def check_operands(a_major, b_major, row_major) -> None:
