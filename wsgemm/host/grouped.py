@@ -65,24 +65,25 @@ def ragged_k_config(backend: str) -> tuple[str, Any]:
 
 def ragged_k_workspace_words(backend: str, config: Any, clusters: int) -> int:
     """fp32 words of a ragged-K launch's workspace: each CTA's copies of A's and B's TMA
-    descriptors (128 bytes each; ``kernels/sm90/ragged_k.py``), for ``clusters`` clusters of
-    ``config`` (None: ``backend``'s shipped one)."""
-    return clusters * cluster_size(config or BACKENDS[backend].config()) * 64
+    descriptors (``kernels/sm90/ragged_k.py``), for ``clusters`` clusters of ``config``
+    (None: ``backend``'s shipped one)."""
+    from ..kernels.sm90.config import RAGGED_K_WORDS_PER_CTA
+
+    return clusters * cluster_size(config or BACKENDS[backend].config()) * RAGGED_K_WORDS_PER_CTA
 
 
 def ragged_k_variants(arch: str = "sm_90a") -> list[Variant]:
     """The ragged-K variants a call may run: each grouped backend's shipped config x input
     dtype x result dtype (the inputs' or fp32); A M-major, B N-major (the kernel's only
     majors: the host copies others)."""
-    import itertools
-
     from ..support import AB_DTYPES
 
-    out = []
-    for backend, ab in itertools.product(GROUPED_BACKENDS, AB_DTYPES):
-        for c in (ab, "float32"):
-            out.append(Variant(backend, arch, ab, c, "float32", "m", "n", grouping="k"))
-    return out
+    return [
+        Variant(backend, arch, ab, c, "float32", "m", "n", grouping="k")
+        for backend in GROUPED_BACKENDS
+        for ab in AB_DTYPES
+        for c in (ab, "float32")
+    ]
 
 
 def supports_grouped(backend: str, cc: tuple[int, int]) -> bool:

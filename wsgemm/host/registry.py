@@ -47,11 +47,15 @@ class Backend:
     grouped_cls: str = ""
     k_grouped_cls: str = ""
 
+    def grouped_class(self, grouping: str) -> str:
+        """The name of its grouped GEMM's class of ``grouping`` ("m", "k"), or ""."""
+        return self.grouped_cls if grouping == "m" else self.k_grouped_cls
+
     def kernel_class(self, grouping: str = "none") -> type:
         """Its kernel class, or (``grouping`` "m", "k") its grouped GEMM's."""
         if grouping == "none":
             return getattr(importlib.import_module(self.module), self.cls)
-        name = self.grouped_cls if grouping == "m" else self.k_grouped_cls
+        name = self.grouped_class(grouping)
         if not name:
             raise ValueError(f"backend {self.name!r} has no grouped GEMM of grouping {grouping!r}")
         module = importlib.import_module(f"wsgemm.kernels.{self.family}.grouped")
@@ -222,9 +226,8 @@ class Variant:
                 raise ValueError(
                     f"Variant.epilogue={self.epilogue!r}: only the sm90 family fuses epilogues"
                 )
-        if self.grouping != "none" and not BACKENDS[self.backend].grouped_cls:
-            # (a family with a ragged-M grouped GEMM has the ragged-K one too)
-            grouped = [n for n, b in BACKENDS.items() if b.grouped_cls]
+        if self.grouping != "none" and not BACKENDS[self.backend].grouped_class(self.grouping):
+            grouped = [n for n, b in BACKENDS.items() if b.grouped_class(self.grouping)]
             raise ValueError(
                 f"Variant.grouping={self.grouping!r}: backend {self.backend!r} has no grouped "
                 f"GEMM; these have: {', '.join(grouped)}"

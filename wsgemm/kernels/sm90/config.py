@@ -69,6 +69,10 @@ TILE_N_CHOICES = (8, 16, 32, 64, 96, 128, 160, 192, 224, 256)
 
 #: Semaphores per split tile: its units' arrivals, then its stored partials (``split_k.fixup``).
 SEMAPHORES_PER_TILE = 2
+#: A TMA descriptor's size (and alignment) in global memory, and the fp32 workspace words each
+#: CTA of a ragged-K grouped kernel keeps its A and B descriptors in (``ragged_k.py``).
+TMA_DESCRIPTOR_BYTES = 128
+RAGGED_K_WORDS_PER_CTA = 2 * TMA_DESCRIPTOR_BYTES // 4
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,9 @@ class Sm90KGroupedGemm(Sm90GroupedGemm):
     group ``g``'s slice of K (``offs``' ends along K), ``torch._grouped_mm``'s 2D x 2D form (a
     mixture-of-experts layer's weight gradient). Operands: A (M, K, G) and B (N, K, G) with
     batch stride 0 (every group's K in one matrix; A M-major, B N-major), C (M, N, G); the
-    ``workspace`` launch argument holds each CTA's descriptors (``ragged_k.WORDS_PER_CTA`` fp32
-    words a CTA, the launch's clusters x cluster size CTAs). The schedule is the dense one over
+    ``workspace`` launch argument holds each CTA's descriptors
+    (``config.RAGGED_K_WORDS_PER_CTA`` fp32 words a CTA, the launch's clusters x cluster size
+    CTAs). The schedule is the dense one over
     C's tiles; each unit's loads start at its group's first k and read zeros past its last
     (``ragged_k.py``). The same limits as ``Sm90GroupedGemm``."""
 

@@ -33,14 +33,12 @@ from cutlass import const_expr
 from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
+from wsgemm.kernels.sm90.config import RAGGED_K_WORDS_PER_CTA as WORDS_PER_CTA
+from wsgemm.kernels.sm90.config import TMA_DESCRIPTOR_BYTES as DESCRIPTOR_BYTES
 from wsgemm.kernels.sm90.ragged import tile_view
 
 __all__ = ["DESCRIPTOR_BYTES", "WORDS_PER_CTA", "Descriptors", "k_slice"]
 
-#: A TMA descriptor's size (and alignment) in global memory.
-DESCRIPTOR_BYTES = 128
-#: fp32 workspace words per CTA: A's and B's descriptors.
-WORDS_PER_CTA = 2 * DESCRIPTOR_BYTES // 4
 #: Turns workspace addresses into descriptor pointers (the descriptors live in global memory).
 _TENSORMAPS = TensorMapManager(TensorMapUpdateMode.GMEM, DESCRIPTOR_BYTES)
 
