@@ -368,8 +368,7 @@ def _run_kernel_2d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> Non
         return
     name, config = host.ragged_k_config(backend)
     fused = epilogue.plain or host.fuses_epilogues(name)
-    a_view, _ = _operand(a.unsqueeze(-1), (0,))
-    b_view, _ = _operand(b.t().unsqueeze(-1), (0,))
+    a_view, b_view = (_operand(t, (0,))[0] for t in _2d2d_operands(a, b))
     a_mkg = a_view.as_strided((m, k, groups), (*a_view.stride()[:2], 0))
     b_nkg = b_view.as_strided((n, k, groups), (*b_view.stride()[:2], 0))
     c_found = _kernel_view(out.permute(1, 2, 0), False, (1,))
@@ -381,7 +380,8 @@ def _run_kernel_2d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> Non
                             epilogue.name if fused else "none", "k")  # fmt: skip
     words = host.ragged_k_workspace_words(name, config, clusters)
     workspace = torch.empty(words, dtype=torch.float32, device=a.device)
-    fn(a_mkg, b_nkg, c_mng, clusters, 0, 1, workspace, None, *NO_EPILOGUE_LAUNCH,
+    raster, split, _, _ = UNSPLIT_LAUNCH  # the workspace holds the descriptors
+    fn(a_mkg, b_nkg, c_mng, clusters, raster, split, workspace, None, *NO_EPILOGUE_LAUNCH,
        offs.contiguous())  # fmt: skip
     result = c_mng.permute(2, 0, 1)
     if not fused:
@@ -486,14 +486,13 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         lines.append(f"kernel: torch ({how}): {why}")
     elif p.form == "2d2d":
         name, config = host.ragged_k_config(backend)
-        cfg = config or host.BACKENDS[name].config()
         lines.append(
-            f"kernel: {name} grouped (ragged K), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
-            f"{cfg.cluster_m}x{cfg.cluster_n}: the dense schedule over {p.groups} x {p.shape[1]}"
-            f"x{p.shape[2]} outputs; each tile sums its group's K slice, found from offs on "
-            "the GPU (no sync), through its CTA's own TMA descriptors (zeros past the slice)"
+            _kernel_words("ragged K", name, config) + f": the dense schedule over {p.groups} x "
+            f"{p.shape[1]}x{p.shape[2]} outputs; each tile sums its group's K slice, found from "
+            "offs on the GPU (no sync), through its CTA's own TMA descriptors (zeros past the "
+            "slice)"
         )
-        for what, t in (("A", a.unsqueeze(-1)), ("B", b.t().unsqueeze(-1))):
+        for what, t in zip("AB", _2d2d_operands(a, b), strict=True):
             found = _kernel_view(t, False, (0,))
             how = "read in place" if found else "copied on every call (K must be strided)"
             lines.append(f"{what}: {how}")
@@ -546,10 +545,21 @@ def _torch_reason(p: GroupedProblem, ab_dtype: torch.dtype) -> str:
 def _kernel_line(backend: str, rows: int, groups: int, what: str) -> str:
     """explain's line for the grouped kernel: its backend and tile for ``rows`` ragged rows
     (the result's ``what``) in ``groups`` groups (``host.grouped_config``)."""
-    name, config = host.grouped_config(backend, rows, groups)
-    cfg = config or host.BACKENDS[name].config()
     return (
-        f"kernel: {name} grouped (ragged M), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
-        f"{cfg.cluster_m}x{cfg.cluster_n}: mean {rows / max(groups, 1):.0f} {what} per group "
-        "(host.grouped_config); the groups are found from offs on the GPU (no sync)"
+        _kernel_words("ragged M", *host.grouped_config(backend, rows, groups))
+        + f": mean {rows / max(groups, 1):.0f} {what} per group (host.grouped_config); the "
+        "groups are found from offs on the GPU (no sync)"
     )
+
+
+def _kernel_words(kind: str, name: str, config) -> str:
+    """ "kernel: <backend> grouped (<kind>), tile MxN, cluster MxN" (None: the shipped config)."""
+    cfg = config or host.BACKENDS[name].config()
+    return (f"kernel: {name} grouped ({kind}), tile {cfg.tile_m}x{cfg.tile_n}, cluster "
+            f"{cfg.cluster_m}x{cfg.cluster_n}")  # fmt: skip
+
+
+def _2d2d_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (M, K, 1) and B (N, K, 1) of a 2D x 2D call, as the ragged-K kernel reads them once
+    viewed M-major and N-major (``_operand``/``_kernel_view`` with majors ``(0,)``)."""
+    return a.unsqueeze(-1), b.t().unsqueeze(-1)
