@@ -36,14 +36,20 @@ NEEDS = {
 }
 
 
-def _assert_grouped(r, variant) -> None:
+def _grouped_opcodes(r) -> set:
+    """What every grouped kernel compiles to (clean, ``NEEDS``, no CALL, the offsets read by
+    every role's schedule); its opcodes, for the checks of its kind."""
     assert_clean(r)
     ops = set(sass.opcodes(r.sass_text))
     for op, why in NEEDS.items():
         assert any(o.startswith(op) for o in ops), f"no {op}: {why}"
     assert not any(o.startswith("CALL") for o in ops), "a CALL in the kernel"
-    # the groups' ends, read by every role's schedule
     assert any(o.startswith("LDG.E") for o in ops), "the offsets are not read"
+    return ops
+
+
+def _assert_grouped(r, variant) -> None:
+    ops = _grouped_opcodes(r)
     # a group's last tile: its rows copied out of shared memory under a predicate
     width = 32 if variant.c_dtype == "float32" else 16
     assert any(o.startswith(f"LDS.U{width}") or o == f"LDS.{width}" or o.startswith("LDS")
@@ -125,12 +131,7 @@ def _assert_ragged_k(r) -> None:
     (16-byte global stores), rewritten per group, released to the TMA unit's proxy
     (``fence.proxy.tensormap::generic.release``: a GPU-scope memory barrier) and acquired
     before the loads that use them (a descriptor-cache invalidation)."""
-    assert_clean(r)
-    ops = set(sass.opcodes(r.sass_text))
-    for op, why in NEEDS.items():
-        assert any(o.startswith(op) for o in ops), f"no {op}: {why}"
-    assert not any(o.startswith("CALL") for o in ops), "a CALL in the kernel"
-    assert any(o.startswith("LDG.E") for o in ops), "the offsets are not read"
+    ops = _grouped_opcodes(r)
     assert "STG.E.128" in ops, "the launch's descriptors are not copied to the CTA's slots"
     assert "MEMBAR.ALL.GPU" in ops, "no release of the rewritten descriptors"
     assert "UTMACCTL.IV" in ops, "no acquire (descriptor invalidation) before the loads"
