@@ -288,7 +288,7 @@ class RaggedKScheduler:
         new = object.__new__(RaggedKScheduler)
         new.tile_k = self.tile_k
         new.k_total, new.num_groups = (cutlass.Int32(v) for v in values[:2])
-        count = 2 + len(self.dense.__extract_mlir_values__())
+        count = 2 + len(self.dense._fields())
         new.dense = self.dense.__new_from_mlir_values__(values[2:count])
         new.offs = self.offs.__new_from_mlir_values__(values[count:])
         return new
