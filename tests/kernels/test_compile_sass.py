@@ -374,8 +374,9 @@ def test_every_fused_epilogue_compiles_without_calls_or_spills(compiled, variant
 
 #: The residual and alpha (``kernels/sm90/residual.py``) on the 128x128 ping-pong tile, whose
 #: 128 accumulators a thread left least room (the first build, loading C per element, spilled
-#: there): the default run's one compile; the sweep adds the cooperative tile, swap-AB (C
-#: M-major) and a split variant.
+#: there): the default run's one compile; the sweep adds the cooperative tile (C's first loads
+#: under the mainloop), swap-AB (C M-major), a split variant and the 8-wide tile (one subtile,
+#: one buffer).
 RESIDUAL = host.Variant("sm90-pingpong", "sm_90a", epilogue="scale+residual+bias_col+gelu_tanh")
 RESIDUAL_SWEEP = [
     host.Variant("sm90", "sm_90a", epilogue="residual"),
@@ -383,28 +384,35 @@ RESIDUAL_SWEEP = [
                  .variant_config(), epilogue="scale+residual"),
     host.Variant("sm90-pingpong", "sm_90a", config=choosing.entry("swap-pingpong-64x16x128-c1x1")
                  .variant_config(split=True), epilogue="residual+bias_row"),
-    # a subtile of 64 vectors for 128 threads (each vector copied by two)
     host.Variant("sm90-pingpong", "sm_90a", config=choosing.entry("swap-pingpong-64x8x128-c1x1")
                  .variant_config(), epilogue="scale+residual"),
 ]  # fmt: skip
 
 
-def _assert_residual(r: insp.Report, epilogue: str) -> None:
-    """C's subtiles read in 16-byte vectors (and element by element at C's edge), staged
-    through shared memory in vectors and read back per accumulator; spill-free, no CALL."""
-    _assert_fused(r, epilogue)
-    ops = set(sass.opcodes(r.sass_text))
-    assert {"LDG.E.128", "STS.128", "LDS.U16", "LDG.E.U16"} <= ops, sorted(ops)
+def _assert_residual(r: insp.Report, variant: host.Variant) -> None:
+    """C's subtiles come by TMA into the epilogue buffers: one TMA load and one expect-tx
+    arrival per subtile of a tile (beside the mainloop's one arrival), the load's descriptor
+    prefetched with the others, C read back from shared memory per accumulator and never
+    through 16-byte global loads; spill-free, no CALL."""
+    _assert_fused(r, variant.epilogue)
+    ops = sass.opcodes(r.sass_text)
+    cfg = variant.kernel_config()
+    subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // cfg.epi_tile[1])
+    assert ops.count("SYNCS.ARRIVE.TRANS64") == 1 + subtiles, sorted(set(ops))
+    loads = sum(op.startswith("UTMALDG") for op in ops)
+    assert loads >= 2 + subtiles, f"{loads} TMA loads for A, B and {subtiles} C subtiles"
+    assert ops.count("UTMACCTL.PF") == 4, "the descriptors of A, B, the store and C's load"
+    assert "LDS.U16" in ops and "LDG.E.128" not in ops, sorted(set(ops))
 
 
-def test_the_residual_compiles_vectorized_without_spills(compiled):
-    _assert_residual(compiled(RESIDUAL).report, RESIDUAL.epilogue)
+def test_the_residual_compiles_to_tma_loads_without_spills(compiled):
+    _assert_residual(compiled(RESIDUAL).report, RESIDUAL)
 
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("variant", RESIDUAL_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
-def test_every_residual_variant_compiles_vectorized_without_spills(compiled, variant):
-    _assert_residual(compiled(variant).report, variant.epilogue)
+def test_every_residual_variant_compiles_to_tma_loads_without_spills(compiled, variant):
+    _assert_residual(compiled(variant).report, variant)
 
 
 def test_the_bias_launcher_passes_the_unsplit_launch_defaults():

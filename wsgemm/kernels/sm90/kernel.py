@@ -177,9 +177,11 @@ class _ConsumerArgs:
     k_tiles: Any
     split: Any  # split_k.SplitLaunch, or None without split-K
     bias: Any  # the fused epilogue's bias vector (``plan.epilogue.bias``), or None
-    # a grouped kernel's C (rows, N), for its predicated stores; a residual's C (M, N, L)
+    # a grouped kernel's C (rows, N), for its predicated stores
     mC_gmem: Any = None
     scalars: Any = None  # the fused epilogue's (alpha, beta) fp32 values, or None
+    # a residual's (TMA load atom, C's TMA coordinates (M, N, L), its first mbarrier), or None
+    residual_load: Any = None
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ class _EpilogueArgs:
     bias: Any
     bias_extent: Any
     ragged: Any = None  # a grouped kernel's ``ragged.RaggedStore``; None for a dense one
-    # ``Epilogue.scale``/``residual``: (alpha, beta), and the residual's ``residual.ResidualCopy``
+    # ``Epilogue.scale``/``residual``: (alpha, beta), and the residual's ``residual.ResidualLoad``
     # (None without)
     scalars: Any = None
     residual: Any = None
@@ -448,8 +450,6 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if const_expr(alpha is None or beta is None):
                 raise ValueError(f"epilogue {self.fused_epilogue.name} takes alpha and beta")
             scalars = (cutlass.Float32(alpha), cutlass.Float32(beta))
-        if const_expr(self.fused_epilogue.residual):
-            mC_gmem = mC  # a residual reads C itself (the TMA view holds coordinates)
         if const_expr(cfg.splits_in_kernel):
             if const_expr(workspace is None or semaphores is None):
                 raise ValueError("a split-K kernel takes a workspace and semaphores")
@@ -528,6 +528,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             cute.slice_(c_layout, (None, None, 0)),
             cfg.epi_tile,
         )
+
+        residual_load = None
+        if const_expr(self.fused_epilogue.residual):
+            # C's subtiles read by TMA into the epilogue buffers (``residual``)
+            residual_load = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(),
+                mC,
+                cute.slice_(c_layout, (None, None, 0)),
+                cfg.epi_tile,
+            )
 
         tma_bytes = cute.size_in_bytes(
             self.ab_dtype, cute.slice_(a_layout, (None, None, 0))
@@ -608,6 +618,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             offs,
             mC_gmem,
             k_operands,
+            residual_load,
             trace_buffer,
         ).launch(
             grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
@@ -665,13 +676,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         return cpasync.CopyBulkTensorTileG2SMulticastOp()
 
     def _shared_storage(self, a_layout, b_layout, c_layout):
-        """Barriers first (and under split-K one flag word per consumer warpgroup, within the
-        same 1 KiB unit), then the swizzled A, B and C buffers on 1 KiB boundaries."""
+        """Barriers first (and a residual's, and under split-K one flag word per consumer
+        warpgroup, within the same 1 KiB unit), then the swizzled A, B and C buffers on 1 KiB
+        boundaries."""
         split = self.config.splits_in_kernel
+        residual_count = 0  # the residual's mbarriers
+        if self.fused_epilogue.residual:
+            residual_count = residual.barrier_count(self.epi_stages, self.config.pingpong)
 
         @cute.struct
         class SharedStorage:
             mainloop_barriers: cute.struct.MemRange[cutlass.Int64, 2 * self.ab_stages]
+            if residual_count:
+                # In the barriers' alignment unit too.
+                residual_barriers: cute.struct.MemRange[cutlass.Int64, residual_count]
             if self.trace:
                 # In the barriers' alignment unit: the budget below does not change.
                 trace_slots: cute.struct.Align[
@@ -726,22 +744,32 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         offs,
         mC_gmem,
         k_operands,
+        residual_load,
         trace_buffer,
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
         ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without);
         ``bias``: the fused epilogue's vector (None without); ``scalars``: its (alpha, beta)
         (None without); ``offs``, ``mC_gmem``: a grouped
-        kernel's group ends and its C (rows, N) (None for a dense kernel; a residual's C
-        (M, N, L) itself); ``k_operands``: a ragged-K grouped kernel's A and B as passed (the
-        descriptors it rewrites; None for others)."""
+        kernel's group ends and its C (rows, N) (None for a dense kernel); ``k_operands``: a
+        ragged-K grouped kernel's A and B as passed (the descriptors it rewrites; None for
+        others); ``residual_load``: a residual's TMA load of C and its coordinates (None
+        without)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
             for atom in (tma_a, tma_b, tma_c):
                 cpasync.prefetch_descriptor(atom)
+            if const_expr(residual_load is not None):
+                cpasync.prefetch_descriptor(residual_load[0])
 
         storage = SmemAllocator().allocate(plan.storage)
+        if const_expr(residual_load is not None):
+            if warp_idx == 0:
+                residual.init_barriers(
+                    storage.residual_barriers.data_ptr(),
+                    residual.barrier_count(plan.epi_stages, cfg.pingpong),
+                )
         cluster_layout = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
         ab_pipeline = self._make_mainloop_pipeline(
             plan, storage.mainloop_barriers.data_ptr(), tiled_mma, cluster_layout
@@ -827,9 +855,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if const_expr(cfg.splits_in_kernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
                 split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
+            res_load = None  # the residual's load, coordinates and mbarriers
+            if const_expr(residual_load is not None):
+                tma_r, mR = residual_load
+                res_load = (tma_r, mR, storage.residual_barriers.data_ptr())
             consumer_args = _ConsumerArgs(
-                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem, scalars
-            )
+                tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem, scalars,
+                res_load,
+            )  # fmt: skip
             self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
     def _make_mainloop_pipeline(self, plan, barrier_ptr, tiled_mma, cluster_layout):
@@ -1047,8 +1080,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         )
         steps = 1
         first = 0
-        # Ping-pong drains its stores after every tile and restarts at buffer 0.
-        subtiles_per_tile = 0 if const_expr(cfg.pingpong) else plan.out_subtiles
+        # Ping-pong drains its stores after every tile and restarts at buffer 0; a residual's
+        # count goes on (its mbarriers' phases, ``residual``).
+        subtiles_per_tile = plan.out_subtiles
+        if const_expr(cfg.pingpong and not plan.epilogue.residual):
+            subtiles_per_tile = 0
         if const_expr(cfg.pingpong):
             # Warpgroup w takes the CTA's units w, w + 2, ...; the ring holds every unit's
             # stages in order, so warpgroup 1 starts past the first unit's k-tiles.
@@ -1070,9 +1106,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             # the bias of the first subtiles, in flight under the mainloop
             bias_ahead = self._bias_ahead(plan, epi_args, tile)
             k_begin, k_end = self._k_range(tile, k_tiles)
+            prefetch = None
+            if const_expr(self._residual_under_mainloop(plan)):
+                prefetch = (epi_args, tile, subtiles_done)
             read_state = self.mma(
-                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, rec
-            )
+                plan, mma_args, ab_pipeline, read_state, acc, k_begin, k_end - k_begin, rec,
+                prefetch,
+            )  # fmt: skip
             if const_expr(split_args is not None):
                 # Before the epilogue turn: it touches no epilogue buffer, so it overlaps the
                 # other warpgroup's epilogue.
@@ -1139,10 +1179,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         k_begin,
         k_count,
         rec=None,
+        prefetch=None,
     ):
         """One unit's mainloop over ``k_count`` (>= 1) k-tiles from ``k_begin`` (the trace's
         k-tile numbers; traced, the loop is ``_mma_lanes``, traced.py). One k-tile of WGMMAs
-        stays in flight; a stage is released as soon as the WGMMAs reading it have retired."""
+        stays in flight; a stage is released as soon as the WGMMAs reading it have retired.
+        ``prefetch``: a residual's (epilogue args, tile, subtiles done), whose first C loads
+        leave once the first k-tile's WGMMAs are issued (``residual_prefetch``)."""
         if const_expr(rec is not None):
             return self._mma_lanes(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
         release_state = read_state.clone()
@@ -1153,6 +1196,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         self._mma_k_tile(args, acc, read_state.index)
         warpgroup.commit_group()
         read_state.advance()
+        if const_expr(prefetch is not None):
+            self.residual_prefetch(plan, *prefetch)
         for _ in cutlass.range(1, k_count, unroll=1):
             ab_pipeline.consumer_wait(read_state)
             self._mma_k_tile(args, acc, read_state.index)
@@ -1203,7 +1248,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             barrier_id = int(_Barrier.EPILOGUE)
             is_store_warp = warp_idx == 0
         barrier = pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=epilogue_threads)
-        tRS_cAcc = bias_extent = residual_copy = None
+        tRS_cAcc = bias_extent = residual_load = None
         if const_expr(plan.epilogue.bias != "none" or plan.epilogue.residual):
             # the accumulators' tile coordinates, laid out as the accumulators are
             tile_coords = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
@@ -1212,10 +1257,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             mode = 0 if const_expr(plan.epilogue.bias == "row") else 1
             bias_extent = Int32(cute.size(consumer.mC_mnl, mode=[mode]))
         if const_expr(plan.epilogue.residual):
-            residual_copy = residual.make_copy(
-                consumer.mC_gmem, plan.c_major == LayoutEnum.COL_MAJOR, cfg.epi_tile,
-                epilogue_threads, mma_tidx,
-            )  # fmt: skip
+            tma_r, mR, barriers = consumer.residual_load
+            if const_expr(cfg.pingpong):
+                barriers = barriers + wg * plan.epi_stages  # each warpgroup's own phases
+            residual_load = residual.ResidualLoad(
+                tma=tma_r,
+                gR_mnl=cute.local_tile(mR, (cfg.tile_m, plan.out_tile_n), (None, None, None)),
+                sC=sC,
+                barriers=barriers,
+                stages=plan.epi_stages,
+                subtile_bytes=epilogue_stage_bytes(*cfg.epi_tile, plan.c_dtype.width // 8),
+            )
         ragged_store = None
         if const_expr(self.grouped == "m"):
             ragged_store = ragged.RaggedStore(
@@ -1237,7 +1289,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             bias_extent=bias_extent,
             ragged=ragged_store,
             scalars=consumer.scalars,
-            residual=residual_copy,
+            residual=residual_load,
         )
 
     @cute.jit
@@ -1254,9 +1306,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """Accumulators -> output dtype -> smem subtile -> TMA store, one subtile at a time.
         ``bias_ahead``: a fused bias's addends of the first subtiles (``_bias_ahead``, loaded
         before the mainloop); each subtile then loads the bias of the one ``BIAS_AHEAD`` past
-        it, so no subtile waits a global-memory round trip for its own. A residual's C is
-        loaded here, the first subtile's at the start and each next one's behind the subtile
-        before it (``residual``: registers for one subtile only).
+        it, so no subtile waits a global-memory round trip for its own. A residual's C comes by
+        TMA into each subtile's own buffer, the first ones' under the mainloop or at the start,
+        each later one's two subtiles ahead (``residual``).
 
         Buffer ``b`` is rewritten only after the store that last read it has finished reading
         (the store warp waits for at most E-1 pending stores, then the barrier tells everyone).
@@ -1289,28 +1341,30 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             self._ragged_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
             return
         ahead = [] if const_expr(bias_ahead is None) else list(bias_ahead)
-        res = None
+        load = args.residual
+        res_views = None
         if const_expr(plan.epilogue.residual):
-            # C's first subtile, on its way while the tile's last MMAs retire
-            res = residual.fragment(args.residual, cfg.epi_tile)
-            residual.load(args.residual, res, self._subtile_origin(plan, views, 0), cfg.epi_tile)
+            res_views = residual.tile_views(load, tile, cfg.epi_tile)
+            if const_expr(not self._residual_under_mainloop(plan)):
+                if args.is_store_warp:
+                    residual.prefetch(
+                        load, res_views, views.order, subtiles_done, plan.out_subtiles
+                    )
         for e in cutlass.range_constexpr(plan.out_subtiles):
             if const_expr(bias_ahead is not None and e + BIAS_AHEAD < plan.out_subtiles):
                 ahead.append(self._bias_subtile(plan, args, views.origin, e + BIAS_AHEAD))
             bias = ahead[e] if const_expr(bias_ahead is not None) else None
             buf = (subtiles_done + e) % plan.epi_stages
             if const_expr(plan.epilogue.residual):
-                # C's subtile through buffer `buf` (once its previous store has read it), the
-                # next subtile's load issued behind it (module ``residual``)
-                if args.is_store_warp:
-                    store_pipeline.producer_acquire()
-                args.barrier.arrive_and_wait()
+                # C's subtile is in buffer `buf` (loaded once the buffer's last store had read
+                # it), and a later subtile's load leaves behind the store of two before
+                later = residual.later_load(plan.epi_stages, e, plan.out_subtiles)
+                if const_expr(later is not None):
+                    if args.is_store_warp:
+                        cute.arch.cp_async_bulk_wait_group(1, read=True)
+                        residual.issue(load, res_views, views.order, later, subtiles_done + later)
+                residual.wait(load, subtiles_done + e)
                 sC_buf = args.sC[(None, None, buf)]
-                residual.stage(args.residual, res, sC_buf)
-                if const_expr(e + 1 < plan.out_subtiles):
-                    origin = self._subtile_origin(plan, views, e + 1)
-                    residual.load(args.residual, res, origin, cfg.epi_tile)
-                args.barrier.arrive_and_wait()
                 self._subtile_to_registers(plan, args, views, e, bias, sC_buf)
                 # _store_subtile's first barrier: every thread has read its residual
             else:
@@ -1318,6 +1372,21 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 if args.is_store_warp:
                     store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             self._store_subtile(args, store_pipeline, views, buf, e)
+
+    @staticmethod
+    def _residual_under_mainloop(plan) -> bool:
+        """Whether a residual's first C loads leave under the tile's mainloop (cooperative,
+        unsplit) rather than at the start of its epilogue (``residual``)."""
+        cfg = plan.config
+        return plan.epilogue.residual and not cfg.pingpong and not cfg.splits_in_kernel
+
+    @cute.jit
+    def residual_prefetch(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile, subtiles_done):
+        """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``)."""
+        if args.is_store_warp:
+            views = residual.tile_views(args.residual, tile, plan.config.epi_tile)
+            order = epilogue_subtile_order(plan.config, plan.out_tile_n)
+            residual.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
 
     @cute.jit
     def _ragged_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
@@ -1406,7 +1475,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         plus beta times the residual, plus the bias, then the activation) and converted to the
         output dtype in ``views.tRS_rD_out``. ``bias``: the subtile's ``_bias_subtile`` when
         loaded ahead; None loads it here. ``sC_buf``: the buffer holding the residual's
-        subtile (``residual.stage``)."""
+        subtile (``residual.issue``)."""
         per_subtile = cute.size(views.tRS_rD)
         epi = plan.epilogue
         if const_expr(epi.plain):

@@ -1,20 +1,29 @@
 """The residual of the sm90 epilogue: ``beta · C``, C the output's own values before the call.
 
-A residual epilogue (``Epilogue.residual``) reads each output subtile before it stores it:
+A residual epilogue (``Epilogue.residual``) reads each output subtile before it stores it, by
+TMA into the very epilogue buffer the subtile's result is then written to and stored from
+(the buffer is C's, then D's):
 
-1. every epilogue thread loads its share of the subtile from global memory into registers in
-   16-byte vectors along C's contiguous mode (``load``: a subtile at C's edge, element by
-   element with a predicate; ``ResidualCopy.rounds`` vectors a thread), one subtile ahead of
-   the one it works on, so the round trip hides under a subtile's work;
-2. once the subtile's store buffer is free, writes them into it (``stage``), and after a
-   barrier every thread reads its accumulators' elements back from it (``value``): the
-   buffer's layout turns the coalesced vectors into the accumulators' thread layout, which
-   holds two adjacent columns and rows eight apart per thread (loading those directly took a
-   64-bit address per element and spilled the 128-wide tiles);
-3. after a second barrier the buffer is the store's again.
+1. the store warp issues subtile ``s``'s load (``issue``: the tile's subtile by TMA into
+   buffer ``s % E`` of the E epilogue buffers, completing on that buffer's mbarrier) once the
+   store that last read the buffer has finished reading it;
+2. every epilogue thread waits for the buffer's mbarrier (``wait``: its phase flips with each
+   load, so the phase of subtile ``s`` is ``(s // E) & 1``) and reads its accumulators'
+   elements of C from it (``value``) before the subtile's store writes the buffer (the
+   store's first barrier: every thread has read C).
 
-So C costs one coalesced read of the output and a pass through shared memory per subtile,
-never an extra kernel or a full-output pass in torch.
+Timeline of one tile of S subtiles: the first E loads (``prefetch``) leave before the
+epilogue: under the tile's mainloop (cooperative, unsplit: right after its first k-tile's
+MMAs are issued, once the previous tile's stores have read their buffers), or at the start
+of the epilogue (ping-pong, whose buffers the other warpgroup's epilogue holds during this
+one's mainloop; split-K and stream-K, where only the unit that finishes the tile stores it).
+Then subtile e's turn issues the load of subtile e + E - 2 (into the buffer of subtile e - 2,
+whose store is then at most one behind the newest: ``cp.async.bulk.wait_group.read 1``), so
+each later load has two subtiles' work to arrive. A ping-pong warpgroup keeps its own
+mbarriers (the buffers are shared, in turn; the phases are each warpgroup's own).
+
+So C costs one TMA read of the output and no extra registers, never an extra kernel or a
+full-output pass in torch. TMA clips at C's edges (zeros past them, never stored).
 """
 
 from __future__ import annotations
@@ -24,86 +33,101 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, const_expr
+from cutlass.cute.nvgpu import cpasync
 
-from wsgemm.support import VECTOR_BYTES
-
-__all__ = ["ResidualCopy", "fragment", "load", "make_copy", "stage", "value"]
+__all__ = [
+    "ResidualLoad",
+    "barrier_count",
+    "init_barriers",
+    "issue",
+    "later_load",
+    "phase",
+    "prefetch",
+    "tile_views",
+    "value",
+    "wait",
+]
 
 
 @dataclass(frozen=True)
-class ResidualCopy:
-    """One thread's view of the residual's subtile copies: the vector copy, this thread's
-    slice of it, and C (M, N, L) with its (M, N)."""
+class ResidualLoad:
+    """The residual's TMA load for one epilogue warpgroup (set): the atom, C's TMA
+    coordinates cut into output tiles (tile_m, tile_n, tiles_m, tiles_n, L), the epilogue
+    buffers (epi_m, epi_n, E), the first of this set's E mbarriers and a subtile's bytes."""
 
-    tiled_copy: Any
-    thr_copy: Any
-    mC: Any
-    extent: Any  # (M, N)
+    tma: Any
+    gR_mnl: Any
+    sC: Any
+    barriers: Any
+    stages: int
+    subtile_bytes: int
 
 
-def make_copy(mC, c_major_m: bool, epi_tile, threads: int, tidx) -> ResidualCopy:
-    """The 16-byte vector copy of one (epi_m, epi_n) subtile by ``threads`` threads, vectors
-    along C's contiguous mode (M when ``c_major_m``), for thread ``tidx``. A subtile of fewer
-    vectors than threads (the 8-wide swap-AB tile: 64 of them for 128 threads) is copied by as
-    many threads as it has vectors, each vector by ``threads // vectors`` of them (the same
-    values loaded and stored twice: no thread's copy reaches past the subtile)."""
-    epi_m, epi_n = epi_tile
-    vector = VECTOR_BYTES * 8 // mC.element_type.width
-    atom = cute.make_copy_atom(
-        cute.nvgpu.CopyUniversalOp(), mC.element_type, num_bits_per_copy=VECTOR_BYTES * 8
+def barrier_count(epi_stages: int, pingpong: bool) -> int:
+    """mbarriers the residual needs: one per epilogue buffer, per ping-pong warpgroup."""
+    return epi_stages * (2 if pingpong else 1)
+
+
+def init_barriers(barriers, count: int):
+    """Arm ``count`` mbarriers for one arrival each (the expect-tx of the load). One thread."""
+    with cute.arch.elect_one():
+        for i in range(count):
+            cute.arch.mbarrier_init(barriers + i, 1)
+    cute.arch.mbarrier_init_fence()
+
+
+def tile_views(load: ResidualLoad, tile, epi_tile):
+    """``tile``'s subtiles of C and the buffers, partitioned for the TMA load:
+    ((TMA, E), (TMA, (subtiles_m, subtiles_n)))."""
+    gR = load.gR_mnl[(None, None, tile.m, tile.n, tile.l)]
+    return cpasync.tma_partition(
+        load.tma,
+        0,
+        cute.make_layout(1),
+        cute.group_modes(load.sC, 0, 2),
+        cute.zipped_divide(gR, epi_tile),
     )
-    used = min(threads, epi_m * epi_n // vector)
-    if const_expr(threads % used != 0):
-        raise ValueError(f"a residual subtile of {used} vectors for {threads} threads")
-    if const_expr(c_major_m):
-        across = epi_m // vector  # threads along M, one vector each
-        thr = cute.make_layout((across, used // across), stride=(1, across))
-        val = cute.make_layout((vector, 1))
-    else:
-        across = epi_n // vector
-        thr = cute.make_layout((used // across, across), stride=(across, 1))
-        val = cute.make_layout((1, vector))
-    tiled = cute.make_tiled_copy_tv(atom, thr, val)
-    extent = (Int32(cute.size(mC, mode=[0])), Int32(cute.size(mC, mode=[1])))
-    return ResidualCopy(tiled, tiled.get_slice(tidx % used), mC, extent)
 
 
-def fragment(copy: ResidualCopy, epi_tile):
-    """The registers one thread loads a subtile into."""
-    blank = cute.make_identity_tensor(epi_tile)
-    return cute.make_rmem_tensor(copy.thr_copy.partition_S(blank).shape, copy.mC.element_type)
+def phase(load: ResidualLoad, s):
+    """The mbarrier phase of the subtile numbered ``s`` (this set's count since the start)."""
+    return (s // load.stages) % 2
 
 
-@cute.jit
-def load(copy: ResidualCopy, frag, origin, epi_tile: cutlass.Constexpr):
-    """The subtile at ``origin`` ((row, col, batch) of its first element in C) into ``frag``:
-    16-byte vectors when the whole subtile lies inside C, else each element inside C alone
-    (the others are never stored)."""
-    epi_m, epi_n = epi_tile
-    row, col, batch = origin
-    mC_l = copy.mC[(None, None, batch)]
-    inside = (row + epi_m <= copy.extent[0]) & (col + epi_n <= copy.extent[1])
-    if inside:
-        sub = cute.local_tile(mC_l, epi_tile, (row // epi_m, col // epi_n))
-        cute.copy(copy.tiled_copy, copy.thr_copy.partition_S(sub), frag)
-    else:
-        coords = copy.thr_copy.partition_S(cute.make_identity_tensor(epi_tile))
-        for i in cutlass.range_constexpr(cute.size(frag)):
-            r = row + coords[i][0]
-            c = col + coords[i][1]
-            if (r < copy.extent[0]) & (c < copy.extent[1]):
-                frag[i] = mC_l[(r, c)]
+def issue(load: ResidualLoad, views, order, e, s):
+    """The store warp's: subtile ``e`` of the tile (``order``: subtile -> (row, col) of
+    subtiles), the ``s``-th of this set, into buffer ``s % E``, which no store or thread still
+    reads."""
+    buf = s % load.stages
+    bar = load.barriers + buf
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(bar, load.subtile_bytes)
+    sR, gR = views
+    cute.copy(load.tma, gR[(None, order.get_hier_coord(e))], sR[(None, buf)], tma_bar_ptr=bar)
 
 
-@cute.jit
-def stage(copy: ResidualCopy, frag, sC_buf):
-    """``frag`` (``load``'s) into the subtile's shared buffer ``sC_buf`` (epi_m, epi_n)."""
-    cute.copy(copy.tiled_copy, frag, copy.thr_copy.partition_D(sC_buf))
+def prefetch(load: ResidualLoad, views, order, first, subtiles: int):
+    """The store warp's: once every earlier store has read its buffer, the tile's first
+    ``min(E, subtiles)`` loads (``first``: the number of the tile's first subtile)."""
+    cute.arch.cp_async_bulk_wait_group(0, read=True)
+    for e in range(min(load.stages, subtiles)):
+        issue(load, views, order, e, first + e)
+
+
+def later_load(stages: int, e: int, subtiles: int) -> int | None:
+    """The subtile whose load subtile ``e``'s turn issues (E - 2 past it, the first E having
+    been prefetched), or None."""
+    f = e + stages - 2
+    return f if stages <= f < subtiles else None
+
+
+def wait(load: ResidualLoad, s):
+    """Every epilogue thread: the ``s``-th subtile's C has landed in its buffer."""
+    cute.arch.mbarrier_wait(load.barriers + s % load.stages, phase(load, s))
 
 
 def value(sC_buf, coord, epi_tile) -> cutlass.Float32:
-    """The staged residual at tile coordinate ``coord`` ((row, col) in the tile), in fp32:
-    its element of the subtile ``sC_buf``."""
+    """The residual at tile coordinate ``coord`` ((row, col) in the tile), in fp32: its
+    element of the subtile's buffer ``sC_buf``."""
     epi_m, epi_n = epi_tile
     return sC_buf[(coord[0] % epi_m, coord[1] % epi_n)].to(cutlass.Float32)
