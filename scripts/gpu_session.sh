@@ -98,8 +98,8 @@ if has verify; then
   echo "verify done at $((SECONDS - start)) s"
 fi
 if has residual; then
-  # issue #25: the fused residual and alpha (kernels/sm90/residual.py), never run on a GPU
-  # before; RESIDUAL_FAMILIES stays empty until these pass. Its speed:
+  # issue #25: the fused residual and alpha (kernels/sm90/residual.py: C by TMA into the
+  # epilogue buffers since perf.md entry 56). Its speed:
   # EPILOGUES=residual bash scripts/gpu_session.sh epibench
   timeout ${RES_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
     tests/gpu/test_gpu_residual.py > "$OUT/residual-tests.log" 2>&1
