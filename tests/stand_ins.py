@@ -14,17 +14,19 @@ F16, F32 = torch.float16, torch.float32
 
 class StandInKernel:
     """C[m,n,l] = act(alpha · sum_k A[m,k,l] B[n,k,l] + beta · C[m,n,l] + bias) in float64 (the
-    fused epilogue of the
-    variant it was handed for: ``epilogue``), remembering what each launch was given (and a
-    split kernel's launch arguments: split count, workspace and semaphores; a bias vector)."""
+    fused epilogue of the variant it was handed for: ``epilogue``; C the output's values, or
+    with ``c_tensor`` the ``residual`` launch argument's), remembering what each launch was
+    given (and a split kernel's launch arguments: split count, workspace and semaphores; a bias
+    vector; a residual's address)."""
 
     def __init__(self):
         self.launches = []
         self.splits = []
         self.biases = []
+        self.residuals = []  # the addresses of the C tensors read (``Epilogue.c_tensor``)
 
     def __call__(self, a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None,
-                 bias=None, alpha=None, beta=None, *, epilogue="none"):  # fmt: skip
+                 bias=None, alpha=None, beta=None, residual=None, *, epilogue="none"):  # fmt: skip
         self.launches.append((a.data_ptr(), b.data_ptr(), c.data_ptr(), clusters))
         if workspace is not None:
             self.splits.append((tuple(a.shape), tuple(c.shape), split, workspace, sems.clone()))
@@ -33,8 +35,13 @@ class StandInKernel:
         assert (alpha is not None) == (beta is not None) == spec.scalars, (spec, alpha, beta)
         if spec.scale:
             result = alpha * result
-        if spec.residual:  # C's values before the call, read from the output itself
-            result = result + beta * c.double()
+        assert (residual is not None) == spec.c_tensor, (spec, residual)
+        if spec.residual:  # C's values before the call: its own tensor, or the output itself
+            if spec.c_tensor:
+                assert residual.shape == c.shape and residual.stride() == c.stride(), (
+                    residual.shape, residual.stride(), c.shape, c.stride())  # fmt: skip
+                self.residuals.append(residual.data_ptr())
+            result = result + beta * (c if residual is None else residual).double()
         if spec.bias != "none":
             assert bias is not None and bias.dim() == 1 and bias.stride(0) == 1
             self.biases.append((spec.bias, bias.clone()))

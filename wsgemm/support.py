@@ -366,10 +366,12 @@ class Epilogue:
     ``activation`` one of ``ACTIVATIONS``. The default is the plain epilogue (convert and
     store), whose compiled code is the kernel's code before fused epilogues existed.
 
-    ``scale``: the accumulators are multiplied by ``alpha``; ``residual``: ``beta`` times the
-    output's own value before the call is added (the kernel reads each element of C before it
-    stores it: an in-place residual, ``C = alpha · A B + beta · C``). ``alpha`` and ``beta`` are
-    launch arguments: only "alpha is 1" (no ``scale``) and "beta is 0" (no ``residual``) are
+    ``scale``: the accumulators are multiplied by ``alpha``; ``residual``: ``beta`` times C is
+    added, C the output's own value before the call (the kernel reads each element of C
+    before it stores it: an in-place residual, ``C = alpha · A B + beta · C``), or with
+    ``c_tensor`` a tensor of its own (a launch argument of the output's shape and major, read
+    the same way: no copy of it into the output first). ``alpha`` and ``beta`` are launch
+    arguments: only "alpha is 1" (no ``scale``) and "beta is 0" (no ``residual``) are
     compiled in.
 
     ``gated``: a gated linear unit, ``D = act(acc[:, :N]) * acc[:, N:]`` of a product ``2N``
@@ -382,6 +384,7 @@ class Epilogue:
     gated: bool = False
     scale: bool = False
     residual: bool = False
+    c_tensor: bool = False
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
@@ -395,6 +398,8 @@ class Epilogue:
             )
         if self.gated and (self.scale or self.residual):
             raise ValueError("a gated epilogue takes no alpha and no residual")
+        if self.c_tensor and not self.residual:
+            raise ValueError("c_tensor names where a residual's C is read: it needs residual")
 
     @property
     def plain(self) -> bool:
@@ -412,7 +417,8 @@ class Epilogue:
     def name(self) -> str:
         """ "none", or the pieces joined by "+" ("bias_col", "bias_col+gelu", "silu"): the form
         compile keys and ``parse`` use."""
-        parts = [p for p, on in (("scale", self.scale), ("residual", self.residual)) if on]
+        flags = (("scale", self.scale), ("residual", self.residual), ("c_tensor", self.c_tensor))
+        parts = [p for p, on in flags if on]
         if self.bias != "none":
             parts.append(f"bias_{self.bias}")
         if self.gated:
@@ -430,11 +436,14 @@ class Epilogue:
         for part in name.split("+") if name != "none" else ():
             if part.startswith("bias_"):
                 bias = part[len("bias_") :]
-            elif part in ("gated", "scale", "residual"):
+            elif part in ("gated", "scale", "residual", "c_tensor"):
                 flags.add(part)
             else:
                 activation = part
-        return cls(bias, activation, "gated" in flags, "scale" in flags, "residual" in flags)
+        return cls(
+            bias, activation, "gated" in flags, "scale" in flags, "residual" in flags,
+            "c_tensor" in flags,
+        )  # fmt: skip
 
     def swapped(self) -> Epilogue:
         """The same epilogue on the transposed problem (swap-AB): rows and columns trade."""

@@ -28,7 +28,7 @@ class GroupedStandIn:
         self.launches = []
 
     def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
-                 offs, *, epilogue="none"):  # fmt: skip
+                 residual, offs, *, epilogue="none"):  # fmt: skip
         self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
         assert a.stride(2) == 0 and c.stride(2) == 0 and b.shape[2] == len(offs)
         assert (raster, split, workspace, sems, bias, alpha, beta) == (0, 1, None, None, None,
@@ -59,7 +59,7 @@ class RaggedKStandIn:
         self.launches = []
 
     def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
-                 offs, *, epilogue="none"):  # fmt: skip
+                 residual, offs, *, epilogue="none"):  # fmt: skip
         self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
         groups = len(offs)
         assert a.stride(2) == 0 and b.stride(2) == 0 and c.shape[2] == groups

@@ -192,9 +192,9 @@ def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
     per = (0, 3, "workspace", "sems")
     call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per))(16, 32, 48)
     assert got[-1][15:] == (*per, *defaults[len(per) :])
-    assert extras == 6 and got[-1][-3:] == (None, None, None)  # no fused epilogue here
-    # a fused launch passes its bias, alpha and beta itself, as the last (late) arguments
-    call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=3)(
-        16, 32, 48, "bias", 2.0, 0.5
+    assert extras == 7 and got[-1][-4:] == (None,) * 4  # no fused epilogue here
+    # a fused launch passes its bias, alpha, beta and C itself, as the last (late) arguments
+    call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=4)(
+        16, 32, 48, "bias", 2.0, 0.5, "c"
     )
-    assert got[-1][-3:] == ("bias", 2.0, 0.5) and len(got[-1]) == len(names)
+    assert got[-1][-4:] == ("bias", 2.0, 0.5, "c") and len(got[-1]) == len(names)

@@ -95,10 +95,12 @@ def test_the_grouped_kernel_refuses_what_it_does_not_have(options, what):
 
 
 def test_the_grouped_launch_takes_the_offsets_last():
-    """The host passes (raster group, split, workspace, semaphores, bias, alpha, beta, offs)."""
+    """The host passes (raster group, split, workspace, semaphores, bias, alpha, beta, residual,
+    offs)."""
     cls = host.Variant("sm90", "sm_90a", grouping="m").kernel_class()
-    assert [name for name, _ in cls.LAUNCH_EXTRAS][-4:] == ["bias", "alpha", "beta", "offs"]
-    assert cls.launch_defaults() == (0, 1, None, None, None, None, None, None)
+    names = [name for name, _ in cls.LAUNCH_EXTRAS]
+    assert names[-5:] == ["bias", "alpha", "beta", "residual", "offs"]
+    assert cls.launch_defaults() == (0, 1, *(None,) * 7)
 
 
 def test_the_grouped_kernel_refuses_an_m_major_a():

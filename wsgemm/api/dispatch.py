@@ -405,11 +405,11 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         kernel_epi.name,
     )  # fmt: skip
     late = ()
-    if kernel_epi.bias != "none" or kernel_epi.scalars:  # (bias, alpha, beta): Sm90Gemm's
+    if kernel_epi.bias != "none" or kernel_epi.scalars:  # (bias, alpha, beta, C): Sm90Gemm's
         vector = None
         if kernel_epi.bias != "none":
             vector = kernel_bias(bias, epi.bias, p.m if epi.bias == "row" else p.n, rows)
-        late = (vector, *((p.alpha, p.beta) if kernel_epi.scalars else (None, None)))
+        late = (vector, *((p.alpha, p.beta) if kernel_epi.scalars else (None, None)), None)
     if kernel_epi.residual and launch.copy_back is not None:
         # the kernel writes a temporary C: it must hold C's values, which it reads first
         launch.c[:, : launch.copy_back.shape[1]].copy_(launch.copy_back)
@@ -525,7 +525,7 @@ def _on_its_device(d, index, launcher: Launcher) -> Launcher:
 
 def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, late):
     """The direct launcher of a call with a fused bias, alpha or residual: ``at`` (bound with
-    the epilogue's three launch arguments late: bias, alpha, beta) given, per call, the
+    the epilogue's four launch arguments late: bias, alpha, beta, C) given, per call, the
     kernel's vector of the call's bias (the bias itself when the first call's already was one:
     a flat contiguous vector, the signature fixing its strides; else a vector made as the
     first call's was, ``kernel_bias``) and the signature's alpha and beta (``late``'s)."""

@@ -134,15 +134,15 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
 #: An unsplit sm90 launch's arguments between the clusters and a fused epilogue's bias
 #: (``Sm90Gemm.LAUNCH_EXTRAS``): the kernel's own raster order, split 1, no split buffers.
 UNSPLIT_LAUNCH = (0, 1, None, None)
-#: The fused epilogue's launch arguments when it has none (bias, alpha, beta): what comes
+#: The fused epilogue's launch arguments when it has none (bias, alpha, beta, C): what comes
 #: between ``UNSPLIT_LAUNCH`` and a grouped kernel's offsets.
-NO_EPILOGUE_LAUNCH = (None, None, None)
+NO_EPILOGUE_LAUNCH = (None, None, None, None)
 
 
 def bias_launcher(fn: Callable) -> Callable:
-    """``launch(a_mkl, b_nkl, c_mnl, clusters, bias, alpha, beta)``: an unsplit kernel with a
-    fused epilogue's launch arguments, called like a split launcher (those last);
-    ``launch.bind(..., late=3)`` binds it as ``KernelCall.bind`` does, the three given per
+    """``launch(a_mkl, b_nkl, c_mnl, clusters, bias, alpha, beta, c)``: an unsplit kernel with
+    a fused epilogue's launch arguments, called like a split launcher (those last);
+    ``launch.bind(..., late=4)`` binds it as ``KernelCall.bind`` does, the four given per
     launch."""
 
     def launch(a_mkl, b_nkl, c_mnl, clusters: int, *late):

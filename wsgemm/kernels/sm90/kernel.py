@@ -59,6 +59,7 @@ from wsgemm.kernels.sm90.config import (
 from wsgemm.kernels.sm90.traced import TracedLoops
 from wsgemm.support import (
     THREADS_PER_WARPGROUP,
+    VECTOR_BYTES,
     WARP_SIZE,
     WARPS_PER_WARPGROUP,
     check_dtypes,
@@ -289,11 +290,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     #: "k": the ragged-K one (its K cut into groups, each group a batch of C; ``ragged_k.py``).
     grouped = None
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
-    # and the fused epilogue's bias vector and alpha, beta (``epilogue``; kernels without a bias,
-    # or without ``scale`` and ``residual``, ignore them)
+    # and the fused epilogue's bias vector, alpha, beta and C (``epilogue``; kernels without a
+    # bias, without ``scale`` and ``residual``, or without ``c_tensor``, ignore them)
     LAUNCH_EXTRAS = (
         ("split_count", 1), ("workspace", None), ("semaphores", None), ("bias", None),
-        ("alpha", None), ("beta", None),
+        ("alpha", None), ("beta", None), ("residual", None),
     )  # fmt: skip
 
     def __init__(
@@ -390,11 +391,25 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         scalars = (None, None)
         if self.fused_epilogue.scalars:
             scalars = (cutlass.Float32(1.0), cutlass.Float32(0.0))
+        c_in = self._fake_c() if self.fused_epilogue.c_tensor else None
         if not self.config.splits_in_kernel:
-            return Int32(1), None, None, bias, *scalars
+            return Int32(1), None, None, bias, *scalars, c_in
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
         semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
-        return Int32(1), workspace, semaphores, bias, *scalars
+        return Int32(1), workspace, semaphores, bias, *scalars, c_in
+
+    def _fake_c(self):
+        """A residual's own C (M, N, L): the output's major (M-major under swap-AB), its
+        non-unit strides 16-byte multiples (``c_tensor``'s launch argument)."""
+        from cutlass.cute.runtime import make_fake_tensor
+
+        vector = VECTOR_BYTES * 8 // self.c_dtype.width
+        rows, cols, batches = (cute.sym_int64() for _ in range(3))
+        ld, batch = (cute.sym_int64(divisibility=vector) for _ in range(2))
+        stride = (1, ld, batch) if self.config.swap_ab else (ld, 1, batch)
+        return make_fake_tensor(
+            self.c_dtype, (rows, cols, batches), stride, assumed_align=VECTOR_BYTES
+        )
 
     def mainloop_consumer_arrivals(self, mma_threads: int) -> int:
         """The empty barrier's count, from the traced WGMMA (its thread count) and the cluster,
@@ -416,12 +431,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ``config.split_workspace_elements`` words (contents irrelevant) and ``semaphores`` a
         flat int32 tensor of ``config.split_semaphores`` zeros (two per output tile), which the
         kernel leaves zero again. A fused epilogue's: ``bias`` (a flat vector of the inputs'
-        dtype), ``alpha`` and ``beta`` (fp32 scalars; ``Epilogue.scale`` and ``residual``)."""
-        split_count, workspace, semaphores, bias, alpha, beta = launch[:6]
+        dtype), ``alpha`` and ``beta`` (fp32 scalars; ``Epilogue.scale`` and ``residual``), ``c``
+        (a residual's C when it is not the output: ``Epilogue.c_tensor``; (M, N, L) of C's
+        dtype and major)."""
+        split_count, workspace, semaphores, bias, alpha, beta, c_in = launch[:7]
         offs = mC_gmem = k_operands = None
         num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         if const_expr(self.grouped is not None):
-            offs = launch[6]
+            offs = launch[7]
             if const_expr(offs is None or offs.element_type != Int32):
                 raise ValueError("a grouped kernel takes its groups' end offsets as int32")
         if const_expr(self.grouped == "m"):
@@ -532,9 +549,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         residual_load = None
         if const_expr(self.fused_epilogue.residual):
             # C's subtiles read by TMA into the epilogue buffers (``residual``)
+            source = mC
+            if const_expr(self.fused_epilogue.c_tensor):
+                if const_expr(c_in is None or c_in.element_type != self.c_dtype):
+                    name = self.fused_epilogue.name
+                    raise ValueError(f"epilogue {name} takes a C of {self.c_dtype}")
+                if const_expr(LayoutEnum.from_tensor(c_in) != c_major):
+                    raise ValueError("the residual's C must have the output's major")
+                source = c_in
             residual_load = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileG2SOp(),
-                mC,
+                source,
                 cute.slice_(c_layout, (None, None, 0)),
                 cfg.epi_tile,
             )
@@ -1311,7 +1336,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         each later one's two subtiles ahead (``residual``).
 
         Buffer ``b`` is rewritten only after the store that last read it has finished reading
-        (the store warp waits for at most E-1 pending stores, then the barrier tells everyone).
+        (the store warp waits for at most E-1 pending stores, then the barrier tells everyone;
+        a residual's C load into it waits for that store itself).
         A grouped kernel's tile whose rows run past its group's end copies its subtiles' rows
         out of the buffers itself (``ragged.store_rows``) after every pending store is done.
         """
@@ -1509,7 +1535,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     @cute.jit
     def _store_subtile(self, args, store_pipeline, views, buf, e):
-        """``views.tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired),
+        """``views.tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired, or
+        a residual's C load has filled, after the buffer's last store read it),
         then its TMA store to subtile ``e`` of the tile."""
         args.barrier.arrive_and_wait()
         cute.copy(args.tiled_copy_r2s, views.tRS_rD_out, args.tRS_sC[(None, None, None, buf)])

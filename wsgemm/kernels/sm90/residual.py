@@ -19,10 +19,17 @@ of the epilogue (ping-pong, whose buffers the other warpgroup's epilogue holds d
 one's mainloop; split-K and stream-K, where only the unit that finishes the tile stores it).
 Then subtile e's turn issues the load of subtile e + E - 2 (into the buffer of subtile e - 2,
 whose store is then at most one behind the newest: ``cp.async.bulk.wait_group.read 1``), so
-each later load has two subtiles' work to arrive. A ping-pong warpgroup keeps its own
-mbarriers (the buffers are shared, in turn; the phases are each warpgroup's own).
+each later load has E - 2 subtiles' work to arrive: two with four buffers, none with two
+(fp32 outputs, the widest tiles), where each later subtile waits its whole round trip. A
+ping-pong warpgroup keeps its own mbarriers (the buffers are shared, in turn; the phases are
+each warpgroup's own).
 
-So C costs one TMA read of the output and no extra registers, never an extra kernel or a
+C is the output itself (an in-place residual) or, with ``Epilogue.c_tensor``, a tensor of
+its own of the output's shape and major (the ``residual`` launch argument); either way each
+subtile is read before its own store, so in place is safe, and a C that overlaps the output
+only in part is not (the host never passes one).
+
+So C costs one TMA read and no extra registers, never an extra kernel or a
 full-output pass in torch. TMA clips at C's edges (zeros past them, never stored).
 """
 
