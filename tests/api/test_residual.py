@@ -16,13 +16,16 @@ from wsgemm.host import registry
 F16, F32 = torch.float16, torch.float32
 
 
-@pytest.fixture(autouse=True, params=["fused", "torch"])
+@pytest.fixture(autouse=True, params=["fused", "torch", "c_tensor"])
 def fusing(monkeypatch, request):
-    """Both roads: the sm90 kernels reading C (``registry.RESIDUAL_FAMILIES``, empty on main
-    until their first GPU check) and the product combined in torch."""
+    """Every road: the sm90 kernels reading C from the output (``registry.RESIDUAL_FAMILIES``),
+    the product combined in torch, and the kernels reading a C of its own where it lies
+    (``registry.C_TENSOR_FAMILIES``, empty on main until its first GPU check)."""
     monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
-    if request.param == "fused":
+    if request.param in ("fused", "c_tensor"):
         monkeypatch.setattr(registry, "RESIDUAL_FAMILIES", registry.EPILOGUE_FAMILIES)
+    if request.param == "c_tensor":
+        monkeypatch.setattr(registry, "C_TENSOR_FAMILIES", registry.EPILOGUE_FAMILIES)
     return request.param
 
 
@@ -85,6 +88,62 @@ def test_the_kernel_reads_c_from_its_output_with_alpha_and_beta_as_launch_argume
     before = {v.key() for v in d.cache.variants}
     call(d, a, b, c=c, out=out, alpha=3.0, beta=0.25, bias=rand((48,), 3), activation="relu")
     assert {v.key() for v in d.cache.variants} == before
+
+
+def test_the_kernel_reads_a_c_of_its_own_where_it_lies(fusing):
+    """``Epilogue.c_tensor``: a dense row-major ``c`` of the result's shape goes to the kernel
+    as its ``residual`` launch argument, never copied into the result; the signature's direct
+    launcher hands each later call's own ``c`` (here another tensor) to the kernel."""
+    if fusing != "c_tensor":
+        pytest.skip("the c_tensor road's launches")
+    a, b = rand((64, 32), 0), rand((32, 48), 1)
+    d = cpu_dispatcher()
+    for backend in ("auto", "sm90-pingpong"):
+        for seed in (2, 5):  # the first call, then the signature's launcher
+            c = rand((64, 48), seed)
+            got = call(d, a, b, c=c, alpha=2.0, beta=0.25, bias=rand((48,), 3), backend=backend)
+            close(got, expected(a, b, c, 2.0, 0.25, rand((48,), 3)))
+            assert d.cache.kernel.residuals[-1] == c.data_ptr()
+            assert Epilogue.parse(d.cache.variants[-1].epilogue).c_tensor
+    out = torch.full((64, 48), float("nan"), dtype=F16)
+    c = rand((64, 48), 7)
+    assert call(d, a, b, c=c, out=out, beta=-1.0) is out
+    close(out, expected(a, b, c, 1.0, -1.0))
+    assert d.cache.kernel.residuals[-1] == c.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "make_c",
+    [
+        lambda c: c.mT.contiguous().mT,  # column-major
+        lambda c: torch.cat([c, c], 1)[:, :48],  # rows apart
+        lambda c: c[0],  # a row that broadcasts
+    ],
+    ids=["column-major", "strided", "broadcast"],
+)
+def test_a_c_the_kernel_cannot_read_where_it_lies_is_copied(fusing, make_c):
+    if fusing != "c_tensor":
+        pytest.skip("the c_tensor road's choice")
+    a, b = rand((64, 32), 0), rand((32, 48), 1)
+    c = make_c(rand((64, 48), 2))
+    d = cpu_dispatcher()
+    close(call(d, a, b, c=c, beta=0.5), expected(a, b, c, 1.0, 0.5))
+    assert not any(Epilogue.parse(v.epilogue).c_tensor for v in d.cache.variants)
+    assert d.cache.kernel.residuals == []
+
+
+def test_a_c_overlapping_out_is_copied_first(fusing):
+    """A ``c`` that shares memory with ``out`` without being it: the kernel would read values
+    its own stores already changed, so C goes through a copy."""
+    if fusing != "c_tensor":
+        pytest.skip("the c_tensor road's choice")
+    a, b = rand((32, 32), 0), rand((32, 48), 1)
+    buf = rand((40, 48), 2)
+    c, out = buf[:32], buf[8:40]
+    want = expected(a, b, c.clone(), 1.0, 1.0)
+    d = cpu_dispatcher()
+    close(call(d, a, b, c=c, out=out), want)
+    assert d.cache.kernel.residuals == []
 
 
 def test_alpha_alone_and_beta_zero_never_read_c():
@@ -198,3 +257,7 @@ def test_explain_says_how_c_is_read():
     assert ("RESIDUAL_FAMILIES" in text) == (registry.RESIDUAL_FAMILIES == frozenset())
     assert "c: out itself" in text
     assert "copied into a new result first" in explain(a, b, c=torch.empty(48, dtype=F16))
+    own = explain(a, b, c=torch.empty(64, 48, dtype=F16))
+    assert ("read by the kernel where it lies" in own) == (
+        registry.C_TENSOR_FAMILIES != frozenset()
+    )

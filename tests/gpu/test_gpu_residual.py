@@ -1,11 +1,13 @@
 """GPU correctness of the fused residual and alpha, ``act(alpha · a @ b + beta · c + bias)``
-(issue #25), with the sm90 kernels that read C from their output switched on for this module
-(``registry.RESIDUAL_FAMILIES``: empty on main until these tests pass on a GPU).
+(issue #25), with the sm90 kernels that read C switched on for this module: from their output
+(``registry.RESIDUAL_FAMILIES``) and from a C of its own where it lies
+(``registry.C_TENSOR_FAMILIES``: the "copied" cases of dense row-major 2-D calls; empty on main
+until these tests pass on a GPU).
 
 Against a float64 reference of the same formula, within twice the error of torch's own unfused
 path (``alpha * torch.matmul(a, b) + beta * c + bias``, then the activation) plus the fp32
-accumulation bound where the output is fp32. Ragged shapes (C's edge subtiles take the
-element-by-element load), both schedules through ``auto``, swap-AB (C M-major), split-K and
+accumulation bound where the output is fp32. Ragged shapes (C's edge subtiles, which TMA
+clips), both schedules through ``auto``, swap-AB (C M-major), split-K and
 stream-K (the epilogue once, after the fix-up), batched, ``out=c`` in place, a copied and a
 broadcast ``c``, ``beta == 0`` with a NaN ``c`` (never read), and the signature's launcher on a
 second call with new values of C.
@@ -31,11 +33,12 @@ CASES = 48
 def fusing():
     from wsgemm.host import registry
 
-    saved = registry.FUSING_FAMILIES, registry.RESIDUAL_FAMILIES
+    saved = registry.FUSING_FAMILIES, registry.RESIDUAL_FAMILIES, registry.C_TENSOR_FAMILIES
     registry.FUSING_FAMILIES = registry.RESIDUAL_FAMILIES = registry.EPILOGUE_FAMILIES
+    registry.C_TENSOR_FAMILIES = registry.EPILOGUE_FAMILIES
     api.DISPATCHER.forget()
     yield
-    registry.FUSING_FAMILIES, registry.RESIDUAL_FAMILIES = saved
+    registry.FUSING_FAMILIES, registry.RESIDUAL_FAMILIES, registry.C_TENSOR_FAMILIES = saved
     api.DISPATCHER.forget()
 
 
@@ -87,7 +90,9 @@ def check(case, gen, backend="auto", config=None):
             got = call(a, b, c=out, out=out, **kw)
             assert got is out
         else:
+            kept = c.clone()
             got = call(a, b, c=c, **kw)
+            assert torch.equal(c, kept), "c was written"  # read where it lies, never changed
         assert got.shape == ref.shape and got.dtype == want
         slack = fp32_accumulation_bound(a, b) * abs(alpha) if want == torch.float32 else 0.0
         assert_within_torch_error(got, ref, theirs, slack=slack * 1.2)

@@ -37,6 +37,7 @@ from .. import host
 from ..host.dispatch import TORCH, Route, current_settings
 from ..host.registry import EPILOGUE_FAMILIES
 from ..host.workspace import bias_launcher, split_launcher
+from ..support import VECTOR_BYTES
 from . import fallback
 from .epilogue import (
     PLAIN,
@@ -80,6 +81,16 @@ def call_scaled(
         # (its signature then keeps a launcher): nothing more per call
         scalars = (alpha, beta, True)
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
+    road = None
+    if c is not None and beta != 0.0:
+        road = _c_road(a, b, c, out, out_dtype, accumulate, backend, config)
+        if road is not None and road in d.launchers and not _overlap(c, out):
+            # this signature's c passed every check and the kernel reads it where it lies
+            scalars = (alpha, beta, True)
+            return call(
+                d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars,
+                c,
+            )  # fmt: skip
     if c is not None:  # checked as torch checks an addmm's input, beta == 0 or not
         shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
         c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
@@ -89,23 +100,102 @@ def call_scaled(
             return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
         scalars = (alpha, 0.0, False)
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
-    target = None  # the caller's out, written once the call has succeeded
-    if out is None or not _same_view(c, out):
-        if out is not None:
-            validate(
-                a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
-                bias=bias, activation=activation,
-            )  # fmt: skip
-            target = out
-        out = torch.empty(shape, dtype=c_dtype, device=a.device)
-        out.copy_(c)
+    if _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config):
+        # the kernel reads c itself (``Epilogue.c_tensor``): no copy of it into the result
+        if road is not None:
+            d.remember(road, True)  # the next call of this signature skips the checks above
+        scalars = (alpha, beta, True)
+        return call(
+            d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
+        )
     scalars = (alpha, beta, True)
+    if out is not None and _same_view(c, out):
+        return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
+    return _c_copied(
+        d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
+    )
+
+
+def _c_copied(
+    d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
+) -> torch.Tensor:
+    """``call_scaled``'s road for a ``c`` the kernel does not read where it lies: copied
+    (broadcast) into a new result first, which the kernel then reads as the in-place residual;
+    with ``out`` given, the result goes into it once the call has succeeded."""
+    target = None  # the caller's out, written once the call has succeeded
+    if out is not None:
+        validate(
+            a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
+            bias=bias, activation=activation,
+        )  # fmt: skip
+        target = out
+    shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
+    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    out = torch.empty(shape, dtype=c_dtype, device=a.device)
+    out.copy_(c)
     result = call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
     if target is None:
         return result
     target.copy_(result)
     _increment_version(target)
     return target
+
+
+def _c_road(a, b, c, out, out_dtype, accumulate, backend, config) -> tuple | None:
+    """The signature under which ``call_scaled`` remembers that a ``c`` passed its checks and
+    ``_reads_c``: everything both read but the addresses past their 16-byte alignment (the
+    overlap with ``out`` is checked on every call); None for arguments that do not hash."""
+    try:
+        grad = c.requires_grad and torch.is_grad_enabled()
+        at = None
+        if out is not None:
+            at = (type(out), out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15)
+        key = (
+            "c_road", type(a), a.shape, a.stride(), a.dtype, a.device, a.is_neg(),
+            type(b), b.shape, b.stride(), b.dtype, b.device, b.is_neg(),
+            type(c), c.shape, c.stride(), c.dtype, c.device, c.is_neg(), c.data_ptr() & 15, grad,
+            at, out_dtype, accumulate, backend, config, current_settings(),
+        )  # fmt: skip
+        hash(key)
+        return key
+    except Exception:  # not tensors, unhashable arguments: the checks say what is wrong
+        return None
+
+
+def _overlap(c, out) -> bool:
+    """Whether ``c``'s memory meets ``out``'s (``out`` None: no)."""
+    if out is None:
+        return False
+    lo, hi = c.data_ptr(), c.data_ptr() + c.numel() * c.element_size()
+    return lo < out.data_ptr() + out.numel() * out.element_size() and out.data_ptr() < hi
+
+
+def _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool:
+    """Whether the route's kernel reads ``c`` (checked: the result's shape and dtype) from its
+    own memory rather than from a copy in the result (``Epilogue.c_tensor``): a 2-D call on a
+    family that does (``host.reads_c_tensor``), ``c`` and the result both row-major and dense,
+    rows of whole 16-byte vectors at a 16-byte aligned address (the output's TMA view fits C
+    too), and ``c`` apart from ``out`` (a partial overlap would read values a store already
+    changed)."""
+    if a.dim() != 2 or b.dim() != 2 or not c.is_contiguous() or c.dim() != 2:
+        return False
+    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
+    if tuple(c.shape) != (a.shape[0], b.shape[1]) or c.dtype != c_dtype:
+        return False  # a C that broadcasts (or is refused) goes the copy's way
+    width = c.element_size()
+    if (c.shape[1] * width) % VECTOR_BYTES or c.data_ptr() % VECTOR_BYTES:
+        return False
+    if out is not None and (not out.is_contiguous() or out.data_ptr() % VECTOR_BYTES):
+        return False
+    if _overlap(c, out):
+        return False
+    try:
+        p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
+        problem = (p.m, p.n, p.k, p.batch)
+        route = d.route(backend, a.device.index, problem, p.dtype_names, config, quiet=True)
+    except Exception:  # not this road: the call's own checks say what is wrong
+        return False
+    return route.backend != TORCH and host.reads_c_tensor(route.backend)
 
 
 def _check_c(c, a, shape, c_dtype) -> None:
@@ -127,10 +217,12 @@ def _same_view(c, out) -> bool:
 
 
 def call(
-    d, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None, scalars=None
-) -> torch.Tensor:
+    d, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None, scalars=None,
+    c=None,
+) -> torch.Tensor:  # fmt: skip
     """``matmul(a, b, out=..., ...)`` on dispatcher ``d``; ``scalars``: ``call_scaled``'s
-    (alpha, beta, residual), C already in ``out``."""
+    (alpha, beta, residual), C already in ``out``, or in ``c`` (``_reads_c``: the kernel reads
+    it there; part of the signature, and handed to its launcher)."""
     try:
         pa, pb = a.data_ptr(), b.data_ptr()
         if out is None:
@@ -155,14 +247,19 @@ def call(
             key += _epilogue_key(bias, activation)
         if scalars is not None:  # alpha and beta are launch arguments, fixed per signature
             key += ("scalars", *scalars)
+        if c is not None:  # the kernel reads C's own memory: its layout is the signature's
+            key += ("c", type(c), c.shape, c.stride(), c.dtype, c.device, c.data_ptr() & 15)
         hit = d.launchers.get(key)
     except Exception:  # not tensors, sparse or nested ones, unhashable arguments, ...
         key = hit = None  # validate says what is wrong
     if hit is None:
         return _first_call(
-            d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars
-        )
+            d, key, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars,
+            c,
+        )  # fmt: skip
     launch, ranges = hit
+    if c is not None:  # its signature's launchers take C
+        launch = functools.partial(launch, c=c)
     if out is None:
         return launch(a, b, None, pa, pb, None, bias)
     ext_o, ext_a, ext_b, ext_bias = ranges
@@ -189,11 +286,11 @@ def _epilogue_key(bias, activation) -> tuple:
 
 def _first_call(
     d, key, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None,
-    scalars=None,
+    scalars=None, c=None,
 ) -> torch.Tensor:  # fmt: skip
     p = validate(
         a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
-        bias=bias, activation=activation, scalars=scalars,
+        bias=bias, activation=activation, scalars=scalars, c_tensor=c is not None,
     )  # fmt: skip
     # a call with alpha or a residual is not raced: its candidates would read and write C
     tune = _may_tune(a) and scalars is None
@@ -203,9 +300,14 @@ def _first_call(
     )
     if not route.keep:  # a default until this signature can race: the next call asks again
         key = None
-    if route.backend == TORCH:  # no wsgemm kernel for this GPU or these dtypes
+    if route.backend == TORCH or (c is not None and not host.reads_c_tensor(route.backend)):
+        # (``_reads_c`` chose this road for the route it saw: a route decided otherwise since
+        # takes the call through the copy of C, unremembered)
+        if c is not None:
+            return _c_copied(d, a, b, out, out_dtype, accumulate, backend, config, bias,
+                             activation, scalars, c)  # fmt: skip
         return fallback.first_call(d, key, a, b, out, p, route.reason, bias)
-    result, planned = _launch(d, a, b, out, p, route, bias)
+    result, planned = _launch(d, a, b, out, p, route, bias, c)
     if planned is None and log.isEnabledFor(logging.INFO):
         # once per signature: a copy on every call is a cost the caller can often remove
         said = _operands(d, a, b, out, p, route)
@@ -215,7 +317,7 @@ def _first_call(
         _increment_version(out)
     if key is not None:
         direct = (
-            _direct_launcher(d, planned, p, a.device, out is None, (a, b, result), bias)
+            _direct_launcher(d, planned, p, a.device, out is None, (a, b, result), bias, c)
             if planned
             else None
         )
@@ -276,9 +378,15 @@ def explain(
         _check_c(c, a, shape, out.dtype if out is not None else (out_dtype or a.dtype))
     if residual:
         same = out is not None and _same_view(c, out)
-        where = ("c: out itself (an in-place residual: read by the kernel, no other pass)\n"
-                 if same else "c: copied into a new result first (one pass over it; then the "
-                 "result into out, if given); pass out=c for an in-place residual\n")  # fmt: skip
+        if same:
+            where = "c: out itself (an in-place residual: read by the kernel, no other pass)\n"
+        elif _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, None):
+            where = "c: read by the kernel where it lies (no copy, no other pass)\n"
+        else:
+            where = ("c: copied into a new result first (one pass over it; then the result "
+                     "into out, if given); pass out=c for an in-place residual, or a dense "
+                     "row-major c of the result's shape on a family that reads it "
+                     "(host.registry.C_TENSOR_FAMILIES)\n")  # fmt: skip
     p = validate(
         a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type,
         bias=bias, activation=activation, scalars=scalars,
@@ -364,21 +472,28 @@ def run(
 
 
 def _general_launcher(d, p: Problem, route: Route) -> Launcher:
-    return lambda a, b, out, pa, pb, po, bias=None: _launch(d, a, b, out, p, route, bias)[0]
+    return lambda a, b, out, pa, pb, po, bias=None, c=None: _launch(
+        d, a, b, out, p, route, bias, c
+    )[0]
 
 
-def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
+def _launch(d, a, b, out, p: Problem, route: Route, bias=None, c=None):
     """Plan and launch one call; returns (the result, (the ``Launch``, kernel, clusters, swap,
     the kernel's late launch arguments) when it was one launch on views of the caller's
     tensors, else None). A split route's kernel is the split variant with its workspace and
     semaphores bound (``host.workspace.split_launcher``): it writes C itself, as any kernel.
     A fused epilogue (``p.epilogue``) runs in the kernel where the route's family fuses, its
-    bias the kernel's last launch argument; elsewhere torch applies it afterwards."""
+    bias the kernel's last launch argument; elsewhere torch applies it afterwards. ``c``: a
+    residual's C where the kernel reads it (``Epilogue.c_tensor``; copied into ``out`` first
+    wherever this call cannot)."""
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
     if out.numel() == 0:
         return out, None
     epi = p.epilogue
+    if c is not None and (p.k == 0 or not host.fuses_epilogues(route.backend, scalars=True)):
+        out, p, c = _c_into_out(out, p, c)
+        epi = p.epilogue
     if p.k == 0:
         if epi.scalars:
             return combine_in_torch(out, None, bias, p), None
@@ -398,6 +513,12 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         return out, None
     rows = out3.shape[1]  # the caller's rows per launch (a batch folded into M: L * M)
     launch, swap = kernel_views(a3, b3, out3, route)
+    c_view = None
+    if c is not None:
+        c_view = _c_view(c, out, launch)
+        if c_view is None:  # C's kernel view is not out's: C goes through out
+            out, p, c = _c_into_out(out, p, c)
+            epi = p.epilogue
     index = a.device.index
     kernel_epi = (epi.swapped() if swap else epi) if fused else PLAIN
     fn, clusters = d.kernel(
@@ -409,7 +530,7 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         vector = None
         if kernel_epi.bias != "none":
             vector = kernel_bias(bias, epi.bias, p.m if epi.bias == "row" else p.n, rows)
-        late = (vector, *((p.alpha, p.beta) if kernel_epi.scalars else (None, None)), None)
+        late = (vector, *((p.alpha, p.beta) if kernel_epi.scalars else (None, None)), c_view)
     if kernel_epi.residual and launch.copy_back is not None:
         # the kernel writes a temporary C: it must hold C's values, which it reads first
         launch.c[:, : launch.copy_back.shape[1]].copy_(launch.copy_back)
@@ -431,6 +552,27 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None):
         apply_in_torch(out, bias, epi)  # the launcher kept for the signature does it too
     single = launch.direct and L <= d.max_batch_per_launch
     return out, (launch, fn, clusters, swap, late) if single else None
+
+
+def _c_into_out(out, p: Problem, c):
+    """``_launch``'s way back for a ``c`` the kernel cannot read where it lies: its values
+    into ``out`` (which the in-place residual then reads), the problem without ``c_tensor``."""
+    out.copy_(c)
+    epilogue = dataclasses.replace(p.epilogue, c_tensor=False)
+    return out, dataclasses.replace(p, epilogue=epilogue), None
+
+
+def _c_view(c, out, launch: Launch):
+    """``c``'s view as the kernel's C, the one ``launch`` made of ``out`` (the same shape and
+    strides: ``_reads_c`` took both dense and row-major), or None where the kernel's C is not a
+    view of ``out`` itself (a temporary)."""
+    k = launch.c
+    same = launch.copy_back is None and k.untyped_storage().data_ptr() == (
+        out.untyped_storage().data_ptr()
+    )
+    if not same or k.storage_offset() != out.storage_offset() or c.stride() != out.stride():
+        return None
+    return c.as_strided(k.shape, k.stride(), c.storage_offset())
 
 
 def kernel_views(a3, b3, out3, route: Route) -> tuple[Launch, bool]:
@@ -457,13 +599,15 @@ def _direct_launcher(
     allocate: bool,
     tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     bias=None,
+    c=None,
 ) -> Launcher | None:
     """A launcher that runs the kernel of ``planned`` (a ``Launch`` made for this signature) on
     a later call's tensors: views of the same sizes and strides at their addresses, so the
     kernel (a ``KernelCall`` or the split launcher) is bound to the views once and then
     given the addresses ``call`` read. Under swap-AB the kernel's A is the caller's B and
     its B the caller's A. None where the kernel has no ``bind`` (the tests' stand-ins) or the
-    views do not sit at the caller's tensors' addresses: the signature then re-plans."""
+    views do not sit at the caller's tensors' addresses: the signature then re-plans. ``c``:
+    the call's residual C where its kernel reads it (the launcher then takes one per call)."""
     launch, fn, clusters, swap, late = planned
     bind = getattr(fn, "bind", None)
     views = (launch.b, launch.a) if swap else (launch.a, launch.b)
@@ -478,6 +622,8 @@ def _direct_launcher(
     index = device.index
     shape, dtype = p.out_shape, p.c_dtype
     if late:
+        if (late[3] is None) != (c is None):  # C went through out after all: re-plan
+            return None
         return _fused_launcher(d, at, p, device, swap, bias, late)
     if allocate:
 
@@ -516,9 +662,9 @@ def _on_its_device(d, index, launcher: Launcher) -> Launcher:
     if d.devices.count() == 1:
         return launcher
 
-    def on_its_device(a, b, out, pa, pb, po, *bias):
+    def on_its_device(a, b, out, pa, pb, po, *bias, **c):
         with d.on_device(index):
-            return launcher(a, b, out, pa, pb, po, *bias)
+            return launcher(a, b, out, pa, pb, po, *bias, **c)
 
     return on_its_device
 
@@ -526,27 +672,33 @@ def _on_its_device(d, index, launcher: Launcher) -> Launcher:
 def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, late):
     """The direct launcher of a call with a fused bias, alpha or residual: ``at`` (bound with
     the epilogue's four launch arguments late: bias, alpha, beta, C) given, per call, the
+    kernel's view of the call's C where the kernel reads its own (``late[3]``, the first
+    call's, fixing the view's shape and strides), and the
     kernel's vector of the call's bias (the bias itself when the first call's already was one:
     a flat contiguous vector, the signature fixing its strides; else a vector made as the
     first call's was, ``kernel_bias``) and the signature's alpha and beta (``late``'s)."""
     epi = p.epilogue
     length = p.m if epi.bias == "row" else p.n
-    first_vector, scalars = late[0], late[1:]
+    first_vector, scalars, first_c = late[0], late[1:3], late[3]
+    if first_c is not None:  # the kernel's view of each call's C: the first call's shape
+        c_shape, c_stride = first_c.shape, first_c.stride()
     if first_vector is not None:
         rows = first_vector.numel()  # a row bias of a batch folded into M: repeated per batch
         as_is = bias.dim() == 1 and bias.stride(0) == 1 and bias.numel() == rows
     shape, dtype = p.out_shape, p.c_dtype
 
-    def launcher(a, b, out, pa, pb, po, bias=None):
-        vector = None
+    def launcher(a, b, out, pa, pb, po, bias=None, c=None):
+        vector = c_view = None
         if first_vector is not None:
             vector = bias if as_is else kernel_bias(bias, epi.bias, length, rows)
+        if first_c is not None:
+            c_view = c.as_strided(c_shape, c_stride, c.storage_offset())
         if out is None:
             out = torch.empty(*shape, dtype=dtype, device=device)  # the allocator aligns it
             po = out.data_ptr()
         if swap:  # the kernel's A is the caller's B, its B the caller's A
             pa, pb = pb, pa
-        at(pa, pb, po, vector, *scalars)
+        at(pa, pb, po, vector, *scalars, c_view)
         return out
 
     return _on_its_device(d, device.index, launcher)

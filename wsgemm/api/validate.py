@@ -319,10 +319,12 @@ def validate(
     bias=None,
     activation=None,
     scalars=None,
+    c_tensor: bool = False,
 ) -> Problem:
     """Every check of ``matmul``, in the order a reader would ask them. Raises, never allocates.
     ``scalars``: (alpha, beta, residual) of a call with ``alpha != 1`` or a residual (its C in
-    ``out`` by the time it runs: ``dispatch.call_scaled``), else None.
+    ``out`` by the time it runs, or with ``c_tensor`` a tensor of its own that the kernel
+    reads: ``dispatch.call_scaled``), else None.
 
     The core's one rule beyond ``check_static``'s first: 2-D or 3-D operands. The device checks
     come after everything readable on any device (so the CPU tests reach them) and before the
@@ -352,7 +354,9 @@ def validate(
     alpha, beta = 1.0, 0.0
     if scalars is not None:
         alpha, beta, residual = scalars
-        epilogue = dataclasses.replace(epilogue, scale=alpha != 1.0, residual=residual)
+        epilogue = dataclasses.replace(
+            epilogue, scale=alpha != 1.0, residual=residual, c_tensor=residual and c_tensor
+        )
     if bias is not None and bias.is_neg():
         raise ValueError("bias is a negative view (is_neg()); pass bias.resolve_neg()")
     if out is not None:

@@ -36,6 +36,7 @@ from .registry import (
     every_variant,
     fuses_epilogues,
     needs_vector_extent,
+    reads_c_tensor,
     shipped_backends,
 )
 
@@ -61,6 +62,7 @@ __all__ = [
     "ragged_k_config",
     "ragged_k_variants",
     "ragged_k_workspace_words",
+    "reads_c_tensor",
     "routes_ragged_k",
     "make_kernel",
     "needs_vector_extent",

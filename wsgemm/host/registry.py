@@ -166,6 +166,12 @@ GATED_FAMILIES = frozenset({"sm90"})
 #: fp32 product and pass. Elsewhere the API computes the product, then alpha, C, the bias and
 #: the activation in torch (``api.epilogue.combine_in_torch``), which ``explain`` says.
 RESIDUAL_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose kernels read a residual's C from a tensor of its own
+#: (``Epilogue.c_tensor``: ``matmul(a, b, c=r)`` with ``r`` not the output, no copy of ``r``
+#: into the result first). Built on 2026-12-06 (docs/perf.md entry 57), not yet run on a GPU:
+#: empty until ``tests/gpu/test_gpu_residual.py`` passes with it; until then such a ``c`` is
+#: copied into the result and read there (one more pass), which ``explain`` says.
+C_TENSOR_FAMILIES: frozenset[str] = frozenset()
 
 
 def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) -> bool:
@@ -178,6 +184,12 @@ def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) ->
     if scalars and family not in RESIDUAL_FAMILIES:
         return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
+
+
+def reads_c_tensor(backend: str) -> bool:
+    """Whether ``backend``'s fused residual reads a C of its own (``C_TENSOR_FAMILIES``)."""
+    family = BACKENDS[backend].family
+    return family in C_TENSOR_FAMILIES and fuses_epilogues(backend, scalars=True)
 
 
 def cluster_size(config: Any) -> int:
