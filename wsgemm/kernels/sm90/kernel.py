@@ -979,6 +979,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         while tile.is_valid:
             trace.fetch(rec, tile)
             if const_expr(args.ragged_k is not None):
+                if tile.l != descriptor_group and descriptor_group >= 0:
+                    self._drain(plan, ab_pipeline, state)
                 tAgA, tBgB = self._ragged_k_views(plan, args, tile, descriptor_group)
                 descriptor_group = tile.l
             elif const_expr(args.ragged_a is None):
@@ -1013,6 +1015,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ab_pipeline.producer_tail(state)
         trace.record(rec, Event.WAIT_EMPTY_END)
         trace.close(rec)
+
+    @cute.jit
+    def _drain(self, plan: cutlass.Constexpr, ab_pipeline, state):
+        """Wait until the consumers (here and in the multicast peers) have released the stage
+        filled last, so every load issued so far has landed: a ragged-K kernel then rewrites
+        the descriptors those loads read (without this wait an empty group's k-tile read real
+        values on an H100: docs/perf.md entry 58). ``state`` is the next fill's; the wait is
+        the one that fill of the last stage would make, without arming it."""
+        last = state.clone()
+        for _ in cutlass.range_constexpr(plan.ab_stages - 1):
+            last.advance()
+        ab_pipeline.sync_object_empty.wait(last.index, last.phase)
 
     @cute.jit
     def _ragged_k_views(self, plan: cutlass.Constexpr, args: _LoadArgs, tile, descriptor_group):
