@@ -18,10 +18,11 @@ F16, F32 = torch.float16, torch.float32
 
 @pytest.fixture(autouse=True, params=["fused", "torch", "c_tensor"])
 def fusing(monkeypatch, request):
-    """Every road: the sm90 kernels reading C from the output (``registry.RESIDUAL_FAMILIES``),
-    the product combined in torch, and the kernels reading a C of its own where it lies
-    (``registry.C_TENSOR_FAMILIES``, empty on main until its first GPU check)."""
+    """Every road: the sm90 kernels reading C from the output (``registry.RESIDUAL_FAMILIES``;
+    any other ``c`` copied into it), the product combined in torch, and the kernels reading a
+    C of its own where it lies (``registry.C_TENSOR_FAMILIES``)."""
     monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(registry, "C_TENSOR_FAMILIES", frozenset())
     if request.param in ("fused", "c_tensor"):
         monkeypatch.setattr(registry, "RESIDUAL_FAMILIES", registry.EPILOGUE_FAMILIES)
     if request.param == "c_tensor":

@@ -160,18 +160,19 @@ EPILOGUE_FAMILIES = frozenset({"sm90"})
 GATED_FAMILIES = frozenset({"sm90"})
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. The sm90
-#: ones ran on an H100 on 2026-12-05 (docs/perf.md entry 54): the 129 cases of
-#: ``tests/gpu/test_gpu_residual.py`` within the suite's tolerance; in place (``c=out``) they
-#: cost 1.07x the plain GEMM (geomean, llm suite fp16), against the torch combination's extra
-#: fp32 product and pass. Elsewhere the API computes the product, then alpha, C, the bias and
+#: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
+#: 54, 58): the 129 cases of ``tests/gpu/test_gpu_residual.py`` within the suite's tolerance;
+#: in place (``c=out``) they cost 1.034x the plain GEMM (geomean, llm suite fp16), against the
+#: torch combination's extra fp32 product and pass. Elsewhere the API computes the product, then alpha, C, the bias and
 #: the activation in torch (``api.epilogue.combine_in_torch``), which ``explain`` says.
 RESIDUAL_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose kernels read a residual's C from a tensor of its own
 #: (``Epilogue.c_tensor``: ``matmul(a, b, c=r)`` with ``r`` not the output, no copy of ``r``
-#: into the result first). Built on 2026-12-06 (docs/perf.md entry 57), not yet run on a GPU:
-#: empty until ``tests/gpu/test_gpu_residual.py`` passes with it; until then such a ``c`` is
-#: copied into the result and read there (one more pass), which ``explain`` says.
-C_TENSOR_FAMILIES: frozenset[str] = frozenset()
+#: into the result first; docs/perf.md entry 57). The sm90 ones passed
+#: ``tests/gpu/test_gpu_residual.py`` (129 of 129, its "copied" cases on this road) on an H100
+#: on 2026-12-06 (entry 58). Elsewhere such a ``c`` is copied into the result and read there
+#: (one more pass), which ``explain`` says.
+C_TENSOR_FAMILIES: frozenset[str] = frozenset({"sm90"})
 
 
 def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) -> bool:
