@@ -241,10 +241,11 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
         for t in (a, b):
             if _shares_memory(out, t):
                 raise ValueError("out overlaps an operand in memory; pass a separate output")
+    strides = result_strides(p.shape, p.c_dtype)
     result = out
-    if result is None:
-        result = torch.empty_strided(p.shape, result_strides(p.shape, p.c_dtype),
-                                     dtype=p.c_dtype, device=a.device)  # fmt: skip
+    if result is None and (where != TORCH or math.prod(p.shape) == 0 or p.groups == 0):
+        # (torch's road allocates its own result, which is returned where it has this layout)
+        result = torch.empty_strided(p.shape, strides, dtype=p.c_dtype, device=a.device)
     if math.prod(p.shape) == 0 or p.groups == 0:  # nothing to compute, no group to write
         return result
     if where == BATCHED:  # api.matmul's body (this module is below the package's __init__)
@@ -257,8 +258,15 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     elif where == KERNEL:
         _run_kernel(d, a, b, offs, result, backend, p.epilogue)
     else:
-        product = _torch_grouped(p.plain(), a, b, offs)
-        _write(result, epilogue_in_torch(product, p.epilogue, p.c_dtype), p, offs)
+        product = epilogue_in_torch(_torch_grouped(p.plain(), a, b, offs), p.epilogue, p.c_dtype)
+        fresh = product.shape == p.shape and product.stride() == strides
+        if out is None and fresh and product.dtype == p.c_dtype:
+            # torch's own fresh result in the result's layout: no second pass over, e.g., a
+            # weight gradient's (G, M, N) (docs/perf.md entry 58: 0.48x torch._grouped_mm)
+            return product
+        if result is None:
+            result = torch.empty_strided(p.shape, strides, dtype=p.c_dtype, device=a.device)
+        _write(result, product, p, offs)
     if out is not None:
         torch.autograd.graph.increment_version(out)
     return result

@@ -163,8 +163,9 @@ GATED_FAMILIES = frozenset({"sm90"})
 #: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
 #: 54, 58): the 129 cases of ``tests/gpu/test_gpu_residual.py`` within the suite's tolerance;
 #: in place (``c=out``) they cost 1.034x the plain GEMM (geomean, llm suite fp16), against the
-#: torch combination's extra fp32 product and pass. Elsewhere the API computes the product, then alpha, C, the bias and
-#: the activation in torch (``api.epilogue.combine_in_torch``), which ``explain`` says.
+#: torch combination's extra fp32 product and pass. Elsewhere the API computes the product,
+#: then alpha, C, the bias and the activation in torch (``api.epilogue.combine_in_torch``),
+#: which ``explain`` says.
 RESIDUAL_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose kernels read a residual's C from a tensor of its own
 #: (``Epilogue.c_tensor``: ``matmul(a, b, c=r)`` with ``r`` not the output, no copy of ``r``
