@@ -341,6 +341,23 @@ def test_the_torch_road_forms(form):
         assert_rows(out, reference(a, b, offs, form), 8, dim=1)
 
 
+def test_the_torch_road_returns_torchs_own_result(monkeypatch):
+    """A fresh result on torch's road is torch's own tensor where it has the result's layout:
+    no second pass over it (a weight gradient's (G, M, N) is the largest tensor of the call);
+    ``out=`` and another layout still go through the masked copy."""
+    copies = []
+    monkeypatch.setattr(core, "_write", lambda *args: copies.append(args))
+    a, b, offs = torch.randn(6, 30, dtype=BF16), torch.randn(30, 8, dtype=BF16), ends(10, 0, 20)
+    made = []
+    real = core._torch_grouped
+    monkeypatch.setattr(core, "_torch_grouped", lambda *args: made.append(real(*args)) or made[-1])
+    out = core.grouped_mm(a, b, offs, dispatcher=dispatcher())
+    assert out is made[-1] and copies == []
+    given = torch.empty(3, 6, 8, dtype=BF16)
+    assert core.grouped_mm(a, b, offs, out=given, dispatcher=dispatcher()) is given
+    assert len(copies) == 1
+
+
 @pytest.mark.parametrize("b_layout", ["row", "col"])
 @pytest.mark.parametrize("a_layout", ["row", "col"])
 def test_3d2d_runs_the_grouped_kernel_transposed(a_layout, b_layout):
