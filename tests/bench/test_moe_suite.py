@@ -197,6 +197,21 @@ def test_the_reference_in_chunks_is_the_reference_in_one_piece(monkeypatch):
     assert chunked.peak == pytest.approx(whole.peak, rel=1e-9)
 
 
+def test_the_peak_error_is_each_groups_over_its_own_scale():
+    """Groups of very different scale (a weight gradient's sum over each group's own tokens):
+    a result rounded correctly in every group passes, an error small against the largest group
+    but large against its own group does not."""
+    problem = moe.workload(SMALL, torch.bfloat16, "cpu", torch.Generator().manual_seed(3))
+    problem.a[: SMALL.sizes[0]] *= 1000.0  # group 0 a thousand times the others
+    out = _run_contender(moe.loop(), problem, SMALL)
+    tolerance = check.model_tolerance("bf16", "fp32", SMALL.k)
+    assert tolerance.verdict(moe.errors(out, problem)) is None
+    last = sum(SMALL.sizes[:3])  # the first row of group 3 (five rows)
+    bad = out.clone()
+    bad[last] += out[last].abs().max() * 0.5
+    assert "tolerance" in tolerance.verdict(moe.errors(bad, problem))
+
+
 def test_backend_names(monkeypatch):
     assert moe.expand(["all"]) == ["torch", "loop", "wsgemm:auto"]
     assert moe.expand(["wsgemm", "loop", "wsgemm:sm90"]) == ["wsgemm:auto", "loop", "wsgemm:sm90"]
