@@ -11,7 +11,10 @@ which must read as zero (in *both* operands: a zero in one and an Inf in the oth
 TMA zero-fills what lies past a descriptor's extent, so each CTA keeps its own copy of A's and
 B's descriptors in global memory (the ``workspace`` launch argument: :data:`WORDS_PER_CTA` fp32
 words per CTA) and, whenever its unit's group changes, rewrites their K extent to the group's
-end (``tensormap.replace``) before it loads: a unit's loads start at its group's first element
+end (``tensormap.replace``) before it loads, once every load it issued earlier has landed (the
+producer first waits for the consumers to release the stage it filled last,
+``Sm90Gemm._drain``: without that wait an H100 read an empty group's k-tile through the
+previous group's extent, docs/perf.md entry 58): a unit's loads start at its group's first element
 of K (TMA coordinates offset by it, as the ragged-M kernel offsets rows) and stop being real at
 its end. An empty group takes one k-tile loaded wholly past the extent: zeros, so its tile is
 zero (``grouped_scheduler.group_k_span``).
