@@ -114,6 +114,34 @@ def test_the_kernel_reads_a_c_of_its_own_where_it_lies(fusing):
 
 
 @pytest.mark.parametrize(
+    "shapes",
+    [((3, 16, 32), (32, 48)), ((3, 16, 32), (3, 32, 48)), ((16, 32), (3, 32, 48))],
+    ids=["tokens-x-weight", "batched", "a-broadcast"],
+)
+def test_a_batched_c_of_its_own_is_read_where_it_lies(fusing, shapes):
+    """A transformer's ``(batch, tokens, hidden)`` residual: the batch folds into the kernel's
+    view of ``c`` as it folds into the output's; a batch the kernel walks as its own mode
+    copies ``c`` for now (not yet run on a GPU with C read where it lies)."""
+    if fusing != "c_tensor":
+        pytest.skip("the c_tensor road's launches")
+    a, b = rand(shapes[0], 0), rand(shapes[1], 1)
+    d = cpu_dispatcher()
+    for seed in (2, 3):
+        c = rand(torch.matmul(a, b).shape, seed)
+        close(call(d, a, b, c=c, beta=-0.5), expected(a, b, c, 1.0, -0.5))
+        folded = len(shapes[1]) == 2
+        assert (c.data_ptr() in d.cache.kernel.residuals) == folded
+
+
+def test_explain_on_meta_tensors_names_the_copy():
+    from wsgemm.api import explain
+
+    a, b = (torch.empty(s, dtype=F16, device="meta") for s in ((64, 32), (32, 48)))
+    text = explain(a, b, c=torch.empty(64, 48, dtype=F16, device="meta"), cc=(9, 0))
+    assert "c: " in text
+
+
+@pytest.mark.parametrize(
     "make_c",
     [
         lambda c: c.mT.contiguous().mT,  # column-major

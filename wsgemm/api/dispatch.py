@@ -172,29 +172,33 @@ def _overlap(c, out) -> bool:
 
 def _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool:
     """Whether the route's kernel reads ``c`` (checked: the result's shape and dtype) from its
-    own memory rather than from a copy in the result (``Epilogue.c_tensor``): a 2-D call on a
-    family that does (``host.reads_c_tensor``), ``c`` and the result both row-major and dense,
-    rows of whole 16-byte vectors at a 16-byte aligned address (the output's TMA view fits C
-    too), and ``c`` apart from ``out`` (a partial overlap would read values a store already
-    changed)."""
-    if a.dim() != 2 or b.dim() != 2 or not c.is_contiguous() or c.dim() != 2:
+    own memory rather than from a copy in the result (``Epilogue.c_tensor``): a family that
+    does (``host.reads_c_tensor``), ``c`` of the result's shape and the result both dense
+    and row-major (so the kernel's view of one is the view of the other: a batch folds the
+    same way), rows of whole 16-byte vectors at a 16-byte aligned address (the output's TMA
+    view fits C too), and ``c`` apart from ``out`` (a partial overlap would read values a
+    store already changed). False for anything else, meta tensors included."""
+    try:
+        return _c_readable(d, a, b, c, out, out_dtype, accumulate, backend, config)
+    except Exception:  # not this road: the call's own checks say what is wrong
         return False
-    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
-    if tuple(c.shape) != (a.shape[0], b.shape[1]) or c.dtype != c_dtype:
-        return False  # a C that broadcasts (or is refused) goes the copy's way
+
+
+def _c_readable(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool:
+    if not c.is_contiguous() or (out is not None and not out.is_contiguous()):
+        return False
     width = c.element_size()
-    if (c.shape[1] * width) % VECTOR_BYTES or c.data_ptr() % VECTOR_BYTES:
+    if (c.shape[-1] * width) % VECTOR_BYTES or c.data_ptr() % VECTOR_BYTES:
         return False
-    if out is not None and (not out.is_contiguous() or out.data_ptr() % VECTOR_BYTES):
+    if out is not None and out.data_ptr() % VECTOR_BYTES:
         return False
     if _overlap(c, out):
         return False
-    try:
-        p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
-        problem = (p.m, p.n, p.k, p.batch)
-        route = d.route(backend, a.device.index, problem, p.dtype_names, config, quiet=True)
-    except Exception:  # not this road: the call's own checks say what is wrong
-        return False
+    p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
+    if tuple(c.shape) != tuple(p.out_shape) or c.dtype != p.c_dtype:
+        return False  # a C that broadcasts goes the copy's way
+    problem = (p.m, p.n, p.k, p.batch)
+    route = d.route(backend, a.device.index, problem, p.dtype_names, config, quiet=True)
     return route.backend != TORCH and host.reads_c_tensor(route.backend)
 
 
@@ -506,6 +510,10 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None, c=None):
         plain = dataclasses.replace(p, epilogue=PLAIN, alpha=1.0, beta=0.0, c_dtype=wide)
         return combine_in_torch(out, _launch(d, a, b, None, plain, route)[0], bias, p), None
     a3, b3, out3 = batched(a, b, out)
+    if c is not None and broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
+        out, p, c = _c_into_out(out, p, c)  # one launch per batch below: C through out
+        epi = p.epilogue
+        a3, b3, out3 = batched(a, b, out)
     if broadcast_copy_bytes(a3, b3, out3) > d.max_broadcast_copy_bytes:
         one = dataclasses.replace(p, batch=None)
         for l_ in range(out3.shape[0]):
@@ -545,8 +553,9 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None, c=None):
         else:
             for l0 in range(0, L, d.max_batch_per_launch):
                 batch = slice(l0, l0 + d.max_batch_per_launch)
+                part = late if c_view is None else (*late[:3], c_view[:, :, batch])
                 fn(launch.a[:, :, batch], launch.b[:, :, batch], launch.c[:, :, batch], clusters,
-                   *late)  # fmt: skip
+                   *part)  # fmt: skip
         launch.finish()
     if not epi.plain and not fused:
         apply_in_torch(out, bias, epi)  # the launcher kept for the signature does it too
@@ -565,12 +574,15 @@ def _c_into_out(out, p: Problem, c):
 def _c_view(c, out, launch: Launch):
     """``c``'s view as the kernel's C, the one ``launch`` made of ``out`` (the same shape and
     strides: ``_reads_c`` took both dense and row-major), or None where the kernel's C is not a
-    view of ``out`` itself (a temporary)."""
+    view of ``out`` itself (a temporary) or has a batch mode of more than one (tokens x weight
+    calls fold theirs into M; the kernel's own batch mode awaits its first GPU run with C)."""
     k = launch.c
     same = launch.copy_back is None and k.untyped_storage().data_ptr() == (
         out.untyped_storage().data_ptr()
     )
     if not same or k.storage_offset() != out.storage_offset() or c.stride() != out.stride():
+        return None
+    if k.shape[2] != 1:  # a batch the kernel walks (not folded into M): not GPU-tested yet
         return None
     return c.as_strided(k.shape, k.stride(), c.storage_offset())
 
