@@ -47,7 +47,7 @@ from .epilogue import (
     combine_in_torch,
     kernel_bias,
 )
-from .overlap import spans
+from .overlap import overlaps, spans
 from .plan import Launch, batched, broadcast_copy_bytes, describe, plan
 from .validate import Problem, check_no_overlap, check_static, validate
 
@@ -81,10 +81,11 @@ def call_scaled(
         # (its signature then keeps a launcher): nothing more per call
         scalars = (alpha, beta, True)
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
-    road = None
+    road = known = None  # the road's signature, and whether it was seen to read c in place
     if c is not None and beta != 0.0:
         road = _c_road(a, b, c, out, out_dtype, accumulate, backend, config)
-        if road is not None and road in d.launchers and not _overlap(c, out):
+        known = d.launchers.get(road) if road is not None else None
+        if known and not _overlaps(c, out):
             # this signature's c passed every check and the kernel reads it where it lies
             scalars = (alpha, beta, True)
             return call(
@@ -100,28 +101,33 @@ def call_scaled(
             return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation)
         scalars = (alpha, 0.0, False)
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
-    if _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config):
-        # the kernel reads c itself (``Epilogue.c_tensor``): no copy of it into the result
-        if road is not None:
-            d.remember(road, True)  # the next call of this signature skips the checks above
-        scalars = (alpha, beta, True)
-        return call(
-            d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
-        )
     scalars = (alpha, beta, True)
     if out is not None and _same_view(c, out):
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
+    if known is None:  # the signature's first call: the road is decided once, either way
+        known = _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config)
+        if road is not None:
+            d.remember(road, known)  # later calls skip the checks above, or _reads_c
+    elif known:  # a c of this signature that overlaps this call's out: the copy's way
+        known = False
+    if known:  # the kernel reads c itself (``Epilogue.c_tensor``): no copy into the result
+        return call(
+            d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
+        )
     return _c_copied(
-        d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
-    )
+        d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c,
+        shape, c_dtype,
+    )  # fmt: skip
 
 
 def _c_copied(
-    d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c
-) -> torch.Tensor:
+    d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars, c, shape,
+    c_dtype,
+) -> torch.Tensor:  # fmt: skip
     """``call_scaled``'s road for a ``c`` the kernel does not read where it lies: copied
-    (broadcast) into a new result first, which the kernel then reads as the in-place residual;
-    with ``out`` given, the result goes into it once the call has succeeded."""
+    (broadcast) into a new result (``shape``, ``c_dtype``: the checked call's) first, which
+    the kernel then reads as the in-place residual; with ``out`` given, the result goes into
+    it once the call has succeeded."""
     target = None  # the caller's out, written once the call has succeeded
     if out is not None:
         validate(
@@ -129,8 +135,6 @@ def _c_copied(
             bias=bias, activation=activation,
         )  # fmt: skip
         target = out
-    shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
-    c_dtype = out.dtype if out is not None else (out_dtype or a.dtype)
     out = torch.empty(shape, dtype=c_dtype, device=a.device)
     out.copy_(c)
     result = call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
@@ -162,12 +166,9 @@ def _c_road(a, b, c, out, out_dtype, accumulate, backend, config) -> tuple | Non
         return None
 
 
-def _overlap(c, out) -> bool:
-    """Whether ``c``'s memory meets ``out``'s (``out`` None: no)."""
-    if out is None:
-        return False
-    lo, hi = c.data_ptr(), c.data_ptr() + c.numel() * c.element_size()
-    return lo < out.data_ptr() + out.numel() * out.element_size() and out.data_ptr() < hi
+def _overlaps(c, out) -> bool:
+    """Whether ``c`` shares a byte with ``out`` (``out`` None: no; ``overlap.overlaps``)."""
+    return out is not None and overlaps(c, out)
 
 
 def _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool:
@@ -192,7 +193,7 @@ def _c_readable(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool
         return False
     if out is not None and out.data_ptr() % VECTOR_BYTES:
         return False
-    if _overlap(c, out):
+    if _overlaps(c, out):
         return False
     p = validate(a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type)
     if tuple(c.shape) != tuple(p.out_shape) or c.dtype != p.c_dtype:
@@ -309,7 +310,7 @@ def _first_call(
         # takes the call through the copy of C, unremembered)
         if c is not None:
             return _c_copied(d, a, b, out, out_dtype, accumulate, backend, config, bias,
-                             activation, scalars, c)  # fmt: skip
+                             activation, scalars, c, p.out_shape, p.c_dtype)  # fmt: skip
         return fallback.first_call(d, key, a, b, out, p, route.reason, bias)
     result, planned = _launch(d, a, b, out, p, route, bias, c)
     if planned is None and log.isEnabledFor(logging.INFO):
@@ -580,7 +581,7 @@ def _c_view(c, out, launch: Launch):
     same = launch.copy_back is None and k.untyped_storage().data_ptr() == (
         out.untyped_storage().data_ptr()
     )
-    if not same or k.storage_offset() != out.storage_offset() or c.stride() != out.stride():
+    if not same or k.storage_offset() != out.storage_offset():
         return None
     if k.shape[2] != 1:  # a batch the kernel walks (not folded into M): not GPU-tested yet
         return None
