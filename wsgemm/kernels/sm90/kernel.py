@@ -1347,7 +1347,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         before the mainloop); each subtile then loads the bias of the one ``BIAS_AHEAD`` past
         it, so no subtile waits a global-memory round trip for its own. A residual's C comes by
         TMA into each subtile's own buffer, the first ones' under the mainloop or at the start,
-        each later one's two subtiles ahead (``residual``).
+        each later one's E - 2 subtiles ahead (``residual``).
 
         Buffer ``b`` is rewritten only after the store that last read it has finished reading
         (the store warp waits for at most E-1 pending stores, then the barrier tells everyone;
@@ -1386,10 +1386,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if const_expr(plan.epilogue.residual):
             res_views = residual.tile_views(load, tile, cfg.epi_tile)
             if const_expr(not self._residual_under_mainloop(plan)):
-                if args.is_store_warp:
-                    residual.prefetch(
-                        load, res_views, views.order, subtiles_done, plan.out_subtiles
-                    )
+                self.residual_prefetch(plan, args, tile, subtiles_done)
         for e in cutlass.range_constexpr(plan.out_subtiles):
             if const_expr(bias_ahead is not None and e + BIAS_AHEAD < plan.out_subtiles):
                 ahead.append(self._bias_subtile(plan, args, views.origin, e + BIAS_AHEAD))
