@@ -381,21 +381,28 @@ def test_without_a_gpu_the_moe_suite_says_so(monkeypatch, capsys):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("pass_", ["forward", "wgrad"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_the_moe_suite_end_to_end_on_a_gpu(dtype, tmp_path):
+def test_the_moe_suite_end_to_end_on_a_gpu(dtype, pass_, tmp_path):
+    """Both passes through the CLI: every row of its pass, the baseline, the loop and the
+    grouped kernels (``wsgemm:sm90``) ok; a wrong row fails the run (none in the weight
+    gradient's, whose kernel is wsgemm's only road there)."""
     path = tmp_path / "moe.json"
     code = cli.run(
-        parse("--suite", "moe", "--models", "qwen3-30b-a3b", "--tokens", "8", "--dtype", dtype,
-              "--rounds", "2", "--target-ms", "1", "--no-progress", "--json", str(path))
+        parse("--suite", "moe", "--pass", pass_, "--models", "qwen3-30b-a3b", "--tokens", "8",
+              "--dtype", dtype, "--backends", "all,wsgemm:sm90", "--rounds", "2",
+              "--target-ms", "1", "--no-progress", "--json", str(path))
     )  # fmt: skip
     rec = schema.load(path)
     baseline = rec["header"]["options"]["baseline"]
     assert baseline == ("loop" if dtype == "fp16" else baseline) and baseline in ("torch", "loop")
     rows = rec["results"]
     assert len({r["label"] for r in rows}) == 4  # 2 projections x 2 routings
-    assert {r["status"] for r in rows if r["backend"] == baseline} == {"ok"}
-    assert {r["status"] for r in rows if r["backend"] == "loop"} == {"ok"}
+    assert {r["grouped"].get("pass", "forward") for r in rows} == {pass_}
+    checked = (baseline, "loop", "wsgemm:sm90")
+    assert {r["status"] for r in rows if r["backend"] in checked} == {"ok"}
     wrong = [r for r in rows if r["status"] == "wrong"]
+    assert not (wrong and pass_ == "wgrad")
     assert code == (cli.EXIT_FAILED if wrong else cli.EXIT_OK)
 
 
@@ -469,19 +476,3 @@ def test_a_weight_gradient_row_records_and_moves_its_own_bytes():
     bad["results"][0]["grouped"]["pass"] = "backward"
     with pytest.raises(schema.RecordError, match="grouped.pass"):
         schema.validate(bad)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_the_weight_gradient_pass_end_to_end_on_a_gpu(dtype, tmp_path):
-    path = tmp_path / "moe-wgrad.json"
-    code = cli.run(
-        parse("--suite", "moe", "--pass", "wgrad", "--models", "qwen3-30b-a3b", "--tokens", "8",
-              "--dtype", dtype, "--backends", "all,wsgemm:sm90", "--rounds", "2",
-              "--target-ms", "1", "--no-progress", "--json", str(path))
-    )  # fmt: skip
-    rows = schema.load(path)["results"]
-    assert all(r["grouped"]["pass"] == "wgrad" for r in rows)
-    assert {r["status"] for r in rows if r["backend"] in ("loop", "wsgemm:sm90")} == {"ok"}
-    assert code == cli.EXIT_OK
