@@ -457,6 +457,26 @@ def test_the_weight_gradient_loop_matches_the_fp64_reference(dtype):
     assert chunked.rel == pytest.approx(whole.rel, rel=1e-9)
 
 
+def test_a_one_token_groups_correctly_rounded_outer_product_passes():
+    """A group of one token's weight gradient is an outer product: its largest elements are
+    many times its RMS, so their output rounding alone would pass eight ``u_out`` of the RMS
+    (the H200 run of docs/perf.md entry 61 called every backend wrong on such a draw). The
+    rounding of each element is allowed; an error past it is not."""
+    shape = moe.GroupedShape(256, 256, (1, 40), "skewed", 20, label="one token", group="t",
+                             direction="wgrad")  # fmt: skip
+    problem = moe.workload(shape, torch.bfloat16, "cpu", torch.Generator().manual_seed(5))
+    problem.a[0, 0] = problem.b[0, 0] = 31.0  # 961, which bf16 rounds by 1: ~0.26 RMS
+    out = _run_contender(moe.loop(), problem, shape)
+    tolerance = check.model_tolerance("bf16", "fp32", 40)
+    ref = problem.a[:, :1].double() @ problem.b[:1].double()
+    rms = float(ref.square().mean().sqrt())
+    assert float((out[0].double() - ref).abs().max()) / rms > tolerance.peak  # the old rule
+    assert tolerance.verdict(moe.errors(out, problem)) is None
+    bad = out.clone()
+    bad[0, 3, 5] += 40 * tolerance.peak * rms
+    assert "peak" in tolerance.verdict(moe.errors(bad, problem))
+
+
 def test_a_weight_gradient_row_records_and_moves_its_own_bytes():
     """A wgrad row: its ``grouped.pass``, validated; its bytes read dY and X once and write
     every group's N x K gradient."""
