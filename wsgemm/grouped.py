@@ -4,7 +4,8 @@ torch.compile, export, autograd, autocast and fake tensors understand, over the 
 
 Its fake implementation does shape arithmetic only (no data, no device query). The backward is
 made of grouped GEMMs of the other forms (a 2D x 3D product's dA is a 2D x 3D product on the
-grouped kernel, its dB a 2D x 2D one); rows or columns past ``offs[-1]`` get a zero gradient.
+grouped kernel, its dB a 2D x 2D one); rows or columns past ``offs[-1]`` get a zero gradient,
+as do a row scale's entries past it.
 """
 
 from __future__ import annotations
@@ -25,16 +26,19 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _LIB = torch.library.Library("wsgemm", "FRAGMENT")
 _LIB.define(
     "grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None, "
-    'str backend="auto", str? activation=None, bool gated=False) -> Tensor',
+    'str backend="auto", str? activation=None, bool gated=False, Tensor? row_scale=None) '
+    "-> Tensor",
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _GROUPED_MM = torch.ops.wsgemm.grouped_mm.default
 
 
-def _impl(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False):
+def _impl(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False,
+          row_scale=None):  # fmt: skip
     return core.grouped_mm(
-        a, b, offs, out_dtype=out_dtype, backend=backend, activation=activation, gated=gated
-    )
+        a, b, offs, out_dtype=out_dtype, backend=backend, activation=activation, gated=gated,
+        row_scale=row_scale,
+    )  # fmt: skip
 
 
 for _key in ("CUDA", "CPU"):  # CPU too: a CPU tensor gets the core's ValueError
@@ -42,8 +46,10 @@ for _key in ("CUDA", "CPU"):  # CPU too: a CPU tensor gets the core's ValueError
 
 
 @torch.library.register_fake("wsgemm::grouped_mm", lib=_LIB)
-def _fake(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False):
-    p = core.check_grouped(a, b, offs, None, out_dtype, backend, _FAKE_DEVICES, activation, gated)
+def _fake(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False,
+          row_scale=None):  # fmt: skip
+    p = core.check_grouped(a, b, offs, None, out_dtype, backend, _FAKE_DEVICES, activation, gated,
+                           row_scale)  # fmt: skip
     return a.new_empty_strided(p.shape, core.result_strides(p.shape, p.c_dtype), dtype=p.c_dtype)
 
 
@@ -60,9 +66,25 @@ def _zero_past_end(t: torch.Tensor, offs: torch.Tensor, dim: int) -> torch.Tenso
 
 def _setup_context(ctx, inputs, output):
     a, b, offs, out_dtype, backend, *epilogue = inputs
-    ctx.save_for_backward(a, b, offs)
+    ctx.activation, ctx.gated, row_scale = (*epilogue, None, False, None)[:3]
+    ctx.save_for_backward(a, b, offs, row_scale)
     ctx.backend = backend
-    ctx.activation, ctx.gated = (*epilogue, None, False)[:2]
+
+
+def _row_scale_grads(ctx, a, b, offs, row_scale, grad):
+    """Through a row scale ``y = e * s[:, None]`` (``e`` the epilogue's value before it): the
+    gradient at ``e`` (``grad * s``) and, where asked, ``s``'s (each row's ``sum(grad * e)``,
+    ``e`` recomputed: one more grouped GEMM; zero past ``offs[-1]``)."""
+    g = grad.float()
+    gs = None
+    if ctx.needs_input_grad[7]:
+        with torch.no_grad():
+            pre = _GROUPED_MM(a, b, offs).float()
+        e = pre
+        if ctx.activation not in (None, "none"):
+            e = (gated_unit if ctx.gated else torch_activation)(ctx.activation, pre)
+        gs = _zero_past_end((g * e).sum(-1, keepdim=True), offs, 0)[:, 0].to(row_scale.dtype)
+    return (g * row_scale.float()[:, None]).to(grad.dtype), gs
 
 
 def _through_epilogue(ctx, a, b, offs, grad):
@@ -85,8 +107,11 @@ def _through_epilogue(ctx, a, b, offs, grad):
 def _backward(ctx, grad):
     """dA and dB of each form as grouped products of the others (module docstring); the
     gradient is taken in the inputs' dtype, as ``matmul``'s backward does."""
-    a, b, offs = ctx.saved_tensors
+    a, b, offs, row_scale = ctx.saved_tensors
     need_a, need_b = ctx.needs_input_grad[:2]
+    g_scale = None
+    if row_scale is not None:
+        grad, g_scale = _row_scale_grads(ctx, a, b, offs, row_scale, grad)
     if ctx.activation not in (None, "none"):
         grad = _through_epilogue(ctx, a, b, offs, grad)
     g = grad.to(a.dtype)
@@ -113,7 +138,7 @@ def _backward(ctx, grad):
             ga = mm(g, b.t(), offs)
         if need_b:
             gb = _zero_past_end(mm(a.transpose(-2, -1), g, offs), offs, 1)
-    return ga, gb, None, None, None, None, None
+    return ga, gb, None, None, None, None, None, g_scale
 
 
 torch.library.register_autograd(
@@ -121,13 +146,16 @@ torch.library.register_autograd(
 )
 
 
-def _autocast(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False):
+def _autocast(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False,
+              row_scale=None):  # fmt: skip
     dtype = torch.get_autocast_dtype("cuda")
     a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
+    if row_scale is not None and row_scale.dtype not in (torch.float32, a.dtype):
+        row_scale = row_scale.float()  # (a float32 row scale is taken as it is)
     with torch._C._ExcludeDispatchKeyGuard(
         torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
     ):
-        return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated)
+        return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated, row_scale)
 
 
 _LIB.impl("grouped_mm", _autocast, "AutocastCUDA")
@@ -156,7 +184,7 @@ _register_flops()
 
 def grouped_mm(
     a, b, offs=None, *, out=None, out_dtype=None, backend="auto", activation=None, gated=False,
-    check_offs=False,
+    row_scale=None, check_offs=False,
 ):  # fmt: skip
     """A grouped GEMM with ``torch._grouped_mm``'s meaning: one product per group (a
     mixture-of-experts layer's experts), the groups given by ``offs`` on the GPU.
@@ -180,6 +208,11 @@ def grouped_mm(
             column halves (b's first N / 2 columns the gate's, e.g. ``w_gate_up.transpose(-2,
             -1)`` of experts' (G, 2I, K) weights), an (M, N / 2) result: a mixture-of-experts
             SwiGLU's first GEMM. Fused into the grouped kernel where fused epilogues run.
+        row_scale: None, or (M,) float32 or a's dtype (2D x 3D): result row ``r`` multiplied
+            by ``row_scale[r]`` last, after the activation or gated unit, in fp32 before the
+            one rounding (a mixture-of-experts down projection's router weights, each row
+            a (token, expert) pair's). Differentiable, as a and b are. Fused into the grouped
+            kernel where ``host.scales_rows`` says so, else one more pass in torch.
         check_offs: read ``offs`` on the host first (one sync) and raise ValueError where an
             entry is negative, decreases or passes the jagged dimension. Off by default: the
             kernels never read it on the host; on the grouped kernel's road offsets out of
@@ -201,24 +234,34 @@ def grouped_mm(
         if not isinstance(check_offs, bool):
             raise TypeError(f"check_offs must be a bool, got {type(check_offs).__name__}")
         _check_offs_values(a, b, offs)
-    kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated)
+    kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated,
+              row_scale=row_scale)  # fmt: skip
     if out is not None:
         return core.grouped_mm(a, b, offs, out=out, **kw)
+    scale_t = row_scale if isinstance(row_scale, torch.Tensor) else None
+    wants_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, scale_t)
+    )  # fmt: skip
     fast = (
         not _is_compiling()
         and type(a) in _PLAIN
         and type(b) in _PLAIN
+        and (row_scale is None or type(row_scale) in _PLAIN)
         and _no_modes()
         and not (_any_autocast() and torch.is_autocast_enabled("cuda"))
-        and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+        and not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and wants_grad)
     )
     if fast:
         return core.grouped_mm(a, b, offs, **kw)
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         core.check_grouped(a, b, offs, None, out_dtype, backend)  # the TypeError
-    if activation is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        return _for_autograd(a, b, offs, out_dtype, backend, activation, gated)
-    return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated)
+    if row_scale is not None and not isinstance(row_scale, torch.Tensor):
+        # the TypeError
+        core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
+                           gated, row_scale)  # fmt: skip
+    if (activation is not None or row_scale is not None) and wants_grad:
+        return _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale)
+    return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated, row_scale)
 
 
 def _check_offs_values(a, b, offs) -> None:
@@ -249,13 +292,18 @@ def _check_offs_values(a, b, offs) -> None:
         prev = end
 
 
-def _for_autograd(a, b, offs, out_dtype, backend, activation, gated):
+def _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale=None):
     """With a gradient to compute, an epilogue runs as torch's own ops on the grouped product,
     which autograd saves (torch's unfused path): the backward is the grouped dA and dB and
     recomputes nothing. (The op's own backward, for a direct ``torch.ops.wsgemm.grouped_mm``
     call, recomputes the product.) Checked first as the op checks it, on the result's device
-    type."""
+    type. A row scale multiplies in fp32, rounded once to the result's dtype; the rows past
+    ``offs[-1]`` (unwritten) are zeroed before it, so its gradient there is zero."""
     p = core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
-                           gated)  # fmt: skip
+                           gated, row_scale)  # fmt: skip
     pre = _GROUPED_MM(a, b, offs, out_dtype, backend, None, False)
-    return (gated_unit if gated else torch_activation)(p.epilogue.activation, pre)
+    y = (gated_unit if gated else torch_activation)(p.epilogue.activation, pre)
+    if row_scale is None:
+        return y
+    y = _zero_past_end(y, offs, 0).float() * row_scale.float()[:, None]
+    return y.to(p.c_dtype)

@@ -358,6 +358,9 @@ BIAS_MODES = ("none", "row", "col")
 #: The activations, applied in fp32 after the bias: "relu2" is relu(x)², "gelu" the erf form
 #: (torch's default), "gelu_tanh" torch's ``approximate="tanh"``, "silu" x·sigmoid(x).
 ACTIVATIONS = ("none", "relu", "relu2", "gelu", "gelu_tanh", "silu")
+#: A row scale's vector: none, fp32, or the inputs' dtype ("input"); each result row ``m`` is
+#: multiplied by ``scale[m]`` (a mixture-of-experts router weight on the down projection).
+ROW_SCALES = ("none", "fp32", "input")
 
 
 @dataclass(frozen=True)
@@ -377,7 +380,11 @@ class Epilogue:
     ``gated``: a gated linear unit, ``D = act(acc[:, :N]) * acc[:, N:]`` of a product ``2N``
     wide (SwiGLU with "silu", GeGLU with "gelu" or "gelu_tanh"), writing an N-wide output: the
     kernel's B view (N, K, L) holds the gate's rows and the up projection's N rows follow them
-    in memory (one ``[w_gate; w_up]`` weight, K-major). No bias."""
+    in memory (one ``[w_gate; w_up]`` weight, K-major). No bias.
+
+    ``row_scale``: ``D[m, :]`` multiplied by ``scale[m]`` last, after the activation (or the
+    gated unit), the vector one of ``ROW_SCALES`` (its element type; a launch argument of the
+    kernel's M rows: no swap-AB form)."""
 
     bias: str = "none"
     activation: str = "none"
@@ -385,6 +392,7 @@ class Epilogue:
     scale: bool = False
     residual: bool = False
     c_tensor: bool = False
+    row_scale: str = "none"
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
@@ -400,12 +408,16 @@ class Epilogue:
             raise ValueError("a gated epilogue takes no alpha and no residual")
         if self.c_tensor and not self.residual:
             raise ValueError("c_tensor names where a residual's C is read: it needs residual")
+        if self.row_scale not in ROW_SCALES:
+            raise ValueError(
+                f"row scale {self.row_scale!r}; allowed: {', '.join(ROW_SCALES)}"
+            )  # fmt: skip
 
     @property
     def plain(self) -> bool:
         return (
             self.bias == "none" and self.activation == "none" and not self.scale
-            and not self.residual
+            and not self.residual and self.row_scale == "none"
         )  # fmt: skip
 
     @property
@@ -425,6 +437,8 @@ class Epilogue:
             parts.append("gated")
         if self.activation != "none":
             parts.append(self.activation)
+        if self.row_scale != "none":
+            parts.append(f"row_scale_{self.row_scale}")
         return "+".join(parts) or "none"
 
     @classmethod
@@ -432,23 +446,27 @@ class Epilogue:
         """The epilogue ``name`` names (``Epilogue.parse(e.name) == e``)."""
         if not isinstance(name, str):
             raise TypeError(f"an epilogue name is a str, got {type(name).__name__}")
-        bias, activation, flags = "none", "none", set()
+        bias, activation, row_scale, flags = "none", "none", "none", set()
         for part in name.split("+") if name != "none" else ():
             if part.startswith("bias_"):
                 bias = part[len("bias_") :]
+            elif part.startswith("row_scale_"):
+                row_scale = part[len("row_scale_") :]
             elif part in ("gated", "scale", "residual", "c_tensor"):
                 flags.add(part)
             else:
                 activation = part
         return cls(
             bias, activation, "gated" in flags, "scale" in flags, "residual" in flags,
-            "c_tensor" in flags,
+            "c_tensor" in flags, row_scale,
         )  # fmt: skip
 
     def swapped(self) -> Epilogue:
         """The same epilogue on the transposed problem (swap-AB): rows and columns trade."""
         if self.gated:
             raise ValueError("a gated epilogue pairs columns: it has no swap-AB form")
+        if self.row_scale != "none":
+            raise ValueError("a row scale runs along the kernel's rows: it has no swap-AB form")
         trade = {"row": "col", "col": "row", "none": "none"}
         return replace(self, bias=trade[self.bias])
 

@@ -128,6 +128,13 @@ def test_epilogue_names_round_trip():
             e = Epilogue(bias, act)
             assert Epilogue.parse(e.name) == e
             assert e.swapped().swapped() == e
+    for e in (Epilogue(row_scale="fp32"), Epilogue(activation="silu", gated=True,
+                                                   row_scale="input")):  # fmt: skip
+        assert Epilogue.parse(e.name) == e and not e.plain
+        with pytest.raises(ValueError, match="no swap-AB form"):
+            e.swapped()
+    with pytest.raises(ValueError, match="row scale 'fp16'"):
+        Epilogue(row_scale="fp16")
 
 
 @pytest.mark.parametrize(

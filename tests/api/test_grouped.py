@@ -27,13 +27,18 @@ class GroupedStandIn:
     def __init__(self):
         self.launches = []
 
-    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
-                 residual, offs, *, epilogue="none"):  # fmt: skip
-        self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, row_scale, bias, alpha,
+                 beta, residual, offs, *, epilogue="none"):  # fmt: skip
+        self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue,
+                                  row_scale=row_scale))  # fmt: skip
         assert a.stride(2) == 0 and c.stride(2) == 0 and b.shape[2] == len(offs)
         assert (raster, split, workspace, sems, bias, alpha, beta) == (0, 1, None, None, None,
                                                                        None, None)  # fmt: skip
         spec = Epilogue.parse(epilogue)
+        assert (row_scale is None) == (spec.row_scale == "none")
+        if row_scale is not None:  # one contiguous factor per row of A, of the epilogue's dtype
+            assert row_scale.shape == (a.shape[0],) and row_scale.stride() == (1,)
+            assert row_scale.dtype == (torch.float32 if spec.row_scale == "fp32" else a.dtype)
         if spec.gated:  # B's view is the gate's rows; the up rows follow in memory
             assert b.stride(1) == 1 and b.shape[0] == c.shape[1]
             b = b.as_strided((2 * b.shape[0], *b.shape[1:]), b.stride())
@@ -46,6 +51,8 @@ class GroupedStandIn:
                 y = torch_activation(spec.activation, y[:, :half]) * y[:, half:]
             else:
                 y = torch_activation(spec.activation, y)
+            if row_scale is not None:
+                y = y * row_scale[lo:hi, None].double()
             c[lo:hi, :, 0] = y.to(c.dtype)
             prev = hi
 
@@ -58,9 +65,10 @@ class RaggedKStandIn:
     def __init__(self):
         self.launches = []
 
-    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
-                 residual, offs, *, epilogue="none"):  # fmt: skip
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, row_scale, bias, alpha,
+                 beta, residual, offs, *, epilogue="none"):  # fmt: skip
         self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
+        assert row_scale is None
         groups = len(offs)
         assert a.stride(2) == 0 and b.stride(2) == 0 and c.shape[2] == groups
         assert a.stride(0) == 1 and b.stride(0) == 1, "K must be strided (M-, N-major)"
@@ -727,3 +735,160 @@ def test_2d2d_under_auto_takes_the_kernel_where_torch_loops(monkeypatch):
     core.grouped_mm(a, b, offs, dispatcher=off)
     assert off.cache.variants == []
     assert "RAGGED_K_FAMILIES" in core.explain(off, a, b, offs)
+
+
+# ----------------------------------------------------------------------------- the row scale
+
+
+def _scaled(blocks, scale):
+    """Reference blocks (lo, hi, y) with each row times its factor (float64)."""
+    return [(lo, hi, y * scale[lo:hi, None].double()) for lo, hi, y in blocks]
+
+
+@pytest.mark.parametrize("scale_dtype", [F32, BF16])
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("epilogue", ["none", "relu", "gated"])
+def test_a_row_scale_on_the_grouped_kernel(scale_dtype, fused, epilogue, monkeypatch):
+    """A router weight per row, last: on the kernel's epilogue where the family scales rows
+    (``ROW_SCALE_FAMILIES``; the launch gets the vector and the variant says its dtype), else
+    the plain kernel and the scale in torch; the rows past the groups are left as they were."""
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(registry, "ROW_SCALE_FAMILIES", registry.EPILOGUE_FAMILIES if fused
+                        else frozenset())  # fmt: skip
+    a, b, offs = _moe_fc1()
+    scale = torch.rand(a.shape[0], dtype=F32).to(scale_dtype)
+    kw = {}
+    if epilogue == "gated":
+        kw = dict(activation="silu", gated=True)
+        ref = _gated_reference(a, b, offs, "silu")
+    elif epilogue == "relu":
+        kw = dict(activation="relu")
+        ref = [(lo, hi, torch.relu(y)) for lo, hi, y in reference(a, b, offs, "2d3d")]
+    else:
+        ref = reference(a, b, offs, "2d3d")
+    d = dispatcher()
+    out = torch.full((a.shape[0], b.shape[2] // (2 if kw.get("gated") else 1)), 7.0, dtype=BF16)
+    core.grouped_mm(a, b, offs, out=out, dispatcher=d, row_scale=scale, **kw)
+    assert_rows(out, _scaled(ref, scale), 32)
+    assert (out[int(offs[-1]) :] == 7.0).all()
+    launch = d.cache.kernel.launches[-1]
+    kind = "fp32" if scale_dtype == F32 else "input"
+    if fused:
+        assert d.cache.variants[-1].epilogue.endswith(f"row_scale_{kind}")
+        assert launch["row_scale"] is not None
+    else:
+        assert "row_scale" not in d.cache.variants[-1].epilogue and launch["row_scale"] is None
+
+
+def test_a_strided_row_scale_is_read_contiguous_and_k_zero_scales_act_zero(monkeypatch):
+    monkeypatch.setattr(registry, "ROW_SCALE_FAMILIES", registry.EPILOGUE_FAMILIES)
+    a, b, offs = _moe_fc1()
+    scale = torch.rand(2 * a.shape[0], dtype=F32)[::2]
+    d = dispatcher()
+    out = core.grouped_mm(a, b, offs, dispatcher=d, row_scale=scale)
+    assert_rows(out, _scaled(reference(a, b, offs, "2d3d"), scale), 32)
+    assert d.cache.kernel.launches[-1]["row_scale"].stride() == (1,)
+    # K = 0: every product is zero, so act(0) * scale = 0 for relu, gelu_tanh(0) = 0 too
+    a0, b0 = a[:, :0], b[:, :0]
+    out = core.grouped_mm(a0, b0, offs, dispatcher=d, row_scale=scale, activation="relu")
+    assert (out[: int(offs[-1])] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "over, error, match",
+    [
+        (dict(row_scale=[1.0] * 10), TypeError, "row_scale must be a torch.Tensor"),
+        (dict(row_scale=torch.ones(9)), ValueError, r"shape \(10,\)"),
+        (dict(row_scale=torch.ones(10, 1)), ValueError, r"shape \(10,\)"),
+        (dict(row_scale=torch.ones(10, dtype=torch.float64)), TypeError, "float32 or a's dtype"),
+        (dict(row_scale=torch.ones(10, dtype=BF16)), TypeError, "float32 or a's dtype"),
+        (dict(row_scale=torch.ones(10, device="meta")), ValueError, "one device"),
+    ],
+)
+def test_bad_row_scales_are_refused(over, error, match):
+    args = _args()
+    with pytest.raises(error, match=match):
+        core.check_grouped(*args.values(), device_types=("cpu", "meta"), **over)
+
+
+def test_a_row_scale_is_for_the_2d3d_form():
+    a, b = torch.randn(3, 10, 8, dtype=F16), torch.randn(3, 8, 16, dtype=F16)
+    with pytest.raises(ValueError, match="2D x 3D form"):
+        core.check_grouped(a, b, None, None, None, "auto", ("cpu",), row_scale=torch.ones(10))
+
+
+def test_the_fake_implementation_takes_a_row_scale():
+    with FakeTensorMode():
+        a = torch.empty(100, 64, dtype=BF16, device="cuda")
+        b = torch.empty(8, 64, 48, dtype=BF16, device="cuda")
+        offs = torch.empty(8, dtype=torch.int32, device="cuda")
+        scale = torch.empty(100, dtype=F32, device="cuda")
+        out = torch.ops.wsgemm.grouped_mm(a, b, offs, None, "auto", None, False, scale)
+        assert out.shape == (100, 48) and out.dtype == BF16
+        with pytest.raises(ValueError, match=r"shape \(100,\)"):
+            short = torch.empty(99, dtype=F32, device="cuda")
+            torch.ops.wsgemm.grouped_mm(a, b, offs, row_scale=short)
+
+
+def _scaled_reference_grads(a, b, offs, scale, grad, act=None):
+    """float64 autograd of ``act(a @ b[g]) * scale`` per group, the rows past the groups a
+    constant zero."""
+    a64, b64, s64 = (t.detach().double().requires_grad_() for t in (a, b, scale))
+    e = [0, *offs.tolist()]
+    parts = [torch_activation(act or "none", a64[e[g] : e[g + 1]] @ b64[g]) for g in range(len(b))]
+    parts.append(torch.zeros(a.shape[0] - e[-1], b.shape[2], dtype=torch.float64))
+    (torch.cat(parts) * s64[:, None]).backward(grad.double())
+    return a64.grad, b64.grad, s64.grad
+
+
+@pytest.mark.parametrize("entry", ["op", "wsgemm"])
+@pytest.mark.parametrize("act", [None, "gelu_tanh"])
+def test_row_scale_gradients_match_float64(entry, act, monkeypatch):
+    """Through the op's own backward (``torch.ops.wsgemm.grouped_mm``: the scale's gradient
+    from the product recomputed) and through ``wsgemm.grouped_mm`` (the unfused road autograd
+    saves); the scale's entries past the groups get zero."""
+    d = dispatcher()
+    monkeypatch.setattr(core, "host_dispatcher", lambda: d)
+    torch.manual_seed(5)
+    a = torch.randn(20, 8, dtype=BF16).requires_grad_()
+    b = torch.randn(3, 8, 16, dtype=BF16).requires_grad_()
+    offs = ends(4, 0, 12)
+    scale = torch.rand(20, dtype=F32).requires_grad_()
+    if entry == "op":
+        out = torch.ops.wsgemm.grouped_mm(a, b, offs, None, "auto", act, False, scale)
+    else:
+        out = wsgemm.grouped_mm(a, b, offs, activation=act, row_scale=scale)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    want = _scaled_reference_grads(a, b, offs, scale, grad, act)
+    for got, ref in zip((a.grad, b.grad, scale.grad), want, strict=True):
+        assert got is not None and got.shape == ref.shape and got.dtype != torch.float64
+        err = (got.double() - ref).abs().max().item()
+        assert err <= 4 * tolerance(BF16, 24) * max(ref.abs().max().item(), 1.0), err
+    assert (scale.grad[16:] == 0).all()
+
+
+def test_a_row_scale_only_gradient():
+    """Only the scale wants a gradient (frozen experts): it still gets one."""
+    d = dispatcher()
+    a, b, offs = _moe_fc1(n_half=8, k=16)
+    scale = torch.rand(a.shape[0], dtype=F32).requires_grad_()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core, "host_dispatcher", lambda: d)
+        out = wsgemm.grouped_mm(a, b, offs, row_scale=scale)
+        out.sum().backward()
+    ref = [(lo, hi, y) for lo, hi, y in reference(a, b, offs, "2d3d")]
+    for lo, hi, y in (block for block in ref if block[1] > block[0]):
+        err = (scale.grad[lo:hi].double() - y.sum(-1)).abs().max().item()
+        assert err <= 4 * tolerance(BF16, 16) * max(y.sum(-1).abs().max().item(), 1.0)
+    assert (scale.grad[int(offs[-1]) :] == 0).all()
+
+
+def test_explain_says_where_a_row_scale_runs(monkeypatch):
+    a, b, offs = _moe_fc1()
+    scale = torch.rand(a.shape[0])
+    for families, words in ((frozenset(), "ROW_SCALE_FAMILIES"),
+                            (registry.EPILOGUE_FAMILIES, "in the kernel")):  # fmt: skip
+        monkeypatch.setattr(registry, "ROW_SCALE_FAMILIES", families)
+        text = core.explain(dispatcher(), a, b, offs, row_scale=scale)
+        assert "row_scale_fp32" in text and words in text, text

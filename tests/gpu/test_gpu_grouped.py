@@ -285,6 +285,101 @@ def test_a_gated_moe_fc1_matches_float64(fusing, act, sizes):
         assert_within_torch_error(out[lo:hi], ref, theirs, f"{act} group {g}")
 
 
+# ----------------------------------------------------------------------------- the row scale
+# ``grouped_mm(row_scale=)``: each row times its factor, last (a router weight on the down
+# projection), in the grouped kernel's epilogue once ``ROW_SCALE_FAMILIES`` holds its family.
+
+
+@pytest.fixture
+def scaling(monkeypatch):
+    from wsgemm.host import registry
+
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(registry, "ROW_SCALE_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+ROW_SCALE_CASES = [
+    # sizes, ab, scale dtype, epilogue, backend, out=
+    ([8] * 64, torch.bfloat16, torch.float32, None, "auto", False),
+    ([0, 300, 1, 129, 64], torch.bfloat16, torch.bfloat16, None, "sm90", True),
+    ([0, 300, 1, 129, 64], torch.float16, torch.float32, None, "sm90-pingpong", False),
+    ([1000], torch.float16, torch.float16, None, "sm90", False),
+    ([5, 0, 257, 63, 997], torch.bfloat16, torch.float32, "gelu_tanh", "auto", True),
+    ([0, 300, 1, 129, 64], torch.bfloat16, torch.float32, "gated", "auto", False),
+    ([17] * 200, torch.bfloat16, torch.float32, "gated", "sm90-pingpong", True),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ROW_SCALE_CASES)))
+def test_a_row_scale_matches_float64_per_group(scaling, case):
+    """``act(x @ w[e].T) * s`` per expert row (or the gated unit's, times ``s``), rows past the
+    groups kept (``out=`` poisoned with NaN)."""
+    sizes, ab, sdt, epi, backend, use_out = ROW_SCALE_CASES[case]
+    gen = torch.Generator().manual_seed(100 + case)
+    k, n = 256, 384
+    m = sum(sizes) + 3
+    a = make((m, k), ab, "cuda", gen=gen)
+    b = (torch.randn(len(sizes), n, k, generator=gen) / k**0.5).to(ab).cuda().transpose(1, 2)
+    ends = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+    scale = torch.rand(m, generator=gen).to(sdt).cuda()
+    kw = dict(backend=backend, row_scale=scale)
+    if epi == "gated":
+        kw.update(activation="silu", gated=True)
+    elif epi is not None:
+        kw.update(activation=epi)
+    width = n // 2 if epi == "gated" else n
+    if use_out:
+        out = torch.full((m, width), float("nan"), dtype=ab, device="cuda")
+        assert wsgemm.grouped_mm(a, b, ends, out=out, **kw) is out
+        assert out[int(ends[-1]) :].isnan().all(), "rows past offs[-1] were written"
+    else:
+        out = wsgemm.grouped_mm(a, b, ends, **kw)
+    assert out.shape == (m, width)
+    from wsgemm.api.epilogue import torch_activation
+
+    def epilogue(y, s):
+        if epi == "gated":
+            y = torch_activation("silu", y[:, :width]) * y[:, width:]
+        elif epi is not None:
+            y = torch_activation(epi, y)
+        return y * s[:, None]
+
+    e = [0, *ends.tolist()]
+    for g in range(len(sizes)):
+        lo, hi = e[g], e[g + 1]
+        if hi == lo:
+            continue
+        ref = epilogue(a[lo:hi].double() @ b[g].double(), scale[lo:hi].double())
+        theirs = epilogue((a[lo:hi] @ b[g]).float(), scale[lo:hi].float()).to(ab)
+        assert_within_torch_error(out[lo:hi], ref, theirs, f"case {case} group {g}")
+
+
+def test_a_row_scale_in_a_cuda_graph_with_new_offsets_and_scales(scaling):
+    gen = torch.Generator().manual_seed(7)
+    a = make((400, 128), torch.bfloat16, "cuda", gen=gen)
+    b = (torch.randn(4, 256, 128, generator=gen) / 128**0.5).bfloat16().cuda().transpose(1, 2)
+    ends = torch.tensor([100, 100, 250, 390], dtype=torch.int32, device="cuda")
+    scale = torch.rand(400, generator=gen).cuda()
+    out = torch.empty(400, 256, dtype=torch.bfloat16, device="cuda")
+    wsgemm.grouped_mm(a, b, ends, out=out, row_scale=scale)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wsgemm.grouped_mm(a, b, ends, out=out, row_scale=scale)
+    ends.copy_(torch.tensor([10, 200, 200, 400], dtype=torch.int32))
+    scale.copy_(torch.rand(400, generator=gen))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    e = [0, *ends.tolist()]
+    for g in range(4):
+        lo, hi = e[g], e[g + 1]
+        if hi == lo:
+            continue
+        ref = (a[lo:hi].double() @ b[g].double()) * scale[lo:hi, None].double()
+        theirs = ((a[lo:hi] @ b[g]).float() * scale[lo:hi, None]).bfloat16()
+        assert_within_torch_error(out[lo:hi], ref, theirs, f"graph group {g}")
+
+
 # ----------------------------------------------------------------------------- 2D x 2D, ragged K
 # The ragged-K grouped kernel (``backend="sm90"``/``"sm90-pingpong"``; ``auto`` takes it once
 # host.RAGGED_K_FAMILIES holds its family): a weight gradient's form, K split by offs.

@@ -188,11 +188,12 @@ def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
 
     call = KernelCall(wrap_launch(raw, (names, defaults)), operand_majors(v), (F16, F16))
     a, b, c = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half(), torch.zeros(64, 48, 1)
-    extras = len(defaults) - 1  # after the raster group: split count, buffers, bias, alpha, beta
+    extras = len(defaults) - 1  # after the raster group: split count, buffers, row scale, bias,
+    # alpha, beta, C
     per = (0, 3, "workspace", "sems")
     call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per))(16, 32, 48)
     assert got[-1][15:] == (*per, *defaults[len(per) :])
-    assert extras == 7 and got[-1][-4:] == (None,) * 4  # no fused epilogue here
+    assert extras == 8 and got[-1][-5:] == (None,) * 5  # no fused epilogue here
     # a fused launch passes its bias, alpha, beta and C itself, as the last (late) arguments
     call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=4)(
         16, 32, 48, "bias", 2.0, 0.5, "c"

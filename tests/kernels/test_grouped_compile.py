@@ -95,12 +95,12 @@ def test_the_grouped_kernel_refuses_what_it_does_not_have(options, what):
 
 
 def test_the_grouped_launch_takes_the_offsets_last():
-    """The host passes (raster group, split, workspace, semaphores, bias, alpha, beta, residual,
-    offs)."""
+    """The host passes (raster group, split, workspace, semaphores, row scale, bias, alpha, beta,
+    residual, offs)."""
     cls = host.Variant("sm90", "sm_90a", grouping="m").kernel_class()
     names = [name for name, _ in cls.LAUNCH_EXTRAS]
-    assert names[-5:] == ["bias", "alpha", "beta", "residual", "offs"]
-    assert cls.launch_defaults() == (0, 1, *(None,) * 7)
+    assert names[-6:] == ["row_scale", "bias", "alpha", "beta", "residual", "offs"]
+    assert cls.launch_defaults() == (0, 1, *(None,) * 8)
 
 
 def test_the_grouped_kernel_refuses_an_m_major_a():
@@ -168,3 +168,26 @@ def test_the_ragged_k_kernel_is_its_own_variant():
                for v in host.ragged_k_variants())  # fmt: skip
     # the descriptor workspace: two 128-byte descriptors per CTA of the clusters launched
     assert host.ragged_k_workspace_words("sm90", None, 66) == 66 * 2 * 2 * 128 // 4
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "epilogue, load", [("row_scale_fp32", "LDG.E"), ("gated+silu+row_scale_input", "LDG.E.U16")]
+)
+def test_a_row_scale_is_one_load_per_row_and_one_multiply_per_element(compiled, epilogue, load):
+    """``grouped_mm(row_scale=)`` in the grouped kernel's epilogue: the plain variant's code
+    plus each thread's rows' factors (two rows of each 64-row MMA atom: two more loads of the
+    vector's dtype, shared by the registers of a row) and one FMUL per output element; no
+    spill (``kernels/epilogue/row_scale.py``)."""
+    import collections
+
+    base_epi = "gated+silu" if "gated" in epilogue else "none"
+    scaled = dataclasses.replace(REPRESENTATIVE, epilogue=epilogue)
+    base = dataclasses.replace(REPRESENTATIVE, epilogue=base_epi)
+    ops, base_ops = (
+        collections.Counter(sass.opcodes(compiled(v).report.sass_text)) for v in (scaled, base)
+    )  # fmt: skip
+    _grouped_opcodes(compiled(scaled).report)
+    assert ops[load] - base_ops[load] == 2, (ops[load], base_ops[load])
+    elements = 64 * 128 // 128 // (2 if "gated" in epilogue else 1)  # per thread of a warpgroup
+    assert ops["FMUL"] - base_ops["FMUL"] == elements

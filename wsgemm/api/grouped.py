@@ -38,7 +38,7 @@ GEMM, which its kernels' TMA stores need): ``result_strides``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -130,8 +130,9 @@ def result_strides(shape: tuple, dtype: torch.dtype) -> tuple[int, ...]:
 
 
 def check_grouped(
-    a, b, offs, out, out_dtype, backend, device_types=("cuda",), activation=None, gated=False
-) -> GroupedProblem:
+    a, b, offs, out, out_dtype, backend, device_types=("cuda",), activation=None, gated=False,
+    row_scale=None,
+) -> GroupedProblem:  # fmt: skip
     """Every check of ``grouped_mm`` that reads no data (what the fake implementation runs too;
     ``device_types``' first is where the kernels run). Raises, never allocates."""
     for name, t in (("a", a), ("b", b)):
@@ -191,10 +192,42 @@ def check_grouped(
             f"backend {backend!r} has no grouped kernel; these have: "
             f"{', '.join(host.GROUPED_BACKENDS)} (or say backend='auto')"
         )
-    if torch.is_grad_enabled() and out is not None and any(t.requires_grad for t in (a, b, out)):
+    scale = _check_row_scale(row_scale, form, a)
+    if (
+        torch.is_grad_enabled()
+        and out is not None
+        and any(t is not None and t.requires_grad for t in (a, b, out, row_scale))
+    ):
         raise RuntimeError("grouped_mm(): out= does not support automatic differentiation; "
                            "call it without out=, or under torch.no_grad()")  # fmt: skip
-    return GroupedProblem(form, groups, shape, c_dtype, Epilogue(activation=act, gated=gated))
+    epilogue = Epilogue(activation=act, gated=gated, row_scale=scale)
+    return GroupedProblem(form, groups, shape, c_dtype, epilogue)
+
+
+def _check_row_scale(row_scale, form: str, a: torch.Tensor) -> str:
+    """``row_scale``'s ``Epilogue.row_scale`` ("none", "fp32" or "input"), or the error: a
+    1-D vector of a's rows (2D x 3D only), float32 or a's dtype, on a's device."""
+    if row_scale is None:
+        return "none"
+    if not isinstance(row_scale, torch.Tensor):
+        raise TypeError(f"row_scale must be a torch.Tensor or None, got {type(row_scale).__name__}")
+    if form != "2d3d":
+        raise ValueError(
+            "row_scale (a factor per row of the result, e.g. a router weight) is for the 2D x 3D "
+            f"form; got a {form[:2].upper()} x {form[2:].upper()} call"
+        )
+    if row_scale.shape != (a.shape[0],):
+        raise ValueError(
+            f"row_scale must have shape ({a.shape[0]},), one factor per row of a; got "
+            f"{tuple(row_scale.shape)}"
+        )
+    if row_scale.dtype not in (torch.float32, a.dtype):
+        raise TypeError(
+            f"row_scale must be float32 or a's dtype ({a.dtype}), got {row_scale.dtype}"
+        )
+    if row_scale.device != a.device:
+        raise ValueError(f"row_scale is on {row_scale.device}, a on {a.device}; one device for all")
+    return "fp32" if row_scale.dtype == torch.float32 else "input"
 
 
 def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
@@ -230,12 +263,14 @@ def _torch_fuses(ab_dtype: torch.dtype, c_dtype: torch.dtype) -> bool:
 
 
 def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dispatcher=None,
-               activation=None, gated=False):  # fmt: skip
+               activation=None, gated=False, row_scale=None):  # fmt: skip
     """The grouped GEMM (module docstring) on dispatcher ``dispatcher`` (default: the
     process's), with ``activation`` applied to it, or (``gated``) ``act(gate) * up`` of its
-    two column halves. Returns the result (``out`` itself when given)."""
+    two column halves, then each row times ``row_scale``'s entry. Returns the result (``out``
+    itself when given)."""
     d = dispatcher or host_dispatcher()
-    p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,), activation, gated)
+    p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,), activation, gated,
+                      row_scale)  # fmt: skip
     where = route(d, p, a, backend)
     if out is not None and where != BATCHED:
         for t in (a, b):
@@ -256,9 +291,10 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     elif where == KERNEL and p.form == "2d2d":
         _run_kernel_2d2d(d, a, b, offs, result, backend, p)
     elif where == KERNEL:
-        _run_kernel(d, a, b, offs, result, backend, p.epilogue)
+        _run_kernel(d, a, b, offs, result, backend, p.epilogue, row_scale)
     else:
-        product = epilogue_in_torch(_torch_grouped(p.plain(), a, b, offs), p.epilogue, p.c_dtype)
+        product = epilogue_in_torch(_torch_grouped(p.plain(), a, b, offs), p.epilogue, p.c_dtype,
+                                    row_scale)  # fmt: skip
         fresh = product.shape == p.shape and product.stride() == strides
         if out is None and fresh and product.dtype == p.c_dtype:
             # torch's own fresh result in the result's layout: no second pass over, e.g., a
@@ -287,28 +323,33 @@ def _shares_memory(x: torch.Tensor, y: torch.Tensor) -> bool:
 # ----------------------------------------------------------------------------- the kernel route
 
 
-def epilogue_in_torch(product: torch.Tensor, epilogue: Epilogue, dtype) -> torch.Tensor:
-    """The epilogue on a product torch or a plain kernel computed: in fp32, rounded once."""
+def epilogue_in_torch(product: torch.Tensor, epilogue: Epilogue, dtype, row_scale=None
+                      ) -> torch.Tensor:  # fmt: skip
+    """The epilogue on a product torch or a plain kernel computed: in fp32, rounded once; a
+    row scale (2D x 3D) last, each row times its entry."""
     if epilogue.plain:
         return product
     y = product.float()
-    if epilogue.gated:
-        return gated_unit(epilogue.activation, y).to(dtype)
-    return torch_activation(epilogue.activation, y).to(dtype)
+    y = (gated_unit if epilogue.gated else torch_activation)(epilogue.activation, y)
+    if row_scale is not None:
+        y = y * row_scale.float()[:, None]
+    return y.to(dtype)
 
 
-def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) -> None:
+def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, row_scale=None
+                ) -> None:  # fmt: skip
     """2D x 3D on the grouped kernel: A (M, K, G) and C (M, N, G) as views with batch stride 0,
     B (N, K, G); copies only where a kernel cannot address an operand (``api.plan``'s rules).
     An epilogue runs in the kernel where its family fuses them (a gated one reads a K-major B:
-    its view the gate's rows, the up rows after them), else in torch after a plain kernel."""
+    its view the gate's rows, the up rows after them; a row scale where ``host.scales_rows``,
+    read contiguous), else in torch after a plain kernel."""
     m, k = a.shape
     groups, n = b.shape[0], out.shape[1]  # a gated unit's out is half of b's columns
     p = GroupedProblem("2d3d", groups, (m, n), out.dtype, epilogue)
     if k == 0:  # every group's product is zero: rows before offs[-1] become act(0) (* 0)
         zero = torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n)
-        _write(out, epilogue_in_torch(zero, epilogue if not epilogue.gated else PLAIN, out.dtype),
-               p, offs)  # fmt: skip
+        unit = replace(epilogue, gated=False, activation="none") if epilogue.gated else epilogue
+        _write(out, epilogue_in_torch(zero, unit, out.dtype, row_scale), p, offs)
         return
     name, config = host.grouped_config(backend, m, groups)
     b_nkg = b.permute(2, 1, 0)
@@ -316,11 +357,13 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
     if fused and epilogue.gated:
         gate = _kernel_view(b_nkg[:n], False, (1,))  # K-major only
         fused = gate is not None and n % 8 == 0
+    if fused and epilogue.row_scale != "none":
+        fused = host.scales_rows(name)
     if not epilogue.plain and not fused:  # the plain kernel, then the epilogue in torch
         plain = torch.empty_strided(p.plain().shape, result_strides(p.plain().shape, out.dtype),
                                     dtype=out.dtype, device=out.device)  # fmt: skip
         _run_kernel(d, a, b, offs, plain, backend)
-        _write(out, epilogue_in_torch(plain, epilogue, out.dtype), p, offs)
+        _write(out, epilogue_in_torch(plain, epilogue, out.dtype, row_scale), p, offs)
         return
     # K-major only: a group's first row is any row, and TMA takes a box whose start in the
     # contiguous dimension is not 16-byte aligned as an illegal instruction (an M-major A's
@@ -342,7 +385,10 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN) ->
     fn, clusters = d.kernel(
         name, d.device_index(a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
     )
-    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, offs.contiguous())
+    epilogue_launch = NO_EPILOGUE_LAUNCH
+    if epilogue.row_scale != "none":
+        epilogue_launch = (row_scale.contiguous(), *NO_EPILOGUE_LAUNCH[1:])
+    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *epilogue_launch, offs.contiguous())
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
         _write(out, c_view[:, :, 0], p, offs)
 
@@ -475,10 +521,11 @@ def _write(out: torch.Tensor, result: torch.Tensor, p: GroupedProblem, offs) -> 
 
 
 def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
-            gated=False) -> str:  # fmt: skip
+            gated=False, row_scale=None) -> str:  # fmt: skip
     """What ``grouped_mm`` with these arguments runs on dispatcher ``d``, and why (checks the
     arguments as the call does; compiles and launches nothing, reads no data)."""
-    p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), activation, gated)
+    p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), activation, gated,
+                      row_scale)  # fmt: skip
     where = route(d, p, a, backend)
     form = f"{p.form[:2].upper()} x {p.form[2:].upper()}"
     lines = [f"problem: grouped {form}, {p.groups} groups, a {tuple(a.shape)} x b "
@@ -527,11 +574,15 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
             lines.append(f"{what}: {how}")
         if not epi.plain:
             fuses = host.fuses_epilogues(name) and (not epi.gated or b_found is not None)
-            where_epi = (
-                "in the kernel, on the accumulators"
-                if fuses
-                else "in torch after the product (fused epilogues are off, or B is not K-major)"
-            )
+            if epi.row_scale != "none" and fuses and not host.scales_rows(name):
+                where_epi = ("in torch after the product (this family's row scale is not "
+                             "switched on: host.registry.ROW_SCALE_FAMILIES)")  # fmt: skip
+            elif fuses:
+                where_epi = "in the kernel, on the accumulators"
+            else:
+                where_epi = (
+                    "in torch after the product (fused epilogues are off, or B is not K-major)"
+                )
             lines.append(f"epilogue: {epi.name}: {where_epi}")
     return "\n".join(lines)
 

@@ -37,6 +37,7 @@ from .registry import (
     fuses_epilogues,
     needs_vector_extent,
     reads_c_tensor,
+    scales_rows,
     shipped_backends,
 )
 
@@ -63,6 +64,7 @@ __all__ = [
     "ragged_k_variants",
     "ragged_k_workspace_words",
     "reads_c_tensor",
+    "scales_rows",
     "routes_ragged_k",
     "make_kernel",
     "needs_vector_extent",

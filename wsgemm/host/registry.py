@@ -174,6 +174,13 @@ RESIDUAL_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: on 2026-12-06 (entry 58). Elsewhere such a ``c`` is copied into the result and read there
 #: (one more pass), which ``explain`` says.
 C_TENSOR_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose grouped kernels multiply each result row by a row scale in their
+#: epilogue (``Epilogue.row_scale``: ``grouped_mm(row_scale=)``, a router weight on a
+#: mixture-of-experts down projection; ``kernels/epilogue/row_scale.py``). Empty until the sm90
+#: one has run its GPU tests (``tests/gpu/test_gpu_grouped.py -k row_scale``); meanwhile the
+#: API runs the plain grouped kernel, then the scale in torch (one more pass over the result),
+#: which ``explain`` says.
+ROW_SCALE_FAMILIES: frozenset[str] = frozenset()
 
 
 def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) -> bool:
@@ -186,6 +193,11 @@ def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) ->
     if scalars and family not in RESIDUAL_FAMILIES:
         return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
+
+
+def scales_rows(backend: str) -> bool:
+    """Whether ``backend``'s grouped kernel fuses a row scale (``ROW_SCALE_FAMILIES``)."""
+    return BACKENDS[backend].family in ROW_SCALE_FAMILIES and fuses_epilogues(backend)
 
 
 def reads_c_tensor(backend: str) -> bool:

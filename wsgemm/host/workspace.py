@@ -134,9 +134,9 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
 #: An unsplit sm90 launch's arguments between the clusters and a fused epilogue's bias
 #: (``Sm90Gemm.LAUNCH_EXTRAS``): the kernel's own raster order, split 1, no split buffers.
 UNSPLIT_LAUNCH = (0, 1, None, None)
-#: The fused epilogue's launch arguments when it has none (bias, alpha, beta, C): what comes
-#: between ``UNSPLIT_LAUNCH`` and a grouped kernel's offsets.
-NO_EPILOGUE_LAUNCH = (None, None, None, None)
+#: The fused epilogue's launch arguments when it has none (row scale, bias, alpha, beta, C):
+#: what comes between ``UNSPLIT_LAUNCH`` and a grouped kernel's offsets.
+NO_EPILOGUE_LAUNCH = (None, None, None, None, None)
 
 
 def bias_launcher(fn: Callable) -> Callable:

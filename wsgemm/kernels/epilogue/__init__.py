@@ -10,11 +10,13 @@ Composable pieces, each a small module a family's epilogue calls on one subtile 
   compiles to a call);
 * ``bias``: the bias addend of one accumulator element, per row or per column of the kernel's
   problem, read from global memory at a clamped index (no branch).
+* ``row_scale``: one accumulator element's factor of a per-row scale, applied last (a router
+  weight), read as the bias is.
 
 Adding an activation is one branch in ``activation.apply`` and one name in
 ``support.ACTIVATIONS``.
 """
 
-from wsgemm.support import ACTIVATIONS, BIAS_MODES, PLAIN, Epilogue
+from wsgemm.support import ACTIVATIONS, BIAS_MODES, PLAIN, ROW_SCALES, Epilogue
 
-__all__ = ["ACTIVATIONS", "BIAS_MODES", "PLAIN", "Epilogue"]
+__all__ = ["ACTIVATIONS", "BIAS_MODES", "PLAIN", "ROW_SCALES", "Epilogue"]

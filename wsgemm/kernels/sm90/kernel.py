@@ -37,6 +37,7 @@ from wsgemm.kernels.common.scheduler import (
 from wsgemm.kernels.epilogue import PLAIN, Epilogue
 from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
+from wsgemm.kernels.epilogue import row_scale as epilogue_row_scale
 from wsgemm.kernels.sm90 import ragged, ragged_k, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
@@ -183,6 +184,7 @@ class _ConsumerArgs:
     scalars: Any = None  # the fused epilogue's (alpha, beta) fp32 values, or None
     # a residual's (TMA load atom, C's TMA coordinates (M, N, L), its first mbarrier), or None
     residual_load: Any = None
+    row_scale: Any = None  # the fused epilogue's row scale vector, or None
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,9 @@ class _EpilogueArgs:
     # (None without)
     scalars: Any = None
     residual: Any = None
+    # ``Epilogue.row_scale``: the vector and its length (None, None without)
+    row_scale: Any = None
+    row_scale_extent: Any = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,8 @@ class _TileEpilogue:
     tRS_rD: Any  # (R2S, R2S_M, R2S_N) accumulator dtype (fp32 with a fused epilogue)
     tRS_rD_out: Any  # (R2S, R2S_M, R2S_N) C's dtype
     origin: Any  # the tile's first (row, col) in the problem
+    # a row scale's factors, one list of fp32 values per subtile (``_row_scale_tile``), or None
+    row_scale: Any = None
 
 
 class Sm90Gemm(TracedLoops, GemmKernel):
@@ -290,11 +297,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     #: "k": the ragged-K one (its K cut into groups, each group a batch of C; ``ragged_k.py``).
     grouped = None
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
-    # and the fused epilogue's bias vector, alpha, beta and C (``epilogue``; kernels without a
-    # bias, without ``scale`` and ``residual``, or without ``c_tensor``, ignore them)
+    # and the fused epilogue's row scale, bias vector, alpha, beta and C (``epilogue``; kernels
+    # without a ``row_scale``, a bias, ``scale`` and ``residual`` or ``c_tensor`` ignore them;
+    # the last four are a dense fused launch's own, passed last: ``host.workspace``)
     LAUNCH_EXTRAS = (
-        ("split_count", 1), ("workspace", None), ("semaphores", None), ("bias", None),
-        ("alpha", None), ("beta", None), ("residual", None),
+        ("split_count", 1), ("workspace", None), ("semaphores", None), ("row_scale", None),
+        ("bias", None), ("alpha", None), ("beta", None), ("residual", None),
     )  # fmt: skip
 
     def __init__(
@@ -328,6 +336,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
                 "added in fp32, not one fp16 running sum over K"
             )
+        if epilogue.row_scale != "none" and config.swap_ab:
+            raise ValueError("a row scale runs along the kernel's rows: no swap-AB form")
         if epilogue.residual and trace:
             raise ValueError("a traced kernel with a residual is not built: trace it without")
         if config.stream_k and trace:
@@ -392,11 +402,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if self.fused_epilogue.scalars:
             scalars = (cutlass.Float32(1.0), cutlass.Float32(0.0))
         c_in = self._fake_c() if self.fused_epilogue.c_tensor else None
+        scale = None
+        if self.fused_epilogue.row_scale != "none":
+            dtype = self._row_scale_dtype()
+            align = dtype.width // 8
+            scale = make_fake_tensor(dtype, (cute.sym_int64(),), (1,), assumed_align=align)
         if not self.config.splits_in_kernel:
-            return Int32(1), None, None, bias, *scalars, c_in
+            return Int32(1), None, None, scale, bias, *scalars, c_in
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
         semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
-        return Int32(1), workspace, semaphores, bias, *scalars, c_in
+        return Int32(1), workspace, semaphores, scale, bias, *scalars, c_in
+
+    def _row_scale_dtype(self):
+        """A row scale's element type (``Epilogue.row_scale``): fp32, or the inputs' dtype."""
+        return cutlass.Float32 if self.fused_epilogue.row_scale == "fp32" else self.ab_dtype
 
     def _fake_c(self):
         """A residual's own C (M, N, L): the output's major (M-major under swap-AB), its
@@ -433,12 +452,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         kernel leaves zero again. A fused epilogue's: ``bias`` (a flat vector of the inputs'
         dtype), ``alpha`` and ``beta`` (fp32 scalars; ``Epilogue.scale`` and ``residual``), ``c``
         (a residual's C when it is not the output: ``Epilogue.c_tensor``; (M, N, L) of C's
-        dtype and major)."""
-        split_count, workspace, semaphores, bias, alpha, beta, c_in = launch[:7]
+        dtype and major), ``row_scale`` (a flat vector of M entries, ``Epilogue.row_scale``'s
+        dtype; a grouped kernel's: every group's rows)."""
+        split_count, workspace, semaphores, row_scale, bias, alpha, beta, c_in = launch[:8]
         offs = mC_gmem = k_operands = None
         num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         if const_expr(self.grouped is not None):
-            offs = launch[7]
+            offs = launch[8]
             if const_expr(offs is None or offs.element_type != Int32):
                 raise ValueError("a grouped kernel takes its groups' end offsets as int32")
         if const_expr(self.grouped == "m"):
@@ -462,6 +482,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 raise ValueError(f"epilogue {self.fused_epilogue.name} takes a bias vector")
             if const_expr(bias.element_type != self.ab_dtype):
                 raise ValueError(f"the bias is {bias.element_type}, it must be {self.ab_dtype}")
+        if const_expr(self.fused_epilogue.row_scale == "none"):
+            row_scale = None
+        else:
+            if const_expr(row_scale is None):
+                raise ValueError(f"epilogue {self.fused_epilogue.name} takes a row scale vector")
+            if const_expr(row_scale.element_type != self._row_scale_dtype()):
+                raise ValueError(
+                    f"the row scale is {row_scale.element_type}, it must be "
+                    f"{self._row_scale_dtype()}"
+                )
         scalars = None
         if const_expr(self.fused_epilogue.scalars):
             if const_expr(alpha is None or beta is None):
@@ -639,6 +669,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             workspace,
             semaphores,
             bias,
+            row_scale,
             scalars,
             offs,
             mC_gmem,
@@ -765,6 +796,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         workspace,
         semaphores,
         bias,
+        row_scale,
         scalars,
         offs,
         mC_gmem,
@@ -774,7 +806,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     ):
         """Set up smem, pipelines and the schedule, then hand each warpgroup its role.
         ``splits``, ``workspace``, ``semaphores``: split-K's launch values (None without);
-        ``bias``: the fused epilogue's vector (None without); ``scalars``: its (alpha, beta)
+        ``bias``, ``row_scale``: the fused epilogue's vectors (None without); ``scalars``: its
+        (alpha, beta)
         (None without); ``offs``, ``mC_gmem``: a grouped
         kernel's group ends and its C (rows, N) (None for a dense kernel); ``k_operands``: a
         ragged-K grouped kernel's A and B as passed (the descriptors it rewrites; None for
@@ -886,7 +919,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 res_load = (tma_r, mR, storage.residual_barriers.data_ptr())
             consumer_args = _ConsumerArgs(
                 tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem, scalars,
-                res_load,
+                res_load, row_scale,
             )  # fmt: skip
             self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
@@ -1287,14 +1320,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             barrier_id = int(_Barrier.EPILOGUE)
             is_store_warp = warp_idx == 0
         barrier = pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=epilogue_threads)
-        tRS_cAcc = bias_extent = residual_load = None
-        if const_expr(plan.epilogue.bias != "none" or plan.epilogue.residual):
+        tRS_cAcc = bias_extent = residual_load = row_scale_extent = None
+        epi = plan.epilogue
+        if const_expr(epi.bias != "none" or epi.residual or epi.row_scale != "none"):
             # the accumulators' tile coordinates, laid out as the accumulators are
             tile_coords = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
             tRS_cAcc = tiled_copy_r2s.retile(tiled_mma.get_slice(mma_tidx).partition_C(tile_coords))
         if const_expr(plan.epilogue.bias != "none"):
             mode = 0 if const_expr(plan.epilogue.bias == "row") else 1
             bias_extent = Int32(cute.size(consumer.mC_mnl, mode=[mode]))
+        if const_expr(epi.row_scale != "none"):
+            row_scale_extent = Int32(cute.size(consumer.row_scale))
         if const_expr(plan.epilogue.residual):
             tma_r, mR, barriers = consumer.residual_load
             if const_expr(cfg.pingpong):
@@ -1329,6 +1365,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             ragged=ragged_store,
             scalars=consumer.scalars,
             residual=residual_load,
+            row_scale=consumer.row_scale,
+            row_scale_extent=row_scale_extent,
         )
 
     @cute.jit
@@ -1372,6 +1410,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tRS_rD=cute.make_rmem_tensor(args.rD_shape, self._epilogue_dtype(plan)),
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
             origin=self._tile_origin(plan, tile),
+            row_scale=self._row_scale_tile(plan, args, tile),
         )
         if const_expr(rec is not None):
             # the store waits' times stay in lanes until the last subtile (traced.py)
@@ -1467,10 +1506,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """The epilogue's register dtype: the accumulator's, fp32 with a fused epilogue."""
         return plan.acc_dtype if plan.epilogue.plain else cutlass.Float32
 
-    @staticmethod
-    def _tile_origin(plan, tile):
-        """The tile's first (row, col) in the problem, and its batch."""
-        return (tile.m * plan.config.tile_m, tile.n * plan.out_tile_n, tile.l)
+    def _tile_origin(self, plan, tile):
+        """The tile's first (row, col) in the problem, and its batch (a ragged-M grouped
+        kernel's row: in every group's rows, from its group's first)."""
+        row = tile.m * plan.config.tile_m
+        if const_expr(self.grouped == "m"):
+            row = tile.row0 + row
+        return (row, tile.n * plan.out_tile_n, tile.l)
 
     @staticmethod
     def _subtile_origin(plan, views, e):
@@ -1494,6 +1536,41 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             )
             for v in range(per_subtile)
         ]
+
+    def _row_scale_tile(self, plan, args, tile):
+        """A row scale's factors of ``tile``, one list per output subtile (each one fp32 value
+        per accumulator register of the subtile; a thread's registers of one row share the
+        load, so a thread reads each of its rows once), loaded at the start of the tile's
+        epilogue; None without a row scale. A gated epilogue's subtile reads the gate
+        subtile's rows (the output's)."""
+        if const_expr(plan.epilogue.row_scale == "none"):
+            return None
+        origin = self._tile_origin(plan, tile)
+        per_subtile = cute.size(args.tRS_rAcc) // plan.out_subtiles
+        if const_expr(plan.epilogue.gated):
+            per_subtile = per_subtile // 2  # the product's subtiles are twice the output's
+        return [
+            [
+                epilogue_row_scale.factor(
+                    args.row_scale,
+                    args.tRS_cAcc[self._product_register(plan, e, per_subtile, v)],
+                    origin,
+                    args.row_scale_extent,
+                )
+                for v in range(per_subtile)
+            ]
+            for e in range(plan.out_subtiles)
+        ]
+
+    @staticmethod
+    def _product_register(plan, e, per_subtile, v) -> int:
+        """Output subtile ``e``'s register ``v`` in the product's flat accumulator registers:
+        the same index, or under a gated epilogue the gate subtile's (the output's rows)."""
+        if const_expr(not plan.epilogue.gated):
+            return e * per_subtile + v
+        cols = plan.config.tile_n // plan.config.epi_tile[1]  # the product's subtile columns
+        r, c = e // (cols // 2), e % (cols // 2)
+        return (r * cols + c) * per_subtile + v
 
     def _bias_ahead(self, plan, args, tile):
         """The first ``BIAS_AHEAD`` subtiles' bias addends of ``tile`` (None without a
@@ -1528,7 +1605,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             for v in cutlass.range_constexpr(per_subtile):
                 g = cutlass.Float32(args.tRS_rAcc[gate + v])
                 u = cutlass.Float32(args.tRS_rAcc[up + v])
-                views.tRS_rD[v] = epilogue_activation.apply(epi.activation, g) * u
+                x = epilogue_activation.apply(epi.activation, g) * u
+                if const_expr(epi.row_scale != "none"):
+                    x = x * views.row_scale[e][v]
+                views.tRS_rD[v] = x
         else:
             if const_expr(epi.bias != "none" and bias is None):
                 bias = self._bias_subtile(plan, args, views.origin, e)
@@ -1541,7 +1621,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     x = x + args.scalars[1] * residual.value(sC_buf, coord, plan.config.epi_tile)
                 if const_expr(epi.bias != "none"):
                     x = x + bias[v]
-                views.tRS_rD[v] = epilogue_activation.apply(epi.activation, x)
+                x = epilogue_activation.apply(epi.activation, x)
+                if const_expr(epi.row_scale != "none"):
+                    x = x * views.row_scale[e][v]
+                views.tRS_rD[v] = x
         views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
 
     @cute.jit
