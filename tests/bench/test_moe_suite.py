@@ -229,11 +229,13 @@ def test_fp16_runs_against_the_loop_and_wsgemm_is_unavailable_without_grouped_mm
     assert "wsgemm.grouped_mm is missing" in reasons["wsgemm:auto"]
 
 
-def test_wsgemm_grouped_mm_is_called_with_offs_out_and_backend(monkeypatch):
+def test_wsgemm_grouped_mm_is_called_with_offs_and_backend_and_returns_its_result(monkeypatch):
     calls = []
 
     def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto"):
         calls.append(backend)
+        assert out is None  # as a model calls it in torch's place: a fresh result
+        out = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype)
         start = 0
         for g, end in enumerate(offs.tolist()):
             torch.mm(a[start:end], b[g], out=out[start:end])

@@ -391,13 +391,18 @@ def loop() -> Contender:
 
 
 def wsgemm_grouped(kernel: str) -> Contender:
+    """``wsgemm.grouped_mm`` as a model calls it in torch's place: no ``out=``, its fresh
+    result returned (the allocation counted, as torch's is). With ``out=`` a call on torch's
+    road (bf16 weight gradients under ``auto``) must copy torch's result into it, a pass over
+    an output of up to 800 MB that ran it at 0.57x torch (docs/perf.md entry 61)."""
+
     def make(problem: GroupedWorkload, out):
         import wsgemm
 
         a, b, offs = problem.a, problem.b, problem.offs
-        return lambda: wsgemm.grouped_mm(a, b, offs, out=out, backend=kernel)
+        return lambda: wsgemm.grouped_mm(a, b, offs, backend=kernel)
 
-    return Contender(f"wsgemm:{kernel}", make)
+    return Contender(f"wsgemm:{kernel}", make, returns_output=True)
 
 
 def expand(selection: list[str]) -> list[str]:
