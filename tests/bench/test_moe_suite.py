@@ -4,6 +4,7 @@ against the fp64 reference, the runner and the record with a scripted timer, and
 import argparse
 import copy
 import csv
+import dataclasses
 import math
 
 import pytest
@@ -498,3 +499,34 @@ def test_a_weight_gradient_row_records_and_moves_its_own_bytes():
     bad["results"][0]["grouped"]["pass"] = "backward"
     with pytest.raises(schema.RecordError, match="grouped.pass"):
         schema.validate(bad)
+
+
+def test_the_routed_pass_scales_each_row_by_its_router_weight(monkeypatch):
+    """``--pass routed``: the forward product times each row's router weight; the loop scales
+    its result after the products, wsgemm is called with ``row_scale``; the reference scales
+    its rows, so an unscaled result is wrong."""
+    routed = dataclasses.replace(SMALL, direction="routed", label="small routed")
+    assert routed.out_shape == SMALL.out_shape and routed.grouped["pass"] == "routed"
+    problem = moe.workload(routed, torch.float16, "cpu", torch.Generator().manual_seed(6))
+    assert problem.row_scale.shape == (routed.m,) and problem.row_scale.dtype == torch.float32
+    tolerance = check.model_tolerance("fp16", "fp32", routed.k)
+    out = _run_contender(moe.loop(), problem, routed)
+    assert tolerance.verdict(moe.errors(out, problem)) is None
+    plain = dataclasses.replace(problem, row_scale=None)
+    unscaled = _run_contender(moe.loop(), plain, SMALL)
+    assert "tolerance" in tolerance.verdict(moe.errors(unscaled, problem))
+    seen = []
+
+    def grouped_mm(a, b, offs=None, *, backend="auto", row_scale=None):
+        seen.append(row_scale)
+        ends = offs.tolist()
+        starts = [0, *ends[:-1]]
+        out = torch.cat([a[starts[g] : ends[g]] @ b[g] for g in range(len(ends))])
+        return out if row_scale is None else (out.float() * row_scale[:, None]).half()
+
+    monkeypatch.setattr(wsgemm, "grouped_mm", grouped_mm, raising=False)
+    out = _run_contender(moe.wsgemm_grouped("auto"), problem, routed)
+    assert seen[-1] is problem.row_scale
+    assert tolerance.verdict(moe.errors(out, problem)) is None
+    shapes = moe.problems(models=("mixtral-8x7b",), tokens=(8,), passes=("routed",))
+    assert shapes and all(s.direction == "routed" and " routed " in s.label for s in shapes)

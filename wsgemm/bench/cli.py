@@ -83,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="passes",
         metavar="NAME,...",
         help=f"the moe suite's passes ({', '.join(moe.PASSES)}: the layer's product, its weight "
-        "gradient, the 2D x 2D form; default: forward)",
+        "gradient, the 2D x 2D form, the product times each row's router weight; default: "
+        "forward)",
     )
     what.add_argument(
         "--families",

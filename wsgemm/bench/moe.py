@@ -27,6 +27,10 @@ gradient: ``dW[g] = dY[rows of g]^T @ X[rows of g]``, ``[G, N, K]`` like the wei
 (here the tokens) split by ``offs``: ``torch._grouped_mm``'s and ``wsgemm.grouped_mm``'s 2D x 2D
 form with ``a`` = dY^T (the transposed view of the row-major ``[sum_M, N]`` output gradient)
 and ``b`` = X (``[sum_M, K]``, row-major). The same FLOP; an empty group's gradient is zero.
+Or ``routed``: the forward product with each row times its router weight (a down projection's
+combine weights, fp32 in [0, 1)), ``grouped_mm(..., row_scale=w)`` in wsgemm's kernel epilogue,
+torch's and the loop's result scaled in place after the product (``out.mul_(w[:, None])``: one
+more pass over the output, what a model without a fused kernel runs).
 
 Contenders (``resolve``): ``torch`` (``torch._grouped_mm``, bf16 only), ``loop`` (one
 ``torch.mm`` per non-empty group over the host-known sizes: what a model without a grouped
@@ -49,7 +53,7 @@ from .backends import AUTO, Contender, Unavailable, leading_first
 
 ROUTINGS = ("balanced", "skewed")
 #: A layer's forward grouped GEMM, or its weight gradient (module docstring).
-PASSES = ("forward", "wgrad")
+PASSES = ("forward", "wgrad", "routed")
 TOKENS_PER_EXPERT = (8, 64, 512, 4096)
 #: The Zipf exponent of skewed routing: with 256 experts the busiest gets about a quarter of
 #: the rows and the idlest, at 8 rows per expert on average, often none.
@@ -132,9 +136,9 @@ class GroupedShape:
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        """The result's shape: [sum_M, N] (forward), [G, N, K] (the weight gradient)."""
-        return (self.m, self.n) if self.direction == "forward" else (len(self.sizes), self.n,
-                                                                       self.k)  # fmt: skip
+        """The result's shape: [sum_M, N] (forward, routed), [G, N, K] (the weight gradient)."""
+        return (self.m, self.n) if self.direction != "wgrad" else (len(self.sizes), self.n,
+                                                                     self.k)  # fmt: skip
 
     @property
     def grouped(self) -> dict:
@@ -241,6 +245,7 @@ class GroupedWorkload:
     bias: object = None
     activation: str | None = None
     direction: str = "forward"
+    row_scale: object = None  # torch.Tensor fp32 [sum_M]: a routed pass's router weights
 
     plain = True
 
@@ -258,7 +263,11 @@ def workload(shape: GroupedShape, dtype, device, generator=None) -> GroupedWorkl
         return GroupedWorkload(a, b, offs, shape.sizes, torch.float32, direction="wgrad")
     a = randn(shape.m, shape.k)
     b = randn(len(shape.sizes), shape.n, shape.k).transpose(-1, -2)
-    return GroupedWorkload(a, b, offs, shape.sizes, torch.float32)
+    scale = None
+    if shape.direction == "routed":
+        scale = torch.rand(shape.m, dtype=torch.float32, device=device, generator=generator)
+    return GroupedWorkload(a, b, offs, shape.sizes, torch.float32, direction=shape.direction,
+                           row_scale=scale)  # fmt: skip
 
 
 def errors(out, problem: GroupedWorkload) -> check.Errors:
@@ -312,14 +321,17 @@ def _unit_roundoff(dtype) -> float:
 
 def _forward_chunks(out, problem: GroupedWorkload):
     """(group, output rows, their fp64 reference) of each group, a chunk of rows at a time."""
-    a, b = problem.a, problem.b
+    a, b, scale = problem.a, problem.b, problem.row_scale
     chunk = max(1, REFERENCE_CHUNK_BYTES // (8 * max(out.shape[1], a.shape[1])))
     start = 0
     for g, size in enumerate(problem.sizes):
         weight = b[g].double()
         for lo in range(start, start + size, chunk):
             hi = min(lo + chunk, start + size)
-            yield g, out[lo:hi], a[lo:hi].double() @ weight
+            ref = a[lo:hi].double() @ weight
+            if scale is not None:
+                ref *= scale[lo:hi, None].double()
+            yield g, out[lo:hi], ref
         start += size
 
 
@@ -356,7 +368,9 @@ def torch_grouped() -> Contender:
     def make(problem: GroupedWorkload, out):
         import torch
 
-        a, b, offs = problem.a, problem.b, problem.offs
+        a, b, offs, scale = problem.a, problem.b, problem.offs, problem.row_scale
+        if scale is not None:
+            return lambda: torch._grouped_mm(a, b, offs).mul_(scale[:, None])
         return lambda: torch._grouped_mm(a, b, offs)
 
     return Contender(TORCH, make, returns_output=True)
@@ -380,9 +394,13 @@ def loop() -> Contender:
                 spans.append((a[start : start + size], b[g], out[start : start + size]))
             start += size
 
+        scale = problem.row_scale
+
         def call():
             for rows, weight, dest in spans:
                 torch.mm(rows, weight, out=dest)
+            if scale is not None:
+                out.mul_(scale[:, None])
             return out
 
         return call
@@ -399,7 +417,9 @@ def wsgemm_grouped(kernel: str) -> Contender:
     def make(problem: GroupedWorkload, out):
         import wsgemm
 
-        a, b, offs = problem.a, problem.b, problem.offs
+        a, b, offs, scale = problem.a, problem.b, problem.offs, problem.row_scale
+        if scale is not None:
+            return lambda: wsgemm.grouped_mm(a, b, offs, backend=kernel, row_scale=scale)
         return lambda: wsgemm.grouped_mm(a, b, offs, backend=kernel)
 
     return Contender(f"wsgemm:{kernel}", make, returns_output=True)

@@ -40,7 +40,8 @@ stays as it was: ``header.options.baseline``, the backend the ratios are to (abs
 ``"cublas"``; ``ratio_to_cublas`` keeps its name), and on each row ``grouped``: {"groups": G,
 "routing": "balanced" | "skewed", "tokens_per_expert": T, "sizes": [rows of each group]}, where
 ``m`` is the sum of the sizes and the weights are G matrices of N x K; a weight gradient's row
-adds ``"pass": "wgrad"`` (its result is the G N x K gradients, its K the tokens: moe.py).
+adds ``"pass": "wgrad"`` (its result is the G N x K gradients, its K the tokens: moe.py), a
+routed forward's ``"pass": "routed"`` (each row times its router weight: moe.py).
 
 Version 1 lacked ``hbm_tbps``, ``ridge_flop_per_byte``, ``memory_bound``, ``tbps`` and
 ``pct_of_hbm``; every one is derived from the rest of the record, so ``load`` reads a version 1
