@@ -5,7 +5,7 @@ element at tile coordinate (r, c) of the tile whose first row is ``origin[0]`` i
 by ``scale[origin[0] + r]``, after the activation (a mixture-of-experts router weight on the
 down projection's rows). The index is clamped to the vector, as a bias's is (``bias``): rows
 past the edge read the last entry and are never stored. A thread's registers that share a
-row share the load; the epilogue reads a tile's factors once, before its first subtile.
+row share the load; the consumer reads a tile's factors once, before its mainloop.
 """
 
 from __future__ import annotations

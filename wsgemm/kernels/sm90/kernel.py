@@ -1177,6 +1177,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 trace.record(rec, Event.ORDER_WAIT_END, stage=0)
             # the bias of the first subtiles, in flight under the mainloop
             bias_ahead = self._bias_ahead(plan, epi_args, tile)
+            # a row scale's factors of the whole tile, in flight under the mainloop too
+            scales = self._row_scale_tile(plan, epi_args, tile)
             k_begin, k_end = self._k_range(tile, k_tiles)
             prefetch = None
             if const_expr(self._residual_under_mainloop(plan)):
@@ -1197,15 +1199,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 trace.record(rec, Event.ORDER_WAIT_END, stage=1)
             if const_expr(split_args is None):
                 trace.record(rec, Event.EPILOGUE_BEGIN)
-                self.epilogue(plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead)
+                self.epilogue(
+                    plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead, scales
+                )
                 trace.record(rec, Event.EPILOGUE_END)
                 subtiles_done += subtiles_per_tile
             else:
                 if finishes:
                     trace.record(rec, Event.EPILOGUE_BEGIN)
                     self.epilogue(
-                        plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead
-                    )
+                        plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead,
+                        scales,
+                    )  # fmt: skip
                     trace.record(rec, Event.EPILOGUE_END)
                     subtiles_done += subtiles_per_tile
             if const_expr(cfg.pingpong):
@@ -1379,8 +1384,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         subtiles_done,
         rec=None,
         bias_ahead=None,
+        scales=None,
     ):
         """Accumulators -> output dtype -> smem subtile -> TMA store, one subtile at a time.
+        ``scales``: a row scale's factors of the tile (``_row_scale_tile``, loaded before the
+        mainloop; None loads them here).
         ``bias_ahead``: a fused bias's addends of the first subtiles (``_bias_ahead``, loaded
         before the mainloop); each subtile then loads the bias of the one ``BIAS_AHEAD`` past
         it, so no subtile waits a global-memory round trip for its own. A residual's C comes by
@@ -1410,7 +1418,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tRS_rD=cute.make_rmem_tensor(args.rD_shape, self._epilogue_dtype(plan)),
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
             origin=self._tile_origin(plan, tile),
-            row_scale=self._row_scale_tile(plan, args, tile),
+            row_scale=self._row_scale_tile(plan, args, tile) if scales is None else scales,
         )
         if const_expr(rec is not None):
             # the store waits' times stay in lanes until the last subtile (traced.py)
@@ -1540,9 +1548,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     def _row_scale_tile(self, plan, args, tile):
         """A row scale's factors of ``tile``, one list per output subtile (each one fp32 value
         per accumulator register of the subtile; a thread's registers of one row share the
-        load, so a thread reads each of its rows once), loaded at the start of the tile's
-        epilogue; None without a row scale. A gated epilogue's subtile reads the gate
-        subtile's rows (the output's)."""
+        load, so a thread reads each of its rows once), loaded before the tile's mainloop (its
+        round trip hidden under it); None without a row scale. A gated epilogue's subtile reads
+        the gate subtile's rows (the output's)."""
         if const_expr(plan.epilogue.row_scale == "none"):
             return None
         origin = self._tile_origin(plan, tile)
