@@ -234,12 +234,14 @@ def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
     """Where a checked problem runs (module docstring): ``KERNEL``, ``BATCHED`` or ``TORCH``.
     A 3D x 2D or 2D x 2D call under ``auto`` takes a kernel only where torch would loop over the
     groups (``_torch_grouped``: no ``torch._grouped_mm`` for these dtypes; a sync, not
-    capturable): torch's fused kernel, where it has one, writes the transposed result directly
-    (3D x 2D), and the ragged-K kernel has not been timed against it (2D x 2D)."""
+    capturable), or for 2D x 2D where each group's result is large enough that the ragged-K
+    kernel beat torch's fused one (``host.ragged_k_beats_torch``); torch's fused kernel writes a
+    3D x 2D result's columns directly."""
     if p.form == "3d3d":
         return BATCHED
     if p.form in ("3d2d", "2d2d") and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
-        return TORCH
+        if p.form == "3d2d" or not host.ragged_k_beats_torch(p.shape[1], p.shape[2]):
+            return TORCH
     if p.form == "2d2d" and not host.routes_ragged_k(backend):
         return TORCH  # (a family not in ``host.RAGGED_K_FAMILIES``)
     if p.form == "3d3d" or a.dtype not in _KERNEL_DTYPES:
@@ -594,8 +596,9 @@ def _torch_reason(p: GroupedProblem, ab_dtype: torch.dtype) -> str:
     if p.form in ("3d2d", "2d2d") and _torch_fuses(ab_dtype, p.c_dtype):
         if p.form == "3d2d":
             return "torch's fused grouped kernel writes this form's columns directly"
-        return ("torch's fused grouped kernel runs bfloat16; the ragged-K kernel is not timed "
-                "against it yet (backend='sm90' runs it)")  # fmt: skip
+        return (f"torch's fused grouped kernel runs bfloat16, and each group's {p.shape[1]}x"
+                f"{p.shape[2]} result is below the size where the ragged-K kernel beat it "
+                "(host.ragged_k_beats_torch; backend='sm90' runs it)")  # fmt: skip
     if p.form == "2d2d" and not host.routes_ragged_k("auto"):
         return "the ragged-K kernel is off (host.RAGGED_K_FAMILIES)"
     return "no grouped kernel runs on this GPU"

@@ -19,6 +19,7 @@ __all__ = [
     "RAGGED_K_FAMILIES",
     "grouped_config",
     "grouped_variants",
+    "ragged_k_beats_torch",
     "ragged_k_config",
     "ragged_k_variants",
     "ragged_k_workspace_words",
@@ -55,6 +56,23 @@ def routes_ragged_k(backend: str) -> bool:
         return any(BACKENDS[name].family in RAGGED_K_FAMILIES for name in GROUPED_BACKENDS)
     b = BACKENDS.get(backend)
     return b is not None and bool(b.k_grouped_cls)
+
+
+#: The smallest group gradient (elements of one group's M x N result) for which ``auto`` runs
+#: a bfloat16 2D x 2D call on the ragged-K kernel rather than ``torch._grouped_mm``: on the H200
+#: (2026-12-06, docs/perf.md entries 61-62; the moe suite's weight gradients, 3 rounds) the kernel
+#: ran 1.02-1.11x torch on qwen3-235b-a22b (6.3M and 12.6M elements a group) and 1.06-1.20x on
+#: mixtral-8x7b (59M, 117M), and 0.89-1.02x on qwen3-30b-a3b (1.6M, 3.1M): its fixed cost per
+#: tile against torch's shows where each group's product is small. Fitted on those three
+#: models; deepseek-v3 (15M, 29M) is the held-out check.
+RAGGED_K_BF16_MIN_GROUP_ELEMENTS = 4 * 2**20
+
+
+def ragged_k_beats_torch(m: int, n: int) -> bool:
+    """Whether ``auto`` runs a bfloat16 2D x 2D call whose groups' results are ``m x n`` on the
+    ragged-K kernel rather than torch's fused grouped kernel
+    (``RAGGED_K_BF16_MIN_GROUP_ELEMENTS``)."""
+    return m * n >= RAGGED_K_BF16_MIN_GROUP_ELEMENTS
 
 
 def ragged_k_config(backend: str) -> tuple[str, Any]:
