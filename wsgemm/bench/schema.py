@@ -145,7 +145,7 @@ _RESULT = {
 }
 _GROUPED = {"groups": int, "routing": str, "tokens_per_expert": int, "sizes": list}
 #: ``grouped.pass``, where present (moe.PASSES): absent means the forward product.
-_GROUPED_PASSES = ("forward", "wgrad")
+_GROUPED_PASSES = ("forward", "wgrad", "routed")
 # Keys only some records have (the module docstring): checked where present.
 _OPTIONAL_OPTIONS = {"baseline": str}
 _OPTIONAL_RESULT = {"grouped": _GROUPED}

@@ -176,11 +176,14 @@ RESIDUAL_FAMILIES: frozenset[str] = frozenset({"sm90"})
 C_TENSOR_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose grouped kernels multiply each result row by a row scale in their
 #: epilogue (``Epilogue.row_scale``: ``grouped_mm(row_scale=)``, a router weight on a
-#: mixture-of-experts down projection; ``kernels/epilogue/row_scale.py``). Empty until the sm90
-#: one has run its GPU tests (``tests/gpu/test_gpu_grouped.py -k row_scale``); meanwhile the
-#: API runs the plain grouped kernel, then the scale in torch (one more pass over the result),
-#: which ``explain`` says.
-ROW_SCALE_FAMILIES: frozenset[str] = frozenset()
+#: mixture-of-experts down projection; ``kernels/epilogue/row_scale.py``). The sm90 one ran on
+#: an H100 on 2026-12-06 (docs/perf.md entry 63): 8 of 8 ``tests/gpu/test_gpu_grouped.py -k
+#: row_scale`` (both schedules, fp32 and 16-bit scales, an activation, the gated unit, ``out=``,
+#: a CUDA graph replayed with new offsets and scales) and the moe bench's ``--pass routed``, 48
+#: rows checked against float64: 1.32x ``torch._grouped_mm`` then the scale (bf16), 1.81x the
+#: per-expert loop then the scale (fp16). Elsewhere the API runs the plain grouped kernel, then
+#: the scale in torch (one more pass over the result), which ``explain`` says.
+ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 
 
 def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) -> bool:
