@@ -530,3 +530,13 @@ def test_the_routed_pass_scales_each_row_by_its_router_weight(monkeypatch):
     assert tolerance.verdict(moe.errors(out, problem)) is None
     shapes = moe.problems(models=("mixtral-8x7b",), tokens=(8,), passes=("routed",))
     assert shapes and all(s.direction == "routed" and " routed " in s.label for s in shapes)
+    # its record validates (the schema knows the pass)
+    out = runner.run([routed], [moe.loop()], [], runner.Options(dtype="fp16", rounds=2,
+                     target_ms=1.0), ScriptedTimer(), "cpu", lambda clock: None,
+                     baseline="loop")  # fmt: skip
+    options = runner.Options(dtype="fp16", rounds=2, target_ms=1.0)
+    header = h200_header(options, ["loop"])
+    header["options"] = {**options.to_dict("moe", ["loop"]), "baseline": "loop"}
+    rec = schema.record(header, out.rows)
+    schema.validate(rec)
+    assert rec["results"][0]["grouped"]["pass"] == "routed" and rec["results"][0]["status"] == "ok"
