@@ -45,6 +45,8 @@ DTYPES = [(ab, c, F32) for ab in (F16, BF16) for c in (F16, BF16, F32)] + [
         ({"tile_m": 256, "tile_n": 192}, "cooperative tile 256x192 is too large"),
         ({"tile_m": 256, "schedule": "pingpong"}, "pingpong tile_m must be one of"),
         ({"tile_n": 80}, "tile_n must be one of"),
+        ({"tile_n": 144}, "tile_n must be one of"),  # a 16-step width: swap-AB's only
+        ({"tile_n": 88, "swap_ab": True}, r"tile_n must be one of .*\(swap-AB\)"),
         ({"tile_k": 48}, "tile_k must be one of"),
         ({"schedule": "pingpong", "tile_n": 256}, "too large"),
         ({"cluster_m": 4}, "must each be 1 or 2"),
@@ -272,6 +274,17 @@ def test_a_256_row_tile_epilogue_writes_each_accumulator_of_a_warp_where_the_mma
 
 # A swap-AB tile: 64 weight rows x 16 tokens, one consumer warpgroup, C written M-major.
 SWAP_TILE = Sm90Config(tile_m=64, tile_n=16, schedule="pingpong")
+
+
+def test_a_16_step_swap_tile_has_16_wide_subtiles_and_writes_each_accumulator_in_place():
+    """Swap-AB's token tiles in steps of 16 (144 = 9 x 16): 16-column epilogue subtiles where
+    32 does not divide the tile, 32 where it does; the transposed epilogue of one warp of a
+    128x144 cooperative tile stores each accumulator where the MMA computed it."""
+    assert Sm90Config(tile_m=128, tile_n=160, swap_ab=True).epi_tile == (128, 32)
+    cfg = Sm90Config(tile_m=128, tile_n=144, cluster_m=2, swap_ab=True)
+    assert cfg.epi_tile == (128, 16) and cfg.num_epi_subtiles == 9
+    _, found = _trace_epilogue_mapping(cfg, F16, range(32), LayoutEnum.COL_MAJOR)
+    assert len({computed for computed, _ in found}) == len(found) == 32 * 128 * 144 // 256
 
 
 def test_transposed_epilogue_writes_each_accumulator_of_a_warp_where_the_mma_computed_it():

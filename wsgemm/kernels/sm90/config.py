@@ -33,6 +33,7 @@ __all__ = [
     "SMEM_BUFFER_ALIGN",
     "STATIC_SMEM_BYTES",
     "THREADS_PER_CTA",
+    "SWAP_TILE_N_CHOICES",
     "TILE_N_CHOICES",
     "TRACED_PRODUCER_REGISTERS",
     "WGMMA_K",
@@ -65,6 +66,10 @@ EPI_TILE_N = 32
 # The odd multiples of 32 (96, 160, 224) size a tile count to whole waves (docs/perf.md entry
 # 28); an N-major B takes 64-byte swizzle atoms there (the 128-byte atom is 64 columns wide).
 TILE_N_CHOICES = (8, 16, 32, 64, 96, 128, 160, 192, 224, 256)
+# Swap-AB's token tiles also come in steps of 16 from 96 (a token count's tiles sized to it:
+# 266 tokens are 2 x 144 rows, not 2 x 160; docs/perf.md entry 64); their epilogue subtiles are
+# 16 columns wide where 32 does not divide the tile.
+SWAP_TILE_N_CHOICES = tuple(sorted({*TILE_N_CHOICES, *range(96, 257, 16)}))
 
 
 #: Semaphores per split tile: its units' arrivals, then its stored partials (``split_k.fixup``).
@@ -130,9 +135,11 @@ class Sm90Config:
             raise ValueError(
                 f"{self.schedule} tile_m must be one of {allowed_m}, got {self.tile_m}"
             )
-        if self.tile_n not in TILE_N_CHOICES:
+        choices = SWAP_TILE_N_CHOICES if self.swap_ab else TILE_N_CHOICES
+        if self.tile_n not in choices:
             raise ValueError(
-                f"tile_n must be one of {', '.join(map(str, TILE_N_CHOICES))}, got {self.tile_n}"
+                f"tile_n must be one of {', '.join(map(str, choices))}"
+                f"{' (swap-AB)' if self.swap_ab else ''}, got {self.tile_n}"
             )
         if self.tile_n == 8 and not self.swap_ab:
             raise ValueError(
@@ -220,7 +227,8 @@ class Sm90Config:
         warpgroups' 64-row bands write one buffer; a 256-row tile has two such steps), one
         64-row band for ping-pong (one warpgroup writes it)."""
         rows = WGMMA_M if self.pingpong else NUM_CONSUMER_WARPGROUPS * WGMMA_M
-        return (rows, min(EPI_TILE_N, self.tile_n))
+        width = min(EPI_TILE_N, self.tile_n)
+        return (rows, width if self.tile_n % width == 0 else EPI_TILE_N // 2)
 
     @property
     def num_epi_subtiles(self) -> int:
