@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -151,6 +151,21 @@ if has raggedkbench; then
       --backends all,wsgemm:sm90 --rounds ${ROUNDS:-3} --no-progress --json "$OUT/moe-wgrad-$dt.json" \
       > "$OUT/moe-wgrad-$dt.log" 2>&1
     echo "moe wgrad $dt rc=$?"; grep -iE "geomean|wrong|error" "$OUT/moe-wgrad-$dt.log" | head -8 | cut -c1-300
+  done
+fi
+if has routed; then
+  # issue #26's row scale: grouped_mm(row_scale=) (the router weights on the down projection)
+  # against torch._grouped_mm then the scale (bf16) and the loop then the scale (fp16); its GPU
+  # tests first (docs/perf.md entry 63)
+  timeout ${ROUTED_TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu -p no:cacheprovider --no-header -rf \
+    tests/gpu/test_gpu_grouped.py -k row_scale > "$OUT/rowscale-tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/rowscale-tests.log" | tail -8
+  for dt in ${ROUTED_DTYPES:-bf16 fp16}; do
+    timeout ${ROUTED_TIMEOUT:-120} python3 -m wsgemm bench --suite moe --pass routed --dtype $dt \
+      --models ${ROUTED_MODELS:-qwen3-30b-a3b,qwen3-235b-a22b,mixtral-8x7b,deepseek-v3} \
+      --tokens ${ROUTED_TOKENS:-64,512} --backends all --rounds ${ROUNDS:-3} --no-progress \
+      --json "$OUT/moe-routed-$dt.json" > "$OUT/moe-routed-$dt.log" 2>&1
+    echo "moe routed $dt rc=$?"; grep -iE "geomean|wrong|error" "$OUT/moe-routed-$dt.log" | head -8 | cut -c1-300
   done
 fi
 if has grouped; then
