@@ -199,3 +199,36 @@ def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
         16, 32, 48, "bias", 2.0, 0.5, "c"
     )
     assert got[-1][-4:] == ("bias", 2.0, 0.5, "c") and len(got[-1]) == len(names)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_fused_launch_puts_each_argument_in_its_named_slot(split):
+    """The dense fused launch's own arguments (bias, alpha, beta, C) land in the kernel's slots
+    of those names, bound or not, split or not: the row scale's slot before them (the grouped
+    kernel's, ``LAUNCH_EXTRAS``) stays None. (A first, unbound call once passed the bias as
+    the row scale and alpha as the bias: every slot one early.)"""
+    from wsgemm import host
+    from wsgemm.host.compiling.compile import launch_signature, wrap_launch
+    from wsgemm.host.workspace import SemaphoreCache, bias_launcher, split_launcher
+    from wsgemm.kernels.sm90.config import Sm90Config
+
+    config = Sm90Config(split_k=2) if split else Sm90Config()
+    v = host.Variant("sm90", "sm_90a", config=config.compiled())
+    names, defaults = launch_signature(v)
+    got = []
+
+    def raw(*args):
+        assert len(args) == len(names), (len(args), names)
+        got.append(dict(zip(names, args, strict=True)))
+
+    call = KernelCall(wrap_launch(raw, (names, defaults)), operand_majors(v), (F16, F16))
+    fn = split_launcher(call, config, 2, SemaphoreCache()) if split else bias_launcher(call)
+    a, b = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half()
+    c = torch.zeros(64, 48, 1).half()
+    late = ("BIAS", 2.0, 0.5, "C")
+    fn(a, b, c, 7, *late)  # unbound: positional after the split buffers
+    fn.bind(a, b, c, 7, late=4)(a.data_ptr(), b.data_ptr(), c.data_ptr(), *late)  # bound
+    for slots in got:
+        assert slots["row_scale"] is None
+        assert (slots["bias"], slots["alpha"], slots["beta"], slots["residual"]) == late
+        assert slots["split_count"] == (2 if split else 1)

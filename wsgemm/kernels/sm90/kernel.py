@@ -299,7 +299,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
     # and the fused epilogue's row scale, bias vector, alpha, beta and C (``epilogue``; kernels
     # without a ``row_scale``, a bias, ``scale`` and ``residual`` or ``c_tensor`` ignore them;
-    # the last four are a dense fused launch's own, passed last: ``host.workspace``)
+    # the last four are a dense fused launch's own: a bound launch passes them last, an unbound
+    # one after the split buffers and a None row scale, ``host.workspace._after_row_scale``)
     LAUNCH_EXTRAS = (
         ("split_count", 1), ("workspace", None), ("semaphores", None), ("row_scale", None),
         ("bias", None), ("alpha", None), ("beta", None), ("residual", None),
