@@ -240,7 +240,7 @@ def grouped_mm(
         return core.grouped_mm(a, b, offs, out=out, **kw)
     scale_t = row_scale if isinstance(row_scale, torch.Tensor) else None
     wants_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, scale_t)
+        getattr(t, "requires_grad", False) for t in (a, b, scale_t)
     )  # fmt: skip
     fast = (
         not _is_compiling()
@@ -298,7 +298,14 @@ def _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale=N
     recomputes nothing. (The op's own backward, for a direct ``torch.ops.wsgemm.grouped_mm``
     call, recomputes the product.) Checked first as the op checks it, on the result's device
     type. A row scale multiplies in fp32, rounded once to the result's dtype; the rows past
-    ``offs[-1]`` (unwritten) are zeroed before it, so its gradient there is zero."""
+    ``offs[-1]`` (unwritten) are zeroed before it, so its gradient there is zero. Under CUDA
+    autocast the operands (and a row scale neither float32 nor their new dtype) are cast first,
+    as the op's autocast kernel casts them, so the result's dtype is the op's."""
+    if _any_autocast() and torch.is_autocast_enabled("cuda"):
+        dtype = torch.get_autocast_dtype("cuda")
+        a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))
+        if row_scale is not None and row_scale.dtype not in (torch.float32, a.dtype):
+            row_scale = row_scale.float()
     p = core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
                            gated, row_scale)  # fmt: skip
     pre = _GROUPED_MM(a, b, offs, out_dtype, backend, None, False)

@@ -914,3 +914,10 @@ def test_the_bf16_weight_gradient_rule_on_the_moe_suite():
         "deepseek-v3": [True, True], "qwen3-30b-a3b": [False, False],
         "qwen3-235b-a22b": [True, True], "mixtral-8x7b": [True, True],
     }  # fmt: skip
+
+
+def test_a_non_tensor_operand_with_a_row_scale_gets_the_type_error():
+    with pytest.raises(TypeError, match="a must be a torch.Tensor"):
+        wsgemm.grouped_mm([[1.0]], torch.randn(1, 1, 2), ends(1), row_scale=torch.ones(1))
+    with pytest.raises(TypeError, match="row_scale must be a torch.Tensor"):
+        wsgemm.grouped_mm(torch.randn(2, 1), torch.randn(1, 1, 2), ends(2), row_scale=[1.0, 2.0])
