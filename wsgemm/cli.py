@@ -373,6 +373,8 @@ def _explain(args: argparse.Namespace) -> int:
             "" if args.cc or args.sm_count else " (no GPU here; --cc and --sm-count pick another)"
         )
     devices = StandInDevices(cc, sms, device_type="meta", name=name)
+    if args.groups is not None:
+        return _explain_grouped(args, shape, Dispatcher(cache=None, devices=devices), where)
     a, b = make_operands(
         Layout(args.layout), shape.m, shape.n, shape.k, torch_dtype(args.dtype), "meta",
         batch=args.batch,
@@ -389,6 +391,49 @@ def _explain(args: argparse.Namespace) -> int:
     batch = f" x {args.batch}" if args.batch > 1 else ""
     print(f"wsgemm.matmul of {shape.m}x{shape.n}x{shape.k}{batch}, {args.dtype} {args.layout}, "
           f"on {where}:")  # fmt: skip
+    print(text)
+    return EXIT_OK
+
+
+def _group_sizes(text: str) -> list[int]:
+    """``--groups``: rows per group, comma-separated ints >= 0."""
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected rows per group like 300,0,1,389, got {text!r}"
+        ) from None
+    if not sizes or any(v < 0 for v in sizes):
+        raise argparse.ArgumentTypeError(f"group rows must be ints >= 0, got {text!r}")
+    return sizes
+
+
+def _explain_grouped(args: argparse.Namespace, shape, d, where: str) -> int:
+    """``explain --groups``: ``wsgemm.grouped_mm(x, w.transpose(1, 2), offs)`` of M x K tokens
+    and G expert weights (N, K), the groups' rows given (meta operands; the ends on the host,
+    so the tile map is drawn)."""
+    import torch
+
+    from .api import grouped as grouped_api
+    from .support import torch_dtype
+
+    sizes = args.groups
+    if sum(sizes) > shape.m:
+        _err_console().print(f"explain: the groups hold {sum(sizes)} rows, more than M={shape.m}",
+                             markup=False)  # fmt: skip
+        return EXIT_USAGE
+    dtype = torch_dtype(args.dtype)
+    a = torch.empty(shape.m, shape.k, dtype=dtype, device="meta")
+    b = torch.empty(len(sizes), shape.n, shape.k, dtype=dtype, device="meta").transpose(1, 2)
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32)
+    out_dtype = torch_dtype(args.out_dtype) if args.out_dtype else None
+    try:
+        text = grouped_api.explain(d, a, b, offs, out_dtype, args.backend)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        _err_console().print(f"explain: {exc}", markup=False)
+        return EXIT_USAGE
+    print(f"wsgemm.grouped_mm of {len(sizes)} groups, {shape.m}x{shape.n}x{shape.k}, "
+          f"{args.dtype}, on {where}:")  # fmt: skip
     print(text)
     return EXIT_OK
 
@@ -610,6 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
     p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
+    p.add_argument(
+        "--groups",
+        type=_group_sizes,
+        metavar="ROWS,...",
+        help="explain wsgemm.grouped_mm instead: the 2D x 3D form, one expert weight (N, K) a "
+        "group and these rows each (their sum at most M), with its tile map (which tiles of "
+        "which group run on which CTAs)",
+    )
     p.set_defaults(func=_explain)
 
     p = sub.add_parser(

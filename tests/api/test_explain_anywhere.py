@@ -70,3 +70,19 @@ def test_explain_says_when_batch_invariance_cannot_be_kept():
         text = wsgemm.explain(a, b)
     assert "torch.matmul (fallback)" in text and "batch invariance: asked for" in text
     assert "batch invariance" not in wsgemm.explain(a, b)
+
+
+def test_the_cli_explains_a_grouped_call_with_its_tile_map(capsys):
+    """``explain --groups``: grouped_mm's 2D x 3D form of those group rows, its kernel and its
+    tile map (in process: the subprocess of the test above costs an import of torch)."""
+    from wsgemm import cli
+
+    assert cli.main(["explain", "--shape", "700,512,64", "--groups", "300,0,1,389",
+                     "--dtype", "bf16"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "wsgemm.grouped_mm of 4 groups" in out and "grouped (ragged M)" in out
+    assert "group 3: rows 301-689 (389): 4 x 4 tiles" in out and "tile map" in out
+    assert cli.main(["explain", "--shape", "7,512,64", "--groups", "300,0"]) != 0
+    assert "more than M=7" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "--shape", "7,512,64", "--groups", "3,-1"])

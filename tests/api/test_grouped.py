@@ -921,3 +921,37 @@ def test_a_non_tensor_operand_with_a_row_scale_gets_the_type_error():
         wsgemm.grouped_mm([[1.0]], torch.randn(1, 1, 2), ends(1), row_scale=torch.ones(1))
     with pytest.raises(TypeError, match="row_scale must be a torch.Tensor"):
         wsgemm.grouped_mm(torch.randn(2, 1), torch.randn(1, 1, 2), ends(2), row_scale=[1.0, 2.0])
+
+
+def test_explain_with_host_offsets_gives_the_tile_map():
+    """``offs`` on the CPU (the host holds the ends: no sync) adds the grouped kernel's tile
+    map, from the schedule's host replay: each group's tiles and the CTAs that run them, the
+    padding of each group's last m-tile; a meta ``a`` (a stand-in GPU) takes it too."""
+    a = torch.empty(700, 64, dtype=BF16, device="meta")
+    b = torch.empty(4, 64, 512, dtype=BF16, device="meta")
+    offs = torch.tensor([300, 300, 301, 690], dtype=torch.int32)
+    text = wsgemm.explain(a, b, offs=offs)
+    lines = [line.strip() for line in text.splitlines()]
+    head = next(line for line in lines if line.startswith("tile map"))
+    # 128x128 tiles (the 175-row mean's tile): 3 + 0 + 1 + 4 m-tiles, 4 n-tiles each
+    assert "32 tiles of 128x128" in head and "the busiest running 1" in head
+    assert "group 0: rows 0-299 (300): 3 x 4 tiles, its last m-tile 44/128 rows; CTAs 0-11" in lines
+    assert "group 1: no rows, no tiles" in lines
+    written, computed = 690 * 4, (3 + 1 + 4) * 128 * 4
+    assert f"{1 - written / computed:.0%} of the computed rows are padding" in head
+    # without host offsets no map (reading a GPU tensor would be a sync)
+    assert "tile map" not in wsgemm.explain(a, b, offs=torch.empty(4, dtype=torch.int32,
+                                                                    device="meta"))  # fmt: skip
+
+
+def test_the_tile_map_names_every_tile_once():
+    from wsgemm.host.grouped import tile_map
+
+    ends = [5, 5, 700, 701, 2000]
+    lines = tile_map("sm90", ends, 2003, 1000, 132, shown=5)
+    tiles = 0
+    for line in lines[1:]:
+        if "x" in line and "tiles," in line:
+            m_tiles, n_tiles = line.split(": ")[2].split(" tiles")[0].split(" x ")
+            tiles += int(m_tiles) * int(n_tiles)
+    assert f"{tiles} tiles of" in lines[0]

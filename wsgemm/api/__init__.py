@@ -141,12 +141,15 @@ def explain(
     c=None,
     alpha=1.0,
     beta=1.0,
+    row_scale=None,
 ) -> str:
     """Which kernel ``matmul`` with these arguments runs, and why: the backend, tile, cluster
     and split-K count, and the reason (on Hopper, the shape policy's: docs/policy.md). Checks
     the arguments as ``matmul`` does and reads the device's capability and SM count; compiles
     and launches nothing. With ``grouped=True`` (or ``offs``), the same for ``grouped_mm(a, b,
-    offs, out_dtype=, backend=, activation=, gated=)``.
+    offs, out_dtype=, backend=, activation=, gated=, row_scale=)``; an ``offs`` on the CPU
+    (``offs.cpu()``) adds the grouped kernel's tile map: which tiles of which group run on which
+    CTAs.
 
     ``cc`` and ``sm_count`` answer for another GPU (a (major, minor) capability, its SM
     count): a stand-in of it, so no GPU is needed; meta and fake tensors, or a machine without a
@@ -166,7 +169,8 @@ def explain(
     if grouped or offs is not None:
         from . import grouped as grouped_api
 
-        return grouped_api.explain(d, a, b, offs, out_dtype, backend, activation, gated)
+        return grouped_api.explain(d, a, b, offs, out_dtype, backend, activation, gated,
+                                   row_scale)  # fmt: skip
     return dispatch.explain(
         d, a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta
     )

@@ -525,7 +525,15 @@ def _write(out: torch.Tensor, result: torch.Tensor, p: GroupedProblem, offs) -> 
 def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
             gated=False, row_scale=None) -> str:  # fmt: skip
     """What ``grouped_mm`` with these arguments runs on dispatcher ``d``, and why (checks the
-    arguments as the call does; compiles and launches nothing, reads no data)."""
+    arguments as the call does; compiles and launches nothing, reads no data on the GPU). An
+    ``offs`` on the CPU (``offs.cpu()``: the host holds the groups' ends, no sync) is read,
+    and a 2D x 3D call on the grouped kernel gets its tile map: which tiles of which group run
+    on which CTAs (``host.tile_map``)."""
+    host_ends = None
+    if isinstance(offs, torch.Tensor) and offs.device.type == "cpu" and offs.dtype == torch.int32:
+        host_ends = [int(e) for e in offs.reshape(-1).tolist()] if offs.dim() == 1 else None
+        if isinstance(a, torch.Tensor) and a.device.type != "cpu":
+            offs = torch.empty(offs.shape, dtype=offs.dtype, device=a.device)  # for the checks
     p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), activation, gated,
                       row_scale)  # fmt: skip
     where = route(d, p, a, backend)
@@ -574,6 +582,9 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         for what, found in (("A", a_found), ("B", b_found)):
             how = "read in place" if found else "copied on every call (no TMA-addressable view)"
             lines.append(f"{what}: {how}")
+        if host_ends is not None:
+            sms = d.devices.sm_count(d.device_index(a.device))
+            lines += host.tile_map(backend, host_ends, a.shape[0], p.plain().shape[1], sms)
         if not epi.plain:
             fuses = host.fuses_epilogues(name) and (not epi.gated or b_found is not None)
             if epi.row_scale != "none" and fuses and not host.scales_rows(name):

@@ -27,6 +27,7 @@ from .grouped import (
     ragged_k_workspace_words,
     routes_ragged_k,
     supports_grouped,
+    tile_map,
 )
 from .registry import (
     BACKENDS,
@@ -72,5 +73,6 @@ __all__ = [
     "needs_vector_extent",
     "shipped_backends",
     "supports_grouped",
+    "tile_map",
     "warm",
 ]

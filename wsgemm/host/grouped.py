@@ -25,6 +25,7 @@ __all__ = [
     "ragged_k_workspace_words",
     "routes_ragged_k",
     "supports_grouped",
+    "tile_map",
 ]
 
 #: The backends with a grouped kernel, in the order ``auto`` prefers them.
@@ -128,6 +129,77 @@ def grouped_config(backend: str, rows: int, groups: int) -> tuple[str, Any]:
         return backend, Sm90Config(tile_m=128, tile_n=128, cluster_m=1, cluster_n=2,
                                    schedule="pingpong")  # fmt: skip
     return backend, None  # the backend's shipped config
+
+
+def tile_map(backend: str, ends: list[int], rows: int, n: int, sm_count: int,
+             shown: int = 8) -> list[str]:  # fmt: skip
+    """``explain``'s lines on which tiles run which group of a ragged-M grouped call whose
+    group ends (``offs``) the host holds: the grouped kernel's schedule replayed on the host
+    (``kernels.common.grouped_scheduler.ragged_unit_order``, the same arithmetic the kernel
+    runs) over the CTAs a launch on ``sm_count`` SMs starts: per group its rows, its m-tiles x
+    n-tiles, its last m-tile's fill and the CTAs that run its tiles (the first ``shown``
+    groups, then a count); the whole call's units, waves and padded rows."""
+    from ..kernels.common.grouped_scheduler import ragged_unit_order
+    from ..kernels.sm90.config import DEFAULT_RASTER_GROUP
+
+    name, config = grouped_config(backend, rows, len(ends))
+    cfg = config or BACKENDS[name].config()
+    num_n = -(-n // cfg.tile_n)
+    order = ragged_unit_order(list(ends), rows, num_n, cfg.tile_m,
+                              DEFAULT_RASTER_GROUP[cfg.schedule], sm_count,
+                              (cfg.cluster_m, cfg.cluster_n))  # fmt: skip
+    ctas: dict[int, set[int]] = {}
+    units = 0
+    busiest = 0
+    for cta, work in enumerate(order):
+        real = [u for u in work if u.rows_left(cfg.tile_m) > 0 and int(u.n) < num_n]
+        busiest = max(busiest, len(real))
+        units += len(real)
+        for u in real:
+            ctas.setdefault(int(u.l), set()).add(cta)
+    lines = []
+    computed = written = 0
+    prev = 0
+    for g, end in enumerate(ends):
+        lo, hi = prev, min(max(end, prev), rows)
+        prev = hi
+        size = hi - lo
+        m_tiles = -(-size // cfg.tile_m)
+        computed += m_tiles * cfg.tile_m * num_n
+        written += size * num_n
+        if g >= shown:
+            continue
+        if not size:
+            lines.append(f"  group {g}: no rows, no tiles")
+            continue
+        last = size - (m_tiles - 1) * cfg.tile_m
+        lines.append(
+            f"  group {g}: rows {lo}-{hi - 1} ({size}): {m_tiles} x {num_n} tiles, its last "
+            f"m-tile {last}/{cfg.tile_m} rows; CTAs {_ranges(sorted(ctas.get(g, ())))}"
+        )
+    if len(ends) > shown:
+        lines.append(f"  ... {len(ends) - shown} more groups")
+    padded = 1 - written / computed if computed else 0.0
+    head = (
+        f"tile map (offs read on the host, from a CPU tensor): {units} tiles of "
+        f"{cfg.tile_m}x{cfg.tile_n} over {len(order)} CTAs, the busiest running {busiest}; "
+        f"{padded:.0%} of the computed rows are padding (each group's last m-tile)"
+    )
+    return [head, *lines]
+
+
+def _ranges(values: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` as ``0-2, 5, 7-8``."""
+    if not values:
+        return "none"
+    out, start, last = [], values[0], values[0]
+    for v in values[1:]:
+        if v != last + 1:
+            out.append(f"{start}-{last}" if last > start else f"{start}")
+            start = v
+        last = v
+    out.append(f"{start}-{last}" if last > start else f"{start}")
+    return ", ".join(out)
 
 
 def grouped_variants(arch: str = "sm_90a") -> list[Variant]:
