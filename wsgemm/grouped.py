@@ -311,6 +311,6 @@ def _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale=N
     pre = _GROUPED_MM(a, b, offs, out_dtype, backend, None, False)
     y = (gated_unit if gated else torch_activation)(p.epilogue.activation, pre)
     if row_scale is None:
-        return y
+        return y.to(p.c_dtype)  # (autocast may run an activation's op in float32)
     y = _zero_past_end(y, offs, 0).float() * row_scale.float()[:, None]
     return y.to(p.c_dtype)

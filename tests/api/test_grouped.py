@@ -938,7 +938,7 @@ def test_explain_with_host_offsets_gives_the_tile_map():
     assert "group 0: rows 0-299 (300): 3 x 4 tiles, its last m-tile 44/128 rows; CTAs 0-11" in lines
     assert "group 1: no rows, no tiles" in lines
     written, computed = 690 * 4, (3 + 1 + 4) * 128 * 4
-    assert f"{1 - written / computed:.0%} of the computed rows are padding" in head
+    assert f"{1 - written / computed:.0%} of the computed elements are padding" in head
     # without host offsets no map (reading a GPU tensor would be a sync)
     assert "tile map" not in wsgemm.explain(a, b, offs=torch.empty(4, dtype=torch.int32,
                                                                     device="meta"))  # fmt: skip
@@ -951,7 +951,41 @@ def test_the_tile_map_names_every_tile_once():
     lines = tile_map("sm90", ends, 2003, 1000, 132, shown=5)
     tiles = 0
     for line in lines[1:]:
-        if "x" in line and "tiles," in line:
+        if " tiles" in line and "no tiles" not in line:
             m_tiles, n_tiles = line.split(": ")[2].split(" tiles")[0].split(" x ")
             tiles += int(m_tiles) * int(n_tiles)
+            if "(+" in line:  # the cluster's surplus, computed too
+                tiles += int(line.split("(+")[1].split(" ")[0])
     assert f"{tiles} tiles of" in lines[0]
+
+
+def test_the_tile_map_counts_a_clusters_surplus_and_takes_fake_and_empty_calls():
+    """The shipped 128x256 tile clusters two m-tiles: a group of one m-tile also computes its
+    cluster's second (stored nowhere), which the map counts as computed and padding; fake
+    CUDA operands (no GPU here) and a call of no groups are explained too."""
+    from wsgemm.host.grouped import tile_map
+
+    lines = tile_map("sm90", [100 * i for i in range(1, 9)], 800, 512, 132)
+    assert "32 tiles of 128x256" in lines[0]
+    assert f"{1 - 800 * 512 / (32 * 128 * 256):.0%} of the computed elements" in lines[0]
+    assert "1 x 2 tiles (+2 computed and not stored" in lines[1]
+    offs = torch.tensor([300, 300, 301, 690], dtype=torch.int32)  # a real host tensor
+    with FakeTensorMode():
+        a = torch.empty(700, 64, dtype=BF16, device="cuda")
+        b = torch.empty(4, 64, 512, dtype=BF16, device="cuda")
+    assert "tile map" in wsgemm.explain(a, b, offs=offs, cc=(9, 0))
+    a0 = torch.empty(5, 64, dtype=BF16, device="meta")
+    b0 = torch.empty(0, 64, 512, dtype=BF16, device="meta")
+    assert "tile map" not in wsgemm.explain(a0, b0, offs=torch.zeros(0, dtype=torch.int32))
+
+
+def test_explain_names_the_bf16_rule_only_where_it_decides(monkeypatch):
+    a = torch.empty(8, 2048, dtype=BF16, device="meta")
+    b = torch.empty(2048, 4096, dtype=BF16, device="meta")
+    offs = torch.empty(4, dtype=torch.int32, device="meta")
+    small = wsgemm.explain(a, b, offs=offs)  # 8 x 4096: below the rule's size
+    assert "below the size" in small
+    big_a = torch.empty(4096, 2048, dtype=BF16, device="meta")
+    assert "ragged K" in wsgemm.explain(big_a, b, offs=offs)  # 4096 x 4096 groups: the kernel
+    text = wsgemm.explain(big_a, b, offs=offs, cc=(8, 0))  # no grouped kernel on an A100
+    assert "below the size" not in text and "no grouped kernel" in text

@@ -533,7 +533,7 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
     if isinstance(offs, torch.Tensor) and offs.device.type == "cpu" and offs.dtype == torch.int32:
         host_ends = [int(e) for e in offs.reshape(-1).tolist()] if offs.dim() == 1 else None
         if isinstance(a, torch.Tensor) and a.device.type != "cpu":
-            offs = torch.empty(offs.shape, dtype=offs.dtype, device=a.device)  # for the checks
+            offs = a.new_empty(offs.shape, dtype=offs.dtype)  # for the checks (fake tensors too)
     p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), activation, gated,
                       row_scale)  # fmt: skip
     where = route(d, p, a, backend)
@@ -576,13 +576,18 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         lines.append(_kernel_line(backend, a.shape[0], p.groups, "rows") + "; a group's last "
                      "tile stored under a row predicate")  # fmt: skip
         b_nkg = b.permute(2, 1, 0)
-        a_found = _kernel_view(a.unsqueeze(-1), False, (1,))
-        b_found = _kernel_view(b_nkg[: p.shape[1]] if epi.gated else b_nkg, False,
-                               (1,) if epi.gated else (1, 0))  # fmt: skip
-        for what, found in (("A", a_found), ("B", b_found)):
-            how = "read in place" if found else "copied on every call (no TMA-addressable view)"
-            lines.append(f"{what}: {how}")
-        if host_ends is not None:
+        fake = torch._subclasses.fake_tensor.FakeTensor
+        if isinstance(a, fake) or isinstance(b, fake):  # (their addresses are not known)
+            a_found = b_found = True
+            lines.append("A, B: not known for fake tensors (a copy depends on the address)")
+        else:
+            a_found = _kernel_view(a.unsqueeze(-1), False, (1,))
+            b_found = _kernel_view(b_nkg[: p.shape[1]] if epi.gated else b_nkg, False,
+                                   (1,) if epi.gated else (1, 0))  # fmt: skip
+            for what, found in (("A", a_found), ("B", b_found)):
+                how = "read in place" if found else "copied on every call (no TMA-addressable view)"
+                lines.append(f"{what}: {how}")
+        if host_ends:
             sms = d.devices.sm_count(d.device_index(a.device))
             lines += host.tile_map(backend, host_ends, a.shape[0], p.plain().shape[1], sms)
         if not epi.plain:
@@ -607,9 +612,12 @@ def _torch_reason(p: GroupedProblem, ab_dtype: torch.dtype) -> str:
     if p.form in ("3d2d", "2d2d") and _torch_fuses(ab_dtype, p.c_dtype):
         if p.form == "3d2d":
             return "torch's fused grouped kernel writes this form's columns directly"
-        return (f"torch's fused grouped kernel runs bfloat16, and each group's {p.shape[1]}x"
+        if host.routes_ragged_k("auto") and not host.ragged_k_beats_torch(*p.shape[1:]):
+            return (
+                f"torch's fused grouped kernel runs bfloat16, and each group's {p.shape[1]}x"
                 f"{p.shape[2]} result is below the size where the ragged-K kernel beat it "
-                "(host.ragged_k_beats_torch; backend='sm90' runs it)")  # fmt: skip
+                "(host.ragged_k_beats_torch; backend='sm90' runs it)"
+            )
     if p.form == "2d2d" and not host.routes_ragged_k("auto"):
         return "the ragged-K kernel is off (host.RAGGED_K_FAMILIES)"
     return "no grouped kernel runs on this GPU"

@@ -149,41 +149,47 @@ def tile_map(backend: str, ends: list[int], rows: int, n: int, sm_count: int,
                               DEFAULT_RASTER_GROUP[cfg.schedule], sm_count,
                               (cfg.cluster_m, cfg.cluster_n))  # fmt: skip
     ctas: dict[int, set[int]] = {}
-    units = 0
-    busiest = 0
+    idle: dict[int, int] = {}  # a group's tiles past its rows or N: a cluster's surplus
+    units = busiest = 0
     for cta, work in enumerate(order):
-        real = [u for u in work if u.rows_left(cfg.tile_m) > 0 and int(u.n) < num_n]
-        busiest = max(busiest, len(real))
-        units += len(real)
-        for u in real:
-            ctas.setdefault(int(u.l), set()).add(cta)
+        busiest = max(busiest, len(work))
+        units += len(work)
+        for u in work:
+            g = int(u.l)
+            ctas.setdefault(g, set()).add(cta)
+            if u.rows_left(cfg.tile_m) <= 0 or int(u.n) >= num_n:
+                idle[g] = idle.get(g, 0) + 1
     lines = []
-    computed = written = 0
+    written = 0
     prev = 0
     for g, end in enumerate(ends):
         lo, hi = prev, min(max(end, prev), rows)
         prev = hi
         size = hi - lo
-        m_tiles = -(-size // cfg.tile_m)
-        computed += m_tiles * cfg.tile_m * num_n
-        written += size * num_n
+        written += size * n
         if g >= shown:
             continue
         if not size:
             lines.append(f"  group {g}: no rows, no tiles")
             continue
+        m_tiles = -(-size // cfg.tile_m)
         last = size - (m_tiles - 1) * cfg.tile_m
+        surplus = ""
+        if g in idle:
+            surplus = f" (+{idle[g]} computed and not stored: its clusters' surplus)"
         lines.append(
-            f"  group {g}: rows {lo}-{hi - 1} ({size}): {m_tiles} x {num_n} tiles, its last "
-            f"m-tile {last}/{cfg.tile_m} rows; CTAs {_ranges(sorted(ctas.get(g, ())))}"
+            f"  group {g}: rows {lo}-{hi - 1} ({size}): {m_tiles} x {num_n} tiles{surplus}, its "
+            f"last m-tile {last}/{cfg.tile_m} rows; CTAs {_ranges(sorted(ctas.get(g, ())))}"
         )
     if len(ends) > shown:
         lines.append(f"  ... {len(ends) - shown} more groups")
+    computed = units * cfg.tile_m * cfg.tile_n
     padded = 1 - written / computed if computed else 0.0
     head = (
         f"tile map (offs read on the host, from a CPU tensor): {units} tiles of "
-        f"{cfg.tile_m}x{cfg.tile_n} over {len(order)} CTAs, the busiest running {busiest}; "
-        f"{padded:.0%} of the computed rows are padding (each group's last m-tile)"
+        f"{cfg.tile_m}x{cfg.tile_n} computed over {len(order)} CTAs, the busiest running "
+        f"{busiest}; {padded:.0%} of the computed elements are padding (each group's last "
+        "m-tile and n-tile, a cluster's surplus tiles)"
     )
     return [head, *lines]
 

@@ -47,8 +47,9 @@ DEFAULT_SM80_WAVES = 2
 #: a multistage worker's compute, load and wait begin/end (6).
 EVENTS_PER_K_TILE = 6
 #: Per tile: the fetch, two ping-pong order waits (4), epilogue begin/end, the last drain (2),
-#: and a store wait (2) per epilogue subtile of at most 16.
-EVENTS_PER_TILE = 1 + 4 + 2 + 2 + 2 * 16
+#: and a store wait (2) per epilogue subtile of at most 32 (a swap-AB 256x144 tile has 18
+#: 16-column subtiles; the shipped ones at most 16).
+EVENTS_PER_TILE = 1 + 4 + 2 + 2 + 2 * 32
 #: Per recorder: begin, end, and the producer's final wait (2), with room to spare.
 EVENTS_PER_RECORDER = 8
 #: Per split-K work unit: FIXUP_BEGIN/END.
