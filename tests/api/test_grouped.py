@@ -27,8 +27,8 @@ class GroupedStandIn:
     def __init__(self):
         self.launches = []
 
-    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, row_scale, bias, alpha,
-                 beta, residual, offs, *, epilogue="none"):  # fmt: skip
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
+                 residual, row_scale, offs, *, epilogue="none"):  # fmt: skip
         self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue,
                                   row_scale=row_scale))  # fmt: skip
         assert a.stride(2) == 0 and c.stride(2) == 0 and b.shape[2] == len(offs)
@@ -65,8 +65,8 @@ class RaggedKStandIn:
     def __init__(self):
         self.launches = []
 
-    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, row_scale, bias, alpha,
-                 beta, residual, offs, *, epilogue="none"):  # fmt: skip
+    def __call__(self, a, b, c, clusters, raster, split, workspace, sems, bias, alpha, beta,
+                 residual, row_scale, offs, *, epilogue="none"):  # fmt: skip
         self.launches.append(dict(a=a, b=b, c=c, offs=offs, epilogue=epilogue))
         assert row_scale is None
         groups = len(offs)

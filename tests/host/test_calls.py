@@ -188,12 +188,12 @@ def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
 
     call = KernelCall(wrap_launch(raw, (names, defaults)), operand_majors(v), (F16, F16))
     a, b, c = torch.zeros(64, 32, 1).half(), torch.zeros(48, 32, 1).half(), torch.zeros(64, 48, 1)
-    extras = len(defaults) - 1  # after the raster group: split count, buffers, row scale, bias,
-    # alpha, beta, C
+    extras = len(defaults) - 1  # after the raster group: split count, buffers, bias, alpha, beta,
+    # C
     per = (0, 3, "workspace", "sems")
     call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per))(16, 32, 48)
     assert got[-1][15:] == (*per, *defaults[len(per) :])
-    assert extras == 8 and got[-1][-5:] == (None,) * 5  # no fused epilogue here
+    assert extras == 7 and got[-1][-4:] == (None,) * 4  # no fused epilogue here
     # a fused launch passes its bias, alpha, beta and C itself, as the last (late) arguments
     call.bind(a, b, c.half(), 7, per_call=lambda: per, per_call_count=len(per), late=4)(
         16, 32, 48, "bias", 2.0, 0.5, "c"
@@ -204,9 +204,9 @@ def test_a_bound_split_launch_gets_the_defaults_after_its_buffers():
 @pytest.mark.parametrize("split", [False, True])
 def test_a_fused_launch_puts_each_argument_in_its_named_slot(split):
     """The dense fused launch's own arguments (bias, alpha, beta, C) land in the kernel's slots
-    of those names, bound or not, split or not: the row scale's slot before them (the grouped
-    kernel's, ``LAUNCH_EXTRAS``) stays None. (A first, unbound call once passed the bias as
-    the row scale and alpha as the bias: every slot one early.)"""
+    of those names, bound or not, split or not. (A first, unbound call once passed the bias as
+    a grouped row scale's slot and alpha as the bias: every slot one early; the row scale's
+    slot is the grouped kernel's own now, ``Sm90GroupedGemm.LAUNCH_EXTRAS``.)"""
     from wsgemm import host
     from wsgemm.host.compiling.compile import launch_signature, wrap_launch
     from wsgemm.host.workspace import SemaphoreCache, bias_launcher, split_launcher
@@ -228,7 +228,7 @@ def test_a_fused_launch_puts_each_argument_in_its_named_slot(split):
     late = ("BIAS", 2.0, 0.5, "C")
     fn(a, b, c, 7, *late)  # unbound: positional after the split buffers
     fn.bind(a, b, c, 7, late=4)(a.data_ptr(), b.data_ptr(), c.data_ptr(), *late)  # bound
+    assert "row_scale" not in names
     for slots in got:
-        assert slots["row_scale"] is None
         assert (slots["bias"], slots["alpha"], slots["beta"], slots["residual"]) == late
         assert slots["split_count"] == (2 if split else 1)

@@ -95,11 +95,11 @@ def test_the_grouped_kernel_refuses_what_it_does_not_have(options, what):
 
 
 def test_the_grouped_launch_takes_the_offsets_last():
-    """The host passes (raster group, split, workspace, semaphores, row scale, bias, alpha, beta,
-    residual, offs)."""
+    """The host passes (raster group, split, workspace, semaphores, bias, alpha, beta, residual,
+    row scale, offs): the dense kernel's, then the grouped kernel's own two."""
     cls = host.Variant("sm90", "sm_90a", grouping="m").kernel_class()
     names = [name for name, _ in cls.LAUNCH_EXTRAS]
-    assert names[-6:] == ["row_scale", "bias", "alpha", "beta", "residual", "offs"]
+    assert names[-6:] == ["bias", "alpha", "beta", "residual", "row_scale", "offs"]
     assert cls.launch_defaults() == (0, 1, *(None,) * 8)
 
 
@@ -191,3 +191,12 @@ def test_a_row_scale_is_one_load_per_row_and_one_multiply_per_element(compiled, 
     assert ops[load] - base_ops[load] == 2, (ops[load], base_ops[load])
     elements = 64 * 128 // 128 // (2 if "gated" in epilogue else 1)  # per thread of a warpgroup
     assert ops["FMUL"] - base_ops["FMUL"] == elements
+
+
+@pytest.mark.parametrize("grouping", ["none", "k"])
+def test_a_row_scale_is_the_ragged_m_kernels_only(grouping):
+    """The dense and ragged-K kernels have no row-scale launch argument: they refuse the
+    epilogue rather than take a vector they would never be passed."""
+    variant = host.Variant("sm90", "sm_90a", epilogue="row_scale_fp32", grouping=grouping)
+    with pytest.raises(ValueError, match="ragged-M grouped kernel's"):
+        host.make_kernel(variant)

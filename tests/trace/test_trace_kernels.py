@@ -334,15 +334,14 @@ def test_call_signature_is_todays(backend):
     operands = ["majors", "token", "a", "b", "c", *SIZE_AND_STRIDE_NAMES]
     assert list(by_address) == ["self", *operands, *base[4:]]
     assert by_address["launch"].kind is inspect.Parameter.VAR_POSITIONAL
-    split = ["split_count", "workspace", "semaphores", "row_scale", "bias", "alpha", "beta",
-             "residual"]  # fmt: skip
+    split = ["split_count", "workspace", "semaphores", "bias", "alpha", "beta", "residual"]
     extras = split if host.BACKENDS[backend].family == "sm90" else []
     assert [name for name, _ in cls.LAUNCH_EXTRAS] == extras
     # what a kernel loaded from disk (or compiled here) is wrapped with: every run-time
     # argument by name, the trailing ones with defaults
     names, defaults = host.compiling.compile.launch_signature(host.Variant(backend, cls.arch))
     assert list(names) == [*operands[1:], "max_active_clusters", "raster_group", *extras]
-    assert defaults == ((0, 1, *(None,) * 7) if extras else (0,))
+    assert defaults == ((0, 1, *(None,) * 6) if extras else (0,))
 
 
 def test_compiled_launch_signatures(compiled, traced_report):
@@ -351,11 +350,11 @@ def test_compiled_launch_signatures(compiled, traced_report):
     variant = host.Variant("sm90", "sm_90a")
     untraced = _exported_signature(compiled(variant).fn)
     # token, 3 addresses, 10 sizes and strides, 2 launch values, then split-K's three (an int
-    # and two Nones when unsplit: kernels/__init__.py) and the fused epilogue's row scale, bias,
-    # alpha, beta and residual C (None without)
-    assert "Expects 24 parameters" in untraced and "trace_buffer" not in untraced
+    # and two Nones when unsplit: kernels/__init__.py) and the fused epilogue's bias, alpha,
+    # beta and residual C (None without)
+    assert "Expects 23 parameters" in untraced and "trace_buffer" not in untraced
     traced = _exported_signature(traced_report(variant)[0])
-    assert "Expects 14 parameters" in traced and "trace_buffer: Tensor" in traced
+    assert "Expects 13 parameters" in traced and "trace_buffer: Tensor" in traced
 
 
 def test_a_traced_kernel_refuses_the_untraced_entry():

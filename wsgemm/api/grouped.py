@@ -387,10 +387,9 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
     fn, clusters = d.kernel(
         name, d.device_index(a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
     )
-    epilogue_launch = NO_EPILOGUE_LAUNCH
-    if epilogue.row_scale != "none":
-        epilogue_launch = (row_scale.contiguous(), *NO_EPILOGUE_LAUNCH[1:])
-    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *epilogue_launch, offs.contiguous())
+    scale = row_scale.contiguous() if epilogue.row_scale != "none" else None
+    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, scale,
+       offs.contiguous())  # fmt: skip
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
         _write(out, c_view[:, :, 0], p, offs)
 
@@ -437,7 +436,7 @@ def _run_kernel_2d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> Non
     words = host.ragged_k_workspace_words(name, config, clusters)
     workspace = torch.empty(words, dtype=torch.float32, device=a.device)
     raster, split, _, _ = UNSPLIT_LAUNCH  # the workspace holds the descriptors
-    fn(a_mkg, b_nkg, c_mng, clusters, raster, split, workspace, None, *NO_EPILOGUE_LAUNCH,
+    fn(a_mkg, b_nkg, c_mng, clusters, raster, split, workspace, None, *NO_EPILOGUE_LAUNCH, None,
        offs.contiguous())  # fmt: skip
     result = c_mng.permute(2, 0, 1)
     if not fused:

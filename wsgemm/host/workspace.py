@@ -118,7 +118,7 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
 
     def launch(a_mkl, b_nkl, c_mnl, clusters: int, *late):
         sized = buffer_sizes(a_mkl, b_nkl, clusters)
-        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*sized, c_mnl.device), *_after_row_scale(late))
+        fn(a_mkl, b_nkl, c_mnl, clusters, *buffers(*sized, c_mnl.device), *late)
 
     def bind(a_mkl, b_nkl, c_mnl, clusters: int, late: int = 0):
         if not isinstance(fn, KernelCall):
@@ -131,20 +131,12 @@ def split_launcher(fn: Callable, config: Any, split: int, semaphores: SemaphoreC
     return launch
 
 
-#: An unsplit sm90 launch's arguments between the clusters and a fused epilogue's row scale
+#: An unsplit sm90 launch's arguments between the clusters and a fused epilogue's bias
 #: (``Sm90Gemm.LAUNCH_EXTRAS``): the kernel's own raster order, split 1, no split buffers.
 UNSPLIT_LAUNCH = (0, 1, None, None)
-#: The fused epilogue's launch arguments when it has none (row scale, bias, alpha, beta, C):
-#: what comes between ``UNSPLIT_LAUNCH`` and a grouped kernel's offsets.
-NO_EPILOGUE_LAUNCH = (None, None, None, None, None)
-
-
-def _after_row_scale(late: tuple) -> tuple:
-    """A dense fused launch's own arguments (bias, alpha, beta, C: ``Sm90Gemm.LAUNCH_EXTRAS``'
-    last four) in their places when passed positionally after the split buffers: the row
-    scale's slot before them stays None (only the grouped kernel takes one). A bound launch
-    passes them last (``KernelCall.bind(late=4)``), where they already are."""
-    return (None, *late) if late else ()
+#: The fused epilogue's launch arguments when it has none (bias, alpha, beta, C): what comes
+#: between ``UNSPLIT_LAUNCH`` and a grouped kernel's row scale and offsets.
+NO_EPILOGUE_LAUNCH = (None, None, None, None)
 
 
 def bias_launcher(fn: Callable) -> Callable:
@@ -154,7 +146,7 @@ def bias_launcher(fn: Callable) -> Callable:
     launch."""
 
     def launch(a_mkl, b_nkl, c_mnl, clusters: int, *late):
-        fn(a_mkl, b_nkl, c_mnl, clusters, *UNSPLIT_LAUNCH, *_after_row_scale(late))
+        fn(a_mkl, b_nkl, c_mnl, clusters, *UNSPLIT_LAUNCH, *late)
 
     def bind(a_mkl, b_nkl, c_mnl, clusters: int, late: int = 0):
         if not isinstance(fn, KernelCall):

@@ -24,16 +24,22 @@ class Sm90GroupedGemm(Sm90Gemm):
     fused bias yet (``ValueError`` at construction); an activation epilogue works."""
 
     grouped = "m"
-    # the dense kernel's launch arguments, then the groups' end rows (int32, one per group)
-    LAUNCH_EXTRAS = (*Sm90Gemm.LAUNCH_EXTRAS, ("offs", None))
+    # the dense kernel's launch arguments, then a row scale (a vector of every group's rows:
+    # ``Epilogue.row_scale``; None without) and the groups' end rows (int32, one per group)
+    LAUNCH_EXTRAS = (*Sm90Gemm.LAUNCH_EXTRAS, ("row_scale", None), ("offs", None))
 
     def fake_launch_extras(self) -> tuple:
         import cutlass.cute as cute
         from cutlass import Int32
         from cutlass.cute.runtime import make_fake_tensor
 
+        scale = None
+        if self.fused_epilogue.row_scale != "none":
+            dtype = self._row_scale_dtype()
+            scale = make_fake_tensor(dtype, (cute.sym_int64(),), (1,),
+                                     assumed_align=dtype.width // 8)  # fmt: skip
         offs = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
-        return (*super().fake_launch_extras(), offs)
+        return (*super().fake_launch_extras(), scale, offs)
 
 
 class Sm90KGroupedGemm(Sm90GroupedGemm):

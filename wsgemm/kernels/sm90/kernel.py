@@ -297,13 +297,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     #: "k": the ragged-K one (its K cut into groups, each group a batch of C; ``ragged_k.py``).
     grouped = None
     # split-K's count and buffers (``_call`` says what they hold); unsplit kernels ignore them
-    # and the fused epilogue's row scale, bias vector, alpha, beta and C (``epilogue``; kernels
-    # without a ``row_scale``, a bias, ``scale`` and ``residual`` or ``c_tensor`` ignore them;
-    # the last four are a dense fused launch's own: a bound launch passes them last, an unbound
-    # one after the split buffers and a None row scale, ``host.workspace._after_row_scale``)
+    # and the fused epilogue's bias vector, alpha, beta and C (``epilogue``; kernels without a
+    # bias, without ``scale`` and ``residual``, or without ``c_tensor``, ignore them). A row
+    # scale is the grouped kernel's only (``grouped.Sm90GroupedGemm``: its launch arguments
+    # follow these).
     LAUNCH_EXTRAS = (
-        ("split_count", 1), ("workspace", None), ("semaphores", None), ("row_scale", None),
-        ("bias", None), ("alpha", None), ("beta", None), ("residual", None),
+        ("split_count", 1), ("workspace", None), ("semaphores", None), ("bias", None),
+        ("alpha", None), ("beta", None), ("residual", None),
     )  # fmt: skip
 
     def __init__(
@@ -337,8 +337,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
                 "added in fp32, not one fp16 running sum over K"
             )
-        if epilogue.row_scale != "none" and config.swap_ab:
-            raise ValueError("a row scale runs along the kernel's rows: no swap-AB form")
+        if epilogue.row_scale != "none" and self.grouped != "m":
+            raise ValueError(
+                "a row scale is the ragged-M grouped kernel's (its launch argument: "
+                "grouped_mm(row_scale=))"
+            )
         if epilogue.residual and trace:
             raise ValueError("a traced kernel with a residual is not built: trace it without")
         if config.stream_k and trace:
@@ -403,16 +406,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if self.fused_epilogue.scalars:
             scalars = (cutlass.Float32(1.0), cutlass.Float32(0.0))
         c_in = self._fake_c() if self.fused_epilogue.c_tensor else None
-        scale = None
-        if self.fused_epilogue.row_scale != "none":
-            dtype = self._row_scale_dtype()
-            align = dtype.width // 8
-            scale = make_fake_tensor(dtype, (cute.sym_int64(),), (1,), assumed_align=align)
         if not self.config.splits_in_kernel:
-            return Int32(1), None, None, scale, bias, *scalars, c_in
+            return Int32(1), None, None, bias, *scalars, c_in
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
         semaphores = make_fake_tensor(Int32, (cute.sym_int64(),), (1,), assumed_align=4)
-        return Int32(1), workspace, semaphores, scale, bias, *scalars, c_in
+        return Int32(1), workspace, semaphores, bias, *scalars, c_in
 
     def _row_scale_dtype(self):
         """A row scale's element type (``Epilogue.row_scale``): fp32, or the inputs' dtype."""
@@ -453,13 +451,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         kernel leaves zero again. A fused epilogue's: ``bias`` (a flat vector of the inputs'
         dtype), ``alpha`` and ``beta`` (fp32 scalars; ``Epilogue.scale`` and ``residual``), ``c``
         (a residual's C when it is not the output: ``Epilogue.c_tensor``; (M, N, L) of C's
-        dtype and major), ``row_scale`` (a flat vector of M entries, ``Epilogue.row_scale``'s
-        dtype; a grouped kernel's: every group's rows)."""
-        split_count, workspace, semaphores, row_scale, bias, alpha, beta, c_in = launch[:8]
-        offs = mC_gmem = k_operands = None
+        dtype and major). A grouped kernel's after them: ``row_scale`` (a flat vector of every
+        group's rows, ``Epilogue.row_scale``'s dtype; None without) and ``offs``."""
+        split_count, workspace, semaphores, bias, alpha, beta, c_in = launch[:7]
+        offs = mC_gmem = k_operands = row_scale = None
         num_l = Int32(cute.size(mB, mode=[2]))  # batches, or a grouped kernel's groups
         if const_expr(self.grouped is not None):
-            offs = launch[8]
+            row_scale, offs = launch[7], launch[8]
             if const_expr(offs is None or offs.element_type != Int32):
                 raise ValueError("a grouped kernel takes its groups' end offsets as int32")
         if const_expr(self.grouped == "m"):
