@@ -71,15 +71,13 @@ def _setup_context(ctx, inputs, output):
     ctx.backend = backend
 
 
-def _row_scale_grads(ctx, a, b, offs, row_scale, grad):
-    """Through a row scale ``y = e * s[:, None]`` (``e`` the epilogue's value before it): the
-    gradient at ``e`` (``grad * s``) and, where asked, ``s``'s (each row's ``sum(grad * e)``,
-    ``e`` recomputed: one more grouped GEMM; zero past ``offs[-1]``)."""
+def _row_scale_grads(ctx, pre, offs, row_scale, grad):
+    """Through a row scale ``y = e * s[:, None]`` (``e`` the epilogue's value before it, from
+    the recomputed product ``pre``): the gradient at ``e`` (``grad * s``) and, where asked,
+    ``s``'s (each row's ``sum(grad * e)``; zero past ``offs[-1]``)."""
     g = grad.float()
     gs = None
     if ctx.needs_input_grad[7]:
-        with torch.no_grad():
-            pre = _GROUPED_MM(a, b, offs).float()
         e = pre
         if ctx.activation not in (None, "none"):
             e = (gated_unit if ctx.gated else torch_activation)(ctx.activation, pre)
@@ -87,11 +85,9 @@ def _row_scale_grads(ctx, a, b, offs, row_scale, grad):
     return (g * row_scale.float()[:, None]).to(grad.dtype), gs
 
 
-def _through_epilogue(ctx, a, b, offs, grad):
-    """The gradient at the product, through an activation or a gated unit: the product
-    recomputed (one more grouped GEMM), then the chain rule in fp32."""
-    with torch.no_grad():
-        pre = _GROUPED_MM(a, b, offs).float()
+def _through_epilogue(ctx, pre, a, b, offs, grad):
+    """The gradient at the product ``pre`` (recomputed, fp32), through an activation or a
+    gated unit: the chain rule in fp32."""
     act, g = ctx.activation, grad.float()
     if ctx.gated:
         half = pre.shape[-1] // 2
@@ -109,11 +105,15 @@ def _backward(ctx, grad):
     gradient is taken in the inputs' dtype, as ``matmul``'s backward does."""
     a, b, offs, row_scale = ctx.saved_tensors
     need_a, need_b = ctx.needs_input_grad[:2]
-    g_scale = None
+    activation = ctx.activation not in (None, "none")
+    pre = g_scale = None
+    if activation or (row_scale is not None and ctx.needs_input_grad[7]):
+        with torch.no_grad():  # the product, recomputed once: one more grouped GEMM
+            pre = _GROUPED_MM(a, b, offs).float()
     if row_scale is not None:
-        grad, g_scale = _row_scale_grads(ctx, a, b, offs, row_scale, grad)
-    if ctx.activation not in (None, "none"):
-        grad = _through_epilogue(ctx, a, b, offs, grad)
+        grad, g_scale = _row_scale_grads(ctx, pre, offs, row_scale, grad)
+    if activation:
+        grad = _through_epilogue(ctx, pre, a, b, offs, grad)
     g = grad.to(a.dtype)
     form = core.result_shape(a.shape, b.shape, None if offs is None else offs.shape[0])[0]
     mm = _GROUPED_MM
@@ -238,9 +238,8 @@ def grouped_mm(
               row_scale=row_scale)  # fmt: skip
     if out is not None:
         return core.grouped_mm(a, b, offs, out=out, **kw)
-    scale_t = row_scale if isinstance(row_scale, torch.Tensor) else None
     wants_grad = torch.is_grad_enabled() and any(
-        getattr(t, "requires_grad", False) for t in (a, b, scale_t)
+        getattr(t, "requires_grad", False) for t in (a, b, row_scale)
     )  # fmt: skip
     fast = (
         not _is_compiling()
@@ -249,16 +248,15 @@ def grouped_mm(
         and (row_scale is None or type(row_scale) in _PLAIN)
         and _no_modes()
         and not (_any_autocast() and torch.is_autocast_enabled("cuda"))
-        and not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and wants_grad)
+        and not wants_grad
     )
     if fast:
         return core.grouped_mm(a, b, offs, **kw)
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        core.check_grouped(a, b, offs, None, out_dtype, backend)  # the TypeError
-    if row_scale is not None and not isinstance(row_scale, torch.Tensor):
-        # the TypeError
-        core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
-                           gated, row_scale)  # fmt: skip
+    tensors = (a, b) if row_scale is None else (a, b, row_scale)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):  # the TypeError
+        device = (a.device.type,) if isinstance(a, torch.Tensor) else ("cuda",)
+        core.check_grouped(a, b, offs, None, out_dtype, backend, device, activation, gated,
+                           row_scale)  # fmt: skip
     if (activation is not None or row_scale is not None) and wants_grad:
         return _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale)
     return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated, row_scale)
