@@ -1605,10 +1605,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         elif const_expr(epi.gated):
             # output subtile (row r, column c) pairs the product's subtiles (r, c), the gate's,
             # and (r, c + half), the up projection's: the same registers of one thread
-            cols = plan.config.tile_n // plan.config.epi_tile[1]  # the product's subtile columns
-            r, c = e // (cols // 2), e % (cols // 2)
-            gate = (r * cols + c) * per_subtile
-            up = (r * cols + c + cols // 2) * per_subtile
+            gate = self._product_register(plan, e, per_subtile, 0)
+            half = plan.config.tile_n // plan.config.epi_tile[1] // 2  # subtile columns a half
+            up = gate + half * per_subtile
             for v in cutlass.range_constexpr(per_subtile):
                 g = cutlass.Float32(args.tRS_rAcc[gate + v])
                 u = cutlass.Float32(args.tRS_rAcc[up + v])
