@@ -480,16 +480,20 @@ def test_a_one_token_groups_correctly_rounded_outer_product_passes():
     assert "peak" in tolerance.verdict(moe.errors(bad, problem))
 
 
+def _loop_record(shape) -> dict:
+    """The record of ``shape`` run by the loop (scripted timer, an H200's header), validated."""
+    options = runner.Options(dtype="fp16", rounds=2, target_ms=1.0)
+    out = runner.run([shape], [moe.loop()], [], options, ScriptedTimer(), "cpu",
+                     lambda clock: None, baseline="loop")  # fmt: skip
+    header = h200_header(options, ["loop"])
+    header["options"] = {**options.to_dict("moe", ["loop"]), "baseline": "loop"}
+    return schema.record(header, out.rows)
+
+
 def test_a_weight_gradient_row_records_and_moves_its_own_bytes():
     """A wgrad row: its ``grouped.pass``, validated; its bytes read dY and X once and write
     every group's N x K gradient."""
-    out = runner.run([WGRAD], [moe.loop()], [], runner.Options(dtype="fp16", rounds=2,
-                     target_ms=1.0), ScriptedTimer(), "cpu", lambda clock: None,
-                     baseline="loop")  # fmt: skip
-    options = runner.Options(dtype="fp16", rounds=2, target_ms=1.0)
-    header = h200_header(options, ["loop"])
-    header["options"] = {**options.to_dict("moe", ["loop"]), "baseline": "loop"}
-    rec = schema.record(header, out.rows)
+    rec = _loop_record(WGRAD)
     [row] = rec["results"]
     assert row["status"] == "ok" and row["grouped"]["pass"] == "wgrad"
     moved = (WGRAD.m * WGRAD.n + WGRAD.m * WGRAD.k + 5 * WGRAD.n * WGRAD.k) * 2
@@ -531,12 +535,6 @@ def test_the_routed_pass_scales_each_row_by_its_router_weight(monkeypatch):
     shapes = moe.problems(models=("mixtral-8x7b",), tokens=(8,), passes=("routed",))
     assert shapes and all(s.direction == "routed" and " routed " in s.label for s in shapes)
     # its record validates (the schema knows the pass)
-    out = runner.run([routed], [moe.loop()], [], runner.Options(dtype="fp16", rounds=2,
-                     target_ms=1.0), ScriptedTimer(), "cpu", lambda clock: None,
-                     baseline="loop")  # fmt: skip
-    options = runner.Options(dtype="fp16", rounds=2, target_ms=1.0)
-    header = h200_header(options, ["loop"])
-    header["options"] = {**options.to_dict("moe", ["loop"]), "baseline": "loop"}
-    rec = schema.record(header, out.rows)
+    rec = _loop_record(routed)
     schema.validate(rec)
     assert rec["results"][0]["grouped"]["pass"] == "routed" and rec["results"][0]["status"] == "ok"
