@@ -58,6 +58,7 @@ __all__ = [
     "element_bytes",
     "family_gpus",
     "has_mbarrier_try_wait",
+    "int_ranges",
     "short_name",
     "smallest_smem_per_block",
     "smem_per_block",
@@ -328,6 +329,19 @@ VECTOR_BITS = 8 * VECTOR_BYTES
 def vector_elems(dtype: Any) -> int:
     """Elements of ``dtype`` in one 16-byte vector."""
     return VECTOR_BYTES // element_bytes(dtype)
+
+
+def int_ranges(values: list[int]) -> str:
+    """Sorted ints as runs, for people to read (SMs, CTAs): ``[0, 1, 2, 5]`` -> ``"0-2, 5"``,
+    ``[]`` -> ``"none"``."""
+    out, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            out.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(out) or "none"
 
 
 #: A swizzled shared buffer starts on this boundary: the 128-byte swizzle pattern repeats every

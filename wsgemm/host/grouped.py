@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..support import int_ranges
 from .registry import BACKENDS, Variant, cluster_size
 
 __all__ = [
@@ -179,7 +180,7 @@ def tile_map(backend: str, ends: list[int], rows: int, n: int, sm_count: int,
             surplus = f" (+{idle[g]} computed and not stored: its clusters' surplus)"
         lines.append(
             f"  group {g}: rows {lo}-{hi - 1} ({size}): {m_tiles} x {num_n} tiles{surplus}, its "
-            f"last m-tile {last}/{cfg.tile_m} rows; CTAs {_ranges(sorted(ctas.get(g, ())))}"
+            f"last m-tile {last}/{cfg.tile_m} rows; CTAs {int_ranges(sorted(ctas.get(g, ())))}"
         )
     if len(ends) > shown:
         lines.append(f"  ... {len(ends) - shown} more groups")
@@ -192,20 +193,6 @@ def tile_map(backend: str, ends: list[int], rows: int, n: int, sm_count: int,
         "m-tile and n-tile, a cluster's surplus tiles)"
     )
     return [head, *lines]
-
-
-def _ranges(values: list[int]) -> str:
-    """``[0, 1, 2, 5, 7, 8]`` as ``0-2, 5, 7-8``."""
-    if not values:
-        return "none"
-    out, start, last = [], values[0], values[0]
-    for v in values[1:]:
-        if v != last + 1:
-            out.append(f"{start}-{last}" if last > start else f"{start}")
-            start = v
-        last = v
-    out.append(f"{start}-{last}" if last > start else f"{start}")
-    return ", ".join(out)
 
 
 def grouped_variants(arch: str = "sm_90a") -> list[Variant]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wsgemm.support import int_ranges
 from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, COLORS, paint
@@ -42,22 +43,10 @@ def pick_sms(d: Decoded, sms=None) -> list[int]:
     chosen = [s for s in sorted(set(sms)) if s in recorded]
     if not chosen:
         raise ValueError(
-            f"none of SMs {_ranges(sorted(set(sms)))} recorded; the trace has SMs "
-            f"{_ranges(recorded)}"
+            f"none of SMs {int_ranges(sorted(set(sms)))} recorded; the trace has SMs "
+            f"{int_ranges(recorded)}"
         )
     return chosen
-
-
-def _ranges(values: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
-    out, start = [], None
-    for i, v in enumerate(values):
-        if start is None:
-            start = v
-        if i + 1 == len(values) or values[i + 1] != v + 1:
-            out.append(f"{start}" if start == v else f"{start}-{v}")
-            start = None
-    return ", ".join(out) or "none"
 
 
 def _pyplot():
@@ -108,7 +97,7 @@ def plot(d: Decoded, path: str | Path, sms=None, title: str = "") -> Path:
     ]
     fig.legend(handles=legend, fontsize=7, ncol=min(len(legend), 7), loc="lower center")
     recorded = len(set(d.recorders["smid"].tolist()))
-    shown = f"SMs {_ranges(chosen)} ({len(chosen)} of {recorded} that recorded)"
+    shown = f"SMs {int_ranges(chosen)} ({len(chosen)} of {recorded} that recorded)"
     ax.set_title(f"wsgemm trace: {title}\n{shown}" if title else shown, fontsize=10)
     fig.tight_layout(rect=(0, _LEGEND_INCHES / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=120)
