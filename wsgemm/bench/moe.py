@@ -48,6 +48,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..support import short_name
 from . import check
 from .backends import AUTO, Contender, Unavailable, leading_first
 
@@ -312,11 +313,8 @@ def errors(out, problem: GroupedWorkload) -> check.Errors:
 
 
 def _unit_roundoff(dtype) -> float:
-    """``check.UNIT_ROUNDOFF`` of a torch dtype (0 for one it does not name)."""
-    import torch
-
-    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-    return check.UNIT_ROUNDOFF.get(names.get(dtype, ""), 0.0)
+    """``check.UNIT_ROUNDOFF`` of a torch dtype (the grouped results' fp16, bf16 or fp32)."""
+    return check.UNIT_ROUNDOFF[short_name(dtype)]
 
 
 def _forward_chunks(out, problem: GroupedWorkload):
