@@ -72,9 +72,8 @@ def test_results_on_every_route(layout, backend, in_place):
         close(again, want)
 
 
+@pytest.mark.parametrize("fusing", ["fused"], indirect=True)
 def test_the_kernel_reads_c_from_its_output_with_alpha_and_beta_as_launch_arguments(fusing):
-    if fusing != "fused":
-        pytest.skip("the fused road's launches")
     a, b = rand((64, 32), 0), rand((32, 48), 1)
     c = rand((64, 48), 2)
     d = cpu_dispatcher()
@@ -91,12 +90,11 @@ def test_the_kernel_reads_c_from_its_output_with_alpha_and_beta_as_launch_argume
     assert {v.key() for v in d.cache.variants} == before
 
 
+@pytest.mark.parametrize("fusing", ["c_tensor"], indirect=True)
 def test_the_kernel_reads_a_c_of_its_own_where_it_lies(fusing):
     """``Epilogue.c_tensor``: a dense row-major ``c`` of the result's shape goes to the kernel
     as its ``residual`` launch argument, never copied into the result; the signature's direct
     launcher hands each later call's own ``c`` (here another tensor) to the kernel."""
-    if fusing != "c_tensor":
-        pytest.skip("the c_tensor road's launches")
     a, b = rand((64, 32), 0), rand((32, 48), 1)
     d = cpu_dispatcher()
     for backend in ("auto", "sm90-pingpong"):
@@ -118,12 +116,11 @@ def test_the_kernel_reads_a_c_of_its_own_where_it_lies(fusing):
     [((3, 16, 32), (32, 48)), ((3, 16, 32), (3, 32, 48)), ((16, 32), (3, 32, 48))],
     ids=["tokens-x-weight", "batched", "a-broadcast"],
 )
+@pytest.mark.parametrize("fusing", ["c_tensor"], indirect=True)
 def test_a_batched_c_of_its_own_is_read_where_it_lies(fusing, shapes):
     """A transformer's ``(batch, tokens, hidden)`` residual: the batch folds into the kernel's
     view of ``c`` as it folds into the output's; a batch the kernel walks as its own mode
     copies ``c`` for now (not yet run on a GPU with C read where it lies)."""
-    if fusing != "c_tensor":
-        pytest.skip("the c_tensor road's launches")
     a, b = rand(shapes[0], 0), rand(shapes[1], 1)
     d = cpu_dispatcher()
     for seed in (2, 3):
@@ -150,9 +147,8 @@ def test_explain_on_meta_tensors_names_the_copy():
     ],
     ids=["column-major", "strided", "broadcast"],
 )
+@pytest.mark.parametrize("fusing", ["c_tensor"], indirect=True)
 def test_a_c_the_kernel_cannot_read_where_it_lies_is_copied(fusing, make_c):
-    if fusing != "c_tensor":
-        pytest.skip("the c_tensor road's choice")
     a, b = rand((64, 32), 0), rand((32, 48), 1)
     c = make_c(rand((64, 48), 2))
     d = cpu_dispatcher()
@@ -161,11 +157,10 @@ def test_a_c_the_kernel_cannot_read_where_it_lies_is_copied(fusing, make_c):
     assert d.cache.kernel.residuals == []
 
 
+@pytest.mark.parametrize("fusing", ["c_tensor"], indirect=True)
 def test_a_c_overlapping_out_is_copied_first(fusing):
     """A ``c`` that shares memory with ``out`` without being it: the kernel would read values
     its own stores already changed, so C goes through a copy."""
-    if fusing != "c_tensor":
-        pytest.skip("the c_tensor road's choice")
     a, b = rand((32, 32), 0), rand((32, 48), 1)
     buf = rand((40, 48), 2)
     c, out = buf[:32], buf[8:40]
