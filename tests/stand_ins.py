@@ -1,6 +1,7 @@
 """The call path's stand-ins, shared by the CPU tests of the dispatcher (tests/host) and of
 swap-AB (tests/kernels): a dispatcher posing as a GPU whose kernels are float64 products."""
 
+import ctypes
 import functools
 
 import torch
@@ -84,3 +85,12 @@ LAYOUTS = [
     ((16, 24), (3, 24, 40), False, True, True),  # a broadcast: materialized per batch
     ((2, 16, 8), (2, 8, 16), True, False, True),
 ]
+
+
+def at(address: int, dtype, shape, stride) -> torch.Tensor:
+    """The tensor at a raw CPU ``address`` (shared memory, writes go through)."""
+    extent = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True))
+    size = torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_char * (extent * size)).from_address(address)
+    flat = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
+    return flat.as_strided(shape, stride)

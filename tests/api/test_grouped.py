@@ -7,6 +7,7 @@ import functools
 
 import pytest
 import torch
+from stand_ins import at
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -989,3 +990,87 @@ def test_explain_names_the_bf16_rule_only_where_it_decides(monkeypatch):
     assert "ragged K" in wsgemm.explain(big_a, b, offs=offs)  # 4096 x 4096 groups: the kernel
     text = wsgemm.explain(big_a, b, offs=offs, cc=(8, 0))  # no grouped kernel on an A100
     assert "below the size" not in text and "no grouped kernel" in text
+
+
+# ----------------------------------------------------------------------------- kept launchers
+
+
+class AddressCache:
+    """Compiled address entries (``kernels.common.address``'s arguments, then the grouped
+    kernel's launch arguments by name) whose body is ``GroupedStandIn`` on the views it rebuilds
+    from the addresses, sizes and strides it is given: what a launcher kept for a signature
+    passes at a later call must be that call's operands."""
+
+    def __init__(self):
+        self.kernel = GroupedStandIn()
+        self.variants = []
+
+    def get(self, variant):
+        from wsgemm.host.compiling import cache as compile_cache
+        from wsgemm.host.compiling.compile import launch_signature, wrap_launch
+
+        self.variants.append(variant)
+        signature = launch_signature(variant)
+        ab, c_dtype = getattr(torch, variant.ab_dtype), getattr(torch, variant.c_dtype)
+        majors = compile_cache.kernel_call(None, variant).majors
+
+        def raw(*args):
+            s = dict(zip(signature[0], args, strict=True))
+            m, n, k, l_ = s["m"], s["n"], s["k"], s["l"]
+
+            def view(p, dtype, shape, rows_major, ld, batch):
+                strides = (1, ld, batch) if rows_major else (ld, 1, batch)
+                return at(p.value, dtype, shape, strides)
+
+            a = view(s["a"], ab, (m, k, l_), majors[0] == "m", s["a_ld"], s["a_batch"])
+            # (a gated unit's B view is the gate's rows: the up rows follow it in memory)
+            rows = 2 * n if "gated" in variant.epilogue else n
+            b = view(s["b"], ab, (rows, k, l_), majors[1] == "n", s["b_ld"], s["b_batch"])[:n]
+            c = view(s["c"], c_dtype, (m, n, l_), majors[2] == "m", s["c_ld"], s["c_batch"])
+            self.kernel(a, b, c, *(s[name] for name in signature[0][14:]),
+                        epilogue=variant.epilogue)  # fmt: skip
+
+        return compile_cache.kernel_call(wrap_launch(raw, signature), variant)
+
+
+def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(monkeypatch):
+    """The second call of a signature skips the checks and the planning: the kernel bound at
+    the first call's views gets the later call's addresses, offsets and row scale (fused row
+    scale and gated unit), each result right against float64 per group."""
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(registry, "ROW_SCALE_FAMILIES", registry.EPILOGUE_FAMILIES)
+    d = Dispatcher(AddressCache(), StandInDevices((9, 0), 132))
+    checks = []
+    real_check = core.check_grouped
+    monkeypatch.setattr(
+        core, "check_grouped", lambda *a, **k: checks.append(1) or real_check(*a, **k)
+    )
+    kw = dict(activation="silu", gated=True)
+    for round_, sizes in enumerate([(5, 0, 17, 1, 40), (0, 30, 2, 9, 22)]):
+        a, b, offs = _moe_fc1(sizes=sizes)
+        a, b = a.clone() + round_, b.clone()  # new addresses, other values
+        scale = torch.rand(a.shape[0], dtype=F32)
+        out = core.grouped_mm(a, b, offs, dispatcher=d, row_scale=scale, **kw)
+        assert_rows(out, _scaled(_gated_reference(a, b, offs, "silu"), scale), 32)
+    assert len(checks) == 1 and len(d.cache.variants) == 1
+    assert d.cache.kernel.launches[-1]["row_scale"] is not None
+
+
+def test_a_kept_launcher_writes_out_and_checks_overlap(monkeypatch):
+    """With ``out=``: the rows past the groups keep their values, the version counter moves,
+    and a later call whose out overlaps an operand (same sizes and strides, so the same
+    signature) is refused as the first call would have been; strided offsets are read
+    contiguous."""
+    d = Dispatcher(AddressCache(), StandInDevices((9, 0), 132))
+    a, b, offs = _moe_fc1(n_half=16)  # b (G, 32, 32): a (M, 32) and out (M, 32) alike
+    strided = torch.stack([offs, offs], 1).reshape(-1)[::2]
+    for _ in range(2):
+        out = torch.full((a.shape[0], 32), 7.0, dtype=BF16)
+        version = out._version
+        core.grouped_mm(a, b, strided, out=out, dispatcher=d)
+        assert_rows(out, reference(a, b, offs, "2d3d"), 32)
+        assert (out[int(offs[-1]) :] == 7.0).all() and out._version > version
+    assert len(d.cache.variants) == 1 and len(d.cache.kernel.launches) == 2
+    with pytest.raises(ValueError, match="overlaps an operand"):
+        core.grouped_mm(a, b, strided, out=a, dispatcher=d)
+    assert len(d.cache.kernel.launches) == 2

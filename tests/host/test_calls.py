@@ -10,7 +10,7 @@ import ctypes
 import pytest
 import torch
 from operands import make
-from stand_ins import LAYOUTS, matmul, reference
+from stand_ins import LAYOUTS, at, matmul, reference
 from test_dispatch import force_split
 
 from wsgemm.api import Dispatcher
@@ -20,15 +20,6 @@ from wsgemm.host.compiling.compile import operand_majors
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32
-
-
-def at(address: int, dtype, shape, stride) -> torch.Tensor:
-    """The tensor at a raw CPU ``address`` (shared memory, writes go through)."""
-    extent = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True))
-    size = torch.empty((), dtype=dtype).element_size()
-    buf = (ctypes.c_char * (extent * size)).from_address(address)
-    flat = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
-    return flat.as_strided(shape, stride)
 
 
 class AddressKernel:

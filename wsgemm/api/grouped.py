@@ -39,15 +39,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from .. import host
+from ..host.dispatch import current_settings
 from ..host.registry import PLAIN, Epilogue
 from ..host.workspace import NO_EPILOGUE_LAUNCH, UNSPLIT_LAUNCH
 from ..support import VECTOR_BYTES
 from . import dispatch
 from .epilogue import check_activation, gated_unit, torch_activation
+from .overlap import overlaps, tensor_extent
 from .plan import _copy_unit, _kernel_view, _padded
 
 __all__ = ["GroupedProblem", "check_grouped", "grouped_mm", "result_shape", "result_strides"]
@@ -271,13 +274,15 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     two column halves, then each row times ``row_scale``'s entry. Returns the result (``out``
     itself when given)."""
     d = dispatcher or host_dispatcher()
+    key = _signature(a, b, offs, out, out_dtype, backend, activation, gated, row_scale)
+    hit = d.launchers.get(key) if key is not None else None
+    if hit is not None:  # a signature seen before: its checks passed, its kernel is bound
+        return hit(a, b, offs, out, row_scale)
     p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,), activation, gated,
                       row_scale)  # fmt: skip
     where = route(d, p, a, backend)
     if out is not None and where != BATCHED:
-        for t in (a, b):
-            if _shares_memory(out, t):
-                raise ValueError("out overlaps an operand in memory; pass a separate output")
+        _check_no_overlap(out, a, b)
     strides = result_strides(p.shape, p.c_dtype)
     result = out
     if result is None and (where != TORCH or math.prod(p.shape) == 0 or p.groups == 0):
@@ -293,7 +298,9 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     elif where == KERNEL and p.form == "2d2d":
         _run_kernel_2d2d(d, a, b, offs, result, backend, p)
     elif where == KERNEL:
-        _run_kernel(d, a, b, offs, result, backend, p.epilogue, row_scale)
+        kept = _run_kernel(d, a, b, offs, result, backend, p.epilogue, row_scale)
+        if kept is not None and key is not None:
+            d.remember(key, _launcher(d, kept, a, b, result, p, allocate=out is None))
     else:
         product = epilogue_in_torch(_torch_grouped(p.plain(), a, b, offs), p.epilogue, p.c_dtype,
                                     row_scale)  # fmt: skip
@@ -316,10 +323,10 @@ def host_dispatcher():
     return DISPATCHER
 
 
-def _shares_memory(x: torch.Tensor, y: torch.Tensor) -> bool:
-    from .overlap import overlaps
-
-    return overlaps(x, y)
+def _check_no_overlap(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    for t in (a, b):
+        if overlaps(out, t):
+            raise ValueError("out overlaps an operand in memory; pass a separate output")
 
 
 # ----------------------------------------------------------------------------- the kernel route
@@ -339,12 +346,14 @@ def epilogue_in_torch(product: torch.Tensor, epilogue: Epilogue, dtype, row_scal
 
 
 def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, row_scale=None
-                ) -> None:  # fmt: skip
+                ) -> _Bound | None:  # fmt: skip
     """2D x 3D on the grouped kernel: A (M, K, G) and C (M, N, G) as views with batch stride 0,
     B (N, K, G); copies only where a kernel cannot address an operand (``api.plan``'s rules).
     An epilogue runs in the kernel where its family fuses them (a gated one reads a K-major B:
     its view the gate's rows, the up rows after them; a row scale where ``host.scales_rows``,
-    read contiguous), else in torch after a plain kernel."""
+    read contiguous), else in torch after a plain kernel. Returns the kernel bound to this
+    call's views where the call was that one launch on views of a, b and out (what a later
+    call of the signature runs: ``_launcher``), else None."""
     m, k = a.shape
     groups, n = b.shape[0], out.shape[1]  # a gated unit's out is half of b's columns
     p = GroupedProblem("2d3d", groups, (m, n), out.dtype, epilogue)
@@ -352,7 +361,7 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
         zero = torch.zeros((), dtype=out.dtype, device=out.device).expand(m, n)
         unit = replace(epilogue, gated=False, activation="none") if epilogue.gated else epilogue
         _write(out, epilogue_in_torch(zero, unit, out.dtype, row_scale), p, offs)
-        return
+        return None
     name, config = host.grouped_config(backend, m, groups)
     b_nkg = b.permute(2, 1, 0)
     fused = not epilogue.plain and host.fuses_epilogues(name)
@@ -366,7 +375,7 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
                                     dtype=out.dtype, device=out.device)  # fmt: skip
         _run_kernel(d, a, b, offs, plain, backend)
         _write(out, epilogue_in_torch(plain, epilogue, out.dtype, row_scale), p, offs)
-        return
+        return None
     # K-major only: a group's first row is any row, and TMA takes a box whose start in the
     # contiguous dimension is not 16-byte aligned as an illegal instruction (an M-major A's
     # rows; measured on the H200, 2026-12-05): an M-major A is copied
@@ -392,6 +401,79 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
        offs.contiguous())  # fmt: skip
     if c_found is None:  # the caller's out is not addressable: the written rows copied in
         _write(out, c_view[:, :, 0], p, offs)
+        return None
+    bind = getattr(fn, "bind", None)
+    views = ((a_mkl, a), (b_view, b), (c_mnl, out))
+    if bind is None or not all(_same_storage(v, t) for v, t in views):
+        return None  # (a stand-in kernel without ``bind``, or an operand copied)
+    at = bind(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, late=2)
+    return _Bound(at, tuple(v.data_ptr() - t.data_ptr() for v, t in views), scale is not None)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A grouped kernel bound to a call's views (``KernelCall.bind``): ``at(pa, pb, pc, scale,
+    offs)``; ``shifts``: each view's address less its tensor's (a, b, out)."""
+
+    at: Any
+    shifts: tuple[int, int, int]
+    scaled: bool
+
+
+def _same_storage(view: torch.Tensor, t: torch.Tensor) -> bool:
+    return view.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+
+
+def _signature(a, b, offs, out, out_dtype, backend, activation, gated, row_scale):
+    """The key of a call's launcher among the dispatcher's (``Dispatcher.launchers``): all that
+    the checks, the route and the views read, none of the data; None where the arguments are
+    not tensors of the kinds a launcher is kept for (the checks then say what is wrong)."""
+    try:
+        kept = [a, b, offs, out, row_scale]
+        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in kept)
+        key = ["grouped", out_dtype, backend, activation, gated, grad, current_settings()]
+        for t in kept:
+            key += (None,) if t is None else (
+                type(t), t.shape, t.stride(), t.dtype, t.device, t.is_neg(), t.data_ptr() & 15
+            )  # fmt: skip
+        return tuple(key)
+    except Exception:  # not tensors, unhashable arguments, ...
+        return None
+
+
+def _launcher(d, bound: _Bound, a, b, out, p: GroupedProblem, allocate: bool):
+    """A later call of the signature of (a, b, out): ``launch(a, b, offs, out, row_scale)``
+    runs ``bound`` at the call's addresses (the views' sizes and strides are the first call's):
+    into a new result (``allocate``) or into ``out``, whose overlap with a and b is checked as
+    the first call's was, by address ranges first."""
+    at, (da, db, dc), scaled = bound.at, bound.shifts, bound.scaled
+    shape, strides, dtype, device = p.shape, out.stride(), p.c_dtype, a.device
+    ext_o, ext_a, ext_b = (tensor_extent(t) for t in (out, a, b))
+
+    def launch(a, b, offs, out, row_scale):
+        pa, pb = a.data_ptr(), b.data_ptr()
+        if allocate:
+            out = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+            po = out.data_ptr()
+        else:
+            po = out.data_ptr()
+            if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
+                _check_no_overlap(out, a, b)
+        at(pa + da, pb + db, po + dc, row_scale.contiguous() if scaled else None,
+           offs.contiguous())  # fmt: skip
+        if not allocate:
+            torch.autograd.graph.increment_version(out)
+        return out
+
+    if d.devices.count() == 1:
+        return launch
+    index = d.device_index(device)
+
+    def on_its_device(*args):
+        with d.on_device(index):
+            return launch(*args)
+
+    return on_its_device
 
 
 def _run_kernel_3d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> None:
