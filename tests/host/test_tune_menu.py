@@ -192,10 +192,11 @@ def test_a_shape_is_timed_in_its_own_layout_on_the_kernels_majors(layout, monkey
 
 
 def test_the_wide_swap_candidates_tile_the_tokens_and_the_decode_ones_take_them_whole():
-    wide = [e for e in tune_menu.DROPPED if e.swap_ab and e.tile_n >= 64]
+    wide = [e for e in (*choosing.MENU, *tune_menu.DROPPED) if e.swap_ab and e.tile_n >= 64]
     assert {e.tile_n for e in wide} >= {96, 112, 144, 160, 176, 192, 208, 240}
-    # the split variants of the 32-step widths were timed (entry 51); the 16-step ones are not
-    assert all(e.splits == (e.tile_n % 32 == 0) for e in wide)
+    # the dropped ping-pong ones keep their split variants (timed, entry 51); the cooperative
+    # ones run unsplit, on the menu or off it
+    assert all(e.splits == (e.config["schedule"] == "pingpong") for e in wide)
     for e in wide:  # 266 tokens: several token tiles, the weights' 4096 rows the CTAs
         assert choosing.fits(e, 266, 4096)
         assert e.kernel_mn(266, 4096) == (4096, 266)

@@ -174,9 +174,11 @@ MENU: tuple[MenuEntry, ...] = (
     _of("cooperative-128x256-c1x2", "sm90", tile_m=128, tile_n=256, tile_k=64,
         cluster_m=1, cluster_n=2, schedule="cooperative"),
     # 129-1024 tokens: swap-AB with the tokens in one or two wide N tiles (266 tokens: 320 rows
-    # of 160-wide tiles where 128-row ones take 384), the weights' N giving the CTAs.
+    # of 160-wide tiles where 128-row ones take 384), the weights' N giving the CTAs; widths in
+    # steps of 16 where 32 leaves a tile mostly empty (144 for 266-288 tokens).
     *(_of(f"swap-cooperative-128x{w}-c2x1", "sm90", tile_m=128, tile_n=w, tile_k=64,
-          cluster_m=2, cluster_n=1, schedule="cooperative", swap_ab=True) for w in (96, 160, 224)),
+          cluster_m=2, cluster_n=1, schedule="cooperative", swap_ab=True)
+      for w in (96, 144, 160, 192, 208, 224)),
 )  # fmt: skip
 _BY_NAME = {e.name: e for e in MENU}
 # The smallest tile's rows: the unit in which the table measures M.
