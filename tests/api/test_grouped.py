@@ -1056,11 +1056,21 @@ def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(monkeypatch):
     assert d.cache.kernel.launches[-1]["row_scale"] is not None
 
 
+def _counting_checks(monkeypatch) -> list:
+    checks = []
+    real_check = core.check_grouped
+    monkeypatch.setattr(
+        core, "check_grouped", lambda *a, **k: checks.append(1) or real_check(*a, **k)
+    )
+    return checks
+
+
 def test_a_kept_launcher_writes_out_and_checks_overlap(monkeypatch):
     """With ``out=``: the rows past the groups keep their values, the version counter moves,
-    and a later call whose out overlaps an operand (same sizes and strides, so the same
-    signature) is refused as the first call would have been; strided offsets are read
-    contiguous."""
+    and a later call whose out overlaps an input (same sizes and strides, so the same
+    signature) is refused as the first call would have been, by the kept launcher; strided
+    offsets are read contiguous."""
+    checks = _counting_checks(monkeypatch)
     d = Dispatcher(AddressCache(), StandInDevices((9, 0), 132))
     a, b, offs = _moe_fc1(n_half=16)  # b (G, 32, 32): a (M, 32) and out (M, 32) alike
     strided = torch.stack([offs, offs], 1).reshape(-1)[::2]
@@ -1071,6 +1081,69 @@ def test_a_kept_launcher_writes_out_and_checks_overlap(monkeypatch):
         assert_rows(out, reference(a, b, offs, "2d3d"), 32)
         assert (out[int(offs[-1]) :] == 7.0).all() and out._version > version
     assert len(d.cache.variants) == 1 and len(d.cache.kernel.launches) == 2
-    with pytest.raises(ValueError, match="overlaps an operand"):
+    with pytest.raises(ValueError, match="overlaps an input"):
         core.grouped_mm(a, b, strided, out=a, dispatcher=d)
-    assert len(d.cache.kernel.launches) == 2
+    assert len(d.cache.kernel.launches) == 2 and len(checks) == 1  # refused on the kept road
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_an_out_over_the_offsets_or_the_row_scale_is_refused(kept, monkeypatch):
+    """The kernel reads the offsets and the row scale while it writes out: out may share no
+    byte with them, on a signature's first call or a kept launcher's."""
+    monkeypatch.setattr(registry, "ROW_SCALE_FAMILIES", registry.EPILOGUE_FAMILIES)
+    d = Dispatcher(AddressCache(), StandInDevices((9, 0), 132))
+    a, b, offs = _moe_fc1(n_half=16)
+    m = a.shape[0]
+    for over in ("row_scale", "offs"):
+        buf = torch.zeros(m, 32, dtype=BF16)
+        if over == "row_scale":
+            scale = buf.view(-1)[:m]  # the scale in out's first row(s)
+            given = offs
+        else:
+            scale = torch.rand(m, dtype=BF16)
+            given = buf.view(torch.int32).view(-1)[: len(offs)]
+        if kept:  # the signature's first call, with inputs of the same layout elsewhere
+            other = torch.zeros(m, 32, dtype=BF16)
+            first = scale.clone() if over == "row_scale" else scale
+            core.grouped_mm(a, b, offs if over == "row_scale" else given.clone(), out=other,
+                            dispatcher=d, row_scale=first)  # fmt: skip
+        given.copy_(offs) if over == "offs" else None
+        with pytest.raises(ValueError, match="overlaps an input"):
+            core.grouped_mm(a, b, given, out=buf, dispatcher=d, row_scale=scale)
+
+
+@pytest.mark.parametrize("later", [1, 1.0])
+def test_a_non_bool_gated_is_refused_after_a_bool_one(later, monkeypatch):
+    """``gated=1`` equals ``gated=True`` as a key: the kept launcher must not take it."""
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    d = Dispatcher(AddressCache(), StandInDevices((9, 0), 132))
+    a, b, offs = _moe_fc1()
+    core.grouped_mm(a, b, offs, dispatcher=d, activation="silu", gated=True)
+    with pytest.raises(TypeError, match="gated must be a bool"):
+        core.grouped_mm(a, b, offs, dispatcher=d, activation="silu", gated=later)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(activation=["silu"]), "activation must be"),
+        (dict(backend=["sm90"]), "backend must be a str"),
+        (dict(gated=[True], activation="silu"), "gated must be a bool"),
+    ],
+)
+def test_unhashable_arguments_get_the_checks_message(kw, match):
+    a, b, offs = _moe_fc1()
+    with pytest.raises(TypeError, match=match):
+        core.grouped_mm(a, b, offs, dispatcher=dispatcher(), **kw)
+
+
+@pytest.mark.parametrize("which", ["a", "b", "out", "row_scale"])
+def test_a_negative_view_is_refused(which):
+    """The kernels read memory, not a view's sign bit: refused as ``matmul`` refuses it."""
+    a, b, offs = _moe_fc1(n_half=16)
+    kw = dict(out=torch.zeros(a.shape[0], 32, dtype=BF16), row_scale=torch.rand(a.shape[0]))
+    args = dict(a=a, b=b, **kw)
+    args[which] = torch._neg_view(args[which])
+    with pytest.raises(ValueError, match=f"{which} is a negative view"):
+        core.grouped_mm(args["a"], args["b"], offs, out=args["out"], dispatcher=dispatcher(),
+                        row_scale=args["row_scale"])  # fmt: skip

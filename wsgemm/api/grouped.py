@@ -196,6 +196,12 @@ def check_grouped(
             f"{', '.join(host.GROUPED_BACKENDS)} (or say backend='auto')"
         )
     scale = _check_row_scale(row_scale, form, a)
+    for name, t in (("a", a), ("b", b), ("out", out), ("row_scale", row_scale)):
+        if t is not None and t.is_neg():  # (a kernel reads the memory, not the view's sign)
+            raise ValueError(
+                f"{name} is a negative view (is_neg()), which the kernels cannot honour; "
+                f"pass {name}.resolve_neg()"
+            )
     if (
         torch.is_grad_enabled()
         and out is not None
@@ -282,7 +288,7 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
                       row_scale)  # fmt: skip
     where = route(d, p, a, backend)
     if out is not None and where != BATCHED:
-        _check_no_overlap(out, a, b)
+        _check_no_overlap(out, a, b, offs, row_scale)
     strides = result_strides(p.shape, p.c_dtype)
     result = out
     if result is None and (where != TORCH or math.prod(p.shape) == 0 or p.groups == 0):
@@ -293,14 +299,18 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
     if where == BATCHED:  # api.matmul's body (this module is below the package's __init__)
         act = None if p.epilogue.activation == "none" else p.epilogue.activation
         return dispatch.call(d, a, b, result, None, torch.float32, backend, None, None, act)
-    if where == KERNEL and p.form == "3d2d":
-        _run_kernel_3d2d(d, a, b, offs, result, backend, p)
-    elif where == KERNEL and p.form == "2d2d":
-        _run_kernel_2d2d(d, a, b, offs, result, backend, p)
-    elif where == KERNEL:
-        kept = _run_kernel(d, a, b, offs, result, backend, p.epilogue, row_scale)
-        if kept is not None and key is not None:
-            d.remember(key, _launcher(d, kept, a, b, result, p, allocate=out is None))
+    if where == KERNEL:  # (kernels launch on the current device: the operands' here)
+        with d.on_device(d.device_index(a.device)):
+            if p.form == "3d2d":
+                _run_kernel_3d2d(d, a, b, offs, result, backend, p)
+            elif p.form == "2d2d":
+                _run_kernel_2d2d(d, a, b, offs, result, backend, p)
+            else:
+                kept = _run_kernel(d, a, b, offs, result, backend, p.epilogue, row_scale,
+                                   keep=key is not None)  # fmt: skip
+                if kept is not None:
+                    d.remember(key, _launcher(d, kept, (a, b, offs, row_scale), result, p,
+                                              allocate=out is None))  # fmt: skip
     else:
         product = epilogue_in_torch(_torch_grouped(p.plain(), a, b, offs), p.epilogue, p.c_dtype,
                                     row_scale)  # fmt: skip
@@ -323,10 +333,12 @@ def host_dispatcher():
     return DISPATCHER
 
 
-def _check_no_overlap(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    for t in (a, b):
-        if overlaps(out, t):
-            raise ValueError("out overlaps an operand in memory; pass a separate output")
+def _check_no_overlap(out: torch.Tensor, *inputs) -> None:
+    """``out`` shares no byte with any of ``inputs`` (the operands, offsets and row scale that
+    the kernel reads while it writes ``out``; None for one not given)."""
+    for t in inputs:
+        if t is not None and overlaps(out, t):
+            raise ValueError("out overlaps an input in memory; pass a separate output")
 
 
 # ----------------------------------------------------------------------------- the kernel route
@@ -345,15 +357,15 @@ def epilogue_in_torch(product: torch.Tensor, epilogue: Epilogue, dtype, row_scal
     return y.to(dtype)
 
 
-def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, row_scale=None
-                ) -> _Bound | None:  # fmt: skip
+def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, row_scale=None,
+                keep: bool = False) -> _Bound | None:  # fmt: skip
     """2D x 3D on the grouped kernel: A (M, K, G) and C (M, N, G) as views with batch stride 0,
     B (N, K, G); copies only where a kernel cannot address an operand (``api.plan``'s rules).
     An epilogue runs in the kernel where its family fuses them (a gated one reads a K-major B:
     its view the gate's rows, the up rows after them; a row scale where ``host.scales_rows``,
-    read contiguous), else in torch after a plain kernel. Returns the kernel bound to this
-    call's views where the call was that one launch on views of a, b and out (what a later
-    call of the signature runs: ``_launcher``), else None."""
+    read contiguous), else in torch after a plain kernel. With ``keep``, returns the kernel
+    bound to this call's views where the call was that one launch on views of a, b and out
+    (what a later call of the signature runs: ``_launcher``), else None."""
     m, k = a.shape
     groups, n = b.shape[0], out.shape[1]  # a gated unit's out is half of b's columns
     p = GroupedProblem("2d3d", groups, (m, n), out.dtype, epilogue)
@@ -404,7 +416,7 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
         return None
     bind = getattr(fn, "bind", None)
     views = ((a_mkl, a), (b_view, b), (c_mnl, out))
-    if bind is None or not all(_same_storage(v, t) for v, t in views):
+    if not keep or bind is None or not all(_same_storage(v, t) for v, t in views):
         return None  # (a stand-in kernel without ``bind``, or an operand copied)
     at = bind(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, late=2)
     return _Bound(at, tuple(v.data_ptr() - t.data_ptr() for v, t in views), scale is not None)
@@ -431,24 +443,30 @@ def _signature(a, b, offs, out, out_dtype, backend, activation, gated, row_scale
     try:
         kept = [a, b, offs, out, row_scale]
         grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in kept)
-        key = ["grouped", out_dtype, backend, activation, gated, grad, current_settings()]
+        key = ["grouped", grad, current_settings()]
+        for arg in (out_dtype, backend, activation, gated):  # (True and 1 are one key)
+            key += (type(arg), arg)
         for t in kept:
             key += (None,) if t is None else (
                 type(t), t.shape, t.stride(), t.dtype, t.device, t.is_neg(), t.data_ptr() & 15
             )  # fmt: skip
-        return tuple(key)
+        key = tuple(key)
+        hash(key)
+        return key
     except Exception:  # not tensors, unhashable arguments, ...
         return None
 
 
-def _launcher(d, bound: _Bound, a, b, out, p: GroupedProblem, allocate: bool):
-    """A later call of the signature of (a, b, out): ``launch(a, b, offs, out, row_scale)``
-    runs ``bound`` at the call's addresses (the views' sizes and strides are the first call's):
-    into a new result (``allocate``) or into ``out``, whose overlap with a and b is checked as
-    the first call's was, by address ranges first."""
+def _launcher(d, bound: _Bound, inputs: tuple, out, p: GroupedProblem, allocate: bool):
+    """A later call of the signature of ``inputs`` (a, b, offs, row_scale) and ``out``:
+    ``launch(a, b, offs, out, row_scale)`` runs ``bound`` at the call's addresses (the views'
+    sizes and strides are the first call's): into a new result (``allocate``) or into ``out``,
+    whose overlap with the inputs is checked as the first call's was, by address ranges
+    first."""
     at, (da, db, dc), scaled = bound.at, bound.shifts, bound.scaled
-    shape, strides, dtype, device = p.shape, out.stride(), p.c_dtype, a.device
-    ext_o, ext_a, ext_b = (tensor_extent(t) for t in (out, a, b))
+    shape, strides, dtype, device = p.shape, out.stride(), p.c_dtype, inputs[0].device
+    ext_o = tensor_extent(out)
+    extents = tuple(0 if t is None else tensor_extent(t) for t in inputs)
 
     def launch(a, b, offs, out, row_scale):
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -457,8 +475,11 @@ def _launcher(d, bound: _Bound, a, b, out, p: GroupedProblem, allocate: bool):
             po = out.data_ptr()
         else:
             po = out.data_ptr()
-            if (po < pa + ext_a and pa < po + ext_o) or (po < pb + ext_b and pb < po + ext_o):
-                _check_no_overlap(out, a, b)
+            for t, ext in zip((a, b, offs, row_scale), extents, strict=True):
+                pt = 0 if t is None else t.data_ptr()
+                if t is not None and po < pt + ext and pt < po + ext_o:
+                    _check_no_overlap(out, a, b, offs, row_scale)
+                    break
         at(pa + da, pb + db, po + dc, row_scale.contiguous() if scaled else None,
            offs.contiguous())  # fmt: skip
         if not allocate:
