@@ -231,3 +231,28 @@ def test_a_vector_result_takes_a_bias_along_it():
         b = torch.empty(16, dtype=F16, device="cuda")
         out = wsgemm.matmul(a, b, bias=torch.empty(7, dtype=F16, device="cuda"), activation="silu")
     assert out.shape == (7,)
+
+
+def test_a_fused_activation_is_priced_in_the_choice():
+    """On a short-K problem a cooperative tile's epilogue is most of a unit's time: with a
+    logistic activation fused, the policy takes a ping-pong tile, whose epilogue runs under
+    the other warpgroup's mainloop (``choosing.with_epilogue``); the plain call and a relu
+    (no special-function work) keep the cooperative tile; explain names the move. Values in
+    float64 either way."""
+    m, n, k = 3858, 2048, 352
+    a, b = operands((m, k), (k, n), False, False, seed=3)
+    ran = {}
+    for act in (None, "relu", "silu"):
+        d = cpu_dispatcher()
+        out = call(d, a, b, activation=act)
+        ref = torch_activation(act or "none", a.double() @ b.double())
+        assert (out.double() - ref).abs().max() <= 1e-2 * ref.abs().max()
+        [variant] = d.cache.variants
+        ran[act] = (variant.backend, variant.config.schedule if variant.config else None)
+    assert ran[None][0] == ran["relu"][0] == "sm90"
+    assert ran["silu"][0] == "sm90-pingpong"
+    text = dispatch.explain(cpu_dispatcher(), a, b, None, None, F32, "auto", None, "silu")
+    assert "with its activation:" in text and "MUFU" in text
+    assert "with its activation" not in dispatch.explain(
+        cpu_dispatcher(), a, b, None, None, F32, "auto", None, "relu"
+    )

@@ -301,8 +301,9 @@ def _first_call(
     tune = _may_tune(a) and scalars is None
     run = functools.partial(_run_candidate, d, a, b, p, bias) if tune else None
     route = d.route(
-        backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run
-    )
+        backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run,
+        mufu=_mufu(p),
+    )  # fmt: skip
     if not route.keep:  # a default until this signature can race: the next call asks again
         key = None
     if route.backend == TORCH or (c is not None and not host.reads_c_tensor(route.backend)):
@@ -331,6 +332,12 @@ def _first_call(
             direct = _then_epilogue(direct, p)
         d.remember(key, (direct or _general_launcher(d, p, route), spans(out, a, b, bias)))
     return result
+
+
+def _mufu(p: Problem) -> int:
+    """The MUFU instructions per element of ``p``'s fused activation, which the policy prices
+    (``choosing.with_epilogue``)."""
+    return host.choosing.cost.EPILOGUE_MUFU.get(p.epilogue.activation, 0)
 
 
 def _may_tune(t: torch.Tensor) -> bool:
@@ -398,7 +405,11 @@ def explain(
     )  # fmt: skip
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
-    route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
+    route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True, mufu=_mufu(p))
+    if route.choice is not None and route.choice.reason.find("fused activation") >= 0:
+        # (the explanation above is the plain problem's; its activation moved the choice)
+        text += f"\nwith its activation: {route.choice.menu_entry.name} split {route.choice.split}"
+        text += f" runs instead: {route.choice.reason.split('; with the fused activation')[-1]}"
     epilogue = _epilogue_line(p, route) + (where or "")
     if route.backend == TORCH:
         return f"{text}\n{epilogue}{fallback.describe_operands()}"

@@ -35,7 +35,14 @@ from .. import support
 from ..support import MAX_GRID_DIM
 from . import choosing
 from .compiling.cache import COMPILE_CACHE
-from .registry import BACKENDS, Variant, arch_for_capability, cluster_size, shipped_backends
+from .registry import (
+    BACKENDS,
+    Variant,
+    arch_for_capability,
+    cluster_size,
+    fuses_epilogues,
+    shipped_backends,
+)
 from .settings import block as settings_block
 from .settings import current as current_settings
 from .workspace import SemaphoreCache
@@ -320,6 +327,7 @@ class Dispatcher:
         *,
         quiet: bool = False,
         run: Runner | None = None,
+        mufu: int = 0,
     ) -> Route:
         """How a validated call runs. ``problem`` is (M, N, K, batch or None), ``dtypes`` the
         names of (A/B, C, accumulator). ``auto`` runs torch.matmul (a :data:`TORCH` route, with
@@ -335,7 +343,11 @@ class Dispatcher:
         ``run``: how the caller launches a route on its operands, given when the call may be
         timed (``Runner``). With autotuning on, an ``auto`` choice the policy made (not one
         tuned before) is replaced by the fastest candidate timed through it (``_tuned``); where
-        no table measured the kernel, the route decision's race runs through it too."""
+        no table measured the kernel, the route decision's race runs through it too.
+
+        ``mufu``: the MUFU instructions per element of a fused activation the call runs
+        (``choosing.cost.EPILOGUE_MUFU``), which the policy prices where the chosen entry's
+        family fuses it (``choosing.with_epilogue``)."""
         cc = self.devices.capability(device)
         if backend == "auto":
             why = self.torch_reason(device, dtypes)
@@ -348,6 +360,11 @@ class Dispatcher:
                 )
                 if run is not None and choice.source in _TUNABLE and self.autotune:
                     choice = self.tune_problem(device, problem, dtypes, run) or choice
+                if mufu and fuses_epilogues(choice.menu_entry.backend):
+                    choice = choosing.with_epilogue(
+                        choice, mufu, *self._policy_args(device, problem, dtypes),
+                        batch_invariant=self.batch_invariant,
+                    )  # fmt: skip
                 chosen = self._or_torch(self.choice_route(choice), device, problem, dtypes, run)
             else:
                 chosen = self._or_torch(Route("sm80"), device, problem, dtypes, run)

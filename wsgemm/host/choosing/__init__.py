@@ -38,6 +38,7 @@ from .rules import (
     fits,
     ranked_candidates,
     split_candidates,
+    with_epilogue,
 )
 from .table import TABLE_SCHEMA, Table, load_table
 from .tuning import time_cuda, tune
@@ -73,6 +74,7 @@ __all__ = [
     "remember",
     "route_choice",
     "split_candidates",
+    "with_epilogue",
     "time_cuda",
     "tune",
     "tuned_choice",

@@ -25,6 +25,15 @@ kernel sees (``kernel_mn``: swap-AB exchanges M and N):
 * **time** = ``launch_us`` + the three combined as a ``q``-norm (``q`` = 1 adds them, a large
   ``q`` takes the largest): compute, DRAM and L2 overlap, but not perfectly.
 
+A fused epilogue with an activation (issue #25) adds, per unit, the time its special-function
+instructions take where nothing hides them (``epilogue_us``): ``mufu`` MUFU instructions per
+accumulator element (``EPILOGUE_MUFU``, read from the SASS: docs/perf.md entry 43) at 16 a
+cycle per SM, against the tensor cores' 4096 flops a cycle, is ``2 x mufu`` 64-deep k-tiles of
+the tile's own MMA time. A cooperative tile's two warpgroups run the epilogue together, so all
+of it adds; a ping-pong warpgroup's epilogue runs under the other's mainloop, so only what
+passes that mainloop adds. Not fitted: derived from the per-k-tile constant (measured +5.5%
+for gelu_tanh on the cooperative 128x256 tile at K = 4096, predicted +6%: entry 43).
+
 A prediction carries its terms so that ``explain`` can say why the winner won. Pure Python, as
 the rest of the room: no torch, no DSL; a prediction is a few dozen float operations.
 """
@@ -40,10 +49,18 @@ from pathlib import Path
 
 from .menu import MenuEntry
 
-__all__ = ["COST_SCHEMA", "CostModel", "EntryCost", "Prediction", "cost_model_for", "features",
-           "load_cost_model"]  # fmt: skip
+__all__ = ["COST_SCHEMA", "EPILOGUE_MUFU", "CostModel", "EntryCost", "Prediction", "cost_model_for",
+           "epilogue_us", "features", "load_cost_model"]  # fmt: skip
 
 COST_SCHEMA = 1
+#: MUFU (special-function unit) instructions per accumulator element of each fused activation
+#: (docs/perf.md entry 43: the logistic ones take one ``ex2.approx`` and one ``rcp.approx``;
+#: ``tests/kernels/test_compile_sass.py`` checks which use the unit).
+EPILOGUE_MUFU = {"none": 0, "relu": 0, "relu2": 0, "gelu": 2, "gelu_tanh": 2, "silu": 2}
+#: 64-deep k-tiles of a tile's MMA time per MUFU instruction per element: 16 MUFU results a
+#: cycle per SM against 4096 MMA flops (2 per element per k step: 64 x 2 / 4096 = 1/32 cycle
+#: per element a k-tile, 1/16 per MUFU instruction).
+K_TILES_PER_MUFU = 2
 # The tile the per-k-tile constant is stated for: a k-tile of another tile costs its volume's
 # share of it, so the constant stays comparable across entries.
 REFERENCE_TILE_VOLUME = 128 * 256 * 64
@@ -132,13 +149,28 @@ def features(
     return Features(units, waves, k_tiles, volume, split, float(dram), float(l2))
 
 
-def predict(model: CostModel, e: MenuEntry, f: Features) -> Prediction | None:
-    """The predicted time of ``e`` on the problem of ``f``; None for an entry the model has no
+def epilogue_us(model: CostModel, e: MenuEntry, f: Features, mufu: int) -> float:
+    """The time per unit that a fused activation of ``mufu`` MUFU instructions per element adds
+    to ``e`` (module docstring): all of it on a cooperative tile, what passes the other
+    warpgroup's mainloop on a ping-pong one; 0 for an entry the model does not know."""
+    c = model.entries.get(e.name)
+    if c is None or mufu <= 0:
+        return 0.0
+    k_tile = c.per_k_tile * f.volume * 64 / e.tile_k  # one 64-deep k-tile of this tile
+    epilogue = K_TILES_PER_MUFU * mufu * k_tile
+    if e.config.get("schedule") == "pingpong":
+        return max(0.0, epilogue - f.k_tiles * c.per_k_tile * f.volume)
+    return epilogue
+
+
+def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Prediction | None:
+    """The predicted time of ``e`` on the problem of ``f``, with a fused activation of ``mufu``
+    MUFU instructions per element (``epilogue_us``); None for an entry the model has no
     constants for."""
     c = model.entries.get(e.name)
     if c is None:
         return None
-    per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit
+    per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit + epilogue_us(model, e, f, mufu)
     if f.split > 1:
         per_unit += c.per_split_unit + model.per_extra_split * (f.split - 1)
     compute = f.waves * per_unit

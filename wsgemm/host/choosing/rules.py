@@ -72,6 +72,9 @@ SPLIT_MARGIN = 0.06
 SWAP_ONLY_TOKENS = 16
 # How many of the fastest predicted candidates a choice keeps, for ``explain``.
 SHOWN_PREDICTIONS = 4
+#: A fused activation moves a choice to another candidate only where the cost model predicts
+#: that one this much faster, its activation priced in (``with_epilogue``).
+EPILOGUE_MARGIN = 0.02
 ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
 ENV_TABLE = "WSGEMM_POLICY_TABLE"
 
@@ -332,9 +335,52 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     return Choice(e, split, why + notes, "model", shown)
 
 
-def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed):
-    """Every allowed candidate with its predicted time, fastest first: (prediction, tie-break,
-    entry, split); empty without a cost model for this GPU."""
+def with_epilogue(
+    choice: Choice, mufu: int, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+    *, batch_invariant: bool | None = None,
+) -> Choice:  # fmt: skip
+    """``choice`` (``choose``'s, or the table's) for the problem with a fused activation of
+    ``mufu`` MUFU instructions per accumulator element (``cost.EPILOGUE_MUFU``): the cost model
+    prices the activation where nothing hides it (``cost.epilogue_us``: a cooperative tile's
+    whole epilogue, a ping-pong tile's only past the other warpgroup's mainloop) and takes the
+    fastest candidate instead where it is predicted ``EPILOGUE_MARGIN`` faster than
+    ``choice``'s entry and split with that cost. ``choice`` itself for a plain epilogue, a tuned
+    choice (timed with its epilogue), in batch-invariant mode (one tile for every M), and
+    without a cost model for the GPU."""
+    if mufu <= 0 or choice.source not in ("model", "table"):
+        return choice
+    if batch_invariant_requested(batch_invariant):
+        return choice
+    return _with_epilogue(choice, int(mufu), m_block(m), n, k, batch, ab_dtype, c_dtype, acc_dtype,
+                          sm_count, tuple(cc))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
+    allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, False)
+    ranked = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu)
+    mine = [p for p, _, e, s in ranked if (e, s) == (choice.menu_entry, choice.split)]
+    if not ranked or not mine:
+        return choice
+    best, _, e, split = ranked[0]
+    if (e, split) == (choice.menu_entry, choice.split) or best.us > mine[0].us * (
+        1 - EPILOGUE_MARGIN
+    ):
+        return choice
+    why = (
+        f"{choice.reason}; with the fused activation ({mufu} MUFU an element, exposed on "
+        f"{'a cooperative' if choice.menu_entry.config.get('schedule') != 'pingpong' else 'this'}"
+        f" tile) the cost model predicts {mine[0].us:.1f} us for it and {best.us:.1f} us for "
+        f"{e.name} split {split}, which runs instead"
+    )
+    shown = tuple((c.name, s, p) for p, _, c, s in ranked[:SHOWN_PREDICTIONS])
+    return Choice(e, split, why, "model", shown)
+
+
+def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int = 0):
+    """Every allowed candidate with its predicted time (a fused activation of ``mufu`` MUFU
+    instructions an element priced in), fastest first: (prediction, tie-break, entry, split);
+    empty without a cost model for this GPU."""
     model = cost.cost_model_for(sm_count, cc)
     if model is None:
         return []
@@ -343,7 +389,8 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed):
     for order, (name, splits) in enumerate(allowed.items()):
         e = entry(name)
         for s in splits:
-            p = cost.predict(model, e, cost.features(e, s, m, n, k, batch, sm_count, ab, c))
+            f = cost.features(e, s, m, n, k, batch, sm_count, ab, c)
+            p = cost.predict(model, e, f, mufu)
             if p is not None:
                 out.append((p, (order, s), e, s))
     return sorted(out, key=lambda x: (x[0].us * (1 + SPLIT_MARGIN * (x[3] > 1)), x[1]))
