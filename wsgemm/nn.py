@@ -211,7 +211,7 @@ class ReplaceReport(Sequence):
 
     replaced: tuple[str, ...] = ()
     #: Gated MLPs whose gate and up projections run as one gated GEMM (``fuse_mlp=True``):
-    #: (the MLP's name, its gate's, its up's).
+    #: (the MLP's name, its gate's, its up's); both layers are wsgemm's (replaced), never skipped.
     fused: tuple[tuple[str, ...], ...] = ()
     skipped: Mapping[str, str] = field(default_factory=dict)  # name -> why it stays torch's
     #: Replaced layers that run torch as the model stands (weights on CPU or meta, fp32 outside
@@ -304,15 +304,19 @@ def replace_linear(
             subclasses whose forward means that.
         fuse_mlp: also fuse gated MLPs (``fuse_gated_mlps``): a module with replaced
             ``gate_proj`` and ``up_proj`` layers, a ``down_proj`` and an ``act_fn`` (Llama's,
-            Qwen's, Mistral's ``MLP``) computes ``act(gate) * up`` as one gated GEMM.
+            Qwen's, Mistral's ``MLP``) computes ``act(gate) * up`` as one gated GEMM. Only
+            pairs whose gate and up are both wsgemm layers after the replacement (replaced by
+            this call, or by an earlier one) fuse: where the filter declines either, or either
+            is skipped, the MLP keeps its own forward and both weights stay as they were.
 
     Returns:
         a ``ReplaceReport``: ``replaced`` (qualified names, "" for ``module`` itself),
-        ``skipped`` and ``falling_back`` (name -> reason), and ``fused``, empty until wsgemm
-        fuses gate/up pairs (``fuse_mlp``). It compares equal to, and iterates as, the list of
-        replaced names.
-        Layers already on wsgemm appear nowhere. One INFO line on the ``"wsgemm"`` logger gives
-        the counts.
+        ``skipped`` and ``falling_back`` (name -> reason), and ``fused`` (the MLPs fused,
+        ``fuse_mlp`` only; their gate and up are in ``replaced`` or were wsgemm layers
+        already). A layer is in ``replaced`` or ``skipped``, never both; ``falling_back`` names
+        replaced layers. It compares equal to, and iterates as, the list of replaced names.
+        Layers already on wsgemm appear nowhere (but in ``fused``). One INFO line on the
+        ``"wsgemm"`` logger gives the counts.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
@@ -340,7 +344,9 @@ def replace_linear(
         fallback = _fallback_reason(layer.weight)
         if fallback is not None:
             falling_back[name] = ": ".join(fallback)
-    fused = fuse_gated_mlps(module) if fuse_mlp else ()
+    # only pairs whose both layers are wsgemm's now (replaced above, or before this call): a
+    # layer the filter declined or the rules skipped keeps torch's product, and its MLP its forward
+    fused = _fuse_gated_mlps(module, lambda layer: isinstance(layer, Linear)) if fuse_mlp else ()
     report = ReplaceReport(tuple(replaced), tuple(fused), skipped, falling_back)
     log.info("%s", report.summary())
     return report
@@ -461,9 +467,11 @@ def _fused_class(cls: type) -> type:
 
 def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
     """Fuse the gated MLPs of ``module`` in place: a submodule with ``gate_proj`` and
-    ``up_proj`` (``nn.Linear`` of equal shape, no bias, one dtype and device), ``down_proj``
-    and an ``act_fn`` wsgemm knows (SiLU, GELU in either form, ReLU; transformers' classes
-    too) computes ``act_fn(gate_proj(x)) * up_proj(x)`` as one ``gated_linear``.
+    ``up_proj`` (``nn.Linear`` of equal shape, no bias, one dtype and device, initialized, no
+    ``activation`` of their own), ``down_proj`` and an ``act_fn`` wsgemm knows (SiLU, GELU in
+    either form, ReLU; transformers' classes too) computes ``act_fn(gate_proj(x)) * up_proj(x)``
+    as one ``gated_linear``. It asks no filter: ``replace_linear(fuse_mlp=True)`` fuses only
+    the pairs it made (or found) wsgemm layers.
 
     The two weights are copied once into one buffer, ``[gate; up]``, and each ``Parameter``
     is pointed at its half (``param.data``): the same ``Parameter`` objects and ``state_dict``
@@ -473,6 +481,13 @@ def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
     Returns:
         (the MLP's name, its gate's, its up's) for each fused MLP.
     """
+    return _fuse_gated_mlps(module, lambda layer: isinstance(layer, nn.Linear))
+
+
+def _fuse_gated_mlps(
+    module: nn.Module, takes: Callable[[nn.Module], bool]
+) -> list[tuple[str, str, str]]:
+    """``fuse_gated_mlps``, fusing only MLPs whose gate and up layers both pass ``takes``."""
     fused = []
     for name, mlp in module.named_modules():
         if isinstance(mlp, _FusedMLP):
@@ -481,9 +496,15 @@ def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
         act = _activation_of(getattr(mlp, "act_fn", None))
         if not (isinstance(gate, nn.Linear) and isinstance(up, nn.Linear) and act is not None):
             continue
+        if not (takes(gate) and takes(up)):
+            continue
+        if any(getattr(proj, "activation", None) is not None for proj in (gate, up)):
+            continue  # a wsgemm Linear's own activation: the gated product would drop it
         if not isinstance(getattr(mlp, "down_proj", None), nn.Module):
             continue
         g, u = gate.weight, up.weight
+        if nn.parameter.is_lazy(g) or nn.parameter.is_lazy(u):
+            continue  # no shape before the first forward
         if gate.bias is not None or up.bias is not None or g.shape != up.weight.shape:
             continue
         if g.dtype != u.dtype or g.device != u.device or _misaligned(g) is not None:

@@ -120,3 +120,126 @@ def test_restore_and_pickle():
     assert "mlp" in wnn.restore_linear(model)
     assert type(model.mlp) is LlamaMLP
     assert wsgemm.nn.fuse_gated_mlps is wnn.fuse_gated_mlps
+
+
+# --------------------------------------------------- fuse_mlp=True fuses only what it replaced
+
+
+def _check_consistent(report, linears, already=()):
+    """Each nn.Linear the call saw is replaced or skipped, never both; what falls back was
+    replaced; a fused MLP's gate and up were replaced (or were wsgemm layers already); the
+    logged line counts the same."""
+    replaced, skipped = set(report.replaced), set(report.skipped)
+    assert not replaced & skipped
+    assert replaced | skipped == set(linears)
+    assert set(report.falling_back) <= replaced
+    for _mlp, gate, up in report.fused:
+        assert {gate, up} <= replaced | set(already)
+    summary = report.summary()
+    assert f"{len(replaced)} replaced" in summary and f"{len(report.fused)} fused" in summary
+    assert f"{len(skipped)} skipped" in summary
+
+
+LINEARS = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "other")
+
+
+@pytest.mark.parametrize(
+    "declined",
+    [("mlp.gate_proj", "mlp.up_proj"), ("mlp.gate_proj",), ("mlp.up_proj",)],
+    ids=["gate-and-up", "gate", "up"],
+)
+def test_a_layer_the_filter_declines_is_neither_replaced_nor_fused(declined):
+    torch.manual_seed(2)
+    model = Block()
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    want = model(x)
+    weights = {n: model.get_submodule(n).weight for n in LINEARS}
+    data = {n: w.data_ptr() for n, w in weights.items()}
+    report = wnn.replace_linear(model, lambda layer, name: name not in declined, fuse_mlp=True)
+    _check_consistent(report, LINEARS)
+    assert report.fused == ()
+    assert type(model.mlp) is LlamaMLP  # its own class and forward
+    assert {n: r for n, r in report.skipped.items()} == {
+        n: "filtered: filter_fn declined it" for n in declined
+    }
+    assert set(report.replaced) == set(LINEARS) - set(declined)
+    for name in declined:
+        assert type(model.get_submodule(name)) is nn.Linear
+    # nothing was copied into a [gate; up] buffer
+    assert {n: w.data_ptr() for n, w in weights.items()} == data
+    assert not wnn._adjacent(model.mlp.gate_proj.weight, model.mlp.up_proj.weight)
+    assert torch.equal(model(x), want)
+
+
+def test_a_filter_that_declines_only_other_layers_still_fuses():
+    model = Block()
+    report = wnn.replace_linear(model, lambda layer, name: name != "mlp.down_proj", fuse_mlp=True)
+    _check_consistent(report, LINEARS)
+    assert report.fused == (("mlp", "mlp.gate_proj", "mlp.up_proj"),)
+    assert set(report.skipped) == {"mlp.down_proj"}
+    assert type(model.mlp).__name__ == "WsgemmFusedLlamaMLP"
+
+
+class MyLinear(nn.Linear):
+    pass
+
+
+def _f64(model):
+    model.double()
+
+
+def _subclass_gate(model):
+    model.mlp.gate_proj = MyLinear(64, 96, bias=False, dtype=torch.bfloat16)
+
+
+def _lazy_gate_and_up(model):
+    model.mlp.gate_proj = nn.LazyLinear(96, bias=False)
+    model.mlp.up_proj = nn.LazyLinear(96, bias=False)
+
+
+@pytest.mark.parametrize(
+    "change, filter_fn, skipped",
+    [
+        (_f64, None, {"dtype": set(LINEARS)}),
+        (_subclass_gate, None, {"filtered": {"mlp.gate_proj"}}),  # the default filter
+        # a filter taking subclasses (LazyLinear is one): the size rules skip them
+        (
+            _lazy_gate_and_up,
+            lambda layer, name: True,
+            {"uninitialized": {"mlp.gate_proj", "mlp.up_proj"}},
+        ),
+    ],
+    ids=["float64", "subclass-under-default-filter", "lazy"],
+)
+def test_a_layer_skipped_for_any_reason_is_not_fused(change, filter_fn, skipped):
+    model = Block()
+    change(model)
+    report = wnn.replace_linear(model, filter_fn, fuse_mlp=True)
+    _check_consistent(report, LINEARS)
+    assert report.fused == ()
+    assert type(model.mlp) is LlamaMLP
+    kinds = {}
+    for name, why in report.skipped.items():
+        kinds.setdefault(why.split(":", 1)[0], set()).add(name)
+    assert kinds == skipped
+
+
+def test_layers_already_on_wsgemm_fuse_on_a_later_call():
+    model = Block()
+    first = wnn.replace_linear(model)
+    assert first.fused == () and type(model.mlp) is LlamaMLP
+    report = wnn.replace_linear(model, fuse_mlp=True)
+    assert report.replaced == () and report.skipped == {}
+    _check_consistent(report, (), already=first.replaced)
+    assert report.fused == (("mlp", "mlp.gate_proj", "mlp.up_proj"),)
+
+
+def test_fuse_gated_mlps_leaves_lazy_layers_and_gates_with_an_activation_alone():
+    lazy = LlamaMLP()
+    lazy.gate_proj, lazy.up_proj = nn.LazyLinear(96, bias=False), nn.LazyLinear(96, bias=False)
+    assert wnn.fuse_gated_mlps(lazy) == [] and type(lazy) is LlamaMLP
+    # a wsgemm Linear with its own activation computes act(x @ W.T): the fusion would drop it
+    for proj in ("gate_proj", "up_proj"):
+        mlp = LlamaMLP()
+        setattr(mlp, proj, wnn.Linear(64, 96, bias=False, dtype=torch.bfloat16, activation="relu"))
+        assert wnn.fuse_gated_mlps(mlp) == [] and type(mlp) is LlamaMLP
