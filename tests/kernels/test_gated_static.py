@@ -8,8 +8,11 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 import pytest
 from cutlass.tensor_utils import LayoutEnum
+from sass_checks import assert_clean
 
-from wsgemm.kernels.epilogue import Epilogue
+from wsgemm import host, sass
+from wsgemm import inspection as insp
+from wsgemm.kernels.epilogue import ACTIVATIONS, Epilogue
 from wsgemm.kernels.sm90.config import Sm90Config
 from wsgemm.kernels.sm90.kernel import Sm90Gemm, epilogue_subtile_order
 
@@ -102,22 +105,39 @@ def test_a_gated_config_must_split_into_whole_subtiles():
         Epilogue(gated=True)
 
 
-@pytest.mark.sweep
-@pytest.mark.parametrize("backend", ["sm90", "sm90-pingpong"])
-@pytest.mark.parametrize("grouping", ["none", "m"])
-def test_a_gated_kernel_compiles_to_two_b_loads_and_half_the_stores(compiled, backend, grouping):
-    """SASS: A's load and B's two half loads per stage (3 UTMALDG), the activation on the SFU,
-    no CALL, no spills; the dense plain kernel's TMA stores halve (half the subtiles)."""
-    from sass_checks import assert_clean
+#: The gated kernel's SASS (no GPU): the default run's one compile (GeGLU's tanh form on the
+#: cooperative schedule); the sweep compiles every activation a gated epilogue takes on both
+#: schedules, and SwiGLU in the grouped kernel (``grouping="m"``).
+GATED_VARIANT = host.Variant("sm90", "sm_90a", epilogue="gated+gelu_tanh")
+GATED_SWEEP = [
+    host.Variant(backend, "sm_90a", epilogue=f"gated+{act}", grouping=grouping)
+    for backend in ("sm90", "sm90-pingpong")
+    for act, grouping in [(a, "none") for a in ACTIVATIONS if a != "none"] + [("silu", "m")]
+]
 
-    from wsgemm import host, sass
 
-    v = host.Variant(backend, "sm_90a", epilogue="gated+silu", grouping=grouping)
-    r = compiled(v).report
+def _assert_gated(r: insp.Report, activation: str) -> None:
+    """A's load and B's two half loads per stage (3 UTMALDG), no spills, no CALL (an IEEE
+    division or libm call would be one), the logistic activations on the SFU."""
     assert_clean(r)
     ops = set(sass.opcodes(r.sass_text))
     assert r.sass["UTMALDG"] == 3
-    assert {"MUFU.EX2", "MUFU.RCP"} <= ops
-    assert not any(o.startswith("CALL") for o in ops)
-    plain = compiled(host.Variant(backend, "sm_90a", grouping=grouping)).report
-    assert r.sass["UTMASTG"] * 2 == plain.sass["UTMASTG"]
+    assert not any(o.startswith("CALL") for o in ops), f"gated {activation}: a CALL in the kernel"
+    if activation in ("silu", "gelu", "gelu_tanh"):
+        assert {"MUFU.EX2", "MUFU.RCP"} <= ops, f"gated {activation}: not on the SFU"
+
+
+def test_a_gated_kernel_compiles_without_calls_or_spills(compiled):
+    _assert_gated(compiled(GATED_VARIANT).report, "gelu_tanh")
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "variant", GATED_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}-grouping-{v.grouping}"
+)
+def test_every_gated_kernel_compiles_to_two_b_loads_and_half_the_stores(compiled, variant):
+    """Every gated activation on both schedules: clean as above, and the dense plain kernel's
+    TMA stores halve (half the subtiles)."""
+    _assert_gated(compiled(variant).report, variant.epilogue.removeprefix("gated+"))
+    plain = host.Variant(variant.backend, "sm_90a", grouping=variant.grouping)
+    assert compiled(variant).report.sass["UTMASTG"] * 2 == compiled(plain).report.sass["UTMASTG"]

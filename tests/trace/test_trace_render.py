@@ -335,7 +335,12 @@ def test_summary_numbers_on_a_hand_computed_recording():
         "store wait": 0.05,
         "other": 0.15,
     }
-    assert s["epilogue"] == {"time_us": 0.3, "exposed_us": 0.05, "exposed_fraction": 0.1667}
+    assert s["epilogue"] == {
+        "time_us": 0.3,
+        "exposed_us": 0.05,
+        "exposed_fraction": 0.1667,
+        "sms": 1,
+    }
     assert s["tiles_per_sm"] == {"min": 2, "median": 2.0, "max": 2}
     assert s["finish"] == {"first_us": 1.0, "last_us": 1.0, "tail_us": 0.0, "tail_fraction": 0.0}
     assert s["overhead"] == {"traced_us": 1.05, "untraced_us": 1.0, "overhead_fraction": 0.05}
@@ -350,6 +355,11 @@ def test_summary_tail_and_tiles_across_sms():
     assert s["tiles_per_sm"] == {"min": 3, "median": 3.0, "max": 3}
     assert s["overhead"]["overhead_fraction"] == 0.04
     assert sum(s["roles"]["consumer"]["fractions"].values()) == pytest.approx(1.0, abs=1e-3)
+    epi = s["epilogue"]
+    assert epi["sms"] == 2
+    line = dict(summary_module._facts(s))["exposed epilogue"]
+    mean = f"({epi['exposed_us'] / 2:.2f} of {epi['time_us'] / 2:.2f} us per SM)"
+    assert line.endswith(f", summed over 2 SMs {mean}"), line
 
 
 def test_summary_tables_render():
@@ -362,7 +372,8 @@ def test_summary_tables_render():
         console.print(table)
     text = console.export_text()
     assert "sm90-pingpong 256x128x64 float16 TN tile 128x128x64" in text
-    assert "0.05 of 0.30 us (17%)" in text and "+5.0%" in text
+    assert "0.05 of 0.30 us (17%), summed over 1 SM (0.05 of 0.30 us per SM)" in text
+    assert "+5.0%" in text
 
 
 def test_a_saved_recording_reads_back_the_same(tmp_path):
@@ -507,6 +518,7 @@ def test_a_decode_recording_says_what_it_left_idle():
     facts = dict(summary_module._facts(s))
     assert "64 of 132 SMs (68 idle)" in facts["call"]
     assert facts["idle consumers"] == "64 of 128 consumer recorders ran no tile"
+    assert s["epilogue"]["sms"] == 64 and "summed over 64 SMs" in facts["exposed epilogue"]
 
 
 def test_a_sampled_recording_claims_no_idle_sms():

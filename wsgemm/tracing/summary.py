@@ -7,9 +7,10 @@ the tiles spread over the SMs, the tail, and what tracing cost.
 
 * ``roles``: per role, the share of its recorders' time in each activity (``activity.py``:
   the innermost span counts; "loading"/"MMA" are the roles' own work, the rest waits).
-* ``epilogue``: per SM, the time some consumer is in its epilogue (``time_us``, summed over SMs)
-  and the part of it when no consumer of the SM is in a tile's mainloop (``exposed_us``): from
-  its first wait on full, MMA issue or stage release to its last (``mainloop_intervals``).
+* ``epilogue``: per SM, the time some consumer is in its epilogue (``time_us``, summed over the
+  ``sms`` SMs whose consumers ran an epilogue) and the part of it when no consumer of the SM is
+  in a tile's mainloop (``exposed_us``, summed the same way): from its first wait on full, MMA
+  issue or stage release to its last (``mainloop_intervals``).
   Ping-pong hides one warpgroup's epilogue under the other's mainloop; the cooperative schedule,
   whose two warpgroups finish a tile together, exposes all of it.
 * ``idle``: the GPU's SMs that ran no CTA of the call (when every CTA recorded) and consumer
@@ -107,7 +108,7 @@ def _epilogue(d: Decoded) -> dict:
     epi = spans[(spans["span"] == SPAN_NAMES.index("epilogue")) & np.isin(spans["rec"], consumers)]
     m_rec, m_begin, m_end = mainloop_intervals(d, consumers)
     if not len(epi):
-        return {"time_us": 0.0, "exposed_us": 0.0, "exposed_fraction": None}
+        return {"time_us": 0.0, "exposed_us": 0.0, "exposed_fraction": None, "sms": 0}
     smid = d.recorders["smid"].astype(np.int64)
     _, start, stop, covered = sweep(
         np.concatenate([smid[epi["rec"]], smid[m_rec]]),
@@ -123,6 +124,7 @@ def _epilogue(d: Decoded) -> dict:
         "time_us": _us(time),
         "exposed_us": _us(exposed),
         "exposed_fraction": round(exposed / time, 4) if time > 0 else None,
+        "sms": len(np.unique(smid[epi["rec"]])),
     }
 
 
@@ -247,6 +249,12 @@ def _facts(summary: dict) -> list[tuple[str, str]]:
     text = f"{epi['exposed_us']:.2f} of {epi['time_us']:.2f} us"
     if epi["exposed_fraction"] is not None:
         text += f" ({100 * epi['exposed_fraction']:.0f}%)"
+    if epi["sms"]:  # sums over SMs: say over how many, and the mean per SM
+        n = epi["sms"]
+        text += (
+            f", summed over {n} SM{'s' if n > 1 else ''}"
+            f" ({epi['exposed_us'] / n:.2f} of {epi['time_us'] / n:.2f} us per SM)"
+        )
     rows.append(("exposed epilogue", text))
     if tiles["min"] is not None:
         text = f"min {tiles['min']}, median {tiles['median']:g}, max {tiles['max']}"
