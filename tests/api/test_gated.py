@@ -89,6 +89,21 @@ def test_many_rows_take_the_cooperative_tile(fusing):
     assert d.cache.variants[-1].backend == "sm90"
 
 
+@pytest.mark.parametrize("rows", [1, 16, 32, 33])
+def test_decode_rows_take_the_swap_ab_product_then_the_gating(fusing, rows):
+    """Up to 32 rows ``auto`` runs the (M, 2I) product on a swap-AB decode tile: the gated
+    call takes that product, then the gating in torch; from 33 rows the gated kernel."""
+    torch.manual_seed(rows)
+    x, w = torch.randn(rows, 64, dtype=F16), torch.randn(2 * 4096, 64, dtype=F16)
+    d = dispatcher()
+    out = core.gated_linear(x, w, "silu", dispatcher=d)
+    assert close(out, reference(x, w, "silu"), F16, 64)
+    [v] = d.cache.variants
+    gated = Epilogue.parse(v.epilogue).gated
+    assert gated == (rows > 32)
+    assert (v.config is not None and v.config.swap_ab) == (rows <= 32)
+
+
 @pytest.mark.parametrize("case", ["switched off", "ampere", "weight not K-major", "odd half"])
 def test_the_unfused_road(case, monkeypatch):
     families = frozenset() if case == "switched off" else registry.EPILOGUE_FAMILIES

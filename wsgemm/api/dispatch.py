@@ -337,7 +337,7 @@ def _first_call(
 def _mufu(p: Problem) -> int:
     """The MUFU instructions per element of ``p``'s fused activation, which the policy prices
     (``choosing.with_epilogue``)."""
-    return host.choosing.cost.EPILOGUE_MUFU.get(p.epilogue.activation, 0)
+    return host.EPILOGUE_MUFU.get(p.epilogue.activation, 0)
 
 
 def _may_tune(t: torch.Tensor) -> bool:

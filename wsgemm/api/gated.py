@@ -6,7 +6,11 @@ B's two halves load into the two halves of each stage, and the epilogue multipli
 ``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``). The unfused road, where
 no kernel fuses (another GPU, a weight the kernel cannot read K-major, gated kernels switched
 off: ``host.fuses_epilogues(..., gated=True)``), is torch's: the (M, 2I) product, then
-``act(gate) * up`` in fp32, rounded once to the result's dtype.
+``act(gate) * up`` in fp32, rounded once to the result's dtype. Decode-sized calls take it too
+where ``auto`` runs the (M, 2I) product on a swap-AB decode tile (at most
+``host.SWAP_DECODE_MAX_N`` rows): the gated kernel's 128-row tile would read the weights as a
+mostly empty row tile does, which the swap-AB tiles were built to beat (docs/perf.md entries
+25, 33), and the gating pass over M x 2I values is small beside reading the weights.
 """
 
 from __future__ import annotations
@@ -105,6 +109,12 @@ def _fused_route(d, x, weight):
         return None
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return None
+    if x.shape[0] <= host.SWAP_DECODE_MAX_N:  # decode: the plain product on its swap-AB tile
+        name = str(x.dtype).removeprefix("torch.")
+        problem = (x.shape[0], weight.shape[0], x.shape[1], None)
+        dense = d.route("auto", index, problem, (name, name, "float32"), quiet=True)
+        if dense.choice is not None and dense.choice.menu_entry.swap_ab:
+            return None
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
     # K-major only; the kernel's B view is the gate's rows, the up rows follow them
     b = _kernel_view(weight[: weight.shape[0] // 2].unsqueeze(-1), False, (1,))

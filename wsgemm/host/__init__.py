@@ -12,6 +12,8 @@ variant and a fingerprint of the kernel sources and toolchain versions: ``compil
 its entries load without the DSL where they hold a shared library: ``compiling/library.py``).
 """
 
+from .choosing.cost import EPILOGUE_MUFU
+from .choosing.rules import SWAP_DECODE_MAX_N
 from .choosing.tuning import TUNE_TOP
 from .compiling.cache import COMPILE_CACHE, CacheError, CompileCache, cache_dir
 from .compiling.compile import compile_variant, fake_arguments, make_kernel
@@ -46,8 +48,10 @@ from .registry import (
 __all__ = [
     "BACKENDS",
     "COMPILE_CACHE",
+    "EPILOGUE_MUFU",
     "GROUPED_BACKENDS",
     "RAGGED_K_FAMILIES",
+    "SWAP_DECODE_MAX_N",
     "TUNE_TOP",
     "Backend",
     "CacheError",
