@@ -140,7 +140,7 @@ def test_linear_runs_what_explain_says(pose, cc, backends, auto, dtype):
         d = pose(cc)
         torch.manual_seed(0)
         layer = wnn.Linear(32, 48, bias=bias, dtype=dtype, activation=activation)
-        x = torch.randn(2, 5, 32).to(dtype)
+        x = torch.randn(5, 8, 32).to(dtype)  # 40 rows: the gated kernel's, past decode
         with torch.no_grad():
             y = layer(x)
         want = x.double() @ layer.weight.double().T
@@ -227,7 +227,8 @@ def test_gated_linear_runs_what_explain_says(pose, cc, backends, auto, dtype):
     naming the dtypes it takes (GatedMLP runs fp32 on torch)."""
     d = pose(cc)
     torch.manual_seed(3)
-    x, w = torch.randn(3, 7, 32).to(dtype), torch.randn(2 * 24, 32).to(dtype)
+    # (35 rows: past the decode rows, which take the swap-AB product then the gating)
+    x, w = torch.randn(5, 7, 32).to(dtype), torch.randn(2 * 24, 32).to(dtype)
     if dtype not in HALF:
         with pytest.raises(TypeError, match="float16 or bfloat16"):
             wsgemm.gated_linear(x, w)
@@ -254,7 +255,7 @@ def test_gated_mlp_runs_what_explain_says(pose, cc, backends, auto, dtype):
         d = pose(cc)
         torch.manual_seed(4)
         mlp = wnn.GatedMLP(32, 24, activation="gelu_tanh", bias=bias, dtype=dtype)
-        x = torch.randn(2, 5, 32).to(dtype)
+        x = torch.randn(5, 8, 32).to(dtype)  # 40 rows: the gated kernel's, past decode
         with torch.no_grad():
             y = mlp(x)
         up, down = mlp.gate_up_proj, mlp.down_proj
@@ -371,18 +372,18 @@ def test_a_gated_grouped_mm_runs_what_explain_says(pose, cc, backends, auto, dty
     assert ran == ([(backend, "m", "gated+silu")] if fused else [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wsgemm.explain drops gated= and row_scale= without grouped=True or offs: it explains "
-    "the plain (M, 2I) product, not gated_linear's gated unit (or the row scale), and says "
-    "nothing of it (wsgemm/api/__init__.py, explain)",
-)
-@pytest.mark.parametrize("kw", ["gated", "row_scale"])
-def test_explain_does_not_drop_a_grouped_only_argument(kw):
-    x, w = torch.randn(5, 32, dtype=F16), torch.randn(48, 32, dtype=F16)
-    extra = dict(gated=True) if kw == "gated" else dict(row_scale=torch.ones(5))
-    try:
-        text = wsgemm.explain(x, w.t(), activation="silu", cc=HOPPER, **extra)
-    except (TypeError, ValueError):
-        return  # refused: as good as explained
-    assert kw.replace("_", " ") in text.replace("_", " ")
+def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale():
+    """``explain(x, w.t(), gated=True)`` is ``gated_linear(x, w)``'s road: the gated kernel
+    past decode, the swap-AB product then the gating up to 32 rows, torch's product off
+    Hopper; a row scale belongs to ``grouped_mm`` and is refused without ``grouped``/``offs``."""
+    w = torch.randn(48, 32, dtype=F16)
+    for rows, fused in ((40, True), (5, False)):
+        x = torch.randn(rows, 32, dtype=F16)
+        text = wsgemm.explain(x, w.t(), activation="silu", gated=True, cc=HOPPER)
+        assert text.startswith(f"gated_linear: act(gate) * up with silu, {rows} rows, 24")
+        assert ("kernel: the gated kernel on" in text) == fused
+        assert ("decode rows" in text) == (not fused)
+    off = wsgemm.explain(torch.randn(40, 32, dtype=F16), w.t(), gated=True, cc=(8, 0))
+    assert "no gated kernel runs on this GPU" in off
+    with pytest.raises(ValueError, match="row_scale is grouped_mm's"):
+        wsgemm.explain(torch.randn(5, 32, dtype=F16), w.t(), row_scale=torch.ones(5), cc=HOPPER)

@@ -149,7 +149,9 @@ def explain(
     and launches nothing. With ``grouped=True`` (or ``offs``), the same for ``grouped_mm(a, b,
     offs, out_dtype=, backend=, activation=, gated=, row_scale=)``; an ``offs`` on the CPU
     (``offs.cpu()``) adds the grouped kernel's tile map: which tiles of which group run on which
-    CTAs.
+    CTAs. With ``gated=True`` alone, the same for ``gated_linear(a, b.T, activation)`` (``b``
+    the transposed ``[w_gate; w_up]`` weight; activation default "silu"); ``row_scale`` is
+    grouped_mm's only (a ValueError without ``grouped``/``offs``).
 
     ``cc`` and ``sm_count`` answer for another GPU (a (major, minor) capability, its SM
     count): a stand-in of it, so no GPU is needed; meta and fake tensors, or a machine without a
@@ -166,6 +168,15 @@ def explain(
         stand_in_gpu = a.device.type == "meta" or fake or not torch.cuda.is_available()
     if stand_in_gpu:
         d = _explaining_dispatcher(a, cc, sm_count)
+    if not (grouped or offs is not None):
+        if row_scale is not None:
+            raise ValueError("row_scale is grouped_mm's (a factor per row of a grouped "
+                             "product); pass grouped=True and offs")  # fmt: skip
+        if gated:  # gated_linear(a, b.T, activation): b is the [w_gate; w_up] weight's T
+            from . import gated as gated_api
+
+            return gated_api.explain(d, a, b.t() if isinstance(b, torch.Tensor) else b,
+                                     "silu" if activation is None else activation)  # fmt: skip
     if grouped or offs is not None:
         from . import grouped as grouped_api
 

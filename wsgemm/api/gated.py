@@ -24,7 +24,7 @@ from . import dispatch
 from .epilogue import check_activation, gated_unit
 from .plan import _kernel_view
 
-__all__ = ["check_gated", "gated_config", "gated_linear", "gated_in_torch"]
+__all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_torch"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
 
@@ -91,6 +91,42 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
     c_view = out.unsqueeze(-1)
     fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
     return out
+
+
+def explain(d, x, weight, activation) -> str:
+    """Where ``gated_linear(x, weight, activation)`` runs on dispatcher ``d`` (``x`` N-D, its
+    rows folded): the gated kernel and its tile, or the unfused road and why, with the (M, 2I)
+    product's own explanation there. Checks as the call does; runs nothing."""
+    if isinstance(x, torch.Tensor) and x.dim() > 2:
+        x = x.reshape(-1, x.shape[-1])
+    m, half, act = check_gated(x, weight, activation, (d.devices.type,))
+    head = f"gated_linear: act(gate) * up with {act}, {m} rows, {half} output features"
+    fused = _fused_route(d, x, weight) if m and half and x.shape[1] else None
+    if fused is not None:
+        backend = fused[2]
+        tile = host.BACKENDS[backend].config("float32")
+        kernel = (
+            f"kernel: the gated kernel on {backend} (its shipped {tile.tile_m}x{tile.tile_n} "
+            f"tile, {tile.tile_n // 2} output features a tile): act(gate) * up in its "
+            "epilogue, one GEMM, the half-width result written once"
+        )
+        return f"{head}\n{kernel}"
+    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
+    backend, _ = gated_config(m)
+    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
+        why = "no gated kernel runs on this GPU"
+    elif not host.fuses_epilogues(backend, gated=True):
+        why = "the gated kernels are switched off (host.registry.GATED_FAMILIES)"
+    elif m <= host.SWAP_DECODE_MAX_N:
+        why = (
+            "decode rows: the (M, 2I) product on its swap-AB decode tile reads the weights "
+            "faster than the gated kernel's row tile"
+        )
+    else:
+        why = "the weight is not row-major (2I, K) with I a multiple of 8, or x not addressable"
+    product = dispatch.explain(d, x, weight.t(), None, None, torch.float32, "auto")
+    unfused = f"unfused: the (M, 2I) product, then act(gate) * up in fp32 in torch ({why})"
+    return f"{head}\n{unfused}\nthe product: {product}"
 
 
 def _default_dispatcher():
