@@ -1,11 +1,12 @@
 """The registered op ``torch.ops.wsgemm.grouped_mm`` without a GPU: ``opcheck`` of the four
 forms and the epilogues on the CPU stand-in of the grouped core (tests/op_helpers.py), and
-torch.compile's AOTAutograd graphs on meta tensors. The core itself is tested in
-tests/api/test_grouped.py, the kernels in tests/gpu."""
+torch.compile (fullgraph, dynamic token counts, AOTAutograd's backward) on fake CUDA and meta
+tensors. The core itself is tested in tests/api/test_grouped.py, the kernels in tests/gpu."""
 
 import pytest
 import torch
-from op_helpers import install_grouped
+from op_helpers import fake_cuda, install_grouped
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
 
@@ -96,6 +97,61 @@ def test_opcheck_of_the_epilogues(stub, kw):
     width = b_shape[2] // 2 if kw.get("gated") else b_shape[2]
     out = torch.ops.wsgemm.grouped_mm(a, b, offs, **kw)
     assert out.shape == (a_shape[0], width) and out.dtype == kw.get("out_dtype", BF16)
+
+
+def _moe(x, w_gate_up, w_down, offs, scale, a3, b2, offs_n):
+    """A mixture-of-experts layer's two grouped GEMMs (gated, then row-scaled), a batched one
+    (3D x 3D), a weight gradient's (2D x 2D) and a 3D x 2D one."""
+    h = wsgemm.grouped_mm(x, w_gate_up.transpose(-2, -1), offs, activation="silu", gated=True)
+    y = wsgemm.grouped_mm(h, w_down.transpose(-2, -1), offs, row_scale=scale)
+    z = wsgemm.grouped_mm(a3, w_gate_up.transpose(-2, -1))
+    dw = wsgemm.grouped_mm(x.t(), y, offs)
+    q = wsgemm.grouped_mm(a3, b2, offs_n)
+    return y, z, dw, q
+
+
+def test_compile_fullgraph_with_dynamic_shapes_holds_the_op():
+    """Each form is one op in one graph, which a new token count reuses (the fake
+    implementation keeps the dimensions symbolic: it once made them ints, which specialised
+    every one of them and recompiled for each token count)."""
+    torch._dynamo.reset()
+    graphs = []
+    fn = torch.compile(_moe, backend=capture(graphs), fullgraph=True, dynamic=True)
+    groups, k, ffn, hidden = 4, 32, 24, 32
+    with FakeTensorMode():
+        w_gate_up = fake_cuda((groups, 2 * ffn, k), BF16)
+        w_down = fake_cuda((groups, hidden, ffn), BF16)
+        offs = fake_cuda((groups,), torch.int32)
+        b2 = fake_cuda((k, 56), BF16)
+        for m in (40, 72):
+            x, scale = fake_cuda((m, k), BF16), fake_cuda((m,), F32)
+            a3 = fake_cuda((groups, m, k), BF16)
+            y, z, dw, q = fn(x, w_gate_up, w_down, offs, scale, a3, b2, offs)
+            assert (y.shape, y.stride(), y.dtype) == ((m, hidden), (hidden, 1), BF16)
+            assert z.shape == (groups, m, 2 * ffn) and dw.shape == (groups, k, hidden)
+            assert q.shape == (m, 56)
+    assert len(graphs) == 1, "recompiled for a new token count"
+    assert len(ops_in(graphs[0])) == 5
+
+
+class _Experts(torch.nn.Module):
+    def forward(self, x, w, offs):
+        return wsgemm.grouped_mm(x, w.transpose(-2, -1), offs)
+
+
+def test_torch_export_with_a_dynamic_token_count():
+    """torch.export (fake CUDA inputs) keeps the token count dynamic (the int-making fake
+    implementation specialised it: "Constraints violated"), and the program takes another."""
+    with FakeTensorMode():
+        x, w = fake_cuda((64, 32), BF16), fake_cuda((4, 48, 32), BF16)
+        offs = fake_cuda((4,), torch.int32)
+        tokens = torch.export.Dim("tokens", min=2, max=4096)
+        ep = torch.export.export(
+            _Experts(), (x, w, offs), dynamic_shapes=({0: tokens}, None, None), strict=False
+        )
+        assert len(ops_in(ep.graph_module)) == 1
+        out = ep.module()(fake_cuda((100, 32), BF16), w, offs)
+    assert out.shape == (100, 48) and out.stride() == (48, 1) and out.dtype == BF16
 
 
 def meta(shape, dtype=BF16):
