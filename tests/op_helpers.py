@@ -1,12 +1,15 @@
-"""Helpers for testing wsgemm's torch layer without a GPU: a CPU stand-in for the core, fake
-CUDA tensors, CUDA autocast turned on without CUDA."""
+"""Helpers for testing wsgemm's torch layer without a GPU: CPU stand-ins for the cores (matmul,
+gated_linear, grouped_mm), fake CUDA tensors, CUDA autocast turned on without CUDA."""
 
 import contextlib
 
 import torch
 
 from wsgemm import api, ops
-from wsgemm.api.epilogue import torch_activation
+from wsgemm import grouped as grouped_layer
+from wsgemm.api import gated as gated_core
+from wsgemm.api import grouped as grouped_core
+from wsgemm.api.epilogue import gated_unit, torch_activation
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -66,6 +69,98 @@ def install(monkeypatch, *, fast=False) -> CoreStub:
         monkeypatch.setattr(
             ops, "_plain", lambda *ts: all(type(t) in kinds for t in ts if t is not None)
         )
+    return stub
+
+
+class GatedCoreStub:
+    """A CPU stand-in for the gated core (``wsgemm.api.gated.gated_linear``): its checks on the
+    CPU, then ``act(gate) * up`` of the (rows, 2I) product in float64, rounded once, contiguous
+    as the core's result. Records the (x, weight) it was handed."""
+
+    def __init__(self, check):
+        self.check, self.calls = check, []
+
+    def __call__(self, x, weight, activation="silu", *, dispatcher=None):
+        _, _, act = self.check(x, weight, activation, ("cpu",))
+        self.calls.append((x, weight))
+        return gated_unit(act, x.double() @ weight.double().T).to(x.dtype)
+
+
+def grouped_reference(a, b, offs, form=None):
+    """The grouped product of any form in float64, each group's end clamped to [previous end,
+    extent] (as the kernels read them); rows (2D x 3D) or columns (3D x 2D) past the groups
+    zero."""
+    a, b = a.double(), b.double()
+    form = form or f"{a.dim()}d{b.dim()}d"
+    if form == "3d3d":
+        return a @ b
+    ends, prev = [], 0
+    extent = {"2d3d": a.shape[0], "2d2d": a.shape[1], "3d2d": b.shape[1]}[form]
+    for end in offs.tolist():
+        prev = min(max(end, prev), extent)
+        ends.append(prev)
+    spans = list(zip([0, *ends[:-1]], ends, strict=True))
+    if form == "2d2d":
+        return torch.stack([a[:, lo:hi] @ b[lo:hi] for lo, hi in spans])
+    if form == "2d3d":
+        y = a.new_zeros(a.shape[0], b.shape[2])
+        for g, (lo, hi) in enumerate(spans):
+            y[lo:hi] = a[lo:hi] @ b[g]
+        return y
+    y = a.new_zeros(a.shape[1], b.shape[1])
+    for g, (lo, hi) in enumerate(spans):
+        y[:, lo:hi] = a[g] @ b[:, lo:hi]
+    return y
+
+
+class GroupedCoreStub:
+    """A CPU stand-in for the grouped core (``wsgemm.api.grouped.grouped_mm``): its checks on
+    the CPU, the product in float64 (``grouped_reference``: what the groups leave unwritten is
+    zero here), the epilogue (activation or gated unit, then the row scale) in float64, rounded
+    once, in the core's layout (``result_strides``) or written into ``out``. Records the forms
+    it was handed."""
+
+    def __init__(self):
+        self.calls = []  # the forms
+
+    def __call__(self, a, b, offs=None, *, out=None, out_dtype=None, backend="auto",
+                 dispatcher=None, activation=None, gated=False, row_scale=None):  # fmt: skip
+        p = grouped_core.check_grouped(a, b, offs, out, out_dtype, backend, ("cpu",), activation,
+                                       gated, row_scale)  # fmt: skip
+        self.calls.append(p.form)
+        y = grouped_reference(a, b, offs, p.form)
+        if p.epilogue.activation != "none":
+            y = (gated_unit if gated else torch_activation)(p.epilogue.activation, y)
+        if row_scale is not None:
+            y = y * row_scale.double()[:, None]
+        if out is None:
+            strides = grouped_core.result_strides(p.shape, p.c_dtype)
+            out = torch.empty_strided(p.shape, strides, dtype=p.c_dtype)
+        out.copy_(y)
+        return out
+
+
+def install_gated(monkeypatch) -> GatedCoreStub:
+    """The gated stub in place of the gated core (``torch.ops.wsgemm.gated_linear``'s CPU kernel
+    runs it), and the op's fake implementation taking CPU tensors too (as ``opcheck`` hands it
+    them). The op's backward multiplies with ``wsgemm.matmul``: ``install`` that core too."""
+    real = gated_core.check_gated
+    stub = GatedCoreStub(real)
+    monkeypatch.setattr(gated_core, "gated_linear", stub)
+    monkeypatch.setattr(
+        gated_core, "check_gated",
+        lambda x, w, act, devices=("cuda",): real(x, w, act, (*devices, "cpu")),
+    )  # fmt: skip
+    return stub
+
+
+def install_grouped(monkeypatch) -> GroupedCoreStub:
+    """The grouped stub in place of the grouped core (``torch.ops.wsgemm.grouped_mm``'s CPU
+    kernel and the eager fast road run it), and the op's fake implementation taking CPU
+    tensors too (as ``opcheck`` hands it them)."""
+    stub = GroupedCoreStub()
+    monkeypatch.setattr(grouped_core, "grouped_mm", stub)
+    monkeypatch.setattr(grouped_layer, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
     return stub
 
 

@@ -442,6 +442,42 @@ def test_the_fake_implementation_gives_shape_and_strides():
             torch.ops.wsgemm.grouped_mm(a, b)
 
 
+@pytest.mark.parametrize("form", core.FORMS)
+def test_the_fake_implementation_is_torch_grouped_mms_meta(form, monkeypatch):
+    """bfloat16 in and out, each form: the op's fake result has torch._grouped_mm's own meta
+    result's shape, dtype and strides (rows padded to 16 bytes: N = 20 -> 24; N = 1; one row;
+    empty results, whose strides mean nothing: torch's outer ones may be 0). torch's meta
+    kernel gives the CUDA build's layout only where torch.version.cuda is set: it is, here."""
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no torch._grouped_mm")
+    monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "12.8")
+    groups, k = 4, 64
+
+    def e(*shape, dtype=BF16):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def operands(m, n):
+        offs = e(groups, dtype=torch.int32)
+        # b K-major (an expert weight's transpose): torch's meta kernel wants 16-byte rows
+        return {
+            "2d3d": (e(m, k), e(groups, n, k).mT, offs),
+            "3d3d": (e(groups, m, k), e(groups, n, k).mT, None),
+            "2d2d": (e(m, k), e(n, k).t(), offs),
+            "3d2d": (e(groups, m, k), e(n, k).t(), offs),
+        }[form]
+
+    for m, n in ((100, 20), (5, 64), (1, 1), (0, 20), (7, 0)):
+        a, b, offs = operands(m, n)
+        try:
+            want = torch._grouped_mm(a, b, offs)
+        except NotImplementedError:
+            pytest.skip("this torch has no meta kernel for torch._grouped_mm")
+        got = torch.ops.wsgemm.grouped_mm(a, b, offs)
+        assert (got.shape, got.dtype, got.device) == (want.shape, want.dtype, want.device)
+        if want.numel():
+            assert got.stride() == want.stride(), (m, n, got.stride(), want.stride())
+
+
 def test_it_is_public_and_registered():
     assert wsgemm.grouped_mm.__module__ == "wsgemm.grouped"
     assert "grouped_mm" in wsgemm.__all__

@@ -119,7 +119,7 @@ def result_shape(a_shape, b_shape, offs_len: int | None) -> tuple[GroupedProblem
         groups, shape = a_shape[0], (a_shape[1], b_shape[1])
     if offs_len is not None and offs_len != groups:
         raise ValueError(f"offs has {offs_len} entries; the {form} form has {groups} groups")
-    return form, groups, tuple(int(s) for s in shape)
+    return form, groups, tuple(shape)  # (not int(): a traced size would be specialised)
 
 
 def result_strides(shape: tuple, dtype: torch.dtype) -> tuple[int, ...]:

@@ -1,0 +1,101 @@
+"""The registered op ``torch.ops.wsgemm.gated_linear`` without a GPU: ``opcheck`` on the CPU
+stand-ins of the gated core and of ``wsgemm.matmul``'s (its backward's products;
+tests/op_helpers.py), and torch.compile of ``nn.GatedMLP`` (fullgraph, dynamic token counts) on
+fake CUDA tensors and of ``gated_linear``'s autograd on meta tensors. The core is tested in
+tests/api/test_gated.py, the kernel in tests/gpu."""
+
+import pytest
+import torch
+from op_helpers import fake_cuda, install, install_gated
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import wsgemm
+from wsgemm import ops
+
+BF16, F16 = torch.bfloat16, torch.float16
+GATED, MATMUL = "wsgemm.gated_linear.default", "wsgemm.matmul.default"
+
+
+def ops_in(gm, name):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == name]
+
+
+def capture(graphs):
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend
+
+
+@pytest.mark.parametrize(
+    "x_shape, act, dtype, grad",
+    [((2, 3, 16), "silu", BF16, False), ((2, 3, 16), "silu", BF16, True),
+     ((5, 16), "gelu_tanh", F16, True)],
+)  # fmt: skip
+def test_opcheck(monkeypatch, x_shape, act, dtype, grad):
+    """torch's own checks of the registration (schema, autograd registration, the fake
+    implementation against the CPU kernel, AOTAutograd with dynamic shapes and, where x and the
+    weight need gradients, the op's own backward: the product recomputed, then dx and dW)."""
+    core = install(monkeypatch)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    gated = install_gated(monkeypatch)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(x_shape, generator=gen).to(dtype).requires_grad_(grad)
+    w = (torch.randn(2 * 12, 16, generator=gen) / 4).to(dtype).requires_grad_(grad)
+    torch.library.opcheck(torch.ops.wsgemm.gated_linear.default, (x, w), dict(activation=act))
+    assert gated.calls and all(t.dim() == 2 for call in gated.calls for t in call)  # folded
+    assert bool(core.calls) == grad  # the backward's products, on wsgemm.matmul
+    got = torch.ops.wsgemm.gated_linear(x.detach(), w.detach(), act)
+    assert got.shape == (*x_shape[:-1], 12) and got.dtype == dtype  # unfolded
+
+
+def fake_gated_mlp(hidden, ffn, act="silu"):
+    """A GatedMLP with fake CUDA bf16 parameters (call inside FakeTensorMode; an inference
+    layer: fake CUDA leaves cannot need gradients without a CUDA build)."""
+    mlp = wsgemm.nn.GatedMLP(hidden, ffn, activation=act, device="meta")
+    for lin, shape in ((mlp.gate_up_proj, (2 * ffn, hidden)), (mlp.down_proj, (hidden, ffn))):
+        lin.weight = torch.nn.Parameter(fake_cuda(shape, BF16), False)
+    return mlp
+
+
+def test_compile_gated_mlp_fullgraph_with_dynamic_shapes():
+    """One graph of two wsgemm ops (the gated product, then down_proj's matmul), which a new
+    token count reuses."""
+    torch._dynamo.reset()
+    graphs = []
+    with FakeTensorMode():
+        mlp = fake_gated_mlp(32, 64, "gelu_tanh")
+        fn = torch.compile(mlp, backend=capture(graphs), fullgraph=True, dynamic=True)
+        for tokens in (5, 9):
+            y = fn(fake_cuda((2, tokens, 32), BF16))
+            assert y.shape == (2, tokens, 32) and y.dtype == BF16
+    assert len(graphs) == 1, "recompiled for a new token count"
+    (node,) = ops_in(graphs[0], GATED)
+    assert "gelu_tanh" in (*node.args, *node.kwargs.values())
+    assert len(ops_in(graphs[0], MATMUL)) == 1
+
+
+def test_compile_with_autograd_saves_the_product():
+    """Compiled with a gradient to compute, ``gated_linear`` is the (rows, 2I) product on
+    wsgemm and ``act(gate) * up`` in torch: one product forward, two backward (dx, dW), none
+    recomputed and no gated op."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    torch._dynamo.reset()
+    fw, bw = [], []
+
+    def boxed(graphs):
+        return lambda gm, example_inputs: make_boxed_func(capture(graphs)(gm, example_inputs))
+
+    backend = aot_autograd(fw_compiler=boxed(fw), bw_compiler=boxed(bw))
+    fn = torch.compile(wsgemm.gated_linear, backend=backend, fullgraph=True)
+    x = torch.empty(2, 5, 32, dtype=BF16, device="meta", requires_grad=True)
+    w = torch.empty(2 * 24, 32, dtype=BF16, device="meta", requires_grad=True)
+    y = fn(x, w, "silu")
+    assert y.shape == (2, 5, 24) and y.dtype == BF16
+    y.sum().backward()
+    assert len(ops_in(fw[0], MATMUL)) == 1 and len(ops_in(bw[0], MATMUL)) == 2
+    assert not ops_in(fw[0], GATED) and not ops_in(bw[0], GATED)
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
