@@ -422,11 +422,19 @@ def test_cache_info_and_clear(stand_in, capsys):
     assert "autotune     0 tuned choice(s) for 0 GPU model(s)" in out
     from wsgemm.host.choosing import autotune
 
-    autotune.TunedStore(root).put("NVIDIA H100 PCIe", 114, "m16-n64-k64-b1", "sm90", 1, {})
+    store = autotune.TunedStore(root)
+    store.put("NVIDIA H100 PCIe", 114, "m16-n64-k64-b1", "sm90", 1, {})
+    times = {"sm90/1": 0.02, "sm90-pingpong/2": 0.025}
+    store.put("NVIDIA H100 PCIe", 114, "m32-n64-k64-b1", "sm90", 1, times)
+    store.put("NVIDIA L4", 58, "route-m8-n8-k8-b1", "torch", 1, {"torch": 0.01, "sm80": 0.03})
     code, out, _ = run(capsys, "cache", "info")
-    assert "autotune     1 tuned choice(s) for 1 GPU model(s)" in out
+    assert "autotune     3 tuned choice(s) for 2 GPU model(s)" in out
+    # each stored pick listed: the winner, and how it stood against the next
+    assert "  NVIDIA H100 PCIe (114 SMs)  m16-n64-k64-b1: sm90 split 1 (no times kept)" in out
+    assert "m32-n64-k64-b1: sm90 split 1 (2 timed, 1.25x the next)" in out
+    assert "  NVIDIA L4 (58 SMs)  route-m8-n8-k8-b1: torch (2 timed, 3.00x the next)" in out
     code, out, _ = run(capsys, "cache", "clear")
-    assert code == 0 and "removed 2 folder(s)" in out and "1 file(s) of tuned choices" in out
+    assert code == 0 and "removed 2 folder(s)" in out and "2 file(s) of tuned choices" in out
     assert not (root / FP).exists() and not (root / "autotune").exists()
 
 

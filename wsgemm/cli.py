@@ -24,6 +24,8 @@ from .bench.cli import stderr_console as _err_console
 from .tracing import cli as trace_cli
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: How many stored tuned picks ``cache info`` lists (the rest it counts).
+LISTED_PICKS = 20
 
 
 # ----------------------------------------------------------------------------- inspect
@@ -344,6 +346,12 @@ def _cache(args: argparse.Namespace) -> int:
     state = "on" if autotune.requested() else "off"
     print(f"autotune     {choices} tuned choice(s) for {models} GPU model(s) "
           f"({autotune.ENV_AUTOTUNE} is {state}: docs/policy.md)")  # fmt: skip
+    listing = autotune.store_listing(where.root)
+    for device, sms, key, winner, split, said in listing[:LISTED_PICKS]:
+        runs = winner if key.startswith("route-") else f"{winner} split {split}"
+        print(f"  {device} ({sms} SMs)  {key}: {runs} ({said})")
+    if len(listing) > LISTED_PICKS:
+        print(f"  ... and {len(listing) - LISTED_PICKS} more (under {where.root / 'autotune'})")
     return EXIT_OK
 
 

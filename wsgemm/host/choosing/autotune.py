@@ -232,6 +232,30 @@ def store_info(root: Path) -> tuple[int, int]:
     return models, choices
 
 
+def store_listing(root: Path) -> list[tuple[str, int, str, str, int, str]]:
+    """Every stored pick under cache root ``root``: (GPU model, SMs, bucket key, the winner: an
+    entry name or, for a route decision (``route_choice``), the family or "torch", its split,
+    and its time against the others' as text), sorted by GPU model and key."""
+    rows = []
+    for path in sorted((Path(root) / "autotune").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            device, sm_count = str(data["device"]), int(data["sm_count"])
+            for key, record in sorted(data["choices"].items()):
+                ms = record.get("ms") or {}
+                mine = f"{record['entry']}/{record['split']}"
+                best = ms.get(mine, ms.get(record["entry"]))
+                others = [t for name, t in ms.items() if name not in (mine, record["entry"])]
+                said = f"{len(ms)} timed" if ms else "no times kept"
+                if best is not None and others:
+                    said += f", {min(others) / best:.2f}x the next" if best > 0 else ""
+                rows.append((device, sm_count, key, str(record["entry"]),
+                             int(record["split"]), said))  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return rows
+
+
 def clear(root: Path) -> int:
     """Remove every tuned choice under cache root ``root``; returns the files removed."""
     folder = Path(root) / "autotune"
