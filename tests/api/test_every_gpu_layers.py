@@ -387,3 +387,17 @@ def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale():
     assert "no gated kernel runs on this GPU" in off
     with pytest.raises(ValueError, match="row_scale is grouped_mm's"):
         wsgemm.explain(torch.randn(5, 32, dtype=F16), w.t(), row_scale=torch.ones(5), cc=HOPPER)
+
+
+def test_explain_gated_gives_the_road_s_own_reason_and_refuses_what_gated_linear_lacks():
+    """24 rows with I = 15001 (not a multiple of 8): the reason is the weight's, not decode's;
+    arguments gated_linear does not take are refused, not dropped (found by a review)."""
+    w = torch.empty(2 * 15001, 512, dtype=F16, device="meta")
+    x = torch.empty(24, 512, dtype=F16, device="meta")
+    text = wsgemm.explain(x, w.t(), activation="silu", gated=True, cc=HOPPER)
+    assert "I is not a multiple of 8" in text and "decode" not in text
+    w, x = torch.randn(48, 32, dtype=F16), torch.randn(40, 32, dtype=F16)
+    for kw in (dict(bias=torch.randn(24, dtype=F16)), dict(backend="sm90"), dict(alpha=2.0),
+               dict(out_dtype=torch.float32)):  # fmt: skip
+        with pytest.raises(ValueError, match="which takes no"):
+            wsgemm.explain(x, w.t(), gated=True, cc=HOPPER, **kw)

@@ -220,3 +220,38 @@ def test_with_autograd_the_product_is_saved_not_recomputed(monkeypatch, fast):
         assert (got.double() - ref).abs().max().item() <= bound
     with pytest.raises(ValueError, match="needs an activation"):
         wsgemm.gated_linear(x, w, None)
+
+
+def test_batch_invariant_rows_keep_their_bits_across_the_decode_cut(fusing):
+    """Batch-invariant mode: a row's bits do not depend on how many rows the call has, so the
+    decode rows take the gated kernel too (found by a review)."""
+    from wsgemm import config
+
+    torch.manual_seed(0)
+    x, w = torch.randn(33, 256, dtype=F16), torch.randn(2 * 512, 256, dtype=F16) / 16
+    with config.batch_invariant(True):
+        full = core.gated_linear(x, w, "silu", dispatcher=dispatcher())
+        d = dispatcher()
+        part = core.gated_linear(x[:32], w, "silu", dispatcher=d)
+    assert torch.equal(full[:32], part)
+    assert Epilogue.parse(d.cache.variants[-1].epilogue).gated
+
+
+def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(fusing, monkeypatch):
+    """The decode road's (M, 2I) product is fp32, gated in fp32, rounded once (as the gated
+    kernel); its road is decided once per problem, not on every call."""
+    from wsgemm.host import dispatch as host_dispatch
+
+    asked = []
+    choose = host_dispatch.choosing.choose
+    monkeypatch.setattr(host_dispatch.choosing, "choose",
+                        lambda *a, **k: asked.append(a) or choose(*a, **k))  # fmt: skip
+    d = dispatcher()
+    x, w = torch.randn(8, 64, dtype=F16), torch.randn(2 * 256, 64, dtype=F16)
+    for _ in range(5):
+        out = core.gated_linear(x, w, "silu", dispatcher=d)
+    assert close(out, reference(x, w, "silu"), F16, 64)
+    assert {v.c_dtype for v in d.cache.variants} == {"float32"}
+    # once for the road, once for the product's signature (its launcher kept after that)
+    decode = [a for a in asked if a[:3] == (8, 512, 64)]
+    assert len(decode) == 2, f"the decode road asked the policy {len(decode)} times for 5 calls"

@@ -175,8 +175,15 @@ def explain(
         if gated:  # gated_linear(a, b.T, activation): b is the [w_gate; w_up] weight's T
             from . import gated as gated_api
 
+            others = dict(
+                out=out, out_dtype=out_dtype, bias=bias, c=c,
+                accumulate=None if accumulate is torch.float32 else accumulate,
+                backend=None if backend == "auto" else backend,
+                alpha=None if alpha == 1.0 else alpha, beta=None if beta == 1.0 else beta,
+            )  # fmt: skip
             return gated_api.explain(d, a, b.t() if isinstance(b, torch.Tensor) else b,
-                                     "silu" if activation is None else activation)  # fmt: skip
+                                     "silu" if activation is None else activation,
+                                     **others)  # fmt: skip
     if grouped or offs is not None:
         from . import grouped as grouped_api
 

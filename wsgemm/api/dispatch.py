@@ -406,10 +406,13 @@ def explain(
     problem = (p.m, p.n, p.k, p.batch)
     text = d.explain(backend, a.device.index, problem, p.dtype_names)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True, mufu=_mufu(p))
-    if route.choice is not None and route.choice.reason.find("fused activation") >= 0:
-        # (the explanation above is the plain problem's; its activation moved the choice)
-        text += f"\nwith its activation: {route.choice.menu_entry.name} split {route.choice.split}"
-        text += f" runs instead: {route.choice.reason.split('; with the fused activation')[-1]}"
+    plain = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
+    moved, was = route.choice, plain.choice
+    if moved is not None and was is not None and moved != was:
+        # the explanation above is the plain problem's; the activation moved the choice (its
+        # reason: the plain choice's, then "; " and the move's)
+        text += f"\nwith its activation: {moved.menu_entry.name} split {moved.split} runs "
+        text += f"instead: {moved.reason[len(was.reason) + 2 :]}"
     epilogue = _epilogue_line(p, route) + (where or "")
     if route.backend == TORCH:
         return f"{text}\n{epilogue}{fallback.describe_operands()}"

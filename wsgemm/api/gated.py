@@ -80,9 +80,9 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         return out
     if x.shape[1] == 0:  # both projections are 0, and act(0) * 0 = 0
         return out.zero_()
-    fused = _fused_route(d, x, weight)
-    if fused is None:
-        y = dispatch.call(d, x, weight.t(), None, None, torch.float32, "auto", None)
+    fused = _road(d, x, weight)
+    if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
+        y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None)
         return gated_in_torch(y, act, x.dtype)
     (a_view, a_major), b_view, backend, index = fused
     epilogue = Epilogue(activation=act, gated=True).name
@@ -93,17 +93,23 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
     return out
 
 
-def explain(d, x, weight, activation) -> str:
+def explain(d, x, weight, activation, **others) -> str:
     """Where ``gated_linear(x, weight, activation)`` runs on dispatcher ``d`` (``x`` N-D, its
     rows folded): the gated kernel and its tile, or the unfused road and why, with the (M, 2I)
-    product's own explanation there. Checks as the call does; runs nothing."""
+    product's own explanation there. Checks as the call does; runs nothing. ``others``: the
+    arguments of ``explain`` that ``gated_linear`` does not take, which must be at their
+    defaults (a ValueError names those that are not)."""
+    given = [name for name, value in others.items() if value is not None]
+    if given:
+        raise ValueError(f"gated=True explains gated_linear(x, weight, activation), which takes "
+                         f"no {', '.join(given)}")  # fmt: skip
     if isinstance(x, torch.Tensor) and x.dim() > 2:
         x = x.reshape(-1, x.shape[-1])
     m, half, act = check_gated(x, weight, activation, (d.devices.type,))
     head = f"gated_linear: act(gate) * up with {act}, {m} rows, {half} output features"
-    fused = _fused_route(d, x, weight) if m and half and x.shape[1] else None
-    if fused is not None:
-        backend = fused[2]
+    road = _road(d, x, weight) if m and half and x.shape[1] else "an empty problem"
+    if not isinstance(road, str):
+        backend = road[2]
         tile = host.BACKENDS[backend].config("float32")
         kernel = (
             f"kernel: the gated kernel on {backend} (its shipped {tile.tile_m}x{tile.tile_n} "
@@ -111,21 +117,8 @@ def explain(d, x, weight, activation) -> str:
             "epilogue, one GEMM, the half-width result written once"
         )
         return f"{head}\n{kernel}"
-    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
-    backend, _ = gated_config(m)
-    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
-        why = "no gated kernel runs on this GPU"
-    elif not host.fuses_epilogues(backend, gated=True):
-        why = "the gated kernels are switched off (host.registry.GATED_FAMILIES)"
-    elif m <= host.SWAP_DECODE_MAX_N:
-        why = (
-            "decode rows: the (M, 2I) product on its swap-AB decode tile reads the weights "
-            "faster than the gated kernel's row tile"
-        )
-    else:
-        why = "the weight is not row-major (2I, K) with I a multiple of 8, or x not addressable"
-    product = dispatch.explain(d, x, weight.t(), None, None, torch.float32, "auto")
-    unfused = f"unfused: the (M, 2I) product, then act(gate) * up in fp32 in torch ({why})"
+    product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto")
+    unfused = f"unfused: the (M, 2I) fp32 product, then act(gate) * up in fp32 in torch ({road})"
     return f"{head}\n{unfused}\nthe product: {product}"
 
 
@@ -135,26 +128,27 @@ def _default_dispatcher():
     return DISPATCHER
 
 
-def _fused_route(d, x, weight):
+def _road(d, x, weight):
     """((A's view, its major), B's view, backend, device index) where a gated kernel runs this
-    call, else None."""
+    call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
     index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
     backend, _ = gated_config(x.shape[0])
-    cc = d.devices.capability(index)
-    if not (host.BACKENDS[backend].supports(cc) and host.fuses_epilogues(backend, gated=True)):
-        return None
+    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
+        return "no gated kernel runs on this GPU"
+    if not host.fuses_epilogues(backend, gated=True):
+        return "the gated kernels are switched off (host.registry.GATED_FAMILIES)"
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
-        return None
-    if x.shape[0] <= host.SWAP_DECODE_MAX_N:  # decode: the plain product on its swap-AB tile
-        name = str(x.dtype).removeprefix("torch.")
-        problem = (x.shape[0], weight.shape[0], x.shape[1], None)
-        dense = d.route("auto", index, problem, (name, name, "float32"), quiet=True)
-        if dense.choice is not None and dense.choice.menu_entry.swap_ab:
-            return None
+        return "I is not a multiple of 8 (the up rows' TMA coordinate, C's 16-byte rows)"
+    name = str(x.dtype).removeprefix("torch.")
+    if d.decode_swaps(index, x.shape[0], weight.shape[0], x.shape[1], name):
+        return ("decode rows: the (M, 2I) product on its swap-AB decode tile reads the weights "
+                "faster than the gated kernel's row tile")  # fmt: skip
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
     # K-major only; the kernel's B view is the gate's rows, the up rows follow them
     b = _kernel_view(weight[: weight.shape[0] // 2].unsqueeze(-1), False, (1,))
-    if a is None or b is None:
-        return None
+    if a is None:
+        return "x is not addressable by the kernel (no unit stride, or strides not 16-byte)"
+    if b is None:
+        return "the weight is not row-major (2I, K) with 16-byte rows (the kernel reads it K-major)"
     a_view, unit = a
     return (a_view, "k" if unit == "cols" else "m"), b[0], backend, index

@@ -34,6 +34,7 @@ import torch
 from .. import support
 from ..support import MAX_GRID_DIM
 from . import choosing
+from .choosing.rules import SWAP_DECODE_MAX_N
 from .compiling.cache import COMPILE_CACHE
 from .registry import (
     BACKENDS,
@@ -389,6 +390,29 @@ class Dispatcher:
                 backend, what, chosen.split, m, n, k, batch, "/".join(dtypes), why,
             )  # fmt: skip
         return chosen
+
+    def decode_swaps(self, device, rows: int, n: int, k: int, dtype: str) -> bool:
+        """Whether ``auto`` reads a (rows, n, k) product of ``dtype`` inputs with an fp32 result
+        on a swap-AB decode tile (the tuned pick where one is stored, else the policy's; asking
+        tunes and races nothing): what a gated call of that many rows takes instead of the
+        gated kernel's row tile (``api.gated``). False off the sm90 family, past
+        ``SWAP_DECODE_MAX_N`` rows and in batch-invariant mode (where a row's bits must not
+        depend on how many rows the call has). Memoized per problem and settings."""
+        if rows > SWAP_DECODE_MAX_N or choosing.batch_invariant_requested(self.batch_invariant):
+            return False
+        key = ("decode-swaps", device, rows, n, k, dtype, current_settings())
+        known = self.launchers.get(key)
+        if known is None:
+            problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
+            choice = None
+            if BACKENDS["sm90"].supports(self.devices.capability(device)):
+                choice = self.tuned_choice(device, problem, dtypes) or choosing.choose(
+                    *self._policy_args(device, problem, dtypes),
+                    batch_invariant=self.batch_invariant,
+                )
+            known = choice is not None and choice.menu_entry.swap_ab
+            self.remember(key, known)
+        return known
 
     def races_torch(self, device, family: str) -> bool:
         """Whether ``auto``'s kernel of ``family`` on ``device`` is chosen against torch.matmul

@@ -157,7 +157,8 @@ def epilogue_us(model: CostModel, e: MenuEntry, f: Features, mufu: int) -> float
     if c is None or mufu <= 0:
         return 0.0
     k_tile = c.per_k_tile * f.volume * 64 / e.tile_k  # one 64-deep k-tile of this tile
-    epilogue = K_TILES_PER_MUFU * mufu * k_tile
+    # (only the unit that finishes a split tile runs its epilogue: a unit's share of it)
+    epilogue = K_TILES_PER_MUFU * mufu * k_tile / f.split
     if e.config.get("schedule") == "pingpong":
         return max(0.0, epilogue - f.k_tiles * c.per_k_tile * f.volume)
     return epilogue

@@ -343,9 +343,11 @@ def with_epilogue(
     ``mufu`` MUFU instructions per accumulator element (``cost.EPILOGUE_MUFU``): the cost model
     prices the activation where nothing hides it (``cost.epilogue_us``: a cooperative tile's
     whole epilogue, a ping-pong tile's only past the other warpgroup's mainloop) and takes the
-    fastest candidate instead where it is predicted ``EPILOGUE_MARGIN`` faster than
-    ``choice``'s entry and split with that cost. ``choice`` itself for a plain epilogue, a tuned
-    choice (timed with its epilogue), in batch-invariant mode (one tile for every M), and
+    candidate whose activation costs ``EPILOGUE_MARGIN`` of the time less than on ``choice``'s
+    entry and split, net of any plain time the model gives that candidate more (and never
+    crediting plain time it gives it less: a table choice was measured against the model);
+    the largest such saving wins. ``choice`` itself for a plain epilogue, a tuned choice (a
+    measured pick is not second-guessed), in batch-invariant mode (one tile for every M), and
     without a cost model for the GPU."""
     if mufu <= 0 or choice.source not in ("model", "table"):
         return choice
@@ -358,22 +360,34 @@ def with_epilogue(
 @functools.lru_cache(maxsize=4096)
 def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
     allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, False)
-    ranked = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu)
-    mine = [p for p, _, e, s in ranked if (e, s) == (choice.menu_entry, choice.split)]
-    if not ranked or not mine:
+    plain = {(e, s): p.us for p, _, e, s in _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count,
+                                                    cc, allowed)}  # fmt: skip
+    priced = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu)
+    mine = (choice.menu_entry, choice.split)
+    if mine not in plain:
         return choice
-    best, _, e, split = ranked[0]
-    if (e, split) == (choice.menu_entry, choice.split) or best.us > mine[0].us * (
-        1 - EPILOGUE_MARGIN
-    ):
+    mine_us = next(p.us for p, _, e, s in priced if (e, s) == mine)
+    mine_act = mine_us - plain[mine]
+    best = None
+    for p, _, e, s in priced:
+        # what the activation costs here less what it costs on the choice, less any plain time
+        # the model gives this candidate over the choice; never a plain time it gains (the
+        # table may have measured the choice faster where the model said otherwise)
+        act = p.us - plain[(e, s)]
+        credited = (mine_act - act) - max(0.0, plain[(e, s)] - plain[mine])
+        if (e, s) != mine and credited > EPILOGUE_MARGIN * mine_us:
+            if best is None or credited > best[0]:
+                best = (credited, p, e, s)
+    if best is None:
         return choice
+    _, p, e, split = best
     why = (
-        f"{choice.reason}; with the fused activation ({mufu} MUFU an element, exposed on "
-        f"{'a cooperative' if choice.menu_entry.config.get('schedule') != 'pingpong' else 'this'}"
-        f" tile) the cost model predicts {mine[0].us:.1f} us for it and {best.us:.1f} us for "
-        f"{e.name} split {split}, which runs instead"
+        f"{choice.reason}; with the fused activation ({mufu} MUFU an element) the cost model "
+        f"adds {mine_act:.1f} us to {choice.menu_entry.name} split {choice.split} "
+        f"({mine_us:.1f} us) and {p.us - plain[(e, split)]:.1f} us to {e.name} split {split} "
+        f"({p.us:.1f} us), which runs instead"
     )
-    shown = tuple((c.name, s, p) for p, _, c, s in ranked[:SHOWN_PREDICTIONS])
+    shown = tuple((c.name, s, q) for q, _, c, s in priced[:SHOWN_PREDICTIONS])
     return Choice(e, split, why, "model", shown)
 
 
