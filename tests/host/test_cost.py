@@ -76,6 +76,16 @@ def test_a_fused_activation_costs_its_mufu_work_where_nothing_hides_it():
     assert cost.epilogue_us(m_, ping, long_k, 2) == 0
     one = m_.entries["sm90-pingpong"].per_k_tile * short_k.volume
     assert math.isclose(cost.epilogue_us(m_, ping, short_k, 2), 3 * one)
+    # once per call the last epilogue whole: nothing follows it (ping-pong), no other unit
+    # shares it (split); the cooperative unsplit tile has charged all of it already
+    whole = 4 * m_.entries["sm90-pingpong"].per_k_tile * long_k.volume
+    added = cost.predict(m_, ping, long_k, 2).compute_us - cost.predict(m_, ping, long_k).compute_us
+    assert math.isclose(added, whole)
+    split = choosing.entry("cooperative-128x128-c1x2")
+    f2 = cost.features(split, 2, 128, 4096, 8192, 1, 132)
+    share = cost.epilogue_us(m_, split, f2, 2)
+    added = cost.predict(m_, split, f2, 2).compute_us - cost.predict(m_, split, f2).compute_us
+    assert math.isclose(added, f2.waves * share + share)  # each unit half, the last one whole
     assert set(cost.EPILOGUE_MUFU) == set(ACTIVATIONS)
 
 

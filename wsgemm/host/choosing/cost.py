@@ -31,8 +31,9 @@ accumulator element (``EPILOGUE_MUFU``, read from the SASS: docs/perf.md entry 4
 cycle per SM, against the tensor cores' 4096 flops a cycle, is ``2 x mufu`` 64-deep k-tiles of
 the tile's own MMA time. A cooperative tile's two warpgroups run the epilogue together, so all
 of it adds; a ping-pong warpgroup's epilogue runs under the other's mainloop, so only what
-passes that mainloop adds. Not fitted: derived from the per-k-tile constant (measured +5.5%
-for gelu_tanh on the cooperative 128x256 tile at K = 4096, predicted +6%: entry 43).
+passes that mainloop adds, and once per call the last unit's whole (nothing follows it). Not
+fitted: derived from the per-k-tile constant (measured +5.5% for gelu_tanh on the cooperative
+128x256 tile at K = 4096, predicted +6%: entry 43).
 
 A prediction carries its terms so that ``explain`` can say why the winner won. Pure Python, as
 the rest of the room: no torch, no DSL; a prediction is a few dozen float operations.
@@ -153,15 +154,23 @@ def epilogue_us(model: CostModel, e: MenuEntry, f: Features, mufu: int) -> float
     """The time per unit that a fused activation of ``mufu`` MUFU instructions per element adds
     to ``e`` (module docstring): all of it on a cooperative tile, what passes the other
     warpgroup's mainloop on a ping-pong one; 0 for an entry the model does not know."""
+    return _epilogue(model, e, f, mufu)[0]
+
+
+def _epilogue(model: CostModel, e: MenuEntry, f: Features, mufu: int) -> tuple[float, float]:
+    """(``epilogue_us``, what it adds once per call): the call's last epilogue has no
+    mainloop after it to hide under (ping-pong) nor other units to share it with (split), so
+    the call's end waits for all of it."""
     c = model.entries.get(e.name)
     if c is None or mufu <= 0:
-        return 0.0
+        return 0.0, 0.0
     k_tile = c.per_k_tile * f.volume * 64 / e.tile_k  # one 64-deep k-tile of this tile
-    # (only the unit that finishes a split tile runs its epilogue: a unit's share of it)
-    epilogue = K_TILES_PER_MUFU * mufu * k_tile / f.split
+    whole = K_TILES_PER_MUFU * mufu * k_tile
+    share = whole / f.split  # only the unit that finishes a split tile runs its epilogue
     if e.config.get("schedule") == "pingpong":
-        return max(0.0, epilogue - f.k_tiles * c.per_k_tile * f.volume)
-    return epilogue
+        share = max(0.0, share - f.k_tiles * c.per_k_tile * f.volume)
+    # the call's last epilogue, whole, after every mainloop: what the shares left out of it
+    return share, whole - share
 
 
 def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Prediction | None:
@@ -171,10 +180,11 @@ def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Predi
     c = model.entries.get(e.name)
     if c is None:
         return None
-    per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit + epilogue_us(model, e, f, mufu)
+    per_unit_epilogue, last_epilogue = _epilogue(model, e, f, mufu)
+    per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit + per_unit_epilogue
     if f.split > 1:
         per_unit += c.per_split_unit + model.per_extra_split * (f.split - 1)
-    compute = f.waves * per_unit
+    compute = f.waves * per_unit + last_epilogue
     dram = f.dram_bytes / (c.dram_tb_s * 1e6)
     l2 = f.l2_bytes / (model.l2_tb_s * 1e6)
     q = model.q
