@@ -94,3 +94,35 @@ def at(address: int, dtype, shape, stride) -> torch.Tensor:
     buf = (ctypes.c_char * (extent * size)).from_address(address)
     flat = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
     return flat.as_strided(shape, stride)
+
+
+def address_entry(variant, body):
+    """A compiled address entry's stand-in for ``variant`` (``kernels.common.address``'s
+    arguments, then the kernel class's launch arguments by name) as the compile cache hands it
+    out (a ``KernelCall``, which binds): ``body(a, b, c, launch)`` runs on the (M, K, L),
+    (N, K, L) and (M, N, L) views it rebuilds from the addresses, sizes and strides it is given
+    (a gated unit's B view reaches the up rows after the gate's), ``launch`` the launch
+    arguments after ``max_active_clusters`` (which comes first in it) by name."""
+    from wsgemm.host.compiling import cache as compile_cache
+    from wsgemm.host.compiling.compile import launch_signature, wrap_launch
+
+    names, defaults = launch_signature(variant)
+    ab, c_dtype = getattr(torch, variant.ab_dtype), getattr(torch, variant.c_dtype)
+    majors = compile_cache.kernel_call(None, variant).majors
+    first = names.index("max_active_clusters")
+
+    def raw(*args):
+        s = dict(zip(names, args, strict=True))
+        m, n, k, l_ = s["m"], s["n"], s["k"], s["l"]
+
+        def view(p, dtype, shape, rows_major, ld, batch):
+            strides = (1, ld, batch) if rows_major else (ld, 1, batch)
+            return at(p.value, dtype, shape, strides)
+
+        a = view(s["a"], ab, (m, k, l_), majors[0] == "m", s["a_ld"], s["a_batch"])
+        rows = 2 * n if "gated" in variant.epilogue else n
+        b = view(s["b"], ab, (rows, k, l_), majors[1] == "n", s["b_ld"], s["b_batch"])[:n]
+        c = view(s["c"], c_dtype, (m, n, l_), majors[2] == "m", s["c_ld"], s["c_batch"])
+        body(a, b, c, {name: s[name] for name in names[first:]})
+
+    return compile_cache.kernel_call(wrap_launch(raw, (names, defaults)), variant)

@@ -8,6 +8,7 @@ import functools
 
 import pytest
 import torch
+from stand_ins import address_entry
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -255,3 +256,35 @@ def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(fusing, mo
     # once for the road, once for the product's signature (its launcher kept after that)
     decode = [a for a in asked if a[:3] == (8, 512, 64)]
     assert len(decode) == 2, f"the decode road asked the policy {len(decode)} times for 5 calls"
+
+
+class AddressKernels(Kernels):
+    """``Kernels`` as compiled address entries (``stand_ins.address_entry``), which bind: what
+    a launcher kept for a signature passes at a later call must be that call's operands."""
+
+    def get(self, variant):
+        self.variants.append(variant)
+        epilogue = Epilogue.parse(variant.epilogue)
+
+        def body(a, b, c, launch):
+            self.run(a, b, c, launch["max_active_clusters"], epilogue=epilogue)
+
+        return address_entry(variant, body)
+
+
+@pytest.mark.parametrize("rows", [8, 40])  # the decode road and the gated kernel's
+def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(fusing, rows, monkeypatch):
+    """A signature's later calls skip the checks and the road's decision: the fused road's
+    kernel bound at the first call's views gets the later call's addresses (the unfused road
+    keeps its product's own launcher); each result right against float64."""
+    checks = []
+    real = core.check_gated
+    monkeypatch.setattr(core, "check_gated", lambda *a, **k: checks.append(1) or real(*a, **k))
+    d = Dispatcher(AddressKernels(), StandInDevices((9, 0), 132))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x, w = torch.randn(rows, 64, dtype=F16), torch.randn(2 * 256, 64, dtype=F16)
+        out = core.gated_linear(x, w, "silu", dispatcher=d)
+        assert close(out, reference(x, w, "silu"), F16, 64), seed
+    assert len(checks) == 1 and len(d.cache.variants) == 1
+    assert Epilogue.parse(d.cache.variants[0].epilogue).gated == (rows > 32)

@@ -7,7 +7,7 @@ import functools
 
 import pytest
 import torch
-from stand_ins import at
+from stand_ins import address_entry
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -1032,41 +1032,20 @@ def test_explain_names_the_bf16_rule_only_where_it_decides(monkeypatch):
 
 
 class AddressCache:
-    """Compiled address entries (``kernels.common.address``'s arguments, then the grouped
-    kernel's launch arguments by name) whose body is ``GroupedStandIn`` on the views it rebuilds
-    from the addresses, sizes and strides it is given: what a launcher kept for a signature
-    passes at a later call must be that call's operands."""
+    """Compiled address entries (``stand_ins.address_entry``) whose body is ``GroupedStandIn``:
+    what a launcher kept for a signature passes at a later call must be that call's operands."""
 
     def __init__(self):
         self.kernel = GroupedStandIn()
         self.variants = []
 
     def get(self, variant):
-        from wsgemm.host.compiling import cache as compile_cache
-        from wsgemm.host.compiling.compile import launch_signature, wrap_launch
-
         self.variants.append(variant)
-        signature = launch_signature(variant)
-        ab, c_dtype = getattr(torch, variant.ab_dtype), getattr(torch, variant.c_dtype)
-        majors = compile_cache.kernel_call(None, variant).majors
 
-        def raw(*args):
-            s = dict(zip(signature[0], args, strict=True))
-            m, n, k, l_ = s["m"], s["n"], s["k"], s["l"]
+        def body(a, b, c, launch):
+            self.kernel(a, b, c, *launch.values(), epilogue=variant.epilogue)
 
-            def view(p, dtype, shape, rows_major, ld, batch):
-                strides = (1, ld, batch) if rows_major else (ld, 1, batch)
-                return at(p.value, dtype, shape, strides)
-
-            a = view(s["a"], ab, (m, k, l_), majors[0] == "m", s["a_ld"], s["a_batch"])
-            # (a gated unit's B view is the gate's rows: the up rows follow it in memory)
-            rows = 2 * n if "gated" in variant.epilogue else n
-            b = view(s["b"], ab, (rows, k, l_), majors[1] == "n", s["b_ld"], s["b_batch"])[:n]
-            c = view(s["c"], c_dtype, (m, n, l_), majors[2] == "m", s["c_ld"], s["c_batch"])
-            self.kernel(a, b, c, *(s[name] for name in signature[0][14:]),
-                        epilogue=variant.epilogue)  # fmt: skip
-
-        return compile_cache.kernel_call(wrap_launch(raw, signature), variant)
+        return address_entry(variant, body)
 
 
 def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(monkeypatch):

@@ -15,9 +15,12 @@ mostly empty row tile does, which the swap-AB tiles were built to beat (docs/per
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import host
+from ..host.dispatch import current_settings
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
@@ -74,6 +77,10 @@ def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
 def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tensor:
     """(rows, I): ``act(x @ weight[:I].T) * (x @ weight[I:].T)`` (module docstring); ``x`` 2-D."""
     d = dispatcher or _default_dispatcher()
+    key = _signature(x, weight, activation)
+    hit = d.launchers.get(key) if key is not None else None
+    if hit is not None:  # a signature seen before: checked, its road decided, its kernel bound
+        return hit(x, weight)
     m, half, act = check_gated(x, weight, activation, (d.devices.type,))
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     if m == 0 or half == 0:
@@ -82,15 +89,65 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         return out.zero_()
     fused = _road(d, x, weight)
     if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
-        y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None)
-        return gated_in_torch(y, act, x.dtype)
+        if key is not None:
+            d.remember(key, functools.partial(_unfused, d, act))
+        return _unfused(d, act, x, weight)
     (a_view, a_major), b_view, backend, index = fused
     epilogue = Epilogue(activation=act, gated=True).name
     dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
     fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", None, epilogue)
     c_view = out.unsqueeze(-1)
-    fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+    with d.on_device(index):
+        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+    bind = getattr(fn, "bind", None)
+    if key is not None and bind is not None:
+        at = bind(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+        shifts = (a_view.data_ptr() - x.data_ptr(), b_view.data_ptr() - weight.data_ptr())
+        d.remember(key, _launcher(d, at, shifts, (m, half), x.dtype, x.device, index))
     return out
+
+
+def _unfused(d, act: str, x, weight) -> torch.Tensor:
+    """The unfused road: the (M, 2I) product in fp32 (``matmul``'s own launcher kept per
+    signature), then ``act(gate) * up`` in fp32, rounded once."""
+    y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None)
+    return gated_in_torch(y, act, x.dtype)
+
+
+def _signature(x, weight, activation):
+    """The key of a fused call's launcher among the dispatcher's: all that the checks, the road
+    and the views read, none of the data; None where the arguments are not tensors of the kinds
+    a launcher is kept for (the checks then say what is wrong)."""
+    try:
+        grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        key = ("gated", type(activation), activation, grad, current_settings())
+        for t in (x, weight):
+            key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.is_neg(),
+                    t.data_ptr() & 15)  # fmt: skip
+        hash(key)
+        return key
+    except Exception:  # not tensors, unhashable arguments, ...
+        return None
+
+
+def _launcher(d, at, shifts: tuple[int, int], shape, dtype, device, index):
+    """A later fused call of the signature: ``launch(x, weight)`` runs the kernel bound at the
+    first call's views (``at``) at this call's addresses, into a new result."""
+    dx, dw = shifts
+
+    def launch(x, weight):
+        out = torch.empty(*shape, dtype=dtype, device=device)
+        at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr())
+        return out
+
+    if d.devices.count() == 1:
+        return launch
+
+    def on_its_device(x, weight):
+        with d.on_device(index):
+            return launch(x, weight)
+
+    return on_its_device
 
 
 def explain(d, x, weight, activation, **others) -> str:
