@@ -232,3 +232,43 @@ def test_the_bucket_is_the_policys():
     assert autotune.fastest({("sm90", 1): 2.0, ("sm90-pingpong", 1): 1.0}) == ("sm90-pingpong", 1)
     # a tie goes to the earlier menu entry
     assert autotune.fastest({("sm90-pingpong", 1): 1.0, ("sm90", 1): 1.0}) == ("sm90", 1)
+
+
+class EpilogueTimedCache(TimedCache):
+    """``TimedCache`` whose kernels take a fused epilogue's launch arguments and apply the
+    variant's activation (float64)."""
+
+    def get(self, variant):
+        from wsgemm.api.epilogue import Epilogue, torch_activation
+
+        act = Epilogue.parse(variant.epilogue).activation
+
+        def kernel(a, b, c, clusters, raster_group=0, split=1, workspace=None, sems=None,
+                   *epilogue_args):  # fmt: skip
+            self.launched.append((variant, split))
+            y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
+            c.copy_(torch_activation(act, y).to(c.dtype))
+
+        return kernel
+
+
+def test_a_fused_activation_tunes_its_own_bucket(tmp_path):
+    """Its candidates are timed with the activation (``run`` launches the fused kernel): a
+    pick made with silu fused never answers a plain call, nor a plain pick a silu call."""
+    dt = ("float16", "float16", "float32")
+    plain_key, silu_key = (autotune.bucket(M, N, K, 1, dt, mufu=m) for m in (0, 2))
+    assert plain_key != silu_key and silu_key.endswith("-mufu2")
+    cache = EpilogueTimedCache()
+    timer = Timer(cache, {})
+    d = Dispatcher(cache, StandInDevices((9, 0), 132), autotune=True,
+                   tuned=autotune.TunedStore(tmp_path), time_call=timer)  # fmt: skip
+    a, b = operands()
+    out = dispatch.call(d, a, b, None, None, F32, "auto", None, None, "silu")
+    assert torch.equal(out, torch.nn.functional.silu(a.double() @ b.double()).to(F16))
+    assert timer.timed and all(v.epilogue == "silu" for v, _ in cache.launched)
+    (path,) = (tmp_path / "autotune").glob("*.json")
+    assert set(json.loads(path.read_text())["choices"]) == {silu_key}
+    timer.timed.clear()
+    call(d, a, b)  # the plain call: its own bucket, tuned afresh
+    assert timer.timed
+    assert set(json.loads(path.read_text())["choices"]) == {silu_key, plain_key}

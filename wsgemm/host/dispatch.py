@@ -236,15 +236,15 @@ class Dispatcher:
         asked = current_settings().autotune
         return choosing.autotune_requested() if asked is None else asked
 
-    def tuned_choice(self, device, problem, dtypes) -> choosing.Choice | None:
-        """The tuned choice stored for this problem on this GPU model, or None (also when
-        autotuning is off)."""
+    def tuned_choice(self, device, problem, dtypes, mufu: int = 0) -> choosing.Choice | None:
+        """The tuned choice stored for this problem (with a fused activation of ``mufu``) on
+        this GPU model, or None (also when autotuning is off)."""
         if not self.autotune:
             return None
         m, n, k, batch, *_, sm_count, cc = self._policy_args(device, problem, dtypes)
         return choosing.tuned_choice(
             self.tuned, self.devices.name(device), sm_count, cc, m, n, k, batch, dtypes,
-            self.batch_invariant,
+            self.batch_invariant, mufu,
         )  # fmt: skip
 
     def model_choice(self, device, problem, dtypes) -> choosing.Choice:
@@ -276,13 +276,14 @@ class Dispatcher:
                 for e, split in found]  # fmt: skip
 
     def tune_problem(
-        self, device, problem, dtypes, run: Runner, top: int | None = None
+        self, device, problem, dtypes, run: Runner, top: int | None = None, mufu: int = 0
     ) -> choosing.Choice | None:
         """The on-line tuner (``WSGEMM_AUTOTUNE``'s first call of a bucket, and
         ``wsgemm.tune``): time every candidate (``top``: the cost model's fastest ``top``)
         through ``run`` (``choosing.tune``) on ``device``, keep the fastest for this problem's
-        bucket and return it as the choice later calls read (``tuned_choice``); None when fewer
-        than two candidates or none ran."""
+        bucket (``mufu``: the fused activation ``run`` times them with) and return it as the
+        choice later calls read (``tuned_choice``); None when fewer than two candidates or none
+        ran."""
         candidates = self.candidates(device, problem, dtypes, top)
         if len(candidates) < 2:
             return None
@@ -295,9 +296,9 @@ class Dispatcher:
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         choosing.remember(
             self.tuned, self.devices.name(device), sm_count, m, n, k, batch, dtypes,
-            choosing.batch_invariant_requested(self.batch_invariant), times,
+            choosing.batch_invariant_requested(self.batch_invariant), times, mufu,
         )  # fmt: skip
-        return self.tuned_choice(device, problem, dtypes)
+        return self.tuned_choice(device, problem, dtypes, mufu)
 
     def on_device(self, index):
         """Kernels launch on the current device: a context that makes it ``index`` for a call
@@ -355,12 +356,14 @@ class Dispatcher:
             if why is not None:
                 chosen = Route(TORCH, reason=why)
             elif BACKENDS["sm90"].supports(cc):
-                choice = self.tuned_choice(device, problem, dtypes) or choosing.choose(
+                # (a fused activation's candidates are tuned and kept apart: ``run`` times
+                # them with it, and the policy prices it, ``with_epilogue``)
+                choice = self.tuned_choice(device, problem, dtypes, mufu) or choosing.choose(
                     *self._policy_args(device, problem, dtypes),
                     batch_invariant=self.batch_invariant,
                 )
                 if run is not None and choice.source in _TUNABLE and self.autotune:
-                    choice = self.tune_problem(device, problem, dtypes, run) or choice
+                    choice = self.tune_problem(device, problem, dtypes, run, mufu=mufu) or choice
                 if mufu and fuses_epilogues(choice.menu_entry.backend):
                     choice = choosing.with_epilogue(
                         choice, mufu, *self._policy_args(device, problem, dtypes),

@@ -61,12 +61,15 @@ def requested() -> bool:
 
 
 def bucket(
-    m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str], invariant: bool = False
-) -> str:
+    m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str], invariant: bool = False,
+    mufu: int = 0,
+) -> str:  # fmt: skip
     """The store's key for a problem: what ``choose`` distinguishes, batch-invariant
-    mode included (its candidates differ: no split)."""
+    mode included (its candidates differ: no split), and a fused activation's MUFU work per
+    element (``cost.EPILOGUE_MUFU``: its candidates were timed with it; 0, none, for a plain
+    call or a bias)."""
     key = f"m{m_block(m)}-n{n}-k{k}-b{batch}-" + "-".join(dtypes)
-    return key + ("-invariant" if invariant else "")
+    return key + ("-invariant" if invariant else "") + (f"-mufu{mufu}" if mufu else "")
 
 
 class TunedStore:
@@ -187,11 +190,12 @@ class TunedStore:
 
 
 def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, batch, dtypes,
-                 batch_invariant: bool | None = None) -> Choice | None:  # fmt: skip
-    """The stored choice for this problem as a ``Choice`` (source "tuned"), or None when
-    none is stored or it names a candidate the policy no longer allows."""
+                 batch_invariant: bool | None = None, mufu: int = 0) -> Choice | None:  # fmt: skip
+    """The stored choice for this problem (with a fused activation of ``mufu``: ``bucket``)
+    as a ``Choice`` (source "tuned"), or None when none is stored or it names a candidate the
+    policy no longer allows."""
     invariant = batch_invariant_requested(batch_invariant)
-    key = bucket(m, n, k, batch, dtypes, invariant)
+    key = bucket(m, n, k, batch, dtypes, invariant, mufu)
     found = store.get(device, sm_count, key)
     if found is None:
         return None
@@ -205,12 +209,14 @@ def tuned_choice(store: TunedStore, device: str, sm_count: int, cc, m, n, k, bat
 
 
 def remember(store: TunedStore, device: str, sm_count: int, m, n, k, batch, dtypes,
-             invariant: bool, times: dict[tuple[str, int], float]) -> None:  # fmt: skip
+             invariant: bool, times: dict[tuple[str, int], float], mufu: int = 0
+             ) -> None:  # fmt: skip
     """Keep the fastest of ``times`` ((entry name, split) -> ms per call) for the problem's
-    bucket, with every candidate's time for the record."""
+    bucket (its fused activation's ``mufu`` included), with every candidate's time."""
     name, split = fastest(times)
     record = {f"{c[0]}/{c[1]}": round(t, 5) for c, t in times.items()}
-    store.put(device, sm_count, bucket(m, n, k, batch, dtypes, invariant), name, split, record)
+    key = bucket(m, n, k, batch, dtypes, invariant, mufu)
+    store.put(device, sm_count, key, name, split, record)
 
 
 def fastest(times: dict[tuple[str, int], float]) -> tuple[str, int]:
