@@ -64,6 +64,18 @@ def values(claim: dict) -> list[float]:
         return [_best_geomean(claim["record"], extra) for extra in v["sets"]]
     if kind == "csv_ones":  # a CSV: per `where` in `of`, its single matching row's ratio
         return [_one(_csv_ratios(claim["record"], where)) for where in v["of"]]
+    if kind == "csv_bests":  # a CSV: per `where` in `of`, the best ratio of its matching rows
+        return [max(_csv_ratios(claim["record"], where)) for where in v["of"]]
+    if kind == "csv_best_ranges":  # per `where`: min-max over its labels of each label's best
+        out = []
+        for where in v["of"]:
+            best = _csv_bests_by_label(claim["record"], where)
+            out += [min(best), max(best)]
+        return out
+    if kind == "csv_speedup_range":  # min-max over `labels` of time(`than`) / time(`faster`)
+        t = _csv_times(claim["record"], v["labels"])
+        r = [t[label, v["than"]] / t[label, v["faster"]] for label in v["labels"]]
+        return [min(r), max(r)]
     rec = _record(claim["record"])
     if kind == "geomean":
         return [_geomean(_ratios(rec, v["backend"], v.get("where")))]
@@ -84,8 +96,9 @@ def values(claim: dict) -> list[float]:
         return [min(g), max(g)]
     if kind == "json":
         return [float(_get(rec, v["path"]))]
-    if kind == "json_range":  # min-max of `field` over the values of the mapping at `path`
-        r = [row[v["field"]] for row in _get(rec, v["path"]).values()]
+    if kind == "json_range":  # min-max of `field` over the mapping at `path` (its `keys`)
+        rows = _get(rec, v["path"])
+        r = [rows[key][v["field"]] for key in v.get("keys", rows)]
         return [min(r), max(r)]
     if kind == "rows_range":
         r = [row[v["field"]] for row in _get(rec, v["rows"]) if _matches(row, v.get("where", {}))]
@@ -99,16 +112,35 @@ def _one(ratios: list[float]) -> float:
     return r
 
 
-def _csv_ratios(path: str, where: dict) -> list[float]:
-    """A ``scripts/tune_menu.py`` CSV's timed ratios to cuBLAS on the rows matching ``where``
-    (a column equal to one of the values listed, as the CSV writes them)."""
+def _csv_rows(path: str, where: dict) -> list[dict]:
+    """A ``scripts/tune_menu.py`` CSV's timed rows matching ``where`` (a column equal to one of
+    the values listed, as the CSV writes them)."""
     import csv
 
     with open(ROOT / path, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "ok" and r["ratio"]]
-    out = [float(r["ratio"]) for r in rows if _matches(r, where)]
+    out = [r for r in rows if _matches(r, where)]
     assert out, f"{path}: no timed row matches {where}"
     return out
+
+
+def _csv_ratios(path: str, where: dict) -> list[float]:
+    """The timed ratios to cuBLAS of a ``scripts/tune_menu.py`` CSV's rows matching ``where``."""
+    return [float(r["ratio"]) for r in _csv_rows(path, where)]
+
+
+def _csv_bests_by_label(path: str, where: dict) -> list[float]:
+    """Per problem (label) of the rows matching ``where``: the best of their ratios."""
+    best: dict[str, float] = {}
+    for r in _csv_rows(path, where):
+        best[r["label"]] = max(best.get(r["label"], 0.0), float(r["ratio"]))
+    return list(best.values())
+
+
+def _csv_times(path: str, labels: list[str]) -> dict[tuple[str, str], float]:
+    """The unsplit candidates' median times (us) on ``labels``, by (label, entry)."""
+    rows = _csv_rows(path, {"label": labels, "split": ["1"]})
+    return {(r["label"], r["entry"]): float(r["median_us"]) for r in rows}
 
 
 def _best_geomean(path: str, extra: list[str]) -> float:
@@ -162,7 +194,7 @@ def test_every_claim_has_a_record_or_says_its_record_was_lost():
 
 
 #: The docs whose every ratio is a claim (or inside a rendered record, checked below)
-CHECKED_DOCS = ["README.md", "docs/benchmarking.md"]
+CHECKED_DOCS = ["README.md", "docs/benchmarking.md", "docs/policy.md"]
 RENDERED = re.compile(
     r"<!-- rendered from (\S+) -->\n(.*?)\n<!-- end of the rendered record -->", flags=re.S
 )
