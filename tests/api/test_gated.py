@@ -288,3 +288,48 @@ def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(fusing, rows, m
         assert close(out, reference(x, w, "silu"), F16, 64), seed
     assert len(checks) == 1 and len(d.cache.variants) == 1
     assert Epilogue.parse(d.cache.variants[0].epilogue).gated == (rows > 32)
+
+
+def test_with_autotuning_the_decode_road_follows_the_products_tuned_pick(fusing, tmp_path):
+    """With autotuning on, the product's first call may tune it to a row tile: the decode road
+    is asked again until a tuned pick answers, so a later call (and a new process on the same
+    store) takes the same road: here the gated kernel, the tuned product not being swap-AB
+    (found by a review: the first version kept the unfused road on the first answer)."""
+    from wsgemm.host.choosing import autotune
+
+    class Logged(Kernels):
+        def __init__(self):
+            super().__init__()
+            self.launched = []
+
+        def get(self, variant):
+            fn = super().get(variant)
+
+            def run(*a, **k):
+                self.launched.append(variant)
+                return fn(*a, **k)
+
+            return run
+
+    def make():
+        cache = Logged()
+
+        def time_call(fn):  # a swap-AB product times slower: a row tile wins the tuning
+            fn()
+            config = cache.launched[-1].config
+            return 2.0 if config is not None and config.swap_ab else 1.0
+
+        store = autotune.TunedStore(tmp_path)
+        return Dispatcher(cache, StandInDevices((9, 0), 132), autotune=True, tuned=store,
+                          time_call=time_call)  # fmt: skip
+
+    torch.manual_seed(0)
+    x, w = torch.randn(32, 64, dtype=F16), torch.randn(2 * 256, 64, dtype=F16)
+    d1 = make()
+    core.gated_linear(x, w, "silu", dispatcher=d1)
+    d1.cache.launched.clear()
+    again = core.gated_linear(x, w, "silu", dispatcher=d1)
+    d2 = make()
+    other = core.gated_linear(x, w, "silu", dispatcher=d2)
+    roads = [[Epilogue.parse(v.epilogue).gated for v in d.cache.launched] for d in (d1, d2)]
+    assert roads == [[True], [True]] and torch.equal(again, other)

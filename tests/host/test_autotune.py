@@ -272,3 +272,27 @@ def test_a_fused_activation_tunes_its_own_bucket(tmp_path):
     call(d, a, b)  # the plain call: its own bucket, tuned afresh
     assert timer.timed
     assert set(json.loads(path.read_text())["choices"]) == {silu_key, plain_key}
+
+
+def test_explain_says_where_an_activation_calls_pick_comes_from(tmp_path):
+    """Both buckets tuned to the same pick: no move to report; only the plain bucket tuned
+    (as ``wsgemm tune`` fills it): the activation's call is said to be kept apart, its first
+    call timing its own candidates (found by a review: explain sliced a reason it did not
+    extend)."""
+    cache = EpilogueTimedCache()
+    d = Dispatcher(cache, StandInDevices((9, 0), 132), autotune=True,
+                   tuned=autotune.TunedStore(tmp_path), time_call=Timer(cache, {}))  # fmt: skip
+    a, b = operands()
+    call(d, a, b)  # the plain bucket only
+    text = dispatch.explain(d, a, b, None, None, F32, "auto", None, "silu")
+    moved = [line for line in text.splitlines() if line.startswith("with its activation")]
+    assert not moved or ("kept apart" in moved[0] and "first call times" in moved[0]), moved
+    dispatch.call(d, a, b, None, None, F32, "auto", None, None, "silu")  # its own bucket
+    silu, plain = (
+        d.route("auto", None, (M, N, K, None), ("float16", "float16", "float32"), quiet=True,
+                mufu=mufu).choice
+        for mufu in (2, 0)
+    )  # fmt: skip
+    assert (silu.menu_entry, silu.split) == (plain.menu_entry, plain.split)  # every time 1.0
+    assert "with its activation" not in dispatch.explain(d, a, b, None, None, F32, "auto",
+                                                         None, "silu")  # fmt: skip

@@ -414,7 +414,10 @@ class Dispatcher:
                     batch_invariant=self.batch_invariant,
                 )
             known = choice is not None and choice.menu_entry.swap_ab
-            self.remember(key, known)
+            if not self.autotune or (choice is not None and choice.source == "tuned"):
+                # (with autotuning on, the product's first call may tune it to a row tile:
+                # asked again until a tuned pick answers)
+                self.remember(key, known)
         return known
 
     def races_torch(self, device, family: str) -> bool:
