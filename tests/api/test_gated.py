@@ -333,3 +333,41 @@ def test_with_autotuning_the_decode_road_follows_the_products_tuned_pick(fusing,
     other = core.gated_linear(x, w, "silu", dispatcher=d2)
     roads = [[Epilogue.parse(v.epilogue).gated for v in d.cache.launched] for d in (d1, d2)]
     assert roads == [[True], [True]] and torch.equal(again, other)
+
+
+def test_with_autotuning_the_decode_road_keeps_its_launcher_once_settled(fusing, tmp_path,
+                                                                         monkeypatch):  # fmt: skip
+    """The first call tunes the product (a swap-AB tile wins here); the next settles the road
+    and keeps the launcher: later calls check and route nothing (found by a review: no launcher
+    was ever kept with autotuning on)."""
+    from wsgemm.host.choosing import autotune
+
+    launched = []
+
+    class Logged(Kernels):
+        def get(self, variant):
+            fn = super().get(variant)
+
+            def run(*a, **k):
+                launched.append(variant)
+                return fn(*a, **k)
+
+            return run
+
+    def time_call(fn):
+        fn()
+        config = launched[-1].config
+        return 1.0 if config is not None and config.swap_ab else 2.0
+
+    d = Dispatcher(Logged(), StandInDevices((9, 0), 132), autotune=True,
+                   tuned=autotune.TunedStore(tmp_path), time_call=time_call)  # fmt: skip
+    x, w = torch.randn(8, 64, dtype=F16), torch.randn(2 * 256, 64, dtype=F16)
+    core.gated_linear(x, w, "silu", dispatcher=d)
+    checks = []
+    real = core.check_gated
+    monkeypatch.setattr(core, "check_gated", lambda *a, **k: checks.append(1) or real(*a, **k))
+    for _ in range(4):
+        out = core.gated_linear(x, w, "silu", dispatcher=d)
+    assert close(out, reference(x, w, "silu"), F16, 64)
+    assert len(checks) == 1  # the second call settles the road; the rest take its launcher
+    assert not Epilogue.parse(launched[-1].epilogue).gated and launched[-1].config.swap_ab

@@ -275,19 +275,20 @@ def test_a_fused_activation_tunes_its_own_bucket(tmp_path):
 
 
 def test_explain_says_where_an_activation_calls_pick_comes_from(tmp_path):
-    """Both buckets tuned to the same pick: no move to report; only the plain bucket tuned
-    (as ``wsgemm tune`` fills it): the activation's call is said to be kept apart, its first
-    call timing its own candidates (found by a review: explain sliced a reason it did not
-    extend)."""
+    """explain answers from the activation's own bucket: with only the plain bucket tuned (as
+    ``wsgemm tune`` fills it) its first call times its own candidates; once its bucket is
+    tuned, that pick (found by reviews: explain read the plain bucket, and sliced a reason it
+    did not extend)."""
     cache = EpilogueTimedCache()
     d = Dispatcher(cache, StandInDevices((9, 0), 132), autotune=True,
                    tuned=autotune.TunedStore(tmp_path), time_call=Timer(cache, {}))  # fmt: skip
     a, b = operands()
     call(d, a, b)  # the plain bucket only
     text = dispatch.explain(d, a, b, None, None, F32, "auto", None, "silu")
-    moved = [line for line in text.splitlines() if line.startswith("with its activation")]
-    assert not moved or ("kept apart" in moved[0] and "first call times" in moved[0]), moved
+    assert "the first call times these" in text and "tuned on this GPU" not in text, text
     dispatch.call(d, a, b, None, None, F32, "auto", None, None, "silu")  # its own bucket
+    text = dispatch.explain(d, a, b, None, None, F32, "auto", None, "silu")
+    assert "tuned on this GPU" in text and "-mufu2" in text and "first call times" not in text
     silu, plain = (
         d.route("auto", None, (M, N, K, None), ("float16", "float16", "float32"), quiet=True,
                 mufu=mufu).choice
@@ -296,3 +297,25 @@ def test_explain_says_where_an_activation_calls_pick_comes_from(tmp_path):
     assert (silu.menu_entry, silu.split) == (plain.menu_entry, plain.split)  # every time 1.0
     assert "with its activation" not in dispatch.explain(d, a, b, None, None, F32, "auto",
                                                          None, "silu")  # fmt: skip
+
+
+def test_a_fused_activation_races_torch_in_its_own_bucket(tmp_path):
+    """Where the kernel races torch.matmul (no table measured it), a silu call's race (both
+    sides with silu) answers only silu calls: a plain call runs its own (found by a review)."""
+    cache = EpilogueTimedCache()
+    torch_side = []
+
+    def time_call(fn):
+        before = len(cache.launched)
+        fn()
+        torch_side.append(len(cache.launched) == before)
+        return 0.5 if torch_side[-1] else 1.0  # torch wins
+
+    d = Dispatcher(cache, StandInDevices((9, 0), 132), autotune=True, against_torch=True,
+                   tuned=autotune.TunedStore(tmp_path), time_call=time_call)  # fmt: skip
+    a, b = operands()
+    dispatch.call(d, a, b, None, None, F32, "auto", None, None, "silu")
+    assert any(torch_side)
+    torch_side.clear()
+    call(d, a, b)
+    assert any(torch_side), "the plain call took the silu call's race without its own"

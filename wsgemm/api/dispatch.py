@@ -404,24 +404,9 @@ def explain(
         bias=bias, activation=activation, scalars=scalars,
     )  # fmt: skip
     problem = (p.m, p.n, p.k, p.batch)
-    text = d.explain(backend, a.device.index, problem, p.dtype_names)
-    route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True, mufu=_mufu(p))
-    plain = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True)
-    moved, was = route.choice, plain.choice
-    if moved is not None and was is not None and (moved.menu_entry, moved.split) != (
-        was.menu_entry, was.split
-    ):  # fmt: skip
-        # the explanation above is the plain problem's; the activation moved the choice (the
-        # policy's move: the plain reason, "; ", the move's; or its own tuned bucket's pick)
-        said = moved.reason
-        if said.startswith(was.reason + "; "):
-            said = said[len(was.reason) + 2 :]
-        else:  # not a move of the plain choice: the activation's own (tuned) bucket
-            said = f"kept apart from plain calls' tuned picks, the {moved.source}'s: {said}"
-            if d.autotune and moved.source != "tuned":
-                said += "; with autotuning on, the first call times the candidates with it"
-        text += f"\nwith its activation: {moved.menu_entry.name} split {moved.split} runs "
-        text += f"instead: {said}"
+    mufu = _mufu(p)  # (its own tuned bucket and race, and the policy's move for it)
+    text = d.explain(backend, a.device.index, problem, p.dtype_names, mufu)
+    route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True, mufu=mufu)
     epilogue = _epilogue_line(p, route) + (where or "")
     if route.backend == TORCH:
         return f"{text}\n{epilogue}{fallback.describe_operands()}"

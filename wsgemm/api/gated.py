@@ -30,6 +30,7 @@ from .plan import _kernel_view
 __all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_torch"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
+DECODE_WHY = "decode rows"  # how the decode road's reason begins (``_road``)
 
 
 def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int, str]:
@@ -90,7 +91,7 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
     fused = _road(d, x, weight)
     if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
         out = _unfused(d, act, x, weight)
-        if key is not None and not d.autotune:  # (tuning may yet change the road: entry 70)
+        if key is not None and _settled(d, fused, x, weight):
             d.remember(key, functools.partial(_unfused, d, act))
         return out
     (a_view, a_major), b_view, backend, index = fused
@@ -106,6 +107,17 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         shifts = (a_view.data_ptr() - x.data_ptr(), b_view.data_ptr() - weight.data_ptr())
         d.remember(key, _launcher(d, at, shifts, (m, half), x.dtype, x.device, index))
     return out
+
+
+def _settled(d, why: str, x, weight) -> bool:
+    """Whether the unfused road ``why`` names is this signature's for good: every road but
+    decode's is; decode's once ``decode_swaps`` has settled it (with autotuning on, the
+    product's tuning may yet move it: entry 70)."""
+    if not d.autotune or not why.startswith(DECODE_WHY):
+        return True
+    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
+    name = str(x.dtype).removeprefix("torch.")
+    return d.decode_settled(index, x.shape[0], weight.shape[0], x.shape[1], name)
 
 
 def _unfused(d, act: str, x, weight) -> torch.Tensor:
@@ -199,8 +211,8 @@ def _road(d, x, weight):
         return "I is not a multiple of 8 (the up rows' TMA coordinate, C's 16-byte rows)"
     name = str(x.dtype).removeprefix("torch.")
     if d.decode_swaps(index, x.shape[0], weight.shape[0], x.shape[1], name):
-        return ("decode rows: the (M, 2I) product on its swap-AB decode tile reads the weights "
-                "faster than the gated kernel's row tile")  # fmt: skip
+        return (f"{DECODE_WHY}: the (M, 2I) product on its swap-AB decode tile reads the "
+                "weights faster than the gated kernel's row tile")  # fmt: skip
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
     # K-major only; the kernel's B view is the gate's rows, the up rows follow them
     b = _kernel_view(weight[: weight.shape[0] // 2].unsqueeze(-1), False, (1,))

@@ -162,6 +162,11 @@ class StandInDevices:
         raise AssertionError("one stand-in device: nothing to switch to")
 
 
+def _decode_key(device, rows: int, n: int, k: int, dtype: str) -> tuple:
+    """``Dispatcher.decode_swaps``' memo key among its launchers."""
+    return ("decode-swaps", device, rows, n, k, dtype, current_settings())
+
+
 class Dispatcher:
     """Device facts, backend choice, compiled kernels and prebuilt launchers (see the module
     docstring). Thread-safe: the memos only grow under a lock; a failed compile or a rejected call
@@ -254,13 +259,13 @@ class Dispatcher:
             *self._policy_args(device, problem, dtypes), batch_invariant=self.batch_invariant
         )
 
-    def tuned_record(self, device, problem, dtypes) -> dict | None:
-        """What the tuned store keeps for this problem's bucket on this GPU model (the winner,
-        its split, every candidate's ms), read whether or not autotuning is on; None if
-        nothing."""
+    def tuned_record(self, device, problem, dtypes, mufu: int = 0) -> dict | None:
+        """What the tuned store keeps for this problem's bucket (with a fused activation of
+        ``mufu``) on this GPU model (the winner, its split, every candidate's ms), read whether
+        or not autotuning is on; None if nothing."""
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         invariant = choosing.batch_invariant_requested(self.batch_invariant)
-        key = choosing.bucket(m, n, k, batch, dtypes, invariant)
+        key = choosing.bucket(m, n, k, batch, dtypes, invariant, mufu)
         return self.tuned.record(self.devices.name(device), sm_count, key)
 
     def candidates(self, device, problem, dtypes, top: int | None = None) -> list[choosing.Choice]:
@@ -369,9 +374,10 @@ class Dispatcher:
                         choice, mufu, *self._policy_args(device, problem, dtypes),
                         batch_invariant=self.batch_invariant,
                     )  # fmt: skip
-                chosen = self._or_torch(self.choice_route(choice), device, problem, dtypes, run)
+                chosen = self._or_torch(self.choice_route(choice), device, problem, dtypes, run,
+                                        mufu)  # fmt: skip
             else:
-                chosen = self._or_torch(Route("sm80"), device, problem, dtypes, run)
+                chosen = self._or_torch(Route("sm80"), device, problem, dtypes, run, mufu)
         elif not BACKENDS[backend].supports(cc):
             raise ValueError(
                 f"backend={backend!r} runs on {support.family_gpus(BACKENDS[backend].family)}; "
@@ -403,7 +409,7 @@ class Dispatcher:
         depend on how many rows the call has). Memoized per problem and settings."""
         if rows > SWAP_DECODE_MAX_N or choosing.batch_invariant_requested(self.batch_invariant):
             return False
-        key = ("decode-swaps", device, rows, n, k, dtype, current_settings())
+        key = _decode_key(device, rows, n, k, dtype)
         known = self.launchers.get(key)
         if known is None:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
@@ -420,6 +426,11 @@ class Dispatcher:
                 self.remember(key, known)
         return known
 
+    def decode_settled(self, device, rows: int, n: int, k: int, dtype: str) -> bool:
+        """Whether ``decode_swaps`` has settled its answer for this problem (with autotuning
+        on it keeps asking until the product's tuned pick answers)."""
+        return _decode_key(device, rows, n, k, dtype) in self.launchers
+
     def races_torch(self, device, family: str) -> bool:
         """Whether ``auto``'s kernel of ``family`` on ``device`` is chosen against torch.matmul
         (``against_torch``; by default where no shipped table measured the family there)."""
@@ -428,7 +439,9 @@ class Dispatcher:
         cc = self.devices.capability(device)
         return not _RACE.measured(family, self.devices.sm_count(device), cc)
 
-    def route_decision(self, device, problem, dtypes, family: str) -> choosing.RouteDecision:
+    def route_decision(
+        self, device, problem, dtypes, family: str, mufu: int = 0
+    ) -> choosing.RouteDecision:
         """What runs in place of ``family``'s kernel without a race: the stored decision, the
         default, or "not measured yet" (``choosing.route_choice.decide``)."""
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
@@ -436,9 +449,12 @@ class Dispatcher:
             self.tuned, self.devices.name(device), sm_count, (m, n, k, batch), dtypes, family,
             autotune=self.autotune,
             invariant=choosing.batch_invariant_requested(self.batch_invariant),
+            mufu=mufu,
         )  # fmt: skip
 
-    def _or_torch(self, chosen: Route, device, problem, dtypes, run: Runner | None) -> Route:
+    def _or_torch(
+        self, chosen: Route, device, problem, dtypes, run: Runner | None, mufu: int = 0
+    ) -> Route:
         """``chosen`` (``auto``'s kernel route), or torch.matmul where it may not run unmeasured
         (``races_torch``): the route decision, raced through ``run`` when there is none yet and
         the call may be timed. A default taken because the call could not race keeps no
@@ -446,14 +462,14 @@ class Dispatcher:
         family = BACKENDS[chosen.backend].family
         if not self.races_torch(device, family):
             return chosen
-        decision = self.route_decision(device, problem, dtypes, family)
+        decision = self.route_decision(device, problem, dtypes, family, mufu)
         if decision.source == _RACE.NOT_YET and run is not None:
-            decision = self._race(chosen, family, device, problem, dtypes, run) or decision
+            decision = self._race(chosen, family, device, problem, dtypes, run, mufu) or decision
         if decision.runs == TORCH:
             return Route(TORCH, reason=decision.reason, keep=decision.source != _RACE.NOT_YET)
         return dataclasses.replace(chosen, reason=decision.reason)
 
-    def _race(self, chosen: Route, family, device, problem, dtypes, run: Runner):
+    def _race(self, chosen: Route, family, device, problem, dtypes, run: Runner, mufu: int = 0):
         """Time ``chosen`` against torch.matmul through ``run`` on ``device``
         (``route_choice.race``), keep the winner for the bucket and say so in one INFO line;
         None when neither ran."""
@@ -466,7 +482,7 @@ class Dispatcher:
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         name = self.devices.name(device)
         decision = _RACE.remember(
-            self.tuned, name, sm_count, (m, n, k, batch), dtypes, family, times
+            self.tuned, name, sm_count, (m, n, k, batch), dtypes, family, times, mufu
         )
         if decision.runs == TORCH:  # this line says it: not the torch route's line too
             self.say_once(("torch", device, decision.reason))
@@ -520,11 +536,14 @@ class Dispatcher:
         device: int,
         problem: tuple[int, int, int, int | None],
         dtypes: tuple[str, str, str],
+        mufu: int = 0,
     ) -> str:
         """``route``'s answer in words: which kernel, tile, cluster and split, and why; where
         ``auto`` chooses between its kernel and torch.matmul, a ``route:`` line with the
         decision and where it came from (a stored measurement, the default, not measured yet,
-        or no choice). Compiles, launches and measures nothing."""
+        or no choice). ``mufu``: the call's fused activation (``route``'s): its own tuned
+        bucket and race, and a ``with its activation:`` line where the policy moved the choice
+        for it. Compiles, launches and measures nothing."""
         cc = self.devices.capability(device)
         torch_reason = self.torch_reason(device, dtypes) if backend == "auto" else None
         if torch_reason is not None:
@@ -542,7 +561,7 @@ class Dispatcher:
         if backend == "auto":
             family = "sm90" if BACKENDS["sm90"].supports(cc) else "sm80"
             if self.races_torch(device, family):
-                decision = self.route_decision(device, problem, dtypes, family)
+                decision = self.route_decision(device, problem, dtypes, family, mufu)
                 decided = f"\nroute: {decision.source}: {decision.reason}; {decision.detail}"
                 if decision.runs == TORCH:
                     return (
@@ -552,7 +571,7 @@ class Dispatcher:
                     )
         if backend == "auto" and BACKENDS["sm90"].supports(cc):
             args = self._policy_args(device, problem, dtypes)
-            tuned = self.tuned_choice(device, problem, dtypes)
+            tuned = self.tuned_choice(device, problem, dtypes, mufu)
             if tuned is not None:
                 text = choosing.describe(tuned, *args, batch_invariant=self.batch_invariant)
                 model = self.model_choice(device, problem, dtypes)
@@ -563,13 +582,19 @@ class Dispatcher:
                              f"split {model.split}")  # fmt: skip
                 return text + decided
             text = choosing.explain(*args, batch_invariant=self.batch_invariant)
+            chosen = self.route(backend, device, problem, dtypes, quiet=True, mufu=mufu)
+            said = chosen.choice.reason if chosen.choice is not None else ""
+            if choosing.EPILOGUE_MOVE in said:  # the policy moved its choice for the activation
+                text += (f"\nwith its activation: {chosen.choice.menu_entry.name} split "
+                         f"{chosen.choice.split} runs instead:"
+                         f"{said.split(choosing.EPILOGUE_MOVE, 1)[1]}")  # fmt: skip
             count = len(self.candidates(device, problem, dtypes)) if self.autotune else 0
             if count > 1:
                 text += (
                     "\nautotune: on (wsgemm.config.autotune, else WSGEMM_AUTOTUNE); the first "
                     f"call times these {count} candidates and runs the fastest instead"
                 )
-            elif not self.autotune and (stored := self.tuned_record(device, problem, dtypes)):
+            elif not self.autotune and (stored := self.tuned_record(device, problem, dtypes, mufu)):
                 text += (
                     f"\ntuned: {stored['entry']} split {stored['split']} is stored for this "
                     "problem on this GPU (`wsgemm tune` or an autotuned call), not used: "

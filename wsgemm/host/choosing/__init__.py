@@ -31,6 +31,7 @@ from .route_choice import RouteDecision
 from .rules import (
     ENV_BATCH_INVARIANT,
     ENV_TABLE,
+    EPILOGUE_MOVE,
     Choice,
     batch_invariant_requested,
     candidates,
@@ -47,6 +48,7 @@ from .wording import describe, explain
 __all__ = [
     "ENV_AUTOTUNE",
     "ENV_BATCH_INVARIANT",
+    "EPILOGUE_MOVE",
     "ENV_TABLE",
     "MENU",
     "M_QUANTUM",

@@ -102,9 +102,9 @@ def measured(family: str, sm_count: int, cc: tuple[int, int]) -> bool:
     return family == MENU_FAMILY and table_for(tables(None), sm_count, cc) is not None
 
 
-def key(m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str]) -> str:
-    """The store key of a problem's route decision."""
-    return PREFIX + bucket(m, n, k, batch, dtypes)
+def key(m: int, n: int, k: int, batch: int, dtypes: tuple[str, str, str], mufu: int = 0) -> str:
+    """The store key of a problem's route decision (a fused activation's apart: ``bucket``)."""
+    return PREFIX + bucket(m, n, k, batch, dtypes, mufu=mufu)
 
 
 def excluded(dtypes: tuple[str, str, str], invariant: bool) -> str | None:
@@ -127,6 +127,7 @@ def decide(
     *,
     autotune: bool,
     invariant: bool,
+    mufu: int = 0,
 ) -> RouteDecision:
     """What runs ``problem`` (M, N, K, batch) on GPU model ``device`` without a race: the
     module docstring's order. ``NOT_YET`` is the one answer a race may replace."""
@@ -145,7 +146,7 @@ def decide(
             f"bucket; backend={family!r} runs the kernel"
         )
         return RouteDecision(DEFAULT, DEFAULT_SOURCE, reason, detail)
-    name = key(*problem, dtypes)
+    name = key(*problem, dtypes, mufu)
     record = store.record(device, sm_count, name)
     times = record.get("ms") if record else None
     if record and record.get("entry") in (family, TORCH) and isinstance(times, dict):
@@ -206,13 +207,14 @@ def remember(
     dtypes: tuple[str, str, str],
     family: str,
     times: Mapping[str, float],
+    mufu: int = 0,
 ) -> RouteDecision:
     """Keep the winner of ``times`` (``race``'s) for this bucket and return it as the stored
     decision: the family's kernel only when strictly faster than torch.matmul (a tie keeps the
     promise's side)."""
     winner = family if times.get(family, math.inf) < times.get(TORCH, math.inf) else TORCH
     record = {name: round(t, 5) for name, t in times.items()}
-    name = key(*problem, dtypes)
+    name = key(*problem, dtypes, mufu)
     store.put(device, sm_count, name, winner, 1, record)
     return RouteDecision(winner, STORED, _won(winner, family), _detail(name, record), record)
 

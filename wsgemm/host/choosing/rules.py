@@ -75,6 +75,8 @@ SHOWN_PREDICTIONS = 4
 #: A fused activation moves a choice to another candidate only where the cost model predicts
 #: that one this much faster, its activation priced in (``with_epilogue``).
 EPILOGUE_MARGIN = 0.02
+#: What joins a choice's reason and the move ``with_epilogue`` made of it (``explain`` reads it).
+EPILOGUE_MOVE = "; with the fused activation ("
 ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
 ENV_TABLE = "WSGEMM_POLICY_TABLE"
 
@@ -382,7 +384,7 @@ def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, s
         return choice
     _, p, e, split = best
     why = (
-        f"{choice.reason}; with the fused activation ({mufu} MUFU an element) the cost model "
+        f"{choice.reason}{EPILOGUE_MOVE}{mufu} MUFU an element) the cost model "
         f"adds {mine_act:.1f} us to {choice.menu_entry.name} split {choice.split} "
         f"({mine_us:.1f} us) and {p.us - plain[(e, split)]:.1f} us to {e.name} split {split} "
         f"({p.us:.1f} us), which runs instead"
