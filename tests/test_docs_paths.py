@@ -10,8 +10,11 @@ text says, right after it, why it does not (the docs-drift item of the docs issu
   ``scripts/``, ``tests/``, ``.ci/``; the gitignored ``.gpu/`` and ``scratch/``) and the
   package's own folders that the docs write relative to ``wsgemm/`` (``kernels/``, ``host/``,
   ``api/``, ``tracing/``, ``common/``, ``choosing/``, ...) or to ``docs/`` (``figures/``,
-  ``data/``). Such a token resolves if it exists under any of ``BASES`` (the repository root,
-  ``docs/``, ``wsgemm/``, ``wsgemm/host/``, ``wsgemm/host/choosing/``, ``wsgemm/kernels/``);
+  ``data/``; a token under one of these package roots counts only where it looks like a path:
+  a file name with an extension, or two folders deep, so prose such as "sm80/sm90 kernels" or
+  "host/device" does not). Such a token resolves if it exists under any of ``BASES`` (the
+  repository root, ``docs/``, ``wsgemm/``, ``wsgemm/host/``, ``wsgemm/host/choosing/``,
+  ``wsgemm/kernels/``);
 - a backticked bare file name ending ``.py`` or ``.sh`` (``policy.py``): it resolves if some
   file of that name is under ``wsgemm/``, ``scripts/``, ``tests/`` or ``.ci/``.
 
@@ -20,9 +23,10 @@ text says, right after it, why it does not (the docs-drift item of the docs issu
 go; a ``<placeholder>`` (``sm90_<gpu>.json``) and ``*`` are globs; ``{a,b}`` braces expand, and
 every expansion must match at least one path.
 
-**What excuses a dead path**: one of the markers below, starting within ``WINDOW`` (160)
-characters after the cited token ends and before the paragraph ends (a blank line), matched
-without regard to case:
+**What excuses a dead path**: one of the markers below after the cited token, before the
+paragraph ends (a blank line), matched without regard to case: a lost or removed marker within
+``MARKER_WINDOW`` (40) characters (right after the path, so that "the launcher is not kept"
+further on excuses nothing), a renaming within ``WINDOW`` (160):
 
 - lost, for data or code that was never committed or is gone with its machine:
   ``not kept``, ``not committed``, ``never committed``, ``lost with`` (``lost with the
@@ -53,7 +57,22 @@ BASES = ("", "docs/", "wsgemm/", "wsgemm/host/", "wsgemm/host/choosing/", "wsgem
 PATH = re.compile(r"(?<![\w./-])((?:" + ROOTS.replace(".", r"\.") + r")/[\w./{},*<>:-]*[\w*}>])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 BARE = re.compile(r"`([A-Za-z_][\w-]*\.(?:py|sh))`")
-WINDOW = 160
+WINDOW = 160  # a renaming's new path may come later in the sentence
+MARKER_WINDOW = 40  # a lost or removed marker comes right after the path
+#: Roots the docs write relative to ``wsgemm/`` or ``docs/``: a token under one is a path only
+#: where it looks like one (``_file_like``), since the same words pair up in prose.
+PACKAGE_ROOTS = set(
+    "kernels host api bench tracing common choosing compiling epilogue sm80 sm90 figures data"
+    .split()
+)  # fmt: skip
+
+
+def _file_like(token: str) -> bool:
+    """A file name with an extension, or two or more folders deep."""
+    path = SUFFIX.sub("", token).rstrip("/.,")
+    return bool(re.search(r"\.\w+$", path)) or path.count("/") >= 2
+
+
 LOST = r"not kept|not committed|never committed|lost with|\(lost\)"
 REMOVED = r"since removed"
 RENAMED = re.compile(r"since (?:renamed:|moved to|split into)\s+`([^`]+)`", re.I)
@@ -86,7 +105,8 @@ def _code_names() -> set[str]:
 
 def _excused(text: str, end: int) -> bool:
     after = text[end : end + WINDOW].split("\n\n", 1)[0]
-    if re.search(LOST + "|" + REMOVED, after, re.I):
+    # the marker right after the path (not, say, "the launcher is not kept" further on)
+    if re.search(LOST + "|" + REMOVED, after[:MARKER_WINDOW], re.I):
         return True
     return any(_resolves(m.group(1)) for m in RENAMED.finditer(after))
 
@@ -100,7 +120,10 @@ def cited(doc: Path):
             continue
         yield target, _resolves(target, ("",), doc.parent), m.end()
     for m in PATH.finditer(text):
-        yield m.group(1), _resolves(m.group(1)), m.end()
+        token = m.group(1)
+        if token.split("/", 1)[0] in PACKAGE_ROOTS and not _file_like(token):
+            continue  # prose such as "sm80/sm90 kernels" or "host/device", not a path
+        yield token, _resolves(token), m.end()
     names = _code_names()
     for m in BARE.finditer(text):
         yield m.group(1), m.group(1) in names, m.end()

@@ -57,8 +57,8 @@ def records(body: str) -> list[str]:
 
 
 def marked(body: str) -> bool:
-    """Whether the first line under the heading is a marker line."""
-    first = body.lstrip("\n").split("\n", 1)[0].strip()
+    """Whether the first paragraph under the heading is a marker line (wrapped or not)."""
+    first = " ".join(body.lstrip("\n").split("\n\n", 1)[0].split())
     return MARKER.fullmatch(first) is not None
 
 
@@ -77,7 +77,9 @@ def test_the_log_is_read_as_parts():
     """The scan sees the "Where we stand" part and the numbered entries, in order."""
     found = list(parts(PERF.read_text()))
     assert found[0][0].startswith("Where we stand")
-    numbers = [int(m.group(1)) for title, _, _ in found[1:] for m in [re.match(r"(\d+)\. ", title)]]
+    unnumbered = [title for title, _, _ in found[1:] if not re.match(r"\d+\. ", title)]
+    assert not unnumbered, f"log entries without a number: {unnumbered}"
+    numbers = [int(re.match(r"(\d+)\. ", title).group(1)) for title, _, _ in found[1:]]
     assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) > 60
 
 
@@ -92,6 +94,7 @@ def test_the_rules_catch_what_they_should():
     assert marked("\n(Numbers unrecorded: printed, not kept.)\n\n- Measured: 1.01x")
     assert marked("\n(CPU only: its ratios are predictions; no record of its own.)\n")
     assert not marked("\n(CPU only: its ratios are predictions.)\n")
+    assert marked("\n(Numbers unrecorded: the H200's files were\nlost with the machine.)\n\n- 1.0x")
     assert not marked("\n- Measured: 1.01x.\n(Numbers unrecorded: printed, not kept.)\n")
     assert not marked("\n- Measured: 1.01x *(unrecorded)*.\n")
     assert RATIO.search("0.947x") and RATIO.search("1.02-1.11x") and not RATIO.search("1.5 us")
