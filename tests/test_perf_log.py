@@ -51,6 +51,11 @@ def records(body: str) -> list[str]:
     found = []
     for token in PATH.findall(body):
         if token.startswith(("docs/data/", "data/")):
+            # a glob names a run's files only inside a named folder or beside a named stem
+            # (``gpu-2026-12-05c/epilogue-*.log``), not any record (``docs/data/*.json``)
+            under = token.removeprefix("docs/").removeprefix("data/")
+            if under.startswith(("*", "{", "<")):
+                continue
             if _resolves(token.removeprefix("docs/"), ("docs/",)):
                 found.append(token)
     return found
@@ -89,6 +94,7 @@ def test_the_rules_catch_what_they_should():
     assert records("logs `docs/data/gpu-2026-12-05c/epilogue-tests-*.log`")
     assert records("records `docs/data/tune_sm80_{fp32,fp16}.json`")
     assert not records("`docs/data/gone.json` (lost with the machine)")
+    assert not records("every record: `docs/data/*.json`")
     assert not records("`data/sm90_h200.json`")  # wsgemm/host/choosing/data/, not a record
     assert not records("`docs/perf.md`, `wsgemm/host/choosing/data/sm90_h200.json`")
     assert marked("\n(Numbers unrecorded: printed, not kept.)\n\n- Measured: 1.01x")
