@@ -164,6 +164,21 @@ def install_grouped(monkeypatch) -> GroupedCoreStub:
     return stub
 
 
+def ops_in(gm, name="wsgemm.matmul.default"):
+    """The calls of op ``name`` in a captured graph module."""
+    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == name]
+
+
+def capture(graphs):
+    """A torch.compile backend that keeps each graph module it is handed in ``graphs``."""
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend
+
+
 def fake_cuda(shape, dtype=torch.float16, transposed=False):
     """A fake CUDA tensor (call inside FakeTensorMode); ``transposed``: column-major view."""
     if transposed and len(shape) > 1:

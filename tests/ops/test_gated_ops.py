@@ -6,7 +6,7 @@ tests/api/test_gated.py, the kernel in tests/gpu."""
 
 import pytest
 import torch
-from op_helpers import fake_cuda, install, install_gated
+from op_helpers import capture, fake_cuda, install, install_gated, ops_in
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -14,18 +14,6 @@ from wsgemm import ops
 
 BF16, F16 = torch.bfloat16, torch.float16
 GATED, MATMUL = "wsgemm.gated_linear.default", "wsgemm.matmul.default"
-
-
-def ops_in(gm, name):
-    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == name]
-
-
-def capture(graphs):
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    return backend
 
 
 @pytest.mark.parametrize(

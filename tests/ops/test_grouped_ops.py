@@ -5,7 +5,7 @@ tensors. The core itself is tested in tests/api/test_grouped.py, the kernels in 
 
 import pytest
 import torch
-from op_helpers import fake_cuda, install_grouped
+from op_helpers import capture, fake_cuda, install_grouped, ops_in
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -38,18 +38,6 @@ BACKWARD_FORMS = {
     "2d2d": {"2d2d", "3d2d", "2d3d"},
     "3d2d": {"3d2d", "2d2d"},
 }
-
-
-def ops_in(gm):
-    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == OP]
-
-
-def capture(graphs):
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    return backend
 
 
 @pytest.fixture
@@ -131,7 +119,7 @@ def test_compile_fullgraph_with_dynamic_shapes_holds_the_op():
             assert z.shape == (groups, m, 2 * ffn) and dw.shape == (groups, k, hidden)
             assert q.shape == (m, 56)
     assert len(graphs) == 1, "recompiled for a new token count"
-    assert len(ops_in(graphs[0])) == 5
+    assert len(ops_in(graphs[0], OP)) == 5
 
 
 class _Experts(torch.nn.Module):
@@ -149,7 +137,7 @@ def test_torch_export_with_a_dynamic_token_count():
         ep = torch.export.export(
             _Experts(), (x, w, offs), dynamic_shapes=({0: tokens}, None, None), strict=False
         )
-        assert len(ops_in(ep.graph_module)) == 1
+        assert len(ops_in(ep.graph_module, OP)) == 1
         out = ep.module()(fake_cuda((100, 32), BF16), w, offs)
     assert out.shape == (100, 48) and out.stride() == (48, 1) and out.dtype == BF16
 
@@ -178,5 +166,5 @@ def test_aot_autograd_graphs_are_grouped_products(form):
     a, b = meta(a_shape), meta(b_shape)
     offs = None if offs is None else offs.to("meta")
     fn(a, b, offs).sum().backward()
-    assert len(ops_in(fw[0])) == 1 and len(ops_in(bw[0])) == 2
+    assert len(ops_in(fw[0], OP)) == 1 and len(ops_in(bw[0], OP)) == 2
     assert a.grad.shape == a_shape and b.grad.shape == b_shape

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from op_helpers import cuda_autocast, fake_cuda, install
+from op_helpers import capture, cuda_autocast, fake_cuda, install, ops_in
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -43,10 +43,6 @@ SHAPES = [
     ((0, 3, 7), (7, 5)),
     ((2, 3, 0), (0, 5)),
 ]
-
-
-def ops_in(gm, name="wsgemm.matmul.default"):
-    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target) == name]
 
 
 # ----------------------------------------------------------------------------- surface
@@ -145,14 +141,6 @@ def test_meta_tensors_get_shapes():
 
 
 # ----------------------------------------------------------------------------- tracing
-
-
-def capture(graphs):
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    return backend
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
