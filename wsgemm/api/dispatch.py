@@ -664,7 +664,7 @@ def _direct_launcher(
             at(pa, pb, po)
             return out
 
-    return _on_its_device(d, index, launcher)
+    return on_its_device(d, index, launcher)
 
 
 def _then_epilogue(launcher: Launcher, p: Problem) -> Launcher:
@@ -678,16 +678,26 @@ def _then_epilogue(launcher: Launcher, p: Problem) -> Launcher:
     return launch_then_epilogue
 
 
-def _on_its_device(d, index, launcher: Launcher) -> Launcher:
-    """``launcher``, run with ``index`` the current device where the machine has several."""
+def on_its_device(d, index, launcher: Callable) -> Callable:
+    """``launcher`` (any kept launcher: ``matmul``'s, ``grouped_mm``'s, ``gated_linear``'s),
+    run with ``index`` the current device where the machine has several."""
     if d.devices.count() == 1:
         return launcher
 
-    def on_its_device(a, b, out, pa, pb, po, *bias, **c):
+    def on_its_device(*args, **kwargs):
         with d.on_device(index):
-            return launcher(a, b, out, pa, pb, po, *bias, **c)
+            return launcher(*args, **kwargs)
 
     return on_its_device
+
+
+def tensor_signature(t) -> tuple:
+    """What a kept launcher's key holds of tensor ``t`` (None: ``(None,)``): everything the
+    checks and the views read, none of the data (the address only to its 16-byte phase).
+    ``call`` spells the same out inline for ``matmul``'s two or three operands."""
+    if t is None:
+        return (None,)
+    return (type(t), t.shape, t.stride(), t.dtype, t.device, t.is_neg(), t.data_ptr() & 15)
 
 
 def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, late):
@@ -722,4 +732,4 @@ def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, late):
         at(pa, pb, po, vector, *scalars, c_view)
         return out
 
-    return _on_its_device(d, device.index, launcher)
+    return on_its_device(d, device.index, launcher)

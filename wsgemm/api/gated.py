@@ -134,9 +134,7 @@ def _signature(x, weight, activation):
     try:
         grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
         key = ("gated", type(activation), activation, grad, current_settings())
-        for t in (x, weight):
-            key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.is_neg(),
-                    t.data_ptr() & 15)  # fmt: skip
+        key += dispatch.tensor_signature(x) + dispatch.tensor_signature(weight)
         hash(key)
         return key
     except Exception:  # not tensors, unhashable arguments, ...
@@ -153,14 +151,7 @@ def _launcher(d, at, shifts: tuple[int, int], shape, dtype, device, index):
         at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr())
         return out
 
-    if d.devices.count() == 1:
-        return launch
-
-    def on_its_device(x, weight):
-        with d.on_device(index):
-            return launch(x, weight)
-
-    return on_its_device
+    return dispatch.on_its_device(d, index, launch)
 
 
 def explain(d, x, weight, activation, **others) -> str:

@@ -447,9 +447,7 @@ def _signature(a, b, offs, out, out_dtype, backend, activation, gated, row_scale
         for arg in (out_dtype, backend, activation, gated):  # (True and 1 are one key)
             key += (type(arg), arg)
         for t in kept:
-            key += (None,) if t is None else (
-                type(t), t.shape, t.stride(), t.dtype, t.device, t.is_neg(), t.data_ptr() & 15
-            )  # fmt: skip
+            key += dispatch.tensor_signature(t)
         key = tuple(key)
         hash(key)
         return key
@@ -486,15 +484,7 @@ def _launcher(d, bound: _Bound, inputs: tuple, out, p: GroupedProblem, allocate:
             torch.autograd.graph.increment_version(out)
         return out
 
-    if d.devices.count() == 1:
-        return launch
-    index = d.device_index(device)
-
-    def on_its_device(*args):
-        with d.on_device(index):
-            return launch(*args)
-
-    return on_its_device
+    return dispatch.on_its_device(d, d.device_index(device), launch)
 
 
 def _run_kernel_3d2d(d, a, b, offs, out, backend: str, p: GroupedProblem) -> None:

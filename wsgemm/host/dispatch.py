@@ -259,6 +259,13 @@ class Dispatcher:
             *self._policy_args(device, problem, dtypes), batch_invariant=self.batch_invariant
         )
 
+    def stored_or_model_choice(self, device, problem, dtypes, mufu: int = 0) -> choosing.Choice:
+        """``auto``'s sm90 choice before any tuning this call may do: the tuned pick (with a
+        fused activation of ``mufu``), else the policy's (``model_choice``)."""
+        return self.tuned_choice(device, problem, dtypes, mufu) or self.model_choice(
+            device, problem, dtypes
+        )
+
     def tuned_record(self, device, problem, dtypes, mufu: int = 0) -> dict | None:
         """What the tuned store keeps for this problem's bucket (with a fused activation of
         ``mufu``) on this GPU model (the winner, its split, every candidate's ms), read whether
@@ -363,10 +370,7 @@ class Dispatcher:
             elif BACKENDS["sm90"].supports(cc):
                 # (a fused activation's candidates are tuned and kept apart: ``run`` times
                 # them with it, and the policy prices it, ``with_epilogue``)
-                choice = self.tuned_choice(device, problem, dtypes, mufu) or choosing.choose(
-                    *self._policy_args(device, problem, dtypes),
-                    batch_invariant=self.batch_invariant,
-                )
+                choice = self.stored_or_model_choice(device, problem, dtypes, mufu)
                 if run is not None and choice.source in _TUNABLE and self.autotune:
                     choice = self.tune_problem(device, problem, dtypes, run, mufu=mufu) or choice
                 if mufu and fuses_epilogues(choice.menu_entry.backend):
@@ -415,10 +419,7 @@ class Dispatcher:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
             choice = None
             if BACKENDS["sm90"].supports(self.devices.capability(device)):
-                choice = self.tuned_choice(device, problem, dtypes) or choosing.choose(
-                    *self._policy_args(device, problem, dtypes),
-                    batch_invariant=self.batch_invariant,
-                )
+                choice = self.stored_or_model_choice(device, problem, dtypes)
             known = choice is not None and choice.menu_entry.swap_ab
             if not self.autotune or (choice is not None and choice.source == "tuned"):
                 # (with autotuning on, the product's first call may tune it to a row tile:

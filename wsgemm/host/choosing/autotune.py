@@ -253,8 +253,8 @@ def store_listing(root: Path) -> list[tuple[str, int, str, str, int, str]]:
                 best = ms.get(mine, ms.get(record["entry"]))
                 others = [t for name, t in ms.items() if name not in (mine, record["entry"])]
                 said = f"{len(ms)} timed" if ms else "no times kept"
-                if best is not None and others:
-                    said += f", {min(others) / best:.2f}x the next" if best > 0 else ""
+                if best and others:
+                    said += f", {min(others) / best:.2f}x the next"
                 rows.append((device, sm_count, key, str(record["entry"]),
                              int(record["split"]), said))  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -368,7 +368,7 @@ def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, s
     mine = (choice.menu_entry, choice.split)
     if mine not in plain:
         return choice
-    mine_us = next(p.us for p, _, e, s in priced if (e, s) == mine)
+    mine_us = {(e, s): p.us for p, _, e, s in priced}[mine]
     mine_act = mine_us - plain[mine]
     best = None
     for p, _, e, s in priced:
