@@ -14,7 +14,11 @@ unfused overhead (t_torch - t_plain) that fusing recovers, and the geomeans; ``-
 every time with the clocks. Epilogues: bias, bias_relu, bias_gelu (erf), bias_gelu_tanh,
 bias_silu, silu, gelu_tanh (no bias), and ``residual``: the in-place ``r += x @ W^T``
 (``wsgemm.matmul(x, W.t(), c=r, out=r)``) against ``r.add_(F.linear(x, W))`` and cuBLASLt's
-``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``).
+``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``). ``swiglu`` / ``geglu`` run on
+the suite's gate/up rows only (W = ``[w_gate; w_up]``, N = 2I): ``fused`` is
+``wsgemm.gated_linear(x, W)``, ``plain`` the same 2I-wide product without the unit,
+``unfused`` that product then torch's unit (wsgemm's own two-pass road) and ``torch``
+``silu(y[:, :I]) * y[:, I:]`` of ``y = F.linear(x, W)``.
 
     python scripts/bench_epilogue.py [--suite llm|models] [--seed S --count C] [--rounds 7]
         [--epilogues bias,bias_gelu_tanh] [--dtype fp16|bf16] [--json FILE]
@@ -36,18 +40,27 @@ import torch
 import torch.nn.functional as F
 
 import wsgemm
-from wsgemm.api.epilogue import torch_activation
+from wsgemm.api.epilogue import gated_unit, torch_activation
 from wsgemm.bench import backends, measure, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
 
 EPILOGUES = {name: e for name, e in backends.EPILOGUES.items() if name != "none"}
 EPILOGUES["residual"] = (False, None)  # contenders() takes its own road
+GATED = backends.GATED  # swiglu -> silu, geglu -> gelu_tanh: contenders() takes its own road
 LT_ACTIVATIONS = {"relu": False, "gelu_tanh": True}  # torch._addmm_activation's use_gelu
 
 
-def contenders(x, w, bias, act, residual=None):
-    """name -> zero-argument call (``residual``: the tensor the residual calls update)."""
+def contenders(x, w, bias, act, residual=None, gated=None):
+    """name -> zero-argument call (``residual``: the tensor the residual calls update;
+    ``gated``: the gated unit's activation, ``w`` being ``[w_gate; w_up]``)."""
+    if gated is not None:
+        return {
+            "plain": lambda: wsgemm.linear(x, w),
+            "fused": lambda: wsgemm.gated_linear(x, w, gated),
+            "unfused": lambda: gated_unit(gated, wsgemm.linear(x, w)),
+            "torch": lambda: gated_unit(gated, F.linear(x, w)),
+        }
     if residual is not None:
         r = residual
         return {
@@ -67,9 +80,9 @@ def contenders(x, w, bias, act, residual=None):
     return calls
 
 
-def check(calls, x, w, bias, act, residual=None) -> None:
-    ref = torch_activation(act or "none", F.linear(x.double(), w.double(), None if bias is None
-                                                   else bias.double()))  # fmt: skip
+def check(calls, x, w, bias, act, residual=None, gated=None) -> None:
+    ref = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+    ref = gated_unit(gated, ref) if gated is not None else torch_activation(act or "none", ref)
     if residual is not None:
         ref = ref + residual.double()
     got = calls["fused"]().double()
@@ -109,16 +122,19 @@ def main(argv=None) -> int:
     records, summary = [], {}
     for name in args.epilogues.split(","):
         has_bias, act = EPILOGUES[name]
+        gated = GATED.get(name)
         fused_plain, fused_torch, recovered = [], [], []
         for s in shapes:
+            if gated is not None and not (s.n % 2 == 0 and "gate_up" in (s.label or "")):
+                continue  # a gated unit needs a [gate; up] product
             x = torch.randn(s.m, s.k, device="cuda", dtype=dtype, generator=gen)
             w = torch.randn(s.n, s.k, device="cuda", dtype=dtype, generator=gen) / math.sqrt(s.k)
             bias = torch.randn(s.n, device="cuda", dtype=dtype, generator=gen) if has_bias else None
             r = None
             if name == "residual":  # (its values grow with every timed call: only time counts)
                 r = torch.randn(s.m, s.n, device="cuda", dtype=dtype, generator=gen)
-            calls = contenders(x, w, bias, act, r)
-            check(calls, x, w, bias, act, None if r is None else r.clone())
+            calls = contenders(x, w, bias, act, r, gated)
+            check(calls, x, w, bias, act, None if r is None else r.clone(), gated)
             names = list(calls)
             estimates = {n: timer.estimate(calls[n]) for n in names}
             times = {n: [] for n in names}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -114,6 +114,20 @@ if has epibench; then
     --json "$OUT/epilogue-bench.json" > "$OUT/epilogue-bench.log" 2>&1
   echo "epilogue bench rc=$?"; grep "==" "$OUT/epilogue-bench.log"
   echo "epilogue bench done at $((SECONDS - start)) s"
+fi
+if has gatedbench; then
+  # issue #25: gated_linear (fused) against the plain 2I-wide product, that product then
+  # torch's unit, and torch's unfused SwiGLU/GeGLU, on the llm suite's gate/up rows
+  timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --rounds ${ROUNDS:-5} \
+    --models ${EPI_MODELS:-8b,70b} --tokens ${GATED_TOKENS:-1,4,16,32,64,256,1024,4096,16384} \
+    --epilogues ${GATED:-swiglu,geglu} --json "$OUT/gated-bench.json" > "$OUT/gated-bench.log" 2>&1
+  echo "gated bench rc=$?"; grep -E "==|Error" "$OUT/gated-bench.log"
+  echo "gated bench done at $((SECONDS - start)) s"
+fi
+if has hostbench; then
+  # host time per call, torch.mm vs wsgemm.matmul (and the grouped / gated ops), 64x64 fp16
+  timeout 120 python3 scripts/bench_host_overhead.py --rounds 7 > "$OUT/host-overhead.log" 2>&1
+  echo "host bench rc=$?"; tail -12 "$OUT/host-overhead.log"
 fi
 if has fixup; then
   # issue #23 item 1: the split-K/stream-K fix-up's exposed cost per shared tile, and the
