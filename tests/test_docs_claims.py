@@ -104,6 +104,11 @@ def values(claim: dict) -> list[float]:
         r = [row[v["field"]] for row in _get(rec, v["rows"]) if _matches(row, v.get("where", {}))]
         assert r, f"no rows match {v.get('where')}"
         return [min(r), max(r)]
+    if kind == "rows_quotient_range":  # min-max of `num` / `den` over the matching rows
+        r = [_get(row, v["num"]) / _get(row, v["den"]) for row in _get(rec, v["rows"])
+             if _matches(row, v.get("where", {}))]  # fmt: skip
+        assert r, f"no rows match {v.get('where')}"
+        return [min(r), max(r)]
     raise AssertionError(f"unknown value kind {kind!r}")
 
 

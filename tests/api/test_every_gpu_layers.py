@@ -374,15 +374,18 @@ def test_a_gated_grouped_mm_runs_what_explain_says(pose, cc, backends, auto, dty
 
 def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale():
     """``explain(x, w.t(), gated=True)`` is ``gated_linear(x, w)``'s road: the gated kernel
-    past decode, the swap-AB product then the gating up to 32 rows, torch's product off
-    Hopper; a row scale belongs to ``grouped_mm`` and is refused without ``grouped``/``offs``."""
-    w = torch.randn(48, 32, dtype=F16)
-    for rows, fused in ((40, True), (5, False)):
-        x = torch.randn(rows, 32, dtype=F16)
+    or the product then the gating, whichever the cost model predicts faster (both predictions
+    printed either way), torch's product off Hopper; a row scale belongs to ``grouped_mm`` and
+    is refused without ``grouped``/``offs``."""
+    w = torch.empty(8192, 4096, dtype=F16, device="meta")
+    for rows, fused in ((512, True), (5, False)):
+        x = torch.empty(rows, 4096, dtype=F16, device="meta")
         text = wsgemm.explain(x, w.t(), activation="silu", gated=True, cc=HOPPER)
-        assert text.startswith(f"gated_linear: act(gate) * up with silu, {rows} rows, 24")
+        assert text.startswith(f"gated_linear: act(gate) * up with silu, {rows} rows, 4096")
         assert ("kernel: the gated kernel on" in text) == fused
-        assert ("decode rows" in text) == (not fused)
+        assert ("few rows: the cost model predicts the product on" in text) == (not fused)
+        assert "the gated kernel's row tile (" in text and "then the gating (" in text
+    w = torch.randn(48, 32, dtype=F16)
     off = wsgemm.explain(torch.randn(40, 32, dtype=F16), w.t(), gated=True, cc=(8, 0))
     assert "no gated kernel runs on this GPU" in off
     with pytest.raises(ValueError, match="row_scale is grouped_mm's"):

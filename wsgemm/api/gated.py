@@ -6,11 +6,11 @@ B's two halves load into the two halves of each stage, and the epilogue multipli
 ``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``). The unfused road, where
 no kernel fuses (another GPU, a weight the kernel cannot read K-major, gated kernels switched
 off: ``host.fuses_epilogues(..., gated=True)``), is torch's: the (M, 2I) product, then
-``act(gate) * up`` in fp32, rounded once to the result's dtype. Decode-sized calls take it too
-where ``auto`` runs the (M, 2I) product on a swap-AB decode tile (at most
-``host.SWAP_DECODE_MAX_N`` rows): the gated kernel's 128-row tile would read the weights as a
-mostly empty row tile does, which the swap-AB tiles were built to beat (docs/perf.md entries
-25, 33), and the gating pass over M x 2I values is small beside reading the weights.
+``act(gate) * up`` in fp32, rounded once to the result's dtype. Calls of few rows take it too
+where the cost model predicts it faster (``Dispatcher.gated_unfused``): the gated kernel's row
+tiles span 256 rows a cluster, so at a few dozen rows most of their MMA work is empty, while
+``auto``'s product runs a swap-AB decode tile or a one-wave tile and the gating pass over M x
+2I values is small beside reading the weights (docs/perf.md entries 70, 73).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from ..host.dispatch import current_settings
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import check_activation, gated_unit
+from .epilogue import check_activation, torch_activation
 from .plan import _kernel_view
 
 __all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_torch"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
-DECODE_WHY = "decode rows"  # how the decode road's reason begins (``_road``)
+MODEL_WHY = "few rows"  # how the cost model's unfused road's reason begins (``_road``)
 
 
 def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int, str]:
@@ -71,8 +71,14 @@ def gated_config(rows: int) -> tuple[str, None]:
 
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
-    """``act(y[:, :I]) * y[:, I:]`` in fp32, rounded once: the unfused road's epilogue."""
-    return gated_unit(activation, y.float()).to(out_dtype)
+    """``act(y[:, :I]) * y[:, I:]`` in fp32, rounded once: the unfused road's epilogue. Two
+    kernels on an fp32 ``y`` (the activation, then the product written in ``out_dtype``: the
+    same bits as ``(act(g) * u).to(out_dtype)``, one pass fewer)."""
+    y = y.float()
+    half = y.shape[-1] // 2
+    gate = torch_activation(activation, y[..., :half])
+    out = torch.empty(gate.shape, dtype=out_dtype, device=y.device)
+    return torch.mul(gate, y[..., half:], out=out)
 
 
 def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tensor:
@@ -88,10 +94,10 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         return out
     if x.shape[1] == 0:  # both projections are 0, and act(0) * 0 = 0
         return out.zero_()
-    fused = _road(d, x, weight)
+    fused = _road(d, x, weight, act)
     if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
         out = _unfused(d, act, x, weight)
-        if key is not None and _settled(d, fused, x, weight):
+        if key is not None and _settled(d, fused, x, weight, act):
             d.remember(key, functools.partial(_unfused, d, act))
         return out
     (a_view, a_major), b_view, backend, index = fused
@@ -109,15 +115,15 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
     return out
 
 
-def _settled(d, why: str, x, weight) -> bool:
+def _settled(d, why: str, x, weight, act: str) -> bool:
     """Whether the unfused road ``why`` names is this signature's for good: every road but
-    decode's is; decode's once ``decode_swaps`` has settled it (with autotuning on, the
-    product's tuning may yet move it: entry 70)."""
-    if not d.autotune or not why.startswith(DECODE_WHY):
+    the cost model's is; that one once ``gated_unfused`` has settled it (with autotuning on,
+    the product's tuning may yet move it: entry 70)."""
+    if not d.autotune or not why.startswith(MODEL_WHY):
         return True
     index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
     name = str(x.dtype).removeprefix("torch.")
-    return d.decode_settled(index, x.shape[0], weight.shape[0], x.shape[1], name)
+    return d.gated_settled(index, x.shape[0], weight.shape[0], x.shape[1], name, act)
 
 
 def _unfused(d, act: str, x, weight) -> torch.Tensor:
@@ -168,16 +174,18 @@ def explain(d, x, weight, activation, **others) -> str:
         x = x.reshape(-1, x.shape[-1])
     m, half, act = check_gated(x, weight, activation, (d.devices.type,))
     head = f"gated_linear: act(gate) * up with {act}, {m} rows, {half} output features"
-    road = _road(d, x, weight) if m and half and x.shape[1] else "an empty problem"
+    road = _road(d, x, weight, act) if m and half and x.shape[1] else "an empty problem"
     if not isinstance(road, str):
-        backend = road[2]
+        backend, index = road[2], road[3]
         tile = host.BACKENDS[backend].config("float32")
         kernel = (
             f"kernel: the gated kernel on {backend} (its shipped {tile.tile_m}x{tile.tile_n} "
             f"tile, {tile.tile_n // 2} output features a tile): act(gate) * up in its "
             "epilogue, one GEMM, the half-width result written once"
         )
-        return f"{head}\n{kernel}"
+        name = str(x.dtype).removeprefix("torch.")
+        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act)
+        return f"{head}\n{kernel}" + (f"\nwhy: {verdict}" if verdict else "")
     product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto")
     unfused = f"unfused: the (M, 2I) fp32 product, then act(gate) * up in fp32 in torch ({road})"
     return f"{head}\n{unfused}\nthe product: {product}"
@@ -189,7 +197,7 @@ def _default_dispatcher():
     return DISPATCHER
 
 
-def _road(d, x, weight):
+def _road(d, x, weight, act):
     """((A's view, its major), B's view, backend, device index) where a gated kernel runs this
     call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
     index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
@@ -201,9 +209,9 @@ def _road(d, x, weight):
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return "I is not a multiple of 8 (the up rows' TMA coordinate, C's 16-byte rows)"
     name = str(x.dtype).removeprefix("torch.")
-    if d.decode_swaps(index, x.shape[0], weight.shape[0], x.shape[1], name):
-        return (f"{DECODE_WHY}: the (M, 2I) product on its swap-AB decode tile reads the "
-                "weights faster than the gated kernel's row tile")  # fmt: skip
+    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act)
+    if why is not None:
+        return f"{MODEL_WHY}: {why}"
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
     # K-major only; the kernel's B view is the gate's rows, the up rows follow them
     b = _kernel_view(weight[: weight.shape[0] // 2].unsqueeze(-1), False, (1,))

@@ -34,7 +34,6 @@ import torch
 from .. import support
 from ..support import MAX_GRID_DIM
 from . import choosing
-from .choosing.rules import SWAP_DECODE_MAX_N
 from .compiling.cache import COMPILE_CACHE
 from .registry import (
     BACKENDS,
@@ -162,9 +161,9 @@ class StandInDevices:
         raise AssertionError("one stand-in device: nothing to switch to")
 
 
-def _decode_key(device, rows: int, n: int, k: int, dtype: str) -> tuple:
-    """``Dispatcher.decode_swaps``' memo key among its launchers."""
-    return ("decode-swaps", device, rows, n, k, dtype, current_settings())
+def _gated_key(device, rows: int, n: int, k: int, dtype: str, activation: str) -> tuple:
+    """``Dispatcher.gated_unfused``'s memo key among its launchers."""
+    return ("gated-road", device, rows, n, k, dtype, activation, current_settings())
 
 
 class Dispatcher:
@@ -404,33 +403,60 @@ class Dispatcher:
             )  # fmt: skip
         return chosen
 
-    def decode_swaps(self, device, rows: int, n: int, k: int, dtype: str) -> bool:
-        """Whether ``auto`` reads a (rows, n, k) product of ``dtype`` inputs with an fp32 result
-        on a swap-AB decode tile (the tuned pick where one is stored, else the policy's; asking
-        tunes and races nothing): what a gated call of that many rows takes instead of the
-        gated kernel's row tile (``api.gated``). False off the sm90 family, past
-        ``SWAP_DECODE_MAX_N`` rows and in batch-invariant mode (where a row's bits must not
-        depend on how many rows the call has). Memoized per problem and settings."""
-        if rows > SWAP_DECODE_MAX_N or choosing.batch_invariant_requested(self.batch_invariant):
-            return False
-        key = _decode_key(device, rows, n, k, dtype)
+    def gated_unfused(self, device, rows: int, n: int, k: int, dtype: str, activation: str):
+        """Why a ``gated_linear`` call on a (rows, n = 2I, k) product of ``dtype`` inputs runs
+        that product on ``auto``'s choice (in fp32) and then the gating, rather than the gated
+        kernel: the cost model predicts that road faster (``choosing.gated_roads``; the
+        product's choice is the tuned pick where one is stored, else the policy's: asking tunes
+        and races nothing). None (the gated kernel) where it does not, off the sm90 family,
+        where no cost model knows this GPU, and in batch-invariant mode (a row's bits must not
+        depend on how many rows the call has). Memoized per problem, activation and settings.
+        """
+        return self._gated_answer(device, rows, n, k, dtype, activation)[0]
+
+    def gated_verdict(self, device, rows: int, n: int, k: int, dtype: str, activation: str):
+        """``gated_unfused``'s two predictions in words, whichever road won (``explain``);
+        None where it asked no model."""
+        return self._gated_answer(device, rows, n, k, dtype, activation)[1]
+
+    def _gated_answer(self, device, rows, n, k, dtype, activation) -> tuple:
+        if choosing.batch_invariant_requested(self.batch_invariant):
+            return None, "batch-invariant mode: the gated kernel whatever the rows"
+        key = _gated_key(device, rows, n, k, dtype, activation)
         known = self.launchers.get(key)
-        if known is None:
+        if known is not None:
+            return known
+        cc, sm_count = self.devices.capability(device), self.devices.sm_count(device)
+        model = choosing.cost_model_for(sm_count, cc)
+        why = verdict = source = None
+        if BACKENDS["sm90"].supports(cc) and model is not None:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
-            choice = None
-            if BACKENDS["sm90"].supports(self.devices.capability(device)):
-                choice = self.stored_or_model_choice(device, problem, dtypes)
-            known = choice is not None and choice.menu_entry.swap_ab
-            if not self.autotune or (choice is not None and choice.source == "tuned"):
-                # (with autotuning on, the product's first call may tune it to a row tile:
-                # asked again until a tuned pick answers)
-                self.remember(key, known)
+            choice = self.stored_or_model_choice(device, problem, dtypes)
+            source = choice.source
+            gated = choosing.entry(choosing.cost.GATED_KERNEL_ENTRY)
+            roads = choosing.gated_roads(model, gated, choice.menu_entry, choice.split, rows, n,
+                                         k, sm_count, activation)  # fmt: skip
+            if roads is not None:
+                split = f" split {choice.split}" if choice.split > 1 else ""
+                times = f"{roads.product_us:.1f} + {roads.gating_us:.1f} us"
+                product = (f"the product on {choice.menu_entry.name}{split} ({choice.source}) "
+                           f"then the gating ({times})")  # fmt: skip
+                fused = f"the gated kernel's row tile ({roads.fused_us:.1f} us)"
+                if roads.unfused_wins:
+                    why = verdict = f"the cost model predicts {product} faster than {fused}"
+                else:
+                    verdict = f"the cost model predicts {fused} faster than {product}"
+        known = (why, verdict)
+        if not self.autotune or source in (None, "tuned"):
+            # (with autotuning on, the product's first call may tune it: asked again until a
+            # tuned pick answers)
+            self.remember(key, known)
         return known
 
-    def decode_settled(self, device, rows: int, n: int, k: int, dtype: str) -> bool:
-        """Whether ``decode_swaps`` has settled its answer for this problem (with autotuning
+    def gated_settled(self, device, rows: int, n: int, k: int, dtype: str, activation) -> bool:
+        """Whether ``gated_unfused`` has settled its answer for this problem (with autotuning
         on it keeps asking until the product's tuned pick answers)."""
-        return _decode_key(device, rows, n, k, dtype) in self.launchers
+        return _gated_key(device, rows, n, k, dtype, activation) in self.launchers
 
     def races_torch(self, device, family: str) -> bool:
         """Whether ``auto``'s kernel of ``family`` on ``device`` is chosen against torch.matmul

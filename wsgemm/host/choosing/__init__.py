@@ -26,6 +26,7 @@ from .autotune import (
     tuned_choice,
 )
 from .autotune import requested as autotune_requested
+from .cost import GatedRoads, cost_model_for, gated_roads
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
 from .route_choice import RouteDecision
 from .rules import (
@@ -56,6 +57,7 @@ __all__ = [
     "TABLE_SCHEMA",
     "AutotuneWarning",
     "Choice",
+    "GatedRoads",
     "MenuEntry",
     "RouteDecision",
     "Table",
@@ -65,6 +67,8 @@ __all__ = [
     "bucket",
     "candidates",
     "choose",
+    "cost_model_for",
+    "gated_roads",
     "ranked_candidates",
     "describe",
     "entry",

@@ -35,6 +35,12 @@ passes that mainloop adds, and once per call the last unit's whole (nothing foll
 fitted: derived from the per-k-tile constant (measured +5.5% for gelu_tanh on the cooperative
 128x256 tile at K = 4096, predicted +6%: entry 43).
 
+A gated call (``gated_linear``: ``act(gate) * up`` of a (M, 2I) product) has two roads, priced
+by ``gated_roads``: the gated kernel (its row tile, writing the half-width result, with the
+activation's MUFU work: half an instruction set per product value) or the unfused road, the
+product on ``auto``'s choice in fp32 and then a gating pass of two torch kernels whose cost is
+``GATING_PASS_US`` plus its bytes at ``GATING_PASS_TB_S`` (measured, docs/perf.md entry 73).
+
 A prediction carries its terms so that ``explain`` can say why the winner won. Pure Python, as
 the rest of the room: no torch, no DSL; a prediction is a few dozen float operations.
 """
@@ -51,7 +57,8 @@ from pathlib import Path
 from .menu import MenuEntry
 
 __all__ = ["COST_SCHEMA", "EPILOGUE_MUFU", "CostModel", "EntryCost", "Prediction", "cost_model_for",
-           "epilogue_us", "features", "load_cost_model"]  # fmt: skip
+           "GatedRoads", "epilogue_us", "features", "gated_roads", "gating_pass_us",
+           "load_cost_model"]  # fmt: skip
 
 COST_SCHEMA = 1
 #: MUFU (special-function unit) instructions per accumulator element of each fused activation
@@ -190,6 +197,67 @@ def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Predi
     q = model.q
     combined = (compute**q + dram**q + l2**q) ** (1 / q)
     return Prediction(model.launch_us + combined, compute, dram, l2, f)
+
+
+#: The unfused gated road's pass after its (M, 2I) fp32 product: ``act(gate)``, then ``act *
+#: up`` into the 16-bit result, two torch kernels (three for relu2: ``relu``, then ``square``).
+#: A fixed cost (launch gaps) and the bytes at an elementwise rate, both measured on an H100
+#: (the unfused road's excess over the plain product at 1-16384 tokens on the 8B/70B gate_up
+#: rows: ~5 us at decode, ~1.5 TB/s on torch's kernels over half-width views: entry 73).
+GATING_PASS_US = 5.0
+GATING_PASS_TB_S = 1.5
+#: bytes per result value: the gate read and act(gate) written in fp32, both halves read for
+#: the product, the 16-bit result written
+GATING_PASS_BYTES = 4 + 4 + 4 + 4 + 2
+#: the gated kernel's entry in the model for either of its row tiles: the ping-pong 128x128
+#: entry's DRAM constant misfits DRAM-bound problems (it predicts 545 us where its gated
+#: kernel took 372 on the 70B gate_up row at 256 tokens, entry 73), the cooperative one's holds
+GATED_KERNEL_ENTRY = "sm90"
+
+
+def gating_pass_us(m: int, half: int, activation: str = "silu") -> float:
+    """The unfused gated road's gating pass over an (m, 2 * half) fp32 product (above)."""
+    launches = 3 if activation == "relu2" else 2
+    return GATING_PASS_US * launches / 2 + m * half * GATING_PASS_BYTES / (GATING_PASS_TB_S * 1e6)
+
+
+@dataclass(frozen=True)
+class GatedRoads:
+    """The predicted microseconds of a gated call's two roads (``gated_roads``)."""
+
+    fused_us: float
+    unfused_us: float
+    product_us: float  # of which the unfused road's (M, 2I) product
+    gating_us: float  # and its gating pass
+
+    @property
+    def unfused_wins(self) -> bool:
+        return self.unfused_us < self.fused_us
+
+
+def gated_roads(
+    model: CostModel,
+    gated_kernel: MenuEntry,
+    product: MenuEntry,
+    split: int,
+    m: int,
+    n: int,
+    k: int,
+    sm_count: int,
+    activation: str,
+) -> GatedRoads | None:
+    """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: ``gated_kernel``
+    (unsplit, writing m x I 16-bit values, with the activation's MUFU work: ``EPILOGUE_MUFU``
+    per result value, half of it per product value) against the product on ``product`` with
+    ``split`` writing fp32, plus ``gating_pass_us``. None where the model lacks an entry."""
+    mufu = EPILOGUE_MUFU.get(activation, 0) // 2
+    fused = predict(model, gated_kernel, features(gated_kernel, 1, m, n, k, 1, sm_count, 2, 1),
+                    mufu)  # fmt: skip
+    plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
+    if fused is None or plain is None:
+        return None
+    gating = gating_pass_us(m, n // 2, activation)
+    return GatedRoads(fused.us, plain.us + gating, plain.us, gating)
 
 
 def load_cost_model(path: str | Path) -> CostModel:
