@@ -3,7 +3,8 @@
 tensors, autograd) over the core (``wsgemm.api.gated``: the fused kernel, or torch's road).
 
 With a gradient to compute, ``gated_linear`` runs the (rows, 2I) product and then ``act(gate)
-* up`` in torch, which autograd saves (``_for_autograd``): the backward is dx and dW, two GEMMs
+* up`` in torch, which autograd saves (``_for_autograd``): the backward is the unit's gradient
+(three passes into one (rows, 2I) tensor: ``gated_unit_with_grad``), then dx and dW, two GEMMs
 on wsgemm's kernels. The op's own backward (a direct ``torch.ops.wsgemm.gated_linear`` call with
 a gradient) recomputes the product with one more GEMM, then ``dgate = grad * up *
 act'(gate)``, ``dup = grad * act(gate)`` in fp32.
@@ -16,7 +17,7 @@ import math
 import torch
 
 from .api import gated as core
-from .api.epilogue import activation_grad, gated_unit, torch_activation
+from .api.epilogue import activation_grad, gated_unit_with_grad, torch_activation
 from .ops import matmul
 
 __all__ = ["gated_linear"]
@@ -131,4 +132,4 @@ def _for_autograd(x, weight, activation):
     ``torch.ops.wsgemm.gated_linear`` call) recomputes the product."""
     folded = _fold(x) if x.dim() >= 1 else x
     act = core.check_gated(folded, weight, activation, (x.device.type,))[2]
-    return gated_unit(act, matmul(x, weight.t()))
+    return gated_unit_with_grad(act, matmul(x, weight.t()))

@@ -15,7 +15,7 @@ import math
 import torch
 
 from .api import grouped as core
-from .api.epilogue import activation_grad, gated_unit, torch_activation
+from .api.epilogue import activation_grad, gated_unit, gated_unit_with_grad, torch_activation
 from .ops import _any_autocast, _is_compiling, _no_modes, autocast_dtype
 
 __all__ = ["grouped_mm"]
@@ -307,7 +307,7 @@ def _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale=N
     p = core.check_grouped(a, b, offs, None, out_dtype, backend, (a.device.type,), activation,
                            gated, row_scale)  # fmt: skip
     pre = _GROUPED_MM(a, b, offs, out_dtype, backend, None, False)
-    y = (gated_unit if gated else torch_activation)(p.epilogue.activation, pre)
+    y = (gated_unit_with_grad if gated else torch_activation)(p.epilogue.activation, pre)
     if row_scale is None:
         return y.to(p.c_dtype)  # (autocast may run an activation's op in float32)
     y = _zero_past_end(y, offs, 0).float() * row_scale.float()[:, None]

@@ -420,3 +420,41 @@ def test_with_autotuning_the_unfused_road_keeps_its_launcher_once_settled(fusing
     assert close(out, reference(x, w, "silu"), F16, 2048)
     assert len(checks) == 1  # the second call settles the road; the rest take its launcher
     assert not Epilogue.parse(launched[-1].epilogue).gated and launched[-1].config.swap_ab
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu", "relu2"])
+@pytest.mark.parametrize("dtype", [F16, BF16, torch.float32])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("compiling", [False, True])
+def test_the_trained_unit_matches_autograd_through_torch_s_formula(
+    act, dtype, transposed, compiling, monkeypatch
+):
+    """``gated_unit_with_grad`` (the training road's unit: its backward writes d[gate; up]
+    into one tensor in three passes; under torch.compile functional ops and a cat) gives the
+    forward's bits and autograd's gradient through ``gated_unit`` (torch's ops on the two
+    slices) for N-D products, transposed ones too."""
+    from wsgemm.api.epilogue import gated_unit, gated_unit_with_grad
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+
+    gen = torch.Generator().manual_seed(3)
+    base = (torch.randn(2, 3, 2 * 40, generator=gen) * 3).to(dtype)
+    if transposed:
+        base = base.transpose(0, 1).contiguous().transpose(0, 1)
+    base[0, 0, :4] = torch.tensor([0.0, -0.0, 1e-3, -50.0], dtype=dtype)
+    dh = torch.randn(2, 3, 40, generator=gen).to(dtype)
+    outs, grads = [], []
+    for fn in (gated_unit, gated_unit_with_grad):
+        y = base.clone().requires_grad_()
+        h = fn(act, y)
+        h.backward(dh)
+        outs.append(h.detach())
+        grads.append(y.grad)
+    assert torch.equal(outs[0], outs[1])
+    if act == "relu2":  # the same formula, grouped otherwise: within a rounding
+        tol = 2 * torch.finfo(dtype).eps * grads[0].abs().max().item()
+        assert (grads[0].double() - grads[1].double()).abs().max().item() <= tol
+    else:
+        assert torch.equal(grads[0], grads[1])
+    with torch.no_grad():  # no gradient: gated_unit itself
+        assert torch.equal(gated_unit_with_grad(act, base), gated_unit(act, base))

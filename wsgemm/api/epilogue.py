@@ -18,8 +18,8 @@ import torch
 from ..host.registry import ACTIVATIONS, PLAIN, Epilogue
 
 __all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activate_", "activation_grad", "apply_in_torch",
-           "check_epilogue", "check_residual", "check_scalar", "combine_in_torch", "kernel_bias",
-           "torch_activation"]  # fmt: skip
+           "check_epilogue", "check_residual", "check_scalar", "combine_in_torch", "gated_unit",
+           "gated_unit_with_grad", "kernel_bias", "torch_activation"]  # fmt: skip
 
 #: The public activation names (``matmul(..., activation=...)``): None and the kernels' own.
 PUBLIC_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "none")
@@ -118,6 +118,64 @@ def gated_unit(name: str, y: torch.Tensor) -> torch.Tensor:
     ``y``'s dtype: torch's own form (``.float()`` it first for fp32 arithmetic)."""
     half = y.shape[-1] // 2
     return torch_activation(name, y[..., :half]) * y[..., half:]
+
+
+class _GatedUnit(torch.autograd.Function):
+    """``gated_unit`` for a product that needs its gradient: the same forward ops (so the same
+    bits), and a backward that writes ``d[gate; up]`` into one tensor of the product's shape
+    with torch's own kernels: ``dup = dh * act(gate)``, ``dgate = act'(gate) * (dh * up)``
+    (``*_backward`` with ``grad_input=``): three passes, where autograd through the two slices
+    runs five more (each slice's gradient a zero-filled product-sized tensor, then their sum)."""
+
+    @staticmethod
+    def forward(ctx, name: str, y: torch.Tensor) -> torch.Tensor:
+        half = y.shape[-1] // 2
+        act = torch_activation(name, y[..., :half])
+        ctx.name = name
+        ctx.save_for_backward(y, act)
+        return act * y[..., half:]
+
+    @staticmethod
+    def backward(ctx, dh: torch.Tensor):
+        y, act = ctx.saved_tensors
+        half = y.shape[-1] // 2
+        gate, up = y[..., :half], y[..., half:]
+        if torch.compiler.is_compiling():  # functional ops for the compiler, which fuses them
+            dgate = _activation_backward(ctx.name, dh * up, gate)
+            return None, torch.cat([dgate, dh * act], dim=-1)
+        dy = torch.empty_like(y)
+        torch.mul(dh, act, out=dy[..., half:])
+        _activation_backward(ctx.name, dh * up, gate, dy[..., :half])
+        return None, dy
+
+
+def _activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=None):
+    """``grad * act'(pre)`` by torch's own backward kernels (autograd's formulas), into ``out``
+    where given."""
+    if name == "relu2":  # d relu(x)^2 = 2 relu(x), zero where relu is
+        twice = torch.relu(pre) * 2
+        return torch.mul(grad, twice) if out is None else torch.mul(grad, twice, out=out)
+    aten = torch.ops.aten
+    if name == "silu":
+        op, extra, kw = aten.silu_backward, (), {}
+    elif name in ("gelu", "gelu_tanh"):
+        op, extra = aten.gelu_backward, ()
+        kw = {"approximate": "tanh" if name == "gelu_tanh" else "none"}
+    elif name == "relu":
+        op, extra, kw = aten.threshold_backward, (0,), {}
+    else:
+        raise ValueError(f"no gated activation {name!r}")
+    if out is None:
+        return op.default(grad, pre, *extra, **kw)
+    return op.grad_input(grad, pre, *extra, **kw, grad_input=out)
+
+
+def gated_unit_with_grad(name: str, y: torch.Tensor) -> torch.Tensor:
+    """``gated_unit(name, y)`` (the same bits) whose backward writes the product's gradient in
+    three passes (``_GatedUnit``); ``gated_unit`` itself where ``y`` needs no gradient."""
+    if not (torch.is_grad_enabled() and y.requires_grad):
+        return gated_unit(name, y)
+    return _GatedUnit.apply(name, y)
 
 
 def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
