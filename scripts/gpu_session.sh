@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|mlptrain|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -132,6 +132,13 @@ if has gatedheldout; then
     --rounds ${ROUNDS:-5} --epilogues swiglu --json "$OUT/gated-heldout.json" > "$OUT/gated-heldout.log" 2>&1
   echo "gated heldout rc=$?"; grep -E "==|Error" "$OUT/gated-heldout.log"
   echo "gated heldout done at $((SECONDS - start)) s"
+fi
+if has mlptrain; then
+  # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
+  timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} \
+    --models ${EPI_MODELS:-8b,70b} --tokens ${MLP_TOKENS:-1024,4096} \
+    --json "$OUT/mlp-train.json" > "$OUT/mlp-train.log" 2>&1
+  echo "mlp train rc=$?"; cat "$OUT/mlp-train.log" | tail -8
 fi
 if has hostbench; then
   # host time per call, torch.mm vs wsgemm.matmul (and the grouped / gated ops), 64x64 fp16

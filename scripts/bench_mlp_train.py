@@ -1,0 +1,135 @@
+"""A SwiGLU/GeGLU MLP's forward+backward on wsgemm against torch's (issue #25), interleaved.
+
+For each model (the llm suite's 8B/70B hidden and ffn sizes) and token count, in one process,
+round-robin with the order rotated each round, cold L2 (``wsgemm.bench.measure.CudaTimer``),
+one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``:
+
+* ``wsgemm``: ``wsgemm.nn.GatedMLP`` (the gate/up product on wsgemm, the unit's gradient in three
+  passes: docs/perf.md entry 74; the four backward GEMMs on wsgemm);
+* ``torch``: the same with ``nn.Linear`` layers and torch's ``act(y[..., :I]) * y[..., I:]``;
+* ``gemms``: torch's six GEMMs alone (what the step would take with free elementwise work):
+  ``torch - gemms`` is torch's elementwise time, ``wsgemm - gemms`` wsgemm's plus any GEMM gap.
+
+Prints per shape the medians and the share of torch's elementwise time wsgemm recovers
+(``(torch - wsgemm) / (torch - gemms)``, issue #25's bar: >= 75%); ``--json`` keeps the times.
+
+    python scripts/bench_mlp_train.py [--models 8b,70b] [--tokens 1024,4096] [--rounds 5]
+        [--dtype bf16] [--activation silu] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import wsgemm
+from wsgemm.api.epilogue import gated_unit
+from wsgemm.bench import measure, suites
+from wsgemm.bench.nvml import Nvml
+
+
+def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
+    mlp = wsgemm.nn.GatedMLP(hidden, ffn, activation=act, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, device="cuda", dtype=dtype)
+                    / p.shape[-1] ** 0.5)  # fmt: skip
+    w_gu, w_d = mlp.gate_up_proj.weight, mlp.down_proj.weight
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    dout = torch.randn(tokens, hidden, device="cuda", dtype=dtype, generator=gen)
+    h_plain = torch.randn(tokens, ffn, device="cuda", dtype=dtype, generator=gen)
+    dy = torch.randn(tokens, 2 * ffn, device="cuda", dtype=dtype, generator=gen)
+
+    def zero():
+        for t in (x, w_gu, w_d):
+            t.grad = None
+
+    def step_wsgemm():
+        zero()
+        mlp(x).backward(dout)
+
+    def step_torch():
+        zero()
+        F.linear(gated_unit(act, F.linear(x, w_gu)), w_d).backward(dout)
+
+    def step_gemms():  # the six products of a step, nothing else
+        with torch.no_grad():
+            F.linear(x, w_gu)
+            F.linear(h_plain, w_d)
+            dout @ w_d  # dh
+            dout.t() @ h_plain  # dW_down
+            dy @ w_gu  # dx
+            dy.t() @ x  # dW_gate_up
+
+    return {"wsgemm": step_wsgemm, "torch": step_torch, "gemms": step_gemms}, (mlp, x, dout)
+
+
+def check(mlp, x, dout, act) -> None:
+    """wsgemm's gradients against float64 (within a loose bound: this is a benchmark)."""
+    x.grad = None
+    for p in mlp.parameters():
+        p.grad = None
+    mlp(x).backward(dout)
+    x64 = x.detach().double().requires_grad_()
+    w64 = mlp.gate_up_proj.weight.detach().double()
+    d64 = mlp.down_proj.weight.detach().double()
+    F.linear(gated_unit(act, F.linear(x64, w64)), d64).backward(dout.double())
+    err = (x.grad.double() - x64.grad).abs().max().item()
+    scale = x64.grad.abs().max().item() + 1e-6
+    if not err <= 3e-2 * scale:
+        raise AssertionError(f"dx off by {err:.3g} (scale {scale:.3g})")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="8b,70b")
+    p.add_argument("--tokens", default="1024,4096")
+    p.add_argument("--activation", default="silu", choices=("silu", "gelu_tanh", "gelu"))
+    p.add_argument("--dtype", default="bf16", choices=("fp16", "bf16"))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    timer = measure.CudaTimer(torch.device("cuda"), Nvml.open(0))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    records = []
+    for name in args.models.split(","):
+        model = suites.MODELS[name]
+        for tokens in suites.parse_int_list(args.tokens):
+            calls, (mlp, x, dout) = contenders(model.hidden, model.ffn, tokens, dtype,
+                                               args.activation, gen)  # fmt: skip
+            check(mlp, x, dout, args.activation)
+            names = list(calls)
+            estimates = {n: timer.estimate(calls[n]) for n in names}
+            times = {n: [] for n in names}
+            for r in range(args.rounds):
+                for n in measure.rotated(names, r):
+                    times[n].append(timer.measure(calls[n], args.reps, estimates[n]).ms)
+            med = {n: statistics.median(v) for n, v in times.items()}
+            elementwise = med["torch"] - med["gemms"]
+            recovered = (med["torch"] - med["wsgemm"]) / elementwise if elementwise > 0 else None
+            rec = "n/a" if recovered is None else f"{recovered:6.1%}"
+            print(f"{name} t={tokens:<6d} wsgemm {med['wsgemm']:8.3f} ms  torch "
+                  f"{med['torch']:8.3f} ms  gemms {med['gemms']:8.3f} ms  wsgemm/torch "
+                  f"{med['wsgemm'] / med['torch']:.3f}  recovered {rec}", flush=True)  # fmt: skip
+            records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
+                                times_ms=times, median_ms=med, recovered=recovered))  # fmt: skip
+            del calls, mlp, x, dout
+    if args.json:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
+                           torch=torch.__version__, gpu=torch.cuda.get_device_name(),
+                           records=records), f, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
