@@ -16,9 +16,11 @@ bias_silu, silu, gelu_tanh (no bias), and ``residual``: the in-place ``r += x @ 
 (``wsgemm.matmul(x, W.t(), c=r, out=r)``) against ``r.add_(F.linear(x, W))`` and cuBLASLt's
 ``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``). ``swiglu`` / ``geglu`` run on
 the suite's gate/up rows only (W = ``[w_gate; w_up]``, N = 2I): ``fused`` is
-``wsgemm.gated_linear(x, W)``, ``plain`` the same 2I-wide product without the unit,
-``unfused`` that product then torch's unit (wsgemm's own two-pass road) and ``torch``
-``silu(y[:, :I]) * y[:, I:]`` of ``y = F.linear(x, W)``.
+``wsgemm.gated_linear(x, W)`` (whichever road it takes), ``plain`` the same 2I-wide product
+without the unit, ``unfused`` that product then torch's unit in the inputs' dtype, ``road``
+gated_linear's own unfused road (the product in fp32, then ``api.gated.gated_in_torch``,
+rounded once: what ``Dispatcher.gated_unfused`` prices) and ``torch`` ``silu(y[:, :I]) *
+y[:, I:]`` of ``y = F.linear(x, W)``. (Records before 2026-12-06's second have no ``road``.)
 
     python scripts/bench_epilogue.py [--suite llm|models] [--seed S --count C] [--rounds 7]
         [--epilogues bias,bias_gelu_tanh] [--dtype fp16|bf16] [--json FILE]
@@ -41,6 +43,7 @@ import torch.nn.functional as F
 
 import wsgemm
 from wsgemm.api.epilogue import gated_unit, torch_activation
+from wsgemm.api.gated import gated_in_torch
 from wsgemm.bench import backends, measure, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
@@ -59,6 +62,9 @@ def contenders(x, w, bias, act, residual=None, gated=None):
             "plain": lambda: wsgemm.linear(x, w),
             "fused": lambda: wsgemm.gated_linear(x, w, gated),
             "unfused": lambda: gated_unit(gated, wsgemm.linear(x, w)),
+            "road": lambda: gated_in_torch(
+                wsgemm.matmul(x, w.t(), out_dtype=torch.float32), gated, x.dtype
+            ),
             "torch": lambda: gated_unit(gated, F.linear(x, w)),
         }
     if residual is not None:

@@ -6,11 +6,12 @@ B's two halves load into the two halves of each stage, and the epilogue multipli
 ``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``). The unfused road, where
 no kernel fuses (another GPU, a weight the kernel cannot read K-major, gated kernels switched
 off: ``host.fuses_epilogues(..., gated=True)``), is torch's: the (M, 2I) product, then
-``act(gate) * up`` in fp32, rounded once to the result's dtype. Calls of few rows take it too
-where the cost model predicts it faster (``Dispatcher.gated_unfused``): the gated kernel's row
-tiles span 256 rows a cluster, so at a few dozen rows most of their MMA work is empty, while
-``auto``'s product runs a swap-AB decode tile or a one-wave tile and the gating pass over M x
-2I values is small beside reading the weights (docs/perf.md entries 70, 73).
+``act(gate) * up`` in fp32, rounded once to the result's dtype. Calls take it too where the
+cost model predicts it faster (``Dispatcher.gated_unfused``): the gated kernel has two row
+tiles, each spanning 256 rows a cluster and unsplit, so at a few dozen rows most of their MMA
+work is empty (and on a narrow 2I few CTAs run), while ``auto``'s product has the whole menu
+and the gating pass over M x 2I values is small beside reading the weights (docs/perf.md entry
+73: timed at 32-16384 tokens on two models; elsewhere the model's extrapolation).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from .plan import _kernel_view
 __all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_torch"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
-MODEL_WHY = "few rows"  # how the cost model's unfused road's reason begins (``_road``)
 
 
 def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int, str]:
@@ -72,8 +72,8 @@ def gated_config(rows: int) -> tuple[str, None]:
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
     """``act(y[:, :I]) * y[:, I:]`` in fp32, rounded once: the unfused road's epilogue. Two
-    kernels on an fp32 ``y`` (the activation, then the product written in ``out_dtype``: the
-    same bits as ``(act(g) * u).to(out_dtype)``, one pass fewer)."""
+    kernels on an fp32 ``y`` (three for relu2; the activation, then the product written in
+    ``out_dtype``: the same bits as ``(act(g) * u).to(out_dtype)``, one pass fewer)."""
     y = y.float()
     half = y.shape[-1] // 2
     gate = torch_activation(activation, y[..., :half])
@@ -97,7 +97,7 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
     fused = _road(d, x, weight, act)
     if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
         out = _unfused(d, act, x, weight)
-        if key is not None and _settled(d, fused, x, weight, act):
+        if key is not None:
             d.remember(key, functools.partial(_unfused, d, act))
         return out
     (a_view, a_major), b_view, backend, index = fused
@@ -113,17 +113,6 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         shifts = (a_view.data_ptr() - x.data_ptr(), b_view.data_ptr() - weight.data_ptr())
         d.remember(key, _launcher(d, at, shifts, (m, half), x.dtype, x.device, index))
     return out
-
-
-def _settled(d, why: str, x, weight, act: str) -> bool:
-    """Whether the unfused road ``why`` names is this signature's for good: every road but
-    the cost model's is; that one once ``gated_unfused`` has settled it (with autotuning on,
-    the product's tuning may yet move it: entry 70)."""
-    if not d.autotune or not why.startswith(MODEL_WHY):
-        return True
-    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
-    name = str(x.dtype).removeprefix("torch.")
-    return d.gated_settled(index, x.shape[0], weight.shape[0], x.shape[1], name, act)
 
 
 def _unfused(d, act: str, x, weight) -> torch.Tensor:
@@ -208,10 +197,6 @@ def _road(d, x, weight, act):
         return "the gated kernels are switched off (host.registry.GATED_FAMILIES)"
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return "I is not a multiple of 8 (the up rows' TMA coordinate, C's 16-byte rows)"
-    name = str(x.dtype).removeprefix("torch.")
-    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act)
-    if why is not None:
-        return f"{MODEL_WHY}: {why}"
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))
     # K-major only; the kernel's B view is the gate's rows, the up rows follow them
     b = _kernel_view(weight[: weight.shape[0] // 2].unsqueeze(-1), False, (1,))
@@ -219,5 +204,9 @@ def _road(d, x, weight, act):
         return "x is not addressable by the kernel (no unit stride, or strides not 16-byte)"
     if b is None:
         return "the weight is not row-major (2I, K) with 16-byte rows (the kernel reads it K-major)"
+    name = str(x.dtype).removeprefix("torch.")
+    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act)
+    if why is not None:
+        return why
     a_view, unit = a
     return (a_view, "k" if unit == "cols" else "m"), b[0], backend, index

@@ -161,11 +161,6 @@ class StandInDevices:
         raise AssertionError("one stand-in device: nothing to switch to")
 
 
-def _gated_key(device, rows: int, n: int, k: int, dtype: str, activation: str) -> tuple:
-    """``Dispatcher.gated_unfused``'s memo key among its launchers."""
-    return ("gated-road", device, rows, n, k, dtype, activation, current_settings())
-
-
 class Dispatcher:
     """Device facts, backend choice, compiled kernels and prebuilt launchers (see the module
     docstring). Thread-safe: the memos only grow under a lock; a failed compile or a rejected call
@@ -228,6 +223,7 @@ class Dispatcher:
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
         self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
+        self._gated_roads: dict[tuple, tuple] = {}  # gated_unfused's answers
         self._said: set[Hashable] = set()  # say_once's
         self._lock = threading.Lock()
 
@@ -406,12 +402,13 @@ class Dispatcher:
     def gated_unfused(self, device, rows: int, n: int, k: int, dtype: str, activation: str):
         """Why a ``gated_linear`` call on a (rows, n = 2I, k) product of ``dtype`` inputs runs
         that product on ``auto``'s choice (in fp32) and then the gating, rather than the gated
-        kernel: the cost model predicts that road faster (``choosing.gated_roads``; the
-        product's choice is the tuned pick where one is stored, else the policy's: asking tunes
-        and races nothing). None (the gated kernel) where it does not, off the sm90 family,
-        where no cost model knows this GPU, and in batch-invariant mode (a row's bits must not
-        depend on how many rows the call has). Memoized per problem, activation and settings.
-        """
+        kernel: the cost model predicts that road faster (``choosing.gated_roads``, the product
+        priced on the policy's pick: a tuned pick only measured faster than that, so tuning
+        never makes this road the slower one and the answer holds from the first call). None
+        (the gated kernel) where it does not, off the sm90 family, where no cost model knows
+        this GPU, and in batch-invariant mode (a row's bits must not depend on how many rows
+        the call has). Memoized per problem, activation and settings (a memo of its own, so
+        that many row counts do not crowd out the launchers)."""
         return self._gated_answer(device, rows, n, k, dtype, activation)[0]
 
     def gated_verdict(self, device, rows: int, n: int, k: int, dtype: str, activation: str):
@@ -422,41 +419,34 @@ class Dispatcher:
     def _gated_answer(self, device, rows, n, k, dtype, activation) -> tuple:
         if choosing.batch_invariant_requested(self.batch_invariant):
             return None, "batch-invariant mode: the gated kernel whatever the rows"
-        key = _gated_key(device, rows, n, k, dtype, activation)
-        known = self.launchers.get(key)
+        key = (device, rows, n, k, dtype, activation, current_settings())
+        known = self._gated_roads.get(key)
         if known is not None:
             return known
         cc, sm_count = self.devices.capability(device), self.devices.sm_count(device)
         model = choosing.cost_model_for(sm_count, cc)
-        why = verdict = source = None
+        why = verdict = None
         if BACKENDS["sm90"].supports(cc) and model is not None:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
-            choice = self.stored_or_model_choice(device, problem, dtypes)
-            source = choice.source
-            gated = choosing.entry(choosing.cost.GATED_KERNEL_ENTRY)
-            roads = choosing.gated_roads(model, gated, choice.menu_entry, choice.split, rows, n,
-                                         k, sm_count, activation)  # fmt: skip
+            choice = self.model_choice(device, problem, dtypes)
+            roads = choosing.gated_roads(model, choice.menu_entry, choice.split, rows, n, k,
+                                         sm_count, activation)  # fmt: skip
             if roads is not None:
                 split = f" split {choice.split}" if choice.split > 1 else ""
                 times = f"{roads.product_us:.1f} + {roads.gating_us:.1f} us"
-                product = (f"the product on {choice.menu_entry.name}{split} ({choice.source}) "
-                           f"then the gating ({times})")  # fmt: skip
+                product = (f"the product on {choice.menu_entry.name}{split} then the gating "
+                           f"({times})")  # fmt: skip
                 fused = f"the gated kernel's row tile ({roads.fused_us:.1f} us)"
                 if roads.unfused_wins:
                     why = verdict = f"the cost model predicts {product} faster than {fused}"
                 else:
                     verdict = f"the cost model predicts {fused} faster than {product}"
         known = (why, verdict)
-        if not self.autotune or source in (None, "tuned"):
-            # (with autotuning on, the product's first call may tune it: asked again until a
-            # tuned pick answers)
-            self.remember(key, known)
+        with self._lock:
+            if len(self._gated_roads) >= self.MAX_LAUNCHERS:
+                del self._gated_roads[next(iter(self._gated_roads))]
+            self._gated_roads[key] = known
         return known
-
-    def gated_settled(self, device, rows: int, n: int, k: int, dtype: str, activation) -> bool:
-        """Whether ``gated_unfused`` has settled its answer for this problem (with autotuning
-        on it keeps asking until the product's tuned pick answers)."""
-        return _gated_key(device, rows, n, k, dtype, activation) in self.launchers
 
     def races_torch(self, device, family: str) -> bool:
         """Whether ``auto``'s kernel of ``family`` on ``device`` is chosen against torch.matmul
@@ -712,6 +702,7 @@ class Dispatcher:
         with self._lock:
             self.launchers.clear()
             self._kernels.clear()
+            self._gated_roads.clear()
         self.semaphores.clear()
 
     def device_index(self, device) -> int:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .menu import MenuEntry
+from .menu import MenuEntry, entry
 
 __all__ = ["COST_SCHEMA", "EPILOGUE_MUFU", "CostModel", "EntryCost", "Prediction", "cost_model_for",
            "GatedRoads", "epilogue_us", "features", "gated_roads", "gating_pass_us",
@@ -202,8 +202,10 @@ def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Predi
 #: The unfused gated road's pass after its (M, 2I) fp32 product: ``act(gate)``, then ``act *
 #: up`` into the 16-bit result, two torch kernels (three for relu2: ``relu``, then ``square``).
 #: A fixed cost (launch gaps) and the bytes at an elementwise rate, both measured on an H100
-#: (the unfused road's excess over the plain product at 1-16384 tokens on the 8B/70B gate_up
-#: rows: ~5 us at decode, ~1.5 TB/s on torch's kernels over half-width views: entry 73).
+#: (the excess over the plain product of that product then torch's unit, both in the inputs'
+#: dtype, at 1-16384 tokens on the 8B/70B gate_up rows: ~5 us at decode, ~1.5 TB/s over its
+#: ~10 bytes a value at 256 tokens and more: entry 73). The fp32 road moves ``GATING_PASS_BYTES``
+#: a value; a pass bound by memory is assumed to keep the rate per byte.
 GATING_PASS_US = 5.0
 GATING_PASS_TB_S = 1.5
 #: bytes per result value: the gate read and act(gate) written in fp32, both halves read for
@@ -216,9 +218,12 @@ GATED_KERNEL_ENTRY = "sm90"
 
 
 def gating_pass_us(m: int, half: int, activation: str = "silu") -> float:
-    """The unfused gated road's gating pass over an (m, 2 * half) fp32 product (above)."""
-    launches = 3 if activation == "relu2" else 2
-    return GATING_PASS_US * launches / 2 + m * half * GATING_PASS_BYTES / (GATING_PASS_TB_S * 1e6)
+    """The unfused gated road's gating pass over an (m, 2 * half) fp32 product (above);
+    relu2's activation is two kernels (``relu``, then ``square``: one more fp32 write and
+    read)."""
+    launches, extra = (3, 8) if activation == "relu2" else (2, 0)
+    value_bytes = GATING_PASS_BYTES + extra
+    return GATING_PASS_US * launches / 2 + m * half * value_bytes / (GATING_PASS_TB_S * 1e6)
 
 
 @dataclass(frozen=True)
@@ -237,7 +242,6 @@ class GatedRoads:
 
 def gated_roads(
     model: CostModel,
-    gated_kernel: MenuEntry,
     product: MenuEntry,
     split: int,
     m: int,
@@ -246,13 +250,14 @@ def gated_roads(
     sm_count: int,
     activation: str,
 ) -> GatedRoads | None:
-    """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: ``gated_kernel``
-    (unsplit, writing m x I 16-bit values, with the activation's MUFU work: ``EPILOGUE_MUFU``
-    per result value, half of it per product value) against the product on ``product`` with
-    ``split`` writing fp32, plus ``gating_pass_us``. None where the model lacks an entry."""
+    """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel
+    (priced on ``GATED_KERNEL_ENTRY``, unsplit, writing m x I 16-bit values, with the
+    activation's MUFU work: ``EPILOGUE_MUFU`` per result value, half of it per product value)
+    against the product on ``product`` with ``split`` writing fp32, plus ``gating_pass_us``.
+    None where the model lacks an entry."""
+    gated = entry(GATED_KERNEL_ENTRY)
     mufu = EPILOGUE_MUFU.get(activation, 0) // 2
-    fused = predict(model, gated_kernel, features(gated_kernel, 1, m, n, k, 1, sm_count, 2, 1),
-                    mufu)  # fmt: skip
+    fused = predict(model, gated, features(gated, 1, m, n, k, 1, sm_count, 2, 1), mufu)
     plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
     if fused is None or plain is None:
         return None
