@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|mlptrain|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -139,6 +139,16 @@ if has mlptrain; then
     --models ${EPI_MODELS:-8b,70b} --tokens ${MLP_TOKENS:-1024,4096} \
     --json "$OUT/mlp-train.json" > "$OUT/mlp-train.log" 2>&1
   echo "mlp train rc=$?"; cat "$OUT/mlp-train.log" | tail -8
+fi
+if has rpr; then
+  # issue #27: does the baseline's setting (cuBLAS's reduced-precision split-K reduction off)
+  # change any ratio? cublas-rpr is torch.matmul with torch's default (allowed)
+  for dt in fp16 bf16; do
+    WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-200} python3 -m wsgemm bench --suite ${RPR_SUITE:-llm} \
+      --dtype $dt --backends cublas,cublas-rpr,wsgemm:auto --rounds ${ROUNDS:-5} \
+      --json "$OUT/rpr-$dt.json" > "$OUT/rpr-$dt.log" 2>&1
+    echo "rpr $dt rc=$?"; grep -iE "geomean|rpr" "$OUT/rpr-$dt.log" | tail -4
+  done
 fi
 if has hostbench; then
   # host time per call, torch.mm vs wsgemm.matmul (and the grouped / gated ops), 64x64 fp16

@@ -240,3 +240,41 @@ def test_import_problem_names_the_failure():
         "import failed: AttributeError"
     )
     assert "ModuleNotFoundError" in backends._import_problem("no_such_module_xyz")
+
+
+def test_cublas_rpr_allows_the_reduced_precision_reduction_around_its_call_only(monkeypatch):
+    """``cublas-rpr`` runs torch.matmul with torch's default (the reduction in the inputs'
+    dtype allowed), whatever the run's setting, and restores the run's setting after it."""
+    assert backends._expand(["cublas-rpr", "wsgemm:auto"]) == ["wsgemm:auto", "cublas-rpr"]
+    found, missing = backends.resolve(["cublas-rpr"], "cpu")
+    assert [b.name for b in found] == ["cublas", "cublas-rpr"] and not missing
+    m = torch.backends.cuda.matmul
+    seen = []
+    real = torch.matmul
+
+    def spy(*args, **kw):
+        seen.append((m.allow_fp16_reduced_precision_reduction,
+                     m.allow_bf16_reduced_precision_reduction))  # fmt: skip
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch, "matmul", spy)
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    out = torch.empty(4, 3)
+    problem = backends.Workload(a=a, b=b, accumulate=torch.float32, accumulate_name="fp32")
+    saved = (m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction)
+    try:
+        m.allow_fp16_reduced_precision_reduction = False
+        m.allow_bf16_reduced_precision_reduction = False
+        found[1].make(problem, out)()
+        after = (m.allow_fp16_reduced_precision_reduction,
+                 m.allow_bf16_reduced_precision_reduction)  # fmt: skip
+    finally:
+        m.allow_fp16_reduced_precision_reduction = saved[0]
+        m.allow_bf16_reduced_precision_reduction = saved[1]
+    assert seen == [(True, True)] and after == (False, False)
+    assert torch.equal(out, real(a, b))
+    assert "no fused epilogue" in found[1].skip(
+        backends.Workload(
+            a=a, b=b, accumulate=torch.float32, accumulate_name="fp32", bias=torch.zeros(3)
+        )  # fmt: skip
+    )

@@ -4,7 +4,11 @@ A ``Contender`` (one GEMM implementation in the race) turns a ``Workload`` and a
 output into a zero-argument call that writes ``a @ b`` into that output; the runner checks the
 call's result, then times the call. Names:
 
-* ``cublas``: ``torch.matmul`` (cuBLAS), the baseline every ratio is taken against.
+* ``cublas``: ``torch.matmul`` (cuBLAS), the baseline every ratio is taken against, with
+  cuBLAS's reduced-precision split-K reduction turned off (the runner's setting: fp32 end to
+  end, as our kernels accumulate).
+* ``cublas-rpr``: ``torch.matmul`` with that reduction allowed, torch's own default for fp16
+  and bf16: its ratio to ``cublas`` is what the baseline's setting changes.
 * ``wsgemm:auto``: ``wsgemm.matmul(..., backend="auto")``, what users call: wsgemm's own
   choice of kernel per problem. It is the first row after cuBLAS in every table and summary.
 * ``wsgemm:<backend>``: ``wsgemm.matmul(..., backend=<backend>)`` for each name
@@ -28,7 +32,9 @@ BASELINE = "cublas"
 AUTO = "wsgemm:auto"
 # "wsgemm" stands for wsgemm:auto followed by every named backend the device runs.
 DEFAULT_SELECTION = ("cublas", "wsgemm", "triton", "quack")
-SELECTABLE = ("all", "cublas", "wsgemm", "wsgemm:<name>", "triton", "quack", "quack-tuned")
+SELECTABLE = ("all", "cublas", "cublas-rpr", "wsgemm", "wsgemm:<name>", "triton", "quack",
+              "quack-tuned")  # fmt: skip
+RPR = "cublas-rpr"
 
 
 def leading_first(names: list[str], baseline: str = BASELINE) -> list[str]:
@@ -154,6 +160,33 @@ def cublas() -> Contender:
     return Contender(BASELINE, make)
 
 
+def cublas_rpr() -> Contender:
+    """``torch.matmul`` with cuBLAS allowed to reduce split-K partial sums in the inputs' dtype
+    (``allow_{fp16,bf16}_reduced_precision_reduction``, torch's default), set around each call
+    and restored (the runner turns it off for the run)."""
+
+    def make(problem: Workload, out) -> Call:
+        import torch
+
+        m = torch.backends.cuda.matmul
+        a, b = problem.a, problem.b
+
+        def call():
+            saved = (m.allow_fp16_reduced_precision_reduction,
+                     m.allow_bf16_reduced_precision_reduction)  # fmt: skip
+            m.allow_fp16_reduced_precision_reduction = True
+            m.allow_bf16_reduced_precision_reduction = True
+            try:
+                return torch.matmul(a, b, out=out)
+            finally:
+                m.allow_fp16_reduced_precision_reduction = saved[0]
+                m.allow_bf16_reduced_precision_reduction = saved[1]
+
+        return call
+
+    return Contender(RPR, make, _no_epilogue)
+
+
 def wsgemm_backend(kernel: str) -> Contender:
     def make(problem: Workload, out) -> Call:
         import wsgemm
@@ -264,7 +297,9 @@ def resolve(selection: list[str], device) -> tuple[list[Contender], list[Unavail
     for name in names:
         if name == BASELINE:
             continue
-        if name == "wsgemm":
+        if name == RPR:
+            backends.append(cublas_rpr())
+        elif name == "wsgemm":
             if wsgemm_problem and AUTO not in names:  # else already said under wsgemm:auto
                 missing.append(Unavailable("wsgemm", wsgemm_problem))
             backends += [wsgemm_backend(k) for k in wsgemm_names]
@@ -308,7 +343,7 @@ def _expand(selection: list[str]) -> list[str]:
                 names.append(AUTO)
             names.append(name)
     for item in names:
-        if item in ("cublas", "wsgemm", "triton", "quack", "quack-tuned") or (
+        if item in ("cublas", RPR, "wsgemm", "triton", "quack", "quack-tuned") or (
             item.startswith("wsgemm:") and len(item) > len("wsgemm:")
         ):
             continue
