@@ -16,7 +16,8 @@ bias_silu, silu, gelu_tanh (no bias), and ``residual``: the in-place ``r += x @ 
 (``wsgemm.matmul(x, W.t(), c=r, out=r)``) against ``r.add_(F.linear(x, W))`` and cuBLASLt's
 ``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``). ``swiglu`` / ``geglu`` run on
 the suite's gate/up rows only (W = ``[w_gate; w_up]``, N = 2I): ``fused`` is
-``wsgemm.gated_linear(x, W)`` (whichever road it takes), ``plain`` the same 2I-wide product
+``wsgemm.gated_linear(x, W)`` (whichever road it takes), ``kernel`` the gated kernel whatever
+the road (a dispatcher whose ``gated_unfused`` says None), ``plain`` the same 2I-wide product
 without the unit, ``unfused`` that product then torch's unit in the inputs' dtype, ``road``
 gated_linear's own unfused road (the product in fp32, then ``api.gated.gated_in_torch``,
 rounded once: what ``Dispatcher.gated_unfused`` prices) and ``torch`` ``silu(y[:, :I]) *
@@ -42,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 import wsgemm
+from wsgemm.api import gated as gated_core
 from wsgemm.api.epilogue import gated_unit, torch_activation
 from wsgemm.api.gated import gated_in_torch
 from wsgemm.bench import backends, measure, suites
@@ -58,9 +60,11 @@ def contenders(x, w, bias, act, residual=None, gated=None):
     """name -> zero-argument call (``residual``: the tensor the residual calls update;
     ``gated``: the gated unit's activation, ``w`` being ``[w_gate; w_up]``)."""
     if gated is not None:
+        kernel = _kernel_only()
         return {
             "plain": lambda: wsgemm.linear(x, w),
             "fused": lambda: wsgemm.gated_linear(x, w, gated),
+            "kernel": lambda: gated_core.gated_linear(x, w, gated, dispatcher=kernel),
             "unfused": lambda: gated_unit(gated, wsgemm.linear(x, w)),
             "road": lambda: gated_in_torch(
                 wsgemm.matmul(x, w.t(), out_dtype=torch.float32), gated, x.dtype
@@ -86,16 +90,30 @@ def contenders(x, w, bias, act, residual=None, gated=None):
     return calls
 
 
+def _kernel_only():
+    """A dispatcher whose gated calls always take the gated kernel (the road choice's other
+    side, timed where ``auto`` takes the unfused road)."""
+    from wsgemm.host.dispatch import Dispatcher
+
+    class KernelOnly(Dispatcher):
+        def gated_unfused(self, *args):
+            return None
+
+    return KernelOnly()
+
+
 def check(calls, x, w, bias, act, residual=None, gated=None) -> None:
+    """Every contender's result (residual: the fused call's) against float64."""
     ref = F.linear(x.double(), w.double(), None if bias is None else bias.double())
     ref = gated_unit(gated, ref) if gated is not None else torch_activation(act or "none", ref)
     if residual is not None:
         ref = ref + residual.double()
-    got = calls["fused"]().double()
     scale = ref.abs().max().item() + 1.0
-    err = (got - ref).abs().max().item()
-    if not err <= 2e-2 * scale:
-        raise AssertionError(f"fused result off by {err:.3g} (scale {scale:.3g})")
+    for name in ("fused",) if residual is not None else calls:
+        got = calls[name]().double()
+        err = (got - ref).abs().max().item()
+        if not err <= 2e-2 * scale:
+            raise AssertionError(f"{name} result off by {err:.3g} (scale {scale:.3g})")
 
 
 def main(argv=None) -> int:

@@ -6,12 +6,15 @@ one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``
 
 * ``wsgemm``: ``wsgemm.nn.GatedMLP`` (the gate/up product on wsgemm, the unit's gradient in three
   passes: docs/perf.md entry 74; the four backward GEMMs on wsgemm);
-* ``torch``: the same with ``nn.Linear`` layers and torch's ``act(y[..., :I]) * y[..., I:]``;
-* ``gemms``: torch's six GEMMs alone (what the step would take with free elementwise work):
-  ``torch - gemms`` is torch's elementwise time, ``wsgemm - gemms`` wsgemm's plus any GEMM gap.
+* ``torch``: the same with ``F.linear`` on the same fused ``[gate; up]`` weight and torch's
+  ``act(y[..., :I]) * y[..., I:]`` (autograd through the two slices);
+* ``gemms``: torch's six GEMMs alone, ``wsgemm_gemms`` wsgemm's (``wsgemm.matmul``) on the
+  same operands: what each step would take with free elementwise work.
 
-Prints per shape the medians and the share of torch's elementwise time wsgemm recovers
-(``(torch - wsgemm) / (torch - gemms)``, issue #25's bar: >= 75%); ``--json`` keeps the times.
+cuBLAS's reduced-precision split-K reduction is off, as in ``python -m wsgemm bench``. Prints
+per shape the medians, each side's elementwise time (``torch - gemms``, ``wsgemm -
+wsgemm_gemms``) and the share of torch's that wsgemm's saves (``1 - wsgemm's / torch's``,
+issue #25's bar: >= 75%); ``--json`` keeps the times.
 
     python scripts/bench_mlp_train.py [--models 8b,70b] [--tokens 1024,4096] [--rounds 5]
         [--dtype bf16] [--activation silu] [--json FILE]
@@ -58,32 +61,40 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
         zero()
         F.linear(gated_unit(act, F.linear(x, w_gu)), w_d).backward(dout)
 
-    def step_gemms():  # the six products of a step, nothing else
-        with torch.no_grad():
-            F.linear(x, w_gu)
-            F.linear(h_plain, w_d)
-            dout @ w_d  # dh
-            dout.t() @ h_plain  # dW_down
-            dy @ w_gu  # dx
-            dy.t() @ x  # dW_gate_up
+    def products(mm):
+        def step():  # the six products of a step, nothing else
+            with torch.no_grad():
+                mm(x, w_gu.t())
+                mm(h_plain, w_d.t())
+                mm(dout, w_d)  # dh
+                mm(dout.t(), h_plain)  # dW_down
+                mm(dy, w_gu)  # dx
+                mm(dy.t(), x)  # dW_gate_up
 
-    return {"wsgemm": step_wsgemm, "torch": step_torch, "gemms": step_gemms}, (mlp, x, dout)
+        return step
+
+    calls = {"wsgemm": step_wsgemm, "torch": step_torch, "gemms": products(torch.matmul),
+             "wsgemm_gemms": products(wsgemm.matmul)}  # fmt: skip
+    return calls, (mlp, x, dout)
 
 
 def check(mlp, x, dout, act) -> None:
-    """wsgemm's gradients against float64 (within a loose bound: this is a benchmark)."""
+    """wsgemm's gradients (dx, both weights') against float64 (a loose bound: a benchmark)."""
     x.grad = None
     for p in mlp.parameters():
         p.grad = None
     mlp(x).backward(dout)
     x64 = x.detach().double().requires_grad_()
-    w64 = mlp.gate_up_proj.weight.detach().double()
-    d64 = mlp.down_proj.weight.detach().double()
+    w64 = mlp.gate_up_proj.weight.detach().double().requires_grad_()
+    d64 = mlp.down_proj.weight.detach().double().requires_grad_()
     F.linear(gated_unit(act, F.linear(x64, w64)), d64).backward(dout.double())
-    err = (x.grad.double() - x64.grad).abs().max().item()
-    scale = x64.grad.abs().max().item() + 1e-6
-    if not err <= 3e-2 * scale:
-        raise AssertionError(f"dx off by {err:.3g} (scale {scale:.3g})")
+    pairs = (("dx", x, x64), ("dW gate_up", mlp.gate_up_proj.weight, w64),
+             ("dW down", mlp.down_proj.weight, d64))  # fmt: skip
+    for name, got, want in pairs:
+        err = (got.grad.double() - want.grad).abs().max().item()
+        scale = want.grad.abs().max().item() + 1e-6
+        if not err <= 3e-2 * scale:
+            raise AssertionError(f"{name} off by {err:.3g} (scale {scale:.3g})")
 
 
 def main(argv=None) -> int:
@@ -97,6 +108,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     timer = measure.CudaTimer(torch.device("cuda"), Nvml.open(0))
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
@@ -113,14 +126,17 @@ def main(argv=None) -> int:
                 for n in measure.rotated(names, r):
                     times[n].append(timer.measure(calls[n], args.reps, estimates[n]).ms)
             med = {n: statistics.median(v) for n, v in times.items()}
-            elementwise = med["torch"] - med["gemms"]
-            recovered = (med["torch"] - med["wsgemm"]) / elementwise if elementwise > 0 else None
-            rec = "n/a" if recovered is None else f"{recovered:6.1%}"
+            theirs = med["torch"] - med["gemms"]  # torch's elementwise time
+            ours = med["wsgemm"] - med["wsgemm_gemms"]  # wsgemm's
+            saved = 1 - ours / theirs if theirs > 0 else None
+            said = "n/a" if saved is None else f"{saved:6.1%}"
             print(f"{name} t={tokens:<6d} wsgemm {med['wsgemm']:8.3f} ms  torch "
-                  f"{med['torch']:8.3f} ms  gemms {med['gemms']:8.3f} ms  wsgemm/torch "
-                  f"{med['wsgemm'] / med['torch']:.3f}  recovered {rec}", flush=True)  # fmt: skip
+                  f"{med['torch']:8.3f} ms  wsgemm/torch {med['wsgemm'] / med['torch']:.3f}  "
+                  f"elementwise {ours:7.3f} vs {theirs:7.3f} ms  saved {said}",
+                  flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
-                                times_ms=times, median_ms=med, recovered=recovered))  # fmt: skip
+                                times_ms=times, median_ms=med, elementwise_ms=ours,
+                                torch_elementwise_ms=theirs, saved=saved))  # fmt: skip
             del calls, mlp, x, dout
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)

@@ -124,7 +124,9 @@ if has gatedbench; then
   echo "gated bench rc=$?"; grep -E "==|Error" "$OUT/gated-bench.log"
   echo "gated bench done at $((SECONDS - start)) s"
 fi
-if has gatedheldout; then
+if has gatedheldout && [[ -z ${SEED:-} ]]; then
+  echo "gatedheldout: skipped, no SEED (draw one, record it, then SEED=... this step)"
+elif has gatedheldout; then
   # perf.md entry 73's road choice judged off its fit rows: the gate_up rows of a models draw
   # (SEED recorded before it is measured; families the road's constants never saw)
   timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --suite models \
@@ -147,7 +149,7 @@ if has rpr; then
     WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-200} python3 -m wsgemm bench --suite ${RPR_SUITE:-llm} \
       --dtype $dt --backends cublas,cublas-rpr,wsgemm:auto --rounds ${ROUNDS:-5} \
       --json "$OUT/rpr-$dt.json" > "$OUT/rpr-$dt.log" 2>&1
-    echo "rpr $dt rc=$?"; grep -iE "geomean|rpr" "$OUT/rpr-$dt.log" | tail -4
+    echo "rpr $dt rc=$?"; grep -iE "geomean|rpr|wrong" "$OUT/rpr-$dt.log" | tail -8
   done
 fi
 if has hostbench; then

@@ -248,6 +248,7 @@ def test_cublas_rpr_allows_the_reduced_precision_reduction_around_its_call_only(
     assert backends._expand(["cublas-rpr", "wsgemm:auto"]) == ["wsgemm:auto", "cublas-rpr"]
     found, missing = backends.resolve(["cublas-rpr"], "cpu")
     assert [b.name for b in found] == ["cublas", "cublas-rpr"] and not missing
+    assert found[1].error_factor == 4.0 and found[0].error_factor == 1.0
     m = torch.backends.cuda.matmul
     seen = []
     real = torch.matmul

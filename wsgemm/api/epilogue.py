@@ -125,7 +125,8 @@ class _GatedUnit(torch.autograd.Function):
     bits), and a backward that writes ``d[gate; up]`` into one tensor of the product's shape
     with torch's own kernels: ``dup = dh * act(gate)``, ``dgate = act'(gate) * (dh * up)``
     (``*_backward`` with ``grad_input=``): three passes, where autograd through the two slices
-    runs five more (each slice's gradient a zero-filled product-sized tensor, then their sum)."""
+    runs five more (each slice's gradient a zero-filled product-sized tensor, then their sum,
+    which also turns a -0.0 gradient into +0.0: the values are autograd's, zeros' signs not)."""
 
     @staticmethod
     def forward(ctx, name: str, y: torch.Tensor) -> torch.Tensor:
@@ -140,6 +141,11 @@ class _GatedUnit(torch.autograd.Function):
         y, act = ctx.saved_tensors
         half = y.shape[-1] // 2
         gate, up = y[..., :half], y[..., half:]
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            # create_graph (a double backward): torch's formula, differentiable again
+            with torch.enable_grad():
+                return None, torch.autograd.grad(gated_unit(ctx.name, y), y, dh,
+                                                 create_graph=True)[0]  # fmt: skip
         if torch.compiler.is_compiling():  # functional ops for the compiler, which fuses them
             dgate = _activation_backward(ctx.name, dh * up, gate)
             return None, torch.cat([dgate, dh * act], dim=-1)
@@ -152,10 +158,9 @@ class _GatedUnit(torch.autograd.Function):
 def _activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=None):
     """``grad * act'(pre)`` by torch's own backward kernels (autograd's formulas), into ``out``
     where given."""
-    if name == "relu2":  # d relu(x)^2 = 2 relu(x), zero where relu is
-        twice = torch.relu(pre) * 2
-        return torch.mul(grad, twice) if out is None else torch.mul(grad, twice, out=out)
     aten = torch.ops.aten
+    if name == "relu2":  # d relu(x)^2 = 2 relu(x), zero where relu is (autograd's order)
+        grad, name = grad * (torch.relu(pre) * 2), "relu"
     if name == "silu":
         op, extra, kw = aten.silu_backward, (), {}
     elif name in ("gelu", "gelu_tanh"):
@@ -172,10 +177,19 @@ def _activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=N
 
 def gated_unit_with_grad(name: str, y: torch.Tensor) -> torch.Tensor:
     """``gated_unit(name, y)`` (the same bits) whose backward writes the product's gradient in
-    three passes (``_GatedUnit``); ``gated_unit`` itself where ``y`` needs no gradient."""
-    if not (torch.is_grad_enabled() and y.requires_grad):
+    three passes (``_GatedUnit``; a double backward differentiates torch's formula);
+    ``gated_unit`` itself where ``y`` needs no gradient or a torch.func transform or forward-
+    mode AD is active (the Function has no vmap or jvp rule)."""
+    if not (torch.is_grad_enabled() and y.requires_grad) or _transformed():
         return gated_unit(name, y)
     return _GatedUnit.apply(name, y)
+
+
+def _transformed() -> bool:
+    """Whether a functorch transform (vmap, grad, ...) or a forward-mode AD level is active."""
+    from torch.autograd import forward_ad
+
+    return torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0
 
 
 def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:

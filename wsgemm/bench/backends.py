@@ -113,6 +113,9 @@ class Contender:
     make: Callable[[Workload, object], Call]
     skip: Callable[[Workload], str | None] = field(default=_never)
     returns_output: bool = False
+    # its results are checked against this many times the tolerance (a contender that rounds
+    # on purpose: cublas-rpr's partial sums in the inputs' dtype)
+    error_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,9 @@ def cublas_rpr() -> Contender:
 
         return call
 
-    return Contender(RPR, make, _no_epilogue)
+    # its partial sums rounded to the inputs' dtype: a few times the fp32-reduced baseline's
+    # error on split-K shapes; checked against 4x the tolerance (garbage still fails)
+    return Contender(RPR, make, _no_epilogue, error_factor=4.0)
 
 
 def wsgemm_backend(kernel: str) -> Contender:

@@ -318,6 +318,9 @@ def _check(ctx: _Context, backend: Contender, inputs: _Inputs, tolerance, outcom
             raise FatalCudaError(lost) from exc
         return
     outcome.errors = inputs.errors(out)
+    factor = getattr(backend, "error_factor", 1.0)
+    if factor != 1.0:
+        tolerance = check.Tolerance(rel=tolerance.rel * factor, peak=tolerance.peak * factor)
     outcome.tolerance = tolerance
     verdict = tolerance.verdict(outcome.errors)
     if verdict:
