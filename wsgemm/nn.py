@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .api.epilogue import check_activation, gated_unit, torch_activation
+from .api.epilogue import check_activation, gated_unit_with_grad, torch_activation
+from .api.gated import gated_in_torch
 from .api.validate import AB_DTYPES, dtype_list
 from .gated import gated_linear
 from .ops import autocast_dtype, linear
@@ -397,9 +398,12 @@ class GatedMLP(nn.Module):
         w, b = self.gate_up_proj.weight, self.gate_up_proj.bias
         if b is None and _runs_on_wsgemm(x, w):
             h = gated_linear(x, w, self.activation)
-        else:  # torch's road: the product, then act(gate) * up in fp32
+        else:  # torch's road: the product, then act(gate) * up in fp32, rounded once
             y = self.gate_up_proj(x)
-            h = gated_unit(self.activation, y.float()).to(y.dtype)
+            if torch.is_grad_enabled() and y.requires_grad:  # the gradient in three passes
+                h = gated_unit_with_grad(self.activation, y.float()).to(y.dtype)
+            else:  # two passes after the cast (api.gated.gated_in_torch: the same bits)
+                h = gated_in_torch(y, self.activation, y.dtype)
         return self.down_proj(h)
 
     def extra_repr(self) -> str:

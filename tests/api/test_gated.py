@@ -263,6 +263,33 @@ def test_gated_mlp_is_a_module_with_one_gate_up_weight():
         wsgemm.nn.GatedMLP(8, 8, activation=None)
 
 
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "relu2"])
+def test_gated_mlp_on_torch_s_road_keeps_torch_s_formula(act):
+    """On torch's road (here the CPU; on a GPU with biases) the unit is ``act(gate) * up`` in
+    fp32 rounded once, the same bits as before its passes were cut; its gradients are
+    autograd's through that formula."""
+    from wsgemm.api.epilogue import gated_unit
+
+    torch.manual_seed(7)
+    mlp = wsgemm.nn.GatedMLP(32, 40, activation=act, bias=True, dtype=BF16)
+    x = torch.randn(6, 32, dtype=BF16, requires_grad=True)
+
+    def formula(t):
+        y = mlp.gate_up_proj(t)
+        return mlp.down_proj(gated_unit(act, y.float()).to(y.dtype))
+
+    with torch.no_grad():
+        assert torch.equal(mlp(x), formula(x))
+    grads = []
+    for fn in (mlp, formula):
+        x.grad = None
+        mlp.zero_grad()
+        fn(x).sum().backward()
+        grads.append([x.grad.clone()] + [p.grad.clone() for p in mlp.parameters()])
+    for got, want in zip(*grads, strict=True):
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("fast", [False, True], ids=["op", "fast"])
 def test_with_autograd_the_product_is_saved_not_recomputed(monkeypatch, fast):
     """A gradient to compute: the (rows, 2I) product on wsgemm (the core stub here), then
