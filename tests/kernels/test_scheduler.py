@@ -1,7 +1,9 @@
 """The persistent tile schedule, replayed on the host with the kernel's own index arithmetic."""
 
+import builtins
 import itertools
 
+import cutlass
 import pytest
 
 from wsgemm.kernels.common.scheduler import (
@@ -18,6 +20,40 @@ from wsgemm.kernels.common.scheduler import (
     tile_order,
     unit_order,
 )
+
+#: The DSL's ``min``/``max``, which the schedule calls (they take a kernel's dynamic values and,
+#: on the host, Python ints).
+DSL_MIN_MAX = {"min": (cutlass.min, builtins.min), "max": (cutlass.max, builtins.max)}
+
+
+def _int_fast_path(dsl, python):
+    def minmax(*args):
+        if all(type(a) is int for a in args):
+            return python(*args)
+        return dsl(*args)
+
+    return minmax
+
+
+@pytest.fixture(autouse=True)
+def python_ints_skip_the_dsl(monkeypatch):
+    """The replays call the schedule's arithmetic many thousand times on Python ints, where the
+    DSL's ``min``/``max`` are Python's (``test_the_dsl_min_max_of_ints_are_pythons``) but each
+    call costs ~40 us in the DSL's op wrapper: here they take Python's directly (other values
+    still reach the DSL's)."""
+    for name, (dsl, python) in DSL_MIN_MAX.items():
+        monkeypatch.setattr(cutlass, name, _int_fast_path(dsl, python))
+
+
+def test_the_dsl_min_max_of_ints_are_pythons():
+    values = [-(2**40), -7, -1, 0, 1, 2, 3, 64, 131, 132, 2**40]
+    for name, (dsl, python) in DSL_MIN_MAX.items():
+        for args in itertools.chain(
+            itertools.product(values, repeat=2), itertools.product(values[::3], repeat=3)
+        ):
+            got = dsl(*args)
+            assert type(got) is int and got == python(*args), (name, args)
+
 
 # (num_m, num_n, L): square, ragged, one row, one column, one tile, batched.
 PROBLEMS = [(1, 1, 1), (7, 5, 1), (16, 16, 1), (1, 9, 2), (9, 1, 3), (13, 11, 2), (4, 6, 5)]
