@@ -21,38 +21,20 @@ from wsgemm.kernels.common.scheduler import (
     unit_order,
 )
 
-#: The DSL's ``min``/``max``, which the schedule calls (they take a kernel's dynamic values and,
-#: on the host, Python ints).
-DSL_MIN_MAX = {"min": (cutlass.min, builtins.min), "max": (cutlass.max, builtins.max)}
-
-
-def _int_fast_path(dsl, python):
-    def minmax(*args):
-        if all(type(a) is int for a in args):
-            return python(*args)
-        return dsl(*args)
-
-    return minmax
-
-
-@pytest.fixture(autouse=True)
-def python_ints_skip_the_dsl(monkeypatch):
-    """The replays call the schedule's arithmetic many thousand times on Python ints, where the
-    DSL's ``min``/``max`` are Python's (``test_the_dsl_min_max_of_ints_are_pythons``) but each
-    call costs ~40 us in the DSL's op wrapper: here they take Python's directly (other values
-    still reach the DSL's)."""
-    for name, (dsl, python) in DSL_MIN_MAX.items():
-        monkeypatch.setattr(cutlass, name, _int_fast_path(dsl, python))
+pytestmark = pytest.mark.usefixtures("python_min_max")
+# the DSL's own, whatever the fixture does to ``cutlass.min``/``max`` (read at import)
+DSL_MIN, DSL_MAX = cutlass.min, cutlass.max
 
 
 def test_the_dsl_min_max_of_ints_are_pythons():
+    """What the ``python_min_max`` fixture (conftest.py) relies on."""
     values = [-(2**40), -7, -1, 0, 1, 2, 3, 64, 131, 132, 2**40]
-    for name, (dsl, python) in DSL_MIN_MAX.items():
+    for dsl, python in ((DSL_MIN, builtins.min), (DSL_MAX, builtins.max)):
         for args in itertools.chain(
             itertools.product(values, repeat=2), itertools.product(values[::3], repeat=3)
         ):
             got = dsl(*args)
-            assert type(got) is int and got == python(*args), (name, args)
+            assert type(got) is int and got == python(*args), (python, args)
 
 
 # (num_m, num_n, L): square, ragged, one row, one column, one tile, batched.
