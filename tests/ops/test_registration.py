@@ -1,7 +1,8 @@
 """``torch.ops.wsgemm.*`` exist after ``import wsgemm``, whichever of torch and wsgemm is
 imported first, so that ``torch.export.load`` of a saved program that uses wsgemm works in a
 process that only imported wsgemm; ``import wsgemm`` alone still imports neither torch nor the
-DSL. Each order runs in a fresh interpreter: this process imported both long ago."""
+DSL; a first use of ``wsgemm.matmul`` inside ``torch.compile`` compiles. Each order runs in a
+fresh interpreter: this process imported both long ago."""
 
 from __future__ import annotations
 
@@ -83,21 +84,34 @@ LOAD_PROGRAM = (
 )
 
 
+# A program whose first touch of wsgemm.matmul is inside a compiled function.
+FIRST_USE_IN_COMPILE = (
+    "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+    "f = torch.compile(lambda a, b: wsgemm.matmul(a, b) + 1, backend='eager', fullgraph=True)\n"
+    "with FakeTensorMode():\n"
+    "    a = torch.empty(8, 16, device='cuda', dtype=torch.float16)\n"
+    "    print(tuple(f(a, a.mT).shape))\n"
+)
+
+
 @pytest.fixture(scope="module")
 def orders(tmp_path_factory):
     """``{import order: (exit code, stdout, stderr)}`` of a fresh interpreter per order, run
-    side by side (each imports torch: seconds), each printing ``REPORT`` last. The "wsgemm
-    first" one is also the process ``test_an_exported_program_loads_after_import_wsgemm``
-    needs (it imported wsgemm, then torch, and never touched the API): it loads the saved
-    program first (exported here while the other two start)."""
+    side by side (each imports torch: seconds), each printing ``REPORT``. The "wsgemm first"
+    one is also the process ``test_an_exported_program_loads_after_import_wsgemm`` needs (it
+    imported wsgemm, then torch, and never touched the API): it loads the saved program first
+    (exported here while the other two start). The "torch first" one, its report printed, is
+    the program ``test_first_use_inside_torch_compile`` needs (nothing touched
+    ``wsgemm.matmul`` yet)."""
     codes = {
-        # torch first: `import wsgemm` registers the ops at once
-        "torch first": "import torch, wsgemm\n",
+        # torch first: `import wsgemm` registers the ops at once; then the process
+        # `test_first_use_inside_torch_compile` needs
+        "torch first": "import torch, wsgemm\n" + REPORT + FIRST_USE_IN_COMPILE,
         # a wsgemm module imports torch half-way through its own import: the ops register when
         # it is done (wsgemm.ops imports it), not while it is half-made
-        "a wsgemm module imports torch": "import wsgemm.host.dispatch\nimport torch\n",
+        "a wsgemm module imports torch": "import wsgemm.host.dispatch\nimport torch\n" + REPORT,
     }
-    children = {name: _child(code + REPORT) for name, code in codes.items()}
+    children = {name: _child(code) for name, code in codes.items()}
     try:
         program = _save_program(tmp_path_factory.mktemp("export"))
         # wsgemm first: nothing loaded, the hook waiting; it registers after torch's import
@@ -118,6 +132,7 @@ def orders(tmp_path_factory):
 def test_the_ops_resolve_whatever_the_import_order(orders):
     got = {name: _lines(finished) for name, finished in orders.items()}
     del got["wsgemm first"][1:3]  # the loaded program's two lines (the test below)
+    del got["torch first"][2:]  # the compiled program's line (the last test)
     assert got == {
         "torch first": REGISTERED,
         "wsgemm first": ["[] _AfterTorch", *REGISTERED],
@@ -130,3 +145,9 @@ def test_an_exported_program_loads_after_import_wsgemm(orders):
     wsgemm, then torch, and never touched the API (``orders``' "wsgemm first"); the loaded
     program still holds the ops and takes another token count."""
     assert _lines(orders["wsgemm first"])[1:3] == ["2", "(2, 100, 64) torch.float16"]
+
+
+def test_first_use_inside_torch_compile(orders):
+    """A program whose first touch of wsgemm.matmul is inside a compiled function (the public
+    names load lazily) still compiles with fullgraph (``orders``' "torch first")."""
+    assert _lines(orders["torch first"])[2:] == ["(8, 8)"]

@@ -92,20 +92,6 @@ def test_public_surface_and_import_cost():
     assert _python(code).split("\n")[:2] == ["[]", "True False"]
 
 
-def test_first_use_inside_torch_compile():
-    """A program whose first touch of wsgemm.matmul is inside a compiled function (the public
-    names load lazily) still compiles with fullgraph."""
-    code = (
-        "import torch, wsgemm\n"
-        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
-        "f = torch.compile(lambda a, b: wsgemm.matmul(a, b) + 1, backend='eager', fullgraph=True)\n"
-        "with FakeTensorMode():\n"
-        "    a = torch.empty(8, 16, device='cuda', dtype=torch.float16)\n"
-        "    print(tuple(f(a, a.mT).shape))\n"
-    )
-    assert _python(code).strip() == "(8, 8)"
-
-
 # ----------------------------------------------------------------------------- fake tensors
 
 
