@@ -264,14 +264,11 @@ def test_the_readme_counts_a_full_warm_as_the_code_does():
 # ----------------------------------------------------------------------------- worker processes
 
 
-def _die(variant):
-    """A warm task that kills its worker (run in a spawned worker process)."""
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def test_a_killed_worker_fails_the_rest_with_one_reason():
+    from worker_tasks import die  # a task that kills its worker, from a module without torch
+
     variants = inspection.variants("sm_80", "sm80-multistage", everything=True)[:3]
-    outcomes = warming.warm(variants, jobs=2, task=_die)
+    outcomes = warming.warm(variants, jobs=2, task=die)
     assert len(outcomes) == 3 and {o.status for o in outcomes} == {"failed"}
     assert {o.error for o in outcomes} == {"a compile worker died (killed, or out of memory?)"}
 

@@ -5,6 +5,7 @@ never imported" means something. The GPU test checks a first call's result the s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,21 +29,58 @@ LAUNCH = (
 )  # fmt: skip
 
 
-def run_fresh(code: str, cache_dir: Path | None = None) -> str:
-    """``code``'s last line of stdout in a fresh interpreter (which must exit cleanly), with
-    this checkout's wsgemm and ``cache_dir`` as its disk cache."""
+def start_fresh(code: str, cache_dir: Path | None = None) -> subprocess.Popen:
+    """``code`` in a fresh interpreter, with this checkout's wsgemm and ``cache_dir`` as its
+    disk cache (``last_line`` reads what it printed)."""
     # prepend: a DSL installed on PYTHONPATH (as on the GPU host) must stay importable
     path = [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     env.pop("WSGEMM_DISK_CACHE", None)
     if cache_dir is not None:
         env["WSGEMM_CACHE_DIR"] = str(cache_dir)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-        timeout=300,
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
+
+
+def last_line(child: subprocess.Popen) -> str:
+    """The last line of a fresh interpreter's stdout; it must exit cleanly."""
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    return out.strip().splitlines()[-1]
+
+
+def run_fresh(code: str, cache_dir: Path | None = None) -> str:
+    """``code``'s last line of stdout in a fresh interpreter (which must exit cleanly), with
+    this checkout's wsgemm and ``cache_dir`` as its disk cache."""
+    return last_line(start_fresh(code, cache_dir))
+
+
+_FINGERPRINT = """
+    import sys
+    from wsgemm.host.compiling import fingerprint as f
+    before, quiet = f.fingerprint(), "cutlass" not in sys.modules
+    import cutlass
+    f.fingerprint.cache_clear()
+    print(before == f.fingerprint(), f.check_flavour() == "", quiet)
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fingerprints():
+    """The fresh interpreter of ``test_the_fingerprint_is_the_same_before_and_after_the_dsl_is_
+    imported`` (it imports the DSL: a second), started with this module's first test so that it
+    runs beside the real compile (on the other core) rather than after it; None without the
+    DSL."""
+    if importlib.util.find_spec("cutlass") is None:
+        yield None
+        return
+    child = start_fresh(_FINGERPRINT)
+    yield child
+    if child.poll() is None:
+        child.kill()
+        child.communicate()
 
 
 @pytest.fixture(scope="module")
@@ -189,19 +227,11 @@ def test_a_library_that_does_not_load_falls_back_to_the_object(loads):
     assert list(folder.glob("*/quarantine/*")) == []
 
 
-def test_the_fingerprint_is_the_same_before_and_after_the_dsl_is_imported():
+def test_the_fingerprint_is_the_same_before_and_after_the_dsl_is_imported(fingerprints):
     """A process that loads its kernels never imports the DSL, one that compiles does: both
     must name the same folder, and the flavour predicted must be the one the DSL loads."""
     pytest.importorskip("cutlass")
-    code = """
-        import sys
-        from wsgemm.host.compiling import fingerprint as f
-        before, quiet = f.fingerprint(), "cutlass" not in sys.modules
-        import cutlass
-        f.fingerprint.cache_clear()
-        print(before == f.fingerprint(), f.check_flavour() == "", quiet)
-    """
-    assert run_fresh(code) == "True True True"
+    assert last_line(fingerprints) == "True True True"
 
 
 def test_the_registry_knows_which_kernels_need_vector_extents_without_importing_them():

@@ -32,11 +32,13 @@ def _walk(gemm, tiled_mma, r2s, threads, found):
         computed = r2s.retile(tiled_mma.get_slice(t).partition_C(c_tile))
         written = r2s.get_slice(t).partition_S(c_sub)[(None, None, None, 0)]
         per = cute.size(written)
+        # the same in every subtile: read once (each read of a traced tensor costs ~1 ms)
+        in_subtile = [written[v] for v in range(per)]
         for e in range((cfg.tile_m // cfg.epi_tile[0]) * (half // cfg.epi_tile[1])):
             sub_m, sub_n = order.get_hier_coord(e)
             r, c = e // (cols // 2), e % (cols // 2)  # the kernel's own arithmetic
             for v in range(per):
-                m, n, _ = written[v]
+                m, n, _ = in_subtile[v]
                 out = (sub_m * cfg.epi_tile[0] + m, sub_n * cfg.epi_tile[1] + n)
                 gate = computed[(r * cols + c) * per + v]
                 up = computed[(r * cols + c + cols // 2) * per + v]

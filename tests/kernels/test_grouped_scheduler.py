@@ -15,6 +15,9 @@ from wsgemm.kernels.common.grouped_scheduler import (
     unit_bound,
 )
 
+# the replays call the DSL's min/max on Python ints many thousand times (conftest.py)
+pytestmark = pytest.mark.usefixtures("python_min_max")
+
 
 def _clamped(ends: list[int], rows: int) -> list[tuple[int, int]]:
     """Each group's [first, end) rows as the kernel reads the ends."""

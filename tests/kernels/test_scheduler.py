@@ -1,7 +1,9 @@
 """The persistent tile schedule, replayed on the host with the kernel's own index arithmetic."""
 
+import builtins
 import itertools
 
+import cutlass
 import pytest
 
 from wsgemm.kernels.common.scheduler import (
@@ -18,6 +20,22 @@ from wsgemm.kernels.common.scheduler import (
     tile_order,
     unit_order,
 )
+
+pytestmark = pytest.mark.usefixtures("python_min_max")
+# the DSL's own, whatever the fixture does to ``cutlass.min``/``max`` (read at import)
+DSL_MIN, DSL_MAX = cutlass.min, cutlass.max
+
+
+def test_the_dsl_min_max_of_ints_are_pythons():
+    """What the ``python_min_max`` fixture (conftest.py) relies on."""
+    values = [-(2**40), -7, -1, 0, 1, 2, 3, 64, 131, 132, 2**40]
+    for dsl, python in ((DSL_MIN, builtins.min), (DSL_MAX, builtins.max)):
+        for args in itertools.chain(
+            itertools.product(values, repeat=2), itertools.product(values[::3], repeat=3)
+        ):
+            got = dsl(*args)
+            assert type(got) is int and got == python(*args), (python, args)
+
 
 # (num_m, num_n, L): square, ragged, one row, one column, one tile, batched.
 PROBLEMS = [(1, 1, 1), (7, 5, 1), (16, 16, 1), (1, 9, 2), (9, 1, 3), (13, 11, 2), (4, 6, 5)]

@@ -223,10 +223,12 @@ def _epilogue_mapping(gemm, tiled_mma, r2s, order, threads):
         # source partition of the subtile.
         written = r2s.get_slice(t).partition_S(c_sub)[(None, None, None, 0)]
         per_subtile = cute.size(written)
+        # the same in every subtile: read once (each read of a traced tensor costs ~1 ms)
+        in_subtile = [written[v] for v in range(per_subtile)]
         for e in range(cfg.num_epi_subtiles):
             sub_m, sub_n = order.get_hier_coord(e)
             for v in range(per_subtile):
-                m, n, _ = written[v]
+                m, n, _ = in_subtile[v]
                 pairs.append(
                     (
                         computed[e * per_subtile + v],

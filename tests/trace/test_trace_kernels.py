@@ -430,7 +430,10 @@ def test_plan_counts_split_k_units_and_their_fix_ups():
     assert p.capacity == per_unit + trace_plan.EVENTS_PER_RECORDER
 
 
+@pytest.mark.sweep
 def test_a_traced_split_k_variant_compiles_spill_free(traced_report):
+    """A second traced sm_90a kernel (split, cooperative 128x128): under ``-m sweep`` (the
+    default run's traced sm90 kernel is the shipped cooperative one, unsplit)."""
     from wsgemm.kernels.sm90.config import Sm90Config
 
     cfg = Sm90Config(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=2, split_k=0)

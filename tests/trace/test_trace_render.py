@@ -479,22 +479,36 @@ def test_inconsistent_options_exit_2_before_any_gpu_work(argv, message, recordin
     assert not (tmp_path / "out").exists()
 
 
-def test_import_wsgemm_and_a_re_render_load_neither_torch_nor_the_dsl(recording, tmp_path):
+@pytest.fixture(scope="module", autouse=True)
+def re_render(tmp_path_factory):
+    """The fresh interpreter of the test below (a second or two: it imports wsgemm and
+    re-renders a recording), started with this module's first test so that it runs beside the
+    in-process ones (on the other core) rather than after them."""
+    folder = tmp_path_factory.mktemp("re_render")
+    recording = pack(pingpong_run()).save(folder / "recorded.npz")
     code = (
         "import sys, wsgemm\n"
         "assert wsgemm.trace is wsgemm.tracing.trace\n"
         "from wsgemm import cli\n"
         f"code = cli.main(['trace', '--from-raw', {str(recording)!r}, '--out', "
-        f"{str(tmp_path / 'out')!r}])\n"
+        f"{str(folder / 'out')!r}])\n"
         "print(code, sorted(m for m in ('torch', 'cutlass') if m in sys.modules))\n"
     )
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "0 []"
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    yield child
+    if child.poll() is None:
+        child.kill()
+        child.communicate()
+
+
+def test_import_wsgemm_and_a_re_render_load_neither_torch_nor_the_dsl(re_render):
+    out, err = re_render.communicate(timeout=120)
+    assert re_render.returncode == 0, err
+    assert out.strip().splitlines()[-1] == "0 []"
 
 
 # ----------------------------------------------------------------------------- real recordings
