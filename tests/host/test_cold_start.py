@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from background import fresh_interpreter
 
 from wsgemm.host import BACKENDS, needs_vector_extent
 from wsgemm.host.compiling import cache, disk, fingerprint, library
@@ -29,19 +30,16 @@ LAUNCH = (
 )  # fmt: skip
 
 
-def start_fresh(code: str, cache_dir: Path | None = None) -> subprocess.Popen:
-    """``code`` in a fresh interpreter, with this checkout's wsgemm and ``cache_dir`` as its
-    disk cache (``last_line`` reads what it printed)."""
+def fresh_env(cache_dir: Path | None = None) -> dict:
+    """A fresh interpreter's environment: this checkout's wsgemm and ``cache_dir`` as its disk
+    cache."""
     # prepend: a DSL installed on PYTHONPATH (as on the GPU host) must stay importable
     path = [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     env.pop("WSGEMM_DISK_CACHE", None)
     if cache_dir is not None:
         env["WSGEMM_CACHE_DIR"] = str(cache_dir)
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    return env
 
 
 def last_line(child: subprocess.Popen) -> str:
@@ -54,7 +52,8 @@ def last_line(child: subprocess.Popen) -> str:
 def run_fresh(code: str, cache_dir: Path | None = None) -> str:
     """``code``'s last line of stdout in a fresh interpreter (which must exit cleanly), with
     this checkout's wsgemm and ``cache_dir`` as its disk cache."""
-    return last_line(start_fresh(code, cache_dir))
+    with fresh_interpreter(textwrap.dedent(code), fresh_env(cache_dir)) as child:
+        return last_line(child)
 
 
 _FINGERPRINT = """
@@ -76,11 +75,8 @@ def fingerprints():
     if importlib.util.find_spec("cutlass") is None:
         yield None
         return
-    child = start_fresh(_FINGERPRINT)
-    yield child
-    if child.poll() is None:
-        child.kill()
-        child.communicate()
+    with fresh_interpreter(textwrap.dedent(_FINGERPRINT), fresh_env()) as child:
+        yield child
 
 
 @pytest.fixture(scope="module")

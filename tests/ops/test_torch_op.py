@@ -3,11 +3,9 @@ strides against torch.matmul's own), torch.compile / make_fx / AOTAutograd graph
 the eager roads' conditions, and the N-D folding and backward against a CPU stand-in for the
 core (tests/op_helpers.py)."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
+from background import fresh_interpreter
 from op_helpers import capture, cuda_autocast, fake_cuda, install, ops_in
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -702,12 +700,8 @@ def import_cost():
         "print(hasattr(torch.ops.wsgemm, 'matmul') and hasattr(torch.ops.wsgemm, 'grouped_mm'),"
         " 'cutlass' in sys.modules)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    yield child
-    if child.poll() is None:
-        child.kill()
-        child.communicate()
+    with fresh_interpreter(code) as child:
+        yield child
 
 
 def test_public_surface_and_import_cost(import_cost):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from background import fresh_interpreter
 from trace_fixture import (
     BASE_NS,
     Rec,
@@ -497,12 +496,8 @@ def re_render(tmp_path_factory):
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    yield child
-    if child.poll() is None:
-        child.kill()
-        child.communicate()
+    with fresh_interpreter(code, env) as child:
+        yield child
 
 
 def test_import_wsgemm_and_a_re_render_load_neither_torch_nor_the_dsl(re_render):
