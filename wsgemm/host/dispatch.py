@@ -442,10 +442,7 @@ class Dispatcher:
                 else:
                     verdict = f"the cost model predicts {fused} faster than {product}"
         known = (why, verdict)
-        with self._lock:
-            if len(self._gated_roads) >= self.MAX_LAUNCHERS:
-                del self._gated_roads[next(iter(self._gated_roads))]
-            self._gated_roads[key] = known
+        self._keep(self._gated_roads, key, known)
         return known
 
     def races_torch(self, device, family: str) -> bool:
@@ -691,10 +688,15 @@ class Dispatcher:
 
     def remember(self, signature: Hashable, launcher: Any) -> None:
         """Keep ``launcher`` for ``signature`` (``wsgemm.api`` builds both)."""
+        self._keep(self.launchers, signature, launcher)
+
+    def _keep(self, memo: dict, key: Hashable, value: Any) -> None:
+        """``memo[key] = value`` under the lock, the oldest entry dropped past
+        ``MAX_LAUNCHERS`` (the launchers' FIFO, and the gated roads')."""
         with self._lock:
-            if len(self.launchers) >= self.MAX_LAUNCHERS:
-                del self.launchers[next(iter(self.launchers))]
-            self.launchers[signature] = launcher
+            if len(memo) >= self.MAX_LAUNCHERS:
+                del memo[next(iter(memo))]
+            memo[key] = value
 
     def forget(self) -> None:
         """Drop every launcher and kernel this dispatcher holds (its compile cache keeps its own
