@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -118,8 +118,8 @@ fi
 if has gatedbench; then
   # issue #25: gated_linear (fused) against the plain 2I-wide product, that product then
   # torch's unit, and torch's unfused SwiGLU/GeGLU, on the llm suite's gate/up rows
-  timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --rounds ${ROUNDS:-5} \
-    --models ${EPI_MODELS:-8b,70b} --tokens ${GATED_TOKENS:-1,4,16,32,64,256,1024,4096,16384} \
+  WSGEMM_AUTOTUNE=0 timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py \
+    --rounds ${ROUNDS:-5} --models ${EPI_MODELS:-8b,70b} --tokens ${GATED_TOKENS:-1,4,16,32,64,256,1024,4096,16384} \
     --epilogues ${GATED:-swiglu,geglu} --json "$OUT/gated-bench.json" > "$OUT/gated-bench.log" 2>&1
   echo "gated bench rc=$?"; grep -E "==|Error" "$OUT/gated-bench.log"
   echo "gated bench done at $((SECONDS - start)) s"
@@ -129,11 +129,21 @@ if has gatedheldout && [[ -z ${SEED:-} ]]; then
 elif has gatedheldout; then
   # perf.md entry 73's road choice judged off its fit rows: the gate_up rows of a models draw
   # (SEED recorded before it is measured; families the road's constants never saw)
-  timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --suite models \
+  # (no online tuning: its first timings of a shape ran inside the timed rounds)
+  WSGEMM_AUTOTUNE=0 timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --suite models \
     --seed ${SEED:?} --count ${COUNT:-200} --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
     --rounds ${ROUNDS:-5} --epilogues swiglu --json "$OUT/gated-heldout.json" > "$OUT/gated-heldout.log" 2>&1
   echo "gated heldout rc=$?"; grep -E "==|Error" "$OUT/gated-heldout.log"
   echo "gated heldout done at $((SECONDS - start)) s"
+fi
+if has gatedfit; then
+  # what the gated road's constants are fitted on (scripts/fit_gated_cost.py): the gate_up rows
+  # of a models draw of the fit families (seed 1, as the menu's fit draws)
+  WSGEMM_AUTOTUNE=0 timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --suite models \
+    --seed ${FIT_SEED:-1} --count ${COUNT:-250} --families ${FIT_FAMILIES:-llama3,qwen2.5,qwen3,qwen3-moe,mistral,mixtral} \
+    --rounds ${ROUNDS:-5} --epilogues swiglu --json "$OUT/gated-fit.json" > "$OUT/gated-fit.log" 2>&1
+  echo "gated fit rc=$?"; grep -E "==|Error" "$OUT/gated-fit.log"
+  echo "gated fit done at $((SECONDS - start)) s"
 fi
 if has mlptrain; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
