@@ -188,6 +188,42 @@ def test_the_shipped_constants_are_the_fit_of_the_shipped_measurements(tmp_path)
         assert got == [f["in_sample"] for f in shipped["fit"]["extended"]]
 
 
+def test_the_gated_constants_are_the_fit_of_the_recorded_gated_calls(monkeypatch):
+    """scripts/fit_gated_cost.py on the records it names (``SHIPPED_FIT``) gives the shipped
+    gated-road constants again, and with them the road choice on its both-roads rows is within
+    1.01x of the faster road (geomean) and never 1.10x off it (docs/perf.md entry 76)."""
+    pytest.importorskip("scipy")
+    monkeypatch.chdir(REPO)
+    fit = load("fit_gated_cost")
+    kernel_only = {p: int(n) for p, _, n in (s.rpartition(":") for s in fit.SHIPPED_KERNEL_ONLY)}
+    rows = fit.read_rows(fit.SHIPPED_FIT, kernel_only)
+    costs, us, tb_s = fit.fit(rows)
+    assert set(costs) == set(cost.GATED_KERNEL_COSTS)
+    for name, shipped in cost.GATED_KERNEL_COSTS.items():
+        for key in ("per_k_tile", "per_unit", "dram_tb_s"):
+            got, want = getattr(costs[name], key), getattr(shipped, key)
+            assert math.isclose(got, want, rel_tol=0.01, abs_tol=1e-3), (name, key, got)
+    assert math.isclose(us, cost.GATING_PASS_US, rel_tol=0.01)
+    assert math.isclose(tb_s, cost.GATING_PASS_TB_S, rel_tol=0.01)
+    quality = fit.judge(fit.read_rows(fit.SHIPPED_FIT))
+    assert quality["rows"] >= 50
+    assert quality["over_best_geomean"] <= 1.01 and quality["over_best_max"] <= 1.10, quality
+
+
+def test_the_gated_kernel_is_priced_on_the_tile_it_runs():
+    """Few rows run (and are priced on) the ping-pong 128x128 tile: a narrow product of a
+    few rows takes that tile's one short wave, not the cooperative entry's."""
+    assert (
+        cost.gated_kernel_entry(256) == "sm90-pingpong" and cost.gated_kernel_entry(257) == "sm90"
+    )
+    model = cost.cost_model_for(132, (9, 0))
+    product = choosing.choose(34, 2048, 2048, 1, "float16", "float32", "float32", 132, (9, 0),
+                              batch_invariant=False)  # fmt: skip
+    roads = cost.gated_roads(model, product.menu_entry, product.split, 34, 2048, 2048, 132, "silu")
+    # measured on an H100 (gated-heldout.json, falcon3-1b tp=8): kernel 16.7 us, road 20.5
+    assert not roads.unfused_wins and 14 < roads.fused_us < 20, roads
+
+
 @pytest.mark.parametrize(
     "shape",
     [

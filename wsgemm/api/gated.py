@@ -65,9 +65,10 @@ def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int
 
 def gated_config(rows: int) -> tuple[str, None]:
     """The backend whose shipped tile a gated call of ``rows`` rows runs: ping-pong 128x128
-    (64 output columns) for a few rows, cooperative 128x256 (128) for many (a rule: not yet
-    measured, docs/perf.md entry 37)."""
-    return ("sm90-pingpong" if rows <= 256 else "sm90"), None
+    (64 output columns) for a few rows, cooperative 128x256 (128) for many (a rule, the one the
+    cost model prices: ``choosing.gated_kernel_entry``; the menu entries of those names are
+    the backends' shipped tiles)."""
+    return host.choosing.gated_kernel_entry(rows), None
 
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:

@@ -26,7 +26,7 @@ from .autotune import (
     tuned_choice,
 )
 from .autotune import requested as autotune_requested
-from .cost import GatedRoads, cost_model_for, gated_roads
+from .cost import GatedRoads, cost_model_for, gated_kernel_entry, gated_roads
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
 from .route_choice import RouteDecision
 from .rules import (
@@ -68,6 +68,7 @@ __all__ = [
     "candidates",
     "choose",
     "cost_model_for",
+    "gated_kernel_entry",
     "gated_roads",
     "ranked_candidates",
     "describe",

@@ -47,6 +47,7 @@ the rest of the room: no torch, no DSL; a prediction is a few dozen float operat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -57,7 +58,8 @@ from pathlib import Path
 from .menu import MenuEntry, entry
 
 __all__ = ["COST_SCHEMA", "EPILOGUE_MUFU", "CostModel", "EntryCost", "Prediction", "cost_model_for",
-           "GatedRoads", "epilogue_us", "features", "gated_roads", "gating_pass_us",
+           "GatedRoads", "epilogue_us", "features", "gated_kernel_entry", "gated_roads",
+           "gating_pass_us",
            "load_cost_model"]  # fmt: skip
 
 COST_SCHEMA = 1
@@ -201,29 +203,46 @@ def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Predi
 
 #: The unfused gated road's pass after its (M, 2I) fp32 product: ``act(gate)``, then ``act *
 #: up`` into the 16-bit result, two torch kernels (three for relu2: ``relu``, then ``square``).
-#: A fixed cost (launch gaps) and the bytes at an elementwise rate, both measured on an H100
-#: (the excess over the plain product of that product then torch's unit, both in the inputs'
-#: dtype, at 1-16384 tokens on the 8B/70B gate_up rows: ~5 us at decode, ~1.5 TB/s over its
-#: ~10 bytes a value at 256 tokens and more: entry 73). The fp32 road moves ``GATING_PASS_BYTES``
-#: a value; a pass bound by memory is assumed to keep the rate per byte.
-GATING_PASS_US = 5.0
-GATING_PASS_TB_S = 1.5
+#: A fixed cost (two launches and the gaps between them and the product: host time where the
+#: host is slow) and its bytes at an elementwise rate: fitted (``scripts/fit_gated_cost.py``)
+#: on the road's time less the model's time for its product, on the fit families' gate_up rows
+#: at 1-14445 tokens timed on an H100 (docs/perf.md entry 76; entry 73's first estimate, 5 us
+#: and 1.5 TB/s from the inputs'-dtype road on 8B/70B, was low for the fp32 road).
+GATING_PASS_US = 9.34
+GATING_PASS_TB_S = 1.77
 #: bytes per result value: the gate read and act(gate) written in fp32, both halves read for
 #: the product, the 16-bit result written
 GATING_PASS_BYTES = 4 + 4 + 4 + 4 + 2
-#: the gated kernel's entry in the model for either of its row tiles: the ping-pong 128x128
-#: entry's DRAM constant misfits DRAM-bound problems (it predicts 545 us where its gated
-#: kernel took 372 on the 70B gate_up row at 256 tokens, entry 73), the cooperative one's holds
-GATED_KERNEL_ENTRY = "sm90"
+#: the gated kernel's row tiles (``api.gated.gated_config``): the ping-pong 128x128 tile
+#: (64 result columns) up to this many rows, the cooperative 128x256 (128) above
+GATED_PINGPONG_MAX_ROWS = 256
+#: the gated kernel's own constants per row tile (its menu entry's name; ``per_split_unit``
+#: unused: it never splits), fitted with the pass's above (``scripts/fit_gated_cost.py``, the
+#: same rows; the cooperative tile's rows are compute-bound, so its DRAM rate sits at the fit's
+#: bound). The plain entries' constants misprice it: the cooperative entry's put the 128x128
+#: tile's narrow calls at 26 us where they take 16, and its wide few-row calls low by 25-40%.
+GATED_KERNEL_COSTS: dict[str, EntryCost] | None = {
+    "sm90": EntryCost(0.6166, 0.0001, 0.0, 8.5000),
+    "sm90-pingpong": EntryCost(0.5406, 0.5186, 0.0, 3.0070),
+}
 
 
-def gating_pass_us(m: int, half: int, activation: str = "silu") -> float:
-    """The unfused gated road's gating pass over an (m, 2 * half) fp32 product (above);
-    relu2's activation is two kernels (``relu``, then ``square``: one more fp32 write and
-    read)."""
+def gated_kernel_entry(rows: int) -> str:
+    """The menu entry whose tile the gated kernel runs for a call of ``rows`` rows."""
+    return "sm90-pingpong" if rows <= GATED_PINGPONG_MAX_ROWS else "sm90"
+
+
+def gating_pass_us(
+    m: int, half: int, activation: str = "silu", us: float | None = None, tb_s: float | None = None
+) -> float:
+    """The unfused gated road's gating pass over an (m, 2 * half) fp32 product (above; ``us``
+    and ``tb_s`` in place of ``GATING_PASS_US`` and ``GATING_PASS_TB_S``, for a fit); relu2's
+    activation is two kernels (``relu``, then ``square``: one more fp32 write and read)."""
+    us = GATING_PASS_US if us is None else us
+    tb_s = GATING_PASS_TB_S if tb_s is None else tb_s
     launches, extra = (3, 8) if activation == "relu2" else (2, 0)
     value_bytes = GATING_PASS_BYTES + extra
-    return GATING_PASS_US * launches / 2 + m * half * value_bytes / (GATING_PASS_TB_S * 1e6)
+    return us * launches / 2 + m * half * value_bytes / (tb_s * 1e6)
 
 
 @dataclass(frozen=True)
@@ -249,19 +268,28 @@ def gated_roads(
     k: int,
     sm_count: int,
     activation: str,
+    kernel_costs: dict[str, EntryCost] | None = None,
+    pass_us: float | None = None,
+    pass_tb_s: float | None = None,
 ) -> GatedRoads | None:
-    """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel
-    (priced on ``GATED_KERNEL_ENTRY``, unsplit, writing m x I 16-bit values, with the
-    activation's MUFU work: ``EPILOGUE_MUFU`` per result value, half of it per product value)
-    against the product on ``product`` with ``split`` writing fp32, plus ``gating_pass_us``.
-    None where the model lacks an entry."""
-    gated = entry(GATED_KERNEL_ENTRY)
+    """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel (its
+    row tile, ``gated_kernel_entry``, with ``GATED_KERNEL_COSTS``' constants for it, unsplit,
+    writing m x I 16-bit values, with the activation's MUFU work: ``EPILOGUE_MUFU`` per result
+    value, half of it per product value) against the product on ``product`` with ``split``
+    writing fp32, plus ``gating_pass_us``. The last three arguments stand in for the shipped
+    constants (a fit). None where the model lacks an entry."""
+    costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
+    if costs is None:
+        gated, local = entry("sm90"), model
+    else:
+        name = gated_kernel_entry(m)
+        gated, local = entry(name), dataclasses.replace(model, entries={name: costs[name]})
     mufu = EPILOGUE_MUFU.get(activation, 0) // 2
-    fused = predict(model, gated, features(gated, 1, m, n, k, 1, sm_count, 2, 1), mufu)
+    fused = predict(local, gated, features(gated, 1, m, n, k, 1, sm_count, 2, 1), mufu)
     plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
     if fused is None or plain is None:
         return None
-    gating = gating_pass_us(m, n // 2, activation)
+    gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)
     return GatedRoads(fused.us, plain.us + gating, plain.us, gating)
 
 
