@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -144,6 +144,12 @@ if has gatedfit; then
     --rounds ${ROUNDS:-5} --epilogues swiglu --json "$OUT/gated-fit.json" > "$OUT/gated-fit.log" 2>&1
   echo "gated fit rc=$?"; grep -E "==|Error" "$OUT/gated-fit.log"
   echo "gated fit done at $((SECONDS - start)) s"
+fi
+if has gatedtiles; then
+  # the gated kernel's row tiles at few rows (scripts/bench_gated_tiles.py; each checked first)
+  WSGEMM_AUTOTUNE=0 timeout ${GATED_TILES_TIMEOUT:-300} python3 scripts/bench_gated_tiles.py \
+    --rounds ${ROUNDS:-5} --json "$OUT/gated-tiles.json" > "$OUT/gated-tiles.log" 2>&1
+  echo "gated tiles rc=$?"; cat "$OUT/gated-tiles.log" | cut -c1-250 | tail -40
 fi
 if has mlptrain; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs

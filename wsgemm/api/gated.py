@@ -63,12 +63,12 @@ def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int
     return x.shape[0], weight.shape[0] // 2, act
 
 
-def gated_config(rows: int) -> tuple[str, None]:
-    """The backend whose shipped tile a gated call of ``rows`` rows runs: ping-pong 128x128
-    (64 output columns) for a few rows, cooperative 128x256 (128) for many (a rule, the one the
-    cost model prices: ``choosing.gated_kernel_entry``; the menu entries of those names are
-    the backends' shipped tiles)."""
-    return host.choosing.gated_kernel_entry(rows), None
+def gated_config(rows: int) -> tuple[str, object | None]:
+    """(backend, config) of the tile a gated call of ``rows`` rows runs: the menu entry
+    ``choosing.gated_kernel_entry`` names (the rule the cost model prices), its backend and,
+    where the entry is not that backend's shipped tile, its config (None: the shipped one)."""
+    e = host.choosing.menu.entry(host.choosing.gated_kernel_entry(rows))
+    return e.backend, (None if e.name == e.backend else e.variant_config())
 
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
@@ -101,10 +101,10 @@ def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tens
         if key is not None:
             d.remember(key, functools.partial(_unfused, d, act))
         return out
-    (a_view, a_major), b_view, backend, index = fused
+    (a_view, a_major), b_view, (backend, config), index = fused
     epilogue = Epilogue(activation=act, gated=True).name
     dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
-    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", None, epilogue)
+    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue)
     c_view = out.unsqueeze(-1)
     with d.on_device(index):
         fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
@@ -166,10 +166,11 @@ def explain(d, x, weight, activation, **others) -> str:
     head = f"gated_linear: act(gate) * up with {act}, {m} rows, {half} output features"
     road = _road(d, x, weight, act) if m and half and x.shape[1] else "an empty problem"
     if not isinstance(road, str):
-        backend, index = road[2], road[3]
-        tile = host.BACKENDS[backend].config("float32")
+        (backend, config), index = road[2], road[3]
+        tile = config or host.BACKENDS[backend].config("float32")
+        which = "its shipped" if config is None else "the"
         kernel = (
-            f"kernel: the gated kernel on {backend} (its shipped {tile.tile_m}x{tile.tile_n} "
+            f"kernel: the gated kernel on {backend} ({which} {tile.tile_m}x{tile.tile_n} "
             f"tile, {tile.tile_n // 2} output features a tile): act(gate) * up in its "
             "epilogue, one GEMM, the half-width result written once"
         )
@@ -188,10 +189,10 @@ def _default_dispatcher():
 
 
 def _road(d, x, weight, act):
-    """((A's view, its major), B's view, backend, device index) where a gated kernel runs this
-    call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
+    """((A's view, its major), B's view, (backend, config), device index) where a gated kernel
+    runs this call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
     index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
-    backend, _ = gated_config(x.shape[0])
+    backend, config = gated_config(x.shape[0])
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no gated kernel runs on this GPU"
     if not host.fuses_epilogues(backend, gated=True):
@@ -210,4 +211,4 @@ def _road(d, x, weight, act):
     if why is not None:
         return why
     a_view, unit = a
-    return (a_view, "k" if unit == "cols" else "m"), b[0], backend, index
+    return (a_view, "k" if unit == "cols" else "m"), b[0], (backend, config), index

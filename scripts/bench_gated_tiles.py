@@ -1,0 +1,130 @@
+"""The gated kernel's row tiles against each other at few rows (issue #25), interleaved.
+
+For each shape (rows x 2I x K of ``gated_linear(x, W)``, W = ``[w_gate; w_up]`` row-major) in
+one process, round-robin with the order rotated each round, cold L2
+(``wsgemm.bench.measure.CudaTimer``): the gated kernel forced onto each menu entry of
+``--tiles`` (``api.gated.gated_config`` replaced for the call; each checked against float64
+first), the shipped rule's tile (``kernel``), ``road`` (``auto``'s product in fp32, then
+``api.gated.gated_in_torch``) and ``plain`` (the 2I-wide product alone). Prints per shape each
+contender's median over rounds over ``plain``'s; ``--json`` keeps every time with the clocks
+(``scripts/fit_gated_cost.py`` reads the ``kernel`` and ``road`` records).
+
+    python scripts/bench_gated_tiles.py [--rows 1,8,32,64,128,256] [--shapes 28672x4096,...]
+        [--tiles pingpong-64x128-c1x2,...] [--rounds 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+from unittest import mock
+
+import torch
+
+import wsgemm
+from wsgemm.api import gated as gated_core
+from wsgemm.api.epilogue import gated_unit
+from wsgemm.api.gated import gated_in_torch
+from wsgemm.bench import measure
+from wsgemm.bench.nvml import Nvml
+from wsgemm.host.choosing.menu import entry
+from wsgemm.host.dispatch import Dispatcher
+
+TILES = "sm90-pingpong,pingpong-64x128-c1x2,pingpong-64x128-c2x1,pingpong-64x256-c1x1,sm90"
+#: (2I, K): 8B and 70B gate_up, a tensor-parallel slice, a narrow expert's
+SHAPES = "28672x4096,57344x8192,7168x5120,14336x4096,2048x2048"
+
+
+class KernelOnly(Dispatcher):
+    """Every gated call takes the gated kernel (the road choice's other side)."""
+
+    def gated_unfused(self, *args):
+        return None
+
+
+def forced(name: str):
+    """A call of ``gated_linear`` on the gated kernel with menu entry ``name``'s tile."""
+    e = entry(name)
+    config = None if e.name == e.backend else e.variant_config()
+    d = KernelOnly()
+
+    def call(x, w):
+        with mock.patch.object(gated_core, "gated_config", lambda rows: (e.backend, config)):
+            return gated_core.gated_linear(x, w, "silu", dispatcher=d)
+
+    return call
+
+
+def contenders(x, w, tiles) -> dict:
+    """name -> zero-argument call on (x, w): each forced tile, the rule's, the road, plain."""
+    calls = {}
+    for t in tiles:
+        call = forced(t)
+        calls[t] = lambda call=call: call(x, w)
+    rule = KernelOnly()
+    calls["kernel"] = lambda: gated_core.gated_linear(x, w, "silu", dispatcher=rule)
+    calls["road"] = lambda: gated_in_torch(
+        wsgemm.matmul(x, w.t(), out_dtype=torch.float32), "silu", x.dtype
+    )
+    calls["plain"] = lambda: wsgemm.linear(x, w)
+    return calls
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default="1,8,32,64,128,256")
+    p.add_argument("--shapes", default=SHAPES)
+    p.add_argument("--tiles", default=TILES)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    nvml = Nvml.open(0)
+    timer = measure.CudaTimer(torch.device("cuda"), nvml)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tiles = args.tiles.split(",")
+    records = []
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.split("x"))
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) / math.sqrt(k)
+        for rows in (int(v) for v in args.rows.split(",")):
+            x = torch.randn(rows, k, device="cuda", dtype=torch.float16, generator=gen)
+            calls = contenders(x, w, tiles)
+            ref = gated_unit("silu", x.double() @ w.double().t())
+            scale = ref.abs().max().item() + 1.0
+            for name, fn in calls.items():
+                if name == "plain":
+                    continue
+                err = (fn().double() - ref).abs().max().item()
+                if not err <= 2e-2 * scale:
+                    raise AssertionError(f"{name} at {rows}x{n}x{k} off by {err:.3g}")
+            names = list(calls)
+            estimates = {c: timer.estimate(calls[c]) for c in names}
+            times = {c: [] for c in names}
+            clocks = []
+            for r in range(args.rounds):
+                for c in measure.rotated(names, r):
+                    sample = timer.measure(calls[c], args.reps, estimates[c])
+                    times[c].append(sample.ms)
+                    clocks.append(sample.sm_clock_mhz)
+            med = {c: statistics.median(v) for c, v in times.items()}
+            cells = "  ".join(f"{c} {med[c] / med['plain']:.2f}" for c in names if c != "plain")
+            print(f"{rows:5d}x{n}x{k}  plain {med['plain'] * 1e3:7.1f} us  {cells}", flush=True)
+            records.append(dict(epilogue="swiglu", m=rows, n=n, k=k, label=f"{rows}x{n}x{k}",
+                                times_ms=times, median_ms=med,
+                                clock_mhz=[c for c in clocks if c]))  # fmt: skip
+    if args.json:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
+                           torch=torch.__version__, gpu=torch.cuda.get_device_name(),
+                           records=records), f, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
