@@ -32,7 +32,7 @@ import sys
 
 from wsgemm.host import choosing
 from wsgemm.host.choosing import cost
-from wsgemm.host.choosing.menu import entry
+from wsgemm.host.choosing.menu import MENU, entry
 
 SM_COUNT, CC = 132, (9, 0)
 #: what the shipped constants were fitted on: ``main()``'s default (docs/perf.md entry 76)
@@ -40,6 +40,7 @@ SHIPPED_FIT = ["docs/data/gpu-2026-12-06g/gated-fit.json"]
 SHIPPED_KERNEL_ONLY = ["docs/data/gpu-2026-12-06f/gated-bench.json:32"]
 #: the highest DRAM rate any entry of the shipped model has (cooperative-128x224-c2x1)
 DRAM_TB_S_MAX = 8.5
+MENU_NAMES = {e.name for e in MENU}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +52,19 @@ class Row:
     k: int
     kernel_us: float
     road_us: float
+    tile: str | None = None  # a forced tile's menu entry (None: the rule's, gated_kernel_entry)
+
+    @property
+    def entry(self) -> str:
+        return self.tile or cost.gated_kernel_entry(self.m)
 
 
 def read_rows(paths, kernel_only: dict[str, int] | None = None) -> list[Row]:
     """The records of ``paths`` that timed both roads; with ``kernel_only`` (path -> rows),
     also those files' records from ``rows`` rows up, whose ``fused`` contender ran the gated
-    kernel (a run before the ``kernel`` contender), with no road time (NaN)."""
+    kernel (a run before the ``kernel`` contender), with no road time (NaN); and each forced
+    tile's time (``scripts/bench_gated_tiles.py``: a menu entry's name) as a row of that tile
+    for the kernel's constants alone."""
     rows = []
     files = [(p, None) for p in paths] + list((kernel_only or {}).items())
     for path, min_rows in files:
@@ -69,9 +77,13 @@ def read_rows(paths, kernel_only: dict[str, int] | None = None) -> list[Row]:
                 if r["m"] >= min_rows:
                     rows.append(Row(r["label"], act, r["m"], r["n"], r["k"],
                                     med["fused"] * 1e3, math.nan))  # fmt: skip
-            elif "kernel" in med and "road" in med:
+                continue
+            if "kernel" in med and "road" in med:
                 rows.append(Row(r["label"], act, r["m"], r["n"], r["k"], med["kernel"] * 1e3,
                                 med["road"] * 1e3))  # fmt: skip
+            for tile in sorted(set(med) & MENU_NAMES):  # scripts/bench_gated_tiles.py's
+                rows.append(Row(r["label"], act, r["m"], r["n"], r["k"], med[tile] * 1e3,
+                                math.nan, tile))  # fmt: skip
     return rows
 
 
@@ -91,7 +103,7 @@ def product_us(model, r: Row) -> float:
 
 
 def kernel_us(model, costs: dict, r: Row) -> float:
-    name = cost.gated_kernel_entry(r.m)
+    name = r.entry
     e = entry(name)
     local = dataclasses.replace(model, entries={name: costs[name]})
     f = cost.features(e, 1, r.m, r.n, r.k, 1, SM_COUNT, 2, 1)
@@ -103,7 +115,7 @@ def fit(rows: list[Row]):
     from scipy.optimize import least_squares
 
     model = _model()
-    names = sorted({cost.gated_kernel_entry(r.m) for r in rows})
+    names = sorted({r.entry for r in rows})
     start = np.log([0.5, 1.0, 3.5] * len(names))
 
     def unpack(x):
@@ -129,7 +141,7 @@ def fit(rows: list[Row]):
         return [math.log((p + cost.gating_pass_us(r.m, r.n // 2, r.activation, us, tb_s))
                          / r.road_us) for p, r in pairs]  # fmt: skip
 
-    road_rows = [r for r in rows if not math.isnan(r.road_us)]
+    road_rows = [r for r in rows if r.tile is None and not math.isnan(r.road_us)]
     products = [product_us(model, r) for r in road_rows]
     us, tb_s = np.exp(least_squares(road_residuals, np.log([5.0, 1.5]), loss="soft_l1",
                                     f_scale=0.05).x)  # fmt: skip
@@ -140,6 +152,7 @@ def judge(rows: list[Row], costs=None, us=None, tb_s=None) -> dict:
     """The road choice on ``rows`` with these constants (default: the shipped ones)."""
     model = _model()
     chosen, kernel, best, missed = [], [], [], []
+    rows = [r for r in rows if r.tile is None and not math.isnan(r.road_us)]
     for r in rows:
         choice = choosing.choose(r.m, r.n, r.k, 1, "float16", "float32", "float32", SM_COUNT, CC,
                                  batch_invariant=False)  # fmt: skip
