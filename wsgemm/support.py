@@ -394,7 +394,8 @@ class Epilogue:
     ``gated``: a gated linear unit, ``D = act(acc[:, :N]) * acc[:, N:]`` of a product ``2N``
     wide (SwiGLU with "silu", GeGLU with "gelu" or "gelu_tanh"), writing an N-wide output: the
     kernel's B view (N, K, L) holds the gate's rows and the up projection's N rows follow them
-    in memory (one ``[w_gate; w_up]`` weight, K-major). No bias.
+    in memory (one ``[w_gate; w_up]`` weight, K-major). Its bias, if any, is "col" and 2N long,
+    ``[b_gate; b_up]``: ``D = act(acc[:, :N] + b_gate) * (acc[:, N:] + b_up)``.
 
     ``row_scale``: ``D[m, :]`` multiplied by ``scale[m]`` last, after the activation (or the
     gated unit), the vector one of ``ROW_SCALES`` (its element type; a launch argument of the
@@ -413,10 +414,10 @@ class Epilogue:
             raise ValueError(f"bias mode {self.bias!r}; allowed: {', '.join(BIAS_MODES)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r}; allowed: {', '.join(ACTIVATIONS)}")
-        if self.gated and (self.bias != "none" or self.activation == "none"):
+        if self.gated and (self.bias == "row" or self.activation == "none"):
             raise ValueError(
                 "a gated epilogue takes an activation (silu: SwiGLU, gelu or gelu_tanh: GeGLU, "
-                "relu, relu2) and no bias"
+                "relu, relu2) and no bias or a column bias ([b_gate; b_up])"
             )
         if self.gated and (self.scale or self.residual):
             raise ValueError("a gated epilogue takes no alpha and no residual")

@@ -402,7 +402,11 @@ def test_explain_gated_gives_the_road_s_own_reason_and_refuses_what_gated_linear
     text = wsgemm.explain(x, w.t(), activation="silu", gated=True, cc=HOPPER)
     assert "I is not a multiple of 8" in text and "decode" not in text
     w, x = torch.randn(48, 32, dtype=F16), torch.randn(40, 32, dtype=F16)
-    for kw in (dict(bias=torch.randn(24, dtype=F16)), dict(backend="sm90"), dict(alpha=2.0),
-               dict(out_dtype=torch.float32)):  # fmt: skip
+    for kw in (dict(backend="sm90"), dict(alpha=2.0), dict(out_dtype=torch.float32)):
         with pytest.raises(ValueError, match="which takes no"):
             wsgemm.explain(x, w.t(), gated=True, cc=HOPPER, **kw)
+    # its bias is gated_linear's: [b_gate; b_up], the weight's 2I rows long
+    with pytest.raises(ValueError, match=r"must be \(48,\)"):
+        wsgemm.explain(x, w.t(), gated=True, cc=HOPPER, bias=torch.randn(24, dtype=F16))
+    text = wsgemm.explain(x, w.t(), gated=True, cc=HOPPER, bias=torch.randn(48, dtype=F16))
+    assert "act(gate) * up + its bias" in text

@@ -32,12 +32,15 @@ class Kernels:
         return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue))
 
     @staticmethod
-    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *, epilogue):
+    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *_, epilogue):
         if epilogue.gated:  # B's view is the gate's rows; the up rows follow in memory
             half = c.shape[1]
             assert b.shape[0] == half and b.stride(1) == 1  # K-major
             b = b.as_strided((2 * half, *b.shape[1:]), b.stride())
         y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
+        if epilogue.bias != "none":  # the gated kernel's is [b_gate; b_up], as B's rows
+            along = (1, -1, 1) if epilogue.bias == "col" else (-1, 1, 1)
+            y = y + bias.double().reshape(along)
         if epilogue.gated:
             y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
         c.copy_(y.to(c.dtype))
@@ -53,8 +56,10 @@ def fusing(monkeypatch):
     monkeypatch.setattr(registry, "GATED_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 
-def reference(x, w, act):
+def reference(x, w, act, bias=None):
     y = x.double() @ w.double().T
+    if bias is not None:
+        y = y + bias.double()
     half = w.shape[0] // 2
     return torch_activation(act, y[:, :half]) * y[:, half:]
 
@@ -373,7 +378,8 @@ class AddressKernels(Kernels):
         epilogue = Epilogue.parse(variant.epilogue)
 
         def body(a, b, c, launch):
-            self.run(a, b, c, launch["max_active_clusters"], epilogue=epilogue)
+            self.run(a, b, c, launch["max_active_clusters"], bias=launch.get("bias"),
+                     epilogue=epilogue)  # fmt: skip
 
         return address_entry(variant, body)
 
@@ -533,3 +539,81 @@ def test_the_trained_unit_differentiates_twice_and_under_torch_func(act):
         y16 = torch.tensor([[-1.0, 300.0]], dtype=F16, requires_grad=True)
         gated_unit_with_grad(act, y16).backward(torch.tensor([[300.0]], dtype=F16))
         assert y16.grad[0, 0].item() == 0.0  # dh * up overflows; the gate's mask wins
+
+
+@pytest.fixture
+def biased(fusing, monkeypatch):
+    """The gated kernel with a bias on (``GATED_BIAS_FAMILIES``: off on main until it runs on
+    a GPU)."""
+    monkeypatch.setattr(registry, "GATED_BIAS_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+@pytest.mark.parametrize("rows", [37, 300])  # the ping-pong tile, the cooperative one
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "relu2"])
+def test_a_bias_runs_in_the_gated_kernel(biased, rows, act):
+    """``bias`` is ``[b_gate; b_up]`` (2I long): act(x Wg^T + bg) * (x Wu^T + bu), in the gated
+    kernel's epilogue (its variant names the column bias), the bias handed to it as it is."""
+    torch.manual_seed(0)
+    x, w = torch.randn(rows, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
+    bias = torch.randn(2 * 48, dtype=F16)
+    d = dispatcher()
+    out = core.gated_linear(x, w, act, bias=bias, dispatcher=d)
+    assert d.cache.variants[-1].epilogue == f"bias_col+gated+{act}"
+    assert close(out, reference(x, w, act, bias), F16, 64)
+    assert not close(out, reference(x, w, act), F16, 64)  # the bias counted
+
+
+def test_a_bias_takes_the_unfused_road_until_its_kernel_has_run_on_a_gpu(fusing):
+    """On main the biased gated kernel is off (``GATED_BIAS_FAMILIES``): the product with its
+    bias in fp32 (the plain kernel's bias epilogue), then the gating; ``explain`` says why."""
+    torch.manual_seed(0)
+    x, w = torch.randn(37, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
+    bias = torch.randn(2 * 48, dtype=F16)
+    d = dispatcher()
+    out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+    v = d.cache.variants[-1]
+    assert not Epilogue.parse(v.epilogue).gated and Epilogue.parse(v.epilogue).bias == "col"
+    assert v.c_dtype == "float32"
+    assert close(out, reference(x, w, "silu", bias), F16, 64)
+    text = core.explain(d, x, w, "silu", bias)
+    assert "has not run on a GPU yet" in text and "+ its bias" in text
+
+
+def test_a_kept_launcher_takes_each_call_s_bias(biased):
+    """The signature's launcher binds the kernel once; each later call's bias (another tensor,
+    another layer's) is its own, and a strided one is made a unit-stride vector first."""
+    d = Dispatcher(AddressKernels(), StandInDevices((9, 0), 132))
+    torch.manual_seed(0)
+    x, w = torch.randn(40, 64, dtype=F16), torch.randn(2 * 256, 64, dtype=F16) / 8
+    for seed in range(3):
+        bias = torch.randn(2 * 512, dtype=F16, generator=torch.Generator().manual_seed(seed))
+        bias = bias[::2] if seed == 2 else bias[: 2 * 256]
+        out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+        assert close(out, reference(x, w, "silu", bias), F16, 64), seed
+    # one compile, the gated kernel's; the later calls took the kept launcher
+    assert [v.epilogue for v in d.cache.variants] == ["bias_col+gated+silu"]
+
+
+@pytest.mark.parametrize(
+    "bias, error, match",
+    [
+        (torch.zeros(48, dtype=F16), ValueError, r"must be \(96,\)"),
+        (torch.zeros(2, 48, dtype=F16), ValueError, r"must be \(96,\)"),
+        (torch.zeros(96, dtype=torch.float32), TypeError, "must be torch.float16 as x"),
+        (torch.zeros(96, dtype=F16, device="meta"), ValueError, "on x's device"),
+        ([0.0] * 96, TypeError, "torch.Tensor or None"),
+    ],
+)
+def test_a_wrong_bias_is_refused(bias, error, match):
+    x, w = torch.randn(4, 64, dtype=F16), torch.randn(96, 64, dtype=F16)
+    with pytest.raises(error, match=match):
+        core.gated_linear(x, w, "silu", bias=bias, dispatcher=dispatcher())
+
+
+def test_no_input_features_leave_the_bias_s_unit():
+    """K = 0: both products are 0, so the result is act(b_gate) * b_up on every row."""
+    x, w = torch.empty(3, 0, dtype=F16), torch.empty(8, 0, dtype=F16)
+    bias = torch.randn(8, dtype=F16)
+    out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=dispatcher())
+    want = torch_activation("silu", bias[:4].double()) * bias[4:].double()
+    assert torch.allclose(out.double(), want.expand(3, 4), atol=1e-3)

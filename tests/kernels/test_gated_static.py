@@ -105,16 +105,21 @@ def test_a_gated_config_must_split_into_whole_subtiles():
                  F32, epilogue=GATED)  # fmt: skip
     with pytest.raises(ValueError, match="activation"):
         Epilogue(gated=True)
+    with pytest.raises(ValueError, match="column bias"):
+        Epilogue(bias="row", activation="silu", gated=True)
 
 
-#: The gated kernel's SASS (no GPU): the default run's one compile (GeGLU's tanh form on the
-#: cooperative schedule); the sweep compiles every activation a gated epilogue takes on both
-#: schedules, and SwiGLU in the grouped kernel (``grouping="m"``).
-GATED_VARIANT = host.Variant("sm90", "sm_90a", epilogue="gated+gelu_tanh")
+#: The gated kernel's SASS (no GPU): the default run's one compile (GeGLU's tanh form with a
+#: bias on the cooperative schedule); the sweep compiles every activation a gated epilogue takes
+#: on both schedules, with and without a bias, and SwiGLU in the grouped kernel
+#: (``grouping="m"``).
+GATED_VARIANT = host.Variant("sm90", "sm_90a", epilogue="bias_col+gated+gelu_tanh")
 GATED_SWEEP = [
-    host.Variant(backend, "sm_90a", epilogue=f"gated+{act}", grouping=grouping)
+    host.Variant(backend, "sm_90a", epilogue=f"{bias}gated+{act}", grouping=grouping)
     for backend in ("sm90", "sm90-pingpong")
     for act, grouping in [(a, "none") for a in ACTIVATIONS if a != "none"] + [("silu", "m")]
+    for bias in ("", "bias_col+")
+    if not (bias and grouping != "none")  # the grouped kernel takes no bias
 ]
 
 
@@ -130,7 +135,9 @@ def _assert_gated(r: insp.Report, activation: str) -> None:
 
 
 def test_a_gated_kernel_compiles_without_calls_or_spills(compiled):
-    _assert_gated(compiled(GATED_VARIANT).report, "gelu_tanh")
+    report = compiled(GATED_VARIANT).report
+    _assert_gated(report, "gelu_tanh")
+    assert report.sass["LDG"] > 0  # the bias's loads (the plain gated kernel has none)
 
 
 @pytest.mark.sweep
@@ -140,6 +147,9 @@ def test_a_gated_kernel_compiles_without_calls_or_spills(compiled):
 def test_every_gated_kernel_compiles_to_two_b_loads_and_half_the_stores(compiled, variant):
     """Every gated activation on both schedules: clean as above, and the dense plain kernel's
     TMA stores halve (half the subtiles)."""
-    _assert_gated(compiled(variant).report, variant.epilogue.removeprefix("gated+"))
+    epilogue = Epilogue.parse(variant.epilogue)
+    _assert_gated(compiled(variant).report, epilogue.activation)
+    if variant.grouping == "none":  # (the grouped kernel loads its offsets with LDG too)
+        assert (compiled(variant).report.sass["LDG"] > 0) == (epilogue.bias == "col")
     plain = host.Variant(variant.backend, "sm_90a", grouping=variant.grouping)
     assert compiled(variant).report.sass["UTMASTG"] * 2 == compiled(plain).report.sass["UTMASTG"]

@@ -149,8 +149,8 @@ def explain(
     and launches nothing. With ``grouped=True`` (or ``offs``), the same for ``grouped_mm(a, b,
     offs, out_dtype=, backend=, activation=, gated=, row_scale=)``; an ``offs`` on the CPU
     (``offs.cpu()``) adds the grouped kernel's tile map: which tiles of which group run on which
-    CTAs. With ``gated=True`` alone, the same for ``gated_linear(a, b.T, activation)`` (``b``
-    the transposed ``[w_gate; w_up]`` weight; activation default "silu"); ``row_scale`` is
+    CTAs. With ``gated=True`` alone, the same for ``gated_linear(a, b.T, activation, bias=)``
+    (``b`` the transposed ``[w_gate; w_up]`` weight; activation default "silu"); ``row_scale`` is
     grouped_mm's only (a ValueError without ``grouped``/``offs``).
 
     ``cc`` and ``sm_count`` answer for another GPU (a (major, minor) capability, its SM
@@ -176,13 +176,13 @@ def explain(
             from . import gated as gated_api
 
             others = dict(
-                out=out, out_dtype=out_dtype, bias=bias, c=c,
+                out=out, out_dtype=out_dtype, c=c,
                 accumulate=None if accumulate is torch.float32 else accumulate,
                 backend=None if backend == "auto" else backend,
                 alpha=None if alpha == 1.0 else alpha, beta=None if beta == 1.0 else beta,
             )  # fmt: skip
             return gated_api.explain(d, a, b.t() if isinstance(b, torch.Tensor) else b,
-                                     "silu" if activation is None else activation,
+                                     "silu" if activation is None else activation, bias,
                                      **others)  # fmt: skip
     if grouped or offs is not None:
         from . import grouped as grouped_api

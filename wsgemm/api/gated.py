@@ -33,9 +33,9 @@ __all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_t
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
-def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int, str]:
+def check_gated(x, weight, activation, device_types=("cuda",), bias=None) -> tuple[int, int, str]:
     """(rows, output features I, the kernels' activation name) of ``gated_linear(x, weight,
-    activation)`` with a 2-D ``x``; raises what is wrong and what is allowed."""
+    activation, bias=bias)`` with a 2-D ``x``; raises what is wrong and what is allowed."""
     for name, t in (("x", x), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -60,6 +60,18 @@ def check_gated(x, weight, activation, device_types=("cuda",)) -> tuple[int, int
         if t.device.type not in device_types or t.device != x.device:
             raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on x's device, "
                              f"got {t.device}")  # fmt: skip
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.dim() != 1 or bias.shape[0] != weight.shape[0]:
+            raise ValueError(
+                f"bias {tuple(bias.shape)} must be ({weight.shape[0]},): the gate's "
+                f"{weight.shape[0] // 2} entries, then the up projection's (as the weight's rows)"
+            )
+        if bias.dtype != x.dtype:
+            raise TypeError(f"bias must be {x.dtype} as x, got {bias.dtype}")
+        if bias.device != x.device:
+            raise ValueError(f"bias must be on x's device ({x.device}), got {bias.device}")
     return x.shape[0], weight.shape[0] // 2, act
 
 
@@ -82,55 +94,72 @@ def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
     return torch.mul(gate, y[..., half:], out=out)
 
 
-def gated_linear(x, weight, activation="silu", *, dispatcher=None) -> torch.Tensor:
-    """(rows, I): ``act(x @ weight[:I].T) * (x @ weight[I:].T)`` (module docstring); ``x`` 2-D."""
+def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) -> torch.Tensor:
+    """(rows, I): ``act(x @ weight[:I].T + bias[:I]) * (x @ weight[I:].T + bias[I:])`` (module
+    docstring; no bias: those terms are 0); ``x`` 2-D."""
     d = dispatcher or _default_dispatcher()
-    key = _signature(x, weight, activation)
+    key = _signature(x, weight, activation, bias)
     hit = d.launchers.get(key) if key is not None else None
     if hit is not None:  # a signature seen before: checked, its road decided, its kernel bound
-        return hit(x, weight)
-    m, half, act = check_gated(x, weight, activation, (d.devices.type,))
+        return hit(x, weight, bias)
+    m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     if m == 0 or half == 0:
         return out
-    if x.shape[1] == 0:  # both projections are 0, and act(0) * 0 = 0
-        return out.zero_()
-    fused = _road(d, x, weight, act)
+    if x.shape[1] == 0:  # both projections are 0: act(b_gate) * b_up, or act(0) * 0 = 0
+        if bias is None:
+            return out.zero_()
+        return gated_in_torch(bias.float().expand(m, 2 * half), act, x.dtype)
+    fused = _road(d, x, weight, act, bias)
     if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
-        out = _unfused(d, act, x, weight)
+        out = _unfused(d, act, x, weight, bias)
         if key is not None:
             d.remember(key, functools.partial(_unfused, d, act))
         return out
     (a_view, a_major), b_view, (backend, config), index = fused
-    epilogue = Epilogue(activation=act, gated=True).name
+    epilogue = Epilogue(bias="none" if bias is None else "col", activation=act, gated=True)
     dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
-    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue)
+    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue.name)
     c_view = out.unsqueeze(-1)
+    vector = None if bias is None else _bias_vector(bias)
     with d.on_device(index):
-        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, vector)
     bind = getattr(fn, "bind", None)
     if key is not None and bind is not None:
-        at = bind(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+        if bias is None:
+            at = bind(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
+        else:  # the bias, alpha, beta and C late: the bias given per call
+            at = bind(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, late=4)
         shifts = (a_view.data_ptr() - x.data_ptr(), b_view.data_ptr() - weight.data_ptr())
         d.remember(key, _launcher(d, at, shifts, (m, half), x.dtype, x.device, index))
     return out
 
 
-def _unfused(d, act: str, x, weight) -> torch.Tensor:
-    """The unfused road: the (M, 2I) product in fp32 (``matmul``'s own launcher kept per
-    signature), then ``act(gate) * up`` in fp32, rounded once."""
-    y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None)
+def _bias_vector(bias: torch.Tensor) -> torch.Tensor:
+    """The kernel's bias: ``bias`` where it is a flat unit-stride vector, else a copy that is."""
+    return bias if bias.stride(0) == 1 else bias.contiguous()
+
+
+def _unfused(d, act: str, x, weight, bias=None) -> torch.Tensor:
+    """The unfused road: the (M, 2I) product in fp32 (plus the bias, in its epilogue;
+    ``matmul``'s own launcher kept per signature), then ``act(gate) * up`` in fp32, rounded
+    once."""
+    y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None, bias)
     return gated_in_torch(y, act, x.dtype)
 
 
-def _signature(x, weight, activation):
+def _signature(x, weight, activation, bias=None):
     """The key of a fused call's launcher among the dispatcher's: all that the checks, the road
     and the views read, none of the data; None where the arguments are not tensors of the kinds
     a launcher is kept for (the checks then say what is wrong)."""
     try:
-        grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        grads = (x.requires_grad, weight.requires_grad)
+        if bias is not None:
+            grads += (bias.requires_grad,)
+        grad = torch.is_grad_enabled() and any(grads)
         key = ("gated", type(activation), activation, grad, current_settings())
         key += dispatch.tensor_signature(x) + dispatch.tensor_signature(weight)
+        key += ("no bias",) if bias is None else dispatch.tensor_signature(bias)
         hash(key)
         return key
     except Exception:  # not tensors, unhashable arguments, ...
@@ -138,47 +167,54 @@ def _signature(x, weight, activation):
 
 
 def _launcher(d, at, shifts: tuple[int, int], shape, dtype, device, index):
-    """A later fused call of the signature: ``launch(x, weight)`` runs the kernel bound at the
-    first call's views (``at``) at this call's addresses, into a new result."""
+    """A later fused call of the signature: ``launch(x, weight, bias)`` runs the kernel bound
+    at the first call's views (``at``) at this call's addresses, into a new result (with a
+    bias, its vector given per call)."""
     dx, dw = shifts
 
-    def launch(x, weight):
+    def launch(x, weight, bias=None):
         out = torch.empty(*shape, dtype=dtype, device=device)
-        at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr())
+        if bias is None:
+            at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr())
+        else:
+            vector = _bias_vector(bias)
+            at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr(), vector, None, None, None)
         return out
 
     return dispatch.on_its_device(d, index, launch)
 
 
-def explain(d, x, weight, activation, **others) -> str:
-    """Where ``gated_linear(x, weight, activation)`` runs on dispatcher ``d`` (``x`` N-D, its
-    rows folded): the gated kernel and its tile, or the unfused road and why, with the (M, 2I)
-    product's own explanation there. Checks as the call does; runs nothing. ``others``: the
-    arguments of ``explain`` that ``gated_linear`` does not take, which must be at their
+def explain(d, x, weight, activation, bias=None, **others) -> str:
+    """Where ``gated_linear(x, weight, activation, bias=bias)`` runs on dispatcher ``d`` (``x``
+    N-D, its rows folded): the gated kernel and its tile, or the unfused road and why, with the
+    (M, 2I) product's own explanation there. Checks as the call does; runs nothing. ``others``:
+    the arguments of ``explain`` that ``gated_linear`` does not take, which must be at their
     defaults (a ValueError names those that are not)."""
     given = [name for name, value in others.items() if value is not None]
     if given:
-        raise ValueError(f"gated=True explains gated_linear(x, weight, activation), which takes "
-                         f"no {', '.join(given)}")  # fmt: skip
+        raise ValueError(f"gated=True explains gated_linear(x, weight, activation, bias=), "
+                         f"which takes no {', '.join(given)}")  # fmt: skip
     if isinstance(x, torch.Tensor) and x.dim() > 2:
         x = x.reshape(-1, x.shape[-1])
-    m, half, act = check_gated(x, weight, activation, (d.devices.type,))
-    head = f"gated_linear: act(gate) * up with {act}, {m} rows, {half} output features"
-    road = _road(d, x, weight, act) if m and half and x.shape[1] else "an empty problem"
+    m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
+    with_bias = "" if bias is None else " + its bias"
+    head = f"gated_linear: act(gate) * up{with_bias} with {act}, {m} rows, {half} output features"
+    road = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
     if not isinstance(road, str):
         (backend, config), index = road[2], road[3]
         tile = config or host.BACKENDS[backend].config("float32")
         which = "its shipped" if config is None else "the"
         kernel = (
             f"kernel: the gated kernel on {backend} ({which} {tile.tile_m}x{tile.tile_n} "
-            f"tile, {tile.tile_n // 2} output features a tile): act(gate) * up in its "
+            f"tile, {tile.tile_n // 2} output features a tile): act(gate) * up{with_bias} in its "
             "epilogue, one GEMM, the half-width result written once"
         )
         name = str(x.dtype).removeprefix("torch.")
         verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act)
         return f"{head}\n{kernel}" + (f"\nwhy: {verdict}" if verdict else "")
-    product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto")
-    unfused = f"unfused: the (M, 2I) fp32 product, then act(gate) * up in fp32 in torch ({road})"
+    product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto", bias)
+    unfused = (f"unfused: the (M, 2I) fp32 product{with_bias}, then act(gate) * up in fp32 in "
+               f"torch ({road})")  # fmt: skip
     return f"{head}\n{unfused}\nthe product: {product}"
 
 
@@ -188,7 +224,7 @@ def _default_dispatcher():
     return DISPATCHER
 
 
-def _road(d, x, weight, act):
+def _road(d, x, weight, act, bias=None):
     """((A's view, its major), B's view, (backend, config), device index) where a gated kernel
     runs this call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
     index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
@@ -197,6 +233,9 @@ def _road(d, x, weight, act):
         return "no gated kernel runs on this GPU"
     if not host.fuses_epilogues(backend, gated=True):
         return "the gated kernels are switched off (host.registry.GATED_FAMILIES)"
+    if bias is not None and not host.fuses_epilogues(backend, gated=True, bias=True):
+        return ("the gated kernel with a bias has not run on a GPU yet "
+                "(host.registry.GATED_BIAS_FAMILIES)")  # fmt: skip
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return "I is not a multiple of 8 (the up rows' TMA coordinate, C's 16-byte rows)"
     a = _kernel_view(x.unsqueeze(-1), False, (1, 0))

@@ -158,6 +158,12 @@ EPILOGUE_FAMILIES = frozenset({"sm90"})
 #: and ``GatedMLP``'s forward and backward, within the suite's tolerance. The grouped kernel's
 #: epilogues (``grouped_mm(activation=, gated=)``) stay on ``FUSING_FAMILIES``.
 GATED_FAMILIES = frozenset({"sm90"})
+#: The families whose gated kernels take a bias (``[b_gate; b_up]``, ``Epilogue(bias="col",
+#: gated=True)``) in calls. The sm90 kernel compiles (SASS checked, no spills, no CALL) but has
+#: not run on a GPU: empty until ``tests/gpu/test_gpu_epilogue.py -k gated_bias`` passes
+#: (it switches the family on for itself). Elsewhere a biased call takes the unfused road: the
+#: product with its bias in fp32, then the gating.
+GATED_BIAS_FAMILIES: frozenset[str] = frozenset()
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. The sm90
 #: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
@@ -186,14 +192,18 @@ C_TENSOR_FAMILIES: frozenset[str] = frozenset({"sm90"})
 ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 
 
-def fuses_epilogues(backend: str, gated: bool = False, scalars: bool = False) -> bool:
+def fuses_epilogues(
+    backend: str, gated: bool = False, scalars: bool = False, bias: bool = False
+) -> bool:
     """Whether calls on ``backend`` run a fused-epilogue kernel (bias, activation in the
     kernel's epilogue): its family is in ``FUSING_FAMILIES`` (``gated``: a dense gated unit's,
-    ``GATED_FAMILIES``; ``scalars``: one with alpha or a residual, ``RESIDUAL_FAMILIES`` too);
-    elsewhere the API applies the epilogue after the product (``api.epilogue.apply_in_torch``,
-    ``combine_in_torch``)."""
+    ``GATED_FAMILIES``, and with ``bias`` ``GATED_BIAS_FAMILIES`` too; ``scalars``: one with
+    alpha or a residual, ``RESIDUAL_FAMILIES`` too); elsewhere the API applies the epilogue
+    after the product (``api.epilogue.apply_in_torch``, ``combine_in_torch``)."""
     family = BACKENDS[backend].family
     if scalars and family not in RESIDUAL_FAMILIES:
+        return False
+    if gated and bias and family not in GATED_BIAS_FAMILIES:
         return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
 

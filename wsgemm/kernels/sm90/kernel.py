@@ -1531,8 +1531,25 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     def _bias_subtile(self, plan, args, origin, e) -> list:
         """Subtile ``e``'s bias addends, one fp32 value per accumulator register (the
-        registers that share a row or column share the load)."""
+        registers that share a row or column share the load). Under a gated epilogue, per
+        output register the pair (the gate's ``bias[n]``, the up projection's ``bias[N + n]``)
+        of its output column ``n``: the bias is ``[b_gate; b_up]``, 2N long."""
         per_subtile = cute.size(args.tRS_rAcc) // plan.out_subtiles
+        if const_expr(plan.epilogue.gated):
+            per_subtile = per_subtile // 2  # the product's subtiles are twice the output's
+            n = args.bias_extent  # the output's columns: N
+            up_origin = (origin[0], origin[1] + n)
+            coords = [
+                args.tRS_cAcc[self._product_register(plan, e, per_subtile, v)]
+                for v in range(per_subtile)
+            ]
+            return [
+                (
+                    epilogue_bias.addend("col", args.bias, c, origin, n),
+                    epilogue_bias.addend("col", args.bias, c, up_origin, 2 * n),
+                )
+                for c in coords
+            ]
         return [
             epilogue_bias.addend(
                 plan.epilogue.bias,
@@ -1608,9 +1625,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             gate = self._product_register(plan, e, per_subtile, 0)
             half = plan.config.tile_n // plan.config.epi_tile[1] // 2  # subtile columns a half
             up = gate + half * per_subtile
+            if const_expr(epi.bias != "none" and bias is None):
+                bias = self._bias_subtile(plan, args, views.origin, e)
             for v in cutlass.range_constexpr(per_subtile):
                 g = cutlass.Float32(args.tRS_rAcc[gate + v])
                 u = cutlass.Float32(args.tRS_rAcc[up + v])
+                if const_expr(epi.bias != "none"):
+                    g, u = g + bias[v][0], u + bias[v][1]
                 x = epilogue_activation.apply(epi.activation, g) * u
                 if const_expr(epi.row_scale != "none"):
                     x = x * views.row_scale[e][v]
