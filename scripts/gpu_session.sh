@@ -140,7 +140,7 @@ if has gatedfit; then
   # what the gated road's constants are fitted on (scripts/fit_gated_cost.py): the gate_up rows
   # of a models draw of the fit families (seed 1, as the menu's fit draws)
   WSGEMM_AUTOTUNE=0 timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --suite models \
-    --seed ${FIT_SEED:-1} --count ${COUNT:-250} --families ${FIT_FAMILIES:-llama3,qwen2.5,qwen3,qwen3-moe,mistral,mixtral} \
+    --seed ${FIT_SEED:-1} --count ${FIT_COUNT:-250} --families ${FIT_FAMILIES:-llama3,qwen2.5,qwen3,qwen3-moe,mistral,mixtral} \
     --rounds ${ROUNDS:-5} --epilogues swiglu --json "$OUT/gated-fit.json" > "$OUT/gated-fit.log" 2>&1
   echo "gated fit rc=$?"; grep -E "==|Error" "$OUT/gated-fit.log"
   echo "gated fit done at $((SECONDS - start)) s"

@@ -15,7 +15,7 @@ import wsgemm
 from wsgemm.api import Dispatcher
 from wsgemm.api import gated as core
 from wsgemm.api.epilogue import Epilogue, torch_activation
-from wsgemm.host import registry
+from wsgemm.host import choosing, registry
 from wsgemm.host.dispatch import StandInDevices
 
 F16, BF16 = torch.float16, torch.bfloat16
@@ -123,19 +123,51 @@ def test_the_cost_model_picks_the_measured_faster_road(rows, n, k, unfused, act)
 @pytest.mark.parametrize("rows", [1, 16])
 @pytest.mark.parametrize("n, k", [(28672, 4096), (57344, 8192)])
 def test_decode_rows_take_the_unfused_road(rows, n, k):
-    """At 1-16 tokens the gated kernel was not timed (entry 73's decode road ran there): its
-    tile is the one that ran 1.3-1.6x the unfused road's time at 32 rows, with the same grid
-    and weights, so the unfused road must win here too."""
+    """At 1-16 tokens on these wide products the unfused road wins: the gated kernel's tile
+    spans 256 rows a cluster (entry 73: 1.3-1.6x the road's time at 32 rows, the same grid and
+    weights; entry 76's fit rows: 1.05-1.34x at 1-16 rows where 2I >= 6400)."""
     assert dispatcher().gated_unfused(0, rows, n, k, "float16", "silu") is not None
 
 
-def test_the_answer_is_per_activation():
-    """The activation is in the memo's key: a logistic one's MUFU work tips this problem to the
-    unfused road, relu's none keeps the gated kernel (a near tie: 0.3 us either way)."""
+def test_the_answer_is_per_activation(monkeypatch):
+    """The activation is in the memo's key: with the pass's fixed cost set between the two
+    predictions of the gated kernel (a logistic activation's MUFU work, relu's none), silu's
+    call takes the unfused road and relu's the kernel, whichever is asked first."""
+    from wsgemm.host.choosing import cost
+
+    m, n, k = 128, 2048, 4096
+    model = cost.cost_model_for(132, (9, 0))
+    product = choosing.choose(m, n, k, 1, "float16", "float32", "float32", 132, (9, 0),
+                              batch_invariant=False)  # fmt: skip
+    silu, relu = (cost.gated_roads(model, product.menu_entry, product.split, m, n, k, 132, a)
+                  for a in ("silu", "relu"))  # fmt: skip
+    assert silu.fused_us > relu.fused_us  # the MUFU work priced
+    middle = (silu.fused_us + relu.fused_us) / 2 - silu.product_us  # the pass's whole cost
+    fixed = middle - (silu.gating_us - cost.GATING_PASS_US)  # less its bytes' share
+    monkeypatch.setattr(cost, "GATING_PASS_US", fixed)
     d = dispatcher()
-    assert d.gated_unfused(0, 128, 2048, 4096, "float16", "silu") is not None
-    assert d.gated_unfused(0, 128, 2048, 4096, "float16", "relu") is None
-    assert d.gated_unfused(0, 128, 2048, 4096, "float16", "silu") is not None
+    assert d.gated_unfused(0, m, n, k, "float16", "relu") is None
+    assert d.gated_unfused(0, m, n, k, "float16", "silu") is not None
+    assert d.gated_unfused(0, m, n, k, "float16", "relu") is None
+
+
+def test_a_tile_s_config_reaches_the_kernel_and_explain(fusing, monkeypatch):
+    """``gated_config``'s (backend, config) is what the call compiles and ``explain`` names:
+    a menu entry that is not its backend's shipped tile runs with its own config."""
+    from wsgemm.host.choosing.menu import entry
+
+    e = entry("pingpong-64x128-c1x2")
+    monkeypatch.setattr(core, "gated_config", lambda rows: (e.backend, e.variant_config()))
+    torch.manual_seed(0)
+    x, w = torch.randn(37, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
+    d = dispatcher()
+    out = core.gated_linear(x, w, "silu", dispatcher=d)
+    v = d.cache.variants[-1]
+    assert v.backend == e.backend and v.config == e.variant_config() and v.epilogue == "gated+silu"
+    assert close(out, reference(x, w, "silu"), F16, 64)
+    assert f"on {e.backend} (the 64x128 tile, 64 output features a tile)" in core.explain(
+        d, x, w, "silu"
+    )
 
 
 def test_the_road_is_the_model_s_not_a_row_count():

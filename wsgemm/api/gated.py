@@ -80,7 +80,7 @@ def gated_config(rows: int) -> tuple[str, object | None]:
     ``choosing.gated_kernel_entry`` names (the rule the cost model prices), its backend and,
     where the entry is not that backend's shipped tile, its config (None: the shipped one)."""
     e = host.choosing.menu.entry(host.choosing.gated_kernel_entry(rows))
-    return e.backend, (None if e.name == e.backend else e.variant_config())
+    return e.backend, e.variant_config()
 
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:

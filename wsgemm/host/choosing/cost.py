@@ -36,10 +36,12 @@ fitted: derived from the per-k-tile constant (measured +5.5% for gelu_tanh on th
 128x256 tile at K = 4096, predicted +6%: entry 43).
 
 A gated call (``gated_linear``: ``act(gate) * up`` of a (M, 2I) product) has two roads, priced
-by ``gated_roads``: the gated kernel (its row tile, writing the half-width result, with the
+by ``gated_roads``: the gated kernel (on the tile it runs, ``gated_kernel_entry``, with
+constants of its own, ``GATED_KERNEL_COSTS``; writing the half-width result, with the
 activation's MUFU work: half an instruction set per product value) or the unfused road, the
 product on ``auto``'s choice in fp32 and then a gating pass of two torch kernels whose cost is
-``GATING_PASS_US`` plus its bytes at ``GATING_PASS_TB_S`` (measured, docs/perf.md entry 73).
+``GATING_PASS_US`` plus its bytes at ``GATING_PASS_TB_S``. Both fitted on an H100
+(``scripts/fit_gated_cost.py``, docs/perf.md entry 76) and used on any sm90 GPU.
 
 A prediction carries its terms so that ``explain`` can say why the winner won. Pure Python, as
 the rest of the room: no torch, no DSL; a prediction is a few dozen float operations.
