@@ -80,10 +80,13 @@ class GatedCoreStub:
     def __init__(self, check):
         self.check, self.calls = check, []
 
-    def __call__(self, x, weight, activation="silu", *, dispatcher=None):
-        _, _, act = self.check(x, weight, activation, ("cpu",))
-        self.calls.append((x, weight))
-        return gated_unit(act, x.double() @ weight.double().T).to(x.dtype)
+    def __call__(self, x, weight, activation="silu", *, bias=None, dispatcher=None):
+        _, _, act = self.check(x, weight, activation, ("cpu",), bias)
+        self.calls.append((x, weight) if bias is None else (x, weight, bias))
+        y = x.double() @ weight.double().T
+        if bias is not None:
+            y = y + bias.double()
+        return gated_unit(act, y).to(x.dtype)
 
 
 def grouped_reference(a, b, offs, form=None):
@@ -149,7 +152,7 @@ def install_gated(monkeypatch) -> GatedCoreStub:
     monkeypatch.setattr(gated_core, "gated_linear", stub)
     monkeypatch.setattr(
         gated_core, "check_gated",
-        lambda x, w, act, devices=("cuda",): real(x, w, act, (*devices, "cpu")),
+        lambda x, w, act, devices=("cuda",), bias=None: real(x, w, act, (*devices, "cpu"), bias),
     )  # fmt: skip
     return stub
 

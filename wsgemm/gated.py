@@ -24,7 +24,7 @@ __all__ = ["gated_linear"]
 
 _LIB = torch.library.Library("wsgemm", "FRAGMENT")
 _LIB.define(
-    'gated_linear(Tensor x, Tensor weight, str activation="silu") -> Tensor',
+    'gated_linear(Tensor x, Tensor weight, str activation="silu", Tensor? bias=None) -> Tensor',
     tags=(torch.Tag.pt2_compliant_tag,),
 )
 _GATED = torch.ops.wsgemm.gated_linear.default
@@ -34,10 +34,10 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
-def _impl(x, weight, activation="silu"):
+def _impl(x, weight, activation="silu", bias=None):
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
-        core.check_gated(x, weight, activation)  # the TypeError / ValueError
-    y = core.gated_linear(_fold(x), weight, activation)
+        core.check_gated(x, weight, activation, bias=bias)  # the TypeError / ValueError
+    y = core.gated_linear(_fold(x), weight, activation, bias=bias)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -46,22 +46,25 @@ for _key in ("CUDA", "CPU"):
 
 
 @torch.library.register_fake("wsgemm::gated_linear", lib=_LIB)
-def _fake(x, weight, activation="silu"):
-    core.check_gated(_fold(x), weight, activation, ("cuda", "meta"))
+def _fake(x, weight, activation="silu", bias=None):
+    core.check_gated(_fold(x), weight, activation, ("cuda", "meta"), bias)
     return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, activation = inputs
-    ctx.save_for_backward(x, weight)
+    x, weight, activation, *rest = inputs  # (the bias when the call gave one)
+    ctx.save_for_backward(x, weight, *rest)
     ctx.activation = activation
 
 
 def _backward(ctx, grad):
-    x, weight = ctx.saved_tensors
+    x, weight, *rest = ctx.saved_tensors
+    bias = rest[0] if rest else None
     x2 = _fold(x)
     with torch.no_grad():
         y = matmul(x2, weight.t()).float()  # the pre-activations, recomputed
+        if bias is not None:
+            y = y + bias.float()
     half = weight.shape[0] // 2
     g, u = y[:, :half], y[:, half:]
     dy_out = _fold(grad).float()
@@ -72,12 +75,14 @@ def _backward(ctx, grad):
         ],
         dim=1,
     ).to(x.dtype)
-    gx = gw = None
+    gx = gw = gb = None
     if ctx.needs_input_grad[0]:
         gx = matmul(dy, weight).reshape(x.shape)
     if ctx.needs_input_grad[1]:
         gw = matmul(dy.t(), x2)
-    return gx, gw, None
+    if bias is not None and ctx.needs_input_grad[3]:
+        gb = dy.float().sum(0).to(bias.dtype)  # the rows' sum in fp32 (torch's: one fixed order)
+    return (gx, gw, None, gb)[: len(ctx.needs_input_grad)]  # one per input the call gave
 
 
 torch.library.register_autograd(
@@ -85,20 +90,22 @@ torch.library.register_autograd(
 )
 
 
-def _autocast(x, weight, activation="silu"):
+def _autocast(x, weight, activation="silu", bias=None):
     dtype = torch.get_autocast_dtype("cuda")
     x, weight = x.to(dtype), weight.to(dtype)
+    bias = None if bias is None else bias.to(dtype)
     with torch._C._ExcludeDispatchKeyGuard(
         torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
     ):
-        return _GATED(x, weight, activation)
+        return _GATED(x, weight, activation, bias)
 
 
 _LIB.impl("gated_linear", _autocast, "AutocastCUDA")
 
 
-def gated_linear(input, weight, activation="silu", exact=False):
-    """A gated linear unit: ``act(input @ weight[:I].T) * (input @ weight[I:].T)``.
+def gated_linear(input, weight, activation="silu", exact=False, *, bias=None):
+    """A gated linear unit: ``act(input @ weight[:I].T + bias[:I]) * (input @ weight[I:].T +
+    bias[I:])`` (without a bias, those terms are 0).
 
     Args:
         input: (..., in_features), float16 or bfloat16, CUDA.
@@ -107,29 +114,37 @@ def gated_linear(input, weight, activation="silu", exact=False):
             w_up])``, once).
         activation: "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU), "relu" or "relu2".
         exact: ``act(gate) * up`` as torch's own ops on the rounded (..., 2I) product: bit for
-            bit ``act(y[..., :I]) * y[..., I:]`` of ``y = wsgemm.matmul(input, weight.t())``
+            bit ``act(y[..., :I]) * y[..., I:]`` of ``y = wsgemm.linear(input, weight, bias)``
             (the product reaches memory: one more pass).
+        bias: None or (2 * I,), input's dtype: the gate's I entries, then the up projection's
+            (``torch.cat([b_gate, b_up])``), added to the products before the unit.
 
     Returns:
         (..., I), input's dtype. On Hopper with fused epilogues on, one kernel (the (rows, 2I)
         product never reaches memory); elsewhere torch's road (``wsgemm.api.gated``).
-        Differentiable, traceable by torch.compile (``torch.ops.wsgemm.gated_linear``).
+        Differentiable (the bias too), traceable by torch.compile
+        (``torch.ops.wsgemm.gated_linear``).
     """
     for name, t in (("input", input), ("weight", weight)):
         if not isinstance(t, torch.Tensor):  # (the op's dispatcher would say RuntimeError)
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
     if exact is not False and not isinstance(exact, bool):
         raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
-    if exact or (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)):
-        return _for_autograd(input, weight, activation)
-    return _GATED(input, weight, activation)
+    needs_grad = input.requires_grad or weight.requires_grad
+    needs_grad = needs_grad or (bias is not None and bias.requires_grad)
+    if exact or (torch.is_grad_enabled() and needs_grad):
+        return _for_autograd(input, weight, activation, bias)
+    return _GATED(input, weight, activation, bias)
 
 
-def _for_autograd(x, weight, activation):
-    """With a gradient to compute: the (..., 2I) product on wsgemm, then ``act(gate) * up`` as
-    torch's own ops, which autograd saves as torch's unfused SwiGLU does: the backward is dx
-    and dW (two products) and recomputes nothing. The op's own backward (a direct
-    ``torch.ops.wsgemm.gated_linear`` call) recomputes the product."""
+def _for_autograd(x, weight, activation, bias=None):
+    """With a gradient to compute: the (..., 2I) product (plus its bias) on wsgemm, then
+    ``act(gate) * up`` as torch's own ops, which autograd saves as torch's unfused SwiGLU does:
+    the backward is dx and dW (two products; the bias's gradient a sum over the rows) and
+    recomputes nothing. The op's own backward (a direct ``torch.ops.wsgemm.gated_linear``
+    call) recomputes the product."""
     folded = _fold(x) if x.dim() >= 1 else x
-    act = core.check_gated(folded, weight, activation, (x.device.type,))[2]
-    return gated_unit_with_grad(act, matmul(x, weight.t()))
+    act = core.check_gated(folded, weight, activation, (x.device.type,), bias)[2]
+    return gated_unit_with_grad(act, matmul(x, weight.t(), bias=bias))

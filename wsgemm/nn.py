@@ -382,8 +382,8 @@ class GatedMLP(nn.Module):
     projection's (2 * ffn, hidden): its product runs as one GEMM whose epilogue writes only
     ``act(gate) * up`` (``wsgemm.gated_linear``); ``down_proj`` is a ``Linear``. A model with
     separate gate and up weights loads into it with ``torch.cat([w_gate, w_up])``. With
-    ``bias=True`` the projections have biases and the gate's product runs unfused (the gated
-    kernel takes none)."""
+    ``bias=True`` the projections have biases (``gate_up_proj.bias`` is ``[b_gate; b_up]``),
+    which ``gated_linear`` adds before the unit."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "silu", bias: bool = False,
                  device=None, dtype=None):  # fmt: skip
@@ -396,8 +396,8 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.gate_up_proj.weight, self.gate_up_proj.bias
-        if b is None and _runs_on_wsgemm(x, w):
-            h = gated_linear(x, w, self.activation)
+        if _runs_on_wsgemm(x, w) and (b is None or b.dtype == w.dtype):
+            h = gated_linear(x, w, self.activation, bias=b)
         else:  # torch's road: the product, then act(gate) * up in fp32, rounded once
             y = self.gate_up_proj(x)
             if torch.is_grad_enabled() and y.requires_grad:  # the gradient in three passes
@@ -428,12 +428,25 @@ def _activation_of(act_fn) -> str | None:
 
 
 def _adjacent(gate: torch.Tensor, up: torch.Tensor) -> bool:
-    """The up weight's rows follow the gate's in memory, both row-major: one [gate; up]."""
+    """The up weight's rows (a bias's entries) follow the gate's in memory, both row-major
+    (unit-stride): one [gate; up]."""
     if gate.shape != up.shape or gate.dtype != up.dtype or gate.device != up.device:
         return False
-    if gate.stride() != up.stride() or gate.stride(1) != 1:
+    if gate.stride() != up.stride() or gate.stride(-1) != 1:
         return False
     return up.data_ptr() == gate.data_ptr() + gate.shape[0] * gate.stride(0) * gate.element_size()
+
+
+def _side_by_side(gate: torch.Tensor, up: torch.Tensor) -> None:
+    """Point ``gate`` and ``up`` (parameters of one shape) at the two halves of one new buffer
+    holding their values, ``[gate; up]`` (a meta tensor's values are none: only the buffer)."""
+    with torch.no_grad():
+        both = torch.empty((2 * gate.shape[0], *gate.shape[1:]), dtype=gate.dtype,
+                           device=gate.device)  # fmt: skip
+        if gate.device.type != "meta":
+            both[: gate.shape[0]].copy_(gate)
+            both[gate.shape[0] :].copy_(up)
+    gate.data, up.data = both[: gate.shape[0]], both[gate.shape[0] :]
 
 
 class _FusedMLP:
@@ -444,12 +457,17 @@ class _FusedMLP:
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         gate, up = self.gate_proj.weight, self.up_proj.weight
+        b_gate, b_up = self.gate_proj.bias, self.up_proj.bias
+        biases = b_gate is None and b_up is None
+        if not biases and b_gate is not None and b_up is not None:
+            biases = b_gate.dtype == gate.dtype and _adjacent(b_gate, b_up)
         if (
-            not args and not kwargs and _adjacent(gate, up) and _runs_on_wsgemm(x, gate)
-            and self.gate_proj.bias is None and self.up_proj.bias is None
+            not args and not kwargs and biases and _adjacent(gate, up)
+            and _runs_on_wsgemm(x, gate)
         ):  # fmt: skip
             both = gate.as_strided((2 * gate.shape[0], gate.shape[1]), gate.stride())
-            return self.down_proj(gated_linear(x, both, self._wsgemm_activation))
+            bias = None if b_gate is None else b_gate.as_strided((2 * b_gate.shape[0],), (1,))
+            return self.down_proj(gated_linear(x, both, self._wsgemm_activation, bias=bias))
         return _TORCH_CLASS[type(self)].forward(self, x, *args, **kwargs)
 
     def __reduce_ex__(self, protocol):
@@ -471,7 +489,8 @@ def _fused_class(cls: type) -> type:
 
 def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
     """Fuse the gated MLPs of ``module`` in place: a submodule with ``gate_proj`` and
-    ``up_proj`` (``nn.Linear`` of equal shape, no bias, one dtype and device, initialized, no
+    ``up_proj`` (``nn.Linear`` of equal shape, both with a bias or neither, one dtype and
+    device, initialized, no
     ``activation`` of their own), ``down_proj`` and an ``act_fn`` wsgemm knows (SiLU, GELU in
     either form, ReLU; transformers' classes too) computes ``act_fn(gate_proj(x)) * up_proj(x)``
     as one ``gated_linear``. It asks no filter: ``replace_linear(fuse_mlp=True)`` fuses only
@@ -479,8 +498,9 @@ def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
 
     The two weights are copied once into one buffer, ``[gate; up]``, and each ``Parameter``
     is pointed at its half (``param.data``): the same ``Parameter`` objects and ``state_dict``
-    keys, no copy per call. The module's class gets the fused forward (its own is kept for
-    what the fusion does not cover); ``restore_linear`` gives the class back.
+    keys, no copy per call; the two biases likewise, ``[b_gate; b_up]``. The module's class
+    gets the fused forward (its own is kept for what the fusion does not cover);
+    ``restore_linear`` gives the class back.
 
     Returns:
         (the MLP's name, its gate's, its up's) for each fused MLP.
@@ -509,17 +529,19 @@ def _fuse_gated_mlps(
         g, u = gate.weight, up.weight
         if nn.parameter.is_lazy(g) or nn.parameter.is_lazy(u):
             continue  # no shape before the first forward
-        if gate.bias is not None or up.bias is not None or g.shape != up.weight.shape:
+        if g.shape != up.weight.shape:
             continue
         if g.dtype != u.dtype or g.device != u.device or _misaligned(g) is not None:
             continue
+        bg, bu = gate.bias, up.bias
+        if (bg is None) != (bu is None):
+            continue  # one bias and not the other: the model's own forward
+        if bg is not None and any(b.dtype != g.dtype or b.device != g.device for b in (bg, bu)):
+            continue
         if not _adjacent(g, u):
-            with torch.no_grad():
-                both = torch.empty((2 * g.shape[0], g.shape[1]), dtype=g.dtype, device=g.device)
-                if g.device.type != "meta":
-                    both[: g.shape[0]].copy_(g)
-                    both[g.shape[0] :].copy_(u)
-            g.data, u.data = both[: g.shape[0]], both[g.shape[0] :]
+            _side_by_side(g, u)
+        if bg is not None and not _adjacent(bg, bu):
+            _side_by_side(bg, bu)
         mlp._wsgemm_activation = act
         mlp.__class__ = _fused_class(type(mlp))
         prefix = f"{name}." if name else ""

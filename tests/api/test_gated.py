@@ -265,29 +265,37 @@ def test_the_fake_implementation_folds_leading_dimensions():
         assert out.shape == (2, 5, 128) and out.dtype == BF16
 
 
-def test_the_backward_formula(monkeypatch):
-    """``_backward`` against autograd through the float64 formula (its GEMMs on torch here)."""
+@pytest.mark.parametrize("biased", [False, True])
+def test_the_backward_formula(monkeypatch, biased):
+    """``_backward`` against autograd through the float64 formula (its GEMMs on torch here);
+    with a bias, its gradient too (the rows' sum of d[gate; up])."""
     import wsgemm.gated as gated
 
     monkeypatch.setattr(gated, "matmul", lambda a, b: (a.double() @ b.double()).to(a.dtype))
     torch.manual_seed(3)
     x = torch.randn(3, 7, 16, dtype=BF16)
     w = torch.randn(2 * 8, 16, dtype=BF16)
+    b = torch.randn(2 * 8, dtype=BF16)
     grad = torch.randn(3, 7, 8, dtype=BF16)
 
     class Ctx:
-        saved_tensors = (x, w)
+        saved_tensors = (x, w, b) if biased else (x, w)
         activation = "gelu_tanh"
-        needs_input_grad = (True, True, False)
+        needs_input_grad = (True, True, False, True) if biased else (True, True, False)
 
-    gx, gw, _ = gated._backward(Ctx, grad)
+    grads = gated._backward(Ctx, grad)
+    assert len(grads) == len(Ctx.needs_input_grad)
+    gx, gw = grads[:2]
     x64 = x.double().requires_grad_()
     w64 = w.double().requires_grad_()
-    y = x64.reshape(-1, 16) @ w64.T
+    b64 = b.double().requires_grad_()
+    y = x64.reshape(-1, 16) @ w64.T + (b64 if biased else 0)
     out = torch_activation("gelu_tanh", y[:, :8]) * y[:, 8:]
     out.backward(grad.double().reshape(-1, 8))
     assert gx.shape == x.shape and gw.shape == w.shape
     assert close(gx, x64.grad, BF16, 16) and close(gw, w64.grad, BF16, 21)
+    if biased:
+        assert grads[3].shape == b.shape and close(grads[3], b64.grad, BF16, 21)
 
 
 def test_gated_mlp_is_a_module_with_one_gate_up_weight():

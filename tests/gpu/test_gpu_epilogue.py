@@ -205,6 +205,98 @@ def test_gated_linear_matches_float64(m, half, k, act, ab):
     assert_within_torch_error(got, ref, theirs, f"gated {act}")
 
 
+class GatedKernelOnly(api.Dispatcher):
+    """The gated kernel whatever the cost model's road, on the shared compile cache; records
+    the epilogue of every kernel it was asked for."""
+
+    def __init__(self):
+        from wsgemm.api import DISPATCHER
+
+        super().__init__(DISPATCHER.cache)
+        self.epilogues = []
+
+    def gated_unfused(self, *args):
+        return None
+
+    def kernel(self, backend, device, dtypes, a_major, b_major, config=None, epilogue="none",
+               grouping="none"):  # fmt: skip
+        self.epilogues.append(epilogue)
+        return super().kernel(backend, device, dtypes, a_major, b_major, config, epilogue,
+                              grouping)  # fmt: skip
+
+
+@pytest.fixture
+def gated_bias(monkeypatch):
+    """The biased gated kernel switched on (``GATED_BIAS_FAMILIES``: off on main until these
+    cases pass)."""
+    from wsgemm.host import registry
+
+    monkeypatch.setattr(registry, "GATED_BIAS_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+GATED_BIAS_CASES = [
+    (m, half, k, act, ab)
+    for (m, half, k) in (
+        (1, 64, 64),
+        (37, 128, 200),
+        (256, 1000, 4096),
+        (300, 4096, 1024),
+        (2048, 1536, 4096),
+    )  # fmt: skip
+    for act, ab in (("silu", torch.bfloat16), ("gelu_tanh", torch.float16))
+]
+
+
+@pytest.mark.parametrize("m, half, k, act, ab", GATED_BIAS_CASES)
+def test_gated_bias_matches_float64(gated_bias, m, half, k, act, ab):
+    """``act(x Wg^T + bg) * (x Wu^T + bu)`` in the gated kernel's epilogue (both row tiles),
+    against float64; a kept launcher's later call with another (strided) bias gets its own."""
+    from wsgemm.api import gated as gated_core
+
+    gen = torch.Generator().manual_seed(m * 5 + half)
+    x = make((m, k), ab, "cuda", gen=gen)
+    w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
+    d = GatedKernelOnly()
+    for bias in (torch.randn(2 * half, generator=gen).to(ab).cuda(),
+                 torch.randn(4 * half, generator=gen).to(ab).cuda()[::2]):  # fmt: skip
+        got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
+        y64 = x.double() @ w.double().T + bias.double()
+        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+        y = (x @ w.T).float() + bias.float()
+        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
+        assert_within_torch_error(got, ref, theirs, f"gated {act} with a bias")
+    assert d.epilogues == [f"bias_col+gated+{act}"]  # one kernel; the second call kept it
+
+
+def test_gated_mlp_with_biases_forward_and_backward(gated_bias):
+    """``GatedMLP(bias=True)``: the biased gated kernel without a gradient, the product with
+    its bias then torch's unit with one; both against float64, every gradient too."""
+    gen = torch.Generator().manual_seed(2)
+    mlp = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=True, device="cuda",
+                             dtype=torch.bfloat16)  # fmt: skip
+    with torch.no_grad():
+        mlp.gate_up_proj.bias.normal_(generator=None)
+    x = make((33, 256), torch.bfloat16, "cuda", gen=gen)
+    up, down = mlp.gate_up_proj, mlp.down_proj
+    y = x.double() @ up.weight.double().T + up.bias.double()
+    h = torch_activation("silu", y[:, :512]) * y[:, 512:]
+    ref = h @ down.weight.double().T + down.bias.double()
+    with torch.no_grad():
+        out = mlp(x)
+    assert (out.double() - ref).abs().max().item() <= 2**-6 * ref.abs().max().item() + 1e-3
+    x = x.clone().requires_grad_()
+    mlp(x).sum().backward()
+    x64 = x.detach().double().requires_grad_()
+    params = {n: p.detach().double().requires_grad_() for n, p in mlp.named_parameters()}
+    y = x64 @ params["gate_up_proj.weight"].T + params["gate_up_proj.bias"]
+    h = torch_activation("silu", y[:, :512]) * y[:, 512:]
+    (h @ params["down_proj.weight"].T + params["down_proj.bias"]).sum().backward()
+    for name, p in [("x", x), *mlp.named_parameters()]:
+        want = x64.grad if name == "x" else params[name].grad
+        err = (p.grad.double() - want).abs().max().item()
+        assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+
+
 def test_gated_mlp_forward_and_backward():
     gen = torch.Generator().manual_seed(1)
     mlp = wsgemm.nn.GatedMLP(256, 512, activation="silu", device="cuda", dtype=torch.bfloat16)

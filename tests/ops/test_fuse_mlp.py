@@ -17,10 +17,10 @@ from wsgemm.api.epilogue import torch_activation
 class LlamaMLP(nn.Module):
     """transformers' LlamaMLP, as it is written."""
 
-    def __init__(self, hidden=64, ffn=96, act=None, dtype=torch.bfloat16):
+    def __init__(self, hidden=64, ffn=96, act=None, dtype=torch.bfloat16, bias=False):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, ffn, bias=False, dtype=dtype)
-        self.up_proj = nn.Linear(hidden, ffn, bias=False, dtype=dtype)
+        self.gate_proj = nn.Linear(hidden, ffn, bias=bias, dtype=dtype)
+        self.up_proj = nn.Linear(hidden, ffn, bias=bias, dtype=dtype)
         self.down_proj = nn.Linear(ffn, hidden, bias=False, dtype=dtype)
         self.act_fn = act or nn.SiLU()
 
@@ -57,6 +57,21 @@ def test_fusion_keeps_the_parameters_and_the_state_dict():
     assert torch.equal(model(x), want)  # on the CPU: the model's own forward
 
 
+def fake_gated_linear(calls):
+    """A CPU stand-in of ``wsgemm.gated_linear`` (float64, rounded once) that records the
+    (weight shape, activation, bias shape) of each call."""
+
+    def gated_linear(x, weight, activation, bias=None):
+        calls.append((weight.shape, activation, None if bias is None else bias.shape))
+        y = x.double() @ weight.double().T
+        if bias is not None:
+            y = y + bias.double()
+        half = weight.shape[0] // 2
+        return (torch_activation(activation, y[:, :half]) * y[:, half:]).to(x.dtype)
+
+    return gated_linear
+
+
 @pytest.mark.parametrize(
     "act, name",
     [
@@ -66,30 +81,32 @@ def test_fusion_keeps_the_parameters_and_the_state_dict():
         (nn.ReLU(), "relu"),
     ],  # fmt: skip
 )
-def test_the_fused_forward_runs_one_gated_linear(act, name, monkeypatch):
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_fused_forward_runs_one_gated_linear(act, name, bias, monkeypatch):
+    """One gated_linear of the two weights read as one (and of the two biases, read as one)."""
     calls = []
-
-    def fake_gated_linear(x, weight, activation):
-        calls.append((weight.shape, activation))
-        y = x.double() @ weight.double().T
-        half = weight.shape[0] // 2
-        return (torch_activation(activation, y[:, :half]) * y[:, half:]).to(x.dtype)
-
-    monkeypatch.setattr(wnn, "gated_linear", fake_gated_linear)
+    monkeypatch.setattr(wnn, "gated_linear", fake_gated_linear(calls))
     monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
     torch.manual_seed(1)
-    mlp = LlamaMLP(act=act)
+    mlp = LlamaMLP(act=act, bias=bias)
     x = torch.randn(7, 64, dtype=torch.bfloat16)
     want = mlp(x).double()
+    before = copy.deepcopy(mlp.state_dict())
     wnn.fuse_gated_mlps(mlp)
+    after = mlp.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     got = mlp(x).double()
-    assert calls and calls[-1] == ((192, 64), name)
+    assert calls and calls[-1] == ((192, 64), name, (192,) if bias else None)
     assert (got - want).abs().max() <= 0.05 * want.abs().max()
+    if bias:  # biases moved apart: the model's own forward
+        mlp.up_proj.bias.data = mlp.up_proj.bias.data.clone()
+        calls.clear()
+        assert (mlp(x).double() - want).abs().max() <= 0.05 * want.abs().max() and not calls
 
 
 def test_weights_moved_apart_fall_back_to_the_model_forward(monkeypatch):
     monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
-    monkeypatch.setattr(wnn, "gated_linear", lambda *a: pytest.fail("fused path taken"))
+    monkeypatch.setattr(wnn, "gated_linear", lambda *a, **k: pytest.fail("fused path taken"))
     mlp = LlamaMLP()
     wnn.fuse_gated_mlps(mlp)
     mlp.up_proj.weight.data = mlp.up_proj.weight.data.clone()  # no longer adjacent
@@ -101,7 +118,7 @@ def test_weights_moved_apart_fall_back_to_the_model_forward(monkeypatch):
 def test_what_is_not_a_gated_mlp_is_left_alone():
     mlp = LlamaMLP(act=nn.Tanh())
     assert wnn.fuse_gated_mlps(mlp) == []
-    biased = LlamaMLP()
+    biased = LlamaMLP()  # a bias on the gate and none on the up projection
     biased.gate_proj = nn.Linear(64, 96, dtype=torch.bfloat16)
     assert wnn.fuse_gated_mlps(biased) == []
     assert type(biased) is LlamaMLP

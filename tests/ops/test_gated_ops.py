@@ -17,25 +17,50 @@ GATED, MATMUL = "wsgemm.gated_linear.default", "wsgemm.matmul.default"
 
 
 @pytest.mark.parametrize(
-    "x_shape, act, dtype, grad",
-    [((2, 3, 16), "silu", BF16, False), ((2, 3, 16), "silu", BF16, True),
-     ((5, 16), "gelu_tanh", F16, True)],
+    "x_shape, act, dtype, grad, biased",
+    [((2, 3, 16), "silu", BF16, False, False), ((2, 3, 16), "silu", BF16, True, False),
+     ((5, 16), "gelu_tanh", F16, True, False), ((2, 3, 16), "silu", BF16, True, True),
+     ((5, 16), "relu2", F16, False, True)],
 )  # fmt: skip
-def test_opcheck(monkeypatch, x_shape, act, dtype, grad):
+def test_opcheck(monkeypatch, x_shape, act, dtype, grad, biased):
     """torch's own checks of the registration (schema, autograd registration, the fake
     implementation against the CPU kernel, AOTAutograd with dynamic shapes and, where x and the
-    weight need gradients, the op's own backward: the product recomputed, then dx and dW)."""
+    weight need gradients, the op's own backward: the product recomputed, then dx and dW, and
+    the bias's gradient, a sum over the rows)."""
     core = install(monkeypatch)
     monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
     gated = install_gated(monkeypatch)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(x_shape, generator=gen).to(dtype).requires_grad_(grad)
     w = (torch.randn(2 * 12, 16, generator=gen) / 4).to(dtype).requires_grad_(grad)
-    torch.library.opcheck(torch.ops.wsgemm.gated_linear.default, (x, w), dict(activation=act))
-    assert gated.calls and all(t.dim() == 2 for call in gated.calls for t in call)  # folded
+    kwargs = dict(activation=act)
+    if biased:
+        kwargs["bias"] = torch.randn(2 * 12, generator=gen).to(dtype).requires_grad_(grad)
+    torch.library.opcheck(torch.ops.wsgemm.gated_linear.default, (x, w), kwargs)
+    assert gated.calls and all(call[0].dim() == 2 for call in gated.calls)  # folded
+    assert all((len(call) == 3) == biased for call in gated.calls)
     assert bool(core.calls) == grad  # the backward's products, on wsgemm.matmul
     got = torch.ops.wsgemm.gated_linear(x.detach(), w.detach(), act)
     assert got.shape == (*x_shape[:-1], 12) and got.dtype == dtype  # unfolded
+
+
+def test_the_op_s_backward_gives_the_bias_its_gradient(monkeypatch):
+    """A direct op call with a gradient (its own backward): the bias's gradient is the sum over
+    the rows of d[gate; up], as autograd through torch's formula gives it."""
+    from wsgemm.api.epilogue import gated_unit
+
+    install(monkeypatch)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    install_gated(monkeypatch)
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 16, generator=gen, dtype=torch.float64).to(F16).requires_grad_()
+    w = (torch.randn(24, 16, generator=gen) / 4).to(F16).requires_grad_()
+    b = torch.randn(24, generator=gen).to(F16).requires_grad_()
+    torch.ops.wsgemm.gated_linear(x, w, "silu", b).sum().backward()
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    gated_unit("silu", x64 @ w64.T + b64).sum().backward()
+    for got, want in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
+        assert torch.allclose(got.double(), want, rtol=2e-2, atol=2e-2)
 
 
 def fake_gated_mlp(hidden, ffn, act="silu"):
@@ -87,3 +112,29 @@ def test_compile_with_autograd_saves_the_product():
     assert len(ops_in(fw[0], MATMUL)) == 1 and len(ops_in(bw[0], MATMUL)) == 2
     assert not ops_in(fw[0], GATED) and not ops_in(bw[0], GATED)
     assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_the_training_road_takes_the_bias(monkeypatch, exact):
+    """``wsgemm.gated_linear(..., bias=)`` with a gradient (or ``exact``): the product with its
+    bias on wsgemm.matmul, then torch's unit; every gradient as float64 autograd's."""
+    from wsgemm.api.epilogue import gated_unit
+
+    core = install(monkeypatch)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    gated = install_gated(monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 16, generator=gen).to(BF16).requires_grad_()
+    w = (torch.randn(24, 16, generator=gen) / 4).to(BF16).requires_grad_()
+    b = torch.randn(24, generator=gen).to(BF16).requires_grad_()
+    out = wsgemm.gated_linear(x, w, "gelu_tanh", exact, bias=b)
+    assert not gated.calls and core.calls  # not the fused op: the product, then torch's unit
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    want = gated_unit("gelu_tanh", x64 @ w64.T + b64)
+    assert torch.allclose(out.double(), want, rtol=3e-2, atol=3e-2)
+    out.float().pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    for got, ref in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
+        assert torch.allclose(got.double(), ref, rtol=5e-2, atol=5e-2)
+    with pytest.raises(TypeError, match="bias must be a torch.Tensor"):
+        wsgemm.gated_linear(x, w, bias=[0.0] * 24)
