@@ -240,3 +240,16 @@ def test_a_table_choice_moves_only_for_what_the_activation_costs(shape):
     plain = choosing.choose(*shape, 1, *f16, 132, (9, 0))
     assert plain.source == "table"
     assert choosing.with_epilogue(plain, 2, *shape, 1, *f16, 132, (9, 0)) is plain
+
+
+def test_the_reason_says_why_a_faster_predicted_split_was_not_taken():
+    """A split predicted faster than the winner but within ``SPLIT_MARGIN`` ranks behind it;
+    the reason says so instead of calling the winner the fastest."""
+    from wsgemm.host.choosing.rules import SPLIT_MARGIN
+
+    c = choosing.choose(34, 2048, 2048, 1, "float16", "float32", "float32", 132, (9, 0),
+                        batch_invariant=False)  # fmt: skip
+    (_, split, winner), (_, other, runner) = ((e, s, p.us) for e, s, p in c.predictions[:2])
+    assert c.source == "model" and split == 1 and other > 1 and runner < winner
+    assert runner * (1 + SPLIT_MARGIN) >= winner
+    assert "ranked first of" in c.reason and "must be predicted 6% faster" in c.reason

@@ -417,13 +417,16 @@ def _why(best, rest, e, split, count) -> str:
     f = best.features
     grid = f"{f.units} units in {f.waves} wave{'s' if f.waves > 1 else ''}"
     said = (
-        f"cost model: {e.name} split {split} predicted {best.us:.1f} us, the fastest of "
+        f"cost model: {e.name} split {split} predicted {best.us:.1f} us, ranked first of "
         f"{count} candidates ({grid}, {f.k_tiles} k-tiles each; {best.bound}-bound)"
     )
     if rest:
         p, _, other, s = rest[0]
         said += f"; next {other.name} split {s} at {p.us:.1f} us"
-        if p.features.waves > f.waves:
+        if p.us < best.us:  # a split within SPLIT_MARGIN of the winner: ranked behind it
+            said += (f" (a split must be predicted {SPLIT_MARGIN:.0%} faster to be taken: the "
+                     "model prices its fix-up within its error)")  # fmt: skip
+        elif p.features.waves > f.waves:
             said += f" ({p.features.waves} waves)"
         elif p.bound != best.bound:
             said += f" ({p.bound}-bound)"
