@@ -34,11 +34,14 @@ def compiled():
     from wsgemm import inspection as insp
 
     done: dict = {}
+    # bound now: a test that patches ``inspection.inspect_variant`` to read this fixture (the
+    # ``inspect`` CLI's tests) must not make a compile here call back into itself
+    compile_variant, inspect_variant = host.compile_variant, insp.inspect_variant
 
     def get(variant: host.Variant) -> Compiled:
         if variant not in done:
-            fn = host.compile_variant(variant, keep=True)
-            done[variant] = Compiled(fn, insp.inspect_variant(variant, fn))
+            fn = compile_variant(variant, keep=True)
+            done[variant] = Compiled(fn, inspect_variant(variant, fn))
         return done[variant]
 
     return get

@@ -2,12 +2,13 @@
 ``[w_gate; w_up]``, as the op ``torch.ops.wsgemm.gated_linear`` (torch.compile, export, fake
 tensors, autograd) over the core (``wsgemm.api.gated``: the fused kernel, or torch's road).
 
-With a gradient to compute, ``gated_linear`` runs the (rows, 2I) product and then ``act(gate)
-* up`` in torch, which autograd saves (``_for_autograd``): the backward is the unit's gradient
-(three passes into one (rows, 2I) tensor: ``gated_unit_with_grad``), then dx and dW, two GEMMs
-on wsgemm's kernels. The op's own backward (a direct ``torch.ops.wsgemm.gated_linear`` call with
-a gradient) recomputes the product with one more GEMM, then ``dgate = grad * up *
-act'(gate)``, ``dup = grad * act(gate)`` in fp32.
+With a bias ``[b_gate; b_up]``, each half gets its own added first. With a gradient to compute,
+``gated_linear`` runs the (rows, 2I) product and then ``act(gate) * up`` in torch, which
+autograd saves (``_for_autograd``): the backward is the unit's gradient (three passes into one
+(rows, 2I) tensor: ``gated_unit_with_grad``), then dx and dW, two GEMMs on wsgemm's kernels.
+The op's own backward (a direct ``torch.ops.wsgemm.gated_linear`` call with a gradient)
+recomputes the product with one more GEMM, then ``dgate = grad * up * act'(gate)``, ``dup =
+grad * act(gate)`` in fp32.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 
 from .api import gated as core
 from .api.epilogue import activation_grad, gated_unit_with_grad, torch_activation
-from .ops import matmul
+from .ops import autocast_dtype, matmul
 
 __all__ = ["gated_linear"]
 
@@ -145,6 +146,10 @@ def _for_autograd(x, weight, activation, bias=None):
     the backward is dx and dW (two products; the bias's gradient a sum over the rows) and
     recomputes nothing. The op's own backward (a direct ``torch.ops.wsgemm.gated_linear``
     call) recomputes the product."""
+    if torch.is_autocast_enabled("cuda"):  # the op's own autocast does not see this road
+        dtype = torch.get_autocast_dtype("cuda")
+        x, weight = x.to(autocast_dtype(x, dtype)), weight.to(autocast_dtype(weight, dtype))
+        bias = None if bias is None else bias.to(autocast_dtype(bias, dtype))
     folded = _fold(x) if x.dim() >= 1 else x
     act = core.check_gated(folded, weight, activation, (x.device.type,), bias)[2]
     return gated_unit_with_grad(act, matmul(x, weight.t(), bias=bias))

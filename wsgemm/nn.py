@@ -458,15 +458,22 @@ class _FusedMLP:
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         gate, up = self.gate_proj.weight, self.up_proj.weight
         b_gate, b_up = self.gate_proj.bias, self.up_proj.bias
-        biases = b_gate is None and b_up is None
-        if not biases and b_gate is not None and b_up is not None:
-            biases = b_gate.dtype == gate.dtype and _adjacent(b_gate, b_up)
+        usable_biases = b_gate is None and b_up is None
+        if not usable_biases and b_gate is not None and b_up is not None:
+            usable_biases = b_gate.dtype == gate.dtype and _adjacent(b_gate, b_up)
         if (
-            not args and not kwargs and biases and _adjacent(gate, up)
+            not args and not kwargs and usable_biases and _adjacent(gate, up)
             and _runs_on_wsgemm(x, gate)
         ):  # fmt: skip
-            both = gate.as_strided((2 * gate.shape[0], gate.shape[1]), gate.stride())
-            bias = None if b_gate is None else b_gate.as_strided((2 * b_gate.shape[0],), (1,))
+            params = (gate, up) if b_gate is None else (gate, up, b_gate, b_up)
+            if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+                # a view through the gate's Parameter would give the up projection's halves
+                # no gradient: the two joined by a copy, whose backward splits it to both
+                both = torch.cat([gate, up])
+                bias = None if b_gate is None else torch.cat([b_gate, b_up])
+            else:  # the two read as one where they lie
+                both = gate.as_strided((2 * gate.shape[0], gate.shape[1]), gate.stride())
+                bias = None if b_gate is None else b_gate.as_strided((2 * b_gate.shape[0],), (1,))
             return self.down_proj(gated_linear(x, both, self._wsgemm_activation, bias=bias))
         return _TORCH_CLASS[type(self)].forward(self, x, *args, **kwargs)
 

@@ -619,9 +619,12 @@ def test_a_bias_takes_the_unfused_road_until_its_kernel_has_run_on_a_gpu(fusing)
     assert "has not run on a GPU yet" in text and "+ its bias" in text
 
 
-def test_a_kept_launcher_takes_each_call_s_bias(biased):
+def test_a_kept_launcher_takes_each_call_s_bias(biased, monkeypatch):
     """The signature's launcher binds the kernel once; each later call's bias (another tensor,
     another layer's) is its own, and a strided one is made a unit-stride vector first."""
+    checks = []
+    real = core.check_gated
+    monkeypatch.setattr(core, "check_gated", lambda *a, **k: checks.append(1) or real(*a, **k))
     d = Dispatcher(AddressKernels(), StandInDevices((9, 0), 132))
     torch.manual_seed(0)
     x, w = torch.randn(40, 64, dtype=F16), torch.randn(2 * 256, 64, dtype=F16) / 8
@@ -630,8 +633,10 @@ def test_a_kept_launcher_takes_each_call_s_bias(biased):
         bias = bias[::2] if seed == 2 else bias[: 2 * 256]
         out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
         assert close(out, reference(x, w, "silu", bias), F16, 64), seed
-    # one compile, the gated kernel's; the later calls took the kept launcher
+    # one compile, the gated kernel's; the second call took the first's kept launcher (no
+    # checks), the strided bias is a signature of its own (checked once)
     assert [v.epilogue for v in d.cache.variants] == ["bias_col+gated+silu"]
+    assert len(checks) == 2
 
 
 @pytest.mark.parametrize(
@@ -640,6 +645,7 @@ def test_a_kept_launcher_takes_each_call_s_bias(biased):
         (torch.zeros(48, dtype=F16), ValueError, r"must be \(96,\)"),
         (torch.zeros(2, 48, dtype=F16), ValueError, r"must be \(96,\)"),
         (torch.zeros(96, dtype=torch.float32), TypeError, "must be torch.float16 as x"),
+        (torch.zeros(96, dtype=F16).to_sparse(), TypeError, "strided"),
         (torch.zeros(96, dtype=F16, device="meta"), ValueError, "on x's device"),
         ([0.0] * 96, TypeError, "torch.Tensor or None"),
     ],
@@ -657,3 +663,13 @@ def test_no_input_features_leave_the_bias_s_unit():
     out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=dispatcher())
     want = torch_activation("silu", bias[:4].double()) * bias[4:].double()
     assert torch.allclose(out.double(), want.expand(3, 4), atol=1e-3)
+
+
+def test_a_negated_view_s_bias_is_its_values(biased):
+    """A negated view (``torch._neg_view``) is read as its values, not its memory's."""
+    torch.manual_seed(0)
+    x, w = torch.randn(37, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
+    bias = torch._neg_view(torch.randn(2 * 48, dtype=F16))
+    assert bias.is_neg()
+    out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=dispatcher())
+    assert close(out, reference(x, w, "silu", bias.resolve_neg()), F16, 64)

@@ -228,10 +228,14 @@ class GatedKernelOnly(api.Dispatcher):
 @pytest.fixture
 def gated_bias(monkeypatch):
     """The biased gated kernel switched on (``GATED_BIAS_FAMILIES``: off on main until these
-    cases pass)."""
+    cases pass), with no launcher kept from before or after (a kept launcher does not look at
+    the switch)."""
     from wsgemm.host import registry
 
     monkeypatch.setattr(registry, "GATED_BIAS_FAMILIES", registry.EPILOGUE_FAMILIES)
+    api.DISPATCHER.forget()
+    yield
+    api.DISPATCHER.forget()
 
 
 GATED_BIAS_CASES = [
@@ -257,20 +261,30 @@ def test_gated_bias_matches_float64(gated_bias, m, half, k, act, ab):
     x = make((m, k), ab, "cuda", gen=gen)
     w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
     d = GatedKernelOnly()
-    for bias in (torch.randn(2 * half, generator=gen).to(ab).cuda(),
-                 torch.randn(4 * half, generator=gen).to(ab).cuda()[::2]):  # fmt: skip
+    biases = [torch.randn(2 * half, generator=gen).to(ab).cuda() for _ in range(2)]
+    biases.append(torch.randn(4 * half, generator=gen).to(ab).cuda()[::2])  # a strided one
+    for bias in biases:
         got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
         y64 = x.double() @ w.double().T + bias.double()
         ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
         y = (x @ w.T).float() + bias.float()
         theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
         assert_within_torch_error(got, ref, theirs, f"gated {act} with a bias")
-    assert d.epilogues == [f"bias_col+gated+{act}"]  # one kernel; the second call kept it
+    # the second call took the first's kept launcher (its own bias); the strided bias is
+    # another signature: its first call asks for the (same, cached) kernel again
+    assert d.epilogues == [f"bias_col+gated+{act}"] * 2
 
 
-def test_gated_mlp_with_biases_forward_and_backward(gated_bias):
-    """``GatedMLP(bias=True)``: the biased gated kernel without a gradient, the product with
-    its bias then torch's unit with one; both against float64, every gradient too."""
+def test_gated_mlp_with_biases_forward_and_backward(gated_bias, monkeypatch):
+    """``GatedMLP(bias=True)``: the biased gated kernel without a gradient (asked for whatever
+    the cost model's road), the product with its bias then torch's unit with one; both against
+    float64, every gradient too; and trained under autocast with fp32 parameters."""
+    asked = []
+    kernel = api.DISPATCHER.kernel
+    monkeypatch.setattr(api.DISPATCHER, "gated_unfused", lambda *a: None)
+    monkeypatch.setattr(api.DISPATCHER, "kernel",
+                        lambda *a, **k: asked.append(a[6] if len(a) > 6 else k.get("epilogue"))
+                        or kernel(*a, **k))  # fmt: skip
     gen = torch.Generator().manual_seed(2)
     mlp = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=True, device="cuda",
                              dtype=torch.bfloat16)  # fmt: skip
@@ -284,6 +298,7 @@ def test_gated_mlp_with_biases_forward_and_backward(gated_bias):
     with torch.no_grad():
         out = mlp(x)
     assert (out.double() - ref).abs().max().item() <= 2**-6 * ref.abs().max().item() + 1e-3
+    assert "bias_col+gated+silu" in asked
     x = x.clone().requires_grad_()
     mlp(x).sum().backward()
     x64 = x.detach().double().requires_grad_()
@@ -295,6 +310,13 @@ def test_gated_mlp_with_biases_forward_and_backward(gated_bias):
         want = x64.grad if name == "x" else params[name].grad
         err = (p.grad.double() - want).abs().max().item()
         assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+    # fp32 parameters trained under autocast (the training road casts them as matmul would)
+    mlp32 = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=True, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = mlp32(x.detach().float())
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert all(p.grad is not None for p in mlp32.parameters())
 
 
 def test_gated_mlp_forward_and_backward():

@@ -260,3 +260,22 @@ def test_fuse_gated_mlps_leaves_lazy_layers_and_gates_with_an_activation_alone()
         mlp = LlamaMLP()
         setattr(mlp, proj, wnn.Linear(64, 96, bias=False, dtype=torch.bfloat16, activation="relu"))
         assert wnn.fuse_gated_mlps(mlp) == [] and type(mlp) is LlamaMLP
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_fused_mlp_trains_both_projections(bias, monkeypatch):
+    """With a gradient to compute, the fused forward joins the two weights (and biases) by a
+    copy whose backward reaches both Parameters: the up projection's gradients are the
+    model's own forward's, not None (a view through the gate's Parameter dropped them)."""
+    monkeypatch.setattr(wnn, "gated_linear", fake_gated_linear([]))
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    torch.manual_seed(2)
+    mlp = LlamaMLP(bias=bias, dtype=torch.float32)
+    theirs = copy.deepcopy(mlp)
+    wnn.fuse_gated_mlps(mlp)
+    x = torch.randn(5, 64)
+    mlp(x).pow(2).sum().backward()
+    theirs(x).pow(2).sum().backward()
+    for (name, p), q in zip(mlp.named_parameters(), theirs.parameters(), strict=True):
+        assert p.grad is not None, f"{name}: no gradient"
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5), name

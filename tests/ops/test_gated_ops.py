@@ -138,3 +138,26 @@ def test_the_training_road_takes_the_bias(monkeypatch, exact):
         assert torch.allclose(got.double(), ref, rtol=5e-2, atol=5e-2)
     with pytest.raises(TypeError, match="bias must be a torch.Tensor"):
         wsgemm.gated_linear(x, w, bias=[0.0] * 24)
+
+
+def test_the_training_road_casts_under_cuda_autocast(monkeypatch):
+    """Under CUDA autocast the training road (which the op's autocast kernel does not see)
+    casts x, the weight and the bias as torch.matmul would before its checks (fp32
+    parameters of a GatedMLP trained in bf16 raised a dtype mismatch); here CPU tensors
+    stand in for CUDA ones."""
+    from op_helpers import cuda_autocast
+
+    import wsgemm.gated as gated_mod
+
+    install(monkeypatch)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    install_gated(monkeypatch)
+    monkeypatch.setattr(gated_mod, "autocast_dtype", lambda t, dtype: dtype)
+    x = torch.randn(3, 16, requires_grad=True)
+    w = (torch.randn(24, 16) / 4).requires_grad_()
+    b = torch.randn(24, requires_grad=True)
+    with cuda_autocast(BF16):
+        out = wsgemm.gated_linear(x, w, "silu", bias=b)
+    assert out.dtype == BF16
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (x, w, b))

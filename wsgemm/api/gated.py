@@ -3,7 +3,8 @@ projections in one weight ``[w_gate; w_up]`` (2I, K) (a SwiGLU MLP's ``gate_up_p
 
 On the fused road one kernel computes the (M, 2I) product and writes only the (M, I) result:
 B's two halves load into the two halves of each stage, and the epilogue multiplies
-``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``). The unfused road, where
+``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``), a bias ``[b_gate;
+b_up]`` added to each half first (``GATED_BIAS_FAMILIES``). The unfused road, where
 no kernel fuses (another GPU, a weight the kernel cannot read K-major, gated kernels switched
 off: ``host.fuses_epilogues(..., gated=True)``), is torch's: the (M, 2I) product, then
 ``act(gate) * up`` in fp32, rounded once to the result's dtype. Calls take it too where the
@@ -63,6 +64,8 @@ def check_gated(x, weight, activation, device_types=("cuda",), bias=None) -> tup
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.layout != torch.strided:
+            raise TypeError(f"bias must be a strided (dense) tensor, got {bias.layout}")
         if bias.dim() != 1 or bias.shape[0] != weight.shape[0]:
             raise ValueError(
                 f"bias {tuple(bias.shape)} must be ({weight.shape[0]},): the gate's "
@@ -136,7 +139,10 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
 
 
 def _bias_vector(bias: torch.Tensor) -> torch.Tensor:
-    """The kernel's bias: ``bias`` where it is a flat unit-stride vector, else a copy that is."""
+    """The kernel's bias: ``bias`` where it is a flat unit-stride vector of its own values,
+    else a copy that is (a negated view's values are not its memory's)."""
+    if bias.is_neg():
+        return bias.resolve_neg().contiguous()
     return bias if bias.stride(0) == 1 else bias.contiguous()
 
 

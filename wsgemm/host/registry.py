@@ -152,7 +152,8 @@ def needs_vector_extent(backend: str) -> bool:
 FUSING_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families that have fused-epilogue kernels at all (what ``FUSING_FAMILIES`` may hold).
 EPILOGUE_FAMILIES = frozenset({"sm90"})
-#: The families whose *gated* kernels (``gated_linear``'s: ``act(gate) * up``, no bias) calls
+#: The families whose *gated* kernels (``gated_linear``'s: ``act(gate) * up``; with a bias
+#: also ``GATED_BIAS_FAMILIES``) calls
 #: run. The sm90 one ran on the H200 on 2026-12-05 (docs/perf.md entry 39): 15 cases of
 #: ``tests/gpu/test_gpu_epilogue.py`` (silu, gelu_tanh, relu2; 1 to 2048 rows; both schedules)
 #: and ``GatedMLP``'s forward and backward, within the suite's tolerance. The grouped kernel's

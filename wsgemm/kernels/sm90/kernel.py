@@ -209,7 +209,8 @@ class _EpilogueArgs:
     barrier: Any
     is_store_warp: Any
     # a fused bias or residual: each accumulator's (row, col) in the tile, retiled as
-    # ``tRS_rAcc``; the bias vector and its length (None, None, None without either)
+    # ``tRS_rAcc``; the bias vector and the output's extent along it (a gated bias is twice
+    # that long: its up half follows) (None, None, None without either)
     tRS_cAcc: Any
     bias: Any
     bias_extent: Any
