@@ -62,8 +62,8 @@ def _backward(ctx, grad):
     x, weight, *rest = ctx.saved_tensors
     bias = rest[0] if rest else None
     x2 = _fold(x)
-    with torch.no_grad():
-        y = matmul(x2, weight.t()).float()  # the pre-activations, recomputed
+    with torch.no_grad():  # the pre-activations, recomputed in fp32 as the forward had them
+        y = matmul(x2, weight.t(), out_dtype=torch.float32)
         if bias is not None:
             y = y + bias.float()
     half = weight.shape[0] // 2

@@ -271,7 +271,10 @@ def test_the_backward_formula(monkeypatch, biased):
     with a bias, its gradient too (the rows' sum of d[gate; up])."""
     import wsgemm.gated as gated
 
-    monkeypatch.setattr(gated, "matmul", lambda a, b: (a.double() @ b.double()).to(a.dtype))
+    def matmul(a, b, out_dtype=None):
+        return (a.double() @ b.double()).to(out_dtype or a.dtype)
+
+    monkeypatch.setattr(gated, "matmul", matmul)
     torch.manual_seed(3)
     x = torch.randn(3, 7, 16, dtype=BF16)
     w = torch.randn(2 * 8, 16, dtype=BF16)
