@@ -374,6 +374,13 @@ def restore_linear(module: nn.Module) -> list[str]:
     return restored
 
 
+def _gated_kernel_takes_bias() -> bool:
+    """Whether a gated kernel takes a bias in calls (``host.registry.GATED_BIAS_FAMILIES``)."""
+    from .host import registry
+
+    return bool(registry.GATED_BIAS_FAMILIES)
+
+
 class GatedMLP(nn.Module):
     """A gated MLP: ``down_proj(act(x @ w_gate.T) * (x @ w_up.T))`` (Llama's, Qwen's, Mistral's
     SwiGLU with ``activation="silu"``; Gemma's GeGLU with "gelu_tanh").
@@ -383,7 +390,8 @@ class GatedMLP(nn.Module):
     ``act(gate) * up`` (``wsgemm.gated_linear``); ``down_proj`` is a ``Linear``. A model with
     separate gate and up weights loads into it with ``torch.cat([w_gate, w_up])``. With
     ``bias=True`` the projections have biases (``gate_up_proj.bias`` is ``[b_gate; b_up]``),
-    which ``gated_linear`` adds before the unit."""
+    which ``gated_linear`` adds before the unit once its gated kernel takes a bias
+    (``GATED_BIAS_FAMILIES``); until then torch's road runs them."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "silu", bias: bool = False,
                  device=None, dtype=None):  # fmt: skip
@@ -396,7 +404,11 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.gate_up_proj.weight, self.gate_up_proj.bias
-        if _runs_on_wsgemm(x, w) and (b is None or b.dtype == w.dtype):
+        # with a bias, gated_linear while its gated kernel is off takes an fp32 product: torch's
+        # road below reads and writes half the bytes (the product in the inputs' dtype)
+        if _runs_on_wsgemm(x, w) and (
+            b is None or (_gated_kernel_takes_bias() and b.dtype == w.dtype)
+        ):
             h = gated_linear(x, w, self.activation, bias=b)
         else:  # torch's road: the product, then act(gate) * up in fp32, rounded once
             y = self.gate_up_proj(x)

@@ -279,3 +279,34 @@ def test_a_fused_mlp_trains_both_projections(bias, monkeypatch):
     for (name, p), q in zip(mlp.named_parameters(), theirs.parameters(), strict=True):
         assert p.grad is not None, f"{name}: no gradient"
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5), name
+
+
+@pytest.mark.parametrize("switched_on", [False, True])
+def test_a_biased_gated_mlp_takes_gated_linear_once_its_kernel_takes_a_bias(
+    switched_on, monkeypatch
+):
+    """``GatedMLP(bias=True)`` runs ``gated_linear(..., bias=)`` where the gated kernel takes a
+    bias (``GATED_BIAS_FAMILIES``); while it does not, torch's road (the product in the inputs'
+    dtype, half the bytes of the unfused road's fp32 one). The same result either way."""
+    from op_helpers import install
+
+    from wsgemm import ops
+    from wsgemm.host import registry
+
+    install(monkeypatch)  # wsgemm.linear's core on the CPU (the Linear layers)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    calls = []
+    monkeypatch.setattr(wnn, "gated_linear", fake_gated_linear(calls))
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    families = registry.EPILOGUE_FAMILIES if switched_on else frozenset()
+    monkeypatch.setattr(registry, "GATED_BIAS_FAMILIES", families)
+    torch.manual_seed(5)
+    mlp = wnn.GatedMLP(64, 96, activation="silu", bias=True, dtype=torch.bfloat16)
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = mlp(x).double()
+    assert bool(calls) == switched_on and (not calls or calls[0][2] == (192,))
+    y = x.double() @ mlp.gate_up_proj.weight.double().T + mlp.gate_up_proj.bias.double()
+    h = torch_activation("silu", y[:, :96]) * y[:, 96:]
+    want = h @ mlp.down_proj.weight.double().T + mlp.down_proj.bias.double()
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
