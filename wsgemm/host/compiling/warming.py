@@ -135,6 +135,10 @@ def _stop(pool, workers) -> None:
             if p.is_alive():
                 p.kill()
                 p.join()
+        # then wait for the pool's manager thread, which sees its workers gone and closes its
+        # wake-up pipe: left running, it raced the interpreter's exit hook that wakes it (an
+        # "Exception ignored ... Bad file descriptor" traceback after warm's one line)
+        pool.shutdown(wait=True)
 
 
 def warm(
