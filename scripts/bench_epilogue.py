@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 
 import torch
@@ -46,7 +45,7 @@ import wsgemm
 from wsgemm.api import gated as gated_core
 from wsgemm.api.epilogue import gated_unit, torch_activation
 from wsgemm.api.gated import gated_in_torch
-from wsgemm.bench import backends, measure, suites
+from wsgemm.bench import backends, env, measure, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
 
@@ -200,11 +199,7 @@ def main(argv=None) -> int:
         )  # fmt: skip
         print(f"== {name}: {json.dumps(summary[name])}", flush=True)
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-        with open(args.json, "w") as f:
-            json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
-                           torch=torch.__version__, gpu=torch.cuda.get_device_name(),
-                           summary=summary, records=records), f, indent=1)  # fmt: skip
+        env.write_script_record(args.json, args, records, summary=summary)
     return 0
 
 

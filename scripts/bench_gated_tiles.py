@@ -18,10 +18,8 @@ gated kernel is left out of that shape, with the reason printed.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import subprocess
 import sys
 from unittest import mock
 
@@ -31,7 +29,7 @@ import wsgemm
 from wsgemm.api import gated as gated_core
 from wsgemm.api.epilogue import gated_unit
 from wsgemm.api.gated import gated_in_torch
-from wsgemm.bench import measure
+from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host.choosing.menu import entry
 from wsgemm.host.dispatch import Dispatcher
@@ -125,14 +123,9 @@ def main(argv=None) -> int:
                     print(f"{rows}x{n}x{k} {name}: left out: {exc}", flush=True)
                     del calls[name]
             names = list(calls)
-            estimates = {c: timer.estimate(calls[c]) for c in names}
-            times = {c: [] for c in names}
-            clocks = []
-            for r in range(args.rounds):
-                for c in measure.rotated(names, r):
-                    sample = timer.measure(calls[c], args.reps, estimates[c])
-                    times[c].append(sample.ms)
-                    clocks.append(sample.sm_clock_mhz)
+            samples = measure.interleaved(timer, calls, args.rounds, args.reps)
+            times = {c: [s.ms for s in v] for c, v in samples.items()}
+            clocks = [s.sm_clock_mhz for v in samples.values() for s in v]
             med = {c: statistics.median(v) for c, v in times.items()}
             cells = "  ".join(f"{c} {med[c] / med['plain']:.2f}" for c in names if c != "plain")
             print(f"{rows:5d}x{n}x{k}  plain {med['plain'] * 1e3:7.1f} us  {cells}", flush=True)
@@ -140,11 +133,7 @@ def main(argv=None) -> int:
                                 times_ms=times, median_ms=med,
                                 clock_mhz=[c for c in clocks if c]))  # fmt: skip
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-        with open(args.json, "w") as f:
-            json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
-                           torch=torch.__version__, gpu=torch.cuda.get_device_name(),
-                           records=records), f, indent=1)  # fmt: skip
+        env.write_script_record(args.json, args, records)
     return 0
 
 

@@ -23,9 +23,7 @@ issue #25's bar: >= 75%); ``--json`` keeps the times.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 
 import torch
@@ -33,7 +31,7 @@ import torch.nn.functional as F
 
 import wsgemm
 from wsgemm.api.epilogue import gated_unit
-from wsgemm.bench import measure, suites
+from wsgemm.bench import env, measure, suites
 from wsgemm.bench.nvml import Nvml
 
 
@@ -139,11 +137,7 @@ def main(argv=None) -> int:
                                 torch_elementwise_ms=theirs, saved=saved))  # fmt: skip
             del calls, mlp, x, dout
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-        with open(args.json, "w") as f:
-            json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
-                           torch=torch.__version__, gpu=torch.cuda.get_device_name(),
-                           records=records), f, indent=1)  # fmt: skip
+        env.write_script_record(args.json, args, records)
     return 0
 
 

@@ -91,3 +91,19 @@ def _wsgemm_version() -> str | None:
         return getattr(wsgemm, "__version__", None)
     except Exception:
         return None
+
+
+def write_script_record(path: str, args, records: list, **fields) -> None:
+    """A bench script's JSON record at ``path``: the git commit, its arguments, torch's version,
+    the GPU's name, ``fields`` and every record (``scripts/bench_epilogue.py``,
+    ``bench_mlp_train.py``, ``bench_gated_tiles.py``)."""
+    import json
+    import subprocess
+
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+    with open(path, "w") as f:
+        json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
+                       torch=torch.__version__, gpu=torch.cuda.get_device_name(), **fields,
+                       records=records), f, indent=1)  # fmt: skip
