@@ -26,7 +26,7 @@ from ..host.dispatch import current_settings
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import check_activation, torch_activation
+from .epilogue import check_activation, kernel_bias, torch_activation
 from .plan import _kernel_view
 
 __all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_torch"]
@@ -141,9 +141,7 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
 def _bias_vector(bias: torch.Tensor) -> torch.Tensor:
     """The kernel's bias: ``bias`` where it is a flat unit-stride vector of its own values,
     else a copy that is (a negated view's values are not its memory's)."""
-    if bias.is_neg():
-        return bias.resolve_neg().contiguous()
-    return bias if bias.stride(0) == 1 else bias.contiguous()
+    return kernel_bias(bias.resolve_neg(), "col", bias.shape[0], bias.shape[0])
 
 
 def _unfused(d, act: str, x, weight, bias=None) -> torch.Tensor:
