@@ -375,10 +375,11 @@ def restore_linear(module: nn.Module) -> list[str]:
 
 
 def _gated_kernel_takes_bias() -> bool:
-    """Whether a gated kernel takes a bias in calls (``host.registry.GATED_BIAS_FAMILIES``)."""
-    from .host import registry
+    """Whether the gated kernel (both its tiles are the sm90 family's) takes a bias in calls
+    (``host.fuses_epilogues``: ``GATED_BIAS_FAMILIES``)."""
+    from .host import fuses_epilogues
 
-    return bool(registry.GATED_BIAS_FAMILIES)
+    return fuses_epilogues("sm90", gated=True, bias=True)
 
 
 class GatedMLP(nn.Module):
