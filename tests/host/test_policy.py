@@ -134,8 +134,12 @@ def test_menu_variants_are_what_warm_compiles():
 
     variants = choosing.menu_variants()
     splitting = [e for e in choosing.MENU if e.splits]
-    # 36 per entry, and 24 (fp32 accumulators only) per split variant
-    assert len(variants) == 36 * len(choosing.MENU) + 24 * len(splitting) == len(set(variants))
+    # 36 per entry (8 per wide swap-AB entry: MenuEntry.runs_dtypes), and 24 (fp32
+    # accumulators only) per split variant
+    wide = [e for e in choosing.MENU if e.wide_swap]
+    assert not any(e.splits for e in wide)
+    count = 36 * (len(choosing.MENU) - len(wide)) + 8 * len(wide) + 24 * len(splitting)
+    assert len(variants) == count == len(set(variants))
     split = [v for v in variants if v.config is not None and v.config.split_k != 1]
     assert {v.config for v in split} == {e.variant_config(split=True) for e in splitting}
     assert {v.acc_dtype for v in split} == {"float32"}
@@ -557,3 +561,16 @@ def test_the_wide_swap_tiles_run_only_where_they_were_measured():
     for kw in (dict(m=128), dict(m=96), dict(m=1025), dict(m=300, batch=2),
                dict(m=300, c="float32"), dict(m=300, acc="float16")):  # fmt: skip
         assert not wide & names(**kw), kw
+    # so warm compiles them only in those dtypes (their others also spill: the -m sweep run),
+    # and every other entry in all 36
+    for e in choosing.MENU:
+        dtypes = {
+            (v.ab_dtype, v.c_dtype, v.acc_dtype) for v in choosing.menu_variants("sm_90a", (e,))
+        }
+        if e.name in wide:
+            assert dtypes == {
+                ("float16", "float16", "float32"),
+                ("bfloat16", "bfloat16", "float32"),
+            }
+        else:
+            assert len(dtypes) == 9, e.name

@@ -27,6 +27,7 @@ __all__ = [
     "MIN_TILE_M",
     "M_QUANTUM",
     "SPLITS",
+    "SWAP_DECODE_MAX_N",
     "MenuEntry",
     "entry",
     "m_block",
@@ -35,6 +36,11 @@ __all__ = [
 
 # The split-K counts a split variant may launch (a launch argument, not a compile).
 SPLITS = (1, 2, 4, 8)
+#: The widest decode swap-AB tile (tokens in its N): such a tile takes all of a call's tokens in
+#: one tile or does not fit. Wider swap-AB tiles (64 and up, ``scripts/tune_menu.py``'s
+#: candidates for 129-1024 tokens, docs/perf.md entry 48) tile the tokens as any N: their
+#: token tile can be sized to M more closely than a 64- or 128-row tile.
+SWAP_DECODE_MAX_N = 32
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,19 @@ class MenuEntry:
     def swap_ab(self) -> bool:
         """The entry runs the swapped problem C^T (N, M) = B^T A^T: N along its tile's M."""
         return bool(self.config.get("swap_ab", False))
+
+    @functools.cached_property
+    def wide_swap(self) -> bool:
+        """A swap-AB tile wider than the decode ones (``SWAP_DECODE_MAX_N``): measured, and
+        run, only with fp32 accumulators and the inputs' dtype out (``runs_dtypes``)."""
+        return self.swap_ab and self.tile_n > SWAP_DECODE_MAX_N
+
+    def runs_dtypes(self, ab_dtype: str, c_dtype: str, acc_dtype: str) -> bool:
+        """Whether ``auto`` runs this entry in these dtypes (so ``warm`` compiles them): a wide
+        swap-AB tile only with fp32 accumulators and C in the inputs' dtype, where it was
+        measured (docs/perf.md entry 51; its other dtype variants also spill registers: the
+        ``-m sweep`` run); every other entry in all of them."""
+        return not self.wide_swap or (acc_dtype == "float32" and c_dtype == ab_dtype)
 
     def kernel_mn(self, m: int, n: int) -> tuple[int, int]:
         """The (M, N) the kernel sees: the problem's, or swapped."""
@@ -207,12 +226,15 @@ def entry(name: str) -> MenuEntry:
 
 def menu_variants(arch: str = "sm_90a", entries: tuple[MenuEntry, ...] = MENU) -> list[Variant]:
     """Every variant ``warm`` compiles for the menu: each entry in every A/B, C and accumulator
-    dtype and both majors of A and B (36 per entry), and each entry with ``splits`` once more
+    dtype and both majors of A and B (36 per entry; a wide swap-AB entry only in the dtypes
+    ``auto`` runs it in, 8: ``MenuEntry.runs_dtypes``), and each entry with ``splits`` once more
     as its split-K variant with an fp32 accumulator (24 more; fp16 accumulators never split).
     The shipped entries' variants are exactly the shipped backends' own."""
-    out = [v for e in entries for v in every_variant(e.backend, arch, e.variant_config())]
+    out = []
     for e in entries:
+        variants = every_variant(e.backend, arch, e.variant_config())
         if e.splits:
             split = every_variant(e.backend, arch, e.variant_config(split=True))
-            out += [v for v in split if v.acc_dtype == "float32"]
+            variants += [v for v in split if v.acc_dtype == "float32"]
+        out += [v for v in variants if e.runs_dtypes(v.ab_dtype, v.c_dtype, v.acc_dtype)]
     return out

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from ...support import ELEMENT_BYTES, dtype_error
 from ..settings import current
 from . import cost
-from .menu import MENU, SPLITS, MenuEntry, entry, m_block
+from .menu import MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
 from .table import nearest, table_for, tables
 
 __all__ = [
@@ -98,11 +98,6 @@ class Choice:
 # ----------------------------------------------------------------------------- rules
 
 
-#: The widest decode swap-AB tile (tokens in its N): such a tile takes all of a call's tokens in
-#: one tile or does not fit. Wider swap-AB tiles (64 and up, ``scripts/tune_menu.py``'s
-#: candidates for 129-1024 tokens, docs/perf.md entry 48) tile the tokens as any N: their
-#: token tile can be sized to M more closely than a 64- or 128-row tile.
-SWAP_DECODE_MAX_N = 32
 #: The tokens a wide swap-AB tile (tile_n above ``SWAP_DECODE_MAX_N``) runs: more than
 #: ``SWAP_WIDE_MIN_M``, at most ``SWAP_WIDE_MAX_M``. They were measured, and their cost
 #: constants fitted, at 129-1024 tokens only (docs/perf.md entry 51), unbatched, with fp32
@@ -180,10 +175,7 @@ def _environment() -> tuple[bool, str | None]:
 def _measured(e: MenuEntry, batch: int, dtypes: tuple[str, str, str]) -> bool:
     """A wide swap-AB tile only where it was measured (``SWAP_WIDE_MIN_M``): unbatched, fp32
     accumulators, the inputs' dtype out. Every other entry: anywhere."""
-    if not (e.swap_ab and e.tile_n > SWAP_DECODE_MAX_N):
-        return True
-    ab_dtype, c_dtype, acc_dtype = dtypes
-    return batch <= 1 and acc_dtype == "float32" and c_dtype == ab_dtype
+    return e.runs_dtypes(*dtypes) and (not e.wide_swap or batch <= 1)
 
 
 def _allowed(m, n, k, batch, dtypes, sm_count, invariant) -> dict[str, tuple[int, ...]]:
