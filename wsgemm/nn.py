@@ -391,8 +391,8 @@ class GatedMLP(nn.Module):
     ``act(gate) * up`` (``wsgemm.gated_linear``); ``down_proj`` is a ``Linear``. A model with
     separate gate and up weights loads into it with ``torch.cat([w_gate, w_up])``. With
     ``bias=True`` the projections have biases (``gate_up_proj.bias`` is ``[b_gate; b_up]``),
-    which ``gated_linear`` adds before the unit once its gated kernel takes a bias
-    (``GATED_BIAS_FAMILIES``); until then torch's road runs them."""
+    which ``gated_linear`` adds before the unit where its gated kernel takes a bias
+    (``GATED_BIAS_FAMILIES``: Hopper); elsewhere torch's road runs them."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "silu", bias: bool = False,
                  device=None, dtype=None):  # fmt: skip

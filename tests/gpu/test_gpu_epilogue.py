@@ -227,9 +227,10 @@ class GatedKernelOnly(api.Dispatcher):
 
 @pytest.fixture
 def gated_bias(monkeypatch):
-    """The biased gated kernel switched on (``GATED_BIAS_FAMILIES``: off on main until these
-    cases pass), with no launcher kept from before or after (a kept launcher does not look at
-    the switch)."""
+    """The biased gated kernel switched on (``GATED_BIAS_FAMILIES``: on on main since these
+    cases passed on an H100, 2026-12-06; the fixture keeps them meaningful if it is switched
+    off), with no launcher kept from before or after (a kept launcher does not look at the
+    switch)."""
     from wsgemm.host import registry
 
     monkeypatch.setattr(registry, "GATED_BIAS_FAMILIES", registry.EPILOGUE_FAMILIES)

@@ -238,7 +238,7 @@ def _road(d, x, weight, act, bias=None):
     if not host.fuses_epilogues(backend, gated=True):
         return "the gated kernels are switched off (host.registry.GATED_FAMILIES)"
     if bias is not None and not host.fuses_epilogues(backend, gated=True, bias=True):
-        return ("the gated kernel with a bias has not run on a GPU yet "
+        return ("the gated kernel with a bias is switched off "
                 "(host.registry.GATED_BIAS_FAMILIES)")  # fmt: skip
     if weight.shape[0] // 2 % 8:  # the up rows' TMA coordinate is free; C's rows are 16 bytes
         return "I is not a multiple of 8 (the up rows' TMA coordinate, C's 16-byte rows)"

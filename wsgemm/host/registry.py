@@ -160,11 +160,13 @@ EPILOGUE_FAMILIES = frozenset({"sm90"})
 #: epilogues (``grouped_mm(activation=, gated=)``) stay on ``FUSING_FAMILIES``.
 GATED_FAMILIES = frozenset({"sm90"})
 #: The families whose gated kernels take a bias (``[b_gate; b_up]``, ``Epilogue(bias="col",
-#: gated=True)``) in calls. The sm90 kernel compiles (SASS checked, no spills, no CALL) but has
-#: not run on a GPU: empty until ``tests/gpu/test_gpu_epilogue.py -k gated_bias`` passes
-#: (it switches the family on for itself). Elsewhere a biased call takes the unfused road: the
-#: product with its bias in fp32, then the gating.
-GATED_BIAS_FAMILIES: frozenset[str] = frozenset()
+#: gated=True)``) in calls. The sm90 one ran on an H100 on 2026-12-06
+#: (``docs/data/gpu-2026-12-06h/gated-bias-tests.log``): 11 cases of
+#: ``tests/gpu/test_gpu_epilogue.py -k "gated_bias or biases"`` (silu, gelu_tanh; 1 to 2048 rows;
+#: both row tiles; a strided bias; ``GatedMLP(bias=True)`` forward, backward and under
+#: autocast), float64 reference, within the suite's tolerance. Elsewhere a biased call takes the
+#: unfused road: the product with its bias in fp32, then the gating.
+GATED_BIAS_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. The sm90
 #: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
