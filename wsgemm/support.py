@@ -399,7 +399,15 @@ class Epilogue:
 
     ``row_scale``: ``D[m, :]`` multiplied by ``scale[m]`` last, after the activation (or the
     gated unit), the vector one of ``ROW_SCALES`` (its element type; a launch argument of the
-    kernel's M rows: no swap-AB form)."""
+    kernel's M rows: no swap-AB form).
+
+    ``dgated``: the gated unit's gradient, fused into the GEMM that computes ``dh`` (the
+    gradient of ``act(gate) * up``: a gated MLP's ``d_out @ W_down``): C (the ``residual``
+    launch argument) is the saved pre-activation ``[gate | up]`` and the output ``[dgate |
+    dup]``, each (M, 2N), their up halves N columns after their gate halves: ``dgate = acc ·
+    up · act'(gate)``, ``dup = acc · act(gate)``. Both are given as (M, N, 1) views of their
+    gate halves (N a multiple of 16 bytes; the kernel reads them as (M, N, 2)); no bias, alpha,
+    residual or row scale."""
 
     bias: str = "none"
     activation: str = "none"
@@ -408,6 +416,7 @@ class Epilogue:
     residual: bool = False
     c_tensor: bool = False
     row_scale: str = "none"
+    dgated: bool = False
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
@@ -427,6 +436,14 @@ class Epilogue:
             raise ValueError(
                 f"row scale {self.row_scale!r}; allowed: {', '.join(ROW_SCALES)}"
             )  # fmt: skip
+        if self.dgated and (
+            self.activation == "none" or self.gated or self.scale or self.residual
+            or self.c_tensor or self.bias != "none" or self.row_scale != "none"
+        ):  # fmt: skip
+            raise ValueError(
+                "a dgated epilogue (the gated unit's gradient) takes an activation and nothing "
+                "else: no bias, alpha, residual, row scale or gated output"
+            )
 
     @property
     def plain(self) -> bool:
@@ -434,6 +451,17 @@ class Epilogue:
             self.bias == "none" and self.activation == "none" and not self.scale
             and not self.residual and self.row_scale == "none"
         )  # fmt: skip
+
+    @property
+    def reads_c(self) -> bool:
+        """Whether the kernel reads a C by TMA into its epilogue buffers (``residual``: the
+        output's own or ``c_tensor``'s; ``dgated``: the saved pre-activation)."""
+        return self.residual or self.dgated
+
+    @property
+    def own_c(self) -> bool:
+        """Whether the kernel takes that C as a launch argument (``residual``)."""
+        return self.c_tensor or self.dgated
 
     @property
     def scalars(self) -> bool:
@@ -450,6 +478,8 @@ class Epilogue:
             parts.append(f"bias_{self.bias}")
         if self.gated:
             parts.append("gated")
+        if self.dgated:
+            parts.append("dgated")
         if self.activation != "none":
             parts.append(self.activation)
         if self.row_scale != "none":
@@ -467,18 +497,18 @@ class Epilogue:
                 bias = part[len("bias_") :]
             elif part.startswith("row_scale_"):
                 row_scale = part[len("row_scale_") :]
-            elif part in ("gated", "scale", "residual", "c_tensor"):
+            elif part in ("gated", "dgated", "scale", "residual", "c_tensor"):
                 flags.add(part)
             else:
                 activation = part
         return cls(
             bias, activation, "gated" in flags, "scale" in flags, "residual" in flags,
-            "c_tensor" in flags, row_scale,
+            "c_tensor" in flags, row_scale, "dgated" in flags,
         )  # fmt: skip
 
     def swapped(self) -> Epilogue:
         """The same epilogue on the transposed problem (swap-AB): rows and columns trade."""
-        if self.gated:
+        if self.gated or self.dgated:
             raise ValueError("a gated epilogue pairs columns: it has no swap-AB form")
         if self.row_scale != "none":
             raise ValueError("a row scale runs along the kernel's rows: it has no swap-AB form")

@@ -17,9 +17,10 @@ import torch
 
 from ..host.registry import ACTIVATIONS, PLAIN, Epilogue
 
-__all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activate_", "activation_grad", "apply_in_torch",
-           "check_epilogue", "check_residual", "check_scalar", "combine_in_torch", "gated_unit",
-           "gated_unit_with_grad", "kernel_bias", "torch_activation"]  # fmt: skip
+__all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activate_", "activation_backward",
+           "activation_grad", "apply_in_torch", "check_epilogue", "check_residual",
+           "check_scalar", "combine_in_torch", "gated_unit", "gated_unit_with_grad",
+           "kernel_bias", "torch_activation"]  # fmt: skip
 
 #: The public activation names (``matmul(..., activation=...)``): None and the kernels' own.
 PUBLIC_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "none")
@@ -147,15 +148,15 @@ class _GatedUnit(torch.autograd.Function):
                 return None, torch.autograd.grad(gated_unit(ctx.name, y), y, dh,
                                                  create_graph=True)[0]  # fmt: skip
         if torch.compiler.is_compiling():  # functional ops for the compiler, which fuses them
-            dgate = _activation_backward(ctx.name, dh * up, gate)
+            dgate = activation_backward(ctx.name, dh * up, gate)
             return None, torch.cat([dgate, dh * act], dim=-1)
         dy = torch.empty_like(y)
         torch.mul(dh, act, out=dy[..., half:])
-        _activation_backward(ctx.name, dh * up, gate, dy[..., :half])
+        activation_backward(ctx.name, dh * up, gate, dy[..., :half])
         return None, dy
 
 
-def _activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=None):
+def activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=None):
     """``grad * act'(pre)`` by torch's own backward kernels (autograd's formulas), into ``out``
     where given."""
     aten = torch.ops.aten

@@ -26,10 +26,13 @@ from ..host.dispatch import current_settings
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import check_activation, kernel_bias, torch_activation
+from .epilogue import activation_backward, check_activation, kernel_bias, torch_activation
 from .plan import _kernel_view
 
-__all__ = ["check_gated", "explain", "gated_config", "gated_linear", "gated_in_torch"]
+__all__ = [
+    "check_gated", "check_gated_grad", "explain", "gated_config", "gated_grad", "gated_in_torch",
+    "gated_linear",
+]  # fmt: skip
 
 _DTYPES = (torch.float16, torch.bfloat16)
 
@@ -220,6 +223,103 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
     unfused = (f"unfused: the (M, 2I) fp32 product{with_bias}, then act(gate) * up in fp32 in "
                f"torch ({road})")  # fmt: skip
     return f"{head}\n{unfused}\nthe product: {product}"
+
+
+# ----------------------------------------------------------------- the gated unit's gradient
+
+
+def check_gated_grad(dy, w_down, preact, activation, device_types=("cuda",)) -> tuple[int, str]:
+    """(I, the kernels' activation name) of ``gated_grad(dy, w_down, preact, activation)``;
+    raises what is wrong and what is allowed."""
+    for name, t in (("dy", dy), ("w_down", w_down), ("preact", preact)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D, got {tuple(t.shape)}")
+        if t.dtype != dy.dtype or t.dtype not in _DTYPES:
+            raise TypeError(f"dy, w_down and preact must share float16 or bfloat16, got "
+                            f"{dy.dtype}, {w_down.dtype} and {preact.dtype}")  # fmt: skip
+        if t.device.type not in device_types or t.device != dy.device:
+            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on dy's device, "
+                             f"got {t.device}")  # fmt: skip
+    act = check_activation(activation)
+    if act == "none":
+        raise ValueError("the gated unit's gradient needs its activation ('silu', 'gelu', ...)")
+    half = w_down.shape[1]
+    if w_down.shape[0] != dy.shape[1] or tuple(preact.shape) != (dy.shape[0], 2 * half):
+        raise ValueError(
+            f"dy {tuple(dy.shape)}, w_down {tuple(w_down.shape)} and preact "
+            f"{tuple(preact.shape)} must be (M, H), (H, I) (the down projection's weight) and "
+            "(M, 2I) (the saved [gate | up])"
+        )
+    return half, act
+
+
+def gated_grad(dy, w_down, preact, activation="silu", *, dispatcher=None) -> torch.Tensor:
+    """``d[gate | up]`` (M, 2I), the gradient of ``h = act(gate) * up`` with respect to its
+    pre-activation ``preact = [gate | up]`` (M, 2I), where ``dh = dy @ w_down`` (a gated MLP's
+    down projection, ``w_down`` (H, I) as ``nn.Linear`` holds it):
+    ``dgate = dh * up * act'(gate)``, ``dup = dh * act(gate)``. In ``dy``'s dtype.
+
+    Where a kernel fuses it (``host.fuses_gated_grad``: ``Epilogue.dgated``) one GEMM computes
+    ``dh`` and writes only ``d[gate | up]``, in fp32 from its accumulators, rounded once; else
+    ``dh`` is a product of its own (rounded to the dtype), then torch's backward kernels in
+    three passes, as ``api.epilogue.gated_unit_with_grad``'s backward."""
+    d = dispatcher or _default_dispatcher()
+    half, act = check_gated_grad(dy, w_down, preact, activation, (d.devices.type,))
+    m = dy.shape[0]
+    out = torch.empty(m, 2 * half, dtype=dy.dtype, device=dy.device)
+    if m == 0 or half == 0:
+        return out
+    road = _grad_road(d, dy, w_down, preact) if dy.shape[1] else "an empty product"
+    if isinstance(road, str):
+        dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
+        return gated_unit_grad(act, dh, preact, out)
+    (a_view, a_major), (b_view, b_major), c_in, (backend, config), index = road
+    dtypes = (str(dy.dtype)[6:], str(dy.dtype)[6:], "float32")
+    epilogue = Epilogue(activation=act, dgated=True)
+    fn, clusters = d.kernel(backend, index, dtypes, a_major, b_major, config, epilogue.name)
+    c_view = _kernel_view(out[:, :half].unsqueeze(-1), False, (1,))[0]
+    with d.on_device(index):
+        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None, None, None, c_in)
+    return out
+
+
+def gated_unit_grad(act: str, dh, preact, out=None) -> torch.Tensor:
+    """``d[gate | up]`` from ``dh`` and ``preact`` by torch's own kernels, into ``out`` (the
+    unfused road of ``gated_grad``; ``gated_unit_with_grad``'s backward): ``dup = dh *
+    act(gate)``, ``dgate = act'(gate) * (dh * up)`` with torch's backward formulas."""
+    half = preact.shape[-1] // 2
+    gate, up = preact[..., :half], preact[..., half:]
+    if out is None:
+        out = torch.empty_like(preact)
+    torch.mul(dh, torch_activation(act, gate), out=out[..., half:])
+    activation_backward(act, dh * up, gate, out[..., :half])
+    return out
+
+
+def _grad_road(d, dy, w_down, preact):
+    """(A's view and major, B's view and major, C's (the pre-activation's gate half) view,
+    (backend, config), device index) where the dgated kernel runs ``gated_grad``, else why
+    not (a str)."""
+    index = dy.device.index if dy.device.index is not None else (d.devices.current() or 0)
+    backend, config = gated_config(dy.shape[0])  # the gated kernel's tiles, both non-swap
+    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
+        return "no dgated kernel runs on this GPU"
+    if not host.fuses_gated_grad(backend):
+        return "the dgated kernels are switched off (host.registry.DGATED_FAMILIES)"
+    half = w_down.shape[1]
+    if half % 8:
+        return "I is not a multiple of 8 (the up half's offset must be 16 bytes)"
+    a = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
+    b = _kernel_view(w_down.t().unsqueeze(-1), False, (0, 1))  # (I, H): w_down's rows are K
+    c = _kernel_view(preact[:, :half].unsqueeze(-1), False, (1,))
+    if a is None or b is None or c is None or c[0].stride(0) < 2 * half:
+        return "an operand is not addressable by the kernel (unit stride, 16-byte strides)"
+    (a_view, a_side), (b_view, b_side) = a, b
+    a_major = "k" if a_side == "cols" else "m"
+    b_major = "n" if b_side == "rows" else "k"
+    return (a_view, a_major), (b_view, b_major), c[0], (backend, config), index
 
 
 def _default_dispatcher():

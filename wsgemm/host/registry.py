@@ -193,6 +193,14 @@ C_TENSOR_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: per-expert loop then the scale (fp16). Elsewhere the API runs the plain grouped kernel, then
 #: the scale in torch (one more pass over the result), which ``explain`` says.
 ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose kernels fuse the gated unit's gradient into the GEMM that computes ``dh``
+#: (``Epilogue.dgated``: ``d[gate | up]`` from ``d_out @ W_down`` and the saved pre-activation,
+#: ``api.gated.gated_grad``, a ``GatedMLP``'s backward). The sm90 one compiles (SASS checked:
+#: no spills, no CALL, two TMA loads and two stores per product subtile) but has not run on a
+#: GPU: empty until ``tests/gpu/test_gpu_epilogue.py -k dgated`` passes (it switches the
+#: family on for itself). Elsewhere ``dh`` is a product of its own, then the gradient in
+#: three elementwise passes (torch's kernels).
+DGATED_FAMILIES: frozenset[str] = frozenset()
 
 
 def fuses_epilogues(
@@ -209,6 +217,11 @@ def fuses_epilogues(
     if gated and bias and family not in GATED_BIAS_FAMILIES:
         return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
+
+
+def fuses_gated_grad(backend: str) -> bool:
+    """Whether ``backend``'s kernels fuse the gated unit's gradient (``DGATED_FAMILIES``)."""
+    return BACKENDS[backend].family in DGATED_FAMILIES and fuses_epilogues(backend)
 
 
 def scales_rows(backend: str) -> bool:

@@ -66,3 +66,47 @@ def apply(name: str, x: Float32) -> Float32:
         two_cdf = cutlass.select_(x >= Float32(0.0), Float32(2.0) - tail, tail)
         return Float32(0.5) * x * two_cdf
     raise ValueError(f"no activation {name!r} (support.ACTIVATIONS)")
+
+
+def _logistic(u: Float32) -> Float32:
+    """sigmoid(u) = 1 / (1 + e^(-u)), without a division."""
+    return cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(u * Float32(-LOG2E), fastmath=True))
+
+
+def value_and_grad(name: str, x: Float32) -> tuple[Float32, Float32]:
+    """(act(x), act'(x)) of ``name``'s activation (a gated unit's backward, ``Epilogue.dgated``),
+    sharing their exponential; the derivatives are autograd's formulas for torch's forms:
+
+    * silu: s + silu(x) · (1 - s), s = sigmoid(x) (= s · (1 + x (1 - s)))
+    * gelu_tanh: σ + 2x · σ(1 - σ) · u'(x), σ = sigmoid(2u) = ½(1 + tanh u),
+      u' = √(2/π)(1 + 3 · 0.044715 x²)
+    * gelu: Φ(x) + x · φ(x), φ(x) = e^(-x²/2) / √(2π) (the exponential erf's tail already has)
+    * relu: 1 where x > 0, else 0; relu2: 2 relu(x)
+    """
+    zero, one = Float32(0.0), Float32(1.0)
+    if name == "relu":
+        return cute.arch.fmax(x, zero), cutlass.select_(x > zero, one, zero)
+    if name == "relu2":
+        r = cute.arch.fmax(x, zero)
+        return r * r, Float32(2.0) * r
+    if name == "silu":
+        s = _logistic(x)
+        act = x * s
+        return act, s + act * (one - s)
+    if name == "gelu_tanh":
+        x2 = x * x
+        u2 = Float32(2.0 * SQRT_2_OVER_PI) * (x + Float32(GELU_CUBIC) * x2 * x)
+        sig = _logistic(u2)
+        du = Float32(SQRT_2_OVER_PI) * (one + Float32(3.0 * GELU_CUBIC) * x2)
+        return x * sig, sig + Float32(2.0) * x * sig * (one - sig) * du
+    if name == "gelu":
+        z = cute.arch.fmax(x, -x) * Float32(SQRT_HALF)
+        t = cute.arch.rcp_approx(one + Float32(ERF_P) * z)
+        poly = Float32(ERF_A[4])
+        for a in reversed(ERF_A[:4]):
+            poly = poly * t + Float32(a)
+        gauss = cute.math.exp2(z * z * Float32(-LOG2E), fastmath=True)  # e^(-x²/2)
+        tail = poly * t * gauss  # 1 - erf(z)
+        cdf = Float32(0.5) * cutlass.select_(x >= zero, Float32(2.0) - tail, tail)
+        return x * cdf, cdf + x * gauss * Float32(1.0 / math.sqrt(2.0 * math.pi))
+    raise ValueError(f"no gated activation gradient {name!r} (support.ACTIVATIONS)")

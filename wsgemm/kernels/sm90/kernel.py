@@ -38,7 +38,7 @@ from wsgemm.kernels.epilogue import PLAIN, Epilogue
 from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
 from wsgemm.kernels.epilogue import row_scale as epilogue_row_scale
-from wsgemm.kernels.sm90 import ragged, ragged_k, residual, split_k
+from wsgemm.kernels.sm90 import dgated, ragged, ragged_k, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     NUM_CONSUMER_WARPGROUPS,
@@ -134,10 +134,16 @@ class Sm90Plan:
         return self.config.tile_n // 2 if self.epilogue.gated else self.config.tile_n
 
     @property
-    def out_subtiles(self) -> int:
-        """Epilogue subtiles stored per output tile."""
+    def product_subtiles(self) -> int:
+        """Epilogue subtiles of the output tile's product columns (``out_tile_n`` wide)."""
         epi_m, epi_n = self.config.epi_tile
         return (self.config.tile_m // epi_m) * (self.out_tile_n // epi_n)
+
+    @property
+    def out_subtiles(self) -> int:
+        """Epilogue subtiles stored per output tile: a dgated epilogue stores two per product
+        subtile (its gate half's, then its up half's: ``dgated``)."""
+        return self.product_subtiles * (2 if self.epilogue.dgated else 1)
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,12 @@ class _TileEpilogue:
     origin: Any  # the tile's first (row, col) in the problem
     # a row scale's factors, one list of fp32 values per subtile (``_row_scale_tile``), or None
     row_scale: Any = None
+    # a dgated epilogue's up half: its TMA store view of the tile's subtiles and its registers
+    # in fp32 and in C's dtype (the gate half's are ``bSG_gC``, ``tRS_rD`` and
+    # ``tRS_rD_out``); None for others
+    bSG_gC_up: Any = None
+    tRS_rD_up: Any = None
+    tRS_rD_up_out: Any = None
 
 
 class Sm90Gemm(TracedLoops, GemmKernel):
@@ -356,6 +368,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     f"and no tracing; got tile_n={config.tile_n}, swap_ab={config.swap_ab}, "
                     f"trace={trace}"
                 )
+        if epilogue.dgated and (
+            config.swap_ab or trace or config.splits_in_kernel or self.grouped is not None
+        ):
+            raise ValueError(
+                "a dgated epilogue (the gated unit's gradient) runs on a dense, unsplit kernel: "
+                f"no swap-AB, split-K, stream-K, tracing or groups; got {config}, trace={trace}"
+            )
         if self.grouped is not None:
             unsupported = {
                 "split-K or stream-K": config.splits_in_kernel,
@@ -386,7 +405,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     def stage_counts(self) -> tuple[int, int]:
         """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
         ab_bytes, epi_bytes = self._stage_bytes()
-        return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, SM90_SMEM_CAPACITY)
+        if not self.fused_epilogue.dgated:
+            return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles)
+        # a dgated tile stores two subtiles per product subtile, into a pair of buffers
+        ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles)
+        return ab_stages, epi_stages - epi_stages % 2
 
     def shared_memory_bytes(self) -> int:
         """Dynamic shared memory: barriers (one aligned unit), the ring, the epilogue buffers."""
@@ -406,7 +429,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         scalars = (None, None)
         if self.fused_epilogue.scalars:
             scalars = (cutlass.Float32(1.0), cutlass.Float32(0.0))
-        c_in = self._fake_c() if self.fused_epilogue.c_tensor else None
+        c_in = self._fake_c() if self.fused_epilogue.own_c else None
         if not self.config.splits_in_kernel:
             return Int32(1), None, None, bias, *scalars, c_in
         workspace = make_fake_tensor(cutlass.Float32, (cute.sym_int64(),), (1,), assumed_align=16)
@@ -530,6 +553,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 else "C must be N-major (row-major per batch)"
             )
 
+        if const_expr(self.fused_epilogue.dgated):
+            # the output's two halves: (M, N, 1) given, the up half N columns on
+            mC = dgated.halves(mC)
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
         gated = self.fused_epilogue.gated
         # a gated product loads B in two halves of a tile each (gate rows, then up rows N on)
@@ -577,16 +603,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         )
 
         residual_load = None
-        if const_expr(self.fused_epilogue.residual):
+        if const_expr(self.fused_epilogue.reads_c):
             # C's subtiles read by TMA into the epilogue buffers (``residual``)
             source = mC
-            if const_expr(self.fused_epilogue.c_tensor):
+            if const_expr(self.fused_epilogue.own_c):
                 if const_expr(c_in is None or c_in.element_type != self.c_dtype):
                     name = self.fused_epilogue.name
                     raise ValueError(f"epilogue {name} takes a C of {self.c_dtype}")
                 if const_expr(LayoutEnum.from_tensor(c_in) != c_major):
                     raise ValueError("the residual's C must have the output's major")
                 source = c_in
+                if const_expr(self.fused_epilogue.dgated):
+                    source = dgated.halves(c_in)
             residual_load = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileG2SOp(),
                 source,
@@ -737,7 +765,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         boundaries."""
         split = self.config.splits_in_kernel
         residual_count = 0  # the residual's mbarriers
-        if self.fused_epilogue.residual:
+        if self.fused_epilogue.reads_c:
             residual_count = residual.barrier_count(self.epi_stages, self.config.pingpong)
 
         @cute.struct
@@ -1155,7 +1183,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         # Ping-pong drains its stores after every tile and restarts at buffer 0; a residual's
         # count goes on (its mbarriers' phases, ``residual``).
         subtiles_per_tile = plan.out_subtiles
-        if const_expr(cfg.pingpong and not plan.epilogue.residual):
+        if const_expr(cfg.pingpong and not plan.epilogue.reads_c):
             subtiles_per_tile = 0
         if const_expr(cfg.pingpong):
             # Warpgroup w takes the CTA's units w, w + 2, ...; the ring holds every unit's
@@ -1327,7 +1355,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         barrier = pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=epilogue_threads)
         tRS_cAcc = bias_extent = residual_load = row_scale_extent = None
         epi = plan.epilogue
-        if const_expr(epi.bias != "none" or epi.residual or epi.row_scale != "none"):
+        if const_expr(epi.bias != "none" or epi.reads_c or epi.row_scale != "none"):
             # the accumulators' tile coordinates, laid out as the accumulators are
             tile_coords = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
             tRS_cAcc = tiled_copy_r2s.retile(tiled_mma.get_slice(mma_tidx).partition_C(tile_coords))
@@ -1336,7 +1364,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             bias_extent = Int32(cute.size(consumer.mC_mnl, mode=[mode]))
         if const_expr(epi.row_scale != "none"):
             row_scale_extent = Int32(cute.size(consumer.row_scale))
-        if const_expr(plan.epilogue.residual):
+        if const_expr(plan.epilogue.reads_c):
             tma_r, mR, barriers = consumer.residual_load
             if const_expr(cfg.pingpong):
                 barriers = barriers + wg * plan.epi_stages  # each warpgroup's own phases
@@ -1411,6 +1439,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         bSG_sC, bSG_gC = cpasync.tma_partition(
             args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
         )
+        bSG_gC_up = tRS_rD_up = tRS_rD_up_out = None
+        if const_expr(plan.epilogue.dgated):
+            # the output's halves are its L (``dgated.halves``): the gate's 0, the up's 1
+            gC_up = args.gC_mnl[(None, None, tile.m, tile.n, 1)]
+            _, bSG_gC_up = cpasync.tma_partition(
+                args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2),
+                cute.zipped_divide(gC_up, cfg.epi_tile),
+            )  # fmt: skip
+            tRS_rD_up = cute.make_rmem_tensor(args.rD_shape, cutlass.Float32)
+            tRS_rD_up_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
         views = _TileEpilogue(
             bSG_sC=bSG_sC,
             bSG_gC=bSG_gC,
@@ -1419,7 +1457,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
             origin=self._tile_origin(plan, tile),
             row_scale=self._row_scale_tile(plan, args, tile) if scales is None else scales,
+            bSG_gC_up=bSG_gC_up,
+            tRS_rD_up=tRS_rD_up,
+            tRS_rD_up_out=tRS_rD_up_out,
         )
+        if const_expr(plan.epilogue.dgated):
+            self._dgated_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
+            return
         if const_expr(rec is not None):
             # the store waits' times stay in lanes until the last subtile (traced.py)
             self._epilogue_lanes(plan, args, store_pipeline, views, subtiles_done, rec)
@@ -1457,20 +1501,66 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             self._store_subtile(args, store_pipeline, views, buf, e)
 
+    @cute.jit
+    def _dgated_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
+                         subtiles_done):  # fmt: skip
+        """``epilogue``'s subtile loop for the gated unit's gradient (``dgated``): per product
+        subtile, its two halves' pre-activation by TMA into a pair of buffers, then
+        ``dgate = acc · up · act'(gate)`` and ``dup = acc · act(gate)`` stored from them."""
+        cfg = plan.config
+        load = args.residual
+        res_views = dgated.tile_views(load, tile, cfg.epi_tile)
+        if const_expr(not self._residual_under_mainloop(plan)):
+            self.residual_prefetch(plan, args, tile, subtiles_done)
+        per_subtile = cute.size(views.tRS_rD)
+        for e in cutlass.range_constexpr(plan.product_subtiles):
+            s0 = subtiles_done + 2 * e  # the gate half's number in this set; the up half's next
+            later = dgated.later_pair(plan.epi_stages, e, plan.product_subtiles)
+            if const_expr(later is not None):
+                if args.is_store_warp:
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)  # pair e - 1's stores
+                    for h in cutlass.range_constexpr(2):
+                        s = subtiles_done + 2 * later + h
+                        dgated.issue(load, res_views, views.order, 2 * later + h, s)
+            residual.wait(load, s0)
+            residual.wait(load, s0 + 1)
+            gate_buf = args.sC[(None, None, s0 % plan.epi_stages)]
+            up_buf = args.sC[(None, None, (s0 + 1) % plan.epi_stages)]
+            for v in cutlass.range_constexpr(per_subtile):
+                dh = cutlass.Float32(args.tRS_rAcc[e * per_subtile + v])
+                coord = args.tRS_cAcc[e * per_subtile + v]
+                gate = residual.value(gate_buf, coord, cfg.epi_tile)
+                up = residual.value(up_buf, coord, cfg.epi_tile)
+                act, grad = epilogue_activation.value_and_grad(plan.epilogue.activation, gate)
+                views.tRS_rD[v] = dh * up * grad
+                views.tRS_rD_up[v] = dh * act
+            views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
+            views.tRS_rD_up_out.store(views.tRS_rD_up.load().to(plan.c_dtype))
+            # the first store's first barrier: every thread has read both buffers
+            self._store_subtile(args, store_pipeline, views, s0 % plan.epi_stages, e)
+            self._store_subtile(
+                args, store_pipeline, views, (s0 + 1) % plan.epi_stages, e,
+                views.tRS_rD_up_out, views.bSG_gC_up,
+            )  # fmt: skip
+
     @staticmethod
     def _residual_under_mainloop(plan) -> bool:
         """Whether a residual's first C loads leave under the tile's mainloop (cooperative,
         unsplit) rather than at the start of its epilogue (``residual``)."""
         cfg = plan.config
-        return plan.epilogue.residual and not cfg.pingpong and not cfg.splits_in_kernel
+        return plan.epilogue.reads_c and not cfg.pingpong and not cfg.splits_in_kernel
 
     @cute.jit
     def residual_prefetch(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile, subtiles_done):
         """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``)."""
         if args.is_store_warp:
-            views = residual.tile_views(args.residual, tile, plan.config.epi_tile)
             order = epilogue_subtile_order(plan.config, plan.out_tile_n)
-            residual.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
+            if const_expr(plan.epilogue.dgated):
+                views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
+                dgated.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
+            else:
+                views = residual.tile_views(args.residual, tile, plan.config.epi_tile)
+                residual.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
 
     @cute.jit
     def _ragged_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
@@ -1656,12 +1746,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
 
     @cute.jit
-    def _store_subtile(self, args, store_pipeline, views, buf, e):
-        """``views.tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired, or
-        a residual's C load has filled, after the buffer's last store read it),
-        then its TMA store to subtile ``e`` of the tile."""
+    def _store_subtile(self, args, store_pipeline, views, buf, e, registers=None, gC=None):
+        """``views.tRS_rD_out`` (or ``registers``) into smem buffer ``buf`` (which the store
+        warp has acquired, or a residual's C load has filled, after the buffer's last store
+        read it), then its TMA store to subtile ``e`` of the tile (of ``gC``'s subtiles when
+        given: a dgated tile's up half)."""
+        if const_expr(registers is None):
+            registers = views.tRS_rD_out
+        if const_expr(gC is None):
+            gC = views.bSG_gC
         args.barrier.arrive_and_wait()
-        cute.copy(args.tiled_copy_r2s, views.tRS_rD_out, args.tRS_sC[(None, None, None, buf)])
+        cute.copy(args.tiled_copy_r2s, registers, args.tRS_sC[(None, None, None, buf)])
         # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
         cute.arch.fence_proxy("async.shared", space="cta")
         args.barrier.arrive_and_wait()
@@ -1669,7 +1764,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             cute.copy(
                 args.tma_c,
                 views.bSG_sC[(None, buf)],
-                views.bSG_gC[(None, views.order.get_hier_coord(e))],
+                gC[(None, views.order.get_hier_coord(e))],
             )
             store_pipeline.producer_commit()
 

@@ -83,10 +83,12 @@ def init_barriers(barriers, count: int):
     cute.arch.mbarrier_init_fence()
 
 
-def tile_views(load: ResidualLoad, tile, epi_tile):
+def tile_views(load: ResidualLoad, tile, epi_tile, batch=None):
     """``tile``'s subtiles of C and the buffers, partitioned for the TMA load:
-    ((TMA, E), (TMA, (subtiles_m, subtiles_n)))."""
-    gR = load.gR_mnl[(None, None, tile.m, tile.n, tile.l)]
+    ((TMA, E), (TMA, (subtiles_m, subtiles_n))); ``batch``: C's L coordinate, if not the
+    tile's (``dgated``'s halves)."""
+    l = tile.l if batch is None else batch  # noqa: E741
+    gR = load.gR_mnl[(None, None, tile.m, tile.n, l)]
     return cpasync.tma_partition(
         load.tma,
         0,

@@ -1,0 +1,75 @@
+"""The gated unit's gradient in the sm90 epilogue (``Epilogue.dgated``).
+
+A gated MLP's backward computes ``dh = d_out @ W_down`` (M, N), then the gradient of
+``h = act(gate) * up`` with respect to its saved pre-activation ``[gate | up]`` (M, 2N):
+
+    dgate = dh · up · act'(gate),    dup = dh · act(gate)
+
+Fused, the GEMM that computes ``dh`` never stores it: each product subtile's epilogue reads the
+pre-activation's two subtiles of the same rows and columns (the gate's, and the up
+projection's N columns on) and stores the two gradient subtiles, ``[dgate | dup]`` (M, 2N).
+The host gives the output and the pre-activation as (M, N, 1) views of their gate halves (the
+address entry's operands share one L); ``halves`` reads each as (M, N, 2), the up half N
+columns on, so a subtile's half is its L coordinate.
+
+It rides the residual's machinery (``residual``): the same TMA load into the very epilogue
+buffer the result is then written to and stored from, the same mbarriers, one per buffer.
+Per product subtile ``e`` the tile takes two buffers in turn (output subtiles ``2e``: the
+gate's, and ``2e + 1``: the up projection's; E is even):
+
+1. the store warp has loaded both halves' C (the first E / 2 pairs before the epilogue,
+   ``prefetch``; pair ``e + E/2 - 1`` at pair ``e``'s turn, into pair ``e - 1``'s buffers once
+   both their stores have read them: ``cp.async.bulk.wait_group.read 0``);
+2. every thread waits for both mbarriers and reads its elements of gate and up;
+3. both results are written and stored, the gate half's first (``_store_subtile``, whose first
+   barrier means every thread has read both buffers).
+
+With four buffers one pair's loads are in flight while the pair before it computes; with two
+each pair waits its own round trip.
+"""
+
+from __future__ import annotations
+
+import cutlass.cute as cute
+
+from wsgemm.kernels.sm90 import residual
+from wsgemm.support import VECTOR_BYTES
+
+__all__ = ["halves", "issue", "later_pair", "prefetch", "tile_views"]
+
+
+def halves(t):
+    """An (M, N, 1) gate half as given -> (M, N, 2): the up half is N columns on (each tensor
+    is (M, 2N), ``[gate | up]``), the same 16-byte multiple the host checks (N % 8 == 0 for
+    16-bit C; 4 for fp32)."""
+    m, n = cute.size(t, mode=[0]), cute.size(t, mode=[1])
+    vector = VECTOR_BYTES * 8 // t.element_type.width
+    up = cute.assume(n, divby=vector)
+    layout = cute.make_layout((m, n, 2), stride=(t.stride[0], t.stride[1], up))
+    return cute.make_tensor(t.iterator, layout)
+
+
+def tile_views(load: residual.ResidualLoad, tile, epi_tile):
+    """``residual.tile_views`` of ``tile``'s gate half and of its up half (L 0 and 1)."""
+    return tuple(residual.tile_views(load, tile, epi_tile, h) for h in (0, 1))
+
+
+def issue(load: residual.ResidualLoad, views, order, s_out: int, s):
+    """The store warp's: output subtile ``s_out`` of the tile (product subtile ``s_out // 2``,
+    half ``s_out % 2``), the ``s``-th of this set, into buffer ``s % E``."""
+    residual.issue(load, views[s_out % 2], order, s_out // 2, s)
+
+
+def prefetch(load: residual.ResidualLoad, views, order, first, subtiles: int):
+    """The store warp's: once every earlier store has read its buffer, the tile's first
+    ``min(E, subtiles)`` output subtiles' loads (whole pairs: E is even)."""
+    cute.arch.cp_async_bulk_wait_group(0, read=True)
+    for s_out in range(min(load.stages, subtiles)):
+        issue(load, views, order, s_out, first + s_out)
+
+
+def later_pair(stages: int, e: int, pairs: int) -> int | None:
+    """The product subtile whose two loads pair ``e``'s turn issues (``E/2 - 1`` past it, into
+    pair ``e - 1``'s buffers; the first E/2 pairs were prefetched), or None."""
+    f = e + stages // 2 - 1
+    return f if stages // 2 <= f < pairs else None
