@@ -7,7 +7,7 @@ import functools
 import torch
 
 from wsgemm.api import Dispatcher, dispatch
-from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.api.epilogue import Epilogue, activation_grad, torch_activation
 from wsgemm.host.dispatch import StandInDevices
 
 F16, F32 = torch.float16, torch.float32
@@ -36,7 +36,20 @@ class StandInKernel:
         assert (alpha is not None) == (beta is not None) == spec.scalars, (spec, alpha, beta)
         if spec.scale:
             result = alpha * result
-        assert (residual is not None) == spec.c_tensor, (spec, residual)
+        assert (residual is not None) == spec.own_c, (spec, residual)
+        if spec.dgated:  # C and the output: (M, 2N) given as their gate halves (M, N, 1)
+            n = c.shape[1]
+
+            def halves(t):
+                return t.as_strided((t.shape[0], n, 2), (t.stride(0), t.stride(1), n))
+
+            self.residuals.append(residual.data_ptr())
+            pre = halves(residual).double()
+            gate, up, dh = pre[..., 0], pre[..., 1], result[..., 0]
+            dgate = dh * up * activation_grad(spec.activation, gate).double()
+            dup = dh * torch_activation(spec.activation, gate)
+            halves(c).copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
+            return
         if spec.residual:  # C's values before the call: its own tensor, or the output itself
             if spec.c_tensor:
                 assert residual.shape == c.shape and residual.stride() == c.stride(), (

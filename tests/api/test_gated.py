@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import wsgemm
 from wsgemm.api import Dispatcher
 from wsgemm.api import gated as core
-from wsgemm.api.epilogue import Epilogue, torch_activation
+from wsgemm.api.epilogue import Epilogue, activation_grad, torch_activation
 from wsgemm.host import choosing, registry
 from wsgemm.host.dispatch import StandInDevices
 
@@ -32,7 +32,18 @@ class Kernels:
         return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue))
 
     @staticmethod
-    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *_, epilogue):
+    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *rest, epilogue):
+        if epilogue.dgated:  # C and the output (M, 2N): their gate halves (M, N, 1) given
+            n, pre = c.shape[1], rest[-1]
+            assert pre.shape == c.shape and pre.stride(1) == c.stride(1) == 1
+            pre = pre.as_strided((pre.shape[0], n, 2), (pre.stride(0), 1, n)).double()
+            dh = torch.einsum("mkl,nkl->mn", a.double(), b.double())
+            gate, up = pre[..., 0], pre[..., 1]
+            dgate = dh * up * activation_grad(epilogue.activation, gate).double()
+            dup = dh * torch_activation(epilogue.activation, gate)
+            both = c.as_strided((c.shape[0], n, 2), (c.stride(0), 1, n))
+            both.copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
+            return
         if epilogue.gated:  # B's view is the gate's rows; the up rows follow in memory
             half = c.shape[1]
             assert b.shape[0] == half and b.stride(1) == 1  # K-major
@@ -677,3 +688,91 @@ def test_a_negated_view_s_bias_is_its_values(biased):
     assert bias.is_neg()
     out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=dispatcher())
     assert close(out, reference(x, w, "silu", bias.resolve_neg()), F16, 64)
+
+
+# ------------------------------------------------------------------ the gated unit's gradient
+
+
+@pytest.fixture
+def dgated(monkeypatch):
+    """The dgated kernel on (``DGATED_FAMILIES``: off on main until it runs on a GPU)."""
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+def grad_reference(dy, w_down, preact, act):
+    dh = dy.double() @ w_down.double()
+    half = w_down.shape[1]
+    gate, up = preact[:, :half].double(), preact[:, half:].double()
+    return torch.cat([dh * up * activation_grad(act, gate).double(),
+                      dh * torch_activation(act, gate)], dim=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu", "relu2"])
+@pytest.mark.parametrize("rows", [37, 300])  # the ping-pong tile, the cooperative one
+def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
+    """``d[gate | up]`` from ``dy @ w_down`` and the saved pre-activation in one kernel: its
+    variant names the dgated epilogue, A is dy K-major, B w_down's transpose N-major, and the
+    pre-activation is read where it lies (a row stride of its own)."""
+    torch.manual_seed(0)
+    dy, w_down = torch.randn(rows, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
+    preact = torch.randn(rows, 2 * 48 + 16, dtype=BF16)[:, : 2 * 48]
+    d = dispatcher()
+    got = core.gated_grad(dy, w_down, preact, act, dispatcher=d)
+    v = d.cache.variants[-1]
+    assert (v.epilogue, v.a_major, v.b_major, v.c_dtype) == (f"dgated+{act}", "k", "n", "bfloat16")
+    assert v.backend == core.gated_config(rows)[0]
+    assert got.shape == (rows, 96) and got.dtype == BF16
+    assert close(got, grad_reference(dy, w_down, preact, act), BF16, 64)
+
+
+def test_gated_grad_takes_the_unfused_road_where_no_kernel_fuses_it(monkeypatch):
+    """Off (``DGATED_FAMILIES`` empty, as on main), on another GPU, or an I the kernel cannot
+    address: ``dh`` a product of its own, then torch's three passes; the same values."""
+    torch.manual_seed(1)
+    dy, w_down = torch.randn(40, 64, dtype=F16), torch.randn(64, 48, dtype=F16) / 8
+    preact = torch.randn(40, 96, dtype=F16)
+    want = grad_reference(dy, w_down, preact, "silu")
+    for capability, families in (((9, 0), frozenset()), ((8, 0), registry.EPILOGUE_FAMILIES)):
+        monkeypatch.setattr(registry, "DGATED_FAMILIES", families)
+        d = dispatcher(capability)
+        got = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
+        assert not any(Epilogue.parse(v.epilogue).dgated for v in d.cache.variants)
+        assert close(got, want, F16, 64)
+    # I = 12: the up half's offset is not 16 bytes
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+    w12, pre12 = w_down[:, :12].contiguous(), preact[:, :24].contiguous()
+    d = dispatcher()
+    got = core.gated_grad(dy, w12, pre12, "silu", dispatcher=d)
+    assert not any(Epilogue.parse(v.epilogue).dgated for v in d.cache.variants)
+    assert close(got, grad_reference(dy, w12, pre12, "silu"), F16, 64)
+
+
+def test_gated_grad_says_what_is_wrong():
+    dy, w_down, preact = torch.randn(4, 8), torch.randn(8, 16), torch.randn(4, 32)
+    d = dispatcher()
+    half = dict(dispatcher=d)
+    with pytest.raises(TypeError, match="share float16 or bfloat16"):
+        core.gated_grad(dy, w_down, preact, "silu", **half)
+    dy, w_down, preact = dy.half(), w_down.half(), preact.half()
+    with pytest.raises(ValueError, match=r"must be \(M, H\), \(H, I\)"):
+        core.gated_grad(dy, w_down, preact[:, :30], "silu", **half)
+    with pytest.raises(ValueError, match="needs its activation"):
+        core.gated_grad(dy, w_down, preact, None, **half)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        core.gated_grad(dy[None], w_down, preact, "silu", **half)
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        core.gated_grad(dy, w_down.tolist(), preact, "silu", **half)
+    assert core.gated_grad(dy[:0], w_down, preact[:0], "silu", **half).shape == (0, 32)
+
+
+def test_a_dgated_epilogue_takes_an_activation_and_nothing_else():
+    e = Epilogue(activation="gelu_tanh", dgated=True)
+    assert e.name == "dgated+gelu_tanh" and Epilogue.parse(e.name) == e
+    assert e.reads_c and e.own_c and not e.plain and not e.scalars
+    for bad in (dict(), dict(bias="col"), dict(gated=True), dict(residual=True),
+                dict(scale=True), dict(row_scale="fp32")):  # fmt: skip
+        with pytest.raises(ValueError, match="dgated epilogue"):
+            Epilogue(**{"activation": "silu", **bad, "dgated": True} if bad else
+                     {"dgated": True})  # fmt: skip
+    with pytest.raises(ValueError, match="no swap-AB form"):
+        e.swapped()

@@ -417,6 +417,49 @@ def test_every_residual_variant_compiles_to_tma_loads_without_spills(compiled, v
     _assert_residual(compiled(variant).report, variant)
 
 
+#: The gated unit's gradient (``kernels/sm90/dgated.py``) on the shipped cooperative tile (the
+#: gated kernel's above 256 rows): the default run's one dgated compile; the sweep adds the
+#: ping-pong tile and the other activations.
+DGATED = host.Variant("sm90", "sm_90a", epilogue="dgated+silu")
+DGATED_SWEEP = [
+    host.Variant(backend, "sm_90a", ab_dtype=ab, c_dtype=ab, epilogue=f"dgated+{act}")
+    for backend in ("sm90", "sm90-pingpong")
+    for act, ab in (
+        ("gelu_tanh", "float16"),
+        ("gelu", "bfloat16"),
+        ("relu2", "float16"),
+        ("relu", "bfloat16"),
+        ("silu", "bfloat16"),
+    )  # fmt: skip
+    if (backend, act) != ("sm90", "silu")
+]
+
+
+def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
+    """Per product subtile two C loads by TMA (the gate's and the up half's pre-activation),
+    each with its expect-tx arrival, and two TMA stores (dgate, dup); C read back from shared
+    memory, never by 16-byte global loads; spill-free, no CALL (``_assert_fused``)."""
+    _assert_fused(r, variant.epilogue)
+    ops = sass.opcodes(r.sass_text)
+    cfg = variant.kernel_config()
+    subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // cfg.epi_tile[1])
+    assert ops.count("SYNCS.ARRIVE.TRANS64") == 1 + 2 * subtiles, sorted(set(ops))
+    stores = sum(op.startswith("UTMASTG") for op in ops)
+    assert stores == 2 * subtiles, f"{stores} TMA stores for {subtiles} product subtiles"
+    assert ops.count("UTMACCTL.PF") == 4, "the descriptors of A, B, the store and C's load"
+    assert "LDS.U16" in ops and "LDG.E.128" not in ops, sorted(set(ops))
+
+
+def test_the_dgated_epilogue_compiles_to_paired_tma_loads_and_stores(compiled):
+    _assert_dgated(compiled(DGATED).report, DGATED)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", DGATED_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
+def test_every_dgated_variant_compiles_to_paired_tma_loads_and_stores(compiled, variant):
+    _assert_dgated(compiled(variant).report, variant)
+
+
 def test_the_bias_launcher_passes_the_unsplit_launch_defaults():
     """``host.workspace.UNSPLIT_LAUNCH`` is the sm90 launch tail before the fused epilogue's,
     ``NO_EPILOGUE_LAUNCH`` that tail's defaults: the kernel class's own (kept in the host, which
