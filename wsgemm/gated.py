@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from . import ops as _ops
 from .api import gated as core
 from .api.epilogue import activation_grad, gated_unit_with_grad, torch_activation
 from .ops import autocast_dtype, matmul
@@ -153,3 +154,90 @@ def _for_autograd(x, weight, activation, bias=None):
     folded = _fold(x) if x.dim() >= 1 else x
     act = core.check_gated(folded, weight, activation, (x.device.type,), bias)[2]
     return gated_unit_with_grad(act, matmul(x, weight.t(), bias=bias))
+
+
+# ------------------------------------------------------------------ a gated MLP's training step
+
+_LIB.define(
+    'gated_grad(Tensor dy, Tensor w_down, Tensor preact, str activation="silu") -> Tensor',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+
+
+def _gated_grad_impl(dy, w_down, preact, activation="silu"):
+    return core.gated_grad(dy, w_down, preact, activation)
+
+
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("gated_grad", _gated_grad_impl, _key)
+
+
+@torch.library.register_fake("wsgemm::gated_grad", lib=_LIB)
+def _gated_grad_fake(dy, w_down, preact, activation="silu"):
+    core.check_gated_grad(dy, w_down, preact, activation, _ops._FAKE_DEVICES)
+    return preact.new_empty(preact.shape)
+
+
+class _GatedMLP(torch.autograd.Function):
+    """``down(act(gate) * up)`` of ``[gate | up] = x @ w_gate_up.T + b_gate_up``, whose backward
+    fuses the unit's gradient into the down projection's input-gradient GEMM
+    (``torch.ops.wsgemm.gated_grad``: ``d[gate | up]`` from ``d_out @ w_down`` and the saved
+    pre-activation in one kernel; ``dh`` never reaches memory), then dx, dW and the biases'
+    sums. The forward saves what torch's unfused MLP saves: x, the pre-activation and ``h``."""
+
+    @staticmethod
+    def forward(ctx, x, w_gu, b_gu, w_d, b_d, activation):
+        x2 = x.reshape(-1, x.shape[-1])
+        y = matmul(x2, w_gu.t(), bias=b_gu)
+        half = y.shape[-1] // 2
+        h = torch_activation(activation, y[:, :half]) * y[:, half:]  # gated_unit's bits
+        out = matmul(h, w_d.t(), bias=b_d)
+        ctx.activation = activation
+        ctx.has_bias = (b_gu is not None, b_d is not None)
+        # the inputs themselves (a double backward differentiates through them), then y and h
+        ctx.save_for_backward(x, w_gu, b_gu, w_d, b_d, y, h)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w_gu, _, w_d, _, y, h = ctx.saved_tensors
+        x2 = x.reshape(-1, x.shape[-1])
+        if torch.is_grad_enabled():  # create_graph (a double backward): torch's formula
+            return _GatedMLP._differentiable(ctx, grad)
+        d2 = grad.reshape(-1, grad.shape[-1])
+        dpre = torch.ops.wsgemm.gated_grad(d2, w_d, y, ctx.activation)
+        need = ctx.needs_input_grad
+        gx = matmul(dpre, w_gu).reshape(*grad.shape[:-1], x2.shape[-1]) if need[0] else None
+        gw_gu = matmul(dpre.t(), x2) if need[1] else None
+        gb_gu = dpre.float().sum(0).to(dpre.dtype) if ctx.has_bias[0] and need[2] else None
+        gw_d = matmul(d2.t(), h) if need[3] else None
+        gb_d = d2.float().sum(0).to(d2.dtype) if ctx.has_bias[1] and need[4] else None
+        return gx, gw_gu, gb_gu, gw_d, gb_d, None
+
+    @staticmethod
+    def _differentiable(ctx, grad):
+        """The step's gradients by autograd through torch's own ops on the saved inputs, so
+        that they are differentiable again (a double backward: create_graph)."""
+        x, w_gu, b_gu, w_d, b_d = ctx.saved_tensors[:5]
+        inputs = (x, w_gu, b_gu, w_d, b_d)
+        with torch.enable_grad():
+            y = torch.nn.functional.linear(x, w_gu, b_gu)
+            half = y.shape[-1] // 2
+            h = torch_activation(ctx.activation, y[..., :half]) * y[..., half:]
+            out = torch.nn.functional.linear(h, w_d, b_d)
+            wrt = [t for t, need in zip(inputs, ctx.needs_input_grad, strict=False) if need]
+            found = iter(torch.autograd.grad(out, wrt, grad, create_graph=True))
+        return (*(next(found) if need else None for need in ctx.needs_input_grad[:5]), None)
+
+
+def gated_mlp(x, gate_up_weight, gate_up_bias, down_weight, down_bias, activation="silu"):
+    """A gated MLP's forward for training: ``down(act(gate) * up)`` with ``[gate | up] = x @
+    gate_up_weight.T + gate_up_bias`` and ``down(h) = h @ down_weight.T + down_bias`` (biases
+    may be None), whose backward fuses the unit's gradient into the down projection's
+    input-gradient GEMM (``_GatedMLP``; ``nn.GatedMLP`` calls it where that kernel runs). Under
+    CUDA autocast the tensors are cast as ``matmul`` casts them."""
+    tensors = [x, gate_up_weight, gate_up_bias, down_weight, down_bias]
+    if torch.is_autocast_enabled("cuda"):
+        dtype = torch.get_autocast_dtype("cuda")
+        tensors = [None if t is None else t.to(autocast_dtype(t, dtype)) for t in tensors]
+    return _GatedMLP.apply(*tensors, activation)

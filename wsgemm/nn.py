@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .api.epilogue import check_activation, gated_unit_with_grad, torch_activation
+from .api.epilogue import _transformed, check_activation, gated_unit_with_grad, torch_activation
 from .api.gated import gated_in_torch
 from .api.validate import AB_DTYPES, dtype_list
-from .gated import gated_linear
+from .gated import gated_linear, gated_mlp
 from .ops import autocast_dtype, linear
 from .support import VECTOR_BYTES, vector_elems
 
@@ -382,6 +382,18 @@ def _gated_kernel_takes_bias() -> bool:
     return fuses_epilogues("sm90", gated=True, bias=True)
 
 
+def _fuses_gated_grad(x: torch.Tensor) -> bool:
+    """Whether a kernel on ``x``'s GPU fuses the gated unit's gradient into the down
+    projection's input-gradient GEMM (``host.fuses_gated_grad``: ``DGATED_FAMILIES``)."""
+    from .host import BACKENDS, fuses_gated_grad
+    from .host.dispatch import DISPATCHER
+
+    if not x.is_cuda or not fuses_gated_grad("sm90"):
+        return False
+    index = x.device.index if x.device.index is not None else DISPATCHER.devices.current()
+    return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(index))
+
+
 class GatedMLP(nn.Module):
     """A gated MLP: ``down_proj(act(x @ w_gate.T) * (x @ w_up.T))`` (Llama's, Qwen's, Mistral's
     SwiGLU with ``activation="silu"``; Gemma's GeGLU with "gelu_tanh").
@@ -405,6 +417,9 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.gate_up_proj.weight, self.gate_up_proj.bias
+        if self._trains_fused(x):
+            down = self.down_proj
+            return gated_mlp(x, w, b, down.weight, down.bias, self.activation)
         # with a bias, gated_linear while its gated kernel is off takes an fp32 product: torch's
         # road below reads and writes half the bytes (the product in the inputs' dtype)
         if _runs_on_wsgemm(x, w) and (
@@ -418,6 +433,31 @@ class GatedMLP(nn.Module):
             else:  # two passes after the cast (api.gated.gated_in_torch: the same bits)
                 h = gated_in_torch(y, self.activation, y.dtype)
         return self.down_proj(h)
+
+    def _trains_fused(self, x: torch.Tensor) -> bool:
+        """Whether this step takes ``wsgemm.gated.gated_mlp`` (the unit's gradient fused into
+        the down projection's input-gradient GEMM): a gradient to compute, both projections
+        on wsgemm in one half dtype, I a multiple of 8, a kernel that fuses it on this GPU, and
+        projections that are this module's own plain layers (no hooks, no activation: the
+        step bypasses their forward). Not under a torch.func transform."""
+        up, down = self.gate_up_proj, self.down_proj
+        params = (up.weight, down.weight, up.bias, down.bias)
+        if not (torch.is_grad_enabled() and (x.requires_grad or any(
+                p is not None and p.requires_grad for p in params))):  # fmt: skip
+            return False
+        if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
+            return False
+        if up.activation is not None or any(
+            m._forward_hooks or m._forward_pre_hooks for m in (up, down)
+        ):
+            return False
+        if (up.weight.shape[0] // 2) % _VECTOR or _transformed():
+            return False
+        if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
+            return False
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+        kinds = {autocast_dtype(p, dtype) if dtype else p.dtype for p in params if p is not None}
+        return len(kinds) == 1 and _fuses_gated_grad(x)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"

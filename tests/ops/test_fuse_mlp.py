@@ -310,3 +310,102 @@ def test_a_biased_gated_mlp_takes_gated_linear_once_its_kernel_takes_a_bias(
     h = torch_activation("silu", y[:, :96]) * y[:, 96:]
     want = h @ mlp.down_proj.weight.double().T + mlp.down_proj.bias.double()
     assert (got - want).abs().max() <= 0.02 * want.abs().max()
+
+
+@pytest.fixture
+def fused_training(monkeypatch):
+    """``GatedMLP``'s fused training step on the CPU: matmul's core a float64 stand-in, the
+    dgated kernel switched on (``DGATED_FAMILIES``) and run by the CPU stand-in of its contract
+    (tests/api/test_gated.py's ``Kernels``) through ``torch.ops.wsgemm.gated_grad``. Returns the
+    stand-in's compiled variants."""
+    import functools
+
+    from api.test_gated import Kernels
+    from op_helpers import install
+
+    from wsgemm import ops
+    from wsgemm.api import Dispatcher
+    from wsgemm.api import gated as gated_core
+    from wsgemm.host import registry
+    from wsgemm.host.dispatch import StandInDevices
+    install(monkeypatch)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    monkeypatch.setattr(wnn, "_fuses_gated_grad", lambda x: True)
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+    kernels = Kernels()
+    d = Dispatcher(kernels, StandInDevices((9, 0), 132))
+    monkeypatch.setattr(gated_core, "gated_grad",
+                        functools.partial(gated_core.gated_grad, dispatcher=d))  # fmt: skip
+    return kernels.variants
+
+
+def _mlp_reference(mlp, x, grad):
+    """Every gradient of the step in float64 (torch's formula)."""
+    x64 = x.detach().double().requires_grad_()
+    p = {n: q.detach().double().requires_grad_() for n, q in mlp.named_parameters()}
+    y = x64 @ p["gate_up_proj.weight"].T
+    if "gate_up_proj.bias" in p:
+        y = y + p["gate_up_proj.bias"]
+    half = y.shape[-1] // 2
+    out = (torch_activation(mlp.activation, y[..., :half]) * y[..., half:]) @ p[
+        "down_proj.weight"
+    ].T
+    if "down_proj.bias" in p:
+        out = out + p["down_proj.bias"]
+    out.backward(grad.double())
+    return out, {"x": x64.grad, **{n: q.grad for n, q in p.items()}}
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_a_gated_mlp_trains_with_the_unit_s_gradient_fused(fused_training, bias, act):
+    """Where the dgated kernel runs, ``GatedMLP``'s training step is ``gated.gated_mlp``: its
+    backward asks for the dgated kernel (``d[gate | up]`` from ``d_out @ w_down``), then dx, dW
+    and the biases' sums; every gradient against float64, an N-D input folded."""
+    torch.manual_seed(3)
+    mlp = wnn.GatedMLP(64, 96, activation=act, bias=bias, dtype=torch.bfloat16)
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16, requires_grad=True)
+    out = mlp(x)
+    assert type(out.grad_fn).__name__ == "_GatedMLPBackward"
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert [v.epilogue for v in fused_training] == [f"dgated+{act}"]
+    want_out, want = _mlp_reference(mlp, x, grad)
+    assert (out.double() - want_out).abs().max() <= 0.02 * want_out.abs().max()
+    for name, got in [("x", x.grad), *((n, q.grad) for n, q in mlp.named_parameters())]:
+        assert got is not None and got.shape == want[name].shape, name
+        err = (got.double() - want[name]).abs().max().item()
+        assert err <= 0.02 * want[name].abs().max().item() + 1e-3, name
+
+
+def test_a_fused_gated_mlp_step_keeps_the_module_road_where_it_would_change_behaviour(
+    fused_training,
+):
+    """A hook on a projection (the fused step bypasses its forward), no gradient to compute,
+    or a double backward: the module's own road runs the hook; with create_graph the step's
+    backward differentiates torch's formula on the saved inputs (a second derivative that
+    reaches x, against float64)."""
+    torch.manual_seed(4)
+    mlp = wnn.GatedMLP(64, 96, dtype=torch.bfloat16)
+    x = torch.randn(3, 64, dtype=torch.bfloat16, requires_grad=True)
+    seen = []
+    handle = mlp.down_proj.register_forward_hook(lambda *a: seen.append(1))
+    mlp(x).sum().backward()
+    assert seen == [1] and not fused_training
+    handle.remove()
+    with torch.no_grad():
+        assert not mlp._trains_fused(x)
+    out = mlp(x)
+    assert type(out.grad_fn).__name__ == "_GatedMLPBackward"
+    (gx,) = torch.autograd.grad(out.float().pow(2).sum(), x, create_graph=True)
+    x.grad = None
+    gx.float().pow(2).sum().backward()  # a second derivative, through the step's formula
+    x64 = x.detach().double().requires_grad_()
+    w = {n: q.detach().double() for n, q in mlp.named_parameters()}
+    y = x64 @ w["gate_up_proj.weight"].T
+    out64 = (torch_activation("silu", y[:, :96]) * y[:, 96:]) @ w["down_proj.weight"].T
+    (g64,) = torch.autograd.grad(out64.pow(2).sum(), x64, create_graph=True)
+    g64.pow(2).sum().backward()
+    err = (x.grad.double() - x64.grad).abs().max().item()
+    assert err <= 0.05 * x64.grad.abs().max().item() + 1e-3

@@ -161,3 +161,67 @@ def test_the_training_road_casts_under_cuda_autocast(monkeypatch):
     assert out.dtype == BF16
     out.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (x, w, b))
+
+
+def test_opcheck_of_the_gated_grad_op(monkeypatch):
+    """``torch.ops.wsgemm.gated_grad`` (the unit's gradient from ``dy @ w_down`` and the saved
+    pre-activation): schema, the fake implementation against the CPU stand-in of the dgated
+    kernel (tests/api/test_gated.py's ``Kernels``), dynamic shapes; the fake's checks."""
+    import functools
+
+    from api.test_gated import Kernels
+
+    from wsgemm.api import Dispatcher
+    from wsgemm.api import gated as gated_core
+    from wsgemm.host import registry
+    from wsgemm.host.dispatch import StandInDevices
+
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    kernels = Kernels()
+    d = Dispatcher(kernels, StandInDevices((9, 0), 132))
+    monkeypatch.setattr(gated_core, "gated_grad",
+                        functools.partial(gated_core.gated_grad, dispatcher=d))  # fmt: skip
+    gen = torch.Generator().manual_seed(3)
+    dy = torch.randn(7, 32, generator=gen).to(BF16)
+    w_down = (torch.randn(32, 24, generator=gen) / 4).to(BF16)
+    preact = torch.randn(7, 48, generator=gen).to(BF16)
+    torch.library.opcheck(torch.ops.wsgemm.gated_grad.default, (dy, w_down, preact, "silu"))
+    assert kernels.variants and kernels.variants[-1].epilogue == "dgated+silu"
+    with FakeTensorMode():
+        got = torch.ops.wsgemm.gated_grad(fake_cuda((7, 32), BF16), fake_cuda((32, 24), BF16),
+                                          fake_cuda((7, 48), BF16), "gelu")  # fmt: skip
+        assert got.shape == (7, 48) and got.dtype == BF16
+        with pytest.raises(ValueError, match=r"\(M, 2I\)"):
+            torch.ops.wsgemm.gated_grad(fake_cuda((7, 32), BF16), fake_cuda((32, 24), BF16),
+                                        fake_cuda((7, 40), BF16), "silu")  # fmt: skip
+
+
+def test_compile_of_the_fused_training_step():
+    """``gated.gated_mlp`` compiled with autograd (meta tensors): the forward is two products;
+    the backward one ``gated_grad`` (the unit's gradient fused into ``dy @ w_down``) and three
+    products (dx, the two weights' gradients): no elementwise pass over ``dh`` in the graph."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    from wsgemm.gated import gated_mlp
+
+    torch._dynamo.reset()
+    fw, bw = [], []
+
+    def boxed(graphs):
+        return lambda gm, example_inputs: make_boxed_func(capture(graphs)(gm, example_inputs))
+
+    backend = aot_autograd(fw_compiler=boxed(fw), bw_compiler=boxed(bw))
+    fn = torch.compile(gated_mlp, backend=backend, fullgraph=True)
+    x = torch.empty(2, 5, 32, dtype=BF16, device="meta", requires_grad=True)
+    w_gu = torch.empty(2 * 24, 32, dtype=BF16, device="meta", requires_grad=True)
+    w_d = torch.empty(32, 24, dtype=BF16, device="meta", requires_grad=True)
+    y = fn(x, w_gu, None, w_d, None, "silu")
+    assert y.shape == (2, 5, 32) and y.dtype == BF16
+    y.sum().backward()
+    assert len(ops_in(fw[0], MATMUL)) == 2
+    assert len(ops_in(bw[0], "wsgemm.gated_grad.default")) == 1
+    assert len(ops_in(bw[0], MATMUL)) == 3
+    assert x.grad.shape == x.shape and w_gu.grad.shape == w_gu.shape
+    assert w_d.grad.shape == w_d.shape
