@@ -328,6 +328,7 @@ def fused_training(monkeypatch):
     from wsgemm.api import gated as gated_core
     from wsgemm.host import registry
     from wsgemm.host.dispatch import StandInDevices
+
     install(monkeypatch)
     monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
     monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
