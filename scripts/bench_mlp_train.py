@@ -4,8 +4,11 @@ For each model (the llm suite's 8B/70B hidden and ffn sizes) and token count, in
 round-robin with the order rotated each round, cold L2 (``wsgemm.bench.measure.CudaTimer``),
 one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``:
 
-* ``wsgemm``: ``wsgemm.nn.GatedMLP`` (the gate/up product on wsgemm, the unit's gradient in three
-  passes: docs/perf.md entry 74; the four backward GEMMs on wsgemm);
+* ``wsgemm``: ``wsgemm.nn.GatedMLP`` as main runs it (the gate/up product on wsgemm; the unit's
+  gradient fused into the dh GEMM where ``host.registry.DGATED_FAMILIES`` holds the family,
+  else in three passes: docs/perf.md entry 74; the backward GEMMs on wsgemm);
+* ``wsgemm_dgated``: the same module with the dgated kernel switched on for its call
+  (``DGATED_FAMILIES``; until its GPU tests pass main keeps it off), checked the same way;
 * ``torch``: the same with ``F.linear`` on the same fused ``[gate; up]`` weight and torch's
   ``act(y[..., :I]) * y[..., I:]`` (autograd through the two slices);
 * ``gemms``: torch's six GEMMs alone, ``wsgemm_gemms`` wsgemm's (``wsgemm.matmul``) on the
@@ -33,6 +36,7 @@ import wsgemm
 from wsgemm.api.epilogue import gated_unit
 from wsgemm.bench import env, measure, suites
 from wsgemm.bench.nvml import Nvml
+from wsgemm.host import registry
 
 
 def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
@@ -55,6 +59,14 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
         zero()
         mlp(x).backward(dout)
 
+    def step_dgated():
+        saved = registry.DGATED_FAMILIES
+        registry.DGATED_FAMILIES = registry.EPILOGUE_FAMILIES
+        try:
+            step_wsgemm()
+        finally:
+            registry.DGATED_FAMILIES = saved
+
     def step_torch():
         zero()
         F.linear(gated_unit(act, F.linear(x, w_gu)), w_d).backward(dout)
@@ -71,17 +83,21 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
 
         return step
 
-    calls = {"wsgemm": step_wsgemm, "torch": step_torch, "gemms": products(torch.matmul),
-             "wsgemm_gemms": products(wsgemm.matmul)}  # fmt: skip
+    calls = {"wsgemm": step_wsgemm, "wsgemm_dgated": step_dgated, "torch": step_torch,
+             "gemms": products(torch.matmul), "wsgemm_gemms": products(wsgemm.matmul)}  # fmt: skip
     return calls, (mlp, x, dout)
 
 
-def check(mlp, x, dout, act) -> None:
-    """wsgemm's gradients (dx, both weights') against float64 (a loose bound: a benchmark)."""
+def check(mlp, x, dout, act, step=None) -> None:
+    """wsgemm's gradients (dx, both weights') against float64 (a loose bound: a benchmark);
+    ``step``: the contender's own step (default: the module's)."""
     x.grad = None
     for p in mlp.parameters():
         p.grad = None
-    mlp(x).backward(dout)
+    if step is None:
+        mlp(x).backward(dout)
+    else:
+        step()
     x64 = x.detach().double().requires_grad_()
     w64 = mlp.gate_up_proj.weight.detach().double().requires_grad_()
     d64 = mlp.down_proj.weight.detach().double().requires_grad_()
@@ -117,6 +133,7 @@ def main(argv=None) -> int:
             calls, (mlp, x, dout) = contenders(model.hidden, model.ffn, tokens, dtype,
                                                args.activation, gen)  # fmt: skip
             check(mlp, x, dout, args.activation)
+            check(mlp, x, dout, args.activation, calls["wsgemm_dgated"])
             names = list(calls)
             estimates = {n: timer.estimate(calls[n]) for n in names}
             times = {n: [] for n in names}
@@ -128,13 +145,22 @@ def main(argv=None) -> int:
             ours = med["wsgemm"] - med["wsgemm_gemms"]  # wsgemm's
             saved = 1 - ours / theirs if theirs > 0 else None
             said = "n/a" if saved is None else f"{saved:6.1%}"
+            fused = med["wsgemm_dgated"] - med["wsgemm_gemms"]
+            saved_dgated = 1 - fused / theirs if theirs > 0 else None
             print(f"{name} t={tokens:<6d} wsgemm {med['wsgemm']:8.3f} ms  torch "
                   f"{med['torch']:8.3f} ms  wsgemm/torch {med['wsgemm'] / med['torch']:.3f}  "
                   f"elementwise {ours:7.3f} vs {theirs:7.3f} ms  saved {said}",
                   flush=True)  # fmt: skip
+            if saved_dgated is not None:
+                print(f"{name} t={tokens:<6d} wsgemm_dgated {med['wsgemm_dgated']:8.3f} ms  "
+                      f"wsgemm_dgated/torch {med['wsgemm_dgated'] / med['torch']:.3f}  "
+                      f"elementwise {fused:7.3f} ms  saved {saved_dgated:6.1%}",
+                      flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
                                 times_ms=times, median_ms=med, elementwise_ms=ours,
-                                torch_elementwise_ms=theirs, saved=saved))  # fmt: skip
+                                torch_elementwise_ms=theirs, saved=saved,
+                                dgated_elementwise_ms=fused,
+                                saved_dgated=saved_dgated))  # fmt: skip
             del calls, mlp, x, dout
     if args.json:
         env.write_script_record(args.json, args, records)
