@@ -172,6 +172,27 @@ for _key in ("CUDA", "CPU"):
     _LIB.impl("gated_grad", _gated_grad_impl, _key)
 
 
+_LIB.define(
+    'gated_linear_preact(Tensor x, Tensor weight, str activation="silu", Tensor? bias=None) '
+    "-> (Tensor, Tensor)",
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+
+
+def _gated_linear_preact_impl(x, weight, activation="silu", bias=None):
+    return core.gated_linear_preact(x, weight, activation, bias=bias)
+
+
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("gated_linear_preact", _gated_linear_preact_impl, _key)
+
+
+@torch.library.register_fake("wsgemm::gated_linear_preact", lib=_LIB)
+def _gated_linear_preact_fake(x, weight, activation="silu", bias=None):
+    m, half, _ = core.check_gated(x, weight, activation, _ops._FAKE_DEVICES, bias)
+    return x.new_empty((m, half)), x.new_empty((m, 2 * half))
+
+
 @torch.library.register_fake("wsgemm::gated_grad", lib=_LIB)
 def _gated_grad_fake(dy, w_down, preact, activation="silu"):
     core.check_gated_grad(dy, w_down, preact, activation, _ops._FAKE_DEVICES)
@@ -179,7 +200,8 @@ def _gated_grad_fake(dy, w_down, preact, activation="silu"):
 
 
 class _GatedMLP(torch.autograd.Function):
-    """``down(act(gate) * up)`` of ``[gate | up] = x @ w_gate_up.T + b_gate_up``, whose backward
+    """``down(act(gate) * up)`` of ``[gate | up] = x @ w_gate_up.T + b_gate_up`` (the gated
+    kernel writing ``h`` and ``[gate | up]`` where it runs: ``gated_linear_preact``), whose backward
     fuses the unit's gradient into the down projection's input-gradient GEMM
     (``torch.ops.wsgemm.gated_grad``: ``d[gate | up]`` from ``d_out @ w_down`` and the saved
     pre-activation in one kernel; ``dh`` never reaches memory), then dx, dW and the biases'
@@ -188,9 +210,9 @@ class _GatedMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_gu, b_gu, w_d, b_d, activation):
         x2 = x.reshape(-1, x.shape[-1])
-        y = matmul(x2, w_gu.t(), bias=b_gu)
-        half = y.shape[-1] // 2
-        h = torch_activation(activation, y[:, :half]) * y[:, half:]  # gated_unit's bits
+        # h and its pre-activation y = [gate | up]: one gated kernel writes both where it runs,
+        # else the product, then the unit in torch (torch's unfused SwiGLU)
+        h, y = torch.ops.wsgemm.gated_linear_preact(x2, w_gu, activation, b_gu)
         out = matmul(h, w_d.t(), bias=b_d)
         ctx.activation = activation
         ctx.has_bias = (b_gu is not None, b_d is not None)

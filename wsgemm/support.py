@@ -401,6 +401,11 @@ class Epilogue:
     gated unit), the vector one of ``ROW_SCALES`` (its element type; a launch argument of the
     kernel's M rows: no swap-AB form).
 
+    ``preact`` (with ``gated``): the product ``[gate | up]`` (plus its bias), the unit's
+    pre-activation a backward reads, stored too, into the ``residual`` launch argument: an
+    (M, 2N) tensor of the output's dtype given as an (M, N, 1) view of its gate half (the up
+    half N columns on, as ``dgated``'s).
+
     ``dgated``: the gated unit's gradient, fused into the GEMM that computes ``dh`` (the
     gradient of ``act(gate) * up``: a gated MLP's ``d_out @ W_down``): C (the ``residual``
     launch argument) is the saved pre-activation ``[gate | up]`` and the output ``[dgate |
@@ -417,6 +422,7 @@ class Epilogue:
     c_tensor: bool = False
     row_scale: str = "none"
     dgated: bool = False
+    preact: bool = False
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
@@ -436,6 +442,9 @@ class Epilogue:
             raise ValueError(
                 f"row scale {self.row_scale!r}; allowed: {', '.join(ROW_SCALES)}"
             )  # fmt: skip
+        if self.preact and (not self.gated or self.row_scale != "none"):
+            raise ValueError("preact (the gated product stored too) needs a gated epilogue, "
+                             "without a row scale")  # fmt: skip
         if self.dgated and (
             self.activation == "none" or self.gated or self.scale or self.residual
             or self.c_tensor or self.bias != "none" or self.row_scale != "none"
@@ -460,8 +469,10 @@ class Epilogue:
 
     @property
     def own_c(self) -> bool:
-        """Whether the kernel takes that C as a launch argument (``residual``)."""
-        return self.c_tensor or self.dgated
+        """Whether the kernel takes a tensor of the output's kind as a launch argument
+        (``residual``): a residual's C (``c_tensor``), the saved pre-activation (``dgated``) or
+        where the pre-activation goes (``preact``)."""
+        return self.c_tensor or self.dgated or self.preact
 
     @property
     def scalars(self) -> bool:
@@ -480,6 +491,8 @@ class Epilogue:
             parts.append("gated")
         if self.dgated:
             parts.append("dgated")
+        if self.preact:
+            parts.append("preact")
         if self.activation != "none":
             parts.append(self.activation)
         if self.row_scale != "none":
@@ -497,13 +510,13 @@ class Epilogue:
                 bias = part[len("bias_") :]
             elif part.startswith("row_scale_"):
                 row_scale = part[len("row_scale_") :]
-            elif part in ("gated", "dgated", "scale", "residual", "c_tensor"):
+            elif part in ("gated", "dgated", "preact", "scale", "residual", "c_tensor"):
                 flags.add(part)
             else:
                 activation = part
         return cls(
             bias, activation, "gated" in flags, "scale" in flags, "residual" in flags,
-            "c_tensor" in flags, row_scale, "dgated" in flags,
+            "c_tensor" in flags, row_scale, "dgated" in flags, "preact" in flags,
         )  # fmt: skip
 
     def swapped(self) -> Epilogue:

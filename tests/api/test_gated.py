@@ -52,6 +52,10 @@ class Kernels:
         if epilogue.bias != "none":  # the gated kernel's is [b_gate; b_up], as B's rows
             along = (1, -1, 1) if epilogue.bias == "col" else (-1, 1, 1)
             y = y + bias.double().reshape(along)
+        if epilogue.preact:  # the product's halves (plus the bias) where rest[-1] points
+            pre = rest[-1]
+            assert pre.shape == c.shape and pre.stride(1) == 1
+            pre.as_strided((pre.shape[0], 2 * half), (pre.stride(0), 1)).copy_(y[..., 0])
         if epilogue.gated:
             y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
         c.copy_(y.to(c.dtype))
@@ -776,3 +780,37 @@ def test_a_dgated_epilogue_takes_an_activation_and_nothing_else():
                      {"dgated": True})  # fmt: skip
     with pytest.raises(ValueError, match="no swap-AB form"):
         e.swapped()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [37, 300])
+def test_gated_linear_preact_stores_the_product_too(fusing, dgated, bias, rows):
+    """(h, [gate | up]) from one gated kernel (``Epilogue.preact``, the bias added to both
+    halves); with the gated training kernels off, the product, then torch's unit on it."""
+    torch.manual_seed(2)
+    x, w = torch.randn(rows, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
+    b = torch.randn(96, dtype=F16) if bias else None
+    d = dispatcher()
+    h, pre = core.gated_linear_preact(x, w, "silu", bias=b, dispatcher=d)
+    assert d.cache.variants[-1].epilogue == ("bias_col+" if bias else "") + "gated+preact+silu"
+    y = x.double() @ w.double().T + (0 if b is None else b.double())
+    assert h.shape == (rows, 48) and pre.shape == (rows, 96)
+    assert close(pre, y, F16, 64) and close(h, reference(x, w, "silu", b), F16, 64)
+    registry.DGATED_FAMILIES = frozenset()  # (the fixture's monkeypatch restores it)
+    d = dispatcher()
+    h2, pre2 = core.gated_linear_preact(x, w, "silu", bias=b, dispatcher=d)
+    assert not any(Epilogue.parse(v.epilogue).gated for v in d.cache.variants)
+    assert torch.equal(h2, gated_unit_ref(pre2)) and close(pre2, y, F16, 64)
+
+
+def gated_unit_ref(y):
+    half = y.shape[-1] // 2
+    return torch_activation("silu", y[:, :half]) * y[:, half:]
+
+
+def test_a_preact_output_needs_a_gated_epilogue():
+    assert Epilogue(activation="silu", gated=True, preact=True).own_c
+    with pytest.raises(ValueError, match="preact .* needs a gated epilogue"):
+        Epilogue(activation="silu", preact=True)
+    with pytest.raises(ValueError, match="preact"):
+        Epilogue(activation="silu", gated=True, preact=True, row_scale="fp32")

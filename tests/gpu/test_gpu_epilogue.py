@@ -438,3 +438,31 @@ def test_gated_mlp_trains_with_dgated(dgated, monkeypatch, bias):
     assert y.dtype == torch.bfloat16 and type(y.grad_fn).__name__ == "_GatedMLPBackward"
     y.float().sum().backward()
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in mlp32.parameters())
+
+
+@pytest.mark.parametrize("m, half, k, act, ab", GATED_BIAS_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_gated_preact_matches_float64(dgated, m, half, k, act, ab, bias):
+    """``gated_linear_preact``: one gated kernel writing ``h`` and the product ``[gate | up]``
+    (``Epilogue.preact``, both row tiles, with and without a bias) against float64; the
+    pre-activation's error against the plain product's, ``h``'s against torch's unit."""
+    from wsgemm.api import gated as gated_core
+
+    gen = torch.Generator().manual_seed(m * 3 + half)
+    x = make((m, k), ab, "cuda", gen=gen)
+    w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
+    b = torch.randn(2 * half, generator=gen).to(ab).cuda() if bias else None
+    d = GatedKernelOnly()
+    for size in ((m, half), (m, 2 * half)):  # poison: freed NaN blocks the results likely reuse
+        torch.full(size, float("nan"), dtype=ab, device="cuda")
+    h, pre = gated_core.gated_linear_preact(x, w, act, bias=b, dispatcher=d)
+    prefix = "bias_col+" if bias else ""
+    assert d.epilogues == [f"{prefix}gated+preact+{act}"]
+    assert not h.isnan().any() and not pre.isnan().any()
+    y64 = x.double() @ w.double().T + (0 if b is None else b.double())
+    y = torch.nn.functional.linear(x, w, b)
+    assert_within_torch_error(pre, y64, y, "preact")
+    ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+    yf = y.float()
+    theirs = (torch_activation(act, yf[:, :half]) * yf[:, half:]).to(ab)
+    assert_within_torch_error(h, ref, theirs, f"gated {act} with preact")

@@ -460,6 +460,25 @@ def test_every_dgated_variant_compiles_to_paired_tma_loads_and_stores(compiled, 
     _assert_dgated(compiled(variant).report, variant)
 
 
+#: The gated kernel that also stores its product (``Epilogue.preact``, the fused training
+#: step's forward) on the ping-pong tile with a bias: the default run's one preact compile.
+PREACT = host.Variant("sm90-pingpong", "sm_90a", epilogue="bias_col+gated+preact+silu")
+
+
+def test_the_preact_output_compiles_to_three_stores_a_subtile(compiled):
+    """Per output subtile three TMA stores (h, then the product's gate and up halves), the
+    halves through a second store descriptor (prefetched with A's, B's and the output's); no
+    C load; spill-free, no CALL."""
+    r = compiled(PREACT).report
+    _assert_fused(r, PREACT.epilogue)
+    ops = sass.opcodes(r.sass_text)
+    cfg = PREACT.kernel_config()
+    out_subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // 2 // cfg.epi_tile[1])
+    assert sum(op.startswith("UTMASTG") for op in ops) == 3 * out_subtiles
+    assert ops.count("UTMACCTL.PF") == 4, "A, B and the two stores"
+    assert ops.count("SYNCS.ARRIVE.TRANS64") == 1, "no C load: only the mainloop's arrival"
+
+
 def test_the_bias_launcher_passes_the_unsplit_launch_defaults():
     """``host.workspace.UNSPLIT_LAUNCH`` is the sm90 launch tail before the fused epilogue's,
     ``NO_EPILOGUE_LAUNCH`` that tail's defaults: the kernel class's own (kept in the host, which

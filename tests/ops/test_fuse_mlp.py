@@ -336,8 +336,9 @@ def fused_training(monkeypatch):
     monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
     kernels = Kernels()
     d = Dispatcher(kernels, StandInDevices((9, 0), 132))
-    monkeypatch.setattr(gated_core, "gated_grad",
-                        functools.partial(gated_core.gated_grad, dispatcher=d))  # fmt: skip
+    for name in ("gated_grad", "gated_linear_preact"):
+        monkeypatch.setattr(gated_core, name,
+                            functools.partial(getattr(gated_core, name), dispatcher=d))  # fmt: skip
     return kernels.variants
 
 
@@ -362,8 +363,9 @@ def _mlp_reference(mlp, x, grad):
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
 def test_a_gated_mlp_trains_with_the_unit_s_gradient_fused(fused_training, bias, act):
     """Where the dgated kernel runs, ``GatedMLP``'s training step is ``gated.gated_mlp``: its
-    backward asks for the dgated kernel (``d[gate | up]`` from ``d_out @ w_down``), then dx, dW
-    and the biases' sums; every gradient against float64, an N-D input folded."""
+    forward the gated kernel that also stores the pre-activation, its backward the dgated
+    kernel (``d[gate | up]`` from ``d_out @ w_down``), then dx, dW and the biases' sums;
+    every gradient against float64, an N-D input folded."""
     torch.manual_seed(3)
     mlp = wnn.GatedMLP(64, 96, activation=act, bias=bias, dtype=torch.bfloat16)
     x = torch.randn(2, 5, 64, dtype=torch.bfloat16, requires_grad=True)
@@ -371,7 +373,11 @@ def test_a_gated_mlp_trains_with_the_unit_s_gradient_fused(fused_training, bias,
     assert type(out.grad_fn).__name__ == "_GatedMLPBackward"
     grad = torch.randn_like(out)
     out.backward(grad)
-    assert [v.epilogue for v in fused_training] == [f"dgated+{act}"]
+    # the forward: the gated kernel storing h and [gate | up] (the cost model's road at 10
+    # rows), the backward the dgated kernel
+    prefix = "bias_col+" if bias else ""
+    assert [v.epilogue for v in fused_training] == [f"{prefix}gated+preact+{act}",
+                                                    f"dgated+{act}"]  # fmt: skip
     want_out, want = _mlp_reference(mlp, x, grad)
     assert (out.double() - want_out).abs().max() <= 0.02 * want_out.abs().max()
     for name, got in [("x", x.grad), *((n, q.grad) for n, q in mlp.named_parameters())]:

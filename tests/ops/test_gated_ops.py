@@ -198,8 +198,9 @@ def test_opcheck_of_the_gated_grad_op(monkeypatch):
 
 
 def test_compile_of_the_fused_training_step():
-    """``gated.gated_mlp`` compiled with autograd (meta tensors): the forward is two products;
-    the backward one ``gated_grad`` (the unit's gradient fused into ``dy @ w_down``) and three
+    """``gated.gated_mlp`` compiled with autograd (meta tensors): the forward is one
+    ``gated_linear_preact`` (h and its pre-activation) and down's product; the backward one
+    ``gated_grad`` (the unit's gradient fused into ``dy @ w_down``) and three
     products (dx, the two weights' gradients): no elementwise pass over ``dh`` in the graph."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
@@ -220,7 +221,8 @@ def test_compile_of_the_fused_training_step():
     y = fn(x, w_gu, None, w_d, None, "silu")
     assert y.shape == (2, 5, 32) and y.dtype == BF16
     y.sum().backward()
-    assert len(ops_in(fw[0], MATMUL)) == 2
+    assert len(ops_in(fw[0], "wsgemm.gated_linear_preact.default")) == 1
+    assert len(ops_in(fw[0], MATMUL)) == 1  # down
     assert len(ops_in(bw[0], "wsgemm.gated_grad.default")) == 1
     assert len(ops_in(bw[0], MATMUL)) == 3
     assert x.grad.shape == x.shape and w_gu.grad.shape == w_gu.shape

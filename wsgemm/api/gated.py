@@ -31,7 +31,7 @@ from .plan import _kernel_view
 
 __all__ = [
     "check_gated", "check_gated_grad", "explain", "gated_config", "gated_grad", "gated_in_torch",
-    "gated_linear",
+    "gated_linear", "gated_linear_preact",
 ]  # fmt: skip
 
 _DTYPES = (torch.float16, torch.bfloat16)
@@ -139,6 +139,37 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
         shifts = (a_view.data_ptr() - x.data_ptr(), b_view.data_ptr() - weight.data_ptr())
         d.remember(key, _launcher(d, at, shifts, (m, half), x.dtype, x.device, index))
     return out
+
+
+def gated_linear_preact(x, weight, activation="silu", *, bias=None, dispatcher=None):
+    """(h, preact): ``gated_linear``'s (rows, I) result and its pre-activation ``[gate | up]``
+    (rows, 2I) in ``x``'s dtype, for a backward that reads it (``gated_grad``). Where the
+    gated kernel runs this call and the gated training kernels are on
+    (``host.fuses_gated_grad``), one kernel writes both (``Epilogue.preact``: the product's
+    halves stored from the same accumulators, plus the bias); else the product, then
+    ``act(gate) * up`` by torch's ops on it (torch's unfused SwiGLU, the same bits)."""
+    d = dispatcher or _default_dispatcher()
+    m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
+    fused = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
+    if not isinstance(fused, str) and not host.fuses_gated_grad(fused[2][0]):
+        fused = "the gated training kernels are switched off (host.registry.DGATED_FAMILIES)"
+    if isinstance(fused, str):
+        y = dispatch.call(d, x, weight.t(), None, None, torch.float32, "auto", None, bias)
+        return torch_activation(act, y[:, :half]) * y[:, half:], y
+    (a_view, a_major), b_view, (backend, config), index = fused
+    out = torch.empty(m, half, dtype=x.dtype, device=x.device)
+    preact = torch.empty(m, 2 * half, dtype=x.dtype, device=x.device)
+    epilogue = Epilogue(
+        bias="none" if bias is None else "col", activation=act, gated=True, preact=True
+    )
+    dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
+    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue.name)
+    vector = None if bias is None else _bias_vector(bias)
+    p_view = _kernel_view(preact[:, :half].unsqueeze(-1), False, (1,))[0]
+    with d.on_device(index):
+        fn(a_view, b_view, out.unsqueeze(-1), clusters, *UNSPLIT_LAUNCH, vector, None, None,
+           p_view)  # fmt: skip
+    return out, preact
 
 
 def _bias_vector(bias: torch.Tensor) -> torch.Tensor:

@@ -193,13 +193,16 @@ C_TENSOR_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: per-expert loop then the scale (fp16). Elsewhere the API runs the plain grouped kernel, then
 #: the scale in torch (one more pass over the result), which ``explain`` says.
 ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
-#: The families whose kernels fuse the gated unit's gradient into the GEMM that computes ``dh``
-#: (``Epilogue.dgated``: ``d[gate | up]`` from ``d_out @ W_down`` and the saved pre-activation,
-#: ``api.gated.gated_grad``, a ``GatedMLP``'s backward). The sm90 one compiles (SASS checked:
-#: no spills, no CALL, two TMA loads and two stores per product subtile) but has not run on a
-#: GPU: empty until ``tests/gpu/test_gpu_epilogue.py -k dgated`` passes (it switches the
-#: family on for itself). Elsewhere ``dh`` is a product of its own, then the gradient in
-#: three elementwise passes (torch's kernels).
+#: The families whose gated training kernels run in calls: the gated unit's gradient fused
+#: into the GEMM that computes ``dh`` (``Epilogue.dgated``: ``d[gate | up]`` from ``d_out @
+#: W_down`` and the saved pre-activation, ``api.gated.gated_grad``, a ``GatedMLP``'s backward)
+#: and the gated kernel that also stores that pre-activation (``Epilogue.preact``,
+#: ``api.gated.gated_linear_preact``, its forward). The sm90 ones compile (SASS checked: no
+#: spills, no CALL; two TMA loads and two stores per product subtile, three stores per output
+#: subtile) but have not run on a GPU: empty until ``tests/gpu/test_gpu_epilogue.py -k
+#: "dgated or preact"`` passes (it switches the family on for itself). Elsewhere ``dh`` is a
+#: product of its own, then the gradient in three elementwise passes (torch's kernels), and
+#: the forward the product, then the unit in torch.
 DGATED_FAMILIES: frozenset[str] = frozenset()
 
 

@@ -145,6 +145,12 @@ class Sm90Plan:
         subtile (its gate half's, then its up half's: ``dgated``)."""
         return self.product_subtiles * (2 if self.epilogue.dgated else 1)
 
+    @property
+    def stores_per_tile(self) -> int:
+        """TMA stores a tile issues (turns of the epilogue buffers' ring): the output's
+        subtiles, and with ``preact`` the product's gate and up subtiles of each as well."""
+        return self.out_subtiles * (3 if self.epilogue.preact else 1)
+
 
 @dataclass(frozen=True)
 class _LoadArgs:
@@ -191,6 +197,8 @@ class _ConsumerArgs:
     # a residual's (TMA load atom, C's TMA coordinates (M, N, L), its first mbarrier), or None
     residual_load: Any = None
     row_scale: Any = None  # the fused epilogue's row scale vector, or None
+    # a preact output's (TMA store atom, its coordinates (M, N, 2): ``dgated.halves``), or None
+    preact: Any = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +236,9 @@ class _EpilogueArgs:
     # ``Epilogue.row_scale``: the vector and its length (None, None without)
     row_scale: Any = None
     row_scale_extent: Any = None
+    # ``Epilogue.preact``: (its TMA store atom, its coordinates cut into output tiles
+    # (tile_m, out_tile_n, tiles_m, tiles_n, 2): the gate half's, then the up half's)
+    preact: Any = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +259,11 @@ class _TileEpilogue:
     bSG_gC_up: Any = None
     tRS_rD_up: Any = None
     tRS_rD_up_out: Any = None
+    # a preact output's: per half (gate, up) the TMA store views (smem, gmem subtiles) and the
+    # subtile's registers (fp32, C's dtype); None for others
+    preact_views: Any = None
+    tRS_rP: Any = None
+    tRS_rP_out: Any = None
 
 
 class Sm90Gemm(TracedLoops, GemmKernel):
@@ -368,6 +384,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     f"and no tracing; got tile_n={config.tile_n}, swap_ab={config.swap_ab}, "
                     f"trace={trace}"
                 )
+        if epilogue.preact and (config.splits_in_kernel or self.grouped is not None):
+            raise ValueError(
+                "a gated epilogue's preact output runs on a dense, unsplit kernel: no split-K, "
+                f"stream-K or groups; got {config}"
+            )
         if epilogue.dgated and (
             config.swap_ab or trace or config.splits_in_kernel or self.grouped is not None
         ):
@@ -603,6 +624,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         )
 
         residual_load = None
+        if const_expr(self.fused_epilogue.preact):
+            # the gated product's halves stored too (``preact``): where, and its TMA store
+            if const_expr(c_in is None or c_in.element_type != self.c_dtype):
+                raise ValueError(f"a preact output is a tensor of {self.c_dtype}")
+            if const_expr(LayoutEnum.from_tensor(c_in) != c_major):
+                raise ValueError("the preact output must have the output's major")
+            residual_load = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(),
+                dgated.halves(c_in),
+                cute.slice_(c_layout, (None, None, 0)),
+                cfg.epi_tile,
+            )
         if const_expr(self.fused_epilogue.reads_c):
             # C's subtiles read by TMA into the epilogue buffers (``residual``)
             source = mC
@@ -839,8 +872,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         (None without); ``offs``, ``mC_gmem``: a grouped
         kernel's group ends and its C (rows, N) (None for a dense kernel); ``k_operands``: a
         ragged-K grouped kernel's A and B as passed (the descriptors it rewrites; None for
-        others); ``residual_load``: a residual's TMA load of C and its coordinates (None
-        without)."""
+        others); ``residual_load``: a residual's TMA load of C and its coordinates, or a
+        preact output's TMA store and its coordinates (None without either)."""
         cfg = plan.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == PRODUCER_WARP:
@@ -850,7 +883,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 cpasync.prefetch_descriptor(residual_load[0])
 
         storage = SmemAllocator().allocate(plan.storage)
-        if const_expr(residual_load is not None):
+        if const_expr(plan.epilogue.reads_c):
             if warp_idx == 0:
                 residual.init_barriers(
                     storage.residual_barriers.data_ptr(),
@@ -942,12 +975,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
                 split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
             res_load = None  # the residual's load, coordinates and mbarriers
-            if const_expr(residual_load is not None):
+            if const_expr(plan.epilogue.reads_c):
                 tma_r, mR = residual_load
                 res_load = (tma_r, mR, storage.residual_barriers.data_ptr())
+            preact_store = residual_load if const_expr(plan.epilogue.preact) else None
             consumer_args = _ConsumerArgs(
                 tiled_mma, sA, sB, sC, tma_c, mC_mnl, k_tiles, split, bias, mC_gmem, scalars,
-                res_load, row_scale,
+                res_load, row_scale, preact_store,
             )  # fmt: skip
             self.mma_and_epilogue(plan, consumer_args, scheduler, ab_pipeline, rec)
 
@@ -1182,7 +1216,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         first = 0
         # Ping-pong drains its stores after every tile and restarts at buffer 0; a residual's
         # count goes on (its mbarriers' phases, ``residual``).
-        subtiles_per_tile = plan.out_subtiles
+        subtiles_per_tile = plan.stores_per_tile
         if const_expr(cfg.pingpong and not plan.epilogue.reads_c):
             subtiles_per_tile = 0
         if const_expr(cfg.pingpong):
@@ -1376,6 +1410,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 stages=plan.epi_stages,
                 subtile_bytes=epilogue_stage_bytes(*cfg.epi_tile, plan.c_dtype.width // 8),
             )
+        preact = None
+        if const_expr(epi.preact):
+            tma_p, mP = consumer.preact
+            preact = (tma_p, cute.local_tile(mP, (cfg.tile_m, plan.out_tile_n), (None, None, None)))
         ragged_store = None
         if const_expr(self.grouped == "m"):
             ragged_store = ragged.RaggedStore(
@@ -1400,6 +1438,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             residual=residual_load,
             row_scale=consumer.row_scale,
             row_scale_extent=row_scale_extent,
+            preact=preact,
         )
 
     @cute.jit
@@ -1440,6 +1479,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
         )
         bSG_gC_up = tRS_rD_up = tRS_rD_up_out = None
+        preact_views = tRS_rP = tRS_rP_out = None
+        if const_expr(plan.epilogue.preact):
+            tma_p, gP_mnl = args.preact
+            preact_views = [
+                cpasync.tma_partition(
+                    tma_p, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2),
+                    cute.zipped_divide(gP_mnl[(None, None, tile.m, tile.n, h)], cfg.epi_tile),
+                )
+                for h in range(2)
+            ]  # fmt: skip
+            tRS_rP = [cute.make_rmem_tensor(args.rD_shape, cutlass.Float32) for _ in range(2)]
+            tRS_rP_out = [cute.make_rmem_tensor(args.rD_shape, plan.c_dtype) for _ in range(2)]
         if const_expr(plan.epilogue.dgated):
             # the output's halves are its L (``dgated.halves``): the gate's 0, the up's 1
             gC_up = args.gC_mnl[(None, None, tile.m, tile.n, 1)]
@@ -1460,6 +1511,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             bSG_gC_up=bSG_gC_up,
             tRS_rD_up=tRS_rD_up,
             tRS_rD_up_out=tRS_rD_up_out,
+            preact_views=preact_views,
+            tRS_rP=tRS_rP,
+            tRS_rP_out=tRS_rP_out,
         )
         if const_expr(plan.epilogue.dgated):
             self._dgated_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
@@ -1495,11 +1549,28 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 sC_buf = args.sC[(None, None, buf)]
                 self._subtile_to_registers(plan, args, views, e, bias, sC_buf)
                 # _store_subtile's first barrier: every thread has read its residual
+            elif const_expr(plan.epilogue.preact):
+                # three stores a subtile: the output's, then the product's gate and up halves
+                self._subtile_to_registers(plan, args, views, e, bias)
+                first = subtiles_done + 3 * e
+                for j in cutlass.range_constexpr(3):
+                    if args.is_store_warp:
+                        store_pipeline.producer_acquire()
+                    slot = (first + j) % plan.epi_stages
+                    if const_expr(j == 0):
+                        self._store_subtile(args, store_pipeline, views, slot, e)
+                    else:
+                        sP, gP = views.preact_views[j - 1]
+                        self._store_subtile(
+                            args, store_pipeline, views, slot, e, views.tRS_rP_out[j - 1], gP,
+                            (args.preact[0], sP),
+                        )  # fmt: skip
             else:
                 self._subtile_to_registers(plan, args, views, e, bias)
                 if args.is_store_warp:
                     store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
-            self._store_subtile(args, store_pipeline, views, buf, e)
+            if const_expr(not plan.epilogue.preact):
+                self._store_subtile(args, store_pipeline, views, buf, e)
 
     @cute.jit
     def _dgated_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
@@ -1723,6 +1794,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 u = cutlass.Float32(args.tRS_rAcc[up + v])
                 if const_expr(epi.bias != "none"):
                     g, u = g + bias[v][0], u + bias[v][1]
+                if const_expr(epi.preact):
+                    views.tRS_rP[0][v] = g
+                    views.tRS_rP[1][v] = u
                 x = epilogue_activation.apply(epi.activation, g) * u
                 if const_expr(epi.row_scale != "none"):
                     x = x * views.row_scale[e][v]
@@ -1744,28 +1818,31 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     x = x * views.row_scale[e][v]
                 views.tRS_rD[v] = x
         views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
+        if const_expr(epi.preact):
+            for h in cutlass.range_constexpr(2):
+                views.tRS_rP_out[h].store(views.tRS_rP[h].load().to(plan.c_dtype))
 
     @cute.jit
-    def _store_subtile(self, args, store_pipeline, views, buf, e, registers=None, gC=None):
+    def _store_subtile(
+        self, args, store_pipeline, views, buf, e, registers=None, gC=None, store=None
+    ):
         """``views.tRS_rD_out`` (or ``registers``) into smem buffer ``buf`` (which the store
         warp has acquired, or a residual's C load has filled, after the buffer's last store
         read it), then its TMA store to subtile ``e`` of the tile (of ``gC``'s subtiles when
-        given: a dgated tile's up half)."""
+        given: a dgated tile's up half; ``store``: another output's (TMA atom, smem-side
+        partition), a preact's)."""
         if const_expr(registers is None):
             registers = views.tRS_rD_out
         if const_expr(gC is None):
             gC = views.bSG_gC
+        tma, sC = (args.tma_c, views.bSG_sC) if const_expr(store is None) else store
         args.barrier.arrive_and_wait()
         cute.copy(args.tiled_copy_r2s, registers, args.tRS_sC[(None, None, None, buf)])
         # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
         cute.arch.fence_proxy("async.shared", space="cta")
         args.barrier.arrive_and_wait()
         if args.is_store_warp:
-            cute.copy(
-                args.tma_c,
-                views.bSG_sC[(None, buf)],
-                gC[(None, views.order.get_hier_coord(e))],
-            )
+            cute.copy(tma, sC[(None, buf)], gC[(None, views.order.get_hier_coord(e))])
             store_pipeline.producer_commit()
 
     @staticmethod
