@@ -211,7 +211,7 @@ class _GatedMLP(torch.autograd.Function):
     def forward(ctx, x, w_gu, b_gu, w_d, b_d, activation):
         x2 = x.reshape(-1, x.shape[-1])
         # h and its pre-activation y = [gate | up]: one gated kernel writes both where it runs,
-        # else the product, then the unit in torch (torch's unfused SwiGLU)
+        # else the product, then the unit in torch (in fp32, rounded once)
         h, y = torch.ops.wsgemm.gated_linear_preact(x2, w_gu, activation, b_gu)
         out = matmul(h, w_d.t(), bias=b_d)
         ctx.activation = activation
@@ -227,8 +227,10 @@ class _GatedMLP(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph (a double backward): torch's formula
             return _GatedMLP._differentiable(ctx, grad)
         d2 = grad.reshape(-1, grad.shape[-1])
-        dpre = torch.ops.wsgemm.gated_grad(d2, w_d, y, ctx.activation)
         need = ctx.needs_input_grad
+        dpre = None  # only for x's and the gate/up projection's gradients
+        if any(need[:3]):
+            dpre = torch.ops.wsgemm.gated_grad(d2, w_d, y, ctx.activation)
         gx = matmul(dpre, w_gu).reshape(*grad.shape[:-1], x2.shape[-1]) if need[0] else None
         gw_gu = matmul(dpre.t(), x2) if need[1] else None
         gb_gu = dpre.float().sum(0).to(dpre.dtype) if ctx.has_bias[0] and need[2] else None

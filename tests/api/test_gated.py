@@ -769,6 +769,21 @@ def test_gated_grad_says_what_is_wrong():
     assert core.gated_grad(dy[:0], w_down, preact[:0], "silu", **half).shape == (0, 32)
 
 
+def test_gated_grad_runs_one_row_and_negated_views_in_the_kernel(dgated):
+    """One row (its made-up row stride is unused) takes the dgated kernel; a negated view is
+    resolved before the kernel reads its memory."""
+    torch.manual_seed(5)
+    dy, w_down = torch.randn(1, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
+    preact = torch.randn(1, 96, dtype=BF16)
+    d = dispatcher()
+    got = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
+    assert [v.epilogue for v in d.cache.variants] == ["dgated+silu"]
+    assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, 64)
+    neg = torch._neg_view(preact)
+    got = core.gated_grad(dy, w_down, neg, "silu", dispatcher=d)
+    assert close(got, grad_reference(dy, w_down, -preact, "silu"), BF16, 64)
+
+
 def test_a_dgated_epilogue_takes_an_activation_and_nothing_else():
     e = Epilogue(activation="gelu_tanh", dgated=True)
     assert e.name == "dgated+gelu_tanh" and Epilogue.parse(e.name) == e
@@ -800,12 +815,7 @@ def test_gated_linear_preact_stores_the_product_too(fusing, dgated, bias, rows):
     d = dispatcher()
     h2, pre2 = core.gated_linear_preact(x, w, "silu", bias=b, dispatcher=d)
     assert not any(Epilogue.parse(v.epilogue).gated for v in d.cache.variants)
-    assert torch.equal(h2, gated_unit_ref(pre2)) and close(pre2, y, F16, 64)
-
-
-def gated_unit_ref(y):
-    half = y.shape[-1] // 2
-    return torch_activation("silu", y[:, :half]) * y[:, half:]
+    assert torch.equal(h2, core.gated_in_torch(pre2, "silu", F16)) and close(pre2, y, F16, 64)
 
 
 def test_a_preact_output_needs_a_gated_epilogue():

@@ -147,15 +147,16 @@ def gated_linear_preact(x, weight, activation="silu", *, bias=None, dispatcher=N
     gated kernel runs this call and the gated training kernels are on
     (``host.fuses_gated_grad``), one kernel writes both (``Epilogue.preact``: the product's
     halves stored from the same accumulators, plus the bias); else the product, then
-    ``act(gate) * up`` by torch's ops on it (torch's unfused SwiGLU, the same bits)."""
+    ``act(gate) * up`` on it in fp32, rounded once (``gated_in_torch``)."""
     d = dispatcher or _default_dispatcher()
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
+    x, weight = x.resolve_neg(), weight.resolve_neg()  # the kernel reads their memory
     fused = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
     if not isinstance(fused, str) and not host.fuses_gated_grad(fused[2][0]):
         fused = "the gated training kernels are switched off (host.registry.DGATED_FAMILIES)"
-    if isinstance(fused, str):
+    if isinstance(fused, str):  # the unit in fp32, rounded once, as the kernel computes it
         y = dispatch.call(d, x, weight.t(), None, None, torch.float32, "auto", None, bias)
-        return torch_activation(act, y[:, :half]) * y[:, half:], y
+        return gated_in_torch(y, act, x.dtype), y
     (a_view, a_major), b_view, (backend, config), index = fused
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     preact = torch.empty(m, 2 * half, dtype=x.dtype, device=x.device)
@@ -298,6 +299,8 @@ def gated_grad(dy, w_down, preact, activation="silu", *, dispatcher=None) -> tor
     three passes, as ``api.epilogue.gated_unit_with_grad``'s backward."""
     d = dispatcher or _default_dispatcher()
     half, act = check_gated_grad(dy, w_down, preact, activation, (d.devices.type,))
+    # a negated view's values are not its memory's, which the kernel reads
+    dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
     m = dy.shape[0]
     out = torch.empty(m, 2 * half, dtype=dy.dtype, device=dy.device)
     if m == 0 or half == 0:
@@ -345,7 +348,8 @@ def _grad_road(d, dy, w_down, preact):
     a = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
     b = _kernel_view(w_down.t().unsqueeze(-1), False, (0, 1))  # (I, H): w_down's rows are K
     c = _kernel_view(preact[:, :half].unsqueeze(-1), False, (1,))
-    if a is None or b is None or c is None or c[0].stride(0) < 2 * half:
+    # (one row's stride is made up by _kernel_view: unused, so any)
+    if a is None or b is None or c is None or (dy.shape[0] > 1 and c[0].stride(0) < 2 * half):
         return "an operand is not addressable by the kernel (unit stride, 16-byte strides)"
     (a_view, a_side), (b_view, b_side) = a, b
     a_major = "k" if a_side == "cols" else "m"
