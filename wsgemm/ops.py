@@ -36,7 +36,16 @@ from .api.epilogue import (
     check_scalar,
     torch_activation,
 )
-from .api.validate import check_devices, check_kinds, check_out_fits, check_static, result_shape
+from .api.validate import (
+    AB_DTYPES,
+    TORCH_AB_DTYPES,
+    check_devices,
+    check_kinds,
+    check_out_fits,
+    check_static,
+    dtype_list,
+    result_shape,
+)
 
 # Devices the fake implementation takes: CUDA, and meta for shapes alone.
 _FAKE_DEVICES = ("cuda", "meta")
@@ -687,29 +696,50 @@ def linear(input, weight, bias=None, activation=None, exact=False):
             )
     try:
         return matmul(input, weight.t(), bias=bias, activation=activation, exact=exact)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as error:
         # the product's checks speak of a, b and K: where the input is at fault, say it in
         # linear's words (asked only on failure: nothing added to a call that runs)
-        fault = _input_fault(input, weight)
+        fault = _input_fault(input, weight, str(error))
         if fault is None:
             raise
     raise fault
 
 
-def _input_fault(input, weight) -> Exception | None:
+def _input_fault(input, weight, refusal: str = "") -> Exception | None:
     """What is wrong with ``linear``'s input against ``weight``, in linear's words, if that is
-    what the product refused; None otherwise."""
+    what the product refused (``refusal``: its words; a device is blamed only where they
+    speak of one); None otherwise."""
     if not isinstance(input, torch.Tensor):
         return TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
-    if input.dim() >= 1 and input.shape[-1] != weight.shape[-1]:
+    if input.dim() == 0:  # the product's own words ("at least 1-D") say it
+        return None
+    if input.shape[-1] != weight.shape[-1]:
         return ValueError(
             f"input has {input.shape[-1]} features (its last dimension, shape "
             f"{tuple(input.shape)}); weight {tuple(weight.shape)} takes in_features="
             f"{weight.shape[-1]}"
         )
+    takes = {**AB_DTYPES, **TORCH_AB_DTYPES}  # backend "auto": fp32 and fp64 run torch's
+    for name, t in (("input", input), ("weight", weight)):
+        if t.dtype not in takes:
+            return TypeError(
+                f"{name} has dtype {t.dtype}; linear takes {dtype_list(AB_DTYPES)} (and "
+                f"{dtype_list(TORCH_AB_DTYPES)}, which run torch's F.linear)"
+            )
     if input.dtype != weight.dtype:
         return TypeError(
             f"input is {input.dtype} and weight {weight.dtype}; they must match (or run under "
             "torch.autocast)"
+        )
+    if "device" not in refusal and "CUDA tensor" not in refusal:
+        return None
+    if input.device != weight.device:
+        return ValueError(
+            f"input is on {input.device} and weight on {weight.device}; they must be on one device"
+        )
+    if input.device.type not in _FAKE_DEVICES:
+        return ValueError(
+            f"input and weight must be CUDA tensors, got tensors on {input.device} "
+            "(wsgemm.nn.Linear runs torch's F.linear there)"
         )
     return None

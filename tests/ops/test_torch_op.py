@@ -510,8 +510,8 @@ def test_torch_export_holds_the_op_with_a_dynamic_token_count(strict):
 # ----------------------------------------------------------------------------- errors
 
 
-def t(*shape, dtype=F16):
-    return torch.zeros(shape, dtype=dtype)
+def t(*shape, dtype=F16, device="cpu"):
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 @pytest.mark.parametrize(
@@ -585,8 +585,14 @@ def test_bad_input_raises_in_fake_mode(sa, sb, kw, exc, words):
         ({"input": t(2, 5)}, ValueError, ["input has 5 features", "in_features=4"]),
         ({"input": t(2, 4, dtype=torch.bfloat16)}, TypeError, ["input is torch.bfloat16"]),
         ({"input": "x"}, TypeError, ["input must be a torch.Tensor"]),
+        ({"input": t(2, 4, dtype=torch.int8)}, TypeError,
+         ["input has dtype torch.int8", "linear takes torch.float16"]),
+        ({"weight": t(3, 4, device="meta"), "bias": None}, ValueError,
+         ["input is on cpu and weight on meta", "one device"]),
+        ({"input": t(2, 4, device="cpu"), "weight": t(3, 4, device="cpu"), "bias": None},
+         ValueError, ["input and weight must be CUDA tensors", "on cpu"]),
     ],
-)
+)  # fmt: skip
 def test_linear_bad_input_raises(kw, exc, words):
     args = dict(input=t(2, 4), weight=t(3, 4), bias=t(3)) | kw
     with pytest.raises(exc) as info:
