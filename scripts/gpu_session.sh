@@ -249,9 +249,10 @@ print(len(o) - len(bad), 'grouped variants ready;', *(f'{x.key}: {x.error}' for 
     tests/gpu/test_gpu_grouped.py > "$OUT/grouped-tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/grouped-tests.log" | cut -c1-300 | tail -20
   timeout 120 python3 scripts/sanitize_grouped.py 2>&1 | tail -2
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck initcheck; do
+    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_grouped.py)
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_grouped.py \
-      2>&1 | tee "$OUT/sanitize_grouped_$tool.log" | tail -3
+      $flag 2>&1 | tee "$OUT/sanitize_grouped_$tool.log" | tail -3
     echo "$tool grouped rc=${PIPESTATUS[0]}"
   done
   for dt in ${MOE_DTYPES:-bf16 fp16}; do

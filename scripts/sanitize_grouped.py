@@ -5,13 +5,19 @@ kernel clamps them), narrow N, fp32 results and ``out=``; each call twice (its k
 each checked per group against torch. Then the ragged-K kernel (2D x 2D, K split by offs)
 with empty groups, K past offs[-1] and bad ends. Run as ``compute-sanitizer --tool
 memcheck|racecheck python scripts/sanitize_grouped.py`` (scripts/gpu_session.sh, step
-``grouped``); a plain run first compiles the kernels outside the sanitizer."""
+``grouped``); a plain run first compiles the kernels outside the sanitizer. With
+``--initcheck`` (``compute-sanitizer --tool initcheck ... --initcheck``) the same calls run but
+no result is read back: initcheck does not count a TMA store as a write, so torch's reference
+reading our output would be reported (as ``scripts/sanitize_auto.py``); what remains is a
+read, by our kernels, of memory nobody wrote (a group's rows past its end, K past offs[-1])."""
 
 import sys
 
 import torch
 
 import wsgemm
+
+READ_BACK = "--initcheck" not in sys.argv
 
 CASES = [
     # (sizes, tail rows, K, N, dtype, out dtype, backend)
@@ -34,6 +40,8 @@ def run(sizes, tail, k, n, dtype, out_dtype, backend, ends=None):
         out = torch.zeros(m, n, dtype=c_dtype, device="cuda") if use_out else None
         for _ in range(2):
             got = wsgemm.grouped_mm(a, b, offs, out=out, out_dtype=out_dtype, backend=backend)
+        if not READ_BACK:
+            continue
         e, prev = [], 0
         for x in offs.tolist():
             prev = min(max(x, prev), m)
@@ -62,6 +70,8 @@ def run_ragged_k(sizes, tail, m, n, dtype, backend, ends=None):
     offs = ends if ends is not None else torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
     for _ in range(2):
         got = wsgemm.grouped_mm(a, b, offs, backend=backend)
+    if not READ_BACK:
+        return
     ends_host = offs.tolist()
     for g, end in enumerate(ends_host):
         lo = min(max(ends_host[g - 1], 0), k) if g else 0  # each end read on its own
