@@ -272,6 +272,8 @@ def _break(rec, how):
         wrong["tbps"] = 1.0
     elif how == "bound-not-bool":
         ok["memory_bound"] = 1
+    elif how == "cublas-not-str":
+        rec["header"]["cublas"] = 12
     return rec
 
 
@@ -289,11 +291,22 @@ def _break(rec, how):
         ("nested-type", "header.clocks.sm_max_mhz"),
         ("wrong-with-bandwidth", "carries no bandwidth"),
         ("bound-not-bool", ".memory_bound"),
+        ("cublas-not-str", "header.cublas"),
     ],
 )
 def test_validation_names_the_bad_field(synthetic, how, where):
     with pytest.raises(schema.RecordError, match=where.replace(".", r"\.")):
         schema.validate(_break(synthetic, how))
+
+
+def test_the_cublas_version_is_optional_in_a_record(synthetic):
+    """Records before it (no ``header.cublas``) stay valid; a later one names it or null."""
+    rec = copy.deepcopy(synthetic)
+    rec["header"].pop("cublas", None)
+    schema.validate(rec)
+    for value in (None, "12.9.1.4"):
+        rec["header"]["cublas"] = value
+        schema.validate(rec)
 
 
 def test_load_rejects_non_json(tmp_path):

@@ -28,6 +28,36 @@ def version_of(distribution: str) -> str | None:
         return None
 
 
+#: The wheels that ship cuBLAS with torch (CUDA 12's, CUDA 13's), in the order they are asked
+CUBLAS_DISTRIBUTIONS = ("nvidia-cublas-cu12", "nvidia-cublas", "nvidia-cublas-cu13")
+
+
+def cublas_version() -> str | None:
+    """The cuBLAS the baseline runs: its wheel's version, else what the loaded library says
+    (``cublasLtGetVersion``: 120903 is 12.9.3), else None."""
+    for dist in CUBLAS_DISTRIBUTIONS:
+        found = version_of(dist)
+        if found is not None:
+            return found
+    import ctypes
+    import os
+
+    lt = None
+    for name in ("libcublasLt.so", "libcublasLt.so.13", "libcublasLt.so.12"):
+        try:  # only one torch has loaded already (RTLD_NOLOAD)
+            lt = ctypes.CDLL(name, mode=getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_LAZY)
+            break
+        except OSError:
+            continue
+    if lt is None:
+        return None
+    try:
+        v = int(lt.cublasLtGetVersion())
+    except (AttributeError, OSError):
+        return None
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
 def command_line(argv: list[str] | None = None) -> str:
     """How this run was started, as a shell would take it back."""
     argv = sys.argv if argv is None else argv
@@ -66,6 +96,7 @@ def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: li
         **header_fields(props.name, props.multi_processor_count, fpc, info.get("sm_max_mhz")),
         "driver": info.get("driver"),
         "cuda": torch.version.cuda,
+        "cublas": cublas_version(),
         "torch": torch.__version__,
         **versions,
         "python": platform.python_version(),

@@ -8,7 +8,7 @@ Version 2::
         "gpu": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": ...,
         "flop_per_clock_per_sm": 4096,            # null: unknown GPU, no % of peak
         "hbm_tbps": 4.8, "ridge_flop_per_byte": 222.6,  # null: unknown (roofline.py)
-        "driver": ..., "cuda": ..., "torch": ..., "cutlass_dsl": ..., "triton": ...,
+        "driver": ..., "cuda": ..., "cublas": ..., "torch": ..., "cutlass_dsl": ..., "triton": ...,
         "quack": ..., "wsgemm": ..., "python": ...,  # versions; null when not installed
         "clocks": {"sm_max_mhz", "mem_max_mhz", "sm_at_start_mhz", "power_limit_w",
                    "sm_observed_mhz": [min, max] or null},
@@ -148,6 +148,8 @@ _GROUPED = {"groups": int, "routing": str, "tokens_per_expert": int, "sizes": li
 _GROUPED_PASSES = ("forward", "wgrad", "routed")
 # Keys only some records have (the module docstring): checked where present.
 _OPTIONAL_OPTIONS = {"baseline": str}
+#: Header keys later records add (older ones lack them): the cuBLAS the baseline ran
+_OPTIONAL_HEADER = {"cublas": OPT_STR}
 _OPTIONAL_RESULT = {"grouped": _GROUPED}
 # What version 2 added, all derived (roofline.py): a version 1 record is read without them.
 _ADDED_IN_2 = {"header": ("hbm_tbps", "ridge_flop_per_byte"),
@@ -258,6 +260,7 @@ def validate(rec: dict) -> None:
         )
     _check_fields(rec.get("header"), _HEADER, "header")
     _check_optional(rec["header"]["options"], _OPTIONAL_OPTIONS, "header.options")
+    _check_optional(rec["header"], _OPTIONAL_HEADER, "header")
     _check_header(rec["header"])
     results = rec.get("results")
     if not isinstance(results, list):
