@@ -23,6 +23,11 @@ def _doc(name: str) -> str:
 
 
 def _record(path: str) -> dict:
+    if path.endswith(".npz"):  # a trace recording (wsgemm.trace_format): its meta
+        import numpy as np
+
+        with np.load(ROOT / path) as z:
+            return {"meta": json.loads(str(z["meta"]))}
     return json.loads((ROOT / path).read_text())
 
 
@@ -96,6 +101,9 @@ def values(claim: dict) -> list[float]:
         return [min(g), max(g)]
     if kind == "json":
         return [float(_get(rec, v["path"]))]
+    if kind == "npz_trace_overhead":  # a trace recording's own times: traced, untraced (us)
+        meta = rec["meta"]
+        return [meta["traced_us"], meta["untraced_us"]]
     if kind == "json_range":  # min-max of `field` over the mapping at `path` (its `keys`)
         rows = _get(rec, v["path"])
         r = [rows[key][v["field"]] for key in v.get("keys", rows)]
@@ -200,6 +208,9 @@ def test_every_claim_has_a_record_or_says_its_record_was_lost():
 
 #: The docs whose every ratio is a claim (or inside a rendered record, checked below)
 CHECKED_DOCS = ["README.md", "docs/benchmarking.md", "docs/policy.md", "docs/torch.md"]
+#: The docs whose every overhead percentage ("+36%", "+39-44%") is a claim
+PERCENT_DOCS = ["docs/trace.md"]
+PERCENT = re.compile(r"\+\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?%")
 RENDERED = re.compile(
     r"<!-- rendered from (\S+) -->\n(.*?)\n<!-- end of the rendered record -->", flags=re.S
 )
@@ -217,6 +228,18 @@ def test_every_ratio_in_the_doc_has_a_claim(doc):
         covered.update(range(m.start(), m.end()))
     loose = [m.group() for m in RATIO.finditer(text) if m.start() not in covered]
     assert not loose, f"{doc} ratios with no claim in docs/claims.json: {loose}"
+
+
+@pytest.mark.parametrize("doc", PERCENT_DOCS)
+def test_every_overhead_percentage_in_the_doc_has_a_claim(doc):
+    text = _doc(doc)
+    covered = set()
+    for c in CLAIMS:
+        if c["doc"] == doc:
+            for m in re.finditer(re.escape(c["says"]), text):
+                covered.update(range(m.start(), m.end()))
+    loose = [m.group() for m in PERCENT.finditer(text) if m.start() not in covered]
+    assert not loose, f"{doc} percentages with no claim in docs/claims.json: {loose}"
 
 
 def test_the_benchmarking_results_are_their_record_rendered():
