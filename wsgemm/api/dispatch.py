@@ -293,10 +293,17 @@ def _first_call(
     d, key, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None,
     scalars=None, c=None,
 ) -> torch.Tensor:  # fmt: skip
+    host_tensors = _on_the_host(d, a, backend)
     p = validate(
-        a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
-        bias=bias, activation=activation, scalars=scalars, c_tensor=c is not None,
+        a, b, out, out_dtype, accumulate, backend, config,
+        device_type="cpu" if host_tensors else d.devices.type, bias=bias,
+        activation=activation, scalars=scalars, c_tensor=c is not None,
     )  # fmt: skip
+    if host_tensors:  # backend="auto" on CPU tensors: torch's matmul runs it (api.fallback)
+        if c is not None:  # the residual's C into the result first, as a route without it
+            return _c_copied(d, a, b, out, out_dtype, accumulate, backend, config, bias,
+                             activation, scalars, c, p.out_shape, p.c_dtype)  # fmt: skip
+        return fallback.first_call(d, key, a, b, out, p, CPU_REASON, bias)
     # a call with alpha or a residual is not raced: its candidates would read and write C
     tune = _may_tune(a) and scalars is None
     run = functools.partial(_run_candidate, d, a, b, p, bias) if tune else None
@@ -332,6 +339,20 @@ def _first_call(
             direct = _then_epilogue(direct, p)
         d.remember(key, (direct or _general_launcher(d, p, route), spans(out, a, b, bias)))
     return result
+
+
+#: Why ``backend="auto"`` runs torch's matmul on CPU tensors (``explain`` and the INFO line)
+CPU_REASON = "CPU tensors (wsgemm's kernels run on CUDA GPUs)"
+
+
+def _on_the_host(d, a, backend) -> bool:
+    """Whether this call is ``backend="auto"`` on CPU tensors where the dispatcher's devices are
+    CUDA GPUs: torch's matmul runs it (issue #27: a device wsgemm does not take falls back
+    under ``auto``; a named backend raises)."""
+    return (
+        backend == "auto" and isinstance(a, torch.Tensor) and a.device.type == "cpu"
+        and d.devices.type == "cuda"
+    )  # fmt: skip
 
 
 def _mufu(p: Problem) -> int:
@@ -399,10 +420,15 @@ def explain(
                      "into out, if given); pass out=c for an in-place residual, or a dense "
                      "row-major c of the result's shape on a family that reads it "
                      "(host.registry.C_TENSOR_FAMILIES)\n")  # fmt: skip
+    host_tensors = _on_the_host(d, a, backend)
     p = validate(
-        a, b, out, out_dtype, accumulate, backend, None, device_type=d.devices.type,
-        bias=bias, activation=activation, scalars=scalars,
+        a, b, out, out_dtype, accumulate, backend, None,
+        device_type="cpu" if host_tensors else d.devices.type, bias=bias,
+        activation=activation, scalars=scalars,
     )  # fmt: skip
+    if host_tensors:
+        return (f"M={p.m} N={p.n} K={p.k} batch={p.batch} on the CPU\nbackend: torch.matmul "
+                f"(fallback): {CPU_REASON}\n{fallback.describe_operands()}")  # fmt: skip
     problem = (p.m, p.n, p.k, p.batch)
     mufu = _mufu(p)  # (its own tuned bucket and race, and the policy's move for it)
     text = d.explain(backend, a.device.index, problem, p.dtype_names, mufu)
