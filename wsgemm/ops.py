@@ -59,7 +59,8 @@ def _check_fake(
     shapes, the backend's name; ``check_static``; the epilogue's) and the devices. Returns the
     result's shape. Never reads data or asks the device anything."""
     shape = check_static(a, b, out, out_dtype, accumulate, backend)
-    check_devices(a, b, out, _FAKE_DEVICES)
+    # backend "auto" takes CPU tensors too (torch's matmul runs them: api.dispatch)
+    check_devices(a, b, out, (*_FAKE_DEVICES, "cpu") if backend == "auto" else _FAKE_DEVICES)
     check_epilogue(bias, activation, a.dtype, shape, a.device)
     check_scalar("alpha", alpha), check_scalar("beta", beta)
     if c is not None:

@@ -628,6 +628,16 @@ def test_auto_runs_torch_s_matmul_on_cpu_tensors(caplog):
     assert "torch.matmul (fallback): CPU tensors" in text
 
 
+def test_a_compiled_call_on_cpu_tensors_runs_torch_s_matmul():
+    """The op's fake takes CPU tensors under ``auto`` as its eager road does."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a, b: wsgemm.matmul(a, b), backend="eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(6, 8, generator=gen).half(), torch.randn(8, 4, generator=gen).half()
+    got = fn(a, b)
+    assert got.dtype == F16 and (got.double() - a.double() @ b.double()).abs().max() < 2e-2
+
+
 def test_linear_matches_functional_linear(monkeypatch):
     install(monkeypatch, fast=True)
     x = torch.randn(2, 5, 8).to(BF16)
