@@ -815,7 +815,26 @@ def test_gated_linear_preact_stores_the_product_too(fusing, dgated, bias, rows):
     d = dispatcher()
     h2, pre2 = core.gated_linear_preact(x, w, "silu", bias=b, dispatcher=d)
     assert not any(Epilogue.parse(v.epilogue).gated for v in d.cache.variants)
-    assert torch.equal(h2, core.gated_in_torch(pre2, "silu", F16)) and close(pre2, y, F16, 64)
+    # the same h as gated_linear's unfused road (the unit on the fp32 product), the product
+    # rounded to the inputs' dtype
+    assert torch.equal(h2, core._unfused(dispatcher(), "silu", x, w, b))
+    assert close(pre2, y, F16, 64) and pre2.dtype == F16
+
+
+def test_negated_views_are_resolved_before_a_gated_kernel_reads_them(fusing, dgated):
+    """``gated_linear`` and ``gated_linear_preact`` read x's, the weight's and the bias's memory:
+    a negated view (``torch._neg_view``) is resolved first, on either road."""
+    torch.manual_seed(6)
+    x, w = torch.randn(37, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
+    b = torch.randn(96, dtype=F16)
+    nx, nw, nb = (torch._neg_view(t) for t in (x, w, b))
+    want = reference(-x, -w, "silu", -b)
+    assert close(core.gated_linear(nx, nw, "silu", bias=nb, dispatcher=dispatcher()), want, F16, 64)
+    h, _ = core.gated_linear_preact(nx, nw, "silu", bias=nb, dispatcher=dispatcher())
+    assert close(h, want, F16, 64)
+    registry.DGATED_FAMILIES = frozenset()  # the unfused road (the fixture restores it)
+    h, _ = core.gated_linear_preact(nx, nw, "silu", bias=nb, dispatcher=dispatcher())
+    assert close(h, want, F16, 64)
 
 
 def test_a_preact_output_needs_a_gated_epilogue():

@@ -463,16 +463,30 @@ def test_every_dgated_variant_compiles_to_paired_tma_loads_and_stores(compiled, 
 #: The gated kernel that also stores its product (``Epilogue.preact``, the fused training
 #: step's forward) on the ping-pong tile with a bias: the default run's one preact compile.
 PREACT = host.Variant("sm90-pingpong", "sm_90a", epilogue="bias_col+gated+preact+silu")
+PREACT_SWEEP = [
+    host.Variant("sm90", "sm_90a", epilogue="gated+preact+gelu_tanh"),
+    host.Variant("sm90", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
+                 epilogue="bias_col+gated+preact+silu"),
+]  # fmt: skip
 
 
 def test_the_preact_output_compiles_to_three_stores_a_subtile(compiled):
+    _assert_preact(compiled(PREACT).report, PREACT)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", PREACT_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
+def test_every_preact_variant_compiles_to_three_stores_a_subtile(compiled, variant):
+    _assert_preact(compiled(variant).report, variant)
+
+
+def _assert_preact(r: insp.Report, variant: host.Variant) -> None:
     """Per output subtile three TMA stores (h, then the product's gate and up halves), the
     halves through a second store descriptor (prefetched with A's, B's and the output's); no
     C load; spill-free, no CALL."""
-    r = compiled(PREACT).report
-    _assert_fused(r, PREACT.epilogue)
+    _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
-    cfg = PREACT.kernel_config()
+    cfg = variant.kernel_config()
     out_subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // 2 // cfg.epi_tile[1])
     assert sum(op.startswith("UTMASTG") for op in ops) == 3 * out_subtiles
     assert ops.count("UTMACCTL.PF") == 4, "A, B and the two stores"

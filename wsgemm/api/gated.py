@@ -109,6 +109,9 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
     if hit is not None:  # a signature seen before: checked, its road decided, its kernel bound
         return hit(x, weight, bias)
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
+    if x.is_neg() or weight.is_neg():  # the kernel reads their memory, not a negated view's
+        return gated_linear(x.resolve_neg(), weight.resolve_neg(), activation, bias=bias,
+                            dispatcher=d)  # fmt: skip
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     if m == 0 or half == 0:
         return out
@@ -146,17 +149,20 @@ def gated_linear_preact(x, weight, activation="silu", *, bias=None, dispatcher=N
     (rows, 2I) in ``x``'s dtype, for a backward that reads it (``gated_grad``). Where the
     gated kernel runs this call and the gated training kernels are on
     (``host.fuses_gated_grad``), one kernel writes both (``Epilogue.preact``: the product's
-    halves stored from the same accumulators, plus the bias); else the product, then
-    ``act(gate) * up`` on it in fp32, rounded once (``gated_in_torch``)."""
+    halves stored from the same accumulators, plus the bias); else ``gated_linear``'s unfused
+    road (the fp32 product, ``act(gate) * up`` on it in fp32, rounded once: the same ``h``)
+    and the product rounded to ``x``'s dtype."""
     d = dispatcher or _default_dispatcher()
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
-    x, weight = x.resolve_neg(), weight.resolve_neg()  # the kernel reads their memory
+    # the kernel reads their memory (a negated view's values are not it)
+    x, weight = x.resolve_neg(), weight.resolve_neg()
+    bias = None if bias is None else bias.resolve_neg()
     fused = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
     if not isinstance(fused, str) and not host.fuses_gated_grad(fused[2][0]):
         fused = "the gated training kernels are switched off (host.registry.DGATED_FAMILIES)"
-    if isinstance(fused, str):  # the unit in fp32, rounded once, as the kernel computes it
-        y = dispatch.call(d, x, weight.t(), None, None, torch.float32, "auto", None, bias)
-        return gated_in_torch(y, act, x.dtype), y
+    if isinstance(fused, str):  # gated_linear's unfused road: the unit on the fp32 product
+        y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None, bias)
+        return gated_in_torch(y, act, x.dtype), y.to(x.dtype)
     (a_view, a_major), b_view, (backend, config), index = fused
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     preact = torch.empty(m, 2 * half, dtype=x.dtype, device=x.device)
