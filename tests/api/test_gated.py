@@ -729,6 +729,18 @@ def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
     assert close(got, grad_reference(dy, w_down, preact, act), BF16, 64)
 
 
+def test_gated_grad_copies_a_gradient_the_kernel_cannot_read(dgated):
+    """A broadcast ``dy`` (``out.sum().backward()``'s, stride 0) is copied for the kernel
+    (M x H, small beside the GEMM) rather than sending the call to the unfused road."""
+    torch.manual_seed(7)
+    dy = torch.ones(1, 1, dtype=BF16).expand(40, 64)
+    w_down, preact = torch.randn(64, 48, dtype=BF16) / 8, torch.randn(40, 96, dtype=BF16)
+    d = dispatcher()
+    got = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
+    assert [v.epilogue for v in d.cache.variants] == ["dgated+silu"]
+    assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, 64)
+
+
 def test_gated_grad_takes_the_unfused_road_where_no_kernel_fuses_it(monkeypatch):
     """Off (``DGATED_FAMILIES`` empty, as on main), on another GPU, or an I the kernel cannot
     address: ``dh`` a product of its own, then torch's three passes; the same values."""

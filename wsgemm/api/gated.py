@@ -352,6 +352,8 @@ def _grad_road(d, dy, w_down, preact):
     if half % 8:
         return "I is not a multiple of 8 (the up half's offset must be 16 bytes)"
     a = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
+    if a is None:  # (e.g. a broadcast gradient, out.sum()'s) a copy the kernel reads: M x H
+        a = _kernel_view(dy.contiguous().unsqueeze(-1), False, (1, 0))
     b = _kernel_view(w_down.t().unsqueeze(-1), False, (0, 1))  # (I, H): w_down's rows are K
     c = _kernel_view(preact[:, :half].unsqueeze(-1), False, (1,))
     # (one row's stride is made up by _kernel_view: unused, so any)
