@@ -385,12 +385,19 @@ def _gated_kernel_takes_bias() -> bool:
 def _fuses_gated_grad(x: torch.Tensor) -> bool:
     """Whether a kernel on ``x``'s GPU fuses the gated unit's gradient into the down
     projection's input-gradient GEMM (``host.fuses_gated_grad``: ``DGATED_FAMILIES``)."""
+    return x.is_cuda and _gpu_fuses_gated_grad(x.device)
+
+
+@torch.compiler.assume_constant_result
+def _gpu_fuses_gated_grad(device: torch.device) -> bool:
+    """``_fuses_gated_grad`` for a CUDA device: a constant of the device and the registry, so
+    torch.compile asks it once while tracing (no graph break on the capability query)."""
     from .host import BACKENDS, fuses_gated_grad
     from .host.dispatch import DISPATCHER
 
-    if not x.is_cuda or not fuses_gated_grad("sm90"):
+    if not fuses_gated_grad("sm90"):
         return False
-    index = x.device.index if x.device.index is not None else DISPATCHER.devices.current()
+    index = device.index if device.index is not None else DISPATCHER.devices.current()
     return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(index))
 
 

@@ -416,3 +416,25 @@ def test_a_fused_gated_mlp_step_keeps_the_module_road_where_it_would_change_beha
     g64.pow(2).sum().backward()
     err = (x.grad.double() - x64.grad).abs().max().item()
     assert err <= 0.05 * x64.grad.abs().max().item() + 1e-3
+
+
+@pytest.mark.parametrize(
+    "families, capability, fuses",
+    [("on", (9, 0), True), ("on", (8, 0), False), ("off", (9, 0), False)],
+)
+def test_the_fused_step_runs_where_a_dgated_kernel_does(monkeypatch, families, capability,
+                                                        fuses):  # fmt: skip
+    """``GatedMLP``'s fused training step needs a GPU whose kernels fuse the unit's gradient:
+    Hopper with ``DGATED_FAMILIES`` on; CPU tensors never."""
+    from op_helpers import fake_cuda
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from wsgemm.host import registry
+    from wsgemm.host.dispatch import DISPATCHER, StandInDevices
+
+    on = registry.EPILOGUE_FAMILIES if families == "on" else frozenset()
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", on)
+    monkeypatch.setattr(DISPATCHER, "devices", StandInDevices(capability, 132))
+    with FakeTensorMode():
+        assert wnn._fuses_gated_grad(fake_cuda((4, 8))) == fuses
+    assert not wnn._fuses_gated_grad(torch.zeros(4, 8))
