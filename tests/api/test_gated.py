@@ -855,3 +855,20 @@ def test_a_preact_output_needs_a_gated_epilogue():
         Epilogue(activation="silu", preact=True)
     with pytest.raises(ValueError, match="preact"):
         Epilogue(activation="silu", gated=True, preact=True, row_scale="fp32")
+
+
+def test_explain_says_how_a_gated_mlp_trains(fusing, monkeypatch):
+    """``explain(gated=True)``'s training line: the fused step (the preact kernel where the
+    forward takes the gated kernel, the dgated backward) where its kernels run; else the
+    unfused step and why (switched off, another GPU, I not a multiple of 8)."""
+    x, w = torch.randn(300, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16)
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", frozenset())
+    text = core.explain(dispatcher(), x, w, "silu")
+    assert "three elementwise passes (the dgated kernels are switched off" in text
+    assert "no dgated kernel runs on this GPU" in core.explain(dispatcher((8, 0)), x, w, "silu")
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+    text = core.explain(dispatcher(), x, w, "silu")
+    assert "the backward fuses the unit's gradient into the down projection's dh GEMM" in text
+    assert ("the gated kernel storing h and [gate | up]" in text) == ("kernel: the gated" in text)
+    w12 = torch.randn(2 * 12, 64, dtype=F16)
+    assert "I is not a multiple of 8" in core.explain(dispatcher(), x, w12, "silu")

@@ -256,11 +256,35 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
         )
         name = str(x.dtype).removeprefix("torch.")
         verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act)
-        return f"{head}\n{kernel}" + (f"\nwhy: {verdict}" if verdict else "")
+        why = f"\nwhy: {verdict}" if verdict else ""
+        return f"{head}\n{kernel}{why}\n{_training_line(d, x, half, road)}"
     product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto", bias)
     unfused = (f"unfused: the (M, 2I) fp32 product{with_bias}, then act(gate) * up in fp32 in "
                f"torch ({road})")  # fmt: skip
-    return f"{head}\n{unfused}\nthe product: {product}"
+    return f"{head}\n{unfused}\n{_training_line(d, x, half, road)}\nthe product: {product}"
+
+
+def _training_line(d, x, half: int, road) -> str:
+    """``explain``'s line on a ``GatedMLP`` training step of these rows: fused (the gated
+    kernel storing the pre-activation, the unit's gradient in the dh GEMM) or not, and why."""
+    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
+    backend = gated_config(x.shape[0])[0]
+    head = "training (GatedMLP with a gradient to compute):"
+    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
+        return (f"{head} the (M, 2I) product saved, act(gate) * up in torch, its gradient in "
+                "three elementwise passes (no dgated kernel runs on this GPU)")  # fmt: skip
+    if not host.fuses_gated_grad(backend) or half % 8:
+        why = ("the dgated kernels are switched off (host.registry.DGATED_FAMILIES)"
+               if half % 8 == 0 else "I is not a multiple of 8")  # fmt: skip
+        return (f"{head} the (M, 2I) product saved, act(gate) * up in torch, its gradient in "
+                f"three elementwise passes ({why})")  # fmt: skip
+    forward = "the (M, 2I) product, then act(gate) * up"
+    if not isinstance(road, str):
+        forward = "the gated kernel storing h and [gate | up] from one GEMM"
+    return (
+        f"{head} {forward}; the backward fuses the unit's gradient into the down "
+        "projection's dh GEMM (dgated: dh never reaches memory)"
+    )
 
 
 # ----------------------------------------------------------------- the gated unit's gradient
