@@ -9,6 +9,12 @@ autograd saves (``_for_autograd``): the backward is the unit's gradient (three p
 The op's own backward (a direct ``torch.ops.wsgemm.gated_linear`` call with a gradient)
 recomputes the product with one more GEMM, then ``dgate = grad * up * act'(gate)``, ``dup =
 grad * act(gate)`` in fp32.
+
+A whole gated MLP's training step (``gated_mlp``, which ``nn.GatedMLP`` takes where its
+kernels run) goes further: its forward is ``torch.ops.wsgemm.gated_linear_preact`` (one gated
+kernel writing ``h`` and the pre-activation ``[gate | up]``), its backward
+``torch.ops.wsgemm.gated_grad`` (the unit's gradient fused into the down projection's dh GEMM),
+then dx, dW and the biases' sums (``_GatedMLP``). Both ops have fake implementations.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from .api import gated as core
 from .api.epilogue import activation_grad, gated_unit_with_grad, torch_activation
 from .ops import autocast_dtype, matmul
 
-__all__ = ["gated_linear"]
+__all__ = ["gated_linear", "gated_mlp"]
 
 _LIB = torch.library.Library("wsgemm", "FRAGMENT")
 _LIB.define(
