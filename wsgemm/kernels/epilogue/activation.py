@@ -36,10 +36,29 @@ SQRT_HALF = math.sqrt(0.5)
 GELU_CUBIC = 0.044715
 
 
+def _logistic(u: Float32) -> Float32:
+    """sigmoid(u) = 1 / (1 + e^(-u)), without a division."""
+    return cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(u * Float32(-LOG2E), fastmath=True))
+
+
 def _logistic_times(x: Float32, u: Float32) -> Float32:
-    """x · sigmoid(u) = x / (1 + e^(-u)), without a division."""
-    e = cute.math.exp2(u * Float32(-LOG2E), fastmath=True)
-    return x * cute.arch.rcp_approx(Float32(1.0) + e)
+    """x · sigmoid(u) = x / (1 + e^(-u))."""
+    return x * _logistic(u)
+
+
+def _gelu_two_cdf(x: Float32) -> tuple[Float32, Float32]:
+    """(2Φ(x) = 1 + erf(x/√2), e^(-x²/2)) by Abramowitz and Stegun's 7.1.26 (module
+    docstring): the tail 1 - erf(z), z = |x|/√2, for x < 0, so it keeps its relative accuracy;
+    the exponential is the tail's own."""
+    z = cute.arch.fmax(x, -x) * Float32(SQRT_HALF)
+    t = cute.arch.rcp_approx(Float32(1.0) + Float32(ERF_P) * z)
+    poly = Float32(ERF_A[4])
+    for a in reversed(ERF_A[:4]):
+        poly = poly * t + Float32(a)
+    poly_t = poly * t  # before the exponential (the order the GPU-tested SASS has)
+    gauss = cute.math.exp2(z * z * Float32(-LOG2E), fastmath=True)
+    tail = poly_t * gauss  # 1 - erf(z)
+    return cutlass.select_(x >= Float32(0.0), Float32(2.0) - tail, tail), gauss
 
 
 def apply(name: str, x: Float32) -> Float32:
@@ -57,20 +76,9 @@ def apply(name: str, x: Float32) -> Float32:
         u = Float32(2.0 * SQRT_2_OVER_PI) * (x + Float32(GELU_CUBIC) * x * x * x)
         return _logistic_times(x, u)
     if name == "gelu":
-        z = cute.arch.fmax(x, -x) * Float32(SQRT_HALF)
-        t = cute.arch.rcp_approx(Float32(1.0) + Float32(ERF_P) * z)
-        poly = Float32(ERF_A[4])
-        for a in reversed(ERF_A[:4]):
-            poly = poly * t + Float32(a)
-        tail = poly * t * cute.math.exp2(z * z * Float32(-LOG2E), fastmath=True)  # 1 - erf(z)
-        two_cdf = cutlass.select_(x >= Float32(0.0), Float32(2.0) - tail, tail)
+        two_cdf = _gelu_two_cdf(x)[0]
         return Float32(0.5) * x * two_cdf
     raise ValueError(f"no activation {name!r} (support.ACTIVATIONS)")
-
-
-def _logistic(u: Float32) -> Float32:
-    """sigmoid(u) = 1 / (1 + e^(-u)), without a division."""
-    return cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(u * Float32(-LOG2E), fastmath=True))
 
 
 def value_and_grad(name: str, x: Float32) -> tuple[Float32, Float32]:
@@ -91,7 +99,7 @@ def value_and_grad(name: str, x: Float32) -> tuple[Float32, Float32]:
         return r * r, Float32(2.0) * r
     if name == "silu":
         s = _logistic(x)
-        act = x * s
+        act = x * s  # _logistic_times(x, x)
         return act, s + act * (one - s)
     if name == "gelu_tanh":
         x2 = x * x
@@ -100,13 +108,7 @@ def value_and_grad(name: str, x: Float32) -> tuple[Float32, Float32]:
         du = Float32(SQRT_2_OVER_PI) * (one + Float32(3.0 * GELU_CUBIC) * x2)
         return x * sig, sig + Float32(2.0) * x * sig * (one - sig) * du
     if name == "gelu":
-        z = cute.arch.fmax(x, -x) * Float32(SQRT_HALF)
-        t = cute.arch.rcp_approx(one + Float32(ERF_P) * z)
-        poly = Float32(ERF_A[4])
-        for a in reversed(ERF_A[:4]):
-            poly = poly * t + Float32(a)
-        gauss = cute.math.exp2(z * z * Float32(-LOG2E), fastmath=True)  # e^(-x²/2)
-        tail = poly * t * gauss  # 1 - erf(z)
-        cdf = Float32(0.5) * cutlass.select_(x >= zero, Float32(2.0) - tail, tail)
+        two_cdf, gauss = _gelu_two_cdf(x)
+        cdf = Float32(0.5) * two_cdf
         return x * cdf, cdf + x * gauss * Float32(1.0 / math.sqrt(2.0 * math.pi))
     raise ValueError(f"no gated activation gradient {name!r} (support.ACTIVATIONS)")

@@ -253,17 +253,21 @@ class _TileEpilogue:
     origin: Any  # the tile's first (row, col) in the problem
     # a row scale's factors, one list of fp32 values per subtile (``_row_scale_tile``), or None
     row_scale: Any = None
-    # a dgated epilogue's up half: its TMA store view of the tile's subtiles and its registers
-    # in fp32 and in C's dtype (the gate half's are ``bSG_gC``, ``tRS_rD`` and
-    # ``tRS_rD_out``); None for others
-    bSG_gC_up: Any = None
-    tRS_rD_up: Any = None
-    tRS_rD_up_out: Any = None
-    # a preact output's: per half (gate, up) the TMA store views (smem, gmem subtiles) and the
-    # subtile's registers (fp32, C's dtype); None for others
-    preact_views: Any = None
-    tRS_rP: Any = None
-    tRS_rP_out: Any = None
+    # the outputs a subtile stores besides the first (``_Output`` each): a dgated tile's up
+    # half; a preact's gate and up halves of the product. None for others
+    more: Any = None
+
+
+@dataclass(frozen=True)
+class _Output:
+    """One more output of an epilogue subtile: its TMA store atom and views (the buffers'
+    side, the tile's subtiles) and the subtile's registers in fp32 and in C's dtype."""
+
+    tma: Any
+    bSG_sC: Any  # (TMA, epi_stages)
+    bSG_gC: Any  # (TMA, (subtiles_m, subtiles_n))
+    tRS_rD: Any
+    tRS_rD_out: Any
 
 
 class Sm90Gemm(TracedLoops, GemmKernel):
@@ -1478,28 +1482,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         bSG_sC, bSG_gC = cpasync.tma_partition(
             args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
         )
-        bSG_gC_up = tRS_rD_up = tRS_rD_up_out = None
-        preact_views = tRS_rP = tRS_rP_out = None
-        if const_expr(plan.epilogue.preact):
-            tma_p, gP_mnl = args.preact
-            preact_views = [
-                cpasync.tma_partition(
-                    tma_p, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2),
-                    cute.zipped_divide(gP_mnl[(None, None, tile.m, tile.n, h)], cfg.epi_tile),
-                )
-                for h in range(2)
-            ]  # fmt: skip
-            tRS_rP = [cute.make_rmem_tensor(args.rD_shape, cutlass.Float32) for _ in range(2)]
-            tRS_rP_out = [cute.make_rmem_tensor(args.rD_shape, plan.c_dtype) for _ in range(2)]
-        if const_expr(plan.epilogue.dgated):
-            # the output's halves are its L (``dgated.halves``): the gate's 0, the up's 1
-            gC_up = args.gC_mnl[(None, None, tile.m, tile.n, 1)]
-            _, bSG_gC_up = cpasync.tma_partition(
-                args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2),
-                cute.zipped_divide(gC_up, cfg.epi_tile),
-            )  # fmt: skip
-            tRS_rD_up = cute.make_rmem_tensor(args.rD_shape, cutlass.Float32)
-            tRS_rD_up_out = cute.make_rmem_tensor(args.rD_shape, plan.c_dtype)
+        more = None  # the (M, N, 2) outputs' halves are their L (``dgated.halves``)
+        if const_expr(plan.epilogue.preact):  # the product's gate and up halves
+            more = [self._output(plan, args, *args.preact, tile, h) for h in range(2)]
+        if const_expr(plan.epilogue.dgated):  # the output's up half
+            more = [self._output(plan, args, args.tma_c, args.gC_mnl, tile, 1)]
         views = _TileEpilogue(
             bSG_sC=bSG_sC,
             bSG_gC=bSG_gC,
@@ -1508,12 +1495,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
             origin=self._tile_origin(plan, tile),
             row_scale=self._row_scale_tile(plan, args, tile) if scales is None else scales,
-            bSG_gC_up=bSG_gC_up,
-            tRS_rD_up=tRS_rD_up,
-            tRS_rD_up_out=tRS_rD_up_out,
-            preact_views=preact_views,
-            tRS_rP=tRS_rP,
-            tRS_rP_out=tRS_rP_out,
+            more=more,
         )
         if const_expr(plan.epilogue.dgated):
             self._dgated_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
@@ -1556,21 +1538,30 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 for j in cutlass.range_constexpr(3):
                     if args.is_store_warp:
                         store_pipeline.producer_acquire()
+                    output = None if const_expr(j == 0) else views.more[j - 1]
                     slot = (first + j) % plan.epi_stages
-                    if const_expr(j == 0):
-                        self._store_subtile(args, store_pipeline, views, slot, e)
-                    else:
-                        sP, gP = views.preact_views[j - 1]
-                        self._store_subtile(
-                            args, store_pipeline, views, slot, e, views.tRS_rP_out[j - 1], gP,
-                            (args.preact[0], sP),
-                        )  # fmt: skip
+                    self._store_subtile(args, store_pipeline, views, slot, e, output)
             else:
                 self._subtile_to_registers(plan, args, views, e, bias)
                 if args.is_store_warp:
                     store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             if const_expr(not plan.epilogue.preact):
                 self._store_subtile(args, store_pipeline, views, buf, e)
+
+    @staticmethod
+    def _output(plan, args, tma, g_mnl, tile, half) -> _Output:
+        """A subtile's ``_Output`` into half ``half`` (L) of an (M, N, 2) output's tiles
+        ``g_mnl`` (tile_m, out_tile_n, tiles_m, tiles_n, 2) through ``tma``."""
+        gC = g_mnl[(None, None, tile.m, tile.n, half)]
+        bSG_sC, bSG_gC = cpasync.tma_partition(
+            tma, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2),
+            cute.zipped_divide(gC, plan.config.epi_tile),
+        )  # fmt: skip
+        return _Output(
+            tma=tma, bSG_sC=bSG_sC, bSG_gC=bSG_gC,
+            tRS_rD=cute.make_rmem_tensor(args.rD_shape, cutlass.Float32),
+            tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
+        )  # fmt: skip
 
     @cute.jit
     def _dgated_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
@@ -1584,6 +1575,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if const_expr(not self._residual_under_mainloop(plan)):
             self.residual_prefetch(plan, args, tile, subtiles_done)
         per_subtile = cute.size(views.tRS_rD)
+        up_half = views.more[0]
         for e in cutlass.range_constexpr(plan.product_subtiles):
             s0 = subtiles_done + 2 * e  # the gate half's number in this set; the up half's next
             later = dgated.later_pair(plan.epi_stages, e, plan.product_subtiles)
@@ -1604,15 +1596,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 up = residual.value(up_buf, coord, cfg.epi_tile)
                 act, grad = epilogue_activation.value_and_grad(plan.epilogue.activation, gate)
                 views.tRS_rD[v] = dh * up * grad
-                views.tRS_rD_up[v] = dh * act
+                up_half.tRS_rD[v] = dh * act
             views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
-            views.tRS_rD_up_out.store(views.tRS_rD_up.load().to(plan.c_dtype))
+            up_half.tRS_rD_out.store(up_half.tRS_rD.load().to(plan.c_dtype))
             # the first store's first barrier: every thread has read both buffers
             self._store_subtile(args, store_pipeline, views, s0 % plan.epi_stages, e)
-            self._store_subtile(
-                args, store_pipeline, views, (s0 + 1) % plan.epi_stages, e,
-                views.tRS_rD_up_out, views.bSG_gC_up,
-            )  # fmt: skip
+            self._store_subtile(args, store_pipeline, views, (s0 + 1) % plan.epi_stages, e, up_half)
 
     @staticmethod
     def _residual_under_mainloop(plan) -> bool:
@@ -1795,8 +1784,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 if const_expr(epi.bias != "none"):
                     g, u = g + bias[v][0], u + bias[v][1]
                 if const_expr(epi.preact):
-                    views.tRS_rP[0][v] = g
-                    views.tRS_rP[1][v] = u
+                    views.more[0].tRS_rD[v] = g
+                    views.more[1].tRS_rD[v] = u
                 x = epilogue_activation.apply(epi.activation, g) * u
                 if const_expr(epi.row_scale != "none"):
                     x = x * views.row_scale[e][v]
@@ -1820,22 +1809,17 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
         if const_expr(epi.preact):
             for h in cutlass.range_constexpr(2):
-                views.tRS_rP_out[h].store(views.tRS_rP[h].load().to(plan.c_dtype))
+                views.more[h].tRS_rD_out.store(views.more[h].tRS_rD.load().to(plan.c_dtype))
 
     @cute.jit
-    def _store_subtile(
-        self, args, store_pipeline, views, buf, e, registers=None, gC=None, store=None
-    ):
-        """``views.tRS_rD_out`` (or ``registers``) into smem buffer ``buf`` (which the store
-        warp has acquired, or a residual's C load has filled, after the buffer's last store
-        read it), then its TMA store to subtile ``e`` of the tile (of ``gC``'s subtiles when
-        given: a dgated tile's up half; ``store``: another output's (TMA atom, smem-side
-        partition), a preact's)."""
-        if const_expr(registers is None):
-            registers = views.tRS_rD_out
-        if const_expr(gC is None):
-            gC = views.bSG_gC
-        tma, sC = (args.tma_c, views.bSG_sC) if const_expr(store is None) else store
+    def _store_subtile(self, args, store_pipeline, views, buf, e, output=None):
+        """``views.tRS_rD_out`` into smem buffer ``buf`` (which the store warp has acquired,
+        or a residual's C load has filled, after the buffer's last store read it), then its TMA
+        store to subtile ``e`` of the tile; ``output``: one of ``views.more`` instead."""
+        if const_expr(output is None):
+            registers, tma, sC, gC = views.tRS_rD_out, args.tma_c, views.bSG_sC, views.bSG_gC
+        else:
+            registers, tma, sC, gC = output.tRS_rD_out, output.tma, output.bSG_sC, output.bSG_gC
         args.barrier.arrive_and_wait()
         cute.copy(args.tiled_copy_r2s, registers, args.tRS_sC[(None, None, None, buf)])
         # Generic-proxy smem writes must be visible to the TMA (async proxy) store.
