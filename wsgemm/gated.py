@@ -153,10 +153,7 @@ def _for_autograd(x, weight, activation, bias=None):
     the backward is dx and dW (two products; the bias's gradient a sum over the rows) and
     recomputes nothing. The op's own backward (a direct ``torch.ops.wsgemm.gated_linear``
     call) recomputes the product."""
-    if torch.is_autocast_enabled("cuda"):  # the op's own autocast does not see this road
-        dtype = torch.get_autocast_dtype("cuda")
-        x, weight = x.to(autocast_dtype(x, dtype)), weight.to(autocast_dtype(weight, dtype))
-        bias = None if bias is None else bias.to(autocast_dtype(bias, dtype))
+    x, weight, bias = _autocast_cast(x, weight, bias)  # the op's autocast does not see this road
     folded = _fold(x) if x.dim() >= 1 else x
     act = core.check_gated(folded, weight, activation, (x.device.type,), bias)[2]
     return gated_unit_with_grad(act, matmul(x, weight.t(), bias=bias))
@@ -228,10 +225,10 @@ class _GatedMLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, w_gu, _, w_d, _, y, h = ctx.saved_tensors
-        x2 = x.reshape(-1, x.shape[-1])
         if torch.is_grad_enabled():  # create_graph (a double backward): torch's formula
             return _GatedMLP._differentiable(ctx, grad)
+        x, w_gu, _, w_d, _, y, h = ctx.saved_tensors
+        x2 = x.reshape(-1, x.shape[-1])
         d2 = grad.reshape(-1, grad.shape[-1])
         need = ctx.needs_input_grad
         dpre = None  # only for x's and the gate/up projection's gradients
@@ -266,8 +263,14 @@ def gated_mlp(x, gate_up_weight, gate_up_bias, down_weight, down_bias, activatio
     may be None), whose backward fuses the unit's gradient into the down projection's
     input-gradient GEMM (``_GatedMLP``; ``nn.GatedMLP`` calls it where that kernel runs). Under
     CUDA autocast the tensors are cast as ``matmul`` casts them."""
-    tensors = [x, gate_up_weight, gate_up_bias, down_weight, down_bias]
-    if torch.is_autocast_enabled("cuda"):
-        dtype = torch.get_autocast_dtype("cuda")
-        tensors = [None if t is None else t.to(autocast_dtype(t, dtype)) for t in tensors]
+    tensors = _autocast_cast(x, gate_up_weight, gate_up_bias, down_weight, down_bias)
     return _GatedMLP.apply(*tensors, activation)
+
+
+def _autocast_cast(*tensors):
+    """``tensors`` (None allowed) as CUDA autocast casts a matmul's operands, where it is on
+    (``ops.autocast_dtype``); as they are otherwise."""
+    if not torch.is_autocast_enabled("cuda"):
+        return tensors
+    dtype = torch.get_autocast_dtype("cuda")
+    return tuple(None if t is None else t.to(autocast_dtype(t, dtype)) for t in tensors)

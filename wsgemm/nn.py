@@ -397,8 +397,7 @@ def _gpu_fuses_gated_grad(device: torch.device) -> bool:
 
     if not fuses_gated_grad("sm90"):
         return False
-    index = device.index if device.index is not None else DISPATCHER.devices.current()
-    return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(index))
+    return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(DISPATCHER.device_index(device)))
 
 
 class GatedMLP(nn.Module):

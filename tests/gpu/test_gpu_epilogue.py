@@ -376,7 +376,7 @@ def test_dgated_matches_float64(dgated, m, half, hidden, act, ab):
     (``Epilogue.dgated``, both row tiles), against float64 of the same formula; the output
     poisoned first (every element written); a pre-activation with a row stride of its own."""
     from wsgemm.api import gated as gated_core
-    from wsgemm.api.epilogue import activation_grad
+    from wsgemm.api.epilogue import activation_grad, gated_unit_grad
 
     gen = torch.Generator().manual_seed(m * 7 + half)
     dy = make((m, hidden), ab, "cuda", gen=gen)
@@ -396,7 +396,7 @@ def test_dgated_matches_float64(dgated, m, half, hidden, act, ab):
     ref = torch.cat(
         [dh * up * activation_grad(act, gate).double(), dh * torch_activation(act, gate)], dim=1
     )
-    theirs = gated_core.gated_unit_grad(act, dy @ w_down, preact)
+    theirs = gated_unit_grad(act, dy @ w_down, preact)
     for name, cols in (("dgate", slice(0, half)), ("dup", slice(half, None))):  # each half
         assert_within_torch_error(got[:, cols], ref[:, cols], theirs[:, cols], f"{name} {act}")
 

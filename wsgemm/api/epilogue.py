@@ -19,8 +19,8 @@ from ..host.registry import ACTIVATIONS, PLAIN, Epilogue
 
 __all__ = ["ACTIVATIONS", "PLAIN", "Epilogue", "activate_", "activation_backward",
            "activation_grad", "apply_in_torch", "check_epilogue", "check_residual",
-           "check_scalar", "combine_in_torch", "gated_unit", "gated_unit_with_grad",
-           "kernel_bias", "torch_activation"]  # fmt: skip
+           "check_scalar", "combine_in_torch", "gated_unit", "gated_unit_grad",
+           "gated_unit_with_grad", "kernel_bias", "torch_activation"]  # fmt: skip
 
 #: The public activation names (``matmul(..., activation=...)``): None and the kernels' own.
 PUBLIC_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "none")
@@ -150,10 +150,7 @@ class _GatedUnit(torch.autograd.Function):
         if torch.compiler.is_compiling():  # functional ops for the compiler, which fuses them
             dgate = activation_backward(ctx.name, dh * up, gate)
             return None, torch.cat([dgate, dh * act], dim=-1)
-        dy = torch.empty_like(y)
-        torch.mul(dh, act, out=dy[..., half:])
-        activation_backward(ctx.name, dh * up, gate, dy[..., :half])
-        return None, dy
+        return None, gated_unit_grad(ctx.name, dh, y, act=act)
 
 
 def activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=None):
@@ -174,6 +171,20 @@ def activation_backward(name: str, grad: torch.Tensor, pre: torch.Tensor, out=No
     if out is None:
         return op.default(grad, pre, *extra, **kw)
     return op.grad_input(grad, pre, *extra, **kw, grad_input=out)
+
+
+def gated_unit_grad(name: str, dh, preact, out=None, act=None) -> torch.Tensor:
+    """``d[gate | up]`` of ``act(gate) * up`` from ``dh`` and ``preact = [gate | up]`` by
+    torch's own kernels, three passes into one tensor (``out`` where given; ``act``: the
+    forward's ``act(gate)`` where it was kept): ``dup = dh * act(gate)``, ``dgate = act'(gate)
+    * (dh * up)`` with torch's backward formulas."""
+    half = preact.shape[-1] // 2
+    gate, up = preact[..., :half], preact[..., half:]
+    if out is None:
+        out = torch.empty_like(preact)
+    torch.mul(dh, torch_activation(name, gate) if act is None else act, out=out[..., half:])
+    activation_backward(name, dh * up, gate, out[..., :half])
+    return out
 
 
 def gated_unit_with_grad(name: str, y: torch.Tensor) -> torch.Tensor:

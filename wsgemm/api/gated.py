@@ -26,7 +26,7 @@ from ..host.dispatch import current_settings
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import activation_backward, check_activation, kernel_bias, torch_activation
+from .epilogue import check_activation, gated_unit_grad, kernel_bias, torch_activation
 from .plan import _kernel_view
 
 __all__ = [
@@ -109,9 +109,10 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
     if hit is not None:  # a signature seen before: checked, its road decided, its kernel bound
         return hit(x, weight, bias)
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
-    if x.is_neg() or weight.is_neg():  # the kernel reads their memory, not a negated view's
-        return gated_linear(x.resolve_neg(), weight.resolve_neg(), activation, bias=bias,
-                            dispatcher=d)  # fmt: skip
+    if x.is_neg() or weight.is_neg() or (bias is not None and bias.is_neg()):
+        # the kernel reads their memory, not a negated view's (nor does matmul take one)
+        x, weight, bias = _resolved(x, weight, bias)
+        return gated_linear(x, weight, activation, bias=bias, dispatcher=d)
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     if m == 0 or half == 0:
         return out
@@ -125,14 +126,9 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
         if key is not None:
             d.remember(key, functools.partial(_unfused, d, act))
         return out
-    (a_view, a_major), b_view, (backend, config), index = fused
-    epilogue = Epilogue(bias="none" if bias is None else "col", activation=act, gated=True)
-    dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
-    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue.name)
+    (a_view, _), b_view, _, index = fused
     c_view = out.unsqueeze(-1)
-    vector = None if bias is None else _bias_vector(bias)
-    with d.on_device(index):
-        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, vector)
+    fn, clusters = _launch(d, fused, x, act, bias, c_view)
     bind = getattr(fn, "bind", None)
     if key is not None and bind is not None:
         if bias is None:
@@ -154,29 +150,45 @@ def gated_linear_preact(x, weight, activation="silu", *, bias=None, dispatcher=N
     and the product rounded to ``x``'s dtype."""
     d = dispatcher or _default_dispatcher()
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
-    # the kernel reads their memory (a negated view's values are not it)
-    x, weight = x.resolve_neg(), weight.resolve_neg()
-    bias = None if bias is None else bias.resolve_neg()
+    x, weight, bias = _resolved(x, weight, bias)  # the kernel reads their memory
     fused = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
     if not isinstance(fused, str) and not host.fuses_gated_grad(fused[2][0]):
         fused = "the gated training kernels are switched off (host.registry.DGATED_FAMILIES)"
     if isinstance(fused, str):  # gated_linear's unfused road: the unit on the fp32 product
-        y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None, bias)
+        y = _product32(d, x, weight, bias)
         return gated_in_torch(y, act, x.dtype), y.to(x.dtype)
-    (a_view, a_major), b_view, (backend, config), index = fused
     out = torch.empty(m, half, dtype=x.dtype, device=x.device)
     preact = torch.empty(m, 2 * half, dtype=x.dtype, device=x.device)
-    epilogue = Epilogue(
-        bias="none" if bias is None else "col", activation=act, gated=True, preact=True
-    )
+    p_view = _kernel_view(preact[:, :half].unsqueeze(-1), False, (1,))[0]
+    _launch(d, fused, x, act, bias, out.unsqueeze(-1), p_view)
+    return out, preact
+
+
+def _launch(d, fused, x, act, bias, c_view, preact=None):
+    """Launch the gated kernel ``fused`` (``_road``'s) on ``x`` into ``c_view`` (and, with
+    ``preact``, the pre-activation's gate-half view: ``Epilogue.preact``); returns the
+    compiled kernel and its cluster count."""
+    (a_view, a_major), b_view, (backend, config), index = fused
+    epilogue = Epilogue(bias="none" if bias is None else "col", activation=act, gated=True,
+                        preact=preact is not None)  # fmt: skip
     dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
     fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue.name)
     vector = None if bias is None else _bias_vector(bias)
-    p_view = _kernel_view(preact[:, :half].unsqueeze(-1), False, (1,))[0]
+    extras = (vector,) if preact is None else (vector, None, None, preact)
     with d.on_device(index):
-        fn(a_view, b_view, out.unsqueeze(-1), clusters, *UNSPLIT_LAUNCH, vector, None, None,
-           p_view)  # fmt: skip
-    return out, preact
+        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, *extras)
+    return fn, clusters
+
+
+def _resolved(x, weight, bias):
+    """The tensors with any negated view resolved (a copy of its values; others as they are)."""
+    return x.resolve_neg(), weight.resolve_neg(), None if bias is None else bias.resolve_neg()
+
+
+def _product32(d, x, weight, bias=None) -> torch.Tensor:
+    """The (M, 2I) product in fp32, plus the bias in its epilogue (``matmul``'s own launcher
+    kept per signature)."""
+    return dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None, bias)
 
 
 def _bias_vector(bias: torch.Tensor) -> torch.Tensor:
@@ -189,8 +201,7 @@ def _unfused(d, act: str, x, weight, bias=None) -> torch.Tensor:
     """The unfused road: the (M, 2I) product in fp32 (plus the bias, in its epilogue;
     ``matmul``'s own launcher kept per signature), then ``act(gate) * up`` in fp32, rounded
     once."""
-    y = dispatch.call(d, x, weight.t(), None, torch.float32, torch.float32, "auto", None, bias)
-    return gated_in_torch(y, act, x.dtype)
+    return gated_in_torch(_product32(d, x, weight, bias), act, x.dtype)
 
 
 def _signature(x, weight, activation, bias=None):
@@ -267,15 +278,9 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
 def _training_line(d, x, half: int, road) -> str:
     """``explain``'s line on a ``GatedMLP`` training step of these rows: fused (the gated
     kernel storing the pre-activation, the unit's gradient in the dh GEMM) or not, and why."""
-    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
-    backend = gated_config(x.shape[0])[0]
     head = "training (GatedMLP with a gradient to compute):"
-    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
-        return (f"{head} the (M, 2I) product saved, act(gate) * up in torch, its gradient in "
-                "three elementwise passes (no dgated kernel runs on this GPU)")  # fmt: skip
-    if not host.fuses_gated_grad(backend) or half % 8:
-        why = ("the dgated kernels are switched off (host.registry.DGATED_FAMILIES)"
-               if half % 8 == 0 else "I is not a multiple of 8")  # fmt: skip
+    why = _dgated_refusal(d, x.shape[0], half, _index(d, x))
+    if why is not None:
         return (f"{head} the (M, 2I) product saved, act(gate) * up in torch, its gradient in "
                 f"three elementwise passes ({why})")  # fmt: skip
     forward = "the (M, 2I) product, then act(gate) * up"
@@ -349,32 +354,16 @@ def gated_grad(dy, w_down, preact, activation="silu", *, dispatcher=None) -> tor
     return out
 
 
-def gated_unit_grad(act: str, dh, preact, out=None) -> torch.Tensor:
-    """``d[gate | up]`` from ``dh`` and ``preact`` by torch's own kernels, into ``out`` (the
-    unfused road of ``gated_grad``; ``gated_unit_with_grad``'s backward): ``dup = dh *
-    act(gate)``, ``dgate = act'(gate) * (dh * up)`` with torch's backward formulas."""
-    half = preact.shape[-1] // 2
-    gate, up = preact[..., :half], preact[..., half:]
-    if out is None:
-        out = torch.empty_like(preact)
-    torch.mul(dh, torch_activation(act, gate), out=out[..., half:])
-    activation_backward(act, dh * up, gate, out[..., :half])
-    return out
-
-
 def _grad_road(d, dy, w_down, preact):
     """(A's view and major, B's view and major, C's (the pre-activation's gate half) view,
     (backend, config), device index) where the dgated kernel runs ``gated_grad``, else why
     not (a str)."""
-    index = dy.device.index if dy.device.index is not None else (d.devices.current() or 0)
+    index = _index(d, dy)
     backend, config = gated_config(dy.shape[0])  # the gated kernel's tiles, both non-swap
-    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
-        return "no dgated kernel runs on this GPU"
-    if not host.fuses_gated_grad(backend):
-        return "the dgated kernels are switched off (host.registry.DGATED_FAMILIES)"
     half = w_down.shape[1]
-    if half % 8:
-        return "I is not a multiple of 8 (the up half's offset must be 16 bytes)"
+    why = _dgated_refusal(d, dy.shape[0], half, index)
+    if why is not None:
+        return why
     a = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
     if a is None:  # (e.g. a broadcast gradient, out.sum()'s) a copy the kernel reads: M x H
         a = _kernel_view(dy.contiguous().unsqueeze(-1), False, (1, 0))
@@ -389,6 +378,24 @@ def _grad_road(d, dy, w_down, preact):
     return (a_view, a_major), (b_view, b_major), c[0], (backend, config), index
 
 
+def _dgated_refusal(d, rows: int, half: int, index: int) -> str | None:
+    """Why no dgated kernel runs a gradient of ``rows`` rows and ``half`` (I) on device
+    ``index``, or None where one does (views aside: ``_grad_road``)."""
+    backend = gated_config(rows)[0]
+    if not host.BACKENDS[backend].supports(d.devices.capability(index)):
+        return "no dgated kernel runs on this GPU"
+    if not host.fuses_gated_grad(backend):
+        return "the dgated kernels are switched off (host.registry.DGATED_FAMILIES)"
+    if half % 8:
+        return "I is not a multiple of 8 (the up half's offset must be 16 bytes)"
+    return None
+
+
+def _index(d, t) -> int:
+    """The dispatcher's index of ``t``'s device (a device without one: the current)."""
+    return d.device_index(t.device) or 0
+
+
 def _default_dispatcher():
     from ..host.dispatch import DISPATCHER
 
@@ -398,7 +405,7 @@ def _default_dispatcher():
 def _road(d, x, weight, act, bias=None):
     """((A's view, its major), B's view, (backend, config), device index) where a gated kernel
     runs this call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
-    index = x.device.index if x.device.index is not None else (d.devices.current() or 0)
+    index = _index(d, x)
     backend, config = gated_config(x.shape[0])
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no gated kernel runs on this GPU"
