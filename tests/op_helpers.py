@@ -201,3 +201,26 @@ def cuda_autocast(dtype):
     finally:
         torch.set_autocast_enabled("cuda", was)
         torch.set_autocast_dtype("cuda", old)
+
+
+def install_gated_training(monkeypatch) -> list:
+    """The gated training kernels (``DGATED_FAMILIES``) on, run on the CPU by the float64
+    stand-ins of their contracts (``stand_ins.GatedKernels``) behind ``api.gated``'s
+    ``gated_grad`` and ``gated_linear_preact`` (so behind their ops), and the ops' fakes taking
+    CPU tensors. Returns the variants the stand-in was asked for."""
+    import functools
+
+    from stand_ins import GatedKernels
+
+    from wsgemm.api import Dispatcher
+    from wsgemm.host import registry
+    from wsgemm.host.dispatch import StandInDevices
+
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    kernels = GatedKernels()
+    d = Dispatcher(kernels, StandInDevices((9, 0), 132))
+    for name in ("gated_grad", "gated_linear_preact"):
+        real = getattr(gated_core, name)
+        monkeypatch.setattr(gated_core, name, functools.partial(real, dispatcher=d))
+    return kernels.variants

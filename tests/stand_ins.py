@@ -37,19 +37,6 @@ class StandInKernel:
         if spec.scale:
             result = alpha * result
         assert (residual is not None) == spec.own_c, (spec, residual)
-        if spec.dgated:  # C and the output: (M, 2N) given as their gate halves (M, N, 1)
-            n = c.shape[1]
-
-            def halves(t):
-                return t.as_strided((t.shape[0], n, 2), (t.stride(0), t.stride(1), n))
-
-            self.residuals.append(residual.data_ptr())
-            pre = halves(residual).double()
-            gate, up, dh = pre[..., 0], pre[..., 1], result[..., 0]
-            dgate = dh * up * activation_grad(spec.activation, gate).double()
-            dup = dh * torch_activation(spec.activation, gate)
-            halves(c).copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
-            return
         if spec.residual:  # C's values before the call: its own tensor, or the output itself
             if spec.c_tensor:
                 assert residual.shape == c.shape and residual.stride() == c.stride(), (
@@ -75,6 +62,49 @@ class StandInCache:
         if variant.epilogue == "none":
             return self.kernel
         return functools.partial(self.kernel, epilogue=variant.epilogue)
+
+
+class GatedKernels:
+    """A compile cache whose kernels are float64 stand-ins of the gated family's contracts:
+    plain products (the unfused roads' matmul), the gated kernel (with a bias, and its preact
+    output) and the dgated one (``Epilogue.dgated``); it records the variants it was asked for
+    (tests/api/test_gated.py, the training step's tests in tests/ops)."""
+
+    def __init__(self):
+        self.variants = []
+
+    def get(self, variant):
+        self.variants.append(variant)
+        return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue))
+
+    @staticmethod
+    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *rest, epilogue):
+        if epilogue.dgated:  # C and the output (M, 2N): their gate halves (M, N, 1) given
+            n, pre = c.shape[1], rest[-1]
+            assert pre.shape == c.shape and pre.stride(1) == c.stride(1) == 1
+            pre = pre.as_strided((pre.shape[0], n, 2), (pre.stride(0), 1, n)).double()
+            dh = torch.einsum("mkl,nkl->mn", a.double(), b.double())
+            gate, up = pre[..., 0], pre[..., 1]
+            dgate = dh * up * activation_grad(epilogue.activation, gate).double()
+            dup = dh * torch_activation(epilogue.activation, gate)
+            both = c.as_strided((c.shape[0], n, 2), (c.stride(0), 1, n))
+            both.copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
+            return
+        if epilogue.gated:  # B's view is the gate's rows; the up rows follow in memory
+            half = c.shape[1]
+            assert b.shape[0] == half and b.stride(1) == 1  # K-major
+            b = b.as_strided((2 * half, *b.shape[1:]), b.stride())
+        y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
+        if epilogue.bias != "none":  # the gated kernel's is [b_gate; b_up], as B's rows
+            along = (1, -1, 1) if epilogue.bias == "col" else (-1, 1, 1)
+            y = y + bias.double().reshape(along)
+        if epilogue.preact:  # the product's halves (plus the bias) where rest[-1] points
+            pre = rest[-1]
+            assert pre.shape == c.shape and pre.stride(1) == 1
+            pre.as_strided((pre.shape[0], 2 * half), (pre.stride(0), 1)).copy_(y[..., 0])
+        if epilogue.gated:
+            y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
+        c.copy_(y.to(c.dtype))
 
 
 def cpu_dispatcher(capability=(9, 0), **options) -> Dispatcher:

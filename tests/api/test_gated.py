@@ -8,6 +8,7 @@ import functools
 
 import pytest
 import torch
+from stand_ins import GatedKernels as Kernels
 from stand_ins import address_entry
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -19,46 +20,6 @@ from wsgemm.host import choosing, registry
 from wsgemm.host.dispatch import StandInDevices
 
 F16, BF16 = torch.float16, torch.bfloat16
-
-
-class Kernels:
-    """Plain products in float64 (the unfused road's matmul) and the gated kernel's contract."""
-
-    def __init__(self):
-        self.variants = []
-
-    def get(self, variant):
-        self.variants.append(variant)
-        return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue))
-
-    @staticmethod
-    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *rest, epilogue):
-        if epilogue.dgated:  # C and the output (M, 2N): their gate halves (M, N, 1) given
-            n, pre = c.shape[1], rest[-1]
-            assert pre.shape == c.shape and pre.stride(1) == c.stride(1) == 1
-            pre = pre.as_strided((pre.shape[0], n, 2), (pre.stride(0), 1, n)).double()
-            dh = torch.einsum("mkl,nkl->mn", a.double(), b.double())
-            gate, up = pre[..., 0], pre[..., 1]
-            dgate = dh * up * activation_grad(epilogue.activation, gate).double()
-            dup = dh * torch_activation(epilogue.activation, gate)
-            both = c.as_strided((c.shape[0], n, 2), (c.stride(0), 1, n))
-            both.copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
-            return
-        if epilogue.gated:  # B's view is the gate's rows; the up rows follow in memory
-            half = c.shape[1]
-            assert b.shape[0] == half and b.stride(1) == 1  # K-major
-            b = b.as_strided((2 * half, *b.shape[1:]), b.stride())
-        y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
-        if epilogue.bias != "none":  # the gated kernel's is [b_gate; b_up], as B's rows
-            along = (1, -1, 1) if epilogue.bias == "col" else (-1, 1, 1)
-            y = y + bias.double().reshape(along)
-        if epilogue.preact:  # the product's halves (plus the bias) where rest[-1] points
-            pre = rest[-1]
-            assert pre.shape == c.shape and pre.stride(1) == 1
-            pre.as_strided((pre.shape[0], 2 * half), (pre.stride(0), 1)).copy_(y[..., 0])
-        if epilogue.gated:
-            y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
-        c.copy_(y.to(c.dtype))
 
 
 def dispatcher(capability=(9, 0)):

@@ -231,9 +231,16 @@ def gated_bias(monkeypatch):
     cases passed on an H100, 2026-12-06; the fixture keeps them meaningful if it is switched
     off), with no launcher kept from before or after (a kept launcher does not look at the
     switch)."""
+    yield from _switched_on(monkeypatch, "GATED_BIAS_FAMILIES")
+
+
+def _switched_on(monkeypatch, switch: str):
+    """A fixture's body: the family set ``switch`` of ``host.registry`` holding the sm90
+    family for the test, with no launcher kept from before or after (a kept launcher does not
+    look at the switch)."""
     from wsgemm.host import registry
 
-    monkeypatch.setattr(registry, "GATED_BIAS_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(registry, switch, registry.EPILOGUE_FAMILIES)
     api.DISPATCHER.forget()
     yield
     api.DISPATCHER.forget()
@@ -343,12 +350,7 @@ def test_gated_mlp_forward_and_backward():
 def dgated(monkeypatch):
     """The dgated kernel switched on (``DGATED_FAMILIES``: off on main until these cases pass),
     with no launcher kept from before or after."""
-    from wsgemm.host import registry
-
-    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
-    api.DISPATCHER.forget()
-    yield
-    api.DISPATCHER.forget()
+    yield from _switched_on(monkeypatch, "DGATED_FAMILIES")
 
 
 DGATED_CASES = [

@@ -398,8 +398,7 @@ def _assert_residual(r: insp.Report, variant: host.Variant) -> None:
     through 16-byte global loads; spill-free, no CALL."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
-    cfg = variant.kernel_config()
-    subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // cfg.epi_tile[1])
+    subtiles = variant.kernel_config().num_epi_subtiles
     assert ops.count("SYNCS.ARRIVE.TRANS64") == 1 + subtiles, sorted(set(ops))
     loads = sum(op.startswith("UTMALDG") for op in ops)
     assert loads >= 2 + subtiles, f"{loads} TMA loads for A, B and {subtiles} C subtiles"
@@ -441,8 +440,7 @@ def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
     memory, never by 16-byte global loads; spill-free, no CALL (``_assert_fused``)."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
-    cfg = variant.kernel_config()
-    subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // cfg.epi_tile[1])
+    subtiles = variant.kernel_config().num_epi_subtiles
     assert ops.count("SYNCS.ARRIVE.TRANS64") == 1 + 2 * subtiles, sorted(set(ops))
     stores = sum(op.startswith("UTMASTG") for op in ops)
     assert stores == 2 * subtiles, f"{stores} TMA stores for {subtiles} product subtiles"
@@ -486,8 +484,9 @@ def _assert_preact(r: insp.Report, variant: host.Variant) -> None:
     C load; spill-free, no CALL."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
-    cfg = variant.kernel_config()
-    out_subtiles = (cfg.tile_m // cfg.epi_tile[0]) * (cfg.tile_n // 2 // cfg.epi_tile[1])
+    out_subtiles = (
+        variant.kernel_config().num_epi_subtiles // 2
+    )  # the output is half the product's width
     assert sum(op.startswith("UTMASTG") for op in ops) == 3 * out_subtiles
     assert ops.count("UTMACCTL.PF") == 4, "A, B and the two stores"
     assert ops.count("SYNCS.ARRIVE.TRANS64") == 1, "no C load: only the mainloop's arrival"

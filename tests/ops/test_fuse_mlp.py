@@ -315,31 +315,14 @@ def test_a_biased_gated_mlp_takes_gated_linear_once_its_kernel_takes_a_bias(
 @pytest.fixture
 def fused_training(monkeypatch):
     """``GatedMLP``'s fused training step on the CPU: matmul's core a float64 stand-in, the
-    dgated kernel switched on (``DGATED_FAMILIES``) and run by the CPU stand-in of its contract
-    (tests/api/test_gated.py's ``Kernels``) through ``torch.ops.wsgemm.gated_grad``. Returns the
-    stand-in's compiled variants."""
-    import functools
-
-    from api.test_gated import Kernels
-    from op_helpers import install
-
-    from wsgemm import ops
-    from wsgemm.api import Dispatcher
-    from wsgemm.api import gated as gated_core
-    from wsgemm.host import registry
-    from wsgemm.host.dispatch import StandInDevices
+    gated training kernels on and run by the CPU stand-ins of their contracts
+    (``op_helpers.install_gated_training``). Returns the stand-in's compiled variants."""
+    from op_helpers import install, install_gated_training
 
     install(monkeypatch)
-    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
     monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
     monkeypatch.setattr(wnn, "_fuses_gated_grad", lambda x: True)
-    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
-    kernels = Kernels()
-    d = Dispatcher(kernels, StandInDevices((9, 0), 132))
-    for name in ("gated_grad", "gated_linear_preact"):
-        monkeypatch.setattr(gated_core, name,
-                            functools.partial(getattr(gated_core, name), dispatcher=d))  # fmt: skip
-    return kernels.variants
+    return install_gated_training(monkeypatch)
 
 
 def _mlp_reference(mlp, x, grad):

@@ -6,7 +6,7 @@ tests/api/test_gated.py, the kernel in tests/gpu."""
 
 import pytest
 import torch
-from op_helpers import capture, fake_cuda, install, install_gated, ops_in
+from op_helpers import capture, fake_cuda, install, install_gated, install_gated_training, ops_in
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -166,28 +166,14 @@ def test_the_training_road_casts_under_cuda_autocast(monkeypatch):
 def test_opcheck_of_the_gated_grad_op(monkeypatch):
     """``torch.ops.wsgemm.gated_grad`` (the unit's gradient from ``dy @ w_down`` and the saved
     pre-activation): schema, the fake implementation against the CPU stand-in of the dgated
-    kernel (tests/api/test_gated.py's ``Kernels``), dynamic shapes; the fake's checks."""
-    import functools
-
-    from api.test_gated import Kernels
-
-    from wsgemm.api import Dispatcher
-    from wsgemm.api import gated as gated_core
-    from wsgemm.host import registry
-    from wsgemm.host.dispatch import StandInDevices
-
-    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
-    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
-    kernels = Kernels()
-    d = Dispatcher(kernels, StandInDevices((9, 0), 132))
-    monkeypatch.setattr(gated_core, "gated_grad",
-                        functools.partial(gated_core.gated_grad, dispatcher=d))  # fmt: skip
+    kernel (``stand_ins.GatedKernels``), dynamic shapes; the fake's checks."""
+    variants = install_gated_training(monkeypatch)
     gen = torch.Generator().manual_seed(3)
     dy = torch.randn(7, 32, generator=gen).to(BF16)
     w_down = (torch.randn(32, 24, generator=gen) / 4).to(BF16)
     preact = torch.randn(7, 48, generator=gen).to(BF16)
     torch.library.opcheck(torch.ops.wsgemm.gated_grad.default, (dy, w_down, preact, "silu"))
-    assert kernels.variants and kernels.variants[-1].epilogue == "dgated+silu"
+    assert variants and variants[-1].epilogue == "dgated+silu"
     with FakeTensorMode():
         got = torch.ops.wsgemm.gated_grad(fake_cuda((7, 32), BF16), fake_cuda((32, 24), BF16),
                                           fake_cuda((7, 48), BF16), "gelu")  # fmt: skip
