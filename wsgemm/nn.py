@@ -446,6 +446,8 @@ class GatedMLP(nn.Module):
         on wsgemm in one half dtype, I a multiple of 8, a kernel that fuses it on this GPU, and
         projections that are this module's own plain layers (no hooks, no activation: the
         step bypasses their forward). Not under a torch.func transform."""
+        if not _fuses_gated_grad(x):  # first: the registry's switch, cheap (every forward)
+            return False
         up, down = self.gate_up_proj, self.down_proj
         params = (up.weight, down.weight, up.bias, down.bias)
         if not (torch.is_grad_enabled() and (x.requires_grad or any(
@@ -463,7 +465,7 @@ class GatedMLP(nn.Module):
             return False
         dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
         kinds = {autocast_dtype(p, dtype) if dtype else p.dtype for p in params if p is not None}
-        return len(kinds) == 1 and _fuses_gated_grad(x)
+        return len(kinds) == 1
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
