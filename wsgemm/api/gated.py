@@ -192,9 +192,9 @@ def _product32(d, x, weight, bias=None) -> torch.Tensor:
 
 
 def _bias_vector(bias: torch.Tensor) -> torch.Tensor:
-    """The kernel's bias: ``bias`` where it is a flat unit-stride vector of its own values,
-    else a copy that is (a negated view's values are not its memory's)."""
-    return kernel_bias(bias.resolve_neg(), "col", bias.shape[0], bias.shape[0])
+    """The kernel's bias: ``bias`` where it is a flat unit-stride vector, else a copy that is
+    (a negated view never comes here: ``_resolved`` first, and no launcher is kept for one)."""
+    return kernel_bias(bias, "col", bias.shape[0], bias.shape[0])
 
 
 def _unfused(d, act: str, x, weight, bias=None) -> torch.Tensor:
