@@ -446,12 +446,12 @@ class GatedMLP(nn.Module):
         on wsgemm in one half dtype, I a multiple of 8, a kernel that fuses it on this GPU, and
         projections that are this module's own plain layers (no hooks, no activation: the
         step bypasses their forward). Not under a torch.func transform."""
-        if not _fuses_gated_grad(x):  # first: the registry's switch, cheap (every forward)
-            return False
         up, down = self.gate_up_proj, self.down_proj
         params = (up.weight, down.weight, up.bias, down.bias)
         if not (torch.is_grad_enabled() and (x.requires_grad or any(
                 p is not None and p.requires_grad for p in params))):  # fmt: skip
+            return False  # first: an inference forward asks nothing else
+        if not _fuses_gated_grad(x):
             return False
         if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
             return False
