@@ -6,9 +6,10 @@ one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``
 
 * ``wsgemm``: ``wsgemm.nn.GatedMLP`` as main runs it (the gate/up product on wsgemm; the unit's
   gradient fused into the dh GEMM where ``host.registry.DGATED_FAMILIES`` holds the family,
-  else in three passes: docs/perf.md entry 74; the backward GEMMs on wsgemm);
-* ``wsgemm_dgated``: the same module with the dgated kernel switched on for its call
-  (``DGATED_FAMILIES``; until its GPU tests pass main keeps it off), checked the same way;
+  sm90 since docs/perf.md entry 80; the backward GEMMs on wsgemm);
+* ``wsgemm_unfused``: the same module with the dgated kernels switched off for its call
+  (``DGATED_FAMILIES`` emptied: the unit's gradient in three passes, entry 74), checked the
+  same way;
 * ``torch``: the same with ``F.linear`` on the same fused ``[gate; up]`` weight and torch's
   ``act(y[..., :I]) * y[..., I:]`` (autograd through the two slices);
 * ``gemms``: torch's six GEMMs alone, ``wsgemm_gemms`` wsgemm's (``wsgemm.matmul``) on the
@@ -59,9 +60,9 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
         zero()
         mlp(x).backward(dout)
 
-    def step_dgated():
+    def step_unfused():
         saved = registry.DGATED_FAMILIES
-        registry.DGATED_FAMILIES = registry.EPILOGUE_FAMILIES
+        registry.DGATED_FAMILIES = frozenset()
         try:
             step_wsgemm()
         finally:
@@ -83,7 +84,7 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
 
         return step
 
-    calls = {"wsgemm": step_wsgemm, "wsgemm_dgated": step_dgated, "torch": step_torch,
+    calls = {"wsgemm": step_wsgemm, "wsgemm_unfused": step_unfused, "torch": step_torch,
              "gemms": products(torch.matmul), "wsgemm_gemms": products(wsgemm.matmul)}  # fmt: skip
     return calls, (mlp, x, dout)
 
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
             calls, (mlp, x, dout) = contenders(model.hidden, model.ffn, tokens, dtype,
                                                args.activation, gen)  # fmt: skip
             check(mlp, x, dout, args.activation)
-            check(mlp, x, dout, args.activation, calls["wsgemm_dgated"])
+            check(mlp, x, dout, args.activation, calls["wsgemm_unfused"])
             names = list(calls)
             estimates = {n: timer.estimate(calls[n]) for n in names}
             times = {n: [] for n in names}
@@ -145,22 +146,22 @@ def main(argv=None) -> int:
             ours = med["wsgemm"] - med["wsgemm_gemms"]  # wsgemm's
             saved = 1 - ours / theirs if theirs > 0 else None
             said = "n/a" if saved is None else f"{saved:6.1%}"
-            fused = med["wsgemm_dgated"] - med["wsgemm_gemms"]
-            saved_dgated = 1 - fused / theirs if theirs > 0 else None
+            unfused = med["wsgemm_unfused"] - med["wsgemm_gemms"]
+            saved_unfused = 1 - unfused / theirs if theirs > 0 else None
             print(f"{name} t={tokens:<6d} wsgemm {med['wsgemm']:8.3f} ms  torch "
                   f"{med['torch']:8.3f} ms  wsgemm/torch {med['wsgemm'] / med['torch']:.3f}  "
                   f"elementwise {ours:7.3f} vs {theirs:7.3f} ms  saved {said}",
                   flush=True)  # fmt: skip
-            if saved_dgated is not None:
-                print(f"{name} t={tokens:<6d} wsgemm_dgated {med['wsgemm_dgated']:8.3f} ms  "
-                      f"wsgemm_dgated/torch {med['wsgemm_dgated'] / med['torch']:.3f}  "
-                      f"elementwise {fused:7.3f} ms  saved {saved_dgated:6.1%}",
+            if saved_unfused is not None:
+                print(f"{name} t={tokens:<6d} wsgemm_unfused {med['wsgemm_unfused']:8.3f} ms  "
+                      f"wsgemm_unfused/torch {med['wsgemm_unfused'] / med['torch']:.3f}  "
+                      f"elementwise {unfused:7.3f} ms  saved {saved_unfused:6.1%}",
                       flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
                                 times_ms=times, median_ms=med, elementwise_ms=ours,
                                 torch_elementwise_ms=theirs, saved=saved,
-                                dgated_elementwise_ms=fused,
-                                saved_dgated=saved_dgated))  # fmt: skip
+                                unfused_elementwise_ms=unfused,
+                                saved_unfused=saved_unfused))  # fmt: skip
             del calls, mlp, x, dout
     if args.json:
         env.write_script_record(args.json, args, records)
