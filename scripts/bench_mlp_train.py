@@ -13,7 +13,12 @@ one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``
 * ``torch``: the same with ``F.linear`` on the same fused ``[gate; up]`` weight and torch's
   ``act(y[..., :I]) * y[..., I:]`` (autograd through the two slices);
 * ``gemms``: torch's six GEMMs alone, ``wsgemm_gemms`` wsgemm's (``wsgemm.matmul``) on the
-  same operands: what each step would take with free elementwise work.
+  same operands: what each step would take with free elementwise work;
+* the fused GEMMs against their plain ones (issue #25's bars, each <= 1.05x): ``dh_dgated``
+  (``api.gated.gated_grad``: ``dh = d_out @ W_down`` with the unit's gradient in its epilogue,
+  writing ``d[gate | up]``) against ``dh_plain`` (``wsgemm.matmul(d_out, W_down)``), and
+  ``fwd_preact`` (``api.gated.gated_linear_preact``: ``h`` and ``[gate | up]`` from one
+  kernel) against ``fwd_plain`` (``wsgemm.linear(x, W_gate_up)``, the 2I-wide product).
 
 cuBLAS's reduced-precision split-K reduction is off, as in ``python -m wsgemm bench``. Prints
 per shape the medians, each side's elementwise time (``torch - gemms``, ``wsgemm -
@@ -34,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import wsgemm
+from wsgemm.api import gated as gated_core
 from wsgemm.api.epilogue import gated_unit
 from wsgemm.bench import env, measure, suites
 from wsgemm.bench.nvml import Nvml
@@ -84,8 +90,23 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
 
         return step
 
+    preact = torch.randn(tokens, 2 * ffn, device="cuda", dtype=dtype, generator=gen)
+    x0 = x.detach()
+
+    def no_grad(fn):
+        def call():
+            with torch.no_grad():
+                fn()
+
+        return call
+
     calls = {"wsgemm": step_wsgemm, "wsgemm_unfused": step_unfused, "torch": step_torch,
-             "gemms": products(torch.matmul), "wsgemm_gemms": products(wsgemm.matmul)}  # fmt: skip
+             "gemms": products(torch.matmul), "wsgemm_gemms": products(wsgemm.matmul),
+             "dh_plain": no_grad(lambda: wsgemm.matmul(dout, w_d)),
+             "dh_dgated": no_grad(lambda: gated_core.gated_grad(dout, w_d, preact, act)),
+             "fwd_plain": no_grad(lambda: wsgemm.linear(x0, w_gu)),
+             "fwd_preact": no_grad(lambda: gated_core.gated_linear_preact(x0, w_gu, act)),
+             }  # fmt: skip
     return calls, (mlp, x, dout)
 
 
@@ -157,7 +178,15 @@ def main(argv=None) -> int:
                       f"wsgemm_unfused/torch {med['wsgemm_unfused'] / med['torch']:.3f}  "
                       f"elementwise {unfused:7.3f} ms  saved {saved_unfused:6.1%}",
                       flush=True)  # fmt: skip
+            dgated_over_plain = med["dh_dgated"] / med["dh_plain"]
+            preact_over_plain = med["fwd_preact"] / med["fwd_plain"]
+            print(f"{name} t={tokens:<6d} dh dgated/plain {dgated_over_plain:.3f} "
+                  f"({med['dh_plain'] * 1e3:.1f} us plain)  forward preact/plain "
+                  f"{preact_over_plain:.3f} ({med['fwd_plain'] * 1e3:.1f} us plain)",
+                  flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
+                                dgated_over_plain=dgated_over_plain,
+                                preact_over_plain=preact_over_plain,
                                 times_ms=times, median_ms=med, elementwise_ms=ours,
                                 torch_elementwise_ms=theirs, saved=saved,
                                 unfused_elementwise_ms=unfused,
