@@ -19,6 +19,20 @@ def test_reps_cover_the_target_within_bounds():
     assert measure.reps_for(float("nan"), 10.0, 3, 100) == 100
 
 
+def test_the_hold_covers_the_whole_queue():
+    """The GPU is held while the host queues every call of a measurement, not just the first:
+    a host that slows mid-queue (a busier thread, a slower call path) must not leave the GPU
+    waiting with the next call's launch inside its events. A host faster than the GPU gets
+    the same hold (its calls run back to back after it either way)."""
+    fast_host = measure.Estimate(gpu_ms=0.1, host_ms=0.03, cycle_ms=0.2)
+    slow_host = measure.Estimate(gpu_ms=0.1, host_ms=0.5, cycle_ms=0.2)
+    for est in (fast_host, slow_host):
+        hold = measure.hold_for(est, 20)
+        assert hold >= 21 * est.host_ms  # every call's queueing time, and the first's again
+        assert hold <= measure.HOLD_MARGIN * 21 * est.host_ms
+    assert measure.hold_for(measure.Estimate(1.0, 50.0, 1.0), 20) == measure.MAX_HOLD_MS
+
+
 def test_rotation_puts_every_backend_in_every_slot():
     names = ["cublas", "a", "b", "c"]
     orders = [measure.rotated(names, r) for r in range(len(names))]

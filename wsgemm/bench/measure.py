@@ -14,6 +14,7 @@ and summarized across rounds (median, min, max).
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -97,6 +98,15 @@ def rotated(items: list, round_index: int) -> list:
     return items[shift:] + items[:shift]
 
 
+def hold_for(estimate: Estimate, reps: int) -> float:
+    """The spin (ms) that holds the GPU while the host queues ``reps`` calls: all of them, with
+    ``HOLD_MARGIN`` to spare, capped at ``MAX_HOLD_MS``. Holding only for the first call (and
+    what the host loses per call where queueing one outlasts running it) left the GPU waiting
+    on the host whenever the host slowed down mid-queue, and each call after such a wait was
+    timed with its own launch inside its events (docs/perf.md entry 81)."""
+    return min(MAX_HOLD_MS, HOLD_MARGIN * (reps + 1) * estimate.host_ms)
+
+
 class CudaTimer:
     """Cold-L2, CUDA-event timing on the current stream of ``device``."""
 
@@ -126,10 +136,7 @@ class CudaTimer:
         return Estimate(gpu_ms=gemm_ms, host_ms=host_ms, cycle_ms=cycle_ms)
 
     def measure(self, fn: Callable[[], object], reps: int, estimate: Estimate) -> Sample:
-        # The GPU must never wait for the host: hold it for the first call's queueing time,
-        # plus what the host falls behind on each call when queueing one outlasts running it.
-        deficit_ms = max(0.0, estimate.host_ms - estimate.cycle_ms)
-        hold_ms = min(MAX_HOLD_MS, HOLD_MARGIN * (estimate.host_ms + reps * deficit_ms))
+        hold_ms = hold_for(estimate, reps)
         self._sampler.start()
         try:
             gemm_ms, _, _ = self._run(fn, reps, hold_ms, with_cycle=False)
@@ -146,17 +153,23 @@ class CudaTimer:
         starts = [event(enable_timing=True) for _ in range(calls)]
         ends = [event(enable_timing=True) for _ in range(calls)]
         torch.cuda.synchronize(self._device)
-        if self.can_hold and hold_ms > 0:
-            torch.cuda._sleep(int(hold_ms * 1e-3 * self._spin_mhz * 1e6))
-        t0 = time.perf_counter()
-        for i in range(calls):
-            if marks is not None:
-                marks[i].record()
-            self._flush.zero_()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        host_ms = (time.perf_counter() - t0) * 1e3 / calls
+        collecting = gc.isenabled()
+        gc.disable()  # no collection pause while the calls are queued (timeit's rule too)
+        try:
+            if self.can_hold and hold_ms > 0:
+                torch.cuda._sleep(int(hold_ms * 1e-3 * self._spin_mhz * 1e6))
+            t0 = time.perf_counter()
+            for i in range(calls):
+                if marks is not None:
+                    marks[i].record()
+                self._flush.zero_()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            host_ms = (time.perf_counter() - t0) * 1e3 / calls
+        finally:
+            if collecting:
+                gc.enable()
         torch.cuda.synchronize(self._device)
         gemm_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
         cycle_ms = None
