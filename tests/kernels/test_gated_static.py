@@ -3,6 +3,8 @@ output subtile e is ``act(gate) * up`` of two accumulator values one thread hold
 computed at the output coordinate (row, col) and the up projection's at (row, col + tile_n / 2),
 B's second half; and sB's two halves are the stage's first and last ``tile_n / 2`` rows."""
 
+from dataclasses import replace
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
@@ -14,10 +16,13 @@ from wsgemm import host, sass
 from wsgemm import inspection as insp
 from wsgemm.kernels.epilogue import ACTIVATIONS, Epilogue
 from wsgemm.kernels.sm90.config import Sm90Config
-from wsgemm.kernels.sm90.kernel import Sm90Gemm, epilogue_subtile_order
+from wsgemm.kernels.sm90.kernel import Sm90Gemm, Sm90Plan, epilogue_subtile_order
 
 F16, F32 = cutlass.Float16, cutlass.Float32
 GATED = Epilogue(activation="silu", gated=True)
+#: The gated swap-AB decode tile: a ping-pong warpgroup's two 64-row bands, the gate's rows
+#: and the up projection's (``kernel.gated_swap_refusal``), a few tokens in its N.
+SWAP_GATED = Sm90Config(tile_m=128, tile_n=8, tile_k=64, schedule="pingpong", swap_ab=True)
 
 
 def _walk(gemm, tiled_mma, r2s, threads, found):
@@ -75,6 +80,83 @@ def test_each_output_value_pairs_its_gate_and_up_columns(config):
     assert len(outs) == len(found)  # each output written once
 
 
+def _swap_pairs(config, threads):
+    """The gated swap-AB pairing, read off the kernel's own register arithmetic
+    (``Sm90Gemm._product_register``, ``_up_registers``): (output coordinate in the output
+    tile, the gate register's product coordinate, the up register's)."""
+    gemm = Sm90Gemm(config, F16, F16, F32, epilogue=GATED)
+    plan = Sm90Plan(config, F16, F16, F32, *(None,) * 6, LayoutEnum.COL_MAJOR, GATED)
+    found = []
+
+    def walk(tiled_mma, r2s):
+        out_m = plan.out_tile_m
+        order = epilogue_subtile_order(config, plan.out_tile_n, out_m)
+        c_tile = cute.make_identity_tensor((config.tile_m, config.tile_n))
+        c_sub = cute.make_identity_tensor((*config.epi_tile, 1))
+        for t in threads:
+            computed = r2s.retile(tiled_mma.get_slice(t).partition_C(c_tile))
+            written = r2s.get_slice(t).partition_S(c_sub)[(None, None, None, 0)]
+            per = cute.size(written)
+            in_subtile = [written[v] for v in range(per)]
+            up_at = Sm90Gemm._up_registers(plan, per)
+            for e in range(plan.product_subtiles):
+                sub_m, sub_n = order.get_hier_coord(e)
+                for v in range(per):
+                    m, n, _ = in_subtile[v]
+                    out = (sub_m * config.epi_tile[0] + m, sub_n * config.epi_tile[1] + n)
+                    gate = Sm90Gemm._product_register(plan, e, per, v)
+                    found.append((out, tuple(computed[gate]), tuple(computed[gate + up_at])))
+
+    @cute.jit
+    def trace():
+        tiled_mma = gemm.make_tiled_mma(LayoutEnum.ROW_MAJOR, LayoutEnum.ROW_MAJOR)
+        walk(tiled_mma, gemm.make_epilogue_copy(tiled_mma, LayoutEnum.COL_MAJOR))
+
+    cute.compile(trace, options="--gpu-arch sm_90a")
+    return found, plan
+
+
+@pytest.mark.parametrize("tile_n", [8, 16])
+def test_each_swap_output_value_pairs_its_gate_and_up_rows(tile_n):
+    """Under swap-AB the weights are the product's rows: output value (r, c) of the 64-row
+    output tile is ``act(gate) * up`` of the product's rows r (the gate's) and r + 64 (the up
+    projection's), both held by the thread that writes (r, c)."""
+    found, plan = _swap_pairs(replace(SWAP_GATED, tile_n=tile_n), range(128))
+    assert plan.out_tile_m == 64 and plan.out_tile_n == tile_n
+    assert found
+    for out, gate, up in found:
+        assert gate == out, (out, gate)
+        assert up == (out[0] + plan.out_tile_m, out[1]), (out, up)
+    outs = {out for out, _, _ in found}
+    assert len(outs) == len(found) == plan.out_tile_m * tile_n  # each output written once
+
+
+def test_the_swap_smem_halves_are_the_stage_rows_split_in_two():
+    """sA of the gated swap-AB tile (128 rows, one swizzle atom along K) split by rows: half
+    h, row r is full row h * 64 + r, and a half is laid out as a 64-row tile's own stage (the
+    layout its TMA box is built for)."""
+    checked = []
+
+    def walk():
+        full = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (128, 8, 64), F16, 3).outer
+        box = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (64, 8, 64), F16, 3).outer
+        halves = cute.logical_divide(full, (64,))
+        for h in range(2):
+            for r in (0, 1, 7, 8, 63):
+                for k in (0, 5, 63):
+                    checked.append((halves(((r, h), k, 0)), full((h * 64 + r, k, 0))))
+                    # within a stage, a half is the box's layout moved by the half's start
+                    checked.append((halves(((r, h), k, 0)) - halves(((0, h), 0, 0)),
+                                    box((r, k, 0))))  # fmt: skip
+
+    @cute.jit
+    def trace():
+        walk()
+
+    cute.compile(trace, options="--gpu-arch sm_90a")
+    assert checked and all(a == b for a, b in checked)
+
+
 def test_the_smem_halves_are_the_stage_rows_split_in_two():
     """logical_divide of sB's rows by tile_n / 2: half h, row r, column k, stage s is full row
     h * half + r (the offsets before the swizzle, which then agree too)."""
@@ -100,9 +182,21 @@ def test_the_smem_halves_are_the_stage_rows_split_in_two():
 def test_a_gated_config_must_split_into_whole_subtiles():
     with pytest.raises(ValueError, match="gated epilogue needs tile_n"):
         Sm90Gemm(Sm90Config(tile_m=128, tile_n=32), F16, F16, F32, epilogue=GATED)
-    with pytest.raises(ValueError, match="no swap-AB"):
+    with pytest.raises(ValueError, match="ping-pong 128-row tile"):
         Sm90Gemm(Sm90Config(tile_m=64, tile_n=64, schedule="pingpong", swap_ab=True), F16, F16,
                  F32, epilogue=GATED)  # fmt: skip
+    with pytest.raises(ValueError, match="ping-pong 128-row tile"):
+        Sm90Gemm(Sm90Config(tile_m=128, tile_n=32, swap_ab=True), F16, F16, F32, epilogue=GATED)
+    for swap in (False, True):  # two atoms along K would interleave the halves' atom columns
+        with pytest.raises(ValueError, match="tile_k=64"):
+            Sm90Gemm(Sm90Config(tile_m=128, tile_n=64, tile_k=128, schedule="pingpong",
+                                swap_ab=swap), F16, F16, F32, epilogue=GATED)  # fmt: skip
+    biased = Epilogue(bias="col", activation="silu", gated=True)
+    with pytest.raises(ValueError, match="no a fused bias"):
+        Sm90Gemm(SWAP_GATED, F16, F16, F32, epilogue=biased)
+    with pytest.raises(ValueError, match="no split-K"):
+        Sm90Gemm(Sm90Config(tile_m=128, tile_n=8, schedule="pingpong", swap_ab=True, split_k=0),
+                 F16, F16, F32, epilogue=GATED)  # fmt: skip
     with pytest.raises(ValueError, match="activation"):
         Epilogue(gated=True)
     with pytest.raises(ValueError, match="column bias"):
@@ -138,6 +232,49 @@ def test_a_gated_kernel_compiles_without_calls_or_spills(compiled):
     report = compiled(GATED_VARIANT).report
     _assert_gated(report, "gelu_tanh")
     assert report.sass["LDG"] > 0  # the bias's loads (the plain gated kernel has none)
+
+
+#: The gated swap-AB decode tile's SASS: the default run's one compile (SwiGLU, 8 tokens).
+SWAP_GATED_VARIANT = host.Variant("sm90-pingpong", "sm_90a", config=SWAP_GATED,
+                                  epilogue="gated+silu")  # fmt: skip
+
+
+def test_the_gated_swap_kernel_loads_two_weight_halves_and_stores_half_the_rows(compiled):
+    """Clean as the gated kernel (3 UTMALDG a stage: A's two halves and B), and half the plain
+    swap-AB tile's TMA stores and st.matrix (its output tile is one 64-row band, not two)."""
+    report = compiled(SWAP_GATED_VARIANT).report
+    _assert_gated(report, "silu")
+    plain = compiled(host.Variant("sm90-pingpong", "sm_90a", config=SWAP_GATED)).report
+    assert plain.sass["UTMALDG"] == 2
+    assert report.sass["UTMASTG"] * 2 == plain.sass["UTMASTG"]
+    assert report.sass["STSM"] * 2 == plain.sass["STSM"]
+    assert report.sass["HGMMA"] == plain.sass["HGMMA"]  # the product is the same
+
+
+SWAP_GATED_SWEEP = [
+    host.Variant(
+        "sm90-pingpong",
+        "sm_90a",
+        ab_dtype=ab,
+        c_dtype=ab,
+        config=replace(SWAP_GATED, tile_n=n),
+        epilogue=f"gated+{act}",
+    )  # fmt: skip
+    for n in (8, 16, 32)
+    for act in ACTIVATIONS
+    for ab in ("float16", "bfloat16")
+    if act != "none" and (n, act, ab) != (8, "silu", "float16")
+]
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(
+    "variant",
+    SWAP_GATED_SWEEP,
+    ids=lambda v: f"{v.config.tile_n}-{v.epilogue}-{v.ab_dtype}",
+)
+def test_every_gated_swap_kernel_is_clean(compiled, variant):
+    _assert_gated(compiled(variant).report, Epilogue.parse(variant.epilogue).activation)
 
 
 @pytest.mark.sweep

@@ -100,14 +100,61 @@ def mainloop_arrive_terms(config: Sm90Config) -> dict[str, int]:
     }
 
 
-def epilogue_subtile_order(config: Sm90Config, tile_n: int | None = None) -> cute.Layout:
+def epilogue_subtile_order(
+    config: Sm90Config, tile_n: int | None = None, tile_m: int | None = None
+) -> cute.Layout:
     """Subtile index -> (subtile row, subtile column). Row-major, because that is the order in
     which the retiled accumulator holds them (every column of a WGMMA band, 64 rows of one
-    warpgroup or 128 of two, then the next band). ``tile_n``: the output tile's width when it
-    is not the product's (a gated epilogue writes half of it)."""
+    warpgroup or 128 of two, then the next band). ``tile_n``/``tile_m``: the output tile's
+    width/height when it is not the product's (a gated epilogue writes half of it)."""
     width = config.tile_n if tile_n is None else tile_n
-    grid = (config.tile_m // config.epi_tile[0], width // config.epi_tile[1])
+    height = config.tile_m if tile_m is None else tile_m
+    grid = (height // config.epi_tile[0], width // config.epi_tile[1])
     return cute.make_layout(grid, stride=(grid[1], 1))
+
+
+#: A gated product loads the weights' gate and up halves of a tile as two TMA boxes into the
+#: two halves of the operand's stage; each half is contiguous in shared memory only where a
+#: tile's K is one 128-byte swizzle atom (64 16-bit values): with two atoms along K the
+#: operand's layout interleaves the halves' atom columns, and a half-tile box's own layout
+#: would not match where its atoms go.
+GATED_TILE_K = 64
+GATED_TILE_K_RULE = (
+    f"a gated epilogue needs tile_k={GATED_TILE_K} (each weight half a contiguous half of the "
+    "stage: one 128-byte swizzle atom along K)"
+)
+
+
+def gated_swap_refusal(config: Sm90Config, epilogue: Epilogue, trace: bool = False,
+                       grouped: str | None = None) -> str | None:  # fmt: skip
+    """Why a gated epilogue does not run on swap-AB ``config``, or None where it does.
+
+    Under swap-AB the weights are the product's rows, so a gate row and its up row must sit in
+    one thread's accumulators: a ping-pong warpgroup holding a 128-row tile runs two 64-row
+    WGMMA bands, and each thread holds the same rows of both (row r of the first band, r + 64
+    of the second). So the tile's first band is 64 gate rows and its second the same 64 rows of
+    the up projection (two TMA boxes of A per stage), and the output tile is 64 rows. A
+    cooperative tile splits its rows between two warpgroups, which hold no such pairs."""
+    if not (config.pingpong and config.tile_m == 2 * WGMMA_M):
+        return (
+            "a gated swap-AB tile is a ping-pong 128-row tile (its two 64-row WGMMA bands the "
+            f"gate's and the up projection's rows); got {config}"
+        )
+    if config.tile_k != GATED_TILE_K:
+        return GATED_TILE_K_RULE + f"; got tile_k={config.tile_k}"
+    unsupported = {
+        "split-K or stream-K": config.splits_in_kernel,
+        "tracing": trace,
+        "groups": grouped is not None,
+        "a fused bias": epilogue.bias != "none",
+        "a preact output": epilogue.preact,
+        "alpha, beta or a residual": epilogue.scalars or epilogue.reads_c,
+        "a row scale": epilogue.row_scale != "none",
+    }
+    used = [what for what, on in unsupported.items() if on]
+    if used:
+        return f"a gated swap-AB tile has no {', '.join(used)} yet; got {epilogue.name}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -128,16 +175,30 @@ class Sm90Plan:
     epilogue: Epilogue = PLAIN  # the fused epilogue (``wsgemm.kernels.epilogue``)
 
     @property
+    def gated_rows(self) -> bool:
+        """A gated epilogue on a swap-AB tile: the gate and up projections are the product's
+        rows (the weights fill the tile's M), its two 64-row WGMMA bands (``gated_swap``)."""
+        return bool(self.epilogue.gated) and self.config.swap_ab
+
+    @property
     def out_tile_n(self) -> int:
         """The output tile's width: the product's, or half of it under a gated epilogue (its
         first half the gate's columns, its second the up projection's)."""
-        return self.config.tile_n // 2 if self.epilogue.gated else self.config.tile_n
+        if self.epilogue.gated and not self.gated_rows:
+            return self.config.tile_n // 2
+        return self.config.tile_n
+
+    @property
+    def out_tile_m(self) -> int:
+        """The output tile's height: the product's, or half of it under a gated swap-AB tile
+        (its first band the gate's rows, its second the up projection's)."""
+        return self.config.tile_m // 2 if self.gated_rows else self.config.tile_m
 
     @property
     def product_subtiles(self) -> int:
-        """Epilogue subtiles of the output tile's product columns (``out_tile_n`` wide)."""
+        """Epilogue subtiles of the output tile (``out_tile_m`` x ``out_tile_n``)."""
         epi_m, epi_n = self.config.epi_tile
-        return (self.config.tile_m // epi_m) * (self.out_tile_n // epi_n)
+        return (self.out_tile_m // epi_m) * (self.out_tile_n // epi_n)
 
     @property
     def out_subtiles(self) -> int:
@@ -176,6 +237,10 @@ class _LoadArgs:
     # CTA's cluster coordinates, sA, sB): each unit's views start at its group's first k, its
     # loads go through this CTA's descriptors; None for others
     ragged_k: Any = None
+    # a gated swap-AB tile's second half of A (the up projection's rows, M rows past the
+    # gate's): (TMA, tiles_m, k_tiles, L) and (TMA, stages), loaded into the second half of sA
+    tAgA_up: Any = None
+    tAsA_up: Any = None
 
 
 @dataclass(frozen=True)
@@ -379,14 +444,19 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             raise ValueError("a traced kernel with a residual is not built: trace it without")
         if config.stream_k and trace:
             raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
-        if epilogue.gated:
+        if epilogue.gated and config.swap_ab:
+            why = gated_swap_refusal(config, epilogue, trace, self.grouped)
+            if why is not None:
+                raise ValueError(why)
+        elif epilogue.gated:
             half = config.tile_n // 2
-            if config.swap_ab or trace or half % config.epi_tile[1] or half < config.epi_tile[1]:
+            if config.tile_k != GATED_TILE_K:
+                raise ValueError(GATED_TILE_K_RULE + f"; got tile_k={config.tile_k}")
+            if trace or half % config.epi_tile[1] or half < config.epi_tile[1]:
                 raise ValueError(
                     "a gated epilogue needs tile_n a multiple of "
-                    f"{2 * config.epi_tile[1]} (each half whole epilogue subtiles), no swap-AB "
-                    f"and no tracing; got tile_n={config.tile_n}, swap_ab={config.swap_ab}, "
-                    f"trace={trace}"
+                    f"{2 * config.epi_tile[1]} (each half whole epilogue subtiles) and no "
+                    f"tracing; got tile_n={config.tile_n}, trace={trace}"
                 )
         if epilogue.preact and (config.splits_in_kernel or self.grouped is not None):
             raise ValueError(
@@ -582,9 +652,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             # the output's two halves: (M, N, 1) given, the up half N columns on
             mC = dgated.halves(mC)
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
-        gated = self.fused_epilogue.gated
-        # a gated product loads B in two halves of a tile each (gate rows, then up rows N on)
+        # a gated product loads the weights in two halves of a tile each (gate rows, then up
+        # rows N on): B's, or under swap-AB A's (the weights fill the tile's M: ``gated_rows``)
+        gated_rows = self.fused_epilogue.gated and cfg.swap_ab
+        gated = self.fused_epilogue.gated and not cfg.swap_ab
+        a_box = cfg.tile_m // 2 if const_expr(gated_rows) else cfg.tile_m
         b_box = cfg.tile_n // 2 if const_expr(gated) else cfg.tile_n
+        if const_expr(gated_rows):
+            if const_expr(a_major != LayoutEnum.ROW_MAJOR):
+                raise ValueError("a gated swap-AB tile reads a K-major A (nn.Linear's weights)")
+            # A's view holds the gate's M rows; the up projection's are the M rows after them
+            m, k, batches = (cute.size(mA, mode=[i]) for i in range(3))
+            mA = cute.make_tensor(
+                mA.iterator, cute.make_layout((2 * m, k, batches), stride=mA.stride)
+            )
         if const_expr(gated):
             if const_expr(b_major != LayoutEnum.ROW_MAJOR):
                 raise ValueError("a gated epilogue reads a K-major B (nn.Linear's weights)")
@@ -596,7 +677,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         tiled_mma = self.make_tiled_mma(a_major, b_major)
         a_layout = sm90_utils.make_smem_layout_a(a_major, tile_mnk, self.ab_dtype, self.ab_stages)
         b_layout = sm90_utils.make_smem_layout_b(b_major, tile_mnk, self.ab_dtype, self.ab_stages)
-        b_box_layout = b_layout
+        a_box_layout, b_box_layout = a_layout, b_layout
+        if const_expr(gated_rows):
+            a_box_layout = sm90_utils.make_smem_layout_a(
+                a_major, (a_box, cfg.tile_n, cfg.tile_k), self.ab_dtype, self.ab_stages
+            )
         if const_expr(gated):
             b_box_layout = sm90_utils.make_smem_layout_b(
                 b_major, (cfg.tile_m, b_box, cfg.tile_k), self.ab_dtype, self.ab_stages
@@ -609,8 +694,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         tma_a, tma_mA = cpasync.make_tiled_tma_atom(
             self._load_op(cfg.cluster_n),
             mA,
-            cute.slice_(a_layout, (None, None, 0)),
-            (cfg.tile_m, cfg.tile_k),
+            cute.slice_(a_box_layout, (None, None, 0)),
+            (a_box, cfg.tile_k),
             num_multicast=cfg.cluster_n,
         )
         tma_b, tma_mB = cpasync.make_tiled_tma_atom(
@@ -687,7 +772,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         )
 
         # Tile counts (M, N, K are dynamic): a ragged edge is one more tile, zero-filled by TMA.
-        num_m = Int32(cute.ceil_div(cute.size(mC, mode=[0]), cfg.tile_m))
+        num_m = Int32(cute.ceil_div(cute.size(mC, mode=[0]), plan.out_tile_m))
         num_n = Int32(cute.ceil_div(cute.size(mC, mode=[1]), plan.out_tile_n))
         k_tiles = Int32(cute.ceil_div(cute.size(mA, mode=[1]), cfg.tile_k))
         clusters_m, clusters_n = cluster_tile_counts(num_m, num_n, cfg.cluster_m, cfg.cluster_n)
@@ -965,7 +1050,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     cluster_layout,
                     cluster_coord,
                     k_tiles,
-                    cute.size(mC_mnl, mode=[1]),
+                    (cute.size(mC_mnl, mode=[0]), cute.size(mC_mnl, mode=[1])),
                     descriptors,
                 )
                 self.load(plan, load_args, scheduler, ab_pipeline, rec)
@@ -1010,13 +1095,31 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
     def _load_args(
         self, plan, tma_a, mA_mkl, sA, tma_b, mB_nkl, sB, cluster_layout, cluster_coord, k_tiles,
-        n_out, descriptors=None,
+        mn_out, descriptors=None,
     ) -> _LoadArgs:  # fmt: skip
-        """``n_out``: C's columns (a gated product's up rows of B start there);
+        """``mn_out``: C's rows and columns (a gated product's up rows of A or B start there);
         ``descriptors``: a ragged-K grouped kernel's ``ragged_k.Descriptors``."""
         cfg = plan.config
-        # (tile_m, tile_k, tiles_m, k_tiles, L)
-        gA = cute.local_tile(mA_mkl, (cfg.tile_m, cfg.tile_k), (None, None, None))
+        m_out, n_out = mn_out
+        # (tile_m, tile_k, tiles_m, k_tiles, L); gated swap-AB: the gate's half tile
+        gA = cute.local_tile(mA_mkl, (plan.out_tile_m, cfg.tile_k), (None, None, None))
+        tAgA_up = tAsA_up = None
+        if const_expr(plan.gated_rows):
+            # sA's halves: ((out_tile_m, 2), tile_k, stages), gate rows then up rows
+            a_halves = cute.logical_divide(sA, (plan.out_tile_m,))
+            sA = a_halves[((None, 0), None, None)]
+            gA_up = cute.local_tile(
+                cute.domain_offset((m_out, 0, 0), mA_mkl),
+                (plan.out_tile_m, cfg.tile_k),
+                (None, None, None),
+            )
+            tAsA_up, tAgA_up = cpasync.tma_partition(
+                tma_a,
+                cluster_coord[1],
+                cute.make_layout(cfg.cluster_n),
+                cute.group_modes(a_halves[((None, 1), None, None)], 0, 2),
+                cute.group_modes(gA_up, 0, 2),
+            )
         # (tile_n, tile_k, tiles_n, k_tiles, L); gated: the gate's half tile (out_tile_n rows)
         gB = cute.local_tile(mB_nkl, (plan.out_tile_n, cfg.tile_k), (None, None, None))
         tBgB_up = tBsB_up = None
@@ -1063,7 +1166,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             ragged_k_args = (descriptors, mA_mkl, mB_nkl, cluster_coord, sA, sB)
         return _LoadArgs(
             tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a, tBgB_up,
-            tBsB_up, ragged_k_args,
+            tBsB_up, ragged_k_args, tAgA_up, tAsA_up,
         )  # fmt: skip
 
     @cute.jit
@@ -1092,9 +1195,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 )  # fmt: skip
             if const_expr(args.ragged_k is None):
                 tBgB = args.tBgB[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
-            tBgB_up = None
+            up = None  # a gated product's up half of B (or of A under swap-AB): (TMA, k_tiles)
             if const_expr(args.tBgB_up is not None):
-                tBgB_up = args.tBgB_up[(None, tile.n, None, tile.l)]  # (TMA, k_tiles)
+                up = args.tBgB_up[(None, tile.n, None, tile.l)]
+            if const_expr(args.tAgA_up is not None):
+                up = args.tAgA_up[(None, tile.m, None, tile.l)]
             k_begin, k_end = self._k_range(tile, args.k_tiles)
             if const_expr(rec is not None):
                 state = self._load_lanes(
@@ -1105,7 +1210,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     # Waits until every consumer of this stage, here and in the peers this CTA
                     # multicasts to, released it; then arms full[s] with the stage's bytes.
                     ab_pipeline.producer_acquire(state)
-                    self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k, tBgB_up)
+                    self._load_k_tile(args, ab_pipeline, state, tAgA, tBgB, k, up)
                     state.advance()
             tile = scheduler.next_work_tile(tile)
         # Peers may still be reading stages this CTA multicast into, and will arrive on its
@@ -1142,10 +1247,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         return tAgA, tBgB
 
     @cute.jit
-    def _load_k_tile(self, args: _LoadArgs, ab_pipeline, state, tAgA, tBgB, k, tBgB_up=None):
+    def _load_k_tile(self, args: _LoadArgs, ab_pipeline, state, tAgA, tBgB, k, up=None):
         """The TMA loads of k-tile ``k`` into ``state``'s stage (acquired), then the commit
-        (``tBgB_up``: a gated product's up half of B, into the second half of the stage; a
-        ragged-K kernel loads through its CTA's descriptors)."""
+        (``up``: a gated product's up half of B, or of A on a gated swap-AB tile, into the
+        second half of the operand's stage; a ragged-K kernel loads through its CTA's
+        descriptors)."""
         full = ab_pipeline.producer_get_barrier(state)
         desc_a = desc_b = None
         if const_expr(args.ragged_k is not None):
@@ -1158,11 +1264,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             args.tma_b, tBgB[(None, k)], args.tBsB[(None, state.index)], full, args.mask_b,
             desc_b,
         )  # fmt: skip
-        if const_expr(tBgB_up is not None):
+        if const_expr(up is not None and args.tAgA_up is not None):
             self._tma_load(
-                args.tma_b, tBgB_up[(None, k)], args.tBsB_up[(None, state.index)], full,
-                args.mask_b,
-            )  # fmt: skip
+                args.tma_a, up[(None, k)], args.tAsA_up[(None, state.index)], full, args.mask_a
+            )
+        elif const_expr(up is not None):
+            self._tma_load(
+                args.tma_b, up[(None, k)], args.tBsB_up[(None, state.index)], full, args.mask_b
+            )
         ab_pipeline.producer_commit(state)
 
     @cute.jit
@@ -1193,8 +1302,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         thr_mma = tiled_mma.get_slice(mma_tidx)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(args.sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(args.sB))
-        # (tile_m, tile_n, tiles_m, tiles_n, L)
-        gC_mnl = cute.local_tile(args.mC_mnl, (cfg.tile_m, plan.out_tile_n), (None, None, None))
+        # (out_tile_m, out_tile_n, tiles_m, tiles_n, L)
+        out_tile = (plan.out_tile_m, plan.out_tile_n)
+        gC_mnl = cute.local_tile(args.mC_mnl, out_tile, (None, None, None))
         acc = cute.make_rmem_tensor(
             thr_mma.partition_shape_C((cfg.tile_m, cfg.tile_n)), plan.acc_dtype
         )
@@ -1408,7 +1518,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 barriers = barriers + wg * plan.epi_stages  # each warpgroup's own phases
             residual_load = residual.ResidualLoad(
                 tma=tma_r,
-                gR_mnl=cute.local_tile(mR, (cfg.tile_m, plan.out_tile_n), (None, None, None)),
+                gR_mnl=cute.local_tile(mR, (plan.out_tile_m, plan.out_tile_n), (None, None, None)),
                 sC=sC,
                 barriers=barriers,
                 stages=plan.epi_stages,
@@ -1417,7 +1527,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         preact = None
         if const_expr(epi.preact):
             tma_p, mP = consumer.preact
-            preact = (tma_p, cute.local_tile(mP, (cfg.tile_m, plan.out_tile_n), (None, None, None)))
+            out_tile = (plan.out_tile_m, plan.out_tile_n)
+            preact = (tma_p, cute.local_tile(mP, out_tile, (None, None, None)))
         ragged_store = None
         if const_expr(self.grouped == "m"):
             ragged_store = ragged.RaggedStore(
@@ -1490,7 +1601,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         views = _TileEpilogue(
             bSG_sC=bSG_sC,
             bSG_gC=bSG_gC,
-            order=epilogue_subtile_order(cfg, plan.out_tile_n),
+            order=epilogue_subtile_order(cfg, plan.out_tile_n, plan.out_tile_m),
             tRS_rD=cute.make_rmem_tensor(args.rD_shape, self._epilogue_dtype(plan)),
             tRS_rD_out=cute.make_rmem_tensor(args.rD_shape, plan.c_dtype),
             origin=self._tile_origin(plan, tile),
@@ -1614,7 +1725,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     def residual_prefetch(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile, subtiles_done):
         """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``)."""
         if args.is_store_warp:
-            order = epilogue_subtile_order(plan.config, plan.out_tile_n)
+            order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
             if const_expr(plan.epilogue.dgated):
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
                 dgated.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
@@ -1667,7 +1778,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     def _tile_origin(self, plan, tile):
         """The tile's first (row, col) in the problem, and its batch (a ragged-M grouped
         kernel's row: in every group's rows, from its group's first)."""
-        row = tile.m * plan.config.tile_m
+        row = tile.m * plan.out_tile_m
         if const_expr(self.grouped == "m"):
             row = tile.row0 + row
         return (row, tile.n * plan.out_tile_n, tile.l)
@@ -1741,11 +1852,23 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     def _product_register(plan, e, per_subtile, v) -> int:
         """Output subtile ``e``'s register ``v`` in the product's flat accumulator registers:
         the same index, or under a gated epilogue the gate subtile's (the output's rows)."""
-        if const_expr(not plan.epilogue.gated):
+        if const_expr(not plan.epilogue.gated or plan.gated_rows):
+            # gated swap-AB: the output's subtiles are the product's first band's, in order
             return e * per_subtile + v
         cols = plan.config.tile_n // plan.config.epi_tile[1]  # the product's subtile columns
         r, c = e // (cols // 2), e % (cols // 2)
         return (r * cols + c) * per_subtile + v
+
+    @staticmethod
+    def _up_registers(plan, per_subtile) -> int:
+        """How far a gated product's up subtile is from its gate subtile in the flat
+        accumulator registers: half the subtile columns of a band on, or under swap-AB
+        (``gated_rows``) the next band's (same thread: each holds the same rows of both)."""
+        epi_m, epi_n = plan.config.epi_tile
+        cols = plan.config.tile_n // epi_n  # the product's subtile columns
+        if const_expr(plan.gated_rows):
+            return (plan.out_tile_m // epi_m) * cols * per_subtile
+        return (cols // 2) * per_subtile
 
     def _bias_ahead(self, plan, args, tile):
         """The first ``BIAS_AHEAD`` subtiles' bias addends of ``tile`` (None without a
@@ -1772,10 +1895,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 views.tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
         elif const_expr(epi.gated):
             # output subtile (row r, column c) pairs the product's subtiles (r, c), the gate's,
-            # and (r, c + half), the up projection's: the same registers of one thread
+            # and (r, c + half), the up projection's (under swap-AB: (r + half, c)): the same
+            # registers of one thread
             gate = self._product_register(plan, e, per_subtile, 0)
-            half = plan.config.tile_n // plan.config.epi_tile[1] // 2  # subtile columns a half
-            up = gate + half * per_subtile
+            up = gate + self._up_registers(plan, per_subtile)
             if const_expr(epi.bias != "none" and bias is None):
                 bias = self._bias_subtile(plan, args, views.origin, e)
             for v in cutlass.range_constexpr(per_subtile):
