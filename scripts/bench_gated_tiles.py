@@ -4,8 +4,10 @@ For each shape (rows x 2I x K of ``gated_linear(x, W)``, W = ``[w_gate; w_up]`` 
 one process, round-robin with the order rotated each round, cold L2
 (``wsgemm.bench.measure.CudaTimer``): the gated kernel forced onto each menu entry of
 ``--tiles`` (``api.gated.gated_config`` replaced for the call; each checked against float64
-first), the shipped rule's tile (``kernel``), ``road`` (``auto``'s product in fp32, then
-``api.gated.gated_in_torch``) and ``plain`` (the 2I-wide product alone). Prints per shape each
+first), up to 32 rows the gated swap-AB decode tile (``swap``, switched on for its calls),
+the shipped rule's tile (``kernel``), ``road`` (``auto``'s product in fp32, then
+``api.gated.gated_in_torch``), ``torch`` (``F.linear``, then torch's unit in the dtype) and
+``plain`` (the 2I-wide product alone). Prints per shape each
 contender's median over rounds over ``plain``'s; ``--json`` keeps every time with the clocks
 (``scripts/fit_gated_cost.py`` reads ``kernel`` and ``road`` as both roads of a row and each
 forced tile as a row of its tile). A forced tile that fails, is wrong, or does not run its
@@ -24,6 +26,7 @@ import sys
 from unittest import mock
 
 import torch
+import torch.nn.functional as F
 
 import wsgemm
 from wsgemm.api import gated as gated_core
@@ -31,6 +34,8 @@ from wsgemm.api.epilogue import gated_unit
 from wsgemm.api.gated import gated_in_torch
 from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
+from wsgemm.host import registry
+from wsgemm.host.choosing.cost import GATED_SWAP_MAX_ROWS
 from wsgemm.host.choosing.menu import entry
 from wsgemm.host.dispatch import Dispatcher
 
@@ -64,7 +69,8 @@ def forced(name: str):
     d = KernelOnly()
 
     def call(x, w):
-        with mock.patch.object(gated_core, "gated_config", lambda rows: (e.backend, config)):
+        tile = (e.backend, config)
+        with mock.patch.object(gated_core, "gated_config", lambda rows, swap=False: tile):
             out = gated_core.gated_linear(x, w, "silu", dispatcher=d)
         if not d.kernels:  # its first call: the forced tile's gated kernel must have run
             raise RuntimeError(f"{name}: the gated kernel did not run (the unfused road?)")
@@ -75,14 +81,38 @@ def forced(name: str):
     return call
 
 
+def swap_tile():
+    """A call of ``gated_linear`` on the gated swap-AB decode tile (``GATED_SWAP_FAMILIES``
+    switched on for the call; main keeps it off until its GPU tests pass)."""
+    d = KernelOnly()
+
+    def call(x, w):
+        saved = registry.GATED_SWAP_FAMILIES
+        registry.GATED_SWAP_FAMILIES = registry.EPILOGUE_FAMILIES
+        try:
+            out = gated_core.gated_linear(x, w, "silu", dispatcher=d)
+        finally:
+            registry.GATED_SWAP_FAMILIES = saved
+        if not d.kernels or not getattr(d.kernels[0][1], "swap_ab", False):
+            raise RuntimeError(f"the swap-AB tile did not run: {d.kernels[:1]}")
+        return out
+
+    return call
+
+
 def contenders(x, w, tiles) -> dict:
-    """name -> zero-argument call on (x, w): each forced tile, the rule's, the road, plain."""
+    """name -> zero-argument call on (x, w): each forced tile, the swap-AB decode tile (up to
+    its rows), the rule's, the road, torch's unfused SwiGLU, plain."""
     calls = {}
     for t in tiles:
         call = forced(t)
         calls[t] = lambda call=call: call(x, w)
+    if x.shape[0] <= GATED_SWAP_MAX_ROWS:
+        swap = swap_tile()
+        calls["swap"] = lambda: swap(x, w)
     rule = KernelOnly()
     calls["kernel"] = lambda: gated_core.gated_linear(x, w, "silu", dispatcher=rule)
+    calls["torch"] = lambda: gated_unit("silu", F.linear(x, w))
     calls["road"] = lambda: gated_in_torch(
         wsgemm.matmul(x, w.t(), out_dtype=torch.float32), "silu", x.dtype
     )

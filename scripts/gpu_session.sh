@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -157,6 +157,17 @@ if has dgated; then
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "dgated or preact or gated_mlp" 2>&1 | tee "$OUT/dgated-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+fi
+if has gatedswap; then
+  # the gated swap-AB decode tile (off in calls until these pass: GATED_SWAP_FAMILIES), then
+  # timed at 1-32 rows against the rule's tile, the road, torch's unfused SwiGLU and plain
+  timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_epilogue.py -k "gated_swap" 2>&1 | tee "$OUT/gated-swap-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  WSGEMM_AUTOTUNE=0 timeout ${GATED_TILES_TIMEOUT:-300} python3 scripts/bench_gated_tiles.py \
+    --rows ${SWAP_ROWS:-1,4,8,16,32} --tiles sm90-pingpong --rounds ${ROUNDS:-5} \
+    --json "$OUT/gated-swap.json" > "$OUT/gated-swap.log" 2>&1
+  echo "gated swap bench rc=$?"; cat "$OUT/gated-swap.log" | cut -c1-250 | tail -40
 fi
 if has gatedtiles; then
   # the gated kernel's row tiles at few rows (scripts/bench_gated_tiles.py; each checked first)

@@ -75,10 +75,13 @@ class GatedKernels:
 
     def get(self, variant):
         self.variants.append(variant)
-        return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue))
+        swapped = variant.config is not None and getattr(variant.config, "swap_ab", False)
+        return functools.partial(self.run, epilogue=Epilogue.parse(variant.epilogue),
+                                 swapped=swapped)  # fmt: skip
 
     @staticmethod
-    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *rest, epilogue):
+    def run(a, b, c, clusters, raster=0, split=1, ws=None, sems=None, bias=None, *rest, epilogue,
+            swapped=False):  # fmt: skip
         if epilogue.dgated:  # C and the output (M, 2N): their gate halves (M, N, 1) given
             n, pre = c.shape[1], rest[-1]
             assert pre.shape == c.shape and pre.stride(1) == c.stride(1) == 1
@@ -89,6 +92,16 @@ class GatedKernels:
             dup = dh * torch_activation(epilogue.activation, gate)
             both = c.as_strided((c.shape[0], n, 2), (c.stride(0), 1, n))
             both.copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
+            return
+        if epilogue.gated and swapped:  # the swap-AB tile: A's view is the gate's rows
+            half = c.shape[0]
+            assert a.shape[0] == half and a.stride(1) == 1  # K-major
+            assert c.stride(0) == 1  # C^T: M-major
+            assert epilogue.bias == "none" and not epilogue.preact
+            a = a.as_strided((2 * half, *a.shape[1:]), a.stride())
+            y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())[..., 0]
+            y = torch_activation(epilogue.activation, y[:half]) * y[half:]
+            c.copy_(y.unsqueeze(-1).to(c.dtype))
             return
         if epilogue.gated:  # B's view is the gate's rows; the up rows follow in memory
             half = c.shape[1]
@@ -144,7 +157,8 @@ def address_entry(variant, body):
     arguments, then the kernel class's launch arguments by name) as the compile cache hands it
     out (a ``KernelCall``, which binds): ``body(a, b, c, launch)`` runs on the (M, K, L),
     (N, K, L) and (M, N, L) views it rebuilds from the addresses, sizes and strides it is given
-    (a gated unit's B view reaches the up rows after the gate's), ``launch`` the launch
+    (a gated unit's B view, or on a swap-AB tile its A view, reaches the up rows after the
+    gate's), ``launch`` the launch
     arguments after ``max_active_clusters`` (which comes first in it) by name."""
     from wsgemm.host.compiling import cache as compile_cache
     from wsgemm.host.compiling.compile import launch_signature, wrap_launch
@@ -162,8 +176,11 @@ def address_entry(variant, body):
             strides = (1, ld, batch) if rows_major else (ld, 1, batch)
             return at(p.value, dtype, shape, strides)
 
-        a = view(s["a"], ab, (m, k, l_), majors[0] == "m", s["a_ld"], s["a_batch"])
-        rows = 2 * n if "gated" in variant.epilogue else n
+        gated = "gated" in variant.epilogue
+        swapped = variant.config is not None and getattr(variant.config, "swap_ab", False)
+        rows = 2 * m if gated and swapped else m  # the swap-AB tile's up rows: A's
+        a = view(s["a"], ab, (rows, k, l_), majors[0] == "m", s["a_ld"], s["a_batch"])[:m]
+        rows = 2 * n if gated and not swapped else n
         b = view(s["b"], ab, (rows, k, l_), majors[1] == "n", s["b_ld"], s["b_batch"])[:n]
         c = view(s["c"], c_dtype, (m, n, l_), majors[2] == "m", s["c_ld"], s["c_batch"])
         body(a, b, c, {name: s[name] for name in names[first:]})

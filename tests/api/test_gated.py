@@ -133,7 +133,9 @@ def test_a_tile_s_config_reaches_the_kernel_and_explain(fusing, monkeypatch):
     from wsgemm.host.choosing.menu import entry
 
     e = entry("pingpong-64x128-c1x2")
-    monkeypatch.setattr(core, "gated_config", lambda rows: (e.backend, e.variant_config()))
+    monkeypatch.setattr(
+        core, "gated_config", lambda rows, swap=False: (e.backend, e.variant_config())
+    )
     torch.manual_seed(0)
     x, w = torch.randn(37, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
     d = dispatcher()
@@ -396,9 +398,11 @@ class AddressKernels(Kernels):
         self.variants.append(variant)
         epilogue = Epilogue.parse(variant.epilogue)
 
+        swapped = variant.config is not None and variant.config.swap_ab
+
         def body(a, b, c, launch):
             self.run(a, b, c, launch["max_active_clusters"], bias=launch.get("bias"),
-                     epilogue=epilogue)  # fmt: skip
+                     epilogue=epilogue, swapped=swapped)  # fmt: skip
 
         return address_entry(variant, body)
 
@@ -833,3 +837,72 @@ def test_explain_says_how_a_gated_mlp_trains(fusing, monkeypatch):
     assert ("the gated kernel storing h and [gate | up]" in text) == ("kernel: the gated" in text)
     w12 = torch.randn(2 * 12, 64, dtype=F16)
     assert "I is not a multiple of 8" in core.explain(dispatcher(), x, w12, "silu")
+
+
+# --------------------------------------------------------- the gated swap-AB decode tile
+
+
+@pytest.fixture
+def swap_tile(fusing, monkeypatch):
+    """The gated swap-AB decode tile on (``GATED_SWAP_FAMILIES``: off on main until it runs
+    on a GPU)."""
+    monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+@pytest.mark.parametrize("rows, width", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32)])
+@pytest.mark.parametrize("x_major", ["k", "m"])
+def test_a_few_rows_take_the_gated_swap_tile(swap_tile, rows, width, x_major):
+    """Up to 32 rows an unbiased call runs the swap-AB tile of the narrowest width holding its
+    rows: the weight's gate half as the kernel's A (K-major), x as its B (either major), the
+    result written transposed; right against float64; ``explain`` names the tile."""
+    torch.manual_seed(rows)
+    k, half = 1024, 2048
+    x, w = torch.randn(rows, k, dtype=F16), torch.randn(2 * half, k, dtype=F16) / 32
+    if x_major == "m":
+        x = x.t().contiguous().t()
+    d = dispatcher()
+    out = core.gated_linear(x, w, "silu", dispatcher=d)
+    if x_major == "m" and rows > 1 and rows % 8:  # its column stride is not 16 bytes
+        assert close(out, reference(x, w, "silu"), F16, k)
+        assert "x is not addressable" in core.explain(d, x, w, "silu")
+        return
+    v = d.cache.variants[-1]
+    assert v.epilogue == "gated+silu" and v.config.swap_ab and v.config.tile_n == width
+    # (one row is both majors: the K-major reading is tried first)
+    assert (v.a_major, v.b_major) == ("k", "n" if x_major == "m" and rows > 1 else "k")
+    assert out.shape == (rows, half) and out.is_contiguous()
+    assert close(out, reference(x, w, "silu"), F16, k)
+    assert f"the swap-AB 128x{width} decode tile" in core.explain(d, x, w, "silu")
+
+
+def test_the_swap_tile_leaves_what_it_does_not_run(swap_tile):
+    """More than 32 rows, a bias, the preact forward and batch-invariant mode take the gated
+    kernel's row tiles as before (the swap tile takes none of them)."""
+    from wsgemm import config
+
+    torch.manual_seed(0)
+    k, half = 1024, 2048
+    w, b = torch.randn(2 * half, k, dtype=F16) / 32, torch.randn(2 * half, dtype=F16)
+    d = dispatcher()
+    for rows, bias in ((33, None), (8, b)):
+        x = torch.randn(rows, k, dtype=F16)
+        out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+        assert close(out, reference(x, w, "silu", bias), F16, k)
+        assert not any(v.config is not None and v.config.swap_ab for v in d.cache.variants)
+    with config.batch_invariant(True):
+        d = dispatcher()
+        core.gated_linear(torch.randn(8, k, dtype=F16), w, "silu", dispatcher=d)
+        assert not any(v.config is not None and v.config.swap_ab for v in d.cache.variants)
+
+
+def test_a_kept_swap_launcher_runs_later_calls_at_their_own_addresses(swap_tile):
+    """The swap tile's launcher binds the weight as A and x as B: later calls with new
+    tensors (other addresses) get theirs, each right against float64."""
+    d = Dispatcher(AddressKernels(), StandInDevices((9, 0), 132))
+    k, half = 512, 1024
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x, w = torch.randn(4, k, dtype=F16), torch.randn(2 * half, k, dtype=F16) / 32
+        out = core.gated_linear(x, w, "gelu_tanh", dispatcher=d)
+        assert close(out, reference(x, w, "gelu_tanh"), F16, k), seed
+    assert len(d.cache.variants) == 1 and d.cache.variants[0].config.swap_ab

@@ -226,6 +226,91 @@ class GatedKernelOnly(api.Dispatcher):
 
 
 @pytest.fixture
+def gated_swap(monkeypatch):
+    """The gated swap-AB decode tile switched on (``GATED_SWAP_FAMILIES``: off on main until
+    these cases pass), with no launcher kept from before or after."""
+    yield from _switched_on(monkeypatch, "GATED_SWAP_FAMILIES")
+
+
+class SwapTiles(GatedKernelOnly):
+    """``GatedKernelOnly`` that also records each kernel's config (was it the swap tile?)."""
+
+    def __init__(self):
+        super().__init__()
+        self.configs = []
+
+    def kernel(self, backend, device, dtypes, a_major, b_major, config=None, epilogue="none",
+               grouping="none"):  # fmt: skip
+        self.configs.append(config)
+        return super().kernel(backend, device, dtypes, a_major, b_major, config, epilogue,
+                              grouping)  # fmt: skip
+
+
+GATED_SWAP_CASES = [
+    (m, half, k, act, ab, x_major)
+    for (m, half, k) in (
+        (1, 64, 64),  # one row, one tile
+        (5, 200, 1000),  # a ragged last tile of rows (200 = 3 x 64 + 8), K not a tile multiple
+        (8, 4096, 4096),
+        (9, 1024, 2048),  # the 16-wide tile
+        (16, 2048, 7168),
+        (24, 704, 2048),  # the 32-wide tile
+        (32, 14336, 4096),
+    )  # fmt: skip
+    for act, ab in (
+        ("silu", torch.bfloat16),
+        ("gelu_tanh", torch.float16),
+        ("relu2", torch.float16),
+    )
+    for x_major in ("k", "m")
+    if x_major == "k" or m % 8 == 0  # an M-major x needs 16-byte columns
+]
+
+
+@pytest.mark.parametrize("m, half, k, act, ab, x_major", GATED_SWAP_CASES)
+def test_gated_swap_matches_float64(gated_swap, m, half, k, act, ab, x_major):
+    """The swap-AB decode tile: the weights' gate and up rows in one ping-pong warpgroup's two
+    64-row bands, the tokens in its N; against float64 with torch's road setting the tolerance;
+    the result poisoned first (each call writes a new one: a kept launcher's later call,
+    with new tensors, must write all of its own)."""
+    from wsgemm.api import gated as gated_core
+
+    gen = torch.Generator().manual_seed(m * 11 + half)
+    d = SwapTiles()
+    for _ in range(2):  # the second call takes the first's kept launcher
+        x = make((m, k), ab, "cuda", gen=gen)
+        if x_major == "m":
+            x = x.t().contiguous().t()
+        w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
+        torch.cuda.empty_cache()
+        got = gated_core.gated_linear(x, w, act, dispatcher=d)
+        y64 = x.double() @ w.double().T
+        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+        y = (x @ w.T).float()
+        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
+        assert torch.isfinite(got).all()
+        assert_within_torch_error(got, ref, theirs, f"gated swap {act}")
+    assert d.configs and all(c is not None and c.swap_ab for c in d.configs)
+
+
+def test_gated_swap_in_a_cuda_graph(gated_swap):
+    """Captured and replayed with new x values: the graph's result is the new product's."""
+    gen = torch.Generator().manual_seed(3)
+    x = make((4, 512), torch.bfloat16, "cuda", gen=gen)
+    w = (torch.randn(2 * 256, 512, generator=gen) / 512**0.5).bfloat16().cuda()
+    wsgemm.gated_linear(x, w, "silu")  # the first call: checks, road, compile (not captured)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = wsgemm.gated_linear(x, w, "silu")
+    x.copy_(make((4, 512), torch.bfloat16, "cuda", gen=gen))
+    graph.replay()
+    y = x.double() @ w.double().T
+    ref = torch_activation("silu", y[:, :256]) * y[:, 256:]
+    theirs = wsgemm.gated_linear(x, w, "silu")
+    assert_within_torch_error(out, ref, theirs, "gated swap in a graph")
+
+
+@pytest.fixture
 def gated_bias(monkeypatch):
     """The biased gated kernel switched on (``GATED_BIAS_FAMILIES``: on on main since these
     cases passed on an H100, 2026-12-06; the fixture keeps them meaningful if it is switched

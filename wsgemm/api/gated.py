@@ -17,6 +17,7 @@ and the gating pass over M x 2I values is small beside reading the weights (docs
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -81,12 +82,25 @@ def check_gated(x, weight, activation, device_types=("cuda",), bias=None) -> tup
     return x.shape[0], weight.shape[0] // 2, act
 
 
-def gated_config(rows: int) -> tuple[str, object | None]:
+def gated_config(rows: int, swap: bool = False) -> tuple[str, object | None]:
     """(backend, config) of the tile a gated call of ``rows`` rows runs: the menu entry
     ``choosing.gated_kernel_entry`` names (the rule the cost model prices), its backend and,
-    where the entry is not that backend's shipped tile, its config (None: the shipped one)."""
+    where the entry is not that backend's shipped tile, its config (None: the shipped one).
+    ``swap``: the call may take the gated swap-AB decode tile (unbiased ``gated_linear``
+    outside batch-invariant mode), which it does at up to ``GATED_SWAP_MAX_ROWS`` rows where
+    ``host.runs_gated_swap`` says so."""
+    width = host.choosing.gated_swap_tile_n(rows) if swap else None
+    if width is not None and host.runs_gated_swap(GATED_SWAP_BACKEND):
+        base = host.BACKENDS[GATED_SWAP_BACKEND].config()
+        tile = dict(tile_m=128, tile_n=width, tile_k=64, cluster_m=1, cluster_n=1)
+        return GATED_SWAP_BACKEND, dataclasses.replace(base, **tile, swap_ab=True)
     e = host.choosing.menu.entry(host.choosing.gated_kernel_entry(rows))
     return e.backend, e.variant_config()
+
+
+#: The backend of the gated swap-AB decode tile (a ping-pong 128-row tile:
+#: ``kernels/sm90/kernel.gated_swap_refusal``).
+GATED_SWAP_BACKEND = "sm90-pingpong"
 
 
 def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
@@ -126,8 +140,10 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
         if key is not None:
             d.remember(key, functools.partial(_unfused, d, act))
         return out
-    (a_view, _), b_view, _, index = fused
-    c_view = out.unsqueeze(-1)
+    (a_view, _), (b_view, _), (_, config), index = fused
+    swapped = config is not None and config.swap_ab
+    # the (rows, I) result, or under swap-AB its transpose (I, rows), M-major
+    c_view = _kernel_view(out.t().unsqueeze(-1), False, (0,))[0] if swapped else out.unsqueeze(-1)
     fn, clusters = _launch(d, fused, x, act, bias, c_view)
     bind = getattr(fn, "bind", None)
     if key is not None and bind is not None:
@@ -135,8 +151,10 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
             at = bind(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None)
         else:  # the bias, alpha, beta and C late: the bias given per call
             at = bind(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, late=4)
-        shifts = (a_view.data_ptr() - x.data_ptr(), b_view.data_ptr() - weight.data_ptr())
-        d.remember(key, _launcher(d, at, shifts, (m, half), x.dtype, x.device, index))
+        x_view, w_view = (b_view, a_view) if swapped else (a_view, b_view)
+        shifts = (x_view.data_ptr() - x.data_ptr(), w_view.data_ptr() - weight.data_ptr())
+        launch = _launcher(d, at, shifts, (m, half), x.dtype, x.device, index, swapped)
+        d.remember(key, launch)
     return out
 
 
@@ -151,7 +169,11 @@ def gated_linear_preact(x, weight, activation="silu", *, bias=None, dispatcher=N
     d = dispatcher or _default_dispatcher()
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
     x, weight, bias = _resolved(x, weight, bias)  # the kernel reads their memory
-    fused = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
+    fused = (
+        _road(d, x, weight, act, bias, swap_ok=False)
+        if m and half and x.shape[1]
+        else "an empty problem"
+    )  # (the swap-AB decode tile stores no preact)
     if not isinstance(fused, str) and not host.fuses_gated_grad(fused[2][0]):
         fused = "the gated training kernels are switched off (host.registry.DGATED_FAMILIES)"
     if isinstance(fused, str):  # gated_linear's unfused road: the unit on the fp32 product
@@ -168,11 +190,11 @@ def _launch(d, fused, x, act, bias, c_view, preact=None):
     """Launch the gated kernel ``fused`` (``_road``'s) on ``x`` into ``c_view`` (and, with
     ``preact``, the pre-activation's gate-half view: ``Epilogue.preact``); returns the
     compiled kernel and its cluster count."""
-    (a_view, a_major), b_view, (backend, config), index = fused
+    (a_view, a_major), (b_view, b_major), (backend, config), index = fused
     epilogue = Epilogue(bias="none" if bias is None else "col", activation=act, gated=True,
                         preact=preact is not None)  # fmt: skip
     dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
-    fn, clusters = d.kernel(backend, index, dtypes, a_major, "k", config, epilogue.name)
+    fn, clusters = d.kernel(backend, index, dtypes, a_major, b_major, config, epilogue.name)
     vector = None if bias is None else _bias_vector(bias)
     extras = (vector,) if preact is None else (vector, None, None, preact)
     with d.on_device(index):
@@ -222,19 +244,23 @@ def _signature(x, weight, activation, bias=None):
         return None
 
 
-def _launcher(d, at, shifts: tuple[int, int], shape, dtype, device, index):
+def _launcher(d, at, shifts: tuple[int, int], shape, dtype, device, index, swapped=False):
     """A later fused call of the signature: ``launch(x, weight, bias)`` runs the kernel bound
     at the first call's views (``at``) at this call's addresses, into a new result (with a
-    bias, its vector given per call)."""
+    bias, its vector given per call). ``shifts``: x's view's and the weight's from their
+    tensors' addresses; ``swapped``: the kernel's A is the weight and its B is x (the gated
+    swap-AB tile)."""
     dx, dw = shifts
 
     def launch(x, weight, bias=None):
         out = torch.empty(*shape, dtype=dtype, device=device)
+        a, b = x.data_ptr() + dx, weight.data_ptr() + dw
+        if swapped:
+            a, b = b, a
         if bias is None:
-            at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr())
+            at(a, b, out.data_ptr())
         else:
-            vector = _bias_vector(bias)
-            at(x.data_ptr() + dx, weight.data_ptr() + dw, out.data_ptr(), vector, None, None, None)
+            at(a, b, out.data_ptr(), _bias_vector(bias), None, None, None)
         return out
 
     return dispatch.on_its_device(d, index, launch)
@@ -260,13 +286,18 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
         (backend, config), index = road[2], road[3]
         tile = config or host.BACKENDS[backend].config("float32")
         which = "its shipped" if config is None else "the"
+        width = tile.tile_n if tile.swap_ab else None
+        shape = f"{which} {tile.tile_m}x{tile.tile_n} tile, {tile.tile_n // 2} output features"
+        if width is not None:
+            shape = (f"the swap-AB {tile.tile_m}x{width} decode tile: the weights' gate and up "
+                     f"rows its two 64-row bands, {tile.tile_m // 2} output features and "
+                     f"{width} rows")  # fmt: skip
         kernel = (
-            f"kernel: the gated kernel on {backend} ({which} {tile.tile_m}x{tile.tile_n} "
-            f"tile, {tile.tile_n // 2} output features a tile): act(gate) * up{with_bias} in its "
-            "epilogue, one GEMM, the half-width result written once"
+            f"kernel: the gated kernel on {backend} ({shape} a tile): act(gate) * up{with_bias} "
+            "in its epilogue, one GEMM, the half-width result written once"
         )
         name = str(x.dtype).removeprefix("torch.")
-        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act)
+        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act, width)
         why = f"\nwhy: {verdict}" if verdict else ""
         return f"{head}\n{kernel}{why}\n{_training_line(d, x, half, road)}"
     product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto", bias)
@@ -402,11 +433,18 @@ def _default_dispatcher():
     return DISPATCHER
 
 
-def _road(d, x, weight, act, bias=None):
-    """((A's view, its major), B's view, (backend, config), device index) where a gated kernel
-    runs this call, else why not (a str: the unfused road's reason, ``explain``'s words)."""
+def _road(d, x, weight, act, bias=None, swap_ok=True):
+    """((A's view, its major), (B's view, its major), (backend, config), device index) where a
+    gated kernel runs this call, else why not (a str: the unfused road's reason, ``explain``'s
+    words). A is x and B the weight's gate half, or on the gated swap-AB decode tile the other
+    way round (``swap_ok``: that tile may run it; it takes no bias, and in batch-invariant mode
+    a row's bits must not depend on the call's rows)."""
     index = _index(d, x)
-    backend, config = gated_config(x.shape[0])
+    swap = (
+        swap_ok and bias is None and not host.choosing.batch_invariant_requested(d.batch_invariant)
+    )
+    backend, config = gated_config(x.shape[0], swap)
+    swapped = config is not None and config.swap_ab
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no gated kernel runs on this GPU"
     if not host.fuses_epilogues(backend, gated=True):
@@ -424,8 +462,11 @@ def _road(d, x, weight, act, bias=None):
     if b is None:
         return "the weight is not row-major (2I, K) with 16-byte rows (the kernel reads it K-major)"
     name = str(x.dtype).removeprefix("torch.")
-    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act)
+    width = config.tile_n if swapped else None
+    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act, width)
     if why is not None:
         return why
-    a_view, unit = a
-    return (a_view, "k" if unit == "cols" else "m"), b[0], (backend, config), index
+    x_view, unit = a
+    if swapped:  # C^T = W x^T: the weight's rows fill the tile's M, the tokens its N
+        return (b[0], "k"), (x_view, "k" if unit == "cols" else "n"), (backend, config), index
+    return (x_view, "k" if unit == "cols" else "m"), (b[0], "k"), (backend, config), index

@@ -42,6 +42,7 @@ from .registry import (
     fuses_gated_grad,
     needs_vector_extent,
     reads_c_tensor,
+    runs_gated_swap,
     scales_rows,
     shipped_backends,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "grouped_variants",
     "ragged_k_config",
     "ragged_k_variants",
+    "runs_gated_swap",
     "ragged_k_workspace_words",
     "reads_c_tensor",
     "scales_rows",

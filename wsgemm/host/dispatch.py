@@ -399,7 +399,8 @@ class Dispatcher:
             )  # fmt: skip
         return chosen
 
-    def gated_unfused(self, device, rows: int, n: int, k: int, dtype: str, activation: str):
+    def gated_unfused(self, device, rows: int, n: int, k: int, dtype: str, activation: str,
+                      swap_tile_n: int | None = None):  # fmt: skip
         """Why a ``gated_linear`` call on a (rows, n = 2I, k) product of ``dtype`` inputs runs
         that product on ``auto``'s choice (in fp32) and then the gating, rather than the gated
         kernel: the cost model predicts that road faster (``choosing.gated_roads``, the product
@@ -408,18 +409,20 @@ class Dispatcher:
         (the gated kernel) where it does not, off the sm90 family, where no cost model knows
         this GPU, and in batch-invariant mode (a row's bits must not depend on how many rows
         the call has). Memoized per problem, activation and settings (a memo of its own, so
-        that many row counts do not crowd out the launchers)."""
-        return self._gated_answer(device, rows, n, k, dtype, activation)[0]
+        that many row counts do not crowd out the launchers). ``swap_tile_n``: the gated kernel
+        is the swap-AB decode tile of that width (``choosing.gated_swap_tile_n``)."""
+        return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n)[0]
 
-    def gated_verdict(self, device, rows: int, n: int, k: int, dtype: str, activation: str):
+    def gated_verdict(self, device, rows: int, n: int, k: int, dtype: str, activation: str,
+                      swap_tile_n: int | None = None):  # fmt: skip
         """``gated_unfused``'s two predictions in words, whichever road won (``explain``);
         None where it asked no model."""
-        return self._gated_answer(device, rows, n, k, dtype, activation)[1]
+        return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n)[1]
 
-    def _gated_answer(self, device, rows, n, k, dtype, activation) -> tuple:
+    def _gated_answer(self, device, rows, n, k, dtype, activation, swap_tile_n=None) -> tuple:
         if choosing.batch_invariant_requested(self.batch_invariant):
             return None, "batch-invariant mode: the gated kernel whatever the rows"
-        key = (device, rows, n, k, dtype, activation, current_settings())
+        key = (device, rows, n, k, dtype, activation, swap_tile_n, current_settings())
         known = self._gated_roads.get(key)
         if known is not None:
             return known
@@ -430,13 +433,14 @@ class Dispatcher:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
             choice = self.model_choice(device, problem, dtypes)
             roads = choosing.gated_roads(model, choice.menu_entry, choice.split, rows, n, k,
-                                         sm_count, activation)  # fmt: skip
+                                         sm_count, activation, swap_tile_n=swap_tile_n)  # fmt: skip
             if roads is not None:
                 split = f" split {choice.split}" if choice.split > 1 else ""
                 times = f"{roads.product_us:.1f} + {roads.gating_us:.1f} us"
                 product = (f"the product on {choice.menu_entry.name}{split} then the gating "
                            f"({times})")  # fmt: skip
-                fused = f"the gated kernel's row tile ({roads.fused_us:.1f} us)"
+                tile = "row tile" if swap_tile_n is None else f"swap-AB {swap_tile_n}-token tile"
+                fused = f"the gated kernel's {tile} ({roads.fused_us:.1f} us)"
                 if roads.unfused_wins:
                     why = verdict = f"the cost model predicts {product} faster than {fused}"
                 else:

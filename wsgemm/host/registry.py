@@ -167,6 +167,15 @@ GATED_FAMILIES = frozenset({"sm90"})
 #: autocast), float64 reference, within the suite's tolerance. Elsewhere a biased call takes the
 #: unfused road: the product with its bias in fp32, then the gating.
 GATED_BIAS_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose gated swap-AB decode tile runs ``gated_linear`` calls of a few rows (the
+#: weights in the tile's M, the gate's and up projection's rows the two 64-row bands of a
+#: ping-pong warpgroup: ``kernels/sm90/kernel.gated_swap_refusal``; unbiased). The sm90 one
+#: compiles (SASS checked: three TMA loads a stage, half the plain swap tile's stores; its
+#: pairing walked on the CPU, ``tests/kernels/test_gated_static.py``) but has not run on a
+#: GPU: empty until ``tests/gpu/test_gpu_epilogue.py -k gated_swap`` passes (it switches the
+#: family on for itself). Elsewhere a call of a few rows runs the gated kernel's 128-row tile
+#: or, where the cost model says so, the product on a swap-AB tile and then the gating.
+GATED_SWAP_FAMILIES: frozenset[str] = frozenset()
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. The sm90
 #: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
@@ -221,6 +230,12 @@ def fuses_epilogues(
     if gated and bias and family not in GATED_BIAS_FAMILIES:
         return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
+
+
+def runs_gated_swap(backend: str) -> bool:
+    """Whether ``gated_linear`` calls of a few rows on ``backend`` take its gated swap-AB tile
+    (``GATED_SWAP_FAMILIES``, and the family's gated kernels on)."""
+    return BACKENDS[backend].family in GATED_SWAP_FAMILIES and fuses_epilogues(backend, gated=True)
 
 
 def fuses_gated_grad(backend: str) -> bool:

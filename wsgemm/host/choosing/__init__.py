@@ -26,7 +26,13 @@ from .autotune import (
     tuned_choice,
 )
 from .autotune import requested as autotune_requested
-from .cost import GatedRoads, cost_model_for, gated_kernel_entry, gated_roads
+from .cost import (
+    GatedRoads,
+    cost_model_for,
+    gated_kernel_entry,
+    gated_roads,
+    gated_swap_tile_n,
+)
 from .menu import M_QUANTUM, MENU, MenuEntry, entry, m_block, menu_variants
 from .route_choice import RouteDecision
 from .rules import (
@@ -70,6 +76,7 @@ __all__ = [
     "cost_model_for",
     "gated_kernel_entry",
     "gated_roads",
+    "gated_swap_tile_n",
     "ranked_candidates",
     "describe",
     "entry",

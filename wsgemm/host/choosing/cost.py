@@ -234,6 +234,26 @@ def gated_kernel_entry(rows: int) -> str:
     return "sm90-pingpong" if rows <= GATED_PINGPONG_MAX_ROWS else "sm90"
 
 
+#: The gated swap-AB decode tile (``host.runs_gated_swap``): calls of up to this many rows, the
+#: tokens in the tile's N (the narrowest of these widths that holds them), 64 result rows a
+#: tile. Until it is timed the model prices it as the plain swap-AB decode entry of the same
+#: width (``GATED_SWAP_PROXY``: the same weight bytes and MMA work, in 64-row tiles), unsplit,
+#: writing the half-width result.
+GATED_SWAP_TILE_N = (8, 16, 32)
+GATED_SWAP_MAX_ROWS = GATED_SWAP_TILE_N[-1]
+GATED_SWAP_PROXY = {
+    8: "swap-pingpong-64x8x128-c1x1",
+    16: "swap-pingpong-64x16x128-c1x1",
+    32: "swap-pingpong-64x32-c1x1",
+}
+
+
+def gated_swap_tile_n(rows: int) -> int | None:
+    """The gated swap-AB tile's width for a call of ``rows`` rows, or None past
+    ``GATED_SWAP_MAX_ROWS``."""
+    return next((n for n in GATED_SWAP_TILE_N if rows <= n), None)
+
+
 def gating_pass_us(
     m: int, half: int, activation: str = "silu", us: float | None = None, tb_s: float | None = None
 ) -> float:
@@ -273,15 +293,20 @@ def gated_roads(
     kernel_costs: dict[str, EntryCost] | None = None,
     pass_us: float | None = None,
     pass_tb_s: float | None = None,
+    swap_tile_n: int | None = None,
 ) -> GatedRoads | None:
     """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel (its
     row tile, ``gated_kernel_entry``, with ``GATED_KERNEL_COSTS``' constants for it, unsplit,
     writing m x I 16-bit values, with the activation's MUFU work: ``EPILOGUE_MUFU`` per result
     value, half of it per product value) against the product on ``product`` with ``split``
     writing fp32, plus ``gating_pass_us``. The last three arguments stand in for the shipped
-    constants (a fit). None where the model lacks an entry."""
+    constants (a fit). ``swap_tile_n``: the gated kernel is the swap-AB decode tile of that
+    width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry. None where the model
+    lacks an entry."""
     costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
-    if costs is None:
+    if swap_tile_n is not None:
+        gated, local = entry(GATED_SWAP_PROXY[swap_tile_n]), model
+    elif costs is None:
         gated, local = entry("sm90"), model
     else:
         name = gated_kernel_entry(m)
