@@ -842,6 +842,11 @@ def test_explain_says_how_a_gated_mlp_trains(fusing, monkeypatch):
 # --------------------------------------------------------- the gated swap-AB decode tile
 
 
+def _swap_gated(v) -> bool:
+    """Whether variant ``v`` is the gated swap-AB tile (a plain swap-AB product is not)."""
+    return v.config is not None and v.config.swap_ab and "gated" in v.epilogue
+
+
 @pytest.fixture
 def swap_tile(fusing, monkeypatch):
     """The gated swap-AB decode tile on (``GATED_SWAP_FAMILIES``: off on main until it runs
@@ -888,11 +893,31 @@ def test_the_swap_tile_leaves_what_it_does_not_run(swap_tile):
         x = torch.randn(rows, k, dtype=F16)
         out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
         assert close(out, reference(x, w, "silu", bias), F16, k)
-        assert not any(v.config is not None and v.config.swap_ab for v in d.cache.variants)
+        assert not any(_swap_gated(v) for v in d.cache.variants)
     with config.batch_invariant(True):
         d = dispatcher()
         core.gated_linear(torch.randn(8, k, dtype=F16), w, "silu", dispatcher=d)
-        assert not any(v.config is not None and v.config.swap_ab for v in d.cache.variants)
+        assert not any(_swap_gated(v) for v in d.cache.variants)
+
+
+def test_the_preact_forward_never_takes_the_swap_tile(swap_tile, monkeypatch):
+    """``gated_linear_preact`` (a GatedMLP's training forward) at 8 rows with the swap tile on:
+    the row tile's preact kernel or the unfused road, never the swap tile (which stores no
+    preact), and ``explain``'s training line says that forward, not the swap tile's."""
+    monkeypatch.setattr(registry, "DGATED_FAMILIES", registry.EPILOGUE_FAMILIES)
+    torch.manual_seed(1)
+    k, half = 4096, 4096
+    x, w = torch.randn(8, k, dtype=F16), torch.randn(2 * half, k, dtype=F16) / 64
+    d = dispatcher()
+    h, preact = core.gated_linear_preact(x, w, "silu", dispatcher=d)
+    assert not any(_swap_gated(v) for v in d.cache.variants)  # (a plain swap product may run)
+    assert close(h, reference(x, w, "silu"), F16, k)
+    text = core.explain(d, x, w, "silu")
+    assert "swap-AB 128x8 decode tile" in text  # the inference call's road
+    road = core._road(d, x, w, "silu", swap_ok=False)
+    [training] = [line for line in text.splitlines() if line.startswith("training (GatedMLP")]
+    fused = "the gated kernel storing h and [gate | up] from one GEMM"
+    assert (fused in training) == (not isinstance(road, str)), training
 
 
 def test_a_kept_swap_launcher_runs_later_calls_at_their_own_addresses(swap_tile):

@@ -282,7 +282,10 @@ def test_gated_swap_matches_float64(gated_swap, m, half, k, act, ab, x_major):
         if x_major == "m":
             x = x.t().contiguous().t()
         w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
-        torch.cuda.empty_cache()
+        # poison: the result's block is likely this freed NaN-filled one (the caching
+        # allocator hands a freed block of the size back first)
+        poison = torch.full((m, half), float("nan"), dtype=ab, device="cuda")
+        del poison
         got = gated_core.gated_linear(x, w, act, dispatcher=d)
         y64 = x.double() @ w.double().T
         ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
@@ -295,13 +298,17 @@ def test_gated_swap_matches_float64(gated_swap, m, half, k, act, ab, x_major):
 
 def test_gated_swap_in_a_cuda_graph(gated_swap):
     """Captured and replayed with new x values: the graph's result is the new product's."""
+    from wsgemm.api import gated as gated_core
+
     gen = torch.Generator().manual_seed(3)
     x = make((4, 512), torch.bfloat16, "cuda", gen=gen)
     w = (torch.randn(2 * 256, 512, generator=gen) / 512**0.5).bfloat16().cuda()
-    wsgemm.gated_linear(x, w, "silu")  # the first call: checks, road, compile (not captured)
+    d = SwapTiles()
+    gated_core.gated_linear(x, w, "silu", dispatcher=d)  # checks, road, compile (not captured)
+    assert d.configs and d.configs[0].swap_ab
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = wsgemm.gated_linear(x, w, "silu")
+        out = gated_core.gated_linear(x, w, "silu", dispatcher=d)
     x.copy_(make((4, 512), torch.bfloat16, "cuda", gen=gen))
     graph.replay()
     y = x.double() @ w.double().T

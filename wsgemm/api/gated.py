@@ -299,18 +299,24 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
         name = str(x.dtype).removeprefix("torch.")
         verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act, width)
         why = f"\nwhy: {verdict}" if verdict else ""
-        return f"{head}\n{kernel}{why}\n{_training_line(d, x, half, road)}"
+        return f"{head}\n{kernel}{why}\n{_training_line(d, x, weight, act, bias)}"
     product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto", bias)
     unfused = (f"unfused: the (M, 2I) fp32 product{with_bias}, then act(gate) * up in fp32 in "
                f"torch ({road})")  # fmt: skip
-    return f"{head}\n{unfused}\n{_training_line(d, x, half, road)}\nthe product: {product}"
+    training = _training_line(d, x, weight, act, bias)
+    return f"{head}\n{unfused}\n{training}\nthe product: {product}"
 
 
-def _training_line(d, x, half: int, road) -> str:
+def _training_line(d, x, weight, act: str, bias) -> str:
     """``explain``'s line on a ``GatedMLP`` training step of these rows: fused (the gated
-    kernel storing the pre-activation, the unit's gradient in the dh GEMM) or not, and why."""
+    kernel storing the pre-activation, the unit's gradient in the dh GEMM) or not, and why.
+    Its forward is ``gated_linear_preact``'s road, which never takes the swap-AB tile."""
     head = "training (GatedMLP with a gradient to compute):"
+    half = weight.shape[0] // 2
     why = _dgated_refusal(d, x.shape[0], half, _index(d, x))
+    road = "an empty problem"
+    if why is None and x.shape[0] and half and x.shape[1]:
+        road = _road(d, x, weight, act, bias, swap_ok=False)
     if why is not None:
         return (f"{head} the (M, 2I) product saved, act(gate) * up in torch, its gradient in "
                 f"three elementwise passes ({why})")  # fmt: skip

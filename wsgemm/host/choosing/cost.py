@@ -237,8 +237,9 @@ def gated_kernel_entry(rows: int) -> str:
 #: The gated swap-AB decode tile (``host.runs_gated_swap``): calls of up to this many rows, the
 #: tokens in the tile's N (the narrowest of these widths that holds them), 64 result rows a
 #: tile. Until it is timed the model prices it as the plain swap-AB decode entry of the same
-#: width (``GATED_SWAP_PROXY``: the same weight bytes and MMA work, in 64-row tiles), unsplit,
-#: writing the half-width result.
+#: width (``GATED_SWAP_PROXY``) on (rows, I, 2K), unsplit: a 64-row tile over twice the K is
+#: the 128-row tile's weight bytes and MMA work a CTA, with as many CTAs (I / 64), writing the
+#: half-width result.
 GATED_SWAP_TILE_N = (8, 16, 32)
 GATED_SWAP_MAX_ROWS = GATED_SWAP_TILE_N[-1]
 GATED_SWAP_PROXY = {
@@ -304,19 +305,27 @@ def gated_roads(
     width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry. None where the model
     lacks an entry."""
     costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
+    plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
+    gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)
     if swap_tile_n is not None:
-        gated, local = entry(GATED_SWAP_PROXY[swap_tile_n]), model
-    elif costs is None:
+        # a 128-row tile over K is a 64-row tile over 2K (the same weight bytes and MMA work
+        # a CTA, as many CTAs): the proxy on (m, I, 2K), writing I 16-bit values a row
+        proxy = entry(GATED_SWAP_PROXY[swap_tile_n])
+        mufu = EPILOGUE_MUFU.get(activation, 0)
+        fused = predict(model, proxy, features(proxy, 1, m, n // 2, 2 * k, 1, sm_count, 2, 2),
+                        mufu)  # fmt: skip
+        if fused is None or plain is None:
+            return None
+        return GatedRoads(fused.us, plain.us + gating, plain.us, gating)
+    if costs is None:
         gated, local = entry("sm90"), model
     else:
         name = gated_kernel_entry(m)
         gated, local = entry(name), dataclasses.replace(model, entries={name: costs[name]})
     mufu = EPILOGUE_MUFU.get(activation, 0) // 2
     fused = predict(local, gated, features(gated, 1, m, n, k, 1, sm_count, 2, 1), mufu)
-    plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
     if fused is None or plain is None:
         return None
-    gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)
     return GatedRoads(fused.us, plain.us + gating, plain.us, gating)
 
 

@@ -1123,7 +1123,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         # (tile_n, tile_k, tiles_n, k_tiles, L); gated: the gate's half tile (out_tile_n rows)
         gB = cute.local_tile(mB_nkl, (plan.out_tile_n, cfg.tile_k), (None, None, None))
         tBgB_up = tBsB_up = None
-        if const_expr(plan.epilogue.gated):
+        if const_expr(plan.epilogue.gated and not plan.gated_rows):
             # sB's halves: ((out_tile_n, 2), tile_k, stages), gate rows then up rows
             halves = cute.logical_divide(sB, (plan.out_tile_n,))
             sB = halves[((None, 0), None, None)]
