@@ -18,7 +18,11 @@ one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``
   (``api.gated.gated_grad``: ``dh = d_out @ W_down`` with the unit's gradient in its epilogue,
   writing ``d[gate | up]``) against ``dh_plain`` (``wsgemm.matmul(d_out, W_down)``), and
   ``fwd_preact`` (``api.gated.gated_linear_preact``: ``h`` and ``[gate | up]`` from one
-  kernel) against ``fwd_plain`` (``wsgemm.linear(x, W_gate_up)``, the 2I-wide product).
+  kernel) against ``fwd_plain`` (``wsgemm.linear(x, W_gate_up)``, the 2I-wide product);
+  ``dh_dgated_<entry>`` for each menu entry of ``--dgated-tiles``: the dgated GEMM forced onto
+  that entry's tile (``api.gated.gated_config`` replaced for the call), against ``dh_plain``
+  too (perf.md entry 81: on the cooperative tile the epilogue's extra traffic is exposed; a
+  ping-pong tile's other warpgroup may hide it).
 
 cuBLAS's reduced-precision split-K reduction is off, as in ``python -m wsgemm bench``. Prints
 per shape the medians, each side's elementwise time (``torch - gemms``, ``wsgemm -
@@ -26,7 +30,7 @@ wsgemm_gemms``) and the share of torch's that wsgemm's saves (``1 - wsgemm's / t
 issue #25's bar: >= 75%); ``--json`` keeps the times.
 
     python scripts/bench_mlp_train.py [--models 8b,70b] [--tokens 1024,4096] [--rounds 5]
-        [--dtype bf16] [--activation silu] [--json FILE]
+        [--dtype bf16] [--activation silu] [--dgated-tiles sm90-pingpong,...] [--json FILE]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -44,9 +49,23 @@ from wsgemm.api.epilogue import gated_unit
 from wsgemm.bench import env, measure, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
+from wsgemm.host.choosing.menu import entry
 
 
-def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
+def forced_dgated(name: str, dout, w_d, preact, act):
+    """``gated_grad`` with the dgated GEMM on menu entry ``name``'s tile."""
+    e = entry(name)
+    tile = (e.backend, e.variant_config())
+
+    def call():
+        with torch.no_grad(), mock.patch.object(gated_core, "gated_config",
+                                                lambda rows, swap=False: tile):  # fmt: skip
+            gated_core.gated_grad(dout, w_d, preact, act)
+
+    return call
+
+
+def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen, dgated_tiles=()):
     mlp = wsgemm.nn.GatedMLP(hidden, ffn, activation=act, device="cuda", dtype=dtype)
     with torch.no_grad():
         for p in mlp.parameters():
@@ -107,6 +126,8 @@ def contenders(hidden: int, ffn: int, tokens: int, dtype, act: str, gen):
              "fwd_plain": no_grad(lambda: wsgemm.linear(x0, w_gu)),
              "fwd_preact": no_grad(lambda: gated_core.gated_linear_preact(x0, w_gu, act)),
              }  # fmt: skip
+    for name in dgated_tiles:
+        calls[f"dh_dgated_{name}"] = forced_dgated(name, dout, w_d, preact, act)
     return calls, (mlp, x, dout)
 
 
@@ -141,8 +162,14 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bf16", choices=("fp16", "bf16"))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument(
+        "--dgated-tiles",
+        default="",
+        help="menu entries to force the dgated GEMM onto, e.g. sm90-pingpong",
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    dgated_tiles = tuple(t for t in args.dgated_tiles.split(",") if t)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -153,7 +180,7 @@ def main(argv=None) -> int:
         model = suites.MODELS[name]
         for tokens in suites.parse_int_list(args.tokens):
             calls, (mlp, x, dout) = contenders(model.hidden, model.ffn, tokens, dtype,
-                                               args.activation, gen)  # fmt: skip
+                                               args.activation, gen, dgated_tiles)  # fmt: skip
             check(mlp, x, dout, args.activation)
             check(mlp, x, dout, args.activation, calls["wsgemm_unfused"])
             names = list(calls)
@@ -184,6 +211,9 @@ def main(argv=None) -> int:
                   f"({med['dh_plain'] * 1e3:.1f} us plain)  forward preact/plain "
                   f"{preact_over_plain:.3f} ({med['fwd_plain'] * 1e3:.1f} us plain)",
                   flush=True)  # fmt: skip
+            for tile in dgated_tiles:
+                ratio = med[f"dh_dgated_{tile}"] / med["dh_plain"]
+                print(f"{name} t={tokens:<6d} dh dgated on {tile}/plain {ratio:.3f}", flush=True)
             records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
                                 dgated_over_plain=dgated_over_plain,
                                 preact_over_plain=preact_over_plain,

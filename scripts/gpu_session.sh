@@ -179,8 +179,9 @@ if has mlptrain; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
   timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} \
     --models ${EPI_MODELS:-8b,70b} --tokens ${MLP_TOKENS:-1024,4096} \
+    --dgated-tiles ${DGATED_TILES:-sm90-pingpong} \
     --json "$OUT/mlp-train.json" > "$OUT/mlp-train.log" 2>&1
-  echo "mlp train rc=$?"; cat "$OUT/mlp-train.log" | tail -8
+  echo "mlp train rc=$?"; cat "$OUT/mlp-train.log" | tail -16
 fi
 if has rpr; then
   # issue #27: does the baseline's setting (cuBLAS's reduced-precision split-K reduction off)
