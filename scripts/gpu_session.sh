@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -294,6 +294,17 @@ if has checks; then
   timeout 200 python3 scripts/tune_menu.py --out "$OUT/tune_decode" --suites llm --tokens 1,16 \
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -20
   echo "checks done at $((SECONDS - start)) s"
+fi
+if has gatedsanitize; then
+  # the gated kernels (row tiles, swap-AB decode tile, preact, dgated) under the sanitizer
+  python3 scripts/sanitize_auto.py --gated 2>&1 | tail -3  # compiles outside the sanitizer
+  for tool in memcheck racecheck initcheck; do
+    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_auto.py)
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
+      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py --gated $flag 2>&1 \
+      | tee "$OUT/sanitize_gated_$tool.log" | tail -3
+    echo "$tool gated rc=${PIPESTATUS[0]}"
+  done
 fi
 if has streamk; then
   # docs/perf.md entry 26: stream-K, built without a GPU, checked in one go

@@ -7,7 +7,9 @@ previous launch reset are reused), each checked against torch. Run as
 ``compute-sanitizer --tool memcheck|initcheck|racecheck python scripts/sanitize_auto.py``
 (scripts/gpu_session.sh). With ``--stream-k``: only the stream-K cases (the dropped ``sk-``
 entries: partial waves, ragged, batched; each call three times, so the workspace and the
-semaphores are reused).
+semaphores are reused). With ``--gated``: only the gated kernels (``gated_cases``: both row
+tiles, the swap-AB decode tile switched on for its calls, the preact forward and the dgated
+backward; ragged I and rows, each call twice so a kept launcher runs).
 
 With ``--initcheck`` the same calls run but nothing reads an output back (no reference, no
 check): initcheck does not count a TMA store as a write, so a torch kernel reading our output
@@ -100,8 +102,53 @@ def stream_k_cases() -> int:
     return wrong
 
 
+# (rows, I, K): the swap-AB decode tile's widths (8, 16, 32: one of them a ragged I), the
+# ping-pong row tile, the cooperative row tile (ragged rows and I)
+GATED = ((1, 64, 64), (5, 200, 1000), (16, 1024, 2048), (32, 704, 512), (100, 1000, 777),
+         (300, 520, 1024))  # fmt: skip
+
+
+def gated_cases() -> int:
+    """Every gated kernel through the API with its road forced onto the kernel (a dispatcher
+    whose cost model never prefers the unfused road), the swap-AB tile switched on; each
+    signature twice (the second call runs its kept launcher); the dgated kernel on a
+    pre-activation with a row stride of its own; how many results were wrong."""
+    from wsgemm.api import epilogue as epi
+    from wsgemm.api import gated as gated_core
+    from wsgemm.host import registry
+
+    class KernelOnly(api.Dispatcher):
+        def gated_unfused(self, *args):
+            return None
+
+    registry.GATED_SWAP_FAMILIES = registry.EPILOGUE_FAMILIES
+    d, wrong = KernelOnly(), 0
+    for m, half, k in GATED:
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        w = torch.randn(2 * half, k, dtype=torch.float16, device="cuda") / k**0.5
+        y = reference(x, w)
+        ref = None if y is None else epi.gated_unit("silu", y)
+        for _ in range(2):
+            got = gated_core.gated_linear(x, w, "silu", dispatcher=d)
+            wrong += not report(f"gated {m}x{half}x{k}:", got, ref)
+        h, preact = gated_core.gated_linear_preact(x, w, "silu", dispatcher=d)
+        wrong += not report(f"gated preact {m}x{half}x{k}:", h, ref)
+        dy = torch.randn(m, 256, dtype=torch.float16, device="cuda")
+        w_down = torch.randn(256, half, dtype=torch.float16, device="cuda") / half**0.5
+        wide = torch.randn(m, 2 * half + 8, dtype=torch.float16, device="cuda")
+        pre = wide[:, : 2 * half]  # a row stride of its own
+        want = None
+        if READ_BACK:
+            want = epi.gated_unit_grad("silu", dy.float() @ w_down.float(), pre.float())
+        got = gated_core.gated_grad(dy, w_down, pre, "silu", dispatcher=d)
+        wrong += not report(f"dgated {m}x{half}x{k}:", got, want)
+    return wrong
+
+
 if "--stream-k" in sys.argv:
     sys.exit(1 if stream_k_cases() else 0)
+if "--gated" in sys.argv:
+    sys.exit(1 if gated_cases() else 0)
 
 bad = 0
 for m, n, k in SHAPES:
