@@ -262,6 +262,26 @@ def _hooks_compiled_out(variant):
         return insp.inspect_variant(variant, fn)
 
 
+def test_a_traced_grouped_kernel_compiles_spill_free(traced_report):
+    """The ragged-M grouped kernel (``grouped_mm``'s 2D x 3D form) traced: its tiles' fetches
+    carry (tile in its group, n, group), so a recording says which tile ran which group; its
+    epilogue is the grouped one (predicated stores past a group's end), whose span the role
+    records. (Recording one from ``wsgemm.trace`` is not wired yet.)"""
+    _, r = traced_report(host.Variant("sm90-pingpong", "sm_90a", grouping="m"))
+    _check_traced(r, "sm90-pingpong", "sm_90a", "SR_GLOBALTIMER")
+
+
+def test_a_ragged_k_kernel_is_not_traced():
+    import cutlass
+
+    from wsgemm.kernels.sm90.config import Sm90Config
+    from wsgemm.kernels.sm90.grouped import Sm90KGroupedGemm
+
+    f16, f32 = cutlass.Float16, cutlass.Float32
+    with pytest.raises(ValueError, match="tracing with a ragged K"):
+        Sm90KGroupedGemm(Sm90Config(), f16, f16, f32, trace=True)
+
+
 def test_every_sm90_module_with_hooks_is_copied_without_them():
     """The hooks-deleted build covers each sm90 module that holds hooks: the kernel's own and
     the traced loops' (split-K's fix-up holds none)."""

@@ -20,8 +20,10 @@ __all__ = ["Sm90GroupedGemm", "Sm90KGroupedGemm"]
 
 
 class Sm90GroupedGemm(Sm90Gemm):
-    """The ragged-M grouped GEMM (module docstring). No split-K, stream-K, swap-AB, tracing or
-    fused bias yet (``ValueError`` at construction); an activation epilogue works."""
+    """The ragged-M grouped GEMM (module docstring). No split-K, stream-K, swap-AB or fused
+    bias yet (``ValueError`` at construction); an activation epilogue works. Built with
+    ``trace=True`` it records as the dense kernel does (its tiles' fetches carry the tile in
+    its group and the group), its grouped epilogue's store waits aside."""
 
     grouped = "m"
     # the dense kernel's launch arguments, then a row scale (a vector of every group's rows:
@@ -51,7 +53,7 @@ class Sm90KGroupedGemm(Sm90GroupedGemm):
     (``config.RAGGED_K_WORDS_PER_CTA`` fp32 words a CTA, the launch's clusters x cluster size
     CTAs). The schedule is the dense one over
     C's tiles; each unit's loads start at its group's first k and read zeros past its last
-    (``ragged_k.py``). The same limits as ``Sm90GroupedGemm``."""
+    (``ragged_k.py``). The same limits as ``Sm90GroupedGemm``, and no traced variant."""
 
     grouped = "k"
 

@@ -474,7 +474,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             unsupported = {
                 "split-K or stream-K": config.splits_in_kernel,
                 "swap-AB": config.swap_ab,
-                "tracing": trace,
+                "tracing with a ragged K": trace and self.grouped == "k",
                 "a fused bias": epilogue.bias != "none",
             }
             unsupported["alpha or a residual"] = epilogue.scalars
@@ -1611,12 +1611,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if const_expr(plan.epilogue.dgated):
             self._dgated_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
             return
+        if const_expr(args.ragged is not None):
+            # (traced too: its tiles' store waits are not recorded, the epilogue's span is)
+            self._ragged_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
+            return
         if const_expr(rec is not None):
             # the store waits' times stay in lanes until the last subtile (traced.py)
             self._epilogue_lanes(plan, args, store_pipeline, views, subtiles_done, rec)
-            return
-        if const_expr(args.ragged is not None):
-            self._ragged_epilogue(plan, args, store_pipeline, views, tile, subtiles_done)
             return
         ahead = [] if const_expr(bias_ahead is None) else list(bias_ahead)
         load = args.residual
