@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|groupedtrace|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -168,6 +168,14 @@ if has gatedswap; then
     --rows ${SWAP_ROWS:-1,4,8,16,32} --tiles sm90-pingpong --rounds ${ROUNDS:-5} \
     --json "$OUT/gated-swap.json" > "$OUT/gated-swap.log" 2>&1
   echo "gated swap bench rc=$?"; cat "$OUT/gated-swap.log" | cut -c1-250 | tail -40
+fi
+if has groupedtrace; then
+  # issue #26: a grouped call traced (which tile ran which group), then drawn from the CLI
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_trace.py -k grouped 2>&1 | tee "$OUT/grouped-trace-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout 300 python3 -m wsgemm trace --shape 4096,2048,7168 --groups 1200,0,300,2596 \
+    --out "$OUT/grouped-trace" 2>&1 | tail -12
 fi
 if has gatedtiles; then
   # the gated kernel's row tiles at few rows (scripts/bench_gated_tiles.py; each checked first)

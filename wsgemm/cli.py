@@ -403,19 +403,6 @@ def _explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _group_sizes(text: str) -> list[int]:
-    """``--groups``: rows per group, comma-separated ints >= 0."""
-    try:
-        sizes = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected rows per group like 300,0,1,389, got {text!r}"
-        ) from None
-    if not sizes or any(v < 0 for v in sizes):
-        raise argparse.ArgumentTypeError(f"group rows must be ints >= 0, got {text!r}")
-    return sizes
-
-
 def _explain_grouped(args: argparse.Namespace, shape, d, where: str) -> int:
     """``explain --groups``: ``wsgemm.grouped_mm(x, w.transpose(1, 2), offs)`` of M x K tokens
     and G expert weights (N, K), the groups' rows given (meta operands; the ends on the host,
@@ -665,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
     p.add_argument(
         "--groups",
-        type=_group_sizes,
+        type=bench_cli.group_sizes,
         metavar="ROWS,...",
         help="explain wsgemm.grouped_mm instead: the 2D x 3D form, one expert weight (N, K) a "
         "group and these rows each (their sum at most M), with its tile map (which tiles of "

@@ -127,3 +127,20 @@ def test_bad_arguments_raise_typed_errors():
         record(a, a, backend="sm80", capacity=2.5)
     with pytest.raises(ValueError, match="nothing to trace"):
         record(a[:, :0], a[:0], backend="sm80")
+
+
+@pytest.mark.parametrize("sizes", [[100, 0, 300, 1], [512], [3] * 40])
+def test_a_grouped_call_traces_which_tile_ran_which_group(sizes):
+    """``trace_grouped``: a consistent recording (every group's own m-tiles fetched once, an
+    empty group none), each fetch naming its group."""
+    m, n, k = 512, 256, 128
+    gen = torch.Generator().manual_seed(len(sizes))
+    a = make((m, k), torch.float16, "cuda", gen=gen)
+    b = make((len(sizes), k, n), torch.float16, "cuda", gen=gen)
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    t = tracing.trace_grouped(a, b, offs, measure=False)
+    assert t.check() == []
+    ev = t.events
+    fetched = ev["tile_l"][(ev["kind"] == Event.TILE_FETCH) & (ev["tile_m"] >= 0)]
+    assert set(fetched.tolist()) == {g for g, s in enumerate(sizes) if s > 0}
+    assert t.raw.meta["groups"] == offs.tolist()

@@ -266,7 +266,7 @@ def test_a_traced_grouped_kernel_compiles_spill_free(traced_report):
     """The ragged-M grouped kernel (``grouped_mm``'s 2D x 3D form) traced: its tiles' fetches
     carry (tile in its group, n, group), so a recording says which tile ran which group; its
     epilogue is the grouped one (predicated stores past a group's end), whose span the role
-    records. (Recording one from ``wsgemm.trace`` is not wired yet.)"""
+    records (``wsgemm.tracing.trace_grouped`` records one)."""
     _, r = traced_report(host.Variant("sm90-pingpong", "sm_90a", grouping="m"))
     _check_traced(r, "sm90-pingpong", "sm_90a", "SR_GLOBALTIMER")
 
@@ -485,11 +485,26 @@ def test_plan_rejects_a_bad_capacity(bad):
 def test_record_without_a_gpu_says_so():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from wsgemm.tracing.record import NoGpuError, record
+    from wsgemm.tracing.record import NoGpuError, record, record_grouped
 
     a = torch.zeros(4, 4, dtype=torch.float16)
     with pytest.raises(NoGpuError, match="CUDA GPU"):
         record(a, a, backend="sm80")
+    with pytest.raises(NoGpuError, match="CUDA GPU"):
+        record_grouped(a, a.unsqueeze(0), torch.tensor([4], dtype=torch.int32))
+
+
+def test_plan_sizes_a_grouped_launch_by_its_unit_bound():
+    """A grouped launch's grid is sized by the bound its groups' units may reach (the kernel's
+    ``unit_bound``), its rows by the units they hold."""
+    from wsgemm.kernels.sm90.config import Sm90Config
+
+    config = Sm90Config(tile_m=128, tile_n=128, cluster_m=1, cluster_n=2, schedule="pingpong")
+    p = trace_plan.plan_trace("sm90-pingpong", config, (1000, 512, 256, 1), 132, units=(10, 40))
+    assert p.ctas_launched == p.ctas_traced == 40 * 2  # 40 clusters of 2 (under 132 / 2)
+    assert p.tiles_per_cta == 1
+    p = trace_plan.plan_trace("sm90-pingpong", config, (1000, 512, 256, 1), 132, units=(300, 400))
+    assert p.ctas_launched == 132 and p.tiles_per_cta == 5  # 66 clusters, 300 units
 
 
 class _Row:
@@ -586,3 +601,50 @@ def test_checker_finds_each_kind_of_inconsistency():
 
     overflowed = _buffer(_simulated_sm80_cta(), capacity=8)
     assert any("overflowed" in p for p in _check(overflowed))
+
+
+def _simulated_grouped(tiles):
+    """One CTA (a producer and one consumer recorder) per tile of ``tiles`` ((tile in its
+    group, n, group) each), two k-tiles each, in the sm80 simulation's event order."""
+    rows = []
+    for cta, tile in enumerate(tiles):
+        cta_rows = _simulated_sm80_cta(k_tiles=2, consumers=1)
+        for r in cta_rows:
+            r.header["cta"] = cta
+            for e in r.events:
+                if e[3] == 0 and e[4] == 0 and e[5] == 0:  # the fetched tile's coordinates
+                    e[3:6] = list(tile)
+        rows += cta_rows
+    return rows
+
+
+GROUPED_META = dict(META, consumers_per_tile=1, tiles=None, group_tiles=[[2, 0, 4], 1])
+
+
+def _check_grouped(rows, **meta):
+    buffer = _buffer(rows)
+    capacity = (buffer.shape[1] - HEADER_WORDS) // EVENT_WORDS
+    ctas = len({r.header["cta"] for r in rows})
+    meta = dict(GROUPED_META, capacity=capacity, ctas_traced=ctas, ctas_launched=ctas, **meta)
+    return wsgemm.tracing.check(RawTrace(buffer, meta))
+
+
+def test_a_grouped_recording_is_checked_against_each_group_s_tiles():
+    """A grouped call's tiles (tile in its group, n, group): groups of 2, 0 and 4 m-tiles. Every
+    tile once passes; a missing tile, a tile past its group's m-tiles, a group past the last,
+    and a tile run twice are each reported."""
+    every = [(m, 0, g) for g, t in enumerate([2, 0, 4]) for m in range(t)]
+    assert _check_grouped(_simulated_grouped(every)) == []
+    problems = _check_grouped(_simulated_grouped(every[:-1]))
+    assert any("1 of 6 tiles were run by no CTA: (3, 0, 2)" in p for p in problems), problems
+    problems = _check_grouped(_simulated_grouped([*every, (2, 0, 0)]))
+    assert any("past its group's grid of (2, 1, 3) tiles" in p for p in problems), problems
+    problems = _check_grouped(_simulated_grouped([*every, (0, 0, 3)]))
+    assert any("fetched tile (0, 0, 3), past its group's grid" in p for p in problems), problems
+    problems = _check_grouped(_simulated_grouped([*every, (1, 0, 2)]))
+    assert any("tile (1, 0, 2) was run by 2 CTAs" in p for p in problems), problems
+    # with clusters of 2 along M a 3-tile group runs a 4th tile (its last cluster's other
+    # CTA, which stores nothing): not past the group's grid, and not required
+    rows = _simulated_grouped([(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0)])
+    meta = dict(group_tiles=[[3], 1], config=dict(cluster_m=2, cluster_n=1))
+    assert _check_grouped(rows, **meta) == []

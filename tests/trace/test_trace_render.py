@@ -468,6 +468,11 @@ def test_bad_arguments_exit_2_with_a_clear_message(argv, message, recording, tmp
          "--backend, --dtype: only for a new recording (--shape)"),
         (["--from-raw", "RAW", "--sms", "40-47"], "none of SMs 40-47 recorded"),
         (["--shape", "8,8,8", "--dtype", "bf16", "--accumulate", "fp16"], "fp16 inputs"),
+        (["--shape", "512,256,128", "--groups", "400,200"],
+         "the groups hold 600 rows, more than M=512"),
+        (["--shape", "512,256,128", "--groups", "400", "--batch", "2", "--layout", "NN"],
+         "--groups records the 2D x 3D grouped form: no --batch, --layout"),
+        (["--from-raw", "RAW", "--groups", "1"], "--groups: only for a new recording"),
     ],
 )  # fmt: skip
 def test_inconsistent_options_exit_2_before_any_gpu_work(argv, message, recording, tmp_path,

@@ -388,12 +388,38 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
         _run_kernel(d, a, b, offs, plain, backend)
         _write(out, epilogue_in_torch(plain, epilogue, out.dtype, row_scale), p, offs)
         return None
+    ops = _operands(a, b_nkg, out, groups, gate[0] if epilogue.gated else None)
+    a_mkl, b_view, c_mnl, c_found, a_major, b_major = ops
+    dtypes = (_name(a.dtype), _name(out.dtype), "float32")
+    fn, clusters = d.kernel(
+        name, d.device_index(a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
+    )
+    scale = row_scale.contiguous() if epilogue.row_scale != "none" else None
+    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, scale,
+       offs.contiguous())  # fmt: skip
+    if c_found is None:  # the caller's out is not addressable: the written rows copied in
+        _write(out, c_mnl[:, :, 0], p, offs)
+        return None
+    bind = getattr(fn, "bind", None)
+    views = ((a_mkl, a), (b_view, b), (c_mnl, out))
+    if not keep or bind is None or not all(_same_storage(v, t) for v, t in views):
+        return None  # (a stand-in kernel without ``bind``, or an operand copied)
+    at = bind(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, late=2)
+    return _Bound(at, tuple(v.data_ptr() - t.data_ptr() for v, t in views), scale is not None)
+
+
+def _operands(a, b_nkg, out, groups: int, gate=None) -> tuple:
+    """The 2D x 3D kernel's operands: A (M, K, G) and C (M, N, G) with batch stride 0, B
+    (N, K, G) (``gate``: a gated unit's K-major gate-rows view of it), C's found view or None
+    where ``out`` is not addressable (then C is a scratch tensor, its rows copied in after),
+    and A's and B's majors."""
+    (m, k), n = a.shape, out.shape[1]
     # K-major only: a group's first row is any row, and TMA takes a box whose start in the
     # contiguous dimension is not 16-byte aligned as an illegal instruction (an M-major A's
     # rows; measured on the H200, 2026-12-05): an M-major A is copied
     a_view, a_unit = _operand(a.unsqueeze(-1), (1,))
-    if epilogue.gated:
-        b_view, b_unit = gate[0], 1
+    if gate is not None:
+        b_view, b_unit = gate, 1
     else:
         b_view, b_unit = _operand(b_nkg, (1, 0))
     c_found = _kernel_view(out.unsqueeze(-1), False, (1,))
@@ -402,24 +428,53 @@ def _run_kernel(d, a, b, offs, out, backend: str, epilogue: Epilogue = PLAIN, ro
     )  # fmt: skip
     a_mkl = a_view.as_strided((m, k, groups), (*a_view.stride()[:2], 0))
     c_mnl = c_view.as_strided((m, n, groups), (*c_view.stride()[:2], 0))
-    dtypes = (_name(a.dtype), _name(out.dtype), "float32")
     a_major = "k" if a_unit == 1 else "m"
     b_major = "k" if b_unit == 1 else "n"
-    fn, clusters = d.kernel(
-        name, d.device_index(a.device), dtypes, a_major, b_major, config, epilogue.name, "m"
-    )
-    scale = row_scale.contiguous() if epilogue.row_scale != "none" else None
-    fn(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, scale,
-       offs.contiguous())  # fmt: skip
-    if c_found is None:  # the caller's out is not addressable: the written rows copied in
-        _write(out, c_view[:, :, 0], p, offs)
-        return None
-    bind = getattr(fn, "bind", None)
-    views = ((a_mkl, a), (b_view, b), (c_mnl, out))
-    if not keep or bind is None or not all(_same_storage(v, t) for v, t in views):
-        return None  # (a stand-in kernel without ``bind``, or an operand copied)
-    at = bind(a_mkl, b_view, c_mnl, clusters, *UNSPLIT_LAUNCH, *NO_EPILOGUE_LAUNCH, late=2)
-    return _Bound(at, tuple(v.data_ptr() - t.data_ptr() for v, t in views), scale is not None)
+    return a_mkl, b_view, c_mnl, c_found, a_major, b_major
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """A 2D x 3D call's plain grouped kernel as ``grouped_mm`` launches it (``kernel_launch``):
+    its backend and config (None: the shipped one), dtypes (A's, C's, the accumulator's),
+    majors and views, for a tool that launches another build of that kernel (``wsgemm.trace``).
+    ``out`` is the result the views write (the caller's rows)."""
+
+    backend: str
+    config: Any
+    dtypes: tuple[str, str, str]
+    a_major: str
+    b_major: str
+    a: torch.Tensor  # (M, K, G), batch stride 0
+    b: torch.Tensor  # (N, K, G)
+    c: torch.Tensor  # (M, N, G), batch stride 0
+    out: torch.Tensor  # (M, N)
+
+
+def kernel_launch(d, a, b, offs, backend: str = "auto", out_dtype=None) -> KernelLaunch:
+    """``grouped_mm(a, b, offs, out_dtype=out_dtype, backend=backend)``'s 2D x 3D call, checked
+    as the call checks it, planned as ``_run_kernel`` plans its plain kernel (no epilogue),
+    not run. Raises what ``grouped_mm`` raises, and a ValueError where the call would not run
+    one grouped kernel (another form, torch's route, K = 0, an empty problem, a result the
+    kernel cannot address)."""
+    p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), None, False,
+                      None)  # fmt: skip
+    if p.form != "2d3d":
+        raise ValueError(f"the {p.form} form runs no ragged-M grouped kernel: give a 2-D a, a "
+                         "3-D b and offs")  # fmt: skip
+    where = route(d, p, a, backend)
+    if where != KERNEL or a.shape[1] == 0 or math.prod(p.shape) == 0 or p.groups == 0:
+        raise ValueError(f"this call runs no grouped kernel (its route: {where}, shape "
+                         f"{tuple(p.shape)}, K={a.shape[1]}, {p.groups} groups)")  # fmt: skip
+    out = torch.empty_strided(p.shape, result_strides(p.shape, p.c_dtype), dtype=p.c_dtype,
+                              device=a.device)  # fmt: skip
+    name, config = host.grouped_config(backend, a.shape[0], p.groups)
+    ops = _operands(a, b.permute(2, 1, 0), out, p.groups)
+    a_mkl, b_view, c_mnl, c_found, a_major, b_major = ops
+    if c_found is None:
+        raise ValueError("the result is not addressable by the kernel")
+    dtypes = (_name(a.dtype), _name(p.c_dtype), "float32")
+    return KernelLaunch(name, config, dtypes, a_major, b_major, a_mkl, b_view, c_mnl, out)
 
 
 @dataclass(frozen=True)

@@ -458,6 +458,20 @@ def stderr_console():
     return Console(stderr=True, soft_wrap=not sys.stderr.isatty(), highlight=False)
 
 
+def group_sizes(text: str) -> list[int]:
+    """An argparse ``type``: rows per group (``--groups``), comma-separated ints >= 0. Shared
+    with ``wsgemm.cli``'s ``explain`` and the ``trace`` subcommand."""
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected rows per group like 300,0,1,389, got {text!r}"
+        ) from None
+    if not sizes or any(v < 0 for v in sizes):
+        raise argparse.ArgumentTypeError(f"group rows must be ints >= 0, got {text!r}")
+    return sizes
+
+
 def bounded_int(low: int, high: int | None = None):
     """An argparse ``type``: an integer in ``[low, high]`` (no upper bound when ``high`` is
     None), else an ArgumentTypeError saying what is allowed. Shared with ``wsgemm.cli``."""

@@ -14,6 +14,8 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   Under split-K (``meta["split"]`` > 1) the same holds for every (tile, split) work unit, the
   split read from its ``TILE_FETCH``; a tile coordinate in a message then shows l x splits +
   split as its third value.
+  A grouped call's tile set (``meta["group_tiles"]``: each group's m-tiles, the column tiles)
+  is each group's own grid, a tile's coordinates (tile in its group, n, group).
   Tiles past the problem's edge, which a cluster that overhangs a ragged edge runs (its loads
   zero-filled, its stores dropped), are not required; they still must not be run twice, and no
   tile may lie past the edge rounded up to whole clusters. When only a sample of the grid
@@ -228,7 +230,17 @@ def _tiles(d: Decoded) -> list[str]:
         if counts is not None:
             counts = [counts[0], counts[1], counts[2] * d.splits]
     config = d.meta.get("config") or {}
-    if counts is not None:
+    grouped = d.meta.get("group_tiles")  # a grouped call's: each group's m-tiles, tiles_n
+    if grouped is not None:
+        outside, grid = _outside_groups(tiles, grouped, config)
+        lines += [
+            f"{_who(d, int(rc))} fetched tile {tuple(t)}, past its group's grid of {tuple(g)} tiles"
+            for rc, t, g in zip(
+                rec[outside], tiles[outside].tolist(), grid[outside].tolist(), strict=True
+            )  # fmt: skip
+        ]
+        tiles, rec, cta = tiles[~outside], rec[~outside], cta[~outside]
+    elif counts is not None:
         cluster = np.array([config.get("cluster_m", 1), config.get("cluster_n", 1), 1])
         grid = -(-np.asarray(counts, dtype=np.int64) // cluster) * cluster
         outside = ((tiles < 0) | (tiles >= grid)).any(axis=1)
@@ -262,9 +274,15 @@ def _tiles(d: Decoded) -> list[str]:
             f"expected {want}"
             for k, c in zip(keys[n_recs != want], n_recs[n_recs != want], strict=True)
         ]
-    if counts is not None and not d.sampled and not _overflowed(d, _CONSUMERS):
-        want = np.stack(np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"), -1)
-        want = want.reshape(-1, 3)
+    checkable = grouped is not None or counts is not None
+    if checkable and not d.sampled and not _overflowed(d, _CONSUMERS):
+        if grouped is not None:  # every group's own m-tiles by every column tile
+            per_group, tiles_n = grouped
+            want = np.array([(m, n, g) for g, t in enumerate(per_group) for m in range(t)
+                             for n in range(tiles_n)], dtype=np.int64).reshape(-1, 3)  # fmt: skip
+        else:
+            want = np.stack(np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"), -1)
+            want = want.reshape(-1, 3)
         seen = {tuple(t) for t in tile_keys.tolist()}
         missing = [tuple(t) for t in want.tolist() if tuple(t) not in seen]
         if missing:
@@ -274,6 +292,25 @@ def _tiles(d: Decoded) -> list[str]:
                 + (" ..." if len(missing) > MAX_LISTED else "")
             )
     return _listed(lines, "tile problems")
+
+
+def _outside_groups(tiles: np.ndarray, grouped, config: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A grouped call's tiles (tile in its group, n, group) past their group's grid (its
+    m-tiles and the column tiles, each rounded up to whole clusters: a cluster never
+    straddles two groups, and one that overhangs a group's end runs tiles that store nothing),
+    and each tile's grid (m-tiles, n-tiles, groups)."""
+    per_group, tiles_n = grouped
+    cm, cn = config.get("cluster_m", 1), config.get("cluster_n", 1)
+    limits = np.array([-(-t // cm) * cm for t in per_group] + [0], dtype=np.int64)
+    groups = len(per_group)
+    g = tiles[:, 2]
+    known = (g >= 0) & (g < groups)
+    m_limit = limits[np.where(known, g, groups)]
+    n_limit = -(-tiles_n // cn) * cn
+    outside = ~known | (tiles[:, 0] < 0) | (tiles[:, 0] >= m_limit) | (tiles[:, 1] < 0)
+    outside |= tiles[:, 1] >= n_limit
+    grid = np.column_stack([m_limit, np.full_like(m_limit, n_limit), np.full_like(m_limit, groups)])
+    return outside, grid
 
 
 def _full_after_load(d: Decoded) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ..bench import suites
-from ..bench.cli import PIPE_WIDTH, bounded_int, stderr_console
+from ..bench.cli import PIPE_WIDTH, bounded_int, group_sizes, stderr_console
 from ..bench.layouts import LAYOUTS, Layout, make_operands
 from ..support import (
     AB_DTYPES,
@@ -32,7 +32,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 FILES = {"raw": "raw.npz", "chrome": "trace.json", "png": "timeline.png", "summary": "summary.json"}
 # The options of a new recording: meaningless with --from-raw.
 _RECORDING = ("batch", "backend", "dtype", "out_dtype", "accumulate", "layout", "capacity",
-              "max_ctas", "split_k")  # fmt: skip
+              "max_ctas", "split_k", "groups")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="trace the split-K count the call runs, with each unit's fix-up (default: a split "
         "choice is traced unsplit); not yet run on a GPU, docs/trace.md",
     )
+    call.add_argument(
+        "--groups",
+        type=group_sizes,
+        metavar="ROWS,...",
+        help="record wsgemm.grouped_mm instead: the 2D x 3D form, one expert weight (N, K) a "
+        "group and these rows each (their sum at most M); each tile's fetch names its group. "
+        "Not yet run on a GPU, docs/trace.md",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="where to write")
     out.add_argument(
@@ -120,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"trace: --accumulate {accumulate} with --dtype {dtype}: {ACCUMULATOR_RULE}",
                       style="red", markup=False)  # fmt: skip
         return EXIT_USAGE
+    refusal = _groups_refusal(args) if args.groups is not None else None
+    if refusal:
+        console.print(f"trace: {refusal}", style="red", markup=False)
+        return EXIT_USAGE
     problem = _no_gpu_reason()
     if problem:
         console.print(
@@ -149,9 +161,11 @@ def _record(args, dtype: str, accumulate: str, console):
     """The recorded ``Timeline``, or an exit code."""
     import torch
 
-    from .timeline import trace
+    from .timeline import trace, trace_grouped
 
     m, n, k = args.shape
+    if args.groups is not None:
+        return _record_grouped(args, dtype, console, trace_grouped)
     batch = args.batch or 1
     layout = Layout(args.layout or "TN")
     torch.manual_seed(0)
@@ -178,6 +192,49 @@ def _record(args, dtype: str, accumulate: str, console):
         return EXIT_FAILED
     timeline.raw.meta.setdefault("layout", layout.name)
     return timeline
+
+
+def _groups_refusal(args) -> str | None:
+    """What is wrong with a ``--groups`` recording's options, or None."""
+    refused = [f"--{name.replace('_', '-')}" for name in ("batch", "layout", "accumulate",
+               "split_k") if getattr(args, name) is not None]  # fmt: skip
+    if refused:
+        return f"--groups records the 2D x 3D grouped form: no {', '.join(refused)}"
+    if sum(args.groups) > args.shape[0]:
+        return f"the groups hold {sum(args.groups)} rows, more than M={args.shape[0]}"
+    return None
+
+
+def _record_grouped(args, dtype: str, console, trace_grouped):
+    """``--groups``: the recorded ``Timeline`` of ``grouped_mm(x, w.transpose(1, 2), offs)``
+    (x (M, K) tokens, w (G, N, K) expert weights, the groups' rows given), or an exit code."""
+    import torch
+
+    m, n, k = args.shape
+    sizes = args.groups
+    torch.manual_seed(0)
+    torch_dtype = getattr(torch, dtype)
+    a = torch.randn(m, k, dtype=torch_dtype, device="cuda")
+    b = (torch.randn(len(sizes), n, k, dtype=torch_dtype, device="cuda") / k**0.5).transpose(1, 2)
+    offs = torch.tensor(sizes, dtype=torch.int64, device="cuda").cumsum(0).to(torch.int32)
+    console.print(f"trace: recording grouped_mm of {len(sizes)} groups, {m}x{n}x{k} "
+                  f"{short_name(dtype)} ...", markup=False)  # fmt: skip
+    try:
+        return trace_grouped(
+            a,
+            b,
+            offs,
+            backend=args.backend or "auto",
+            out_dtype=getattr(torch, args.out_dtype) if args.out_dtype else None,
+            capacity=args.capacity,
+            max_ctas=args.max_ctas,
+        )
+    except (TypeError, ValueError) as exc:
+        console.print(f"trace: {exc}", style="red", markup=False)
+        return EXIT_USAGE
+    except (NotImplementedError, RuntimeError) as exc:
+        console.print(f"trace: recording failed: {exc}", style="red", markup=False)
+        return EXIT_FAILED
 
 
 def _render(timeline, args, console) -> int:

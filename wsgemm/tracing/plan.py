@@ -104,13 +104,16 @@ def plan_trace(
     max_ctas: int | None = None,
     max_bytes: int = MAX_BUFFER_BYTES,
     split: int = 1,
+    units: tuple[int, int] | None = None,
 ) -> TracePlan:
     """The trace buffer for one launch of ``backend`` with ``config`` on ``shape`` = (M, N, K,
     L) on a GPU of ``num_sms`` SMs. ``capacity``: events per row (None: planned from the
     problem, capped by ``max_bytes``); ``max_ctas``: trace at most the first this many CTAs
     (None: all of the sm90 grid, ``DEFAULT_SM80_WAVES`` waves of the sm80 grid). ``split``:
     the split-K count the launch runs (as the kernel clamps it): each tile is then that many
-    work units of about ``k_tiles / split`` k-tiles, each with its fix-up."""
+    work units of about ``k_tiles / split`` k-tiles, each with its fix-up. ``units``: a grouped
+    launch's (work units its groups hold, the bound its grid is sized by:
+    ``grouped_scheduler.unit_bound``), in place of the dense grid's."""
     if capacity is not None and (
         isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
     ):
@@ -127,10 +130,12 @@ def plan_trace(
         from ..kernels.common.scheduler import cluster_tile_counts, persistent_cluster_count
 
         cm, cn = cluster_tile_counts(tiles_m, tiles_n, config.cluster_m, config.cluster_n)
-        work = cm * cn * batch * split
-        clusters = persistent_cluster_count(work, num_sms // config.cluster_size)
+        work = bound = cm * cn * batch * split
+        if units is not None:
+            work, bound = units
+        clusters = persistent_cluster_count(bound, num_sms // config.cluster_size)
         ctas = clusters * config.cluster_size
-        tiles_per_cta = math.ceil(work / clusters)  # work units
+        tiles_per_cta = max(1, math.ceil(work / clusters))  # work units
         default_ctas = ctas
     else:
         ctas = tiles_m * tiles_n * batch

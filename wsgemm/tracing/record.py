@@ -25,7 +25,7 @@ from ..trace_format import HEADER_FIELDS, RawTrace
 from . import plan
 from .measure import median_us
 
-__all__ = ["NoGpuError", "consumers_per_tile", "record"]
+__all__ = ["NoGpuError", "consumers_per_tile", "record", "record_grouped"]
 
 
 class NoGpuError(RuntimeError):
@@ -186,6 +186,114 @@ def record(
         "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
         "split": traced_split,
         "policy_split": route.split,
+    }
+    return RawTrace(buffer=raw, meta=meta)
+
+
+def record_grouped(
+    a,
+    b,
+    offs,
+    *,
+    backend: str = "auto",
+    out_dtype=None,
+    capacity: int | None = None,
+    max_ctas: int | None = None,
+    measure: bool = True,
+) -> RawTrace:
+    """Run ``wsgemm.grouped_mm(a, b, offs)`` (the 2D x 3D form: ``a`` (M, K) rows sorted by
+    group, ``b`` (G, K, N), ``offs`` the groups' int32 end rows) once on the traced variant of
+    its grouped kernel and return what it recorded, as ``record`` does. Each ``TILE_FETCH``
+    carries the tile's index inside its group (``tile_m``), its column tile and its group
+    (``tile_l``); ``meta["groups"]`` holds the groups' end rows and ``meta["group_tiles"]``
+    each group's m-tiles (the consistency checks' tile set). Reads ``offs`` on the host (a
+    sync: a trace is a diagnostic). Not yet run on a GPU (docs/trace.md).
+
+    Raises NoGpuError without a CUDA GPU; what ``grouped_mm`` raises for bad arguments; a
+    ValueError where the call runs no grouped kernel (``api.grouped.kernel_launch``)."""
+    from ..api import grouped as grouped_api
+    from ..kernels.common.grouped_scheduler import unit_bound
+
+    if not torch.cuda.is_available():
+        raise NoGpuError("recording a trace runs the kernel on a CUDA GPU and none is available")
+    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    d = grouped_api.host_dispatcher()
+    launch = grouped_api.kernel_launch(d, a, b, offs, backend, out_dtype)
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    arch = host.arch_for_capability(d.devices.capability(device))
+    variant = host.Variant(launch.backend, arch, launch.dtypes[0], launch.dtypes[1],
+                           launch.dtypes[2], launch.a_major, launch.b_major, launch.config,
+                           grouping="m")  # fmt: skip
+    config = variant.kernel_config()
+    (m, k), (groups, _, n) = a.shape, b.shape
+    ends = [int(e) for e in offs.tolist()]  # the host's copy: the tile set to check against
+    sizes, start = [], 0
+    for e in ends:  # (the kernel clamps an end to [the previous end, M] the same way)
+        end = min(max(e, start), m)
+        sizes.append(end - start)
+        start = end
+    cm, cn = config.cluster_m, config.cluster_n
+    tiles_n = -(-n // config.tile_n)
+    clusters_n = -(-tiles_n // cn)
+    group_tiles = [-(-size // config.tile_m) for size in sizes]
+    work = sum(-(-t // cm) for t in group_tiles) * clusters_n
+    bound = unit_bound(m, groups, config.tile_m, cm, clusters_n)
+    num_sms = d.devices.sm_count(device)
+    tplan = plan.plan_trace(launch.backend, config, (m, n, k, 1), num_sms, capacity=capacity,
+                            max_ctas=max_ctas, units=(max(work, 1), bound))  # fmt: skip
+    kernel_class = host.BACKENDS[launch.backend].kernel_class("m")
+    extras = [default for _, default in kernel_class.LAUNCH_EXTRAS]
+    extras[-1] = offs.contiguous()  # the last launch argument: the groups' ends
+    with torch.cuda.device(device):
+        traced = plan.cached_traced(variant)
+        clusters = num_sms // host.cluster_size(config)
+        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=a.device)
+        traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
+        raw = buffer.cpu().numpy()
+        timing = {}
+        if measure:
+            untraced, _ = d.kernel(launch.backend, device, launch.dtypes, launch.a_major,
+                                   launch.b_major, launch.config, "none", "m")  # fmt: skip
+            timing = {
+                "traced_us": median_us(
+                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
+                ),
+                "untraced_us": median_us(
+                    lambda: untraced(launch.a, launch.b, launch.c, clusters, 0, *extras)
+                ),
+            }
+    counts = raw[:, HEADER_FIELDS.index("count")]
+    meta = {
+        "capacity": tplan.capacity,
+        "backend": launch.backend,
+        "config": dataclasses.asdict(config),
+        "shape": [m, n, k, 1],
+        "dtype": launch.dtypes[0],
+        "out_dtype": launch.dtypes[1],
+        "accumulate": launch.dtypes[2],
+        "layout": ("T" if launch.a_major == "k" else "N") + ("N" if launch.b_major == "k" else "T"),
+        "tile": [config.tile_m, config.tile_n, config.tile_k],
+        "k_tiles": tplan.k_tiles,
+        "groups": ends,
+        "group_tiles": [group_tiles, tiles_n],
+        "device": d.devices.name(device),
+        "num_sms": num_sms,
+        "arch": variant.arch,
+        **timing,
+        "recorders_per_cta": tplan.recorders_per_cta,
+        "ctas_launched": tplan.ctas_launched,
+        "ctas_traced": tplan.ctas_traced,
+        "consumers_per_tile": consumers_per_tile(launch.backend, config),
+        "cluster": [cm, cn],
+        "schedule": getattr(config, "schedule", None),
+        "timer": int(timer_for(variant.arch)),
+        "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
+        "split": 1,
+        "policy_split": 1,
     }
     return RawTrace(buffer=raw, meta=meta)
 

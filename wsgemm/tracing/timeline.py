@@ -12,7 +12,7 @@ from . import chrome, plot, summary
 from .checks import check
 from .decoding import Decoded, decode
 
-__all__ = ["Timeline", "trace"]
+__all__ = ["Timeline", "trace", "trace_grouped"]
 
 
 class Timeline:
@@ -97,3 +97,14 @@ def trace(a, b, **options) -> Timeline:
     from .record import record  # torch and the kernels only when something is recorded
 
     return Timeline(record(a, b, **options))
+
+
+def trace_grouped(a, b, offs, **options) -> Timeline:
+    """``trace`` of ``wsgemm.grouped_mm(a, b, offs)``'s 2D x 3D form: the per-role timeline of
+    one call of its grouped kernel, each tile's fetch naming its group (``tile_l``) and its
+    tile inside the group (``tile_m``). Needs a CUDA GPU; not yet run on one. ``options``:
+    ``wsgemm.tracing.record.record_grouped``'s (backend, out_dtype, capacity, max_ctas,
+    measure)."""
+    from .record import record_grouped
+
+    return Timeline(record_grouped(a, b, offs, **options))
