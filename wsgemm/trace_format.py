@@ -153,8 +153,9 @@ class RawTrace:
     ``meta``: JSON-able facts, at least ``capacity``, ``backend``, ``config`` (the kernel
     config as a dict), ``shape`` ([M, N, K, L]), ``dtype``, ``out_dtype``, ``accumulate``,
     ``layout``, ``tile`` ([tile_m, tile_n, tile_k]), ``k_tiles``, ``tiles`` ([m, n, l] tile
-    counts), ``device``, ``num_sms``, ``arch``, and when measured ``traced_us`` /
-    ``untraced_us`` (the same call's time with and without tracing).
+    counts; a grouped call's ``group_tiles`` instead: [each group's m-tiles, n-tiles], with
+    ``groups``, its end rows), ``device``, ``num_sms``, ``arch``, and when measured
+    ``traced_us`` / ``untraced_us`` (the same call's time with and without tracing).
     """
 
     buffer: Any

@@ -131,14 +131,20 @@ def test_bad_arguments_raise_typed_errors():
 
 @pytest.mark.parametrize("sizes", [[100, 0, 300, 1], [512], [3] * 40])
 def test_a_grouped_call_traces_which_tile_ran_which_group(sizes):
-    """``trace_grouped``: a consistent recording (every group's own m-tiles fetched once, an
-    empty group none), each fetch naming its group."""
+    """``trace_grouped``: the traced kernel (its grouped epilogue: predicated stores past a
+    group's end) writes ``grouped_mm``'s rows bit for bit and leaves the rest of a poisoned
+    ``out`` alone; a consistent recording (every group's own m-tiles fetched once, an empty
+    group none), each fetch naming its group."""
     m, n, k = 512, 256, 128
     gen = torch.Generator().manual_seed(len(sizes))
     a = make((m, k), torch.float16, "cuda", gen=gen)
     b = make((len(sizes), k, n), torch.float16, "cuda", gen=gen)
     offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
-    t = tracing.trace_grouped(a, b, offs, measure=False)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    t = tracing.trace_grouped(a, b, offs, measure=False, out=out)
+    rows = sum(sizes)
+    assert torch.equal(out[:rows], wsgemm.grouped_mm(a, b, offs)[:rows])
+    assert out[rows:].isnan().all()
     assert t.check() == []
     ev = t.events
     fetched = ev["tile_l"][(ev["kind"] == Event.TILE_FETCH) & (ev["tile_m"] >= 0)]

@@ -262,13 +262,69 @@ def _hooks_compiled_out(variant):
         return insp.inspect_variant(variant, fn)
 
 
-def test_a_traced_grouped_kernel_compiles_spill_free(traced_report):
-    """The ragged-M grouped kernel (``grouped_mm``'s 2D x 3D form) traced: its tiles' fetches
+def _grouped_tiles():
+    """The ragged-M grouped kernel's tiles ``grouped_mm`` runs (``host.grouped_config``: by the
+    mean rows a group), as traced variants."""
+    out = []
+    for mean in (32, 200, 4000):
+        backend, config = host.grouped_config("auto", 64 * mean, 64)
+        out.append(host.Variant(backend, "sm_90a", config=config, grouping="m"))
+    return out
+
+
+GROUPED_TILES = _grouped_tiles()
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [pytest.param(v, marks=() if i == 2 else pytest.mark.sweep)
+     for i, v in enumerate(GROUPED_TILES)],
+    ids=lambda v: f"{v.backend}-{(v.config or host.BACKENDS[v.backend].config()).tile_m}",
+)  # fmt: skip
+def test_a_traced_grouped_kernel_compiles_spill_free(traced_report, variant):
+    """The ragged-M grouped kernel (``grouped_mm``'s 2D x 3D form) traced, on each tile
+    ``grouped_mm`` runs (the default run compiles the cooperative one): its tiles' fetches
     carry (tile in its group, n, group), so a recording says which tile ran which group; its
     epilogue is the grouped one (predicated stores past a group's end), whose span the role
     records (``wsgemm.tracing.trace_grouped`` records one)."""
-    _, r = traced_report(host.Variant("sm90-pingpong", "sm_90a", grouping="m"))
-    _check_traced(r, "sm90-pingpong", "sm_90a", "SR_GLOBALTIMER")
+    _, r = traced_report(variant)
+    _check_traced(r, variant.backend, "sm_90a", "SR_GLOBALTIMER")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_grouped_recording_s_units_are_the_kernel_s_schedule(seed, python_min_max):
+    """``record.grouped_units`` (the tile set the checks require, the units the buffer is
+    sized by) against the kernel's own schedule replayed on the host
+    (``grouped_scheduler.ragged_unit_order``): random ends (unsorted, past the rows, empty
+    groups), clusters along M and along N."""
+    import random
+
+    from wsgemm.kernels.common.grouped_scheduler import ragged_unit_order
+    from wsgemm.kernels.sm90.config import Sm90Config
+    from wsgemm.tracing.record import grouped_units
+
+    rng = random.Random(seed)
+    cm, cn = rng.choice([(1, 1), (2, 1), (1, 2)])
+    config = Sm90Config(tile_m=rng.choice([64, 128]), tile_n=128, cluster_m=cm, cluster_n=cn,
+                        schedule="pingpong")  # fmt: skip
+    rows, n, groups = rng.randint(1, 3000), rng.randint(1, 700), rng.randint(1, 12)
+    ends = sorted(rng.randint(0, rows + 50) for _ in range(groups))
+    if seed % 4 == 0:
+        rng.shuffle(ends)  # the kernel clamps an end below the one before it
+    group_tiles, tiles_n, work, bound = grouped_units(ends, rows, n, config)
+    num_ctas = 132
+    order = ragged_unit_order(ends, rows, tiles_n, config.tile_m, 8, num_ctas, (cm, cn))
+    units = [u for cta in order for u in cta if u.is_valid]
+    assert len(units) == work * cm * cn  # every CTA of a cluster runs its cluster's unit
+    assert len(order) == min(bound, num_ctas // (cm * cn)) * cm * cn
+    seen = {(int(u.m), int(u.n), int(u.l)) for u in units}
+    want = {(m, j, g) for g, t in enumerate(group_tiles) for m in range(t) for j in range(tiles_n)}
+    assert want <= seen
+    p = trace_plan.plan_trace("sm90-pingpong", config, (rows, n, 64, 1), num_ctas,
+                              units=(max(work, 1), bound))  # fmt: skip
+    assert p.ctas_launched == len(order)
+    per_cta = max(sum(1 for u in cta if u.is_valid) for cta in order)
+    assert per_cta <= p.tiles_per_cta
 
 
 def test_a_ragged_k_kernel_is_not_traced():
@@ -648,3 +704,18 @@ def test_a_grouped_recording_is_checked_against_each_group_s_tiles():
     rows = _simulated_grouped([(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0)])
     meta = dict(group_tiles=[[3], 1], config=dict(cluster_m=2, cluster_n=1))
     assert _check_grouped(rows, **meta) == []
+    # ... but a 5th is past the cluster-rounded grid; an empty group's tile is past its grid
+    problems = _check_grouped(_simulated_grouped([(0, 0, 0), (1, 0, 0), (2, 0, 0), (4, 0, 0)]),
+                              **meta)  # fmt: skip
+    assert any("fetched tile (4, 0, 0), past its group's grid of (4, 1, 1)" in p
+               for p in problems), problems  # fmt: skip
+    problems = _check_grouped(_simulated_grouped([*every, (0, 0, 1)]))
+    assert any("fetched tile (0, 0, 1), past its group's grid of (0, 1, 3)" in p
+               for p in problems), problems  # fmt: skip
+    # clusters of 2 along N: a 3-column grid runs a 4th column tile, not a 5th
+    tiles = [(0, j, 0) for j in range(4)]
+    meta = dict(group_tiles=[[1], 3], config=dict(cluster_m=1, cluster_n=2))
+    assert _check_grouped(_simulated_grouped(tiles), **meta) == []
+    problems = _check_grouped(_simulated_grouped([*tiles, (0, 4, 0)]), **meta)
+    assert any("fetched tile (0, 4, 0), past its group's grid of (1, 4, 1)" in p
+               for p in problems), problems  # fmt: skip

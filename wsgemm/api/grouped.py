@@ -451,13 +451,13 @@ class KernelLaunch:
     out: torch.Tensor  # (M, N)
 
 
-def kernel_launch(d, a, b, offs, backend: str = "auto", out_dtype=None) -> KernelLaunch:
-    """``grouped_mm(a, b, offs, out_dtype=out_dtype, backend=backend)``'s 2D x 3D call, checked
-    as the call checks it, planned as ``_run_kernel`` plans its plain kernel (no epilogue),
-    not run. Raises what ``grouped_mm`` raises, and a ValueError where the call would not run
-    one grouped kernel (another form, torch's route, K = 0, an empty problem, a result the
-    kernel cannot address)."""
-    p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), None, False,
+def kernel_launch(d, a, b, offs, backend: str = "auto", out_dtype=None, out=None) -> KernelLaunch:
+    """``grouped_mm(a, b, offs, out=out, out_dtype=out_dtype, backend=backend)``'s 2D x 3D
+    call, checked as the call checks it, planned as ``_run_kernel`` plans its plain kernel (no
+    epilogue), not run (``out`` None: a new result). Raises what ``grouped_mm`` raises, and a
+    ValueError where the call would not run one grouped kernel (another form, torch's route,
+    K = 0, an empty problem, a result the kernel cannot address)."""
+    p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,), None, False,
                       None)  # fmt: skip
     if p.form != "2d3d":
         raise ValueError(f"the {p.form} form runs no ragged-M grouped kernel: give a 2-D a, a "
@@ -466,8 +466,11 @@ def kernel_launch(d, a, b, offs, backend: str = "auto", out_dtype=None) -> Kerne
     if where != KERNEL or a.shape[1] == 0 or math.prod(p.shape) == 0 or p.groups == 0:
         raise ValueError(f"this call runs no grouped kernel (its route: {where}, shape "
                          f"{tuple(p.shape)}, K={a.shape[1]}, {p.groups} groups)")  # fmt: skip
-    out = torch.empty_strided(p.shape, result_strides(p.shape, p.c_dtype), dtype=p.c_dtype,
-                              device=a.device)  # fmt: skip
+    if out is None:
+        out = torch.empty_strided(p.shape, result_strides(p.shape, p.c_dtype), dtype=p.c_dtype,
+                                  device=a.device)  # fmt: skip
+    else:
+        _check_no_overlap(out, a, b, offs)
     name, config = host.grouped_config(backend, a.shape[0], p.groups)
     ops = _operands(a, b.permute(2, 1, 0), out, p.groups)
     a_mkl, b_view, c_mnl, c_found, a_major, b_major = ops

@@ -200,6 +200,7 @@ def record_grouped(
     capacity: int | None = None,
     max_ctas: int | None = None,
     measure: bool = True,
+    out=None,
 ) -> RawTrace:
     """Run ``wsgemm.grouped_mm(a, b, offs)`` (the 2D x 3D form: ``a`` (M, K) rows sorted by
     group, ``b`` (G, K, N), ``offs`` the groups' int32 end rows) once on the traced variant of
@@ -207,12 +208,13 @@ def record_grouped(
     carries the tile's index inside its group (``tile_m``), its column tile and its group
     (``tile_l``); ``meta["groups"]`` holds the groups' end rows and ``meta["group_tiles"]``
     each group's m-tiles (the consistency checks' tile set). Reads ``offs`` on the host (a
-    sync: a trace is a diagnostic). Not yet run on a GPU (docs/trace.md).
+    sync: a trace is a diagnostic). ``out``: where the product goes (a tensor ``grouped_mm``
+    would accept as ``out``; its rows past ``offs[-1]`` left as they were); None allocates one
+    and drops it. Not yet run on a GPU (docs/trace.md).
 
     Raises NoGpuError without a CUDA GPU; what ``grouped_mm`` raises for bad arguments; a
     ValueError where the call runs no grouped kernel (``api.grouped.kernel_launch``)."""
     from ..api import grouped as grouped_api
-    from ..kernels.common.grouped_scheduler import unit_bound
 
     if not torch.cuda.is_available():
         raise NoGpuError("recording a trace runs the kernel on a CUDA GPU and none is available")
@@ -222,26 +224,16 @@ def record_grouped(
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     d = grouped_api.host_dispatcher()
-    launch = grouped_api.kernel_launch(d, a, b, offs, backend, out_dtype)
+    launch = grouped_api.kernel_launch(d, a, b, offs, backend, out_dtype, out)
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     arch = host.arch_for_capability(d.devices.capability(device))
     variant = host.Variant(launch.backend, arch, launch.dtypes[0], launch.dtypes[1],
                            launch.dtypes[2], launch.a_major, launch.b_major, launch.config,
                            grouping="m")  # fmt: skip
     config = variant.kernel_config()
-    (m, k), (groups, _, n) = a.shape, b.shape
+    (m, k), n = a.shape, b.shape[2]
     ends = [int(e) for e in offs.tolist()]  # the host's copy: the tile set to check against
-    sizes, start = [], 0
-    for e in ends:  # (the kernel clamps an end to [the previous end, M] the same way)
-        end = min(max(e, start), m)
-        sizes.append(end - start)
-        start = end
-    cm, cn = config.cluster_m, config.cluster_n
-    tiles_n = -(-n // config.tile_n)
-    clusters_n = -(-tiles_n // cn)
-    group_tiles = [-(-size // config.tile_m) for size in sizes]
-    work = sum(-(-t // cm) for t in group_tiles) * clusters_n
-    bound = unit_bound(m, groups, config.tile_m, cm, clusters_n)
+    group_tiles, tiles_n, work, bound = grouped_units(ends, m, n, config)
     num_sms = d.devices.sm_count(device)
     tplan = plan.plan_trace(launch.backend, config, (m, n, k, 1), num_sms, capacity=capacity,
                             max_ctas=max_ctas, units=(max(work, 1), bound))  # fmt: skip
@@ -288,7 +280,7 @@ def record_grouped(
         "ctas_launched": tplan.ctas_launched,
         "ctas_traced": tplan.ctas_traced,
         "consumers_per_tile": consumers_per_tile(launch.backend, config),
-        "cluster": [cm, cn],
+        "cluster": [config.cluster_m, config.cluster_n],
         "schedule": getattr(config, "schedule", None),
         "timer": int(timer_for(variant.arch)),
         "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
@@ -296,6 +288,26 @@ def record_grouped(
         "policy_split": 1,
     }
     return RawTrace(buffer=raw, meta=meta)
+
+
+def grouped_units(ends: list[int], rows: int, n: int, config) -> tuple[list[int], int, int, int]:
+    """A ragged-M grouped launch of ``rows`` rows and ``n`` columns with group ends ``ends``
+    (``offs``) on ``config``: (each group's m-tiles, the n-tiles, the work units its groups
+    hold, the unit bound its grid is sized by), the arithmetic of the kernel's schedule
+    (``kernels.common.grouped_scheduler``: ends clamped to [the previous end, rows], each
+    group's m-tiles in whole clusters along M times the cluster columns)."""
+    from ..kernels.common.grouped_scheduler import unit_bound
+
+    cm, cn = config.cluster_m, config.cluster_n
+    tiles_n = -(-n // config.tile_n)
+    clusters_n = -(-tiles_n // cn)
+    group_tiles, start = [], 0
+    for e in ends:
+        end = min(max(e, start), rows)
+        group_tiles.append(-(-(end - start) // config.tile_m))
+        start = end
+    work = sum(-(-t // cm) for t in group_tiles) * clusters_n
+    return group_tiles, tiles_n, work, unit_bound(rows, len(ends), config.tile_m, cm, clusters_n)
 
 
 def consumers_per_tile(backend: str, config) -> int:
