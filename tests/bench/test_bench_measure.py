@@ -293,3 +293,27 @@ def test_cublas_rpr_allows_the_reduced_precision_reduction_around_its_call_only(
             a=a, b=b, accumulate=torch.float32, accumulate_name="fp32", bias=torch.zeros(3)
         )  # fmt: skip
     )
+
+
+def test_the_source_digest_names_the_code_a_record_ran(tmp_path):
+    """``env.source_digest``: the package's sources' hash, the same for the same files, another
+    for any change of a file's bytes or path, independent of anything outside the package."""
+    import shutil
+    from pathlib import Path
+
+    from wsgemm.bench import env
+
+    package = Path(env.__file__).resolve().parents[1]
+    copy = tmp_path / "wsgemm"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    digest = env.source_digest(copy)
+    assert digest == env.source_digest() and len(digest) == 64
+    (tmp_path / "elsewhere.py").write_text("x = 1\n")  # outside the package: no change
+    assert env.source_digest(copy) == digest
+    target = copy / "bench" / "env.py"
+    target.write_bytes(target.read_bytes() + b"\n")
+    assert env.source_digest(copy) != digest
+    target.write_bytes(target.read_bytes()[:-1])
+    assert env.source_digest(copy) == digest
+    target.rename(copy / "bench" / "env2.py")
+    assert env.source_digest(copy) != digest

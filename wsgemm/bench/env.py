@@ -108,11 +108,29 @@ def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: li
             "sm_observed_mhz": None,
         },
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "source_digest": source_digest(),
         "command": command_line(),
         "options": options,
         "method": method,
         "notes": notes,
     }
+
+
+def source_digest(root=None) -> str:
+    """sha256 of the package's Python sources (each ``wsgemm/**/*.py`` file's path relative to
+    the package and its bytes, in path order): which code a record ran, whatever the git
+    metadata beside it says (a GPU host's copy of a working tree can carry an older ``.git``:
+    docs/perf.md entry 81). For a commit: ``git worktree add /tmp/c COMMIT``, then
+    ``source_digest("/tmp/c/wsgemm")``."""
+    import hashlib
+    from pathlib import Path
+
+    package = Path(root) if root is not None else Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _wsgemm_version() -> str | None:
@@ -135,6 +153,7 @@ def write_script_record(path: str, args, records: list, **fields) -> None:
 
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
     with open(path, "w") as f:
-        json.dump(dict(commit=commit.stdout.strip() or None, args=vars(args),
+        json.dump(dict(commit=commit.stdout.strip() or None, source_digest=source_digest(),
+                       args=vars(args),
                        torch=torch.__version__, gpu=torch.cuda.get_device_name(), **fields,
                        records=records), f, indent=1)  # fmt: skip

@@ -149,7 +149,7 @@ _GROUPED_PASSES = ("forward", "wgrad", "routed")
 # Keys only some records have (the module docstring): checked where present.
 _OPTIONAL_OPTIONS = {"baseline": str}
 #: Header keys later records add (older ones lack them): the cuBLAS the baseline ran
-_OPTIONAL_HEADER = {"cublas": OPT_STR}
+_OPTIONAL_HEADER = {"cublas": OPT_STR, "source_digest": OPT_STR}
 _OPTIONAL_RESULT = {"grouped": _GROUPED}
 # What version 2 added, all derived (roofline.py): a version 1 record is read without them.
 _ADDED_IN_2 = {"header": ("hbm_tbps", "ridge_flop_per_byte"),
