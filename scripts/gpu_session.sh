@@ -74,6 +74,9 @@ if has heldout; then
       --seed ${SEED:?} --count ${COUNT:-160} --dtype $dt --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
       --backends cublas,wsgemm:auto --rounds ${ROUNDS:-7} --json "$OUT/heldout-$dt.json" > "$OUT/heldout-$dt.log" 2>&1
     echo "heldout $dt rc=$?"; grep -iE "geomean|auto" "$OUT/heldout-$dt.log" | tail -4
+    # the cost model's prediction error on the same rows (issue #24)
+    python3 scripts/prediction_error.py "$OUT/heldout-$dt.json" \
+      --json "$OUT/heldout-$dt-prediction-error.json" | head -3
   done
   echo "heldout done at $((SECONDS - start)) s"
 fi
