@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|groupedtrace|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|groupedtrace|dgatedtrace|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -179,6 +179,24 @@ if has groupedtrace; then
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   timeout 300 python3 -m wsgemm trace --shape 4096,2048,7168 --groups 1200,0,300,2596 \
     --out "$OUT/grouped-trace" 2>&1 | tail -12
+fi
+if has dgatedtrace; then
+  # perf.md entry 81: where the fused dh GEMM's time goes (8B at 4096 tokens), then its test
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_trace.py -k dgated 2>&1 | tee "$OUT/dgated-trace-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout 300 python3 - "$OUT/dgated-trace" <<'PY' 2>&1 | tail -20
+import os, sys, torch
+from wsgemm import tracing
+dy = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
+w = torch.randn(4096, 14336, dtype=torch.bfloat16, device="cuda") / 64
+pre = torch.randn(4096, 2 * 14336, dtype=torch.bfloat16, device="cuda")
+t = tracing.trace_gated_grad(dy, w, pre, "silu")
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+t.save(f"{out}/raw.npz"); t.write_summary(f"{out}/summary.json"); t.plot(f"{out}/timeline.png")
+print(t.check() or "consistent"); print(t.summary())
+PY
 fi
 if has gatedtiles; then
   # the gated kernel's row tiles at few rows (scripts/bench_gated_tiles.py; each checked first)

@@ -694,6 +694,33 @@ def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
     assert close(got, grad_reference(dy, w_down, preact, act), BF16, 64)
 
 
+def test_grad_launch_is_the_call_s_kernel_launch(dgated):
+    """``grad_launch`` (what ``wsgemm.tracing.trace_gated_grad`` launches) plans what
+    ``gated_grad`` runs: the same variant's fields, and the dgated kernel run on its views
+    gives ``gated_grad``'s result; where the call takes the unfused road it says why."""
+    torch.manual_seed(2)
+    dy, w_down = torch.randn(300, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
+    preact = torch.randn(300, 2 * 48 + 16, dtype=BF16)[:, : 2 * 48]
+    d = dispatcher()
+    want = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
+    v = d.cache.variants[-1]
+    launch = core.grad_launch(d, dy, w_down, preact, "silu")
+    assert (launch.backend, launch.config, launch.a_major, launch.b_major, launch.epilogue) == (
+        v.backend,
+        v.config,
+        v.a_major,
+        v.b_major,
+        v.epilogue,
+    )
+    assert launch.dtypes == (v.ab_dtype, v.c_dtype, v.acc_dtype)
+    fn = d.cache.get(v)
+    fn(launch.a, launch.b, launch.c, 132, 0, 1, None, None, None, None, None, launch.c_in)
+    assert torch.equal(launch.out, want)
+    registry.DGATED_FAMILIES = frozenset()  # (the fixture's monkeypatch restores it)
+    with pytest.raises(ValueError, match="runs no dgated kernel: the dgated kernels are switched"):
+        core.grad_launch(d, dy, w_down, preact, "silu")
+
+
 def test_gated_grad_copies_a_gradient_the_kernel_cannot_read(dgated):
     """A broadcast ``dy`` (``out.sum().backward()``'s, stride 0) is copied for the kernel
     (M x H, small beside the GEMM) rather than sending the call to the unfused road."""

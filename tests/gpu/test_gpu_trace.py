@@ -150,3 +150,21 @@ def test_a_grouped_call_traces_which_tile_ran_which_group(sizes):
     fetched = ev["tile_l"][(ev["kind"] == Event.TILE_FETCH) & (ev["tile_m"] >= 0)]
     assert set(fetched.tolist()) == {g for g, s in enumerate(sizes) if s > 0}
     assert t.raw.meta["groups"] == offs.tolist()
+
+
+@pytest.mark.parametrize("rows", [300, 2048])  # the ping-pong tile's, the cooperative one's
+def test_a_dgated_call_traces_consistently(rows):
+    """``trace_gated_grad``: the dh GEMM with the unit's gradient fused, traced: a consistent
+    recording, each of the product's tiles fetched once, the overhead measured."""
+    from wsgemm.host import registry
+
+    if "sm90" not in registry.DGATED_FAMILIES:
+        pytest.skip("the dgated kernels are off")
+    gen = torch.Generator().manual_seed(rows)
+    dy = make((rows, 1024), torch.bfloat16, "cuda", gen=gen)
+    w_down = make((1024, 1536), torch.bfloat16, "cuda", gen=gen)
+    preact = make((rows, 2 * 1536), torch.bfloat16, "cuda", gen=gen)
+    t = tracing.trace_gated_grad(dy, w_down, preact, "silu")
+    assert t.check() == []
+    assert t.meta["epilogue"] == "dgated+silu"
+    assert t.meta["traced_us"] > 0 and t.meta["untraced_us"] > 0

@@ -291,6 +291,15 @@ def test_a_traced_grouped_kernel_compiles_spill_free(traced_report, variant):
     _check_traced(r, variant.backend, "sm_90a", "SR_GLOBALTIMER")
 
 
+def test_a_traced_dgated_kernel_compiles_spill_free(traced_report):
+    """The dh GEMM with the gated unit's gradient in its epilogue (``Epilogue.dgated``) traced
+    (``wsgemm.tracing.trace_gated_grad``), on the cooperative tile the gated kernels run above
+    256 rows: its epilogue records its span."""
+    variant = host.Variant("sm90", "sm_90a", b_major="n", epilogue="dgated+silu")
+    _, r = traced_report(variant)
+    _check_traced(r, "sm90", "sm_90a", "SR_GLOBALTIMER")
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_grouped_recording_s_units_are_the_kernel_s_schedule(seed, python_min_max):
     """``record.grouped_units`` (the tile set the checks require, the units the buffer is
@@ -541,13 +550,15 @@ def test_plan_rejects_a_bad_capacity(bad):
 def test_record_without_a_gpu_says_so():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from wsgemm.tracing.record import NoGpuError, record, record_grouped
+    from wsgemm.tracing.record import NoGpuError, record, record_gated_grad, record_grouped
 
     a = torch.zeros(4, 4, dtype=torch.float16)
     with pytest.raises(NoGpuError, match="CUDA GPU"):
         record(a, a, backend="sm80")
     with pytest.raises(NoGpuError, match="CUDA GPU"):
         record_grouped(a, a.unsqueeze(0), torch.tensor([4], dtype=torch.int32))
+    with pytest.raises(NoGpuError, match="CUDA GPU"):
+        record_gated_grad(a, a, torch.zeros(4, 8, dtype=torch.float16))
 
 
 def test_plan_sizes_a_grouped_launch_by_its_unit_bound():

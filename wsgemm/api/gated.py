@@ -31,8 +31,8 @@ from .epilogue import check_activation, gated_unit_grad, kernel_bias, torch_acti
 from .plan import _kernel_view
 
 __all__ = [
-    "check_gated", "check_gated_grad", "explain", "gated_config", "gated_grad", "gated_in_torch",
-    "gated_linear", "gated_linear_preact",
+    "GradLaunch", "check_gated", "check_gated_grad", "explain", "gated_config", "gated_grad",
+    "gated_in_torch", "gated_linear", "gated_linear_preact", "grad_launch",
 ]  # fmt: skip
 
 _DTYPES = (torch.float16, torch.bfloat16)
@@ -381,14 +381,60 @@ def gated_grad(dy, w_down, preact, activation="silu", *, dispatcher=None) -> tor
     if isinstance(road, str):
         dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
         return gated_unit_grad(act, dh, preact, out)
+    launch = _grad_launch(road, dy, out, act)
+    fn, clusters = d.kernel(launch.backend, launch.index, launch.dtypes, launch.a_major,
+                            launch.b_major, launch.config, launch.epilogue)  # fmt: skip
+    with d.on_device(launch.index):
+        fn(launch.a, launch.b, launch.c, clusters, *UNSPLIT_LAUNCH, None, None, None, launch.c_in)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class GradLaunch:
+    """The dgated kernel's launch of a ``gated_grad`` call (``grad_launch``): its backend,
+    config, device index, dtypes, majors, epilogue name and views: A (dy), B (w_down as (I,
+    H)), C (the result's gate half, (M, I, 1); the up half I columns on), ``c_in`` (the
+    pre-activation's gate half) and the (M, 2I) result ``out``."""
+
+    backend: str
+    config: object
+    index: int
+    dtypes: tuple[str, str, str]
+    a_major: str
+    b_major: str
+    epilogue: str
+    a: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor
+    c_in: torch.Tensor
+    out: torch.Tensor
+
+
+def _grad_launch(road, dy, out, act: str) -> GradLaunch:
     (a_view, a_major), (b_view, b_major), c_in, (backend, config), index = road
     dtypes = (str(dy.dtype)[6:], str(dy.dtype)[6:], "float32")
-    epilogue = Epilogue(activation=act, dgated=True)
-    fn, clusters = d.kernel(backend, index, dtypes, a_major, b_major, config, epilogue.name)
+    half = out.shape[1] // 2
     c_view = _kernel_view(out[:, :half].unsqueeze(-1), False, (1,))[0]
-    with d.on_device(index):
-        fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, None, None, None, c_in)
-    return out
+    return GradLaunch(backend, config, index, dtypes, a_major, b_major,
+                      Epilogue(activation=act, dgated=True).name, a_view, b_view, c_view, c_in,
+                      out)  # fmt: skip
+
+
+def grad_launch(d, dy, w_down, preact, activation="silu") -> GradLaunch:
+    """``gated_grad(dy, w_down, preact, activation)``'s dgated kernel launch, checked and
+    planned as the call plans it, not run (a new result ``out``), for a tool that launches
+    another build of that kernel (``wsgemm.trace``). A ValueError where the call runs no
+    dgated kernel (the unfused road: it says why)."""
+    half, act = check_gated_grad(dy, w_down, preact, activation, (d.devices.type,))
+    dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
+    m = dy.shape[0]
+    road = "an empty problem"
+    if m and half and dy.shape[1]:
+        road = _grad_road(d, dy, w_down, preact)
+    if isinstance(road, str):
+        raise ValueError(f"this gated_grad call runs no dgated kernel: {road}")
+    out = torch.empty(m, 2 * half, dtype=dy.dtype, device=dy.device)
+    return _grad_launch(road, dy, out, act)
 
 
 def _grad_road(d, dy, w_down, preact):

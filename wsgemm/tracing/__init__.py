@@ -27,7 +27,7 @@ on first use, so importing ``cli`` (every ``python -m wsgemm`` start) does not l
 
 import importlib
 
-__all__ = ["Decoded", "Timeline", "check", "decode", "trace", "trace_grouped"]
+__all__ = ["Decoded", "Timeline", "check", "decode", "trace", "trace_gated_grad", "trace_grouped"]
 
 # Where each public name lives.
 _PUBLIC = {
@@ -36,6 +36,7 @@ _PUBLIC = {
     "check": "checks",
     "decode": "decoding",
     "trace": "timeline",
+    "trace_gated_grad": "timeline",
     "trace_grouped": "timeline",
 }
 

@@ -25,7 +25,7 @@ from ..trace_format import HEADER_FIELDS, RawTrace
 from . import plan
 from .measure import median_us
 
-__all__ = ["NoGpuError", "consumers_per_tile", "record", "record_grouped"]
+__all__ = ["NoGpuError", "consumers_per_tile", "record", "record_gated_grad", "record_grouped"]
 
 
 class NoGpuError(RuntimeError):
@@ -272,6 +272,97 @@ def record_grouped(
         "k_tiles": tplan.k_tiles,
         "groups": ends,
         "group_tiles": [group_tiles, tiles_n],
+        "device": d.devices.name(device),
+        "num_sms": num_sms,
+        "arch": variant.arch,
+        **timing,
+        "recorders_per_cta": tplan.recorders_per_cta,
+        "ctas_launched": tplan.ctas_launched,
+        "ctas_traced": tplan.ctas_traced,
+        "consumers_per_tile": consumers_per_tile(launch.backend, config),
+        "cluster": [config.cluster_m, config.cluster_n],
+        "schedule": getattr(config, "schedule", None),
+        "timer": int(timer_for(variant.arch)),
+        "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
+        "split": 1,
+        "policy_split": 1,
+    }
+    return RawTrace(buffer=raw, meta=meta)
+
+
+def record_gated_grad(
+    dy,
+    w_down,
+    preact,
+    activation: str = "silu",
+    *,
+    capacity: int | None = None,
+    max_ctas: int | None = None,
+    measure: bool = True,
+) -> RawTrace:
+    """Run ``api.gated.gated_grad(dy, w_down, preact, activation)`` (a ``GatedMLP`` backward's
+    dh GEMM with the gated unit's gradient in its epilogue, ``Epilogue.dgated``) once on the
+    traced variant of its kernel and return what it recorded, as ``record`` does: where its
+    time goes against the plain dh GEMM's (docs/perf.md entry 81: 1.27-1.37x). Its epilogue
+    records its span, not its store waits. Not yet run on a GPU (docs/trace.md).
+
+    Raises NoGpuError without a CUDA GPU; what ``gated_grad`` raises for bad arguments; a
+    ValueError where the call runs no dgated kernel (``api.gated.grad_launch`` says why)."""
+    from ..api import gated as gated_api
+
+    if not torch.cuda.is_available():
+        raise NoGpuError("recording a trace runs the kernel on a CUDA GPU and none is available")
+    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    d = DISPATCHER
+    launch = gated_api.grad_launch(d, dy, w_down, preact, activation)
+    device = launch.index
+    arch = host.arch_for_capability(d.devices.capability(device))
+    variant = host.Variant(launch.backend, arch, *launch.dtypes, launch.a_major, launch.b_major,
+                           launch.config, launch.epilogue)  # fmt: skip
+    config = variant.kernel_config()
+    (m, k), half = dy.shape, w_down.shape[1]
+    num_sms = d.devices.sm_count(device)
+    tplan = plan.plan_trace(launch.backend, config, (m, half, k, 1), num_sms, capacity=capacity,
+                            max_ctas=max_ctas)  # fmt: skip
+    kernel_class = host.BACKENDS[launch.backend].kernel_class()
+    extras = [default for _, default in kernel_class.LAUNCH_EXTRAS]
+    extras[-1] = launch.c_in  # the pre-activation's gate half: the epilogue's C
+    with torch.cuda.device(device):
+        traced = plan.cached_traced(variant)
+        clusters = num_sms // host.cluster_size(config)
+        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=dy.device)
+        traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
+        raw = buffer.cpu().numpy()
+        timing = {}
+        if measure:
+            untraced, _ = d.kernel(launch.backend, device, launch.dtypes, launch.a_major,
+                                   launch.b_major, launch.config, launch.epilogue)  # fmt: skip
+            timing = {
+                "traced_us": median_us(
+                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
+                ),
+                "untraced_us": median_us(
+                    lambda: untraced(launch.a, launch.b, launch.c, clusters, 0, *extras)
+                ),
+            }
+    counts = raw[:, HEADER_FIELDS.index("count")]
+    meta = {
+        "capacity": tplan.capacity,
+        "backend": launch.backend,
+        "config": dataclasses.asdict(config),
+        "shape": [m, half, k, 1],
+        "dtype": launch.dtypes[0],
+        "out_dtype": launch.dtypes[1],
+        "accumulate": launch.dtypes[2],
+        "layout": ("T" if launch.a_major == "k" else "N") + ("N" if launch.b_major == "k" else "T"),
+        "epilogue": launch.epilogue,
+        "tile": [config.tile_m, config.tile_n, config.tile_k],
+        "k_tiles": tplan.k_tiles,
+        "tiles": [-(-m // config.tile_m), -(-half // config.tile_n), 1],
         "device": d.devices.name(device),
         "num_sms": num_sms,
         "arch": variant.arch,

@@ -12,7 +12,7 @@ from . import chrome, plot, summary
 from .checks import check
 from .decoding import Decoded, decode
 
-__all__ = ["Timeline", "trace", "trace_grouped"]
+__all__ = ["Timeline", "trace", "trace_gated_grad", "trace_grouped"]
 
 
 class Timeline:
@@ -97,6 +97,16 @@ def trace(a, b, **options) -> Timeline:
     from .record import record  # torch and the kernels only when something is recorded
 
     return Timeline(record(a, b, **options))
+
+
+def trace_gated_grad(dy, w_down, preact, activation="silu", **options) -> Timeline:
+    """``trace`` of ``wsgemm.api.gated.gated_grad(dy, w_down, preact, activation)``: the dh
+    GEMM of a ``GatedMLP`` backward with the unit's gradient fused into its epilogue. Needs a
+    CUDA GPU; not yet run on one. ``options``: ``record_gated_grad``'s (capacity, max_ctas,
+    measure)."""
+    from .record import record_gated_grad
+
+    return Timeline(record_gated_grad(dy, w_down, preact, activation, **options))
 
 
 def trace_grouped(a, b, offs, **options) -> Timeline:

@@ -464,11 +464,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 f"stream-K or groups; got {config}"
             )
         if epilogue.dgated and (
-            config.swap_ab or trace or config.splits_in_kernel or self.grouped is not None
+            config.swap_ab or config.splits_in_kernel or self.grouped is not None
         ):
             raise ValueError(
                 "a dgated epilogue (the gated unit's gradient) runs on a dense, unsplit kernel: "
-                f"no swap-AB, split-K, stream-K, tracing or groups; got {config}, trace={trace}"
+                f"no swap-AB, split-K, stream-K or groups; got {config}"
             )
         if self.grouped is not None:
             unsupported = {
