@@ -697,7 +697,8 @@ def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
 def test_grad_launch_is_the_call_s_kernel_launch(dgated):
     """``grad_launch`` (what ``wsgemm.tracing.trace_gated_grad`` launches) plans what
     ``gated_grad`` runs: the same variant's fields, and the dgated kernel run on its views
-    gives ``gated_grad``'s result; where the call takes the unfused road it says why."""
+    gives ``gated_grad``'s result; where the call takes the unfused road it says why. (Both
+    plan through ``_grad_launch``: ``gated_grad``'s own results are the tests above's.)"""
     torch.manual_seed(2)
     dy, w_down = torch.randn(300, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
     preact = torch.randn(300, 2 * 48 + 16, dtype=BF16)[:, : 2 * 48]

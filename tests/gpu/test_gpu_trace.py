@@ -152,10 +152,11 @@ def test_a_grouped_call_traces_which_tile_ran_which_group(sizes):
     assert t.raw.meta["groups"] == offs.tolist()
 
 
-@pytest.mark.parametrize("rows", [300, 2048])  # the ping-pong tile's, the cooperative one's
+@pytest.mark.parametrize("rows", [200, 2048])  # the ping-pong tile's, the cooperative one's
 def test_a_dgated_call_traces_consistently(rows):
-    """``trace_gated_grad``: the dh GEMM with the unit's gradient fused, traced: a consistent
-    recording, each of the product's tiles fetched once, the overhead measured."""
+    """``trace_gated_grad``: the dh GEMM with the unit's gradient fused, traced: it writes
+    ``gated_grad``'s result bit for bit (into a poisoned tensor), the recording is consistent
+    (each of the product's tiles fetched once), the overhead measured."""
     from wsgemm.host import registry
 
     if "sm90" not in registry.DGATED_FAMILIES:
@@ -164,7 +165,11 @@ def test_a_dgated_call_traces_consistently(rows):
     dy = make((rows, 1024), torch.bfloat16, "cuda", gen=gen)
     w_down = make((1024, 1536), torch.bfloat16, "cuda", gen=gen)
     preact = make((rows, 2 * 1536), torch.bfloat16, "cuda", gen=gen)
-    t = tracing.trace_gated_grad(dy, w_down, preact, "silu")
+    out = torch.full((rows, 2 * 1536), float("nan"), dtype=torch.bfloat16, device="cuda")
+    t = tracing.trace_gated_grad(dy, w_down, preact, "silu", out=out)
+    from wsgemm.api import gated as gated_core
+
+    assert torch.equal(out, gated_core.gated_grad(dy, w_down, preact, "silu"))
     assert t.check() == []
     assert t.meta["epilogue"] == "dgated+silu"
     assert t.meta["traced_us"] > 0 and t.meta["untraced_us"] > 0

@@ -291,13 +291,20 @@ def test_a_traced_grouped_kernel_compiles_spill_free(traced_report, variant):
     _check_traced(r, variant.backend, "sm_90a", "SR_GLOBALTIMER")
 
 
-def test_a_traced_dgated_kernel_compiles_spill_free(traced_report):
+@pytest.mark.parametrize(
+    "backend", ["sm90", pytest.param("sm90-pingpong", marks=pytest.mark.sweep)]
+)
+def test_a_traced_dgated_kernel_compiles_spill_free(traced_report, compiled, backend):
     """The dh GEMM with the gated unit's gradient in its epilogue (``Epilogue.dgated``) traced
     (``wsgemm.tracing.trace_gated_grad``), on the cooperative tile the gated kernels run above
-    256 rows: its epilogue records its span."""
-    variant = host.Variant("sm90", "sm_90a", b_major="n", epilogue="dgated+silu")
+    256 rows (the ping-pong one under -m sweep): its epilogue records its span, and it issues
+    every TMA load the untraced kernel does (a review found the traced mainloop skipping the
+    cooperative tile's first pre-activation loads, which the epilogue would wait for
+    forever)."""
+    variant = host.Variant(backend, "sm_90a", b_major="n", epilogue="dgated+silu")
     _, r = traced_report(variant)
-    _check_traced(r, "sm90", "sm_90a", "SR_GLOBALTIMER")
+    _check_traced(r, backend, "sm_90a", "SR_GLOBALTIMER")
+    assert r.sass["UTMALDG"] == compiled(variant).report.sass["UTMALDG"]
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -420,11 +420,12 @@ def _grad_launch(road, dy, out, act: str) -> GradLaunch:
                       out)  # fmt: skip
 
 
-def grad_launch(d, dy, w_down, preact, activation="silu") -> GradLaunch:
+def grad_launch(d, dy, w_down, preact, activation="silu", out=None) -> GradLaunch:
     """``gated_grad(dy, w_down, preact, activation)``'s dgated kernel launch, checked and
-    planned as the call plans it, not run (a new result ``out``), for a tool that launches
-    another build of that kernel (``wsgemm.trace``). A ValueError where the call runs no
-    dgated kernel (the unfused road: it says why)."""
+    planned as the call plans it, not run, into ``out`` (an (M, 2I) tensor of dy's dtype,
+    contiguous; None: a new one), for a tool that launches another build of that kernel
+    (``wsgemm.trace``). A ValueError where the call runs no dgated kernel (the unfused road:
+    it says why) or ``out`` is not such a tensor."""
     half, act = check_gated_grad(dy, w_down, preact, activation, (d.devices.type,))
     dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
     m = dy.shape[0]
@@ -433,7 +434,17 @@ def grad_launch(d, dy, w_down, preact, activation="silu") -> GradLaunch:
         road = _grad_road(d, dy, w_down, preact)
     if isinstance(road, str):
         raise ValueError(f"this gated_grad call runs no dgated kernel: {road}")
-    out = torch.empty(m, 2 * half, dtype=dy.dtype, device=dy.device)
+    if out is None:
+        out = torch.empty(m, 2 * half, dtype=dy.dtype, device=dy.device)
+    elif not (
+        isinstance(out, torch.Tensor)
+        and tuple(out.shape) == (m, 2 * half)
+        and out.dtype == dy.dtype
+        and out.device == dy.device
+        and out.is_contiguous()
+    ):
+        raise ValueError(f"out must be a contiguous ({m}, {2 * half}) tensor of {dy.dtype} on "
+                         f"{dy.device}")  # fmt: skip
     return _grad_launch(road, dy, out, act)
 
 

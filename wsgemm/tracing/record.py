@@ -299,12 +299,15 @@ def record_gated_grad(
     capacity: int | None = None,
     max_ctas: int | None = None,
     measure: bool = True,
+    out=None,
 ) -> RawTrace:
     """Run ``api.gated.gated_grad(dy, w_down, preact, activation)`` (a ``GatedMLP`` backward's
     dh GEMM with the gated unit's gradient in its epilogue, ``Epilogue.dgated``) once on the
     traced variant of its kernel and return what it recorded, as ``record`` does: where its
     time goes against the plain dh GEMM's (docs/perf.md entry 81: 1.27-1.37x). Its epilogue
-    records its span, not its store waits. Not yet run on a GPU (docs/trace.md).
+    records its span, not its store waits. ``out``: where ``d[gate | up]`` goes (a contiguous
+    (M, 2I) tensor of dy's dtype); None allocates one and drops it. Not yet run on a GPU
+    (docs/trace.md).
 
     Raises NoGpuError without a CUDA GPU; what ``gated_grad`` raises for bad arguments; a
     ValueError where the call runs no dgated kernel (``api.gated.grad_launch`` says why)."""
@@ -318,7 +321,7 @@ def record_gated_grad(
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     d = DISPATCHER
-    launch = gated_api.grad_launch(d, dy, w_down, preact, activation)
+    launch = gated_api.grad_launch(d, dy, w_down, preact, activation, out)
     device = launch.index
     arch = host.arch_for_capability(d.devices.capability(device))
     variant = host.Variant(launch.backend, arch, *launch.dtypes, launch.a_major, launch.b_major,

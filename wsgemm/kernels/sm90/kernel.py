@@ -1440,7 +1440,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ``prefetch``: a residual's (epilogue args, tile, subtiles done), whose first C loads
         leave once the first k-tile's WGMMAs are issued (``residual_prefetch``)."""
         if const_expr(rec is not None):
-            return self._mma_lanes(plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec)
+            return self._mma_lanes(plan, args, ab_pipeline, read_state, acc, k_begin, k_count,
+                                   rec, prefetch)  # fmt: skip
         release_state = read_state.clone()
         acc.fill(0.0)
         warpgroup.fence()  # the zeroed accumulators are WGMMA inputs

@@ -83,13 +83,17 @@ class TracedLoops:
     # -------------------------------------------------------------------- mma (consumer warpgroups)
 
     @cute.jit
-    def _mma_lanes(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec):
+    def _mma_lanes(self, plan, args, ab_pipeline, read_state, acc, k_begin, k_count, rec,
+                   prefetch=None):  # fmt: skip
         """``mma`` with its times staged: the loop reads the timer six times a k-tile and keeps
         the low words in lane j % 32 (iteration j: its wait on full, its issue, then the
         previous k-tile's MMA wait and release); after the issue of every 32nd iteration the
         writer's warp writes the staged iterations' events, one iteration per lane, in the
         order of a k-tile's waits, issue and release. The last k-tile's wait and release are
-        written by the writer lane (``hot.emit_released``). Returns the read state."""
+        written by the writer lane (``hot.emit_released``). ``prefetch``: ``mma``'s (a
+        residual's or a dgated tile's first C loads, issued after the first k-tile's WGMMAs as
+        ``mma`` issues them: without them the epilogue would wait forever). Returns the read
+        state."""
         hot = trace.warp_hot(rec)
         lane = cute.arch.lane_idx()
         flusher = trace.writer_warp(rec)
@@ -111,6 +115,8 @@ class TracedLoops:
         s4 = zero
         s5 = zero
         read_state.advance()
+        if const_expr(prefetch is not None):
+            self.residual_prefetch(plan, *prefetch)
         for k in cutlass.range(1, k_count, unroll=1):
             t0 = trace.now_lo(rec)
             ab_pipeline.consumer_wait(read_state)
