@@ -87,11 +87,7 @@ def record(
     if accumulate is None:
         accumulate = torch.float32
     p = validate(a, b, out, out_dtype, accumulate, backend, config)
-    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    _check_sampling(capacity, max_ctas)
     if min(p.m, p.n, p.k, 1 if p.batch is None else p.batch) == 0:
         raise ValueError(
             f"nothing to trace: M={p.m}, N={p.n}, K={p.k}, batch={p.batch} (every one must be "
@@ -137,57 +133,89 @@ def record(
         route.backend, kernel_config, (m, n, k, L), num_sms, capacity=capacity,
         max_ctas=max_ctas, split=traced_split,
     )  # fmt: skip
+    untraced = None
+    if measure:
+        untraced, _ = d.kernel(
+            route.backend, device, p.dtype_names, launch.a_major, launch.b_major, route.config
+        )
+        if traced_split > 1:
+            untraced = split_launcher(untraced, route.config, traced_split, d.semaphores)
+    views = (launch.a, launch.b, launch.c)
+    raw, timing = _launched(variant, kernel_config, device, num_sms, tplan, views, split_args,
+                            untraced and (lambda clusters: untraced(*views, clusters)),
+                            launch.finish)  # fmt: skip
+    meta = _meta(raw, tplan, variant, kernel_config, d, device, timing,
+                 shape=[p.m, p.n, p.k, 1 if p.batch is None else p.batch],
+                 tiles=[-(-m // kernel_config.tile_m), -(-n // kernel_config.tile_n), L],
+                 split=traced_split, policy_split=route.split)  # fmt: skip
+    return RawTrace(buffer=raw, meta=meta)
+
+
+def _check_sampling(capacity, max_ctas) -> None:
+    """``capacity`` and ``max_ctas`` are None or ints >= 1 (TypeError / ValueError)."""
+    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _launched(variant, config, device, num_sms, tplan, views, extras, untraced=None,
+              finish=None) -> tuple:  # fmt: skip
+    """``variant``'s traced build launched once on ``views`` (A, B, C) with the launch
+    arguments after the buffer ``extras``, on the grid the dispatcher launches, into a zeroed
+    buffer of ``tplan``'s size: (the buffer on the host, the timing: {} or, with ``untraced``
+    (the same launch untraced, a call of the clusters), both calls' median us). ``finish``:
+    run after each launch (a result copied out of a scratch C)."""
     with torch.cuda.device(device):
         traced = plan.cached_traced(variant)
-        clusters = num_sms // host.cluster_size(kernel_config)  # as the dispatcher launches
-        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=a.device)
-        traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *split_args)
-        launch.finish()
+        clusters = num_sms // host.cluster_size(config)  # as the dispatcher launches
+        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32,
+                             device=views[0].device)  # fmt: skip
+        traced(*views, clusters, 0, buffer, *extras)
+        if finish is not None:
+            finish()
         raw = buffer.cpu().numpy()
         timing = {}
-        if measure:
-            untraced, _ = d.kernel(
-                route.backend, device, p.dtype_names, launch.a_major, launch.b_major, route.config
-            )
-            if traced_split > 1:
-                untraced = split_launcher(untraced, route.config, traced_split, d.semaphores)
+        if untraced is not None:
             timing = {
-                "traced_us": median_us(
-                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *split_args)
-                ),
-                "untraced_us": median_us(lambda: untraced(launch.a, launch.b, launch.c, clusters)),
+                "traced_us": median_us(lambda: traced(*views, clusters, 0, buffer, *extras)),
+                "untraced_us": median_us(lambda: untraced(clusters)),
             }
-            launch.finish()
+            if finish is not None:
+                finish()
+    return raw, timing
 
+
+def _meta(raw, tplan, variant, config, d, device, timing, **fields) -> dict:
+    """A recording's ``meta`` (``RawTrace``): the launch's facts every recording has, then
+    ``fields`` (its shape, tile grid, splits, ...)."""
     counts = raw[:, HEADER_FIELDS.index("count")]
-    meta = {
+    return {
         "capacity": tplan.capacity,
-        "backend": route.backend,
-        "config": dataclasses.asdict(kernel_config),
-        "shape": [p.m, p.n, p.k, 1 if p.batch is None else p.batch],
-        "dtype": p.dtype_names[0],
-        "out_dtype": p.dtype_names[1],
-        "accumulate": p.dtype_names[2],
-        "layout": ("T" if launch.a_major == "k" else "N") + ("N" if launch.b_major == "k" else "T"),
-        "tile": [kernel_config.tile_m, kernel_config.tile_n, kernel_config.tile_k],
+        "backend": variant.backend,
+        "config": dataclasses.asdict(config),
+        "dtype": variant.ab_dtype,
+        "out_dtype": variant.c_dtype,
+        "accumulate": variant.acc_dtype,
+        "layout": ("T" if variant.a_major == "k" else "N")
+        + ("N" if variant.b_major == "k" else "T"),
+        "tile": [config.tile_m, config.tile_n, config.tile_k],
         "k_tiles": tplan.k_tiles,
-        "tiles": [-(-m // kernel_config.tile_m), -(-n // kernel_config.tile_n), L],
         "device": d.devices.name(device),
-        "num_sms": num_sms,
+        "num_sms": d.devices.sm_count(device),
         "arch": variant.arch,
         **timing,
         "recorders_per_cta": tplan.recorders_per_cta,
         "ctas_launched": tplan.ctas_launched,
         "ctas_traced": tplan.ctas_traced,
-        "consumers_per_tile": consumers_per_tile(route.backend, kernel_config),
-        "cluster": [getattr(kernel_config, "cluster_m", 1), getattr(kernel_config, "cluster_n", 1)],
-        "schedule": getattr(kernel_config, "schedule", None),
+        "consumers_per_tile": consumers_per_tile(variant.backend, config),
+        "cluster": [getattr(config, "cluster_m", 1), getattr(config, "cluster_n", 1)],
+        "schedule": getattr(config, "schedule", None),
         "timer": int(timer_for(variant.arch)),
         "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
-        "split": traced_split,
-        "policy_split": route.split,
+        **fields,
     }
-    return RawTrace(buffer=raw, meta=meta)
 
 
 def record_grouped(
@@ -218,11 +246,7 @@ def record_grouped(
 
     if not torch.cuda.is_available():
         raise NoGpuError("recording a trace runs the kernel on a CUDA GPU and none is available")
-    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    _check_sampling(capacity, max_ctas)
     d = grouped_api.host_dispatcher()
     launch = grouped_api.kernel_launch(d, a, b, offs, backend, out_dtype, out)
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
@@ -240,53 +264,12 @@ def record_grouped(
     kernel_class = host.BACKENDS[launch.backend].kernel_class("m")
     extras = [default for _, default in kernel_class.LAUNCH_EXTRAS]
     extras[-1] = offs.contiguous()  # the last launch argument: the groups' ends
-    with torch.cuda.device(device):
-        traced = plan.cached_traced(variant)
-        clusters = num_sms // host.cluster_size(config)
-        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=a.device)
-        traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
-        raw = buffer.cpu().numpy()
-        timing = {}
-        if measure:
-            untraced, _ = d.kernel(launch.backend, device, launch.dtypes, launch.a_major,
-                                   launch.b_major, launch.config, "none", "m")  # fmt: skip
-            timing = {
-                "traced_us": median_us(
-                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
-                ),
-                "untraced_us": median_us(
-                    lambda: untraced(launch.a, launch.b, launch.c, clusters, 0, *extras)
-                ),
-            }
-    counts = raw[:, HEADER_FIELDS.index("count")]
-    meta = {
-        "capacity": tplan.capacity,
-        "backend": launch.backend,
-        "config": dataclasses.asdict(config),
-        "shape": [m, n, k, 1],
-        "dtype": launch.dtypes[0],
-        "out_dtype": launch.dtypes[1],
-        "accumulate": launch.dtypes[2],
-        "layout": ("T" if launch.a_major == "k" else "N") + ("N" if launch.b_major == "k" else "T"),
-        "tile": [config.tile_m, config.tile_n, config.tile_k],
-        "k_tiles": tplan.k_tiles,
-        "groups": ends,
-        "group_tiles": [group_tiles, tiles_n],
-        "device": d.devices.name(device),
-        "num_sms": num_sms,
-        "arch": variant.arch,
-        **timing,
-        "recorders_per_cta": tplan.recorders_per_cta,
-        "ctas_launched": tplan.ctas_launched,
-        "ctas_traced": tplan.ctas_traced,
-        "consumers_per_tile": consumers_per_tile(launch.backend, config),
-        "cluster": [config.cluster_m, config.cluster_n],
-        "schedule": getattr(config, "schedule", None),
-        "timer": int(timer_for(variant.arch)),
-        "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
-        "split": 1,
-        "policy_split": 1,
-    }
+    views = (launch.a, launch.b, launch.c)
+    untraced = _untraced(d, variant, device, views, extras) if measure else None
+    raw, timing = _launched(variant, config, device, num_sms, tplan, views, extras, untraced)
+    meta = _meta(raw, tplan, variant, config, d, device, timing, shape=[m, n, k, 1],
+                 groups=ends, group_tiles=[group_tiles, tiles_n], split=1,
+                 policy_split=1)  # fmt: skip
     return RawTrace(buffer=raw, meta=meta)
 
 
@@ -315,11 +298,7 @@ def record_gated_grad(
 
     if not torch.cuda.is_available():
         raise NoGpuError("recording a trace runs the kernel on a CUDA GPU and none is available")
-    for name, value in (("capacity", capacity), ("max_ctas", max_ctas)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    _check_sampling(capacity, max_ctas)
     d = DISPATCHER
     launch = gated_api.grad_launch(d, dy, w_down, preact, activation, out)
     device = launch.index
@@ -334,54 +313,23 @@ def record_gated_grad(
     kernel_class = host.BACKENDS[launch.backend].kernel_class()
     extras = [default for _, default in kernel_class.LAUNCH_EXTRAS]
     extras[-1] = launch.c_in  # the pre-activation's gate half: the epilogue's C
-    with torch.cuda.device(device):
-        traced = plan.cached_traced(variant)
-        clusters = num_sms // host.cluster_size(config)
-        buffer = torch.zeros((tplan.recorders, tplan.words), dtype=torch.int32, device=dy.device)
-        traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
-        raw = buffer.cpu().numpy()
-        timing = {}
-        if measure:
-            untraced, _ = d.kernel(launch.backend, device, launch.dtypes, launch.a_major,
-                                   launch.b_major, launch.config, launch.epilogue)  # fmt: skip
-            timing = {
-                "traced_us": median_us(
-                    lambda: traced(launch.a, launch.b, launch.c, clusters, 0, buffer, *extras)
-                ),
-                "untraced_us": median_us(
-                    lambda: untraced(launch.a, launch.b, launch.c, clusters, 0, *extras)
-                ),
-            }
-    counts = raw[:, HEADER_FIELDS.index("count")]
-    meta = {
-        "capacity": tplan.capacity,
-        "backend": launch.backend,
-        "config": dataclasses.asdict(config),
-        "shape": [m, half, k, 1],
-        "dtype": launch.dtypes[0],
-        "out_dtype": launch.dtypes[1],
-        "accumulate": launch.dtypes[2],
-        "layout": ("T" if launch.a_major == "k" else "N") + ("N" if launch.b_major == "k" else "T"),
-        "epilogue": launch.epilogue,
-        "tile": [config.tile_m, config.tile_n, config.tile_k],
-        "k_tiles": tplan.k_tiles,
-        "tiles": [-(-m // config.tile_m), -(-half // config.tile_n), 1],
-        "device": d.devices.name(device),
-        "num_sms": num_sms,
-        "arch": variant.arch,
-        **timing,
-        "recorders_per_cta": tplan.recorders_per_cta,
-        "ctas_launched": tplan.ctas_launched,
-        "ctas_traced": tplan.ctas_traced,
-        "consumers_per_tile": consumers_per_tile(launch.backend, config),
-        "cluster": [config.cluster_m, config.cluster_n],
-        "schedule": getattr(config, "schedule", None),
-        "timer": int(timer_for(variant.arch)),
-        "overflow": int(sum(max(0, int(c) - tplan.capacity) for c in counts)),
-        "split": 1,
-        "policy_split": 1,
-    }
+    views = (launch.a, launch.b, launch.c)
+    untraced = _untraced(d, variant, device, views, extras) if measure else None
+    raw, timing = _launched(variant, config, device, num_sms, tplan, views, extras, untraced)
+    meta = _meta(raw, tplan, variant, config, d, device, timing, shape=[m, half, k, 1],
+                 epilogue=launch.epilogue,
+                 tiles=[-(-m // config.tile_m), -(-half // config.tile_n), 1], split=1,
+                 policy_split=1)  # fmt: skip
     return RawTrace(buffer=raw, meta=meta)
+
+
+def _untraced(d, variant, device, views, extras):
+    """The untraced launch of ``variant`` on ``views`` with the launch arguments ``extras``
+    (raster group 0), as a call of the clusters (``_launched``'s ``untraced``)."""
+    fn, _ = d.kernel(variant.backend, device, (variant.ab_dtype, variant.c_dtype,
+                     variant.acc_dtype), variant.a_major, variant.b_major, variant.config,
+                     variant.epilogue, variant.grouping)  # fmt: skip
+    return lambda clusters: fn(*views, clusters, 0, *extras)
 
 
 def grouped_units(ends: list[int], rows: int, n: int, config) -> tuple[list[int], int, int, int]:
