@@ -1105,40 +1105,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         gA = cute.local_tile(mA_mkl, (plan.out_tile_m, cfg.tile_k), (None, None, None))
         tAgA_up = tAsA_up = None
         if const_expr(plan.gated_rows):
-            # sA's halves: ((out_tile_m, 2), tile_k, stages), gate rows then up rows
-            a_halves = cute.logical_divide(sA, (plan.out_tile_m,))
-            sA = a_halves[((None, 0), None, None)]
-            gA_up = cute.local_tile(
-                cute.domain_offset((m_out, 0, 0), mA_mkl),
-                (plan.out_tile_m, cfg.tile_k),
-                (None, None, None),
-            )
-            tAsA_up, tAgA_up = cpasync.tma_partition(
-                tma_a,
-                cluster_coord[1],
-                cute.make_layout(cfg.cluster_n),
-                cute.group_modes(a_halves[((None, 1), None, None)], 0, 2),
-                cute.group_modes(gA_up, 0, 2),
-            )
+            sA, tAsA_up, tAgA_up = self._up_half(
+                tma_a, sA, mA_mkl, plan.out_tile_m, m_out, cfg.tile_k, cluster_coord[1],
+                cfg.cluster_n,
+            )  # fmt: skip
         # (tile_n, tile_k, tiles_n, k_tiles, L); gated: the gate's half tile (out_tile_n rows)
         gB = cute.local_tile(mB_nkl, (plan.out_tile_n, cfg.tile_k), (None, None, None))
         tBgB_up = tBsB_up = None
         if const_expr(plan.epilogue.gated and not plan.gated_rows):
-            # sB's halves: ((out_tile_n, 2), tile_k, stages), gate rows then up rows
-            halves = cute.logical_divide(sB, (plan.out_tile_n,))
-            sB = halves[((None, 0), None, None)]
-            gB_up = cute.local_tile(
-                cute.domain_offset((n_out, 0, 0), mB_nkl),
-                (plan.out_tile_n, cfg.tile_k),
-                (None, None, None),
-            )
-            tBsB_up, tBgB_up = cpasync.tma_partition(
-                tma_b,
-                cluster_coord[0],
-                cute.make_layout(cfg.cluster_m),
-                cute.group_modes(halves[((None, 1), None, None)], 0, 2),
-                cute.group_modes(gB_up, 0, 2),
-            )
+            sB, tBsB_up, tBgB_up = self._up_half(
+                tma_b, sB, mB_nkl, plan.out_tile_n, n_out, cfg.tile_k, cluster_coord[0],
+                cfg.cluster_m,
+            )  # fmt: skip
         # Each CTA of a multicast group loads its slice of the shared tile for all of them.
         tAsA, tAgA = cpasync.tma_partition(
             tma_a,
@@ -1168,6 +1146,24 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tma_a, tAgA, tAsA, mask_a, tma_b, tBgB, tBsB, mask_b, k_tiles, ragged_a, tBgB_up,
             tBsB_up, ragged_k_args, tAgA_up, tAsA_up,
         )  # fmt: skip
+
+    @staticmethod
+    def _up_half(tma, s_x, m_x, rows: int, up_row, tile_k: int, cta, ctas: int) -> tuple:
+        """A gated product's weight operand loaded in two halves a stage (B's, or A's on a
+        swap-AB tile): (the stage's first half, ``rows`` gate rows: the operand's own loads'
+        destination; the second half's TMA partition, (TMA, stages); the up rows' from
+        ``up_row`` on, (TMA, tiles, k_tiles, L)). ``cta``/``ctas``: this CTA's slice of a
+        multicast tile, among how many."""
+        # s_x's halves: ((rows, 2), tile_k, stages), gate rows then up rows
+        halves = cute.logical_divide(s_x, (rows,))
+        g_up = cute.local_tile(
+            cute.domain_offset((up_row, 0, 0), m_x), (rows, tile_k), (None, None, None)
+        )
+        s_up, g_up = cpasync.tma_partition(
+            tma, cta, cute.make_layout(ctas),
+            cute.group_modes(halves[((None, 1), None, None)], 0, 2), cute.group_modes(g_up, 0, 2),
+        )  # fmt: skip
+        return halves[((None, 0), None, None)], s_up, g_up
 
     @cute.jit
     def load(self, plan: cutlass.Constexpr, args: _LoadArgs, scheduler, ab_pipeline, rec=None):
