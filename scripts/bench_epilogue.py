@@ -14,14 +14,15 @@ unfused overhead (t_torch - t_plain) that fusing recovers, and the geomeans; ``-
 every time with the clocks. Epilogues: bias, bias_relu, bias_gelu (erf), bias_gelu_tanh,
 bias_silu, silu, gelu_tanh (no bias), and ``residual``: the in-place ``r += x @ W^T``
 (``wsgemm.matmul(x, W.t(), c=r, out=r)``) against ``r.add_(F.linear(x, W))`` and cuBLASLt's
-``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``). ``swiglu`` / ``geglu`` run on
-the suite's gate/up rows only (W = ``[w_gate; w_up]``, N = 2I): ``fused`` is
-``wsgemm.gated_linear(x, W)`` (whichever road it takes), ``kernel`` the gated kernel whatever
-the road (a dispatcher whose ``gated_unfused`` says None), ``plain`` the same 2I-wide product
-without the unit, ``unfused`` that product then torch's unit in the inputs' dtype, ``road``
-gated_linear's own unfused road (the product in fp32, then ``api.gated.gated_in_torch``,
-rounded once: what ``Dispatcher.gated_unfused`` prices) and ``torch`` ``silu(y[:, :I]) *
-y[:, I:]`` of ``y = F.linear(x, W)``. (Records before 2026-12-06's second have no ``road``.)
+``r.addmm_(x, W.t())`` (torch's best, recorded as ``torch_lt``). ``swiglu`` / ``geglu`` run on the
+suite's gate/up rows only (W = ``[w_gate; w_up]``, N = 2I): ``fused`` is ``wsgemm.gated_linear(x,
+W)`` (whichever road it takes), ``kernel`` the gated kernel whatever the road (a dispatcher whose
+``gated_unfused`` says None; at up to 32 rows, unbiased, the swap-AB decode tile since docs/perf.md
+entry 85: the record's ``kernel_tile``), ``plain`` the same 2I-wide product without the unit,
+``unfused`` that product then torch's unit in the inputs' dtype, ``road`` gated_linear's own unfused
+road (the product in fp32, then ``api.gated.gated_in_torch``, rounded once: what
+``Dispatcher.gated_unfused`` prices) and ``torch`` ``silu(y[:, :I]) * y[:, I:]`` of ``y =
+F.linear(x, W)``. (Records before 2026-12-06's second have no ``road``.)
 
     python scripts/bench_epilogue.py [--suite llm|models] [--seed S --count C] [--rounds 7]
         [--epilogues bias,bias_gelu_tanh] [--dtype fp16|bf16] [--json FILE]
@@ -101,6 +102,15 @@ def _kernel_only():
     return KernelOnly()
 
 
+def kernel_tile(x, w, gated) -> str:
+    """Which gated tile the ``kernel`` contender runs on ``x`` and ``w``, as ``explain`` names
+    it: "swap" (the swap-AB decode tile, on for unbiased calls of up to 32 rows since
+    docs/perf.md entry 85) or "row" (a row tile); ``scripts/fit_gated_cost.py`` fits the row
+    tiles' constants on "row" records only."""
+    text = wsgemm.explain(x, w.t(), activation=gated, gated=True)
+    return "swap" if "the gated kernel's swap-AB" in text else "row"
+
+
 def check(calls, x, w, bias, act, residual=None, gated=None) -> None:
     """Every contender's result (residual: the fused call's) against float64."""
     bare = F.linear(x.double(), w.double())  # what "plain" computes: the product alone
@@ -160,6 +170,7 @@ def main(argv=None) -> int:
                 r = torch.randn(s.m, s.n, device="cuda", dtype=dtype, generator=gen)
             calls = contenders(x, w, bias, act, r, gated)
             check(calls, x, w, bias, act, None if r is None else r.clone(), gated)
+            extra = {} if gated is None else dict(kernel_tile=kernel_tile(x, w, gated))
             names = list(calls)
             estimates = {n: timer.estimate(calls[n]) for n in names}
             times = {n: [] for n in names}
@@ -186,7 +197,7 @@ def main(argv=None) -> int:
             records.append(dict(epilogue=name, m=s.m, n=s.n, k=s.k, label=label,
                                 times_ms=times, median_ms=med, fused_over_plain=r_fp,
                                 fused_over_torch=r_ft, recovered=rec,
-                                clock_mhz=[c for c in clocks if c]))  # fmt: skip
+                                clock_mhz=[c for c in clocks if c], **extra))  # fmt: skip
 
         def geo(v):
             return math.exp(statistics.fmean(math.log(x) for x in v))

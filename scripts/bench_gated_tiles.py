@@ -1,14 +1,14 @@
 """The gated kernel's row tiles against each other at few rows (issue #25), interleaved.
 
-For each shape (rows x 2I x K of ``gated_linear(x, W)``, W = ``[w_gate; w_up]`` row-major) in
-one process, round-robin with the order rotated each round, cold L2
-(``wsgemm.bench.measure.CudaTimer``): the gated kernel forced onto each menu entry of
-``--tiles`` (``api.gated.gated_config`` replaced for the call; each checked against float64
-first), up to 32 rows the gated swap-AB decode tile (``swap``, switched on for its calls),
-the shipped rule's tile (``kernel``), ``road`` (``auto``'s product in fp32, then
+For each shape (rows x 2I x K of ``gated_linear(x, W)``, W = ``[w_gate; w_up]`` row-major) in one
+process, round-robin with the order rotated each round, cold L2
+(``wsgemm.bench.measure.CudaTimer``): the gated kernel forced onto each menu entry of ``--tiles``
+(``api.gated.gated_config`` replaced for the call; each checked against float64 first), up to 32
+rows the gated swap-AB decode tile (``swap``, switched on for its calls), the shipped rule's tile
+(``kernel``: up to 32 rows the swap tile since entry 85), ``road`` (``auto``'s product in fp32, then
 ``api.gated.gated_in_torch``), ``torch`` (``F.linear``, then torch's unit in the dtype) and
-``plain`` (the 2I-wide product alone). Prints per shape each
-contender's median over rounds over ``plain``'s; ``--json`` keeps every time with the clocks
+``plain`` (the 2I-wide product alone). Prints per shape each contender's median over rounds over
+``plain``'s; ``--json`` keeps every time with the clocks
 (``scripts/fit_gated_cost.py`` reads ``kernel`` and ``road`` as both roads of a row and each
 forced tile as a row of its tile). A forced tile that fails, is wrong, or does not run its
 gated kernel is left out of that shape, with the reason printed.
@@ -83,7 +83,7 @@ def forced(name: str):
 
 def swap_tile():
     """A call of ``gated_linear`` on the gated swap-AB decode tile (``GATED_SWAP_FAMILIES``
-    switched on for the call; main keeps it off until its GPU tests pass)."""
+    switched on for the call, as main has it since docs/perf.md entry 85)."""
     d = KernelOnly()
 
     def call(x, w):

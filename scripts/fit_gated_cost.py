@@ -10,7 +10,10 @@ root; ``tests/host/test_cost.py`` checks that it gives the shipped constants.
 
 Reads ``scripts/bench_epilogue.py`` JSON records of gated epilogues that timed both roads:
 ``kernel`` (the gated kernel forced) and ``road`` (``auto``'s product in fp32, then the gating
-pass). The gated kernel's constants are fitted per row tile (``cost.gated_kernel_entry``: the
+pass). A record whose ``kernel_tile`` is "swap" (``kernel`` ran the swap-AB decode tile, priced
+by ``cost.GATED_SWAP_PROXY`` and ``GATED_SWAP_SCALE``: ``scripts/fit_gated_swap.py``) is judged on
+that tile and left out of the row tiles' fit. The gated kernel's constants are fitted per row
+tile (``cost.gated_kernel_entry``: the
 ping-pong 128x128 tile for a few rows, the cooperative 128x256 for many), three each, with the
 cost model's own form and machine constants (``cost.predict``); the gating pass's two constants
 on the road's time less the model's prediction of its product. Least squares on log time with
@@ -56,6 +59,7 @@ class Row:
     kernel_us: float
     road_us: float
     tile: str | None = None  # a forced tile's menu entry (None: the rule's, gated_kernel_entry)
+    swap: bool = False  # ``kernel`` ran the swap-AB decode tile (a record's kernel_tile "swap")
 
     @property
     def entry(self) -> str:
@@ -82,8 +86,9 @@ def read_rows(paths, kernel_only: dict[str, int] | None = None) -> list[Row]:
                                     med["fused"] * 1e3, math.nan))  # fmt: skip
                 continue
             if "kernel" in med and "road" in med:
+                swap = r.get("kernel_tile") == "swap"
                 rows.append(Row(r["label"], act, r["m"], r["n"], r["k"], med["kernel"] * 1e3,
-                                med["road"] * 1e3))  # fmt: skip
+                                med["road"] * 1e3, swap=swap))  # fmt: skip
             for tile in sorted(set(med) & MENU_NAMES):  # scripts/bench_gated_tiles.py's
                 rows.append(Row(r["label"], act, r["m"], r["n"], r["k"], med[tile] * 1e3,
                                 math.nan, tile))  # fmt: skip
@@ -118,6 +123,8 @@ def fit(rows: list[Row]):
     from scipy.optimize import least_squares
 
     model = _model()
+    road_rows = [r for r in rows if r.tile is None and not math.isnan(r.road_us)]
+    rows = [r for r in rows if not r.swap]  # the row tiles' constants: their own times only
     names = sorted({r.entry for r in rows})
     start = np.log([0.5, 1.0, 3.5] * len(names))
 
@@ -144,7 +151,6 @@ def fit(rows: list[Row]):
         return [math.log((p + cost.gating_pass_us(r.m, r.n // 2, r.activation, us, tb_s))
                          / r.road_us) for p, r in pairs]  # fmt: skip
 
-    road_rows = [r for r in rows if r.tile is None and not math.isnan(r.road_us)]
     products = [product_us(model, r) for r in road_rows]
     us, tb_s = np.exp(least_squares(road_residuals, np.log([5.0, 1.5]), loss="soft_l1",
                                     f_scale=0.05).x)  # fmt: skip
@@ -161,8 +167,9 @@ def judge(rows: list[Row], costs=None, us=None, tb_s=None) -> dict:
     for r in rows:
         choice = choosing.choose(r.m, r.n, r.k, 1, "float16", "float32", "float32", SM_COUNT, CC,
                                  batch_invariant=False)  # fmt: skip
+        swap_tile_n = cost.gated_swap_tile_n(r.m) if r.swap else None
         roads = cost.gated_roads(model, choice.menu_entry, choice.split, r.m, r.n, r.k, SM_COUNT,
-                                 r.activation, costs, us, tb_s)  # fmt: skip
+                                 r.activation, costs, us, tb_s, swap_tile_n)  # fmt: skip
         took = r.road_us if roads.unfused_wins else r.kernel_us
         predicted.append(min(roads.fused_us, roads.unfused_us) / roads.fused_us)
         chosen.append(took)

@@ -7,12 +7,13 @@ With no files, the shipped fit's (``SHIPPED_SWAP_FIT``), from the repository roo
 ``tests/host/test_cost.py`` checks that it gives the shipped constants.
 
 Reads ``scripts/bench_gated_tiles.py`` JSON records (``gpu_session.sh gatedswap``) that timed the
-swap tile (``swap``) and the unfused road (``road``: ``auto``'s product in fp32, then the gating)
-at up to ``cost.GATED_SWAP_MAX_ROWS`` rows. The model prices the tile as a plain swap-AB entry
-(``cost.GATED_SWAP_PROXY``); per tile width the scale is the geomean over the rows of the
-measured swap-over-road ratio divided by the predicted one (unscaled), so the model's own error
-on the road's product stays in it, as it does when the choice is made. Prints the scales, then
-for each file the rows where the chosen road was more than 5% slower than the other.
+swap tile (``swap``) and the unfused road (``road``: ``auto``'s product in fp32, then the gating) at
+up to ``cost.GATED_SWAP_MAX_ROWS`` rows, or ``scripts/bench_epilogue.py`` records whose ``kernel``
+ran that tile (``kernel_tile`` "swap"). The model prices the tile as a plain swap-AB entry
+(``cost.GATED_SWAP_PROXY``); per tile width the scale is the geomean over the rows of the measured
+swap-over-road ratio divided by the predicted one (unscaled), so the model's own error on the road's
+product stays in it, as it does when the choice is made. Prints the scales, then for each file the
+rows where the chosen road was more than 5% slower than the other.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def read_rows(paths) -> list[dict]:
     for path in paths:
         for r in json.loads(Path(path).read_text())["records"]:
             med = r["median_ms"]
-            if "swap" in med and "road" in med and r["m"] <= cost.GATED_SWAP_MAX_ROWS:
+            swap = med.get("swap", med.get("kernel") if r.get("kernel_tile") == "swap" else None)
+            if swap is not None and "road" in med and r["m"] <= cost.GATED_SWAP_MAX_ROWS:
                 rows.append(dict(label=r["label"], m=r["m"], n=r["n"], k=r["k"],
-                                 swap_us=med["swap"] * 1e3, road_us=med["road"] * 1e3))  # fmt: skip
+                                 swap_us=swap * 1e3, road_us=med["road"] * 1e3))  # fmt: skip
     return rows
 
 
@@ -64,6 +66,8 @@ def fit(rows: list[dict]) -> dict[int, float]:
 def judge(rows: list[dict], scales: dict[int, float] | None = None) -> dict:
     """The road choice on ``rows`` with ``scales`` (default: the shipped ones)."""
     scales = cost.GATED_SWAP_SCALE if scales is None else scales
+    if not rows:
+        return dict(rows=0, over_best_geomean=math.nan, over_best_max=math.nan, missed=[])
     best, missed = [], []
     for r in rows:
         roads = _roads(r, scales[cost.gated_swap_tile_n(r["m"])])
@@ -81,7 +85,10 @@ def main(argv=None) -> None:
     ap.add_argument("--judge", nargs="*", default=[], help="records to judge the fit on")
     args = ap.parse_args(argv)
     files = args.files or SHIPPED_SWAP_FIT
-    scales = fit(read_rows(files))
+    rows = read_rows(files)
+    if not rows:
+        raise SystemExit(f"{files}: no record timed both the swap tile and the road")
+    scales = fit(rows)
     print("GATED_SWAP_SCALE = {" + ", ".join(f"{n}: {s:.3f}" for n, s in scales.items()) + "}")
     for name, paths in [("fit", files)] + [(p, [p]) for p in args.judge]:
         q = judge(read_rows(paths), scales)

@@ -178,7 +178,7 @@ for part in 1 2 3 4; do
   echo "suite$part done at $((SECONDS - start)) s"
 done
 if has gatedswap; then
-  # the gated swap-AB decode tile (off in calls until these pass: GATED_SWAP_FAMILIES), then
+  # the gated swap-AB decode tile (on since these passed: docs/perf.md entry 85), then
   # timed at 1-32 rows against the rule's tile, the road, torch's unfused SwiGLU and plain
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "gated_swap" 2>&1 | tee "$OUT/gated-swap-tests.log" \

@@ -380,7 +380,9 @@ def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale():
     printed either way), torch's product off Hopper; a row scale belongs to ``grouped_mm`` and
     is refused without ``grouped``/``offs``."""
     w = torch.empty(8192, 4096, dtype=F16, device="meta")
-    for rows, fused in ((512, True), (5, False)):
+    # 5 rows: the swap-AB decode tile (GATED_SWAP_FAMILIES, on since docs/perf.md entry 85)
+    for rows, fused, tile in ((512, True, "row tile"), (5, True, "swap-AB 8-token tile"),
+                              (40, False, "row tile")):  # fmt: skip
         x = torch.empty(rows, 4096, dtype=F16, device="meta")
         text = wsgemm.explain(x, w.t(), activation="silu", gated=True, cc=HOPPER)
         assert text.startswith(f"gated_linear: act(gate) * up with silu, {rows} rows, 4096")
@@ -388,7 +390,7 @@ def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale():
         assert ("unfused: " in text and "the cost model predicts the product on" in text) == (
             not fused
         )
-        assert "the gated kernel's row tile (" in text and "then the gating (" in text
+        assert f"the gated kernel's {tile} (" in text and "then the gating (" in text
     w = torch.randn(48, 32, dtype=F16)
     off = wsgemm.explain(torch.randn(40, 32, dtype=F16), w.t(), gated=True, cc=(8, 0))
     assert "no gated kernel runs on this GPU" in off

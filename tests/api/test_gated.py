@@ -71,6 +71,12 @@ def test_gated_kernels_are_on_by_default():
     assert not registry.fuses_epilogues("sm80", gated=True)
 
 
+def test_the_gated_swap_tile_is_on_by_default():
+    """On since its GPU cases passed (docs/perf.md entry 85), sm90 only."""
+    assert registry.GATED_SWAP_FAMILIES == {"sm90"}
+    assert registry.runs_gated_swap("sm90-pingpong") and not registry.runs_gated_swap("sm80")
+
+
 def test_many_rows_take_the_cooperative_tile(fusing):
     x, w = torch.randn(300, 32, dtype=F16), torch.randn(64, 32, dtype=F16)
     d = dispatcher()

@@ -227,8 +227,8 @@ class GatedKernelOnly(api.Dispatcher):
 
 @pytest.fixture
 def gated_swap(monkeypatch):
-    """The gated swap-AB decode tile switched on (``GATED_SWAP_FAMILIES``: off on main until
-    these cases pass), with no launcher kept from before or after."""
+    """The gated swap-AB decode tile switched on (``GATED_SWAP_FAMILIES``: on on main since
+    these cases passed, docs/perf.md entry 85), with no launcher kept from before or after."""
     yield from _switched_on(monkeypatch, "GATED_SWAP_FAMILIES")
 
 

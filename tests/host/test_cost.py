@@ -224,6 +224,21 @@ def test_the_gated_swap_scale_is_the_fit_of_the_recorded_decode_calls(monkeypatc
     assert quality["over_best_geomean"] <= 1.01 and quality["over_best_max"] <= 1.05, quality
 
 
+def test_the_swap_tile_s_held_out_rows_are_judged_on_that_tile(monkeypatch):
+    """A bench_epilogue record whose ``kernel`` ran the swap tile (``kernel_tile``) is judged on
+    it by both fit scripts and left out of the row tiles' fit (docs/perf.md entry 86: seed
+    379700's 14 decode rows)."""
+    monkeypatch.chdir(REPO)
+    held_out = "docs/data/gpu-2026-12-06j/gated-heldout.json"
+    swap = load("fit_gated_swap")
+    rows = swap.read_rows([held_out])
+    assert len(rows) == 14 and all(r["m"] <= cost.GATED_SWAP_MAX_ROWS for r in rows)
+    assert swap.judge(rows)["over_best_max"] <= 1.05
+    gated = load("fit_gated_cost")
+    marked = [r for r in gated.read_rows([held_out]) if r.swap]
+    assert len(marked) == 14
+
+
 def test_the_swap_scale_multiplies_the_proxy_price():
     """The gated swap tile's price is its proxy's times the width's scale; the road's is not
     scaled."""

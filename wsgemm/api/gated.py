@@ -12,7 +12,11 @@ cost model predicts it faster (``Dispatcher.gated_unfused``): the gated kernel h
 tiles, each spanning 256 rows a cluster and unsplit, so at a few dozen rows most of their MMA
 work is empty (and on a narrow 2I few CTAs run), while ``auto``'s product has the whole menu
 and the gating pass over M x 2I values is small beside reading the weights (docs/perf.md entry
-73: timed at 32-16384 tokens on two models; elsewhere the model's extrapolation).
+73: timed at 32-16384 tokens on two models; elsewhere the model's extrapolation). At up to 32
+rows an unbiased call has a third tile, the gated swap-AB decode tile (``gated_config(rows,
+swap=True)``, ``host.runs_gated_swap``): the weights' gate and up rows the two 64-row bands of
+a ping-pong 128-row tile, the tokens its N, the (64, tokens) result stored transposed; the cost
+model prices it against the unfused road too (``choosing.gated_roads``' ``swap_tile_n``).
 """
 
 from __future__ import annotations

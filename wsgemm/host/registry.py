@@ -171,8 +171,10 @@ GATED_BIAS_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: weights in the tile's M, the gate's and up projection's rows the two 64-row bands of a
 #: ping-pong warpgroup: ``kernels/sm90/kernel.gated_swap_refusal``; unbiased). The sm90 one ran
 #: on an H100 on 2026-12-06 (docs/perf.md entry 85): the 34 float64 cases of
-#: ``tests/gpu/test_gpu_epilogue.py -k gated_swap``, memcheck and racecheck clean, and 1.02-1.14x
-#: the plain product's time at 1-32 rows (0.62-0.96x the product then the gating). Elsewhere a
+#: ``tests/gpu/test_gpu_epilogue.py -k gated_swap``, memcheck, racecheck and initcheck clean;
+#: 1.02-1.14x the plain product's time at 1-16 rows and 0.90-1.09x at 32, 0.62-1.006x the
+#: product then the gating, and on held-out families' rows the road choice 1.002x the faster
+#: of the two (docs/perf.md entry 86). Elsewhere a
 #: call of a few rows runs the gated kernel's 128-row tile or, where the cost model says so, the
 #: product on a swap-AB tile and then the gating.
 GATED_SWAP_FAMILIES: frozenset[str] = frozenset({"sm90"})

@@ -236,11 +236,11 @@ def gated_kernel_entry(rows: int) -> str:
 
 #: The gated swap-AB decode tile (``host.runs_gated_swap``): calls of up to this many rows, the
 #: tokens in the tile's N (the narrowest of these widths that holds them), 64 result rows a
-#: tile. Until it is timed the model prices it as the plain swap-AB decode entry of the same
-#: width (``GATED_SWAP_PROXY``) on (rows, I, 2K), unsplit: a 64-row tile over twice the K is
-#: the 128-row tile's weight bytes and MMA work a CTA, with as many CTAs (I / 64), writing the
+#: tile. The model prices it as the plain swap-AB decode entry of the same width
+#: (``GATED_SWAP_PROXY``) on (rows, I, 2K), unsplit: a 64-row tile over twice the K is the
+#: 128-row tile's weight bytes and MMA work a CTA, with as many CTAs (I / 64), writing the
 #: half-width result. Timed (an H100, docs/perf.md entry 85) the tile ran 1.02-1.14x the
-#: plain product at 1-16 rows and 0.90-1.08x at 32, where the proxy said 1.0x and 1.1x: the
+#: plain product at 1-16 rows and 0.90-1.09x at 32, where the proxy said ~1.0x and ~1.1x: the
 #: proxy's price is scaled per width (``GATED_SWAP_SCALE``, the geomean of measured over
 #: predicted swap-over-road ratio, ``scripts/fit_gated_swap.py`` on ``SHIPPED_SWAP_FIT``).
 GATED_SWAP_TILE_N = (8, 16, 32)
