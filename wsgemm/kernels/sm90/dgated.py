@@ -25,7 +25,11 @@ gate's, and ``2e + 1``: the up projection's; E is even):
    barrier means every thread has read both buffers).
 
 With four buffers one pair's loads are in flight while the pair before it computes; with two
-each pair waits its own round trip.
+each pair waits its own round trip. So that round trip is L2's, not DRAM's, the prefetch
+also asks L2 for the tile's later subtiles (``prefetch_l2``: TMA prefetches, no buffer and no
+mbarrier): under the mainloop on the cooperative tile, so a tile's pre-activation streams in
+beside its A and B rather than in a burst once its MMAs are done (docs/perf.md entry 86 traced
+the epilogue at 15.7% of the consumers' time, all of it exposed).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import cutlass.cute as cute
 from wsgemm.kernels.sm90 import residual
 from wsgemm.support import VECTOR_BYTES
 
-__all__ = ["halves", "issue", "later_pair", "prefetch", "tile_views"]
+__all__ = ["halves", "issue", "later_pair", "prefetch", "prefetch_l2", "tile_views"]
 
 
 def halves(t):
@@ -66,6 +70,15 @@ def prefetch(load: residual.ResidualLoad, views, order, first, subtiles: int):
     cute.arch.cp_async_bulk_wait_group(0, read=True)
     for s_out in range(min(load.stages, subtiles)):
         issue(load, views, order, s_out, first + s_out)
+
+
+def prefetch_l2(load: residual.ResidualLoad, views, order, first: int, subtiles: int):
+    """The store warp's: L2 prefetches of the tile's output subtiles ``first`` to
+    ``subtiles - 1`` (their pre-activation halves; a hint: nothing waits for it, and data that
+    has left L2 again is read from DRAM as before)."""
+    for s_out in range(first, subtiles):
+        gR = views[s_out % 2][1]
+        cute.prefetch(load.tma, gR[(None, order.get_hier_coord(s_out // 2))])
 
 
 def later_pair(stages: int, e: int, pairs: int) -> int | None:

@@ -1726,6 +1726,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
             if const_expr(plan.epilogue.dgated):
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
+                first = min(plan.epi_stages, plan.out_subtiles)  # past the buffers' subtiles
+                dgated.prefetch_l2(args.residual, views, order, first, plan.out_subtiles)
                 dgated.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
             else:
                 views = residual.tile_views(args.residual, tile, plan.config.epi_tile)
