@@ -202,16 +202,29 @@ if has dgatedtrace; then
     tests/gpu/test_gpu_trace.py -k dgated 2>&1 | tee "$OUT/dgated-trace-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   timeout 300 python3 - "$OUT/dgated-trace" <<'PY' 2>&1 | tail -20
-import os, sys, torch
+import contextlib, os, sys, torch
+from unittest import mock
 from wsgemm import tracing
+from wsgemm.api import gated as gated_core
+from wsgemm.host.choosing.menu import entry
 dy = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
 w = torch.randn(4096, 14336, dtype=torch.bfloat16, device="cuda") / 64
 pre = torch.randn(4096, 2 * 14336, dtype=torch.bfloat16, device="cuda")
-t = tracing.trace_gated_grad(dy, w, pre, "silu")
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-t.save(f"{out}/raw.npz"); t.write_summary(f"{out}/summary.json"); t.plot(f"{out}/timeline.png")
-print(t.check() or "consistent"); print(t.summary())
+# the rule's tile (cooperative), then forced onto the ping-pong one (1.8x its plain GEMM in
+# entry 86: where its time goes), then the plain dh GEMM on auto's pick
+e = entry("sm90-pingpong")
+for name, forced in (("", None), ("-pingpong", (e.backend, e.variant_config()))):
+    patch = mock.patch.object(gated_core, "gated_config", lambda rows, swap=False: forced)
+    with patch if forced else contextlib.nullcontext():
+        t = tracing.trace_gated_grad(dy, w, pre, "silu")
+    t.save(f"{out}/raw{name}.npz"); t.write_summary(f"{out}/summary{name}.json")
+    t.plot(f"{out}/timeline{name}.png")
+    print(name or "rule", t.check() or "consistent", t.summary()["roles"]["consumer"])
+t = tracing.trace(dy, w)
+t.write_summary(f"{out}/summary-plain.json")
+print("plain", t.summary()["call"]["config"], t.summary()["roles"]["consumer"])
 PY
 fi
 if has gatedtiles; then
