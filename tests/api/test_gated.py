@@ -405,6 +405,26 @@ def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(row_tiles,
     assert len(decode) == 2, f"the decode road asked the policy {len(decode)} times for 5 calls"
 
 
+def test_the_swap_road_is_decided_once_per_problem(fusing, monkeypatch):
+    """On main's default road (the swap tile on) a decode call runs the swap tile and its road
+    is priced once per problem: the policy's pick for the product it is weighed against is
+    asked once, however many calls follow."""
+    from wsgemm.host import dispatch as host_dispatch
+
+    asked = []
+    choose = host_dispatch.choosing.choose
+    monkeypatch.setattr(host_dispatch.choosing, "choose",
+                        lambda *a, **k: asked.append(a) or choose(*a, **k))  # fmt: skip
+    d = dispatcher()
+    x, w = torch.randn(8, 4096, dtype=F16), torch.randn(2 * 4096, 4096, dtype=F16) / 64
+    for _ in range(5):
+        out = core.gated_linear(x, w, "silu", dispatcher=d)
+    assert close(out, reference(x, w, "silu"), F16, 4096)
+    assert {_swap_gated(v) for v in d.cache.variants} == {True}
+    decode = [a for a in asked if a[:3] == (8, 8192, 4096)]
+    assert len(decode) == 1, f"the decode road asked the policy {len(decode)} times for 5 calls"
+
+
 class AddressKernels(Kernels):
     """``Kernels`` as compiled address entries (``stand_ins.address_entry``), which bind: what
     a launcher kept for a signature passes at a later call must be that call's operands."""
