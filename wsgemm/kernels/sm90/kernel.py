@@ -1351,6 +1351,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             bias_ahead = self._bias_ahead(plan, epi_args, tile)
             # a row scale's factors of the whole tile, in flight under the mainloop too
             scales = self._row_scale_tile(plan, epi_args, tile)
+            # a dgated tile's pre-activation asked of L2 under its mainloop
+            self._preact_to_l2(plan, epi_args, tile)
             k_begin, k_end = self._k_range(tile, k_tiles)
             prefetch = None
             if const_expr(self._residual_under_mainloop(plan)):
@@ -1726,12 +1728,22 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
             if const_expr(plan.epilogue.dgated):
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
-                first = min(plan.epi_stages, plan.out_subtiles)  # past the buffers' subtiles
-                dgated.prefetch_l2(args.residual, views, order, first, plan.out_subtiles)
                 dgated.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
             else:
                 views = residual.tile_views(args.residual, tile, plan.config.epi_tile)
                 residual.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
+
+    @cute.jit
+    def _preact_to_l2(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile):
+        """The store warp's, as a dgated tile's mainloop starts: each of the tile's output
+        subtiles' pre-activation asked of L2 (``dgated.prefetch_l2``), so that its epilogue's
+        loads into the buffers are L2 round trips, and the pre-activation streams in beside A
+        and B rather than in a burst once the MMAs are done. Nothing for other epilogues."""
+        if const_expr(plan.epilogue.dgated):
+            if args.is_store_warp:
+                views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
+                order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
+                dgated.prefetch_l2(args.residual, views, order, 0, plan.out_subtiles)
 
     @cute.jit
     def _ragged_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
