@@ -437,8 +437,8 @@ DGATED_SWEEP = [
 def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
     """Per product subtile two C loads by TMA (the gate's and the up half's pre-activation),
     each with its expect-tx arrival, and two TMA stores (dgate, dup); every output subtile's
-    pre-activation asked of L2 ahead by a TMA prefetch (``dgated.prefetch_l2``); C read back from shared memory, never by 16-byte global loads; spill-free, no CALL
-    (``_assert_fused``)."""
+    pre-activation asked of L2 ahead by a TMA prefetch (``dgated.prefetch_l2``); C read back
+    from shared memory, never by 16-byte global loads; spill-free, no CALL (``_assert_fused``)."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
     subtiles = variant.kernel_config().num_epi_subtiles
