@@ -42,7 +42,11 @@ def test_a_stand_in_dispatcher_poses_as_the_gpu_it_is_given():
 
 def test_the_stand_in_measurement_reports_each_contender():
     rows = host_overhead.stand_in(rounds=2, calls=20)
-    assert [r.name for r in rows] == ["wsgemm (no-op kernel)", "wsgemm (no-op kernel), out="]
+    assert [r.name for r in rows] == [
+        "wsgemm (no-op kernel)",
+        "wsgemm (no-op kernel), out=",
+        "gated_linear, 8 rows (no-op)",
+    ]
     for r in rows:
         assert 0 < r.host_min_us <= r.host_us <= r.synced_us
     table = host_overhead.render(rows, "title").splitlines()

@@ -70,11 +70,23 @@ def measure(device: str = "cuda", rounds: int = ROUNDS, calls: int = CALLS) -> l
     gen = torch.Generator(device="cpu").manual_seed(0)
     a, b = (torch.randn(SIZE, SIZE, generator=gen).half().to(device) for _ in range(2))
     out_mm, out_ws = (torch.empty(SIZE, SIZE, dtype=torch.float16, device=device) for _ in "12")
+    x, w = (
+        torch.randn(8, SIZE, generator=gen).half().to(device),
+        torch.randn(2 * SIZE, SIZE, generator=gen).half().to(device),
+    )
+
+    def torch_swiglu():
+        y = torch.nn.functional.linear(x, w)
+        return torch.nn.functional.silu(y[:, :SIZE]) * y[:, SIZE:]
+
     contenders = {
         "torch.mm": lambda: torch.mm(a, b),
         "wsgemm.matmul": lambda: wsgemm.matmul(a, b),
         "torch.mm, out=": lambda: torch.mm(a, b, out=out_mm),
         "wsgemm.matmul, out=": lambda: wsgemm.matmul(a, b, out=out_ws),
+        # 8 rows: torch's unfused SwiGLU (three kernels) and wsgemm's gated swap-AB tile (one)
+        "torch SwiGLU 8 rows": torch_swiglu,
+        "wsgemm.gated_linear 8 rows": lambda: wsgemm.gated_linear(x, w),
     }
     return _interleaved(contenders, rounds, calls, torch.cuda.synchronize)
 
@@ -84,13 +96,17 @@ def stand_in(rounds: int = ROUNDS, calls: int = 2000) -> list[Row]:
     import torch
 
     from wsgemm import api
+    from wsgemm.api import gated
 
     d = api.stand_in()
     a, b = (torch.randn(SIZE, SIZE).half() for _ in range(2))
     out = torch.empty(SIZE, SIZE, dtype=torch.float16)
+    x, w = torch.randn(8, SIZE).half(), torch.randn(2 * SIZE, SIZE).half()
     contenders = {
         "wsgemm (no-op kernel)": lambda: api.matmul(a, b, dispatcher=d),
         "wsgemm (no-op kernel), out=": lambda: api.matmul(a, b, out=out, dispatcher=d),
+        # 8 rows: the gated swap-AB decode tile (docs/perf.md entry 85)
+        "gated_linear, 8 rows (no-op)": lambda: gated.gated_linear(x, w, dispatcher=d),
     }
     return _interleaved(contenders, rounds, calls, lambda: None)
 
