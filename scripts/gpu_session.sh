@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -226,6 +226,17 @@ t = tracing.trace(dy, w)
 t.write_summary(f"{out}/summary-plain.json")
 print("plain", t.summary()["call"]["config"], t.summary()["roles"]["consumer"])
 PY
+fi
+if has bandtrace; then
+  # issues #23/#24: where auto's pick spends its time on the held-out draw's worst shapes at
+  # 65-1022 tokens (docs/data/gpu-2026-12-06e/heldout-fp16.json: 0.81-0.89x cuBLAS), traced
+  # as auto runs them (a split pick traced with its fix-up), each beside explain's prediction
+  for shape in 913,2048,1024 266,5120,17920 483,3072,1536 562,17920,5120 501,2560,4096 \
+      199,3072,1152 199,7168,4608 1022,2048,7168 75,4096,2752 350,2752,4096; do
+    python3 -m wsgemm explain --shape $shape 2>&1 | grep -E "^(kernel|split-K|grid|why)" | head -4
+    timeout 120 python3 -m wsgemm trace --shape $shape --split-k --out "$OUT/bandtrace/$shape" \
+      2>&1 | grep -E "role|producer|consumer|call|tiles per SM|tail|overhead" | head -9
+  done
 fi
 if has gatedtiles; then
   # the gated kernel's row tiles at few rows (scripts/bench_gated_tiles.py; each checked first)
