@@ -76,9 +76,10 @@ def prefetch_l2(load: residual.ResidualLoad, views, order, first: int, subtiles:
     """The store warp's: L2 prefetches of the tile's output subtiles ``first`` to
     ``subtiles - 1`` (their pre-activation halves; a hint: nothing waits for it, and data that
     has left L2 again is read from DRAM as before)."""
-    for s_out in range(first, subtiles):
-        gR = views[s_out % 2][1]
-        cute.prefetch(load.tma, gR[(None, order.get_hier_coord(s_out // 2))])
+    with cute.arch.elect_one():  # one lane issues them (the coordinates are the warp's)
+        for s_out in range(first, subtiles):
+            gR = views[s_out % 2][1]
+            cute.prefetch(load.tma, gR[(None, order.get_hier_coord(s_out // 2))])
 
 
 def later_pair(stages: int, e: int, pairs: int) -> int | None:

@@ -1743,7 +1743,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if args.is_store_warp:
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
                 order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
-                dgated.prefetch_l2(args.residual, views, order, 0, plan.out_subtiles)
+                # (under the cooperative mainloop the first buffers' loads leave anyway)
+                first = plan.epi_stages if const_expr(self._residual_under_mainloop(plan)) else 0
+                dgated.prefetch_l2(args.residual, views, order, first, plan.out_subtiles)
 
     @cute.jit
     def _ragged_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,
