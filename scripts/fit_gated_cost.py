@@ -43,6 +43,9 @@ SM_COUNT, CC = 132, (9, 0)
 #: at 242b11b, the gated-bench run's ``fused`` ran the gated kernel from 32 rows up: entry 73)
 SHIPPED_FIT = ["docs/data/gpu-2026-12-06g/gated-fit.json"]
 SHIPPED_KERNEL_ONLY = ["docs/data/gpu-2026-12-06f/gated-bench.json:32"]
+#: what ``cost.GATED_SMALL_TILE``'s constants were fitted on (``fit_small_tile``; docs/perf.md
+#: entry 88): session 25's forced-tile record, an H100
+SHIPPED_SMALL_TILE_FIT = ["docs/data/gpu-2026-12-06i/gated-tiles.json"]
 #: a bound on the fitted DRAM rates, just above the highest of the shipped model's entries
 #: (cooperative-128x224-c2x1's 8.21 TB/s)
 DRAM_TB_S_MAX = 8.5
@@ -124,6 +127,27 @@ def fit(rows: list[Row]):
 
     model = _model()
     road_rows = [r for r in rows if r.tile is None and not math.isnan(r.road_us)]
+    costs = fit_kernel(rows)
+
+    def road_residuals(x):
+        us, tb_s = np.exp(x)
+        pairs = zip(products, road_rows, strict=True)
+        return [math.log((p + cost.gating_pass_us(r.m, r.n // 2, r.activation, us, tb_s))
+                         / r.road_us) for p, r in pairs]  # fmt: skip
+
+    products = [product_us(model, r) for r in road_rows]
+    us, tb_s = np.exp(least_squares(road_residuals, np.log([5.0, 1.5]), loss="soft_l1",
+                                    f_scale=0.05).x)  # fmt: skip
+    return costs, float(us), float(tb_s)
+
+
+def fit_kernel(rows: list[Row]) -> dict:
+    """The gated kernel's three constants per row tile, fitted on each tile's own rows (the
+    swap tile's left out: ``fit_gated_swap.py``)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    model = _model()
     rows = [r for r in rows if not r.swap]  # the row tiles' constants: their own times only
     names = sorted({r.entry for r in rows})
     start = np.log([0.5, 1.0, 3.5] * len(names))
@@ -143,18 +167,15 @@ def fit(rows: list[Row]):
     high = np.log([5.0, 50.0, DRAM_TB_S_MAX] * len(names))
     fitted = least_squares(kernel_residuals, start, loss="soft_l1", f_scale=0.05,
                            bounds=(low, high))  # fmt: skip
-    costs = unpack(fitted.x)
+    return unpack(fitted.x)
 
-    def road_residuals(x):
-        us, tb_s = np.exp(x)
-        pairs = zip(products, road_rows, strict=True)
-        return [math.log((p + cost.gating_pass_us(r.m, r.n // 2, r.activation, us, tb_s))
-                         / r.road_us) for p, r in pairs]  # fmt: skip
 
-    products = [product_us(model, r) for r in road_rows]
-    us, tb_s = np.exp(least_squares(road_residuals, np.log([5.0, 1.5]), loss="soft_l1",
-                                    f_scale=0.05).x)  # fmt: skip
-    return costs, float(us), float(tb_s)
+def fit_small_tile(paths=None) -> dict:
+    """``cost.GATED_SMALL_TILE``'s constants alone, on its forced rows of
+    ``scripts/bench_gated_tiles.py`` records (default ``SHIPPED_SMALL_TILE_FIT``); the other
+    tiles' and the gating pass's constants are the shipped fit's, untouched."""
+    rows = [r for r in read_rows(paths or SHIPPED_SMALL_TILE_FIT) if r.tile == cost.GATED_SMALL_TILE]
+    return fit_kernel(rows)
 
 
 def judge(rows: list[Row], costs=None, us=None, tb_s=None) -> dict:

@@ -306,6 +306,7 @@ def test_a_traced_dgated_kernel_compiles_spill_free(traced_report, compiled, bac
     _, r = traced_report(variant)
     _check_traced(r, backend, "sm_90a", "SR_GLOBALTIMER")
     assert r.sass["UTMALDG"] == compiled(variant).report.sass["UTMALDG"]
+
     # and its L2 prefetches of the pre-activation (``dgated.prefetch_l2``)
     def prefetches(report):
         return sum(op.startswith("UTMAPF") for op in sass.opcodes(report.sass_text))

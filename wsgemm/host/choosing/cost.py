@@ -215,6 +215,13 @@ GATING_PASS_TB_S = 1.77
 #: bytes per result value: the gate read and act(gate) written in fp32, both halves read for
 #: the product, the 16-bit result written
 GATING_PASS_BYTES = 4 + 4 + 4 + 4 + 2
+#: The gated kernel's small row tile (``host.runs_gated_small``): up to this many rows the
+#: ping-pong 64x128 tile in 2x1 clusters (32 result columns a CTA, 128 rows a cluster) rather
+#: than the 128x128 one. On session 25's forced-tile record (docs/perf.md entry 88, an H100) it
+#: took 0.93-1.29x the plain product at 1-128 rows on five gate_up shapes where the 128x128
+#: tile took 1.18-1.89x, and lost to it at 256 rows on four of the five.
+GATED_SMALL_MAX_ROWS = 128
+GATED_SMALL_TILE = "pingpong-64x128-c2x1"
 #: the gated kernel's row tiles (``api.gated.gated_config``): the ping-pong 128x128 tile
 #: (64 result columns) up to this many rows, the cooperative 128x256 (128) above
 GATED_PINGPONG_MAX_ROWS = 256
@@ -226,11 +233,18 @@ GATED_PINGPONG_MAX_ROWS = 256
 GATED_KERNEL_COSTS: dict[str, EntryCost] | None = {
     "sm90": EntryCost(0.6166, 0.0001, 0.0, 8.5000),
     "sm90-pingpong": EntryCost(0.5406, 0.5186, 0.0, 3.0070),
+    # fitted on its own forced rows alone (``fit_gated_cost.fit_small_tile``, entry 88)
+    GATED_SMALL_TILE: EntryCost(0.2823, 2.3260, 0.0, 2.9873),
 }
 
 
-def gated_kernel_entry(rows: int) -> str:
-    """The menu entry whose tile the gated kernel runs for a call of ``rows`` rows."""
+
+
+def gated_kernel_entry(rows: int, small: bool = False) -> str:
+    """The menu entry whose tile the gated kernel runs for a call of ``rows`` rows (``small``:
+    the small row tile may run it, ``GATED_SMALL_TILE``)."""
+    if small and rows <= GATED_SMALL_MAX_ROWS:
+        return GATED_SMALL_TILE
     return "sm90-pingpong" if rows <= GATED_PINGPONG_MAX_ROWS else "sm90"
 
 
@@ -300,6 +314,7 @@ def gated_roads(
     pass_tb_s: float | None = None,
     swap_tile_n: int | None = None,
     swap_scale: float | None = None,
+    small: bool = False,
 ) -> GatedRoads | None:
     """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel (its
     row tile, ``gated_kernel_entry``, with ``GATED_KERNEL_COSTS``' constants for it, unsplit,
@@ -308,8 +323,8 @@ def gated_roads(
     writing fp32, plus ``gating_pass_us``. The last three arguments stand in for the shipped
     constants (a fit). ``swap_tile_n``: the gated kernel is the swap-AB decode tile of that
     width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry times
-    ``GATED_SWAP_SCALE``'s (``swap_scale`` in its place, for a fit). None where the model lacks
-    an entry."""
+    ``GATED_SWAP_SCALE``'s (``swap_scale`` in its place, for a fit). ``small``: the row tile is
+    ``gated_kernel_entry``'s with the small tile allowed. None where the model lacks an entry."""
     costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
     plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
     gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)
@@ -327,7 +342,7 @@ def gated_roads(
     if costs is None:
         gated, local = entry("sm90"), model
     else:
-        name = gated_kernel_entry(m)
+        name = gated_kernel_entry(m, small)
         gated, local = entry(name), dataclasses.replace(model, entries={name: costs[name]})
     mufu = EPILOGUE_MUFU.get(activation, 0) // 2
     fused = predict(local, gated, features(gated, 1, m, n, k, 1, sm_count, 2, 1), mufu)
