@@ -70,7 +70,7 @@ def forced(name: str):
 
     def call(x, w):
         tile = (e.backend, config)
-        with mock.patch.object(gated_core, "gated_config", lambda rows, swap=False: tile):
+        with mock.patch.object(gated_core, "gated_config", lambda rows, *flags: tile):
             out = gated_core.gated_linear(x, w, "silu", dispatcher=d)
         if not d.kernels:  # its first call: the forced tile's gated kernel must have run
             raise RuntimeError(f"{name}: the gated kernel did not run (the unfused road?)")

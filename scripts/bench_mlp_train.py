@@ -59,7 +59,7 @@ def forced_dgated(name: str, dout, w_d, preact, act):
 
     def call():
         with torch.no_grad(), mock.patch.object(gated_core, "gated_config",
-                                                lambda rows, swap=False: tile):  # fmt: skip
+                                                lambda rows, *flags: tile):  # fmt: skip
             gated_core.gated_grad(dout, w_d, preact, act)
 
     return call

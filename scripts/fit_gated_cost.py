@@ -174,8 +174,8 @@ def fit_small_tile(paths=None) -> dict:
     """``cost.GATED_SMALL_TILE``'s constants alone, on its forced rows of
     ``scripts/bench_gated_tiles.py`` records (default ``SHIPPED_SMALL_TILE_FIT``); the other
     tiles' and the gating pass's constants are the shipped fit's, untouched."""
-    rows = [r for r in read_rows(paths or SHIPPED_SMALL_TILE_FIT) if r.tile == cost.GATED_SMALL_TILE]
-    return fit_kernel(rows)
+    rows = read_rows(paths or SHIPPED_SMALL_TILE_FIT)
+    return fit_kernel([r for r in rows if r.tile == cost.GATED_SMALL_TILE])
 
 
 def judge(rows: list[Row], costs=None, us=None, tb_s=None) -> dict:

@@ -147,7 +147,7 @@ def test_a_tile_s_config_reaches_the_kernel_and_explain(fusing, monkeypatch):
 
     e = entry("pingpong-64x128-c1x2")
     monkeypatch.setattr(
-        core, "gated_config", lambda rows, swap=False: (e.backend, e.variant_config())
+        core, "gated_config", lambda rows, swap=False, small=False: (e.backend, e.variant_config())
     )
     torch.manual_seed(0)
     x, w = torch.randn(37, 64, dtype=F16), torch.randn(2 * 48, 64, dtype=F16) / 8
@@ -423,6 +423,62 @@ def test_the_swap_road_is_decided_once_per_problem(fusing, monkeypatch):
     assert {_swap_gated(v) for v in d.cache.variants} == {True}
     decode = [a for a in asked if a[:3] == (8, 8192, 4096)]
     assert len(decode) == 1, f"the decode road asked the policy {len(decode)} times for 5 calls"
+
+
+@pytest.fixture
+def small_tile(fusing, monkeypatch):
+    """The gated kernel's small row tile on (``GATED_SMALL_FAMILIES``: off on main until its
+    GPU cases pass, docs/perf.md entry 88)."""
+    monkeypatch.setattr(registry, "GATED_SMALL_FAMILIES", registry.EPILOGUE_FAMILIES)
+
+
+def _small_config():
+    from wsgemm.host.choosing.menu import entry
+
+    return entry(choosing.GATED_SMALL_TILE).variant_config()
+
+
+@pytest.mark.parametrize("rows, biased, small", [
+    (8, True, True),  # a biased decode call: no swap tile, the small row tile
+    (64, False, True), (128, True, True),
+    (129, False, False), (300, False, False),  # the 128x128 and 128x256 tiles as before
+])  # fmt: skip
+def test_a_few_dozen_rows_take_the_small_row_tile(small_tile, rows, biased, small):
+    """Switched on, the gated kernel runs calls of up to 128 rows (that the swap tile does not
+    take) on the ping-pong 64x128 tile in 2x1 clusters, right against float64, and ``explain``
+    prices that tile; above, the row tiles as before."""
+    torch.manual_seed(rows)
+    k, half = 256, 512
+    x, w = torch.randn(rows, k, dtype=F16), torch.randn(2 * half, k, dtype=F16) / 16
+    bias = torch.randn(2 * half, dtype=F16) if biased else None
+    d = dispatcher()
+    d.gated_unfused = lambda *args: None  # the kernel whatever the road
+    out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+    assert close(out, reference(x, w, "silu", bias), F16, k)
+    [v] = d.cache.variants
+    assert (v.config == _small_config()) == small, v.config
+    text = core.explain(dispatcher(), x, w, "silu", bias)
+    assert ("small row tile (" in text) == small, text
+
+
+def test_the_small_row_tile_leaves_what_it_does_not_run(small_tile):
+    """Off by default; never the preact forward's nor the dgated backward's tile; not in
+    batch-invariant mode."""
+    from wsgemm import config
+
+    assert core.gated_config(64, small=True)[1] == _small_config()
+    assert core.gated_config(64)[1] != _small_config()  # what preact and dgated ask
+    d = dispatcher()
+    x, w = torch.randn(64, 128, dtype=F16), torch.randn(256, 128, dtype=F16) / 16
+    core.gated_linear_preact(x, w, "silu", dispatcher=d)
+    with config.batch_invariant(True):
+        core.gated_linear(x, w, "silu", dispatcher=d)
+    assert all(v.config != _small_config() for v in d.cache.variants), d.cache.variants
+
+
+def test_the_small_row_tile_is_off_by_default():
+    assert registry.GATED_SMALL_FAMILIES == frozenset()
+    assert core.gated_config(64, small=True)[1] != _small_config()
 
 
 class AddressKernels(Kernels):

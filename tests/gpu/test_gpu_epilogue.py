@@ -375,6 +375,89 @@ def test_gated_bias_matches_float64(gated_bias, m, half, k, act, ab):
     assert d.epilogues == [f"bias_col+gated+{act}"] * 2
 
 
+@pytest.fixture
+def gated_small(monkeypatch):
+    """The gated kernel's small row tile switched on (``GATED_SMALL_FAMILIES``: off on main
+    until these cases pass, docs/perf.md entry 88), with no launcher kept from before or
+    after."""
+    yield from _switched_on(monkeypatch, "GATED_SMALL_FAMILIES")
+
+
+GATED_SMALL_CASES = [
+    (m, half, k, act, ab, biased, x_major)
+    for (m, half, k) in (
+        (1, 64, 64),  # one row, one tile
+        (33, 200, 1000),  # a ragged I (200 = 6 x 32 + 8) and K, rows past one 64-row CTA
+        (64, 4096, 4096),
+        (100, 1024, 2048),  # a cluster's second CTA half empty
+        (128, 14336, 4096),
+    )  # fmt: skip
+    for act, ab in (
+        ("silu", torch.bfloat16),
+        ("gelu_tanh", torch.float16),
+        ("relu2", torch.float16),
+    )
+    for biased in (False, True)
+    for x_major in ("k", "m")
+    if x_major == "k" or (m % 8 == 0 and not biased)  # an M-major x needs 16-byte columns
+]
+
+
+@pytest.mark.parametrize("m, half, k, act, ab, biased, x_major", GATED_SMALL_CASES)
+def test_gated_small_tile_matches_float64(gated_small, m, half, k, act, ab, biased, x_major):
+    """The small row tile (the ping-pong 64x128 tile in 2x1 clusters, up to 128 rows) with
+    and without a bias, against float64 with torch's road setting the tolerance; the result
+    poisoned first; the second call takes the first's kept launcher with new tensors."""
+    from wsgemm.api import gated as gated_core
+    from wsgemm.host.choosing.menu import entry
+
+    small = entry("pingpong-64x128-c2x1").variant_config()
+    gen = torch.Generator().manual_seed(m * 13 + half)
+    d = SwapTiles()
+    for _ in range(2):
+        x = make((m, k), ab, "cuda", gen=gen)
+        if x_major == "m":
+            x = x.t().contiguous().t()
+        w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
+        bias = torch.randn(2 * half, generator=gen).to(ab).cuda() if biased else None
+        poison = torch.full((m, half), float("nan"), dtype=ab, device="cuda")
+        del poison
+        got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
+        y64 = x.double() @ w.double().T
+        y = (x @ w.T).float()
+        if biased:
+            y64, y = y64 + bias.double(), y + bias.float()
+        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
+        assert torch.isfinite(got).all()
+        assert_within_torch_error(got, ref, theirs, f"gated small tile {act}")
+    if biased or m > 32:  # (an unbiased call of up to 32 rows takes the swap tile)
+        assert d.configs and all(c == small for c in d.configs), d.configs
+
+
+def test_gated_small_tile_in_a_cuda_graph(gated_small):
+    """Captured and replayed with new x values: the graph's result is the new product's."""
+    from wsgemm.api import gated as gated_core
+
+    gen = torch.Generator().manual_seed(7)
+    m, half, k = 96, 1024, 2048
+    x = make((m, k), torch.float16, "cuda", gen=gen)
+    w = (torch.randn(2 * half, k, generator=gen) / k**0.5).half().cuda()
+    d = SwapTiles()
+    gated_core.gated_linear(x, w, "silu", dispatcher=d)  # compiled and kept outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gated_core.gated_linear(x, w, "silu", dispatcher=d)
+    x.copy_(make((m, k), torch.float16, "cuda", gen=gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    y64 = x.double() @ w.double().T
+    ref = torch_activation("silu", y64[:, :half]) * y64[:, half:]
+    y = (x @ w.T).float()
+    theirs = (torch_activation("silu", y[:, :half]) * y[:, half:]).half()
+    assert_within_torch_error(out, ref, theirs, "gated small tile in a CUDA graph")
+
+
 def test_gated_mlp_with_biases_forward_and_backward(gated_bias, monkeypatch):
     """``GatedMLP(bias=True)``: the biased gated kernel without a gradient (asked for whatever
     the cost model's road), the product with its bias then torch's unit with one; both against

@@ -86,20 +86,35 @@ def check_gated(x, weight, activation, device_types=("cuda",), bias=None) -> tup
     return x.shape[0], weight.shape[0] // 2, act
 
 
-def gated_config(rows: int, swap: bool = False) -> tuple[str, object | None]:
+def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[str, object | None]:
     """(backend, config) of the tile a gated call of ``rows`` rows runs: the menu entry
     ``choosing.gated_kernel_entry`` names (the rule the cost model prices), its backend and,
     where the entry is not that backend's shipped tile, its config (None: the shipped one).
     ``swap``: the call may take the gated swap-AB decode tile (unbiased ``gated_linear``
     outside batch-invariant mode), which it does at up to ``GATED_SWAP_MAX_ROWS`` rows where
-    ``host.runs_gated_swap`` says so."""
+    ``host.runs_gated_swap`` says so. ``small``: the call may take the small row tile
+    (``gated_linear``'s product alone: not the preact forward, not the dgated backward), which
+    it does at up to ``GATED_SMALL_MAX_ROWS`` rows where ``host.runs_gated_small`` says so
+    (``small_tile_on``)."""
     width = host.choosing.gated_swap_tile_n(rows) if swap else None
     if width is not None and host.runs_gated_swap(GATED_SWAP_BACKEND):
         base = host.BACKENDS[GATED_SWAP_BACKEND].config()
         tile = dict(tile_m=128, tile_n=width, tile_k=64, cluster_m=1, cluster_n=1)
         return GATED_SWAP_BACKEND, dataclasses.replace(base, **tile, swap_ab=True)
-    e = host.choosing.menu.entry(host.choosing.gated_kernel_entry(rows))
+    e = host.choosing.menu.entry(host.choosing.gated_kernel_entry(rows, small and small_tile_on()))
     return e.backend, e.variant_config()
+
+
+def _small_ok(d, swap_ok: bool) -> bool:
+    """Whether a call on dispatcher ``d`` may take the small row tile: ``gated_linear``'s
+    product alone (``swap_ok``), outside batch-invariant mode, with the tile switched on."""
+    invariant = host.choosing.batch_invariant_requested(d.batch_invariant)
+    return swap_ok and not invariant and small_tile_on()
+
+
+def small_tile_on() -> bool:
+    """Whether the gated kernel's small row tile is switched on (``host.runs_gated_small``)."""
+    return host.runs_gated_small(host.choosing.menu.entry(host.choosing.GATED_SMALL_TILE).backend)
 
 
 #: The backend of the gated swap-AB decode tile (a ping-pong 128-row tile:
@@ -301,7 +316,8 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
             "in its epilogue, one GEMM, the half-width result written once"
         )
         name = str(x.dtype).removeprefix("torch.")
-        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act, width)
+        small = _small_ok(d, True)
+        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act, width, small)
         why = f"\nwhy: {verdict}" if verdict else ""
         return f"{head}\n{kernel}{why}\n{_training_line(d, x, weight, act, bias)}"
     product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto", bias)
@@ -504,13 +520,14 @@ def _road(d, x, weight, act, bias=None, swap_ok=True):
     """((A's view, its major), (B's view, its major), (backend, config), device index) where a
     gated kernel runs this call, else why not (a str: the unfused road's reason, ``explain``'s
     words). A is x and B the weight's gate half, or on the gated swap-AB decode tile the other
-    way round (``swap_ok``: that tile may run it; it takes no bias, and in batch-invariant mode
-    a row's bits must not depend on the call's rows)."""
+    way round (``swap_ok``: that tile, or the small row tile, may run it, ``gated_linear``'s
+    product alone; the swap tile takes no bias, and in batch-invariant mode a row's bits must
+    not depend on the call's rows: neither runs there)."""
     index = _index(d, x)
-    swap = (
-        swap_ok and bias is None and not host.choosing.batch_invariant_requested(d.batch_invariant)
-    )
-    backend, config = gated_config(x.shape[0], swap)
+    invariant = host.choosing.batch_invariant_requested(d.batch_invariant)
+    swap = swap_ok and bias is None and not invariant
+    small = _small_ok(d, swap_ok)
+    backend, config = gated_config(x.shape[0], swap, small)
     swapped = config is not None and config.swap_ab
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no gated kernel runs on this GPU"
@@ -530,7 +547,7 @@ def _road(d, x, weight, act, bias=None, swap_ok=True):
         return "the weight is not row-major (2I, K) with 16-byte rows (the kernel reads it K-major)"
     name = str(x.dtype).removeprefix("torch.")
     width = config.tile_n if swapped else None
-    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act, width)
+    why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act, width, small)
     if why is not None:
         return why
     x_view, unit = a

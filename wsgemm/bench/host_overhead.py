@@ -96,7 +96,6 @@ def stand_in(rounds: int = ROUNDS, calls: int = 2000) -> list[Row]:
     import torch
 
     from wsgemm import api
-    from wsgemm.api import gated
 
     d = api.stand_in()
     a, b = (torch.randn(SIZE, SIZE).half() for _ in range(2))
@@ -106,7 +105,7 @@ def stand_in(rounds: int = ROUNDS, calls: int = 2000) -> list[Row]:
         "wsgemm (no-op kernel)": lambda: api.matmul(a, b, dispatcher=d),
         "wsgemm (no-op kernel), out=": lambda: api.matmul(a, b, out=out, dispatcher=d),
         # 8 rows: the gated swap-AB decode tile (docs/perf.md entry 85)
-        "gated_linear, 8 rows (no-op)": lambda: gated.gated_linear(x, w, dispatcher=d),
+        "gated_linear, 8 rows (no-op)": lambda: api.gated_linear(x, w, dispatcher=d),
     }
     return _interleaved(contenders, rounds, calls, lambda: None)
 

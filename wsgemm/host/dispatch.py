@@ -400,7 +400,7 @@ class Dispatcher:
         return chosen
 
     def gated_unfused(self, device, rows: int, n: int, k: int, dtype: str, activation: str,
-                      swap_tile_n: int | None = None):  # fmt: skip
+                      swap_tile_n: int | None = None, small: bool = False):  # fmt: skip
         """Why a ``gated_linear`` call on a (rows, n = 2I, k) product of ``dtype`` inputs runs
         that product on ``auto``'s choice (in fp32) and then the gating, rather than the gated
         kernel: the cost model predicts that road faster (``choosing.gated_roads``, the product
@@ -410,19 +410,21 @@ class Dispatcher:
         this GPU, and in batch-invariant mode (a row's bits must not depend on how many rows
         the call has). Memoized per problem, activation and settings (a memo of its own, so
         that many row counts do not crowd out the launchers). ``swap_tile_n``: the gated kernel
-        is the swap-AB decode tile of that width (``choosing.gated_swap_tile_n``)."""
-        return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n)[0]
+        is the swap-AB decode tile of that width (``choosing.gated_swap_tile_n``); ``small``: its
+        row tile may be the small one (``choosing.gated_kernel_entry``)."""
+        return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n, small)[0]
 
     def gated_verdict(self, device, rows: int, n: int, k: int, dtype: str, activation: str,
-                      swap_tile_n: int | None = None):  # fmt: skip
+                      swap_tile_n: int | None = None, small: bool = False):  # fmt: skip
         """``gated_unfused``'s two predictions in words, whichever road won (``explain``);
         None where it asked no model."""
-        return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n)[1]
+        return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n, small)[1]
 
-    def _gated_answer(self, device, rows, n, k, dtype, activation, swap_tile_n=None) -> tuple:
+    def _gated_answer(self, device, rows, n, k, dtype, activation, swap_tile_n=None,
+                      small=False) -> tuple:  # fmt: skip
         if choosing.batch_invariant_requested(self.batch_invariant):
             return None, "batch-invariant mode: the gated kernel whatever the rows"
-        key = (device, rows, n, k, dtype, activation, swap_tile_n, current_settings())
+        key = (device, rows, n, k, dtype, activation, swap_tile_n, small, current_settings())
         known = self._gated_roads.get(key)
         if known is not None:
             return known
@@ -433,13 +435,18 @@ class Dispatcher:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
             choice = self.model_choice(device, problem, dtypes)
             roads = choosing.gated_roads(model, choice.menu_entry, choice.split, rows, n, k,
-                                         sm_count, activation, swap_tile_n=swap_tile_n)  # fmt: skip
+                                         sm_count, activation, swap_tile_n=swap_tile_n,
+                                         small=small)  # fmt: skip
             if roads is not None:
                 split = f" split {choice.split}" if choice.split > 1 else ""
                 times = f"{roads.product_us:.1f} + {roads.gating_us:.1f} us"
                 product = (f"the product on {choice.menu_entry.name}{split} then the gating "
                            f"({times})")  # fmt: skip
                 tile = "row tile" if swap_tile_n is None else f"swap-AB {swap_tile_n}-token tile"
+                if swap_tile_n is None and choosing.gated_kernel_entry(rows, small) == (
+                    choosing.GATED_SMALL_TILE
+                ):
+                    tile = "small row tile"
                 fused = f"the gated kernel's {tile} ({roads.fused_us:.1f} us)"
                 if roads.unfused_wins:
                     why = verdict = f"the cost model predicts {product} faster than {fused}"

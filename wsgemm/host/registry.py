@@ -178,6 +178,14 @@ GATED_BIAS_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: call of a few rows runs the gated kernel's 128-row tile or, where the cost model says so, the
 #: product on a swap-AB tile and then the gating.
 GATED_SWAP_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose gated kernel runs ``gated_linear`` calls of up to
+#: ``choosing.cost.GATED_SMALL_MAX_ROWS`` rows on its small row tile (the ping-pong 64x128 in
+#: 2x1 clusters, ``cost.GATED_SMALL_TILE``) rather than the 128x128 one: not the preact
+#: forward's nor the dgated backward's. The sm90 one was checked against float64 on 30 shapes
+#: by session 25's forced-tile bench (docs/perf.md entry 88) and priced from those times;
+#: empty until ``tests/gpu/test_gpu_epilogue.py -k gated_small`` passes (it switches the
+#: family on for itself).
+GATED_SMALL_FAMILIES: frozenset[str] = frozenset()
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. The sm90
 #: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
@@ -232,6 +240,12 @@ def fuses_epilogues(
     if gated and bias and family not in GATED_BIAS_FAMILIES:
         return False
     return family in (GATED_FAMILIES if gated else FUSING_FAMILIES)
+
+
+def runs_gated_small(backend: str) -> bool:
+    """Whether ``gated_linear`` calls of a few dozen rows on ``backend`` take its gated small
+    row tile (``GATED_SMALL_FAMILIES``, and the family's gated kernels on)."""
+    return BACKENDS[backend].family in GATED_SMALL_FAMILIES and fuses_epilogues(backend, gated=True)
 
 
 def runs_gated_swap(backend: str) -> bool:

@@ -27,6 +27,8 @@ from .autotune import (
 )
 from .autotune import requested as autotune_requested
 from .cost import (
+    GATED_SMALL_MAX_ROWS,
+    GATED_SMALL_TILE,
     GatedRoads,
     cost_model_for,
     gated_kernel_entry,
@@ -57,6 +59,8 @@ __all__ = [
     "ENV_BATCH_INVARIANT",
     "EPILOGUE_MOVE",
     "ENV_TABLE",
+    "GATED_SMALL_MAX_ROWS",
+    "GATED_SMALL_TILE",
     "MENU",
     "M_QUANTUM",
     "STORE",

@@ -238,8 +238,6 @@ GATED_KERNEL_COSTS: dict[str, EntryCost] | None = {
 }
 
 
-
-
 def gated_kernel_entry(rows: int, small: bool = False) -> str:
     """The menu entry whose tile the gated kernel runs for a call of ``rows`` rows (``small``:
     the small row tile may run it, ``GATED_SMALL_TILE``)."""
