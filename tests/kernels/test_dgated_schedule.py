@@ -55,7 +55,7 @@ def _walk(stages: int, pairs: int, tiles: int) -> int:
     return done
 
 
-@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("stages", [2, 4, 6, 8])
 @pytest.mark.parametrize("pairs", [1, 2, 3, 4, 8, 16])
 def test_every_pair_loads_into_buffers_read_and_stored_before(stages, pairs):
     assert _walk(stages, pairs, tiles=5) == 5 * 2 * pairs
@@ -77,4 +77,4 @@ def test_a_dgated_kernel_has_an_even_buffer_count(config, c_dtype):
     gemm = Sm90Gemm(config, ab, c_dtype, cutlass.Float32,
                     epilogue=Epilogue(activation="silu", dgated=True))  # fmt: skip
     _, stages = gemm.stage_counts()
-    assert stages in (2, 4)
+    assert stages in (2, 4, 6, 8)

@@ -288,6 +288,11 @@ SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
 # subtile is written; more are added only from smem the mainloop ring cannot use.
 MIN_EPILOGUE_STAGES = 2
 MAX_EPILOGUE_STAGES = 4
+# A dgated epilogue loads each pair's pre-activation into the buffers its stores then use, one
+# pair ahead with four: where smem allows (the ping-pong 128x128 tile: 4 KB buffers) it takes
+# up to eight, three pairs ahead, so a pair's loads have three pairs' work to land in
+# (``dgated.later_pair``; docs/perf.md entry 89).
+DGATED_MAX_EPILOGUE_STAGES = 8
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);
 # 40 registers hold that without spilling, the rest goes to the accumulators.
 PRODUCER_REGISTERS = 40
@@ -317,13 +322,14 @@ def stage_counts(
     epi_stage_bytes: int,
     num_epi_subtiles: int,
     capacity: int = SM90_SMEM_CAPACITY,
+    max_epi: int = MAX_EPILOGUE_STAGES,
 ) -> tuple[int, int]:
     """(mainloop stages, epilogue stages) that fit in ``capacity`` bytes of shared memory
     (less the static section).
 
     The mainloop ring gets every stage that fits beside the barriers and the minimum epilogue
     buffers (deeper rings hide more TMA latency); epilogue buffers then take what is left, up to
-    ``MAX_EPILOGUE_STAGES`` and never more than there are subtiles in a tile.
+    ``max_epi`` (``MAX_EPILOGUE_STAGES``) and never more than there are subtiles in a tile.
     """
     min_epi = min(MIN_EPILOGUE_STAGES, num_epi_subtiles)
     capacity -= STATIC_SMEM_BYTES
@@ -335,7 +341,7 @@ def stage_counts(
             f"{capacity} bytes of shared memory; at least 2 are needed to overlap load and MMA"
         )
     left = capacity - reserved_smem_bytes() - ab_stages * ab_stage_bytes
-    epi_stages = min(MAX_EPILOGUE_STAGES, num_epi_subtiles, left // epi_stage_bytes)
+    epi_stages = min(max_epi, num_epi_subtiles, left // epi_stage_bytes)
     return ab_stages, epi_stages
 
 

@@ -41,6 +41,7 @@ from wsgemm.kernels.epilogue import row_scale as epilogue_row_scale
 from wsgemm.kernels.sm90 import dgated, ragged, ragged_k, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
+    DGATED_MAX_EPILOGUE_STAGES,
     NUM_CONSUMER_WARPGROUPS,
     PRODUCER_REGISTERS,
     PRODUCER_WARP,
@@ -503,7 +504,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if not self.fused_epilogue.dgated:
             return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles)
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
-        ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles)
+        ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles,
+                                             max_epi=DGATED_MAX_EPILOGUE_STAGES)  # fmt: skip
         return ab_stages, epi_stages - epi_stages % 2
 
     def shared_memory_bytes(self) -> int:
