@@ -28,7 +28,8 @@ F.linear(x, W)``. (Records before 2026-12-06's second have no ``road``.)
         [--epilogues bias,bias_gelu_tanh] [--dtype fp16|bf16] [--json FILE]
 
 It measures the fused kernels whether or not main runs them yet: it switches the sm90 family on
-(``host.registry.FUSING_FAMILIES``, ``RESIDUAL_FAMILIES``) for its own process.
+(``host.registry.FUSING_FAMILIES``, ``RESIDUAL_FAMILIES``) for its own process, and any other
+family switch ``--switch-on`` names (the record's ``args`` keep it).
 """
 
 from __future__ import annotations
@@ -105,10 +106,12 @@ def _kernel_only():
 def kernel_tile(x, w, gated) -> str:
     """Which gated tile the ``kernel`` contender runs on ``x`` and ``w``, as ``explain`` names
     it: "swap" (the swap-AB decode tile, on for unbiased calls of up to 32 rows since
-    docs/perf.md entry 85) or "row" (a row tile); ``scripts/fit_gated_cost.py`` fits the row
-    tiles' constants on "row" records only."""
+    docs/perf.md entry 85), "small" (the small row tile, ``GATED_SMALL_FAMILIES``, entry 88) or
+    "row" (the rule's row tile); ``scripts/fit_gated_cost.py`` reads it."""
     text = wsgemm.explain(x, w.t(), activation=gated, gated=True)
-    return "swap" if "the gated kernel's swap-AB" in text else "row"
+    if "the gated kernel's swap-AB" in text:
+        return "swap"
+    return "small" if "the gated kernel's small row tile" in text else "row"
 
 
 def check(calls, x, w, bias, act, residual=None, gated=None) -> None:
@@ -140,9 +143,16 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--json", default=None)
+    p.add_argument("--switch-on", default="", metavar="NAME,...",
+                   help="host.registry family switches to turn on for this run, e.g. "
+                   "GATED_SMALL_FAMILIES: a kernel measured before main turns it on")  # fmt: skip
     args = p.parse_args(argv)
     registry.FUSING_FAMILIES = registry.EPILOGUE_FAMILIES  # the fused kernels, measured
     registry.RESIDUAL_FAMILIES = registry.EPILOGUE_FAMILIES
+    for name in filter(None, args.switch_on.split(",")):
+        if not name.endswith("_FAMILIES") or not hasattr(registry, name):
+            p.error(f"--switch-on: {name!r} is not a host.registry family switch")
+        setattr(registry, name, registry.EPILOGUE_FAMILIES)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     if args.suite == "llm":
         tokens = suites.parse_int_list(args.tokens) if args.tokens else None

@@ -63,10 +63,11 @@ class Row:
     road_us: float
     tile: str | None = None  # a forced tile's menu entry (None: the rule's, gated_kernel_entry)
     swap: bool = False  # ``kernel`` ran the swap-AB decode tile (a record's kernel_tile "swap")
+    small: bool = False  # ``kernel`` ran with the small row tile allowed (kernel_tile "small")
 
     @property
     def entry(self) -> str:
-        return self.tile or cost.gated_kernel_entry(self.m)
+        return self.tile or cost.gated_kernel_entry(self.m, self.small)
 
 
 def read_rows(paths, kernel_only: dict[str, int] | None = None) -> list[Row]:
@@ -89,9 +90,9 @@ def read_rows(paths, kernel_only: dict[str, int] | None = None) -> list[Row]:
                                     med["fused"] * 1e3, math.nan))  # fmt: skip
                 continue
             if "kernel" in med and "road" in med:
-                swap = r.get("kernel_tile") == "swap"
+                swap, small = (r.get("kernel_tile") == t for t in ("swap", "small"))
                 rows.append(Row(r["label"], act, r["m"], r["n"], r["k"], med["kernel"] * 1e3,
-                                med["road"] * 1e3, swap=swap))  # fmt: skip
+                                med["road"] * 1e3, swap=swap, small=small))  # fmt: skip
             for tile in sorted(set(med) & MENU_NAMES):  # scripts/bench_gated_tiles.py's
                 rows.append(Row(r["label"], act, r["m"], r["n"], r["k"], med[tile] * 1e3,
                                 math.nan, tile))  # fmt: skip
@@ -190,7 +191,8 @@ def judge(rows: list[Row], costs=None, us=None, tb_s=None) -> dict:
                                  batch_invariant=False)  # fmt: skip
         swap_tile_n = cost.gated_swap_tile_n(r.m) if r.swap else None
         roads = cost.gated_roads(model, choice.menu_entry, choice.split, r.m, r.n, r.k, SM_COUNT,
-                                 r.activation, costs, us, tb_s, swap_tile_n)  # fmt: skip
+                                 r.activation, costs, us, tb_s, swap_tile_n,
+                                 small=r.small)  # fmt: skip
         took = r.road_us if roads.unfused_wins else r.kernel_us
         predicted.append(min(roads.fused_us, roads.unfused_us) / roads.fused_us)
         chosen.append(took)

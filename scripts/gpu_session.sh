@@ -135,7 +135,8 @@ elif has gatedheldout; then
   # (no online tuning: its first timings of a shape ran inside the timed rounds)
   WSGEMM_AUTOTUNE=0 timeout ${GATED_BENCH_TIMEOUT:-400} python3 scripts/bench_epilogue.py --suite models \
     --seed ${SEED:?} --count ${COUNT:-200} --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
-    --rounds ${ROUNDS:-5} --epilogues swiglu --json "$OUT/gated-heldout.json" > "$OUT/gated-heldout.log" 2>&1
+    --rounds ${ROUNDS:-5} --epilogues swiglu --switch-on "${SWITCH_ON:-}" \
+    --json "$OUT/gated-heldout.json" > "$OUT/gated-heldout.log" 2>&1
   echo "gated heldout rc=$?"; grep -E "==|Error" "$OUT/gated-heldout.log"
   echo "gated heldout done at $((SECONDS - start)) s"
 fi
@@ -366,7 +367,8 @@ if has checks; then
 fi
 if has gatedsmall; then
   # the gated kernel's small row tile (off in calls until these pass: GATED_SMALL_FAMILIES,
-  # docs/perf.md entry 88), then its held-out judgment: SEED=379700 ... gatedsmall gatedheldout
+  # docs/perf.md entry 88), then its held-out judgment with it on for that run alone:
+  # SWITCH_ON=GATED_SMALL_FAMILIES SEED=379700 bash scripts/gpu_session.sh gatedsmall gatedheldout
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "gated_small" 2>&1 | tee "$OUT/gated-small-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
