@@ -127,6 +127,14 @@ if has gatedbench; then
   echo "gated bench rc=$?"; grep -E "==|Error" "$OUT/gated-bench.log"
   echo "gated bench done at $((SECONDS - start)) s"
 fi
+if has gatedsmall; then
+  # the gated kernel's small row tile (off in calls until these pass: GATED_SMALL_FAMILIES,
+  # docs/perf.md entry 88), then its held-out judgment with it on for that run alone:
+  # SWITCH_ON=GATED_SMALL_FAMILIES SEED=379700 bash scripts/gpu_session.sh gatedsmall gatedheldout
+  timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_epilogue.py -k "gated_small" 2>&1 | tee "$OUT/gated-small-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+fi
 if has gatedheldout && [[ -z ${SEED:-} ]]; then
   echo "gatedheldout: skipped, no SEED (draw one, record it, then SEED=... this step)"
 elif has gatedheldout; then
@@ -364,14 +372,6 @@ if has checks; then
   timeout 200 python3 scripts/tune_menu.py --out "$OUT/tune_decode" --suites llm --tokens 1,16 \
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -20
   echo "checks done at $((SECONDS - start)) s"
-fi
-if has gatedsmall; then
-  # the gated kernel's small row tile (off in calls until these pass: GATED_SMALL_FAMILIES,
-  # docs/perf.md entry 88), then its held-out judgment with it on for that run alone:
-  # SWITCH_ON=GATED_SMALL_FAMILIES SEED=379700 bash scripts/gpu_session.sh gatedsmall gatedheldout
-  timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
-    tests/gpu/test_gpu_epilogue.py -k "gated_small" 2>&1 | tee "$OUT/gated-small-tests.log" \
-    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
 fi
 if has gatedsanitize; then
   # the gated kernels (row tiles, swap-AB decode tile, preact, dgated) under the sanitizer

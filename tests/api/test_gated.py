@@ -476,6 +476,59 @@ def test_the_small_row_tile_leaves_what_it_does_not_run(small_tile):
     assert all(v.config != _small_config() for v in d.cache.variants), d.cache.variants
 
 
+def _ran_tile(v):
+    """("swap", width) or ("row", menu entry) of a gated variant."""
+    from wsgemm.host.choosing.menu import entry
+
+    if v.config is not None and v.config.swap_ab:
+        return ("swap", v.config.tile_n)
+    for name in (choosing.GATED_SMALL_TILE, "sm90-pingpong", "sm90"):
+        e = entry(name)
+        if v.backend == e.backend and v.config == e.variant_config():
+            return ("row", name)
+    return ("?", v)
+
+
+@pytest.mark.parametrize("rows, n, k", [
+    (8, 1024, 512), (33, 8192, 4096), (64, 28672, 4096), (100, 2048, 2048), (128, 512, 256),
+    (129, 2048, 2048), (300, 4096, 1024),
+])  # fmt: skip
+@pytest.mark.parametrize("biased", [False, True])
+def test_the_tile_a_call_runs_is_the_tile_its_road_priced(small_tile, monkeypatch, rows, n, k,
+                                                          biased):  # fmt: skip
+    """With the small tile on, the road choice prices (``choosing.gated_roads``) the very tile
+    the call then runs, whichever of the swap, small and row tiles it is (a review's test)."""
+    from wsgemm.host import dispatch as host_dispatch
+    from wsgemm.host.choosing import cost
+
+    priced, real = [], host_dispatch.choosing.gated_roads
+
+    def spy(model, product, split, m, n_, k_, sm, act, **kw):
+        width = kw.get("swap_tile_n")
+        tile = cost.gated_kernel_entry(m, kw.get("small", False))
+        priced.append(("swap", width) if width else ("row", tile))
+        return real(model, product, split, m, n_, k_, sm, act, **kw)
+
+    monkeypatch.setattr(host_dispatch.choosing, "gated_roads", spy)
+    x, w = torch.randn(rows, k, dtype=F16), torch.randn(n, k, dtype=F16) / 16
+    bias = torch.randn(n, dtype=F16) if biased else None
+    d = dispatcher()
+    core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+    assert len(priced) == 1, priced
+    gated = [v for v in d.cache.variants if "gated" in v.epilogue]
+    if gated:  # (else the unfused road won)
+        assert _ran_tile(gated[0]) == priced[0], (gated[0], priced)
+
+
+def test_the_road_memo_tells_the_small_tile_from_the_rule_s(small_tile):
+    """One dispatcher asked for one problem with and without the small tile (the preact
+    forward, then ``gated_linear``): two answers, each pricing its own tile."""
+    d = dispatcher()
+    rule = d.gated_verdict(0, 64, 512, 256, "float16", "silu", None, False)
+    small = d.gated_verdict(0, 64, 512, 256, "float16", "silu", None, True)
+    assert "small row tile" in small and "small row tile" not in rule
+
+
 def test_the_small_row_tile_is_off_by_default():
     assert registry.GATED_SMALL_FAMILIES == frozenset()
     assert core.gated_config(64, small=True)[1] != _small_config()

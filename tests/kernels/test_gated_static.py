@@ -14,6 +14,7 @@ from sass_checks import assert_clean
 
 from wsgemm import host, sass
 from wsgemm import inspection as insp
+from wsgemm.host.choosing.menu import entry as menu_entry
 from wsgemm.kernels.epilogue import ACTIVATIONS, Epilogue
 from wsgemm.kernels.sm90.config import Sm90Config
 from wsgemm.kernels.sm90.kernel import Sm90Gemm, Sm90Plan, epilogue_subtile_order
@@ -214,7 +215,12 @@ GATED_SWEEP = [
     for act, grouping in [(a, "none") for a in ACTIVATIONS if a != "none"] + [("silu", "m")]
     for bias in ("", "bias_col+")
     if not (bias and grouping != "none")  # the grouped kernel takes no bias
-]
+] + [
+    # the small row tile (ping-pong 64x128 in 2x1 clusters, docs/perf.md entry 88)
+    host.Variant("sm90-pingpong", "sm_90a", config=menu_entry("pingpong-64x128-c2x1")
+                 .variant_config(), epilogue=f"{bias}gated+silu")
+    for bias in ("", "bias_col+")
+]  # fmt: skip
 
 
 def _assert_gated(r: insp.Report, activation: str) -> None:
@@ -289,9 +295,11 @@ def test_every_gated_kernel_compiles_to_two_b_loads_and_half_the_stores(compiled
     if variant.grouping == "none":  # (the grouped kernel loads its offsets with LDG too)
         loads = compiled(variant).report.sass["LDG"]
         if epilogue.bias == "col":  # both halves' addends: as many loads as a plain bias's
-            biased = host.Variant(variant.backend, "sm_90a", epilogue="bias_col")
+            biased = host.Variant(variant.backend, "sm_90a", config=variant.config,
+                                  epilogue="bias_col")  # fmt: skip
             assert loads == compiled(biased).report.sass["LDG"] > 0
         else:
             assert loads == 0
-    plain = host.Variant(variant.backend, "sm_90a", grouping=variant.grouping)
+    plain = host.Variant(variant.backend, "sm_90a", config=variant.config,
+                         grouping=variant.grouping)  # fmt: skip
     assert compiled(variant).report.sass["UTMASTG"] * 2 == compiled(plain).report.sass["UTMASTG"]

@@ -41,6 +41,7 @@ from .registry import (
     arch_for_capability,
     cluster_size,
     fuses_epilogues,
+    runs_gated_small,
     shipped_backends,
 )
 from .settings import block as settings_block
@@ -424,6 +425,8 @@ class Dispatcher:
                       small=False) -> tuple:  # fmt: skip
         if choosing.batch_invariant_requested(self.batch_invariant):
             return None, "batch-invariant mode: the gated kernel whatever the rows"
+        # the small tile priced only where it can run (``registry.GATED_SMALL_FAMILIES``)
+        small = small and runs_gated_small(choosing.menu.entry(choosing.GATED_SMALL_TILE).backend)
         key = (device, rows, n, k, dtype, activation, swap_tile_n, small, current_settings())
         known = self._gated_roads.get(key)
         if known is not None:

@@ -216,7 +216,7 @@ GATING_PASS_TB_S = 1.77
 #: the product, the 16-bit result written
 GATING_PASS_BYTES = 4 + 4 + 4 + 4 + 2
 #: The gated kernel's small row tile (``host.runs_gated_small``): up to this many rows the
-#: ping-pong 64x128 tile in 2x1 clusters (32 result columns a CTA, 128 rows a cluster) rather
+#: ping-pong 64x128 tile in 2x1 clusters (64 result columns a CTA, 128 rows a cluster) rather
 #: than the 128x128 one. On session 25's forced-tile record (docs/perf.md entry 88, an H100) it
 #: took 0.93-1.29x the plain product at 1-128 rows on five gate_up shapes where the 128x128
 #: tile took 1.18-1.89x, and lost to it at 256 rows on four of the five.
