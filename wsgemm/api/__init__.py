@@ -25,6 +25,7 @@ from .. import host
 from ..host.dispatch import DISPATCHER, Dispatcher, StandInDevices
 from . import dispatch
 from .epilogue import activate_, torch_activation
+from .gated import gated_linear  # (its core, ``dispatcher=`` taken: the bench's stand-in)
 from .plan import batched, plan
 from .tuning import TuneResult, tune
 from .validate import (
@@ -55,16 +56,6 @@ __all__ = [
     "TuneResult",
     "validate",
 ]
-
-
-def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None):
-    """``act(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)`` with ``weight = [w_gate; w_up]``
-    (2I, K) and ``bias = [b_gate; b_up]``: ``wsgemm.gated_linear``'s core (``api.gated``) on
-    ``dispatcher`` (default the process's; a benchmark or test passes its own, such as
-    ``stand_in()``)."""
-    from . import gated as gated_api
-
-    return gated_api.gated_linear(x, weight, activation, bias=bias, dispatcher=dispatcher)
 
 
 def matmul(
