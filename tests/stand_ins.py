@@ -97,9 +97,11 @@ class GatedKernels:
             half = c.shape[0]
             assert a.shape[0] == half and a.stride(1) == 1  # K-major
             assert c.stride(0) == 1  # C^T: M-major
-            assert epilogue.bias == "none" and not epilogue.preact
+            assert epilogue.bias in ("none", "row") and not epilogue.preact
             a = a.as_strided((2 * half, *a.shape[1:]), a.stride())
             y = torch.einsum("mkl,nkl->mnl", a.double(), b.double())[..., 0]
+            if epilogue.bias == "row":  # [b_gate; b_up] along the weights' rows
+                y = y + bias.double().reshape(-1, 1)
             y = torch_activation(epilogue.activation, y[:half]) * y[half:]
             c.copy_(y.unsqueeze(-1).to(c.dtype))
             return

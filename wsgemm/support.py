@@ -429,10 +429,10 @@ class Epilogue:
             raise ValueError(f"bias mode {self.bias!r}; allowed: {', '.join(BIAS_MODES)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r}; allowed: {', '.join(ACTIVATIONS)}")
-        if self.gated and (self.bias == "row" or self.activation == "none"):
+        if self.gated and self.activation == "none":
             raise ValueError(
                 "a gated epilogue takes an activation (silu: SwiGLU, gelu or gelu_tanh: GeGLU, "
-                "relu, relu2) and no bias or a column bias ([b_gate; b_up])"
+                "relu, relu2)"
             )
         if self.gated and (self.scale or self.residual):
             raise ValueError("a gated epilogue takes no alpha and no residual")

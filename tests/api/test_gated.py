@@ -1026,6 +1026,29 @@ def swap_tile(fusing, monkeypatch):
     monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 
+@pytest.mark.parametrize("rows", [1, 8, 17, 32])
+def test_a_biased_decode_call_takes_the_swap_tile_where_switched_on(swap_tile, monkeypatch, rows):
+    """With ``GATED_SWAP_BIAS_FAMILIES`` on, a biased call of up to 32 rows runs the swap tile
+    with its bias along the tile's rows (the weights'), right against float64; off (main's
+    default), such a call never takes the swap tile."""
+    torch.manual_seed(rows)
+    k, half = 512, 1024
+    x, w = torch.randn(rows, k, dtype=F16), torch.randn(2 * half, k, dtype=F16) / 32
+    bias = torch.randn(2 * half, dtype=F16)
+    d = dispatcher()
+    core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+    assert not any(_swap_gated(v) for v in d.cache.variants)
+    monkeypatch.setattr(registry, "GATED_SWAP_BIAS_FAMILIES", registry.EPILOGUE_FAMILIES)
+    d = dispatcher()
+    d.gated_unfused = lambda *args: None  # the kernel whatever the road
+    for _ in range(2):  # the second call takes the first's kept launcher, with its own bias
+        bias = torch.randn(2 * half, dtype=F16)
+        out = core.gated_linear(x, w, "silu", bias=bias, dispatcher=d)
+        assert close(out, reference(x, w, "silu", bias), F16, k)
+    [v] = d.cache.variants
+    assert _swap_gated(v) and v.epilogue == "bias_row+gated+silu", v
+
+
 @pytest.mark.parametrize("rows, width", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32)])
 @pytest.mark.parametrize("x_major", ["k", "m"])
 def test_a_few_rows_take_the_gated_swap_tile(swap_tile, rows, width, x_major):

@@ -296,6 +296,44 @@ def test_gated_swap_matches_float64(gated_swap, m, half, k, act, ab, x_major):
     assert d.configs and all(c is not None and c.swap_ab for c in d.configs)
 
 
+@pytest.fixture
+def gated_swap_bias(gated_swap, monkeypatch):
+    """The gated swap-AB tile's bias switched on too (``GATED_SWAP_BIAS_FAMILIES``: off on
+    main until these cases pass)."""
+    yield from _switched_on(monkeypatch, "GATED_SWAP_BIAS_FAMILIES")
+
+
+@pytest.mark.parametrize("m, half, k, act, ab", [
+    (1, 64, 64, "silu", torch.bfloat16),
+    (5, 200, 1000, "gelu_tanh", torch.float16),  # a ragged last tile of features
+    (16, 2048, 7168, "silu", torch.float16),
+    (24, 704, 2048, "relu2", torch.bfloat16),
+    (32, 14336, 4096, "silu", torch.bfloat16),
+])  # fmt: skip
+def test_gated_swap_bias_matches_float64(gated_swap_bias, m, half, k, act, ab):
+    """``act(x Wg^T + bg) * (x Wu^T + bu)`` on the swap-AB decode tile, the bias along its rows
+    (the weights'), against float64; a kept launcher's later call with another bias, then a
+    strided one, gets its own."""
+    from wsgemm.api import gated as gated_core
+
+    gen = torch.Generator().manual_seed(m * 17 + half)
+    x = make((m, k), ab, "cuda", gen=gen)
+    w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
+    d = SwapTiles()
+    biases = [torch.randn(2 * half, generator=gen).to(ab).cuda() for _ in range(2)]
+    biases.append(torch.randn(4 * half, generator=gen).to(ab).cuda()[::2])
+    for bias in biases:
+        got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
+        y64 = x.double() @ w.double().T + bias.double()
+        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
+        y = (x @ w.T).float() + bias.float()
+        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
+        assert torch.isfinite(got).all()
+        assert_within_torch_error(got, ref, theirs, f"gated swap {act} with a bias")
+    assert d.configs and all(c is not None and c.swap_ab for c in d.configs)
+    assert set(d.epilogues) == {f"bias_row+gated+{act}"}
+
+
 def test_gated_swap_in_a_cuda_graph(gated_swap):
     """Captured and replayed with new x values: the graph's result is the new product's."""
     from wsgemm.api import gated as gated_core

@@ -270,7 +270,12 @@ SWAP_GATED_SWEEP = [
     for act in ACTIVATIONS
     for ab in ("float16", "bfloat16")
     if act != "none" and (n, act, ab) != (8, "silu", "float16")
-]
+] + [
+    # with a bias along the tile's rows (``GATED_SWAP_BIAS_FAMILIES``)
+    host.Variant("sm90-pingpong", "sm_90a", config=replace(SWAP_GATED, tile_n=n),
+                 epilogue="bias_row+gated+silu")
+    for n in (8, 32)
+]  # fmt: skip
 
 
 @pytest.mark.sweep
@@ -280,7 +285,17 @@ SWAP_GATED_SWEEP = [
     ids=lambda v: f"{v.config.tile_n}-{v.epilogue}-{v.ab_dtype}",
 )
 def test_every_gated_swap_kernel_is_clean(compiled, variant):
-    _assert_gated(compiled(variant).report, Epilogue.parse(variant.epilogue).activation)
+    epilogue = Epilogue.parse(variant.epilogue)
+    _assert_gated(compiled(variant).report, epilogue.activation)
+    assert (compiled(variant).report.sass["LDG"] > 0) == (epilogue.bias == "row")  # its bias
+
+
+def test_a_gated_row_tile_refuses_a_row_bias():
+    """A row bias is the swap-AB tile's (the weights' rows); on a row tile ``[b_gate; b_up]``
+    runs along the columns."""
+    with pytest.raises(ValueError, match="a gated row tile's bias"):
+        Sm90Gemm(Sm90Config(), cutlass.Float16, cutlass.Float16, cutlass.Float32,
+                 epilogue=Epilogue(bias="row", activation="silu", gated=True))  # fmt: skip
 
 
 @pytest.mark.sweep

@@ -210,7 +210,9 @@ def _launch(d, fused, x, act, bias, c_view, preact=None):
     ``preact``, the pre-activation's gate-half view: ``Epilogue.preact``); returns the
     compiled kernel and its cluster count."""
     (a_view, a_major), (b_view, b_major), (backend, config), index = fused
-    epilogue = Epilogue(bias="none" if bias is None else "col", activation=act, gated=True,
+    # the bias runs along the product's columns, or on the swap-AB tile its rows (the weights')
+    along = "row" if config is not None and config.swap_ab else "col"
+    epilogue = Epilogue(bias="none" if bias is None else along, activation=act, gated=True,
                         preact=preact is not None)  # fmt: skip
     dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
     fn, clusters = d.kernel(backend, index, dtypes, a_major, b_major, config, epilogue.name)
@@ -521,11 +523,13 @@ def _road(d, x, weight, act, bias=None, swap_ok=True):
     gated kernel runs this call, else why not (a str: the unfused road's reason, ``explain``'s
     words). A is x and B the weight's gate half, or on the gated swap-AB decode tile the other
     way round (``swap_ok``: that tile, or the small row tile, may run it, ``gated_linear``'s
-    product alone; the swap tile takes no bias, and in batch-invariant mode a row's bits must
-    not depend on the call's rows: neither runs there)."""
+    product alone; the swap tile takes a bias only where ``host.runs_gated_swap_bias`` says so,
+    and in batch-invariant mode a row's bits must not depend on the call's rows: neither runs
+    there)."""
     index = _index(d, x)
     invariant = host.choosing.batch_invariant_requested(d.batch_invariant)
-    swap = swap_ok and bias is None and not invariant
+    biased_ok = bias is None or host.runs_gated_swap_bias(GATED_SWAP_BACKEND)
+    swap = swap_ok and biased_ok and not invariant
     small = _small_ok(d, swap_ok)
     backend, config = gated_config(x.shape[0], swap, small)
     swapped = config is not None and config.swap_ab

@@ -44,6 +44,7 @@ from .registry import (
     reads_c_tensor,
     runs_gated_small,
     runs_gated_swap,
+    runs_gated_swap_bias,
     scales_rows,
     shipped_backends,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "ragged_k_variants",
     "runs_gated_small",
     "runs_gated_swap",
+    "runs_gated_swap_bias",
     "ragged_k_workspace_words",
     "reads_c_tensor",
     "scales_rows",

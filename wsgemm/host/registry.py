@@ -178,6 +178,13 @@ GATED_BIAS_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: call of a few rows runs the gated kernel's 128-row tile or, where the cost model says so, the
 #: product on a swap-AB tile and then the gating.
 GATED_SWAP_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose gated swap-AB decode tile also takes a bias (``[b_gate; b_up]`` along the
+#: tile's rows, the weights': ``Epilogue(bias="row", gated=True)`` on that tile only). The sm90
+#: one compiles (4 bias loads a thread on the 8-wide tile, no spills); empty until
+#: ``tests/gpu/test_gpu_epilogue.py -k gated_swap_bias`` passes (it switches the family on for
+#: itself). Elsewhere a biased call of a few rows takes a row tile or the product then the
+#: gating.
+GATED_SWAP_BIAS_FAMILIES: frozenset[str] = frozenset()
 #: The families whose gated kernel runs ``gated_linear`` calls of up to
 #: ``choosing.cost.GATED_SMALL_MAX_ROWS`` rows on its small row tile (the ping-pong 64x128 in
 #: 2x1 clusters, ``cost.GATED_SMALL_TILE``) rather than the 128x128 one: not the preact
@@ -246,6 +253,12 @@ def runs_gated_small(backend: str) -> bool:
     """Whether ``gated_linear`` calls of a few dozen rows on ``backend`` take its gated small
     row tile (``GATED_SMALL_FAMILIES``, and the family's gated kernels on)."""
     return BACKENDS[backend].family in GATED_SMALL_FAMILIES and fuses_epilogues(backend, gated=True)
+
+
+def runs_gated_swap_bias(backend: str) -> bool:
+    """Whether ``backend``'s gated swap-AB decode tile takes a biased call
+    (``GATED_SWAP_BIAS_FAMILIES``, and the tile itself on: ``runs_gated_swap``)."""
+    return BACKENDS[backend].family in GATED_SWAP_BIAS_FAMILIES and runs_gated_swap(backend)
 
 
 def runs_gated_swap(backend: str) -> bool:

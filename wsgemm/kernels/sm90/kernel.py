@@ -147,7 +147,8 @@ def gated_swap_refusal(config: Sm90Config, epilogue: Epilogue, trace: bool = Fal
         "split-K or stream-K": config.splits_in_kernel,
         "tracing": trace,
         "groups": grouped is not None,
-        "a fused bias": epilogue.bias != "none",
+        # (its bias, ``[b_gate; b_up]``, runs along the tile's M: the weights' rows)
+        "a column bias": epilogue.bias == "col",
         "a preact output": epilogue.preact,
         "alpha, beta or a residual": epilogue.scalars or epilogue.reads_c,
         "a row scale": epilogue.row_scale != "none",
@@ -451,6 +452,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 raise ValueError(why)
         elif epilogue.gated:
             half = config.tile_n // 2
+            if epilogue.bias == "row":
+                raise ValueError(
+                    "a gated row tile's bias ([b_gate; b_up]) runs along its columns: a column "
+                    "bias (a row bias is the swap-AB tile's, whose rows are the weights')"
+                )
             if config.tile_k != GATED_TILE_K:
                 raise ValueError(GATED_TILE_K_RULE + f"; got tile_k={config.tile_k}")
             if trace or half % config.epi_tile[1] or half < config.epi_tile[1]:
@@ -1815,16 +1821,23 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         per_subtile = cute.size(args.tRS_rAcc) // plan.out_subtiles
         if const_expr(plan.epilogue.gated):
             per_subtile = per_subtile // 2  # the product's subtiles are twice the output's
-            n = args.bias_extent  # the output's columns: N
-            up_origin = (origin[0], origin[1] + n)
+            # the output's columns N, or on the swap-AB tile (``gated_rows``) its rows: the
+            # features, each the gate's row r of the first band and the up projection's r of
+            # the second, so the bias runs along the tile's M
+            n = args.bias_extent
+            mode = "row" if const_expr(plan.gated_rows) else "col"
+            if const_expr(plan.gated_rows):
+                up_origin = (origin[0] + n, origin[1])
+            else:
+                up_origin = (origin[0], origin[1] + n)
             coords = [
                 args.tRS_cAcc[self._product_register(plan, e, per_subtile, v)]
                 for v in range(per_subtile)
             ]
             return [
                 (
-                    epilogue_bias.addend("col", args.bias, c, origin, n),
-                    epilogue_bias.addend("col", args.bias, c, up_origin, 2 * n),
+                    epilogue_bias.addend(mode, args.bias, c, origin, n),
+                    epilogue_bias.addend(mode, args.bias, c, up_origin, 2 * n),
                 )
                 for c in coords
             ]
