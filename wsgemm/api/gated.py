@@ -13,7 +13,8 @@ tiles, each spanning 256 rows a cluster and unsplit, so at a few dozen rows most
 work is empty (and on a narrow 2I few CTAs run), while ``auto``'s product has the whole menu
 and the gating pass over M x 2I values is small beside reading the weights (docs/perf.md entry
 73: timed at 32-16384 tokens on two models; elsewhere the model's extrapolation). At up to 32
-rows an unbiased call has a third tile, the gated swap-AB decode tile (``gated_config(rows,
+rows an unbiased call (a biased one where ``host.runs_gated_swap_bias``) has a third tile, the
+gated swap-AB decode tile (``gated_config(rows,
 swap=True)``, ``host.runs_gated_swap``): the weights' gate and up rows the two 64-row bands of
 a ping-pong 128-row tile, the tokens its N, the (64, tokens) result stored transposed; the cost
 model prices it against the unfused road too (``choosing.gated_roads``' ``swap_tile_n``).
@@ -90,12 +91,12 @@ def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[st
     """(backend, config) of the tile a gated call of ``rows`` rows runs: the menu entry
     ``choosing.gated_kernel_entry`` names (the rule the cost model prices), its backend and,
     where the entry is not that backend's shipped tile, its config (None: the shipped one).
-    ``swap``: the call may take the gated swap-AB decode tile (unbiased ``gated_linear``
-    outside batch-invariant mode), which it does at up to ``GATED_SWAP_MAX_ROWS`` rows where
-    ``host.runs_gated_swap`` says so. ``small``: the call may take the small row tile
-    (``gated_linear``'s product alone: not the preact forward, not the dgated backward), which
-    it does at up to ``GATED_SMALL_MAX_ROWS`` rows where ``host.runs_gated_small`` says so
-    (``small_tile_on``)."""
+    ``swap``: the call may take the gated swap-AB decode tile (``gated_linear`` outside
+    batch-invariant mode, unbiased unless ``host.runs_gated_swap_bias``), which it does at up
+    to ``GATED_SWAP_MAX_ROWS`` rows where ``host.runs_gated_swap`` says so. ``small``: the
+    call may take the small row tile (``gated_linear``'s product alone: not the preact
+    forward, not the dgated backward), which it does at up to ``GATED_SMALL_MAX_ROWS`` rows
+    where ``host.runs_gated_small`` says so (``small_tile_on``)."""
     width = host.choosing.gated_swap_tile_n(rows) if swap else None
     if width is not None and host.runs_gated_swap(GATED_SWAP_BACKEND):
         base = host.BACKENDS[GATED_SWAP_BACKEND].config()

@@ -169,7 +169,8 @@ GATED_FAMILIES = frozenset({"sm90"})
 GATED_BIAS_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose gated swap-AB decode tile runs ``gated_linear`` calls of a few rows (the
 #: weights in the tile's M, the gate's and up projection's rows the two 64-row bands of a
-#: ping-pong warpgroup: ``kernels/sm90/kernel.gated_swap_refusal``; unbiased). The sm90 one ran
+#: ping-pong warpgroup: ``kernels/sm90/kernel.gated_swap_refusal``; unbiased unless
+#: ``GATED_SWAP_BIAS_FAMILIES``). The sm90 one ran
 #: on an H100 on 2026-12-06 (docs/perf.md entry 85): the 34 float64 cases of
 #: ``tests/gpu/test_gpu_epilogue.py -k gated_swap``, memcheck, racecheck and initcheck clean;
 #: 1.02-1.14x the plain product's time at 1-16 rows and 0.90-1.09x at 32, 0.62-1.006x the

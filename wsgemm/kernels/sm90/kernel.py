@@ -1817,7 +1817,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """Subtile ``e``'s bias addends, one fp32 value per accumulator register (the
         registers that share a row or column share the load). Under a gated epilogue, per
         output register the pair (the gate's ``bias[n]``, the up projection's ``bias[N + n]``)
-        of its output column ``n``: the bias is ``[b_gate; b_up]``, 2N long."""
+        of its output column ``n`` (on the swap-AB tile its output row: the feature): the bias
+        is ``[b_gate; b_up]``, 2N long."""
         per_subtile = cute.size(args.tRS_rAcc) // plan.out_subtiles
         if const_expr(plan.epilogue.gated):
             per_subtile = per_subtile // 2  # the product's subtiles are twice the output's
