@@ -106,11 +106,13 @@ def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[st
     return e.backend, e.variant_config()
 
 
-def _small_ok(d, swap_ok: bool) -> bool:
-    """Whether a call on dispatcher ``d`` may take the small row tile: ``gated_linear``'s
-    product alone (``swap_ok``), outside batch-invariant mode, with the tile switched on."""
-    invariant = host.choosing.batch_invariant_requested(d.batch_invariant)
-    return swap_ok and not invariant and small_tile_on()
+def _is_small(config) -> bool:
+    """Whether ``config`` (``gated_config``'s) is the small row tile's: what the road is priced
+    on, derived from the tile that runs (as the swap tile's width is)."""
+    return (
+        config is not None
+        and config == host.choosing.menu.entry(host.choosing.GATED_SMALL_TILE).variant_config()
+    )
 
 
 def small_tile_on() -> bool:
@@ -319,8 +321,8 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
             "in its epilogue, one GEMM, the half-width result written once"
         )
         name = str(x.dtype).removeprefix("torch.")
-        small = _small_ok(d, True)
-        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act, width, small)
+        verdict = d.gated_verdict(index, m, 2 * half, x.shape[1], name, act, width,
+                                  _is_small(config))  # fmt: skip
         why = f"\nwhy: {verdict}" if verdict else ""
         return f"{head}\n{kernel}{why}\n{_training_line(d, x, weight, act, bias)}"
     product = dispatch.explain(d, x, weight.t(), None, torch.float32, torch.float32, "auto", bias)
@@ -531,8 +533,7 @@ def _road(d, x, weight, act, bias=None, swap_ok=True):
     invariant = host.choosing.batch_invariant_requested(d.batch_invariant)
     biased_ok = bias is None or host.runs_gated_swap_bias(GATED_SWAP_BACKEND)
     swap = swap_ok and biased_ok and not invariant
-    small = _small_ok(d, swap_ok)
-    backend, config = gated_config(x.shape[0], swap, small)
+    backend, config = gated_config(x.shape[0], swap, swap_ok and not invariant)
     swapped = config is not None and config.swap_ab
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no gated kernel runs on this GPU"
@@ -552,6 +553,7 @@ def _road(d, x, weight, act, bias=None, swap_ok=True):
         return "the weight is not row-major (2I, K) with 16-byte rows (the kernel reads it K-major)"
     name = str(x.dtype).removeprefix("torch.")
     width = config.tile_n if swapped else None
+    small = _is_small(config)  # the tile the road is priced on is the tile that runs
     why = d.gated_unfused(index, x.shape[0], weight.shape[0], x.shape[1], name, act, width, small)
     if why is not None:
         return why

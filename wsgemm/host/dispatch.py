@@ -41,7 +41,6 @@ from .registry import (
     arch_for_capability,
     cluster_size,
     fuses_epilogues,
-    runs_gated_small,
     shipped_backends,
 )
 from .settings import block as settings_block
@@ -412,7 +411,8 @@ class Dispatcher:
         the call has). Memoized per problem, activation and settings (a memo of its own, so
         that many row counts do not crowd out the launchers). ``swap_tile_n``: the gated kernel
         is the swap-AB decode tile of that width (``choosing.gated_swap_tile_n``); ``small``: its
-        row tile may be the small one (``choosing.gated_kernel_entry``)."""
+        row tile is the small one (``choosing.gated_kernel_entry``; the caller says which tile
+        runs, so the road is priced on it)."""
         return self._gated_answer(device, rows, n, k, dtype, activation, swap_tile_n, small)[0]
 
     def gated_verdict(self, device, rows: int, n: int, k: int, dtype: str, activation: str,
@@ -425,8 +425,6 @@ class Dispatcher:
                       small=False) -> tuple:  # fmt: skip
         if choosing.batch_invariant_requested(self.batch_invariant):
             return None, "batch-invariant mode: the gated kernel whatever the rows"
-        # the small tile priced only where it can run (``registry.GATED_SMALL_FAMILIES``)
-        small = small and runs_gated_small(choosing.menu.entry(choosing.GATED_SMALL_TILE).backend)
         key = (device, rows, n, k, dtype, activation, swap_tile_n, small, current_settings())
         known = self._gated_roads.get(key)
         if known is not None:
