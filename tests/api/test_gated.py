@@ -385,11 +385,17 @@ def test_batch_invariant_rows_keep_their_bits_whatever_the_rows(fusing):
     assert Epilogue.parse(d.cache.variants[-1].epilogue).gated
 
 
-def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(row_tiles, monkeypatch):
-    """The decode road's (M, 2I) product is fp32, gated in fp32, rounded once (as the gated
-    kernel); its road is decided once per problem, not on every call."""
+@pytest.mark.parametrize("swap_on", [False, True])
+def test_a_decode_road_is_decided_once_per_problem(fusing, monkeypatch, swap_on):
+    """Its road is decided once per problem, not on every call: with the swap tile off, the
+    unfused road (the (M, 2I) product in fp32, gated in fp32, rounded once, as the gated
+    kernel), the policy asked once for the road and once for the product's signature (its
+    launcher kept after that); on main's default road the swap tile, the policy asked once for
+    the product it is weighed against."""
     from wsgemm.host import dispatch as host_dispatch
 
+    if not swap_on:
+        monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", frozenset())
     asked = []
     choose = host_dispatch.choosing.choose
     monkeypatch.setattr(host_dispatch.choosing, "choose",
@@ -399,30 +405,13 @@ def test_the_unfused_road_rounds_once_and_decode_asks_the_policy_once(row_tiles,
     for _ in range(5):
         out = core.gated_linear(x, w, "silu", dispatcher=d)
     assert close(out, reference(x, w, "silu"), F16, 4096)
-    assert {v.c_dtype for v in d.cache.variants} == {"float32"}
-    # once for the road, once for the product's signature (its launcher kept after that)
+    if swap_on:
+        assert {_swap_gated(v) for v in d.cache.variants} == {True}
+    else:
+        assert {v.c_dtype for v in d.cache.variants} == {"float32"}
     decode = [a for a in asked if a[:3] == (8, 8192, 4096)]
-    assert len(decode) == 2, f"the decode road asked the policy {len(decode)} times for 5 calls"
-
-
-def test_the_swap_road_is_decided_once_per_problem(fusing, monkeypatch):
-    """On main's default road (the swap tile on) a decode call runs the swap tile and its road
-    is priced once per problem: the policy's pick for the product it is weighed against is
-    asked once, however many calls follow."""
-    from wsgemm.host import dispatch as host_dispatch
-
-    asked = []
-    choose = host_dispatch.choosing.choose
-    monkeypatch.setattr(host_dispatch.choosing, "choose",
-                        lambda *a, **k: asked.append(a) or choose(*a, **k))  # fmt: skip
-    d = dispatcher()
-    x, w = torch.randn(8, 4096, dtype=F16), torch.randn(2 * 4096, 4096, dtype=F16) / 64
-    for _ in range(5):
-        out = core.gated_linear(x, w, "silu", dispatcher=d)
-    assert close(out, reference(x, w, "silu"), F16, 4096)
-    assert {_swap_gated(v) for v in d.cache.variants} == {True}
-    decode = [a for a in asked if a[:3] == (8, 8192, 4096)]
-    assert len(decode) == 1, f"the decode road asked the policy {len(decode)} times for 5 calls"
+    want = 1 if swap_on else 2
+    assert len(decode) == want, f"the decode road asked the policy {len(decode)} times for 5 calls"
 
 
 @pytest.fixture

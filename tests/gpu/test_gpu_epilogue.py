@@ -198,11 +198,20 @@ def test_gated_linear_matches_float64(m, half, k, act, ab):
     x = make((m, k), ab, "cuda", gen=gen)
     w = (torch.randn(2 * half, k, generator=gen) / k**0.5).to(ab).cuda()
     got = wsgemm.gated_linear(x, w, act)
-    y64 = x.double() @ w.double().T
+    assert_gated_right(got, x, w, act, f"gated {act}")
+
+
+def assert_gated_right(got, x, w, act, what, bias=None):
+    """``got`` against float64 ``act(x Wg^T + bg) * (x Wu^T + bu)``, torch's road (the
+    product in x's dtype, then the gate in fp32) setting the tolerance; every value finite."""
+    half = w.shape[0] // 2
+    y64, y = x.double() @ w.double().T, (x @ w.T).float()
+    if bias is not None:
+        y64, y = y64 + bias.double(), y + bias.float()
     ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
-    y = (x @ w.T).float()
-    theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
-    assert_within_torch_error(got, ref, theirs, f"gated {act}")
+    theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(x.dtype)
+    assert torch.isfinite(got).all(), what
+    assert_within_torch_error(got, ref, theirs, what)
 
 
 class GatedKernelOnly(api.Dispatcher):
@@ -287,12 +296,7 @@ def test_gated_swap_matches_float64(gated_swap, m, half, k, act, ab, x_major):
         poison = torch.full((m, half), float("nan"), dtype=ab, device="cuda")
         del poison
         got = gated_core.gated_linear(x, w, act, dispatcher=d)
-        y64 = x.double() @ w.double().T
-        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
-        y = (x @ w.T).float()
-        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
-        assert torch.isfinite(got).all()
-        assert_within_torch_error(got, ref, theirs, f"gated swap {act}")
+        assert_gated_right(got, x, w, act, f"gated swap {act}")
     assert d.configs and all(c is not None and c.swap_ab for c in d.configs)
 
 
@@ -324,12 +328,7 @@ def test_gated_swap_bias_matches_float64(gated_swap_bias, m, half, k, act, ab):
     biases.append(torch.randn(4 * half, generator=gen).to(ab).cuda()[::2])
     for bias in biases:
         got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
-        y64 = x.double() @ w.double().T + bias.double()
-        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
-        y = (x @ w.T).float() + bias.float()
-        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
-        assert torch.isfinite(got).all()
-        assert_within_torch_error(got, ref, theirs, f"gated swap {act} with a bias")
+        assert_gated_right(got, x, w, act, f"gated swap {act} with a bias", bias)
     assert d.configs and all(c is not None and c.swap_ab for c in d.configs)
     assert set(d.epilogues) == {f"bias_row+gated+{act}"}
 
@@ -403,11 +402,7 @@ def test_gated_bias_matches_float64(gated_bias, m, half, k, act, ab):
     biases.append(torch.randn(4 * half, generator=gen).to(ab).cuda()[::2])  # a strided one
     for bias in biases:
         got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
-        y64 = x.double() @ w.double().T + bias.double()
-        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
-        y = (x @ w.T).float() + bias.float()
-        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
-        assert_within_torch_error(got, ref, theirs, f"gated {act} with a bias")
+        assert_gated_right(got, x, w, act, f"gated {act} with a bias", bias)
     # the second call took the first's kept launcher (its own bias); the strided bias is
     # another signature: its first call asks for the (same, cached) kernel again
     assert d.epilogues == [f"bias_col+gated+{act}"] * 2
@@ -461,14 +456,7 @@ def test_gated_small_tile_matches_float64(gated_small, m, half, k, act, ab, bias
         poison = torch.full((m, half), float("nan"), dtype=ab, device="cuda")
         del poison
         got = gated_core.gated_linear(x, w, act, bias=bias, dispatcher=d)
-        y64 = x.double() @ w.double().T
-        y = (x @ w.T).float()
-        if biased:
-            y64, y = y64 + bias.double(), y + bias.float()
-        ref = torch_activation(act, y64[:, :half]) * y64[:, half:]
-        theirs = (torch_activation(act, y[:, :half]) * y[:, half:]).to(ab)
-        assert torch.isfinite(got).all()
-        assert_within_torch_error(got, ref, theirs, f"gated small tile {act}")
+        assert_gated_right(got, x, w, act, f"gated small tile {act}", bias)
     if biased or m > 32:  # (an unbiased call of up to 32 rows takes the swap tile)
         assert d.configs and all(c == small for c in d.configs), d.configs
 
@@ -489,11 +477,7 @@ def test_gated_small_tile_in_a_cuda_graph(gated_small):
     x.copy_(make((m, k), torch.float16, "cuda", gen=gen))
     graph.replay()
     torch.cuda.synchronize()
-    y64 = x.double() @ w.double().T
-    ref = torch_activation("silu", y64[:, :half]) * y64[:, half:]
-    y = (x @ w.T).float()
-    theirs = (torch_activation("silu", y[:, :half]) * y[:, half:]).half()
-    assert_within_torch_error(out, ref, theirs, "gated small tile in a CUDA graph")
+    assert_gated_right(out, x, w, "silu", "gated small tile in a CUDA graph")
 
 
 def test_gated_mlp_with_biases_forward_and_backward(gated_bias, monkeypatch):
