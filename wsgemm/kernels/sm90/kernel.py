@@ -1826,11 +1826,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             # features, each the gate's row r of the first band and the up projection's r of
             # the second, so the bias runs along the tile's M
             n = args.bias_extent
-            mode = "row" if const_expr(plan.gated_rows) else "col"
-            if const_expr(plan.gated_rows):
-                up_origin = (origin[0] + n, origin[1])
-            else:
-                up_origin = (origin[0], origin[1] + n)
+            mode = plan.epilogue.bias  # "row" only on the swap-AB tile (``gated_swap_refusal``)
+            row, col = origin[0], origin[1]
+            up_origin = (row + n, col) if const_expr(mode == "row") else (row, col + n)
             coords = [
                 args.tRS_cAcc[self._product_register(plan, e, per_subtile, v)]
                 for v in range(per_subtile)
