@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -168,6 +168,13 @@ if has dgated; then
   # host.registry.DGATED_FAMILIES), then GatedMLP trained with it against float64
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "dgated or preact or gated_mlp" 2>&1 | tee "$OUT/dgated-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+fi
+if has dact; then
+  # a plain MLP's activation gradient fused into the dh GEMM (off in calls until these pass:
+  # host.registry.DACT_FAMILIES, docs/perf.md entry 92), then MLP trained with it
+  timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_epilogue.py -k "dact" 2>&1 | tee "$OUT/dact-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
 fi
 # The whole GPU suite in four calls of under 600 s each (one run was cut at 560 s after 41%,

@@ -224,3 +224,25 @@ def install_gated_training(monkeypatch) -> list:
         real = getattr(gated_core, name)
         monkeypatch.setattr(gated_core, name, functools.partial(real, dispatcher=d))
     return kernels.variants
+
+
+def install_act_grad(monkeypatch) -> list:
+    """The dact kernel (``DACT_FAMILIES``) on, run on the CPU by the float64 stand-in of its
+    contract (``stand_ins.GatedKernels``) behind ``api.act_grad.act_grad`` (so behind its
+    op), and the op's fake taking CPU tensors. Returns the variants the stand-in was asked for."""
+    import functools
+
+    from stand_ins import GatedKernels
+
+    from wsgemm.api import Dispatcher
+    from wsgemm.api import act_grad as act_grad_core
+    from wsgemm.host import registry
+    from wsgemm.host.dispatch import StandInDevices
+
+    monkeypatch.setattr(registry, "DACT_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
+    kernels = GatedKernels()
+    d = Dispatcher(kernels, StandInDevices((9, 0), 132))
+    real = act_grad_core.act_grad
+    monkeypatch.setattr(act_grad_core, "act_grad", functools.partial(real, dispatcher=d))
+    return kernels.variants

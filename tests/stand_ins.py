@@ -67,7 +67,8 @@ class StandInCache:
 class GatedKernels:
     """A compile cache whose kernels are float64 stand-ins of the gated family's contracts:
     plain products (the unfused roads' matmul), the gated kernel (with a bias, and its preact
-    output) and the dgated one (``Epilogue.dgated``); it records the variants it was asked for
+    output), the dgated one (``Epilogue.dgated``) and the dact one (``Epilogue.dact``); it
+    records the variants it was asked for
     (tests/api/test_gated.py, the training step's tests in tests/ops)."""
 
     def __init__(self):
@@ -92,6 +93,12 @@ class GatedKernels:
             dup = dh * torch_activation(epilogue.activation, gate)
             both = c.as_strided((c.shape[0], n, 2), (c.stride(0), 1, n))
             both.copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
+            return
+        if epilogue.dact:  # C and the output (M, N, 1) of one major: dh · act'(pre)
+            pre, unit = rest[-1], 0 if swapped else 1  # swap-AB: both M-major
+            assert pre.shape == c.shape and pre.stride(unit) == c.stride(unit) == 1
+            dh = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
+            c.copy_((dh * activation_grad(epilogue.activation, pre).double()).to(c.dtype))
             return
         if epilogue.gated and swapped:  # the swap-AB tile: A's view is the gate's rows
             half = c.shape[0]

@@ -66,6 +66,7 @@ def _register_ops() -> None:
         importlib.import_module(".ops", __name__)
         importlib.import_module(".grouped", __name__)
         importlib.import_module(".gated", __name__)
+        importlib.import_module(".mlp", __name__)
     except Exception as exc:
         warnings.warn(
             f"wsgemm: torch.ops.wsgemm could not be registered ({type(exc).__name__}: {exc}); "

@@ -26,7 +26,8 @@ import torch
 from . import ops as _ops
 from .api import gated as core
 from .api.epilogue import activation_grad, gated_unit_with_grad, torch_activation
-from .ops import autocast_dtype, matmul
+from .ops import autocast_cast as _autocast_cast
+from .ops import matmul
 
 __all__ = ["gated_linear", "gated_mlp"]
 
@@ -265,12 +266,3 @@ def gated_mlp(x, gate_up_weight, gate_up_bias, down_weight, down_bias, activatio
     CUDA autocast the tensors are cast as ``matmul`` casts them."""
     tensors = _autocast_cast(x, gate_up_weight, gate_up_bias, down_weight, down_bias)
     return _GatedMLP.apply(*tensors, activation)
-
-
-def _autocast_cast(*tensors):
-    """``tensors`` (None allowed) as CUDA autocast casts a matmul's operands, where it is on
-    (``ops.autocast_dtype``); as they are otherwise."""
-    if not torch.is_autocast_enabled("cuda"):
-        return tensors
-    dtype = torch.get_autocast_dtype("cuda")
-    return tuple(None if t is None else t.to(autocast_dtype(t, dtype)) for t in tensors)

@@ -19,11 +19,13 @@ from .api.epilogue import _transformed, check_activation, gated_unit_with_grad, 
 from .api.gated import gated_in_torch
 from .api.validate import AB_DTYPES, dtype_list
 from .gated import gated_linear, gated_mlp
+from .mlp import mlp as _mlp_step
 from .ops import autocast_dtype, linear
 from .support import VECTOR_BYTES, vector_elems
 
 __all__ = [
-    "GatedMLP", "Linear", "ReplaceReport", "fuse_gated_mlps", "replace_linear", "restore_linear",
+    "MLP", "GatedMLP", "Linear", "ReplaceReport", "fuse_gated_mlps", "replace_linear",
+    "restore_linear",
 ]  # fmt: skip
 
 log = logging.getLogger("wsgemm")
@@ -469,6 +471,83 @@ class GatedMLP(nn.Module):
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
+
+
+def _fuses_act_grad(x: torch.Tensor) -> bool:
+    """Whether a kernel on ``x``'s GPU fuses an activation's gradient into the down
+    projection's input-gradient GEMM (``host.fuses_act_grad``: ``DACT_FAMILIES``)."""
+    return x.is_cuda and _gpu_fuses_act_grad(x.device)
+
+
+@torch.compiler.assume_constant_result
+def _gpu_fuses_act_grad(device: torch.device) -> bool:
+    """``_fuses_act_grad`` for a CUDA device, a constant of the device and the registry (as
+    ``_gpu_fuses_gated_grad``)."""
+    from .host import BACKENDS, fuses_act_grad
+    from .host.dispatch import DISPATCHER
+
+    if not fuses_act_grad("sm90"):
+        return False
+    return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(DISPATCHER.device_index(device)))
+
+
+class MLP(nn.Module):
+    """A plain MLP: ``down_proj(act(up_proj(x)))`` (GPT-2's, Phi's, Falcon's, BERT's with
+    "gelu" or "gelu_tanh"; Nemotron's with "relu2").
+
+    ``up_proj`` is a ``Linear`` carrying the activation, so an inference forward runs the up
+    projection with its bias and activation fused into one GEMM's epilogue; ``down_proj`` is a
+    ``Linear``. A training step where the kernels run (``wsgemm.mlp.mlp``) computes the
+    pre-activation, then the activation in torch, saving what torch saves, and its backward
+    fuses the activation's gradient into the down projection's input-gradient GEMM
+    (``torch.ops.wsgemm.act_grad``: ``DACT_FAMILIES``); elsewhere autograd runs through the
+    two layers as through torch's."""
+
+    def __init__(self, hidden: int, ffn: int, activation: str = "gelu", bias: bool = True,
+                 device=None, dtype=None):  # fmt: skip
+        super().__init__()
+        if check_activation(activation) == "none":
+            raise ValueError("MLP needs an activation ('gelu', 'gelu_tanh', 'relu', ...)")
+        self.up_proj = Linear(hidden, ffn, bias=bias, device=device, dtype=dtype,
+                              activation=activation)  # fmt: skip
+        self.down_proj = Linear(ffn, hidden, bias=bias, device=device, dtype=dtype)
+
+    @property
+    def activation(self) -> str | None:
+        return self.up_proj.activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._trains_fused(x):
+            up, down = self.up_proj, self.down_proj
+            return _mlp_step(x, up.weight, up.bias, down.weight, down.bias, up.activation)
+        return self.down_proj(self.up_proj(x))
+
+    def _trains_fused(self, x: torch.Tensor) -> bool:
+        """Whether this step takes ``wsgemm.mlp.mlp`` (the activation's gradient fused into
+        the down projection's input-gradient GEMM): a gradient to compute, both projections on
+        wsgemm in one half dtype, a kernel that fuses it on this GPU, and projections that are
+        this module's own plain layers (``up_proj`` with an activation, ``down_proj`` without,
+        no hooks: the step bypasses their forward). Not under a torch.func transform."""
+        up, down = self.up_proj, self.down_proj
+        params = (up.weight, down.weight, up.bias, down.bias)
+        if not (torch.is_grad_enabled() and (x.requires_grad or any(
+                p is not None and p.requires_grad for p in params))):  # fmt: skip
+            return False  # first: an inference forward asks nothing else
+        if not _fuses_act_grad(x):
+            return False
+        if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
+            return False
+        if up.activation is None or any(
+            m._forward_hooks or m._forward_pre_hooks for m in (up, down)
+        ):
+            return False
+        if _transformed():
+            return False
+        if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
+            return False
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+        kinds = {autocast_dtype(p, dtype) if dtype else p.dtype for p in params if p is not None}
+        return len(kinds) == 1
 
 
 # ----------------------------------------------------------------------------- gated MLP fusion

@@ -403,6 +403,15 @@ def autocast_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
     return t.dtype
 
 
+def autocast_cast(*tensors):
+    """``tensors`` (None allowed) as CUDA autocast casts a matmul's operands, where it is on
+    (``autocast_dtype``); as they are otherwise."""
+    if not torch.is_autocast_enabled("cuda"):
+        return tensors
+    dtype = torch.get_autocast_dtype("cuda")
+    return tuple(None if t is None else t.to(autocast_dtype(t, dtype)) for t in tensors)
+
+
 def _autocast(a, b, bias=None, c=None, out_dtype=None):
     dtype = torch.get_autocast_dtype("cuda")
     a, b = a.to(autocast_dtype(a, dtype)), b.to(autocast_dtype(b, dtype))

@@ -412,7 +412,14 @@ class Epilogue:
     dup]``, each (M, 2N), their up halves N columns after their gate halves: ``dgate = acc ·
     up · act'(gate)``, ``dup = acc · act(gate)``. Both are given as (M, N, 1) views of their
     gate halves (N a multiple of 16 bytes; the kernel reads them as (M, N, 2)); no bias, alpha,
-    residual or row scale."""
+    residual or row scale.
+
+    ``dact``: an activation's gradient, fused into the GEMM that computes ``dh`` (the gradient
+    of ``h = act(pre)``: a plain MLP's ``d_out @ W_down``): C (the ``residual`` launch argument,
+    of the output's shape and major) is the saved pre-activation and the output ``dpre = acc ·
+    act'(C)``, read per subtile as a residual's C is; no bias, alpha, residual, row scale or
+    gated output. Elementwise in C, it is its own swap-AB form (C and the output both
+    M-major there); no split or grouped form."""
 
     bias: str = "none"
     activation: str = "none"
@@ -423,6 +430,7 @@ class Epilogue:
     row_scale: str = "none"
     dgated: bool = False
     preact: bool = False
+    dact: bool = False
 
     def __post_init__(self) -> None:
         if self.bias not in BIAS_MODES:
@@ -453,6 +461,14 @@ class Epilogue:
                 "a dgated epilogue (the gated unit's gradient) takes an activation and nothing "
                 "else: no bias, alpha, residual, row scale or gated output"
             )
+        if self.dact and (
+            self.activation == "none" or self.gated or self.dgated or self.preact or self.scale
+            or self.residual or self.c_tensor or self.bias != "none" or self.row_scale != "none"
+        ):  # fmt: skip
+            raise ValueError(
+                "a dact epilogue (an activation's gradient) takes an activation and nothing "
+                "else: no bias, alpha, residual, row scale or gated output"
+            )
 
     @property
     def plain(self) -> bool:
@@ -464,15 +480,22 @@ class Epilogue:
     @property
     def reads_c(self) -> bool:
         """Whether the kernel reads a C by TMA into its epilogue buffers (``residual``: the
-        output's own or ``c_tensor``'s; ``dgated``: the saved pre-activation)."""
-        return self.residual or self.dgated
+        output's own or ``c_tensor``'s; ``dgated`` and ``dact``: the saved pre-activation)."""
+        return self.residual or self.dgated or self.dact
 
     @property
     def own_c(self) -> bool:
         """Whether the kernel takes a tensor of the output's kind as a launch argument
-        (``residual``): a residual's C (``c_tensor``), the saved pre-activation (``dgated``) or
-        where the pre-activation goes (``preact``)."""
-        return self.c_tensor or self.dgated or self.preact
+        (``residual``): a residual's C (``c_tensor``), the saved pre-activation (``dgated``,
+        ``dact``) or where the pre-activation goes (``preact``)."""
+        return self.c_tensor or self.dgated or self.preact or self.dact
+
+    @property
+    def reads_c_per_subtile(self) -> bool:
+        """Whether each output subtile reads its own C subtile into its buffer before it is
+        stored (``residual``'s loop: a residual's C, or ``dact``'s pre-activation); a dgated
+        tile reads two per product subtile (its own loop)."""
+        return self.residual or self.dact
 
     @property
     def scalars(self) -> bool:
@@ -491,6 +514,8 @@ class Epilogue:
             parts.append("gated")
         if self.dgated:
             parts.append("dgated")
+        if self.dact:
+            parts.append("dact")
         if self.preact:
             parts.append("preact")
         if self.activation != "none":
@@ -510,13 +535,13 @@ class Epilogue:
                 bias = part[len("bias_") :]
             elif part.startswith("row_scale_"):
                 row_scale = part[len("row_scale_") :]
-            elif part in ("gated", "dgated", "preact", "scale", "residual", "c_tensor"):
+            elif part in ("gated", "dgated", "dact", "preact", "scale", "residual", "c_tensor"):
                 flags.add(part)
             else:
                 activation = part
         return cls(
             bias, activation, "gated" in flags, "scale" in flags, "residual" in flags,
-            "c_tensor" in flags, row_scale, "dgated" in flags, "preact" in flags,
+            "c_tensor" in flags, row_scale, "dgated" in flags, "preact" in flags, "dact" in flags,
         )  # fmt: skip
 
     def swapped(self) -> Epilogue:

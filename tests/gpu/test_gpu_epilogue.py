@@ -640,6 +640,96 @@ def test_gated_mlp_trains_with_dgated(dgated, monkeypatch, bias):
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in mlp32.parameters())
 
 
+@pytest.fixture
+def dact(monkeypatch):
+    """The dact kernel switched on (``DACT_FAMILIES``: off on main until these cases pass,
+    docs/perf.md entry 92), with no launcher kept from before or after."""
+    yield from _switched_on(monkeypatch, "DACT_FAMILIES")
+
+
+DACT_CASES = [
+    (m, ffn, hidden, act, ab)
+    for (m, ffn, hidden) in (
+        (1, 256, 64),  # a swap-AB decode tile (the result and the pre-activation M-major)
+        (37, 1000, 200),  # the ping-pong tile; I not a multiple of its width
+        (300, 4096, 1024),  # a wide swap-AB tile
+        (1024, 3072, 768),  # a cooperative 128-row tile
+        (4096, 8192, 2048),  # the shipped tile
+    )  # fmt: skip
+    for act, ab in (
+        ("gelu", torch.bfloat16),
+        ("gelu_tanh", torch.float16),
+        ("silu", torch.bfloat16),
+        ("relu2", torch.float16),
+        ("relu", torch.bfloat16),
+    )  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("m, ffn, hidden, act, ab", DACT_CASES)
+def test_dact_matches_float64(dact, m, ffn, hidden, act, ab):
+    """``dpre = (dy @ w_down) · act'(pre)`` in the GEMM's epilogue (``Epilogue.dact``, on the
+    tile the policy picks for the product: swap-AB or not), against float64 of the same
+    formula; the output poisoned first (every element written); a pre-activation with a row
+    stride of its own."""
+    from wsgemm.api import act_grad as act_grad_core
+    from wsgemm.api.epilogue import activation_grad
+
+    gen = torch.Generator().manual_seed(m * 5 + ffn)
+    dy = make((m, hidden), ab, "cuda", gen=gen)
+    w_down = (torch.randn(hidden, ffn, generator=gen) / hidden**0.5).to(ab).cuda()
+    preact = torch.randn(m, ffn + 8, generator=gen).to(ab).cuda()[:, :ffn]  # row stride I + 8
+    d = GatedKernelOnly()
+    poison = torch.full((m, ffn), float("nan"), dtype=ab, device="cuda")
+    del poison
+    got = act_grad_core.act_grad(dy, w_down, preact, act, dispatcher=d)
+    assert d.epilogues == [f"dact+{act}"]
+    assert not got.isnan().any()
+    ref = (dy.double() @ w_down.double()) * activation_grad(act, preact).double()
+    theirs = ((dy @ w_down).float() * activation_grad(act, preact)).to(ab)
+    assert_within_torch_error(got, ref, theirs, f"dact {act}")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_mlp_trains_with_dact(dact, monkeypatch, bias):
+    """``MLP``'s training step with the activation's gradient fused (``mlp.mlp``): the dact
+    kernel asked for, every gradient against float64; 2048 tokens folded from (4, 512); and
+    once more under autocast with fp32 parameters."""
+    asked = []
+    kernel = api.DISPATCHER.kernel
+    monkeypatch.setattr(api.DISPATCHER, "kernel",
+                        lambda *a, **k: asked.append(a[6] if len(a) > 6 else k.get("epilogue"))
+                        or kernel(*a, **k))  # fmt: skip
+    gen = torch.Generator().manual_seed(5)
+    mlp = wsgemm.nn.MLP(512, 2048, activation="gelu_tanh", bias=bias, device="cuda",
+                        dtype=torch.bfloat16)  # fmt: skip
+    x = make((4, 512, 512), torch.bfloat16, "cuda", gen=gen).requires_grad_()
+    out = mlp(x)
+    assert type(out.grad_fn).__name__ == "_MLPBackward"
+    dout = make(tuple(out.shape), torch.bfloat16, "cuda", gen=gen)
+    out.backward(dout)
+    assert "dact+gelu_tanh" in asked
+    x64 = x.detach().double().requires_grad_()
+    p64 = {n: p.detach().double().requires_grad_() for n, p in mlp.named_parameters()}
+    pre = x64 @ p64["up_proj.weight"].T
+    if bias:
+        pre = pre + p64["up_proj.bias"]
+    ref = torch_activation("gelu_tanh", pre) @ p64["down_proj.weight"].T
+    if bias:
+        ref = ref + p64["down_proj.bias"]
+    ref.backward(dout.double())
+    for name, p in [("x", x), *mlp.named_parameters()]:
+        want = x64.grad if name == "x" else p64[name].grad
+        err = (p.grad.double() - want).abs().max().item()
+        assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+    mlp32 = wsgemm.nn.MLP(512, 2048, activation="gelu_tanh", bias=bias, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = mlp32(x.detach().float())
+    assert y.dtype == torch.bfloat16 and type(y.grad_fn).__name__ == "_MLPBackward"
+    y.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in mlp32.parameters())
+
+
 @pytest.mark.parametrize("m, half, k, act, ab", GATED_BIAS_CASES)
 @pytest.mark.parametrize("bias", [False, True])
 def test_gated_preact_matches_float64(dgated, m, half, k, act, ab, bias):

@@ -464,6 +464,54 @@ def test_every_dgated_variant_compiles_to_paired_tma_loads_and_stores(compiled, 
     _assert_dgated(compiled(variant).report, variant)
 
 
+#: An activation's gradient at its saved pre-activation (``Epilogue.dact``: a plain MLP's
+#: ``dh · act'(pre)`` in the GEMM that computes ``dh``) on the shipped cooperative tile: the
+#: default run's one dact compile; the sweep adds the ping-pong tile, the other activations
+#: and two swap-AB tiles.
+DACT = host.Variant("sm90", "sm_90a", epilogue="dact+gelu_tanh")
+DACT_SWEEP = [
+    host.Variant(backend, "sm_90a", ab_dtype=ab, c_dtype=ab, epilogue=f"dact+{act}")
+    for backend in ("sm90", "sm90-pingpong")
+    for act, ab in (
+        ("gelu_tanh", "bfloat16"),
+        ("gelu", "float16"),
+        ("relu2", "bfloat16"),
+        ("relu", "float16"),
+        ("silu", "float16"),
+    )  # fmt: skip
+    if (backend, act, ab) != ("sm90", "gelu_tanh", "float16")
+] + [
+    # swap-AB (the result and the pre-activation M-major), a wide and the 8-wide decode tile
+    host.Variant(backend, "sm_90a", config=choosing.entry(name).variant_config(),
+                 epilogue="dact+gelu")
+    for backend, name in (("sm90", "swap-cooperative-128x160-c2x1"),
+                          ("sm90-pingpong", "swap-pingpong-64x8x128-c1x1"))
+]  # fmt: skip
+
+
+def _assert_dact(r: insp.Report, variant: host.Variant) -> None:
+    """The residual's machinery with another combine: per output subtile one C load by TMA
+    (the pre-activation's subtile) with its expect-tx arrival and a TMA store; C read back
+    from shared memory, never by 16-byte global loads; spill-free, no CALL, the logistic
+    forms on the SFU (``_assert_residual``'s checks, ``_assert_fused``'s first)."""
+    _assert_residual(r, variant)
+    ops = sass.opcodes(r.sass_text)
+    subtiles = variant.kernel_config().num_epi_subtiles
+    stores = sum(op.startswith("UTMASTG") for op in ops)
+    # (a swap-AB tile's subtile loop is compiled twice, its plain epilogue's too)
+    assert stores and stores % subtiles == 0, f"{stores} TMA stores for {subtiles} subtiles"
+
+
+def test_the_dact_epilogue_compiles_to_a_tma_load_a_subtile(compiled):
+    _assert_dact(compiled(DACT).report, DACT)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", DACT_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
+def test_every_dact_variant_compiles_to_a_tma_load_a_subtile(compiled, variant):
+    _assert_dact(compiled(variant).report, variant)
+
+
 #: The gated kernel that also stores its product (``Epilogue.preact``, the fused training
 #: step's forward) on the ping-pong tile with a bias: the default run's one preact compile.
 PREACT = host.Variant("sm90-pingpong", "sm_90a", epilogue="bias_col+gated+preact+silu")

@@ -147,12 +147,10 @@ def test_the_training_road_casts_under_cuda_autocast(monkeypatch):
     stand in for CUDA ones."""
     from op_helpers import cuda_autocast
 
-    import wsgemm.gated as gated_mod
-
     install(monkeypatch)
     monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
     install_gated(monkeypatch)
-    monkeypatch.setattr(gated_mod, "autocast_dtype", lambda t, dtype: dtype)
+    monkeypatch.setattr(ops, "autocast_dtype", lambda t, dtype: dtype)  # (autocast_cast's)
     x = torch.randn(3, 16, requires_grad=True)
     w = (torch.randn(24, 16) / 4).requires_grad_()
     b = torch.randn(24, requires_grad=True)

@@ -232,6 +232,13 @@ ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: product of its own, then the gradient in three elementwise passes (torch's kernels), and
 #: the forward the product, then the unit in torch.
 DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose kernels fuse an activation's gradient into the GEMM that computes ``dh``
+#: in calls (``Epilogue.dact``: ``dpre = (d_out @ W_down) · act'(pre)`` from the saved
+#: pre-activation, ``api.act_grad.act_grad``, a plain ``MLP``'s backward). Built and checked
+#: on the CPU (SASS: one TMA load of the pre-activation a subtile, spill-free); off until
+#: ``tests/gpu/test_gpu_epilogue.py -k dact`` passes on a GPU (docs/perf.md entry 92).
+#: Elsewhere ``dh`` is a product of its own, then torch's activation backward.
+DACT_FAMILIES: frozenset[str] = frozenset()
 
 
 def fuses_epilogues(
@@ -271,6 +278,11 @@ def runs_gated_swap(backend: str) -> bool:
 def fuses_gated_grad(backend: str) -> bool:
     """Whether ``backend``'s kernels fuse the gated unit's gradient (``DGATED_FAMILIES``)."""
     return BACKENDS[backend].family in DGATED_FAMILIES and fuses_epilogues(backend)
+
+
+def fuses_act_grad(backend: str) -> bool:
+    """Whether ``backend``'s kernels fuse an activation's gradient (``DACT_FAMILIES``)."""
+    return BACKENDS[backend].family in DACT_FAMILIES and fuses_epilogues(backend)
 
 
 def scales_rows(backend: str) -> bool:

@@ -111,4 +111,11 @@ def value_and_grad(name: str, x: Float32) -> tuple[Float32, Float32]:
         two_cdf, gauss = _gelu_two_cdf(x)
         cdf = Float32(0.5) * two_cdf
         return x * cdf, cdf + x * gauss * Float32(1.0 / math.sqrt(2.0 * math.pi))
-    raise ValueError(f"no gated activation gradient {name!r} (support.ACTIVATIONS)")
+    raise ValueError(f"no activation gradient {name!r} (support.ACTIVATIONS)")
+
+
+def grad(name: str, x: Float32) -> Float32:
+    """act'(x) of ``name``'s activation (a plain MLP's backward, ``Epilogue.dact``):
+    ``value_and_grad``'s derivative, whose activation value the compiler drops where the
+    derivative does not use it."""
+    return value_and_grad(name, x)[1]

@@ -442,8 +442,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 "a row scale is the ragged-M grouped kernel's (its launch argument: "
                 "grouped_mm(row_scale=))"
             )
-        if epilogue.residual and trace:
-            raise ValueError("a traced kernel with a residual is not built: trace it without")
+        if epilogue.reads_c_per_subtile and trace:
+            raise ValueError("a traced kernel with a residual or a dact epilogue is not built: "
+                             "trace it without")  # fmt: skip
         if config.stream_k and trace:
             raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
         if epilogue.gated and config.swap_ab:
@@ -476,6 +477,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             raise ValueError(
                 "a dgated epilogue (the gated unit's gradient) runs on a dense, unsplit kernel: "
                 f"no swap-AB, split-K, stream-K or groups; got {config}"
+            )
+        if epilogue.dact and (config.splits_in_kernel or self.grouped is not None):
+            raise ValueError(
+                "a dact epilogue (an activation's gradient) runs on a dense, unsplit kernel "
+                f"(swap-AB or not): no split-K, stream-K or groups; got {config}"
             )
         if self.grouped is not None:
             unsupported = {
@@ -1629,7 +1635,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ahead = [] if const_expr(bias_ahead is None) else list(bias_ahead)
         load = args.residual
         res_views = None
-        if const_expr(plan.epilogue.residual):
+        if const_expr(plan.epilogue.reads_c_per_subtile):
             res_views = residual.tile_views(load, tile, cfg.epi_tile)
             if const_expr(not self._residual_under_mainloop(plan)):
                 self.residual_prefetch(plan, args, tile, subtiles_done)
@@ -1638,7 +1644,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 ahead.append(self._bias_subtile(plan, args, views.origin, e + BIAS_AHEAD))
             bias = ahead[e] if const_expr(bias_ahead is not None) else None
             buf = (subtiles_done + e) % plan.epi_stages
-            if const_expr(plan.epilogue.residual):
+            if const_expr(plan.epilogue.reads_c_per_subtile):
                 # C's subtile is in buffer `buf` (loaded once the buffer's last store had read
                 # it), and a later subtile's load leaves behind the store of two before
                 later = residual.later_load(plan.epi_stages, e, plan.out_subtiles)
@@ -1915,12 +1921,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         plus beta times the residual, plus the bias, then the activation) and converted to the
         output dtype in ``views.tRS_rD_out``. ``bias``: the subtile's ``_bias_subtile`` when
         loaded ahead; None loads it here. ``sC_buf``: the buffer holding the residual's
-        subtile (``residual.issue``)."""
+        subtile (``residual.issue``), or ``dact``'s pre-activation subtile: then the output is
+        the accumulators times the activation's gradient there."""
         per_subtile = cute.size(views.tRS_rD)
         epi = plan.epilogue
         if const_expr(epi.plain):
             for v in cutlass.range_constexpr(per_subtile):
                 views.tRS_rD[v] = args.tRS_rAcc[e * per_subtile + v]
+        elif const_expr(epi.dact):
+            # the activation's gradient at the saved pre-activation, C's subtile in `sC_buf`
+            for v in cutlass.range_constexpr(per_subtile):
+                dh = cutlass.Float32(args.tRS_rAcc[e * per_subtile + v])
+                coord = args.tRS_cAcc[e * per_subtile + v]
+                pre = residual.value(sC_buf, coord, plan.config.epi_tile)
+                views.tRS_rD[v] = dh * epilogue_activation.grad(epi.activation, pre)
         elif const_expr(epi.gated):
             # output subtile (row r, column c) pairs the product's subtiles (r, c), the gate's,
             # and (r, c + half), the up projection's (under swap-AB: (r + half, c)): the same

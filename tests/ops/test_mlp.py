@@ -1,0 +1,194 @@
+"""A plain MLP's training step without a GPU (issue #25's backward): the op
+``torch.ops.wsgemm.act_grad`` (``opcheck`` on the CPU stand-in of the dact kernel, its fake),
+``wsgemm.mlp.mlp`` compiled with autograd, and ``nn.MLP``: inference through its fused
+``up_proj``, training through the fused step against float64, the module's own road where the
+step would change behaviour. The core is tested in tests/api/test_act_grad.py, the kernel in
+tests/gpu."""
+
+import pytest
+import torch
+from op_helpers import capture, fake_cuda, install, install_act_grad, ops_in
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import wsgemm
+from wsgemm import nn as wnn
+from wsgemm.api.epilogue import torch_activation
+
+BF16, F16 = torch.bfloat16, torch.float16
+MATMUL = "wsgemm.matmul.default"
+
+
+def test_opcheck_of_the_act_grad_op(monkeypatch):
+    """``torch.ops.wsgemm.act_grad``: schema, the fake implementation against the CPU stand-in
+    of the dact kernel, dynamic shapes; the fake's checks."""
+    variants = install_act_grad(monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    dy = torch.randn(300, 32, generator=gen).to(BF16)
+    w_down = (torch.randn(32, 64, generator=gen) / 4).to(BF16)
+    preact = torch.randn(300, 64, generator=gen).to(BF16)
+    torch.library.opcheck(torch.ops.wsgemm.act_grad.default, (dy, w_down, preact, "gelu"))
+    assert variants and variants[-1].epilogue == "dact+gelu"
+    with FakeTensorMode():
+        got = torch.ops.wsgemm.act_grad(fake_cuda((7, 32), BF16), fake_cuda((32, 24), BF16),
+                                        fake_cuda((7, 24), BF16), "silu")  # fmt: skip
+        assert got.shape == (7, 24) and got.dtype == BF16
+        with pytest.raises(ValueError, match=r"\(M, I\)"):
+            torch.ops.wsgemm.act_grad(fake_cuda((7, 32), BF16), fake_cuda((32, 24), BF16),
+                                      fake_cuda((7, 40), BF16), "silu")  # fmt: skip
+
+
+def test_compile_of_the_mlp_training_step():
+    """``mlp.mlp`` compiled with autograd (meta tensors): the forward two products (the up
+    projection's with its bias, then down's) around torch's activation; the backward one
+    ``act_grad`` (the activation's gradient fused into ``dy @ w_down``) and three products
+    (dx, the two weights' gradients): no elementwise pass over ``dh`` in the graph."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    from wsgemm.mlp import mlp
+
+    torch._dynamo.reset()
+    fw, bw = [], []
+
+    def boxed(graphs):
+        return lambda gm, example_inputs: make_boxed_func(capture(graphs)(gm, example_inputs))
+
+    backend = aot_autograd(fw_compiler=boxed(fw), bw_compiler=boxed(bw))
+    fn = torch.compile(mlp, backend=backend, fullgraph=True)
+    x = torch.empty(2, 5, 32, dtype=BF16, device="meta", requires_grad=True)
+    w_up = torch.empty(48, 32, dtype=BF16, device="meta", requires_grad=True)
+    b_up = torch.empty(48, dtype=BF16, device="meta", requires_grad=True)
+    w_d = torch.empty(32, 48, dtype=BF16, device="meta", requires_grad=True)
+    y = fn(x, w_up, b_up, w_d, None, "gelu_tanh")
+    assert y.shape == (2, 5, 32) and y.dtype == BF16
+    y.sum().backward()
+    assert len(ops_in(fw[0], MATMUL)) == 2
+    assert len(ops_in(bw[0], "wsgemm.act_grad.default")) == 1
+    assert len(ops_in(bw[0], MATMUL)) == 3
+    assert x.grad.shape == x.shape and w_up.grad.shape == w_up.shape
+    assert b_up.grad.shape == b_up.shape and w_d.grad.shape == w_d.shape
+
+
+@pytest.fixture
+def fused_training(monkeypatch):
+    """``MLP``'s fused training step on the CPU: matmul's core a float64 stand-in, the dact
+    kernel on and run by the CPU stand-in of its contract. Returns its compiled variants."""
+    install(monkeypatch)
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    monkeypatch.setattr(wnn, "_fuses_act_grad", lambda x: True)
+    return install_act_grad(monkeypatch)
+
+
+def _mlp_reference(mlp, x, grad):
+    """Every gradient of the step in float64 (torch's formula)."""
+    x64 = x.detach().double().requires_grad_()
+    p = {n: q.detach().double().requires_grad_() for n, q in mlp.named_parameters()}
+    pre = x64 @ p["up_proj.weight"].T
+    if "up_proj.bias" in p:
+        pre = pre + p["up_proj.bias"]
+    out = torch_activation(mlp.activation, pre) @ p["down_proj.weight"].T
+    if "down_proj.bias" in p:
+        out = out + p["down_proj.bias"]
+    out.backward(grad.double())
+    return out, {"x": x64.grad, **{n: q.grad for n, q in p.items()}}
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu2"])
+def test_an_mlp_trains_with_the_activation_s_gradient_fused(fused_training, bias, act):
+    """Where the dact kernel runs, ``MLP``'s training step is ``mlp.mlp``: its backward the
+    dact kernel (``dpre`` from ``d_out @ w_down`` and the saved pre-activation), then dx, dW
+    and the biases' sums; every gradient against float64, an N-D input folded."""
+    torch.manual_seed(3)
+    mlp = wnn.MLP(64, 256, activation=act, bias=bias, dtype=BF16)
+    x = torch.randn(2, 150, 64, dtype=BF16, requires_grad=True)
+    out = mlp(x)
+    assert type(out.grad_fn).__name__ == "_MLPBackward"
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert [v.epilogue for v in fused_training] == [f"dact+{act}"]
+    want_out, want = _mlp_reference(mlp, x, grad)
+    assert (out.double() - want_out).abs().max() <= 0.02 * want_out.abs().max()
+    for name, got in [("x", x.grad), *((n, q.grad) for n, q in mlp.named_parameters())]:
+        assert got is not None and got.shape == want[name].shape, name
+        err = (got.double() - want[name]).abs().max().item()
+        assert err <= 0.02 * want[name].abs().max().item() + 1e-3, name
+
+
+def test_an_mlp_infers_through_its_fused_up_projection(monkeypatch):
+    """Without a gradient the forward is ``down_proj(up_proj(x))``, ``up_proj`` a ``Linear``
+    carrying the activation (fused into its GEMM's epilogue with the bias); on the CPU both
+    layers fall back to torch with the same values."""
+    stub = install(monkeypatch)
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    torch.manual_seed(6)
+    mlp = wnn.MLP(64, 96, activation="gelu_tanh", dtype=BF16)
+    assert mlp.activation == "gelu_tanh" and mlp.up_proj.activation == "gelu_tanh"
+    x = torch.randn(4, 64, dtype=BF16)
+    with torch.no_grad():
+        got = mlp(x).double()
+    assert len(stub.calls) == 2
+    monkeypatch.undo()
+    with torch.no_grad():
+        torch_road = mlp(x).double()  # CPU tensors: torch's F.linear, then the activation
+    want, _ = _mlp_reference(mlp, x, torch.zeros(4, 64))
+    for y in (got, torch_road):
+        assert (y - want.detach()).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_an_mlp_step_keeps_the_module_road_where_it_would_change_behaviour(fused_training):
+    """A hook on a projection (the fused step bypasses its forward), no gradient to compute,
+    or a double backward: the module's own road runs the hook; with create_graph the step's
+    backward differentiates torch's formula on the saved inputs (a second derivative that
+    reaches x, against float64)."""
+    torch.manual_seed(4)
+    mlp = wnn.MLP(64, 96, activation="gelu", dtype=BF16)
+    x = torch.randn(3, 64, dtype=BF16, requires_grad=True)
+    seen = []
+    handle = mlp.down_proj.register_forward_hook(lambda *a: seen.append(1))
+    mlp(x).sum().backward()
+    assert seen == [1] and not fused_training
+    handle.remove()
+    with torch.no_grad():
+        assert not mlp._trains_fused(x)
+    out = mlp(x)
+    assert type(out.grad_fn).__name__ == "_MLPBackward"
+    (gx,) = torch.autograd.grad(out.float().pow(2).sum(), x, create_graph=True)
+    x.grad = None
+    gx.float().pow(2).sum().backward()  # a second derivative, through the step's formula
+    x64 = x.detach().double().requires_grad_()
+    w = {n: q.detach().double() for n, q in mlp.named_parameters()}
+    pre = x64 @ w["up_proj.weight"].T + w["up_proj.bias"]
+    out64 = torch_activation("gelu", pre) @ w["down_proj.weight"].T + w["down_proj.bias"]
+    (g64,) = torch.autograd.grad(out64.pow(2).sum(), x64, create_graph=True)
+    g64.pow(2).sum().backward()
+    err = (x.grad.double() - x64.grad).abs().max().item()
+    assert err <= 0.05 * x64.grad.abs().max().item() + 1e-3
+
+
+@pytest.mark.parametrize(
+    "families, capability, fuses",
+    [("on", (9, 0), True), ("on", (8, 0), False), ("off", (9, 0), False)],
+)
+def test_the_fused_step_runs_where_a_dact_kernel_does(monkeypatch, families, capability, fuses):
+    """``MLP``'s fused training step needs a GPU whose kernels fuse the activation's
+    gradient: Hopper with ``DACT_FAMILIES`` on; CPU tensors never."""
+    from wsgemm.host import registry
+    from wsgemm.host.dispatch import DISPATCHER, StandInDevices
+
+    on = registry.EPILOGUE_FAMILIES if families == "on" else frozenset()
+    monkeypatch.setattr(registry, "DACT_FAMILIES", on)
+    monkeypatch.setattr(DISPATCHER, "devices", StandInDevices(capability, 132))
+    with FakeTensorMode():
+        assert wnn._fuses_act_grad(fake_cuda((4, 8))) == fuses
+    assert not wnn._fuses_act_grad(torch.zeros(4, 8))
+
+
+def test_mlp_is_public_and_refuses_no_activation():
+    assert wsgemm.nn.MLP is wnn.MLP
+    with pytest.raises(ValueError, match="needs an activation"):
+        wnn.MLP(8, 16, activation=None)
+    from wsgemm.mlp import mlp
+
+    with pytest.raises(ValueError, match="needs an activation"):
+        mlp(torch.zeros(2, 8), torch.zeros(16, 8), None, torch.zeros(8, 16), None, None)

@@ -1,0 +1,192 @@
+"""``act_grad``: an activation's gradient fused into the GEMM that computes it, a plain MLP's
+backward (``down(act(x @ w_up.T + b_up))``: GPT-2's, Phi's, Falcon's, BERT's).
+
+The backward of ``h = act(pre)`` reads ``dh = d_out @ w_down`` and the saved pre-activation and
+writes ``dpre = dh · act'(pre)``. torch runs it as a product that writes ``dh``, then an
+elementwise kernel that reads ``dh`` and ``pre`` and writes ``dpre``. Fused
+(``Epilogue.dact``, ``host.fuses_act_grad``), one GEMM reads each subtile of ``pre`` by TMA
+into the epilogue buffer its result is then stored from (the residual's machinery,
+``kernels/sm90/residual.py``) and writes only ``dpre``, in fp32 from its accumulators, rounded
+once: ``dh`` never reaches memory. It runs the tile the policy picks for the product itself
+where that tile is an unsplit one, swap-AB or not (elementwise in ``pre``, the epilogue is its
+own transpose: ``dpre^T = (w_down^T dy^T) · act'(pre^T)``, the result and ``pre`` read M-major);
+elsewhere (a split tile, another GPU, the kernels switched off, an operand the kernel cannot
+address) the product runs on its own, rounded to the dtype, then torch's formula in fp32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .. import host
+from ..host.dispatch import TORCH
+from ..host.registry import Epilogue
+from ..host.workspace import UNSPLIT_LAUNCH
+from . import dispatch
+from .epilogue import activation_grad, check_activation
+from .plan import _kernel_view
+
+__all__ = ["ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad"]
+
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def check_act_grad(dy, w_down, preact, activation, device_types=("cuda",)) -> str:
+    """The kernels' activation name of ``act_grad(dy, w_down, preact, activation)``; raises
+    what is wrong and what is allowed."""
+    for name, t in (("dy", dy), ("w_down", w_down), ("preact", preact)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{name} must be a strided (dense) tensor, got {t.layout}")
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D, got {tuple(t.shape)}")
+        if t.dtype != dy.dtype or t.dtype not in _DTYPES:
+            raise TypeError(f"dy, w_down and preact must share float16 or bfloat16, got "
+                            f"{dy.dtype}, {w_down.dtype} and {preact.dtype}")  # fmt: skip
+        if t.device.type not in device_types or t.device != dy.device:
+            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on dy's device, "
+                             f"got {t.device}")  # fmt: skip
+    act = check_activation(activation)
+    if act == "none":
+        raise ValueError("an activation's gradient needs its activation ('gelu', 'silu', ...)")
+    if w_down.shape[0] != dy.shape[1] or tuple(preact.shape) != (dy.shape[0], w_down.shape[1]):
+        raise ValueError(
+            f"dy {tuple(dy.shape)}, w_down {tuple(w_down.shape)} and preact "
+            f"{tuple(preact.shape)} must be (M, H), (H, I) (the down projection's weight) and "
+            "(M, I) (the saved pre-activation)"
+        )
+    return act
+
+
+def act_grad(dy, w_down, preact, activation="gelu", *, dispatcher=None) -> torch.Tensor:
+    """``dpre = (dy @ w_down) · act'(preact)`` (M, I) in ``dy``'s dtype: the gradient of ``h =
+    act(pre)`` with respect to its saved pre-activation ``preact`` (M, I), where ``dy`` (M, H)
+    is the gradient of ``h @ w_down.T`` (``w_down`` (H, I) as ``nn.Linear`` holds it).
+
+    Where a kernel fuses it (``host.fuses_act_grad``: ``Epilogue.dact``) one GEMM computes
+    ``dh`` and writes only ``dpre``, in fp32 from its accumulators, rounded once; else ``dh``
+    is a product of its own (rounded to the dtype), then ``dh · act'(preact)`` in fp32,
+    rounded once (the module docstring)."""
+    d = dispatcher or _default_dispatcher()
+    act = check_act_grad(dy, w_down, preact, activation, (d.devices.type,))
+    # a negated view's values are not its memory's, which the kernel reads
+    dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
+    m, n = preact.shape
+    out = torch.empty(m, n, dtype=dy.dtype, device=dy.device)
+    if m == 0 or n == 0:
+        return out
+    road = _road(d, dy, w_down, preact) if dy.shape[1] else "an empty product"
+    if isinstance(road, str):
+        dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
+        return out.copy_(dh.float() * activation_grad(act, preact))
+    launch = _launch(road, dy, out, act)
+    fn, clusters = d.kernel(launch.backend, launch.index, launch.dtypes, launch.a_major,
+                            launch.b_major, launch.config, launch.epilogue)  # fmt: skip
+    with d.on_device(launch.index):
+        fn(launch.a, launch.b, launch.c, clusters, *UNSPLIT_LAUNCH, None, None, None, launch.c_in)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ActGradLaunch:
+    """The dact kernel's launch of an ``act_grad`` call (``act_grad_launch``): its backend,
+    config (None: the backend's shipped one), device index, dtypes, majors, epilogue name and
+    views: A (dy), B (w_down as (I, H)), C (the result, (M, I, 1)), ``c_in`` (the
+    pre-activation, (M, I, 1)) and the (M, I) result ``out``; under swap-AB A and B trade and
+    C and ``c_in`` are the (I, M, 1) transposes."""
+
+    backend: str
+    config: object
+    index: int
+    dtypes: tuple[str, str, str]
+    a_major: str
+    b_major: str
+    epilogue: str
+    a: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor
+    c_in: torch.Tensor
+    out: torch.Tensor
+
+
+def _launch(road, dy, out, act: str) -> ActGradLaunch:
+    (a_view, a_major), (b_view, b_major), c_in, (backend, config), index = road
+    dtypes = (str(dy.dtype)[6:], str(dy.dtype)[6:], "float32")
+    c_view = _c_view(out, _config_of(backend, config).swap_ab)
+    return ActGradLaunch(backend, config, index, dtypes, a_major, b_major,
+                         Epilogue(activation=act, dact=True).name, a_view, b_view, c_view, c_in,
+                         out)  # fmt: skip
+
+
+def act_grad_launch(d, dy, w_down, preact, activation="gelu") -> ActGradLaunch:
+    """``act_grad(dy, w_down, preact, activation)``'s dact kernel launch, checked and planned as
+    the call plans it, not run (into a new result), for a tool that launches it itself. A
+    ValueError where the call runs no dact kernel (the unfused road: it says why)."""
+    act = check_act_grad(dy, w_down, preact, activation, (d.devices.type,))
+    dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
+    road = "an empty problem"
+    if preact.numel() and dy.shape[1]:
+        road = _road(d, dy, w_down, preact)
+    if isinstance(road, str):
+        raise ValueError(f"this act_grad call runs no dact kernel: {road}")
+    out = torch.empty(preact.shape, dtype=dy.dtype, device=dy.device)
+    return _launch(road, dy, out, act)
+
+
+def _road(d, dy, w_down, preact):
+    """(A's view and major, B's view and major, C's (the pre-activation's) view, (backend,
+    config), device index) where the dact kernel runs ``act_grad``, else why not (a str)."""
+    index = d.device_index(dy.device) or 0
+    m, k = dy.shape
+    n = w_down.shape[1]
+    dtype = str(dy.dtype)[6:]
+    route = d.route("auto", index, (m, n, k, None), (dtype, dtype, "float32"), quiet=True)
+    why = _refusal(route)
+    if why is not None:
+        return why
+    swap = _config_of(route.backend, route.config).swap_ab
+    x = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
+    if x is None:  # (e.g. a broadcast gradient, out.sum()'s) a copy the kernel reads: M x H
+        x = _kernel_view(dy.contiguous().unsqueeze(-1), False, (1, 0))
+    w = _kernel_view(w_down.t().unsqueeze(-1), False, (0, 1))  # (I, H): w_down's rows are K
+    c = _c_view(preact, swap)
+    if x is None or w is None or c is None:
+        return "an operand is not addressable by the kernel (unit stride, 16-byte strides)"
+    # swap-AB: dpre^T = w_down^T dy^T, the weight the kernel's A (I, H), dy its B (M, H)
+    (a_view, a_side), (b_view, b_side) = (w, x) if swap else (x, w)
+    a_major = "k" if a_side == "cols" else "m"
+    b_major = "n" if b_side == "rows" else "k"
+    return (a_view, a_major), (b_view, b_major), c, (route.backend, route.config), index
+
+
+def _config_of(backend: str, config):
+    """A route's config (None in a route: its backend's shipped one)."""
+    return config if config is not None else host.BACKENDS[backend].config()
+
+
+def _c_view(t: torch.Tensor, swap: bool) -> torch.Tensor | None:
+    """An (M, I) tensor as the kernel's C (the result, or the pre-activation it reads) is laid
+    out: (M, I, 1) N-major, or under swap-AB its transpose (I, M, 1) M-major; None where the
+    kernel cannot address it."""
+    found = _kernel_view((t.t() if swap else t).unsqueeze(-1), False, (0,) if swap else (1,))
+    return None if found is None else found[0]
+
+
+def _refusal(route) -> str | None:
+    """Why no dact kernel runs on the product's ``route``, or None where one does."""
+    if route.backend == TORCH:
+        return f"the product runs torch.matmul here ({route.reason})"
+    if not host.fuses_act_grad(route.backend):
+        return "the dact kernels are switched off here (host.registry.DACT_FAMILIES)"
+    if route.split != 1 or _config_of(route.backend, route.config).splits_in_kernel:
+        return "the product's tile is a split one (a dact epilogue's is unsplit)"
+    return None
+
+
+def _default_dispatcher():
+    from ..host.dispatch import DISPATCHER
+
+    return DISPATCHER

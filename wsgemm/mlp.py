@@ -1,0 +1,112 @@
+"""A plain MLP's training step, ``down(act(x @ w_up.T + b_up))`` (GPT-2's, Phi's, Falcon's,
+BERT's), with the activation's gradient fused into the down projection's input-gradient GEMM.
+
+``mlp`` (which ``nn.MLP`` takes where the fused kernel runs) computes its forward as torch's
+unfused MLP does, on wsgemm's kernels: the pre-activation ``pre = x @ w_up.T + b_up`` (one GEMM,
+its bias fused), then ``h = act(pre)`` (torch's activation), then the down projection; it saves
+what torch saves (x, ``pre`` and ``h``). Its backward runs ``torch.ops.wsgemm.act_grad``:
+``dpre = (d_out @ w_down) · act'(pre)`` in one GEMM whose epilogue reads ``pre`` (the
+``Epilogue.dact`` kernel, ``wsgemm.api.act_grad``), where torch writes ``dh`` and reads it back
+with ``pre`` in an elementwise kernel; then dx, dW and the biases' sums (``_MLP``). The op has a
+fake implementation (torch.compile, export).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import ops as _ops
+from .api import act_grad as core
+from .api.epilogue import check_activation, torch_activation
+from .ops import autocast_cast, matmul
+
+__all__ = ["mlp"]
+
+_LIB = torch.library.Library("wsgemm", "FRAGMENT")
+_LIB.define(
+    'act_grad(Tensor dy, Tensor w_down, Tensor preact, str activation="gelu") -> Tensor',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+
+
+def _act_grad_impl(dy, w_down, preact, activation="gelu"):
+    return core.act_grad(dy, w_down, preact, activation)
+
+
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("act_grad", _act_grad_impl, _key)
+
+
+@torch.library.register_fake("wsgemm::act_grad", lib=_LIB)
+def _act_grad_fake(dy, w_down, preact, activation="gelu"):
+    core.check_act_grad(dy, w_down, preact, activation, _ops._FAKE_DEVICES)
+    return preact.new_empty(preact.shape)
+
+
+def _fold(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
+class _MLP(torch.autograd.Function):
+    """``down(act(x @ w_up.T + b_up))``, whose backward fuses the activation's gradient into
+    the down projection's input-gradient GEMM (``torch.ops.wsgemm.act_grad``: ``dpre`` from
+    ``d_out @ w_down`` and the saved pre-activation in one kernel; ``dh`` never reaches memory),
+    then dx, dW and the biases' sums. The forward saves what torch's unfused MLP saves: x,
+    the pre-activation and ``h``."""
+
+    @staticmethod
+    def forward(ctx, x, w_up, b_up, w_d, b_d, activation):
+        x2 = _fold(x)
+        pre = matmul(x2, w_up.t(), bias=b_up)
+        h = torch_activation(activation, pre)
+        out = matmul(h, w_d.t(), bias=b_d)
+        ctx.activation = activation
+        ctx.has_bias = (b_up is not None, b_d is not None)
+        # the inputs themselves (a double backward differentiates through them), then pre and h
+        ctx.save_for_backward(x, w_up, b_up, w_d, b_d, pre, h)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        if torch.is_grad_enabled():  # create_graph (a double backward): torch's formula
+            return _MLP._differentiable(ctx, grad)
+        x, w_up, _, w_d, _, pre, h = ctx.saved_tensors
+        x2 = _fold(x)
+        d2 = _fold(grad)
+        need = ctx.needs_input_grad
+        dpre = None  # only for x's and the up projection's gradients
+        if any(need[:3]):
+            dpre = torch.ops.wsgemm.act_grad(d2, w_d, pre, ctx.activation)
+        gx = matmul(dpre, w_up).reshape(*grad.shape[:-1], x2.shape[-1]) if need[0] else None
+        gw_up = matmul(dpre.t(), x2) if need[1] else None
+        gb_up = dpre.float().sum(0).to(dpre.dtype) if ctx.has_bias[0] and need[2] else None
+        gw_d = matmul(d2.t(), h) if need[3] else None
+        gb_d = d2.float().sum(0).to(d2.dtype) if ctx.has_bias[1] and need[4] else None
+        return gx, gw_up, gb_up, gw_d, gb_d, None
+
+    @staticmethod
+    def _differentiable(ctx, grad):
+        """The step's gradients by autograd through torch's own ops on the saved inputs, so
+        that they are differentiable again (a double backward: create_graph)."""
+        x, w_up, b_up, w_d, b_d = ctx.saved_tensors[:5]
+        inputs = (x, w_up, b_up, w_d, b_d)
+        with torch.enable_grad():
+            pre = torch.nn.functional.linear(x, w_up, b_up)
+            out = torch.nn.functional.linear(torch_activation(ctx.activation, pre), w_d, b_d)
+            wrt = [t for t, need in zip(inputs, ctx.needs_input_grad, strict=False) if need]
+            found = iter(torch.autograd.grad(out, wrt, grad, create_graph=True))
+        return (*(next(found) if need else None for need in ctx.needs_input_grad[:5]), None)
+
+
+def mlp(x, up_weight, up_bias, down_weight, down_bias, activation="gelu"):
+    """A plain MLP's forward for training: ``down(act(x @ up_weight.T + up_bias))`` with
+    ``down(h) = h @ down_weight.T + down_bias`` (biases may be None), whose backward fuses the
+    activation's gradient into the down projection's input-gradient GEMM (``_MLP``;
+    ``nn.MLP`` calls it where that kernel runs). Under CUDA autocast the tensors are cast as
+    ``matmul`` casts them."""
+    if check_activation(activation) == "none":
+        raise ValueError("mlp needs an activation ('gelu', 'gelu_tanh', 'relu', ...)")
+    tensors = autocast_cast(x, up_weight, up_bias, down_weight, down_bias)
+    return _MLP.apply(*tensors, activation)
