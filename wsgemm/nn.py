@@ -500,8 +500,8 @@ class MLP(nn.Module):
     ``Linear``. A training step where the kernels run (``wsgemm.mlp.mlp``) computes the
     pre-activation, then the activation in torch, saving what torch saves, and its backward
     fuses the activation's gradient into the down projection's input-gradient GEMM
-    (``torch.ops.wsgemm.act_grad``: ``DACT_FAMILIES``); elsewhere autograd runs through the
-    two layers as through torch's."""
+    (``torch.ops.wsgemm.act_grad``: ``DACT_FAMILIES``); elsewhere a training step runs the
+    same forward through the layers' products and autograd's backward, as torch's MLP."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "gelu", bias: bool = True,
                  device=None, dtype=None):  # fmt: skip
@@ -517,10 +517,31 @@ class MLP(nn.Module):
         return self.up_proj.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up, down = self.up_proj, self.down_proj
         if self._trains_fused(x):
-            up, down = self.up_proj, self.down_proj
             return _mlp_step(x, up.weight, up.bias, down.weight, down.bias, up.activation)
-        return self.down_proj(self.up_proj(x))
+        if self._needs_grad(x) and self._own_layers():
+            # a step without the fused kernel: the pre-activation, then torch's activation,
+            # which autograd saves as torch's MLP does (up_proj's fused activation would
+            # recompute the product in its backward: one more GEMM)
+            pre = (linear if _runs_on_wsgemm(x, up.weight) else F.linear)(x, up.weight, up.bias)
+            return down(torch_activation(up.activation, pre))
+        return down(up(x))
+
+    def _needs_grad(self, x: torch.Tensor) -> bool:
+        params = (x, *self.parameters())
+        return torch.is_grad_enabled() and any(p.requires_grad for p in params)
+
+    def _own_layers(self) -> bool:
+        """``up_proj`` and ``down_proj`` are this module's plain layers (``up_proj`` with an
+        activation, ``down_proj`` without, no hooks): a road that bypasses their forward
+        computes what they would."""
+        up, down = self.up_proj, self.down_proj
+        if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
+            return False
+        return up.activation is not None and not any(
+            m._forward_hooks or m._forward_pre_hooks for m in (up, down)
+        )
 
     def _trains_fused(self, x: torch.Tensor) -> bool:
         """Whether this step takes ``wsgemm.mlp.mlp`` (the activation's gradient fused into
@@ -530,18 +551,9 @@ class MLP(nn.Module):
         no hooks: the step bypasses their forward). Not under a torch.func transform."""
         up, down = self.up_proj, self.down_proj
         params = (up.weight, down.weight, up.bias, down.bias)
-        if not (torch.is_grad_enabled() and (x.requires_grad or any(
-                p is not None and p.requires_grad for p in params))):  # fmt: skip
+        if not self._needs_grad(x):
             return False  # first: an inference forward asks nothing else
-        if not _fuses_act_grad(x):
-            return False
-        if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
-            return False
-        if up.activation is None or any(
-            m._forward_hooks or m._forward_pre_hooks for m in (up, down)
-        ):
-            return False
-        if _transformed():
+        if not _fuses_act_grad(x) or not self._own_layers() or _transformed():
             return False
         if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
             return False

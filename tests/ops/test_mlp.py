@@ -192,3 +192,26 @@ def test_mlp_is_public_and_refuses_no_activation():
 
     with pytest.raises(ValueError, match="needs an activation"):
         mlp(torch.zeros(2, 8), torch.zeros(16, 8), None, torch.zeros(8, 16), None, None)
+
+
+def test_a_step_without_the_fused_kernel_recomputes_no_product(monkeypatch):
+    """Where no kernel fuses the gradient, a training step is torch's MLP on wsgemm's products:
+    the pre-activation, torch's activation (which autograd saves), down; its backward four
+    products (dh, dx, both weights'), not a fifth to recompute the pre-activation (up_proj's
+    own fused activation would); float64's gradients."""
+    stub = install(monkeypatch)
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    monkeypatch.setattr(wnn, "_fuses_act_grad", lambda x: False)
+    torch.manual_seed(8)
+    mlp = wnn.MLP(64, 96, activation="gelu", dtype=BF16)
+    x = torch.randn(2, 3, 64, dtype=BF16, requires_grad=True)
+    out = mlp(x)
+    assert len(stub.calls) == 2 and stub.calls[0][1].shape == (64, 96)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert len(stub.calls) == 2 + 4
+    want_out, want = _mlp_reference(mlp, x, grad)
+    assert (out.double() - want_out).abs().max() <= 0.02 * want_out.abs().max()
+    for name, got in [("x", x.grad), *((n, q.grad) for n, q in mlp.named_parameters())]:
+        err = (got.double() - want[name]).abs().max().item()
+        assert err <= 0.02 * want[name].abs().max().item() + 1e-3, name
