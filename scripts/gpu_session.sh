@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -176,6 +176,12 @@ if has dact; then
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "dact" 2>&1 | tee "$OUT/dact-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+fi
+if has dactbench; then
+  # docs/perf.md entry 92's prediction: the dact GEMM against its plain GEMM, a plain MLP's step
+  timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/bench_mlp_dact.py --rounds ${ROUNDS:-5} \
+    --tokens ${MLP_TOKENS:-1024,4096} --json "$OUT/mlp-dact.json" > "$OUT/mlp-dact.log" 2>&1
+  echo "mlp dact rc=$?"; tail -8 "$OUT/mlp-dact.log"
 fi
 # The whole GPU suite in four calls of under 600 s each (one run was cut at 560 s after 41%,
 # docs/perf.md entry 80): named steps only, not part of "all"
