@@ -500,8 +500,9 @@ class MLP(nn.Module):
     ``Linear``. A training step where the kernels run (``wsgemm.mlp.mlp``) computes the
     pre-activation, then the activation in torch, saving what torch saves, and its backward
     fuses the activation's gradient into the down projection's input-gradient GEMM
-    (``torch.ops.wsgemm.act_grad``: ``DACT_FAMILIES``); elsewhere a training step runs the
-    same forward through the layers' products and autograd's backward, as torch's MLP."""
+    (``torch.ops.wsgemm.act_grad``: ``DACT_FAMILIES``); elsewhere a training step is torch's
+    MLP on wsgemm's products (``up_proj``'s product, then torch's activation, which autograd
+    saves)."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "gelu", bias: bool = True,
                  device=None, dtype=None):  # fmt: skip
@@ -520,12 +521,8 @@ class MLP(nn.Module):
         up, down = self.up_proj, self.down_proj
         if self._trains_fused(x):
             return _mlp_step(x, up.weight, up.bias, down.weight, down.bias, up.activation)
-        if self._needs_grad(x) and self._own_layers():
-            # a step without the fused kernel: the pre-activation, then torch's activation,
-            # which autograd saves as torch's MLP does (up_proj's fused activation would
-            # recompute the product in its backward: one more GEMM)
-            pre = (linear if _runs_on_wsgemm(x, up.weight) else F.linear)(x, up.weight, up.bias)
-            return down(torch_activation(up.activation, pre))
+        # (with a gradient to compute, up_proj runs its product, then torch's activation, which
+        # autograd saves: torch's MLP on wsgemm's products, nothing recomputed)
         return down(up(x))
 
     def _needs_grad(self, x: torch.Tensor) -> bool:

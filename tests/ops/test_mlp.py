@@ -196,9 +196,9 @@ def test_mlp_is_public_and_refuses_no_activation():
 
 def test_a_step_without_the_fused_kernel_recomputes_no_product(monkeypatch):
     """Where no kernel fuses the gradient, a training step is torch's MLP on wsgemm's products:
-    the pre-activation, torch's activation (which autograd saves), down; its backward four
-    products (dh, dx, both weights'), not a fifth to recompute the pre-activation (up_proj's
-    own fused activation would); float64's gradients."""
+    up_proj's product, torch's activation (which autograd saves), down; its backward four
+    products (dh, dx, both weights'), none to recompute the pre-activation; float64's
+    gradients."""
     stub = install(monkeypatch)
     monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
     monkeypatch.setattr(wnn, "_fuses_act_grad", lambda x: False)
