@@ -37,6 +37,7 @@ from wsgemm.api.epilogue import activation_grad, torch_activation
 from wsgemm.bench import env, measure, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
+from wsgemm.host.dispatch import DISPATCHER
 
 #: plain-MLP layers of public configs: (hidden, ffn, activation)
 MODELS = {
@@ -104,7 +105,7 @@ def contenders(hidden: int, ffn: int, act: str, tokens: int, dtype, gen):
         "dh_dact": no_grad(lambda: act_grad_core.act_grad(dout, down.weight, pre, act), True),
         "dh_unfused": no_grad(unfused),
     }  # fmt: skip
-    return calls, (mlp, x, dout)
+    return calls, (mlp, x, dout, pre)
 
 
 def check(mlp, x, dout, step) -> None:
@@ -140,7 +141,11 @@ def main(argv=None) -> int:
     for name in args.models.split(","):
         hidden, ffn, act = MODELS[name]
         for tokens in suites.parse_int_list(args.tokens):
-            calls, (mlp, x, dout) = contenders(hidden, ffn, act, tokens, dtype, gen)
+            calls, (mlp, x, dout, pre) = contenders(hidden, ffn, act, tokens, dtype, gen)
+            with _Switch(True):  # raises where the dact GEMM would take the unfused road
+                launch = act_grad_core.act_grad_launch(DISPATCHER, dout, mlp.down_proj.weight, pre,
+                                                       act)  # fmt: skip
+            tile = f"{launch.backend} {launch.config}"
             for contender in ("wsgemm", "wsgemm_unfused"):
                 check(mlp, x, dout, calls[contender])
             names = list(calls)
@@ -158,11 +163,11 @@ def main(argv=None) -> int:
             }
             print(f"{name} t={tokens:<6d} " + "  ".join(f"{k} {v:.3f}" for k, v in ratios.items())
                   + f"  (dh plain {med['dh_plain'] * 1e3:.1f} us, step torch "
-                  f"{med['torch']:.3f} ms)", flush=True)  # fmt: skip
+                  f"{med['torch']:.3f} ms; dact on {tile})", flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=hidden, ffn=ffn,
-                                activation=act, ratios=ratios, times_ms=times,
+                                activation=act, dact_tile=tile, ratios=ratios, times_ms=times,
                                 median_ms=med))  # fmt: skip
-            del calls, mlp, x, dout
+            del calls, mlp, x, dout, pre
     if args.json:
         env.write_script_record(args.json, args, records)
     return 0

@@ -97,6 +97,8 @@ class GatedKernels:
         if epilogue.dact:  # C and the output (M, N, 1) of one major: dh · act'(pre)
             pre, unit = rest[-1], 0 if swapped else 1  # swap-AB: both M-major
             assert pre.shape == c.shape and pre.stride(unit) == c.stride(unit) == 1
+            # the kernel reads memory: a negated view's would be the wrong values
+            assert not any(t.is_neg() for t in (a, b, c, pre))
             dh = torch.einsum("mkl,nkl->mnl", a.double(), b.double())
             c.copy_((dh * activation_grad(epilogue.activation, pre).double()).to(c.dtype))
             return

@@ -105,8 +105,14 @@ def mlp(x, up_weight, up_bias, down_weight, down_bias, activation="gelu"):
     ``down(h) = h @ down_weight.T + down_bias`` (biases may be None), whose backward fuses the
     activation's gradient into the down projection's input-gradient GEMM (``_MLP``;
     ``nn.MLP`` calls it where that kernel runs). Under CUDA autocast the tensors are cast as
-    ``matmul`` casts them."""
+    ``matmul`` casts them. Tensors not all on a CUDA GPU take torch's formula."""
     if check_activation(activation) == "none":
         raise ValueError("mlp needs an activation ('gelu', 'gelu_tanh', 'relu', ...)")
     tensors = autocast_cast(x, up_weight, up_bias, down_weight, down_bias)
+    if any(t is not None and t.device.type not in _ops._FAKE_DEVICES for t in tensors):
+        # wsgemm's kernels run on CUDA GPUs (the op takes meta tensors too): elsewhere torch's
+        # formula, autograd through its own ops
+        x, up_weight, up_bias, down_weight, down_bias = tensors
+        h = torch_activation(activation, torch.nn.functional.linear(x, up_weight, up_bias))
+        return torch.nn.functional.linear(h, down_weight, down_bias)
     return _MLP.apply(*tensors, activation)

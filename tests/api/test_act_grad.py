@@ -191,3 +191,31 @@ def test_a_dact_epilogue_takes_an_activation_and_nothing_else():
         with pytest.raises(ValueError, match="epilogue"):
             Epilogue(**{"activation": "silu", **bad, "dact": True} if bad else {"dact": True})
     assert e.swapped() == e  # elementwise in C: its own transpose
+
+
+@pytest.mark.parametrize("rows", [4, 300])  # a swap-AB tile's, a row tile's
+def test_a_result_the_kernel_cannot_address_takes_the_unfused_road(dact, rows):
+    """I not a multiple of 8: a padded pre-activation is addressable, but the (M, I) result is
+    not (its row stride is I): the unfused road, with float64's values (not a launch on a
+    missing view)."""
+    gen = torch.Generator().manual_seed(9)
+    dy = torch.randn(rows, 64, generator=gen).to(F16)
+    w_down = torch.randn(12, 64, generator=gen).to(F16).t()  # (64, 12), K-major as the kernel's B
+    preact = torch.randn(rows, 16, generator=gen).to(F16)[:, :12]
+    d = dispatcher()
+    with pytest.raises(ValueError, match="not addressable"):
+        core.act_grad_launch(d, dy, w_down, preact, "gelu")
+    got = core.act_grad(dy, w_down, preact, "gelu", dispatcher=d)
+    assert close(got, reference(dy, w_down, preact, "gelu"), F16, 64)
+    assert not any(Epilogue.parse(v.epilogue).dact for v in d.cache.variants)
+
+
+def test_relu_s_gradient_is_zero_where_its_derivative_is(monkeypatch):
+    """relu and relu2: 0 where the pre-activation is <= 0 whatever dh holds (an inf), as torch's
+    ``threshold_backward``; the unfused road's pass (the kernel's combine does the same, a
+    ``select``: tests/kernels)."""
+    dh = torch.tensor([[float("inf"), 2.0, float("-inf"), 3.0]])
+    pre = torch.tensor([[-1.0, 0.5, 0.0, 2.0]])
+    for act, want in (("relu", [0.0, 2.0, 0.0, 3.0]), ("relu2", [0.0, 2.0, 0.0, 12.0])):
+        assert core.unfused(act, dh, pre).tolist() == [want]
+    assert core.unfused("gelu", dh, pre)[0, 0].isinf()  # (gelu'(-1) != 0: inf times it)

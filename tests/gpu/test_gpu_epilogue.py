@@ -652,7 +652,7 @@ DACT_CASES = [
     for (m, ffn, hidden) in (
         (1, 256, 64),  # a swap-AB decode tile (the result and the pre-activation M-major)
         (37, 1000, 200),  # the ping-pong tile; I not a multiple of its width
-        (300, 4096, 1024),  # a wide swap-AB tile
+        (300, 4096, 1024),  # a wide swap-AB tile (the policy's pick; asserted below)
         (1024, 3072, 768),  # a cooperative 128-row tile
         (4096, 8192, 2048),  # the shipped tile
     )  # fmt: skip
@@ -679,11 +679,13 @@ def test_dact_matches_float64(dact, m, ffn, hidden, act, ab):
     dy = make((m, hidden), ab, "cuda", gen=gen)
     w_down = (torch.randn(hidden, ffn, generator=gen) / hidden**0.5).to(ab).cuda()
     preact = torch.randn(m, ffn + 8, generator=gen).to(ab).cuda()[:, :ffn]  # row stride I + 8
-    d = GatedKernelOnly()
+    d = SwapTiles()
     poison = torch.full((m, ffn), float("nan"), dtype=ab, device="cuda")
     del poison
     got = act_grad_core.act_grad(dy, w_down, preact, act, dispatcher=d)
     assert d.epilogues == [f"dact+{act}"]
+    (config,) = d.configs  # the swap-AB cases ran on a swap-AB tile (the policy's pick)
+    assert (config is not None and config.swap_ab) == (m in (1, 300)), config
     assert not got.isnan().any()
     ref = (dy.double() @ w_down.double()) * activation_grad(act, preact).double()
     theirs = ((dy @ w_down).float() * activation_grad(act, preact)).to(ab)

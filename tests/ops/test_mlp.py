@@ -144,11 +144,12 @@ def test_an_mlp_step_keeps_the_module_road_where_it_would_change_behaviour(fused
     torch.manual_seed(4)
     mlp = wnn.MLP(64, 96, activation="gelu", dtype=BF16)
     x = torch.randn(3, 64, dtype=BF16, requires_grad=True)
-    seen = []
-    handle = mlp.down_proj.register_forward_hook(lambda *a: seen.append(1))
-    mlp(x).sum().backward()
-    assert seen == [1] and not fused_training
-    handle.remove()
+    for layer in (mlp.up_proj, mlp.down_proj):
+        seen = []
+        handle = layer.register_forward_hook(lambda *a, seen=seen: seen.append(1))
+        mlp(x).sum().backward()
+        assert seen == [1] and not fused_training
+        handle.remove()
     with torch.no_grad():
         assert not mlp._trains_fused(x)
     out = mlp(x)
@@ -215,3 +216,21 @@ def test_a_step_without_the_fused_kernel_recomputes_no_product(monkeypatch):
     for name, got in [("x", x.grad), *((n, q.grad) for n, q in mlp.named_parameters())]:
         err = (got.double() - want[name]).abs().max().item()
         assert err <= 0.02 * want[name].abs().max().item() + 1e-3, name
+
+
+def test_mlp_on_cpu_tensors_is_torch_s_formula():
+    """``mlp.mlp`` on tensors wsgemm's kernels do not take (CPU): torch's formula, its forward
+    and backward (the fused step's op would refuse a CPU gradient); float64's gradients."""
+    from wsgemm.mlp import mlp
+
+    torch.manual_seed(2)
+    x = torch.randn(5, 16, dtype=torch.float64, requires_grad=True)
+    w_up, w_d = torch.randn(32, 16, dtype=torch.float64), torch.randn(16, 32, dtype=torch.float64)
+    b_up = torch.randn(32, dtype=torch.float64, requires_grad=True)
+    out = mlp(x, w_up, b_up, w_d, None, "relu2")
+    assert type(out.grad_fn).__name__ != "_MLPBackward"
+    out.sum().backward()
+    x64 = x.detach().clone().requires_grad_()
+    b64 = b_up.detach().clone().requires_grad_()
+    (torch_activation("relu2", x64 @ w_up.T + b64) @ w_d.T).sum().backward()
+    assert torch.allclose(x.grad, x64.grad) and torch.allclose(b_up.grad, b64.grad)

@@ -28,7 +28,7 @@ from . import dispatch
 from .epilogue import activation_grad, check_activation
 from .plan import _kernel_view
 
-__all__ = ["ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad"]
+__all__ = ["ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad", "unfused"]
 
 _DTYPES = (torch.float16, torch.bfloat16)
 
@@ -78,10 +78,10 @@ def act_grad(dy, w_down, preact, activation="gelu", *, dispatcher=None) -> torch
     out = torch.empty(m, n, dtype=dy.dtype, device=dy.device)
     if m == 0 or n == 0:
         return out
-    road = _road(d, dy, w_down, preact) if dy.shape[1] else "an empty product"
+    road = _road(d, dy, w_down, preact, out) if dy.shape[1] else "an empty product"
     if isinstance(road, str):
         dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
-        return out.copy_(dh.float() * activation_grad(act, preact))
+        return out.copy_(unfused(act, dh, preact))
     launch = _launch(road, dy, out, act)
     fn, clusters = d.kernel(launch.backend, launch.index, launch.dtypes, launch.a_major,
                             launch.b_major, launch.config, launch.epilogue)  # fmt: skip
@@ -112,6 +112,13 @@ class ActGradLaunch:
     out: torch.Tensor
 
 
+def unfused(act: str, dh: torch.Tensor, preact: torch.Tensor) -> torch.Tensor:
+    """``dh · act'(preact)`` in fp32 (the unfused road's pass after the product), 0 where the
+    derivative is (relu, relu2: torch's ``threshold_backward``, whatever ``dh`` holds there)."""
+    g = dh.float() * activation_grad(act, preact)
+    return torch.where(preact > 0, g, 0.0) if act in ("relu", "relu2") else g
+
+
 def _launch(road, dy, out, act: str) -> ActGradLaunch:
     (a_view, a_major), (b_view, b_major), c_in, (backend, config), index = road
     dtypes = (str(dy.dtype)[6:], str(dy.dtype)[6:], "float32")
@@ -127,18 +134,19 @@ def act_grad_launch(d, dy, w_down, preact, activation="gelu") -> ActGradLaunch:
     ValueError where the call runs no dact kernel (the unfused road: it says why)."""
     act = check_act_grad(dy, w_down, preact, activation, (d.devices.type,))
     dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
+    out = torch.empty(preact.shape, dtype=dy.dtype, device=dy.device)
     road = "an empty problem"
     if preact.numel() and dy.shape[1]:
-        road = _road(d, dy, w_down, preact)
+        road = _road(d, dy, w_down, preact, out)
     if isinstance(road, str):
         raise ValueError(f"this act_grad call runs no dact kernel: {road}")
-    out = torch.empty(preact.shape, dtype=dy.dtype, device=dy.device)
     return _launch(road, dy, out, act)
 
 
-def _road(d, dy, w_down, preact):
+def _road(d, dy, w_down, preact, out):
     """(A's view and major, B's view and major, C's (the pre-activation's) view, (backend,
-    config), device index) where the dact kernel runs ``act_grad``, else why not (a str)."""
+    config), device index) where the dact kernel runs ``act_grad`` into ``out``, else why not
+    (a str)."""
     index = d.device_index(dy.device) or 0
     m, k = dy.shape
     n = w_down.shape[1]
@@ -153,7 +161,7 @@ def _road(d, dy, w_down, preact):
         x = _kernel_view(dy.contiguous().unsqueeze(-1), False, (1, 0))
     w = _kernel_view(w_down.t().unsqueeze(-1), False, (0, 1))  # (I, H): w_down's rows are K
     c = _c_view(preact, swap)
-    if x is None or w is None or c is None:
+    if x is None or w is None or c is None or _c_view(out, swap) is None:
         return "an operand is not addressable by the kernel (unit stride, 16-byte strides)"
     # swap-AB: dpre^T = w_down^T dy^T, the weight the kernel's A (I, H), dy its B (M, H)
     (a_view, a_side), (b_view, b_side) = (w, x) if swap else (x, w)
