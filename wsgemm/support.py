@@ -401,10 +401,11 @@ class Epilogue:
     gated unit), the vector one of ``ROW_SCALES`` (its element type; a launch argument of the
     kernel's M rows: no swap-AB form).
 
-    ``preact`` (with ``gated``): the product ``[gate | up]`` (plus its bias), the unit's
-    pre-activation a backward reads, stored too, into the ``residual`` launch argument: an
-    (M, 2N) tensor of the output's dtype given as an (M, N, 1) view of its gate half (the up
-    half N columns on, as ``dgated``'s).
+    ``preact``: the pre-activation a backward reads, stored too, into the ``residual`` launch
+    argument. With ``gated`` the product ``[gate | up]`` (plus its bias): an (M, 2N) tensor of
+    the output's dtype given as an (M, N, 1) view of its gate half (the up half N columns on,
+    as ``dgated``'s); else ``acc + bias`` before the activation (``dact``'s C): a tensor of the
+    output's shape, dtype and major (an unsplit row tile: no swap-AB form).
 
     ``dgated``: the gated unit's gradient, fused into the GEMM that computes ``dh`` (the
     gradient of ``act(gate) * up``: a gated MLP's ``d_out @ W_down``): C (the ``residual``
@@ -450,9 +451,14 @@ class Epilogue:
             raise ValueError(
                 f"row scale {self.row_scale!r}; allowed: {', '.join(ROW_SCALES)}"
             )  # fmt: skip
-        if self.preact and (not self.gated or self.row_scale != "none"):
-            raise ValueError("preact (the gated product stored too) needs a gated epilogue, "
-                             "without a row scale")  # fmt: skip
+        if self.preact and (
+            self.row_scale != "none" or self.activation == "none" or self.scalars
+            or self.dgated or self.dact
+        ):  # fmt: skip
+            raise ValueError(
+                "preact (the pre-activation stored too) needs an activation (a gated one or "
+                "not), without a row scale, alpha or residual"
+            )
         if self.dgated and (
             self.activation == "none" or self.gated or self.scale or self.residual
             or self.c_tensor or self.bias != "none" or self.row_scale != "none"

@@ -517,6 +517,11 @@ def test_every_dact_variant_compiles_to_a_tma_load_a_subtile(compiled, variant):
 PREACT = host.Variant("sm90-pingpong", "sm_90a", epilogue="bias_col+gated+preact+silu")
 PREACT_SWEEP = [
     host.Variant("sm90", "sm_90a", epilogue="gated+preact+gelu_tanh"),
+    # a plain MLP's up projection storing its pre-activation (``mlp.mlp``'s forward)
+    host.Variant("sm90", "sm_90a", epilogue="bias_col+preact+gelu_tanh"),
+    host.Variant("sm90", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
+                 config=choosing.entry("cooperative-128x192-c2x1").variant_config(),
+                 epilogue="preact+gelu"),
     host.Variant("sm90", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
                  epilogue="bias_col+gated+preact+silu"),
 ]  # fmt: skip
@@ -533,15 +538,17 @@ def test_every_preact_variant_compiles_to_three_stores_a_subtile(compiled, varia
 
 
 def _assert_preact(r: insp.Report, variant: host.Variant) -> None:
-    """Per output subtile three TMA stores (h, then the product's gate and up halves), the
-    halves through a second store descriptor (prefetched with A's, B's and the output's); no
-    C load; spill-free, no CALL."""
+    """Per output subtile three TMA stores (h, then the product's gate and up halves), or two
+    for a plain product (h, then its pre-activation), the pre-activation through a second
+    store descriptor (prefetched with A's, B's and the output's); no C load; spill-free, no
+    CALL."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
-    out_subtiles = (
-        variant.kernel_config().num_epi_subtiles // 2
-    )  # the output is half the product's width
-    assert sum(op.startswith("UTMASTG") for op in ops) == 3 * out_subtiles
+    gated = Epilogue.parse(variant.epilogue).gated
+    # (a gated output is half the product's width)
+    out_subtiles = variant.kernel_config().num_epi_subtiles // (2 if gated else 1)
+    stores = (3 if gated else 2) * out_subtiles
+    assert sum(op.startswith("UTMASTG") for op in ops) == stores
     assert ops.count("UTMACCTL.PF") == 4, "A, B and the two stores"
     assert ops.count("SYNCS.ARRIVE.TRANS64") == 1, "no C load: only the mainloop's arrival"
 

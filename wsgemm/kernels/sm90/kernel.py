@@ -6,7 +6,7 @@
 the roles' loops as a kernel built with ``trace=True`` runs them (``TracedLoops``, inherited).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cutlass
@@ -209,10 +209,18 @@ class Sm90Plan:
         return self.product_subtiles * (2 if self.epilogue.dgated else 1)
 
     @property
+    def preact_outputs(self) -> int:
+        """Subtiles ``preact`` stores beside each output subtile: a gated product's gate and up
+        halves (two), a plain one's pre-activation (one); none without ``preact``."""
+        if not self.epilogue.preact:
+            return 0
+        return 2 if self.epilogue.gated else 1
+
+    @property
     def stores_per_tile(self) -> int:
         """TMA stores a tile issues (turns of the epilogue buffers' ring): the output's
-        subtiles, and with ``preact`` the product's gate and up subtiles of each as well."""
-        return self.out_subtiles * (3 if self.epilogue.preact else 1)
+        subtiles, and with ``preact`` the pre-activation's subtiles of each as well."""
+        return self.out_subtiles * (1 + self.preact_outputs)
 
 
 @dataclass(frozen=True)
@@ -466,10 +474,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     f"{2 * config.epi_tile[1]} (each half whole epilogue subtiles) and no "
                     f"tracing; got tile_n={config.tile_n}, trace={trace}"
                 )
-        if epilogue.preact and (config.splits_in_kernel or self.grouped is not None):
+        if epilogue.preact and (
+            config.splits_in_kernel or self.grouped is not None or trace
+            or (not epilogue.gated and (config.swap_ab or config.pingpong))
+        ):  # fmt: skip
             raise ValueError(
-                "a gated epilogue's preact output runs on a dense, unsplit kernel: no split-K, "
-                f"stream-K or groups; got {config}"
+                "a preact output runs on a dense, unsplit kernel: no split-K, stream-K, groups "
+                "or tracing (a plain product's on a cooperative row tile: a ping-pong tile's "
+                f"second output spilled); got {config}"
             )
         if epilogue.dgated and (
             config.swap_ab or config.splits_in_kernel or self.grouped is not None
@@ -728,14 +740,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
 
         residual_load = None
         if const_expr(self.fused_epilogue.preact):
-            # the gated product's halves stored too (``preact``): where, and its TMA store
+            # the pre-activation stored too (``preact``; a gated product's two halves): where,
+            # and its TMA store
             if const_expr(c_in is None or c_in.element_type != self.c_dtype):
                 raise ValueError(f"a preact output is a tensor of {self.c_dtype}")
             if const_expr(LayoutEnum.from_tensor(c_in) != c_major):
                 raise ValueError("the preact output must have the output's major")
             residual_load = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(),
-                dgated.halves(c_in),
+                dgated.halves(c_in) if const_expr(self.fused_epilogue.gated) else c_in,
                 cute.slice_(c_layout, (None, None, 0)),
                 cfg.epi_tile,
             )
@@ -1607,8 +1620,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             args.tma_c, 0, cute.make_layout(1), cute.group_modes(args.sC, 0, 2), gC_epi
         )
         more = None  # the (M, N, 2) outputs' halves are their L (``dgated.halves``)
-        if const_expr(plan.epilogue.preact):  # the product's gate and up halves
+        if const_expr(plan.epilogue.preact and plan.epilogue.gated):  # the product's halves
             more = [self._output(plan, args, *args.preact, tile, h) for h in range(2)]
+        elif const_expr(plan.epilogue.preact):  # a plain product's pre-activation, batch L
+            more = [self._output(plan, args, *args.preact, tile, tile.l)]
         if const_expr(plan.epilogue.dgated):  # the output's up half
             more = [self._output(plan, args, args.tma_c, args.gC_mnl, tile, 1)]
         views = _TileEpilogue(
@@ -1656,6 +1671,22 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 sC_buf = args.sC[(None, None, buf)]
                 self._subtile_to_registers(plan, args, views, e, bias, sC_buf)
                 # _store_subtile's first barrier: every thread has read its residual
+            elif const_expr(plan.epilogue.preact and not plan.epilogue.gated):
+                # two stores a subtile from one set of registers (a ping-pong tile's 128
+                # accumulators a thread leave no room for a second): the pre-activation's,
+                # then, the activation applied in place, the output's
+                self._subtile_to_registers(plan, args, views, e, bias)
+                first = subtiles_done + 2 * e
+                for j in cutlass.range_constexpr(2):
+                    if args.is_store_warp:
+                        store_pipeline.producer_acquire()
+                    output = None
+                    if const_expr(j == 0):
+                        output = replace(views.more[0], tRS_rD_out=views.tRS_rD_out)
+                    else:
+                        self._activate(plan, views)
+                    slot = (first + j) % plan.epi_stages
+                    self._store_subtile(args, store_pipeline, views, slot, e, output)
             elif const_expr(plan.epilogue.preact):
                 # three stores a subtile: the output's, then the product's gate and up halves
                 self._subtile_to_registers(plan, args, views, e, bias)
@@ -1971,14 +2002,23 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     x = x + args.scalars[1] * residual.value(sC_buf, coord, plan.config.epi_tile)
                 if const_expr(epi.bias != "none"):
                     x = x + bias[v]
-                x = epilogue_activation.apply(epi.activation, x)
+                if const_expr(not epi.preact):  # (with preact: _activate, once it is stored)
+                    x = epilogue_activation.apply(epi.activation, x)
                 if const_expr(epi.row_scale != "none"):
                     x = x * views.row_scale[e][v]
                 views.tRS_rD[v] = x
         views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
-        if const_expr(epi.preact):
+        if const_expr(epi.preact and epi.gated):
             for h in cutlass.range_constexpr(2):
                 views.more[h].tRS_rD_out.store(views.more[h].tRS_rD.load().to(plan.c_dtype))
+
+    @cute.jit
+    def _activate(self, plan: cutlass.Constexpr, views):
+        """A plain ``preact`` subtile's activation, applied in place to its fp32 registers
+        (``_subtile_to_registers`` left the pre-activation there) and converted."""
+        for v in cutlass.range_constexpr(cute.size(views.tRS_rD)):
+            views.tRS_rD[v] = epilogue_activation.apply(plan.epilogue.activation, views.tRS_rD[v])
+        views.tRS_rD_out.store(views.tRS_rD.load().to(plan.c_dtype))
 
     @cute.jit
     def _store_subtile(self, args, store_pipeline, views, buf, e, output=None):
