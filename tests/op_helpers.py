@@ -227,9 +227,10 @@ def install_gated_training(monkeypatch) -> list:
 
 
 def install_act_grad(monkeypatch) -> list:
-    """The dact kernel (``DACT_FAMILIES``) on, run on the CPU by the float64 stand-in of its
-    contract (``stand_ins.GatedKernels``) behind ``api.act_grad.act_grad`` (so behind its
-    op), and the op's fake taking CPU tensors. Returns the variants the stand-in was asked for."""
+    """The plain MLP's training kernels (``DACT_FAMILIES``: dact and the plain preact) on, run
+    on the CPU by the float64 stand-ins of their contracts (``stand_ins.GatedKernels``) behind
+    ``api.act_grad``'s ``act_grad`` and ``linear_preact`` (so behind their ops), and the ops'
+    fakes taking CPU tensors. Returns the variants the stand-in was asked for."""
     import functools
 
     from stand_ins import GatedKernels
@@ -243,6 +244,7 @@ def install_act_grad(monkeypatch) -> list:
     monkeypatch.setattr(ops, "_FAKE_DEVICES", ("cuda", "meta", "cpu"))
     kernels = GatedKernels()
     d = Dispatcher(kernels, StandInDevices((9, 0), 132))
-    real = act_grad_core.act_grad
-    monkeypatch.setattr(act_grad_core, "act_grad", functools.partial(real, dispatcher=d))
+    for name in ("act_grad", "linear_preact"):
+        real = getattr(act_grad_core, name)
+        monkeypatch.setattr(act_grad_core, name, functools.partial(real, dispatcher=d))
     return kernels.variants

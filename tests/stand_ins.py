@@ -122,10 +122,16 @@ class GatedKernels:
         if epilogue.bias != "none":  # the gated kernel's is [b_gate; b_up], as B's rows
             along = (1, -1, 1) if epilogue.bias == "col" else (-1, 1, 1)
             y = y + bias.double().reshape(along)
-        if epilogue.preact:  # the product's halves (plus the bias) where rest[-1] points
+        if epilogue.preact and epilogue.gated:  # the product's halves (plus the bias)
             pre = rest[-1]
             assert pre.shape == c.shape and pre.stride(1) == 1
             pre.as_strided((pre.shape[0], 2 * half), (pre.stride(0), 1)).copy_(y[..., 0])
+        elif epilogue.preact:  # a plain product's pre-activation, then its activation
+            pre = rest[-1]
+            assert pre.shape == c.shape and pre.stride(1) == c.stride(1) == 1 and not swapped
+            assert not any(t.is_neg() for t in (a, b, c, pre))
+            pre.copy_(y.to(pre.dtype))
+            y = torch_activation(epilogue.activation, y)
         if epilogue.gated:
             y = torch_activation(epilogue.activation, y[:, :half]) * y[:, half:]
         c.copy_(y.to(c.dtype))

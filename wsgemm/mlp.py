@@ -1,14 +1,14 @@
 """A plain MLP's training step, ``down(act(x @ w_up.T + b_up))`` (GPT-2's, Phi's, Falcon's,
 BERT's), with the activation's gradient fused into the down projection's input-gradient GEMM.
 
-``mlp`` (which ``nn.MLP`` takes where the fused kernel runs) computes its forward as torch's
-unfused MLP does, on wsgemm's kernels: the pre-activation ``pre = x @ w_up.T + b_up`` (one GEMM,
-its bias fused), then ``h = act(pre)`` (torch's activation), then the down projection; it saves
-what torch saves (x, ``pre`` and ``h``). Its backward runs ``torch.ops.wsgemm.act_grad``:
-``dpre = (d_out @ w_down) · act'(pre)`` in one GEMM whose epilogue reads ``pre`` (the
-``Epilogue.dact`` kernel, ``wsgemm.api.act_grad``), where torch writes ``dh`` and reads it back
-with ``pre`` in an elementwise kernel; then dx, dW and the biases' sums (``_MLP``). The op has a
-fake implementation (torch.compile, export).
+``mlp`` (which ``nn.MLP`` takes where the fused kernels run) computes ``pre = x @ w_up.T + b_up``
+and ``h = act(pre)`` with ``torch.ops.wsgemm.linear_preact`` (one GEMM writing both where it
+runs, ``Epilogue.preact``; else the product, then torch's activation), then the down
+projection; it saves what torch saves (x, ``pre`` and ``h``). Its backward runs
+``torch.ops.wsgemm.act_grad``: ``dpre = (d_out @ w_down) · act'(pre)`` in one GEMM whose
+epilogue reads ``pre`` (the ``Epilogue.dact`` kernel, ``wsgemm.api.act_grad``), where torch
+writes ``dh`` and reads it back with ``pre`` in an elementwise kernel; then dx, dW and the
+biases' sums (``_MLP``). Both ops have fake implementations (torch.compile, export).
 """
 
 from __future__ import annotations
@@ -45,6 +45,27 @@ def _act_grad_fake(dy, w_down, preact, activation="gelu"):
     return preact.new_empty(preact.shape)
 
 
+_LIB.define(
+    'linear_preact(Tensor x, Tensor weight, str activation="gelu", Tensor? bias=None) '
+    "-> (Tensor, Tensor)",
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
+
+
+def _linear_preact_impl(x, weight, activation="gelu", bias=None):
+    return core.linear_preact(x, weight, activation, bias=bias)
+
+
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("linear_preact", _linear_preact_impl, _key)
+
+
+@torch.library.register_fake("wsgemm::linear_preact", lib=_LIB)
+def _linear_preact_fake(x, weight, activation="gelu", bias=None):
+    core.check_linear_preact(x, weight, activation, _ops._FAKE_DEVICES, bias)
+    return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0], weight.shape[0]))
+
+
 def _fold(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
@@ -59,8 +80,9 @@ class _MLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_up, b_up, w_d, b_d, activation):
         x2 = _fold(x)
-        pre = matmul(x2, w_up.t(), bias=b_up)
-        h = torch_activation(activation, pre)
+        # h and its pre-activation: one kernel writes both where it runs, else the product,
+        # then torch's activation
+        h, pre = torch.ops.wsgemm.linear_preact(x2, w_up, activation, b_up)
         out = matmul(h, w_d.t(), bias=b_d)
         ctx.activation = activation
         ctx.has_bias = (b_up is not None, b_d is not None)

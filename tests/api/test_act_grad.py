@@ -12,7 +12,7 @@ from stand_ins import GatedKernels
 
 from wsgemm.api import Dispatcher
 from wsgemm.api import act_grad as core
-from wsgemm.api.epilogue import Epilogue, activation_grad
+from wsgemm.api.epilogue import Epilogue, activation_grad, torch_activation
 from wsgemm.host import registry
 from wsgemm.host.dispatch import Route, StandInDevices
 
@@ -219,3 +219,75 @@ def test_relu_s_gradient_is_zero_where_its_derivative_is(monkeypatch):
     for act, want in (("relu", [0.0, 2.0, 0.0, 3.0]), ("relu2", [0.0, 2.0, 0.0, 12.0])):
         assert core.unfused(act, dh, pre).tolist() == [want]
     assert core.unfused("gelu", dh, pre)[0, 0].isinf()  # (gelu'(-1) != 0: inf times it)
+
+
+# ------------------------------------------------------------------ the forward: linear_preact
+
+
+def preact_reference(x, w, bias, act):
+    pre = x.double() @ w.double().T + (0 if bias is None else bias.double())
+    return torch_activation(act, pre), pre
+
+
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+@pytest.mark.parametrize("biased", [False, True])
+def test_linear_preact_runs_one_kernel_on_a_cooperative_tile(dact, act, biased):
+    """Where the policy's tile is a cooperative row tile (1024 x 2048 x 512), one kernel
+    writes h and the pre-activation (``Epilogue.preact``, a column bias), x and the weight
+    K-major; float64's values."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(1024, 512, generator=gen).to(BF16)
+    w = (torch.randn(2048, 512, generator=gen) / 16).to(BF16)
+    bias = torch.randn(2048, generator=gen).to(BF16) if biased else None
+    d = dispatcher()
+    h, pre = core.linear_preact(x, w, act, bias=bias, dispatcher=d)
+    (v,) = d.cache.variants
+    prefix = "bias_col+" if biased else ""
+    assert (v.epilogue, v.a_major, v.b_major) == (f"{prefix}preact+{act}", "k", "k")
+    assert not v.kernel_config().pingpong and not v.kernel_config().swap_ab
+    want_h, want_pre = preact_reference(x, w, bias, act)
+    assert close(pre, want_pre, BF16, 512) and close(h, want_h, BF16, 512)
+
+
+def test_linear_preact_takes_torch_s_road_elsewhere(monkeypatch):
+    """Off (the default), a ping-pong or swap-AB tile (short K, few rows), a transposed x: the
+    product with its bias, then torch's activation; float64's values and no preact kernel."""
+    gen = torch.Generator().manual_seed(12)
+    bias = torch.randn(256, generator=gen).to(F16)
+    for rows, k, switch in ((300, 64, True), (4, 64, True), (1024, 512, False)):
+        monkeypatch.setattr(registry, "DACT_FAMILIES",
+                            registry.EPILOGUE_FAMILIES if switch else frozenset())  # fmt: skip
+        x = torch.randn(rows, k, generator=gen).to(F16)
+        w = (torch.randn(256, k, generator=gen) / 8).to(F16)
+        d = dispatcher()
+        h, pre = core.linear_preact(x, w, "gelu_tanh", bias=bias, dispatcher=d)
+        assert not any(Epilogue.parse(v.epilogue).preact for v in d.cache.variants)
+        want_h, want_pre = preact_reference(x, w, bias, "gelu_tanh")
+        assert close(pre, want_pre, F16, k) and close(h, want_h, F16, k)
+    monkeypatch.setattr(registry, "DACT_FAMILIES", registry.EPILOGUE_FAMILIES)
+    xt = torch.randn(512, 1024, generator=gen).to(F16).t()  # M-major: not the kernel's A
+    d = dispatcher()
+    w = (torch.randn(2048, 512, generator=gen) / 16).to(F16)
+    h, pre = core.linear_preact(xt, w, "gelu", dispatcher=d)
+    assert not any(Epilogue.parse(v.epilogue).preact for v in d.cache.variants)
+    assert close(pre, preact_reference(xt, w, None, "gelu")[1], F16, 512)
+
+
+def test_linear_preact_says_what_is_wrong():
+    x, w = torch.randn(4, 8, dtype=F16), torch.randn(16, 8, dtype=F16)
+    kw = dict(dispatcher=dispatcher())
+    with pytest.raises(TypeError, match="share float16 or bfloat16"):
+        core.linear_preact(x.float(), w, "gelu", **kw)
+    with pytest.raises(ValueError, match=r"must be \(M, K\) and \(I, K\)"):
+        core.linear_preact(x, w.t(), "gelu", **kw)
+    with pytest.raises(ValueError, match=r"bias \(8,\) must be \(16,\)"):
+        core.linear_preact(x, w, "gelu", bias=torch.zeros(8, dtype=F16), **kw)
+    with pytest.raises(ValueError, match="needs an activation"):
+        core.linear_preact(x, w, None, **kw)
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        core.linear_preact(x, w.tolist(), "gelu", **kw)
+    h, pre = core.linear_preact(x[:0], w, "gelu", **kw)
+    assert h.shape == pre.shape == (0, 16)
+    b = torch.randn(16, dtype=F16)
+    h, pre = core.linear_preact(x[:, :0], w[:, :0], "relu", bias=b, **kw)  # K = 0: the bias
+    assert torch.equal(pre, b.expand(4, 16)) and torch.equal(h, torch.relu(b).expand(4, 16))

@@ -975,12 +975,17 @@ def test_negated_views_are_resolved_before_a_gated_kernel_reads_them(fusing, dga
     assert close(h, want, F16, 64)
 
 
-def test_a_preact_output_needs_a_gated_epilogue():
+def test_a_preact_output_needs_an_activation():
+    """A gated product's halves or a plain product's pre-activation (``api.act_grad``'s
+    forward); never without an activation, with a row scale, alpha or a residual."""
     assert Epilogue(activation="silu", gated=True, preact=True).own_c
-    with pytest.raises(ValueError, match="preact .* needs a gated epilogue"):
-        Epilogue(activation="silu", preact=True)
-    with pytest.raises(ValueError, match="preact"):
-        Epilogue(activation="silu", gated=True, preact=True, row_scale="fp32")
+    plain = Epilogue(bias="col", activation="gelu", preact=True)
+    assert plain.own_c and Epilogue.parse(plain.name) == plain
+    for bad in (dict(), dict(gated=True, row_scale="fp32"), dict(scale=True),
+                dict(residual=True), dict(dact=True)):  # fmt: skip
+        bad = {"activation": "gelu", **bad} if bad else bad
+        with pytest.raises(ValueError, match="preact|dact"):
+            Epilogue(**bad, preact=True)
 
 
 def test_explain_says_how_a_gated_mlp_trains(fusing, monkeypatch):

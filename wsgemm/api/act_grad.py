@@ -1,5 +1,7 @@
-"""``act_grad``: an activation's gradient fused into the GEMM that computes it, a plain MLP's
-backward (``down(act(x @ w_up.T + b_up))``: GPT-2's, Phi's, Falcon's, BERT's).
+"""A plain MLP's training kernels (``down(act(x @ w_up.T + b_up))``: GPT-NeoX's, Phi's,
+Falcon's, BERT's): ``act_grad``, the activation's gradient fused into the GEMM that computes it
+(its backward), and ``linear_preact``, the up projection storing its pre-activation beside
+``h`` (its forward). Both run where ``host.fuses_act_grad`` says so (``DACT_FAMILIES``).
 
 The backward of ``h = act(pre)`` reads ``dh = d_out @ w_down`` and the saved pre-activation and
 writes ``dpre = dh · act'(pre)``. torch runs it as a product that writes ``dh``, then an
@@ -25,10 +27,13 @@ from ..host.dispatch import TORCH
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import activation_grad, check_activation
+from .epilogue import activation_grad, check_activation, kernel_bias, torch_activation
 from .plan import _kernel_view
 
-__all__ = ["ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad", "unfused"]
+__all__ = [
+    "ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad", "check_linear_preact",
+    "linear_preact", "unfused",
+]  # fmt: skip
 
 _DTYPES = (torch.float16, torch.bfloat16)
 
@@ -192,6 +197,89 @@ def _refusal(route) -> str | None:
     if route.split != 1 or _config_of(route.backend, route.config).splits_in_kernel:
         return "the product's tile is a split one (a dact epilogue's is unsplit)"
     return None
+
+
+# ------------------------------------------------------------------------------ the forward
+
+
+def check_linear_preact(x, weight, activation, device_types=("cuda",), bias=None) -> str:
+    """The kernels' activation name of ``linear_preact(x, weight, activation, bias=bias)``;
+    raises what is wrong and what is allowed."""
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is None and name == "bias":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{name} must be a strided (dense) tensor, got {t.layout}")
+        if t.dtype != x.dtype or t.dtype not in _DTYPES:
+            raise TypeError(f"x, weight and bias must share float16 or bfloat16, got {t.dtype} "
+                            f"for {name} and {x.dtype} for x")  # fmt: skip
+        if t.device.type not in device_types or t.device != x.device:
+            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on x's device, "
+                             f"got {t.device}")  # fmt: skip
+    act = check_activation(activation)
+    if act == "none":
+        raise ValueError("linear_preact needs an activation ('gelu', 'silu', ...)")
+    if x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1]:
+        raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} must be (M, K) and "
+                         "(I, K) (nn.Linear's weight)")  # fmt: skip
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"bias {tuple(bias.shape)} must be ({weight.shape[0]},)")
+    return act
+
+
+def linear_preact(x, weight, activation="gelu", *, bias=None, dispatcher=None):
+    """(h, pre): ``pre = x @ weight.T + bias`` and ``h = act(pre)``, both (M, I) in ``x``'s
+    dtype, for a backward that reads ``pre`` (``act_grad``). Where the policy's tile for the
+    product is a cooperative row tile, unsplit, and the plain MLP's training kernels are on
+    (``host.fuses_act_grad``), one kernel writes both from the same accumulators
+    (``Epilogue.preact``: ``h`` from the fp32 value, ``pre`` rounded beside it); else the
+    product with its bias, then torch's activation on it (torch's MLP)."""
+    d = dispatcher or _default_dispatcher()
+    act = check_linear_preact(x, weight, activation, (d.devices.type,), bias)
+    x, weight = x.resolve_neg(), weight.resolve_neg()  # the kernel reads their memory
+    bias = None if bias is None else bias.resolve_neg()
+    m, n = x.shape[0], weight.shape[0]
+    h = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    pre = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    road = "an empty problem"
+    if m and n and x.shape[1]:
+        road = _preact_road(d, x, weight, h, pre)
+    if isinstance(road, str):
+        if m and n:
+            pre = dispatch.call(d, x, weight.t(), None, None, torch.float32, "auto", None, bias)
+        return torch_activation(act, pre), pre
+    (a_view, b_view, h_view, pre_view), (backend, config), index = road
+    epilogue = Epilogue(bias="none" if bias is None else "col", activation=act, preact=True)
+    dtypes = (str(x.dtype)[6:], str(x.dtype)[6:], "float32")
+    fn, clusters = d.kernel(backend, index, dtypes, "k", "k", config, epilogue.name)
+    vector = None if bias is None else kernel_bias(bias, "col", n, n)
+    with d.on_device(index):
+        fn(a_view, b_view, h_view, clusters, *UNSPLIT_LAUNCH, vector, None, None, pre_view)
+    return h, pre
+
+
+def _preact_road(d, x, weight, h, pre):
+    """((A, B, C and the pre-activation's views), (backend, config), device index) where one
+    kernel writes ``linear_preact``'s two results, else why not (a str)."""
+    index = d.device_index(x.device) or 0
+    dtype = str(x.dtype)[6:]
+    m, k = x.shape
+    route = d.route("auto", index, (m, weight.shape[0], k, None), (dtype, dtype, "float32"),
+                    quiet=True)  # fmt: skip
+    why = _refusal(route)
+    if why is not None:
+        return why
+    config = _config_of(route.backend, route.config)
+    if config.swap_ab or config.pingpong:
+        return "the product's tile is a swap-AB or ping-pong one (a preact output's is cooperative)"
+    a = _kernel_view(x.unsqueeze(-1), False, (1,))  # K-major
+    b = _kernel_view(weight.unsqueeze(-1), False, (1,))  # (I, K), K-major
+    c, p = _c_view(h, False), _c_view(pre, False)
+    if a is None or b is None or c is None or p is None:
+        return "an operand is not addressable by the kernel (K-major, 16-byte strides)"
+    return (a[0], b[0], c, p), (route.backend, route.config), index
 
 
 def _default_dispatcher():
