@@ -692,6 +692,39 @@ def test_dact_matches_float64(dact, m, ffn, hidden, act, ab):
     assert_within_torch_error(got, ref, theirs, f"dact {act}")
 
 
+@pytest.mark.parametrize(
+    "m, ffn, k, act, ab, biased",
+    [
+        (1024, 2048, 512, "gelu", torch.bfloat16, True),  # a 128x128 cooperative tile
+        (2047, 3000, 2048, "gelu_tanh", torch.float16, False),  # ragged M and I: 128x192
+        (4096, 10240, 2560, "relu2", torch.bfloat16, True),  # phi-2's up projection: 256x160
+        (2048, 18176, 4544, "silu", torch.float16, True),  # falcon-7b's
+    ],
+)
+def test_linear_preact_matches_float64(dact, m, ffn, k, act, ab, biased):
+    """``linear_preact``: one kernel writing ``h = act(x W^T + b)`` and the pre-activation
+    (``Epilogue.preact`` on a plain product, the policy's cooperative tile), both against
+    float64; both outputs poisoned first."""
+    from wsgemm.api import act_grad as act_grad_core
+
+    gen = torch.Generator().manual_seed(m + ffn)
+    x = make((m, k), ab, "cuda", gen=gen)
+    w = (torch.randn(ffn, k, generator=gen) / k**0.5).to(ab).cuda()
+    bias = torch.randn(ffn, generator=gen).to(ab).cuda() if biased else None
+    d = SwapTiles()
+    for _ in range(2):
+        poison = torch.full((m, ffn), float("nan"), dtype=ab, device="cuda")
+        del poison
+    h, pre = act_grad_core.linear_preact(x, w, act, bias=bias, dispatcher=d)
+    assert d.epilogues == [("bias_col+" if biased else "") + f"preact+{act}"]
+    assert not h.isnan().any() and not pre.isnan().any()
+    pre64 = x.double() @ w.double().T + (0 if bias is None else bias.double())
+    theirs = torch.nn.functional.linear(x, w, bias)
+    assert_within_torch_error(pre, pre64, theirs, f"preact {act}")
+    assert_within_torch_error(h, torch_activation(act, pre64), torch_activation(act, theirs),
+                              f"h {act}")  # fmt: skip
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_mlp_trains_with_dact(dact, monkeypatch, bias):
     """``MLP``'s training step with the activation's gradient fused (``mlp.mlp``): the dact
@@ -711,6 +744,7 @@ def test_mlp_trains_with_dact(dact, monkeypatch, bias):
     dout = make(tuple(out.shape), torch.bfloat16, "cuda", gen=gen)
     out.backward(dout)
     assert "dact+gelu_tanh" in asked
+    assert ("bias_col+" if bias else "") + "preact+gelu_tanh" in asked
     x64 = x.detach().double().requires_grad_()
     p64 = {n: p.detach().double().requires_grad_() for n, p in mlp.named_parameters()}
     pre = x64 @ p64["up_proj.weight"].T
