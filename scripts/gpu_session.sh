@@ -171,10 +171,11 @@ if has dgated; then
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
 fi
 if has dact; then
-  # a plain MLP's activation gradient fused into the dh GEMM (off in calls until these pass:
-  # host.registry.DACT_FAMILIES, docs/perf.md entry 92), then MLP trained with it
+  # a plain MLP's training kernels (off in calls until these pass: host.registry.DACT_FAMILIES,
+  # docs/perf.md entry 92): the activation's gradient fused into the dh GEMM, the up
+  # projection storing its pre-activation, then MLP trained with both
   timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
-    tests/gpu/test_gpu_epilogue.py -k "dact" 2>&1 | tee "$OUT/dact-tests.log" \
+    tests/gpu/test_gpu_epilogue.py -k "dact or linear_preact" 2>&1 | tee "$OUT/dact-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
 fi
 if has dactbench; then

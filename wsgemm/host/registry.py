@@ -232,12 +232,15 @@ ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: product of its own, then the gradient in three elementwise passes (torch's kernels), and
 #: the forward the product, then the unit in torch.
 DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
-#: The families whose kernels fuse an activation's gradient into the GEMM that computes ``dh``
-#: in calls (``Epilogue.dact``: ``dpre = (d_out @ W_down) · act'(pre)`` from the saved
-#: pre-activation, ``api.act_grad.act_grad``, a plain ``MLP``'s backward). Built and checked
-#: on the CPU (SASS: one TMA load of the pre-activation a subtile, spill-free); off until
-#: ``tests/gpu/test_gpu_epilogue.py -k dact`` passes on a GPU (docs/perf.md entry 92).
-#: Elsewhere ``dh`` is a product of its own, then torch's activation backward.
+#: The families whose plain-MLP training kernels run in calls: an activation's gradient fused
+#: into the GEMM that computes ``dh`` (``Epilogue.dact``: ``dpre = (d_out @ W_down) ·
+#: act'(pre)`` from the saved pre-activation, ``api.act_grad.act_grad``, a plain ``MLP``'s
+#: backward) and the up projection storing its pre-activation beside ``h`` (``Epilogue.preact``
+#: on a plain product, ``api.act_grad.linear_preact``, its forward). Built and checked on the
+#: CPU (SASS: one TMA load of the pre-activation a subtile, two stores a subtile, spill-free);
+#: off until ``tests/gpu/test_gpu_epilogue.py -k "dact or linear_preact"`` passes on a GPU
+#: (docs/perf.md entry 92). Elsewhere ``dh`` is a product of its own, then torch's activation
+#: backward, and the forward the product, then torch's activation.
 DACT_FAMILIES: frozenset[str] = frozenset()
 
 
