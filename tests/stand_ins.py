@@ -94,6 +94,8 @@ class GatedKernels:
             both = c.as_strided((c.shape[0], n, 2), (c.stride(0), 1, n))
             both.copy_(torch.stack([dgate, dup], dim=-1).to(c.dtype))
             return
+        if epilogue.dact or epilogue.preact:  # C (the pre-activation) is the last argument
+            assert len(rest) == 3 and rest[:2] == (None, None), rest  # (alpha, beta, C)
         if epilogue.dact:  # C and the output (M, N, 1) of one major: dh · act'(pre)
             pre, unit = rest[-1], 0 if swapped else 1  # swap-AB: both M-major
             assert pre.shape == c.shape and pre.stride(unit) == c.stride(unit) == 1

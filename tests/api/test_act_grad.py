@@ -291,3 +291,32 @@ def test_linear_preact_says_what_is_wrong():
     b = torch.randn(16, dtype=F16)
     h, pre = core.linear_preact(x[:, :0], w[:, :0], "relu", bias=b, **kw)  # K = 0: the bias
     assert torch.equal(pre, b.expand(4, 16)) and torch.equal(h, torch.relu(b).expand(4, 16))
+
+
+def test_linear_preact_resolves_negated_views(dact):
+    """Negated views of x, the weight and the bias are read as their values (the stand-in
+    refuses a negated operand: the kernel reads memory)."""
+    gen = torch.Generator().manual_seed(13)
+    x = torch.randn(1024, 512, generator=gen).to(BF16)
+    w = (torch.randn(2048, 512, generator=gen) / 16).to(BF16)
+    b = torch.randn(2048, generator=gen).to(BF16)
+    d = dispatcher()
+    negs = [torch._neg_view(t) for t in (x, w, b)]
+    h, pre = core.linear_preact(*negs[:2], "gelu", bias=negs[2], dispatcher=d)
+    assert d.cache.variants[-1].epilogue == "bias_col+preact+gelu"
+    want_h, want_pre = preact_reference(-x, -w, -b, "gelu")
+    assert close(pre, want_pre, BF16, 512) and close(h, want_h, BF16, 512)
+
+
+def test_linear_preact_s_rounding_does_not_depend_on_the_rows_in_batch_invariant_mode(dact):
+    """In batch-invariant mode every call takes one road (the product, then torch's
+    activation): 300 rows alone and as the first rows of 1024 give the same bits."""
+    gen = torch.Generator().manual_seed(14)
+    x = torch.randn(1024, 1024, generator=gen).to(BF16)
+    w = (torch.randn(4096, 1024, generator=gen) / 32).to(BF16)
+    d = Dispatcher(GatedKernels(), StandInDevices((9, 0), 132), batch_invariant=True)
+    h_all, pre_all = core.linear_preact(x, w, "gelu", dispatcher=d)
+    h, pre = core.linear_preact(x[:300], w, "gelu", dispatcher=d)
+    assert torch.equal(pre, pre_all[:300]) and torch.equal(h, h_all[:300])
+    assert not any(Epilogue.parse(v.epilogue).preact for v in d.cache.variants)
+    assert "batch-invariant" in core._preact_road(d, x, w, h_all, pre_all)

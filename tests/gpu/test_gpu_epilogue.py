@@ -712,9 +712,9 @@ def test_linear_preact_matches_float64(dact, m, ffn, k, act, ab, biased):
     w = (torch.randn(ffn, k, generator=gen) / k**0.5).to(ab).cuda()
     bias = torch.randn(ffn, generator=gen).to(ab).cuda() if biased else None
     d = SwapTiles()
-    for _ in range(2):
-        poison = torch.full((m, ffn), float("nan"), dtype=ab, device="cuda")
-        del poison
+    # both results' likely blocks poisoned: two NaN tensors alive at once, then freed
+    poison = [torch.full((m, ffn), float("nan"), dtype=ab, device="cuda") for _ in range(2)]
+    del poison
     h, pre = act_grad_core.linear_preact(x, w, act, bias=bias, dispatcher=d)
     assert d.epilogues == [("bias_col+" if biased else "") + f"preact+{act}"]
     assert not h.isnan().any() and not pre.isnan().any()

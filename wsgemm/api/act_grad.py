@@ -271,6 +271,10 @@ def _preact_road(d, x, weight, h, pre):
     why = _refusal(route)
     if why is not None:
         return why
+    if host.choosing.batch_invariant_requested(d.batch_invariant):
+        # the two roads round h differently (from fp32, or from the rounded pre-activation),
+        # and which one runs follows the tile, so the rows a call has: a row's bits must not
+        return "batch-invariant mode (h's rounding would depend on the call's rows)"
     config = _config_of(route.backend, route.config)
     if config.swap_ab or config.pingpong:
         return "the product's tile is a swap-AB or ping-pong one (a preact output's is cooperative)"
