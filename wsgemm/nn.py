@@ -1,5 +1,6 @@
 """Modules: ``Linear``, a drop-in ``torch.nn.Linear`` on wsgemm; ``GatedMLP``, a gated MLP
-(SwiGLU, GeGLU) whose gate and up projections run as one fused GEMM; ``replace_linear``, which
+(SwiGLU, GeGLU) whose gate and up projections run as one fused GEMM; ``MLP``, a plain MLP whose
+up projection fuses its bias and activation; ``replace_linear``, which
 turns a model's ``nn.Linear`` layers into ``Linear`` in place and reports what it did
 (``ReplaceReport``); and ``restore_linear``, which undoes that."""
 
@@ -491,66 +492,70 @@ def _gpu_fuses_act_grad(device: torch.device) -> bool:
     return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(DISPATCHER.device_index(device)))
 
 
+def _plain_layer(layer: nn.Module) -> bool:
+    """A ``Linear`` itself (not a subclass, not restored to ``nn.Linear``) without an
+    activation of its own or hooks: a road that bypasses its forward computes what it would."""
+    return (
+        type(layer) is Linear and layer.activation is None
+        and not (layer._forward_hooks or layer._forward_pre_hooks)
+    )  # fmt: skip
+
+
 class MLP(nn.Module):
-    """A plain MLP: ``down_proj(act(up_proj(x)))`` (GPT-2's, Phi's, Falcon's, BERT's with
+    """A plain MLP: ``down_proj(act(up_proj(x)))`` (GPT-NeoX's, Phi's, Falcon's, BERT's with
     "gelu" or "gelu_tanh"; Nemotron's with "relu2").
 
-    ``up_proj`` is a ``Linear`` carrying the activation, so an inference forward runs the up
-    projection with its bias and activation fused into one GEMM's epilogue; ``down_proj`` is a
-    ``Linear``. A training step where the kernels run (``wsgemm.mlp.mlp``) computes the
-    pre-activation, then the activation in torch, saving what torch saves, and its backward
-    fuses the activation's gradient into the down projection's input-gradient GEMM
-    (``torch.ops.wsgemm.act_grad``: ``DACT_FAMILIES``); elsewhere a training step is torch's
-    MLP on wsgemm's products (``up_proj``'s product, then torch's activation, which autograd
-    saves)."""
+    The module holds the activation; ``up_proj`` and ``down_proj`` are plain ``Linear``s (the
+    same Parameters and ``state_dict`` keys as two ``nn.Linear``). An inference forward runs
+    the up projection with its bias and activation fused into one GEMM's epilogue
+    (``wsgemm.linear(..., activation=)``) where wsgemm runs it and ``up_proj`` is this
+    module's own plain layer without hooks; else ``act(up_proj(x))`` (after
+    ``restore_linear`` too). A training step where the plain MLP's kernels run
+    (``wsgemm.mlp.mlp``, ``DACT_FAMILIES``) writes ``h`` and the pre-activation from one
+    up-projection kernel and fuses the activation's gradient into the down projection's
+    input-gradient GEMM (``torch.ops.wsgemm.linear_preact``, ``act_grad``); elsewhere a
+    training step is torch's MLP on wsgemm's products (the product, then torch's activation,
+    which autograd saves: nothing recomputed)."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "gelu", bias: bool = True,
                  device=None, dtype=None):  # fmt: skip
         super().__init__()
         if check_activation(activation) == "none":
             raise ValueError("MLP needs an activation ('gelu', 'gelu_tanh', 'relu', ...)")
-        self.up_proj = Linear(hidden, ffn, bias=bias, device=device, dtype=dtype,
-                              activation=activation)  # fmt: skip
+        self.activation = activation
+        self.up_proj = Linear(hidden, ffn, bias=bias, device=device, dtype=dtype)
         self.down_proj = Linear(ffn, hidden, bias=bias, device=device, dtype=dtype)
-
-    @property
-    def activation(self) -> str | None:
-        return self.up_proj.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up, down = self.up_proj, self.down_proj
         if self._trains_fused(x):
-            return _mlp_step(x, up.weight, up.bias, down.weight, down.bias, up.activation)
-        # (with a gradient to compute, up_proj runs its product, then torch's activation, which
-        # autograd saves: torch's MLP on wsgemm's products, nothing recomputed)
-        return down(up(x))
+            return _mlp_step(x, up.weight, up.bias, down.weight, down.bias, self.activation)
+        if _plain_layer(up) and _runs_on_wsgemm(x, up.weight):
+            # bias and activation in the GEMM's epilogue (with a gradient to compute: the
+            # product, then torch's activation, which autograd saves)
+            return down(linear(x, up.weight, up.bias, self.activation))
+        return down(torch_activation(self.activation, up(x)))
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
 
     def _needs_grad(self, x: torch.Tensor) -> bool:
         params = (x, *self.parameters())
         return torch.is_grad_enabled() and any(p.requires_grad for p in params)
 
-    def _own_layers(self) -> bool:
-        """``up_proj`` and ``down_proj`` are this module's plain layers (``up_proj`` with an
-        activation, ``down_proj`` without, no hooks): a road that bypasses their forward
-        computes what they would."""
-        up, down = self.up_proj, self.down_proj
-        if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
-            return False
-        return up.activation is not None and not any(
-            m._forward_hooks or m._forward_pre_hooks for m in (up, down)
-        )
-
     def _trains_fused(self, x: torch.Tensor) -> bool:
         """Whether this step takes ``wsgemm.mlp.mlp`` (the activation's gradient fused into
         the down projection's input-gradient GEMM): a gradient to compute, both projections on
         wsgemm in one half dtype, a kernel that fuses it on this GPU, and projections that are
-        this module's own plain layers (``up_proj`` with an activation, ``down_proj`` without,
-        no hooks: the step bypasses their forward). Not under a torch.func transform."""
+        this module's own plain layers (``_plain_layer``: the step bypasses their forward). Not
+        under a torch.func transform."""
         up, down = self.up_proj, self.down_proj
         params = (up.weight, down.weight, up.bias, down.bias)
         if not self._needs_grad(x):
             return False  # first: an inference forward asks nothing else
-        if not _fuses_act_grad(x) or not self._own_layers() or _transformed():
+        if not _fuses_act_grad(x) or _transformed():
+            return False
+        if not (_plain_layer(up) and _plain_layer(down)):
             return False
         if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
             return False

@@ -405,7 +405,7 @@ class Epilogue:
     argument. With ``gated`` the product ``[gate | up]`` (plus its bias): an (M, 2N) tensor of
     the output's dtype given as an (M, N, 1) view of its gate half (the up half N columns on,
     as ``dgated``'s); else ``acc + bias`` before the activation (``dact``'s C): a tensor of the
-    output's shape, dtype and major (an unsplit row tile: no swap-AB form).
+    output's shape, dtype and major (an unsplit cooperative row tile: no swap-AB form).
 
     ``dgated``: the gated unit's gradient, fused into the GEMM that computes ``dh`` (the
     gradient of ``act(gate) * up``: a gated MLP's ``d_out @ W_down``): C (the ``residual``
@@ -554,6 +554,8 @@ class Epilogue:
         """The same epilogue on the transposed problem (swap-AB): rows and columns trade."""
         if self.gated or self.dgated:
             raise ValueError("a gated epilogue pairs columns: it has no swap-AB form")
+        if self.preact:
+            raise ValueError("a preact output runs on a row tile: it has no swap-AB form")
         if self.row_scale != "none":
             raise ValueError("a row scale runs along the kernel's rows: it has no swap-AB form")
         trade = {"row": "col", "col": "row", "none": "none"}

@@ -119,14 +119,14 @@ def test_an_mlp_trains_with_the_activation_s_gradient_fused(fused_training, bias
 
 
 def test_an_mlp_infers_through_its_fused_up_projection(monkeypatch):
-    """Without a gradient the forward is ``down_proj(up_proj(x))``, ``up_proj`` a ``Linear``
-    carrying the activation (fused into its GEMM's epilogue with the bias); on the CPU both
-    layers fall back to torch with the same values."""
+    """Without a gradient the up projection is one ``wsgemm.linear`` with the module's
+    activation (fused into its GEMM's epilogue with the bias); on the CPU the layers fall back
+    to torch with the same values."""
     stub = install(monkeypatch)
     monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
     torch.manual_seed(6)
     mlp = wnn.MLP(64, 96, activation="gelu_tanh", dtype=BF16)
-    assert mlp.activation == "gelu_tanh" and mlp.up_proj.activation == "gelu_tanh"
+    assert mlp.activation == "gelu_tanh" and mlp.up_proj.activation is None
     x = torch.randn(4, 64, dtype=BF16)
     with torch.no_grad():
         got = mlp(x).double()
@@ -237,3 +237,46 @@ def test_mlp_on_cpu_tensors_is_torch_s_formula():
     b64 = b_up.detach().clone().requires_grad_()
     (torch_activation("relu2", x64 @ w_up.T + b64) @ w_d.T).sum().backward()
     assert torch.allclose(x.grad, x64.grad) and torch.allclose(b_up.grad, b64.grad)
+
+
+def test_restore_linear_keeps_the_mlp_s_activation(monkeypatch):
+    """The module holds its activation: with its layers restored to ``nn.Linear`` (or replaced
+    by a subclass, or hooked) the forward is still ``down(act(up(x)))``; the ``state_dict`` is
+    two ``nn.Linear``s'; ``print`` names the activation."""
+    torch.manual_seed(9)
+    mlp = wnn.MLP(16, 32, activation="relu", dtype=torch.float64)
+    x = torch.randn(3, 16, dtype=torch.float64)
+    want = mlp(x)
+    assert sorted(mlp.state_dict()) == [
+        "down_proj.bias", "down_proj.weight", "up_proj.bias", "up_proj.weight",
+    ]  # fmt: skip
+    assert "activation='relu'" in repr(mlp)
+    wnn.restore_linear(mlp)
+    assert type(mlp.up_proj) is torch.nn.Linear
+    assert torch.equal(mlp(x), want)
+    stub = install(monkeypatch)
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    half = mlp.to(BF16)
+    wnn.replace_linear(half)
+    assert type(half.up_proj) is wnn.Linear
+    got = half(x.to(BF16))
+    assert len(stub.calls) == 2 and (got.double() - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_compile_mlp_fullgraph_with_dynamic_shapes():
+    """One graph of two wsgemm ops (the up projection with its bias and activation fused, then
+    down_proj's product), which a new token count reuses."""
+    torch._dynamo.reset()
+    graphs = []
+    with FakeTensorMode():
+        mlp = wnn.MLP(32, 64, activation="gelu_tanh", device="meta")
+        for lin, shape in ((mlp.up_proj, (64, 32)), (mlp.down_proj, (32, 64))):
+            lin.weight = torch.nn.Parameter(fake_cuda(shape, BF16), False)
+            lin.bias = torch.nn.Parameter(fake_cuda((shape[0],), BF16), False)
+        fn = torch.compile(mlp, backend=capture(graphs), fullgraph=True, dynamic=True)
+        for tokens in (5, 9):
+            y = fn(fake_cuda((2, tokens, 32), BF16))
+            assert y.shape == (2, tokens, 32) and y.dtype == BF16
+    assert len(graphs) == 1, "recompiled for a new token count"
+    first, second = ops_in(graphs[0], MATMUL)
+    assert "gelu_tanh" in (*first.args, *first.kwargs.values())

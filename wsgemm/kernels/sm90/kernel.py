@@ -272,7 +272,8 @@ class _ConsumerArgs:
     # a residual's (TMA load atom, C's TMA coordinates (M, N, L), its first mbarrier), or None
     residual_load: Any = None
     row_scale: Any = None  # the fused epilogue's row scale vector, or None
-    # a preact output's (TMA store atom, its coordinates (M, N, 2): ``dgated.halves``), or None
+    # a preact output's (TMA store atom, its coordinates: (M, N, 2) of a gated product's halves,
+    # ``dgated.halves``; (M, N, L) of a plain product's), or None
     preact: Any = None
 
 
@@ -312,7 +313,8 @@ class _EpilogueArgs:
     row_scale: Any = None
     row_scale_extent: Any = None
     # ``Epilogue.preact``: (its TMA store atom, its coordinates cut into output tiles
-    # (tile_m, out_tile_n, tiles_m, tiles_n, 2): the gate half's, then the up half's)
+    # (tile_m, out_tile_n, tiles_m, tiles_n, 2 or L): a gated product's gate half, then its up
+    # half; a plain product's batches)
     preact: Any = None
 
 
@@ -329,7 +331,8 @@ class _TileEpilogue:
     # a row scale's factors, one list of fp32 values per subtile (``_row_scale_tile``), or None
     row_scale: Any = None
     # the outputs a subtile stores besides the first (``_Output`` each): a dgated tile's up
-    # half; a preact's gate and up halves of the product. None for others
+    # half; a gated preact's gate and up halves of the product, a plain one's pre-activation.
+    # None for others
     more: Any = None
 
 

@@ -25,7 +25,9 @@ ping-pong warpgroup keeps its own mbarriers (the buffers are shared, in turn; th
 each warpgroup's own).
 
 C is the output itself (an in-place residual) or, with ``Epilogue.c_tensor``, a tensor of
-its own of the output's shape and major (the ``residual`` launch argument); either way each
+its own of the output's shape and major (the ``residual`` launch argument). ``Epilogue.dact``
+reads its saved pre-activation the same way (the same launch argument and loop; the kernel
+combines it as ``acc · act'(C)`` instead of ``acc + beta · C``). Either way each
 subtile is read before its own store, so in place is safe, and a C that overlaps the output
 only in part is not (the host never passes one).
 
