@@ -25,8 +25,8 @@ from .ops import autocast_dtype, linear
 from .support import VECTOR_BYTES, vector_elems
 
 __all__ = [
-    "MLP", "GatedMLP", "Linear", "ReplaceReport", "fuse_gated_mlps", "replace_linear",
-    "restore_linear",
+    "MLP", "FusedActivation", "GatedMLP", "Linear", "ReplaceReport", "fuse_gated_mlps",
+    "fuse_plain_mlps", "replace_linear", "restore_linear",
 ]  # fmt: skip
 
 log = logging.getLogger("wsgemm")
@@ -214,8 +214,10 @@ class ReplaceReport(Sequence):
     """
 
     replaced: tuple[str, ...] = ()
-    #: Gated MLPs whose gate and up projections run as one gated GEMM (``fuse_mlp=True``):
-    #: (the MLP's name, its gate's, its up's); both layers are wsgemm's (replaced), never skipped.
+    #: MLPs fused (``fuse_mlp=True``): a gated one's gate and up projections run as one gated
+    #: GEMM, (the MLP's name, its gate's, its up's); a plain one's activation runs in its up
+    #: projection's epilogue, (the MLP's name, its up's). Their layers are wsgemm's, never
+    #: skipped.
     fused: tuple[tuple[str, ...], ...] = ()
     skipped: Mapping[str, str] = field(default_factory=dict)  # name -> why it stays torch's
     #: Replaced layers that run torch as the model stands (weights on CPU or meta, fp32 outside
@@ -311,14 +313,17 @@ def replace_linear(
             Qwen's, Mistral's ``MLP``) computes ``act(gate) * up`` as one gated GEMM. Only
             pairs whose gate and up are both wsgemm layers after the replacement (replaced by
             this call, or by an earlier one) fuse: where the filter declines either, or either
-            is skipped, the MLP keeps its own forward and both weights stay as they were.
+            is skipped, the MLP keeps its own forward and both weights stay as they were. Also
+            plain MLPs (``fuse_plain_mlps``: GPT-NeoX's, Phi's, Falcon's): the activation moves
+            into the replaced up projection's epilogue, with its bias.
 
     Returns:
         a ``ReplaceReport``: ``replaced`` (qualified names, "" for ``module`` itself),
         ``skipped`` and ``falling_back`` (name -> reason), and ``fused`` (the MLPs fused,
-        ``fuse_mlp`` only; their gate and up are in ``replaced`` or were wsgemm layers
-        already). A layer is in ``replaced`` or ``skipped``, never both; ``falling_back`` names
-        replaced layers. It compares equal to, and iterates as, the list of replaced names.
+        ``fuse_mlp`` only: a gated one's (name, gate, up), a plain one's (name, up); those
+        layers are in ``replaced`` or were wsgemm layers already). A layer is in
+        ``replaced`` or ``skipped``, never both; ``falling_back`` names replaced layers. It
+        compares equal to, and iterates as, the list of replaced names.
         Layers already on wsgemm appear nowhere (but in ``fused``). One INFO line on the
         ``"wsgemm"`` logger gives the counts.
     """
@@ -350,7 +355,10 @@ def replace_linear(
             falling_back[name] = ": ".join(fallback)
     # only pairs whose both layers are wsgemm's now (replaced above, or before this call): a
     # layer the filter declined or the rules skipped keeps torch's product, and its MLP its forward
-    fused = _fuse_gated_mlps(module, lambda layer: isinstance(layer, Linear)) if fuse_mlp else ()
+    fused = []
+    if fuse_mlp:
+        fused = _fuse_gated_mlps(module, lambda layer: isinstance(layer, Linear))
+        fused += fuse_plain_mlps(module)
     report = ReplaceReport(tuple(replaced), tuple(fused), skipped, falling_back)
     log.info("%s", report.summary())
     return report
@@ -360,13 +368,15 @@ def restore_linear(module: nn.Module) -> list[str]:
     """Undo ``replace_linear``: every wsgemm layer of ``module`` (itself included) whose class
     ``replace_linear`` (or ``Linear`` itself) made gets its torch class back (``nn.Linear``, or
     the subclass it was), in place, keeping its ``Parameter`` objects, buffers and hooks. A
-    user's own subclass of ``Linear`` stays as it is.
+    user's own subclass of ``Linear`` stays as it is. A plain MLP's activation that
+    ``fuse_plain_mlps`` moved into its up projection goes back to its own module first.
 
     Returns:
         the qualified names restored ("" for ``module`` itself).
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    _unfuse_plain_mlps(module)
     restored = []
     for name, layer in module.named_modules():
         torch_class = _TORCH_CLASS.get(type(layer))
@@ -571,7 +581,7 @@ class MLP(nn.Module):
 _ACT_CLASSES = {
     "SiLU": "silu", "SiLUActivation": "silu", "ReLU": "relu",
     "GELUTanh": "gelu_tanh", "PytorchGELUTanh": "gelu_tanh", "NewGELUActivation": "gelu_tanh",
-    "GELUActivation": "gelu",
+    "GELUActivation": "gelu", "ReLUSquaredActivation": "relu2",
 }  # fmt: skip
 
 
@@ -708,3 +718,76 @@ def _fuse_gated_mlps(
         prefix = f"{name}." if name else ""
         fused.append((name, f"{prefix}gate_proj", f"{prefix}up_proj"))
     return fused
+
+
+# ----------------------------------------------------------------------------- plain MLP fusion
+
+#: A plain MLP's (up projection, activation, down projection) attribute names, as models name
+#: them: GPT-NeoX's and Falcon's, Phi's and CLIP's, StarCoder2's and GPTBigCode's, Nemotron's.
+#: Their forwards apply the activation to the up projection's output and to nothing else.
+_PLAIN_MLP_NAMES = (
+    ("dense_h_to_4h", "act", "dense_4h_to_h"),
+    ("fc1", "activation_fn", "fc2"),
+    ("c_fc", "act", "c_proj"),
+    ("up_proj", "act_fn", "down_proj"),
+)
+
+
+class FusedActivation(nn.Module):
+    """Where a plain MLP's activation was (``fuse_plain_mlps``): the identity, its activation
+    now in the up projection's epilogue (``Linear.activation``). ``restore_linear`` puts the
+    model's own module back."""
+
+    def __init__(self, original: nn.Module, up: Linear, name: str):
+        super().__init__()
+        # not submodules: the model's state_dict and named_modules stay as they were
+        self.__dict__["_original"], self.__dict__["_up"] = original, up
+        self.activation = name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def extra_repr(self) -> str:
+        return f"{self.activation!r}, fused into the up projection's epilogue"
+
+
+def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
+    """Fuse the plain MLPs of ``module`` in place: a submodule with an up projection, an
+    activation wsgemm knows and a down projection under one of ``_PLAIN_MLP_NAMES`` (GPT-NeoX's
+    ``dense_h_to_4h``/``act``/``dense_4h_to_h``, Phi's ``fc1``/``activation_fn``/``fc2``, ...),
+    no ``gate_proj`` (a gated MLP: ``fuse_gated_mlps``), whose up projection is a plain wsgemm
+    ``Linear`` without an activation, gets the activation in that layer's epilogue
+    (``Linear.activation``: with its bias, one GEMM) and a ``FusedActivation`` (the identity) in
+    the activation's place. The Parameters and ``state_dict`` are untouched; ``restore_linear``
+    undoes it. ``replace_linear(fuse_mlp=True)`` calls it after replacing the layers.
+
+    Returns:
+        (the MLP's name, its up projection's) for each fused MLP.
+    """
+    fused = []
+    for name, mlp in list(module.named_modules()):
+        if isinstance(getattr(mlp, "gate_proj", None), nn.Module):
+            continue
+        for up_name, act_name, down_name in _PLAIN_MLP_NAMES:
+            up, act = getattr(mlp, up_name, None), getattr(mlp, act_name, None)
+            if not isinstance(getattr(mlp, down_name, None), nn.Module):
+                continue
+            activation = _activation_of(act) if isinstance(act, nn.Module) else None
+            if activation is None or type(up) is not Linear or up.activation is not None:
+                continue
+            up.activation = activation
+            setattr(mlp, act_name, FusedActivation(act, up, activation))
+            prefix = f"{name}." if name else ""
+            fused.append((name, f"{prefix}{up_name}"))
+            break
+    return fused
+
+
+def _unfuse_plain_mlps(module: nn.Module) -> None:
+    """``restore_linear``'s first step: each ``FusedActivation`` gives its place back to the
+    model's own activation module, and its up projection loses the activation."""
+    for mlp in list(module.modules()):
+        for attr, child in list(mlp.named_children()):
+            if isinstance(child, FusedActivation):
+                child._up.activation = None
+                setattr(mlp, attr, child._original)

@@ -421,3 +421,102 @@ def test_the_fused_step_runs_where_a_dgated_kernel_does(monkeypatch, families, c
     with FakeTensorMode():
         assert wnn._fuses_gated_grad(fake_cuda((4, 8))) == fuses
     assert not wnn._fuses_gated_grad(torch.zeros(4, 8))
+
+
+# ------------------------------------------------------------------------------ plain MLPs
+
+
+class GPTNeoXMLP(nn.Module):
+    """transformers' GPTNeoXMLP (Falcon's is the same), as it is written."""
+
+    def __init__(self, hidden=64, ffn=128, act=None, dtype=torch.bfloat16):
+        super().__init__()
+        self.dense_h_to_4h = nn.Linear(hidden, ffn, dtype=dtype)
+        self.dense_4h_to_h = nn.Linear(ffn, hidden, dtype=dtype)
+        self.act = act or nn.GELU()
+
+    def forward(self, hidden_states):
+        hidden_states = self.dense_h_to_4h(hidden_states)
+        hidden_states = self.act(hidden_states)
+        return self.dense_4h_to_h(hidden_states)
+
+
+class PhiBlock(nn.Module):
+    """Phi's MLP under a block: ``fc1``, ``activation_fn`` (its tanh GELU), ``fc2``."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Module()
+        self.mlp.fc1 = nn.Linear(64, 128, dtype=torch.bfloat16)
+        self.mlp.fc2 = nn.Linear(128, 64, dtype=torch.bfloat16)
+        self.mlp.activation_fn = nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        return self.mlp.fc2(self.mlp.activation_fn(self.mlp.fc1(x)))
+
+
+def test_a_plain_mlp_s_activation_moves_into_its_up_projection():
+    """``replace_linear(fuse_mlp=True)``: the activation runs in the replaced up projection's
+    epilogue (``Linear.activation``), a ``FusedActivation`` (the identity) in its place; the
+    Parameters and state_dict are untouched, the values the same (on the CPU both roads are
+    torch's ops: bit for bit), and ``restore_linear`` gives the model its own module back."""
+    torch.manual_seed(0)
+    cases = ((GPTNeoXMLP(), "dense_h_to_4h", "act", "gelu"),
+             (PhiBlock(), "mlp.fc1", "activation_fn", "gelu_tanh"))  # fmt: skip
+    for model, up, act_attr, name in cases:
+        x = torch.randn(3, 64, dtype=torch.bfloat16)
+        want, keys = model(x), list(model.state_dict())
+        params = [id(p) for p in model.parameters()]
+        report = wnn.replace_linear(model, fuse_mlp=True)
+        owner = model.get_submodule(up.rpartition(".")[0])
+        assert report.fused == ((up.rpartition(".")[0], up),)
+        assert model.get_submodule(up).activation == name
+        assert isinstance(getattr(owner, act_attr), wnn.FusedActivation)
+        assert f"{name!r}, fused" in repr(model)
+        assert list(model.state_dict()) == keys and [id(p) for p in model.parameters()] == params
+        assert torch.equal(model(x), want)
+        clone = copy.deepcopy(model)
+        buf = io.BytesIO()
+        torch.save(clone, buf)
+        buf.seek(0)
+        assert torch.equal(torch.load(buf, weights_only=False)(x), want)
+        wnn.restore_linear(model)
+        assert type(model.get_submodule(up)) is nn.Linear
+        assert not isinstance(getattr(owner, act_attr), wnn.FusedActivation)
+        assert torch.equal(model(x), want)
+
+
+def test_a_fused_plain_mlp_runs_one_gemm_with_its_activation(monkeypatch):
+    """Where wsgemm runs the layer, the up projection is one ``wsgemm.linear`` with the
+    activation (and the bias) in its epilogue: two products for the MLP, no other pass."""
+    from op_helpers import install
+
+    stub = install(monkeypatch)
+    monkeypatch.setattr(wnn, "_runs_on_wsgemm", lambda x, w: True)
+    torch.manual_seed(1)
+    model = GPTNeoXMLP()
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    want = model(x).double()
+    wnn.replace_linear(model, fuse_mlp=True)
+    calls = []
+    monkeypatch.setattr(wnn, "linear", lambda *a: calls.append(a[3]) or wsgemm.linear(*a))
+    got = model(x).double()
+    assert calls == ["gelu", None] and len(stub.calls) == 2
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_what_is_not_a_plain_mlp_is_left_alone():
+    """An activation wsgemm does not know, a gated MLP (``fuse_gated_mlps``' own), an up
+    projection the rules skip (misaligned), or one a filter declined: nothing moves."""
+    tanh = GPTNeoXMLP(act=nn.Tanh())
+    assert wnn.replace_linear(tanh, fuse_mlp=True).fused == ()
+    assert isinstance(tanh.act, nn.Tanh) and tanh.dense_h_to_4h.activation is None
+    odd = GPTNeoXMLP(ffn=100)  # 100 % 8: the up projection is skipped, so is the MLP
+    assert wnn.replace_linear(odd, fuse_mlp=True).fused == ()
+    declined = GPTNeoXMLP()
+    wnn.replace_linear(declined, lambda layer, name: name != "dense_h_to_4h", fuse_mlp=True)
+    assert isinstance(declined.act, nn.GELU)
+    llama = LlamaMLP()
+    fused = wnn.replace_linear(llama, fuse_mlp=True).fused
+    assert fused == (("", "gate_proj", "up_proj"),)
+    assert not isinstance(llama.act_fn, wnn.FusedActivation)
