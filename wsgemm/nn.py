@@ -369,7 +369,10 @@ def restore_linear(module: nn.Module) -> list[str]:
     ``replace_linear`` (or ``Linear`` itself) made gets its torch class back (``nn.Linear``, or
     the subclass it was), in place, keeping its ``Parameter`` objects, buffers and hooks. A
     user's own subclass of ``Linear`` stays as it is. A plain MLP's activation that
-    ``fuse_plain_mlps`` moved into its up projection goes back to its own module first.
+    ``fuse_plain_mlps`` moved into its up projection goes back to its own module first (for
+    the MLPs under ``module``); a layer that still has an activation of its own
+    (``Linear(activation=)``, or an up projection fused from a module above ``module``) stays
+    a wsgemm layer, since ``nn.Linear`` has none.
 
     Returns:
         the qualified names restored ("" for ``module`` itself).
@@ -380,7 +383,7 @@ def restore_linear(module: nn.Module) -> list[str]:
     restored = []
     for name, layer in module.named_modules():
         torch_class = _TORCH_CLASS.get(type(layer))
-        if torch_class is not None:
+        if torch_class is not None and not (isinstance(layer, Linear) and layer.activation):
             layer.__class__ = torch_class
             _FELL_BACK.discard(layer)
             restored.append(name)
@@ -745,7 +748,10 @@ class FusedActivation(nn.Module):
         self.activation = name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
+        up = self._up
+        if isinstance(up, Linear) and up.activation == self.activation:
+            return x  # the up projection applied it
+        return self._original(x)  # (its layer restored or changed since: the model's own)
 
     def extra_repr(self) -> str:
         return f"{self.activation!r}, fused into the up projection's epilogue"
@@ -765,15 +771,24 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
         (the MLP's name, its up projection's) for each fused MLP.
     """
     fused = []
+    # a layer under two parents (shared by two MLPs) would take both MLPs' activations
+    parents = Counter(id(child) for parent in module.modules() for child in parent.children())
     for name, mlp in list(module.named_modules()):
         if isinstance(getattr(mlp, "gate_proj", None), nn.Module):
             continue
         for up_name, act_name, down_name in _PLAIN_MLP_NAMES:
             up, act = getattr(mlp, up_name, None), getattr(mlp, act_name, None)
-            if not isinstance(getattr(mlp, down_name, None), nn.Module):
+            down = getattr(mlp, down_name, None)
+            if not _fusable_up(up, parents) or not isinstance(act, nn.Module):
                 continue
-            activation = _activation_of(act) if isinstance(act, nn.Module) else None
-            if activation is None or type(up) is not Linear or up.activation is not None:
+            if act._forward_hooks or act._forward_pre_hooks:
+                continue  # they would never fire again
+            # the whole up output goes through the activation into the down projection (not a
+            # gated unit's halves: Moshi's fc1 is twice fc2's input)
+            if not isinstance(down, nn.Linear) or down.in_features != up.out_features:
+                continue
+            activation = _activation_of(act)
+            if activation is None:
                 continue
             up.activation = activation
             setattr(mlp, act_name, FusedActivation(act, up, activation))
@@ -781,6 +796,15 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
             fused.append((name, f"{prefix}{up_name}"))
             break
     return fused
+
+
+def _fusable_up(up, parents: Counter) -> bool:
+    """A replaced layer (``Linear``, or the wsgemm class of an ``nn.Linear`` subclass: its
+    forward is ``Linear.forward``) without an activation of its own or hooks, under one parent."""
+    return (
+        type(up) in _TORCH_CLASS and up.activation is None and parents[id(up)] == 1
+        and not (up._forward_hooks or up._forward_pre_hooks)
+    )  # fmt: skip
 
 
 def _unfuse_plain_mlps(module: nn.Module) -> None:

@@ -520,3 +520,67 @@ def test_what_is_not_a_plain_mlp_is_left_alone():
     fused = wnn.replace_linear(llama, fuse_mlp=True).fused
     assert fused == (("", "gate_proj", "up_proj"),)
     assert not isinstance(llama.act_fn, wnn.FusedActivation)
+
+
+class GatedFc1(nn.Module):
+    """transformers' MoshiGatingMLP: ``fc1`` twice ``fc2``'s input, the activation on its first
+    half only (the names of a plain MLP, not its meaning)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 256, bias=False, dtype=torch.bfloat16)
+        self.fc2 = nn.Linear(128, 64, bias=False, dtype=torch.bfloat16)
+        self.activation_fn = nn.SiLU()
+
+    def forward(self, x):
+        y = self.fc1(x)
+        return self.fc2(self.activation_fn(y[..., :128]) * y[..., 128:])
+
+
+def test_a_plain_mlp_is_fused_only_where_the_meaning_stays():
+    """Not fused: a gated unit under plain names (fc1 wider than fc2's input), a hook on the
+    up projection (it would see activated values) or on the activation (it would not fire),
+    an up projection shared by two MLPs (it would take both activations). Each keeps its
+    output."""
+    torch.manual_seed(3)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    gated = GatedFc1()
+    hooked_up, hooked_act = GPTNeoXMLP(), GPTNeoXMLP()
+    hooked_up.dense_h_to_4h.register_forward_hook(lambda *a: None)
+    hooked_act.act.register_forward_hook(lambda *a: None)
+    shared = nn.Module()
+    shared.a, shared.b = GPTNeoXMLP(), GPTNeoXMLP(act=nn.ReLU())
+    shared.b.dense_h_to_4h = shared.a.dense_h_to_4h
+    for model in (gated, hooked_up, hooked_act, shared):
+        children = [m for m in model.modules() if isinstance(m, (GatedFc1, GPTNeoXMLP))]
+        want = [m(x) for m in children]
+        assert wnn.replace_linear(model, fuse_mlp=True).fused == ()
+        assert all(torch.equal(m(x), w) for m, w in zip(children, want, strict=True))
+        assert not any(isinstance(m, wnn.FusedActivation) for m in model.modules())
+
+
+def test_restoring_an_up_projection_alone_keeps_the_mlp_right():
+    """``restore_linear`` on the fused up projection alone leaves it a wsgemm layer (it carries
+    the activation; ``nn.Linear`` has none); restoring the MLP undoes the fusion. A subclass
+    of ``nn.Linear`` a filter chose (Falcon's ``FalconLinear``) fuses too."""
+    torch.manual_seed(4)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    mlp = GPTNeoXMLP()
+    want = mlp(x)
+    wnn.replace_linear(mlp, fuse_mlp=True)
+    assert wnn.restore_linear(mlp.dense_h_to_4h) == []
+    assert torch.equal(mlp(x), want)
+    mlp.dense_h_to_4h.activation = None  # changed behind the fusion's back: the model's own
+    assert torch.equal(mlp(x), want)
+    mlp.dense_h_to_4h.activation = "gelu"
+    assert sorted(wnn.restore_linear(mlp)) == ["dense_4h_to_h", "dense_h_to_4h"]
+    assert isinstance(mlp.act, nn.GELU) and torch.equal(mlp(x), want)
+
+    class FalconLinear(nn.Linear):
+        pass
+
+    falcon = GPTNeoXMLP()
+    falcon.dense_h_to_4h.__class__ = FalconLinear
+    want = falcon(x)
+    report = wnn.replace_linear(falcon, lambda layer, name: True, fuse_mlp=True)
+    assert report.fused == (("", "dense_h_to_4h"),) and torch.equal(falcon(x), want)
