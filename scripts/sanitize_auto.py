@@ -9,7 +9,8 @@ previous launch reset are reused), each checked against torch. Run as
 entries: partial waves, ragged, batched; each call three times, so the workspace and the
 semaphores are reused). With ``--gated``: only the gated kernels (``gated_cases``: both row
 tiles, the swap-AB decode tile switched on for its calls, the preact forward and the dgated
-backward; ragged I and rows, each call twice so a kept launcher runs).
+backward; ragged I and rows, each call twice so a kept launcher runs). With ``--plain-mlp``:
+only a plain MLP's training kernels (``plain_mlp_cases``: dact, the plain preact).
 
 With ``--initcheck`` the same calls run but nothing reads an output back (no reference, no
 check): initcheck does not count a TMA store as a write, so a torch kernel reading our output
@@ -146,8 +147,51 @@ def gated_cases() -> int:
     return wrong
 
 
+# (rows, I, K): act_grad on a swap-AB decode tile, a wide swap-AB tile, a ping-pong tile (I off
+# its width), cooperative row tiles (ragged rows); linear_preact where the route is a
+# cooperative row tile (the others take the product, then torch's activation)
+PLAIN_MLP = ((1, 256, 64), (300, 4096, 1024), (37, 1000, 200), (1024, 2048, 512),
+             (2047, 3000, 2048))  # fmt: skip
+
+
+def plain_mlp_cases() -> int:
+    """A plain MLP's training kernels (``DACT_FAMILIES`` switched on for the run): the dact
+    GEMM on the policy's tiles, a pre-activation with a row stride of its own; the up
+    projection storing its pre-activation (with a bias); each call twice; how many results
+    were wrong."""
+    from wsgemm.api import act_grad as act_grad_core
+    from wsgemm.api import epilogue as epi
+    from wsgemm.host import registry
+
+    registry.DACT_FAMILIES = registry.EPILOGUE_FAMILIES
+    wrong = 0
+    for m, ffn, k in PLAIN_MLP:
+        dy = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        w_down = torch.randn(k, ffn, dtype=torch.float16, device="cuda") / k**0.5
+        pre = torch.randn(m, ffn + 8, dtype=torch.float16, device="cuda")[:, :ffn]
+        want = None
+        if READ_BACK:
+            want = (dy.float() @ w_down.float()) * epi.activation_grad("gelu", pre)
+        for _ in range(2):
+            got = act_grad_core.act_grad(dy, w_down, pre, "gelu")
+            wrong += not report(f"dact {m}x{ffn}x{k}:", got, want)
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        w_up = torch.randn(ffn, k, dtype=torch.float16, device="cuda") / k**0.5
+        bias = torch.randn(ffn, dtype=torch.float16, device="cuda")
+        y = reference(x, w_up)
+        for _ in range(2):
+            h, p = act_grad_core.linear_preact(x, w_up, "gelu_tanh", bias=bias)
+            wrong += not report(f"plain preact {m}x{ffn}x{k}:", p, None if y is None else
+                                y + bias.float())  # fmt: skip
+            wrong += not report(f"plain preact h {m}x{ffn}x{k}:", h, None if y is None else
+                                epi.torch_activation("gelu_tanh", y + bias.float()))  # fmt: skip
+    return wrong
+
+
 if "--stream-k" in sys.argv:
     sys.exit(1 if stream_k_cases() else 0)
+if "--plain-mlp" in sys.argv:
+    sys.exit(1 if plain_mlp_cases() else 0)
 if "--gated" in sys.argv:
     sys.exit(1 if gated_cases() else 0)
 
