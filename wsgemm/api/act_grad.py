@@ -29,31 +29,18 @@ from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
 from .epilogue import activation_grad, check_activation, kernel_bias, torch_activation
 from .plan import _kernel_view
+from .validate import check_operands
 
 __all__ = [
     "ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad", "check_linear_preact",
     "linear_preact", "unfused",
 ]  # fmt: skip
 
-_DTYPES = (torch.float16, torch.bfloat16)
-
 
 def check_act_grad(dy, w_down, preact, activation, device_types=("cuda",)) -> str:
     """The kernels' activation name of ``act_grad(dy, w_down, preact, activation)``; raises
     what is wrong and what is allowed."""
-    for name, t in (("dy", dy), ("w_down", w_down), ("preact", preact)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise TypeError(f"{name} must be a strided (dense) tensor, got {t.layout}")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be 2-D, got {tuple(t.shape)}")
-        if t.dtype != dy.dtype or t.dtype not in _DTYPES:
-            raise TypeError(f"dy, w_down and preact must share float16 or bfloat16, got "
-                            f"{dy.dtype}, {w_down.dtype} and {preact.dtype}")  # fmt: skip
-        if t.device.type not in device_types or t.device != dy.device:
-            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on dy's device, "
-                             f"got {t.device}")  # fmt: skip
+    check_operands((("dy", dy), ("w_down", w_down), ("preact", preact)), device_types, dim=2)
     act = check_activation(activation)
     if act == "none":
         raise ValueError("an activation's gradient needs its activation ('gelu', 'silu', ...)")
@@ -75,7 +62,7 @@ def act_grad(dy, w_down, preact, activation="gelu", *, dispatcher=None) -> torch
     ``dh`` and writes only ``dpre``, in fp32 from its accumulators, rounded once; else ``dh``
     is a product of its own (rounded to the dtype), then ``dh · act'(preact)`` in fp32,
     rounded once (the module docstring)."""
-    d = dispatcher or _default_dispatcher()
+    d = dispatcher or dispatch.default_dispatcher()
     act = check_act_grad(dy, w_down, preact, activation, (d.devices.type,))
     # a negated view's values are not its memory's, which the kernel reads
     dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
@@ -125,9 +112,8 @@ def unfused(act: str, dh: torch.Tensor, preact: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(road, dy, out, act: str) -> ActGradLaunch:
-    (a_view, a_major), (b_view, b_major), c_in, (backend, config), index = road
+    (a_view, a_major), (b_view, b_major), (c_view, c_in), (backend, config), index = road
     dtypes = (str(dy.dtype)[6:], str(dy.dtype)[6:], "float32")
-    c_view = _c_view(out, _config_of(backend, config).swap_ab)
     return ActGradLaunch(backend, config, index, dtypes, a_major, b_major,
                          Epilogue(activation=act, dact=True).name, a_view, b_view, c_view, c_in,
                          out)  # fmt: skip
@@ -149,10 +135,10 @@ def act_grad_launch(d, dy, w_down, preact, activation="gelu") -> ActGradLaunch:
 
 
 def _road(d, dy, w_down, preact, out):
-    """(A's view and major, B's view and major, C's (the pre-activation's) view, (backend,
-    config), device index) where the dact kernel runs ``act_grad`` into ``out``, else why not
-    (a str)."""
-    index = d.device_index(dy.device) or 0
+    """(A's view and major, B's view and major, the views of C (``out``) and of the
+    pre-activation, (backend, config), device index) where the dact kernel runs ``act_grad``
+    into ``out``, else why not (a str)."""
+    index = dispatch.device_index(d, dy)
     m, k = dy.shape
     n = w_down.shape[1]
     dtype = str(dy.dtype)[6:]
@@ -165,14 +151,14 @@ def _road(d, dy, w_down, preact, out):
     if x is None:  # (e.g. a broadcast gradient, out.sum()'s) a copy the kernel reads: M x H
         x = _kernel_view(dy.contiguous().unsqueeze(-1), False, (1, 0))
     w = _kernel_view(w_down.t().unsqueeze(-1), False, (0, 1))  # (I, H): w_down's rows are K
-    c = _c_view(preact, swap)
-    if x is None or w is None or c is None or _c_view(out, swap) is None:
+    c, c_in = _c_view(out, swap), _c_view(preact, swap)
+    if x is None or w is None or c is None or c_in is None:
         return "an operand is not addressable by the kernel (unit stride, 16-byte strides)"
     # swap-AB: dpre^T = w_down^T dy^T, the weight the kernel's A (I, H), dy its B (M, H)
     (a_view, a_side), (b_view, b_side) = (w, x) if swap else (x, w)
     a_major = "k" if a_side == "cols" else "m"
     b_major = "n" if b_side == "rows" else "k"
-    return (a_view, a_major), (b_view, b_major), c, (route.backend, route.config), index
+    return (a_view, a_major), (b_view, b_major), (c, c_in), (route.backend, route.config), index
 
 
 def _config_of(backend: str, config):
@@ -205,19 +191,7 @@ def _refusal(route) -> str | None:
 def check_linear_preact(x, weight, activation, device_types=("cuda",), bias=None) -> str:
     """The kernels' activation name of ``linear_preact(x, weight, activation, bias=bias)``;
     raises what is wrong and what is allowed."""
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if t is None and name == "bias":
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise TypeError(f"{name} must be a strided (dense) tensor, got {t.layout}")
-        if t.dtype != x.dtype or t.dtype not in _DTYPES:
-            raise TypeError(f"x, weight and bias must share float16 or bfloat16, got {t.dtype} "
-                            f"for {name} and {x.dtype} for x")  # fmt: skip
-        if t.device.type not in device_types or t.device != x.device:
-            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on x's device, "
-                             f"got {t.device}")  # fmt: skip
+    check_operands((("x", x), ("weight", weight), ("bias", bias)), device_types)
     act = check_activation(activation)
     if act == "none":
         raise ValueError("linear_preact needs an activation ('gelu', 'silu', ...)")
@@ -236,7 +210,7 @@ def linear_preact(x, weight, activation="gelu", *, bias=None, dispatcher=None):
     (``host.fuses_act_grad``), one kernel writes both from the same accumulators
     (``Epilogue.preact``: ``h`` from the fp32 value, ``pre`` rounded beside it); else the
     product with its bias, then torch's activation on it (torch's MLP)."""
-    d = dispatcher or _default_dispatcher()
+    d = dispatcher or dispatch.default_dispatcher()
     act = check_linear_preact(x, weight, activation, (d.devices.type,), bias)
     x, weight = x.resolve_neg(), weight.resolve_neg()  # the kernel reads their memory
     bias = None if bias is None else bias.resolve_neg()
@@ -263,7 +237,7 @@ def linear_preact(x, weight, activation="gelu", *, bias=None, dispatcher=None):
 def _preact_road(d, x, weight, h, pre):
     """((A, B, C and the pre-activation's views), (backend, config), device index) where one
     kernel writes ``linear_preact``'s two results, else why not (a str)."""
-    index = d.device_index(x.device) or 0
+    index = dispatch.device_index(d, x)
     dtype = str(x.dtype)[6:]
     m, k = x.shape
     route = d.route("auto", index, (m, weight.shape[0], k, None), (dtype, dtype, "float32"),
@@ -284,9 +258,3 @@ def _preact_road(d, x, weight, h, pre):
     if a is None or b is None or c is None or p is None:
         return "an operand is not addressable by the kernel (K-major, 16-byte strides)"
     return (a[0], b[0], c, p), (route.backend, route.config), index
-
-
-def _default_dispatcher():
-    from ..host.dispatch import DISPATCHER
-
-    return DISPATCHER

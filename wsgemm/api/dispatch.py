@@ -759,3 +759,16 @@ def _fused_launcher(d, at, p: Problem, device, swap: bool, bias, late):
         return out
 
     return on_its_device(d, device.index, launcher)
+
+
+def default_dispatcher():
+    """The process's dispatcher (``host.dispatch.DISPATCHER``, read at each call: a stand-in
+    put there is the one used), for the entry points that take ``dispatcher=None``."""
+    from ..host import dispatch as host_dispatch
+
+    return host_dispatch.DISPATCHER
+
+
+def device_index(d, t: torch.Tensor) -> int:
+    """Dispatcher ``d``'s index of ``t``'s device (a device without one: the current)."""
+    return d.device_index(t.device) or 0

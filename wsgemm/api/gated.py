@@ -34,6 +34,7 @@ from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
 from .epilogue import check_activation, gated_unit_grad, kernel_bias, torch_activation
 from .plan import _kernel_view
+from .validate import check_operands
 
 __all__ = [
     "GradLaunch", "check_gated", "check_gated_grad", "explain", "gated_config", "gated_grad",
@@ -139,7 +140,7 @@ def gated_in_torch(y: torch.Tensor, activation: str, out_dtype) -> torch.Tensor:
 def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) -> torch.Tensor:
     """(rows, I): ``act(x @ weight[:I].T + bias[:I]) * (x @ weight[I:].T + bias[I:])`` (module
     docstring; no bias: those terms are 0); ``x`` 2-D."""
-    d = dispatcher or _default_dispatcher()
+    d = dispatcher or dispatch.default_dispatcher()
     key = _signature(x, weight, activation, bias)
     hit = d.launchers.get(key) if key is not None else None
     if hit is not None:  # a signature seen before: checked, its road decided, its kernel bound
@@ -188,7 +189,7 @@ def gated_linear_preact(x, weight, activation="silu", *, bias=None, dispatcher=N
     halves stored from the same accumulators, plus the bias); else ``gated_linear``'s unfused
     road (the fp32 product, ``act(gate) * up`` on it in fp32, rounded once: the same ``h``)
     and the product rounded to ``x``'s dtype."""
-    d = dispatcher or _default_dispatcher()
+    d = dispatcher or dispatch.default_dispatcher()
     m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
     x, weight, bias = _resolved(x, weight, bias)  # the kernel reads their memory
     fused = (
@@ -338,7 +339,7 @@ def _training_line(d, x, weight, act: str, bias) -> str:
     Its forward is ``gated_linear_preact``'s road, which never takes the swap-AB tile."""
     head = "training (GatedMLP with a gradient to compute):"
     half = weight.shape[0] // 2
-    why = _dgated_refusal(d, x.shape[0], half, _index(d, x))
+    why = _dgated_refusal(d, x.shape[0], half, dispatch.device_index(d, x))
     road = "an empty problem"
     if why is None and x.shape[0] and half and x.shape[1]:
         road = _road(d, x, weight, act, bias, swap_ok=False)
@@ -360,17 +361,7 @@ def _training_line(d, x, weight, act: str, bias) -> str:
 def check_gated_grad(dy, w_down, preact, activation, device_types=("cuda",)) -> tuple[int, str]:
     """(I, the kernels' activation name) of ``gated_grad(dy, w_down, preact, activation)``;
     raises what is wrong and what is allowed."""
-    for name, t in (("dy", dy), ("w_down", w_down), ("preact", preact)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be 2-D, got {tuple(t.shape)}")
-        if t.dtype != dy.dtype or t.dtype not in _DTYPES:
-            raise TypeError(f"dy, w_down and preact must share float16 or bfloat16, got "
-                            f"{dy.dtype}, {w_down.dtype} and {preact.dtype}")  # fmt: skip
-        if t.device.type not in device_types or t.device != dy.device:
-            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on dy's device, "
-                             f"got {t.device}")  # fmt: skip
+    check_operands((("dy", dy), ("w_down", w_down), ("preact", preact)), device_types, dim=2)
     act = check_activation(activation)
     if act == "none":
         raise ValueError("the gated unit's gradient needs its activation ('silu', 'gelu', ...)")
@@ -394,7 +385,7 @@ def gated_grad(dy, w_down, preact, activation="silu", *, dispatcher=None) -> tor
     ``dh`` and writes only ``d[gate | up]``, in fp32 from its accumulators, rounded once; else
     ``dh`` is a product of its own (rounded to the dtype), then torch's backward kernels in
     three passes, as ``api.epilogue.gated_unit_with_grad``'s backward."""
-    d = dispatcher or _default_dispatcher()
+    d = dispatcher or dispatch.default_dispatcher()
     half, act = check_gated_grad(dy, w_down, preact, activation, (d.devices.type,))
     # a negated view's values are not its memory's, which the kernel reads
     dy, w_down, preact = (t.resolve_neg() for t in (dy, w_down, preact))
@@ -477,7 +468,7 @@ def _grad_road(d, dy, w_down, preact):
     """(A's view and major, B's view and major, C's (the pre-activation's gate half) view,
     (backend, config), device index) where the dgated kernel runs ``gated_grad``, else why
     not (a str)."""
-    index = _index(d, dy)
+    index = dispatch.device_index(d, dy)
     backend, config = gated_config(dy.shape[0])  # the gated kernel's tiles, both non-swap
     half = w_down.shape[1]
     why = _dgated_refusal(d, dy.shape[0], half, index)
@@ -510,17 +501,6 @@ def _dgated_refusal(d, rows: int, half: int, index: int) -> str | None:
     return None
 
 
-def _index(d, t) -> int:
-    """The dispatcher's index of ``t``'s device (a device without one: the current)."""
-    return d.device_index(t.device) or 0
-
-
-def _default_dispatcher():
-    from ..host.dispatch import DISPATCHER
-
-    return DISPATCHER
-
-
 def _road(d, x, weight, act, bias=None, swap_ok=True):
     """((A's view, its major), (B's view, its major), (backend, config), device index) where a
     gated kernel runs this call, else why not (a str: the unfused road's reason, ``explain``'s
@@ -529,7 +509,7 @@ def _road(d, x, weight, act, bias=None, swap_ok=True):
     product alone; the swap tile takes a bias only where ``host.runs_gated_swap_bias`` says so,
     and in batch-invariant mode a row's bits must not depend on the call's rows: neither runs
     there)."""
-    index = _index(d, x)
+    index = dispatch.device_index(d, x)
     invariant = host.choosing.batch_invariant_requested(d.batch_invariant)
     biased_ok = bias is None or host.runs_gated_swap_bias(GATED_SWAP_BACKEND)
     swap = swap_ok and biased_ok and not invariant

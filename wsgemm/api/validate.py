@@ -133,6 +133,29 @@ def _check_strided(name: str, t: torch.Tensor) -> None:
         )
 
 
+def check_operands(named, device_types=("cuda",), dim: int | None = None) -> None:
+    """Each (name, tensor) of ``named`` (a None tensor skipped: an optional operand) a dense
+    ``torch.Tensor``, ``dim``-D where ``dim`` is given, all of one 16-bit dtype and on the
+    first's device, a device of ``device_types``; raises what is wrong and what is allowed (the
+    fused roads' entry points: ``gated_grad``, ``act_grad``, ``linear_preact``)."""
+    for name, t in named:
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    present = [(name, t) for name, t in named if t is not None]
+    first_name, first = present[0]
+    names = ", ".join(name for name, _ in named[:-1]) + f" and {named[-1][0]}"
+    for name, t in present:
+        _check_strided(name, t)
+        if dim is not None and t.dim() != dim:
+            raise ValueError(f"{name} must be {dim}-D, got {tuple(t.shape)}")
+        if t.dtype != first.dtype or t.dtype not in (torch.float16, torch.bfloat16):
+            got = ", ".join(f"{n} {u.dtype}" for n, u in present)
+            raise TypeError(f"{names} must share float16 or bfloat16, got {got}")
+        if t.device.type not in device_types or t.device != first.device:
+            raise ValueError(f"{name} must be a {device_types[0].upper()} tensor on "
+                             f"{first_name}'s device, got {t.device}")  # fmt: skip
+
+
 def c_dtypes(ab_dtype=None) -> dict:
     """The output dtypes of a call with ``ab_dtype`` inputs: the kernels' C dtypes, and for
     inputs that go to torch.matmul (``TORCH_AB_DTYPES``) their own dtype too."""
