@@ -28,12 +28,12 @@ from torch.utils._device import DeviceContext
 
 from . import api
 from .api.epilogue import (
-    activation_grad,
     bias_mode,
     check_activation,
     check_epilogue,
     check_residual,
     check_scalar,
+    grad_through,
     torch_activation,
 )
 from .api.validate import (
@@ -295,7 +295,7 @@ def _backward(ctx, grad):
         with torch.no_grad():
             scaled = _scaled(c, alpha, beta)
             pre = _forward(a, b, None, out_dtype, accumulate, ctx.backend, bias, None, scaled)
-        grad = (grad.float() * activation_grad(ctx.activation, pre)).to(grad.dtype)
+        grad = grad_through(ctx.activation, grad, pre).to(grad.dtype)
     g_product = grad if alpha == 1.0 else (grad.float() * alpha).to(grad.dtype)
     ga, gb = _grads(a, b, g_product, need_a, need_b, ctx.backend)
     gbias = gc = None

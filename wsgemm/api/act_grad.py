@@ -27,13 +27,13 @@ from ..host.dispatch import TORCH
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
-from .epilogue import activation_grad, check_activation, kernel_bias, torch_activation
+from .epilogue import check_activation, grad_through, kernel_bias, torch_activation
 from .plan import _kernel_view
 from .validate import check_operands
 
 __all__ = [
     "ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad", "check_linear_preact",
-    "linear_preact", "unfused",
+    "linear_preact",
 ]  # fmt: skip
 
 
@@ -73,7 +73,7 @@ def act_grad(dy, w_down, preact, activation="gelu", *, dispatcher=None) -> torch
     road = _road(d, dy, w_down, preact, out) if dy.shape[1] else "an empty product"
     if isinstance(road, str):
         dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
-        return out.copy_(unfused(act, dh, preact))
+        return out.copy_(grad_through(act, dh, preact))
     launch = _launch(road, dy, out, act)
     fn, clusters = d.kernel(launch.backend, launch.index, launch.dtypes, launch.a_major,
                             launch.b_major, launch.config, launch.epilogue)  # fmt: skip
@@ -102,13 +102,6 @@ class ActGradLaunch:
     c: torch.Tensor
     c_in: torch.Tensor
     out: torch.Tensor
-
-
-def unfused(act: str, dh: torch.Tensor, preact: torch.Tensor) -> torch.Tensor:
-    """``dh · act'(preact)`` in fp32 (the unfused road's pass after the product), 0 where the
-    derivative is (relu, relu2: torch's ``threshold_backward``, whatever ``dh`` holds there)."""
-    g = dh.float() * activation_grad(act, preact)
-    return torch.where(preact > 0, g, 0.0) if act in ("relu", "relu2") else g
 
 
 def _launch(road, dy, out, act: str) -> ActGradLaunch:

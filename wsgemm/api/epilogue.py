@@ -227,6 +227,14 @@ def activation_grad(name: str, pre: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"no activation {name!r}")
 
 
+def grad_through(name: str, dh: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+    """``dh · act'(pre)`` in fp32 (a gradient through the activation at its pre-activation),
+    0 where the derivative is (relu, relu2: torch's ``threshold_backward``, whatever ``dh``
+    holds there, an inf included)."""
+    g = dh.float() * activation_grad(name, pre)
+    return torch.where(pre > 0, g, 0.0) if name in ("relu", "relu2") else g
+
+
 def check_residual(c, shape, c_dtype: torch.dtype, device) -> None:
     """A residual ``c``: a dense tensor of the result's dtype on the operands' device that
     broadcasts to the result's ``shape`` (any number of dimensions)."""

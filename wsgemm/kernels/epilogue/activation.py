@@ -114,8 +114,12 @@ def value_and_grad(name: str, x: Float32) -> tuple[Float32, Float32]:
     raise ValueError(f"no activation gradient {name!r} (support.ACTIVATIONS)")
 
 
-def grad(name: str, x: Float32) -> Float32:
-    """act'(x) of ``name``'s activation (a plain MLP's backward, ``Epilogue.dact``):
+def grad_through(name: str, g: Float32, x: Float32) -> Float32:
+    """``g · act'(x)`` of ``name``'s activation (a plain MLP's backward, ``Epilogue.dact``;
     ``value_and_grad``'s derivative, whose activation value the compiler drops where the
-    derivative does not use it."""
-    return value_and_grad(name, x)[1]
+    derivative does not use it), 0 where the derivative is (relu, relu2: torch's
+    ``threshold_backward``, whatever ``g`` holds there)."""
+    y = g * value_and_grad(name, x)[1]
+    if name in ("relu", "relu2"):
+        y = cutlass.select_(x > Float32(0.0), y, Float32(0.0))
+    return y

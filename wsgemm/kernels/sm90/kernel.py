@@ -1968,11 +1968,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 dh = cutlass.Float32(args.tRS_rAcc[e * per_subtile + v])
                 coord = args.tRS_cAcc[e * per_subtile + v]
                 pre = residual.value(sC_buf, coord, plan.config.epi_tile)
-                x = dh * epilogue_activation.grad(epi.activation, pre)
-                if const_expr(epi.activation in ("relu", "relu2")):
-                    # 0 where the derivative is, whatever dh holds (torch's threshold_backward)
-                    x = cutlass.select_(pre > cutlass.Float32(0.0), x, cutlass.Float32(0.0))
-                views.tRS_rD[v] = x
+                views.tRS_rD[v] = epilogue_activation.grad_through(epi.activation, dh, pre)
         elif const_expr(epi.gated):
             # output subtile (row r, column c) pairs the product's subtiles (r, c), the gate's,
             # and (r, c + half), the up projection's (under swap-AB: (r + half, c)): the same
