@@ -27,7 +27,7 @@ from . import ops as _ops
 from .api import gated as core
 from .api.epilogue import activation_grad, gated_unit_with_grad, torch_activation
 from .ops import autocast_cast as _autocast_cast
-from .ops import matmul
+from .ops import matmul, mlp_backward
 
 __all__ = ["gated_linear", "gated_mlp"]
 
@@ -226,36 +226,13 @@ class _GatedMLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if torch.is_grad_enabled():  # create_graph (a double backward): torch's formula
-            return _GatedMLP._differentiable(ctx, grad)
-        x, w_gu, _, w_d, _, y, h = ctx.saved_tensors
-        x2 = x.reshape(-1, x.shape[-1])
-        d2 = grad.reshape(-1, grad.shape[-1])
-        need = ctx.needs_input_grad
-        dpre = None  # only for x's and the gate/up projection's gradients
-        if any(need[:3]):
-            dpre = torch.ops.wsgemm.gated_grad(d2, w_d, y, ctx.activation)
-        gx = matmul(dpre, w_gu).reshape(*grad.shape[:-1], x2.shape[-1]) if need[0] else None
-        gw_gu = matmul(dpre.t(), x2) if need[1] else None
-        gb_gu = dpre.float().sum(0).to(dpre.dtype) if ctx.has_bias[0] and need[2] else None
-        gw_d = matmul(d2.t(), h) if need[3] else None
-        gb_d = d2.float().sum(0).to(d2.dtype) if ctx.has_bias[1] and need[4] else None
-        return gx, gw_gu, gb_gu, gw_d, gb_d, None
+        return mlp_backward(ctx, grad, torch.ops.wsgemm.gated_grad, _gated_unit)
 
-    @staticmethod
-    def _differentiable(ctx, grad):
-        """The step's gradients by autograd through torch's own ops on the saved inputs, so
-        that they are differentiable again (a double backward: create_graph)."""
-        x, w_gu, b_gu, w_d, b_d = ctx.saved_tensors[:5]
-        inputs = (x, w_gu, b_gu, w_d, b_d)
-        with torch.enable_grad():
-            y = torch.nn.functional.linear(x, w_gu, b_gu)
-            half = y.shape[-1] // 2
-            h = torch_activation(ctx.activation, y[..., :half]) * y[..., half:]
-            out = torch.nn.functional.linear(h, w_d, b_d)
-            wrt = [t for t, need in zip(inputs, ctx.needs_input_grad, strict=False) if need]
-            found = iter(torch.autograd.grad(out, wrt, grad, create_graph=True))
-        return (*(next(found) if need else None for need in ctx.needs_input_grad[:5]), None)
+
+def _gated_unit(activation: str, y: torch.Tensor) -> torch.Tensor:
+    """``act(gate) * up`` of ``y = [gate | up]`` in torch's own ops (a double backward's)."""
+    half = y.shape[-1] // 2
+    return torch_activation(activation, y[..., :half]) * y[..., half:]
 
 
 def gated_mlp(x, gate_up_weight, gate_up_bias, down_weight, down_bias, activation="silu"):

@@ -20,7 +20,7 @@ import torch
 from . import ops as _ops
 from .api import act_grad as core
 from .api.epilogue import check_activation, torch_activation
-from .ops import autocast_cast, matmul
+from .ops import autocast_cast, matmul, mlp_backward
 
 __all__ = ["mlp"]
 
@@ -92,34 +92,7 @@ class _MLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if torch.is_grad_enabled():  # create_graph (a double backward): torch's formula
-            return _MLP._differentiable(ctx, grad)
-        x, w_up, _, w_d, _, pre, h = ctx.saved_tensors
-        x2 = _fold(x)
-        d2 = _fold(grad)
-        need = ctx.needs_input_grad
-        dpre = None  # only for x's and the up projection's gradients
-        if any(need[:3]):
-            dpre = torch.ops.wsgemm.act_grad(d2, w_d, pre, ctx.activation)
-        gx = matmul(dpre, w_up).reshape(*grad.shape[:-1], x2.shape[-1]) if need[0] else None
-        gw_up = matmul(dpre.t(), x2) if need[1] else None
-        gb_up = dpre.float().sum(0).to(dpre.dtype) if ctx.has_bias[0] and need[2] else None
-        gw_d = matmul(d2.t(), h) if need[3] else None
-        gb_d = d2.float().sum(0).to(d2.dtype) if ctx.has_bias[1] and need[4] else None
-        return gx, gw_up, gb_up, gw_d, gb_d, None
-
-    @staticmethod
-    def _differentiable(ctx, grad):
-        """The step's gradients by autograd through torch's own ops on the saved inputs, so
-        that they are differentiable again (a double backward: create_graph)."""
-        x, w_up, b_up, w_d, b_d = ctx.saved_tensors[:5]
-        inputs = (x, w_up, b_up, w_d, b_d)
-        with torch.enable_grad():
-            pre = torch.nn.functional.linear(x, w_up, b_up)
-            out = torch.nn.functional.linear(torch_activation(ctx.activation, pre), w_d, b_d)
-            wrt = [t for t, need in zip(inputs, ctx.needs_input_grad, strict=False) if need]
-            found = iter(torch.autograd.grad(out, wrt, grad, create_graph=True))
-        return (*(next(found) if need else None for need in ctx.needs_input_grad[:5]), None)
+        return mlp_backward(ctx, grad, torch.ops.wsgemm.act_grad, torch_activation)
 
 
 def mlp(x, up_weight, up_bias, down_weight, down_bias, activation="gelu"):

@@ -403,6 +403,36 @@ def autocast_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
     return t.dtype
 
 
+def mlp_backward(ctx, grad, unit_grad, unit):
+    """The backward of an MLP's fused training step ``down(unit(x @ w_up.T + b_up) @ ...)``
+    (``gated.gated_mlp``, ``mlp.mlp``), whose forward saved ``(x, w_up, b_up, w_down, b_down,
+    pre, h)`` and set ``ctx.activation`` and ``ctx.has_bias``: ``dpre = unit_grad(d_out,
+    w_down, pre, activation)`` (the unit's gradient fused into the down projection's dh GEMM),
+    then dx, both weights' gradients (products on wsgemm) and the biases' sums in fp32; with
+    ``create_graph`` (a double backward), autograd through torch's own ops on the saved inputs
+    (``unit(activation, pre)`` torch's form of the unit), so that the gradients are
+    differentiable again. One gradient per forward input (the activation's None)."""
+    need = ctx.needs_input_grad
+    x, w_up, b_up, w_d, b_d, pre, h = ctx.saved_tensors
+    if torch.is_grad_enabled():
+        inputs = (x, w_up, b_up, w_d, b_d)
+        with torch.enable_grad():
+            y = torch.nn.functional.linear(x, w_up, b_up)
+            out = torch.nn.functional.linear(unit(ctx.activation, y), w_d, b_d)
+            wrt = [t for t, needed in zip(inputs, need, strict=False) if needed]
+            found = iter(torch.autograd.grad(out, wrt, grad, create_graph=True))
+        return (*(next(found) if needed else None for needed in need[:5]), None)
+    x2 = x.reshape(-1, x.shape[-1])
+    d2 = grad.reshape(-1, grad.shape[-1])
+    dpre = unit_grad(d2, w_d, pre, ctx.activation) if any(need[:3]) else None
+    gx = matmul(dpre, w_up).reshape(*grad.shape[:-1], x2.shape[-1]) if need[0] else None
+    gw_up = matmul(dpre.t(), x2) if need[1] else None
+    gb_up = dpre.float().sum(0).to(dpre.dtype) if ctx.has_bias[0] and need[2] else None
+    gw_d = matmul(d2.t(), h) if need[3] else None
+    gb_d = d2.float().sum(0).to(d2.dtype) if ctx.has_bias[1] and need[4] else None
+    return gx, gw_up, gb_up, gw_d, gb_d, None
+
+
 def autocast_cast(*tensors):
     """``tensors`` (None allowed) as CUDA autocast casts a matmul's operands, where it is on
     (``autocast_dtype``); as they are otherwise."""
