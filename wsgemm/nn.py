@@ -401,19 +401,54 @@ def _gated_kernel_takes_bias() -> bool:
 def _fuses_gated_grad(x: torch.Tensor) -> bool:
     """Whether a kernel on ``x``'s GPU fuses the gated unit's gradient into the down
     projection's input-gradient GEMM (``host.fuses_gated_grad``: ``DGATED_FAMILIES``)."""
-    return x.is_cuda and _gpu_fuses_gated_grad(x.device)
+    return x.is_cuda and _gpu_fuses(x.device, "gated")
+
+
+def _fuses_act_grad(x: torch.Tensor) -> bool:
+    """Whether a kernel on ``x``'s GPU fuses an activation's gradient into the down
+    projection's input-gradient GEMM (``host.fuses_act_grad``: ``DACT_FAMILIES``)."""
+    return x.is_cuda and _gpu_fuses(x.device, "plain")
 
 
 @torch.compiler.assume_constant_result
-def _gpu_fuses_gated_grad(device: torch.device) -> bool:
-    """``_fuses_gated_grad`` for a CUDA device: a constant of the device and the registry, so
-    torch.compile asks it once while tracing (no graph break on the capability query)."""
-    from .host import BACKENDS, fuses_gated_grad
+def _gpu_fuses(device: torch.device, mlp: str) -> bool:
+    """Whether the sm90 kernels of an MLP's fused training step (``mlp``: "gated" or "plain")
+    run on a CUDA device: a constant of the device and the registry, so torch.compile asks it
+    once while tracing (no graph break on the capability query)."""
+    from .host import BACKENDS, fuses_act_grad, fuses_gated_grad
     from .host.dispatch import DISPATCHER
 
-    if not fuses_gated_grad("sm90"):
+    if not {"gated": fuses_gated_grad, "plain": fuses_act_grad}[mlp]("sm90"):
         return False
     return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(DISPATCHER.device_index(device)))
+
+
+def _fused_step_runs(x: torch.Tensor, up: nn.Module, down: nn.Module, fuses) -> bool:
+    """Whether an MLP's fused training step runs this forward: a gradient to compute (asked
+    first: an inference forward asks nothing else), a kernel that fuses the unit's gradient on
+    ``x``'s GPU (``fuses``), no torch.func transform, and both projections the module's own
+    plain layers (``_plain_layer``: the step bypasses their forward) on wsgemm in one half
+    dtype (after CUDA autocast)."""
+    params = (up.weight, down.weight, up.bias, down.bias)
+    if not (torch.is_grad_enabled() and (x.requires_grad or any(
+            p is not None and p.requires_grad for p in params))):  # fmt: skip
+        return False
+    if not fuses(x) or _transformed() or not (_plain_layer(up) and _plain_layer(down)):
+        return False
+    if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
+        return False
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+    kinds = {autocast_dtype(p, dtype) if dtype else p.dtype for p in params if p is not None}
+    return len(kinds) == 1
+
+
+def _plain_layer(layer: nn.Module) -> bool:
+    """A ``Linear`` itself (not a subclass, not restored to ``nn.Linear``) without an
+    activation of its own or hooks: a road that bypasses its forward computes what it would."""
+    return (
+        type(layer) is Linear and layer.activation is None
+        and not (layer._forward_hooks or layer._forward_pre_hooks)
+    )  # fmt: skip
 
 
 class GatedMLP(nn.Module):
@@ -458,60 +493,16 @@ class GatedMLP(nn.Module):
 
     def _trains_fused(self, x: torch.Tensor) -> bool:
         """Whether this step takes ``wsgemm.gated.gated_mlp`` (the unit's gradient fused into
-        the down projection's input-gradient GEMM): a gradient to compute, both projections
-        on wsgemm in one half dtype, I a multiple of 8, a kernel that fuses it on this GPU, and
-        projections that are this module's own plain layers (no hooks, no activation: the
-        step bypasses their forward). Not under a torch.func transform."""
+        the down projection's input-gradient GEMM): ``_fused_step_runs``, and I a multiple of 8
+        (the up half's offset)."""
         up, down = self.gate_up_proj, self.down_proj
-        params = (up.weight, down.weight, up.bias, down.bias)
-        if not (torch.is_grad_enabled() and (x.requires_grad or any(
-                p is not None and p.requires_grad for p in params))):  # fmt: skip
-            return False  # first: an inference forward asks nothing else
-        if not _fuses_gated_grad(x):
-            return False
-        if type(up) is not Linear or type(down) is not Linear or down.activation is not None:
-            return False
-        if up.activation is not None or any(
-            m._forward_hooks or m._forward_pre_hooks for m in (up, down)
-        ):
-            return False
-        if (up.weight.shape[0] // 2) % _VECTOR or _transformed():
-            return False
-        if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
-            return False
-        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
-        kinds = {autocast_dtype(p, dtype) if dtype else p.dtype for p in params if p is not None}
-        return len(kinds) == 1
+        return (
+            _fused_step_runs(x, up, down, _fuses_gated_grad)
+            and not (up.weight.shape[0] // 2) % _VECTOR
+        )
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
-
-
-def _fuses_act_grad(x: torch.Tensor) -> bool:
-    """Whether a kernel on ``x``'s GPU fuses an activation's gradient into the down
-    projection's input-gradient GEMM (``host.fuses_act_grad``: ``DACT_FAMILIES``)."""
-    return x.is_cuda and _gpu_fuses_act_grad(x.device)
-
-
-@torch.compiler.assume_constant_result
-def _gpu_fuses_act_grad(device: torch.device) -> bool:
-    """``_fuses_act_grad`` for a CUDA device, a constant of the device and the registry (as
-    ``_gpu_fuses_gated_grad``)."""
-    from .host import BACKENDS, fuses_act_grad
-    from .host.dispatch import DISPATCHER
-
-    if not fuses_act_grad("sm90"):
-        return False
-    return BACKENDS["sm90"].supports(DISPATCHER.devices.capability(DISPATCHER.device_index(device)))
-
-
-def _plain_layer(layer: nn.Module) -> bool:
-    """A ``Linear`` itself (not a subclass, not restored to ``nn.Linear``) without an
-    activation of its own or hooks: a road that bypasses its forward computes what it would."""
-    return (
-        type(layer) is Linear and layer.activation is None
-        and not (layer._forward_hooks or layer._forward_pre_hooks)
-    )  # fmt: skip
 
 
 class MLP(nn.Module):
@@ -552,29 +543,10 @@ class MLP(nn.Module):
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
 
-    def _needs_grad(self, x: torch.Tensor) -> bool:
-        params = (x, *self.parameters())
-        return torch.is_grad_enabled() and any(p.requires_grad for p in params)
-
     def _trains_fused(self, x: torch.Tensor) -> bool:
         """Whether this step takes ``wsgemm.mlp.mlp`` (the activation's gradient fused into
-        the down projection's input-gradient GEMM): a gradient to compute, both projections on
-        wsgemm in one half dtype, a kernel that fuses it on this GPU, and projections that are
-        this module's own plain layers (``_plain_layer``: the step bypasses their forward). Not
-        under a torch.func transform."""
-        up, down = self.up_proj, self.down_proj
-        params = (up.weight, down.weight, up.bias, down.bias)
-        if not self._needs_grad(x):
-            return False  # first: an inference forward asks nothing else
-        if not _fuses_act_grad(x) or _transformed():
-            return False
-        if not (_plain_layer(up) and _plain_layer(down)):
-            return False
-        if not (_runs_on_wsgemm(x, up.weight) and _runs_on_wsgemm(x, down.weight)):
-            return False
-        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
-        kinds = {autocast_dtype(p, dtype) if dtype else p.dtype for p in params if p is not None}
-        return len(kinds) == 1
+        the down projection's input-gradient GEMM): ``_fused_step_runs``."""
+        return _fused_step_runs(x, self.up_proj, self.down_proj, _fuses_act_grad)
 
 
 # ----------------------------------------------------------------------------- gated MLP fusion
