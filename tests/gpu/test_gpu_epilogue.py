@@ -214,6 +214,25 @@ def assert_gated_right(got, x, w, act, what, bias=None):
     assert_within_torch_error(got, ref, theirs, what)
 
 
+def asked_epilogues(monkeypatch) -> list:
+    """The epilogue names of the kernels the shared dispatcher is asked for from now on (a
+    list the calls fill)."""
+    asked = []
+    kernel = api.DISPATCHER.kernel
+    monkeypatch.setattr(api.DISPATCHER, "kernel",
+                        lambda *a, **k: asked.append(a[6] if len(a) > 6 else k.get("epilogue"))
+                        or kernel(*a, **k))  # fmt: skip
+    return asked
+
+
+def assert_grads_match(module, x, x64, p64) -> None:
+    """``x``'s and every parameter's gradient against float64's (``x64``, ``p64`` by name)."""
+    for name, p in [("x", x), *module.named_parameters()]:
+        want = x64.grad if name == "x" else p64[name].grad
+        err = (p.grad.double() - want).abs().max().item()
+        assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+
+
 class GatedKernelOnly(api.Dispatcher):
     """The gated kernel whatever the cost model's road, on the shared compile cache; records
     the epilogue of every kernel it was asked for."""
@@ -484,12 +503,8 @@ def test_gated_mlp_with_biases_forward_and_backward(gated_bias, monkeypatch):
     """``GatedMLP(bias=True)``: the biased gated kernel without a gradient (asked for whatever
     the cost model's road), the product with its bias then torch's unit with one; both against
     float64, every gradient too; and trained under autocast with fp32 parameters."""
-    asked = []
-    kernel = api.DISPATCHER.kernel
+    asked = asked_epilogues(monkeypatch)
     monkeypatch.setattr(api.DISPATCHER, "gated_unfused", lambda *a: None)
-    monkeypatch.setattr(api.DISPATCHER, "kernel",
-                        lambda *a, **k: asked.append(a[6] if len(a) > 6 else k.get("epilogue"))
-                        or kernel(*a, **k))  # fmt: skip
     gen = torch.Generator().manual_seed(2)
     mlp = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=True, device="cuda",
                              dtype=torch.bfloat16)  # fmt: skip
@@ -511,10 +526,7 @@ def test_gated_mlp_with_biases_forward_and_backward(gated_bias, monkeypatch):
     y = x64 @ params["gate_up_proj.weight"].T + params["gate_up_proj.bias"]
     h = torch_activation("silu", y[:, :512]) * y[:, 512:]
     (h @ params["down_proj.weight"].T + params["down_proj.bias"]).sum().backward()
-    for name, p in [("x", x), *mlp.named_parameters()]:
-        want = x64.grad if name == "x" else params[name].grad
-        err = (p.grad.double() - want).abs().max().item()
-        assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+    assert_grads_match(mlp, x, x64, params)
     # fp32 parameters trained under autocast (the training road casts them as matmul would)
     mlp32 = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=True, device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -605,11 +617,7 @@ def test_gated_mlp_trains_with_dgated(dgated, monkeypatch, bias):
     """``GatedMLP``'s training step with the unit's gradient fused (``gated.gated_mlp``): the
     dgated kernel asked for, every gradient against float64; 300 tokens (the cooperative
     tile) folded from (3, 100); and once more under autocast with fp32 parameters."""
-    asked = []
-    kernel = api.DISPATCHER.kernel
-    monkeypatch.setattr(api.DISPATCHER, "kernel",
-                        lambda *a, **k: asked.append(a[6] if len(a) > 6 else k.get("epilogue"))
-                        or kernel(*a, **k))  # fmt: skip
+    asked = asked_epilogues(monkeypatch)
     gen = torch.Generator().manual_seed(4)
     mlp = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=bias, device="cuda",
                              dtype=torch.bfloat16)  # fmt: skip
@@ -628,10 +636,7 @@ def test_gated_mlp_trains_with_dgated(dgated, monkeypatch, bias):
     if bias:
         ref = ref + p64["down_proj.bias"]
     ref.backward(dout.double())
-    for name, p in [("x", x), *mlp.named_parameters()]:
-        want = x64.grad if name == "x" else p64[name].grad
-        err = (p.grad.double() - want).abs().max().item()
-        assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+    assert_grads_match(mlp, x, x64, p64)
     mlp32 = wsgemm.nn.GatedMLP(256, 512, activation="silu", bias=bias, device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         y = mlp32(x.detach().float())
@@ -730,11 +735,7 @@ def test_mlp_trains_with_dact(dact, monkeypatch, bias):
     """``MLP``'s training step with the activation's gradient fused (``mlp.mlp``): the dact
     kernel asked for, every gradient against float64; 2048 tokens folded from (4, 512); and
     once more under autocast with fp32 parameters."""
-    asked = []
-    kernel = api.DISPATCHER.kernel
-    monkeypatch.setattr(api.DISPATCHER, "kernel",
-                        lambda *a, **k: asked.append(a[6] if len(a) > 6 else k.get("epilogue"))
-                        or kernel(*a, **k))  # fmt: skip
+    asked = asked_epilogues(monkeypatch)
     gen = torch.Generator().manual_seed(5)
     mlp = wsgemm.nn.MLP(512, 2048, activation="gelu_tanh", bias=bias, device="cuda",
                         dtype=torch.bfloat16)  # fmt: skip
@@ -754,10 +755,7 @@ def test_mlp_trains_with_dact(dact, monkeypatch, bias):
     if bias:
         ref = ref + p64["down_proj.bias"]
     ref.backward(dout.double())
-    for name, p in [("x", x), *mlp.named_parameters()]:
-        want = x64.grad if name == "x" else p64[name].grad
-        err = (p.grad.double() - want).abs().max().item()
-        assert err <= 2**-6 * want.abs().max().item() + 1e-3, name
+    assert_grads_match(mlp, x, x64, p64)
     mlp32 = wsgemm.nn.MLP(512, 2048, activation="gelu_tanh", bias=bias, device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         y = mlp32(x.detach().float())
