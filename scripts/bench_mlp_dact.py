@@ -148,12 +148,8 @@ def main(argv=None) -> int:
             tile = f"{launch.backend} {launch.config}"
             for contender in ("wsgemm", "wsgemm_unfused"):
                 check(mlp, x, dout, calls[contender])
-            names = list(calls)
-            estimates = {n: timer.estimate(calls[n]) for n in names}
-            times = {n: [] for n in names}
-            for r in range(args.rounds):
-                for n in measure.rotated(names, r):
-                    times[n].append(timer.measure(calls[n], args.reps, estimates[n]).ms)
+            samples = measure.interleaved(timer, calls, args.rounds, args.reps)
+            times = {n: [sample.ms for sample in v] for n, v in samples.items()}
             med = {n: statistics.median(v) for n, v in times.items()}
             ratios = {
                 "wsgemm/torch": med["wsgemm"] / med["torch"],
