@@ -136,10 +136,11 @@ def _road(d, dy, w_down, preact, out):
     n = w_down.shape[1]
     dtype = str(dy.dtype)[6:]
     route = d.route("auto", index, (m, n, k, None), (dtype, dtype, "float32"), quiet=True)
-    why = _refusal(route)
+    config = _config_of(route.backend, route.config)
+    why = _refusal(route, config)
     if why is not None:
         return why
-    swap = _config_of(route.backend, route.config).swap_ab
+    swap = config.swap_ab
     x = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
     if x is None:  # (e.g. a broadcast gradient, out.sum()'s) a copy the kernel reads: M x H
         x = _kernel_view(dy.contiguous().unsqueeze(-1), False, (1, 0))
@@ -155,8 +156,10 @@ def _road(d, dy, w_down, preact, out):
 
 
 def _config_of(backend: str, config):
-    """A route's config (None in a route: its backend's shipped one)."""
-    return config if config is not None else host.BACKENDS[backend].config()
+    """A route's config (None in a route: its backend's shipped one; None for torch's)."""
+    if config is not None or backend == TORCH:
+        return config
+    return host.BACKENDS[backend].config()
 
 
 def _c_view(t: torch.Tensor, swap: bool) -> torch.Tensor | None:
@@ -167,13 +170,14 @@ def _c_view(t: torch.Tensor, swap: bool) -> torch.Tensor | None:
     return None if found is None else found[0]
 
 
-def _refusal(route) -> str | None:
-    """Why no dact kernel runs on the product's ``route``, or None where one does."""
+def _refusal(route, config) -> str | None:
+    """Why no dact kernel runs on the product's ``route`` (``config`` its config, resolved),
+    or None where one does."""
     if route.backend == TORCH:
         return f"the product runs torch.matmul here ({route.reason})"
     if not host.fuses_act_grad(route.backend):
         return "the dact kernels are switched off here (host.registry.DACT_FAMILIES)"
-    if route.split != 1 or _config_of(route.backend, route.config).splits_in_kernel:
+    if route.split != 1 or config.splits_in_kernel:
         return "the product's tile is a split one (a dact epilogue's is unsplit)"
     return None
 
@@ -235,14 +239,14 @@ def _preact_road(d, x, weight, h, pre):
     m, k = x.shape
     route = d.route("auto", index, (m, weight.shape[0], k, None), (dtype, dtype, "float32"),
                     quiet=True)  # fmt: skip
-    why = _refusal(route)
+    config = _config_of(route.backend, route.config)
+    why = _refusal(route, config)
     if why is not None:
         return why
     if host.choosing.batch_invariant_requested(d.batch_invariant):
         # the two roads round h differently (from fp32, or from the rounded pre-activation),
         # and which one runs follows the tile, so the rows a call has: a row's bits must not
         return "batch-invariant mode (h's rounding would depend on the call's rows)"
-    config = _config_of(route.backend, route.config)
     if config.swap_ab or config.pingpong:
         return "the product's tile is a swap-AB or ping-pong one (a preact output's is cooperative)"
     a = _kernel_view(x.unsqueeze(-1), False, (1,))  # K-major
