@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -79,6 +79,14 @@ if has heldout; then
       --json "$OUT/heldout-$dt-prediction-error.json" | head -3
   done
   echo "heldout done at $((SECONDS - start)) s"
+fi
+if has heldoutbi; then
+  # issue #24: the held-out geomean reported with batch invariance on (fp16; the same draw)
+  WSGEMM_AUTOTUNE=0 WSGEMM_BATCH_INVARIANT=1 timeout ${BENCH_TIMEOUT:-200} python3 -m wsgemm bench \
+    --suite models --seed ${SEED:?} --count ${COUNT:-160} --dtype fp16 \
+    --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} --backends cublas,wsgemm:auto \
+    --rounds ${ROUNDS:-7} --json "$OUT/heldout-bi-fp16.json" > "$OUT/heldout-bi-fp16.log" 2>&1
+  echo "heldout batch-invariant fp16 rc=$?"; grep -iE "geomean|auto" "$OUT/heldout-bi-fp16.log" | tail -4
 fi
 if has epilogue; then
   # issue #25: the fused epilogue's GPU tests (351 cases with -k fused: ~450 s on an H100,

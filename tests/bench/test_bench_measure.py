@@ -317,3 +317,15 @@ def test_the_source_digest_names_the_code_a_record_ran(tmp_path):
     assert env.source_digest(copy) == digest
     target.rename(copy / "bench" / "env2.py")
     assert env.source_digest(copy) != digest
+
+
+def test_a_record_says_which_settings_it_ran_under():
+    """``env.settings``: the record's header carries wsgemm.config's switches as they are when
+    the run begins (a batch-invariant held-out run says so)."""
+    import wsgemm
+    from wsgemm.bench import env
+
+    with wsgemm.config.batch_invariant(True), wsgemm.config.autotune(False):
+        assert env.settings() == {"batch_invariant": True, "autotune": False}
+    with wsgemm.config.batch_invariant(False), wsgemm.config.autotune(True):
+        assert env.settings() == {"batch_invariant": False, "autotune": True}

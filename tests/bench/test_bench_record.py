@@ -309,6 +309,19 @@ def test_the_cublas_version_is_optional_in_a_record(synthetic):
         schema.validate(rec)
 
 
+def test_a_record_carries_its_settings(synthetic):
+    """A run's header says which wsgemm.config switches it ran under (``env.settings``); older
+    records without the field stay valid; a field of the wrong type is named."""
+    rec = copy.deepcopy(synthetic)
+    rec["header"].pop("settings", None)
+    schema.validate(rec)
+    rec["header"]["settings"] = {"batch_invariant": True, "autotune": False}
+    schema.validate(rec)
+    rec["header"]["settings"] = {"batch_invariant": "yes", "autotune": False}
+    with pytest.raises(schema.RecordError, match=r"header\.settings\.batch_invariant"):
+        schema.validate(rec)
+
+
 def test_load_rejects_non_json(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text("{not json")

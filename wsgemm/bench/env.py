@@ -109,10 +109,22 @@ def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: li
         },
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source_digest": source_digest(),
+        "settings": settings(),
         "command": command_line(),
         "options": options,
         "method": method,
         "notes": notes,
+    }
+
+
+def settings() -> dict:
+    """wsgemm's switches in effect now (``wsgemm.config``): a batch-invariant or autotuned run
+    says so in its record, whichever way (environment, process default) it was set."""
+    from wsgemm import config
+
+    return {
+        "batch_invariant": config.batch_invariant_enabled(),
+        "autotune": config.autotune_enabled(),
     }
 
 

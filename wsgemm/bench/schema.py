@@ -13,6 +13,7 @@ Version 2::
         "clocks": {"sm_max_mhz", "mem_max_mhz", "sm_at_start_mhz", "power_limit_w",
                    "sm_observed_mhz": [min, max] or null},
         "date": "2026-11-30T12:00:00+00:00", "command": "python -m wsgemm bench --quick",
+        "settings": {"batch_invariant": false, "autotune": false},   # wsgemm.config at start
         "options": {"suite", "dtype", "accumulate", "layout", "backends": [...], "rounds",
                     "target_ms", "min_reps", "max_reps", "seed"},
         "method": {"l2_flush_bytes", "hold_gpu", "order", "clock_source",
@@ -149,7 +150,9 @@ _GROUPED_PASSES = ("forward", "wgrad", "routed")
 # Keys only some records have (the module docstring): checked where present.
 _OPTIONAL_OPTIONS = {"baseline": str}
 #: Header keys later records add (older ones lack them): the cuBLAS the baseline ran
-_OPTIONAL_HEADER = {"cublas": OPT_STR, "source_digest": OPT_STR}
+#: and ``settings``, the wsgemm switches in effect (``wsgemm.config``) when the run began.
+_SETTINGS = {"batch_invariant": bool, "autotune": bool}
+_OPTIONAL_HEADER = {"cublas": OPT_STR, "source_digest": OPT_STR, "settings": _SETTINGS}
 _OPTIONAL_RESULT = {"grouped": _GROUPED}
 # What version 2 added, all derived (roofline.py): a version 1 record is read without them.
 _ADDED_IN_2 = {"header": ("hbm_tbps", "ridge_flop_per_byte"),
