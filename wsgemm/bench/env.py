@@ -120,11 +120,11 @@ def collect(device, nvml: Nvml | None, *, options: dict, method: dict, notes: li
 def settings() -> dict:
     """wsgemm's switches in effect now (``wsgemm.config``): a batch-invariant or autotuned run
     says so in its record, whichever way (environment, process default) it was set."""
-    from wsgemm import config
+    import wsgemm
 
     return {
-        "batch_invariant": config.batch_invariant_enabled(),
-        "autotune": config.autotune_enabled(),
+        "batch_invariant": wsgemm.config.batch_invariant_enabled(),
+        "autotune": wsgemm.config.autotune_enabled(),
     }
 
 
