@@ -529,6 +529,46 @@ def test_a_bad_split_config_is_refused(split_k, accumulate, message):
         matmul(hopper(), a, b, accumulate=accumulate, backend="sm90-pingpong", config=config)
 
 
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(cluster_split=3), "cluster_split must be one of"),
+        (dict(cluster_split=True), "cluster_split must be one of"),
+        (dict(cluster_split=2, split_k=2), "cluster_split splits K over the CTAs"),
+        (dict(cluster_split=2, stream_k=True), "cluster_split splits K over the CTAs"),
+        (dict(cluster_split=2, cluster_n=2), "cluster_split splits K over the CTAs"),
+    ],
+)
+def test_a_bad_cluster_split_config_is_refused_when_built(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", **fields)
+
+
+def test_a_cluster_split_has_its_own_cache_key_and_cluster_size():
+    """The compile cache tells a cluster split from the same tile unsplit; an unsplit config
+    keeps the key (repr) it had before the field existed; the launch counts its CTAs."""
+    plain = Sm90Config(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", swap_ab=True)
+    split = dataclasses.replace(plain, cluster_split=4)
+    assert "cluster_split" not in repr(plain) and "cluster_split=4" in repr(split)
+    assert plain.cluster_size == 1 and split.cluster_size == 4
+    # rank 0 holds one fp32 tile per other rank and ping-pong warpgroup
+    assert split.cluster_split_bytes() == 3 * 2 * 64 * 16 * 4 and plain.cluster_split_bytes() == 0
+
+
+@pytest.mark.parametrize(
+    "k, accumulate, message",
+    [
+        (64, F32, "cluster_split=2 gives each CTA of a cluster at least one k-tile"),
+        (256, F16, "cluster_split=2 needs accumulate=torch.float32"),
+    ],
+)
+def test_a_cluster_split_the_problem_cannot_take_is_refused(k, accumulate, message):
+    config = Sm90Config(tile_m=64, tile_n=128, schedule="pingpong", cluster_split=2)
+    a, b = torch.randn(16, k).half(), torch.randn(k, 32).half()
+    with pytest.raises(ValueError, match=message):
+        matmul(hopper(), a, b, accumulate=accumulate, backend="sm90-pingpong", config=config)
+
+
 def test_a_repeated_signature_never_asks_the_policy_again(choose_calls):
     d = hopper()
     a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()

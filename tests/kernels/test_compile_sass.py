@@ -248,6 +248,63 @@ def test_every_stream_k_tile_compiles_to_the_fixup(compiled, name):
     _assert_fixup(compiled, name, STREAM_K_SWEEP[name])
 
 
+def _cluster_split(backend, ways, **fields):
+    from wsgemm.kernels.sm90.config import Sm90Config
+
+    return host.Variant(backend, "sm_90a", config=Sm90Config(**fields, cluster_split=ways))
+
+
+#: name -> (variant, fp32 accumulator values a thread holds)
+CLUSTER_SPLIT = {
+    "swap-pingpong-64x16x128 x2": (
+        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=16, tile_k=128,
+                       schedule="pingpong", swap_ab=True), 8),
+}  # fmt: skip
+CLUSTER_SPLIT_SWEEP = {
+    "swap-pingpong-64x16x128 x4": (
+        _cluster_split("sm90-pingpong", 4, tile_m=64, tile_n=16, tile_k=128,
+                       schedule="pingpong", swap_ab=True), 8),
+    "swap-pingpong-64x8x128 x4": (
+        _cluster_split("sm90-pingpong", 4, tile_m=64, tile_n=8, tile_k=128,
+                       schedule="pingpong", swap_ab=True), 4),
+    "pingpong-64x128 x2": (
+        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=128, schedule="pingpong"), 64),
+    "cooperative-128x64 x4": (_cluster_split("sm90", 4, tile_m=128, tile_n=64), 32),
+}  # fmt: skip
+
+
+def _assert_cluster_split(compiled, name, v, values):
+    """Spill-free, the hardware path, and the cluster split's reduction
+    (``kernels/sm90/cluster_split.py``): a sender's partial as 16-byte ``st.async`` stores into
+    rank 0's shared memory (one per four values), rank 0's reads of each other rank's slot as
+    16-byte shared loads and one fp32 add per value and rank, the cluster barrier after the
+    mbarriers' init; and none of the workspace split's traffic: no global atomics, fp32 global
+    stores or GPU-scope fences."""
+    r = compiled(v).report
+    for op, why in SM90_NEEDS.items():
+        assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
+    ops = collections.Counter(sass.opcodes(r.sass_text))
+    ways = v.config.cluster_split
+    assert ops["STAS.128"] == values // 4, ops
+    assert ops["LDS.128"] == (ways - 1) * values // 4, ops
+    assert ops["FADD"] >= (ways - 1) * values, ops
+    assert ops["UCGABAR_ARV"] >= 1 and ops["UCGABAR_WAIT"] >= 1, "no cluster barrier at init"
+    assert not any(op.startswith(("ATOMG", "RED.", "MEMBAR.ALL.GPU", "MEMBAR.SC.GPU"))
+                   for op in ops), ops  # fmt: skip
+    assert_clean(r)
+
+
+@pytest.mark.parametrize("name", CLUSTER_SPLIT)
+def test_cluster_split_kernels_compile_to_the_dsmem_reduction(compiled, name):
+    _assert_cluster_split(compiled, name, *CLUSTER_SPLIT[name])
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", CLUSTER_SPLIT_SWEEP)
+def test_every_cluster_split_tile_compiles_to_the_dsmem_reduction(compiled, name):
+    _assert_cluster_split(compiled, name, *CLUSTER_SPLIT_SWEEP[name])
+
+
 # ---------------------------------------------------------------------------------------------
 # The sweep: every shipped variant (python -m pytest -m sweep)
 

@@ -1,6 +1,7 @@
 """The persistent tile schedule, replayed on the host with the kernel's own index arithmetic."""
 
 import builtins
+import collections
 import itertools
 
 import cutlass
@@ -370,3 +371,43 @@ def test_a_stream_k_tile_has_at_most_three_parts_past_one_wave(work_tiles, k_til
 def test_stream_k_needs_the_split_path():
     with pytest.raises(ValueError, match="stream_k needs split_k"):
         GroupedTileScheduler((2, 2, 1), (1, 1), 1, 4, 0, (0, 0), None, stream_k=True)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cluster_split_units_cover_each_tile_k_range_once_in_rank_order(seed):
+    """A cluster split (``split_rank``): for random grids, resident CTA counts, groups and
+    ways, every (tile, k-tile) is run exactly once; the CTAs of one cluster walk the same tiles
+    in the same order, rank r taking split r (so rank 0 holds part 0 and the sum runs in rank
+    order); no CTA's k-range is empty while ways <= k-tiles."""
+    import random
+
+    rng = random.Random(seed)
+    ways = rng.choice([2, 4])
+    num_m, num_n, num_l = rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 3)
+    k_tiles = rng.randint(ways, 40)
+    ctas = ways * rng.randint(1, 20)
+    group = rng.choice([1, 2, 3, 8, 16])
+    order = unit_order(num_m, num_n, num_l, group, ctas, split_k=(k_tiles, ways),
+                       cluster_split=ways)  # fmt: skip
+    seen = collections.Counter()
+    for cluster in range(len(order) // ways):
+        ranks = order[cluster * ways : (cluster + 1) * ways]
+        tiles = [[u.coord_mnl for u in units] for units in ranks]
+        assert all(t == tiles[0] for t in tiles), "a cluster's CTAs walk different tiles"
+        for rank, units in enumerate(ranks):
+            for u in units:
+                assert u.split == rank and u.k_begin < u.k_end
+                assert (u.k_begin, u.k_end) == split_k_range(rank, ways, k_tiles)
+                for k in range(u.k_begin, u.k_end):
+                    seen[(*u.coord_mnl, k)] += 1
+    assert len(order) % ways == 0
+    assert len(seen) == num_m * num_n * num_l * k_tiles and set(seen.values()) == {1}
+
+
+def test_a_cluster_split_replays_only_as_its_kernel_launches():
+    with pytest.raises(ValueError, match="cluster split"):
+        unit_order(2, 2, 1, 8, 8, cluster=(2, 1), split_k=(8, 2), cluster_split=2)
+    with pytest.raises(ValueError, match="cluster split"):
+        unit_order(2, 2, 1, 8, 8, split_k=(8, 4), cluster_split=2)
+    with pytest.raises(ValueError, match="split_rank needs split_k"):
+        GroupedTileScheduler((2, 2, 1), (1, 1), 8, 4, 0, (0, 0), split_rank=1)

@@ -273,6 +273,12 @@ def check_split(config, accumulate) -> None:
     with an fp32 accumulator: with ``accumulate=torch.float16`` the product is promised as one
     fp16 running sum over all of K, which partial sums added in fp32 are not."""
     split = getattr(config, "split_k", 1)
+    ways = getattr(config, "cluster_split", 1)
+    if ways > 1 and accumulate != torch.float32:
+        raise ValueError(
+            f"config.cluster_split={ways} needs accumulate=torch.float32 (got {accumulate}): "
+            "the CTAs' partial sums are added in fp32, not one fp16 running sum over K"
+        )
     if getattr(config, "stream_k", False):
         if accumulate != torch.float32:
             raise ValueError(

@@ -383,6 +383,14 @@ class Dispatcher:
                 f"{self.devices.name(device)} is {support.cc_name(cc)} (backend='auto' runs "
                 "torch.matmul where wsgemm has no kernel)"
             )
+        elif getattr(config, "cluster_split", 1) > 1 and (
+            config.cluster_split > -(-problem[2] // config.tile_k)
+        ):
+            raise ValueError(
+                f"config.cluster_split={config.cluster_split} gives each CTA of a cluster at "
+                f"least one k-tile of {config.tile_k}: K={problem[2]} has "
+                f"{-(-problem[2] // config.tile_k)} (take fewer ways, a smaller tile_k, or none)"
+            )
         elif getattr(config, "splits_in_kernel", False):
             # the split kernel; a stream-K schedule picks each tile's parts itself (split 1)
             chosen = Route(backend, config.compiled(), max(config.split_k, 1))

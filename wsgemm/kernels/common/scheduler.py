@@ -20,6 +20,11 @@ the partials, finishes soon after the others). Split ``s`` covers k-tiles ``[s *
 one, in order, covering K once); every CTA of a cluster takes the same unit, so they walk
 identical k-ranges. ``effective_splits`` clamps the count so that no unit is empty.
 
+A cluster split (``split_rank``, with ``split_k = (k_tiles, ways)``): the cluster's CTAs all
+take the cluster's units (plain tiles, as unsplit) and CTA ``r`` of the cluster split ``r`` of
+each, its k-tiles as ``split_k_range`` gives them; the partial sums meet in the cluster's
+shared memory (``kernels/sm90/cluster_split.py``), not in a workspace.
+
 Stream-K (``stream_k``, a compile-time mode of the split kernel; ``stream_k_layout``): the
 launch takes every cluster it may (``P``), and the first ``D`` of the ``W`` cluster tiles run
 whole, as above: all ``W // P`` full waves when they are all there is, else all but the last
@@ -264,6 +269,7 @@ class GroupedTileScheduler:
         cta_in_cluster_mn: tuple,
         split_k: tuple | None = None,
         stream_k: bool = False,
+        split_rank: Any = None,
     ):
         self.cluster_mn = cluster_mn
         self.group_clusters = rows_per_group
@@ -276,9 +282,16 @@ class GroupedTileScheduler:
         self.cta_m, self.cta_n = cta_in_cluster_mn
         self.is_split = split_k is not None
         self.is_stream_k = bool(stream_k)
+        # A cluster split: every CTA of a cluster runs the cluster's tiles, each its own split
+        self.is_cluster_split = split_rank is not None
         if self.is_stream_k and not self.is_split:
             raise ValueError("stream_k needs split_k: (k_tiles, splits)")
-        if self.is_split:
+        if self.is_cluster_split and (not self.is_split or self.is_stream_k):
+            raise ValueError("split_rank needs split_k: (k_tiles, ways), and no stream_k")
+        if self.is_cluster_split:
+            self.k_tiles, self.splits = split_k
+            self.split_rank = split_rank
+        elif self.is_split:
             self.k_tiles, self.splits = split_k
             if self.is_stream_k:
                 _, self.dp_tiles, self.sk_clusters, self.shared = stream_k_layout(
@@ -303,9 +316,11 @@ class GroupedTileScheduler:
 
     _DYNAMIC_SPLIT = ("k_tiles", "splits")
     _DYNAMIC_STREAM_K = ("dp_tiles", "sk_clusters", "shared", "slots", "rank")
+    _DYNAMIC_CLUSTER_SPLIT = ("split_rank",)
 
     def _fields(self) -> tuple:
         fields = self._DYNAMIC + (self._DYNAMIC_SPLIT if self.is_split else ())
+        fields += self._DYNAMIC_CLUSTER_SPLIT if self.is_cluster_split else ()
         return fields + (self._DYNAMIC_STREAM_K if self.is_stream_k else ())
 
     # Let the scheduler be referenced inside dynamic (scf) loops in the DSL.
@@ -317,6 +332,7 @@ class GroupedTileScheduler:
         new.cluster_mn = self.cluster_mn
         new.is_split = self.is_split
         new.is_stream_k = self.is_stream_k
+        new.is_cluster_split = self.is_cluster_split
         for field, value in zip(self._fields(), values, strict=True):
             setattr(new, field, cutlass.Int32(value))
         return new
@@ -326,7 +342,9 @@ class GroupedTileScheduler:
         if self.is_stream_k:
             return self._stream_k_tile(work)
         tile_work, split = work, None
-        if self.is_split:
+        if self.is_cluster_split:
+            split = self.split_rank
+        elif self.is_split:
             tile_work = work // self.splits
             split = work - tile_work * self.splits
         m, n, batch = self._coord(tile_work)
@@ -425,11 +443,31 @@ def unit_order(
     cluster: tuple[int, int] = (1, 1),
     split_k: tuple[int, int] | None = None,
     stream_k: bool = False,
+    cluster_split: int = 1,
 ) -> list[list[WorkTile]]:
     """:func:`tile_order` with the whole work units: for each launched CTA, the work units
     (``WorkTile``) it runs, in order. ``split_k``: None or ``(k_tiles, requested splits)``; the
     count is clamped as the kernel clamps it (``effective_splits``). ``stream_k`` (with
-    ``split_k``): the stream-K schedule, launched as the kernel launches it."""
+    ``split_k``): the stream-K schedule, launched as the kernel launches it. ``cluster_split``
+    (with ``split_k = (k_tiles, cluster_split)`` and no other cluster): clusters of that many
+    CTAs, CTA r of each its split r of the cluster's tiles (launch order: rank fastest)."""
+    if cluster_split > 1:
+        if cluster != (1, 1) or stream_k or split_k is None or split_k[1] != cluster_split:
+            raise ValueError(
+                "a cluster split replays with cluster (1, 1), no stream_k and split_k = "
+                f"(k_tiles, {cluster_split})"
+            )
+        problem = (num_m, num_n, num_l)
+        total = num_m * num_n * num_l
+        launched = persistent_cluster_count(total, num_ctas // cluster_split)
+        rows = group_rows(group, 1)
+        order = []
+        for cluster_idx in range(launched):
+            order += replay(1, (cluster_split, 1), lambda _, cta_mn, c=cluster_idx: (
+                GroupedTileScheduler(problem, (1, 1), rows, launched, c, (0, 0), split_k,
+                                     split_rank=cta_mn[0])
+            ))  # fmt: skip
+        return order
     cluster_m, cluster_n = cluster
     per_cluster = cluster_m * cluster_n
     rows = group_rows(group, cluster_m)

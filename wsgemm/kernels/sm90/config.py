@@ -7,7 +7,7 @@ tested without a GPU; each function says where its number comes from).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from wsgemm.kernels.common.budget import barrier_bytes, register_budget
 from wsgemm.support import (
@@ -22,6 +22,7 @@ from wsgemm.support import (
 )
 
 __all__ = [
+    "CLUSTER_SPLITS",
     "EPI_TILE_N",
     "NUM_CONSUMER_WARPGROUPS",
     "PRODUCER_WARP",
@@ -72,6 +73,9 @@ TILE_N_CHOICES = (8, 16, 32, 64, 96, 128, 160, 192, 224, 256)
 SWAP_TILE_N_CHOICES = tuple(sorted({*TILE_N_CHOICES, *range(96, 257, 16)}))
 
 
+#: A cluster split's ways (``Sm90Config.cluster_split``; 1: off): at most 8 CTAs in a portable
+#: cluster, and rank 0's receive buffers, (ways - 1) fp32 tiles, must leave the ring its stages.
+CLUSTER_SPLITS = (1, 2, 4)
 #: Semaphores per split tile: its units' arrivals, then its stored partials (``split_k.fixup``).
 SEMAPHORES_PER_TILE = 2
 #: A TMA descriptor's size (and alignment) in global memory, and the fp32 workspace words each
@@ -114,6 +118,13 @@ class Sm90Config:
     # whole waves of tiles and then the last partial wave's k-tiles shared evenly by every
     # cluster. Compiled as ``split_k=0``; the launch's split count is not used.
     stream_k: bool = False
+    # Cluster split-K (``cluster_split.py``): K split ``cluster_split`` ways over the CTAs of a
+    # cluster (2 or 4; 1: off), CTA r of a cluster taking split r of every tile the cluster
+    # runs; the partial sums go to rank 0 through distributed shared memory (no workspace, no
+    # flags in global memory), which sums them in split order and runs the epilogue. The CTAs
+    # of a cluster run together, so no unit waits on one that is not resident. Needs no other
+    # cluster (``cluster_m = cluster_n = 1``: no multicast) and no other split.
+    cluster_split: int = 1
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
@@ -127,6 +138,20 @@ class Sm90Config:
             raise ValueError(
                 f"stream_k=True chooses its own splits: leave split_k at 1 (or 0), got "
                 f"{self.split_k}"
+            )
+        if self.cluster_split not in CLUSTER_SPLITS or isinstance(self.cluster_split, bool):
+            raise ValueError(
+                f"cluster_split must be one of {CLUSTER_SPLITS} (1: off), got "
+                f"{self.cluster_split!r}"
+            )
+        if self.cluster_split > 1 and (
+            self.split_k != 1 or self.stream_k or self.cluster_m != 1 or self.cluster_n != 1
+        ):
+            raise ValueError(
+                "cluster_split splits K over the CTAs of a cluster of its own: it takes "
+                "cluster_m = cluster_n = 1 (no multicast) and no split_k or stream_k; got "
+                f"cluster {self.cluster_m}x{self.cluster_n}, split_k={self.split_k}, "
+                f"stream_k={self.stream_k}"
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
@@ -167,6 +192,16 @@ class Sm90Config:
                 "cluster_m and cluster_n must each be 1 or 2, "
                 f"got {self.cluster_m}x{self.cluster_n}"
             )
+
+    def __repr__(self) -> str:
+        # The compile cache keys a variant by this repr: a config without a cluster split
+        # keeps the key it had before the field existed.
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name != "cluster_split" or self.cluster_split != 1
+        ]
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def pingpong(self) -> bool:
@@ -218,7 +253,22 @@ class Sm90Config:
 
     @property
     def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
+        """CTAs per cluster: the multicast cluster's, or a cluster split's."""
+        return self.cluster_m * self.cluster_n * self.cluster_split
+
+    @property
+    def split_units(self) -> int:
+        """Consumer units holding one tile's accumulators each: both warpgroups together
+        (cooperative), or each warpgroup alone (ping-pong)."""
+        return NUM_CONSUMER_WARPGROUPS if self.pingpong else 1
+
+    def cluster_split_bytes(self) -> int:
+        """Shared memory a cluster split takes beside the ring: rank 0's receive buffers, one
+        fp32 tile of partial sums per other rank and consumer unit (every rank holds the same
+        layout; only rank 0's is written)."""
+        if self.cluster_split == 1:
+            return 0
+        return (self.cluster_split - 1) * self.split_units * self.tile_m * self.tile_n * 4
 
     @property
     def epi_tile(self) -> tuple[int, int]:

@@ -38,7 +38,7 @@ from wsgemm.kernels.epilogue import PLAIN, Epilogue
 from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
 from wsgemm.kernels.epilogue import row_scale as epilogue_row_scale
-from wsgemm.kernels.sm90 import dgated, ragged, ragged_k, residual, split_k
+from wsgemm.kernels.sm90 import cluster_split, dgated, ragged, ragged_k, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     DGATED_MAX_EPILOGUE_STAGES,
@@ -264,7 +264,8 @@ class _ConsumerArgs:
     tma_c: Any
     mC_mnl: Any  # (M, N, L), TMA's view of C
     k_tiles: Any
-    split: Any  # split_k.SplitLaunch, or None without split-K
+    # split_k.SplitLaunch; a cluster split's (mbarriers, receive buffers); None without a split
+    split: Any
     bias: Any  # the fused epilogue's bias vector (``plan.epilogue.bias``), or None
     # a grouped kernel's C (rows, N), for its predicated stores
     mC_gmem: Any = None
@@ -448,6 +449,19 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
                 "added in fp32, not one fp16 running sum over K"
             )
+        if config.cluster_split > 1:
+            refused = {
+                "fp16 accumulators (the partials are added in fp32)":
+                acc_dtype != cutlass.Float32,
+                "tracing": trace,
+                "groups": self.grouped is not None,
+                "a residual, preact, gated, dgated or dact epilogue": epilogue.reads_c
+                or epilogue.preact or epilogue.gated or epilogue.dgated or epilogue.dact,
+            }  # fmt: skip
+            used = [what for what, on in refused.items() if on]
+            if used:
+                raise ValueError(f"a cluster split kernel has no {', '.join(used)} yet; got "
+                                 f"{config}, epilogue {epilogue.name}")  # fmt: skip
         if epilogue.row_scale != "none" and self.grouped != "m":
             raise ValueError(
                 "a row scale is the ragged-M grouped kernel's (its launch argument: "
@@ -529,16 +543,22 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
         ab_bytes, epi_bytes = self._stage_bytes()
         if not self.fused_epilogue.dgated:
-            return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles)
+            # a cluster split's receive buffers come off the top (``cluster_split``)
+            capacity = SM90_SMEM_CAPACITY - self.config.cluster_split_bytes()
+            return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, capacity)
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
         ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles,
                                              max_epi=DGATED_MAX_EPILOGUE_STAGES)  # fmt: skip
         return ab_stages, epi_stages - epi_stages % 2
 
     def shared_memory_bytes(self) -> int:
-        """Dynamic shared memory: barriers (one aligned unit), the ring, the epilogue buffers."""
+        """Dynamic shared memory: barriers (one aligned unit), the ring, the epilogue buffers, a
+        cluster split's receive buffers."""
         ab_bytes, epi_bytes = self._stage_bytes()
-        return reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
+        return (
+            reserved_smem_bytes() + self.ab_stages * ab_bytes + self.epi_stages * epi_bytes
+            + self.config.cluster_split_bytes()
+        )  # fmt: skip
 
     def fake_launch_extras(self) -> tuple:
         """Compile-time stand-ins for split-K's launch arguments (count, workspace, semaphores):
@@ -820,6 +840,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         elif const_expr(cfg.stream_k):
             splits = Int32(1)  # unused: the stream-K schedule chooses each tile's parts
             num_clusters = stream_k_layout(units, k_tiles, max_active_clusters)[0]
+        elif const_expr(cfg.cluster_split > 1):
+            # a cluster per tile (its CTAs its splits); no workspace
+            workspace = semaphores = None
+            num_clusters = persistent_cluster_count(units, max_active_clusters)
         else:
             if const_expr(cfg.splits_in_kernel):
                 splits = Int32(effective_splits(split_count, k_tiles))
@@ -857,9 +881,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             residual_load,
             trace_buffer,
         ).launch(
-            grid=(cfg.cluster_m, cfg.cluster_n, num_clusters),
+            grid=(cfg.cluster_m * cfg.cluster_split, cfg.cluster_n, num_clusters),
             block=[THREADS_PER_CTA, 1, 1],
-            cluster=(cfg.cluster_m, cfg.cluster_n, 1),
+            # a cluster split's CTAs along x (its cluster_m and cluster_n are 1)
+            cluster=(cfg.cluster_m * cfg.cluster_split, cfg.cluster_n, 1),
             # One persistent CTA per SM: ptxas then budgets 64K / 384 registers per thread at
             # launch and keeps the setmaxnreg hand-over (without it, a kernel that fits in fewer
             # registers loses its USETMAXREG and launches with its bare count).
@@ -912,10 +937,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         return cpasync.CopyBulkTensorTileG2SMulticastOp()
 
     def _shared_storage(self, a_layout, b_layout, c_layout):
-        """Barriers first (and a residual's, and under split-K one flag word per consumer
-        warpgroup, within the same 1 KiB unit), then the swizzled A, B and C buffers on 1 KiB
+        """Barriers first (and a residual's, under split-K one flag word per consumer
+        warpgroup, a cluster split's mbarriers, all within the same 1 KiB unit), then the
+        swizzled A, B and C buffers and a cluster split's receive buffers on 1 KiB
         boundaries."""
         split = self.config.splits_in_kernel
+        ways = self.config.cluster_split
+        recv_words = self.config.cluster_split_bytes() // 4
         residual_count = 0  # the residual's mbarriers
         if self.fused_epilogue.reads_c:
             residual_count = residual.barrier_count(self.epi_stages, self.config.pingpong)
@@ -933,6 +961,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 ]
             if split:
                 split_flags: cute.struct.MemRange[Int32, NUM_CONSUMER_WARPGROUPS]
+            if ways > 1:
+                cluster_split_barriers: cute.struct.MemRange[
+                    cutlass.Int64, cluster_split.barrier_count(self.config.split_units)
+                ]
             sA: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], SMEM_BUFFER_ALIGN
             ]
@@ -942,6 +974,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             sC: cute.struct.Align[
                 cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], SMEM_BUFFER_ALIGN
             ]
+            if ways > 1:
+                cluster_split_recv: cute.struct.Align[
+                    cute.struct.MemRange[cutlass.Float32, recv_words], SMEM_BUFFER_ALIGN
+                ]
 
         # The layouts' footprint must be what the stage budget assumed.
         if SharedStorage.size_in_bytes() != self.shared_memory_bytes():
@@ -1008,12 +1044,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     storage.residual_barriers.data_ptr(),
                     residual.barrier_count(plan.epi_stages, cfg.pingpong),
                 )
+        if const_expr(cfg.cluster_split > 1):
+            if warp_idx == 0:
+                with cute.arch.elect_one():
+                    cluster_split.init_barriers(
+                        storage.cluster_split_barriers.data_ptr(), cfg.split_units
+                    )
         cluster_layout = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
         ab_pipeline = self._make_mainloop_pipeline(
             plan, storage.mainloop_barriers.data_ptr(), tiled_mma, cluster_layout
         )
-        # Barrier inits must be visible cluster-wide before any peer multicasts or arrives.
-        pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n), is_relaxed=True)
+        # Barrier inits must be visible cluster-wide before any peer multicasts or arrives (a
+        # cluster split's peers store into rank 0 and arrive on each other's mbarriers).
+        hw_cluster = (cfg.cluster_m * cfg.cluster_split, cfg.cluster_n)
+        pipeline_init_arrive(cluster_shape_mn=hw_cluster, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)
@@ -1021,6 +1065,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         slots = trace.struct_slots(trace_buffer, storage, RECORDERS_PER_CTA)
 
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        split_rank = None
+        if const_expr(cfg.cluster_split > 1):
+            # the rank is the CTA's split; its place in the (1 x 1) multicast cluster is (0, 0)
+            split_rank, rank = rank, Int32(0)
         cluster_coord = cluster_layout.get_flat_coord(rank)
         _, _, cluster_idx = cute.arch.block_idx()
         _, _, num_clusters = cute.arch.grid_dim()
@@ -1050,6 +1098,11 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 cfg.tile_m,
                 *place,
             )
+        elif const_expr(cfg.cluster_split > 1):
+            scheduler = GroupedTileScheduler(
+                (num_m, num_n, num_l), *place, (k_tiles, Int32(cfg.cluster_split)),
+                split_rank=split_rank,
+            )  # fmt: skip
         else:
             scheduler = GroupedTileScheduler(
                 (num_m, num_n, num_l),
@@ -1058,7 +1111,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 stream_k=cfg.stream_k,
             )
 
-        pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
+        pipeline_init_wait(cluster_shape_mn=hw_cluster)
 
         if warp_idx >= PRODUCER_WARP:
             cute.arch.setmaxregister_decrease(plan.producer_regs)
@@ -1093,6 +1146,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if const_expr(cfg.splits_in_kernel):
                 flags = storage.split_flags.get_tensor(cute.make_layout(NUM_CONSUMER_WARPGROUPS))
                 split = split_k.SplitLaunch(splits, workspace, semaphores, num_m, num_n, flags)
+            elif const_expr(cfg.cluster_split > 1):
+                # the cluster split's mbarriers and receive buffers
+                split = (storage.cluster_split_barriers.data_ptr(),
+                         storage.cluster_split_recv.data_ptr())  # fmt: skip
             res_load = None  # the residual's load, coordinates and mbarriers
             if const_expr(plan.epilogue.reads_c):
                 tma_r, mR = residual_load
@@ -1111,7 +1168,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             {"TMA-issuing warps": 1, "elected arrive.expect_tx per warp": 1},
         )
         consumer_arrivals = self.mainloop_consumer_arrivals(cute.size(tiled_mma))
-        return pipeline.PipelineTmaAsync.create(
+        ring = pipeline.PipelineTmaAsync.create(
             barrier_storage=barrier_ptr,
             num_stages=plan.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, producer_arrivals),
@@ -1120,6 +1177,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             cta_layout_vmnk=cute.make_layout((1, *cluster_layout.shape)),
             defer_sync=True,
         )
+        if const_expr(plan.config.cluster_split > 1):
+            # Each CTA of a cluster split loads its own stages (no multicast): lane 0 of each
+            # consumer warp releases a stage locally. The pipeline derives its signalling lane
+            # from the CTA's rank in the hardware cluster, which here is the split, not a place
+            # in the (1 x 1) layout it was given: set it as for a CTA of its own.
+            tidx, _, _ = cute.arch.thread_idx()
+            ring = replace(ring, is_signaling_thread=tidx % WARP_SIZE == 0)
+        return ring
 
     # ------------------------------------------------------------------------- load (producer warp)
 
@@ -1344,8 +1409,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cute.size(tiled_mma)),
         )
 
-        split_args = None
-        if const_expr(args.split is not None):
+        split_args = cluster_args = None
+        if const_expr(cfg.cluster_split > 1):
+            cluster_args = cluster_split.cluster_split_args(
+                plan, args.split, tiled_mma, mma_tidx, wg if const_expr(cfg.pingpong) else 0,
+                epi_args.barrier,
+            )  # fmt: skip
+        elif const_expr(args.split is not None):
             split_args = split_k.split_args(
                 plan, args.split, tiled_mma, thr_mma, mma_tidx, args.mC_mnl, epi_args.barrier
             )
@@ -1371,6 +1441,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 self._order_arrive(_Barrier.EPI_ORDER, 0)
         tile = scheduler.initial_work_tile(first)
         subtiles_done = Int32(0)
+        tiles_done = None  # a cluster split's tiles reduced (its mbarriers' phase)
+        if const_expr(cfg.cluster_split > 1):
+            tiles_done = Int32(0)
         while tile.is_valid:
             trace.fetch(rec, tile)
             if const_expr(cfg.pingpong):
@@ -1397,11 +1470,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 trace.record(rec, Event.FIXUP_BEGIN)
                 finishes = split_k.fixup(plan, split_args, acc, tile)
                 trace.record(rec, Event.FIXUP_END)
+            if const_expr(cluster_args is not None):
+                # the same place: its own receive buffers, no epilogue buffer
+                finishes = cluster_split.reduce(plan, cluster_args, acc, tiles_done)
+                tiles_done += 1
             if const_expr(cfg.pingpong):
                 trace.record(rec, Event.ORDER_WAIT_BEGIN, stage=1)
                 self._order_wait(_Barrier.EPI_ORDER, wg)
                 trace.record(rec, Event.ORDER_WAIT_END, stage=1)
-            if const_expr(split_args is None):
+            if const_expr(split_args is None and cluster_args is None):
                 trace.record(rec, Event.EPILOGUE_BEGIN)
                 self.epilogue(
                     plan, epi_args, store_pipeline, tile, subtiles_done, rec, bias_ahead, scales
@@ -1427,6 +1504,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 # Skip the other warpgroup's unit: its own k-tile count.
                 read_state.advance(self._k_count(scheduler.next_work_tile(tile), k_tiles))
             tile = scheduler.next_work_tile(tile, steps)
+        if const_expr(cluster_args is not None):
+            cluster_split.sender_tail(cluster_args, tiles_done)
         if const_expr(not cfg.pingpong):
             # Outstanding TMA stores still read the epilogue buffers.
             if epi_args.is_store_warp:

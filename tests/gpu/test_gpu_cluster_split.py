@@ -1,0 +1,159 @@
+"""Cluster split-K on the GPU (``Sm90Config.cluster_split``, ``kernels/sm90/cluster_split.py``):
+forced through ``api.matmul(..., config=...)`` on decode and small-M tiles, against the fp64
+reference with the suite's tolerance (twice PyTorch's own error), outputs poisoned first; the
+same bits as the workspace split-K with the same ways (both sum the parts in split order);
+bitwise repeatable; beside another stream's work; in a CUDA graph.
+
+Run with ``python -m pytest -m gpu tests/gpu/test_gpu_cluster_split.py`` (an H100/H200).
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from operands import assert_within_torch_error, fp32_accumulation_bound, make
+
+from wsgemm import api
+from wsgemm.kernels.sm90.config import Sm90Config
+
+pytestmark = pytest.mark.gpu
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+
+#: name -> (backend, config without the split): the decode swap-AB tiles of the menu, a ping-pong
+#: row tile and a cooperative one
+TILES = {
+    "swap-pingpong-64x16x128": (
+        "sm90-pingpong",
+        Sm90Config(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", swap_ab=True),
+    ),
+    "swap-pingpong-64x8x128": (
+        "sm90-pingpong",
+        Sm90Config(tile_m=64, tile_n=8, tile_k=128, schedule="pingpong", swap_ab=True),
+    ),
+    "swap-pingpong-64x32": (
+        "sm90-pingpong",
+        Sm90Config(tile_m=64, tile_n=32, tile_k=64, schedule="pingpong", swap_ab=True),
+    ),
+    "pingpong-64x128": ("sm90-pingpong", Sm90Config(tile_m=64, tile_n=128, schedule="pingpong")),
+    "cooperative-128x64": ("sm90", Sm90Config(tile_m=128, tile_n=64)),
+}
+# (M, N, K, batch or None)
+SHAPES = [
+    (1, 2048, 4096, None),  # decode, one token
+    (7, 1000, 1021, None),  # ragged N and K
+    (16, 4100, 2048, None),  # ragged N past a 64-wide tile
+    (33, 384, 256, None),  # few k-tiles: 2 of 128, 4 of 64
+    (16, 1000, 777, 3),  # batched
+    (200, 520, 1500, None),  # several m-tiles
+]
+WAYS = [2, 4]
+
+
+def _sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 kernels run on sm_90 only")
+
+
+def _operands(m, n, k, batch, ab=F16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    lead = () if batch is None else (batch,)
+    a = make((*lead, m, k), ab, "cuda", gen=gen)
+    b = make((*lead, k, n), ab, "cuda", col_major=True, gen=gen)  # x @ W.T
+    return a, b
+
+
+def _run(name, a, b, out_dtype=None, **fields):
+    backend, config = TILES[name]
+    config = dataclasses.replace(config, **fields)
+    shape = (*a.shape[:-1], b.shape[-1])
+    out = torch.full(shape, float("nan"), dtype=out_dtype or a.dtype, device="cuda")
+    got = api.matmul(a, b, out=out, backend=backend, config=config)
+    assert got is out
+    return got
+
+
+def _check(got, a, b):
+    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
+    ref = torch.matmul(a.double(), b.double())
+    slack = 0.0
+    if got.dtype == F32:
+        theirs = torch.matmul(a.float(), b.float())
+        slack = fp32_accumulation_bound(a, b, extra_adds=4)
+    else:
+        theirs = torch.matmul(a, b).to(got.dtype)
+    assert_within_torch_error(got, ref, theirs, slack=slack)
+
+
+def _fits(name, k, ways):
+    if ways > -(-k // TILES[name][1].tile_k):
+        pytest.skip("fewer k-tiles than ways: refused (tests/host)")
+
+
+@pytest.mark.parametrize("ways", WAYS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", TILES)
+def test_cluster_split_matches_the_reference(name, shape, ways):
+    _sm90()
+    _fits(name, shape[2], ways)
+    a, b = _operands(*shape, seed=ways)
+    _check(_run(name, a, b, cluster_split=ways), a, b)
+
+
+@pytest.mark.parametrize("out_dtype", [F32, BF16])
+def test_cluster_split_out_dtypes(out_dtype):
+    _sm90()
+    a, b = _operands(16, 4100, 2048, None, ab=BF16 if out_dtype == BF16 else F16)
+    _check(_run("swap-pingpong-64x16x128", a, b, out_dtype, cluster_split=4), a, b)
+
+
+@pytest.mark.parametrize("ways", WAYS)
+@pytest.mark.parametrize("name", ["swap-pingpong-64x16x128", "cooperative-128x64"])
+def test_cluster_split_has_the_workspace_splits_bits(name, ways):
+    """Both sum part 0 + part 1 + ... in split order over the same k-ranges: the same bits."""
+    _sm90()
+    for m, n, k in [(1, 2048, 4096), (16, 4100, 2048), (200, 520, 1500)]:
+        a, b = _operands(m, n, k, None, seed=m)
+        ours = _run(name, a, b, cluster_split=ways)
+        theirs = _run(name, a, b, split_k=ways)
+        assert torch.equal(ours, theirs)
+
+
+def test_cluster_split_is_bitwise_repeatable_and_runs_beside_another_stream():
+    """The same bits on every run, also while a long product runs on another stream."""
+    _sm90()
+    a, b = _operands(16, 4096, 4096, None)
+    first = _run("swap-pingpong-64x16x128", a, b, cluster_split=4)
+    _check(first, a, b)
+    side = torch.cuda.Stream()
+    big = torch.randn(8192, 8192, device="cuda", dtype=F16)
+    side.wait_stream(torch.cuda.current_stream())
+    for _ in range(5):
+        with torch.cuda.stream(side):
+            big @ big
+        assert torch.equal(_run("swap-pingpong-64x16x128", a, b, cluster_split=4), first)
+    torch.cuda.synchronize()
+
+
+def test_cluster_split_under_cuda_graph_capture():
+    _sm90()
+    a, b = _operands(16, 4096, 4096, None)
+    backend, config = TILES["swap-pingpong-64x16x128"]
+    config = dataclasses.replace(config, cluster_split=2)
+    out = torch.full((16, 4096), float("nan"), dtype=F16, device="cuda")
+    api.matmul(a, b, out=out, backend=backend, config=config)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        api.matmul(a, b, out=out, backend=backend, config=config)
+    eager = out.clone()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    new_a, new_b = _operands(16, 4096, 4096, None, seed=99)
+    a.copy_(new_a)
+    b.copy_(new_b)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(out, a, b)
