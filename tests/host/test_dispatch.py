@@ -569,6 +569,21 @@ def test_a_cluster_split_the_problem_cannot_take_is_refused(k, accumulate, messa
         matmul(hopper(), a, b, accumulate=accumulate, backend="sm90-pingpong", config=config)
 
 
+def test_a_cluster_split_launches_a_cluster_per_tile_and_no_workspace():
+    """Forced by ``config=``: the kernel gets no split count, workspace or semaphores (its
+    partials meet in shared memory) and a grid of clusters of ``ways`` CTAs."""
+    config = Sm90Config(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", swap_ab=True,
+                        cluster_split=4)  # fmt: skip
+    d = hopper()
+    a, b = torch.randn(3, 1024).half(), torch.randn(1024, 200).half()
+    got = matmul(d, a, b, backend="sm90-pingpong", config=config)
+    torch.testing.assert_close(got, reference(a, b), rtol=2e-3, atol=2e-3)
+    assert [launch[3] for launch in d.cache.kernel.launches] == [132 // 4]
+    assert d.cache.kernel.splits == []  # no workspace passed
+    (variant,) = d.cache.variants
+    assert variant.config.cluster_split == 4
+
+
 def test_a_repeated_signature_never_asks_the_policy_again(choose_calls):
     d = hopper()
     a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()
