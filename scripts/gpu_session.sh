@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -79,6 +79,19 @@ if has heldout; then
       --json "$OUT/heldout-$dt-prediction-error.json" | head -3
   done
   echo "heldout done at $((SECONDS - start)) s"
+fi
+if has clustersplit; then
+  # issue #23: the cluster split-K (off until these pass: Sm90Config.cluster_split), its GPU
+  # cases, then against the workspace split and cuBLAS on decode products (perf.md entry 94)
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_cluster_split.py 2>&1 | tee "$OUT/cluster-split-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  # how many clusters of 2 and 4 CTAs the GPU holds at once (the host launches sm_count // ways)
+  python3 -c "from cutlass.utils import HardwareInfo as H; h = H(); print('max active clusters', \
+    {w: h.get_max_active_clusters(w) for w in (1, 2, 4)})" 2>&1 | tail -1
+  WSGEMM_AUTOTUNE=0 timeout ${CS_BENCH_TIMEOUT:-240} python3 scripts/bench_cluster_split.py \
+    --rounds ${ROUNDS:-7} --json "$OUT/cluster-split.json" > "$OUT/cluster-split.log" 2>&1
+  echo "cluster split bench rc=$?"; grep -E "==|WRONG|Error" "$OUT/cluster-split.log"
 fi
 if has heldoutbi; then
   # issue #24: the held-out geomean reported with batch invariance on (fp16; the same draw)
