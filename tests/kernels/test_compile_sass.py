@@ -291,7 +291,28 @@ def _assert_cluster_split(compiled, name, v, values):
     assert ops["UCGABAR_ARV"] >= 1 and ops["UCGABAR_WAIT"] >= 1, "no cluster barrier at init"
     assert not any(op.startswith(("ATOMG", "RED.", "MEMBAR.ALL.GPU", "MEMBAR.SC.GPU"))
                    for op in ops), ops  # fmt: skip
+    _assert_reads_done_before_release(r.sass_text)
     assert_clean(r)
+
+
+def _assert_reads_done_before_release(text: str) -> None:
+    """Rank 0 lets the senders reuse their slots with a CTA-scoped remote arrive, which orders
+    nothing: it is safe because every slot value is already in a register, consumed by an
+    add, before the unit's barrier that precedes the arrive. Checked here, so that a compiler
+    that moved a read past the barrier would fail this test, not race on the GPU."""
+    lines = [line.split("*/", 1)[-1].strip(" ;") for line in text.splitlines() if "*/" in line]
+    arrive = next(i for i, x in enumerate(lines) if x.startswith("SYNCS.ARRIVE.TRANS64.RED"))
+    barrier = max(i for i in range(arrive) if lines[i].startswith("BAR.SYNC"))
+    reads = [i for i in range(barrier) if lines[i].startswith("LDS.128")]
+    assert reads, "no slot reads before the release"
+    for i in reads:
+        first = int(lines[i].split()[1].strip(",")[1:])
+        for reg in range(first, first + 4):
+            assert any(
+                lines[j].startswith("FADD")
+                and f"R{reg}" in [t.strip(",") for t in lines[j].split()[2:]]
+                for j in range(i + 1, barrier)
+            ), f"R{reg} of {lines[i]!r} is not consumed before the barrier at {barrier}"
 
 
 @pytest.mark.parametrize("name", CLUSTER_SPLIT)

@@ -25,6 +25,10 @@ their slots, and runs the epilogue. After its last tile a sender waits for rank 
 ``free`` arrival, so no arrival targets the shared memory of a CTA that has exited. The
 hardware runs the CTAs of a cluster together: no rank waits on one that is not resident,
 whatever else runs on the GPU.
+
+Every rank needs a k-tile (a rank with none would wait for a stage nobody loads): the
+dispatcher refuses ``ways`` above K's k-tiles (``host.dispatch``), and anything that launches a
+compiled cluster split kernel directly must do the same.
 """
 
 import warnings
@@ -110,6 +114,8 @@ def reduce(plan: cutlass.Constexpr, args: ClusterSplitArgs, acc, tiles_done):
     (rank 0: ``acc`` then holds the whole sum and the epilogue runs)."""
     cfg = plan.config
     values = cute.size(acc)
+    # (a WGMMA's fp32 accumulators come in fours per thread: N/2 per 64-row band, N >= 8)
+    assert values % VECTOR == 0, values
     words = cfg.tile_m * cfg.tile_n
     phase = tiles_done % 2
     finishes = args.rank == 0
