@@ -714,3 +714,43 @@ def test_out_is_marked_changed_for_autograd():
         matmul(d, a, b, out=out, backend="sm90")
         assert out._version > before
     torch.testing.assert_close(out, reference(a, b), rtol=0, atol=0)
+
+
+def test_clusters_of_more_than_two_ctas_ask_the_driver_once(monkeypatch, caplog):
+    """A cluster of 4 lies in one GPC: the persistent grid launches what the driver says fits
+    at once (never more than sm_count // 4), asked once per (device, size); 1 and 2 are the SM
+    count's; a driver without the query gives the SM count's, with a warning."""
+    import contextlib
+
+    import cutlass.utils
+
+    from wsgemm.host.dispatch import CudaDevices
+
+    asked = []
+
+    class FakeInfo:
+        def __init__(self, index):
+            self.index = index
+
+        def get_max_active_clusters(self, size):
+            asked.append((self.index, size))
+            return 32
+
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", FakeInfo)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    d = CudaDevices()
+    d._facts[0] = ((9, 0), 132, "a stand-in H100")
+    assert (d.clusters(0, 1), d.clusters(0, 2)) == (132, 66)
+    assert d.clusters(0, 4) == d.clusters(0, 4) == 32 and asked == [(0, 4)]
+
+    class Broken(FakeInfo):
+        def get_max_active_clusters(self, size):
+            raise RuntimeError("CUDA Driver version < 11.8")
+
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", Broken)
+    d = CudaDevices()
+    d._facts[0] = ((9, 0), 132, "a stand-in H100")
+    with caplog.at_level(logging.WARNING, logger="wsgemm"):
+        assert d.clusters(0, 4) == 33
+    assert "occupancy query failed" in caplog.text

@@ -88,6 +88,7 @@ class CudaDevices:
     def __init__(self) -> None:
         self._facts: dict[int, tuple[tuple[int, int], int, str]] = {}
         self._count: int | None = None
+        self._clusters: dict[tuple[int, int], int] = {}
 
     def available(self) -> bool:
         return torch.cuda.is_available()
@@ -109,6 +110,29 @@ class CudaDevices:
 
     def sm_count(self, index: int) -> int:
         return self._props(index)[1]
+
+    def clusters(self, index: int, size: int) -> int:
+        """Clusters of ``size`` CTAs (one per SM) the device holds at once: ``sm_count //
+        size`` for 1 and 2, the driver's occupancy answer above (a cluster lies in one GPC, and
+        a GPC's SMs need not come in fours), asked once. The persistent grid launches no more
+        than this, or the rest would run as a second wave."""
+        whole = self.sm_count(index) // size
+        if size <= 2:
+            return whole
+        key = (index, size)
+        if key not in self._clusters:
+            try:
+                from cutlass.utils import HardwareInfo
+
+                with torch.cuda.device(index):
+                    torch.cuda.init()
+                    fit = HardwareInfo(index).get_max_active_clusters(size)
+                self._clusters[key] = max(1, min(whole, int(fit)))
+            except Exception as e:  # noqa: BLE001  (a driver without the query: the SM count's)
+                log.warning("clusters of %d CTAs: the occupancy query failed (%s); launching "
+                            "%d", size, e, whole)  # fmt: skip
+                self._clusters[key] = whole
+        return self._clusters[key]
 
     def name(self, index: int) -> str:
         return self._props(index)[2]
@@ -150,6 +174,9 @@ class StandInDevices:
 
     def sm_count(self, index) -> int:
         return self._sm_count
+
+    def clusters(self, index, size: int) -> int:
+        return self._sm_count // size
 
     def name(self, index) -> str:
         return self._name
@@ -701,7 +728,7 @@ class Dispatcher:
         else:
             arch = arch_for_capability(self.devices.capability(device))
             variant = Variant(backend, arch, *dtypes, a_major, b_major, config, epilogue, grouping)
-            clusters = self.devices.sm_count(device) // cluster_size(variant.kernel_config())
+            clusters = self.devices.clusters(device, cluster_size(variant.kernel_config()))
             hit = (self.cache.get(variant), clusters)
         with self._lock:
             return self._kernels.setdefault(key, hit)
