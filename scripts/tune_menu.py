@@ -109,9 +109,41 @@ DROPPED: tuple[MenuEntry, ...] = (
 )  # fmt: skip
 
 
+#: Not yet measured: the menu's split-K entries with their K split over a cluster's CTAs instead
+#: of through the workspace (``Sm90Config.cluster_split``, perf.md entry 94), each 2 and 4 ways
+#: (``--with-cluster-split``; the tuner runs each unsplit: its ways are in its config).
+def _cluster_split_fits(config) -> bool:
+    """Whether rank 0's receive buffers leave the ring two stages (fp16 operands and C)."""
+    from wsgemm.kernels.sm90.config import (
+        SM90_SMEM_CAPACITY,
+        epilogue_stage_bytes,
+        mainloop_stage_bytes,
+        stage_counts,
+    )
+
+    try:
+        stage_counts(mainloop_stage_bytes(config.tile_m, config.tile_n, config.tile_k, 2),
+                     epilogue_stage_bytes(*config.epi_tile, 2), config.num_epi_subtiles,
+                     SM90_SMEM_CAPACITY - config.cluster_split_bytes())  # fmt: skip
+    except ValueError:
+        return False
+    return True
+
+
+CLUSTER_SPLIT: tuple[MenuEntry, ...] = tuple(
+    c
+    for e in choosing.MENU
+    if e.splits and e.config["cluster_m"] == e.config["cluster_n"] == 1
+    for ways in (2, 4)
+    for c in [_of(f"cs{ways}-{e.name}", e.backend, **e.config, cluster_split=ways)]
+    if _cluster_split_fits(c.variant_config())
+)
+
+
 def entry(name: str) -> MenuEntry:
-    """The menu or dropped entry called ``name`` (the GPU tests and scripts run both)."""
-    for e in choosing.MENU + DROPPED:
+    """The menu, dropped or cluster-split entry called ``name`` (the GPU tests and scripts run
+    them all)."""
+    for e in choosing.MENU + DROPPED + CLUSTER_SPLIT:
         if e.name == name:
             return e
     names = ", ".join(e.name for e in choosing.MENU + DROPPED)
@@ -198,7 +230,10 @@ def plan(
         layout = tuned_layout(s, own_layouts)
         dtype = (dtypes or {}).get(s.label, "float16")
         for e in entries:
-            if choosing.fits(e, s.m, s.n):
+            ways = e.config.get("cluster_split", 1)
+            if ways > -(-s.k // e.config["tile_k"]):
+                splits = ()  # a rank without a k-tile would wait forever (cluster_split.py)
+            elif choosing.fits(e, s.m, s.n):
                 splits = choosing.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
             else:
                 splits = (1,) if e.shipped else ()
@@ -257,6 +292,11 @@ def main(argv=None) -> int:
         help="also time DROPPED (CSV only, never in the table)",
     )
     parser.add_argument(
+        "--with-cluster-split",
+        action="store_true",
+        help="also time CLUSTER_SPLIT: the split entries with K split over a cluster (CSV only)",
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
         default=330.0,
@@ -298,6 +338,7 @@ def main(argv=None) -> int:
             parser.error("--merge CSV and --into TABLE go together")
         return _merge(Path(args.merge), Path(args.into))
     entries = choosing.MENU + (DROPPED if args.with_dropped else ())
+    entries += CLUSTER_SPLIT if args.with_cluster_split else ()
     dtypes = None
     if args.draw:
         try:
@@ -397,8 +438,21 @@ def compiled(needed: dict, jobs: int, sms: int, log) -> dict | None:
         log(f"compile FAILED: {o.key}: {getattr(o, 'error', '')}")
     if failed:
         return None
-    return {key: (host.COMPILE_CACHE.get(v), sms // host.cluster_size(v.kernel_config()))
-            for key, v in needed.items()}  # fmt: skip
+    return {key: (host.COMPILE_CACHE.get(v), _clusters(v, sms)) for key, v in needed.items()}
+
+
+def _clusters(v: host.Variant, sms: int) -> int:
+    """The clusters a persistent launch of ``v`` runs at once: ``sms // size``, or for a
+    cluster of more than two CTAs (a cluster split of 4) what the driver says fits (a cluster
+    lies in one GPC), as the library launches it (``CudaDevices.clusters``)."""
+    size = host.cluster_size(v.kernel_config())
+    if size <= 2:
+        return sms // size
+    import torch
+
+    from wsgemm.host.dispatch import CudaDevices
+
+    return min(sms // size, CudaDevices().clusters(torch.cuda.current_device(), size))
 
 
 def launcher(c: Candidate, kernels: dict, semaphores) -> tuple:

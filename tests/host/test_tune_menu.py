@@ -226,3 +226,27 @@ def test_launcher_wraps_a_split_candidate_only():
     assert tune_menu.launcher(plain, kernels, None) == (kernel, 66)
     fn, clusters = tune_menu.launcher(split, kernels, None)
     assert fn is not kernel and hasattr(fn, "bind") and clusters == 66
+
+
+def test_cluster_split_candidates_are_planned_only_where_every_rank_has_k():
+    """``--with-cluster-split``: the menu's 1x1-cluster split entries with K split 2 and 4 ways
+    over a cluster, each only where its receive buffers leave the ring two stages, timed
+    unsplit (their ways are in the config) and never where K has fewer k-tiles than ways (a
+    rank without one would wait forever)."""
+    names = [e.name for e in tune_menu.CLUSTER_SPLIT]
+    assert "cs2-swap-pingpong-64x16x128-c1x1" in names
+    assert "cs4-pingpong-64x256-c1x1" not in names  # three 64 KB tiles do not fit
+    for e in tune_menu.CLUSTER_SPLIT:
+        config = e.variant_config()
+        assert config.cluster_split in (2, 4) and config.cluster_size == config.cluster_split
+        assert tune_menu.entry(e.name) is e
+    long_k, short_k = (suites.Shape(16, 4096, k, f"k{k}", "g", "TN") for k in (4096, 256))
+    planned = dict(tune_menu.plan([long_k, short_k], tune_menu.CLUSTER_SPLIT, 132))
+    fit = {e.name for e in tune_menu.CLUSTER_SPLIT if choosing.fits(e, 16, 4096)}
+    assert fit and {c.entry.name for c in planned[long_k]} == fit
+    assert all(c.split == 1 for c in planned[long_k])
+    # K = 256: two 128-deep k-tiles, so no 4-way split of the 128-deep tiles
+    short = {c.entry.name for c in planned[short_k]}
+    assert "cs4-swap-pingpong-64x16x128-c1x1" not in short
+    assert "cs2-swap-pingpong-64x16x128-c1x1" in short
+    assert short == fit - {"cs4-swap-pingpong-64x16x128-c1x1"}
