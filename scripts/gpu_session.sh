@@ -88,8 +88,9 @@ if has clustersplit; then
     tests/gpu/test_gpu_cluster_split.py 2>&1 | tee "$OUT/cluster-split-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   # how many clusters of 2 and 4 CTAs the GPU holds at once (the host launches sm_count // ways)
-  python3 -c "from cutlass.utils import HardwareInfo as H; h = H(); print('max active clusters', \
-    {w: h.get_max_active_clusters(w) for w in (1, 2, 4)})" 2>&1 | tail -1
+  python3 -c "import torch; torch.zeros(1, device='cuda'); from wsgemm.host.dispatch import \
+    CudaDevices as D; d = D(); print('max active clusters', {w: d.clusters(0, w) for w in (1, 2, 4)})" \
+    2>&1 | tail -1
   WSGEMM_AUTOTUNE=0 timeout ${CS_BENCH_TIMEOUT:-240} python3 scripts/bench_cluster_split.py \
     --rounds ${ROUNDS:-7} --json "$OUT/cluster-split.json" > "$OUT/cluster-split.log" 2>&1
   echo "cluster split bench rc=$?"; grep -E "==|WRONG|Error" "$OUT/cluster-split.log"

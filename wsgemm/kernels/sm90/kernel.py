@@ -544,8 +544,18 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ab_bytes, epi_bytes = self._stage_bytes()
         if not self.fused_epilogue.dgated:
             # a cluster split's receive buffers come off the top (``cluster_split``)
-            capacity = SM90_SMEM_CAPACITY - self.config.cluster_split_bytes()
-            return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, capacity)
+            spent = self.config.cluster_split_bytes()
+            try:
+                return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles,
+                                    SM90_SMEM_CAPACITY - spent)  # fmt: skip
+            except ValueError as e:
+                if not spent:
+                    raise
+                raise ValueError(
+                    f"cluster_split={self.config.cluster_split} on a {self.config.tile_m}x"
+                    f"{self.config.tile_n} tile: rank 0's receive buffers ({spent} bytes) leave "
+                    f"the ring too little shared memory ({e}); take fewer ways or a smaller tile"
+                ) from e
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
         ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles,
                                              max_epi=DGATED_MAX_EPILOGUE_STAGES)  # fmt: skip
