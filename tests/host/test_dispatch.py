@@ -754,3 +754,46 @@ def test_clusters_of_more_than_two_ctas_ask_the_driver_once(monkeypatch, caplog)
     with caplog.at_level(logging.WARNING, logger="wsgemm"):
         assert d.clusters(0, 4) == 33
     assert "occupancy query failed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "name, split, k, c_dtype, cluster",
+    [
+        ("swap-pingpong-64x16x128-c1x1", 2, 4096, "float16", True),
+        ("swap-pingpong-64x16x128-c1x1", 4, 4096, "float32", True),
+        ("swap-pingpong-64x16x128-c1x1", 8, 4096, "float16", False),  # 2 or 4 ways only
+        ("swap-pingpong-64x16x128-c1x1", 4, 384, "float16", False),  # 3 k-tiles for 4 ranks
+        ("pingpong-64x128-c1x2", 2, 4096, "float16", False),  # a multicast cluster already
+        ("pingpong-64x256-c1x1", 4, 4096, "float16", False),  # 3 x 128 KB of buffers
+    ],
+)
+def test_a_policy_split_runs_as_a_cluster_split_where_the_switch_and_the_tile_allow(
+    monkeypatch, name, split, k, c_dtype, cluster
+):
+    """``registry.CLUSTER_SPLIT_FAMILIES`` on: a policy split of 2 or 4 on a 1x1-cluster entry
+    whose receive buffers fit runs as a cluster split (no launch split count); every other
+    split through the workspace, as with the switch off."""
+    from wsgemm.host import registry
+
+    choice = choosing.Choice(choosing.entry(name), split, "forced by the test", "test")
+    off = Dispatcher.choice_route(choice, k, c_dtype)
+    assert off.split == split and getattr(off.config, "cluster_split", 1) == 1
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
+    on = Dispatcher.choice_route(choice, k, c_dtype)
+    if cluster:
+        assert on.split == 1 and on.config.cluster_split == split and not on.config.splits_in_kernel
+        assert on.config == dataclasses.replace(choice.menu_entry.variant_config(),
+                                                cluster_split=split)  # fmt: skip
+    else:
+        assert on == off
+
+
+def test_explain_says_a_split_runs_over_a_cluster(monkeypatch):
+    from wsgemm.host import registry
+    from wsgemm.host.choosing import wording
+
+    choice = choosing.Choice(choosing.entry("swap-pingpong-64x16x128-c1x1"), 2, "forced", "test")
+    args = (16, 4096, 4096, 1, "float16", "float16", "float32", 132, (9, 0))
+    assert "split-K: 2 (in the kernel, fp32 partials)" in wording.describe(choice, *args)
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
+    assert "split-K: 2 over a cluster of 2 CTAs" in wording.describe(choice, *args)

@@ -40,6 +40,7 @@ from .registry import (
     Variant,
     arch_for_capability,
     cluster_size,
+    cluster_split_config,
     fuses_epilogues,
     shipped_backends,
 )
@@ -323,7 +324,9 @@ class Dispatcher:
             return None
         with self.on_device(device):  # the timing events record on the operands' device
             times = choosing.tune(
-                candidates, lambda choice: run(self.choice_route(choice)), self.time_call
+                candidates,
+                lambda choice: run(self.choice_route(choice, problem[2], dtypes[1])),
+                self.time_call,
             )
         if not times:
             return None
@@ -400,7 +403,8 @@ class Dispatcher:
                         choice, mufu, *self._policy_args(device, problem, dtypes),
                         batch_invariant=self.batch_invariant,
                     )  # fmt: skip
-                chosen = self._or_torch(self.choice_route(choice), device, problem, dtypes, run,
+                chosen = self._or_torch(self.choice_route(choice, problem[2], dtypes[1]), device,
+                                        problem, dtypes, run,
                                         mufu)  # fmt: skip
             else:
                 chosen = self._or_torch(Route("sm80"), device, problem, dtypes, run, mufu)
@@ -586,9 +590,16 @@ class Dispatcher:
             return True
 
     @staticmethod
-    def choice_route(choice: choosing.Choice) -> Route:
-        """The route that runs a policy (or tuned) choice."""
+    def choice_route(choice: choosing.Choice, k: int | None = None, c_dtype: str = "") -> Route:
+        """The route that runs a policy (or tuned) choice: its split as a cluster split where
+        one runs (``cluster_split_config``, given the problem's K and C's dtype), else
+        through the workspace."""
         e = choice.menu_entry
+        if k is not None and choice.split > 1:
+            c_bytes = 4 if c_dtype == "float32" else 2
+            config = cluster_split_config(e, choice.split, k, c_bytes)
+            if config is not None:
+                return Route(e.backend, config, 1, choice)
         return Route(e.backend, e.variant_config(split=choice.split > 1), choice.split, choice)
 
     def explain(

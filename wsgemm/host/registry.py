@@ -242,6 +242,44 @@ DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: (docs/perf.md entry 92). Elsewhere ``dh`` is a product of its own, then torch's activation
 #: backward, and the forward the product, then torch's activation.
 DACT_FAMILIES: frozenset[str] = frozenset()
+#: The families whose policy splits run as a cluster split (``Sm90Config.cluster_split``: K
+#: split over a cluster's CTAs, the partials met in rank 0's shared memory) where they can:
+#: a split of 2 or 4 on a menu entry of 1x1 clusters whose receive buffers leave the ring two
+#: stages (``cluster_split_config``). The sm90 one ran on an H100 on 2026-12-07 (docs/perf.md
+#: entry 95): 60 float64 cases of ``tests/gpu/test_gpu_cluster_split.py``, bitwise the
+#: workspace split's result; 1.035x (2 ways) and 1.093x (4 ways) the workspace split's speed
+#: at decode, median over 24 rows. Empty until memcheck and racecheck have run it and a
+#: held-out draw has judged it. Elsewhere a split runs through the workspace (``split_k``).
+CLUSTER_SPLIT_FAMILIES: frozenset[str] = frozenset()
+
+
+def cluster_split_config(entry, split: int, k: int, c_bytes: int) -> Any:
+    """The config that runs menu ``entry`` split ``split`` ways as a cluster split, or None
+    where it cannot (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; K of at
+    least ``split`` k-tiles; rank 0's receive buffers leave the ring two stages with a C of
+    ``c_bytes`` a value)."""
+    from wsgemm.kernels.sm90.config import (
+        CLUSTER_SPLITS,
+        SM90_SMEM_CAPACITY,
+        epilogue_stage_bytes,
+        mainloop_stage_bytes,
+        stage_counts,
+    )
+
+    if BACKENDS[entry.backend].family not in CLUSTER_SPLIT_FAMILIES or split not in CLUSTER_SPLITS:
+        return None
+    if split == 1 or entry.config.get("cluster_m") != 1 or entry.config.get("cluster_n") != 1:
+        return None
+    config = dataclasses.replace(entry.variant_config(split=False), cluster_split=split)
+    if split > -(-k // config.tile_k):
+        return None
+    try:
+        stage_counts(mainloop_stage_bytes(config.tile_m, config.tile_n, config.tile_k, 2),
+                     epilogue_stage_bytes(*config.epi_tile, c_bytes), config.num_epi_subtiles,
+                     SM90_SMEM_CAPACITY - config.cluster_split_bytes())  # fmt: skip
+    except ValueError:
+        return None
+    return config
 
 
 def fuses_epilogues(

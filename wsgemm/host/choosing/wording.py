@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..registry import cluster_split_config
 from .rules import Choice, batch_invariant_requested, choose
 
 __all__ = ["describe", "explain", "grid", "predicted"]
@@ -23,6 +24,10 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
     split = f"{choice.split} (in the kernel, fp32 partials)" if choice.split > 1 else "1 (none)"
+    if choice.split > 1 and cluster_split_config(e, choice.split, k, 4 if c_dtype == "float32"
+                                                 else 2) is not None:  # fmt: skip
+        split = (f"{choice.split} over a cluster of {choice.split} CTAs (fp32 partials met in "
+                 "shared memory)")  # fmt: skip
     return "\n".join(
         [
             f"problem: M={m} N={n} K={k} batch={batch}, {ab_dtype} inputs, {c_dtype} output, "
