@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -431,6 +431,18 @@ if has dactsanitize; then
       kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py --plain-mlp $flag 2>&1 \
       | tee "$OUT/sanitize_plain_mlp_$tool.log" | tail -3
     echo "$tool plain mlp rc=${PIPESTATUS[0]}"
+  done
+fi
+if has clustersanitize; then
+  # the cluster split (docs/perf.md entries 94-95) under the sanitizer: its st.async stores into
+  # rank 0's shared memory and the two mbarriers, before CLUSTER_SPLIT_FAMILIES is switched on
+  python3 scripts/sanitize_auto.py --cluster-split 2>&1 | tail -3  # compiles outside the sanitizer
+  for tool in memcheck racecheck initcheck; do
+    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_auto.py)
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
+      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py --cluster-split $flag 2>&1 \
+      | tee "$OUT/sanitize_cluster_split_$tool.log" | tail -3
+    echo "$tool cluster split rc=${PIPESTATUS[0]}"
   done
 fi
 if has streamk; then

@@ -10,7 +10,8 @@ entries: partial waves, ragged, batched; each call three times, so the workspace
 semaphores are reused). With ``--gated``: only the gated kernels (``gated_cases``: both row
 tiles, the swap-AB decode tile switched on for its calls, the preact forward and the dgated
 backward; ragged I and rows, each call twice so a kept launcher runs). With ``--plain-mlp``:
-only a plain MLP's training kernels (``plain_mlp_cases``: dact, the plain preact).
+only a plain MLP's training kernels (``plain_mlp_cases``: dact, the plain preact). With
+``--cluster-split``: only the cluster split (``cluster_split_cases``).
 
 With ``--initcheck`` the same calls run but nothing reads an output back (no reference, no
 check): initcheck does not count a TMA store as a write, so a torch kernel reading our output
@@ -188,8 +189,43 @@ def plain_mlp_cases() -> int:
     return wrong
 
 
+#: (M, N, K) for the cluster split, each tile at 2 and 4 ways: decode, ragged N and K, a K of
+#: exactly ``ways`` k-tiles, several tiles per cluster
+CLUSTER_SPLIT = ((1, 2048, 4096), (7, 1000, 1021), (16, 520, 512), (16, 8192, 1024))
+CLUSTER_SPLIT_TILES = (
+    ("sm90-pingpong", dict(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", swap_ab=True)),
+    ("sm90-pingpong", dict(tile_m=64, tile_n=8, tile_k=128, schedule="pingpong", swap_ab=True)),
+    ("sm90", dict(tile_m=128, tile_n=64)),
+)
+
+
+def cluster_split_cases() -> int:
+    """The cluster split (``Sm90Config.cluster_split``; docs/perf.md entry 94) forced on the
+    decode swap-AB tiles and a cooperative one at 2 and 4 ways, each call three times (its
+    mbarriers' phases go on across tiles and calls); how many results were wrong. Rank 0's
+    receive buffers are written by the other CTAs' ``st.async``, which racecheck sees as
+    remote shared-memory traffic."""
+    from wsgemm.kernels.sm90.config import Sm90Config
+
+    wrong = 0
+    for backend, fields in CLUSTER_SPLIT_TILES:
+        for ways in (2, 4):
+            config = Sm90Config(**fields, cluster_split=ways)
+            for m, n, k in CLUSTER_SPLIT:
+                a = torch.randn(m, k, dtype=torch.float16, device="cuda")
+                w = torch.randn(n, k, dtype=torch.float16, device="cuda")
+                y = reference(a, w)
+                for _ in range(3):
+                    got = api.matmul(a, w.t(), backend=backend, config=config)
+                    wrong += not report(f"cluster split {ways} {backend} {fields['tile_n']} "
+                                        f"{m}x{n}x{k}:", got, y)  # fmt: skip
+    return wrong
+
+
 if "--stream-k" in sys.argv:
     sys.exit(1 if stream_k_cases() else 0)
+if "--cluster-split" in sys.argv:
+    sys.exit(1 if cluster_split_cases() else 0)
 if "--plain-mlp" in sys.argv:
     sys.exit(1 if plain_mlp_cases() else 0)
 if "--gated" in sys.argv:
