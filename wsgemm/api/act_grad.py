@@ -18,8 +18,6 @@ address) the product runs on its own, rounded to the dtype, then torch's formula
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from .. import host
@@ -28,11 +26,12 @@ from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
 from . import dispatch
 from .epilogue import check_activation, grad_through, kernel_bias, torch_activation
+from .gated import GradLaunch
 from .plan import _kernel_view
 from .validate import check_operands
 
 __all__ = [
-    "ActGradLaunch", "act_grad", "act_grad_launch", "check_act_grad", "check_linear_preact",
+    "act_grad", "act_grad_launch", "check_act_grad", "check_linear_preact",
     "linear_preact",
 ]  # fmt: skip
 
@@ -74,45 +73,19 @@ def act_grad(dy, w_down, preact, activation="gelu", *, dispatcher=None) -> torch
     if isinstance(road, str):
         dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
         return out.copy_(grad_through(act, dh, preact))
-    launch = _launch(road, dy, out, act)
-    fn, clusters = d.kernel(launch.backend, launch.index, launch.dtypes, launch.a_major,
-                            launch.b_major, launch.config, launch.epilogue)  # fmt: skip
-    with d.on_device(launch.index):
-        fn(launch.a, launch.b, launch.c, clusters, *UNSPLIT_LAUNCH, None, None, None, launch.c_in)
+    _launch(road, dy, out, act).run(d)
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class ActGradLaunch:
-    """The dact kernel's launch of an ``act_grad`` call (``act_grad_launch``): its backend,
-    config (None: the backend's shipped one), device index, dtypes, majors, epilogue name and
-    views: A (dy), B (w_down as (I, H)), C (the result, (M, I, 1)), ``c_in`` (the
-    pre-activation, (M, I, 1)) and the (M, I) result ``out``; under swap-AB A and B trade and
-    C and ``c_in`` are the (I, M, 1) transposes."""
-
-    backend: str
-    config: object
-    index: int
-    dtypes: tuple[str, str, str]
-    a_major: str
-    b_major: str
-    epilogue: str
-    a: torch.Tensor
-    b: torch.Tensor
-    c: torch.Tensor
-    c_in: torch.Tensor
-    out: torch.Tensor
-
-
-def _launch(road, dy, out, act: str) -> ActGradLaunch:
+def _launch(road, dy, out, act: str) -> GradLaunch:
     (a_view, a_major), (b_view, b_major), (c_view, c_in), (backend, config), index = road
     dtypes = (str(dy.dtype)[6:], str(dy.dtype)[6:], "float32")
-    return ActGradLaunch(backend, config, index, dtypes, a_major, b_major,
+    return GradLaunch(backend, config, index, dtypes, a_major, b_major,
                          Epilogue(activation=act, dact=True).name, a_view, b_view, c_view, c_in,
                          out)  # fmt: skip
 
 
-def act_grad_launch(d, dy, w_down, preact, activation="gelu") -> ActGradLaunch:
+def act_grad_launch(d, dy, w_down, preact, activation="gelu") -> GradLaunch:
     """``act_grad(dy, w_down, preact, activation)``'s dact kernel launch, checked and planned as
     the call plans it, not run (into a new result), for a tool that launches it itself. A
     ValueError where the call runs no dact kernel (the unfused road: it says why)."""

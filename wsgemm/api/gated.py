@@ -397,20 +397,18 @@ def gated_grad(dy, w_down, preact, activation="silu", *, dispatcher=None) -> tor
     if isinstance(road, str):
         dh = dispatch.call(d, dy, w_down, None, None, torch.float32, "auto", None)
         return gated_unit_grad(act, dh, preact, out)
-    launch = _grad_launch(road, dy, out, act)
-    fn, clusters = d.kernel(launch.backend, launch.index, launch.dtypes, launch.a_major,
-                            launch.b_major, launch.config, launch.epilogue)  # fmt: skip
-    with d.on_device(launch.index):
-        fn(launch.a, launch.b, launch.c, clusters, *UNSPLIT_LAUNCH, None, None, None, launch.c_in)
+    _grad_launch(road, dy, out, act).run(d)
     return out
 
 
 @dataclasses.dataclass(frozen=True)
 class GradLaunch:
-    """The dgated kernel's launch of a ``gated_grad`` call (``grad_launch``): its backend,
-    config, device index, dtypes, majors, epilogue name and views: A (dy), B (w_down as (I,
-    H)), C (the result's gate half, (M, I, 1); the up half I columns on), ``c_in`` (the
-    pre-activation's gate half) and the (M, 2I) result ``out``."""
+    """A training kernel's launch that reads a saved pre-activation (``c_in``) in its epilogue:
+    the dgated kernel's of a ``gated_grad`` call (``grad_launch``) and the dact kernel's of an
+    ``act_grad`` call (``api.act_grad.act_grad_launch``). Its backend, config, device index,
+    dtypes, majors, epilogue name and views: A (dy), B (w_down as (I, H)), C (dgated: the
+    result's gate half, (M, I, 1), the up half I columns on; dact: the result), ``c_in`` (the
+    pre-activation's view the kernel reads) and the result ``out``."""
 
     backend: str
     config: object
@@ -424,6 +422,13 @@ class GradLaunch:
     c: torch.Tensor
     c_in: torch.Tensor
     out: torch.Tensor
+
+    def run(self, d) -> None:
+        """Launch it on dispatcher ``d`` (unsplit, no bias or scalars; C's input ``c_in``)."""
+        fn, clusters = d.kernel(self.backend, self.index, self.dtypes, self.a_major,
+                                self.b_major, self.config, self.epilogue)  # fmt: skip
+        with d.on_device(self.index):
+            fn(self.a, self.b, self.c, clusters, *UNSPLIT_LAUNCH, None, None, None, self.c_in)
 
 
 def _grad_launch(road, dy, out, act: str) -> GradLaunch:
