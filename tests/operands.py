@@ -42,3 +42,22 @@ def fp32_accumulation_bound(a, b, extra_adds: int = 0):
     k = a.shape[-1]
     magnitude = torch.matmul(a.detach().abs().double(), b.detach().abs().double()).max().item()
     return (math.ceil(k / 16) + extra_adds) * 2.0**-23 * magnitude
+
+
+def assert_product_within_torch_error(got, a, b, extra_adds: int = 0):
+    """``got`` is ``a @ b``: no poisoned (NaN) element left, and within the suite's tolerance
+    of the fp64 product (``assert_within_torch_error``). An fp32 ``got`` shows the tensor
+    cores' truncating accumulation, which PyTorch's fp32 product (cuBLAS answers M = 1 on CUDA
+    cores) does not: it is judged against that bound too (``fp32_accumulation_bound``, with a
+    split's ``extra_adds``)."""
+    import torch
+
+    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements"
+    ref = torch.matmul(a.double(), b.double())
+    slack = 0.0
+    if got.dtype == torch.float32:
+        theirs = torch.matmul(a.float(), b.float())
+        slack = fp32_accumulation_bound(a, b, extra_adds=extra_adds)
+    else:
+        theirs = torch.matmul(a, b).to(got.dtype)
+    assert_within_torch_error(got, ref, theirs, slack=slack)
