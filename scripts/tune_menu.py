@@ -112,31 +112,13 @@ DROPPED: tuple[MenuEntry, ...] = (
 #: Not yet measured: the menu's split-K entries with their K split over a cluster's CTAs instead
 #: of through the workspace (``Sm90Config.cluster_split``, perf.md entry 94), each 2 and 4 ways
 #: (``--with-cluster-split``; the tuner runs each unsplit: its ways are in its config).
-def _cluster_split_fits(config) -> bool:
-    """Whether rank 0's receive buffers leave the ring two stages (fp16 operands and C)."""
-    from wsgemm.kernels.sm90.config import (
-        SM90_SMEM_CAPACITY,
-        epilogue_stage_bytes,
-        mainloop_stage_bytes,
-        stage_counts,
-    )
-
-    try:
-        stage_counts(mainloop_stage_bytes(config.tile_m, config.tile_n, config.tile_k, 2),
-                     epilogue_stage_bytes(*config.epi_tile, 2), config.num_epi_subtiles,
-                     SM90_SMEM_CAPACITY - config.cluster_split_bytes())  # fmt: skip
-    except ValueError:
-        return False
-    return True
-
-
 CLUSTER_SPLIT: tuple[MenuEntry, ...] = tuple(
     c
     for e in choosing.MENU
     if e.splits and e.config["cluster_m"] == e.config["cluster_n"] == 1
     for ways in (2, 4)
     for c in [_of(f"cs{ways}-{e.name}", e.backend, **e.config, cluster_split=ways)]
-    if _cluster_split_fits(c.variant_config())
+    if c.variant_config().cluster_split_fits()
 )
 
 
@@ -230,9 +212,9 @@ def plan(
         layout = tuned_layout(s, own_layouts)
         dtype = (dtypes or {}).get(s.label, "float16")
         for e in entries:
-            ways = e.config.get("cluster_split", 1)
-            if ways > -(-s.k // e.config["tile_k"]):
-                splits = ()  # a rank without a k-tile would wait forever (cluster_split.py)
+            config = e.variant_config()  # (None: the backend's shipped config)
+            if config is not None and not config.k_tiles_for_every_rank(s.k):
+                splits = ()  # a cluster split's rank without a k-tile would wait forever
             elif choosing.fits(e, s.m, s.n):
                 splits = choosing.split_candidates(e, s.m, s.n, s.k, 1, sm_count)
             else:

@@ -414,8 +414,8 @@ class Dispatcher:
                 f"{self.devices.name(device)} is {support.cc_name(cc)} (backend='auto' runs "
                 "torch.matmul where wsgemm has no kernel)"
             )
-        elif getattr(config, "cluster_split", 1) > 1 and (
-            config.cluster_split > -(-problem[2] // config.tile_k)
+        elif getattr(config, "cluster_split", 1) > 1 and not config.k_tiles_for_every_rank(
+            problem[2]
         ):
             raise ValueError(
                 f"config.cluster_split={config.cluster_split} gives each CTA of a cluster at "

@@ -258,26 +258,14 @@ def cluster_split_config(entry, split: int, k: int, c_bytes: int) -> Any:
     where it cannot (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; K of at
     least ``split`` k-tiles; rank 0's receive buffers leave the ring two stages with a C of
     ``c_bytes`` a value)."""
-    from wsgemm.kernels.sm90.config import (
-        CLUSTER_SPLITS,
-        SM90_SMEM_CAPACITY,
-        epilogue_stage_bytes,
-        mainloop_stage_bytes,
-        stage_counts,
-    )
+    from wsgemm.kernels.sm90.config import CLUSTER_SPLITS
 
     if BACKENDS[entry.backend].family not in CLUSTER_SPLIT_FAMILIES or split not in CLUSTER_SPLITS:
         return None
     if split == 1 or entry.config.get("cluster_m") != 1 or entry.config.get("cluster_n") != 1:
         return None
     config = dataclasses.replace(entry.variant_config(split=False), cluster_split=split)
-    if split > -(-k // config.tile_k):
-        return None
-    try:
-        stage_counts(mainloop_stage_bytes(config.tile_m, config.tile_n, config.tile_k, 2),
-                     epilogue_stage_bytes(*config.epi_tile, c_bytes), config.num_epi_subtiles,
-                     SM90_SMEM_CAPACITY - config.cluster_split_bytes())  # fmt: skip
-    except ValueError:
+    if not config.k_tiles_for_every_rank(k) or not config.cluster_split_fits(2, c_bytes):
         return None
     return config
 

@@ -270,6 +270,23 @@ class Sm90Config:
             return 0
         return (self.cluster_split - 1) * self.split_units * self.tile_m * self.tile_n * 4
 
+    def k_tiles_for_every_rank(self, k: int) -> bool:
+        """Whether K gives every rank of a cluster split a k-tile (a rank without one would wait
+        for a stage nobody loads: ``cluster_split.py``); True without a cluster split."""
+        return self.cluster_split <= max(-(-k // self.tile_k), 1)
+
+    def cluster_split_fits(self, ab_bytes: int = 2, c_bytes: int = 2) -> bool:
+        """Whether rank 0's receive buffers leave the ring two stages (``stage_counts``, as the
+        kernel budgets it) with operands and C of these sizes: else the kernel is refused when
+        built."""
+        try:
+            stage_counts(mainloop_stage_bytes(self.tile_m, self.tile_n, self.tile_k, ab_bytes),
+                         epilogue_stage_bytes(*self.epi_tile, c_bytes), self.num_epi_subtiles,
+                         SM90_SMEM_CAPACITY - self.cluster_split_bytes())  # fmt: skip
+        except ValueError:
+            return False
+        return True
+
     @property
     def epi_tile(self) -> tuple[int, int]:
         """Output subtile: the rows of one WGMMA step of every consumer warpgroup, in the order
