@@ -797,3 +797,30 @@ def test_explain_says_a_split_runs_over_a_cluster(monkeypatch):
     assert "split-K: 2 (in the kernel, fp32 partials)" in wording.describe(choice, *args)
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
     assert "split-K: 2 over a cluster of 2 CTAs" in wording.describe(choice, *args)
+
+
+@pytest.mark.parametrize(
+    "fields, acc, message",
+    [
+        (
+            dict(tile_n=128, cluster_split=4),
+            "Float32",
+            "cluster_split=4 on a 64x128 tile: rank 0's",
+        ),
+        (
+            dict(tile_n=16, cluster_split=2),
+            "Float16",
+            "a cluster split .* needs an fp32 accumulator",
+        ),
+    ],
+)
+def test_a_cluster_split_kernel_that_cannot_be_built_says_why(fields, acc, message):
+    """Refused when the kernel is built (no GPU needed): receive buffers that leave the ring
+    fewer than two stages, an fp16 accumulator."""
+    import cutlass
+
+    from wsgemm.kernels.sm90.kernel import Sm90Gemm
+
+    config = Sm90Config(tile_m=64, schedule="pingpong", **fields)
+    with pytest.raises(ValueError, match=message):
+        Sm90Gemm(config, cutlass.Float16, cutlass.Float16, getattr(cutlass, acc))

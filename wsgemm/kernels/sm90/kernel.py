@@ -443,16 +443,16 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
         self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
-        if config.splits_in_kernel and acc_dtype != cutlass.Float32:
+        if (config.splits_in_kernel or config.cluster_split > 1) and acc_dtype != cutlass.Float32:
             what = "stream-K" if config.stream_k else f"split-K (split_k={config.split_k})"
+            if config.cluster_split > 1:
+                what = f"a cluster split (cluster_split={config.cluster_split})"
             raise ValueError(
                 f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
                 "added in fp32, not one fp16 running sum over K"
             )
         if config.cluster_split > 1:
             refused = {
-                "fp16 accumulators (the partials are added in fp32)":
-                acc_dtype != cutlass.Float32,
                 "tracing": trace,
                 "groups": self.grouped is not None,
                 "a residual, preact, gated, dgated or dact epilogue": epilogue.reads_c
@@ -462,6 +462,13 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if used:
                 raise ValueError(f"a cluster split kernel has no {', '.join(used)} yet; got "
                                  f"{config}, epilogue {epilogue.name}")  # fmt: skip
+            if not config.cluster_split_fits(ab_dtype.width // 8, c_dtype.width // 8):
+                raise ValueError(
+                    f"cluster_split={config.cluster_split} on a {config.tile_m}x{config.tile_n} "
+                    f"tile: rank 0's receive buffers ({config.cluster_split_bytes()} bytes) leave "
+                    "the ring fewer than two stages of shared memory; take fewer ways or a "
+                    "smaller tile"
+                )
         if epilogue.row_scale != "none" and self.grouped != "m":
             raise ValueError(
                 "a row scale is the ragged-M grouped kernel's (its launch argument: "
@@ -544,18 +551,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ab_bytes, epi_bytes = self._stage_bytes()
         if not self.fused_epilogue.dgated:
             # a cluster split's receive buffers come off the top (``cluster_split``)
-            spent = self.config.cluster_split_bytes()
-            try:
-                return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles,
-                                    SM90_SMEM_CAPACITY - spent)  # fmt: skip
-            except ValueError as e:
-                if not spent:
-                    raise
-                raise ValueError(
-                    f"cluster_split={self.config.cluster_split} on a {self.config.tile_m}x"
-                    f"{self.config.tile_n} tile: rank 0's receive buffers ({spent} bytes) leave "
-                    f"the ring too little shared memory ({e}); take fewer ways or a smaller tile"
-                ) from e
+            capacity = SM90_SMEM_CAPACITY - self.config.cluster_split_bytes()
+            return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, capacity)
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
         ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles,
                                              max_epi=DGATED_MAX_EPILOGUE_STAGES)  # fmt: skip
