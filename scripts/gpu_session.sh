@@ -411,40 +411,26 @@ if has checks; then
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -20
   echo "checks done at $((SECONDS - start)) s"
 fi
-if has gatedsanitize; then
-  # the gated kernels (row tiles, swap-AB decode tile, preact, dgated) under the sanitizer
-  python3 scripts/sanitize_auto.py --gated 2>&1 | tail -3  # compiles outside the sanitizer
+# sanitize_auto.py MODE's cases under memcheck, racecheck and initcheck, compiled outside the
+# sanitizer first; logs sanitize_NAME_TOOL.log (initcheck reads nothing back: sanitize_auto.py)
+sanitize_mode() {
+  local mode=$1 name=$2
+  python3 scripts/sanitize_auto.py $mode 2>&1 | tail -3
   for tool in memcheck racecheck initcheck; do
-    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_auto.py)
+    flag=$([[ $tool == initcheck ]] && echo --initcheck)
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
-      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py --gated $flag 2>&1 \
-      | tee "$OUT/sanitize_gated_$tool.log" | tail -3
-    echo "$tool gated rc=${PIPESTATUS[0]}"
+      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
+      | tee "$OUT/sanitize_${name}_$tool.log" | tail -3
+    echo "$tool $name rc=${PIPESTATUS[0]}"
   done
-fi
-if has dactsanitize; then
-  # a plain MLP's training kernels (dact, the plain preact) under the sanitizer
-  python3 scripts/sanitize_auto.py --plain-mlp 2>&1 | tail -3  # compiles outside the sanitizer
-  for tool in memcheck racecheck initcheck; do
-    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_auto.py)
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
-      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py --plain-mlp $flag 2>&1 \
-      | tee "$OUT/sanitize_plain_mlp_$tool.log" | tail -3
-    echo "$tool plain mlp rc=${PIPESTATUS[0]}"
-  done
-fi
-if has clustersanitize; then
-  # the cluster split (docs/perf.md entries 94-95) under the sanitizer: its st.async stores into
-  # rank 0's shared memory and the two mbarriers, before CLUSTER_SPLIT_FAMILIES is switched on
-  python3 scripts/sanitize_auto.py --cluster-split 2>&1 | tail -3  # compiles outside the sanitizer
-  for tool in memcheck racecheck initcheck; do
-    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_auto.py)
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
-      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py --cluster-split $flag 2>&1 \
-      | tee "$OUT/sanitize_cluster_split_$tool.log" | tail -3
-    echo "$tool cluster split rc=${PIPESTATUS[0]}"
-  done
-fi
+}
+# the gated kernels (row tiles, swap-AB decode tile, preact, dgated)
+if has gatedsanitize; then sanitize_mode --gated gated; fi
+# a plain MLP's training kernels (dact, the plain preact)
+if has dactsanitize; then sanitize_mode --plain-mlp plain_mlp; fi
+# the cluster split (docs/perf.md entries 94-95): its st.async stores into rank 0's shared
+# memory and its two mbarriers, before CLUSTER_SPLIT_FAMILIES is switched on
+if has clustersanitize; then sanitize_mode --cluster-split cluster_split; fi
 if has streamk; then
   # docs/perf.md entry 26: stream-K, built without a GPU, checked in one go
   python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -1 "$OUT/warm.log"
