@@ -248,3 +248,20 @@ def install_act_grad(monkeypatch) -> list:
         real = getattr(act_grad_core, name)
         monkeypatch.setattr(act_grad_core, name, functools.partial(real, dispatcher=d))
     return kernels.variants
+
+
+def float64_mlp_step(mlp, x, grad, up: str, unit):
+    """An MLP's step in float64 (torch's formula): ``down(unit(x @ W_up^T + b_up))`` with
+    ``up`` the name of its up (or gate/up) projection and ``unit`` the hidden activation of its
+    pre-activation; backward with ``grad``. Returns the output and every gradient (``x`` and
+    each parameter by name)."""
+    x64 = x.detach().double().requires_grad_()
+    p = {n: q.detach().double().requires_grad_() for n, q in mlp.named_parameters()}
+    pre = x64 @ p[f"{up}.weight"].T
+    if f"{up}.bias" in p:
+        pre = pre + p[f"{up}.bias"]
+    out = unit(pre) @ p["down_proj.weight"].T
+    if "down_proj.bias" in p:
+        out = out + p["down_proj.bias"]
+    out.backward(grad.double())
+    return out, {"x": x64.grad, **{n: q.grad for n, q in p.items()}}

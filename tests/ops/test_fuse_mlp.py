@@ -327,19 +327,13 @@ def fused_training(monkeypatch):
 
 def _mlp_reference(mlp, x, grad):
     """Every gradient of the step in float64 (torch's formula)."""
-    x64 = x.detach().double().requires_grad_()
-    p = {n: q.detach().double().requires_grad_() for n, q in mlp.named_parameters()}
-    y = x64 @ p["gate_up_proj.weight"].T
-    if "gate_up_proj.bias" in p:
-        y = y + p["gate_up_proj.bias"]
-    half = y.shape[-1] // 2
-    out = (torch_activation(mlp.activation, y[..., :half]) * y[..., half:]) @ p[
-        "down_proj.weight"
-    ].T
-    if "down_proj.bias" in p:
-        out = out + p["down_proj.bias"]
-    out.backward(grad.double())
-    return out, {"x": x64.grad, **{n: q.grad for n, q in p.items()}}
+    from op_helpers import float64_mlp_step
+
+    def unit(y):
+        half = y.shape[-1] // 2
+        return torch_activation(mlp.activation, y[..., :half]) * y[..., half:]
+
+    return float64_mlp_step(mlp, x, grad, "gate_up_proj", unit)
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -7,7 +7,7 @@ tests/gpu."""
 
 import pytest
 import torch
-from op_helpers import capture, fake_cuda, install, install_act_grad, ops_in
+from op_helpers import capture, fake_cuda, float64_mlp_step, install, install_act_grad, ops_in
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -82,16 +82,9 @@ def fused_training(monkeypatch):
 
 def _mlp_reference(mlp, x, grad):
     """Every gradient of the step in float64 (torch's formula)."""
-    x64 = x.detach().double().requires_grad_()
-    p = {n: q.detach().double().requires_grad_() for n, q in mlp.named_parameters()}
-    pre = x64 @ p["up_proj.weight"].T
-    if "up_proj.bias" in p:
-        pre = pre + p["up_proj.bias"]
-    out = torch_activation(mlp.activation, pre) @ p["down_proj.weight"].T
-    if "down_proj.bias" in p:
-        out = out + p["down_proj.bias"]
-    out.backward(grad.double())
-    return out, {"x": x64.grad, **{n: q.grad for n, q in p.items()}}
+    return float64_mlp_step(
+        mlp, x, grad, "up_proj", lambda pre: torch_activation(mlp.activation, pre)
+    )
 
 
 @pytest.mark.parametrize("act, bias", [("gelu", True), ("gelu_tanh", False), ("relu2", True)])
