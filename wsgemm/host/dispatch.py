@@ -590,16 +590,14 @@ class Dispatcher:
             return True
 
     @staticmethod
-    def choice_route(choice: choosing.Choice, k: int | None = None, c_dtype: str = "") -> Route:
-        """The route that runs a policy (or tuned) choice: its split as a cluster split where
-        one runs (``cluster_split_config``, given the problem's K and C's dtype), else
-        through the workspace."""
+    def choice_route(choice: choosing.Choice, k: int, c_dtype: str) -> Route:
+        """The route that runs a policy (or tuned) choice on a problem of depth ``k`` and C of
+        dtype ``c_dtype``: its split as a cluster split where one runs
+        (``cluster_split_config``), else through the workspace."""
         e = choice.menu_entry
-        if k is not None and choice.split > 1:
-            c_bytes = 4 if c_dtype == "float32" else 2
-            config = cluster_split_config(e, choice.split, k, c_bytes)
-            if config is not None:
-                return Route(e.backend, config, 1, choice)
+        config = cluster_split_config(e, choice.split, k, c_dtype)
+        if config is not None:
+            return Route(e.backend, config, 1, choice)
         return Route(e.backend, e.variant_config(split=choice.split > 1), choice.split, choice)
 
     def explain(

@@ -253,11 +253,11 @@ DACT_FAMILIES: frozenset[str] = frozenset()
 CLUSTER_SPLIT_FAMILIES: frozenset[str] = frozenset()
 
 
-def cluster_split_config(entry, split: int, k: int, c_bytes: int) -> Any:
+def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
     """The config that runs menu ``entry`` split ``split`` ways as a cluster split, or None
     where it cannot (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; K of at
     least ``split`` k-tiles; rank 0's receive buffers leave the ring two stages with a C of
-    ``c_bytes`` a value)."""
+    ``c_dtype``, a host dtype name)."""
     from wsgemm.kernels.sm90.config import CLUSTER_SPLITS
 
     if BACKENDS[entry.backend].family not in CLUSTER_SPLIT_FAMILIES or split not in CLUSTER_SPLITS:
@@ -265,6 +265,7 @@ def cluster_split_config(entry, split: int, k: int, c_bytes: int) -> Any:
     if split == 1 or entry.config.get("cluster_m") != 1 or entry.config.get("cluster_n") != 1:
         return None
     config = dataclasses.replace(entry.variant_config(split=False), cluster_split=split)
+    c_bytes = 4 if c_dtype == "float32" else 2
     if not config.k_tiles_for_every_rank(k) or not config.cluster_split_fits(2, c_bytes):
         return None
     return config

@@ -24,8 +24,7 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
     split = f"{choice.split} (in the kernel, fp32 partials)" if choice.split > 1 else "1 (none)"
-    if choice.split > 1 and cluster_split_config(e, choice.split, k, 4 if c_dtype == "float32"
-                                                 else 2) is not None:  # fmt: skip
+    if cluster_split_config(e, choice.split, k, c_dtype) is not None:
         split = (f"{choice.split} over a cluster of {choice.split} CTAs (fp32 partials met in "
                  "shared memory)")  # fmt: skip
     return "\n".join(
