@@ -461,13 +461,11 @@ def unit_order(
         total = num_m * num_n * num_l
         launched = persistent_cluster_count(total, num_ctas // cluster_split)
         rows = group_rows(group, 1)
-        order = []
-        for cluster_idx in range(launched):
-            order += replay(1, (cluster_split, 1), lambda _, cta_mn, c=cluster_idx: (
-                GroupedTileScheduler(problem, (1, 1), rows, launched, c, (0, 0), split_k,
-                                     split_rank=cta_mn[0])
-            ))  # fmt: skip
-        return order
+        # the launch grid's x is the rank: replay's cta_m
+        return replay(launched, (cluster_split, 1), lambda cluster_idx, cta_mn: (
+            GroupedTileScheduler(problem, (1, 1), rows, launched, cluster_idx, (0, 0), split_k,
+                                 split_rank=cta_mn[0])
+        ))  # fmt: skip
     cluster_m, cluster_n = cluster
     per_cluster = cluster_m * cluster_n
     rows = group_rows(group, cluster_m)
