@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wsgemm.host import choosing
-from wsgemm.host.choosing import cost
+from wsgemm.host.choosing import cost, rules
 from wsgemm.support import element_bytes
 
 ENTRY_CONSTANTS = ("per_k_tile", "per_unit", "per_split_unit", "dram_tb_s")
@@ -59,6 +59,7 @@ class Sample:
     split: int
     us: float
     cublas_us: float
+    cluster_split: bool = False  # the split runs over a cluster (``cs{ways}-`` entries)
 
 
 def read_samples(paths, sm_count: int) -> list[Sample]:
@@ -201,6 +202,111 @@ class Fitter:
                     entries=entries, fit=fit)  # fmt: skip
 
 
+def read_cluster_samples(paths, sm_count: int) -> list[Sample]:
+    """The menu's split entries' samples with their cluster-split forms: tune_menu CSV rows of
+    ``cs{ways}-{entry}`` (``--with-cluster-split``) beside those of ``entry``, or
+    ``scripts/bench_cluster_split.py`` JSON records (the menu's swap-AB tiles' rows; its
+    ``unsplit``, ``splitW`` and ``clusterW`` times)."""
+    menu = {e.name for e in choosing.MENU if e.splits}
+    out = []
+    for path in paths:
+        if str(path).endswith(".json"):
+            for r in json.loads(Path(path).read_text())["rows"]:
+                name = f"{r['tile']}-c1x1"
+                if name not in menu:
+                    continue
+                for contender, us in r["us"].items():
+                    kind = contender.rstrip("0123456789")
+                    ways = contender[len(kind) :]
+                    if kind not in ("unsplit", "split", "cluster"):
+                        continue
+                    out.append(Sample(r["label"], r["label"].split(" t=")[0], r["m"], r["n"],
+                                      r["k"], "float16", name, int(ways or 1), float(us),
+                                      float(r["us"]["cublas"]), kind == "cluster"))  # fmt: skip
+            continue
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                if r["status"] != "ok" or not r["median_us"]:
+                    continue
+                name, ways, cluster = r["entry"], int(r["split"]), False
+                if name.startswith("cs") and name[2:3].isdigit() and name[3:4] == "-":
+                    name, ways, cluster = name[4:], int(name[2]), True
+                if name not in menu or (cluster and int(r["split"]) != 1):
+                    continue
+                dims = int(r["m"]), int(r["n"]), int(r["k"])
+                out.append(Sample(r["label"], r["group"], *dims, r.get("dtype") or "float16",
+                                  name, ways, float(r["median_us"]), float(r["cublas_us"]),
+                                  cluster))  # fmt: skip
+    return out
+
+
+def _prediction(model: cost.CostModel, s: Sample, sm_count: int) -> cost.Prediction | None:
+    e = choosing.entry(s.entry)
+    b = element_bytes(s.dtype)
+    f = cost.features(e, s.split, s.m, s.n, s.k, 1, sm_count, b, b, s.cluster_split)
+    return cost.predict(model, e, f)
+
+
+def fit_cluster_split(samples: list[Sample], base: cost.CostModel, sm_count: int):
+    """``per_cluster_split`` fitted on the cluster-split samples, the rest of ``base`` kept:
+    each problem's times first scaled to ``base``'s GPU by the median, over its workspace and
+    unsplit candidates, of ``base``'s prediction over the time (as ``--extend`` anchors).
+    Returns (the constant, the samples anchored)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    by_problem = defaultdict(list)
+    for s in samples:
+        by_problem[s.label].append(s)
+    anchored = []
+    for label, rows in by_problem.items():
+        ratios = [p.us / s.us for s in rows if not s.cluster_split
+                  for p in [_prediction(base, s, sm_count)] if p is not None]  # fmt: skip
+        if not ratios:
+            raise SystemExit(
+                f"--cluster-split: no workspace or unsplit candidate anchors {label!r}"
+            )
+        factor = float(np.median(ratios))
+        anchored += [dataclasses.replace(s, us=s.us * factor, cublas_us=s.cublas_us * factor)
+                     for s in rows]  # fmt: skip
+    cluster = [s for s in anchored if s.cluster_split]
+    if not cluster:
+        raise SystemExit("--cluster-split: no cluster-split sample in the inputs")
+
+    def residuals(x):
+        model = dataclasses.replace(base, per_cluster_split=float(x[0]))
+        return [math.log(_prediction(model, s, sm_count).us / s.us) for s in cluster]
+
+    fit = least_squares(residuals, [0.05], bounds=([0.0], [5.0]), loss="soft_l1", f_scale=0.05)
+    return float(fit.x[0]), anchored
+
+
+def split_choice_quality(model: cost.CostModel, samples: list[Sample], sm_count: int,
+                         cluster: bool) -> dict:  # fmt: skip
+    """The picks among each problem's timed candidates: unsplit and the workspace splits
+    (``cluster`` False) or unsplit and the cluster splits (True), each priced as it runs and
+    ranked as ``choose`` ranks (its split margins): geomean over cuBLAS of the pick and of the
+    best, and the model's median error on those candidates."""
+    by_problem = defaultdict(list)
+    for s in samples:
+        if s.split == 1 or s.cluster_split == cluster:
+            by_problem[s.label].append(s)
+    picks, bests, errors = [], [], []
+    for rows in by_problem.values():
+        ranked = []
+        for s in rows:
+            p = _prediction(model, s, sm_count)
+            errors.append(abs(math.log(p.us / s.us)))
+            ranked.append((p.us * (1 + rules._margin(p.features)), s))
+        pick = min(ranked, key=lambda x: x[0])[1]
+        picks.append(rows[0].cublas_us / pick.us)
+        bests.append(rows[0].cublas_us / min(s.us for s in rows))
+    errors.sort()
+    return dict(problems=len(picks), pick_geomean=round(_geomean(picks), 4),
+                best_geomean=round(_geomean(bests), 4),
+                median_error=round(math.exp(errors[len(errors) // 2]) - 1, 4))  # fmt: skip
+
+
 def choice_quality(model: cost.CostModel, samples: list[Sample], sm_count: int) -> dict:
     """On ``samples``' problems: the geomean over problems of cuBLAS's time over the time of
     what the model picks among ``choose``'s candidates, and of the best of them; the smallest
@@ -261,7 +367,15 @@ def main(argv=None) -> int:
         help="fit only the entries MODEL lacks (its other constants kept), each problem "
         "anchored to MODEL's GPU",
     )
+    parser.add_argument(
+        "--cluster-split",
+        metavar="MODEL",
+        help="fit only MODEL's per_cluster_split, on cluster-split timings (tune_menu CSVs with "
+        "--with-cluster-split, or bench_cluster_split.py JSON), anchored to MODEL's GPU",
+    )
     args = parser.parse_args(argv)
+    if args.cluster_split:
+        return _fit_cluster_split(args)
 
     import tempfile
 
@@ -319,6 +433,38 @@ def main(argv=None) -> int:
     if args.markdown:
         print(markdown(raw))
     return 0
+
+
+def _fit_cluster_split(args) -> int:
+    base = cost.load_cost_model(args.cluster_split)
+    samples = read_cluster_samples(args.csv, base.sm_count)
+    value, anchored = fit_cluster_split(samples, base, base.sm_count)
+    model = dataclasses.replace(base, per_cluster_split=value)
+    names = ", ".join(_data_name(p) for p in args.csv)
+    record = {
+        "per_cluster_split": round(value, 4),
+        "source": f"scripts/fit_cost_model.py --cluster-split on {names}, "
+        f"{datetime.date.today()}, git {_git_sha()}",
+        "samples": sum(s.cluster_split for s in samples),
+        "workspace": split_choice_quality(base, anchored, base.sm_count, cluster=False),
+        "cluster": split_choice_quality(model, anchored, base.sm_count, cluster=True),
+    }
+    print(json.dumps(record, indent=1))
+    if args.out:
+        raw = json.loads(Path(args.cluster_split).read_text())
+        raw["per_cluster_split"] = record["per_cluster_split"]
+        raw["fit"] = dict(raw["fit"], cluster_split=record)
+        _as_model(raw, Path(args.out))  # what ships must load
+        Path(args.out).write_text(json.dumps(raw, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _data_name(path) -> str:
+    """``path`` as the model's record names it: under docs/data/ if it is there."""
+    data = (Path(__file__).parents[1] / "docs" / "data").resolve()
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(data)) if resolved.is_relative_to(data) else Path(path).name
 
 
 def markdown(raw: dict) -> str:

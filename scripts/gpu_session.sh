@@ -47,9 +47,11 @@ if has sanitize; then
 fi
 if has oracle; then
   # issue #23's oracle: every menu and dropped entry x split on a models draw (DRAW=SEED:FAMILIES:COUNT)
-  # (WITH_CS=1: the cluster split candidates too, tune_menu.CLUSTER_SPLIT)
+  # (WITH_CS=1: the cluster split candidates too, tune_menu.CLUSTER_SPLIT; ENTRIES='cs*,...':
+  # only the entries of those name patterns; MRANGE=LO:HI: only those token counts)
   timeout ${ORACLE_TIMEOUT:-560} python3 scripts/tune_menu.py --out "$OUT/oracle" --draw ${DRAW:-1:fit:250} \
-    --with-dropped ${WITH_CS:+--with-cluster-split} --jobs 15 --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/oracle.log" 2>&1
+    --with-dropped ${WITH_CS:+--with-cluster-split} ${ENTRIES:+--entries "$ENTRIES"} \
+    ${MRANGE:+--m-range $MRANGE} --jobs 15 --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/oracle.log" 2>&1
   echo "oracle rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/oracle.log" | tail -20
   echo "oracle done at $((SECONDS - start)) s"
 fi

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import fnmatch
 import json
 import math
 import os
@@ -301,6 +302,12 @@ def main(argv=None) -> int:
         metavar="LO:HI",
         help="only the shapes with LO <= M <= HI (e.g. 129:1024, the band of perf.md entry 33)",
     )
+    parser.add_argument(
+        "--entries",
+        metavar="PATTERNS",
+        help="only the entries whose names match one of these shell patterns, comma-separated "
+        "(e.g. 'swap-pingpong-*,cs*', the decode entries and their cluster splits)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan; no GPU needed")
     parser.add_argument("--merge", metavar="CSV", help="a tune_menu.csv to merge (no GPU needed)")
     parser.add_argument("--into", metavar="TABLE", help="the table --merge rewrites")
@@ -321,6 +328,11 @@ def main(argv=None) -> int:
         return _merge(Path(args.merge), Path(args.into))
     entries = choosing.MENU + (DROPPED if args.with_dropped else ())
     entries += CLUSTER_SPLIT if args.with_cluster_split else ()
+    if args.entries:
+        patterns = [p for p in args.entries.split(",") if p]
+        entries = tuple(e for e in entries if any(fnmatch.fnmatchcase(e.name, p) for p in patterns))
+        if not entries:
+            parser.error(f"--entries {args.entries!r} matches no entry")
     dtypes = None
     if args.draw:
         try:

@@ -297,3 +297,115 @@ def test_the_reason_says_why_a_faster_predicted_split_was_not_taken():
     assert c.source == "model" and split == 1 and other > 1 and runner < winner
     assert runner * (1 + SPLIT_MARGIN) >= winner
     assert "ranked first of" in c.reason and "must be predicted 6% faster" in c.reason
+
+
+def test_a_cluster_split_has_no_workspace_bytes_and_clusters_of_its_ways():
+    e = choosing.entry("swap-pingpong-64x8x128-c1x1")
+    workspace = cost.features(e, 4, 8, 8192, 8192, 1, 132)
+    cluster = cost.features(e, 4, 8, 8192, 8192, 1, 132, cluster_split=True)
+    assert cluster.cluster_split and not workspace.cluster_split
+    # the fp32 partial tiles, stored and read back: 128 tiles x 64 x 8 x 4 bytes x 2 x 4 parts
+    assert workspace.dram_bytes - cluster.dram_bytes == 128 * 64 * 8 * 4 * 2 * 4
+    assert (cluster.units, cluster.k_tiles, cluster.l2_bytes) == (
+        workspace.units, workspace.k_tiles, workspace.l2_bytes)  # fmt: skip
+    assert cluster.waves == 4  # 512 units on 33 clusters of 4 (132 CTAs)
+    # 134 tiles x 4 = 536 units: 134 SMs run 134 CTAs at once, but only 33 clusters of 4
+    assert cost.features(e, 4, 8, 134 * 64, 8192, 1, 134).waves == 4
+    assert cost.features(e, 4, 8, 134 * 64, 8192, 1, 134, cluster_split=True).waves == 5
+    assert not cost.features(e, 1, 8, 8192, 8192, 1, 132, cluster_split=True).cluster_split
+
+
+def test_a_cluster_split_is_priced_by_its_own_constant_per_part_and_kb():
+    """Each part beyond the first adds ``per_cluster_split`` per KB of its fp32 partial tile to
+    a unit, in place of the workspace split's two terms; a model without the constant prices
+    the cluster split as the workspace split (its bytes apart)."""
+    import dataclasses
+
+    m = model()
+    assert m.per_cluster_split is not None and m.per_cluster_split > 0
+    e = choosing.entry("swap-pingpong-64x16x128-c1x1")
+    for ways in (2, 4):
+        f = cost.features(e, ways, 16, 1280, 8192, 1, 132, cluster_split=True)
+        kb = 64 * 16 * 4 / 1024
+        got = cost.predict(m, e, f).compute_us
+        free = cost.predict(dataclasses.replace(m, per_cluster_split=0.0), e, f).compute_us
+        assert math.isclose(got - free, f.waves * m.per_cluster_split * kb * (ways - 1))
+        c = m.entries[e.name]
+        unfitted = cost.predict(dataclasses.replace(m, per_cluster_split=None), e, f).compute_us
+        workspace = f.waves * (c.per_split_unit + m.per_extra_split * (ways - 1))
+        assert math.isclose(unfitted - free, workspace)
+
+
+def test_load_cost_model_reads_the_optional_cluster_split_constant(tmp_path):
+    good = json.loads(SHIPPED.read_text())
+    without = tmp_path / "without.json"
+    without.write_text(json.dumps({k: v for k, v in good.items() if k != "per_cluster_split"}))
+    assert cost.load_cost_model(without).per_cluster_split is None
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(good | {"per_cluster_split": -0.1}))
+    with pytest.raises(ValueError, match="must be finite"):
+        cost.load_cost_model(bad)
+
+
+def test_the_cluster_split_constant_is_the_fit_of_its_recorded_timings():
+    """``fit_cost_model.py --cluster-split`` on the records the shipped model names gives the
+    shipped constant and the choice quality it recorded."""
+    pytest.importorskip("scipy")
+    fit = load("fit_cost_model")
+    shipped = json.loads(SHIPPED.read_text())
+    record = shipped["fit"]["cluster_split"]
+    paths = _source_csvs(record["source"])
+    base = cost.load_cost_model(SHIPPED)
+    samples = fit.read_cluster_samples(paths, base.sm_count)
+    value, anchored = fit.fit_cluster_split(samples, base, base.sm_count)
+    assert math.isclose(value, shipped["per_cluster_split"], rel_tol=0.02, abs_tol=1e-3)
+    assert sum(s.cluster_split for s in samples) == record["samples"]
+    got = fit.split_choice_quality(base, anchored, base.sm_count, cluster=True)
+    assert got == record["cluster"]
+
+
+def test_fit_cluster_split_recovers_the_constant_it_was_made_with():
+    """Times made by the model with a known ``per_cluster_split`` (and a workspace candidate
+    beside each, timed 1.3x slow: the GPU's scale, which anchoring takes out) fit back to it."""
+    pytest.importorskip("scipy")
+    import dataclasses
+
+    fit = load("fit_cost_model")
+    base = dataclasses.replace(model(), per_cluster_split=None)
+    truth = dataclasses.replace(base, per_cluster_split=0.07)
+    samples = []
+    for n, k in ((1280, 8192), (4096, 14336), (2048, 4096), (8192, 3584)):
+        label = f"{n}x{k}"
+        for ways, cluster in ((1, False), (2, True), (4, True)):
+            s = fit.Sample(label, "g", 8, n, k, "float16", "swap-pingpong-64x8x128-c1x1", ways,
+                           0.0, 10.0, cluster)  # fmt: skip
+            us = fit._prediction(truth, s, 132).us * 1.3
+            samples.append(dataclasses.replace(s, us=us))
+    value, anchored = fit.fit_cluster_split(samples, base, 132)
+    assert math.isclose(value, 0.07, rel_tol=0.02)
+    assert all(math.isclose(a.us, s.us / 1.3) for a, s in zip(anchored, samples, strict=True))
+
+
+def test_read_cluster_samples_reads_tuner_rows_and_bench_records(tmp_path):
+    fit = load("fit_cost_model")
+    header = "label,group,m,n,k,layout,dtype,entry,split,status,median_us,cublas_us\n"
+    rows = [
+        "a,g,8,4096,4096,TN,float16,swap-pingpong-64x8x128-c1x1,1,ok,20.0,21.0",
+        "a,g,8,4096,4096,TN,float16,swap-pingpong-64x8x128-c1x1,2,ok,21.0,21.0",
+        "a,g,8,4096,4096,TN,float16,cs2-swap-pingpong-64x8x128-c1x1,1,ok,19.0,21.0",
+        "a,g,8,4096,4096,TN,float16,cs4-swap-pingpong-64x8x128-c1x1,1,failed,,21.0",
+        "a,g,8,4096,4096,TN,float16,sm90,1,ok,30.0,21.0",  # no split variant: not read
+    ]
+    csv_path = tmp_path / "oracle.csv"
+    csv_path.write_text(header + "\n".join(rows) + "\n")
+    got = [
+        (s.entry, s.split, s.cluster_split, s.us) for s in fit.read_cluster_samples([csv_path], 132)
+    ]
+    name = "swap-pingpong-64x8x128-c1x1"
+    assert got == [(name, 1, False, 20.0), (name, 2, False, 21.0), (name, 2, True, 19.0)]
+    record = REPO / "docs" / "data" / "gpu-2026-12-07" / "cluster-split-t1-16.json"
+    samples = fit.read_cluster_samples([record], 132)
+    rows = json.loads(record.read_text())["rows"]
+    swap = [r for r in rows if r["tile"].startswith("swap-")]
+    assert len(samples) == 5 * len(swap) and {s.split for s in samples} == {1, 2, 4}
+    assert sum(s.cluster_split for s in samples) == 2 * len(swap)

@@ -765,6 +765,7 @@ def test_clusters_of_more_than_two_ctas_ask_the_driver_once(monkeypatch, caplog)
         ("swap-pingpong-64x16x128-c1x1", 4, 384, "float16", False),  # 3 k-tiles for 4 ranks
         ("pingpong-64x128-c1x2", 2, 4096, "float16", False),  # a multicast cluster already
         ("pingpong-64x256-c1x1", 4, 4096, "float16", False),  # 3 x 128 KB of buffers
+        ("pingpong-64x256-c1x1", 2, 4096, "float16", False),  # a 64 KB partial: not measured
     ],
 )
 def test_a_policy_split_runs_as_a_cluster_split_where_the_switch_and_the_tile_allow(
@@ -786,6 +787,31 @@ def test_a_policy_split_runs_as_a_cluster_split_where_the_switch_and_the_tile_al
                                                 cluster_split=split)  # fmt: skip
     else:
         assert on == off
+
+
+def test_the_policy_prices_a_split_in_the_form_it_runs(monkeypatch):
+    """With the switch on, the split candidates of the decode tiles are priced as cluster
+    splits (``cost.features(cluster_split=True)``, its own constant and margin), so a split
+    the workspace's price and margin left out can win: (5, 1536, 4096) unsplit -> 4 ways."""
+    from wsgemm.host import registry
+    from wsgemm.host.choosing import rules
+
+    shape = (5, 1536, 4096, 1, "float16", "float16", "float32", 132, (9, 0))
+    rules._choose.cache_clear()
+    off = choosing.choose(*shape)
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
+    rules._choose.cache_clear()
+    try:
+        on = choosing.choose(*shape)
+    finally:
+        monkeypatch.undo()
+        rules._choose.cache_clear()
+    assert off.source == on.source == "model"
+    assert off.split == 1 and on.split == 4 and on.menu_entry.swap_ab
+    for c in (off, on):
+        for name, split, p in c.predictions:
+            assert p.features.cluster_split == (c is on and split > 1), (name, split)
+    assert rules._margin(on.predictions[0][2].features) == rules.CLUSTER_SPLIT_MARGIN
 
 
 def test_explain_says_a_split_runs_over_a_cluster(monkeypatch):

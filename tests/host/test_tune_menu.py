@@ -105,6 +105,20 @@ def test_dry_run_prints_the_plan(capsys):
     assert last.endswith(f"{len(entries) + sum(e.splits for e in entries)} variants")
 
 
+def test_entries_keeps_only_the_entries_of_its_patterns(capsys):
+    """--entries: the decode entries and their cluster splits only (what the cluster split's
+    price is fitted on); a pattern matching nothing is a usage error."""
+    argv = ["--dry-run", "--draw", "5:fit:40", "--with-cluster-split", "--m-range", "1:32"]
+    assert tune_menu.main([*argv, "--entries", "swap-pingpong-*,cs*"]) == 0
+    plan_lines = capsys.readouterr().out.splitlines()[:-1]
+    named = {c.split("/")[0] for line in plan_lines for c in line.split(": ", 1)[1].split()}
+    assert named and all(n.startswith(("swap-pingpong-", "cs")) for n in named)
+    assert any(n.startswith("cs4-") for n in named)
+    with pytest.raises(SystemExit):
+        tune_menu.main([*argv, "--entries", "no-such-entry*"])
+    assert "matches no entry" in capsys.readouterr().err
+
+
 def test_merge_rebuilds_a_csvs_points_into_a_copy_of_the_shipped_table(tmp_path, capsys):
     """--merge: the CSV's shapes replace the table's points of the same labels, from the rows of
     menu entries only; the other points stay; what it writes loads as a policy table."""

@@ -251,11 +251,19 @@ DACT_FAMILIES: frozenset[str] = frozenset()
 #: at decode, median over 24 rows. Empty until memcheck and racecheck have run it and a
 #: held-out draw has judged it. Elsewhere a split runs through the workspace (``split_k``).
 CLUSTER_SPLIT_FAMILIES: frozenset[str] = frozenset()
+#: The largest fp32 partial tile (tile_m x tile_n x 4 bytes) the policy's splits run over a
+#: cluster: the menu's swap-AB decode tiles (64x8 to 64x32), where the cluster split was timed
+#: faster (docs/perf.md entry 95). A larger tile's receive buffers take ring stages from its
+#: mainloop: the 64x128 ping-pong tile (32 KB) at 64 tokens gained nothing over the best of
+#: unsplit and the workspace split (0.950 -> 0.951x cuBLAS), and the cost model, which does not
+#: see the stages, predicted it ~8% faster than it ran. There the workspace split runs.
+CLUSTER_SPLIT_MAX_PARTIAL_BYTES = 64 * 32 * 4
 
 
 def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
     """The config that runs menu ``entry`` split ``split`` ways as a cluster split, or None
-    where it cannot (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; K of at
+    where it does not (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; a
+    partial tile within ``CLUSTER_SPLIT_MAX_PARTIAL_BYTES``; K of at
     least ``split`` k-tiles; rank 0's receive buffers leave the ring two stages with a C of
     ``c_dtype``, a host dtype name)."""
     from wsgemm.kernels.sm90.config import CLUSTER_SPLITS
@@ -263,6 +271,8 @@ def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
     if BACKENDS[entry.backend].family not in CLUSTER_SPLIT_FAMILIES or split not in CLUSTER_SPLITS:
         return None
     if split == 1 or entry.config.get("cluster_m") != 1 or entry.config.get("cluster_n") != 1:
+        return None
+    if entry.tile_m * entry.tile_n * 4 > CLUSTER_SPLIT_MAX_PARTIAL_BYTES:
         return None
     config = dataclasses.replace(entry.variant_config(split=False), cluster_split=split)
     c_bytes = 4 if c_dtype == "float32" else 2

@@ -22,6 +22,12 @@ kernel sees (``kernel_mn``: swap-AB exchanges M and N):
   workspace traffic) over the entry's fitted ``dram_tb_s``;
 * **L2** = the bytes every CTA's TMA loads read from L2, the A tile shared by a cluster's ``cn``
   CTAs and the B tile by its ``cm`` (multicast), over one machine-wide ``l2_tb_s``;
+* a **cluster split** (the split's parts on the CTAs of one cluster, the partials met in rank
+  0's shared memory: ``Sm90Config.cluster_split``) has no workspace bytes, clusters ``s``
+  times as large, and instead of the two split terms ``per_cluster_split`` x (s - 1) x the
+  KB of one fp32 partial tile a unit: the other ranks' partials received and added, in
+  proportion to their bytes (fitted on cluster-split timings anchored to the rest of the
+  model: ``scripts/fit_cost_model.py --cluster-split``);
 * **time** = ``launch_us`` + the three combined as a ``q``-norm (``q`` = 1 adds them, a large
   ``q`` takes the largest): compute, DRAM and L2 overlap, but not perfectly.
 
@@ -102,6 +108,10 @@ class CostModel:
     q: float
     per_extra_split: float
     entries: dict[str, EntryCost]
+    #: a cluster split's price per unit, per part beyond the first and per KB of its fp32
+    #: partial tile (rank 0 receives the other ranks' partials in its shared memory, then adds
+    #: them); None: not fitted, and a cluster split is priced as the workspace split
+    per_cluster_split: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,7 @@ class Features:
     split: int
     dram_bytes: float
     l2_bytes: float
+    cluster_split: bool = False  # the split's parts meet in a cluster's shared memory
 
 
 @dataclass(frozen=True)
@@ -142,23 +153,28 @@ def features(
     sm_count: int,
     ab_bytes: int = 2,
     c_bytes: int = 2,
+    cluster_split: bool = False,
 ) -> Features:
     """The grid (units, waves, k-tiles per unit) and bytes (DRAM, L2) of entry ``e`` with
-    ``split`` on ``C (M, N, L) = A (M, K, L) B (K, N, L)`` over ``sm_count`` SMs."""
+    ``split`` on ``C (M, N, L) = A (M, K, L) B (K, N, L)`` over ``sm_count`` SMs; with
+    ``cluster_split`` the split's parts run on the CTAs of one cluster and meet in its shared
+    memory (no workspace bytes; the clusters are ``split`` times the entry's)."""
     km, kn = e.kernel_mn(m, n)
     cm, cn = e.cluster
+    cluster_split = cluster_split and split > 1
     tiles = e.tiles(m, n, batch)  # whole clusters, times the batch
     units = tiles * split
-    slots = max(sm_count // (cm * cn), 1) * cm * cn
+    size = cm * cn * (split if cluster_split else 1)
+    slots = max(sm_count // size, 1) * size
     waves = -(-units // slots)
     k_tiles = -(-math.ceil(k / e.tile_k) // split)
     volume = e.tile_m * e.tile_n * e.tile_k / REFERENCE_TILE_VOLUME
     batch = max(batch, 1)
     dram = ((km + kn) * k * ab_bytes + km * kn * c_bytes) * batch
-    if split > 1:  # every unit stores an fp32 partial tile; the finisher reads them back
+    if split > 1 and not cluster_split:  # each unit's fp32 partial tile, stored and read back
         dram += tiles * e.tile_m * e.tile_n * 4 * 2 * split
     l2 = units * k_tiles * (e.tile_m * e.tile_k / cn + e.tile_n * e.tile_k / cm) * ab_bytes
-    return Features(units, waves, k_tiles, volume, split, float(dram), float(l2))
+    return Features(units, waves, k_tiles, volume, split, float(dram), float(l2), cluster_split)
 
 
 def epilogue_us(model: CostModel, e: MenuEntry, f: Features, mufu: int) -> float:
@@ -193,7 +209,10 @@ def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Predi
         return None
     per_unit_epilogue, last_epilogue = _epilogue(model, e, f, mufu)
     per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit + per_unit_epilogue
-    if f.split > 1:
+    if f.split > 1 and f.cluster_split and model.per_cluster_split is not None:
+        partial_kb = e.tile_m * e.tile_n * 4 / 1024  # one rank's fp32 partial tile
+        per_unit += model.per_cluster_split * partial_kb * (f.split - 1)
+    elif f.split > 1:
         per_unit += c.per_split_unit + model.per_extra_split * (f.split - 1)
     compute = f.waves * per_unit + last_epilogue
     dram = f.dram_bytes / (c.dram_tb_s * 1e6)
@@ -364,6 +383,8 @@ def load_cost_model(path: str | Path) -> CostModel:
             for name, v in raw["entries"].items()
         }
         machine = {key: float(raw[key]) for key in ("launch_us", "l2_tb_s", "q", "per_extra_split")}
+        if raw.get("per_cluster_split") is not None:  # fitted later than the rest: optional
+            machine["per_cluster_split"] = float(raw["per_cluster_split"])
         model = CostModel(
             path.name, str(raw["device"]), int(raw["sm_count"]), tuple(int(v) for v in raw["cc"]),
             str(raw["source"]), entries=entries, **machine,
@@ -371,8 +392,9 @@ def load_cost_model(path: str | Path) -> CostModel:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"cost model {path}: malformed ({exc!r})") from None
     values = [v for c in entries.values() for v in vars(c).values()]
+    values += [model.launch_us] + [v for v in [model.per_cluster_split] if v is not None]
     if (
-        not all(math.isfinite(v) and v >= 0 for v in values + [model.launch_us])
+        not all(math.isfinite(v) and v >= 0 for v in values)
         or min([model.l2_tb_s, model.q] + [c.dram_tb_s for c in entries.values()]) <= 0
     ):
         raise ValueError(f"cost model {path}: constants must be finite, rates and q positive")

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...support import ELEMENT_BYTES, dtype_error
+from ..registry import cluster_split_config
 from ..settings import current
 from . import cost
 from .menu import MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
@@ -68,6 +69,9 @@ SPLIT_MAX_WAVES = 2
 # A split must be predicted this much faster than it is to be taken: the model prices the
 # split's fix-up within its error (docs/policy.md), so an unsplit candidate wins a near tie.
 SPLIT_MARGIN = 0.06
+# The same for a cluster split: no workspace chain to misprice, only the receive wait, fitted
+# on its own (cost.CostModel.per_cluster_split).
+CLUSTER_SPLIT_MARGIN = 0.02
 # Rule 1: up to this many tokens (M, in whole M_QUANTUM blocks) only swap-AB entries run.
 SWAP_ONLY_TOKENS = 16
 # How many of the fastest predicted candidates a choice keeps, for ``explain``.
@@ -397,11 +401,21 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int 
     for order, (name, splits) in enumerate(allowed.items()):
         e = entry(name)
         for s in splits:
-            f = cost.features(e, s, m, n, k, batch, sm_count, ab, c)
+            # where the family runs this split as a cluster split, its price is that form's
+            in_cluster = s > 1 and cluster_split_config(e, s, k, c_dtype) is not None
+            f = cost.features(e, s, m, n, k, batch, sm_count, ab, c, in_cluster)
             p = cost.predict(model, e, f, mufu)
             if p is not None:
                 out.append((p, (order, s), e, s))
-    return sorted(out, key=lambda x: (x[0].us * (1 + SPLIT_MARGIN * (x[3] > 1)), x[1]))
+    return sorted(out, key=lambda x: (x[0].us * (1 + _margin(x[0].features)), x[1]))
+
+
+def _margin(f: cost.Features) -> float:
+    """How much faster than it is a candidate must be predicted to be taken (``SPLIT_MARGIN``,
+    ``CLUSTER_SPLIT_MARGIN``)."""
+    if f.split == 1:
+        return 0.0
+    return CLUSTER_SPLIT_MARGIN if f.cluster_split else SPLIT_MARGIN
 
 
 def _why(best, rest, e, split, count) -> str:
