@@ -73,8 +73,9 @@ if has heldout; then
   # issue #24's acceptance run: auto against cuBLAS on a held-out models draw (SEED recorded
   # before it is measured), both dtypes, no tuned store, no autotune
   for dt in fp16 bf16; do
-    WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-200} python3 -m wsgemm bench --suite models \
-      --seed ${SEED:?} --count ${COUNT:-160} --dtype $dt --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
+    # (SWITCH_ON=NAME,...: host.registry switches on for this run alone, scripts/switched.py)
+    WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-200} python3 scripts/switched.py "${SWITCH_ON:-}" \
+      bench --suite models --seed ${SEED:?} --count ${COUNT:-160} --dtype $dt --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
       --backends cublas,wsgemm:auto --rounds ${ROUNDS:-7} --json "$OUT/heldout-$dt.json" > "$OUT/heldout-$dt.log" 2>&1
     echo "heldout $dt rc=$?"; grep -iE "geomean|auto" "$OUT/heldout-$dt.log" | tail -4
     # the cost model's prediction error on the same rows (issue #24)

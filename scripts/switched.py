@@ -1,0 +1,47 @@
+"""Run a ``python -m wsgemm`` command with ``host.registry`` family switches turned on for that
+run alone: a kernel measured before main turns it on (e.g. the held-out judgment of
+``CLUSTER_SPLIT_FAMILIES``, docs/perf.md entry 97).
+
+    python scripts/switched.py CLUSTER_SPLIT_FAMILIES,... bench --suite models --seed S ...
+
+The first argument names the switches (comma-separated; empty: none); the rest is the CLI's.
+Each switch is set to the families the fused kernels run on (``EPILOGUE_FAMILIES``: sm90),
+before the command's first call reads it; the policy's choices are computed afresh.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def switch_on(names: str) -> list[str]:
+    """Turn the named ``host.registry`` switches on; the names set (a bad name: ValueError)."""
+    from wsgemm.host import registry
+
+    done = []
+    for name in filter(None, names.split(",")):
+        if not name.endswith("_FAMILIES") or not hasattr(registry, name):
+            raise ValueError(f"{name!r} is not a host.registry family switch")
+        setattr(registry, name, registry.EPILOGUE_FAMILIES)
+        done.append(name)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        names = switch_on(argv[0])
+    except ValueError as exc:
+        print(f"switched.py: {exc}", file=sys.stderr)
+        return 2
+    from wsgemm import cli
+
+    print(f"switched on: {', '.join(names) or 'none'}", file=sys.stderr)
+    return cli.main(argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
