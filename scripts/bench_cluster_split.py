@@ -69,7 +69,19 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument(
+        "--shapes",
+        metavar="MxNxK,...",
+        help="these problems (x @ W.T, M tokens) instead of LAYERS x --tokens, each on the tile "
+        "the menu runs at its M",
+    )
     args = parser.parse_args(argv)
+    if args.shapes:
+        problems = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",") if s]
+        problems = [(m, f"{m}x{n}x{k}", n, k) for m, n, k in problems]
+    else:
+        problems = [(t, label, n, k) for t in map(int, args.tokens.split(","))
+                    for label, n, k in LAYERS]  # fmt: skip
 
     import torch
 
@@ -86,58 +98,55 @@ def main(argv=None) -> int:
     record = {"device": props.name, "source_digest": env.source_digest(),
               "rounds": args.rounds, "reps": args.reps, "rows": []}  # fmt: skip
     start = time.perf_counter()
-    for tokens in map(int, args.tokens.split(",")):
+    for tokens, label, n, k in problems:
         tile, backend, base = tile_for(tokens)
-        for label, n, k in LAYERS:
-            x = torch.randn(tokens, k, device=device, generator=gen).half()
-            w = torch.randn(n, k, device=device, generator=gen).half()
-            ref = check.reference(x, w.t())
-            theirs = check.errors(torch.mm(x, w.t()), ref)
-            tol = check.tolerance(check.model_tolerance("fp16", "fp32", k), theirs)
-            out = torch.empty(tokens, n, device=device, dtype=torch.float16)
-            calls = {"cublas": lambda x=x, w=w: torch.mm(x, w.t())}
-            for name, config in contenders(base).items():
+        x = torch.randn(tokens, k, device=device, generator=gen).half()
+        w = torch.randn(n, k, device=device, generator=gen).half()
+        ref = check.reference(x, w.t())
+        theirs = check.errors(torch.mm(x, w.t()), ref)
+        tol = check.tolerance(check.model_tolerance("fp16", "fp32", k), theirs)
+        out = torch.empty(tokens, n, device=device, dtype=torch.float16)
+        calls = {"cublas": lambda x=x, w=w: torch.mm(x, w.t())}
+        for name, config in contenders(base).items():
 
-                def run(config=config, x=x, w=w, out=out, backend=backend):
-                    return api.matmul(x, w.t(), out=out, backend=backend, config=config)
+            def run(config=config, x=x, w=w, out=out, backend=backend):
+                return api.matmul(x, w.t(), out=out, backend=backend, config=config)
 
-                check.poison(out)
-                try:
-                    run()
-                except ValueError as e:  # e.g. fewer k-tiles than ways
-                    print(f"  {name}: refused ({e})")
-                    continue
-                torch.cuda.synchronize(device)
-                wrong = tol.verdict(check.errors(out, ref))
-                if wrong:
-                    print(f"WRONG {tile} {name} t={tokens} {label}: {wrong}")
-                    return 1
-                calls[name] = run
-            samples = interleaved(timer, calls, args.rounds, args.reps)
-            row = {"label": f"{label} t={tokens}", "m": tokens, "n": n, "k": k, "tile": tile,
-                   "us": {c: round(statistics.median(s.ms for s in v) * 1e3, 2)
-                          for c, v in samples.items()},
-                   "over_cublas": {}, "cluster_over_split": {}}  # fmt: skip
-            for c, v in samples.items():
-                ratios = [b.ms / s.ms for s, b in zip(v, samples["cublas"], strict=True)]
-                row["over_cublas"][c] = round(statistics.median(ratios), 3)
-            for ways in WAYS:
-                if f"cluster{ways}" in samples and f"split{ways}" in samples:
-                    ratios = [
-                        s.ms / c.ms
-                        for s, c in zip(
-                            samples[f"split{ways}"], samples[f"cluster{ways}"], strict=True
-                        )
-                    ]
-                    row["cluster_over_split"][ways] = round(statistics.median(ratios), 3)
-            best = max((c for c in row["over_cublas"] if c != "cublas"),
-                       key=row["over_cublas"].get)  # fmt: skip
-            print(f"{row['label']:22s} {tile:24s} "
-                  + " ".join(f"{c}={r:.3f}" for c, r in row["over_cublas"].items())
-                  + f" | best {best}; cluster/split {row['cluster_over_split']}")  # fmt: skip
-            record["rows"].append(row)
-            with open(args.json, "w") as f:
-                json.dump(record, f, indent=1)
+            check.poison(out)
+            try:
+                run()
+            except ValueError as e:  # e.g. fewer k-tiles than ways
+                print(f"  {name}: refused ({e})")
+                continue
+            torch.cuda.synchronize(device)
+            wrong = tol.verdict(check.errors(out, ref))
+            if wrong:
+                print(f"WRONG {tile} {name} t={tokens} {label}: {wrong}")
+                return 1
+            calls[name] = run
+        samples = interleaved(timer, calls, args.rounds, args.reps)
+        row = {"label": f"{label} t={tokens}", "m": tokens, "n": n, "k": k, "tile": tile,
+               "us": {c: round(statistics.median(s.ms for s in v) * 1e3, 2)
+                      for c, v in samples.items()},
+               "over_cublas": {}, "cluster_over_split": {}}  # fmt: skip
+        for c, v in samples.items():
+            ratios = [b.ms / s.ms for s, b in zip(v, samples["cublas"], strict=True)]
+            row["over_cublas"][c] = round(statistics.median(ratios), 3)
+        for ways in WAYS:
+            if f"cluster{ways}" in samples and f"split{ways}" in samples:
+                ratios = [
+                    s.ms / c.ms
+                    for s, c in zip(samples[f"split{ways}"], samples[f"cluster{ways}"], strict=True)
+                ]
+                row["cluster_over_split"][ways] = round(statistics.median(ratios), 3)
+        best = max((c for c in row["over_cublas"] if c != "cublas"),
+                   key=row["over_cublas"].get)  # fmt: skip
+        print(f"{row['label']:22s} {tile:24s} "
+              + " ".join(f"{c}={r:.3f}" for c, r in row["over_cublas"].items())
+              + f" | best {best}; cluster/split {row['cluster_over_split']}")  # fmt: skip
+        record["rows"].append(row)
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
     rows = record["rows"]
     for c in ("unsplit", "split2", "split4", "cluster2", "cluster4"):
         have = [r["over_cublas"][c] for r in rows if c in r["over_cublas"]]

@@ -373,6 +373,13 @@ def main(argv=None) -> int:
         help="fit only MODEL's per_cluster_split, on cluster-split timings (tune_menu CSVs with "
         "--with-cluster-split, or bench_cluster_split.py JSON), anchored to MODEL's GPU",
     )
+    parser.add_argument(
+        "--judge",
+        nargs="+",
+        metavar="RECORD",
+        help="with --cluster-split: bench_cluster_split.py records (or tune_menu CSVs) not fitted "
+        "on, whose picks with and without the cluster form are reported and recorded",
+    )
     args = parser.parse_args(argv)
     if args.cluster_split:
         return _fit_cluster_split(args)
@@ -449,6 +456,13 @@ def _fit_cluster_split(args) -> int:
         "workspace": split_choice_quality(base, anchored, base.sm_count, cluster=False),
         "cluster": split_choice_quality(model, anchored, base.sm_count, cluster=True),
     }
+    if args.judge:  # records never fitted on: the picks with and without the cluster form
+        judged = read_cluster_samples(args.judge, base.sm_count)
+        record["judged"] = {
+            "records": [_data_name(p) for p in args.judge],
+            "workspace": split_choice_quality(base, judged, base.sm_count, cluster=False),
+            "cluster": split_choice_quality(model, judged, base.sm_count, cluster=True),
+        }
     print(json.dumps(record, indent=1))
     if args.out:
         raw = json.loads(Path(args.cluster_split).read_text())

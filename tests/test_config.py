@@ -34,6 +34,18 @@ SETTERS = {
 
 
 @pytest.fixture(autouse=True)
+def workspace_splits(monkeypatch):
+    """The policy's splits through the workspace (``registry.CLUSTER_SPLIT_FAMILIES`` off):
+    the stand-in kernel records those launches, which these tests count."""
+    from wsgemm.host import registry
+
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
+    rules._choose.cache_clear()
+    yield
+    rules._choose.cache_clear()
+
+
+@pytest.fixture(autouse=True)
 def environment_defaults(monkeypatch):
     """No switch in the environment, each read afresh; no process default left behind."""
     for name in (rules.ENV_BATCH_INVARIANT, autotune.ENV_AUTOTUNE, "WSGEMM_DISK_CACHE"):

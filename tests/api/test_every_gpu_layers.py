@@ -374,15 +374,22 @@ def test_a_gated_grouped_mm_runs_what_explain_says(pose, cc, backends, auto, dty
     assert ran == ([(backend, "m", "gated+silu")] if fused else [])
 
 
-def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale():
+def test_explain_answers_for_gated_linear_and_refuses_a_dense_row_scale(monkeypatch):
     """``explain(x, w.t(), gated=True)`` is ``gated_linear(x, w)``'s road: the gated kernel
     or the product then the gating, whichever the cost model predicts faster (both predictions
     printed either way), torch's product off Hopper; a row scale belongs to ``grouped_mm`` and
     is refused without ``grouped``/``offs``."""
+    from wsgemm.host import registry
+
     w = torch.empty(8192, 4096, dtype=F16, device="meta")
-    # 5 rows: the swap-AB decode tile (GATED_SWAP_FAMILIES, on since docs/perf.md entry 85)
-    for rows, fused, tile in ((512, True, "row tile"), (5, True, "swap-AB 8-token tile"),
-                              (40, False, "row tile")):  # fmt: skip
+    # 5 rows: the swap-AB decode tile (GATED_SWAP_FAMILIES, on since docs/perf.md entry 85);
+    # 40 rows: the small row tile (GATED_SMALL_FAMILIES, on since entry 97), and without it
+    # the product then the gating, predicted faster than the 128x128 row tile
+    cases = ((512, True, "row tile", True), (5, True, "swap-AB 8-token tile", True),
+             (40, True, "small row tile", True), (40, False, "row tile", False))  # fmt: skip
+    for rows, fused, tile, small in cases:
+        if not small:
+            monkeypatch.setattr(registry, "GATED_SMALL_FAMILIES", frozenset())
         x = torch.empty(rows, 4096, dtype=F16, device="meta")
         text = wsgemm.explain(x, w.t(), activation="silu", gated=True, cc=HOPPER)
         assert text.startswith(f"gated_linear: act(gate) * up with silu, {rows} rows, 4096")

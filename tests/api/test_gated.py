@@ -34,9 +34,11 @@ def fusing(monkeypatch):
 
 @pytest.fixture
 def row_tiles(fusing, monkeypatch):
-    """The gated swap-AB decode tile off (``GATED_SWAP_FAMILIES``), so that a call of a few rows
-    weighs the row tile against the unfused road, as every call did before that tile ran."""
+    """The gated swap-AB decode tile and the small row tile off (``GATED_SWAP_FAMILIES``,
+    ``GATED_SMALL_FAMILIES``), so that a call of a few rows weighs the rule's 128x128 row tile
+    against the unfused road, as every call did before those tiles ran."""
     monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", frozenset())
+    monkeypatch.setattr(registry, "GATED_SMALL_FAMILIES", frozenset())
 
 
 def reference(x, w, act, bias=None):
@@ -394,8 +396,9 @@ def test_a_decode_road_is_decided_once_per_problem(fusing, monkeypatch, swap_on)
     the product it is weighed against."""
     from wsgemm.host import dispatch as host_dispatch
 
-    if not swap_on:
+    if not swap_on:  # the row tiles' road: the small row tile off too (``row_tiles``)
         monkeypatch.setattr(registry, "GATED_SWAP_FAMILIES", frozenset())
+        monkeypatch.setattr(registry, "GATED_SMALL_FAMILIES", frozenset())
     asked = []
     choose = host_dispatch.choosing.choose
     monkeypatch.setattr(host_dispatch.choosing, "choose",
@@ -416,8 +419,8 @@ def test_a_decode_road_is_decided_once_per_problem(fusing, monkeypatch, swap_on)
 
 @pytest.fixture
 def small_tile(fusing, monkeypatch):
-    """The gated kernel's small row tile on (``GATED_SMALL_FAMILIES``: off on main until its
-    GPU cases pass, docs/perf.md entry 88)."""
+    """The gated kernel's small row tile on (``GATED_SMALL_FAMILIES``: main's since its GPU
+    cases passed, docs/perf.md entry 97), whatever an earlier fixture set."""
     monkeypatch.setattr(registry, "GATED_SMALL_FAMILIES", registry.EPILOGUE_FAMILIES)
 
 
@@ -518,9 +521,14 @@ def test_the_road_memo_tells_the_small_tile_from_the_rule_s(small_tile):
     assert "small row tile" in small and "small row tile" not in rule
 
 
-def test_the_small_row_tile_is_off_by_default():
-    assert registry.GATED_SMALL_FAMILIES == frozenset()
-    assert core.gated_config(64, small=True)[1] != _small_config()
+def test_the_small_row_tile_is_on_for_the_family_a_gpu_ran_it_on():
+    """``GATED_SMALL_FAMILIES`` holds sm90 (docs/perf.md entry 97: its GPU cases passed, the
+    held-out rows judged it) and only where the gated kernels run; ``small=False`` keeps the
+    rule's tile."""
+    assert registry.GATED_SMALL_FAMILIES == frozenset({"sm90"})
+    assert registry.runs_gated_small("sm90") and not registry.runs_gated_small("sm80")
+    assert core.gated_config(64, small=True)[1] == _small_config()
+    assert core.gated_config(64, small=False)[1] != _small_config()
 
 
 class AddressKernels(Kernels):

@@ -308,7 +308,9 @@ def test_a_cluster_split_has_no_workspace_bytes_and_clusters_of_its_ways():
     assert workspace.dram_bytes - cluster.dram_bytes == 128 * 64 * 8 * 4 * 2 * 4
     assert (cluster.units, cluster.k_tiles, cluster.l2_bytes) == (
         workspace.units, workspace.k_tiles, workspace.l2_bytes)  # fmt: skip
-    assert cluster.waves == 4  # 512 units on 33 clusters of 4 (132 CTAs)
+    # 512 units: 4 waves of 132 CTAs, but 5 of the 30 clusters of 4 (120 CTAs) a GH100 runs
+    assert workspace.waves == 4 and cluster.waves == 5
+    assert cost.clusters_at_once(132, 4) == 30 and cost.clusters_at_once(132, 2) == 66
     # 134 tiles x 4 = 536 units: 134 SMs run 134 CTAs at once, but only 33 clusters of 4
     assert cost.features(e, 4, 8, 134 * 64, 8192, 1, 134).waves == 4
     assert cost.features(e, 4, 8, 134 * 64, 8192, 1, 134, cluster_split=True).waves == 5

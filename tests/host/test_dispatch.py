@@ -360,8 +360,14 @@ def test_auto_runs_the_entry_and_split_the_policy_chooses(m, n, k, batch, choose
     assert choose_calls == [(m, n, k, batch)] * 2  # the call's, then this test's
     (variant,) = d.cache.variants
     e = choice.menu_entry
-    # a split runs the entry's split-K variant, which writes C itself
-    assert (variant.backend, variant.config) == (e.backend, e.variant_config(choice.split > 1))
+    # a split runs over a cluster where the registry says so (the decode tiles), else the
+    # entry's split-K variant, which writes C itself
+    from wsgemm.host import registry
+
+    in_cluster = registry.cluster_split_config(e, choice.split, k, "float16")
+    want = in_cluster if in_cluster is not None else e.variant_config(choice.split > 1)
+    assert (variant.backend, variant.config) == (e.backend, want)
+    assert (in_cluster is not None) == (m == 1)  # the decode split: 2 over a cluster of 2
     assert variant.c_dtype == "float16"
     assert d.cache.kernel.launches == [132 // host.cluster_size(variant.kernel_config())]
 
@@ -614,13 +620,14 @@ def test_explicit_backends_never_split_nor_ask_the_policy(backend, monkeypatch):
 def test_batch_invariant_mode_never_splits(monkeypatch):
     m, n, k = 1, 4096, 14336
     dtypes = ("float16", "float16", "float32")
-    assert hopper().route("auto", None, (m, n, k, None), dtypes).split > 1  # the table splits
-    assert hopper(batch_invariant=True).route("auto", None, (m, n, k, None), dtypes).split == 1
+    assert hopper().route("auto", None, (m, n, k, None), dtypes).k_parts > 1  # the table splits
+    assert hopper(batch_invariant=True).route("auto", None, (m, n, k, None), dtypes).k_parts == 1
     monkeypatch.setenv(choosing.ENV_BATCH_INVARIANT, "1")
     rules._environment.cache_clear()
     try:
-        assert hopper().route("auto", None, (m, n, k, None), dtypes).split == 1
-        assert hopper(batch_invariant=False).route("auto", None, (m, n, k, None), dtypes).split > 1
+        assert hopper().route("auto", None, (m, n, k, None), dtypes).k_parts == 1
+        free = hopper(batch_invariant=False)
+        assert free.route("auto", None, (m, n, k, None), dtypes).k_parts > 1
     finally:
         monkeypatch.delenv(choosing.ENV_BATCH_INVARIANT)
         rules._environment.cache_clear()
@@ -771,12 +778,13 @@ def test_clusters_of_more_than_two_ctas_ask_the_driver_once(monkeypatch, caplog)
 def test_a_policy_split_runs_as_a_cluster_split_where_the_switch_and_the_tile_allow(
     monkeypatch, name, split, k, c_dtype, cluster
 ):
-    """``registry.CLUSTER_SPLIT_FAMILIES`` on: a policy split of 2 or 4 on a 1x1-cluster entry
-    whose receive buffers fit runs as a cluster split (no launch split count); every other
-    split through the workspace, as with the switch off."""
+    """``registry.CLUSTER_SPLIT_FAMILIES`` on (main's): a policy split of 2 or 4 on a
+    1x1-cluster entry whose receive buffers fit runs as a cluster split (no launch split
+    count); every other split through the workspace, as with the switch off."""
     from wsgemm.host import registry
 
     choice = choosing.Choice(choosing.entry(name), split, "forced by the test", "test")
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
     off = Dispatcher.choice_route(choice, k, c_dtype)
     assert off.split == split and getattr(off.config, "cluster_split", 1) == 1
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
@@ -790,13 +798,14 @@ def test_a_policy_split_runs_as_a_cluster_split_where_the_switch_and_the_tile_al
 
 
 def test_the_policy_prices_a_split_in_the_form_it_runs(monkeypatch):
-    """With the switch on, the split candidates of the decode tiles are priced as cluster
+    """With the switch on (main's), the split candidates of the decode tiles are priced as cluster
     splits (``cost.features(cluster_split=True)``, its own constant and margin), so a split
     the workspace's price and margin left out can win: (5, 1536, 4096) unsplit -> 4 ways."""
     from wsgemm.host import registry
     from wsgemm.host.choosing import rules
 
     shape = (5, 1536, 4096, 1, "float16", "float16", "float32", 132, (9, 0))
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
     rules._choose.cache_clear()
     off = choosing.choose(*shape)
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
@@ -820,6 +829,7 @@ def test_explain_says_a_split_runs_over_a_cluster(monkeypatch):
 
     choice = choosing.Choice(choosing.entry("swap-pingpong-64x16x128-c1x1"), 2, "forced", "test")
     args = (16, 4096, 4096, 1, "float16", "float16", "float32", 132, (9, 0))
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
     assert "split-K: 2 (in the kernel, fp32 partials)" in wording.describe(choice, *args)
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
     assert "split-K: 2 over a cluster of 2 CTAs" in wording.describe(choice, *args)

@@ -80,6 +80,13 @@ class Route:
     reason: str = ""
     keep: bool = True
 
+    @property
+    def k_parts(self) -> int:
+        """How many parts K is split into, in either form: the workspace split's count, or a
+        cluster split's ways (``config.cluster_split``: the policy's split run over a cluster,
+        ``choice_route``); 1 unsplit."""
+        return self.split if self.split > 1 else getattr(self.config, "cluster_split", 1)
+
 
 class CudaDevices:
     """Facts about this machine's CUDA devices, each asked of the driver once."""

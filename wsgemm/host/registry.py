@@ -190,10 +190,11 @@ GATED_SWAP_BIAS_FAMILIES: frozenset[str] = frozenset()
 #: ``choosing.cost.GATED_SMALL_MAX_ROWS`` rows on its small row tile (the ping-pong 64x128 in
 #: 2x1 clusters, ``cost.GATED_SMALL_TILE``) rather than the 128x128 one: not the preact
 #: forward's nor the dgated backward's. The sm90 one was checked against float64 on 30 shapes
-#: by session 25's forced-tile bench (docs/perf.md entry 88) and priced from those times;
-#: empty until ``tests/gpu/test_gpu_epilogue.py -k gated_small`` passes (it switches the
-#: family on for itself).
-GATED_SMALL_FAMILIES: frozenset[str] = frozenset()
+#: by session 25's forced-tile bench (docs/perf.md entry 88) and priced from those times; on
+#: since ``tests/gpu/test_gpu_epilogue.py -k gated_small`` passed on an H100 (37 of 37,
+#: 2026-12-07) and the held-out gate_up rows of 33-128 tokens ran at 1.045x the plain product
+#: with it on, against 1.271x before (docs/perf.md entry 97).
+GATED_SMALL_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose kernels take ``alpha`` and the residual (``Epilogue.scale``/``residual``:
 #: C read from the output before its store, ``kernels/sm90/residual.py``) in calls. The sm90
 #: ones ran on an H100 on 2026-12-05 and, with C by TMA, on 2026-12-06 (docs/perf.md entries
@@ -238,19 +239,22 @@ DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: backward) and the up projection storing its pre-activation beside ``h`` (``Epilogue.preact``
 #: on a plain product, ``api.act_grad.linear_preact``, its forward). Built and checked on the
 #: CPU (SASS: one TMA load of the pre-activation a subtile, two stores a subtile, spill-free);
-#: off until ``tests/gpu/test_gpu_epilogue.py -k "dact or linear_preact"`` passes on a GPU
-#: (docs/perf.md entry 92). Elsewhere ``dh`` is a product of its own, then torch's activation
-#: backward, and the forward the product, then torch's activation.
-DACT_FAMILIES: frozenset[str] = frozenset()
+#: on since ``tests/gpu/test_gpu_epilogue.py -k "dact or linear_preact"`` passed on an H100
+#: (31 of 31 against float64, 2026-12-07; memcheck and racecheck clean: docs/perf.md entry
+#: 97). Not yet timed (``gpu_session.sh dactbench``). Elsewhere ``dh`` is a product of its own,
+#: then torch's activation backward, and the forward the product, then torch's activation.
+DACT_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose policy splits run as a cluster split (``Sm90Config.cluster_split``: K
 #: split over a cluster's CTAs, the partials met in rank 0's shared memory) where they can:
 #: a split of 2 or 4 on a menu entry of 1x1 clusters whose receive buffers leave the ring two
 #: stages (``cluster_split_config``). The sm90 one ran on an H100 on 2026-12-07 (docs/perf.md
-#: entry 95): 60 float64 cases of ``tests/gpu/test_gpu_cluster_split.py``, bitwise the
-#: workspace split's result; 1.035x (2 ways) and 1.093x (4 ways) the workspace split's speed
-#: at decode, median over 24 rows. Empty until memcheck and racecheck have run it and a
-#: held-out draw has judged it. Elsewhere a split runs through the workspace (``split_k``).
-CLUSTER_SPLIT_FAMILIES: frozenset[str] = frozenset()
+#: entries 95 and 97): 61 float64 cases of ``tests/gpu/test_gpu_cluster_split.py``, bitwise
+#: the workspace split's result; memcheck, racecheck and initcheck clean; 1.035x (2 ways) and
+#: 1.093x (4 ways) the workspace split's speed at decode, median over 24 rows. On held-out
+#: families' decode rows (56, 1-32 tokens) the policy's picks priced in this form ran 1.024x
+#: cuBLAS against 1.017x for its picks without it. Elsewhere a split runs through the
+#: workspace (``split_k``).
+CLUSTER_SPLIT_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The largest fp32 partial tile (tile_m x tile_n x 4 bytes) the policy's splits run over a
 #: cluster: the menu's swap-AB decode tiles (64x8 to 64x32), where the cluster split was timed
 #: faster (docs/perf.md entry 95). A larger tile's receive buffers take ring stages from its

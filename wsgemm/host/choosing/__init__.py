@@ -48,6 +48,7 @@ from .rules import (
     fits,
     ranked_candidates,
     split_candidates,
+    split_in_cluster,
     with_epilogue,
 )
 from .table import TABLE_SCHEMA, Table, load_table
@@ -92,6 +93,7 @@ __all__ = [
     "remember",
     "route_choice",
     "split_candidates",
+    "split_in_cluster",
     "with_epilogue",
     "time_cuda",
     "tune",

@@ -12,7 +12,8 @@ For entry ``e`` (tile ``tm x tn x tk``, cluster ``cm x cn``) and split ``s`` on 
 kernel sees (``kernel_mn``: swap-AB exchanges M and N):
 
 * **work units**: output tiles, each side rounded up to whole clusters, times the batch, times
-  ``s``; **waves**: units over the CTAs that run at once (the SMs in whole clusters), rounded up,
+  ``s``; **waves**: units over the CTAs that run at once (the SMs in whole clusters, fewer for
+  clusters of 4: ``CLUSTERS_AT_ONCE``), rounded up,
   because a persistent CTA runs its units one after another and the call ends with the last;
 * **compute** = waves x (k-tiles per unit x ``per_k_tile`` x the tile's volume over a
   128x256x64 tile's + ``per_unit`` + with a split ``per_split_unit`` + ``per_extra_split`` x
@@ -66,9 +67,8 @@ from pathlib import Path
 from .menu import MenuEntry, entry
 
 __all__ = ["COST_SCHEMA", "EPILOGUE_MUFU", "CostModel", "EntryCost", "Prediction", "cost_model_for",
-           "GatedRoads", "epilogue_us", "features", "gated_kernel_entry", "gated_roads",
-           "gating_pass_us",
-           "load_cost_model"]  # fmt: skip
+           "GatedRoads", "clusters_at_once", "epilogue_us", "features", "gated_kernel_entry",
+           "gated_roads", "gating_pass_us", "load_cost_model"]  # fmt: skip
 
 COST_SCHEMA = 1
 #: MUFU (special-function unit) instructions per accumulator element of each fused activation
@@ -165,7 +165,7 @@ def features(
     tiles = e.tiles(m, n, batch)  # whole clusters, times the batch
     units = tiles * split
     size = cm * cn * (split if cluster_split else 1)
-    slots = max(sm_count // size, 1) * size
+    slots = clusters_at_once(sm_count, size) * size
     waves = -(-units // slots)
     k_tiles = -(-math.ceil(k / e.tile_k) // split)
     volume = e.tile_m * e.tile_n * e.tile_k / REFERENCE_TILE_VOLUME
@@ -175,6 +175,18 @@ def features(
         dram += tiles * e.tile_m * e.tile_n * 4 * 2 * split
     l2 = units * k_tiles * (e.tile_m * e.tile_k / cn + e.tile_n * e.tile_k / cm) * ab_bytes
     return Features(units, waves, k_tiles, volume, split, float(dram), float(l2), cluster_split)
+
+
+#: Clusters of a size the hardware runs at once where that is fewer than the SMs over the size
+#: (a cluster's CTAs share a GPC, and GPCs of 16 or 18 SMs leave some over): on a 132-SM
+#: GH100 (H100 SXM; the H200 is the same die) the driver's occupancy query answered 66 clusters
+#: of 2 and **30 of 4** (`gpu_session.sh clustersplit`, 2026-12-07, docs/perf.md entry 97).
+CLUSTERS_AT_ONCE = {(132, 4): 30}
+
+
+def clusters_at_once(sm_count: int, size: int) -> int:
+    """How many clusters of ``size`` CTAs (one per SM) run at once on ``sm_count`` SMs."""
+    return max(CLUSTERS_AT_ONCE.get((sm_count, size), sm_count // size), 1)
 
 
 def epilogue_us(model: CostModel, e: MenuEntry, f: Features, mufu: int) -> float:
@@ -273,9 +285,11 @@ def gated_kernel_entry(rows: int, small: bool = False) -> str:
 #: half-width result. Timed (an H100, docs/perf.md entry 85) the tile ran 1.02-1.14x the
 #: plain product at 1-16 rows and 0.90-1.09x at 32, where the proxy said ~1.0x and ~1.1x: the
 #: proxy's price is scaled per width (``GATED_SWAP_SCALE``, the geomean of measured over
-#: predicted swap-over-road ratio, ``scripts/fit_gated_swap.py`` on ``SHIPPED_SWAP_FIT``).
+#: predicted swap-over-road ratio, ``scripts/fit_gated_swap.py`` on ``SHIPPED_SWAP_FIT``;
+#: refitted when the road's product could take a cluster split: 1.090 -> 1.089 and 0.940 ->
+#: 0.936, docs/perf.md entry 97).
 GATED_SWAP_TILE_N = (8, 16, 32)
-GATED_SWAP_SCALE = {8: 1.090, 16: 1.084, 32: 0.940}
+GATED_SWAP_SCALE = {8: 1.089, 16: 1.084, 32: 0.936}
 GATED_SWAP_MAX_ROWS = GATED_SWAP_TILE_N[-1]
 GATED_SWAP_PROXY = {
     8: "swap-pingpong-64x8x128-c1x1",
@@ -341,7 +355,9 @@ def gated_roads(
     constants (a fit). ``swap_tile_n``: the gated kernel is the swap-AB decode tile of that
     width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry times
     ``GATED_SWAP_SCALE``'s (``swap_scale`` in its place, for a fit). ``small``: the row tile is
-    ``gated_kernel_entry``'s with the small tile allowed. None where the model lacks an entry."""
+    ``gated_kernel_entry``'s with the small tile allowed. None where the model lacks an entry.
+    The product is priced as its split ran when the road's constants were fitted: through the
+    workspace (its records predate the cluster split; docs/perf.md entry 97)."""
     costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
     plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
     gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)

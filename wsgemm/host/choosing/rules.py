@@ -61,6 +61,7 @@ __all__ = [
     "ranked_candidates",
     "fits",
     "split_candidates",
+    "split_in_cluster",
 ]
 
 # Splits are candidates (tuned, and chosen from the table) while tiles x split units fit in
@@ -402,12 +403,18 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int 
         e = entry(name)
         for s in splits:
             # where the family runs this split as a cluster split, its price is that form's
-            in_cluster = s > 1 and cluster_split_config(e, s, k, c_dtype) is not None
-            f = cost.features(e, s, m, n, k, batch, sm_count, ab, c, in_cluster)
+            f = cost.features(e, s, m, n, k, batch, sm_count, ab, c,
+                              split_in_cluster(e, s, k, c_dtype))  # fmt: skip
             p = cost.predict(model, e, f, mufu)
             if p is not None:
                 out.append((p, (order, s), e, s))
     return sorted(out, key=lambda x: (x[0].us * (1 + _margin(x[0].features)), x[1]))
+
+
+def split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str) -> bool:
+    """Whether ``split`` on ``e`` runs over a cluster (``registry.cluster_split_config``: the
+    family's switch, the tile, K and C's dtype allow it), so that it is priced in that form."""
+    return split > 1 and cluster_split_config(e, split, k, c_dtype) is not None
 
 
 def _margin(f: cost.Features) -> float:
