@@ -117,6 +117,11 @@ def values(claim: dict) -> list[float]:
              if _matches(row, v.get("where", {}))]  # fmt: skip
         assert r, f"no rows match {v.get('where')}"
         return [min(r), max(r)]
+    if kind == "rows_quotient_geomean":  # the geomean of `num` / `den` over the matching rows
+        r = [_get(row, v["num"]) / _get(row, v["den"]) for row in _get(rec, v["rows"])
+             if _matches(row, v.get("where", {}))]  # fmt: skip
+        assert r, f"no rows match {v.get('where')}"
+        return [_geomean(r)]
     raise AssertionError(f"unknown value kind {kind!r}")
 
 

@@ -22,6 +22,7 @@ from sass_checks import assert_clean, assert_sm80_path
 from wsgemm import host, sass, support
 from wsgemm import inspection as insp
 from wsgemm.host import choosing
+from wsgemm.kernels.sm90.config import DGATED_L2_PREFETCH
 from wsgemm.support import Epilogue
 
 SM90 = host.shipped_backends("sm90")
@@ -514,8 +515,9 @@ DGATED_SWEEP = [
 
 def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
     """Per product subtile two C loads by TMA (the gate's and the up half's pre-activation),
-    each with its expect-tx arrival, and two TMA stores (dgate, dup); every output subtile's
-    pre-activation asked of L2 ahead by a TMA prefetch (``dgated.prefetch_l2``); C read back
+    each with its expect-tx arrival, and two TMA stores (dgate, dup); where
+    ``DGATED_L2_PREFETCH`` is on, every output subtile's pre-activation asked of L2 ahead by a
+    TMA prefetch (``dgated.prefetch_l2``), else none; C read back
     from shared memory, never by 16-byte global loads; spill-free, no CALL (``_assert_fused``)."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
@@ -527,6 +529,8 @@ def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
     # (the cooperative tile's first E (2 or 4) subtiles are loaded under its mainloop anyway)
     pingpong = variant.kernel_config().pingpong
     want = {2 * subtiles} if pingpong else {2 * subtiles - e for e in (2, 4)}
+    if not DGATED_L2_PREFETCH:  # off (docs/perf.md entry 97): none
+        want = {0}
     assert ahead in want, f"{ahead} L2 prefetches for {subtiles} product subtiles"
     assert ops.count("UTMACCTL.PF") == 4, "the descriptors of A, B, the store and C's load"
     assert "LDS.U16" in ops and "LDG.E.128" not in ops, sorted(set(ops))

@@ -356,10 +356,15 @@ SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
 MIN_EPILOGUE_STAGES = 2
 MAX_EPILOGUE_STAGES = 4
 # A dgated epilogue loads each pair's pre-activation into the buffers its stores then use, one
-# pair ahead with four: where smem allows (the ping-pong 128x128 tile: 4 KB buffers) it takes
-# up to eight, three pairs ahead, so a pair's loads have three pairs' work to land in
-# (``dgated.later_pair``; docs/perf.md entry 89).
-DGATED_MAX_EPILOGUE_STAGES = 8
+# pair ahead with four. Eight (three pairs ahead, where smem allows: the ping-pong 128x128
+# tile's 4 KB buffers, docs/perf.md entry 89) and an L2 prefetch of each tile's pre-activation
+# as its mainloop starts (``dgated.prefetch_l2``, entry 87) were built to hide the epilogue's
+# loads; timed on an H100 with both on, the dh GEMM ran 1.20-1.44x its plain GEMM against
+# entry 86's 1.17-1.36x without them (and 1.80-1.99x on the ping-pong tile, 1.80-1.87x
+# before): slower on all four rows, so both are off (entry 97) until an A/B on one GPU shows
+# either helps.
+DGATED_MAX_EPILOGUE_STAGES = 4
+DGATED_L2_PREFETCH = False
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);
 # 40 registers hold that without spilling, the rest goes to the accumulators.
 PRODUCER_REGISTERS = 40

@@ -25,11 +25,13 @@ gate's, and ``2e + 1``: the up projection's; E is even):
    barrier means every thread has read both buffers).
 
 With four buffers one pair's loads are in flight while the pair before it computes; with two
-each pair waits its own round trip. So that round trip is L2's, not DRAM's, the store warp
-asks L2 for all of the tile's pre-activation subtiles as its mainloop starts (``prefetch_l2``:
-TMA prefetches, no buffer and no mbarrier; either schedule), so a tile's pre-activation
-streams in beside its A and B rather than in a burst once its MMAs are done (docs/perf.md
-entry 86 traced the epilogue at 15.7% of the consumers' time, all of it exposed).
+each pair waits its own round trip. To make that round trip L2's, not DRAM's, the store warp
+can ask L2 for all of the tile's pre-activation subtiles as its mainloop starts
+(``prefetch_l2``: TMA prefetches, no buffer and no mbarrier; either schedule), so a tile's
+pre-activation streams in beside its A and B rather than in a burst once its MMAs are done
+(docs/perf.md entry 86 traced the epilogue at 15.7% of the consumers' time, all of it
+exposed). Timed on an H100 (entry 97) with eight buffers it made the dh GEMM slower, not
+faster: it is off (``config.DGATED_L2_PREFETCH``) until an A/B on one GPU says otherwise.
 """
 
 from __future__ import annotations

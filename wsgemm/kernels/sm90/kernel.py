@@ -41,6 +41,7 @@ from wsgemm.kernels.epilogue import row_scale as epilogue_row_scale
 from wsgemm.kernels.sm90 import cluster_split, dgated, ragged, ragged_k, residual, split_k
 from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
+    DGATED_L2_PREFETCH,
     DGATED_MAX_EPILOGUE_STAGES,
     NUM_CONSUMER_WARPGROUPS,
     PRODUCER_REGISTERS,
@@ -1872,8 +1873,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """The store warp's, as a dgated tile's mainloop starts: each of the tile's output
         subtiles' pre-activation asked of L2 (``dgated.prefetch_l2``), so that its epilogue's
         loads into the buffers are L2 round trips, and the pre-activation streams in beside A
-        and B rather than in a burst once the MMAs are done. Nothing for other epilogues."""
-        if const_expr(plan.epilogue.dgated):
+        and B rather than in a burst once the MMAs are done. Nothing for other epilogues, nor
+        while ``DGATED_L2_PREFETCH`` is off (docs/perf.md entry 97)."""
+        if const_expr(plan.epilogue.dgated and DGATED_L2_PREFETCH):
             if args.is_store_warp:
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
                 order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
