@@ -735,3 +735,28 @@ def test_the_grouped_variant_count_the_docs_give_is_the_count():
     text = (Path(__file__).parents[1] / "README.md").read_text()
     assert f"({len(variants)} on sm_90a: {ragged_m} ragged-M, {len(variants) - ragged_m} " in text
     assert f"wsgemm.grouped_mm; {len(variants)} on sm_90a" in Path(cli.__file__).read_text()
+
+
+def test_switched_runs_the_cli_with_registry_switches_on_for_that_run(monkeypatch, capsys):
+    """``scripts/switched.py NAMES args``: the named ``host.registry`` family switches set to
+    the fused kernels' families, then the CLI with the rest; a name that is no switch is a
+    usage error and changes nothing."""
+    from script_modules import load
+
+    from wsgemm import cli
+    from wsgemm.host import registry
+
+    switched = load("switched")
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
+    seen = []
+    monkeypatch.setattr(cli, "main", lambda argv: seen.append(
+        (argv, registry.CLUSTER_SPLIT_FAMILIES)) or 0)  # fmt: skip
+    assert switched.main(["CLUSTER_SPLIT_FAMILIES", "explain", "--shape", "5,1536,4096"]) == 0
+    assert seen == [(["explain", "--shape", "5,1536,4096"], registry.EPILOGUE_FAMILIES)]
+    assert "switched on: CLUSTER_SPLIT_FAMILIES" in capsys.readouterr().err
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
+    for bad in ("MENU", "NO_SUCH_FAMILIES"):
+        assert switched.main([bad, "explain"]) == 2
+        assert "is not a host.registry family switch" in capsys.readouterr().err
+    assert registry.CLUSTER_SPLIT_FAMILIES == frozenset() and len(seen) == 1
+    assert switched.main(["", "bench"]) == 0 and seen[-1][0] == ["bench"]
