@@ -95,6 +95,7 @@ def test_menu_entries_are_valid_sm90_configs(e):
     # a cluster split is spelled out where an entry has one (1, off, is the default)
     entry = dict(e.config)
     assert fields.pop("cluster_split") == entry.pop("cluster_split", 1)
+    assert fields.pop("cluster_split_pieces") == entry.pop("cluster_split_pieces", 1)
     assert fields == entry, "every field spelled out"
     if e.splits:
         assert e.variant_config(split=True) == dataclasses.replace(config, split_k=0)

@@ -255,11 +255,15 @@ def _cluster_split(backend, ways, **fields):
     return host.Variant(backend, "sm_90a", config=Sm90Config(**fields, cluster_split=ways))
 
 
-#: name -> (variant, fp32 accumulator values a thread holds)
+#: name -> (variant, fp32 accumulator values a thread holds); "in P" sends the tile's partials
+#: in P pieces through two slots (``cluster_split_pieces``)
 CLUSTER_SPLIT = {
     "swap-pingpong-64x16x128 x2": (
         _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=16, tile_k=128,
                        schedule="pingpong", swap_ab=True), 8),
+    "pingpong-64x128 x2 in 4": (
+        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=128, schedule="pingpong",
+                       cluster_split_pieces=4), 64),
 }  # fmt: skip
 CLUSTER_SPLIT_SWEEP = {
     "swap-pingpong-64x16x128 x4": (
@@ -271,6 +275,16 @@ CLUSTER_SPLIT_SWEEP = {
     "pingpong-64x128 x2": (
         _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=128, schedule="pingpong"), 64),
     "cooperative-128x64 x4": (_cluster_split("sm90", 4, tile_m=128, tile_n=64), 32),
+    "swap-pingpong-64x16x128 x2 in 2": (
+        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=16, tile_k=128,
+                       schedule="pingpong", swap_ab=True, cluster_split_pieces=2), 8),
+    "cooperative-128x256 x2 in 8": (
+        _cluster_split("sm90", 2, tile_m=128, tile_n=256, cluster_split_pieces=8), 128),
+    "cooperative-128x256 x4 in 16": (
+        _cluster_split("sm90", 4, tile_m=128, tile_n=256, cluster_split_pieces=16), 128),
+    "pingpong-64x128 x4 in 8": (
+        _cluster_split("sm90-pingpong", 4, tile_m=64, tile_n=128, schedule="pingpong",
+                       cluster_split_pieces=8), 64),
 }  # fmt: skip
 
 
@@ -285,10 +299,12 @@ def _assert_cluster_split(compiled, name, v, values):
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
     ops = collections.Counter(sass.opcodes(r.sass_text))
-    ways = v.config.cluster_split
+    ways, pieces = v.config.cluster_split, v.config.cluster_split_pieces
     assert ops["STAS.128"] == values // 4, ops
     assert ops["LDS.128"] == (ways - 1) * values // 4, ops
     assert ops["FADD"] >= (ways - 1) * values, ops
+    # rank 0 releases each piece's slot to every sender: one remote arrive per piece and peer
+    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == pieces * (ways - 1), ops
     assert ops["UCGABAR_ARV"] >= 1 and ops["UCGABAR_WAIT"] >= 1, "no cluster barrier at init"
     assert not any(op.startswith(("ATOMG", "RED.", "MEMBAR.ALL.GPU", "MEMBAR.SC.GPU"))
                    for op in ops), ops  # fmt: skip
@@ -299,13 +315,26 @@ def _assert_cluster_split(compiled, name, v, values):
 def _assert_reads_done_before_release(text: str) -> None:
     """Rank 0 lets the senders reuse their slots with a CTA-scoped remote arrive, which orders
     nothing: it is safe because every slot value is already in a register, consumed by an
-    add, before the unit's barrier that precedes the arrive. Checked here, so that a compiler
-    that moved a read past the barrier would fail this test, not race on the GPU."""
+    add, before the unit's barrier that precedes the arrive. Checked here for every release
+    (one per piece), so that a compiler that moved a read past the barrier would fail this
+    test, not race on the GPU."""
     lines = [line.split("*/", 1)[-1].strip(" ;") for line in text.splitlines() if "*/" in line]
-    arrive = next(i for i, x in enumerate(lines) if x.startswith("SYNCS.ARRIVE.TRANS64.RED"))
-    barrier = max(i for i in range(arrive) if lines[i].startswith("BAR.SYNC"))
-    reads = [i for i in range(barrier) if lines[i].startswith("LDS.128")]
-    assert reads, "no slot reads before the release"
+    arrives = [i for i, x in enumerate(lines) if x.startswith("SYNCS.ARRIVE.TRANS64.RED")]
+    assert arrives, "no release"
+    checked, start = 0, 0
+    for arrive in arrives:
+        barriers = [i for i in range(start, arrive) if lines[i].startswith("BAR.SYNC")]
+        if not barriers:  # a second arrive of the same release (another peer)
+            continue
+        barrier = barriers[-1]
+        reads = [i for i in range(start, barrier) if lines[i].startswith("LDS.128")]
+        _assert_consumed(lines, reads, barrier)
+        checked += bool(reads)
+        start = arrive
+    assert checked, "no slot reads before a release"
+
+
+def _assert_consumed(lines: list[str], reads: list[int], barrier: int) -> None:
     for i in reads:
         first = int(lines[i].split()[1].strip(",")[1:])
         for reg in range(first, first + 4):
