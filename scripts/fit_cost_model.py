@@ -247,13 +247,11 @@ def _prediction(model: cost.CostModel, s: Sample, sm_count: int) -> cost.Predict
     return cost.predict(model, e, f)
 
 
-def fit_cluster_split(samples: list[Sample], base: cost.CostModel, sm_count: int):
-    """``per_cluster_split`` fitted on the cluster-split samples, the rest of ``base`` kept:
-    each problem's times first scaled to ``base``'s GPU by the median, over its workspace and
-    unsplit candidates, of ``base``'s prediction over the time (as ``--extend`` anchors).
-    Returns (the constant, the samples anchored)."""
+def anchor_to(samples: list[Sample], base: cost.CostModel, sm_count: int) -> list[Sample]:
+    """Each problem's times (its cuBLAS time too) scaled to ``base``'s GPU by the median, over
+    its workspace and unsplit candidates, of ``base``'s prediction over the time (as
+    ``--extend`` anchors): the model's error, not the two GPUs' difference."""
     import numpy as np
-    from scipy.optimize import least_squares
 
     by_problem = defaultdict(list)
     for s in samples:
@@ -269,6 +267,17 @@ def fit_cluster_split(samples: list[Sample], base: cost.CostModel, sm_count: int
         factor = float(np.median(ratios))
         anchored += [dataclasses.replace(s, us=s.us * factor, cublas_us=s.cublas_us * factor)
                      for s in rows]  # fmt: skip
+    return anchored
+
+
+def fit_cluster_split(samples: list[Sample], base: cost.CostModel, sm_count: int):
+    """``per_cluster_split`` fitted on the cluster-split samples, the rest of ``base`` kept:
+    each problem's times first scaled to ``base``'s GPU by the median, over its workspace and
+    unsplit candidates, of ``base``'s prediction over the time (as ``--extend`` anchors).
+    Returns (the constant, the samples anchored)."""
+    from scipy.optimize import least_squares
+
+    anchored = anchor_to(samples, base, sm_count)
     cluster = [s for s in anchored if s.cluster_split]
     if not cluster:
         raise SystemExit("--cluster-split: no cluster-split sample in the inputs")
@@ -457,7 +466,7 @@ def _fit_cluster_split(args) -> int:
         "cluster": split_choice_quality(model, anchored, base.sm_count, cluster=True),
     }
     if args.judge:  # records never fitted on: the picks with and without the cluster form
-        judged = read_cluster_samples(args.judge, base.sm_count)
+        judged = anchor_to(read_cluster_samples(args.judge, base.sm_count), base, base.sm_count)
         record["judged"] = {
             "records": [_data_name(p) for p in args.judge],
             "workspace": split_choice_quality(base, judged, base.sm_count, cluster=False),

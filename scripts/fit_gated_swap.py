@@ -19,11 +19,12 @@ rows where the chosen road was more than 5% slower than the other.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from pathlib import Path
 
-from wsgemm.host import choosing
+from wsgemm.host import choosing, registry
 from wsgemm.host.choosing import cost
 
 SM_COUNT, CC = 132, (9, 0)
@@ -44,10 +45,23 @@ def read_rows(paths) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def as_recorded():
+    """The product's choice as it ran when the records were timed (2026-12-06): no split over
+    a cluster then (``registry.CLUSTER_SPLIT_FAMILIES``, on since docs/perf.md entry 97)."""
+    saved = registry.CLUSTER_SPLIT_FAMILIES
+    registry.CLUSTER_SPLIT_FAMILIES = frozenset()
+    try:
+        yield
+    finally:
+        registry.CLUSTER_SPLIT_FAMILIES = saved
+
+
 def _roads(r: dict, scale: float | None):
     model = choosing.cost_model_for(SM_COUNT, CC)
-    choice = choosing.choose(r["m"], r["n"], r["k"], 1, "float16", "float32", "float32", SM_COUNT,
-                             CC, batch_invariant=False)  # fmt: skip
+    with as_recorded():
+        choice = choosing.choose(r["m"], r["n"], r["k"], 1, "float16", "float32", "float32",
+                                 SM_COUNT, CC, batch_invariant=False)  # fmt: skip
     return cost.gated_roads(model, choice.menu_entry, choice.split, r["m"], r["n"], r["k"],
                             SM_COUNT, "silu", swap_tile_n=cost.gated_swap_tile_n(r["m"]),
                             swap_scale=scale)  # fmt: skip

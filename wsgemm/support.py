@@ -484,6 +484,14 @@ class Epilogue:
         )  # fmt: skip
 
     @property
+    def rides_cluster_split(self) -> bool:
+        """Whether a cluster split kernel (``Sm90Config.cluster_split``) runs this epilogue:
+        the plain, bias and activation ones; not one that reads a C (residual, dgated, dact),
+        stores a pre-activation or gates (their loads and buffers are rank 0's alone, not yet
+        built). Elsewhere the split goes through the workspace (``host.Route.in_workspace``)."""
+        return not (self.reads_c or self.preact or self.gated or self.dgated or self.dact)
+
+    @property
     def reads_c(self) -> bool:
         """Whether the kernel reads a C by TMA into its epilogue buffers (``residual``: the
         output's own or ``c_tensor``'s; ``dgated`` and ``dact``: the saved pre-activation)."""

@@ -322,3 +322,19 @@ def test_linear_preact_s_rounding_does_not_depend_on_the_rows_in_batch_invariant
     assert torch.equal(pre, pre_all[:300]) and torch.equal(h, h_all[:300])
     assert not any(Epilogue.parse(v.epilogue).preact for v in d.cache.variants)
     assert "batch-invariant" in core._preact_road(d, x, w, h_all, pre_all)
+
+
+def test_a_cluster_split_product_takes_the_unfused_road(dact):
+    """Where the policy runs the product as a cluster split (a decode problem: 5 rows, K =
+    4096), no dact kernel runs (a cluster split kernel has no dact epilogue): the unfused
+    road, whose product is the cluster split itself; float64's values."""
+    dy, w_down, preact = operands(5, 4096, 1536, F16, seed=3)
+    d = dispatcher()
+    route = d.route("auto", 0, (5, 1536, 4096, None), ("float16",) * 2 + ("float32",))
+    assert route.config.cluster_split > 1 and route.k_parts == route.config.cluster_split
+    got = core.act_grad(dy, w_down, preact, "gelu", dispatcher=d)
+    assert not any(Epilogue.parse(v.epilogue).dact for v in d.cache.variants)
+    assert {v.config.cluster_split for v in d.cache.variants} == {route.config.cluster_split}
+    assert close(got, reference(dy, w_down, preact, "gelu"), F16, 4096)
+    with pytest.raises(ValueError, match="the product's tile is a split one"):
+        core.act_grad_launch(d, dy, w_down, preact, "gelu")

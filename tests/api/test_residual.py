@@ -285,3 +285,22 @@ def test_explain_says_how_c_is_read():
     assert ("read by the kernel where it lies" in own) == (
         registry.C_TENSOR_FAMILIES != frozenset()
     )
+
+
+def test_a_residual_on_a_cluster_split_route_splits_through_the_workspace(fusing):
+    """A decode problem whose plain product the policy runs as a cluster split: with C read by
+    the kernel, whose cluster split form has no residual, the same ways go through the
+    workspace (``Route.in_workspace``); the plain product keeps its cluster split."""
+    d = cpu_dispatcher()
+    a, b = rand((5, 4096), 0), rand((4096, 1536), 1, col=True)
+    route = d.route("auto", None, (5, 1536, 4096, None), ("float16", "float16", "float32"))
+    ways = route.config.cluster_split
+    assert ways > 1
+    c = rand((5, 1536), 2)
+    call(d, a, b, c=c, alpha=1.0, beta=1.0)
+    (v,) = d.cache.variants
+    if not registry.fuses_epilogues(route.backend, scalars=True):  # the product, then C in torch
+        assert v.config.cluster_split == ways and Epilogue.parse(v.epilogue).plain
+    else:
+        assert Epilogue.parse(v.epilogue).residual
+        assert v.config == route.in_workspace().config and v.config.cluster_split == 1

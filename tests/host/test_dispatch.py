@@ -367,7 +367,7 @@ def test_auto_runs_the_entry_and_split_the_policy_chooses(m, n, k, batch, choose
     in_cluster = registry.cluster_split_config(e, choice.split, k, "float16")
     want = in_cluster if in_cluster is not None else e.variant_config(choice.split > 1)
     assert (variant.backend, variant.config) == (e.backend, want)
-    assert (in_cluster is not None) == (m == 1)  # the decode split: 2 over a cluster of 2
+    assert (in_cluster is not None) == (m <= 16)  # the decode splits, over a cluster
     assert variant.c_dtype == "float16"
     assert d.cache.kernel.launches == [132 // host.cluster_size(variant.kernel_config())]
 
@@ -856,6 +856,13 @@ def test_explain_says_a_split_runs_over_a_cluster(monkeypatch):
     assert "split-K: 2 (in the kernel, fp32 partials)" in wording.describe(choice, *args)
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
     assert "split-K: 2 over a cluster of 2 CTAs" in wording.describe(choice, *args)
+    # 4 ways: the 30 clusters of 4 a 132-SM GH100 runs at once, not 33
+    four = choosing.Choice(choosing.entry("swap-pingpong-64x8x128-c1x1"), 4, "forced", "test")
+    text = wording.describe(four, 8, 8192, 4096, *args[3:])
+    assert (
+        "grid: 128 tiles x 4 splits for 132 SMs (120 CTAs at once in clusters of 4): "
+        "4.27 waves" in text
+    )
 
 
 @pytest.mark.parametrize(

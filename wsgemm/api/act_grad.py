@@ -150,7 +150,7 @@ def _refusal(route, config) -> str | None:
         return f"the product runs torch.matmul here ({route.reason})"
     if not host.fuses_act_grad(route.backend):
         return "the dact kernels are switched off here (host.registry.DACT_FAMILIES)"
-    if route.split != 1 or config.splits_in_kernel:
+    if route.k_parts != 1 or config.splits_in_kernel:  # a workspace or a cluster split
         return "the product's tile is a split one (a dact epilogue's is unsplit)"
     return None
 

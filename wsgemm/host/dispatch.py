@@ -80,6 +80,18 @@ class Route:
     reason: str = ""
     keep: bool = True
 
+    def in_workspace(self) -> Route:
+        """This route with a cluster split's parts through the workspace instead (the same
+        ways, ``split_k``'s kernel): for what a cluster split kernel does not run (a traced
+        call, an epilogue that reads C or stores a second output:
+        ``Epilogue.rides_cluster_split``). Any other route is returned as it is."""
+        ways = getattr(self.config, "cluster_split", 1)
+        if ways == 1:
+            return self
+        config = dataclasses.replace(self.config, cluster_split=1, cluster_split_pieces=1,
+                                     split_k=0)  # fmt: skip
+        return dataclasses.replace(self, config=config, split=ways)
+
     @property
     def k_parts(self) -> int:
         """How many parts K is split into, in either form: the workspace split's count, or a
@@ -481,9 +493,10 @@ class Dispatcher:
         if BACKENDS["sm90"].supports(cc) and model is not None:
             problem, dtypes = (rows, n, k, None), (dtype, "float32", "float32")
             choice = self.model_choice(device, problem, dtypes)
+            in_cluster = choosing.split_in_cluster(choice.menu_entry, choice.split, k, "float32")
             roads = choosing.gated_roads(model, choice.menu_entry, choice.split, rows, n, k,
                                          sm_count, activation, swap_tile_n=swap_tile_n,
-                                         small=small)  # fmt: skip
+                                         small=small, cluster_split=in_cluster)  # fmt: skip
             if roads is not None:
                 split = f" split {choice.split}" if choice.split > 1 else ""
                 times = f"{roads.product_us:.1f} + {roads.gating_us:.1f} us"

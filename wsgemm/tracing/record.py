@@ -96,6 +96,9 @@ def record(
     d = DISPATCHER
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     route = d.route(backend, device, (p.m, p.n, p.k, p.batch), p.dtype_names, config)
+    # a cluster split is not traced (its kernel refuses the recorders): its ways through the
+    # workspace, which the trace draws as a split (docs/trace.md)
+    route = route.in_workspace()
     traced_split = route.split if split_k else 1
     if getattr(route.config, "split_k", 1) != 1 and traced_split == 1:  # traced unsplit
         route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))

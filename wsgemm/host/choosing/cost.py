@@ -285,11 +285,9 @@ def gated_kernel_entry(rows: int, small: bool = False) -> str:
 #: half-width result. Timed (an H100, docs/perf.md entry 85) the tile ran 1.02-1.14x the
 #: plain product at 1-16 rows and 0.90-1.09x at 32, where the proxy said ~1.0x and ~1.1x: the
 #: proxy's price is scaled per width (``GATED_SWAP_SCALE``, the geomean of measured over
-#: predicted swap-over-road ratio, ``scripts/fit_gated_swap.py`` on ``SHIPPED_SWAP_FIT``;
-#: refitted when the road's product could take a cluster split: 1.090 -> 1.089 and 0.940 ->
-#: 0.936, docs/perf.md entry 97).
+#: predicted swap-over-road ratio, ``scripts/fit_gated_swap.py`` on ``SHIPPED_SWAP_FIT``).
 GATED_SWAP_TILE_N = (8, 16, 32)
-GATED_SWAP_SCALE = {8: 1.089, 16: 1.084, 32: 0.936}
+GATED_SWAP_SCALE = {8: 1.090, 16: 1.084, 32: 0.940}
 GATED_SWAP_MAX_ROWS = GATED_SWAP_TILE_N[-1]
 GATED_SWAP_PROXY = {
     8: "swap-pingpong-64x8x128-c1x1",
@@ -346,6 +344,7 @@ def gated_roads(
     swap_tile_n: int | None = None,
     swap_scale: float | None = None,
     small: bool = False,
+    cluster_split: bool = False,
 ) -> GatedRoads | None:
     """The two roads of ``gated_linear`` on an (m, n = 2I, k) product: the gated kernel (its
     row tile, ``gated_kernel_entry``, with ``GATED_KERNEL_COSTS``' constants for it, unsplit,
@@ -355,11 +354,13 @@ def gated_roads(
     constants (a fit). ``swap_tile_n``: the gated kernel is the swap-AB decode tile of that
     width (``gated_swap_tile_n``), priced as ``GATED_SWAP_PROXY``'s entry times
     ``GATED_SWAP_SCALE``'s (``swap_scale`` in its place, for a fit). ``small``: the row tile is
-    ``gated_kernel_entry``'s with the small tile allowed. None where the model lacks an entry.
-    The product is priced as its split ran when the road's constants were fitted: through the
-    workspace (its records predate the cluster split; docs/perf.md entry 97)."""
+    ``gated_kernel_entry``'s with the small tile allowed. ``cluster_split``: the product's
+    split runs over a cluster (``rules.split_in_cluster``), priced in that form; a fit that
+    replays records timed before the cluster split ran keeps it off (``scripts/fit_gated_*``).
+    None where the model lacks an entry."""
     costs = GATED_KERNEL_COSTS if kernel_costs is None else kernel_costs
-    plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4))
+    plain = predict(model, product, features(product, split, m, n, k, 1, sm_count, 2, 4,
+                                             cluster_split))  # fmt: skip
     gating = gating_pass_us(m, n // 2, activation, pass_us, pass_tb_s)
     if swap_tile_n is not None:
         # a 128-row tile over K is a 64-row tile over 2K (the same weight bytes and MMA work

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...support import ELEMENT_BYTES, dtype_error
+from .. import registry
 from ..registry import cluster_split_config
 from ..settings import current
 from . import cost
@@ -263,7 +264,10 @@ def choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant
     (``batch_invariant_requested``). Memoized: a repeated problem (M
     counted in blocks of ``M_QUANTUM`` rows) costs a dict lookup; a new one a table search."""
     table = _environment()[1]
-    return _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table)
+    # (the cluster split's switch keys the memo: a split is priced in the form it runs)
+    clusters = registry.CLUSTER_SPLIT_FAMILIES
+    return _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table,
+                   clusters)  # fmt: skip
 
 
 @_asks_of_a_problem
@@ -304,7 +308,8 @@ def _flat(allowed: dict) -> tuple[tuple[MenuEntry, int], ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path):
+def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
+            clusters=None):  # fmt: skip
     _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
@@ -317,8 +322,14 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     table = table_for(tables(table_path), sm_count, cc)
     found = None if table is None else nearest(table, m, n, k, batch, sm_count, allowed)
     # The table corrects the model where it measured the model's pick against the others;
-    # a cell measured before the model's pick joined the menu cannot overrule it.
-    if found is not None and (not ranked or (ranked[0][2].name, ranked[0][3]) in found[3]):
+    # a cell measured before the model's pick joined the menu cannot overrule it, nor can one
+    # measured before a split ran over a cluster (its cells timed the workspace form alone).
+    measured_pick = (
+        ranked
+        and not ranked[0][0].features.cluster_split
+        and ((ranked[0][2].name, ranked[0][3]) in (found[3] if found is not None else ()))
+    )
+    if found is not None and (not ranked or measured_pick):
         e, split, why, _ = found
         if ranked and (e, split) != (ranked[0][2], ranked[0][3]):
             p = ranked[0][0]
@@ -436,9 +447,10 @@ def _why(best, rest, e, split, count) -> str:
     if rest:
         p, _, other, s = rest[0]
         said += f"; next {other.name} split {s} at {p.us:.1f} us"
-        if p.us < best.us:  # a split within SPLIT_MARGIN of the winner: ranked behind it
-            said += (f" (a split must be predicted {SPLIT_MARGIN:.0%} faster to be taken: the "
-                     "model prices its fix-up within its error)")  # fmt: skip
+        if p.us < best.us:  # a split within its margin of the winner: ranked behind it
+            form = "split over a cluster" if p.features.cluster_split else "split"
+            said += (f" (a {form} must be predicted {_margin(p.features):.0%} faster to be "
+                     "taken: the model prices its fix-up within its error)")  # fmt: skip
         elif p.features.waves > f.waves:
             said += f" ({p.features.waves} waves)"
         elif p.bound != best.bound:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry import cluster_split_config
+from . import cost
 from .rules import Choice, batch_invariant_requested, choose
 
 __all__ = ["describe", "explain", "grid", "predicted"]
@@ -24,7 +25,8 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
     split = f"{choice.split} (in the kernel, fp32 partials)" if choice.split > 1 else "1 (none)"
-    if cluster_split_config(e, choice.split, k, c_dtype) is not None:
+    in_cluster = cluster_split_config(e, choice.split, k, c_dtype) is not None
+    if in_cluster:
         split = (f"{choice.split} over a cluster of {choice.split} CTAs (fp32 partials met in "
                  "shared memory)")  # fmt: skip
     return "\n".join(
@@ -33,7 +35,7 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
             f"{acc_dtype} accumulate; sm_{cc[0]}{cc[1]} with {sm_count} SMs{mode}",
             f"kernel: {e.name} (backend {e.backend}: {e.describe()})",
             f"split-K: {split}",
-            f"grid: {grid(choice, m, n, batch, sm_count)}",
+            f"grid: {grid(choice, m, n, batch, sm_count, in_cluster)}",
             f"why ({choice.source}): {choice.reason}",
             *predicted(choice),
         ]
@@ -55,9 +57,11 @@ def predicted(choice: Choice) -> list[str]:
     return lines
 
 
-def grid(choice: Choice, m: int, n: int, batch: int, sm_count: int) -> str:
+def grid(choice: Choice, m: int, n: int, batch: int, sm_count: int, in_cluster=False) -> str:
     """The work units against the SMs (one CTA each): how whole the waves are, which is what
-    decides a mid-size problem's speed (docs/perf.md entry 28)."""
+    decides a mid-size problem's speed (docs/perf.md entry 28). ``in_cluster``: the split
+    runs over clusters of its ways, of which fewer may run at once than the SMs hold
+    (``cost.clusters_at_once``)."""
     tiles = choice.menu_entry.tiles(m, n, batch)
     if choice.source == "empty" or tiles == 0:
         return "none (an empty problem)"
@@ -65,11 +69,17 @@ def grid(choice: Choice, m: int, n: int, batch: int, sm_count: int) -> str:
         return f"{tiles} tiles for {sm_count} SMs, the last waves' k-tiles shared by all (stream-K)"
     units = tiles * choice.split
     what = f"{tiles} tiles" if choice.split == 1 else f"{tiles} tiles x {choice.split} splits"
-    full, rest = divmod(units, sm_count)
-    if units <= sm_count:
+    slots, where = sm_count, f"{sm_count} SMs"
+    if in_cluster:
+        size = choice.split * choice.menu_entry.cluster[0] * choice.menu_entry.cluster[1]
+        slots = cost.clusters_at_once(sm_count, size) * size
+        if slots < sm_count:
+            where += f" ({slots} CTAs at once in clusters of {size})"
+    full, rest = divmod(units, slots)
+    if units <= slots:
         fill = f"one wave, {units / sm_count:.0%} of the SMs busy"
     elif rest:
-        fill = f"{units / sm_count:.2f} waves, the last {rest / sm_count:.0%} full"
+        fill = f"{units / slots:.2f} waves, the last {rest / slots:.0%} full"
     else:
         fill = f"{full} whole waves"
-    return f"{what} for {sm_count} SMs: {fill}"
+    return f"{what} for {where}: {fill}"

@@ -456,8 +456,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             refused = {
                 "tracing": trace,
                 "groups": self.grouped is not None,
-                "a residual, preact, gated, dgated or dact epilogue": epilogue.reads_c
-                or epilogue.preact or epilogue.gated or epilogue.dgated or epilogue.dact,
+                "a residual, preact, gated, dgated or dact epilogue": (
+                    not epilogue.rides_cluster_split
+                ),
             }  # fmt: skip
             used = [what for what, on in refused.items() if on]
             if used:
