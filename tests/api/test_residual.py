@@ -304,3 +304,21 @@ def test_a_residual_on_a_cluster_split_route_splits_through_the_workspace(fusing
     else:
         assert Epilogue.parse(v.epilogue).residual
         assert v.config == route.in_workspace().config and v.config.cluster_split == 1
+
+
+def test_a_bias_on_a_cluster_split_route_waits_for_its_gpu_check(fusing, monkeypatch):
+    """A bias (and an activation) rides the cluster split kernel, but has not run on a GPU:
+    with ``CLUSTER_SPLIT_EPILOGUE_FAMILIES`` empty (main's) the split goes through the
+    workspace; with it on, over the cluster."""
+    a, b = rand((5, 4096), 0), rand((4096, 1536), 1, col=True)
+    bias = rand((1536,), 3)
+    for on, want_cluster in ((frozenset(), False), (registry.EPILOGUE_FAMILIES, True)):
+        monkeypatch.setattr(registry, "CLUSTER_SPLIT_EPILOGUE_FAMILIES", on)
+        d = cpu_dispatcher()
+        route = d.route("auto", None, (5, 1536, 4096, None), ("float16", "float16", "float32"))
+        ways = route.config.cluster_split
+        call(d, a, b, bias=bias, activation="gelu_tanh", alpha=1.0, beta=0.0)
+        (v,) = d.cache.variants
+        assert Epilogue.parse(v.epilogue).bias != "none"
+        assert (v.config.cluster_split == ways) == want_cluster
+        assert want_cluster or v.config == route.in_workspace().config

@@ -201,3 +201,35 @@ def test_cluster_split_under_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     _check(out, a, b)
+
+
+@pytest.mark.parametrize("activation", [None, "gelu_tanh", "silu"])
+@pytest.mark.parametrize("name, ways", [("swap-pingpong-64x16x128", 2),
+                                        ("swap-pingpong-64x8x128", 4),
+                                        ("cooperative-128x64", 2)])  # fmt: skip
+def test_cluster_split_epilogue_bias_and_activation(monkeypatch, name, ways, activation):
+    """A bias (per output column: a row bias of the swap-AB problem) and an activation on the
+    cluster split kernel, rank 0's epilogue after the sum (``registry.
+    CLUSTER_SPLIT_EPILOGUE_FAMILIES``, switched on here): float64's values, the workspace
+    split's bits."""
+    from op_helpers import addmm_reference
+
+    from wsgemm.host import registry
+
+    _sm90()
+    monkeypatch.setattr(registry, "CLUSTER_SPLIT_EPILOGUE_FAMILIES", registry.EPILOGUE_FAMILIES)
+    monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
+    backend, config = TILES[name]
+    for m, n, k in [(5, 1000, 1021), (16, 4100, 2048)]:
+        a, b = _operands(m, n, k, None, seed=ways)
+        bias = torch.randn(n, device="cuda").to(F16)
+        outs = {}
+        for form in ("cluster", "workspace"):
+            fields = dict(cluster_split=ways) if form == "cluster" else dict(split_k=ways)
+            out = torch.full((m, n), float("nan"), dtype=F16, device="cuda")
+            api.matmul(a, b, out=out, backend=backend, bias=bias, activation=activation,
+                       config=dataclasses.replace(config, **fields))  # fmt: skip
+            outs[form] = out
+        want = addmm_reference(a, b, None, 1.0, 0.0, bias, activation).to(F16)
+        torch.testing.assert_close(outs["cluster"].double(), want.double(), rtol=4e-3, atol=4e-3)
+        assert torch.equal(outs["cluster"], outs["workspace"])

@@ -564,7 +564,7 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None, c=None):
             epi = p.epilogue
     index = a.device.index
     kernel_epi = (epi.swapped() if swap else epi) if fused else PLAIN
-    if not kernel_epi.rides_cluster_split:  # (e.g. a residual: its split in the workspace)
+    if not host.runs_over_cluster(route.backend, kernel_epi):  # its split in the workspace
         route = route.in_workspace()
     fn, clusters = d.kernel(
         route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config,

@@ -264,6 +264,24 @@ CLUSTER_SPLIT_FAMILIES: frozenset[str] = frozenset({"sm90"})
 CLUSTER_SPLIT_MAX_PARTIAL_BYTES = 64 * 32 * 4
 
 
+#: The families whose cluster split kernels run a fused bias or activation in calls: built
+#: (``Epilogue.rides_cluster_split``: rank 0 runs the epilogue after the sum) and compiled, but
+#: not yet run on a GPU, so empty: there a call with a bias or an activation on a cluster-split
+#: route takes the same ways through the workspace (``Route.in_workspace``), as a residual does.
+#: ``tests/gpu/test_gpu_cluster_split.py -k epilogue`` switches it on for itself.
+CLUSTER_SPLIT_EPILOGUE_FAMILIES: frozenset[str] = frozenset()
+
+
+def runs_over_cluster(backend: str, epilogue) -> bool:
+    """Whether ``backend``'s cluster split kernel runs a call with ``epilogue`` (an
+    ``Epilogue``): the plain one, or one it rides once ``CLUSTER_SPLIT_EPILOGUE_FAMILIES``
+    holds the family; elsewhere the split goes through the workspace."""
+    if epilogue.plain:
+        return True
+    family = BACKENDS[backend].family
+    return epilogue.rides_cluster_split and family in CLUSTER_SPLIT_EPILOGUE_FAMILIES
+
+
 def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
     """The config that runs menu ``entry`` split ``split`` ways as a cluster split, or None
     where it does not (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; a
