@@ -421,3 +421,15 @@ def test_explain_gated_gives_the_road_s_own_reason_and_refuses_what_gated_linear
         wsgemm.explain(x, w.t(), gated=True, cc=HOPPER, bias=torch.randn(24, dtype=F16))
     text = wsgemm.explain(x, w.t(), gated=True, cc=HOPPER, bias=torch.randn(48, dtype=F16))
     assert "act(gate) * up + its bias" in text
+
+
+def test_explain_says_when_an_epilogue_takes_a_cluster_split_through_the_workspace():
+    """At decode the policy splits over a cluster; a bias (not yet GPU-checked beside it) runs
+    the same ways through the workspace, and ``explain`` says so; a plain call does not."""
+    a = torch.empty(5, 4096, dtype=F16, device="meta")
+    b = torch.empty(4096, 1536, dtype=F16, device="meta")
+    bias = torch.empty(1536, dtype=F16, device="meta")
+    plain = wsgemm.explain(a, b, cc=HOPPER)
+    assert "over a cluster of" in plain and "go through the workspace" not in plain
+    biased = wsgemm.explain(a, b, bias=bias, cc=HOPPER)
+    assert "parts go through the workspace, not over a cluster" in biased

@@ -434,9 +434,21 @@ def explain(
     text = d.explain(backend, a.device.index, problem, p.dtype_names, mufu)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True, mufu=mufu)
     epilogue = _epilogue_line(p, route) + (where or "")
+    ways = getattr(route.config, "cluster_split", 1)  # (torch's route: no config)
+    if ways > 1 and not p.epilogue.plain and _splits_in_workspace(route, p.epilogue):
+        epilogue += (f"split: with this epilogue the {ways} parts go through the workspace, not "
+                     "over a cluster (its cluster split form is not yet checked on a GPU, or "
+                     "does not exist)\n")  # fmt: skip
     if route.backend == TORCH:
         return f"{text}\n{epilogue}{fallback.describe_operands()}"
     return f"{text}\n{epilogue}{_operands(d, a, b, out, p, route)}"
+
+
+def _splits_in_workspace(route: Route, e) -> bool:
+    """Whether a cluster-split route runs epilogue ``e`` with its parts through the workspace
+    (the kernel fuses ``e``, and its cluster split form is not switched on: ``_launch``)."""
+    fused = host.fuses_epilogues(route.backend, scalars=e.scalars)
+    return fused and not host.runs_over_cluster(route.backend, e)
 
 
 def _epilogue_line(p: Problem, route: Route) -> str:
