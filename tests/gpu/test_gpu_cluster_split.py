@@ -137,13 +137,17 @@ PIECES = [
     ("cooperative-128x256", 2, 8),
     ("cooperative-128x256", 4, 16),
     ("swap-pingpong-64x16x128", 2, 2),
+    # two pieces: each slot's phase then turns with the tiles (with more, it repeats per tile)
+    ("cooperative-128x64", 4, 2),
+    ("pingpong-64x128", 2, 2),
 ]
 
 
 @pytest.mark.parametrize("name, ways, pieces", PIECES, ids=lambda v: str(v))
 @pytest.mark.parametrize(
     "shape",
-    [SHAPES[1], SHAPES[3], SHAPES[4], SHAPES[5], (300, 4096, 4096, None)],
+    # (the last: several tiles a consumer unit, on every tile)
+    [SHAPES[1], SHAPES[3], SHAPES[4], SHAPES[5], (300, 4096, 4096, None), (2048, 4096, 4096, None)],
     ids=lambda s: "x".join(map(str, s)),
 )
 def test_cluster_split_in_pieces_matches_the_reference_and_the_whole_tile(name, ways, pieces,

@@ -308,30 +308,35 @@ def _assert_cluster_split(compiled, name, v, values):
     assert ops["UCGABAR_ARV"] >= 1 and ops["UCGABAR_WAIT"] >= 1, "no cluster barrier at init"
     assert not any(op.startswith(("ATOMG", "RED.", "MEMBAR.ALL.GPU", "MEMBAR.SC.GPU"))
                    for op in ops), ops  # fmt: skip
-    _assert_reads_done_before_release(r.sass_text)
+    _assert_reads_done_before_release(r.sass_text, (ways - 1) * values // pieces // 4)
     assert_clean(r)
 
 
-def _assert_reads_done_before_release(text: str) -> None:
+def _assert_reads_done_before_release(text: str, loads: int) -> None:
     """Rank 0 lets the senders reuse their slots with a CTA-scoped remote arrive, which orders
     nothing: it is safe because every slot value is already in a register, consumed by an
     add, before the unit's barrier that precedes the arrive. Checked here for every release
-    (one per piece), so that a compiler that moved a read past the barrier would fail this
-    test, not race on the GPU."""
+    (one per piece): exactly ``loads`` 16-byte slot reads between the previous release and the
+    barrier, each consumed before it, and none between the barrier and the arrive, so that a
+    compiler that moved a read past the barrier would fail this test, not race on the GPU."""
     lines = [line.split("*/", 1)[-1].strip(" ;") for line in text.splitlines() if "*/" in line]
     arrives = [i for i, x in enumerate(lines) if x.startswith("SYNCS.ARRIVE.TRANS64.RED")]
     assert arrives, "no release"
-    checked, start = 0, 0
+    start, releases = 0, 0
     for arrive in arrives:
         barriers = [i for i in range(start, arrive) if lines[i].startswith("BAR.SYNC")]
         if not barriers:  # a second arrive of the same release (another peer)
+            assert not any(lines[i].startswith("LDS.128") for i in range(start, arrive))
+            start = arrive
             continue
         barrier = barriers[-1]
         reads = [i for i in range(start, barrier) if lines[i].startswith("LDS.128")]
+        assert len(reads) == loads, f"{len(reads)} slot reads before release {releases}"
+        late = [i for i in range(barrier, arrive) if lines[i].startswith("LDS.128")]
+        assert not late, f"slot reads after the barrier of release {releases}: {late}"
         _assert_consumed(lines, reads, barrier)
-        checked += bool(reads)
+        releases += 1
         start = arrive
-    assert checked, "no slot reads before a release"
 
 
 def _assert_consumed(lines: list[str], reads: list[int], barrier: int) -> None:
