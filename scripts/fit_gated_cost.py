@@ -27,7 +27,6 @@ Needs numpy and scipy (a development tool: the model itself is pure Python).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -107,24 +106,17 @@ def _model() -> cost.CostModel:
     return model
 
 
-@contextlib.contextmanager
-def as_recorded():
-    """The product's choice as it ran when the records were timed (2026-12-06): no split over
-    a cluster then (``registry.CLUSTER_SPLIT_FAMILIES``, on since docs/perf.md entry 97)."""
-    saved = registry.CLUSTER_SPLIT_FAMILIES
-    registry.CLUSTER_SPLIT_FAMILIES = frozenset()
-    try:
-        yield
-    finally:
-        registry.CLUSTER_SPLIT_FAMILIES = saved
+def product_choice(r: Row) -> choosing.Choice:
+    """``auto``'s pick for the unfused road's product (fp32 out), as it ran when the records
+    were timed: before the cluster split (docs/perf.md entry 97)."""
+    with registry.switches(CLUSTER_SPLIT_FAMILIES=frozenset()):
+        return choosing.choose(r.m, r.n, r.k, 1, "float16", "float32", "float32", SM_COUNT, CC,
+                               batch_invariant=False)  # fmt: skip
 
 
 def product_us(model, r: Row) -> float:
-    """The model's time for the unfused road's product: ``auto``'s pick, fp32 out (as it ran
-    when the records were timed)."""
-    with as_recorded():
-        choice = choosing.choose(r.m, r.n, r.k, 1, "float16", "float32", "float32", SM_COUNT,
-                                 CC, batch_invariant=False)  # fmt: skip
+    """The model's time for the unfused road's product (``product_choice``)."""
+    choice = product_choice(r)
     f = cost.features(choice.menu_entry, choice.split, r.m, r.n, r.k, 1, SM_COUNT, 2, 4)
     return cost.predict(model, choice.menu_entry, f).us
 
@@ -202,9 +194,7 @@ def judge(rows: list[Row], costs=None, us=None, tb_s=None) -> dict:
     chosen, kernel, best, predicted, missed = [], [], [], [], []
     rows = [r for r in rows if r.tile is None and not math.isnan(r.road_us)]
     for r in rows:
-        with as_recorded():  # (the records predate the cluster split: fit_gated_swap's)
-            choice = choosing.choose(r.m, r.n, r.k, 1, "float16", "float32", "float32",
-                                     SM_COUNT, CC, batch_invariant=False)  # fmt: skip
+        choice = product_choice(r)
         swap_tile_n = cost.gated_swap_tile_n(r.m) if r.swap else None
         roads = cost.gated_roads(model, choice.menu_entry, choice.split, r.m, r.n, r.k, SM_COUNT,
                                  r.activation, costs, us, tb_s, swap_tile_n,

@@ -19,7 +19,6 @@ rows where the chosen road was more than 5% slower than the other.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -45,21 +44,14 @@ def read_rows(paths) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def as_recorded():
-    """The product's choice as it ran when the records were timed (2026-12-06): no split over
-    a cluster then (``registry.CLUSTER_SPLIT_FAMILIES``, on since docs/perf.md entry 97)."""
-    saved = registry.CLUSTER_SPLIT_FAMILIES
-    registry.CLUSTER_SPLIT_FAMILIES = frozenset()
-    try:
-        yield
-    finally:
-        registry.CLUSTER_SPLIT_FAMILIES = saved
+#: The records predate the cluster split (2026-12-06): their products' choices are replayed as
+#: they ran then (docs/perf.md entry 97).
+AS_RECORDED = dict(CLUSTER_SPLIT_FAMILIES=frozenset())
 
 
 def _roads(r: dict, scale: float | None):
     model = choosing.cost_model_for(SM_COUNT, CC)
-    with as_recorded():
+    with registry.switches(**AS_RECORDED):
         choice = choosing.choose(r["m"], r["n"], r["k"], 1, "float16", "float32", "float32",
                                  SM_COUNT, CC, batch_invariant=False)  # fmt: skip
     return cost.gated_roads(model, choice.menu_entry, choice.split, r["m"], r["n"], r["k"],

@@ -11,20 +11,8 @@ before the command's first call reads it; the policy's choices are computed afre
 
 from __future__ import annotations
 
+import contextlib
 import sys
-
-
-def switch_on(names: str) -> list[str]:
-    """Turn the named ``host.registry`` switches on; the names set (a bad name: ValueError)."""
-    from wsgemm.host import registry
-
-    done = []
-    for name in filter(None, names.split(",")):
-        if not name.endswith("_FAMILIES") or not hasattr(registry, name):
-            raise ValueError(f"{name!r} is not a host.registry family switch")
-        setattr(registry, name, registry.EPILOGUE_FAMILIES)
-        done.append(name)
-    return done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,15 +20,20 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        names = switch_on(argv[0])
-    except ValueError as exc:
-        print(f"switched.py: {exc}", file=sys.stderr)
-        return 2
     from wsgemm import cli
+    from wsgemm.host import registry
 
-    print(f"switched on: {', '.join(names) or 'none'}", file=sys.stderr)
-    return cli.main(argv[1:])
+    names = [name for name in argv[0].split(",") if name]
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(
+                registry.switches(**dict.fromkeys(names, registry.EPILOGUE_FAMILIES))
+            )
+        except ValueError as exc:
+            print(f"switched.py: {exc}", file=sys.stderr)
+            return 2
+        print(f"switched on: {', '.join(names) or 'none'}", file=sys.stderr)
+        return cli.main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -890,3 +890,23 @@ def test_a_cluster_split_kernel_that_cannot_be_built_says_why(fields, acc, messa
     config = Sm90Config(tile_m=64, schedule="pingpong", **fields)
     with pytest.raises(ValueError, match=message):
         Sm90Gemm(config, cutlass.Float16, cutlass.Float16, getattr(cutlass, acc))
+
+
+def test_registry_switches_set_for_a_block_and_put_back():
+    """``registry.switches``: the named family switches for the block, restored after it (an
+    exception too); a name that is no switch raises and sets nothing."""
+    from wsgemm.host import registry
+
+    before = registry.CLUSTER_SPLIT_FAMILIES, registry.DACT_FAMILIES
+    with registry.switches(CLUSTER_SPLIT_FAMILIES=frozenset(), DACT_FAMILIES=frozenset({"x"})):
+        assert registry.CLUSTER_SPLIT_FAMILIES == frozenset()
+        assert registry.DACT_FAMILIES == frozenset({"x"})
+    assert (registry.CLUSTER_SPLIT_FAMILIES, registry.DACT_FAMILIES) == before
+    with pytest.raises(RuntimeError), registry.switches(DACT_FAMILIES=frozenset()):
+        raise RuntimeError
+    assert registry.DACT_FAMILIES == before[1]
+    for bad in ("MENU", "NO_SUCH_FAMILIES"):
+        with pytest.raises(ValueError, match="is not a host.registry family switch"):
+            with registry.switches(**{bad: frozenset(), "DACT_FAMILIES": frozenset()}):
+                pass
+    assert registry.DACT_FAMILIES == before[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -270,6 +271,22 @@ CLUSTER_SPLIT_MAX_PARTIAL_BYTES = 64 * 32 * 4
 #: route takes the same ways through the workspace (``Route.in_workspace``), as a residual does.
 #: ``tests/gpu/test_gpu_cluster_split.py -k epilogue`` switches it on for itself.
 CLUSTER_SPLIT_EPILOGUE_FAMILIES: frozenset[str] = frozenset()
+
+
+@contextlib.contextmanager
+def switches(**families: frozenset[str]):
+    """The named family switches (``..._FAMILIES`` of this module) set for a block, then put
+    back: a fit replaying records timed before a switch changed, or a tool's run with one on
+    (``scripts/switched.py``). A name that is no switch: ValueError, nothing set."""
+    for name in families:
+        if not name.endswith("_FAMILIES") or name not in globals():
+            raise ValueError(f"{name!r} is not a host.registry family switch")
+    saved = {name: globals()[name] for name in families}
+    globals().update(families)
+    try:
+        yield
+    finally:
+        globals().update(saved)
 
 
 def runs_over_cluster(backend: str, epilogue) -> bool:
