@@ -20,6 +20,12 @@ compares with MODEL there: the median, over the problem's candidates MODEL knows
 prediction over the measured time; so a new entry is placed against the menu it was timed
 beside, not against the other GPU's clock and memory.
 
+``--cluster-split MODEL.json [--judge RECORDS]`` fits only MODEL's ``per_cluster_split`` (the
+cluster split's price, ``cost.py``) on timings of the menu's split entries in both forms
+(``tune_menu.py --with-cluster-split`` CSVs or ``bench_cluster_split.py`` records), anchored
+as ``--extend`` anchors; ``--judge`` reports the picks with and without the cluster form on
+records it was not fitted on. Both go in the model's ``fit.cluster_split``.
+
 Needs numpy and scipy (a development tool: the model itself is pure Python).
 """
 
@@ -158,32 +164,9 @@ class Fitter:
         return out
 
     def anchor(self, base: cost.CostModel) -> None:
-        """Scale each problem's times to ``base``'s GPU: by the median, over the problem's
-        candidates ``base`` has constants for, of ``base``'s prediction over the time (its
-        cuBLAS time too, so the choices' ratios stay what was measured)."""
-        np = self.np
-        by_problem = defaultdict(list)
-        for i, s in enumerate(self.samples):
-            by_problem[s.label].append(i)
-        for label, rows in by_problem.items():
-            ratios = []
-            for i in rows:
-                s = self.samples[i]
-                e = choosing.entry(s.entry)
-                b = element_bytes(s.dtype)
-                p = cost.predict(base, e, cost.features(e, s.split, s.m, s.n, s.k, 1,
-                                                        self.sm_count, b, b))  # fmt: skip
-                if p is not None:
-                    ratios.append(p.us / s.us)
-            if not ratios:
-                raise SystemExit(f"--extend: no candidate of {label!r} has constants to anchor it")
-            factor = float(np.median(ratios))
-            self.us[rows] *= factor
-            for i in rows:
-                s = self.samples[i]
-                self.samples[i] = dataclasses.replace(
-                    s, us=s.us * factor, cublas_us=s.cublas_us * factor
-                )
+        """Scale each problem's times to ``base``'s GPU (``anchor_to``)."""
+        self.samples = anchor_to(self.samples, base, self.sm_count)
+        self.us = self.np.array([s.us for s in self.samples])
 
     def model(self, p, device: str, source: str, fit: dict, base=None) -> dict:
         per_entry, machine = self.unpack(p)
@@ -248,33 +231,29 @@ def _prediction(model: cost.CostModel, s: Sample, sm_count: int) -> cost.Predict
 
 
 def anchor_to(samples: list[Sample], base: cost.CostModel, sm_count: int) -> list[Sample]:
-    """Each problem's times (its cuBLAS time too) scaled to ``base``'s GPU by the median, over
-    its workspace and unsplit candidates, of ``base``'s prediction over the time (as
-    ``--extend`` anchors): the model's error, not the two GPUs' difference."""
+    """``samples`` (in their order) with each problem's times, its cuBLAS time too, scaled to
+    ``base``'s GPU: by the median, over the problem's unsplit and workspace-split candidates
+    ``base`` has constants for, of ``base``'s prediction over the time. So a model is judged on
+    its error, not on the two GPUs' difference, and the choices' ratios stay as measured."""
     import numpy as np
 
-    by_problem = defaultdict(list)
+    ratios = defaultdict(list)
     for s in samples:
-        by_problem[s.label].append(s)
-    anchored = []
-    for label, rows in by_problem.items():
-        ratios = [p.us / s.us for s in rows if not s.cluster_split
-                  for p in [_prediction(base, s, sm_count)] if p is not None]  # fmt: skip
-        if not ratios:
-            raise SystemExit(
-                f"--cluster-split: no workspace or unsplit candidate anchors {label!r}"
-            )
-        factor = float(np.median(ratios))
-        anchored += [dataclasses.replace(s, us=s.us * factor, cublas_us=s.cublas_us * factor)
-                     for s in rows]  # fmt: skip
-    return anchored
+        p = None if s.cluster_split else _prediction(base, s, sm_count)
+        if p is not None:
+            ratios[s.label].append(p.us / s.us)
+    missing = sorted({s.label for s in samples} - set(ratios))
+    if missing:
+        raise SystemExit(f"no candidate of {missing[0]!r} has constants to anchor it")
+    factor = {label: float(np.median(r)) for label, r in ratios.items()}
+    return [dataclasses.replace(s, us=s.us * f, cublas_us=s.cublas_us * f)
+            for s in samples for f in [factor[s.label]]]  # fmt: skip
 
 
 def fit_cluster_split(samples: list[Sample], base: cost.CostModel, sm_count: int):
-    """``per_cluster_split`` fitted on the cluster-split samples, the rest of ``base`` kept:
-    each problem's times first scaled to ``base``'s GPU by the median, over its workspace and
-    unsplit candidates, of ``base``'s prediction over the time (as ``--extend`` anchors).
-    Returns (the constant, the samples anchored)."""
+    """``per_cluster_split`` fitted on the cluster-split samples, the rest of ``base`` kept,
+    each problem first anchored to ``base``'s GPU (``anchor_to``). Returns (the constant, the
+    samples anchored)."""
     from scipy.optimize import least_squares
 
     anchored = anchor_to(samples, base, sm_count)
