@@ -488,7 +488,7 @@ class Epilogue:
         """Whether a cluster split kernel (``Sm90Config.cluster_split``) runs this epilogue:
         the plain, bias and activation ones; not one that reads a C (residual, dgated, dact),
         stores a pre-activation or gates (their loads and buffers are rank 0's alone, not yet
-        built). Elsewhere the split goes through the workspace (``host.Route.in_workspace``)."""
+        built). Elsewhere the split goes through the workspace (``host.Route.for_epilogue``)."""
         return not (self.reads_c or self.preact or self.gated or self.dgated or self.dact)
 
     @property

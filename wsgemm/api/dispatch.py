@@ -434,21 +434,15 @@ def explain(
     text = d.explain(backend, a.device.index, problem, p.dtype_names, mufu)
     route = d.route(backend, a.device.index, problem, p.dtype_names, quiet=True, mufu=mufu)
     epilogue = _epilogue_line(p, route) + (where or "")
-    ways = getattr(route.config, "cluster_split", 1)  # (torch's route: no config)
-    if ways > 1 and not p.epilogue.plain and _splits_in_workspace(route, p.epilogue):
-        epilogue += (f"split: with this epilogue the {ways} parts go through the workspace, not "
-                     "over a cluster (its cluster split form is not yet checked on a GPU, or "
-                     "does not exist)\n")  # fmt: skip
+    fused = route.backend != TORCH and host.fuses_epilogues(route.backend,
+                                                            scalars=p.epilogue.scalars)  # fmt: skip
+    if route.for_epilogue(p.epilogue if fused else PLAIN) is not route:
+        epilogue += (f"split: with this epilogue the {route.k_parts} parts go through the "
+                     "workspace, not over a cluster (its cluster split form is not yet checked "
+                     "on a GPU, or does not exist)\n")  # fmt: skip
     if route.backend == TORCH:
         return f"{text}\n{epilogue}{fallback.describe_operands()}"
     return f"{text}\n{epilogue}{_operands(d, a, b, out, p, route)}"
-
-
-def _splits_in_workspace(route: Route, e) -> bool:
-    """Whether a cluster-split route runs epilogue ``e`` with its parts through the workspace
-    (the kernel fuses ``e``, and its cluster split form is not switched on: ``_launch``)."""
-    fused = host.fuses_epilogues(route.backend, scalars=e.scalars)
-    return fused and not host.runs_over_cluster(route.backend, e)
 
 
 def _epilogue_line(p: Problem, route: Route) -> str:
@@ -576,8 +570,7 @@ def _launch(d, a, b, out, p: Problem, route: Route, bias=None, c=None):
             epi = p.epilogue
     index = a.device.index
     kernel_epi = (epi.swapped() if swap else epi) if fused else PLAIN
-    if not host.runs_over_cluster(route.backend, kernel_epi):  # its split in the workspace
-        route = route.in_workspace()
+    route = route.for_epilogue(kernel_epi)  # (a cluster split's ways may go the workspace's way)
     fn, clusters = d.kernel(
         route.backend, index, p.dtype_names, launch.a_major, launch.b_major, route.config,
         kernel_epi.name,

@@ -46,7 +46,6 @@ from .registry import (
     runs_gated_small,
     runs_gated_swap,
     runs_gated_swap_bias,
-    runs_over_cluster,
     scales_rows,
     shipped_backends,
 )
@@ -77,7 +76,6 @@ __all__ = [
     "ragged_k_config",
     "ragged_k_variants",
     "runs_gated_small",
-    "runs_over_cluster",
     "runs_gated_swap",
     "runs_gated_swap_bias",
     "ragged_k_workspace_words",

@@ -42,6 +42,7 @@ from .registry import (
     cluster_size,
     cluster_split_config,
     fuses_epilogues,
+    runs_over_cluster,
     shipped_backends,
 )
 from .settings import block as settings_block
@@ -91,6 +92,14 @@ class Route:
         config = dataclasses.replace(self.config, cluster_split=1, cluster_split_pieces=1,
                                      split_k=0)  # fmt: skip
         return dataclasses.replace(self, config=config, split=ways)
+
+    def for_epilogue(self, epilogue) -> Route:
+        """The route a launch whose kernel runs ``epilogue`` (an ``Epilogue``) takes: this one,
+        or where its cluster split kernel does not run that epilogue
+        (``registry.runs_over_cluster``), the same ways through the workspace."""
+        if getattr(self.config, "cluster_split", 1) == 1:
+            return self
+        return self if runs_over_cluster(self.backend, epilogue) else self.in_workspace()
 
     @property
     def k_parts(self) -> int:

@@ -268,7 +268,7 @@ CLUSTER_SPLIT_MAX_PARTIAL_BYTES = 64 * 32 * 4
 #: The families whose cluster split kernels run a fused bias or activation in calls: built
 #: (``Epilogue.rides_cluster_split``: rank 0 runs the epilogue after the sum) and compiled, but
 #: not yet run on a GPU, so empty: there a call with a bias or an activation on a cluster-split
-#: route takes the same ways through the workspace (``Route.in_workspace``), as a residual does.
+#: route takes the same ways through the workspace (``Route.for_epilogue``), as a residual does.
 #: ``tests/gpu/test_gpu_cluster_split.py -k epilogue`` switches it on for itself.
 CLUSTER_SPLIT_EPILOGUE_FAMILIES: frozenset[str] = frozenset()
 
