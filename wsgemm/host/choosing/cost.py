@@ -221,7 +221,7 @@ def predict(model: CostModel, e: MenuEntry, f: Features, mufu: int = 0) -> Predi
         return None
     per_unit_epilogue, last_epilogue = _epilogue(model, e, f, mufu)
     per_unit = f.k_tiles * c.per_k_tile * f.volume + c.per_unit + per_unit_epilogue
-    if f.split > 1 and f.cluster_split and model.per_cluster_split is not None:
+    if f.cluster_split and model.per_cluster_split is not None:  # (only a split is one)
         partial_kb = e.tile_m * e.tile_n * 4 / 1024  # one rank's fp32 partial tile
         per_unit += model.per_cluster_split * partial_kb * (f.split - 1)
     elif f.split > 1:
@@ -408,8 +408,9 @@ def load_cost_model(path: str | Path) -> CostModel:
         )  # fmt: skip
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"cost model {path}: malformed ({exc!r})") from None
-    values = [v for c in entries.values() for v in vars(c).values()]
-    values += [model.launch_us] + [v for v in [model.per_cluster_split] if v is not None]
+    values = [v for c in entries.values() for v in vars(c).values()] + [model.launch_us]
+    if model.per_cluster_split is not None:
+        values.append(model.per_cluster_split)
     if (
         not all(math.isfinite(v) and v >= 0 for v in values)
         or min([model.l2_tb_s, model.q] + [c.dram_tb_s for c in entries.values()]) <= 0

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 from ...support import ELEMENT_BYTES, dtype_error
 from .. import registry
-from ..registry import cluster_split_config
 from ..settings import current
 from . import cost
 from .menu import MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
@@ -324,12 +323,7 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     # The table corrects the model where it measured the model's pick against the others;
     # a cell measured before the model's pick joined the menu cannot overrule it, nor can one
     # measured before a split ran over a cluster (its cells timed the workspace form alone).
-    measured_pick = (
-        ranked
-        and not ranked[0][0].features.cluster_split
-        and ((ranked[0][2].name, ranked[0][3]) in (found[3] if found is not None else ()))
-    )
-    if found is not None and (not ranked or measured_pick):
+    if found is not None and (not ranked or _table_timed(ranked[0], found)):
         e, split, why, _ = found
         if ranked and (e, split) != (ranked[0][2], ranked[0][3]):
             p = ranked[0][0]
@@ -422,10 +416,17 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int 
     return sorted(out, key=lambda x: (x[0].us * (1 + _margin(x[0].features)), x[1]))
 
 
+def _table_timed(candidate, found) -> bool:
+    """Whether the table's cell ``found`` timed the model's ``candidate`` in the form it runs
+    (its cells predate the cluster split: they timed the workspace form alone)."""
+    p, _, e, split = candidate
+    return not p.features.cluster_split and (e.name, split) in found[3]
+
+
 def split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str) -> bool:
     """Whether ``split`` on ``e`` runs over a cluster (``registry.cluster_split_config``: the
     family's switch, the tile, K and C's dtype allow it), so that it is priced in that form."""
-    return split > 1 and cluster_split_config(e, split, k, c_dtype) is not None
+    return split > 1 and registry.cluster_split_config(e, split, k, c_dtype) is not None
 
 
 def _margin(f: cost.Features) -> float:

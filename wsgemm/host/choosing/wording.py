@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..registry import cluster_split_config
 from . import cost
-from .rules import Choice, batch_invariant_requested, choose
+from .rules import Choice, batch_invariant_requested, choose, split_in_cluster
 
 __all__ = ["describe", "explain", "grid", "predicted"]
 
@@ -25,7 +24,7 @@ def describe(choice: Choice, *args: Any, batch_invariant: bool | None = None) ->
     e = choice.menu_entry
     mode = ", batch-invariant" if batch_invariant_requested(batch_invariant) else ""
     split = f"{choice.split} (in the kernel, fp32 partials)" if choice.split > 1 else "1 (none)"
-    in_cluster = cluster_split_config(e, choice.split, k, c_dtype) is not None
+    in_cluster = split_in_cluster(e, choice.split, k, c_dtype)
     if in_cluster:
         split = (f"{choice.split} over a cluster of {choice.split} CTAs (fp32 partials met in "
                  "shared memory)")  # fmt: skip
