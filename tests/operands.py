@@ -61,3 +61,18 @@ def assert_product_within_torch_error(got, a, b, extra_adds: int = 0):
     else:
         theirs = torch.matmul(a, b).to(got.dtype)
     assert_within_torch_error(got, ref, theirs, slack=slack)
+
+
+def run_into_poisoned(a, b, backend, config, out_dtype=None, **kwargs):
+    """``api.matmul(a, b, ...)`` forced onto ``backend`` and ``config`` (and ``kwargs``: a
+    bias, an activation) into a NaN-poisoned result of ``out_dtype`` (``a``'s by default), which
+    it must return: an element the kernel leaves unwritten stays NaN."""
+    import torch
+
+    from wsgemm import api
+
+    shape = (*a.shape[:-1], b.shape[-1])
+    out = torch.full(shape, float("nan"), dtype=out_dtype or a.dtype, device=a.device)
+    got = api.matmul(a, b, out=out, backend=backend, config=config, **kwargs)
+    assert got is out
+    return got

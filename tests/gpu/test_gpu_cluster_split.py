@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 import torch
-from operands import assert_product_within_torch_error, make
+from operands import assert_product_within_torch_error, make, run_into_poisoned
 
 from wsgemm import api
 from wsgemm.kernels.sm90.config import Sm90Config
@@ -67,14 +67,12 @@ def _operands(m, n, k, batch, ab=F16, seed=0):
 PIECES_ONLY = {"cooperative-128x256": ("sm90", Sm90Config(tile_m=128, tile_n=256))}
 
 
-def _run(name, a, b, out_dtype=None, **fields):
+def _run(name, a, b, out_dtype=None, epilogue=None, **fields):
+    """``a @ b`` on tile ``name`` with ``fields`` in its config (and ``epilogue``: a bias and an
+    activation), into a poisoned result."""
     backend, config = TILES[name] if name in TILES else PIECES_ONLY[name]
     config = dataclasses.replace(config, **fields)
-    shape = (*a.shape[:-1], b.shape[-1])
-    out = torch.full(shape, float("nan"), dtype=out_dtype or a.dtype, device="cuda")
-    got = api.matmul(a, b, out=out, backend=backend, config=config)
-    assert got is out
-    return got
+    return run_into_poisoned(a, b, backend, config, out_dtype, **(epilogue or {}))
 
 
 def _check(got, a, b):
@@ -184,27 +182,22 @@ def test_cluster_split_is_bitwise_repeatable_and_runs_beside_another_stream():
 
 
 def test_cluster_split_under_cuda_graph_capture():
+    """Captured after an eager call (test_gpu_splitk's helpers), replayed, and replayed again
+    after new inputs were copied in: each replay gives what an eager call gives."""
+    from test_gpu_splitk import _captured, _replayed
+
     _sm90()
     a, b = _operands(16, 4096, 4096, None)
     backend, config = TILES["swap-pingpong-64x16x128"]
     config = dataclasses.replace(config, cluster_split=2)
     out = torch.full((16, 4096), float("nan"), dtype=F16, device="cuda")
-    api.matmul(a, b, out=out, backend=backend, config=config)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        api.matmul(a, b, out=out, backend=backend, config=config)
-    eager = out.clone()
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
+    graph = _captured(lambda: api.matmul(a, b, out=out, backend=backend, config=config))
+    eager = out.clone()  # the capture itself runs nothing
+    assert torch.equal(_replayed(graph, out), eager)
     new_a, new_b = _operands(16, 4096, 4096, None, seed=99)
     a.copy_(new_a)
     b.copy_(new_b)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    _check(out, a, b)
+    _check(_replayed(graph, out), a, b)
 
 
 @pytest.mark.parametrize("activation", [None, "gelu_tanh", "silu"])
@@ -223,17 +216,13 @@ def test_cluster_split_epilogue_bias_and_activation(monkeypatch, name, ways, act
     _sm90()
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_EPILOGUE_FAMILIES", registry.EPILOGUE_FAMILIES)
     monkeypatch.setattr(registry, "FUSING_FAMILIES", registry.EPILOGUE_FAMILIES)
-    backend, config = TILES[name]
     for m, n, k in [(5, 1000, 1021), (16, 4100, 2048)]:
         a, b = _operands(m, n, k, None, seed=ways)
-        bias = torch.randn(n, device="cuda").to(F16)
-        outs = {}
-        for form in ("cluster", "workspace"):
-            fields = dict(cluster_split=ways) if form == "cluster" else dict(split_k=ways)
-            out = torch.full((m, n), float("nan"), dtype=F16, device="cuda")
-            api.matmul(a, b, out=out, backend=backend, bias=bias, activation=activation,
-                       config=dataclasses.replace(config, **fields))  # fmt: skip
-            outs[form] = out
-        want = addmm_reference(a, b, None, 1.0, 0.0, bias, activation).to(F16)
+        epilogue = dict(bias=torch.randn(n, device="cuda").to(F16), activation=activation)
+        outs = {
+            "cluster": _run(name, a, b, epilogue=epilogue, cluster_split=ways),
+            "workspace": _run(name, a, b, epilogue=epilogue, split_k=ways),
+        }
+        want = addmm_reference(a, b, None, 1.0, 0.0, epilogue["bias"], activation).to(F16)
         torch.testing.assert_close(outs["cluster"].double(), want.double(), rtol=4e-3, atol=4e-3)
         assert torch.equal(outs["cluster"], outs["workspace"])

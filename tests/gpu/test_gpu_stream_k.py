@@ -10,6 +10,7 @@ Not on the menu: no policy choice runs it yet, and these variants compile in-pro
 
 import pytest
 import torch
+from operands import run_into_poisoned
 from test_gpu_splitk import LAYOUTS, _captured, _check, _operands, _replayed, _sm90
 
 from wsgemm import api
@@ -41,11 +42,7 @@ SHAPES = [
 
 
 def _run(name, a, b, out_dtype=F16):
-    backend, config = CONFIGS[name]
-    out = torch.full((*a.shape[:-1], b.shape[-1]), float("nan"), dtype=out_dtype, device="cuda")
-    got = api.matmul(a, b, out=out, backend=backend, config=config)
-    assert got is out
-    return got
+    return run_into_poisoned(a, b, *CONFIGS[name], out_dtype)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
