@@ -5,11 +5,12 @@ For each LLM layer shape at 1-64 tokens, one tile (the menu's for that token cou
 unsplit, split 2 and 4 ways through the workspace (``Sm90Config.split_k``, today's fix-up:
 global partials, a ticket and a flag per tile) and 2 and 4 ways over a cluster
 (``Sm90Config.cluster_split``: the partials met in rank 0's shared memory), beside cuBLAS
-(``torch.mm``). Every call is checked once against the fp32 product of its inputs (twice
-cuBLAS's error), then all of a shape's calls are timed in interleaved rounds
-(``wsgemm.bench.measure.interleaved``: cold L2, the order rotated each round); ratios are formed
-within a round and their median reported. The calls go through ``wsgemm.api.matmul(config=)``
-(the GPU is held while the host queues them, so host time is not in the numbers).
+(``torch.mm``) and ``auto`` (the policy's pick today). Every call is checked once against the
+fp32 product of its inputs (twice cuBLAS's error), then all of a shape's calls are timed in
+interleaved rounds (``wsgemm.bench.measure.interleaved``: cold L2, the order rotated each round);
+ratios are formed within a round and their median reported. The calls go through
+``wsgemm.api.matmul(config=)`` (the GPU is held while the host queues them, so host time is
+not in the numbers).
 
     python scripts/bench_cluster_split.py --json OUT.json [--rounds 7] [--reps 30]
 """
@@ -135,9 +136,12 @@ def main(argv=None) -> int:
         tol = check.tolerance(check.model_tolerance("fp16", "fp32", k), theirs)
         out = torch.empty(tokens, n, device=device, dtype=torch.float16)
         calls = {"cublas": lambda x=x, w=w: torch.mm(x, w.t())}
-        for name, config in contenders(base, args.pieces).items():
+        named = {"auto": None, **contenders(base, args.pieces)}
+        for name, config in named.items():
 
             def run(config=config, x=x, w=w, out=out, backend=backend):
+                if config is None:  # what users call: the policy's pick
+                    return api.matmul(x, w.t(), out=out)
                 return api.matmul(x, w.t(), out=out, backend=backend, config=config)
 
             check.poison(out)
@@ -167,7 +171,7 @@ def main(argv=None) -> int:
                     for s, c in zip(samples[f"split{ways}"], samples[f"cluster{ways}"], strict=True)
                 ]
                 row["cluster_over_split"][ways] = round(statistics.median(ratios), 3)
-        best = max((c for c in row["over_cublas"] if c != "cublas"),
+        best = max((c for c in row["over_cublas"] if c not in ("cublas", "auto")),
                    key=row["over_cublas"].get)  # fmt: skip
         print(f"{row['label']:22s} {tile:24s} "
               + " ".join(f"{c}={r:.3f}" for c, r in row["over_cublas"].items())
@@ -176,14 +180,18 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
     rows = record["rows"]
-    for c in ("unsplit", "split2", "split4", "cluster2", "cluster4"):
+    for c in ("auto", "unsplit", "split2", "split4", "cluster2", "cluster4"):
         have = [r["over_cublas"][c] for r in rows if c in r["over_cublas"]]
         if have:
             geo = statistics.geometric_mean(have)
             print(f"== {c}: {geo:.3f}x cuBLAS geomean over {len(have)} rows")
-    best = [max(v for c, v in r["over_cublas"].items() if c != "cublas") for r in rows]
+    best = [max(v for c, v in r["over_cublas"].items() if c not in ("cublas", "auto"))
+            for r in rows]  # fmt: skip
     before = [max(v for c, v in r["over_cublas"].items() if c in ("unsplit", "split2", "split4"))
               for r in rows]  # fmt: skip
+    auto = [r["over_cublas"]["auto"] for r in rows if "auto" in r["over_cublas"]]
+    if auto:
+        print(f"== auto (the policy's pick) {statistics.geometric_mean(auto):.3f}x cuBLAS")
     print(
         f"== best of unsplit/workspace split {statistics.geometric_mean(before):.3f}x, "
         f"with the cluster split {statistics.geometric_mean(best):.3f}x cuBLAS "

@@ -438,11 +438,14 @@ if has clusterpieces; then
   # the cluster split's partials in pieces through two slots (Sm90Config.cluster_split_pieces,
   # docs/perf.md entry 98): its GPU cases, its sanitizers' cases, then the large cooperative
   # tile and the 64x128 ping-pong tile split over clusters at 64-1024 tokens
+  # (PIECES_PART=check: the tests and sanitizers only; =bench: the benches only)
+  if [[ ${PIECES_PART:-all} != bench ]]; then
   timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_cluster_split.py -k pieces 2>&1 | tee "$OUT/cluster-pieces-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   sanitize_mode --cluster-split cluster_split_pieces
-  for t in cooperative-128x256:8 cooperative-128x128:4; do
+  fi
+  [[ ${PIECES_PART:-all} == check ]] || for t in ${PIECES_TILES:-cooperative-128x256:8 cooperative-128x128:4}; do
     WSGEMM_AUTOTUNE=0 timeout ${CS_BENCH_TIMEOUT:-200} python3 scripts/bench_cluster_split.py \
       --tile ${t%%:*} --pieces ${t##*:} --tokens ${CS_TOKENS:-64,128,256,512,1024} --rounds 5 \
       --json "$OUT/cluster-pieces-${t%%:*}.json" 2>&1 | tail -3
