@@ -10,6 +10,18 @@ def assert_clean(r: insp.Report):
     assert r.spill_bytes == 0, f"{r.kernel} {r.arch}: {r.spill_bytes} bytes of local memory"
     assert r.sass["LDL"] == 0 and r.sass["STL"] == 0, f"{r.kernel} {r.arch}: spills in SASS"
     assert 0 < r.registers <= 255
+    assert_wgmma_pipelined(r)
+
+
+def assert_wgmma_pipelined(r: insp.Report):
+    """A WGMMA kernel's HGMMAs issue back to back within a k-tile: fewer than half of them
+    wait for their own completion (``sass.waited_wgmmas``; a serialized kernel waits on every
+    one: ptxas's C7520)."""
+    waited, total = sass.waited_wgmmas(r.sass_text)
+    assert 2 * waited < max(total, 1), (
+        f"{r.kernel} {r.arch}: {waited} of {total} HGMMAs wait for their own completion "
+        "(ptxas serialized the WGMMAs: C7520)"
+    )
 
 
 def assert_sm80_path(r: insp.Report, acc: str, mma_threads: int, specialized: bool):

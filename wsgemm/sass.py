@@ -111,6 +111,24 @@ def instructions(sass: str) -> list[str]:
     return [m.group(1) for m in map(_SASS_FULL.search, sass.splitlines()) if m]
 
 
+def waited_wgmmas(sass: str) -> tuple[int, int]:
+    """(HGMMAs that wait for their own completion before the next WGMMA issues, all HGMMAs).
+
+    A pipelined mainloop issues a k-tile's HGMMAs back to back and waits once a k-tile
+    (``WARPGROUP.DEPBAR.LE gsb0, 0x1``). Where ptxas cannot place a ``warpgroup.arrive`` it
+    needs (warning C7520: "wgmma.mma_async instructions are serialized due to program
+    dependence on compiler-inserted WG.AR in divergent path"), it serializes every WGMMA of
+    the kernel instead: each HGMMA is followed by ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` and a
+    fresh ``WARPGROUP.ARRIVE`` before the next one, which leaves the tensor cores idle between
+    them. Counted in the order the instructions are laid out."""
+    stream = [i for i in instructions(sass) if "HGMMA" in i or "WARPGROUP" in i]
+    waited = sum(
+        "HGMMA" in a and "DEPBAR.LE gsb0, 0x0" in b and ("HGMMA" in c or "ARRIVE" in c)
+        for a, b, c in zip(stream, stream[1:], stream[2:], strict=False)
+    )
+    return waited, sum("HGMMA" in i for i in stream)
+
+
 def instruction_digest(sass: str) -> str:
     """sha256 of a kernel's instruction stream (``instructions``), its function names replaced
     by placeholders: two builds with the same digest issue the same instructions, whatever

@@ -55,7 +55,7 @@ def _walk(stages: int, pairs: int, tiles: int) -> int:
     return done
 
 
-@pytest.mark.parametrize("stages", [2, 4, 6, 8])
+@pytest.mark.parametrize("stages", [2, 4, 6, 8, 16])
 @pytest.mark.parametrize("pairs", [1, 2, 3, 4, 8, 16])
 def test_every_pair_loads_into_buffers_read_and_stored_before(stages, pairs):
     assert _walk(stages, pairs, tiles=5) == 5 * 2 * pairs
@@ -71,10 +71,17 @@ def test_every_pair_loads_into_buffers_read_and_stored_before(stages, pairs):
     ],
 )
 def test_a_dgated_kernel_has_an_even_buffer_count(config, c_dtype):
-    """The pairs take two buffers each: the kernel rounds its epilogue buffers down to even
-    (at least two), the counts the walk above covers."""
+    """The pairs take two buffers each: the cooperative kernel rounds its epilogue buffers
+    down to even (at least two); the ping-pong one takes one for every subtile of its tile (no
+    load from its subtile loop: ``dgated``), its ring keeping three stages or more. The walk
+    above covers these counts."""
     ab = c_dtype if c_dtype != cutlass.Float32 else cutlass.Float16
     gemm = Sm90Gemm(config, ab, c_dtype, cutlass.Float32,
                     epilogue=Epilogue(activation="silu", dgated=True))  # fmt: skip
-    _, stages = gemm.stage_counts()
-    assert stages in (2, 4, 6, 8)
+    ring, stages = gemm.stage_counts()
+    if config.pingpong:
+        assert stages == 2 * config.num_epi_subtiles == 16 and ring >= 3
+        pairs = config.num_epi_subtiles
+        assert all(dgated.later_pair(stages, e, pairs) is None for e in range(pairs))
+    else:
+        assert stages in (2, 4, 6, 8)

@@ -386,14 +386,15 @@ SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
 # subtile is written; more are added only from smem the mainloop ring cannot use.
 MIN_EPILOGUE_STAGES = 2
 MAX_EPILOGUE_STAGES = 4
-# A dgated epilogue loads each pair's pre-activation into the buffers its stores then use, one
-# pair ahead with four. Eight (three pairs ahead, where smem allows: the ping-pong 128x128
-# tile's 4 KB buffers, docs/perf.md entry 89) and an L2 prefetch of each tile's pre-activation
-# as its mainloop starts (``dgated.prefetch_l2``, entry 87) were built to hide the epilogue's
-# loads; timed on an H100 with both on, the dh GEMM ran 1.20-1.44x its plain GEMM against
-# entry 86's 1.17-1.36x without them (and 1.80-1.99x on the ping-pong tile, 1.80-1.87x
-# before): slower on all four rows, so both are off (entry 97) until an A/B on one GPU shows
-# either helps.
+# A dgated epilogue on the cooperative tile loads each pair's pre-activation into the buffers
+# its stores then use, one pair ahead with four (the ping-pong tile takes a buffer for every
+# subtile of its tile and loads them all at once: ``Sm90Gemm.stage_counts``). Eight (three
+# pairs ahead, where smem allows: the ping-pong 128x128 tile's 4 KB buffers, entry 89) and an
+# L2 prefetch of each tile's pre-activation as its mainloop starts (``dgated.prefetch_l2``,
+# entry 87) were built to hide the epilogue's loads; timed on an H100 with both on, the dh
+# GEMM ran 1.20-1.44x its plain GEMM against entry 86's 1.17-1.36x without them (and
+# 1.80-1.99x on the ping-pong tile, 1.80-1.87x before): slower on all four rows, so both are
+# off (entry 97) until an A/B on one GPU shows either helps.
 DGATED_MAX_EPILOGUE_STAGES = 4
 DGATED_L2_PREFETCH = False
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);

@@ -556,7 +556,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             capacity = SM90_SMEM_CAPACITY - self.config.cluster_split_bytes()
             return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, capacity)
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
-        ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, 2 * self.config.num_epi_subtiles,
+        subtiles = 2 * self.config.num_epi_subtiles
+        if self.config.pingpong:
+            # a buffer for each of them: the epilogue loads the whole tile's pre-activation at
+            # its start (``dgated.prefetch``), under the other warpgroup's mainloop, and none
+            # from its subtile loop (``dgated.later_pair`` is None: see ``dgated``)
+            ab_stages, _ = stage_counts(ab_bytes, subtiles * epi_bytes, 1, max_epi=1)
+            return ab_stages, subtiles
+        ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, subtiles,
                                              max_epi=DGATED_MAX_EPILOGUE_STAGES)  # fmt: skip
         return ab_stages, epi_stages - epi_stages % 2
 
