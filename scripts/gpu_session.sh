@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -294,7 +294,14 @@ if has gatedtiles; then
     --rounds ${ROUNDS:-5} --json "$OUT/gated-tiles.json" > "$OUT/gated-tiles.log" 2>&1
   echo "gated tiles rc=$?"; cat "$OUT/gated-tiles.log" | cut -c1-250 | tail -40
 fi
-if has mlptrain; then
+if has dgatedpp; then
+  # docs/perf.md entry 100: the ping-pong dgated kernel with its whole tile buffered (no more
+  # serialized WGMMAs): its GPU cases, then the training step with the dh GEMM forced onto it
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_epilogue.py -k "dgated" 2>&1 | tee "$OUT/dgated-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+fi
+if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
   timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} \
     --models ${EPI_MODELS:-8b,70b} --tokens ${MLP_TOKENS:-1024,4096} \

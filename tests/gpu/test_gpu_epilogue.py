@@ -586,6 +586,22 @@ def test_dgated_matches_float64(dgated, m, half, hidden, act, ab):
     """``d[gate | up]`` of ``act(gate) * up`` from ``dh = dy @ w_down`` in the GEMM's epilogue
     (``Epilogue.dgated``, both row tiles), against float64 of the same formula; the output
     poisoned first (every element written); a pre-activation with a row stride of its own."""
+    _check_dgated(m, half, hidden, act, ab)
+
+
+@pytest.mark.parametrize("act, ab", [("silu", torch.bfloat16), ("gelu_tanh", torch.float16)])
+def test_dgated_on_the_pingpong_tile_over_many_tiles(dgated, monkeypatch, act, ab):
+    """The ping-pong tile's dgated epilogue (its whole tile's pre-activation in 16 buffers,
+    loaded at the epilogue's start: ``kernels/sm90/dgated.py``) at 4096 rows, where each
+    warpgroup runs several tiles and each buffer's mbarrier flips its phase once a tile."""
+    from wsgemm.host.choosing import cost
+
+    monkeypatch.setattr(cost, "GATED_PINGPONG_MAX_ROWS", 1 << 30)
+    assert cost.gated_kernel_entry(4096) == "sm90-pingpong"
+    _check_dgated(4096, 2048, 1024, act, ab)
+
+
+def _check_dgated(m, half, hidden, act, ab):
     from wsgemm.api import gated as gated_core
     from wsgemm.api.epilogue import activation_grad, gated_unit_grad
 
