@@ -462,6 +462,7 @@ def test_inspect_opcode_columns_follow_the_family():
     assert {"HMMA", "LDGSTS", "LDSM", "ARRIVES", "DEPBAR", "BAR"} <= set(sm80)
     hopper = inspection.opcode_columns("sm_90a", {"sm80", "sm90"})
     assert {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "HMMA", "ARRIVES"} <= set(hopper)
+    assert "HGMMA_WAITED" in hopper and "HGMMA_WAITED" not in sm80
 
 
 def _fake_report(variant):

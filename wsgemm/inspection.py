@@ -19,8 +19,11 @@ ARCHES = tuple(sorted(support.SMEM_PER_BLOCK, key=lambda arch: arch != "sm_90a")
 # The opcode columns of the table, per kernel family: what shows which hardware path it takes.
 # sm80 kernels meet on mbarriers: cp.async arrives are ARRIVES before Hopper and SYNCS on it;
 # the baseline has neither (DEPBAR and BAR instead).
+#: (``HGMMA_WAITED`` is no opcode: the HGMMAs that wait for their own completion before the
+#: next issues, ``sass.waited_wgmmas``; near 0 in a pipelined kernel, all of them where ptxas
+#: serialized its WGMMAs)
 OPCODE_COLUMNS = {
-    "sm90": ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"),
+    "sm90": ("HGMMA", "HGMMA_WAITED", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "BAR"),
     "sm80": ("HMMA", "LDGSTS", "LDSM", "ARRIVES", "SYNCS", "DEPBAR", "BAR"),
 }
 
@@ -175,6 +178,10 @@ def inspect_variant(variant: host.Variant, compiled=None) -> Report:
         registers=k.registers,
         smem_bytes=smem,
         spill_bytes=k.spill_bytes,
-        sass={**sass.summarize(k.sass), "total": int(sum(k.sass.values()))},
+        sass={
+            **sass.summarize(k.sass),
+            "total": int(sum(k.sass.values())),
+            "HGMMA_WAITED": sass.waited_wgmmas(text)[0],
+        },
         sass_text=text,
     )

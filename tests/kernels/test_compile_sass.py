@@ -60,6 +60,8 @@ def test_sm90_kernels_compile_to_wgmma_and_tma(compiled, backend):
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{backend}: no {op} in SASS ({why})"
     assert r.sass["HMMA"] == 0 and r.sass["LDGSTS"] == 0
+    # the inspect table's column: the HGMMAs waited for before the next issues (few: pipelined)
+    assert r.sass["HGMMA_WAITED"] == sass.waited_wgmmas(r.sass_text)[0] < r.sass["HGMMA"] / 2
     assert_clean(r)
 
 
