@@ -296,10 +296,16 @@ if has gatedtiles; then
 fi
 if has dgatedpp; then
   # docs/perf.md entry 100: the ping-pong dgated kernel with its whole tile buffered (no more
-  # serialized WGMMAs): its GPU cases, then the training step with the dh GEMM forced onto it
+  # serialized WGMMAs): its GPU cases (they switch it on for themselves), then the training
+  # step with the dh GEMM forced onto the ping-pong tile, the switch on (scripts/switched.py)
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "dgated" 2>&1 | tee "$OUT/dgated-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/switched.py DGATED_WHOLE_TILE_FAMILIES \
+    --script scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} --models ${EPI_MODELS:-8b,70b} \
+    --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong \
+    --json "$OUT/mlp-train-whole.json" > "$OUT/mlp-train-whole.log" 2>&1
+  echo "mlp train (whole tile) rc=$?"; tail -16 "$OUT/mlp-train-whole.log"
 fi
 if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs

@@ -4,7 +4,10 @@ run alone: a kernel measured before main turns it on (e.g. the held-out judgment
 
     python scripts/switched.py CLUSTER_SPLIT_FAMILIES,... bench --suite models --seed S ...
 
-The first argument names the switches (comma-separated; empty: none); the rest is the CLI's.
+    python scripts/switched.py DGATED_WHOLE_TILE_FAMILIES --script scripts/bench_mlp_train.py ...
+
+The first argument names the switches (comma-separated; empty: none); the rest is the CLI's,
+or after ``--script PATH`` a script's own arguments (the script run as ``__main__``).
 Each switch is set to the families the fused kernels run on (``EPILOGUE_FAMILIES``: sm90),
 before the command's first call reads it; the policy's choices are computed afresh.
 """
@@ -33,7 +36,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"switched.py: {exc}", file=sys.stderr)
             return 2
         print(f"switched on: {', '.join(names) or 'none'}", file=sys.stderr)
+        if argv[1:2] == ["--script"] and len(argv) > 2:
+            return run_script(argv[2], argv[3:])
         return cli.main(argv[1:])
+
+
+def run_script(path: str, args: list[str]) -> int:
+    """Run the script at ``path`` as ``__main__`` with ``args``; its exit status."""
+    import runpy
+
+    saved = sys.argv
+    sys.argv = [path, *args]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
 
 
 if __name__ == "__main__":

@@ -761,3 +761,24 @@ def test_switched_runs_the_cli_with_registry_switches_on_for_that_run(monkeypatc
         assert "is not a host.registry family switch" in capsys.readouterr().err
     assert registry.CLUSTER_SPLIT_FAMILIES == frozenset() and len(seen) == 1
     assert switched.main(["", "bench"]) == 0 and seen[-1][0] == ["bench"]
+
+
+def test_switched_runs_a_script_with_the_switches_on(monkeypatch, tmp_path, capsys):
+    """``--script PATH args``: the script runs as ``__main__`` with its own arguments and the
+    switches on, and its exit status is the run's; afterwards the switch is off again."""
+    from script_modules import load
+
+    from wsgemm.host import registry
+
+    switched = load("switched")
+    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", frozenset())
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys\nfrom wsgemm.host import registry\n"
+        "print(sys.argv[1:], sorted(registry.DGATED_WHOLE_TILE_FAMILIES))\n"
+        "sys.exit(3 if sys.argv[1:] == ['--fail'] else 0)\n"
+    )
+    assert switched.main(["DGATED_WHOLE_TILE_FAMILIES", "--script", str(script), "-x"]) == 0
+    assert "['-x'] ['sm90']" in capsys.readouterr().out
+    assert switched.main(["DGATED_WHOLE_TILE_FAMILIES", "--script", str(script), "--fail"]) == 3
+    assert registry.DGATED_WHOLE_TILE_FAMILIES == frozenset()

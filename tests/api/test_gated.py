@@ -835,6 +835,29 @@ def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
     assert close(got, grad_reference(dy, w_down, preact, act), BF16, 64)
 
 
+@pytest.mark.parametrize("whole", [False, True])
+def test_the_pingpong_dgated_tile_buffers_its_whole_tile_where_switched_on(
+    dgated, monkeypatch, whole
+):
+    """``DGATED_WHOLE_TILE_FAMILIES`` (``registry.dgated_config``): the ping-pong dgated
+    kernel with its whole tile's pre-activation buffered (``Sm90Config.dgated_whole_tile``)
+    where it holds the family, the four-buffer one elsewhere; the cooperative tile either way;
+    the same values."""
+    families = registry.EPILOGUE_FAMILIES if whole else frozenset()
+    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", families)
+    torch.manual_seed(5)
+    for rows, pingpong in ((37, True), (300, False)):
+        dy, w_down = torch.randn(rows, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
+        preact = torch.randn(rows, 96, dtype=BF16)
+        d = dispatcher()
+        got = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
+        (v,) = d.cache.variants
+        config = v.kernel_config()
+        assert config.pingpong is pingpong
+        assert config.dgated_whole_tile is (whole and pingpong)
+        assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, 64)
+
+
 def test_grad_launch_is_the_call_s_kernel_launch(dgated):
     """``grad_launch`` (what ``wsgemm.tracing.trace_gated_grad`` launches) plans what
     ``gated_grad`` runs: the same variant's fields, and the dgated kernel run on its views

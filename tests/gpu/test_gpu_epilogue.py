@@ -589,16 +589,25 @@ def test_dgated_matches_float64(dgated, m, half, hidden, act, ab):
     _check_dgated(m, half, hidden, act, ab)
 
 
+@pytest.mark.parametrize("whole", [False, True])
+@pytest.mark.parametrize("m, half, hidden", [(256, 1000, 4096), (4096, 2048, 1024)])
 @pytest.mark.parametrize("act, ab", [("silu", torch.bfloat16), ("gelu_tanh", torch.float16)])
-def test_dgated_on_the_pingpong_tile_over_many_tiles(dgated, monkeypatch, act, ab):
-    """The ping-pong tile's dgated epilogue (its whole tile's pre-activation in 16 buffers,
-    loaded at the epilogue's start: ``kernels/sm90/dgated.py``) at 4096 rows, where each
-    warpgroup runs several tiles and each buffer's mbarrier flips its phase once a tile."""
+def test_dgated_on_the_pingpong_tile_over_many_tiles(
+    dgated, monkeypatch, whole, m, half, hidden, act, ab
+):
+    """The ping-pong tile's dgated epilogue, its loads a pair ahead from the subtile loop or
+    (``whole``: ``DGATED_WHOLE_TILE_FAMILIES``) its whole tile's pre-activation in 16
+    buffers loaded at the epilogue's start (``kernels/sm90/dgated.py``), at 256 rows and at
+    4096 (forced onto the tile), where each warpgroup runs several tiles and each buffer's
+    mbarrier flips its phase once a tile."""
+    from wsgemm.host import registry
     from wsgemm.host.choosing import cost
 
+    families = registry.EPILOGUE_FAMILIES if whole else frozenset()
+    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", families)
     monkeypatch.setattr(cost, "GATED_PINGPONG_MAX_ROWS", 1 << 30)
-    assert cost.gated_kernel_entry(4096) == "sm90-pingpong"
-    _check_dgated(4096, 2048, 1024, act, ab)
+    assert cost.gated_kernel_entry(m) == "sm90-pingpong"
+    _check_dgated(m, half, hidden, act, ab)
 
 
 def _check_dgated(m, half, hidden, act, ab):

@@ -535,16 +535,29 @@ def test_every_residual_variant_compiles_to_tma_loads_without_spills(compiled, v
 #: gated kernel's above 256 rows): the default run's one dgated compile; the sweep adds the
 #: ping-pong tile, bf16 and the other activations.
 DGATED = host.Variant("sm90", "sm_90a", epilogue="dgated+silu")
-#: ptxas serializes the cooperative tile's bf16 dgated WGMMAs (C7520: the store warp's loads
-#: in its subtile loop; ``kernels/sm90/dgated.py``, docs/perf.md entry 100); strict, so the
-#: day they pipeline this list must shrink
+#: The ping-pong tile with its whole tile's pre-activation buffered
+#: (``Sm90Config.dgated_whole_tile``, ``registry.DGATED_WHOLE_TILE_FAMILIES``), bf16: the
+#: default run's second dgated compile.
+WHOLE_TILE = dataclasses.replace(host.BACKENDS["sm90-pingpong"].config(), dgated_whole_tile=True)
+DGATED_WHOLE = host.Variant("sm90-pingpong", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
+                            config=WHOLE_TILE, epilogue="dgated+silu")  # fmt: skip
+#: ptxas serializes the bf16 dgated WGMMAs whose loads leave from the subtile loop (C7520:
+#: ``kernels/sm90/dgated.py``, docs/perf.md entry 100); strict, so the day they pipeline this
+#: list must shrink
 SERIALIZED = pytest.mark.xfail(strict=True, reason="C7520: ptxas serializes the WGMMAs")
 DGATED_SWEEP = [
     pytest.param(
-        host.Variant(backend, "sm_90a", ab_dtype=ab, c_dtype=ab, epilogue=f"dgated+{act}"),
-        marks=[SERIALIZED] if (backend, ab) == ("sm90", "bfloat16") else [],
+        host.Variant(
+            backend,
+            "sm_90a",
+            ab_dtype=ab,
+            c_dtype=ab,
+            epilogue=f"dgated+{act}",
+            config=WHOLE_TILE if whole else None,
+        ),  # fmt: skip
+        marks=[SERIALIZED] if ab == "bfloat16" and not whole else [],
     )
-    for backend in ("sm90", "sm90-pingpong")
+    for backend, whole in (("sm90", False), ("sm90-pingpong", False), ("sm90-pingpong", True))
     for act, ab in (
         ("gelu_tanh", "float16"),
         ("gelu", "bfloat16"),
@@ -601,8 +614,22 @@ def test_the_dgated_epilogue_compiles_to_paired_tma_loads_and_stores(compiled):
     _assert_dgated(compiled(DGATED).report, DGATED)
 
 
+def test_the_whole_tile_dgated_epilogue_pipelines_its_wgmmas(compiled):
+    """bf16 on the ping-pong tile: serialized with its loads in the subtile loop (the sweep's
+    xfail), pipelined with all of them at the epilogue's start (``_assert_dgated`` asserts
+    it through ``assert_clean``)."""
+    _assert_dgated(compiled(DGATED_WHOLE).report, DGATED_WHOLE)
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize("variant", DGATED_SWEEP, ids=lambda v: f"{v.backend}-{v.epilogue}")
+@pytest.mark.parametrize(
+    "variant",
+    DGATED_SWEEP,
+    ids=lambda v: (
+        f"{v.backend}{'-whole' if getattr(v.config, 'dgated_whole_tile', 0) else ''}"
+        f"-{v.epilogue}-{v.ab_dtype}"
+    ),
+)
 def test_every_dgated_variant_compiles_to_paired_tma_loads_and_stores(compiled, variant):
     _assert_dgated(compiled(variant).report, variant)
 

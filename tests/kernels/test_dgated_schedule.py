@@ -61,6 +61,10 @@ def test_every_pair_loads_into_buffers_read_and_stored_before(stages, pairs):
     assert _walk(stages, pairs, tiles=5) == 5 * 2 * pairs
 
 
+#: the ping-pong 128x128 tile with its whole tile's pre-activation buffered
+WHOLE_TILE = Sm90Config(tile_m=128, tile_n=128, schedule="pingpong", dgated_whole_tile=True)
+
+
 @pytest.mark.parametrize(
     "config, c_dtype",
     [
@@ -68,18 +72,20 @@ def test_every_pair_loads_into_buffers_read_and_stored_before(stages, pairs):
         (Sm90Config(), cutlass.Float32),
         (Sm90Config(tile_m=128, tile_n=128, schedule="pingpong"), cutlass.BFloat16),
         (Sm90Config(tile_m=128, tile_n=128, schedule="pingpong"), cutlass.Float32),
+        (WHOLE_TILE, cutlass.BFloat16),
+        (WHOLE_TILE, cutlass.Float32),
     ],
 )
 def test_a_dgated_kernel_has_an_even_buffer_count(config, c_dtype):
-    """The pairs take two buffers each: the cooperative kernel rounds its epilogue buffers
-    down to even (at least two); the ping-pong one takes one for every subtile of its tile (no
+    """The pairs take two buffers each: the kernel rounds its epilogue buffers down to even
+    (at least two); with ``dgated_whole_tile`` it takes one for every subtile of its tile (no
     load from its subtile loop: ``dgated``), its ring keeping three stages or more. The walk
     above covers these counts."""
     ab = c_dtype if c_dtype != cutlass.Float32 else cutlass.Float16
     gemm = Sm90Gemm(config, ab, c_dtype, cutlass.Float32,
                     epilogue=Epilogue(activation="silu", dgated=True))  # fmt: skip
     ring, stages = gemm.stage_counts()
-    if config.pingpong:
+    if config.dgated_whole_tile:
         assert stages == 2 * config.num_epi_subtiles == 16 and ring >= 3
         pairs = config.num_epi_subtiles
         assert all(dgated.later_pair(stages, e, pairs) is None for e in range(pairs))

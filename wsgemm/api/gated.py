@@ -475,6 +475,7 @@ def _grad_road(d, dy, w_down, preact):
     not (a str)."""
     index = dispatch.device_index(d, dy)
     backend, config = gated_config(dy.shape[0])  # the gated kernel's tiles, both non-swap
+    config = host.dgated_config(backend, config)
     half = w_down.shape[1]
     why = _dgated_refusal(d, dy.shape[0], half, index)
     if why is not None:

@@ -234,6 +234,14 @@ ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: product of its own, then the gradient in three elementwise passes (torch's kernels), and
 #: the forward the product, then the unit in torch.
 DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
+#: The families whose ping-pong dgated kernel buffers its whole tile's pre-activation
+#: (``Sm90Config.dgated_whole_tile``: 16 buffers, all loaded at the epilogue's start, none
+#: from its subtile loop), the form whose WGMMAs ptxas does not serialize with bf16
+#: (docs/perf.md entry 100). Built and checked on the CPU (SASS: pipelined; the buffer walk);
+#: empty until ``tests/gpu/test_gpu_epilogue.py -k dgated`` passes with it on a GPU
+#: (``gpu_session.sh dgatedpp``, which switches it on for itself). Elsewhere the ping-pong
+#: dgated kernel loads four buffers a pair ahead, as before.
+DGATED_WHOLE_TILE_FAMILIES: frozenset[str] = frozenset()
 #: The families whose plain-MLP training kernels run in calls: an activation's gradient fused
 #: into the GEMM that computes ``dh`` (``Epilogue.dact``: ``dpre = (d_out @ W_down) ·
 #: act'(pre)`` from the saved pre-activation, ``api.act_grad.act_grad``, a plain ``MLP``'s
@@ -318,6 +326,18 @@ def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
     if not config.k_tiles_for_every_rank(k) or not config.cluster_split_fits(2, c_bytes):
         return None
     return config
+
+
+def dgated_config(backend: str, config):
+    """The config a dgated call runs on ``backend``'s tile ``config`` (None: the backend's
+    own): its ping-pong tile with the whole tile's pre-activation buffered where
+    ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, else ``config`` as given."""
+    if BACKENDS[backend].family not in DGATED_WHOLE_TILE_FAMILIES:
+        return config
+    base = config if config is not None else BACKENDS[backend].config()
+    if not getattr(base, "pingpong", False):
+        return config
+    return dataclasses.replace(base, dgated_whole_tile=True)
 
 
 def fuses_epilogues(

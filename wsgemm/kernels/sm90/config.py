@@ -134,6 +134,11 @@ class Sm90Config:
     # pieces take in turn. Each thread's accumulator values split in runs of whole 16-byte
     # vectors, so a tile of V values a thread takes pieces dividing V / 4.
     cluster_split_pieces: int = 1
+    # A ping-pong tile's dgated epilogue (``dgated``) with a buffer for every output subtile of
+    # its tile, all loaded at the epilogue's start (True), instead of four loaded a pair ahead
+    # from its subtile loop, whose loads make ptxas serialize the kernel's WGMMAs with bf16
+    # (docs/perf.md entry 100). Only a dgated kernel reads it.
+    dgated_whole_tile: bool = False
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
@@ -174,6 +179,13 @@ class Sm90Config:
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not isinstance(self.dgated_whole_tile, bool):
+            raise ValueError(f"dgated_whole_tile must be a bool, got {self.dgated_whole_tile!r}")
+        if self.dgated_whole_tile and self.schedule != "pingpong":
+            raise ValueError(
+                "dgated_whole_tile buffers a ping-pong tile's whole pre-activation: it needs "
+                f"schedule='pingpong', got {self.schedule!r}"
+            )
         allowed_m = (128, 256) if self.schedule == "cooperative" else (64, 128)
         if self.tile_m not in allowed_m:
             raise ValueError(
@@ -221,12 +233,13 @@ class Sm90Config:
             )
 
     def __repr__(self) -> str:
-        # The compile cache keys a variant by this repr: a config without a cluster split
-        # keeps the key it had before the field existed.
+        # The compile cache keys a variant by this repr: a config at the defaults of the fields
+        # added later keeps the key it had before they existed.
+        later = {"cluster_split": 1, "cluster_split_pieces": 1, "dgated_whole_tile": False}
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
-            if f.name not in ("cluster_split", "cluster_split_pieces") or getattr(self, f.name) != 1
+            if f.name not in later or getattr(self, f.name) != later[f.name]
         ]
         return f"{type(self).__name__}({', '.join(shown)})"
 
@@ -386,15 +399,15 @@ SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
 # subtile is written; more are added only from smem the mainloop ring cannot use.
 MIN_EPILOGUE_STAGES = 2
 MAX_EPILOGUE_STAGES = 4
-# A dgated epilogue on the cooperative tile loads each pair's pre-activation into the buffers
-# its stores then use, one pair ahead with four (the ping-pong tile takes a buffer for every
-# subtile of its tile and loads them all at once: ``Sm90Gemm.stage_counts``). Eight (three
-# pairs ahead, where smem allows: the ping-pong 128x128 tile's 4 KB buffers, entry 89) and an
-# L2 prefetch of each tile's pre-activation as its mainloop starts (``dgated.prefetch_l2``,
-# entry 87) were built to hide the epilogue's loads; timed on an H100 with both on, the dh
-# GEMM ran 1.20-1.44x its plain GEMM against entry 86's 1.17-1.36x without them (and
-# 1.80-1.99x on the ping-pong tile, 1.80-1.87x before): slower on all four rows, so both are
-# off (entry 97) until an A/B on one GPU shows either helps.
+# A dgated epilogue loads each pair's pre-activation into the buffers its stores then use, one
+# pair ahead with four (a ping-pong tile with ``dgated_whole_tile`` takes a buffer for every
+# subtile and loads them all at once: ``Sm90Gemm.stage_counts``). Eight (three pairs ahead,
+# where smem allows: the ping-pong 128x128 tile's 4 KB buffers, entry 89) and an L2 prefetch
+# of each tile's pre-activation as its mainloop starts (``dgated.prefetch_l2``, entry 87)
+# were built to hide the epilogue's loads; timed on an H100 with both on, the dh GEMM ran
+# 1.20-1.44x its plain GEMM against entry 86's 1.17-1.36x without them (and 1.80-1.99x on the
+# ping-pong tile, 1.80-1.87x before): slower on all four rows, so both are off (entry 97)
+# until an A/B on one GPU shows either helps.
 DGATED_MAX_EPILOGUE_STAGES = 4
 DGATED_L2_PREFETCH = False
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);

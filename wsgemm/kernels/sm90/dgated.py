@@ -33,12 +33,13 @@ pre-activation streams in beside its A and B rather than in a burst once its MMA
 exposed). Timed on an H100 (entry 97) with eight buffers it made the dh GEMM slower, not
 faster: it is off (``config.DGATED_L2_PREFETCH``) until an A/B on one GPU says otherwise.
 
-The ping-pong tile takes a buffer for every output subtile of its tile (16 of 4 KB on the
+With ``Sm90Config.dgated_whole_tile`` (a ping-pong tile; ``registry.DGATED_WHOLE_TILE_FAMILIES``
+switches calls to it) the tile takes a buffer for every output subtile (16 of 4 KB on the
 128x128 tile, leaving its ring five stages of six) and loads them all at the start of its
 epilogue, which runs under the other warpgroup's mainloop: no load leaves from the subtile
-loop. There, the store warp's loads (a branch one warp of the warpgroup takes) made ptxas
-serialize every WGMMA of the kernel, both warpgroups' mainloops included (warning C7520: each
-HGMMA waited for before the next issues, ``sass.waited_wgmmas``), the likely cause of the
+loop. There, the store warp's loads (a branch one warp of the warpgroup takes) make ptxas
+serialize every WGMMA of a bf16 kernel, both warpgroups' mainloops included (warning C7520:
+each HGMMA waited for before the next issues, ``sass.waited_wgmmas``), the likely cause of the
 1.8x its plain GEMM the ping-pong dh GEMM ran (docs/perf.md entries 86 and 100). The
 cooperative tile, whose buffers cannot hold a whole tile (128 KB of 8 KB subtiles), keeps the
 loop's loads; with bf16 ptxas serializes it the same way.

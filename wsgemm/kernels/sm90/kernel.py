@@ -557,7 +557,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             return stage_counts(ab_bytes, epi_bytes, self.config.num_epi_subtiles, capacity)
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
         subtiles = 2 * self.config.num_epi_subtiles
-        if self.config.pingpong:
+        if self.config.dgated_whole_tile:
             # a buffer for each of them: the epilogue loads the whole tile's pre-activation at
             # its start (``dgated.prefetch``), under the other warpgroup's mainloop, and none
             # from its subtile loop (``dgated.later_pair`` is None: see ``dgated``)
