@@ -295,17 +295,20 @@ if has gatedtiles; then
   echo "gated tiles rc=$?"; cat "$OUT/gated-tiles.log" | cut -c1-250 | tail -40
 fi
 if has dgatedpp; then
-  # docs/perf.md entry 100: the ping-pong dgated kernel with its whole tile buffered (no more
-  # serialized WGMMAs): its GPU cases (they switch it on for themselves), then the training
-  # step with the dh GEMM forced onto the ping-pong tile, the switch on (scripts/switched.py)
+  # docs/perf.md entries 100-101: the dgated kernels whose WGMMAs ptxas no longer serializes
+  # (the ping-pong tile's whole tile buffered, the cooperative tile's loader warp): their GPU
+  # cases (they switch them on for themselves), then the training step with both switched on
+  # (scripts/switched.py), the dh GEMM on its own tile (the loader warp) and forced onto the
+  # ping-pong one (the whole tile); the plain mlptrain after it is the same step, both off
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "dgated" 2>&1 | tee "$OUT/dgated-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
-  timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/switched.py DGATED_WHOLE_TILE_FAMILIES \
+  timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/switched.py \
+    DGATED_WHOLE_TILE_FAMILIES,DGATED_LOADER_WARP_FAMILIES \
     --script scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} --models ${EPI_MODELS:-8b,70b} \
     --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong \
     --json "$OUT/mlp-train-whole.json" > "$OUT/mlp-train-whole.log" 2>&1
-  echo "mlp train (whole tile) rc=$?"; tail -16 "$OUT/mlp-train-whole.log"
+  echo "mlp train (whole tile, loader warp) rc=$?"; tail -16 "$OUT/mlp-train-whole.log"
 fi
 if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs

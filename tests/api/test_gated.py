@@ -836,15 +836,16 @@ def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
 
 
 @pytest.mark.parametrize("whole", [False, True])
-def test_the_pingpong_dgated_tile_buffers_its_whole_tile_where_switched_on(
-    dgated, monkeypatch, whole
-):
-    """``DGATED_WHOLE_TILE_FAMILIES`` (``registry.dgated_config``): the ping-pong dgated
-    kernel with its whole tile's pre-activation buffered (``Sm90Config.dgated_whole_tile``)
-    where it holds the family, the four-buffer one elsewhere; the cooperative tile either way;
-    the same values."""
-    families = registry.EPILOGUE_FAMILIES if whole else frozenset()
-    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", families)
+@pytest.mark.parametrize("loader", [False, True])
+def test_the_dgated_tiles_take_their_switched_loads(dgated, monkeypatch, whole, loader):
+    """``registry.dgated_config``: the ping-pong dgated kernel with its whole tile's
+    pre-activation buffered (``Sm90Config.dgated_whole_tile``) where
+    ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, the cooperative one with a loader warp
+    (``dgated_loader_warp``) where ``DGATED_LOADER_WARP_FAMILIES`` does, each tile's own
+    switch alone; the same values."""
+    on = registry.EPILOGUE_FAMILIES
+    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", on if whole else frozenset())
+    monkeypatch.setattr(registry, "DGATED_LOADER_WARP_FAMILIES", on if loader else frozenset())
     torch.manual_seed(5)
     for rows, pingpong in ((37, True), (300, False)):
         dy, w_down = torch.randn(rows, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
@@ -855,6 +856,7 @@ def test_the_pingpong_dgated_tile_buffers_its_whole_tile_where_switched_on(
         config = v.kernel_config()
         assert config.pingpong is pingpong
         assert config.dgated_whole_tile is (whole and pingpong)
+        assert config.dgated_loader_warp is (loader and not pingpong)
         assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, 64)
 
 

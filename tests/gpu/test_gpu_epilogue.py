@@ -610,6 +610,25 @@ def test_dgated_on_the_pingpong_tile_over_many_tiles(
     _check_dgated(m, half, hidden, act, ab)
 
 
+@pytest.mark.parametrize("loader", [False, True])
+@pytest.mark.parametrize("m, half, hidden", [(300, 4096, 1024), (4096, 2048, 1024)])
+@pytest.mark.parametrize("act, ab", [("silu", torch.bfloat16), ("gelu_tanh", torch.float16)])
+def test_dgated_on_the_cooperative_tile_with_a_loader_warp(
+    dgated, monkeypatch, loader, m, half, hidden, act, ab
+):
+    """The cooperative tile's dgated epilogue with its pre-activation loaded by the store warp
+    or (``loader``: ``DGATED_LOADER_WARP_FAMILIES``) by the producer warpgroup's loader warp,
+    which runs ahead into the next tile while the store warp frees buffers by mbarrier
+    (``Sm90Gemm.dgated_loader``), at 300 rows and at 4096, several tiles a CTA."""
+    from wsgemm.host import registry
+    from wsgemm.host.choosing import cost
+
+    families = registry.EPILOGUE_FAMILIES if loader else frozenset()
+    monkeypatch.setattr(registry, "DGATED_LOADER_WARP_FAMILIES", families)
+    assert cost.gated_kernel_entry(m) == "sm90"
+    _check_dgated(m, half, hidden, act, ab)
+
+
 def _check_dgated(m, half, hidden, act, ab):
     from wsgemm.api import gated as gated_core
     from wsgemm.api.epilogue import activation_grad, gated_unit_grad

@@ -541,6 +541,12 @@ DGATED = host.Variant("sm90", "sm_90a", epilogue="dgated+silu")
 WHOLE_TILE = dataclasses.replace(host.BACKENDS["sm90-pingpong"].config(), dgated_whole_tile=True)
 DGATED_WHOLE = host.Variant("sm90-pingpong", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
                             config=WHOLE_TILE, epilogue="dgated+silu")  # fmt: skip
+#: The cooperative tile with its pre-activation loaded by the producer warpgroup's loader warp
+#: (``Sm90Config.dgated_loader_warp``, ``registry.DGATED_LOADER_WARP_FAMILIES``), bf16: the
+#: default run's third dgated compile.
+LOADER = dataclasses.replace(host.BACKENDS["sm90"].config(), dgated_loader_warp=True)
+DGATED_LOADER = host.Variant("sm90", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
+                             config=LOADER, epilogue="dgated+silu")  # fmt: skip
 #: ptxas serializes the bf16 dgated WGMMAs whose loads leave from the subtile loop (C7520:
 #: ``kernels/sm90/dgated.py``, docs/perf.md entry 100); strict, so the day they pipeline this
 #: list must shrink
@@ -548,16 +554,16 @@ SERIALIZED = pytest.mark.xfail(strict=True, reason="C7520: ptxas serializes the 
 DGATED_SWEEP = [
     pytest.param(
         host.Variant(
-            backend,
-            "sm_90a",
-            ab_dtype=ab,
-            c_dtype=ab,
-            epilogue=f"dgated+{act}",
-            config=WHOLE_TILE if whole else None,
+            backend, "sm_90a", ab_dtype=ab, c_dtype=ab, epilogue=f"dgated+{act}", config=config
         ),  # fmt: skip
-        marks=[SERIALIZED] if ab == "bfloat16" and not whole else [],
+        marks=[SERIALIZED] if ab == "bfloat16" and config is None else [],
     )
-    for backend, whole in (("sm90", False), ("sm90-pingpong", False), ("sm90-pingpong", True))
+    for backend, config in (
+        ("sm90", None),
+        ("sm90", LOADER),
+        ("sm90-pingpong", None),
+        ("sm90-pingpong", WHOLE_TILE),
+    )  # fmt: skip
     for act, ab in (
         ("gelu_tanh", "float16"),
         ("gelu", "bfloat16"),
@@ -614,6 +620,13 @@ def test_the_dgated_epilogue_compiles_to_paired_tma_loads_and_stores(compiled):
     _assert_dgated(compiled(DGATED).report, DGATED)
 
 
+def test_the_loader_warp_dgated_epilogue_pipelines_its_wgmmas(compiled):
+    """bf16 on the cooperative tile: serialized with the store warp loading (the sweep's
+    xfail), pipelined with the loader warp loading (``assert_clean``, through
+    ``_assert_dgated``: the same loads and stores, now one loop of 16 in the loader)."""
+    _assert_dgated(compiled(DGATED_LOADER).report, DGATED_LOADER)
+
+
 def test_the_whole_tile_dgated_epilogue_pipelines_its_wgmmas(compiled):
     """bf16 on the ping-pong tile: serialized with its loads in the subtile loop (the sweep's
     xfail), pipelined with all of them at the epilogue's start (``_assert_dgated`` asserts
@@ -627,6 +640,7 @@ def test_the_whole_tile_dgated_epilogue_pipelines_its_wgmmas(compiled):
     DGATED_SWEEP,
     ids=lambda v: (
         f"{v.backend}{'-whole' if getattr(v.config, 'dgated_whole_tile', 0) else ''}"
+        f"{'-loader' if getattr(v.config, 'dgated_loader_warp', 0) else ''}"
         f"-{v.epilogue}-{v.ab_dtype}"
     ),
 )

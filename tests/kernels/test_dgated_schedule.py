@@ -7,6 +7,8 @@ reading it (the store warp's ``cp.async.bulk.wait_group.read 0`` before a later 
 or the prefetch's); each buffer's k-th load is the one its k-th wait expects (the mbarrier
 phase ``(s // E) & 1``); and the buffer a subtile is read from holds that subtile."""
 
+import random
+
 import cutlass
 import pytest
 
@@ -53,6 +55,76 @@ def _walk(stages: int, pairs: int, tiles: int) -> int:
                 unread_stores.add(s % stages)
         done += 2 * pairs
     return done
+
+
+def _walk_loader(stages: int, pairs: int, tiles: int, seed: int) -> int:
+    """The loader-warp form (``Sm90Config.dgated_loader_warp``: ``Sm90Gemm.dgated_loader``
+    and ``_dgated_epilogue``), its two agents interleaved at random: the loader warp loads
+    subtile s once buffer s % E's ``free`` mbarrier has (s // E) arrivals; the epilogue, per
+    pair P, has its store warp wait for its stores to have read (``wait_group.read 0``) and
+    arrive on the two buffers of pair P - 1, then waits for both of pair P's loads, reads and
+    stores them. Asserts no load overwrites a subtile not yet read, stored and read by its
+    store; each wait sees the arrival count it waits for, never one more (an mbarrier waits
+    on a phase's parity); neither agent ever waits for good. Returns the subtiles stored."""
+    rng = random.Random(seed)
+    total = 2 * pairs * tiles
+    held: dict = {}  # buffer -> [subtile, read, stored, store has read it]
+    full = dict.fromkeys(range(stages), 0)  # completed loads of each buffer
+    free = dict.fromkeys(range(stages), 0)  # the store warp's arrivals on each buffer
+    loaded = stored_pairs = 0
+    freed = False  # whether pair `stored_pairs`'s store warp step has run
+
+    def loader_step() -> bool:
+        nonlocal loaded
+        b, use = loaded % stages, loaded // stages
+        if free[b] < use:
+            return False
+        assert free[b] == use, f"buffer {b}: {free[b]} arrivals for use {use}: parity aliased"
+        if b in held:
+            assert held[b][1:] == [True, True, True], f"subtile {loaded} over {held[b]}"
+        held[b] = [loaded, False, False, False]
+        full[b] += 1
+        loaded += 1
+        return True
+
+    def epilogue_step() -> bool:
+        nonlocal stored_pairs, freed
+        p = stored_pairs
+        if not freed:  # the store warp: its stores have read; pair p - 1's buffers are free
+            for entry in held.values():
+                if entry[2]:
+                    entry[3] = True
+            if p > 0:
+                for s in (2 * p - 2, 2 * p - 1):
+                    free[s % stages] += 1
+            freed = True
+            return True
+        for s in (2 * p, 2 * p + 1):
+            b, use = s % stages, s // stages
+            if full[b] <= use:
+                return False
+            assert full[b] == use + 1, f"subtile {s}: buffer {b} loaded {full[b]} times"
+        for s in (2 * p, 2 * p + 1):
+            assert held[s % stages][0] == s
+            held[s % stages][1] = True
+        for s in (2 * p, 2 * p + 1):
+            held[s % stages][2] = True
+        stored_pairs += 1
+        freed = False
+        return True
+
+    while stored_pairs < total // 2:
+        agents = [loader_step] if loaded < total else []
+        agents.append(epilogue_step)
+        rng.shuffle(agents)
+        assert any(step() for step in agents), f"deadlock at pair {stored_pairs}, load {loaded}"
+    return 2 * stored_pairs
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("stages, pairs", [(2, 1), (2, 8), (4, 8), (4, 3), (6, 8), (8, 8)])
+def test_the_loader_warp_loads_into_buffers_read_and_stored_before(stages, pairs, seed):
+    assert _walk_loader(stages, pairs, tiles=4, seed=seed) == 4 * 2 * pairs
 
 
 @pytest.mark.parametrize("stages", [2, 4, 6, 8, 16])

@@ -242,6 +242,13 @@ DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: (``gpu_session.sh dgatedpp``, which switches it on for itself). Elsewhere the ping-pong
 #: dgated kernel loads four buffers a pair ahead, as before.
 DGATED_WHOLE_TILE_FAMILIES: frozenset[str] = frozenset()
+#: The families whose cooperative dgated kernel has its pre-activation loaded by a warp of the
+#: producer warpgroup (``Sm90Config.dgated_loader_warp``: the store warp only says, by
+#: mbarrier, which buffers its stores have read), the form whose WGMMAs ptxas does not
+#: serialize with bf16 (docs/perf.md entry 101). Built and checked on the CPU (SASS:
+#: pipelined, spill-free); empty until ``tests/gpu/test_gpu_epilogue.py -k dgated`` passes
+#: with it on a GPU. Elsewhere the store warp loads them, a pair ahead, as before.
+DGATED_LOADER_WARP_FAMILIES: frozenset[str] = frozenset()
 #: The families whose plain-MLP training kernels run in calls: an activation's gradient fused
 #: into the GEMM that computes ``dh`` (``Epilogue.dact``: ``dpre = (d_out @ W_down) ·
 #: act'(pre)`` from the saved pre-activation, ``api.act_grad.act_grad``, a plain ``MLP``'s
@@ -330,14 +337,17 @@ def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
 
 def dgated_config(backend: str, config):
     """The config a dgated call runs on ``backend``'s tile ``config`` (None: the backend's
-    own): its ping-pong tile with the whole tile's pre-activation buffered where
-    ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, else ``config`` as given."""
-    if BACKENDS[backend].family not in DGATED_WHOLE_TILE_FAMILIES:
-        return config
+    own): a ping-pong tile with the whole tile's pre-activation buffered where
+    ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, a cooperative one with a loader warp
+    where ``DGATED_LOADER_WARP_FAMILIES`` does; else ``config`` as given."""
+    family = BACKENDS[backend].family
     base = config if config is not None else BACKENDS[backend].config()
-    if not getattr(base, "pingpong", False):
-        return config
-    return dataclasses.replace(base, dgated_whole_tile=True)
+    pingpong = getattr(base, "pingpong", None)
+    if pingpong is True and family in DGATED_WHOLE_TILE_FAMILIES:
+        return dataclasses.replace(base, dgated_whole_tile=True)
+    if pingpong is False and family in DGATED_LOADER_WARP_FAMILIES:
+        return dataclasses.replace(base, dgated_loader_warp=True)
+    return config
 
 
 def fuses_epilogues(

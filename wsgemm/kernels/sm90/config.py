@@ -25,6 +25,7 @@ __all__ = [
     "CLUSTER_SPLITS",
     "EPI_TILE_N",
     "NUM_CONSUMER_WARPGROUPS",
+    "LOADER_WARP",
     "PRODUCER_WARP",
     "DEFAULT_RASTER_GROUP",
     "SCHEDULES",
@@ -54,6 +55,8 @@ SCHEDULES = ("cooperative", "pingpong")
 NUM_CONSUMER_WARPGROUPS = 2
 PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
 PRODUCER_WARP = PRODUCER_WARPGROUP * WARPS_PER_WARPGROUP
+# The dgated loader warp (``Sm90Config.dgated_loader_warp``): the producer warpgroup's second.
+LOADER_WARP = PRODUCER_WARP + 1
 THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
 # One WGMMA atom covers 64 rows of M and k = 16 for 16-bit inputs.
 WGMMA_M = 64
@@ -139,6 +142,11 @@ class Sm90Config:
     # from its subtile loop, whose loads make ptxas serialize the kernel's WGMMAs with bf16
     # (docs/perf.md entry 100). Only a dgated kernel reads it.
     dgated_whole_tile: bool = False
+    # A cooperative tile's dgated epilogue (``dgated``) with its pre-activation loaded by a warp
+    # of the producer warpgroup (a loader warp, which holds no accumulators) instead of the
+    # epilogue's store warp; the store warp only tells it, by mbarrier, which buffers its
+    # stores have read. Only a dgated kernel reads it.
+    dgated_loader_warp: bool = False
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
@@ -181,6 +189,20 @@ class Sm90Config:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.dgated_whole_tile, bool):
             raise ValueError(f"dgated_whole_tile must be a bool, got {self.dgated_whole_tile!r}")
+        if not isinstance(self.dgated_loader_warp, bool):
+            raise ValueError(f"dgated_loader_warp must be a bool, got {self.dgated_loader_warp!r}")
+        if self.dgated_loader_warp and (
+            self.schedule != "cooperative"
+            or self.split_k != 1
+            or self.stream_k
+            or self.cluster_split != 1
+        ):
+            raise ValueError(
+                "dgated_loader_warp loads a cooperative tile's pre-activation from the producer "
+                "warpgroup: it needs schedule='cooperative' and no split, got "
+                f"schedule={self.schedule!r}, split_k={self.split_k}, stream_k={self.stream_k}, "
+                f"cluster_split={self.cluster_split}"
+            )  # fmt: skip
         if self.dgated_whole_tile and self.schedule != "pingpong":
             raise ValueError(
                 "dgated_whole_tile buffers a ping-pong tile's whole pre-activation: it needs "
@@ -235,7 +257,8 @@ class Sm90Config:
     def __repr__(self) -> str:
         # The compile cache keys a variant by this repr: a config at the defaults of the fields
         # added later keeps the key it had before they existed.
-        later = {"cluster_split": 1, "cluster_split_pieces": 1, "dgated_whole_tile": False}
+        later = {"cluster_split": 1, "cluster_split_pieces": 1, "dgated_whole_tile": False,
+                 "dgated_loader_warp": False}  # fmt: skip
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)

@@ -43,6 +43,7 @@ from wsgemm.kernels.sm90.config import (
     DEFAULT_RASTER_GROUP,
     DGATED_L2_PREFETCH,
     DGATED_MAX_EPILOGUE_STAGES,
+    LOADER_WARP,
     NUM_CONSUMER_WARPGROUPS,
     PRODUCER_REGISTERS,
     PRODUCER_WARP,
@@ -548,6 +549,12 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ab = mainloop_stage_bytes(cfg.tile_m, cfg.tile_n, cfg.tile_k, self.ab_dtype.width // 8)
         return ab, epilogue_stage_bytes(*cfg.epi_tile, self.c_dtype.width // 8)
 
+    @property
+    def _dgated_loader(self) -> bool:
+        """Whether a warp of the producer warpgroup loads a dgated tile's pre-activation
+        (``Sm90Config.dgated_loader_warp``, a dgated kernel's only)."""
+        return self.fused_epilogue.dgated and self.config.dgated_loader_warp
+
     def stage_counts(self) -> tuple[int, int]:
         """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
         ab_bytes, epi_bytes = self._stage_bytes()
@@ -962,7 +969,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         recv_words = self.config.cluster_split_bytes() // 4
         residual_count = 0  # the residual's mbarriers
         if self.fused_epilogue.reads_c:
-            residual_count = residual.barrier_count(self.epi_stages, self.config.pingpong)
+            residual_count = residual.barrier_count(
+                self.epi_stages, self.config.pingpong, self._dgated_loader
+            )
 
         @cute.struct
         class SharedStorage:
@@ -1061,7 +1070,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             if warp_idx == 0:
                 residual.init_barriers(
                     storage.residual_barriers.data_ptr(),
-                    residual.barrier_count(plan.epi_stages, cfg.pingpong),
+                    residual.barrier_count(
+                        plan.epi_stages, cfg.pingpong, self._dgated_loader
+                    ),  # fmt: skip
                 )
         if const_expr(cfg.cluster_split > 1):
             if warp_idx == 0:
@@ -1157,6 +1168,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     descriptors,
                 )
                 self.load(plan, load_args, scheduler, ab_pipeline, rec)
+            if const_expr(self._dgated_loader):
+                if warp_idx == LOADER_WARP:
+                    tma_r, mR = residual_load
+                    load = residual.ResidualLoad(
+                        tma=tma_r,
+                        gR_mnl=cute.local_tile(
+                            mR, (plan.out_tile_m, plan.out_tile_n), (None, None, None)
+                        ),
+                        sC=sC,
+                        barriers=storage.residual_barriers.data_ptr(),
+                        stages=plan.epi_stages,
+                        subtile_bytes=epilogue_stage_bytes(*cfg.epi_tile, plan.c_dtype.width // 8),
+                    )
+                    self.dgated_loader(plan, load, scheduler)
         else:
             cute.arch.setmaxregister_increase(plan.consumer_regs)
             rec = trace.open_recorder(
@@ -1330,6 +1355,29 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         ab_pipeline.producer_tail(state)
         trace.record(rec, Event.WAIT_EMPTY_END)
         trace.close(rec)
+
+    @cute.jit
+    def dgated_loader(self, plan: cutlass.Constexpr, load: residual.ResidualLoad, scheduler):
+        """Loader warp (``Sm90Config.dgated_loader_warp``): every output subtile's
+        pre-activation of every tile the CTA runs, in the epilogue's order, each into its
+        buffer once the store that last read the buffer has read it (the store warp's arrival
+        on the buffer's second mbarrier: ``_dgated_epilogue``). It walks the schedule as the
+        producer warp does, so it runs up to the buffers ahead of the epilogue, into the next
+        tile's mainloop; the first use of each buffer waits for nothing."""
+        cfg = plan.config
+        order = epilogue_subtile_order(cfg, plan.out_tile_n, plan.out_tile_m)
+        free = load.barriers + plan.epi_stages
+        s = Int32(0)
+        tile = scheduler.initial_work_tile()
+        while tile.is_valid:
+            views = dgated.tile_views(load, tile, cfg.epi_tile)
+            for s_out in cutlass.range_constexpr(plan.out_subtiles):
+                # the buffer's previous store has read it (parity 1 of a fresh barrier: free)
+                cute.arch.mbarrier_wait(free + s % plan.epi_stages,
+                                        ((s // plan.epi_stages) % 2) ^ 1)  # fmt: skip
+                dgated.issue(load, views, order, s_out, s)
+                s += 1
+            tile = scheduler.next_work_tile(tile)
 
     @cute.jit
     def _drain(self, plan: cutlass.Constexpr, ab_pipeline, state):
@@ -1830,14 +1878,25 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         cfg = plan.config
         load = args.residual
         res_views = dgated.tile_views(load, tile, cfg.epi_tile)
-        if const_expr(not self._residual_under_mainloop(plan)):
+        loader = cfg.dgated_loader_warp  # (the loader warp loads; the store warp frees)
+        if const_expr(not loader and not self._residual_under_mainloop(plan)):
             self.residual_prefetch(plan, args, tile, subtiles_done)
         per_subtile = cute.size(views.tRS_rD)
         up_half = views.more[0]
         for e in cutlass.range_constexpr(plan.product_subtiles):
             s0 = subtiles_done + 2 * e  # the gate half's number in this set; the up half's next
             later = dgated.later_pair(plan.epi_stages, e, plan.product_subtiles)
-            if const_expr(later is not None):
+            if const_expr(loader):
+                # the pair before this one (the last tile's last, at e = 0) has been stored:
+                # once its stores have read its two buffers, the loader may refill them
+                if args.is_store_warp:
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    if s0 > 0:
+                        with cute.arch.elect_one():
+                            for h in cutlass.range_constexpr(2):
+                                free = load.barriers + plan.epi_stages
+                                cute.arch.mbarrier_arrive(free + (s0 - 2 + h) % plan.epi_stages)
+            elif const_expr(later is not None):
                 if args.is_store_warp:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)  # pair e - 1's stores
                     for h in cutlass.range_constexpr(2):
@@ -1866,6 +1925,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """Whether a residual's first C loads leave under the tile's mainloop (cooperative,
         unsplit) rather than at the start of its epilogue (``residual``)."""
         cfg = plan.config
+        if plan.epilogue.dgated and cfg.dgated_loader_warp:
+            return False  # (the loader warp loads it all)
         return plan.epilogue.reads_c and not cfg.pingpong and not cfg.splits_in_kernel
 
     @cute.jit

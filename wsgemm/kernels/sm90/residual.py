@@ -72,9 +72,11 @@ class ResidualLoad:
     subtile_bytes: int
 
 
-def barrier_count(epi_stages: int, pingpong: bool) -> int:
-    """mbarriers the residual needs: one per epilogue buffer, per ping-pong warpgroup."""
-    return epi_stages * (2 if pingpong else 1)
+def barrier_count(epi_stages: int, pingpong: bool, loader: bool = False) -> int:
+    """mbarriers the residual needs: one per epilogue buffer, per ping-pong warpgroup; with a
+    loader warp (``Sm90Config.dgated_loader_warp``) one more per buffer, after them, on which
+    the store warp says the buffer's stores have read it."""
+    return epi_stages * (2 if pingpong else 1) * (2 if loader else 1)
 
 
 def init_barriers(barriers, count: int):
