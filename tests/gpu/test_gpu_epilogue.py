@@ -17,7 +17,7 @@ import torch
 from operands import assert_within_torch_error, fp32_accumulation_bound, make
 
 import wsgemm
-from wsgemm import api
+from wsgemm import api, host
 from wsgemm.api.epilogue import torch_activation
 
 pytestmark = pytest.mark.gpu
@@ -242,6 +242,8 @@ class GatedKernelOnly(api.Dispatcher):
 
         super().__init__(DISPATCHER.cache)
         self.epilogues = []
+        self.configs = []
+        self.backends = []
 
     def gated_unfused(self, *args):
         return None
@@ -249,6 +251,8 @@ class GatedKernelOnly(api.Dispatcher):
     def kernel(self, backend, device, dtypes, a_major, b_major, config=None, epilogue="none",
                grouping="none"):  # fmt: skip
         self.epilogues.append(epilogue)
+        self.configs.append(config)
+        self.backends.append(backend)
         return super().kernel(backend, device, dtypes, a_major, b_major, config, epilogue,
                               grouping)  # fmt: skip
 
@@ -607,7 +611,8 @@ def test_dgated_on_the_pingpong_tile_over_many_tiles(
     monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", families)
     monkeypatch.setattr(cost, "GATED_PINGPONG_MAX_ROWS", 1 << 30)
     assert cost.gated_kernel_entry(m) == "sm90-pingpong"
-    _check_dgated(m, half, hidden, act, ab)
+    config = _check_dgated(m, half, hidden, act, ab)
+    assert config.pingpong and config.dgated_whole_tile is whole
 
 
 @pytest.mark.parametrize("loader", [False, True])
@@ -626,10 +631,13 @@ def test_dgated_on_the_cooperative_tile_with_a_loader_warp(
     families = registry.EPILOGUE_FAMILIES if loader else frozenset()
     monkeypatch.setattr(registry, "DGATED_LOADER_WARP_FAMILIES", families)
     assert cost.gated_kernel_entry(m) == "sm90"
-    _check_dgated(m, half, hidden, act, ab)
+    config = _check_dgated(m, half, hidden, act, ab)
+    assert not config.pingpong and config.dgated_loader_warp is loader
 
 
 def _check_dgated(m, half, hidden, act, ab):
+    """The dgated call's result against float64 (``test_dgated_matches_float64``); returns
+    the config its kernel ran (the backend's own where None was passed)."""
     from wsgemm.api import gated as gated_core
     from wsgemm.api.epilogue import activation_grad, gated_unit_grad
 
@@ -654,6 +662,8 @@ def _check_dgated(m, half, hidden, act, ab):
     theirs = gated_unit_grad(act, dy @ w_down, preact)
     for name, cols in (("dgate", slice(0, half)), ("dup", slice(half, None))):  # each half
         assert_within_torch_error(got[:, cols], ref[:, cols], theirs[:, cols], f"{name} {act}")
+    (config,) = d.configs
+    return config if config is not None else host.BACKENDS[d.backends[0]].config()
 
 
 @pytest.mark.parametrize("bias", [False, True])

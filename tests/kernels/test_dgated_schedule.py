@@ -57,15 +57,18 @@ def _walk(stages: int, pairs: int, tiles: int) -> int:
     return done
 
 
-def _walk_loader(stages: int, pairs: int, tiles: int, seed: int) -> int:
+def _walk_loader(stages: int, pairs: int, tiles: int, seed: int, frees: int = 1) -> int:
     """The loader-warp form (``Sm90Config.dgated_loader_warp``: ``Sm90Gemm.dgated_loader``
     and ``_dgated_epilogue``), its two agents interleaved at random: the loader warp loads
     subtile s once buffer s % E's ``free`` mbarrier has (s // E) arrivals; the epilogue, per
     pair P, has its store warp wait for its stores to have read (``wait_group.read 0``) and
     arrive on the two buffers of pair P - 1, then waits for both of pair P's loads, reads and
-    stores them. Asserts no load overwrites a subtile not yet read, stored and read by its
-    store; each wait sees the arrival count it waits for, never one more (an mbarrier waits
-    on a phase's parity); neither agent ever waits for good. Returns the subtiles stored."""
+    stores them (at a tile's first pair the kernel frees the last tile's last pair under the
+    mainloop, ``residual_prefetch``: the same point in this order). Asserts no load
+    overwrites a subtile not yet read, stored and read by its store; each wait sees the
+    arrival count it waits for, never one more (an mbarrier waits on a phase's parity);
+    neither agent ever waits for good. Returns the subtiles stored. ``frees``: the pair the
+    store warp frees, this many back (1, the kernel's; 0 plants a bug the walk must catch)."""
     rng = random.Random(seed)
     total = 2 * pairs * tiles
     held: dict = {}  # buffer -> [subtile, read, stored, store has read it]
@@ -94,8 +97,8 @@ def _walk_loader(stages: int, pairs: int, tiles: int, seed: int) -> int:
             for entry in held.values():
                 if entry[2]:
                     entry[3] = True
-            if p > 0:
-                for s in (2 * p - 2, 2 * p - 1):
+            if p >= frees:
+                for s in (2 * (p - frees), 2 * (p - frees) + 1):
                     free[s % stages] += 1
             freed = True
             return True
@@ -125,6 +128,19 @@ def _walk_loader(stages: int, pairs: int, tiles: int, seed: int) -> int:
 @pytest.mark.parametrize("stages, pairs", [(2, 1), (2, 8), (4, 8), (4, 3), (6, 8), (8, 8)])
 def test_the_loader_warp_loads_into_buffers_read_and_stored_before(stages, pairs, seed):
     assert _walk_loader(stages, pairs, tiles=4, seed=seed) == 4 * 2 * pairs
+
+
+def test_the_loader_walk_catches_a_pair_freed_before_its_stores():
+    """The walk's own check: a store warp freeing the pair it is about to store (not the one
+    before) lets the loader overwrite it, on some interleaving of every buffer count."""
+    for stages, pairs in ((2, 8), (4, 8), (8, 8)):
+        caught = 0
+        for seed in range(20):
+            try:
+                _walk_loader(stages, pairs, tiles=4, seed=seed, frees=0)
+            except AssertionError:
+                caught += 1
+        assert caught > 0, (stages, pairs)
 
 
 @pytest.mark.parametrize("stages", [2, 4, 6, 8, 16])
@@ -163,3 +179,22 @@ def test_a_dgated_kernel_has_an_even_buffer_count(config, c_dtype):
         assert all(dgated.later_pair(stages, e, pairs) is None for e in range(pairs))
     else:
         assert stages in (2, 4, 6, 8)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [dict(dgated_loader_warp=True), dict(schedule="pingpong", tile_n=128, dgated_whole_tile=True)],
+)
+def test_the_dgated_load_forms_are_refused_on_other_epilogues(fields):
+    """``dgated_whole_tile`` and ``dgated_loader_warp`` are a dgated epilogue's: a kernel with
+    another epilogue refuses them (they would only change its compile key); each is refused
+    on the other schedule's tile when the config is made."""
+    config = Sm90Config(**fields)
+    for epilogue in (Epilogue(), Epilogue(activation="silu", dact=True)):
+        with pytest.raises(ValueError, match="dgated_whole_tile and dgated_loader_warp"):
+            Sm90Gemm(config, cutlass.Float16, cutlass.Float16, cutlass.Float32, epilogue=epilogue)
+    Sm90Gemm(config, cutlass.Float16, cutlass.Float16, cutlass.Float32,
+             epilogue=Epilogue(activation="silu", dgated=True))  # fmt: skip
+    with pytest.raises(ValueError, match="needs schedule="):
+        Sm90Config(**{**fields, "schedule": "pingpong" if "dgated_loader_warp" in fields
+                      else "cooperative", "tile_n": 128})  # fmt: skip

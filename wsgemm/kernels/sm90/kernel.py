@@ -445,6 +445,15 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
         self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
+        if (config.dgated_whole_tile or config.dgated_loader_warp) and (
+            not epilogue.dgated or self.grouped is not None
+        ):
+            raise ValueError(
+                "dgated_whole_tile and dgated_loader_warp choose how a dense dgated epilogue "
+                f"loads its pre-activation: a kernel with epilogue {epilogue.name!r}"
+                f"{' over groups' if self.grouped is not None else ''} takes neither; got "
+                f"{config}"
+            )  # fmt: skip
         if (config.splits_in_kernel or config.cluster_split > 1) and acc_dtype != cutlass.Float32:
             what = "stream-K" if config.stream_k else f"split-K (split_k={config.split_k})"
             if config.cluster_split > 1:
@@ -1361,9 +1370,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """Loader warp (``Sm90Config.dgated_loader_warp``): every output subtile's
         pre-activation of every tile the CTA runs, in the epilogue's order, each into its
         buffer once the store that last read the buffer has read it (the store warp's arrival
-        on the buffer's second mbarrier: ``_dgated_epilogue``). It walks the schedule as the
-        producer warp does, so it runs up to the buffers ahead of the epilogue, into the next
-        tile's mainloop; the first use of each buffer waits for nothing."""
+        on the buffer's second mbarrier: ``_free_pair``). It walks the schedule as the
+        producer warp does, up to the buffers ahead of the epilogue: a tile's last pair is
+        freed under the next tile's mainloop, so its first E subtiles load there; the first
+        use of each buffer waits for nothing."""
         cfg = plan.config
         order = epilogue_subtile_order(cfg, plan.out_tile_n, plan.out_tile_m)
         free = load.barriers + plan.epi_stages
@@ -1887,15 +1897,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             s0 = subtiles_done + 2 * e  # the gate half's number in this set; the up half's next
             later = dgated.later_pair(plan.epi_stages, e, plan.product_subtiles)
             if const_expr(loader):
-                # the pair before this one (the last tile's last, at e = 0) has been stored:
-                # once its stores have read its two buffers, the loader may refill them
-                if args.is_store_warp:
-                    cute.arch.cp_async_bulk_wait_group(0, read=True)
-                    if s0 > 0:
-                        with cute.arch.elect_one():
-                            for h in cutlass.range_constexpr(2):
-                                free = load.barriers + plan.epi_stages
-                                cute.arch.mbarrier_arrive(free + (s0 - 2 + h) % plan.epi_stages)
+                if const_expr(e > 0):  # (the last tile's last pair: freed under the mainloop)
+                    self._free_pair(plan, args, s0)
             elif const_expr(later is not None):
                 if args.is_store_warp:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)  # pair e - 1's stores
@@ -1920,19 +1923,36 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             self._store_subtile(args, store_pipeline, views, s0 % plan.epi_stages, e)
             self._store_subtile(args, store_pipeline, views, (s0 + 1) % plan.epi_stages, e, up_half)
 
+    @cute.jit
+    def _free_pair(self, plan: cutlass.Constexpr, args: _EpilogueArgs, s):
+        """The store warp's, with a dgated loader warp: the pair stored before subtile ``s``
+        (its subtiles s - 2 and s - 1; none before the first), once its stores have read its
+        two buffers, freed for the loader (an arrival on each buffer's second mbarrier)."""
+        if args.is_store_warp:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            if s > 0:
+                free = args.residual.barriers + plan.epi_stages
+                with cute.arch.elect_one():
+                    for h in cutlass.range_constexpr(2):
+                        cute.arch.mbarrier_arrive(free + (s - 2 + h) % plan.epi_stages)
+
     @staticmethod
     def _residual_under_mainloop(plan) -> bool:
         """Whether a residual's first C loads leave under the tile's mainloop (cooperative,
-        unsplit) rather than at the start of its epilogue (``residual``)."""
+        unsplit) rather than at the start of its epilogue (``residual``); with a dgated loader
+        warp, which loads them all, the previous tile's last pair is freed there instead
+        (``residual_prefetch``)."""
         cfg = plan.config
-        if plan.epilogue.dgated and cfg.dgated_loader_warp:
-            return False  # (the loader warp loads it all)
         return plan.epilogue.reads_c and not cfg.pingpong and not cfg.splits_in_kernel
 
     @cute.jit
     def residual_prefetch(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile, subtiles_done):
-        """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``)."""
-        if args.is_store_warp:
+        """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``);
+        with a dgated loader warp instead, the previous tile's last pair freed for it, so that
+        it loads this tile's first E subtiles under the mainloop (``_free_pair``)."""
+        if const_expr(plan.epilogue.dgated and plan.config.dgated_loader_warp):
+            self._free_pair(plan, args, subtiles_done)
+        elif args.is_store_warp:
             order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
             if const_expr(plan.epilogue.dgated):
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
@@ -1948,7 +1968,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         loads into the buffers are L2 round trips, and the pre-activation streams in beside A
         and B rather than in a burst once the MMAs are done. Nothing for other epilogues, nor
         while ``DGATED_L2_PREFETCH`` is off (docs/perf.md entry 97)."""
-        if const_expr(plan.epilogue.dgated and DGATED_L2_PREFETCH):
+        if const_expr(plan.epilogue.dgated and DGATED_L2_PREFETCH
+                      and not plan.config.dgated_loader_warp):  # fmt: skip
             if args.is_store_warp:
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
                 order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
