@@ -357,7 +357,10 @@ class Sm90Gemm(TracedLoops, GemmKernel):
     Roles (384 threads, three warpgroups):
       * producer, warpgroup 2: after ``setmaxnreg`` down to 40 registers, its first warp walks
         the tile schedule and issues the TMA loads of A and B into an S-stage smem ring
-        (multicasting the operand its cluster peers share); its other three warps exit.
+        (multicasting the operand its cluster peers share); its other three warps exit, but
+        for a dgated tile with a loader warp (``Sm90Config.dgated_loader_warp``): its second
+        warp walks the same schedule and loads the saved pre-activation into the epilogue's
+        buffers (``dgated_loader``).
       * consumers, warpgroups 0 and 1: ``setmaxnreg`` up, issue WGMMAs from the ring into fp32
         (or fp16) register accumulators, then run the epilogue: convert, store to smem
         subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each of
@@ -379,6 +382,9 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         (``mainloop_arrive_terms``).
       * epilogue store (``PipelineTmaStore``, E buffers), consumers -> TMA unit: bulk-group
         commit per subtile; a buffer is rewritten only after at most E-1 stores are pending.
+      * dgated loader warp -> consumers (``dgated_loader``, ``_free_pair``): per epilogue
+        buffer a full mbarrier (1 arrival: the loader's expect-tx, + the subtile's bytes) and
+        a free one (1 arrival: the store warp's, once its stores have read the buffer).
       * ping-pong order: named barriers MMA_ORDER+wg and EPI_ORDER+wg (256 threads: one
         warpgroup syncs, the other arrives) hand the mainloop and the epilogue back and forth.
       * split-K fix-up (``split_k.py``), unit -> the unit that finishes its tile, through
