@@ -303,6 +303,15 @@ if has dgatedpp; then
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_epilogue.py -k "dgated" 2>&1 | tee "$OUT/dgated-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  # the gated sanitizer cases (both row tiles) with both forms on: compiled outside first
+  both="scripts/switched.py DGATED_WHOLE_TILE_FAMILIES,DGATED_LOADER_WARP_FAMILIES --script"
+  python3 $both scripts/sanitize_auto.py --gated 2>&1 | tail -3
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
+      kns=direct_copy_kernel_cuda python3 $both scripts/sanitize_auto.py --gated 2>&1 \
+      | tee "$OUT/sanitize_dgated_forms_$tool.log" | tail -3
+    echo "$tool dgated forms rc=${PIPESTATUS[0]}"
+  done
   timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/switched.py \
     DGATED_WHOLE_TILE_FAMILIES,DGATED_LOADER_WARP_FAMILIES \
     --script scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} --models ${EPI_MODELS:-8b,70b} \
