@@ -341,13 +341,13 @@ def dgated_config(backend: str, config):
     ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, a cooperative one with a loader warp
     where ``DGATED_LOADER_WARP_FAMILIES`` does; else ``config`` as given."""
     family = BACKENDS[backend].family
+    whole, loader = family in DGATED_WHOLE_TILE_FAMILIES, family in DGATED_LOADER_WARP_FAMILIES
+    if not (whole or loader):  # (the switches' families are sm90's: Sm90Config tiles)
+        return config
     base = config if config is not None else BACKENDS[backend].config()
-    pingpong = getattr(base, "pingpong", None)
-    if pingpong is True and family in DGATED_WHOLE_TILE_FAMILIES:
-        return dataclasses.replace(base, dgated_whole_tile=True)
-    if pingpong is False and family in DGATED_LOADER_WARP_FAMILIES:
-        return dataclasses.replace(base, dgated_loader_warp=True)
-    return config
+    if base.pingpong:
+        return dataclasses.replace(base, dgated_whole_tile=True) if whole else config
+    return dataclasses.replace(base, dgated_loader_warp=True) if loader else config
 
 
 def fuses_epilogues(

@@ -43,6 +43,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 
+from wsgemm.kernels.sm90.config import cluster_split_slots
+
 __all__ = ["ClusterSplitArgs", "barrier_count", "cluster_split_args", "init_barriers", "reduce",
            "sender_tail"]  # fmt: skip
 
@@ -52,15 +54,9 @@ warnings.filterwarnings("ignore", message="This static loop has", module=__name_
 VECTOR = 4  # fp32 words per st.async (v4.b32: 16 bytes)
 
 
-def slots(pieces: int) -> int:
-    """Receive slots per other rank: the whole tile in one, or two that the pieces alternate
-    between (one landing while rank 0 adds the other)."""
-    return min(pieces, 2)
-
-
 def barrier_count(units: int, pieces: int = 1) -> int:
     """mbarriers a cluster split keeps: ``full`` and ``free`` per consumer unit and slot."""
-    return 2 * units * slots(pieces)
+    return 2 * units * cluster_split_slots(pieces)
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,7 @@ def cluster_split_args(plan, launch, tiled_mma, mma_tidx, unit, barrier) -> Clus
     cfg = plan.config
     barriers, recv = launch
     pieces = cfg.cluster_split_pieces
-    n = slots(pieces)
+    n = cluster_split_slots(pieces)
     words = (cfg.cluster_split - 1) * n * _piece_words(cfg)  # a unit's receive buffers
     return ClusterSplitArgs(
         ways=cfg.cluster_split,
@@ -134,7 +130,7 @@ def reduce(plan: cutlass.Constexpr, args: ClusterSplitArgs, acc, tiles_done):
     cfg = plan.config
     values = cute.size(acc)
     pieces = args.pieces
-    n = slots(pieces)
+    n = cluster_split_slots(pieces)
     per = values // pieces  # a thread's values in one piece
     # (a WGMMA's fp32 accumulators come in fours per thread: N/2 per 64-row band, N >= 8;
     # the config refuses pieces that would split a vector)
@@ -184,7 +180,7 @@ def sender_tail(args: ClusterSplitArgs, tiles_done):
     arrival lands in the shared memory of an exited CTA (rank 0 has nothing to wait for: it
     waited for every partial before its epilogue)."""
     if args.rank != 0:
-        n = slots(args.pieces)
+        n = cluster_split_slots(args.pieces)
         for slot in cutlass.range_constexpr(n):
             uses = tiles_done * (args.pieces // n)  # the pieces this slot took in all
             cute.arch.mbarrier_wait(args.free + slot, (uses % 2) ^ 1)

@@ -23,6 +23,8 @@ from wsgemm.support import (
 
 __all__ = [
     "CLUSTER_SPLITS",
+    "CLUSTER_SPLIT_PIECES",
+    "cluster_split_slots",
     "EPI_TILE_N",
     "NUM_CONSUMER_WARPGROUPS",
     "LOADER_WARP",
@@ -83,6 +85,14 @@ CLUSTER_SPLITS = (1, 2, 4)
 #: cluster_split_pieces``; 1: the whole tile at once): with more, rank 0 keeps two slots of one
 #: piece per other rank instead of a whole tile, so a large tile keeps its ring stages.
 CLUSTER_SPLIT_PIECES = (1, 2, 4, 8, 16)
+
+
+def cluster_split_slots(pieces: int) -> int:
+    """Receive slots per other rank of a cluster split sent in ``pieces``: the whole tile in
+    one, or two that the pieces alternate between (one landing while rank 0 adds the other)."""
+    return min(pieces, 2)
+
+
 #: Semaphores per split tile: its units' arrivals, then its stored partials (``split_k.fixup``).
 SEMAPHORES_PER_TILE = 2
 #: A TMA descriptor's size (and alignment) in global memory, and the fp32 workspace words each
@@ -333,8 +343,8 @@ class Sm90Config:
         if self.cluster_split == 1:
             return 0
         pieces = self.cluster_split_pieces
-        slots = min(pieces, 2)  # (``cluster_split.slots``)
         tile_bytes = self.tile_m * self.tile_n * 4
+        slots = cluster_split_slots(pieces)
         return (self.cluster_split - 1) * self.split_units * slots * tile_bytes // pieces
 
     def k_tiles_for_every_rank(self, k: int) -> bool:

@@ -42,7 +42,11 @@ serialize every WGMMA of a bf16 kernel, both warpgroups' mainloops included (war
 each HGMMA waited for before the next issues, ``sass.waited_wgmmas``), the likely cause of the
 1.8x its plain GEMM the ping-pong dh GEMM ran (docs/perf.md entries 86 and 100). The
 cooperative tile, whose buffers cannot hold a whole tile (128 KB of 8 KB subtiles), keeps the
-loop's loads; with bf16 ptxas serializes it the same way.
+loop's loads; with bf16 ptxas serializes it the same way, unless
+``Sm90Config.dgated_loader_warp`` (``registry.DGATED_LOADER_WARP_FAMILIES``) moves them to a
+warp of the producer warpgroup, which holds no accumulators (``Sm90Gemm.dgated_loader``): the
+store warp then only frees each pair's buffers, an mbarrier arrival once its stores have read
+them (``Sm90Gemm._free_pair``; docs/perf.md entry 101).
 """
 
 from __future__ import annotations

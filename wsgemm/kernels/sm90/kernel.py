@@ -1185,17 +1185,8 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 self.load(plan, load_args, scheduler, ab_pipeline, rec)
             if const_expr(self._dgated_loader):
                 if warp_idx == LOADER_WARP:
-                    tma_r, mR = residual_load
-                    load = residual.ResidualLoad(
-                        tma=tma_r,
-                        gR_mnl=cute.local_tile(
-                            mR, (plan.out_tile_m, plan.out_tile_n), (None, None, None)
-                        ),
-                        sC=sC,
-                        barriers=storage.residual_barriers.data_ptr(),
-                        stages=plan.epi_stages,
-                        subtile_bytes=epilogue_stage_bytes(*cfg.epi_tile, plan.c_dtype.width // 8),
-                    )
+                    barriers = storage.residual_barriers.data_ptr()
+                    load = self._residual_load(plan, *residual_load, sC, barriers)
                     self.dgated_loader(plan, load, scheduler)
         else:
             cute.arch.setmaxregister_increase(plan.consumer_regs)
@@ -1708,14 +1699,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             tma_r, mR, barriers = consumer.residual_load
             if const_expr(cfg.pingpong):
                 barriers = barriers + wg * plan.epi_stages  # each warpgroup's own phases
-            residual_load = residual.ResidualLoad(
-                tma=tma_r,
-                gR_mnl=cute.local_tile(mR, (plan.out_tile_m, plan.out_tile_n), (None, None, None)),
-                sC=sC,
-                barriers=barriers,
-                stages=plan.epi_stages,
-                subtile_bytes=epilogue_stage_bytes(*cfg.epi_tile, plan.c_dtype.width // 8),
-            )
+            residual_load = self._residual_load(plan, tma_r, mR, sC, barriers)
         preact = None
         if const_expr(epi.preact):
             tma_p, mP = consumer.preact
@@ -1894,15 +1878,14 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         cfg = plan.config
         load = args.residual
         res_views = dgated.tile_views(load, tile, cfg.epi_tile)
-        loader = cfg.dgated_loader_warp  # (the loader warp loads; the store warp frees)
-        if const_expr(not loader and not self._residual_under_mainloop(plan)):
+        if const_expr(not self._residual_under_mainloop(plan)):
             self.residual_prefetch(plan, args, tile, subtiles_done)
         per_subtile = cute.size(views.tRS_rD)
         up_half = views.more[0]
         for e in cutlass.range_constexpr(plan.product_subtiles):
             s0 = subtiles_done + 2 * e  # the gate half's number in this set; the up half's next
             later = dgated.later_pair(plan.epi_stages, e, plan.product_subtiles)
-            if const_expr(loader):
+            if const_expr(self._dgated_loader):  # the loader warp loads; the store warp frees
                 if const_expr(e > 0):  # (the last tile's last pair: freed under the mainloop)
                     self._free_pair(plan, args, s0)
             elif const_expr(later is not None):
@@ -1943,6 +1926,20 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                         cute.arch.mbarrier_arrive(free + (s - 2 + h) % plan.epi_stages)
 
     @staticmethod
+    def _residual_load(plan, tma_r, mR, sC, barriers) -> residual.ResidualLoad:
+        """The residual's (or the dgated pre-activation's) TMA load through ``tma_r`` of C's
+        coordinates ``mR``, cut into output tiles, into the epilogue buffers ``sC``, completing
+        on the E mbarriers from ``barriers`` on (the consumers' and the loader warp's)."""
+        return residual.ResidualLoad(
+            tma=tma_r,
+            gR_mnl=cute.local_tile(mR, (plan.out_tile_m, plan.out_tile_n), (None, None, None)),
+            sC=sC,
+            barriers=barriers,
+            stages=plan.epi_stages,
+            subtile_bytes=epilogue_stage_bytes(*plan.config.epi_tile, plan.c_dtype.width // 8),
+        )
+
+    @staticmethod
     def _residual_under_mainloop(plan) -> bool:
         """Whether a residual's first C loads leave under the tile's mainloop (cooperative,
         unsplit) rather than at the start of its epilogue (``residual``); with a dgated loader
@@ -1956,7 +1953,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``);
         with a dgated loader warp instead, the previous tile's last pair freed for it, so that
         it loads this tile's first E subtiles under the mainloop (``_free_pair``)."""
-        if const_expr(plan.epilogue.dgated and plan.config.dgated_loader_warp):
+        if const_expr(self._dgated_loader):
             self._free_pair(plan, args, subtiles_done)
         elif args.is_store_warp:
             order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
@@ -1974,8 +1971,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         loads into the buffers are L2 round trips, and the pre-activation streams in beside A
         and B rather than in a burst once the MMAs are done. Nothing for other epilogues, nor
         while ``DGATED_L2_PREFETCH`` is off (docs/perf.md entry 97)."""
-        if const_expr(plan.epilogue.dgated and DGATED_L2_PREFETCH
-                      and not plan.config.dgated_loader_warp):  # fmt: skip
+        if const_expr(plan.epilogue.dgated and DGATED_L2_PREFETCH and not self._dgated_loader):
             if args.is_store_warp:
                 views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
                 order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
