@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
 # run earlier on this host and `.gpu/p2` carried now. Logs go to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|wholetile|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -318,6 +318,21 @@ if has dgatedpp; then
     --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong \
     --json "$OUT/mlp-train-whole.json" > "$OUT/mlp-train-whole.log" 2>&1
   echo "mlp train (whole tile, loader warp) rc=$?"; tail -16 "$OUT/mlp-train-whole.log"
+fi
+if has wholetile; then
+  # docs/perf.md entry 103: the cooperative tiles' epilogue with a buffer for every subtile
+  # (Sm90Config.epilogue_whole_tile): its GPU cases, then every cooperative entry against its
+  # whole-tile form, interleaved per shape, on the fit draw's shapes past 128 tokens
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_epilogue.py tests/gpu/test_gpu_correctness.py -k whole_tile 2>&1 \
+    | tee "$OUT/whole-tile-tests.log" | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout ${WT_TIMEOUT:-330} python3 scripts/tune_menu.py --out "$OUT/wholetile" \
+    --draw ${DRAW:-1:fit:250} --m-range ${MRANGE:-129:16384} --with-whole-tile \
+    --entries "${ENTRIES:-sm90,cooperative-*,swap-cooperative-*,wt-*}" --jobs 15 \
+    --rounds ${ROUNDS:-5} --budget-s ${BUDGET:-270} > "$OUT/wholetile.log" 2>&1
+  echo "wholetile rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/wholetile.log" | tail -5
+  python3 scripts/compare_forms.py "$OUT/wholetile/tune_menu.csv" --prefix wt- \
+    --json "$OUT/wholetile/compare.json"
 fi
 if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
