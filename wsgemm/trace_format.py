@@ -99,6 +99,10 @@ class Event(IntEnum):
     RECORDER_BEGIN = 1
     RECORDER_END = 2
     TILE_FETCH = 3  # the scheduler handed this recorder's role a tile (tile_m/n/l set)
+    # stream-K: right after a unit's TILE_FETCH (whose k_tile is the unit's first k-tile and
+    # stage its part), the end of its k-range (k_tile, exclusive) and its tile's part count
+    # (stage)
+    UNIT_RANGE = 4
     # producer
     WAIT_EMPTY_BEGIN = 10  # waiting for a stage to be released (stage set)
     WAIT_EMPTY_END = 11
@@ -142,6 +146,12 @@ SPANS: dict[str, tuple[Event, Event]] = {
 }
 
 
+#: The layout's version, saved with every recording and required by ``RawTrace.load``. It
+#: changes when a recording of an existing kind would read differently (a header or event word
+#: moved, a field's meaning changed). An addition that only a new kind of recording uses (a new
+#: event kind, a new ``meta`` key: split-K's ``split``, stream-K's ``stream_k`` and
+#: ``UNIT_RANGE``) keeps it: every recording saved before reads as it did, and the decoder keeps
+#: an event kind it does not know without pairing or drawing it.
 RAW_FORMAT_VERSION = 1
 
 
@@ -155,7 +165,9 @@ class RawTrace:
     ``layout``, ``tile`` ([tile_m, tile_n, tile_k]), ``k_tiles``, ``tiles`` ([m, n, l] tile
     counts; a grouped call's ``group_tiles`` instead: [each group's m-tiles, n-tiles], with
     ``groups``, its end rows), ``device``, ``num_sms``, ``arch``, and when measured
-    ``traced_us`` / ``untraced_us`` (the same call's time with and without tracing).
+    ``traced_us`` / ``untraced_us`` (the same call's time with and without tracing). A split
+    recording adds ``split`` (the split-K count traced; 1 or absent: none) or ``stream_k``
+    (True: the stream-K schedule, each unit's ``TILE_FETCH`` followed by its ``UNIT_RANGE``).
     """
 
     buffer: Any

@@ -10,6 +10,7 @@ docs/architecture.md).
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -209,6 +210,10 @@ def test_the_largest_split_tile_compiles_to_the_fixup(compiled, name):
 
 
 def _assert_fixup(compiled, name, v):
+    _assert_fixup_in(compiled(v).report, name, v)
+
+
+def _assert_fixup_in(r, name, v, traced=False):
     """Spill-free, the hardware path, and the fix-up (split-K's, which stream-K shares): the
     ticket (one atomic add at gpu scope on the tile's arrival counter), the stored count (one
     release reduction, behind a gpu-scope fence), the finisher's acquire loads, one predicated
@@ -218,8 +223,8 @@ def _assert_fixup(compiled, name, v):
     the loop over the later parts (``split_k._sum_in_part_order``). The loads of a pass are
     issued together: a run of at least half a thread's values with no more than three other
     instructions between two loads (one load per round trip cost ~20 us per 64 values on the
-    H100, docs/perf.md entry 45)."""
-    r = compiled(v).report
+    H100, docs/perf.md entry 45). ``traced``: a traced build's report, whose recorders add
+    4-byte stores of their own (its header's count and end anchors) and read the timer."""
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
     assert_clean(r)
@@ -231,7 +236,11 @@ def _assert_fixup(compiled, name, v):
     assert ops["REDG.E.ADD.STRONG.GPU"] == 1, "the stored count"
     assert ops["MEMBAR.ALL.GPU"] >= 1, "the stored count releases the partial's stores"
     assert ops["LDG.E.STRONG.GPU"] >= 1, "the finisher acquires the stored count"
-    assert ops["STG.E"] == 2 * values + 2 and ops["LDG.E"] == 5 * values
+    assert ops["LDG.E"] == 5 * values
+    if traced:
+        assert ops["STG.E"] > 2 * values + 2 and "SR_GLOBALTIMER" in r.sass_text
+    else:
+        assert ops["STG.E"] == 2 * values + 2
     assert _longest_run(r.sass_text, "LDG.E", gap=3) >= values // 2, "loads one at a time"
 
 
@@ -278,6 +287,29 @@ def test_stream_k_kernels_compile_to_the_fixup(compiled, name):
 @pytest.mark.parametrize("name", STREAM_K_SWEEP)
 def test_every_stream_k_tile_compiles_to_the_fixup(compiled, name):
     _assert_fixup(compiled, name, STREAM_K_SWEEP[name])
+
+
+@functools.cache
+def _traced_report(v: host.Variant) -> insp.Report:
+    """The traced build of ``v`` (``tracing.plan.compile_traced``), inspected; once per
+    session."""
+    from wsgemm.tracing import plan
+
+    return insp.inspect_variant(v, plan.compile_traced(v, keep=True))
+
+
+@pytest.mark.parametrize("name", STREAM_K)
+def test_traced_stream_k_kernels_compile_to_the_fixup(name):
+    """The traced stream-K kernel (``wsgemm trace --stream-k``): spill-free, pipelined, with
+    the fix-up as the untraced one has it; the sweep compiles the other tiles."""
+    _assert_fixup_in(_traced_report(STREAM_K[name]), name, STREAM_K[name], traced=True)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", STREAM_K_SWEEP)
+def test_every_traced_stream_k_tile_compiles_to_the_fixup(name):
+    _assert_fixup_in(_traced_report(STREAM_K_SWEEP[name]), name, STREAM_K_SWEEP[name],
+                     traced=True)  # fmt: skip
 
 
 def _cluster_split(backend, ways, **fields):

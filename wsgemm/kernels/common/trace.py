@@ -443,7 +443,9 @@ def record(rec, kind: cutlass.Constexpr, k_tile=-1, stage=-1):
 def fetch(rec, tile):
     """``TILE_FETCH`` of ``tile`` (a ``WorkTile`` or an (m, n, l) tuple); later events carry
     it. A split-K unit's fetch carries its first k-tile and its split index (in the event's
-    k-tile and stage fields). Nothing when ``rec`` is None."""
+    k-tile and stage fields); a stream-K unit's its first k-tile and its part, then a
+    ``UNIT_RANGE`` its k-range's end and its tile's part count (neither follows from a launch
+    constant, as a split's range does). Nothing when ``rec`` is None."""
     if const_expr(rec is not None):
         m, n, l = tile if const_expr(isinstance(tile, tuple)) else tile.coord_mnl  # noqa: E741
         if _writes(rec):
@@ -452,6 +454,8 @@ def fetch(rec, tile):
             rec.slot[_S["tile_l"]] = Int32(l)
         if const_expr(not isinstance(tile, tuple) and tile.is_split):
             _write(rec, Event.TILE_FETCH, Int32(tile.k_begin), Int32(tile.split))
+            if const_expr(tile.is_stream_k):
+                _write(rec, Event.UNIT_RANGE, Int32(tile.k_end), Int32(tile.parts))
         else:
             _write(rec, Event.TILE_FETCH, Int32(-1), Int32(-1))
 

@@ -509,8 +509,6 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         if epilogue.reads_c_per_subtile and trace:
             raise ValueError("a traced kernel with a residual or a dact epilogue is not built: "
                              "trace it without")  # fmt: skip
-        if config.stream_k and trace:
-            raise ValueError("a traced stream-K kernel is not built yet: trace its split-K form")
         if epilogue.gated and config.swap_ab:
             why = gated_swap_refusal(config, epilogue, trace, self.grouped)
             if why is not None:
