@@ -8,6 +8,13 @@ data, issues its MMAs, waits for them, releases the stage; the consumer warpgrou
 the mainloop (order barrier) and each one's epilogue overlaps the other's next mainloop. The
 result is a list of ``Rec`` (plain Python, easy to mutate in a test) that ``pack`` turns into a
 ``RawTrace``.
+
+``units_run()`` simulates the same kernel on split work units (``Unit``: a split-K split or a
+stream-K part of a tile, over its own k-tiles): each unit's fetch names its first k-tile and
+part (a stream-K unit's ``UNIT_RANGE`` its end and part count), every unit records its
+fix-up after its mainloop, and only the part that arrives last at a tile's fix-up runs the
+tile's epilogue. ``stream_k_run()`` takes its units from the kernel's own stream-K schedule
+(``scheduler.unit_order``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ ISSUE = 32
 MMA = 256
 EPILOGUE = 900
 STORE_WAIT = 128
+#: A shared tile's part's fix-up (storing its partial, or waiting and summing the others'); a
+#: unit of a tile of one part records a fix-up span that skips it all.
+FIXUP = 400
 
 
 @dataclass
@@ -120,6 +130,19 @@ def pingpong_meta(tiles=(2, 3, 1), k_tiles: int = 4, **extra) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Unit:
+    """A split work unit: part ``part`` of ``tile`` (of ``parts``), over its k-tiles
+    ``[k_begin, k_end)``; ``stream_k``: its fetch is followed by its ``UNIT_RANGE``."""
+
+    tile: tuple
+    part: int
+    k_begin: int
+    k_end: int
+    parts: int
+    stream_k: bool = False
+
+
 def pingpong_run(tiles=(2, 3, 1), k_tiles: int = 4, stages: int = 4, ctas: int = 2,
                  smids=(3, 7), stagger: int = 1000) -> list[Rec]:  # fmt: skip
     """The recorders of a simulated persistent ping-pong call (see the module docstring):
@@ -134,7 +157,56 @@ def pingpong_run(tiles=(2, 3, 1), k_tiles: int = 4, stages: int = 4, ctas: int =
     return recs
 
 
-def _cta(smid: int, cta: int, coords, k_tiles: int, stages: int, start: int) -> list[Rec]:
+def units_run(work: list[list[Unit]], stages: int = 4, smids=None,
+              stagger: int = 1000) -> list[Rec]:  # fmt: skip
+    """The recorders of a simulated ping-pong call on split units (module docstring): CTA
+    ``c`` runs ``work[c]`` in order, on SM ``smids[c]`` (default ``2 c + 3``), starting
+    ``stagger`` ns after CTA ``c - 1``. The part whose fix-up begins last (then the highest
+    part) runs its tile's epilogue; a unit that does not keeps the epilogue's time idle, so
+    the timing does not depend on which part finishes."""
+    smids = smids or [2 * c + 3 for c in range(len(work))]
+
+    def run(finishers):
+        recs = []
+        for cta, units in enumerate(work):
+            recs += _cta(smids[cta], cta, units, 0, stages, 1000 + stagger * cta, finishers)
+        return recs
+
+    arrived: dict[tuple, tuple] = {}  # tile -> (the latest fix-up begin, its part)
+    for r in run(None):
+        unit = None
+        for kind, t, *coords in r.events:
+            if kind == Event.TILE_FETCH and r.role == Role.CONSUMER:
+                unit = (tuple(coords[:3]), coords[4])
+            elif kind == Event.FIXUP_BEGIN:
+                arrived[unit[0]] = max(arrived.get(unit[0], (-1, -1)), (t, unit[1]))
+    return run({(tile, part) for tile, (_, part) in arrived.items()})
+
+
+def stream_k_run(tiles=(3, 3, 1), k_tiles: int = 8, ctas: int = 4, **options) -> list[Rec]:
+    """``units_run`` on the stream-K schedule the kernel runs for ``tiles`` output tiles of
+    ``k_tiles`` k-tiles with ``ctas`` resident CTAs (no cluster, raster group 1): by default 4
+    tiles run whole (a wave), the other five's 40 k-tiles shared 10 a CTA, so tiles (1, 2, 0),
+    (2, 0, 0) and (2, 1, 0) have two parts each. ``options``: ``units_run``'s."""
+    from wsgemm.kernels.common.scheduler import unit_order
+
+    order = unit_order(*tiles, 1, ctas, split_k=(k_tiles, 1), stream_k=True)
+    work = [
+        [Unit(u.coord_mnl, u.split, u.k_begin, u.k_end, u.parts, stream_k=True) for u in units]
+        for units in order
+    ]
+    return units_run(work, **options)
+
+
+def stream_k_meta(tiles=(3, 3, 1), k_tiles: int = 8, **extra) -> dict:
+    return pingpong_meta(tiles=tiles, k_tiles=k_tiles, split=1, stream_k=True, **extra)
+
+
+def _cta(smid: int, cta: int, work, k_tiles: int, stages: int, start: int,
+         finishers=None) -> list[Rec]:  # fmt: skip
+    """One CTA's recorders; ``work``: tile coordinates (whole tiles of ``k_tiles`` k-tiles) or
+    ``Unit``s; ``finishers``: the (tile, part) units that run their tile's epilogue (None:
+    every one)."""
     producer = Rec(smid, cta, Role.PRODUCER, 8)
     consumers = [Rec(smid, cta, Role.CONSUMER, 0), Rec(smid, cta, Role.CONSUMER, 4)]
     for r in (producer, *consumers):
@@ -144,16 +216,24 @@ def _cta(smid: int, cta: int, coords, k_tiles: int, stages: int, start: int) -> 
     turn = start + ISSUE  # when the previous tile's mainloop let the next warpgroup go
     release: dict[int, int] = {}
     fill = 0
-    for i, tile in enumerate(coords):
+    for i, item in enumerate(work):
+        unit = item if isinstance(item, Unit) else None
+        tile = unit.tile if unit else item
+        ks = range(unit.k_begin, unit.k_end) if unit else range(k_tiles)
         wg = consumers[i % 2]
-        producer.add(Event.TILE_FETCH, p_time, tile)
-        p_time += ISSUE
         c = wg_free[i % 2]
-        wg.add(Event.TILE_FETCH, c, tile)
+        for r, at in ((producer, p_time), (wg, c)):
+            if unit:
+                r.add(Event.TILE_FETCH, at, tile, unit.k_begin, unit.part)
+                if unit.stream_k:
+                    r.add(Event.UNIT_RANGE, at, tile, unit.k_end, unit.parts)
+            else:
+                r.add(Event.TILE_FETCH, at, tile)
+        p_time += ISSUE
         wg.add(Event.ORDER_WAIT_BEGIN, c + ISSUE, stage=0)
         c = max(c + 2 * ISSUE, turn)
         wg.add(Event.ORDER_WAIT_END, c, stage=0)
-        for k in range(k_tiles):
+        for k in ks:
             stage = fill % stages
             producer.add(Event.WAIT_EMPTY_BEGIN, p_time, stage=stage)
             p_time = max(p_time, release.get(fill - stages, p_time)) + ISSUE
@@ -173,11 +253,18 @@ def _cta(smid: int, cta: int, coords, k_tiles: int, stages: int, start: int) -> 
             release[fill] = c
             fill += 1
         turn = c + ISSUE
-        wg.add(Event.EPILOGUE_BEGIN, turn, tile)
-        wg.add(Event.STORE_WAIT_BEGIN, turn + EPILOGUE - STORE_WAIT, tile, stage=i % 2)
-        wg.add(Event.STORE_WAIT_END, turn + EPILOGUE, tile, stage=i % 2)
-        wg.add(Event.EPILOGUE_END, turn + EPILOGUE + ISSUE, tile)
-        wg_free[i % 2] = turn + EPILOGUE + 2 * ISSUE
+        epi = turn
+        if unit:
+            wg.add(Event.FIXUP_BEGIN, turn, tile)
+            epi = turn + (FIXUP if unit.parts > 1 else ISSUE)
+            wg.add(Event.FIXUP_END, epi, tile)
+            epi += ISSUE
+        if not unit or finishers is None or (tile, unit.part) in finishers:
+            wg.add(Event.EPILOGUE_BEGIN, epi, tile)
+            wg.add(Event.STORE_WAIT_BEGIN, epi + EPILOGUE - STORE_WAIT, tile, stage=i % 2)
+            wg.add(Event.STORE_WAIT_END, epi + EPILOGUE, tile, stage=i % 2)
+            wg.add(Event.EPILOGUE_END, epi + EPILOGUE + ISSUE, tile)
+        wg_free[i % 2] = epi + EPILOGUE + 2 * ISSUE
     end = max(p_time, *wg_free) + ISSUE
     for r in (producer, *consumers):
         r.add(Event.RECORDER_END, end)

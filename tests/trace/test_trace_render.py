@@ -14,16 +14,21 @@ import torch
 from background import fresh_interpreter
 from trace_fixture import (
     BASE_NS,
+    FIXUP,
     Rec,
+    Unit,
     hand_meta,
     hand_run,
     pack,
     pingpong_meta,
     pingpong_run,
+    stream_k_meta,
+    stream_k_run,
+    units_run,
 )
 
 from wsgemm import cli
-from wsgemm.trace_format import Event, RawTrace, Timer
+from wsgemm.trace_format import Event, RawTrace, Role, Timer
 from wsgemm.tracing import Timeline, check, decode
 from wsgemm.tracing import cli as trace_cli
 from wsgemm.tracing import summary as summary_module
@@ -193,19 +198,13 @@ def test_missing_tiles_are_not_required_of_a_sampled_recording():
 
 
 def split_run(k_tiles=4):
-    """``pingpong_run`` read as split-K: its 2 x 3 tiles are 3 tiles (0, n, 0) of two splits
-    each, split m covering k-tiles [m * k_tiles, (m + 1) * k_tiles); each unit's fetch carries
-    its first k-tile and split as the kernel writes them."""
-    recs = pingpong_run(k_tiles=k_tiles)
-    for r in recs:
-        for i, (kind, t, m, n, batch, k, stage) in enumerate(r.events):
-            if m < 0:
-                continue
-            if kind == Event.TILE_FETCH:
-                k, stage = m * k_tiles, m
-            elif k >= 0:
-                k += m * k_tiles
-            r.events[i] = (kind, t, 0, n, batch, k, stage)
+    """``pingpong_run``'s two CTAs on split-K units: 3 tiles (0, n, 0) of two splits each,
+    CTA s running split s of each (k-tiles [s * k_tiles, (s + 1) * k_tiles)); each unit's
+    fetch carries its first k-tile and split as the kernel writes them, each records its
+    fix-up, and split 1 (CTA 1 starts later: it arrives last) runs the epilogue."""
+    work = [[Unit((0, n, 0), s, s * k_tiles, (s + 1) * k_tiles, 2) for n in range(3)]
+            for s in range(2)]  # fmt: skip
+    recs = units_run(work, smids=(3, 7))
     return recs, pingpong_meta(tiles=(1, 3, 1), k_tiles=2 * k_tiles, split=2)
 
 
@@ -231,6 +230,181 @@ def test_a_split_units_fetch_names_its_split_in_the_chrome_trace(tmp_path):
     t = Timeline(pack(recs, meta=meta))
     text = t.to_chrome(tmp_path / "t.json").read_text()
     assert '"first_k_tile": 4' in text and '"split": 1' in text
+
+
+def test_a_split_k_tile_runs_its_epilogue_on_one_split():
+    recs, meta = split_run()
+    tile = (0, 0, 0)
+    # CTA 0's first warpgroup (split 0) runs the epilogue too, in its idle slot after its fix-up
+    _copy_epilogue(recs, tile, src=recs[4], dst=recs[1])
+    problems = check(pack(recs, meta=meta))
+    assert f"tile {tile}: its epilogue was run by parts [0, 1], not by one" in problems
+
+
+# ----------------------------------------------------------------------------- stream-K
+
+
+def _unit_events(rec: Rec, tile, kinds) -> list[int]:
+    """Indices of ``rec``'s events of ``kinds`` while its unit is one of ``tile``'s."""
+    out, inside = [], False
+    for i, (kind, _, *coords) in enumerate(rec.events):
+        if kind == Event.TILE_FETCH:
+            inside = tuple(coords[:3]) == tile
+        if inside and kind in kinds:
+            out.append(i)
+    return out
+
+
+_EPILOGUE = (Event.EPILOGUE_BEGIN, Event.STORE_WAIT_BEGIN, Event.STORE_WAIT_END,
+             Event.EPILOGUE_END)  # fmt: skip
+
+
+def _copy_epilogue(recs, tile, src: Rec, dst: Rec, move: bool = False) -> None:
+    """``src``'s epilogue of ``tile`` also (``move``: only) on ``dst``, right after ``dst``'s
+    fix-up of its unit of the tile (in the idle slot the fixture leaves there)."""
+    events = [src.events[i] for i in _unit_events(src, tile, _EPILOGUE)]
+    if move:
+        src.events = [e for e in src.events if e not in events]
+    end = dst.events[_unit_events(dst, tile, (Event.FIXUP_END,))[0]][1]
+    shift = end + 32 - events[0][1]
+    dst.events += [(kind, t + shift, *coords) for kind, t, *coords in events]
+    dst.events.sort(key=lambda e: e[1])
+
+
+def test_a_stream_k_recording_passes_every_check_and_decodes_to_the_kernels_units():
+    from wsgemm.kernels.common.scheduler import unit_order
+
+    raw = pack(stream_k_run(), meta=stream_k_meta())
+    assert check(raw) == []
+    d = decode(raw)
+    units = d.units()
+    consumers = units[d.recorders["role"][units["rec"]] == Role.CONSUMER]
+    got = {(int(u["tile_m"]), int(u["tile_n"]), int(u["tile_l"]), *(int(u[f]) for f in
+            ("part", "k_begin", "k_end", "parts"))) for u in consumers}  # fmt: skip
+    schedule = unit_order(3, 3, 1, 1, 4, split_k=(8, 1), stream_k=True)
+    want = {(*u.coord_mnl, u.split, u.k_begin, u.k_end, u.parts) for cta in schedule for u in cta}
+    assert got == want and len(consumers) == len(want) == 12
+    # read as unsplit, the shared tiles look run by two CTAs
+    problems = check(pack(stream_k_run(), meta={**stream_k_meta(), "stream_k": False}))
+    assert any("was run by 2 CTAs" in p for p in problems)
+
+
+# A stream-K recording (stream_k_run) with one thing wrong, and what the checks say of it.
+# Tile (1, 2, 0) is CTA 0's part 0, k-tiles [0, 2) (its first warpgroup, recs[1]; it arrives
+# last and finishes the tile), and CTA 1's part 1, [2, 8) (its second warpgroup, recs[5]).
+SHARED = (1, 2, 0)
+
+
+def _retag(recs, i, kind, k=None, stage=None):
+    """Set the k-tile or stage of recs[i]'s ``kind`` event of the shared tile's unit."""
+    at = _unit_events(recs[i], SHARED, (kind,))[0]
+    e = list(recs[i].events[at])
+    e[5] = e[5] if k is None else k
+    e[6] = e[6] if stage is None else stage
+    recs[i].events[at] = tuple(e)
+
+
+def _drop(recs, i, *kinds):
+    drop = set(_unit_events(recs[i], SHARED, kinds))
+    recs[i].events = [e for j, e in enumerate(recs[i].events) if j not in drop]
+
+
+PLANTED = {
+    "a part's k-range overlaps the next": (
+        lambda r: (_retag(r, 5, Event.TILE_FETCH, k=1), _retag(r, 3, Event.TILE_FETCH, k=1)),
+        "tile (1, 2, 0): its parts (part [k-tiles)) are 0 [0, 2), 1 [1, 8), not each of its 8 "
+        "k-tiles once in 2 parts in K order",
+    ),
+    "a part runs no unit": (
+        lambda r: _drop(r, 5, Event.TILE_FETCH, Event.UNIT_RANGE),
+        "tile (1, 2, 0): its parts (part [k-tiles)) are 0 [0, 2), not each of its 8 k-tiles "
+        "once in 2 parts in K order",
+    ),
+    "the parts are numbered out of K order": (
+        lambda r: (
+            _retag(r, 1, Event.TILE_FETCH, stage=1),
+            _retag(r, 5, Event.TILE_FETCH, stage=0),
+        ),
+        "tile (1, 2, 0): its parts (part [k-tiles)) are 0 [2, 8), 1 [0, 2), not each of its "
+        "8 k-tiles once in 2 parts in K order",
+    ),  # fmt: skip
+    "its units disagree on the part count": (
+        lambda r: _retag(r, 5, Event.UNIT_RANGE, stage=3),
+        "tile (1, 2, 0): its units name different part counts: part 0 of 2, part 1 of 3",
+    ),
+    "a unit's range is not recorded": (
+        lambda r: _drop(r, 5, Event.UNIT_RANGE),
+        "CTA 1 consumer w4 (SM 5): its fetch of tile (1, 2, 0) part 1 has no UNIT_RANGE after it",
+    ),
+    "a part of a shared tile records no fix-up": (
+        lambda r: _drop(r, 5, Event.FIXUP_BEGIN, Event.FIXUP_END),
+        "CTA 1 consumer w4 (SM 5): tile (1, 2, 0) part 1 of 2 recorded no fix-up",
+    ),
+    "two parts run the epilogue": (
+        lambda r: _copy_epilogue(r, SHARED, src=r[1], dst=r[5]),
+        "tile (1, 2, 0): its epilogue was run by parts [0, 1], not by one",
+    ),
+    "a part finishes before the last part arrived": (
+        lambda r: _copy_epilogue(r, SHARED, src=r[1], dst=r[5], move=True),
+        "CTA 1 consumer w4 (SM 5): tile (1, 2, 0) part 1 began its epilogue at 7.568 us, before "
+        "the last of its parts began its fix-up (7.704 us)",
+    ),
+    "no part runs the epilogue": (
+        lambda r: _drop(r, 1, *_EPILOGUE),
+        "tile (1, 2, 0): no part of it ran its epilogue",
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", PLANTED)
+def test_a_planted_stream_k_bug_is_rejected(bug):
+    plant, problem = PLANTED[bug]
+    recs = stream_k_run()
+    assert (recs[1].cta, recs[1].warp, recs[5].cta, recs[5].warp) == (0, 0, 1, 4)
+    plant(recs)
+    problems = check(pack(recs, meta=stream_k_meta()))
+    assert problem in problems, problems
+
+
+def test_a_sampled_stream_k_recording_is_not_asked_for_the_parts_it_cannot_show():
+    recs = stream_k_run()[:6]  # CTAs 0 and 1 of 4
+    meta = stream_k_meta(ctas_launched=4, ctas_traced=2)
+    assert check(pack(recs, meta=meta)) == []
+    # read as the whole grid, tile (2, 0, 0) lacks its part 1 (CTA 2's)
+    problems = check(pack(recs, meta=stream_k_meta()))
+    assert (
+        "tile (2, 0, 0): its parts (part [k-tiles)) are 0 [0, 4), not each of its 8 k-tiles "
+        "once in 2 parts in K order" in problems
+    ), problems
+
+
+def test_the_summary_states_the_fix_up_time_per_shared_tile():
+    s = Timeline(pack(stream_k_run(), meta=stream_k_meta())).summary()
+    # three shared tiles of two parts, each part's fix-up FIXUP ns; the finisher's one of them
+    tile, part = 2 * FIXUP / 1000, FIXUP / 1000
+    assert s["fixup"] == {
+        "shared_tiles": 3,
+        "parts": 6,
+        "time_us": 3 * 2 * FIXUP / 1000,
+        "per_tile_us": {"mean": tile, "median": tile, "max": tile},
+        "finisher_us": {"mean": part, "median": part, "max": part},
+    }
+    line = dict(summary_module._facts(s))["fix-up"]
+    assert line.startswith("0.80 us a shared tile (median 0.80, max 0.80) over 3 tiles of 6 "
+                           "parts, 2.40 us in all; the finishing part's share 0.40 us")  # fmt: skip
+    # split-K: every tile is shared; unsplit: no fix-up
+    recs, meta = split_run()
+    assert Timeline(pack(recs, meta=meta)).summary()["fixup"]["shared_tiles"] == 3
+    assert Timeline(pack(pingpong_run())).summary()["fixup"] is None
+
+
+def test_a_stream_k_units_fetch_and_range_are_named_in_the_chrome_trace(tmp_path):
+    t = Timeline(pack(stream_k_run(), meta=stream_k_meta()))
+    doc = json.loads(t.to_chrome(tmp_path / "t.json").read_text())
+    ranges = [e for e in doc["traceEvents"] if e["name"] == "unit range"]
+    assert {"tile": [1, 2, 0], "end_k_tile": 8, "parts": 2} in [e["args"] for e in ranges]
+    fetches = [e["args"] for e in doc["traceEvents"] if e["name"] == "tile fetch"]
+    assert {"tile": [1, 2, 0], "first_k_tile": 2, "part": 1} in fetches
 
 
 def test_tiles_past_the_problem_edge_are_allowed_within_the_cluster_grid():

@@ -13,7 +13,8 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   exactly one CTA, and by each consumer recorder at most once (on ping-pong: by one recorder).
   Under split-K (``meta["split"]`` > 1) the same holds for every (tile, split) work unit, the
   split read from its ``TILE_FETCH``; a tile coordinate in a message then shows l x splits +
-  split as its third value.
+  split as its third value. Under stream-K (``meta["stream_k"]``) for every (tile, part) unit,
+  the part read from its ``TILE_FETCH``, and every tile of the problem by some unit.
   A grouped call's tile set (``meta["group_tiles"]``: each group's m-tiles, the column tiles)
   is each group's own grid, a tile's coordinates (tile in its group, n, group).
   Tiles past the problem's edge, which a cluster that overhangs a ragged edge runs (its loads
@@ -21,6 +22,12 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   tile may lie past the edge rounded up to whole clusters. When only a sample of the grid
   recorded (fewer CTAs traced than launched: ``max_ctas``, or sm80's default waves) or a consumer
   overflowed, missing tiles are not reported.
+* **parts** (split-K and stream-K recordings): each tile's units (``Decoded.units``: a
+  stream-K unit's k-range end and part count from the ``UNIT_RANGE`` after its fetch) name
+  one part count, and its parts, in part order, run its k-tiles [0, k_tiles) exactly once,
+  one after another; every unit of a shared tile (more than one part) records a fix-up
+  (``FIXUP_BEGIN/END``); every tile inside the problem runs its epilogue on exactly one part,
+  and not before the last of its parts began its fix-up (the finisher is the last to arrive).
 * **full after load**: a consumer's wait on ``full`` for (tile, k-tile) ends at or after its
   CTA's producer issued that k-tile's loads. In a cluster (``meta["config"]`` cluster_m x
   cluster_n > 1) the stage is full only when every CTA of the cluster issued its share of the
@@ -35,7 +42,7 @@ import numpy as np
 
 from wsgemm.trace_format import Event, RawTrace, Role
 
-from .decoding import Decoded, decode, recorder_label
+from .decoding import SPAN_NAMES, Decoded, decode, recorder_label
 
 __all__ = ["TICK_NS", "check"]
 
@@ -54,7 +61,7 @@ def check(source: RawTrace | Decoded) -> list[str]:
     problems = list(d.notes)
     if not len(d.recorders):
         return [*problems, "no recorder wrote any event"]
-    for part in (_overflow, _unmatched, _order, _stages, _tiles, _full_after_load):
+    for part in (_overflow, _unmatched, _order, _stages, _tiles, _parts, _full_after_load):
         problems += part(d)
     return problems
 
@@ -222,6 +229,10 @@ def _tiles(d: Decoded) -> list[str]:
     rec, cta = ev["rec"][fetch].astype(np.int64), cta[fetch]
     lines = []
     counts = d.meta.get("tiles")
+
+    def unit(key) -> str:
+        return f"tile {tuple(key)}"
+
     if d.splits > 1:
         # split-K: the unit is (tile, split); the checks below run on units, each split a
         # slice of the batch coordinate
@@ -229,6 +240,15 @@ def _tiles(d: Decoded) -> list[str]:
         tiles[:, 2] = tiles[:, 2] * d.splits + d.fetch_split(fetch)
         if counts is not None:
             counts = [counts[0], counts[1], counts[2] * d.splits]
+    elif d.stream_k:
+        # stream-K: the unit is (tile, part), a tile's part count its own; the part is a
+        # fourth column (every tile is required below, its parts by ``_parts``)
+        tiles = np.column_stack([tiles, d.fetch_split(fetch)])
+
+        def unit(key) -> str:
+            return f"tile {tuple(key[:3])} part {key[3]}"
+
+    width = tiles.shape[1]
     config = d.meta.get("config") or {}
     grouped = d.meta.get("group_tiles")  # a grouped call's: each group's m-tiles, tiles_n
     if grouped is not None:
@@ -243,10 +263,9 @@ def _tiles(d: Decoded) -> list[str]:
     elif counts is not None:
         cluster = np.array([config.get("cluster_m", 1), config.get("cluster_n", 1), 1])
         grid = -(-np.asarray(counts, dtype=np.int64) // cluster) * cluster
-        outside = ((tiles < 0) | (tiles >= grid)).any(axis=1)
+        outside = ((tiles[:, :3] < 0) | (tiles[:, :3] >= grid)).any(axis=1)
         lines += [
-            f"{_who(d, int(rc))} fetched tile {tuple(t)}, past the grid of "
-            f"{tuple(grid.tolist())} tiles"
+            f"{_who(d, int(rc))} fetched {unit(t)}, past the grid of {tuple(grid.tolist())} tiles"
             for rc, t in zip(rec[outside], tiles[outside].tolist(), strict=True)
         ]
         tiles, rec, cta = tiles[~outside], rec[~outside], cta[~outside]
@@ -254,24 +273,24 @@ def _tiles(d: Decoded) -> list[str]:
     key = np.column_stack([rec, tiles])
     uniq, n = np.unique(key, axis=0, return_counts=True)
     lines += [
-        f"{_who(d, int(k[0]))} fetched tile {tuple(k[1:].tolist())} {c} times"
+        f"{_who(d, int(k[0]))} fetched {unit(k[1:].tolist())} {c} times"
         for k, c in zip(uniq[n > 1], n[n > 1], strict=True)
     ]
-    # one CTA per tile (and on ping-pong one recorder of it)
+    # one CTA per unit (and on ping-pong one recorder of it)
     per_cta = np.unique(np.column_stack([tiles, cta]), axis=0)
-    tile_keys, n_ctas = np.unique(per_cta[:, :3], axis=0, return_counts=True)
+    tile_keys, n_ctas = np.unique(per_cta[:, :width], axis=0, return_counts=True)
     for t in tile_keys[n_ctas > 1]:
-        which = per_cta[(per_cta[:, :3] == t).all(axis=1), 3].tolist()
-        lines.append(f"tile {tuple(t.tolist())} was run by {len(which)} CTAs: {which}")
-    # each tile by as many consumer recorders of its CTA as the kernel gives it (record's
+        which = per_cta[(per_cta[:, :width] == t).all(axis=1), width].tolist()
+        lines.append(f"{unit(t.tolist())} was run by {len(which)} CTAs: {which}")
+    # each unit by as many consumer recorders of its CTA as the kernel gives it (record's
     # ``consumers_per_tile``: 1 ping-pong, 2 cooperative, every MMA warp on sm80)
     want = d.meta.get("consumers_per_tile", 1 if config.get("schedule") == "pingpong" else None)
     if want and not _overflowed(d, _CONSUMERS):
         per_rec = np.unique(np.column_stack([tiles, cta, rec]), axis=0)
-        keys, n_recs = np.unique(per_rec[:, :4], axis=0, return_counts=True)
+        keys, n_recs = np.unique(per_rec[:, : width + 1], axis=0, return_counts=True)
         lines += [
-            f"tile {tuple(k[:3].tolist())} was fetched by {c} consumer recorder(s) of CTA {k[3]}, "
-            f"expected {want}"
+            f"{unit(k[:width].tolist())} was fetched by {c} consumer recorder(s) of CTA "
+            f"{k[width]}, expected {want}"
             for k, c in zip(keys[n_recs != want], n_recs[n_recs != want], strict=True)
         ]
     checkable = grouped is not None or counts is not None
@@ -283,7 +302,7 @@ def _tiles(d: Decoded) -> list[str]:
         else:
             want = np.stack(np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"), -1)
             want = want.reshape(-1, 3)
-        seen = {tuple(t) for t in tile_keys.tolist()}
+        seen = {tuple(t[:3]) for t in tile_keys.tolist()}
         missing = [tuple(t) for t in want.tolist() if tuple(t) not in seen]
         if missing:
             lines.append(
@@ -292,6 +311,133 @@ def _tiles(d: Decoded) -> list[str]:
                 + (" ..." if len(missing) > MAX_LISTED else "")
             )
     return _listed(lines, "tile problems")
+
+
+def _parts(d: Decoded) -> list[str]:
+    """A split recording's tiles, each from the units its consumers fetched (``Decoded.units``):
+    every unit of a tile names the same part count, and its parts, in part order, run its
+    k-tiles [0, k_tiles) once, one after another; a shared tile's units (more than one part)
+    each record a fix-up; and a tile inside the problem runs its epilogue on exactly one of
+    its parts (the one that finished it), after every part of it began its fix-up (it cannot
+    finish before the others arrived). A sample of the grid, or a consumer overflow, is not
+    asked for the parts and epilogues it cannot show."""
+    if not d.is_split:
+        return []
+    units = d.units()
+    consumer = np.isin(d.recorders["role"], _CONSUMERS)
+    mine = consumer[units["rec"]] if len(units) else np.zeros(0, dtype=bool)
+    if not mine.any():
+        return []
+    complete = not d.sampled and not _overflowed(d, _CONSUMERS)
+    k_tiles = int(d.meta.get("k_tiles") or 1)
+    lines = []
+    lost = np.flatnonzero(mine & (units["k_end"] < 0))
+    over = d.recorders["overflow"] > 0
+    lines += [
+        f"{_who(d, int(units['rec'][i]))}: its fetch of tile {_tile_key(units[i])} part "
+        f"{int(units['part'][i])} has no UNIT_RANGE after it"
+        for i in lost
+        if not over[units["rec"][i]]
+    ]
+    # one row per distinct unit (a cooperative tile's two recorders name it twice)
+    cols = ("tile_m", "tile_n", "tile_l", "part", "k_begin", "k_end", "parts")
+    known = mine & (units["k_end"] >= 0)
+    distinct = np.unique(np.column_stack([units[c][known] for c in cols]), axis=0)
+    tile_ids = _ids(*(distinct[:, j] for j in range(3)))
+    for t in range(int(tile_ids.max()) + 1 if len(tile_ids) else 0):
+        pieces = distinct[tile_ids == t]
+        problem = _pieces_problem(pieces[:, 3:], k_tiles, complete)
+        if problem:
+            lines.append(f"tile {tuple(pieces[0, :3].tolist())}: {problem}")
+    lines += _fixups_and_epilogues(d, units, mine, complete)
+    return _listed(lines, "split tile problems")
+
+
+def _tile_key(unit) -> tuple:
+    return (int(unit["tile_m"]), int(unit["tile_n"]), int(unit["tile_l"]))
+
+
+def _pieces_problem(pieces: np.ndarray, k_tiles: int, complete: bool) -> str | None:
+    """What is wrong with one tile's units (rows of part, k_begin, k_end, parts), or None:
+    one part count, each part once with one k-range, the parts in part order running
+    [0, k_tiles) one after another (``complete`` False: only no overlap, order kept)."""
+    parts = sorted(set(pieces[:, 3].tolist()))
+    ranges = ", ".join(f"{p} [{b}, {e})" for p, b, e, _ in pieces.tolist())
+    said = f"its parts (part [k-tiles)) are {ranges}"
+    if len(parts) > 1:
+        named = ", ".join(f"part {p} of {n}" for p, _, _, n in pieces.tolist())
+        return f"its units name different part counts: {named}"
+    if len(set(pieces[:, 0].tolist())) < len(pieces):
+        return f"a part was recorded with two k-ranges; {said}"
+    pieces = pieces[np.argsort(pieces[:, 0])]
+    part, begin, end = pieces[:, 0], pieces[:, 1], pieces[:, 2]
+    ordered = (end > begin).all() and (begin[1:] >= end[:-1]).all()
+    ordered &= (part >= 0).all() and (part < parts[0]).all() and begin[0] >= 0
+    ordered &= end[-1] <= k_tiles
+    whole = (
+        len(pieces) == parts[0]
+        and (part == np.arange(len(part))).all()
+        and begin[0] == 0
+        and (begin[1:] == end[:-1]).all()
+        and end[-1] == k_tiles
+    )
+    if not ordered or (complete and not whole):
+        return f"{said}, not each of its {k_tiles} k-tiles once in {parts[0]} parts in K order"
+    return None
+
+
+def _fixups_and_epilogues(d: Decoded, units, mine, complete: bool) -> list[str]:
+    """``_parts``' fix-up and epilogue checks, from the spans and the unit each belongs to."""
+    spans = d.spans
+    consumer = np.isin(d.recorders["role"], _CONSUMERS)
+    own = (spans["unit"] >= 0) & consumer[spans["rec"]]
+    fix = spans[own & (spans["span"] == SPAN_NAMES.index("fixup"))]
+    epi = spans[own & (spans["span"] == SPAN_NAMES.index("epilogue"))]
+    lines = []
+    over = d.recorders["overflow"] > 0
+    shared = np.flatnonzero(mine & (units["parts"] > 1))
+    fixed = np.zeros(len(units), dtype=bool)
+    fixed[fix["unit"]] = True
+    lines += [
+        f"{_who(d, int(units['rec'][i]))}: tile {_tile_key(units[i])} part "
+        f"{int(units['part'][i])} of {int(units['parts'][i])} recorded no fix-up"
+        for i in shared
+        if not fixed[i] and not over[units["rec"][i]]
+    ]
+    counts = d.meta.get("tiles")
+    if counts is None:
+        return lines
+    # per tile inside the problem (a tile past its edge skips the fix-up: every part of it
+    # runs an epilogue that stores nothing)
+    tiles = {}
+    for i in np.flatnonzero(mine):
+        key = _tile_key(units[i])
+        if all(0 <= v < c for v, c in zip(key, counts, strict=True)):
+            tiles.setdefault(key, []).append(i)
+    fix_begin = {}
+    for f in fix:
+        key = _tile_key(units[f["unit"]])
+        fix_begin[key] = max(fix_begin.get(key, -np.inf), f["begin"])
+    ran = {}
+    for e in epi:
+        key = _tile_key(units[e["unit"]])
+        if key in tiles:
+            ran.setdefault(key, []).append(e)
+    for key in tiles:
+        runs = ran.get(key, [])
+        parts = sorted({int(units["part"][e["unit"]]) for e in runs})
+        if len(parts) > 1:
+            lines.append(f"tile {key}: its epilogue was run by parts {parts}, not by one")
+        elif not parts and complete:
+            lines.append(f"tile {key}: no part of it ran its epilogue")
+        for e in runs:
+            if e["begin"] < fix_begin.get(key, -np.inf) - TICK_NS:
+                lines.append(
+                    f"{_who(d, int(e['rec']))}: tile {key} part {int(units['part'][e['unit']])} "
+                    f"began its epilogue at {_us(e['begin'])}, before the last of its parts "
+                    f"began its fix-up ({_us(fix_begin[key])})"
+                )
+    return lines
 
 
 def _outside_groups(tiles: np.ndarray, grouped, config: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -4,9 +4,10 @@ chrome://tracing open.
 One process per SM (``pid`` = SM id, named "SM 12"), one thread per recorder (``tid`` = its
 index in ``Decoded.recorders``, named "consumer w4 (CTA 3)"). Spans are complete events
 (``"ph": "X"``, the span kinds of ``SPANS``), the role events instants (``"ph": "i"``: load
-issue, MMA issue, stage release, tile fetch); both carry the tile, k-tile and stage they name as
-``args``. ``ts`` and ``dur`` are microseconds (floats, ns resolution) from the earliest recorder
-start. The recording's metadata rides along in ``otherData``.
+issue, MMA issue, stage release, tile fetch, a stream-K unit's range); both carry the tile,
+k-tile and stage they name as ``args``. ``ts`` and ``dur`` are microseconds (floats, ns
+resolution) from the earliest recorder start. The recording's metadata rides along in
+``otherData``.
 
 Written line by line rather than through one big ``json.dumps``: a 4096^3 call has ~10^6 events.
 """
@@ -30,6 +31,7 @@ INSTANTS = {
     Event.MMA_ISSUE: "MMA issue",
     Event.STAGE_RELEASE: "stage release",
     Event.TILE_FETCH: "tile fetch",
+    Event.UNIT_RANGE: "unit range",
 }
 
 
@@ -55,7 +57,7 @@ def write_chrome(d: Decoded, path: str | Path, problems: list[str] | None = None
             lines.append(_meta("thread_sort_index", pid[i], i, {"sort_index": order}))
         f.write(",\n".join(lines))
         s = d.spans
-        args = _args(s)
+        args = _args(s, d.stream_k)
         for i, k, b, e, a in zip(s["rec"].tolist(), s["span"].tolist(), s["begin"].tolist(),
                                  s["end"].tolist(), args, strict=True):  # fmt: skip
             f.write(
@@ -63,7 +65,7 @@ def write_chrome(d: Decoded, path: str | Path, problems: list[str] | None = None
                 f'"tid": {i}, "ts": {b / 1000:.3f}, "dur": {max(e - b, 0.0) / 1000:.3f}{a}}}'
             )
         ev = d.events[np.isin(d.events["kind"], [int(k) for k in INSTANTS])]
-        args = _args(ev)
+        args = _args(ev, d.stream_k)
         for i, k, t, a in zip(ev["rec"].tolist(), ev["kind"].tolist(), ev["t"].tolist(), args,
                               strict=True):  # fmt: skip
             f.write(
@@ -81,21 +83,26 @@ def _meta(name: str, pid: int, tid: int | None, args: dict) -> str:
     return json.dumps(event)
 
 
-def _args(table: np.ndarray) -> list[str]:
+def _args(table: np.ndarray, stream_k: bool = False) -> list[str]:
     """``, "args": {...}`` for each row: the tile, k-tile and stage it names (none: empty); a
-    split-K unit's tile fetch names its first k-tile and its split instead."""
+    split unit's tile fetch names its first k-tile and its split (``stream_k``: its part)
+    instead, a stream-K unit's range its end and its tile's part count."""
     m, n, l = (table[f].tolist() for f in ("tile_m", "tile_n", "tile_l"))  # noqa: E741
     k, stage = table["k_tile"].tolist(), table["stage"].tolist()
     kinds = table["kind"].tolist() if "kind" in (table.dtype.names or ()) else [None] * len(k)
+    names = {
+        Event.TILE_FETCH: ("first_k_tile", "part" if stream_k else "split"),
+        Event.UNIT_RANGE: ("end_k_tile", "parts"),
+    }
     out = []
     for row in zip(m, n, l, k, stage, kinds, strict=True):
-        unit = row[5] == Event.TILE_FETCH
+        k_name, stage_name = names.get(row[5], ("k_tile", "stage"))
         parts = []
         if row[0] >= 0:
             parts.append(f'"tile": [{row[0]}, {row[1]}, {row[2]}]')
         if row[3] >= 0:
-            parts.append(f'"{"first_k_tile" if unit else "k_tile"}": {row[3]}')
+            parts.append(f'"{k_name}": {row[3]}')
         if row[4] >= 0:
-            parts.append(f'"{"split" if unit else "stage"}": {row[4]}')
+            parts.append(f'"{stage_name}": {row[4]}')
         out.append(f', "args": {{{", ".join(parts)}}}' if parts else "")
     return out

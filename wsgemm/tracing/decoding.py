@@ -37,6 +37,7 @@ __all__ = [
     "RECORDER_DTYPE",
     "SPAN_DTYPE",
     "SPAN_NAMES",
+    "UNIT_DTYPE",
     "Decoded",
     "decode",
     "recorder_label",
@@ -79,12 +80,31 @@ SPAN_DTYPE = np.dtype(
         ("span", np.int8),  # index into SPAN_NAMES
         ("begin", np.float64),
         ("end", np.float64),
+        # the work unit its recorder had fetched last when it began (index into
+        # Decoded.units(); -1: none)
+        ("unit", np.int32),
         # from the begin event; a field it leaves at -1 is taken from the end event
         ("tile_m", np.int32),
         ("tile_n", np.int32),
         ("tile_l", np.int32),
         ("k_tile", np.int32),
         ("stage", np.int32),
+    ]
+)
+#: A work unit as a recorder fetched it (``Decoded.units``): a whole tile, a split-K split or a
+#: stream-K part of one.
+UNIT_DTYPE = np.dtype(
+    [
+        ("rec", np.int32),
+        ("event", np.int64),  # its TILE_FETCH's index into Decoded.events
+        ("t", np.float64),  # when it was fetched
+        ("tile_m", np.int32),
+        ("tile_n", np.int32),
+        ("tile_l", np.int32),
+        ("part", np.int32),  # its split or part of the tile (0: a whole tile)
+        ("k_begin", np.int32),  # its k-tiles [k_begin, k_end) of the tile's
+        ("k_end", np.int32),  # -1: unknown (a stream-K fetch without its UNIT_RANGE)
+        ("parts", np.int32),  # how many units the tile is cut into (-1: unknown)
     ]
 )
 _COORDS = ("tile_m", "tile_n", "tile_l", "k_tile", "stage")
@@ -98,7 +118,8 @@ class Decoded:
 
     ``recorders``: the rows that recorded anything (``count > 0``), in buffer order.
     ``events``: every stored event, ordered by recorder then as recorded.
-    ``spans``: paired begin/end events, ordered by recorder then begin time.
+    ``spans``: paired begin/end events, ordered by recorder then begin time, each with the
+    work unit it belongs to (``units``).
     ``unmatched``: the begin/end events no span took (``EVENT_DTYPE``).
     ``capacity``: events per recorder row. ``origin_ns``: the absolute ``%globaltimer`` time
     that ``t = 0`` stands for. ``notes``: what could not be read as the format says (a bad
@@ -122,15 +143,60 @@ class Decoded:
 
     @property
     def splits(self) -> int:
-        """The split-K count the call was traced with (1: unsplit)."""
+        """The split-K count the call was traced with (1: unsplit, or stream-K)."""
         return int(self.meta.get("split") or 1)
 
+    @property
+    def stream_k(self) -> bool:
+        """Whether the call was traced on the stream-K schedule (each tile cut into its own
+        number of parts, ``units``)."""
+        return bool(self.meta.get("stream_k"))
+
+    @property
+    def is_split(self) -> bool:
+        """Whether a work unit may be a piece of a tile (split-K or stream-K), whose partial
+        sums meet in a fix-up."""
+        return self.splits > 1 or self.stream_k
+
     def fetch_split(self, pick: np.ndarray) -> np.ndarray:
-        """The split of each picked ``TILE_FETCH`` event: a split-K unit's fetch carries it in
-        ``stage``; 0 when the call was traced unsplit."""
-        if self.splits > 1:
+        """The split (stream-K: the part) of each picked ``TILE_FETCH`` event: a split unit's
+        fetch carries it in ``stage``; 0 when the call was traced unsplit."""
+        if self.is_split:
             return self.events["stage"][pick].astype(np.int64)
         return np.zeros(int(np.count_nonzero(pick)), dtype=np.int64)
+
+    def units(self) -> np.ndarray:
+        """Every work unit a recorder fetched (``UNIT_DTYPE``, in event order), with its k-tiles
+        and its tile's part count: unsplit, the whole tile ([0, k_tiles), 1 part); split-K,
+        split s of ``splits`` ([s * k_tiles // splits, (s + 1) * k_tiles // splits), as
+        ``scheduler.split_k_range``), from its first k-tile on; stream-K, the part, first
+        k-tile, end and part count the kernel recorded (the ``UNIT_RANGE`` right after the
+        fetch; -1 where it is missing)."""
+        ev = self.events
+        at = np.flatnonzero(_fetches(ev))
+        units = np.zeros(len(at), dtype=UNIT_DTYPE)
+        units["rec"], units["event"], units["t"] = ev["rec"][at], at, ev["t"][at]
+        for name in ("tile_m", "tile_n", "tile_l"):
+            units[name] = ev[name][at]
+        k_tiles = int(self.meta.get("k_tiles") or 1)
+        pick = np.zeros(len(ev), dtype=bool)
+        pick[at] = True
+        part = self.fetch_split(pick)
+        units["part"] = part
+        if self.stream_k:
+            units["k_begin"] = ev["k_tile"][at]
+            nxt = np.minimum(at + 1, len(ev) - 1)
+            ranged = (nxt > at) & (ev["kind"][nxt] == Event.UNIT_RANGE)
+            ranged &= ev["rec"][nxt] == ev["rec"][at]
+            units["k_end"] = np.where(ranged, ev["k_tile"][nxt], -1)
+            units["parts"] = np.where(ranged, ev["stage"][nxt], -1)
+        elif self.splits > 1:
+            units["k_begin"] = ev["k_tile"][at]
+            units["k_end"] = (part + 1) * k_tiles // self.splits
+            units["parts"] = self.splits
+        else:
+            units["k_end"], units["parts"] = k_tiles, 1
+        return units
 
     @property
     def duration_ns(self) -> float:
@@ -230,7 +296,7 @@ def decode(raw: RawTrace) -> Decoded:
     for name in _COORDS:
         events[name] = flat[:, _E[name]]
 
-    spans, unmatched = _pair(events)
+    spans, unmatched = _pair(events, _unit_of(events))
     recorders = _recorders(rows, header, count, stored, capacity, started, rel_start, t1, origin,
                            events)  # fmt: skip
     return Decoded(recorders, events, spans, unmatched, capacity, origin, dict(raw.meta),
@@ -265,10 +331,27 @@ def _recorders(rows, header, count, stored, capacity, started, rel_start, t1, or
     return recorders
 
 
-def _pair(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _fetches(events: np.ndarray) -> np.ndarray:
+    """Which events fetch a work unit (a ``TILE_FETCH`` that names a tile)."""
+    return (events["kind"] == Event.TILE_FETCH) & (events["tile_m"] >= 0)
+
+
+def _unit_of(events: np.ndarray) -> np.ndarray:
+    """For each event, the work unit its recorder fetched last, at or before it: the index of
+    that fetch among all (``Decoded.units``' order), -1 for none."""
+    fetch = _fetches(events)
+    at = np.flatnonzero(fetch)
+    idx = np.cumsum(fetch) - 1
+    own = idx >= 0
+    own[own] = events["rec"][at[idx[own]]] == events["rec"][own]
+    return np.where(own, idx, -1).astype(np.int32)
+
+
+def _pair(events: np.ndarray, unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pair begins with ends per recorder and kind. A begin pairs with the event right after it
     among that span kind's begins and ends on its recorder, if that is an end: exactly what a
-    left-to-right scan pairs, done at once with array shifts."""
+    left-to-right scan pairs, done at once with array shifts. ``unit``: each event's
+    (``_unit_of``)."""
     kind, rec = events["kind"], events["rec"]
     spans, lost = [], []
     for index, (begin_kind, end_kind) in enumerate(SPANS.values()):
@@ -288,6 +371,7 @@ def _pair(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         span["span"] = index
         span["begin"] = events["t"][b]
         span["end"] = events["t"][e]
+        span["unit"] = unit[b]
         for name in _COORDS:
             span[name] = np.where(events[name][b] >= 0, events[name][b], events[name][e])
         spans.append(span)

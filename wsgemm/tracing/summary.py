@@ -15,8 +15,12 @@ the tiles spread over the SMs, the tail, and what tracing cost.
   whose two warpgroups finish a tile together, exposes all of it.
 * ``idle``: the GPU's SMs that ran no CTA of the call (when every CTA recorded) and consumer
   recorders that fetched no tile.
-* ``tiles_per_sm``: distinct output tiles (split-K: work units) the consumers of each recording
-  SM fetched.
+* ``tiles_per_sm``: distinct output tiles (split-K, stream-K: work units) the consumers of each
+  recording SM fetched.
+* ``fixup`` (split-K and stream-K recordings; None otherwise): the fix-up time of each shared
+  tile (one of more than one part, inside the problem), summed over its parts (each part's
+  fix-up span on its CTA), and the finishing part's own (waiting for the others' partials,
+  then summing them); its mean, median and max over the shared tiles.
 * ``finish``: each SM's last recorder end; ``tail_us`` = latest - earliest, also as a share of
   the call (first recorder begin .. last recorder end).
 * ``overflow``: recorders that lost events and how many.
@@ -66,6 +70,7 @@ def summarize(d: Decoded, problems: list[str] | None = None) -> dict:
         "roles": _roles(d),
         "epilogue": _epilogue(d),
         "tiles_per_sm": _tiles_per_sm(d),
+        "fixup": _fixup(d),
         "finish": _finish(d),
         "overflow": {
             "recorders": int((d.recorders["overflow"] > 0).sum()),
@@ -150,6 +155,54 @@ def _tiles_per_sm(d: Decoded) -> dict:
     }
 
 
+def _fixup(d: Decoded) -> dict | None:
+    """Where a split recording's fix-up time goes (module docstring); None when unsplit."""
+    if not d.is_split:
+        return None
+    units = d.units()
+    spans = d.spans
+    consumer = np.isin(d.recorders["role"], _CONSUMERS)
+    own = (spans["unit"] >= 0) & consumer[spans["rec"]]
+    fix = spans[own & (spans["span"] == SPAN_NAMES.index("fixup"))]
+    epi = spans[own & (spans["span"] == SPAN_NAMES.index("epilogue"))]
+    counts = d.meta.get("tiles")
+    per_unit: dict[tuple, float] = {}  # (tile, part) -> its fix-up (a cooperative CTA's
+    shared: set = set()  # two warpgroups record the same one: the longer)
+    for f in fix:
+        u = units[f["unit"]]
+        tile = (int(u["tile_m"]), int(u["tile_n"]), int(u["tile_l"]))
+        if counts is not None and not all(0 <= v < c for v, c in zip(tile, counts, strict=True)):
+            continue  # past the problem's edge: no fix-up to time
+        key = (tile, int(u["part"]))
+        per_unit[key] = max(per_unit.get(key, 0.0), float(f["end"] - f["begin"]))
+        if u["parts"] > 1:
+            shared.add(tile)
+    per_tile: dict[tuple, float] = {}
+    for (tile, _), ns in per_unit.items():
+        if tile in shared:
+            per_tile[tile] = per_tile.get(tile, 0.0) + ns
+    finished = {(_tile_of(units[e["unit"]]), int(units[e["unit"]]["part"])) for e in epi}
+    finisher = [per_unit[k] for k in finished if k[0] in shared and k in per_unit]
+    return {
+        "shared_tiles": len(shared),
+        "parts": sum(1 for tile, _ in per_unit if tile in shared),
+        "time_us": _us(sum(per_tile.values())),
+        "per_tile_us": _stats(list(per_tile.values())),
+        "finisher_us": _stats(finisher),
+    }
+
+
+def _tile_of(unit) -> tuple:
+    return (int(unit["tile_m"]), int(unit["tile_n"]), int(unit["tile_l"]))
+
+
+def _stats(ns: list[float]) -> dict:
+    """``mean``, ``median``, ``max`` of ``ns`` in us (None for none)."""
+    if not ns:
+        return {"mean": None, "median": None, "max": None}
+    return {"mean": _us(np.mean(ns)), "median": _us(np.median(ns)), "max": _us(max(ns))}
+
+
 def _idle(d: Decoded) -> dict:
     """What of the machine the call left unused: ``sms``, the GPU's SMs that ran no CTA of it
     (None when only a sample of the grid recorded, or the SM count is unknown), and
@@ -188,6 +241,21 @@ def _overhead(meta: dict) -> dict:
     if traced is not None and untraced:
         fraction = round(traced / untraced - 1.0, 4)
     return {"traced_us": traced, "untraced_us": untraced, "overhead_fraction": fraction}
+
+
+def _fixup_text(fixup: dict) -> str:
+    n = fixup["shared_tiles"]
+    if not n:
+        return "no shared tile (every tile ran in one part)"
+    tile, last = fixup["per_tile_us"], fixup["finisher_us"]
+    text = (
+        f"{tile['mean']:.2f} us a shared tile (median {tile['median']:.2f}, max "
+        f"{tile['max']:.2f}) over {n} tile{'s' if n > 1 else ''} of {fixup['parts']} parts, "
+        f"{fixup['time_us']:.2f} us in all"
+    )
+    if last["mean"] is not None:
+        text += f"; the finishing part's share {last['mean']:.2f} us (mean)"
+    return text
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -259,6 +327,9 @@ def _facts(summary: dict) -> list[tuple[str, str]]:
     if tiles["min"] is not None:
         text = f"min {tiles['min']}, median {tiles['median']:g}, max {tiles['max']}"
         rows.append(("tiles per SM", text))
+    fixup = summary.get("fixup")
+    if fixup is not None:
+        rows.append(("fix-up", _fixup_text(fixup)))
     text = f"{fin['tail_us']:.2f} us between the first and last SM to finish"
     if fin["tail_fraction"] is not None:
         text += f" ({100 * fin['tail_fraction']:.1f}% of the call)"
