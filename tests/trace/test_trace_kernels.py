@@ -532,6 +532,34 @@ def test_plan_counts_split_k_units_and_their_fix_ups():
     assert p.capacity == per_unit + trace_plan.EVENTS_PER_RECORDER
 
 
+@pytest.mark.parametrize("shape", [(2888, 2072, 1504, 1), (1128, 1968, 4056, 1),
+                                   (300, 1000, 1021, 3)])  # fmt: skip
+def test_plan_gives_a_stream_k_row_every_event_its_busiest_cta_writes(shape, python_min_max):
+    """A stream-K launch (the shipped sm90 tile, 128x256 in 2x1 clusters, on 132 SMs): the
+    planned grid is the clusters the kernel launches, and each row holds the events of the
+    CTA that runs the most units and k-tiles in the kernel's own schedule (replayed:
+    ``scheduler.unit_order``): per k-tile, per unit (its fetch, range and fix-up) and per
+    recorder."""
+    import dataclasses
+
+    from wsgemm.kernels.common.scheduler import unit_order
+
+    config = dataclasses.replace(host.BACKENDS["sm90"].config(), stream_k=True).compiled()
+    p = trace_plan.plan_trace("sm90", config, shape, 132)
+    m, n, k, batch = shape
+    tiles = (-(-m // 128), -(-n // 256), batch)
+    k_tiles = -(-k // 64)
+    order = unit_order(*tiles, 2, 132, (2, 1), split_k=(k_tiles, 1), stream_k=True)
+    assert p.ctas_launched == p.ctas_traced == len(order) and p.k_tiles == k_tiles
+    units = max(len(cta) for cta in order)
+    worked = max(sum(u.k_end - u.k_begin for u in cta) for cta in order)
+    per_unit = (trace_plan.EVENTS_PER_TILE + trace_plan.EVENTS_PER_FIXUP
+                + trace_plan.EVENTS_PER_UNIT_RANGE)  # fmt: skip
+    need = trace_plan.EVENTS_PER_K_TILE * worked + per_unit * units
+    assert need + trace_plan.EVENTS_PER_RECORDER <= p.capacity
+    assert p.tiles_per_cta >= units
+
+
 @pytest.mark.sweep
 def test_a_traced_split_k_variant_compiles_spill_free(traced_report):
     """A second traced sm_90a kernel (split, cooperative 128x128): under ``-m sweep`` (the

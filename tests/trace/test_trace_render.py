@@ -647,6 +647,16 @@ def test_bad_arguments_exit_2_with_a_clear_message(argv, message, recording, tmp
         (["--shape", "512,256,128", "--groups", "400", "--batch", "2", "--layout", "NN"],
          "--groups records the 2D x 3D grouped form: no --batch, --layout"),
         (["--from-raw", "RAW", "--groups", "1"], "--groups: only for a new recording"),
+        (["--from-raw", "RAW", "--stream-k"], "--stream-k: only for a new recording"),
+        (["--shape", "8,8,8", "--stream-k", "--split-k"],
+         "--stream-k and --split-k trace two different splits: give one"),
+        (["--shape", "8,8,8", "--stream-k", "--backend", "sm80"],
+         "--stream-k runs the stream-K schedule of sm90 or sm90-pingpong's tile, not --backend "
+         "sm80"),
+        (["--shape", "8,8,8", "--stream-k", "--accumulate", "fp16"],
+         "--stream-k adds each tile's partial sums in fp32: --accumulate float32"),
+        (["--shape", "512,256,128", "--groups", "400", "--stream-k"],
+         "--groups records the 2D x 3D grouped form: no --stream-k"),
     ],
 )  # fmt: skip
 def test_inconsistent_options_exit_2_before_any_gpu_work(argv, message, recording, tmp_path,
@@ -655,6 +665,37 @@ def test_inconsistent_options_exit_2_before_any_gpu_work(argv, message, recordin
     assert cli.main(["trace", *argv, "--out", str(tmp_path / "out")]) == trace_cli.EXIT_USAGE
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("backend, tile", [(None, (128, 256)), ("sm90-pingpong", (128, 128))])
+def test_stream_k_records_the_backends_tile_on_its_stream_k_schedule(backend, tile, monkeypatch,
+                                                                     tmp_path, capsys):  # fmt: skip
+    """``--stream-k`` (the recording itself needs a GPU: here a synthetic one stands in): the
+    call goes to ``trace`` on the backend's shipped tile with ``stream_k`` set and its split
+    traced, and the printed summary states the fix-up time per shared tile."""
+    pytest.importorskip("matplotlib")
+    from wsgemm.tracing import timeline as timeline_module
+
+    asked = {}
+
+    def fake_trace(a, b, **options):
+        asked.update(options)
+        return Timeline(pack(stream_k_run(), meta=stream_k_meta()))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(trace_cli, "make_operands", lambda *args, **kwargs: (None, None))
+    monkeypatch.setattr(timeline_module, "trace", fake_trace)
+    argv = ["trace", "--shape", "384,384,512", "--stream-k", "--out", str(tmp_path / "out")]
+    argv += ["--backend", backend] if backend else []
+    assert cli.main(argv) == 0
+    config = asked["config"]
+    assert asked["backend"] == (backend or "sm90") and asked["split_k"] is True
+    assert config.stream_k and (config.tile_m, config.tile_n) == tile
+    out = capsys.readouterr()
+    assert f"recording {backend or 'sm90'} stream-K 384x384x512" in out.err
+    assert "0.80 us a shared tile" in out.out and "warning" not in out.err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["fixup"]["shared_tiles"] == 3
 
 
 @pytest.fixture(scope="module", autouse=True)

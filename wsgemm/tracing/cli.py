@@ -32,7 +32,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 FILES = {"raw": "raw.npz", "chrome": "trace.json", "png": "timeline.png", "summary": "summary.json"}
 # The options of a new recording: meaningless with --from-raw.
 _RECORDING = ("batch", "backend", "dtype", "out_dtype", "accumulate", "layout", "capacity",
-              "max_ctas", "split_k", "groups")  # fmt: skip
+              "max_ctas", "split_k", "stream_k", "groups")  # fmt: skip
+#: The backends whose kernel has a stream-K schedule (``--stream-k``), the first the default.
+STREAM_K_BACKENDS = ("sm90", "sm90-pingpong")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "choice is traced unsplit); not yet run on a GPU, docs/trace.md",
     )
     call.add_argument(
+        "--stream-k",
+        action="store_true",
+        default=None,
+        help="trace the call on the stream-K schedule of --backend's shipped tile (sm90, the "
+        "default here: 128x256; sm90-pingpong: 128x128; the dropped sk-* entries), each tile's "
+        "parts and their fix-up; not yet run on a GPU, docs/trace.md",
+    )
+    call.add_argument(
         "--groups",
         type=group_sizes,
         metavar="ROWS,...",
@@ -129,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
                       style="red", markup=False)  # fmt: skip
         return EXIT_USAGE
     refusal = _groups_refusal(args) if args.groups is not None else None
+    if refusal is None and args.stream_k:
+        refusal = _stream_k_refusal(args, accumulate)
     if refusal:
         console.print(f"trace: {refusal}", style="red", markup=False)
         return EXIT_USAGE
@@ -168,21 +180,26 @@ def _record(args, dtype: str, accumulate: str, console):
         return _record_grouped(args, dtype, console, trace_grouped)
     batch = args.batch or 1
     layout = Layout(args.layout or "TN")
+    backend, config = args.backend or "auto", None
+    if args.stream_k:
+        backend, config = _stream_k_config(args.backend)
     torch.manual_seed(0)
     a, b = make_operands(layout, m, n, k, getattr(torch, dtype), "cuda", batch=batch)
     what = f"{m}x{n}x{k}" + (f" (batch {batch})" if batch > 1 else "")
-    console.print(f"trace: recording {args.backend or 'auto'} {what} {short_name(dtype)} "
+    how = " stream-K" if args.stream_k else ""
+    console.print(f"trace: recording {backend}{how} {what} {short_name(dtype)} "
                   f"{layout.name} ...", markup=False)  # fmt: skip
     try:
         timeline = trace(
             a,
             b,
-            backend=args.backend or "auto",
+            backend=backend,
+            config=config,
             out_dtype=getattr(torch, args.out_dtype) if args.out_dtype else None,
             accumulate=getattr(torch, accumulate),
             capacity=args.capacity,
             max_ctas=args.max_ctas,
-            split_k=bool(args.split_k),
+            split_k=bool(args.split_k or args.stream_k),
         )
     except (TypeError, ValueError) as exc:  # the call was refused: this problem, this GPU
         console.print(f"trace: {exc}", style="red", markup=False)
@@ -194,10 +211,33 @@ def _record(args, dtype: str, accumulate: str, console):
     return timeline
 
 
+def _stream_k_refusal(args, accumulate: str) -> str | None:
+    """What is wrong with a ``--stream-k`` recording's options, or None."""
+    if args.split_k:
+        return "--stream-k and --split-k trace two different splits: give one"
+    if args.backend not in (None, *STREAM_K_BACKENDS):
+        return (f"--stream-k runs the stream-K schedule of {' or '.join(STREAM_K_BACKENDS)}'s "
+                f"tile, not --backend {args.backend}")  # fmt: skip
+    if accumulate != "float32":
+        return "--stream-k adds each tile's partial sums in fp32: --accumulate float32"
+    return None
+
+
+def _stream_k_config(backend: str | None):
+    """(backend, config) of a ``--stream-k`` recording: ``backend``'s shipped tile (default
+    ``STREAM_K_BACKENDS[0]``) on the stream-K schedule."""
+    import dataclasses
+
+    from ..host.registry import BACKENDS
+
+    backend = backend or STREAM_K_BACKENDS[0]
+    return backend, dataclasses.replace(BACKENDS[backend].config(), stream_k=True)
+
+
 def _groups_refusal(args) -> str | None:
     """What is wrong with a ``--groups`` recording's options, or None."""
     refused = [f"--{name.replace('_', '-')}" for name in ("batch", "layout", "accumulate",
-               "split_k") if getattr(args, name) is not None]  # fmt: skip
+               "split_k", "stream_k") if getattr(args, name) is not None]  # fmt: skip
     if refused:
         return f"--groups records the 2D x 3D grouped form: no {', '.join(refused)}"
     if sum(args.groups) > args.shape[0]:

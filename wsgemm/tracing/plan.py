@@ -52,8 +52,10 @@ EVENTS_PER_K_TILE = 6
 EVENTS_PER_TILE = 1 + 4 + 2 + 2 + 2 * 32
 #: Per recorder: begin, end, and the producer's final wait (2), with room to spare.
 EVENTS_PER_RECORDER = 8
-#: Per split-K work unit: FIXUP_BEGIN/END.
+#: Per split-K or stream-K work unit: FIXUP_BEGIN/END.
 EVENTS_PER_FIXUP = 2
+#: Per stream-K work unit: its UNIT_RANGE after its fetch.
+EVENTS_PER_UNIT_RANGE = 1
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,10 @@ def plan_trace(
     problem, capped by ``max_bytes``); ``max_ctas``: trace at most the first this many CTAs
     (None: all of the sm90 grid, ``DEFAULT_SM80_WAVES`` waves of the sm80 grid). ``split``:
     the split-K count the launch runs (as the kernel clamps it): each tile is then that many
-    work units of about ``k_tiles / split`` k-tiles, each with its fix-up. ``units``: a grouped
-    launch's (work units its groups hold, the bound its grid is sized by:
+    work units of about ``k_tiles / split`` k-tiles, each with its fix-up. A stream-K
+    ``config`` (``stream_k``) launches the clusters its layout takes, and a CTA's row holds
+    its share of whole tiles and of the shared k-tiles (``_stream_k_share``). ``units``: a
+    grouped launch's (work units its groups hold, the bound its grid is sized by:
     ``grouped_scheduler.unit_bound``), in place of the dense grid's."""
     if capacity is not None and (
         isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
@@ -134,27 +138,48 @@ def plan_trace(
         if units is not None:
             work, bound = units
         clusters = persistent_cluster_count(bound, num_sms // config.cluster_size)
-        ctas = clusters * config.cluster_size
         tiles_per_cta = max(1, math.ceil(work / clusters))  # work units
+        cta_k_tiles = math.ceil(k_tiles / split) * tiles_per_cta
+        if getattr(config, "stream_k", False):
+            clusters, tiles_per_cta, cta_k_tiles = _stream_k_share(
+                work, k_tiles, num_sms // config.cluster_size
+            )
+        ctas = clusters * config.cluster_size
         default_ctas = ctas
     else:
         ctas = tiles_m * tiles_n * batch
         tiles_per_cta = 1
+        cta_k_tiles = k_tiles
         default_ctas = DEFAULT_SM80_WAVES * num_sms
     traced = min(ctas, default_ctas if max_ctas is None else max_ctas)
     per_cta = recorders_per_cta(backend, config)
     if capacity is None:
         split_variant = split > 1 or getattr(config, "split_k", 1) != 1
-        unit_k_tiles = math.ceil(k_tiles / split)
-        capacity = (
-            EVENTS_PER_K_TILE * unit_k_tiles * tiles_per_cta
+        stream_k = getattr(config, "stream_k", False)
+        per_unit = (
+            EVENTS_PER_TILE
             # a split variant records its fix-up span even when the count clamps to 1
-            + (EVENTS_PER_TILE + (EVENTS_PER_FIXUP if split_variant else 0)) * tiles_per_cta
-            + EVENTS_PER_RECORDER
+            + (EVENTS_PER_FIXUP if split_variant or stream_k else 0)
+            + (EVENTS_PER_UNIT_RANGE if stream_k else 0)
         )
+        capacity = EVENTS_PER_K_TILE * cta_k_tiles + per_unit * tiles_per_cta + EVENTS_PER_RECORDER
         row_budget = max_bytes // (4 * traced * per_cta)
         capacity = max(1, min(capacity, (row_budget - HEADER_WORDS) // EVENT_WORDS))
     return TracePlan(per_cta, ctas, traced, tiles_per_cta, k_tiles, capacity)
+
+
+def _stream_k_share(work: int, k_tiles: int, max_clusters: int) -> tuple[int, int, int]:
+    """(clusters launched, the most units a CTA runs, the most k-tiles it runs) of a stream-K
+    launch of ``work`` cluster tiles of ``k_tiles`` k-tiles on at most ``max_clusters``
+    (``scheduler.stream_k_layout``): each cluster's whole tiles, then its range of the shared
+    k-tiles, which meets at most ``ceil(range / k_tiles) + 1`` tiles."""
+    from ..kernels.common.scheduler import stream_k_layout
+
+    launched, dp_tiles, sk_clusters, shared = stream_k_layout(work, k_tiles, max_clusters)
+    whole = dp_tiles // launched
+    longest = math.ceil(shared / sk_clusters)
+    pieces = math.ceil(longest / k_tiles) + 1 if shared else 0
+    return launched, max(1, whole + pieces), whole * k_tiles + longest
 
 
 def fake_trace_buffer():

@@ -52,11 +52,14 @@ def record(
         a, b, out_dtype, config: as ``wsgemm.api.matmul``; ``accumulate`` None means
             torch.float32.
         backend: ``"auto"`` (the kernel and config ``matmul`` would pick) or a backend name.
-        split_k: trace the split-K count ``matmul`` runs (its units' ``FIXUP_*`` events, each
-            unit's split in its ``TILE_FETCH``); False (the default) traces a split choice
-            unsplit. ``meta["split"]`` is the count traced, ``meta["policy_split"]`` the one
-            ``matmul`` runs. The split traced variants were not yet run on a GPU when this was
-            written (docs/trace.md).
+        split_k: trace the split ``matmul`` runs: its split-K count (its units' ``FIXUP_*``
+            events, each unit's split in its ``TILE_FETCH``), or a stream-K config's schedule
+            (each unit's part in its ``TILE_FETCH``, its k-range's end and its tile's part
+            count in the ``UNIT_RANGE`` after it); False (the default) traces a split choice
+            unsplit. ``meta["split"]`` is the split-K count traced, ``meta["stream_k"]``
+            whether the stream-K schedule was, ``meta["policy_split"]`` the count ``matmul``
+            runs. The split traced variants were not yet run on a GPU when this was written
+            (docs/trace.md).
         capacity: events per recorder row (None: planned from the problem,
             ``plan.plan_trace``); a recorder past it counts its overflow.
         max_ctas: trace only the first this many CTAs (None: every CTA of a persistent sm90
@@ -70,7 +73,7 @@ def record(
         a ``RawTrace``: the buffer (numpy int32) and ``meta`` (``trace_format.RawTrace``
         lists the keys; also ``recorders_per_cta``, ``ctas_launched``, ``ctas_traced``,
         ``consumers_per_tile``, ``cluster``, ``schedule``, ``timer``, ``overflow``,
-        ``policy_split``).
+        ``policy_split``, ``stream_k``).
 
     Raises:
         NoGpuError: no CUDA GPU. TypeError / ValueError: bad arguments (as ``matmul``), a bad
@@ -99,9 +102,13 @@ def record(
     # a cluster split is not traced (its kernel refuses the recorders): its ways through the
     # workspace, which the trace draws as a split (docs/trace.md)
     route = route.in_workspace()
+    # a stream-K config runs split 1 (each tile's parts are its schedule's)
+    stream_k = split_k and getattr(route.config, "stream_k", False)
     traced_split = route.split if split_k else 1
-    if getattr(route.config, "split_k", 1) != 1 and traced_split == 1:  # traced unsplit
-        route = dataclasses.replace(route, config=dataclasses.replace(route.config, split_k=1))
+    if getattr(route.config, "splits_in_kernel", False) and traced_split == 1 and not stream_k:
+        # traced unsplit
+        unsplit = dataclasses.replace(route.config, split_k=1, stream_k=False)
+        route = dataclasses.replace(route, config=unsplit)
 
     if out is None:
         out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
@@ -128,8 +135,11 @@ def record(
     # three when the call splits
     extras = host.BACKENDS[route.backend].kernel_class().LAUNCH_EXTRAS
     split_args: tuple = tuple(default for _, default in extras)
-    if traced_split > 1:
-        traced_split, words, count = split_buffer_sizes(kernel_config, traced_split, m, n, k, L)
+    if traced_split > 1 or stream_k:
+        # (stream-K's workspace is sized by the clusters it may launch: ``_launched``'s)
+        clusters = num_sms // host.cluster_size(kernel_config)
+        traced_split, words, count = split_buffer_sizes(kernel_config, traced_split, m, n, k, L,
+                                                        clusters)  # fmt: skip
         workspace = torch.empty(words, dtype=torch.float32, device=a.device)
         split_args = (traced_split, workspace, d.semaphores.get(a.device, count), *split_args[3:])
     tplan = plan.plan_trace(
@@ -141,7 +151,7 @@ def record(
         untraced, _ = d.kernel(
             route.backend, device, p.dtype_names, launch.a_major, launch.b_major, route.config
         )
-        if traced_split > 1:
+        if traced_split > 1 or stream_k:
             untraced = split_launcher(untraced, route.config, traced_split, d.semaphores)
     views = (launch.a, launch.b, launch.c)
     raw, timing = _launched(variant, kernel_config, device, num_sms, tplan, views, split_args,
@@ -150,7 +160,7 @@ def record(
     meta = _meta(raw, tplan, variant, kernel_config, d, device, timing,
                  shape=[p.m, p.n, p.k, 1 if p.batch is None else p.batch],
                  tiles=[-(-m // kernel_config.tile_m), -(-n // kernel_config.tile_n), L],
-                 split=traced_split, policy_split=route.split)  # fmt: skip
+                 split=traced_split, policy_split=route.split, stream_k=stream_k)  # fmt: skip
     return RawTrace(buffer=raw, meta=meta)
 
 
