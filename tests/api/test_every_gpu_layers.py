@@ -424,12 +424,17 @@ def test_explain_gated_gives_the_road_s_own_reason_and_refuses_what_gated_linear
 
 
 def test_explain_says_when_an_epilogue_takes_a_cluster_split_through_the_workspace():
-    """At decode the policy splits over a cluster; a bias (not yet GPU-checked beside it) runs
-    the same ways through the workspace, and ``explain`` says so; a plain call does not."""
+    """At decode the policy splits over a cluster; a bias rides it (rank 0 runs the epilogue
+    after the sum: ``CLUSTER_SPLIT_EPILOGUE_FAMILIES``, on since its GPU check), a residual's C
+    (rank 0's loads not built) runs the same ways through the workspace, and ``explain`` says
+    so; a plain call does not."""
     a = torch.empty(5, 4096, dtype=F16, device="meta")
     b = torch.empty(4096, 1536, dtype=F16, device="meta")
     bias = torch.empty(1536, dtype=F16, device="meta")
     plain = wsgemm.explain(a, b, cc=HOPPER)
     assert "over a cluster of" in plain and "go through the workspace" not in plain
     biased = wsgemm.explain(a, b, bias=bias, cc=HOPPER)
-    assert "parts go through the workspace, not over a cluster" in biased
+    assert "over a cluster of" in biased and "go through the workspace" not in biased
+    c = torch.empty(5, 1536, dtype=F16, device="meta")
+    residual = wsgemm.explain(a, b, c=c, beta=0.5, cc=HOPPER)
+    assert "parts go through the workspace, not over a cluster" in residual

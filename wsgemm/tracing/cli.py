@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="trace the split-K count the call runs, with each unit's fix-up (default: a split "
-        "choice is traced unsplit); not yet run on a GPU, docs/trace.md",
+        "choice is traced unsplit); docs/trace.md",
     )
     call.add_argument(
         "--stream-k",
@@ -97,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="trace the call on the stream-K schedule of --backend's shipped tile (sm90, the "
         "default here: 128x256; sm90-pingpong: 128x128; the dropped sk-* entries), each tile's "
-        "parts and their fix-up; not yet run on a GPU, docs/trace.md",
+        "parts and their fix-up; docs/trace.md",
     )
     call.add_argument(
         "--groups",

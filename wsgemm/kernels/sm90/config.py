@@ -163,7 +163,8 @@ class Sm90Config:
     # subtile's store; no subtile waits for an earlier store to have read its buffer. The
     # buffers come off the mainloop ring (128x256: three stages, not four). Only the plain
     # store path takes it (a bias, an activation, alpha; no C read, no preact, no gated, dgated
-    # or grouped epilogue, no trace): docs/perf.md entry 103.
+    # or grouped epilogue, no trace). Timed on an H100: no faster where the ring keeps its
+    # stages, 2-7% slower where it loses one (docs/perf.md entry 103): no policy choice takes it.
     epilogue_whole_tile: bool = False
 
     def __post_init__(self):
