@@ -609,8 +609,9 @@ LOADER = dataclasses.replace(host.BACKENDS["sm90"].config(), dgated_loader_warp=
 DGATED_LOADER = host.Variant("sm90", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
                              config=LOADER, epilogue="dgated+silu")  # fmt: skip
 #: ptxas serializes the bf16 dgated WGMMAs whose loads leave from the subtile loop (C7520:
-#: ``kernels/sm90/dgated.py``, docs/perf.md entry 100); strict, so the day they pipeline this
-#: list must shrink
+#: ``kernels/sm90/dgated.py``, docs/perf.md entry 100): the forms a family runs only with its
+#: dgated switches off (sm90's are on: entry 104); strict, so the day they pipeline this list
+#: must shrink
 SERIALIZED = pytest.mark.xfail(strict=True, reason="C7520: ptxas serializes the WGMMAs")
 DGATED_SWEEP = [
     pytest.param(
