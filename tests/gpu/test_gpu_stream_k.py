@@ -27,6 +27,14 @@ CONFIGS = {
     "pp64x128c1x2": ("sm90-pingpong", Sm90Config(tile_m=64, tile_n=128, cluster_n=2,
                                                  schedule="pingpong", stream_k=True)),
     "coop256x128c1x2": ("sm90", Sm90Config(tile_m=256, tile_n=128, cluster_n=2, stream_k=True)),
+    # in teams (Sm90Config.stream_k_teams, docs/perf.md entry 105): the cluster rows of a
+    # column share one range
+    "teams-pp128x128c2x1": ("sm90-pingpong", Sm90Config(tile_m=128, tile_n=128, cluster_m=2,
+                            schedule="pingpong", stream_k=True, stream_k_teams=True)),
+    "teams-coop128x256c2x1": ("sm90", Sm90Config(tile_m=128, tile_n=256, cluster_m=2,
+                                                 stream_k=True, stream_k_teams=True)),
+    "teams-coop128x256c1x2": ("sm90", Sm90Config(tile_m=128, tile_n=256, cluster_n=2,
+                                                 stream_k=True, stream_k_teams=True)),
 }  # fmt: skip
 # (M, N, K, batch or None)
 SHAPES = [
@@ -38,6 +46,7 @@ SHAPES = [
     (129, 4100, 777, None),  # ragged M and N past a tile
     (16, 4096, 4096, None),  # decode-sized M
     (1000, 2072, 1504, None),  # all shared; a 256-row tile's last rows end in its second band
+    (615, 8192, 4096, None),  # entry 104's traced shape: 1.21 waves of 128x256, 3 cluster rows
 ]
 
 

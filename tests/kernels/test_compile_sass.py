@@ -270,7 +270,10 @@ def _stream_k(**fields):
 #: and a 2x1 cluster's CTAs take separate workspace slots); the sweep the others.
 STREAM_K = {
     "pingpong-128x128-c2x1": _stream_k(tile_m=128, tile_n=128, cluster_m=2, schedule="pingpong"),
-}
+    # in teams (``stream_k_teams``: only the schedule's integer arithmetic differs)
+    "teams-cooperative-128x256-c2x1": _stream_k(tile_m=128, tile_n=256, cluster_m=2,
+                                                stream_k_teams=True),
+}  # fmt: skip
 STREAM_K_SWEEP = {
     "cooperative-128x256-c2x1": _stream_k(tile_m=128, tile_n=256, cluster_m=2),
     "cooperative-256x128-c1x2": _stream_k(tile_m=256, tile_n=128, cluster_n=2),

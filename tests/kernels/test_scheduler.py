@@ -18,6 +18,7 @@ from wsgemm.kernels.common.scheduler import (
     split_k_range,
     stream_k_layout,
     stream_k_slots,
+    stream_k_team,
     tile_order,
     unit_order,
 )
@@ -249,20 +250,31 @@ STREAM_K = [
 ]
 
 
-def _stream_k_units(problem, cluster):
+#: A raster group (in m-tiles) holding every cluster row of the STREAM_K problems: the walk
+#: goes down whole columns, so stream-K's teams are the cluster rows (``stream_k_team``).
+TALL_GROUP = 64
+
+
+def _stream_k_units(problem, cluster, teams=False):
     num_m, num_n, num_l, k_tiles, ctas = problem
     cm, cn = cluster
-    return unit_order(num_m, num_n, num_l, 2 * cm, ctas, cluster, (k_tiles, 1), stream_k=True)
+    group = TALL_GROUP * cm if teams else 2 * cm
+    return unit_order(num_m, num_n, num_l, group, ctas, cluster, (k_tiles, 1), stream_k=True,
+                      stream_k_teams=teams)  # fmt: skip
 
 
+@pytest.mark.parametrize("teams", [False, True], ids=["ranges", "teams"])
 @pytest.mark.parametrize("cluster", CLUSTERS)
 @pytest.mark.parametrize("problem", STREAM_K, ids=str)
-def test_stream_k_units_cover_each_tile_k_range_once_in_numbered_parts(problem, cluster):
+def test_stream_k_units_cover_each_tile_k_range_once_in_numbered_parts(problem, cluster, teams):
     num_m, num_n, num_l, k_tiles, ctas = problem
     cm, cn = cluster
-    order = _stream_k_units(problem, cluster)
-    work_tiles = -(-num_m // cm) * -(-num_n // cn) * num_l
-    sk_tiles, per_tile = stream_k_slots(work_tiles, k_tiles, ctas // (cm * cn))
+    order = _stream_k_units(problem, cluster, teams)
+    clusters_m = -(-num_m // cm)
+    work_tiles = clusters_m * -(-num_n // cn) * num_l
+    launched = stream_k_layout(work_tiles, k_tiles, ctas // (cm * cn))[0]
+    team = stream_k_team(clusters_m, TALL_GROUP, launched) if teams else 1
+    sk_tiles, per_tile = stream_k_slots(work_tiles, k_tiles, ctas // (cm * cn), team)
     words = sk_tiles * cm * cn * per_tile  # partial tiles in the workspace
     parts, slots = {}, set()
     for per_cta in order:
@@ -292,6 +304,68 @@ def test_stream_k_units_cover_each_tile_k_range_once_in_numbered_parts(problem, 
             assert len({(u.split, u.parts, u.k_begin, u.k_end, u.work) for u in step}) == 1
 
 
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("problem", STREAM_K, ids=str)
+def test_a_stream_k_team_reads_one_column_at_one_k(problem, cluster):
+    """``Sm90Config.stream_k_teams`` (docs/perf.md entry 105): the clusters that share a B
+    column block (the cluster rows) take one range over the shared columns together, member r
+    in row r, so at every step they run the same k-range of tiles of one column: a B slice is
+    read by all of them at once, not at k-offsets a range apart. Past the teams (the clusters
+    left over by the team size, or idle for want of k-tiles) a cluster runs its whole tiles
+    only; the shared k-tiles are split within one k-tile of even over the teams."""
+    num_m, num_n, num_l, k_tiles, ctas = problem
+    cm, cn = cluster
+    clusters_m = -(-num_m // cm)
+    order = _stream_k_units(problem, cluster, teams=True)
+    per_cluster = cm * cn
+    launched = len(order) // per_cluster
+    work_tiles = clusters_m * -(-num_n // cn) * num_l
+    team = stream_k_team(clusters_m, TALL_GROUP, launched)
+    assert team == (clusters_m if clusters_m <= launched else 1)
+    got = stream_k_layout(work_tiles, k_tiles, ctas // per_cluster, team)
+    assert got[0] == launched and got[1] % team == 0 and got[1] % launched == 0
+    _, dp_tiles, sk_teams, shared = got
+    assert shared == (work_tiles - dp_tiles) // team * k_tiles
+    waves = dp_tiles // launched
+    firsts = [order[c * per_cluster] for c in range(launched)]  # each cluster's first CTA
+    for t in range(launched // team):
+        members = firsts[t * team : (t + 1) * team]
+        pieces = [[u for u in units[waves:]] for units in members]
+        assert len({len(p) for p in pieces}) == 1
+        for r, piece in enumerate(zip(*pieces, strict=True)):
+            assert len({(u.split, u.parts, u.k_begin, u.k_end, u.n, u.l) for u in piece}) == 1
+            if team > 1:  # (a team of one: the plain layout's cluster, any row)
+                assert [u.m // cm for u in piece] == list(range(team)), (t, r, piece)
+        load = sum(u.k_end - u.k_begin for u in pieces[0])
+        if t < sk_teams:
+            assert shared // sk_teams <= load <= -(-shared // sk_teams)
+        else:
+            assert load == 0
+    for units in firsts[(launched // team) * team :]:
+        assert len(units) == waves and all(u.parts == 1 for u in units)
+
+
+@pytest.mark.parametrize("work_tiles, team", [(96, 3), (160, 5), (264, 2), (133, 7), (80, 4)])
+@pytest.mark.parametrize("k_tiles", [4, 64, 700])
+def test_a_team_layout_ends_its_whole_waves_on_a_column(work_tiles, team, k_tiles):
+    """With teams the data-parallel tiles are whole waves that end on a whole column (else
+    none: every tile shared), and the kernel's relaunch recomputes the same layout."""
+    first = stream_k_layout(work_tiles, k_tiles, 66, team)
+    launched, dp_tiles, sk_teams, shared = first
+    assert stream_k_layout(work_tiles, k_tiles, launched, team) == first
+    assert dp_tiles % launched == 0 and dp_tiles % team == 0
+    assert shared == (work_tiles - dp_tiles) // team * k_tiles
+    assert 1 <= sk_teams <= max(launched // team, 1)
+    plain = stream_k_layout(work_tiles, k_tiles, 66)
+    assert dp_tiles in (plain[1], 0)
+
+
+def test_the_team_is_the_cluster_rows_when_one_raster_group_holds_them():
+    assert stream_k_team(3, 8, 66) == 3 and stream_k_team(8, 8, 66) == 8
+    assert stream_k_team(9, 8, 66) == 1  # the walk crosses columns before it finishes one
+    assert stream_k_team(13, 64, 7) == 1  # fewer clusters than one team
+
+
 @pytest.mark.parametrize("problem", STREAM_K, ids=str)
 def test_stream_k_balances_the_k_tiles_over_the_clusters(problem):
     num_m, num_n, num_l, k_tiles, ctas = problem
@@ -316,17 +390,20 @@ def test_stream_k_balances_the_k_tiles_over_the_clusters(problem):
     assert max(loads) <= -(-(num_m * num_n * num_l) // launched) * k_tiles
 
 
+@pytest.mark.parametrize("teams", [False, True], ids=["ranges", "teams"])
 @pytest.mark.parametrize("problem", STREAM_K, ids=str)
-def test_stream_k_validity_never_comes_back(problem):
+def test_stream_k_validity_never_comes_back(problem, teams):
     """Ping-pong's consumers step by two units and the producer by one: once a unit is past
     the end, every later one must be too, or a warpgroup would run a unit the producer never
     loaded."""
     num_m, num_n, num_l, k_tiles, ctas = problem
     launched = stream_k_layout(num_m * num_n * num_l, k_tiles, ctas)[0]
+    rows = TALL_GROUP if teams else 2
     for c in range(launched):
         sched = GroupedTileScheduler(
-            (num_m, num_n, num_l), (1, 1), 2, launched, c, (0, 0), (k_tiles, 1), stream_k=True
-        )
+            (num_m, num_n, num_l), (1, 1), rows, launched, c, (0, 0), (k_tiles, 1),
+            stream_k=True, stream_k_teams=teams,
+        )  # fmt: skip
         tiles = [sched.work_tile(c + i * launched) for i in range(40)]
         valid = [t.is_valid for t in tiles]
         assert valid == sorted(valid, reverse=True)

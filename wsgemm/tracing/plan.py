@@ -141,8 +141,10 @@ def plan_trace(
         tiles_per_cta = max(1, math.ceil(work / clusters))  # work units
         cta_k_tiles = math.ceil(k_tiles / split) * tiles_per_cta
         if getattr(config, "stream_k", False):
+            max_clusters = num_sms // config.cluster_size
+            team = config.stream_k_team_of(m, n, k, batch, max_clusters)
             clusters, tiles_per_cta, cta_k_tiles = _stream_k_share(
-                work, k_tiles, num_sms // config.cluster_size
+                work, k_tiles, max_clusters, team
             )
         ctas = clusters * config.cluster_size
         default_ctas = ctas
@@ -168,14 +170,17 @@ def plan_trace(
     return TracePlan(per_cta, ctas, traced, tiles_per_cta, k_tiles, capacity)
 
 
-def _stream_k_share(work: int, k_tiles: int, max_clusters: int) -> tuple[int, int, int]:
+def _stream_k_share(
+    work: int, k_tiles: int, max_clusters: int, team: int = 1
+) -> tuple[int, int, int]:
     """(clusters launched, the most units a CTA runs, the most k-tiles it runs) of a stream-K
     launch of ``work`` cluster tiles of ``k_tiles`` k-tiles on at most ``max_clusters``
-    (``scheduler.stream_k_layout``): each cluster's whole tiles, then its range of the shared
-    k-tiles, which meets at most ``ceil(range / k_tiles) + 1`` tiles."""
+    (``scheduler.stream_k_layout``; ``team``: its teams' size): each cluster's whole tiles,
+    then its range of the shared k-tiles (with teams, of the shared columns': a member runs its
+    row's tile of each), which meets at most ``ceil(range / k_tiles) + 1`` tiles."""
     from ..kernels.common.scheduler import stream_k_layout
 
-    launched, dp_tiles, sk_clusters, shared = stream_k_layout(work, k_tiles, max_clusters)
+    launched, dp_tiles, sk_clusters, shared = stream_k_layout(work, k_tiles, max_clusters, team)
     whole = dp_tiles // launched
     longest = math.ceil(shared / sk_clusters)
     pieces = math.ceil(longest / k_tiles) + 1 if shared else 0

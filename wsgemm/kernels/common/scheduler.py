@@ -66,6 +66,7 @@ __all__ = [
     "split_k_range",
     "stream_k_layout",
     "stream_k_slots",
+    "stream_k_team",
     "tile_order",
     "unit_order",
 ]
@@ -92,12 +93,14 @@ def _select(cond: Any, a: Any, b: Any) -> Any:
     return cutlass.Int32(cutlass.select_(cond, a, b))
 
 
-def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
+def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any, team: Any = 1) -> tuple:
     """(P, D, P_sk, I) of a stream-K launch of ``work_tiles`` cluster tiles with ``k_tiles``
     k-tiles each (module docstring): the clusters to launch, the data-parallel tiles (whole
-    waves), the clusters sharing the rest and the k-tiles they share. At most ``max_clusters``,
+    waves), the teams sharing the rest and the k-tiles they share. At most ``max_clusters``,
     and no more than give each range ``STREAM_K_MIN_K_TILES`` (a tile too short to split runs
-    whole)."""
+    whole). ``team`` (``stream_k_team``): clusters a team, 1 without teams; with teams the
+    shared k-tiles are those of the shared *columns* (``team`` tiles each), D a multiple of
+    the team (else 0: every tile shared), and P_sk counts teams."""
     # work_tiles is clamped before the product, so it stays below max_clusters * k_tiles
     ranges = cutlass.min(work_tiles, max_clusters) * k_tiles // STREAM_K_MIN_K_TILES
     launched = cutlass.max(cutlass.min(max_clusters, cutlass.max(work_tiles, ranges)), 1)
@@ -107,17 +110,30 @@ def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
     waves = work_tiles // launched
     whole = _select(work_tiles - waves * launched == 0, waves, waves - 1)
     dp_tiles = cutlass.max(whole, 0) * launched
-    shared = (work_tiles - dp_tiles) * k_tiles
-    sk_clusters = cutlass.max(cutlass.min(launched, shared // STREAM_K_MIN_K_TILES), 1)
-    return launched, dp_tiles, sk_clusters, shared
+    # teams share whole columns: the data-parallel tiles must end on one
+    dp_tiles = _select(dp_tiles % team == 0, dp_tiles, 0)
+    shared = (work_tiles - dp_tiles) // team * k_tiles
+    teams = launched // team
+    sk_teams = cutlass.max(cutlass.min(teams, shared // STREAM_K_MIN_K_TILES), 1)
+    return launched, dp_tiles, sk_teams, shared
 
 
-def stream_k_slots(work_tiles: Any, k_tiles: Any, max_clusters: Any) -> tuple:
+def stream_k_team(clusters_m: Any, rows_per_group: Any, launched: Any) -> Any:
+    """Clusters a stream-K team (``Sm90Config.stream_k_teams``, module docstring): the cluster
+    rows, which share each B column block, where one raster group holds them all (the walk then
+    goes down whole columns, so a column's tiles are consecutive units) and the ``launched``
+    clusters make at least one team; else 1."""
+    team = _select(rows_per_group >= clusters_m, clusters_m, 1)
+    return _select(team <= launched, team, 1)
+
+
+def stream_k_slots(work_tiles: Any, k_tiles: Any, max_clusters: Any, team: Any = 1) -> tuple:
     """(stream-K tiles, slots per tile and CTA ``J``): the workspace a stream-K launch needs is
     ``tiles * cluster size * J`` partial tiles. A range holds at least ``L = I // P_sk``
-    k-tiles, so a tile's T k-tiles meet at most ``T // L + 2`` ranges."""
-    _, dp_tiles, sk_clusters, shared = stream_k_layout(work_tiles, k_tiles, max_clusters)
-    return work_tiles - dp_tiles, _slots_per_tile(k_tiles, sk_clusters, shared)
+    k-tiles, so a tile's T k-tiles meet at most ``T // L + 2`` ranges (with teams: a column's,
+    each member's tile of it cut where the column is)."""
+    _, dp_tiles, sk_teams, shared = stream_k_layout(work_tiles, k_tiles, max_clusters, team)
+    return work_tiles - dp_tiles, _slots_per_tile(k_tiles, sk_teams, shared)
 
 
 def _slots_per_tile(k_tiles: Any, sk_clusters: Any, shared: Any) -> Any:
@@ -270,6 +286,7 @@ class GroupedTileScheduler:
         split_k: tuple | None = None,
         stream_k: bool = False,
         split_rank: Any = None,
+        stream_k_teams: bool = False,
     ):
         self.cluster_mn = cluster_mn
         self.group_clusters = rows_per_group
@@ -294,8 +311,11 @@ class GroupedTileScheduler:
         elif self.is_split:
             self.k_tiles, self.splits = split_k
             if self.is_stream_k:
+                self.team = 1
+                if stream_k_teams:
+                    self.team = stream_k_team(self.clusters_m, rows_per_group, num_clusters)
                 _, self.dp_tiles, self.sk_clusters, self.shared = stream_k_layout(
-                    self.total_work, self.k_tiles, num_clusters
+                    self.total_work, self.k_tiles, num_clusters, self.team
                 )
                 self.slots = _slots_per_tile(self.k_tiles, self.sk_clusters, self.shared)
                 self.rank = self.cta_n * cluster_mn[0] + self.cta_m
@@ -315,7 +335,7 @@ class GroupedTileScheduler:
     )
 
     _DYNAMIC_SPLIT = ("k_tiles", "splits")
-    _DYNAMIC_STREAM_K = ("dp_tiles", "sk_clusters", "shared", "slots", "rank")
+    _DYNAMIC_STREAM_K = ("dp_tiles", "sk_clusters", "shared", "slots", "rank", "team")
     _DYNAMIC_CLUSTER_SPLIT = ("split_rank",)
 
     def _fields(self) -> tuple:
@@ -362,21 +382,25 @@ class GroupedTileScheduler:
 
     def _stream_k_tile(self, work: Any) -> WorkTile:
         """Unit ``work`` of the stream-K walk: a data-parallel tile while ``work < D``, else
-        piece ``q`` of this cluster's range (module docstring)."""
+        piece ``q`` of this cluster's range (module docstring); with teams, of its team's range
+        over the shared columns, in its own row of each column."""
         clusters, k_tiles = self.num_clusters, self.k_tiles
-        sk_clusters, shared = self.sk_clusters, self.shared
+        sk_teams, shared, team = self.sk_clusters, self.shared, self.team
         cluster = work % clusters
         piece = work // clusters - self.dp_tiles // clusters
-        # This cluster's range [first_k, end_k) of the shared k-tiles (empty past sk_clusters).
-        first_k = cutlass.min(cluster, sk_clusters) * shared // sk_clusters
-        end_k = cutlass.min(cluster + 1, sk_clusters) * shared // sk_clusters
-        sk_tile = first_k // k_tiles + piece
-        lo = cutlass.max(first_k, sk_tile * k_tiles)
-        hi = cutlass.min(end_k, sk_tile * k_tiles + k_tiles)
-        # The clusters whose ranges hold the tile's first and last k-tiles: its parts.
+        crew = cluster // team  # this cluster's team, and its row in each column
+        member = cluster - crew * team
+        # This team's range [first_k, end_k) of the shared k-tiles (empty past sk_teams).
+        first_k = cutlass.min(crew, sk_teams) * shared // sk_teams
+        end_k = cutlass.min(crew + 1, sk_teams) * shared // sk_teams
+        column = first_k // k_tiles + piece
+        lo = cutlass.max(first_k, column * k_tiles)
+        hi = cutlass.min(end_k, column * k_tiles + k_tiles)
+        # The teams whose ranges hold the column's first and last k-tiles: its tiles' parts.
         whole = cutlass.max(shared, 1)
-        first = ((sk_tile * k_tiles + 1) * sk_clusters - 1) // whole
-        last = ((sk_tile * k_tiles + k_tiles) * sk_clusters - 1) // whole
+        first = ((column * k_tiles + 1) * sk_teams - 1) // whole
+        last = ((column * k_tiles + k_tiles) * sk_teams - 1) // whole
+        sk_tile = column * team + member
         # For a data-parallel unit the stream-K values above are meaningless (and may wrap in
         # int32 on the GPU for huge W * T): every one of them is selected away below, and
         # slot0 is never read (parts = 1: no fix-up).
@@ -389,9 +413,9 @@ class GroupedTileScheduler:
             batch,
             work,
             _select(is_dp, 1, hi - lo) > 0,
-            _select(is_dp, 0, cluster - first),
-            _select(is_dp, 0, lo - sk_tile * k_tiles),
-            _select(is_dp, k_tiles, hi - sk_tile * k_tiles),
+            _select(is_dp, 0, crew - first),
+            _select(is_dp, 0, lo - column * k_tiles),
+            _select(is_dp, k_tiles, hi - column * k_tiles),
             _select(is_dp, 1, last - first + 1),
             (sk_tile * cluster_size + self.rank) * self.slots,
         )
@@ -444,11 +468,13 @@ def unit_order(
     split_k: tuple[int, int] | None = None,
     stream_k: bool = False,
     cluster_split: int = 1,
+    stream_k_teams: bool = False,
 ) -> list[list[WorkTile]]:
     """:func:`tile_order` with the whole work units: for each launched CTA, the work units
     (``WorkTile``) it runs, in order. ``split_k``: None or ``(k_tiles, requested splits)``; the
     count is clamped as the kernel clamps it (``effective_splits``). ``stream_k`` (with
-    ``split_k``): the stream-K schedule, launched as the kernel launches it. ``cluster_split``
+    ``split_k``): the stream-K schedule, launched as the kernel launches it (``stream_k_teams``:
+    in teams). ``cluster_split``
     (with ``split_k = (k_tiles, cluster_split)`` and no other cluster): clusters of that many
     CTAs, CTA r of each its split r of the cluster's tiles (launch order: rank fastest)."""
     if cluster_split > 1:
@@ -480,7 +506,8 @@ def unit_order(
     else:
         launched = persistent_cluster_count(total, clusters)
     return replay(launched, cluster, lambda cluster_idx, cta_mn: GroupedTileScheduler(
-        problem, cluster, rows, launched, cluster_idx, cta_mn, split_k, stream_k
+        problem, cluster, rows, launched, cluster_idx, cta_mn, split_k, stream_k,
+        stream_k_teams=stream_k_teams,
     ))  # fmt: skip
 
 

@@ -135,6 +135,12 @@ class Sm90Config:
     # whole waves of tiles and then the last partial wave's k-tiles shared evenly by every
     # cluster. Compiled as ``split_k=0``; the launch's split count is not used.
     stream_k: bool = False
+    # Stream-K in teams (``scheduler.stream_k_team``): the clusters that share a B column block
+    # (the cluster rows, where one raster group holds them) take one range over the shared
+    # columns together, member r in row r, so they read each B slice at the same step; the
+    # plain layout starts their ranges at different k, and B comes from DRAM once per cluster
+    # row (docs/perf.md entry 105). Needs ``stream_k``.
+    stream_k_teams: bool = False
     # Cluster split-K (``cluster_split.py``): K split ``cluster_split`` ways over the CTAs of a
     # cluster (2 or 4; 1: off), CTA r of a cluster taking split r of every tile the cluster
     # runs; the partial sums go to rank 0 through distributed shared memory (no workspace, no
@@ -175,6 +181,10 @@ class Sm90Config:
             )
         if not isinstance(self.stream_k, bool):
             raise ValueError(f"stream_k must be a bool, got {self.stream_k!r}")
+        if not isinstance(self.stream_k_teams, bool):
+            raise ValueError(f"stream_k_teams must be a bool, got {self.stream_k_teams!r}")
+        if self.stream_k_teams and not self.stream_k:
+            raise ValueError("stream_k_teams lays out stream-K's shared work: it needs stream_k")
         if self.stream_k and self.split_k not in (0, 1):
             raise ValueError(
                 f"stream_k=True chooses its own splits: leave split_k at 1 (or 0), got "
@@ -287,7 +297,8 @@ class Sm90Config:
         # The compile cache keys a variant by this repr: a config at the defaults of the fields
         # added later keeps the key it had before they existed.
         later = {"cluster_split": 1, "cluster_split_pieces": 1, "dgated_whole_tile": False,
-                 "dgated_loader_warp": False, "epilogue_whole_tile": False}  # fmt: skip
+                 "dgated_loader_warp": False, "epilogue_whole_tile": False,
+                 "stream_k_teams": False}  # fmt: skip
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
@@ -323,16 +334,40 @@ class Sm90Config:
     ) -> int:
         """fp32 words of a stream-K launch's workspace: ``scheduler.stream_k_slots`` partial
         tiles per stream-K tile and CTA (each unit of a tile shared by several clusters stores
-        its partial; whole tiles store none)."""
+        its partial; whole tiles store none). With ``stream_k_teams`` the team is the one the
+        kernel forms under the default raster group, which every split launch passes
+        (``host.workspace.split_launcher``)."""
         from wsgemm.kernels.common.scheduler import cluster_tile_counts, stream_k_slots
 
         clusters_m, clusters_n = cluster_tile_counts(
             -(-m // self.tile_m), -(-n // self.tile_n), self.cluster_m, self.cluster_n
         )
         k_tiles = -(-k // self.tile_k)
+        team = self.stream_k_team_of(m, n, k, batch, max_active_clusters)
         tiles, per_tile = stream_k_slots(clusters_m * clusters_n * batch, k_tiles,
-                                         max_active_clusters)  # fmt: skip
+                                         max_active_clusters, team)  # fmt: skip
         return tiles * self.cluster_size * per_tile * self.tile_m * self.tile_n
+
+    def stream_k_team_of(self, m: int, n: int, k: int, batch: int, max_active_clusters: int) -> int:
+        """The clusters of a stream-K team on this problem (``scheduler.stream_k_team``): 1
+        without ``stream_k_teams``; else the team the kernel forms under the default raster
+        group, which every split launch passes (``host.workspace.split_launcher``)."""
+        from wsgemm.kernels.common.scheduler import (
+            cluster_tile_counts,
+            group_rows,
+            stream_k_layout,
+            stream_k_team,
+        )
+
+        if not self.stream_k_teams:
+            return 1
+        clusters_m, clusters_n = cluster_tile_counts(
+            -(-m // self.tile_m), -(-n // self.tile_n), self.cluster_m, self.cluster_n
+        )
+        work, k_tiles = clusters_m * clusters_n * batch, -(-k // self.tile_k)
+        launched = stream_k_layout(work, k_tiles, max_active_clusters)[0]
+        rows = group_rows(DEFAULT_RASTER_GROUP[self.schedule], self.cluster_m)
+        return stream_k_team(clusters_m, rows, launched)
 
     def split_tiles(self, m: int, n: int, batch: int) -> int:
         """Output tiles inside C."""

@@ -1167,6 +1167,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 *place,
                 (k_tiles, splits) if const_expr(cfg.splits_in_kernel) else None,
                 stream_k=cfg.stream_k,
+                stream_k_teams=cfg.stream_k_teams,
             )
 
         pipeline_init_wait(cluster_shape_mn=hw_cluster)
