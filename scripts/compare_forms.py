@@ -1,13 +1,15 @@
 """Each entry against another form of itself, on the shapes a ``tune_menu.py`` CSV timed both:
-the ``wt-`` (``--with-whole-tile``) or ``cs2-``/``cs4-`` (``--with-cluster-split``) entries
-against the entry they are made from, unsplit rows only (the candidates of one shape are timed
-interleaved, so their ratio is the run's A/B).
+the ``cs2-``/``cs4-`` entries (``--with-cluster-split``) or any other prefixed form (the
+whole-tile epilogue's ``wt-``, docs/perf.md entry 103) against the entry they are made from,
+unsplit rows only (the candidates of one shape are timed interleaved, so their ratio is the
+run's A/B).
 
-    python scripts/compare_forms.py OUT/tune_menu.csv --prefix wt-
+    python scripts/compare_forms.py OUT/tune_menu.csv --prefix cs2-
 
 Prints, per entry and over all, the geomean of (the entry's time / its form's time: above 1,
-the form is faster), by token band; and over the shapes, the best time with the forms against
-the best without (what a policy free to take them could gain). ``--json`` writes the same.
+the form is faster), by token band; and over the shapes, the best wsgemm time with the forms
+against the best without (what a policy free to take them could gain; cuBLAS's row is no
+candidate). ``--json`` writes the same.
 """
 
 from __future__ import annotations
@@ -32,15 +34,20 @@ def _geomean(values) -> float | None:
     return round(math.exp(sum(map(math.log, values)) / len(values)), 4) if values else None
 
 
-def compare(rows, prefix: str) -> dict:
-    """``rows``: tune_menu CSV rows (dicts of strings). The summary (module docstring)."""
+def compare(rows, prefix: str, base_prefix: str = "") -> dict:
+    """``rows``: tune_menu CSV rows (dicts of strings). The summary (module docstring); a form
+    ``prefix + X`` pairs with the entry ``base_prefix + X``."""
     times = defaultdict(dict)  # (label, m) -> entry -> median us (unsplit rows)
     for r in rows:
+        if r["entry"] == "cublas":  # the baseline, not a candidate
+            continue
         if r["status"] == "ok" and r["median_us"] and int(r["split"]) == 1:
             times[(r["label"], int(r["m"]))][r["entry"]] = float(r["median_us"])
     per_entry, per_band, gains = defaultdict(list), defaultdict(list), defaultdict(list)
     for (_, m), by in times.items():
-        pairs = [(name[len(prefix) :], name) for name in by if name.startswith(prefix)]
+        pairs = [
+            (base_prefix + name[len(prefix) :], name) for name in by if name.startswith(prefix)
+        ]
         pairs = [(base, form) for base, form in pairs if base in by]
         for base, form in pairs:
             ratio = by[base] / by[form]
@@ -64,14 +71,15 @@ def compare(rows, prefix: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", nargs="+", help="tune_menu.csv files")
-    parser.add_argument("--prefix", default="wt-", help="the form's name prefix (wt-, cs2-, cs4-)")
+    parser.add_argument("--prefix", required=True, help="the form's name prefix (cs2-, cs4-)")
+    parser.add_argument("--base-prefix", default="", help="the entry's own prefix (sk- for skt-)")
     parser.add_argument("--json", help="write the summary here too")
     args = parser.parse_args(argv)
     rows = []
     for path in args.csv:
         with open(path, newline="") as f:
             rows += list(csv.DictReader(f))
-    summary = compare(rows, args.prefix)
+    summary = compare(rows, args.prefix, args.base_prefix)
     if not summary["pairs"]:
         parser.error(f"no shape timed both an entry and its {args.prefix!r} form")
     print(f"{summary['pairs']} pairs; the {args.prefix} form over its entry: "

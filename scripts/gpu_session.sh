@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|wholetile|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -321,20 +321,35 @@ if has dgatedpp; then
     --json "$OUT/mlp-train-whole.json" > "$OUT/mlp-train-whole.log" 2>&1
   echo "mlp train (whole tile, loader warp) rc=$?"; tail -16 "$OUT/mlp-train-whole.log"
 fi
-if has wholetile; then
-  # docs/perf.md entry 103: the cooperative tiles' epilogue with a buffer for every subtile
-  # (Sm90Config.epilogue_whole_tile): its GPU cases, then every cooperative entry against its
-  # whole-tile form, interleaved per shape, on the fit draw's shapes past 128 tokens
+if has skteams; then
+  # docs/perf.md entry 105: stream-K in teams (Sm90Config.stream_k_teams): its GPU cases, the
+  # traced 615x8192x4096 call in both layouts beside the unsplit tile (entry 104's shape), then
+  # the band's A/B: both layouts, the menu's best band tiles, on the fit draw's 129-1024 rows
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
-    tests/gpu/test_gpu_epilogue.py tests/gpu/test_gpu_correctness.py -k whole_tile 2>&1 \
-    | tee "$OUT/whole-tile-tests.log" | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
-  timeout ${WT_TIMEOUT:-330} python3 scripts/tune_menu.py --out "$OUT/wholetile" \
-    --draw ${DRAW:-1:fit:250} --m-range ${MRANGE:-129:16384} --with-whole-tile \
-    --entries "${ENTRIES:-sm90,cooperative-*,swap-cooperative-*,wt-*}" --jobs 15 \
-    --rounds ${ROUNDS:-5} --budget-s ${BUDGET:-270} > "$OUT/wholetile.log" 2>&1
-  echo "wholetile rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/wholetile.log" | tail -5
-  python3 scripts/compare_forms.py "$OUT/wholetile/tune_menu.csv" --prefix wt- \
-    --json "$OUT/wholetile/compare.json"
+    tests/gpu/test_gpu_stream_k.py -k "teams or 615" 2>&1 | tee "$OUT/skteams-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout 240 python3 - "$OUT" <<'PY' 2>&1 | tail -12
+import json, sys, torch, wsgemm
+from wsgemm.kernels.sm90.config import Sm90Config
+a = torch.randn(615, 4096, dtype=torch.float16, device="cuda")
+b = torch.randn(8192, 4096, dtype=torch.float16, device="cuda").t()
+out = {}
+for name, config in [("unsplit", None), ("ranges", Sm90Config(stream_k=True)),
+                     ("teams", Sm90Config(stream_k=True, stream_k_teams=True))]:
+    t = wsgemm.trace(a, b, backend="sm90", config=config, split_k=config is not None)
+    s = t.summary()
+    out[name] = s
+    consumer = s["roles"].get("consumer", s["roles"])
+    print(name, "problems:", t.check() or "none", "| us:", s["duration_us"], "| overhead:",
+          s["overhead"], "| consumer:", consumer, "| fixup:", s["fixup"], "| tail:", s["finish"])
+open(sys.argv[1] + "/skteams-trace.json", "w").write(json.dumps(out, default=str, indent=1))
+PY
+  timeout ${SK_TIMEOUT:-300} python3 scripts/tune_menu.py --out "$OUT/skteams" --draw ${DRAW:-1:fit:250} \
+    --m-range ${MRANGE:-129:1024} --with-dropped --entries "${ENTRIES:-sm90,cooperative-128x256-c1x2,swap-cooperative-128x1[46]0-c2x1,sk-*,skt-*}" \
+    --jobs 15 --rounds ${ROUNDS:-5} --budget-s ${BUDGET:-250} > "$OUT/skteams.log" 2>&1
+  echo "skteams rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/skteams.log" | tail -5
+  python3 scripts/compare_forms.py "$OUT/skteams/tune_menu.csv" --prefix skt- --base-prefix sk- \
+    2>&1 | tail -8
 fi
 if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs

@@ -132,25 +132,10 @@ CLUSTER_SPLIT: tuple[MenuEntry, ...] = tuple(
 )
 
 
-#: Not yet measured: the menu's cooperative entries with a smem buffer for every output subtile
-#: (``Sm90Config.epilogue_whole_tile``, perf.md entry 103: the epilogue writes the whole tile
-#: without waiting on a store, two barriers a tile; the buffers come off the ring), where the
-#: ring keeps at least three stages with a 16-bit output (``--with-whole-tile``).
-WHOLE_TILE: tuple[MenuEntry, ...] = tuple(
-    c
-    for e in choosing.MENU
-    if e.config["schedule"] == "cooperative"
-    for c in [
-        _of(f"wt-{e.name}", e.backend, splits=e.splits, **e.config, epilogue_whole_tile=True)
-    ]  # fmt: skip
-    if c.variant_config().plain_stage_counts()[0] >= 3
-)
-
-
 def entry(name: str) -> MenuEntry:
     """The menu, dropped or cluster-split entry called ``name`` (the GPU tests and scripts run
     them all)."""
-    for e in choosing.MENU + DROPPED + CLUSTER_SPLIT + WHOLE_TILE:
+    for e in choosing.MENU + DROPPED + CLUSTER_SPLIT:
         if e.name == name:
             return e
     names = ", ".join(e.name for e in choosing.MENU + DROPPED)
@@ -304,12 +289,6 @@ def main(argv=None) -> int:
         help="also time CLUSTER_SPLIT: the split entries with K split over a cluster (CSV only)",
     )
     parser.add_argument(
-        "--with-whole-tile",
-        action="store_true",
-        help="also time WHOLE_TILE: the cooperative entries with a buffer for every output "
-        "subtile (CSV only)",
-    )
-    parser.add_argument(
         "--budget-s",
         type=float,
         default=330.0,
@@ -358,7 +337,6 @@ def main(argv=None) -> int:
         return _merge(Path(args.merge), Path(args.into))
     entries = choosing.MENU + (DROPPED if args.with_dropped else ())
     entries += CLUSTER_SPLIT if args.with_cluster_split else ()
-    entries += WHOLE_TILE if args.with_whole_tile else ()
     if args.entries:
         patterns = [p for p in args.entries.split(",") if p]
         entries = tuple(e for e in entries if any(fnmatch.fnmatchcase(e.name, p) for p in patterns))

@@ -307,9 +307,9 @@ def test_a_residual_on_a_cluster_split_route_splits_through_the_workspace(fusing
 
 
 def test_a_bias_on_a_cluster_split_route_waits_for_its_gpu_check(fusing, monkeypatch):
-    """A bias (and an activation) rides the cluster split kernel, but has not run on a GPU:
-    with ``CLUSTER_SPLIT_EPILOGUE_FAMILIES`` empty (main's) the split goes through the
-    workspace; with it on, over the cluster."""
+    """A bias (and an activation) rides the cluster split kernel once its GPU check passed:
+    with ``CLUSTER_SPLIT_EPILOGUE_FAMILIES`` empty the split goes through the workspace; with
+    it on (main's since docs/perf.md entry 104), over the cluster."""
     a, b = rand((5, 4096), 0), rand((4096, 1536), 1, col=True)
     bias = rand((1536,), 3)
     for on, want_cluster in ((frozenset(), False), (registry.EPILOGUE_FAMILIES, True)):

@@ -226,3 +226,36 @@ def test_cluster_split_epilogue_bias_and_activation(monkeypatch, name, ways, act
         want = addmm_reference(a, b, None, 1.0, 0.0, epilogue["bias"], activation).to(F16)
         torch.testing.assert_close(outs["cluster"].double(), want.double(), rtol=4e-3, atol=4e-3)
         assert torch.equal(outs["cluster"], outs["workspace"])
+
+
+@pytest.mark.parametrize(
+    "name, ways, ab, out_dtype, row_bias, alpha",
+    [
+        ("swap-pingpong-64x32", 2, F16, None, False, 1.0),  # the 64x32 tile
+        ("swap-pingpong-64x16x128", 2, torch.bfloat16, None, False, 1.0),  # bf16
+        ("swap-pingpong-64x8x128", 4, F16, torch.float32, False, 1.0),  # an fp32 result
+        ("swap-pingpong-64x16x128", 4, F16, None, True, 1.0),  # a per-row bias (m, 1)
+        ("swap-pingpong-64x8x128", 2, F16, None, False, 0.5),  # alpha alone
+        ("swap-pingpong-64x32", 4, torch.bfloat16, torch.float32, True, 2.0),  # all of them
+    ],
+)  # fmt: skip
+def test_cluster_split_epilogue_beyond_a_column_bias(name, ways, ab, out_dtype, row_bias, alpha):
+    """What else ``CLUSTER_SPLIT_EPILOGUE_FAMILIES`` (on since the nine cases above passed, docs/
+    perf.md entry 104) lets ``auto`` run over a cluster: alpha (the ``scale`` epilogue), a
+    per-row bias (the swap-AB kernel's bias along its columns), bf16 operands, an fp32 result
+    and the 64x32 tile, with silu: float64's values, the workspace split's bits."""
+    from op_helpers import addmm_reference
+
+    _sm90()
+    for m, n, k in [(5, 1000, 1021), (16, 4100, 2048)]:
+        a, b = _operands(m, n, k, None, ab=ab, seed=ways)
+        bias = torch.randn((m, 1) if row_bias else (n,), device="cuda").to(ab)
+        epilogue = dict(bias=bias, activation="silu", alpha=alpha)
+        outs = {
+            "cluster": _run(name, a, b, out_dtype, epilogue=epilogue, cluster_split=ways),
+            "workspace": _run(name, a, b, out_dtype, epilogue=epilogue, split_k=ways),
+        }
+        want = addmm_reference(a, b, None, alpha, 0.0, bias, "silu")
+        got = outs["cluster"].double()
+        torch.testing.assert_close(got, want.to(out_dtype or ab).double(), rtol=8e-3, atol=8e-3)
+        assert torch.equal(outs["cluster"], outs["workspace"])

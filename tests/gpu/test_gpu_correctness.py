@@ -185,32 +185,6 @@ def test_menu_entry_random_case(name, index):
     check(case, e.backend, torch.Generator().manual_seed(index), e.variant_config())
 
 
-WHOLE_TILE_CASES = 10
-
-
-@pytest.mark.parametrize("name", ["wt-sm90", "wt-swap-cooperative-128x208-c2x1"])
-@pytest.mark.parametrize("index", range(WHOLE_TILE_CASES))
-def test_whole_tile_epilogue_random_case(name, index):
-    """The plain epilogue with a buffer for every subtile (``Sm90Config.epilogue_whole_tile``,
-    perf.md entry 103; fused epilogues: ``test_gpu_epilogue.py -k whole_tile``): ragged shapes,
-    dtypes and layouts, poisoned output, the tile's bits as with the buffers in turn."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the sm90 menu runs on sm_90 only")
-    e = load("tune_menu").entry(name)
-    case = _cases(zlib.crc32(name.encode()))[index]
-    got = check(case, e.backend, torch.Generator().manual_seed(index), e.variant_config())
-    turns = load("tune_menu").entry(name.removeprefix("wt-"))
-    a, b = _operands(case, torch.Generator().manual_seed(index))
-    from wsgemm import api
-
-    out = torch.empty_like(got)
-    ab, out_dtype, acc = case["dtypes"]
-    # (a shipped entry's variant_config is None: its backend's own config)
-    api.matmul(a, b, out=out, config=turns.variant_config(), out_dtype=out_dtype,
-               accumulate=acc, backend=turns.backend)  # fmt: skip
-    assert torch.equal(got, out), "the same sums, stored another way: the same bits"
-
-
 @pytest.mark.parametrize("backend", _backends())
 def test_bitwise_deterministic(backend):
     gen = torch.Generator().manual_seed(7)

@@ -152,39 +152,6 @@ def test_fused_epilogue_split(form, index):
     check(case, "sm90", torch.Generator().manual_seed(index), config=config)
 
 
-#: ``Sm90Config.epilogue_whole_tile`` (perf.md entry 103): the shipped cooperative tile (eight
-#: subtiles), a 2x1 cluster's 128x192, the widest swap-AB tile (13 subtiles of an M-major C) and
-#: the split entry, through ``api.matmul(config=)`` as the tuner runs them (``--with-whole-tile``)
-WHOLE_TILE = ["wt-sm90", "wt-cooperative-128x192-c2x1", "wt-swap-cooperative-128x208-c2x1",
-              "wt-cooperative-128x128-c1x2"]  # fmt: skip
-
-
-@pytest.mark.parametrize("name", WHOLE_TILE)
-@pytest.mark.parametrize("index", range(0, CASES, 12))
-def test_fused_epilogue_whole_tile(name, index):
-    """Every subtile in its own buffer, written back to back, stored together: the values of
-    the fused epilogue as with the buffers taken in turn (a bias, an activation, fp32 out,
-    batches, layouts, offsets)."""
-    from script_modules import load
-
-    e = load("tune_menu").entry(name)
-    case = _cases(4242)[index]
-    check(case, e.backend, torch.Generator().manual_seed(index), config=e.variant_config())
-
-
-@pytest.mark.parametrize("form", ["split_k", "stream_k"])
-@pytest.mark.parametrize("index", range(0, CASES, 24))
-def test_fused_epilogue_whole_tile_split(form, index):
-    """After the fix-up, the finishing unit's epilogue with every subtile's buffer."""
-    from wsgemm.kernels.sm90.config import Sm90Config
-
-    case = dict(_cases(4242)[index], k=max(_cases(4242)[index]["k"], 300))
-    config = Sm90Config(tile_n=128, cluster_n=2, split_k=3, epilogue_whole_tile=True)
-    if form == "stream_k":
-        config = Sm90Config(stream_k=True, epilogue_whole_tile=True)
-    check(case, "sm90", torch.Generator().manual_seed(index), config=config)
-
-
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_fused_linear_gradients(act):
     """``linear`` with a bias and an activation: the gradients of input, weight and bias against

@@ -98,7 +98,6 @@ def test_menu_entries_are_valid_sm90_configs(e):
     assert fields.pop("cluster_split_pieces") == entry.pop("cluster_split_pieces", 1)
     assert fields.pop("dgated_whole_tile") is entry.pop("dgated_whole_tile", False) is False
     assert fields.pop("dgated_loader_warp") is entry.pop("dgated_loader_warp", False) is False
-    assert fields.pop("epilogue_whole_tile") is entry.pop("epilogue_whole_tile", False) is False
     assert fields.pop("stream_k_teams") is entry.pop("stream_k_teams", False)
     assert fields == entry, "every field spelled out"
     if e.splits:

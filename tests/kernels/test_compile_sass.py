@@ -14,7 +14,6 @@ import functools
 import json
 import multiprocessing
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -147,34 +146,6 @@ def test_an_unsplit_sm90_kernel_compiles_as_before_split_k(compiled):
     for backend in SM90:
         r = compiled(REPRESENTATIVE[backend]).report
         assert dict(collections.Counter(sass.opcodes(r.sass_text))) == golden[backend], backend
-
-
-def _epilogue_barriers(r) -> int:
-    """The epilogue's meetings: named-barrier syncs of a cooperative tile's 256 consumer
-    threads (barrier 0 is the CTA's one sync at the start)."""
-    return len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING 0x[1-9a-f]\w*, 0x100 ", r.sass_text))
-
-
-def test_whole_tile_epilogue_meets_twice_a_tile(compiled):
-    """``Sm90Config.epilogue_whole_tile`` (perf.md entry 103) on the shipped cooperative tile
-    (128x256: eight 128x32 subtiles): every subtile written to its own buffer back to back, so
-    the epilogue meets twice a tile where the loop that takes four buffers in turn meets twice
-    a subtile, fences the async proxy once, and its store warp waits once, for every earlier
-    store to have read its buffer (``DEPBAR.LE SB0, 0x0``), not once a subtile for all but
-    three. The buffers come off the ring: three stages, not four."""
-    turns = REPRESENTATIVE["sm90"]
-    config = dataclasses.replace(turns.kernel_config(), epilogue_whole_tile=True)
-    whole = dataclasses.replace(turns, config=config)
-    subtiles = config.num_epi_subtiles
-    assert subtiles == 8 and config.plain_stage_counts() == (3, 8)
-    assert turns.kernel_config().plain_stage_counts() == (4, 4)
-    a, b = compiled(turns).report, compiled(whole).report
-    assert_clean(b)
-    assert (_epilogue_barriers(a), _epilogue_barriers(b)) == (2 * subtiles, 2)
-    assert (a.sass_text.count("MEMBAR.ALL.CTA"), b.sass_text.count("MEMBAR.ALL.CTA")) == (8, 1)
-    assert a.sass_text.count("DEPBAR.LE SB0, 0x3 ") == subtiles
-    assert "DEPBAR.LE SB0, 0x3 " not in b.sass_text and "DEPBAR.LE SB0, 0x0 " in b.sass_text
-    assert b.sass["UTMASTG"] == a.sass["UTMASTG"] and b.sass["HGMMA"] == a.sass["HGMMA"]
 
 
 #: The split-K variants of the decode entries: a ping-pong and a cooperative schedule.

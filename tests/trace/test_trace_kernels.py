@@ -301,8 +301,10 @@ def test_a_traced_dgated_kernel_compiles_spill_free(traced_report, compiled, bac
     every TMA load the untraced kernel does (a review found the traced mainloop skipping the
     cooperative tile's first pre-activation loads, which the epilogue would wait for
     forever)."""
-    # (B K-major: the untraced build is the SASS tests' own, compiled once a session)
-    variant = host.Variant(backend, "sm_90a", epilogue="dgated+silu")
+    # (B K-major) in the form a call runs: the loader warp's or the whole tile's where the
+    # family's dgated switches hold it (``host.dgated_config``, docs/perf.md entry 104)
+    config = host.dgated_config(backend, None)
+    variant = host.Variant(backend, "sm_90a", epilogue="dgated+silu", config=config)
     _, r = traced_report(variant)
     _check_traced(r, backend, "sm_90a", "SR_GLOBALTIMER")
     assert r.sass["UTMALDG"] == compiled(variant).report.sass["UTMALDG"]

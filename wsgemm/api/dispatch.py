@@ -438,8 +438,8 @@ def explain(
                                                             scalars=p.epilogue.scalars)  # fmt: skip
     if route.for_epilogue(p.epilogue if fused else PLAIN) is not route:
         epilogue += (f"split: with this epilogue the {route.k_parts} parts go through the "
-                     "workspace, not over a cluster (its cluster split form is not yet checked "
-                     "on a GPU, or does not exist)\n")  # fmt: skip
+                     "workspace, not over a cluster (its cluster split form does not exist, "
+                     "or host.registry.CLUSTER_SPLIT_EPILOGUE_FAMILIES is off)\n")  # fmt: skip
     if route.backend == TORCH:
         return f"{text}\n{epilogue}{fallback.describe_operands()}"
     return f"{text}\n{epilogue}{_operands(d, a, b, out, p, route)}"

@@ -237,17 +237,15 @@ DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose ping-pong dgated kernel buffers its whole tile's pre-activation
 #: (``Sm90Config.dgated_whole_tile``: 16 buffers, all loaded at the epilogue's start, none
 #: from its subtile loop), the form whose WGMMAs ptxas does not serialize with bf16
-#: (docs/perf.md entry 100). On since it ran on an H100 (docs/perf.md entry 104: the dgated
-#: GPU cases 43 of 43 and, switched on, 54 of 54; memcheck and racecheck clean): the dh GEMM on
-#: the ping-pong tile 1.07-1.19x its plain GEMM, was 1.82-2.06x. Elsewhere the ping-pong dgated
-#: kernel loads four buffers a pair ahead.
+#: (docs/perf.md entry 100). On since its GPU cases passed and it timed faster on an H100
+#: (docs/perf.md entry 104). Elsewhere the ping-pong dgated kernel loads four buffers a pair
+#: ahead.
 DGATED_WHOLE_TILE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose cooperative dgated kernel has its pre-activation loaded by a warp of the
 #: producer warpgroup (``Sm90Config.dgated_loader_warp``: the store warp only says, by
 #: mbarrier, which buffers its stores have read), the form whose WGMMAs ptxas does not
-#: serialize with bf16 (docs/perf.md entry 101). On since it ran on an H100 (entry 104, with
-#: the whole-tile form above): the dh GEMM on the cooperative tile 1.01-1.27x its plain GEMM,
-#: was 1.16-1.35x. Elsewhere the store warp loads them, a pair ahead.
+#: serialize with bf16 (docs/perf.md entry 101). On since its GPU cases passed and it timed
+#: faster on an H100 (entry 104). Elsewhere the store warp loads them, a pair ahead.
 DGATED_LOADER_WARP_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose plain-MLP training kernels run in calls: an activation's gradient fused
 #: into the GEMM that computes ``dh`` (``Epilogue.dact``: ``dpre = (d_out @ W_down) ·
@@ -257,8 +255,7 @@ DGATED_LOADER_WARP_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: CPU (SASS: one TMA load of the pre-activation a subtile, two stores a subtile, spill-free);
 #: on since ``tests/gpu/test_gpu_epilogue.py -k "dact or linear_preact"`` passed on an H100
 #: (31 of 31 against float64, 2026-12-07; memcheck and racecheck clean: docs/perf.md entry
-#: 97); timed in entry 104 (the dact GEMM 1.05-1.24x its plain GEMM; a plain MLP's step
-#: 0.95-1.08x torch's, 2-3% faster than with dh unfused). Elsewhere ``dh`` is a product of its own,
+#: 97; timed in entry 104). Elsewhere ``dh`` is a product of its own,
 #: then torch's activation backward, and the forward the product, then torch's activation.
 DACT_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose policy splits run as a cluster split (``Sm90Config.cluster_split``: K

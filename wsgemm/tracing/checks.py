@@ -42,7 +42,7 @@ import numpy as np
 
 from wsgemm.trace_format import Event, RawTrace, Role
 
-from .decoding import SPAN_NAMES, Decoded, decode, recorder_label
+from .decoding import SPAN_NAMES, Decoded, decode, recorder_label, unit_tile
 
 __all__ = ["TICK_NS", "check"]
 
@@ -334,7 +334,7 @@ def _parts(d: Decoded) -> list[str]:
     lost = np.flatnonzero(mine & (units["k_end"] < 0))
     over = d.recorders["overflow"] > 0
     lines += [
-        f"{_who(d, int(units['rec'][i]))}: its fetch of tile {_tile_key(units[i])} part "
+        f"{_who(d, int(units['rec'][i]))}: its fetch of tile {unit_tile(units[i])} part "
         f"{int(units['part'][i])} has no UNIT_RANGE after it"
         for i in lost
         if not over[units["rec"][i]]
@@ -351,10 +351,6 @@ def _parts(d: Decoded) -> list[str]:
             lines.append(f"tile {tuple(pieces[0, :3].tolist())}: {problem}")
     lines += _fixups_and_epilogues(d, units, mine, complete)
     return _listed(lines, "split tile problems")
-
-
-def _tile_key(unit) -> tuple:
-    return (int(unit["tile_m"]), int(unit["tile_n"]), int(unit["tile_l"]))
 
 
 def _pieces_problem(pieces: np.ndarray, k_tiles: int, complete: bool) -> str | None:
@@ -399,7 +395,7 @@ def _fixups_and_epilogues(d: Decoded, units, mine, complete: bool) -> list[str]:
     fixed = np.zeros(len(units), dtype=bool)
     fixed[fix["unit"]] = True
     lines += [
-        f"{_who(d, int(units['rec'][i]))}: tile {_tile_key(units[i])} part "
+        f"{_who(d, int(units['rec'][i]))}: tile {unit_tile(units[i])} part "
         f"{int(units['part'][i])} of {int(units['parts'][i])} recorded no fix-up"
         for i in shared
         if not fixed[i] and not over[units["rec"][i]]
@@ -411,16 +407,16 @@ def _fixups_and_epilogues(d: Decoded, units, mine, complete: bool) -> list[str]:
     # runs an epilogue that stores nothing)
     tiles = {}
     for i in np.flatnonzero(mine):
-        key = _tile_key(units[i])
+        key = unit_tile(units[i])
         if all(0 <= v < c for v, c in zip(key, counts, strict=True)):
             tiles.setdefault(key, []).append(i)
     fix_begin = {}
     for f in fix:
-        key = _tile_key(units[f["unit"]])
+        key = unit_tile(units[f["unit"]])
         fix_begin[key] = max(fix_begin.get(key, -np.inf), f["begin"])
     ran = {}
     for e in epi:
-        key = _tile_key(units[e["unit"]])
+        key = unit_tile(units[e["unit"]])
         if key in tiles:
             ran.setdefault(key, []).append(e)
     for key in tiles:

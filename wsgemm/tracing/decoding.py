@@ -206,6 +206,11 @@ class Decoded:
         return float(self.recorders["end"].max() - self.recorders["begin"].min())
 
 
+def unit_tile(unit) -> tuple:
+    """(m, n, l) of one row of ``Decoded.units`` (its tile)."""
+    return (int(unit["tile_m"]), int(unit["tile_n"]), int(unit["tile_l"]))
+
+
 def role_name(value: int) -> str:
     """``"producer"``, ``"consumer"``, ``"worker"`` (``"role 7"`` for a value the format does
     not define: a damaged buffer still renders)."""

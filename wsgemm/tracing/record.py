@@ -58,8 +58,7 @@ def record(
             count in the ``UNIT_RANGE`` after it); False (the default) traces a split choice
             unsplit. ``meta["split"]`` is the split-K count traced, ``meta["stream_k"]``
             whether the stream-K schedule was, ``meta["policy_split"]`` the count ``matmul``
-            runs. The split traced variants were not yet run on a GPU when this was written
-            (docs/trace.md).
+            runs. Both ran on an H100 (docs/trace.md; docs/perf.md entry 104).
         capacity: events per recorder row (None: planned from the problem,
             ``plan.plan_trace``); a recorder past it counts its overflow.
         max_ctas: trace only the first this many CTAs (None: every CTA of a persistent sm90

@@ -35,7 +35,7 @@ import numpy as np
 from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, exclusive_time, mainloop_intervals, sweep
-from .decoding import SPAN_NAMES, Decoded
+from .decoding import SPAN_NAMES, Decoded, unit_tile
 
 __all__ = ["summarize", "tables", "title"]
 
@@ -181,7 +181,7 @@ def _fixup(d: Decoded) -> dict | None:
     for (tile, _), ns in per_unit.items():
         if tile in shared:
             per_tile[tile] = per_tile.get(tile, 0.0) + ns
-    finished = {(_tile_of(units[e["unit"]]), int(units[e["unit"]]["part"])) for e in epi}
+    finished = {(unit_tile(units[e["unit"]]), int(units[e["unit"]]["part"])) for e in epi}
     finisher = [per_unit[k] for k in finished if k[0] in shared and k in per_unit]
     return {
         "shared_tiles": len(shared),
@@ -190,10 +190,6 @@ def _fixup(d: Decoded) -> dict | None:
         "per_tile_us": _stats(list(per_tile.values())),
         "finisher_us": _stats(finisher),
     }
-
-
-def _tile_of(unit) -> tuple:
-    return (int(unit["tile_m"]), int(unit["tile_n"]), int(unit["tile_l"]))
 
 
 def _stats(ns: list[float]) -> dict:

@@ -102,7 +102,7 @@ def trace(a, b, **options) -> Timeline:
 def trace_gated_grad(dy, w_down, preact, activation="silu", **options) -> Timeline:
     """``trace`` of ``wsgemm.api.gated.gated_grad(dy, w_down, preact, activation)``: the dh
     GEMM of a ``GatedMLP`` backward with the unit's gradient fused into its epilogue. Needs a
-    CUDA GPU; not yet run on one. ``options``: ``record_gated_grad``'s (capacity, max_ctas,
+    CUDA GPU. ``options``: ``record_gated_grad``'s (capacity, max_ctas,
     measure)."""
     from .record import record_gated_grad
 
@@ -112,7 +112,7 @@ def trace_gated_grad(dy, w_down, preact, activation="silu", **options) -> Timeli
 def trace_grouped(a, b, offs, **options) -> Timeline:
     """``trace`` of ``wsgemm.grouped_mm(a, b, offs)``'s 2D x 3D form: the per-role timeline of
     one call of its grouped kernel, each tile's fetch naming its group (``tile_l``) and its
-    tile inside the group (``tile_m``). Needs a CUDA GPU; not yet run on one. ``options``:
+    tile inside the group (``tile_m``). Needs a CUDA GPU. ``options``:
     ``wsgemm.tracing.record.record_grouped``'s (backend, out_dtype, capacity, max_ctas,
     measure)."""
     from .record import record_grouped

@@ -163,15 +163,6 @@ class Sm90Config:
     # epilogue's store warp; the store warp only tells it, by mbarrier, which buffers its
     # stores have read. Only a dgated kernel reads it.
     dgated_loader_warp: bool = False
-    # A cooperative tile's epilogue with a buffer for every output subtile (True), instead of
-    # up to four that its subtiles take in turn: the consumers write the whole tile into smem
-    # back to back and meet twice a tile (not twice a subtile), then the store warp issues every
-    # subtile's store; no subtile waits for an earlier store to have read its buffer. The
-    # buffers come off the mainloop ring (128x256: three stages, not four). Only the plain
-    # store path takes it (a bias, an activation, alpha; no C read, no preact, no gated, dgated
-    # or grouped epilogue, no trace). Timed on an H100: no faster where the ring keeps its
-    # stages, 2-7% slower where it loses one (docs/perf.md entry 103): no policy choice takes it.
-    epilogue_whole_tile: bool = False
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
@@ -232,16 +223,6 @@ class Sm90Config:
                 f"schedule={self.schedule!r}, split_k={self.split_k}, stream_k={self.stream_k}, "
                 f"cluster_split={self.cluster_split}"
             )  # fmt: skip
-        if not isinstance(self.epilogue_whole_tile, bool):
-            raise ValueError(
-                f"epilogue_whole_tile must be a bool, got {self.epilogue_whole_tile!r}"
-            )
-        if self.epilogue_whole_tile and self.schedule != "cooperative":
-            raise ValueError(
-                "epilogue_whole_tile buffers a cooperative tile's whole output (a ping-pong "
-                "tile's epilogue already runs under the other warpgroup's mainloop): it needs "
-                f"schedule='cooperative', got {self.schedule!r}"
-            )
         if self.dgated_whole_tile and self.schedule != "pingpong":
             raise ValueError(
                 "dgated_whole_tile buffers a ping-pong tile's whole pre-activation: it needs "
@@ -297,8 +278,7 @@ class Sm90Config:
         # The compile cache keys a variant by this repr: a config at the defaults of the fields
         # added later keeps the key it had before they existed.
         later = {"cluster_split": 1, "cluster_split_pieces": 1, "dgated_whole_tile": False,
-                 "dgated_loader_warp": False, "epilogue_whole_tile": False,
-                 "stream_k_teams": False}  # fmt: skip
+                 "dgated_loader_warp": False, "stream_k_teams": False}  # fmt: skip
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
@@ -419,16 +399,12 @@ class Sm90Config:
     def plain_stage_counts(self, ab_bytes: int = 2, c_bytes: int = 2) -> tuple[int, int]:
         """(mainloop stages, epilogue buffers) of a kernel whose epilogue reads no C, with
         operands and C of these sizes: a cluster split's receive buffers come off the top, then
-        (``epilogue_whole_tile``) a buffer for every output subtile, or (``stage_counts``) the
-        ring's stages beside at least two buffers. ValueError where fewer than two stages fit."""
+        the ring's stages beside at least two buffers (``stage_counts``). ValueError where fewer
+        than two stages fit."""
         capacity = SM90_SMEM_CAPACITY - self.cluster_split_bytes()
         ab = mainloop_stage_bytes(self.tile_m, self.tile_n, self.tile_k, ab_bytes)
         epi = epilogue_stage_bytes(*self.epi_tile, c_bytes)
-        subtiles = self.num_epi_subtiles
-        if self.epilogue_whole_tile:
-            ab_stages, _ = stage_counts(ab, subtiles * epi, 1, capacity, max_epi=1)
-            return ab_stages, subtiles
-        return stage_counts(ab, epi, subtiles, capacity)
+        return stage_counts(ab, epi, self.num_epi_subtiles, capacity)
 
     @property
     def epi_tile(self) -> tuple[int, int]:

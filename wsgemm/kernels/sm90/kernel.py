@@ -468,20 +468,6 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                 f"{what} needs an fp32 accumulator, got {acc_dtype}: the partial sums are "
                 "added in fp32, not one fp16 running sum over K"
             )
-        if config.epilogue_whole_tile:
-            refused = {
-                "tracing": trace,
-                "groups": self.grouped is not None,
-                "a residual, preact, gated, dgated, dact or row-scaled epilogue": (
-                    epilogue.reads_c or epilogue.preact or epilogue.gated or epilogue.dgated
-                    or epilogue.dact or epilogue.row_scale != "none"
-                ),
-            }  # fmt: skip
-            used = [what for what, on in refused.items() if on]
-            if used:
-                raise ValueError(f"epilogue_whole_tile is the plain store path's: no "
-                                 f"{', '.join(used)}; got {config}, epilogue "
-                                 f"{epilogue.name}")  # fmt: skip
         if config.cluster_split > 1:
             refused = {
                 "tracing": trace,
@@ -586,7 +572,7 @@ class Sm90Gemm(TracedLoops, GemmKernel):
         """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
         ab_bytes, epi_bytes = self._stage_bytes()
         if not self.fused_epilogue.dgated:
-            # a cluster split's receive buffers, then the epilogue's (``_whole_tile_epilogue``)
+            # a cluster split's receive buffers come off the top (``cluster_split``)
             return self.config.plain_stage_counts(self.ab_dtype.width // 8,
                                                   self.c_dtype.width // 8)  # fmt: skip
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
@@ -1810,9 +1796,6 @@ class Sm90Gemm(TracedLoops, GemmKernel):
             # the store waits' times stay in lanes until the last subtile (traced.py)
             self._epilogue_lanes(plan, args, store_pipeline, views, subtiles_done, rec)
             return
-        if const_expr(cfg.epilogue_whole_tile):
-            self._whole_tile_epilogue(plan, args, store_pipeline, views, bias_ahead)
-            return
         ahead = [] if const_expr(bias_ahead is None) else list(bias_ahead)
         load = args.residual
         res_views = None
@@ -1869,35 +1852,6 @@ class Sm90Gemm(TracedLoops, GemmKernel):
                     store_pipeline.producer_acquire()  # buffer `buf`'s previous store has read it
             if const_expr(not plan.epilogue.preact):
                 self._store_subtile(args, store_pipeline, views, buf, e)
-
-    @cute.jit
-    def _whole_tile_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views,
-                             bias_ahead):  # fmt: skip
-        """``epilogue``'s loop with a buffer for every subtile (``Sm90Config.
-        epilogue_whole_tile``): the store warp waits until the last tile's stores have read
-        every buffer (long since: a mainloop ago), one barrier, every subtile converted and
-        written to its own buffer back to back, the async-proxy fence, a second barrier, then
-        the store warp issues every subtile's store as one bulk group. Two barriers a tile,
-        where the loop that takes its buffers in turn meets twice a subtile and waits for a
-        store to read a buffer before it writes the subtile four on."""
-        ahead = [] if const_expr(bias_ahead is None) else list(bias_ahead)
-        if args.is_store_warp:
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
-        args.barrier.arrive_and_wait()
-        for e in cutlass.range_constexpr(plan.out_subtiles):
-            if const_expr(bias_ahead is not None and e + BIAS_AHEAD < plan.out_subtiles):
-                ahead.append(self._bias_subtile(plan, args, views.origin, e + BIAS_AHEAD))
-            bias = ahead[e] if const_expr(bias_ahead is not None) else None
-            self._subtile_to_registers(plan, args, views, e, bias)
-            cute.copy(args.tiled_copy_r2s, views.tRS_rD_out, args.tRS_sC[(None, None, None, e)])
-        # Generic-proxy smem writes must be visible to the TMA (async proxy) stores.
-        cute.arch.fence_proxy("async.shared", space="cta")
-        args.barrier.arrive_and_wait()
-        if args.is_store_warp:
-            for e in cutlass.range_constexpr(plan.out_subtiles):
-                cute.copy(args.tma_c, views.bSG_sC[(None, e)],
-                          views.bSG_gC[(None, views.order.get_hier_coord(e))])  # fmt: skip
-            store_pipeline.producer_commit()
 
     @staticmethod
     def _output(plan, args, tma, g_mnl, tile, half) -> _Output:
