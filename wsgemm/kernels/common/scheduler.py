@@ -110,12 +110,21 @@ def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any, team: Any 
     waves = work_tiles // launched
     whole = _select(work_tiles - waves * launched == 0, waves, waves - 1)
     dp_tiles = cutlass.max(whole, 0) * launched
-    # teams share whole columns: the data-parallel tiles must end on one
-    dp_tiles = _select(dp_tiles % team == 0, dp_tiles, 0)
-    shared = (work_tiles - dp_tiles) // team * k_tiles
-    teams = launched // team
+    teams = launched
+    if not _one(team):  # (a team of one compiles to the plain layout's arithmetic, unchanged)
+        # teams share whole columns: the data-parallel tiles must end on one
+        dp_tiles = _select(dp_tiles % team == 0, dp_tiles, 0)
+        teams = launched // team
+    shared = (work_tiles - dp_tiles) * k_tiles
+    if not _one(team):
+        shared = (work_tiles - dp_tiles) // team * k_tiles
     sk_teams = cutlass.max(cutlass.min(teams, shared // STREAM_K_MIN_K_TILES), 1)
     return launched, dp_tiles, sk_teams, shared
+
+
+def _one(value: Any) -> bool:
+    """Whether ``value`` is the Python int 1 (known when the kernel is built, not a DSL value)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == 1
 
 
 def stream_k_team(clusters_m: Any, rows_per_group: Any, launched: Any) -> Any:
@@ -299,6 +308,7 @@ class GroupedTileScheduler:
         self.cta_m, self.cta_n = cta_in_cluster_mn
         self.is_split = split_k is not None
         self.is_stream_k = bool(stream_k)
+        self.is_stream_k_teams = self.is_stream_k and bool(stream_k_teams)
         # A cluster split: every CTA of a cluster runs the cluster's tiles, each its own split
         self.is_cluster_split = split_rank is not None
         if self.is_stream_k and not self.is_split:
@@ -311,8 +321,8 @@ class GroupedTileScheduler:
         elif self.is_split:
             self.k_tiles, self.splits = split_k
             if self.is_stream_k:
-                self.team = 1
-                if stream_k_teams:
+                self.team = 1  # (a Python 1 without teams: the plain layout's code)
+                if self.is_stream_k_teams:
                     self.team = stream_k_team(self.clusters_m, rows_per_group, num_clusters)
                 _, self.dp_tiles, self.sk_clusters, self.shared = stream_k_layout(
                     self.total_work, self.k_tiles, num_clusters, self.team
@@ -335,13 +345,15 @@ class GroupedTileScheduler:
     )
 
     _DYNAMIC_SPLIT = ("k_tiles", "splits")
-    _DYNAMIC_STREAM_K = ("dp_tiles", "sk_clusters", "shared", "slots", "rank", "team")
+    _DYNAMIC_STREAM_K = ("dp_tiles", "sk_clusters", "shared", "slots", "rank")
+    _DYNAMIC_TEAMS = ("team",)  # a run-time team size: only with stream_k_teams
     _DYNAMIC_CLUSTER_SPLIT = ("split_rank",)
 
     def _fields(self) -> tuple:
         fields = self._DYNAMIC + (self._DYNAMIC_SPLIT if self.is_split else ())
         fields += self._DYNAMIC_CLUSTER_SPLIT if self.is_cluster_split else ()
-        return fields + (self._DYNAMIC_STREAM_K if self.is_stream_k else ())
+        fields += self._DYNAMIC_STREAM_K if self.is_stream_k else ()
+        return fields + (self._DYNAMIC_TEAMS if self.is_stream_k_teams else ())
 
     # Let the scheduler be referenced inside dynamic (scf) loops in the DSL.
     def __extract_mlir_values__(self) -> list:
@@ -352,7 +364,10 @@ class GroupedTileScheduler:
         new.cluster_mn = self.cluster_mn
         new.is_split = self.is_split
         new.is_stream_k = self.is_stream_k
+        new.is_stream_k_teams = self.is_stream_k_teams
         new.is_cluster_split = self.is_cluster_split
+        if new.is_stream_k and not new.is_stream_k_teams:
+            new.team = 1
         for field, value in zip(self._fields(), values, strict=True):
             setattr(new, field, cutlass.Int32(value))
         return new
@@ -388,8 +403,10 @@ class GroupedTileScheduler:
         sk_teams, shared, team = self.sk_clusters, self.shared, self.team
         cluster = work % clusters
         piece = work // clusters - self.dp_tiles // clusters
-        crew = cluster // team  # this cluster's team, and its row in each column
-        member = cluster - crew * team
+        crew, member = cluster, 0  # this cluster's team, and its row in each column
+        if not _one(team):
+            crew = cluster // team
+            member = cluster - crew * team
         # This team's range [first_k, end_k) of the shared k-tiles (empty past sk_teams).
         first_k = cutlass.min(crew, sk_teams) * shared // sk_teams
         end_k = cutlass.min(crew + 1, sk_teams) * shared // sk_teams
@@ -400,7 +417,7 @@ class GroupedTileScheduler:
         whole = cutlass.max(shared, 1)
         first = ((column * k_tiles + 1) * sk_teams - 1) // whole
         last = ((column * k_tiles + k_tiles) * sk_teams - 1) // whole
-        sk_tile = column * team + member
+        sk_tile = column if _one(team) else column * team + member
         # For a data-parallel unit the stream-K values above are meaningless (and may wrap in
         # int32 on the GPU for huge W * T): every one of them is selected away below, and
         # slot0 is never read (parts = 1: no fix-up).
