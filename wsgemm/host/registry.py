@@ -343,6 +343,12 @@ def dgated_config(backend: str, config):
     whole, loader = family in DGATED_WHOLE_TILE_FAMILIES, family in DGATED_LOADER_WARP_FAMILIES
     if not (whole or loader):  # (the switches' families are sm90's: Sm90Config tiles)
         return config
+    # per call of a GatedMLP's backward: the config made once (a dataclass replace is ~5 us)
+    return _dgated_form(backend, config, whole, loader)
+
+
+@functools.lru_cache(maxsize=64)
+def _dgated_form(backend: str, config, whole: bool, loader: bool):
     base = config if config is not None else BACKENDS[backend].config()
     if base.pingpong:
         return dataclasses.replace(base, dgated_whole_tile=True) if whole else config
