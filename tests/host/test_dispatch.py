@@ -519,6 +519,13 @@ def test_stream_k_refuses_a_k_its_int32_schedule_cannot_hold():
     assert split_buffer_sizes(config, 1, 256, 256, 4096, 1, 132)[0] == 1
     with pytest.raises(ValueError, match="overflows its int32 schedule"):
         split_buffer_sizes(config, 1, 256, 256, 64 * 2**31 // 132**2, 1, 132)
+    # K that passes k_tiles x clusters^2, but 263 tiles (all shared: under two waves) x 80k
+    # k-tiles x 132 ranges does not fit: the schedule's own largest product is checked
+    k = 80_000 * 64
+    assert 80_000 * 132**2 < 2**31 <= (263 + 1) * 80_000 * 132
+    with pytest.raises(ValueError, match="overflows its int32 schedule"):
+        split_buffer_sizes(config, 1, 263 * 128, 256, k, 1, 132)
+    assert split_buffer_sizes(config, 1, 100 * 128, 256, 8_000 * 64, 1, 132)[0] == 1
 
 
 @pytest.mark.parametrize(

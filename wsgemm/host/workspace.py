@@ -72,7 +72,7 @@ def split_buffer_sizes(
     if getattr(config, "stream_k", False):
         if clusters is None:
             raise ValueError("a stream-K launch's workspace depends on its clusters")
-        check_stream_k_size(config, k, clusters)
+        check_stream_k_size(config, m, n, k, batch, clusters)
         words = config.stream_k_workspace_elements(m, n, k, batch, clusters)
         return 1, max(words, 1), config.split_semaphores(m, n, batch)
     splits = effective_splits(split, -(-k // config.tile_k))
@@ -80,11 +80,20 @@ def split_buffer_sizes(
     return splits, words, config.split_semaphores(m, n, batch)
 
 
-def check_stream_k_size(config: Any, k: int, clusters: int) -> None:
-    """The stream-K schedule's index arithmetic is int32: (k-tiles x clusters^2) must stay
-    below 2^31 (K below ~7.9 M at 132 clusters and 64-deep k-tiles)."""
+def check_stream_k_size(config: Any, m: int, n: int, k: int, batch: int, clusters: int) -> None:
+    """The stream-K schedule's index arithmetic is int32 (``scheduler._stream_k_tile``): its
+    largest product, (the shared k-tiles + one tile's) x the ranges sharing them, and (k-tiles
+    x clusters^2) must stay below 2^31 (K below ~7.9 M at 132 clusters and 64-deep k-tiles; a
+    layout in teams that shares every tile, far fewer tiles' worth)."""
+    from ..kernels.common.scheduler import cluster_tile_counts, stream_k_layout
+
     k_tiles = -(-k // config.tile_k)
-    if k_tiles * clusters * clusters >= 2**31:
+    clusters_m, clusters_n = cluster_tile_counts(
+        -(-m // config.tile_m), -(-n // config.tile_n), config.cluster_m, config.cluster_n
+    )
+    team = config.stream_k_team_of(m, n, k, batch, clusters)
+    _, _, ranges, shared = stream_k_layout(clusters_m * clusters_n * batch, k_tiles, clusters, team)
+    if k_tiles * clusters * clusters >= 2**31 or (shared + k_tiles) * ranges >= 2**31:
         raise ValueError(
             f"stream-K with K={k} on {clusters} clusters overflows its int32 schedule; "
             "use split-K (config.split_k) or no split for this K"
