@@ -1,6 +1,8 @@
 """A SwiGLU/GeGLU MLP's forward+backward on wsgemm against torch's (issue #25), interleaved.
 
-For each model (the llm suite's 8B/70B hidden and ffn sizes) and token count, in one process,
+For each model (the llm suite's 8B/70B hidden and ffn sizes, or a dense model of the models
+suite by name, ``NAME/TP`` for its ffn on one of TP ranks: ``mlp_dims``) and token count, in one
+process,
 round-robin with the order rotated each round, cold L2 (``wsgemm.bench.measure.CudaTimer``),
 one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``:
 
@@ -29,8 +31,9 @@ per shape the medians, each side's elementwise time (``torch - gemms``, ``wsgemm
 wsgemm_gemms``) and the share of torch's that wsgemm's saves (``1 - wsgemm's / torch's``,
 issue #25's bar: >= 75%); ``--json`` keeps the times.
 
-    python scripts/bench_mlp_train.py [--models 8b,70b] [--tokens 1024,4096] [--rounds 5]
-        [--dtype bf16] [--activation silu] [--dgated-tiles sm90-pingpong,...] [--json FILE]
+    python scripts/bench_mlp_train.py [--models 8b,70b,qwen2.5-7b,qwen3-32b/4] [--tokens 1024,4096]
+        [--rounds 5] [--dtype bf16] [--activation silu] [--dgated-tiles sm90-pingpong,...]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -46,10 +49,26 @@ import torch.nn.functional as F
 import wsgemm
 from wsgemm.api import gated as gated_core
 from wsgemm.api.epilogue import gated_unit
-from wsgemm.bench import env, measure, suites
+from wsgemm.bench import env, measure, models, suites
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
 from wsgemm.host.choosing.menu import entry
+
+
+def mlp_dims(name: str) -> tuple[int, int]:
+    """(hidden, ffn) of ``name``: the llm suite's ``8b`` or ``70b``, or a dense model of the
+    models suite (``wsgemm.bench.models.BY_NAME``), ``NAME/TP`` for the ffn one of TP
+    tensor-parallel ranks holds."""
+    base, _, tp = name.partition("/")
+    if base in suites.MODELS and not tp:
+        return suites.MODELS[base].hidden, suites.MODELS[base].ffn
+    model = models.BY_NAME.get(base)
+    if model is None or not model.intermediate:
+        raise SystemExit(f"--models: {name!r} is not 8b, 70b or a dense model of the models suite")
+    ways = int(tp) if tp else 1
+    if ways < 1 or model.intermediate % ways:
+        raise SystemExit(f"--models: {name!r}: {model.intermediate} does not split {tp} ways")
+    return model.hidden, model.intermediate // ways
 
 
 def forced_dgated(name: str, dout, w_d, preact, act):
@@ -176,10 +195,10 @@ def main(argv=None) -> int:
     timer = measure.CudaTimer(torch.device("cuda"), Nvml.open(0))
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
-    for name in args.models.split(","):
-        model = suites.MODELS[name]
+    dims = {name: mlp_dims(name) for name in args.models.split(",")}  # bad names before any run
+    for name, (hidden, ffn) in dims.items():
         for tokens in suites.parse_int_list(args.tokens):
-            calls, (mlp, x, dout) = contenders(model.hidden, model.ffn, tokens, dtype,
+            calls, (mlp, x, dout) = contenders(hidden, ffn, tokens, dtype,
                                                args.activation, gen, dgated_tiles)  # fmt: skip
             check(mlp, x, dout, args.activation)
             check(mlp, x, dout, args.activation, calls["wsgemm_unfused"])
@@ -214,7 +233,7 @@ def main(argv=None) -> int:
             for tile in dgated_tiles:
                 ratio = med[f"dh_dgated_{tile}"] / med["dh_plain"]
                 print(f"{name} t={tokens:<6d} dh dgated on {tile}/plain {ratio:.3f}", flush=True)
-            records.append(dict(model=name, tokens=tokens, hidden=model.hidden, ffn=model.ffn,
+            records.append(dict(model=name, tokens=tokens, hidden=hidden, ffn=ffn,
                                 dgated_over_plain=dgated_over_plain,
                                 preact_over_plain=preact_over_plain,
                                 times_ms=times, median_ms=med, elementwise_ms=ours,

@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -350,6 +350,16 @@ PY
   echo "skteams rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/skteams.log" | tail -5
   python3 scripts/compare_forms.py "$OUT/skteams/tune_menu.csv" --prefix skt- --base-prefix sk- \
     2>&1 | tail -8
+fi
+if has dgatedtiles; then
+  # docs/perf.md entry 104's next step: the dgated GEMM's row tile with the new forms, both
+  # tiles forced (ping-pong: the whole tile buffered; cooperative: the loader warp) on dense
+  # MLPs of the fit families (hidden = the dh GEMM's K, 2048-8192), for the road's tile rule
+  timeout ${MLP_BENCH_TIMEOUT:-520} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-3} \
+    --models ${DT_MODELS:-8b,70b,qwen2.5-7b,qwen3-4b,mistral-nemo-12b,qwen2.5-32b/4,llama-3.2-3b} \
+    --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong,sm90 \
+    --json "$OUT/dgated-tiles.json" > "$OUT/dgated-tiles.log" 2>&1
+  echo "dgated tiles rc=$?"; grep -E "dgated" "$OUT/dgated-tiles.log" | tail -30
 fi
 if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
