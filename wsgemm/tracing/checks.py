@@ -42,7 +42,7 @@ import numpy as np
 
 from wsgemm.trace_format import Event, RawTrace, Role
 
-from .decoding import SPAN_NAMES, Decoded, decode, recorder_label, unit_tile
+from .decoding import CONSUMER_ROLES, Decoded, decode, recorder_label, unit_tile
 
 __all__ = ["TICK_NS", "check"]
 
@@ -50,7 +50,7 @@ __all__ = ["TICK_NS", "check"]
 TICK_NS = 32
 #: Problems listed per check; the rest are counted.
 MAX_LISTED = 5
-_CONSUMERS = (int(Role.CONSUMER), int(Role.WORKER))
+_CONSUMERS = CONSUMER_ROLES
 # ns fit in the low 40 bits of a (group, time) key: 40 bits of ns is 18 minutes
 _TIME_BITS = 40
 
@@ -384,11 +384,7 @@ def _pieces_problem(pieces: np.ndarray, k_tiles: int, complete: bool) -> str | N
 
 def _fixups_and_epilogues(d: Decoded, units, mine, complete: bool) -> list[str]:
     """``_parts``' fix-up and epilogue checks, from the spans and the unit each belongs to."""
-    spans = d.spans
-    consumer = np.isin(d.recorders["role"], _CONSUMERS)
-    own = (spans["unit"] >= 0) & consumer[spans["rec"]]
-    fix = spans[own & (spans["span"] == SPAN_NAMES.index("fixup"))]
-    epi = spans[own & (spans["span"] == SPAN_NAMES.index("epilogue"))]
+    fix, epi = d.unit_spans("fixup"), d.unit_spans("epilogue")
     lines = []
     over = d.recorders["overflow"] > 0
     shared = np.flatnonzero(mine & (units["parts"] > 1))
@@ -400,15 +396,14 @@ def _fixups_and_epilogues(d: Decoded, units, mine, complete: bool) -> list[str]:
         for i in shared
         if not fixed[i] and not over[units["rec"][i]]
     ]
-    counts = d.meta.get("tiles")
-    if counts is None:
+    if d.meta.get("tiles") is None:
         return lines
     # per tile inside the problem (a tile past its edge skips the fix-up: every part of it
     # runs an epilogue that stores nothing)
     tiles = {}
     for i in np.flatnonzero(mine):
         key = unit_tile(units[i])
-        if all(0 <= v < c for v, c in zip(key, counts, strict=True)):
+        if d.inside(key):
             tiles.setdefault(key, []).append(i)
     fix_begin = {}
     for f in fix:

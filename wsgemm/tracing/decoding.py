@@ -108,6 +108,8 @@ UNIT_DTYPE = np.dtype(
     ]
 )
 _COORDS = ("tile_m", "tile_n", "tile_l", "k_tile", "stage")
+#: The roles that run the mainloop and the epilogue (sm90 consumers, sm80 workers).
+CONSUMER_ROLES = (int(Role.CONSUMER), int(Role.WORKER))
 _H = {name: i for i, name in enumerate(HEADER_FIELDS)}
 _E = {name: i for i, name in enumerate(EVENT_FIELDS)}
 
@@ -197,6 +199,23 @@ class Decoded:
         else:
             units["k_end"], units["parts"] = k_tiles, 1
         return units
+
+    def unit_spans(self, name: str) -> np.ndarray:
+        """The consumer roles' spans called ``name`` (one of ``SPAN_NAMES``) that belong to a
+        work unit (their ``unit``, a row of ``units``)."""
+        spans = self.spans
+        consumer = np.isin(self.recorders["role"], CONSUMER_ROLES)
+        return spans[
+            (spans["unit"] >= 0)
+            & consumer[spans["rec"]]
+            & (spans["span"] == SPAN_NAMES.index(name))
+        ]
+
+    def inside(self, tile: tuple) -> bool:
+        """Whether ``tile`` (m, n, l) is a tile of the problem (``meta["tiles"]``), not one a
+        ragged cluster runs past its edge; True where the recording does not say."""
+        counts = self.meta.get("tiles")
+        return counts is None or all(0 <= v < c for v, c in zip(tile, counts, strict=True))
 
     @property
     def duration_ns(self) -> float:

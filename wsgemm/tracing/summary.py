@@ -35,11 +35,11 @@ import numpy as np
 from wsgemm.trace_format import Event, Role
 
 from .activity import ACTIVITIES, exclusive_time, mainloop_intervals, sweep
-from .decoding import SPAN_NAMES, Decoded, unit_tile
+from .decoding import CONSUMER_ROLES, SPAN_NAMES, Decoded, unit_tile
 
 __all__ = ["summarize", "tables", "title"]
 
-_CONSUMERS = (int(Role.CONSUMER), int(Role.WORKER))
+_CONSUMERS = CONSUMER_ROLES
 
 
 def summarize(d: Decoded, problems: list[str] | None = None) -> dict:
@@ -160,18 +160,13 @@ def _fixup(d: Decoded) -> dict | None:
     if not d.is_split:
         return None
     units = d.units()
-    spans = d.spans
-    consumer = np.isin(d.recorders["role"], _CONSUMERS)
-    own = (spans["unit"] >= 0) & consumer[spans["rec"]]
-    fix = spans[own & (spans["span"] == SPAN_NAMES.index("fixup"))]
-    epi = spans[own & (spans["span"] == SPAN_NAMES.index("epilogue"))]
-    counts = d.meta.get("tiles")
+    fix, epi = d.unit_spans("fixup"), d.unit_spans("epilogue")
     per_unit: dict[tuple, float] = {}  # (tile, part) -> its fix-up (a cooperative CTA's
     shared: set = set()  # two warpgroups record the same one: the longer)
     for f in fix:
         u = units[f["unit"]]
-        tile = (int(u["tile_m"]), int(u["tile_n"]), int(u["tile_l"]))
-        if counts is not None and not all(0 <= v < c for v, c in zip(tile, counts, strict=True)):
+        tile = unit_tile(u)
+        if not d.inside(tile):
             continue  # past the problem's edge: no fix-up to time
         key = (tile, int(u["part"]))
         per_unit[key] = max(per_unit.get(key, 0.0), float(f["end"] - f["begin"]))
