@@ -85,14 +85,10 @@ def check_stream_k_size(config: Any, m: int, n: int, k: int, batch: int, cluster
     largest product, (the shared k-tiles + one tile's) x the ranges sharing them, and (k-tiles
     x clusters^2) must stay below 2^31 (K below ~7.9 M at 132 clusters and 64-deep k-tiles; a
     layout in teams that shares every tile, far fewer tiles' worth)."""
-    from ..kernels.common.scheduler import cluster_tile_counts, stream_k_layout
+    from ..kernels.common.scheduler import stream_k_layout
 
-    k_tiles = -(-k // config.tile_k)
-    clusters_m, clusters_n = cluster_tile_counts(
-        -(-m // config.tile_m), -(-n // config.tile_n), config.cluster_m, config.cluster_n
-    )
-    team = config.stream_k_team_of(m, n, k, batch, clusters)
-    _, _, ranges, shared = stream_k_layout(clusters_m * clusters_n * batch, k_tiles, clusters, team)
+    work, k_tiles, team = config.stream_k_problem(m, n, k, batch, clusters)
+    _, _, ranges, shared = stream_k_layout(work, k_tiles, clusters, team)
     if k_tiles * clusters * clusters >= 2**31 or (shared + k_tiles) * ranges >= 2**31:
         raise ValueError(
             f"stream-K with K={k} on {clusters} clusters overflows its int32 schedule; "

@@ -142,7 +142,7 @@ def plan_trace(
         cta_k_tiles = math.ceil(k_tiles / split) * tiles_per_cta
         if getattr(config, "stream_k", False):
             max_clusters = num_sms // config.cluster_size
-            team = config.stream_k_team_of(m, n, k, batch, max_clusters)
+            team = config.stream_k_problem(m, n, k, batch, max_clusters)[2]
             clusters, tiles_per_cta, cta_k_tiles = _stream_k_share(
                 work, k_tiles, max_clusters, team
             )

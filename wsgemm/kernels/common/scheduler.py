@@ -110,14 +110,12 @@ def stream_k_layout(work_tiles: Any, k_tiles: Any, max_clusters: Any, team: Any 
     waves = work_tiles // launched
     whole = _select(work_tiles - waves * launched == 0, waves, waves - 1)
     dp_tiles = cutlass.max(whole, 0) * launched
-    teams = launched
-    if not _one(team):  # (a team of one compiles to the plain layout's arithmetic, unchanged)
+    if _one(team):  # (a team of one compiles to the plain layout's arithmetic, unchanged)
+        teams, shared = launched, (work_tiles - dp_tiles) * k_tiles
+    else:
         # teams share whole columns: the data-parallel tiles must end on one
         dp_tiles = _select(dp_tiles % team == 0, dp_tiles, 0)
-        teams = launched // team
-    shared = (work_tiles - dp_tiles) * k_tiles
-    if not _one(team):
-        shared = (work_tiles - dp_tiles) // team * k_tiles
+        teams, shared = launched // team, (work_tiles - dp_tiles) // team * k_tiles
     sk_teams = cutlass.max(cutlass.min(teams, shared // STREAM_K_MIN_K_TILES), 1)
     return launched, dp_tiles, sk_teams, shared
 

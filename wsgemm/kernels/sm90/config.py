@@ -314,24 +314,21 @@ class Sm90Config:
     ) -> int:
         """fp32 words of a stream-K launch's workspace: ``scheduler.stream_k_slots`` partial
         tiles per stream-K tile and CTA (each unit of a tile shared by several clusters stores
-        its partial; whole tiles store none). With ``stream_k_teams`` the team is the one the
-        kernel forms under the default raster group, which every split launch passes
-        (``host.workspace.split_launcher``)."""
-        from wsgemm.kernels.common.scheduler import cluster_tile_counts, stream_k_slots
+        its partial; whole tiles store none)."""
+        from wsgemm.kernels.common.scheduler import stream_k_slots
 
-        clusters_m, clusters_n = cluster_tile_counts(
-            -(-m // self.tile_m), -(-n // self.tile_n), self.cluster_m, self.cluster_n
-        )
-        k_tiles = -(-k // self.tile_k)
-        team = self.stream_k_team_of(m, n, k, batch, max_active_clusters)
-        tiles, per_tile = stream_k_slots(clusters_m * clusters_n * batch, k_tiles,
-                                         max_active_clusters, team)  # fmt: skip
+        work, k_tiles, team = self.stream_k_problem(m, n, k, batch, max_active_clusters)
+        tiles, per_tile = stream_k_slots(work, k_tiles, max_active_clusters, team)
         return tiles * self.cluster_size * per_tile * self.tile_m * self.tile_n
 
-    def stream_k_team_of(self, m: int, n: int, k: int, batch: int, max_active_clusters: int) -> int:
-        """The clusters of a stream-K team on this problem (``scheduler.stream_k_team``): 1
-        without ``stream_k_teams``; else the team the kernel forms under the default raster
-        group, which every split launch passes (``host.workspace.split_launcher``)."""
+    def stream_k_problem(
+        self, m: int, n: int, k: int, batch: int, max_active_clusters: int
+    ) -> tuple[int, int, int]:
+        """(cluster tiles, k-tiles, team) a stream-K launch of this config lays out
+        (``scheduler.stream_k_layout``) on (M, N, K, batch): the team 1 without
+        ``stream_k_teams``, else the one the kernel forms (``scheduler.stream_k_team``) under
+        the default raster group, which every split launch passes
+        (``host.workspace.split_launcher``)."""
         from wsgemm.kernels.common.scheduler import (
             cluster_tile_counts,
             group_rows,
@@ -339,15 +336,15 @@ class Sm90Config:
             stream_k_team,
         )
 
-        if not self.stream_k_teams:
-            return 1
         clusters_m, clusters_n = cluster_tile_counts(
             -(-m // self.tile_m), -(-n // self.tile_n), self.cluster_m, self.cluster_n
         )
         work, k_tiles = clusters_m * clusters_n * batch, -(-k // self.tile_k)
+        if not self.stream_k_teams:
+            return work, k_tiles, 1
         launched = stream_k_layout(work, k_tiles, max_active_clusters)[0]
         rows = group_rows(DEFAULT_RASTER_GROUP[self.schedule], self.cluster_m)
-        return stream_k_team(clusters_m, rows, launched)
+        return work, k_tiles, stream_k_team(clusters_m, rows, launched)
 
     def split_tiles(self, m: int, n: int, batch: int) -> int:
         """Output tiles inside C."""
