@@ -22,7 +22,7 @@ one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``
   ``fwd_preact`` (``api.gated.gated_linear_preact``: ``h`` and ``[gate | up]`` from one
   kernel) against ``fwd_plain`` (``wsgemm.linear(x, W_gate_up)``, the 2I-wide product);
   ``dh_dgated_<entry>`` for each menu entry of ``--dgated-tiles``: the dgated GEMM forced onto
-  that entry's tile (``api.gated.gated_config`` replaced for the call), against ``dh_plain``
+  that entry's tile (``api.gated.dgated_tile`` replaced for the call), against ``dh_plain``
   too (perf.md entry 81: on the cooperative tile the epilogue's extra traffic is exposed; a
   ping-pong tile's other warpgroup may hide it).
 
@@ -74,11 +74,11 @@ def mlp_dims(name: str) -> tuple[int, int]:
 def forced_dgated(name: str, dout, w_d, preact, act):
     """``gated_grad`` with the dgated GEMM on menu entry ``name``'s tile."""
     e = entry(name)
-    tile = (e.backend, e.variant_config())
+    tile = (e.backend, registry.dgated_config(e.backend, e.variant_config()))
 
     def call():
-        with torch.no_grad(), mock.patch.object(gated_core, "gated_config",
-                                                lambda rows, *flags: tile):  # fmt: skip
+        with torch.no_grad(), mock.patch.object(gated_core, "dgated_tile",
+                                                lambda rows, *rest: tile):  # fmt: skip
             gated_core.gated_grad(dout, w_d, preact, act)
 
     return call

@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -256,7 +256,7 @@ if has dgatedtrace; then
   timeout 300 python3 - "$OUT/dgated-trace" <<'PY' 2>&1 | tail -20
 import contextlib, os, sys, torch
 from unittest import mock
-from wsgemm import tracing
+from wsgemm import host, tracing
 from wsgemm.api import gated as gated_core
 from wsgemm.host.choosing.menu import entry
 dy = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
@@ -267,8 +267,8 @@ os.makedirs(out, exist_ok=True)
 # the rule's tile (cooperative), then forced onto the ping-pong one (1.8x its plain GEMM in
 # entry 86: where its time goes), then the plain dh GEMM on auto's pick
 e = entry("sm90-pingpong")
-for name, forced in (("", None), ("-pingpong", (e.backend, e.variant_config()))):
-    patch = mock.patch.object(gated_core, "gated_config", lambda rows, *flags: forced)
+for name, forced in (("", None), ("-pingpong", (e.backend, host.dgated_config(e.backend, e.variant_config())))):
+    patch = mock.patch.object(gated_core, "dgated_tile", lambda rows, *rest: forced)
     with patch if forced else contextlib.nullcontext():
         t = tracing.trace_gated_grad(dy, w, pre, "silu")
     t.save(f"{out}/raw{name}.npz"); t.write_summary(f"{out}/summary{name}.json")
@@ -360,6 +360,19 @@ if has dgatedtiles; then
     --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong,sm90 \
     --json "$OUT/dgated-tiles.json" > "$OUT/dgated-tiles.log" 2>&1
   echo "dgated tiles rc=$?"; grep -E "dgated" "$OUT/dgated-tiles.log" | tail -30
+fi
+if has dgatedheld; then
+  # docs/perf.md entry 107: the dgated row tile by wave fill (cost.dgated_kernel_entry), fitted
+  # on dgatedtiles' seven fit-family MLPs at 1024/4096 tokens, judged on seven held-out-family
+  # MLPs at 512/2048/8192: the dgated GPU cases, then auto's tile beside both forced
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
+    tests/gpu/test_gpu_epilogue.py -k "dgated" 2>&1 | tee "$OUT/dgated-tests.log" \
+    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
+  timeout ${MLP_BENCH_TIMEOUT:-480} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-3} \
+    --models ${DH_MODELS:-gemma-2-9b,gemma-2-2b,phi-3-medium,falcon3-10b,olmo-2-13b,yi-1.5-34b/2,falcon3-3b} \
+    --tokens ${MLP_TOKENS:-512,2048,8192} --dgated-tiles sm90-pingpong,sm90 \
+    --json "$OUT/dgated-heldout.json" > "$OUT/dgated-heldout.log" 2>&1
+  echo "dgated held-out rc=$?"; grep -E "dgated" "$OUT/dgated-heldout.log" | tail -64
 fi
 if has mlptrain || has dgatedpp; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs

@@ -254,6 +254,37 @@ def test_the_swap_scale_multiplies_the_proxy_price():
     assert shipped.unfused_us == one.unfused_us
 
 
+@pytest.mark.parametrize(
+    "rows, half, tile",
+    [
+        (1024, 14336, "sm90-pingpong"),  # 8B: 448 cooperative tiles, 0.85 of 4 waves
+        (1024, 9728, "sm90-pingpong"),  # qwen3-4b: 0.77 against 0.92
+        (4096, 14336, "sm90"),  # both tiles fill 0.97 of their waves
+        (1024, 28672, "sm90"),  # 70B
+        (1024, 6912, "sm90"),  # both 0.82: the ping-pong tile's own cost decides
+        (256, 28672, "sm90-pingpong"),  # few rows: the gated kernel's tile
+        (37, 48, "sm90-pingpong"),
+    ],
+)
+def test_the_dgated_tile_follows_the_wave_fill(rows, half, tile):
+    """The dgated GEMM's row tile (``cost.dgated_kernel_entry``, docs/perf.md entry 107): the
+    gated kernel's up to ``GATED_PINGPONG_MAX_ROWS`` rows, above it the ping-pong tile only
+    where it fills its waves more than ``DGATED_PINGPONG_WAVE_MARGIN`` times as well."""
+    assert cost.dgated_kernel_entry(rows, half, 132) == tile
+    fills = [cost.wave_fill(cost.entry(e), rows, half, 132) for e in ("sm90-pingpong", "sm90")]
+    assert all(0 < f <= 1 for f in fills)
+    if rows > cost.GATED_PINGPONG_MAX_ROWS:
+        wins = fills[0] > cost.DGATED_PINGPONG_WAVE_MARGIN * fills[1]
+        assert (tile == "sm90-pingpong") is wins
+
+
+def test_wave_fill_counts_the_last_wave():
+    """One full wave fills every slot; one tile more leaves the second wave 1/132 full."""
+    e = cost.entry("sm90-pingpong")  # 128x128 tiles in 2x1 clusters: 66 clusters at once
+    assert cost.wave_fill(e, 128 * 132, 128, 132) == 1.0
+    assert math.isclose(cost.wave_fill(e, 128 * 134, 128, 132), 134 / 264)
+
+
 def test_the_gated_kernel_is_priced_on_the_tile_it_runs():
     """Few rows run (and are priced on) the ping-pong 128x128 tile: a narrow product of a
     few rows takes that tile's one short wave, not the cooperative entry's."""

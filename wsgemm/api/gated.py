@@ -37,8 +37,8 @@ from .plan import _kernel_view
 from .validate import check_operands
 
 __all__ = [
-    "GradLaunch", "check_gated", "check_gated_grad", "explain", "gated_config", "gated_grad",
-    "gated_in_torch", "gated_linear", "gated_linear_preact", "grad_launch",
+    "GradLaunch", "check_gated", "check_gated_grad", "dgated_tile", "explain", "gated_config",
+    "gated_grad", "gated_in_torch", "gated_linear", "gated_linear_preact", "grad_launch",
 ]  # fmt: skip
 
 _DTYPES = (torch.float16, torch.bfloat16)
@@ -105,6 +105,16 @@ def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[st
         return GATED_SWAP_BACKEND, dataclasses.replace(base, **tile, swap_ab=True)
     e = host.choosing.menu.entry(host.choosing.gated_kernel_entry(rows, small and small_tile_on()))
     return e.backend, e.variant_config()
+
+
+def dgated_tile(rows: int, half: int, sm_count: int) -> tuple[str, object | None]:
+    """(backend, config) of the tile the dgated GEMM of a ``gated_grad`` call of ``rows`` rows
+    and ``half`` (I) runs over ``sm_count`` SMs: the menu entry
+    ``choosing.dgated_kernel_entry`` names (the ping-pong or the cooperative row tile, by how
+    well each fills its waves), in the form its family's dgated switches hold
+    (``host.dgated_config``: the whole tile buffered, or a loader warp)."""
+    e = host.choosing.menu.entry(host.choosing.dgated_kernel_entry(rows, half, sm_count))
+    return e.backend, host.dgated_config(e.backend, e.variant_config())
 
 
 def _is_small(config) -> bool:
@@ -474,9 +484,8 @@ def _grad_road(d, dy, w_down, preact):
     (backend, config), device index) where the dgated kernel runs ``gated_grad``, else why
     not (a str)."""
     index = dispatch.device_index(d, dy)
-    backend, config = gated_config(dy.shape[0])  # the gated kernel's tiles, both non-swap
-    config = host.dgated_config(backend, config)
     half = w_down.shape[1]
+    backend, config = dgated_tile(dy.shape[0], half, d.devices.sm_count(index))
     why = _dgated_refusal(d, dy.shape[0], half, index)
     if why is not None:
         return why
@@ -497,7 +506,7 @@ def _grad_road(d, dy, w_down, preact):
 def _dgated_refusal(d, rows: int, half: int, index: int) -> str | None:
     """Why no dgated kernel runs a gradient of ``rows`` rows and ``half`` (I) on device
     ``index``, or None where one does (views aside: ``_grad_road``)."""
-    backend = gated_config(rows)[0]
+    backend = dgated_tile(rows, half, d.devices.sm_count(index))[0]
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no dgated kernel runs on this GPU"
     if not host.fuses_gated_grad(backend):

@@ -277,6 +277,41 @@ def gated_kernel_entry(rows: int, small: bool = False) -> str:
     return "sm90-pingpong" if rows <= GATED_PINGPONG_MAX_ROWS else "sm90"
 
 
+#: The dgated GEMM's row tile above ``GATED_PINGPONG_MAX_ROWS`` (``dgated_kernel_entry``): the
+#: ping-pong 128x128 tile (its whole tile's pre-activation buffered) where the share of its last
+#: wave's slots it fills is more than this factor the cooperative 128x256 tile's, else the
+#: cooperative tile (its loader warp). Both forced on seven fit-family MLPs at 1024 and 4096
+#: tokens (an H100, docs/perf.md entry 107): where both tiles fill their waves alike the
+#: ping-pong tile took 1.04-1.13x the cooperative one's time (9 rows, geomean 1.085: this
+#: factor); where
+#: the cooperative tile left a partial wave (fill 0.77-0.90 against 0.92-1.00) it took
+#: 0.88-0.98x.
+DGATED_PINGPONG_WAVE_MARGIN = 1.085
+
+
+def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
+    """The share of the slots of entry ``e``'s waves that its clusters fill on an (M, N)
+    product over ``sm_count`` SMs: 1.0 where the last wave is full."""
+    f = features(e, 1, m, n, 1, 1, sm_count)
+    cm, cn = e.cluster
+    slots = clusters_at_once(sm_count, cm * cn) * cm * cn
+    return f.units / (f.waves * slots)
+
+
+@functools.lru_cache(maxsize=256)
+def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:
+    """The menu entry whose tile the dgated GEMM (``api.gated.gated_grad``: ``dh`` is (rows,
+    half)) runs over ``sm_count`` SMs: the gated kernel's (``gated_kernel_entry``) up to
+    ``GATED_PINGPONG_MAX_ROWS`` rows; above, the ping-pong tile where it fills its waves more
+    than ``DGATED_PINGPONG_WAVE_MARGIN`` times as well as the cooperative one does."""
+    tile = gated_kernel_entry(rows)
+    if tile != "sm90":
+        return tile
+    pingpong = wave_fill(entry("sm90-pingpong"), rows, half, sm_count)
+    cooperative = wave_fill(entry("sm90"), rows, half, sm_count)
+    return "sm90-pingpong" if pingpong > DGATED_PINGPONG_WAVE_MARGIN * cooperative else "sm90"
+
+
 #: The gated swap-AB decode tile (``host.runs_gated_swap``): calls of up to this many rows, the
 #: tokens in the tile's N (the narrowest of these widths that holds them), 64 result rows a
 #: tile. The model prices it as the plain swap-AB decode entry of the same width
