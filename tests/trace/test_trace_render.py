@@ -172,6 +172,75 @@ def test_a_release_before_any_fill_fails():
     assert any("stage 3" in p and "before any fill of it" in p for p in problems)
 
 
+def _stage_problems(recs: list[Rec], **meta) -> list[str]:
+    """``check``'s stage problems (lines of the form ``CTA c stage s: ...``)."""
+    problems = check(pack(recs, meta=pingpong_meta(**meta) if meta else None))
+    return [p for p in problems if " stage " in p.split(":")[0]]
+
+
+def _shift_from(rec: Rec, i: int, by: int) -> None:
+    """Move ``rec``'s events from ``i`` on ``by`` ns later (its times stay in order)."""
+    for j in range(i, len(rec.events)):
+        _retime(rec, j, rec.events[j][1] + by)
+
+
+def test_a_release_stamped_after_the_next_fill_of_its_stage_passes():
+    """A release's stamp is read after its arrive and can lag it by hundreds of ns (an H100
+    stream-K trace: w0's stamp 128 ns after the producer's next fill of the stage, which
+    could only follow the arrive). One CTA, one warpgroup, 2 stages: w0's release of k-tile 0
+    (stage 0) stamped 500 ns after the producer's fill of k-tile 2 into stage 0 passes; the
+    fill is matched to k-tile 2's release by identity, not by the time window."""
+    meta = dict(tiles=(1, 1, 1))
+    recs = pingpong_run(tiles=(1, 1, 1), ctas=1, stages=2)
+    producer, w0 = recs[0], recs[1]
+    fill = next(e for e in producer.events if e[0] == Event.LOAD_ISSUE and e[5] == 2)
+    first = _events(w0, Event.STAGE_RELEASE)[0]
+    assert w0.events[first][5:] == (0, 0) and fill[6] == 0
+    _shift_from(w0, first, fill[1] + 500 - w0.events[first][1])
+    assert check(pack(recs, meta=pingpong_meta(**meta))) == []
+
+
+def test_a_missing_fill_fails():
+    """One fill dropped (k-tile 1 of CTA 0's third tile, stage 1): its release is reported
+    (w0 released stage 1 before, for its first tile), and only it."""
+    recs = pingpong_run()
+    producer = recs[0]
+    loads = _events(producer, Event.LOAD_ISSUE)
+    dropped = producer.events.pop(loads[9])
+    assert dropped[5:] == (1, 1)
+    problems = _stage_problems(recs)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("CTA 0 stage 1: CTA 0 consumer w0 (SM 3) released it twice")
+    assert f"tile {tuple(dropped[2:5])} k-tile 1: 1 release(s) by it, 0 fill(s)" in problems[0]
+    # the first fill of a stage dropped: the release comes before any fill of it
+    recs = pingpong_run()
+    del recs[0].events[_events(recs[0], Event.LOAD_ISSUE)[2]]
+    (problem,) = _stage_problems(recs)
+    assert problem.startswith("CTA 0 stage 2: CTA 0 consumer w0 (SM 3) released it at")
+    assert problem.endswith("before any fill of it (tile (0, 0, 0) k-tile 2)")
+
+
+def test_a_fill_stamped_after_the_release_it_serves_fails():
+    """CTA 0's last fill (k-tile 3 of its last tile) stamped 1 us after w0 released it: a
+    fill cannot follow the release it served. One tick after the release is still one
+    instant."""
+    recs = pingpong_run()
+    producer, w0 = recs[0], recs[1]
+    last = _events(producer, Event.LOAD_ISSUE)[-1]
+    key = list(producer.events[last][2:])  # (m, n, l, k, stage)
+    release = next(e for e in w0.events if e[0] == Event.STAGE_RELEASE and list(e[2:]) == key)
+    _retime(producer, last, release[1] + 32)
+    _retime(producer, last + 1, release[1] + 2000)  # RECORDER_END
+    assert _stage_problems(recs) == []
+    _retime(producer, last, release[1] + 1000)
+    (problem,) = _stage_problems(recs)
+    assert problem == (
+        f"CTA 0 stage 3: CTA 0 consumer w0 (SM 3) released tile {tuple(key[:3])} k-tile 3 at "
+        f"{(release[1] - 1000) / 1000:.3f} us, before its fill was issued at "
+        f"{release[1] / 1000:.3f} us"
+    )
+
+
 def test_a_tile_no_cta_ran_fails():
     recs = pingpong_run()
     w4 = recs[2]  # CTA 0's second warpgroup ran one tile: (0, 1, 0)

@@ -7,8 +7,12 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   the other checks then skip what the lost events would have said).
 * **pairing**: a begin without its end, or an end without its begin.
 * **order**: a recorder's times going backwards.
-* **stages**: per CTA and ring stage, a consumer recorder never releases the stage twice without
-  a producer fill (``LOAD_ISSUE`` into that stage) in between, nor before the first fill.
+* **stages**: every ``STAGE_RELEASE`` is matched, by identity, to a producer fill
+  (``LOAD_ISSUE``) of the same (CTA, tile, k-tile, stage): a consumer recorder releases such a
+  key at most as often as its CTA's producer filled it (a fill serves every consumer recorder),
+  and the fill that served a release is stamped at most one tick after it. Release stamps lag
+  their arrives (hundreds of ns seen on H100), so a stage's next fill may carry an earlier
+  stamp than the release that freed it: that is not a problem.
 * **tiles**: every output tile of the problem (``meta["tiles"]``) is fetched by the consumers of
   exactly one CTA, and by each consumer recorder at most once (on ping-pong: by one recorder).
   Under split-K (``meta["split"]`` > 1) the same holds for every (tile, split) work unit, the
@@ -51,8 +55,6 @@ TICK_NS = 32
 #: Problems listed per check; the rest are counted.
 MAX_LISTED = 5
 _CONSUMERS = CONSUMER_ROLES
-# ns fit in the low 40 bits of a (group, time) key: 40 bits of ns is 18 minutes
-_TIME_BITS = 40
 
 
 def check(source: RawTrace | Decoded) -> list[str]:
@@ -174,10 +176,21 @@ def _order(d: Decoded) -> list[str]:
 
 
 def _stages(d: Decoded) -> list[str]:
-    """A release must have a fill of its stage after the same recorder's previous release of it
-    (or after the start), and at most one tick after itself (stamps of one instant)."""
+    """Every stage release is matched, by identity, to a fill of the same (CTA, tile, k-tile,
+    stage): a consumer recorder's n-th release of such a key (in recording order) is served by
+    the key's n-th fill (in time order; one fill serves every consumer recorder of the CTA),
+    and that fill must be stamped at most one tick after the release. Stamps are not compared
+    otherwise: a release's stamp, read after its arrive, can lag it by hundreds of ns, so the
+    next fill of the stage may carry an earlier stamp than the release that freed it.
+
+    A release with no fill left for it reads "released it twice without a fill in between"
+    when the recorder released that stage before (the previous release's time and this one's),
+    else "released it at ... before any fill of it"; a release whose fill is stamped after it
+    (beyond the tick) reads "released tile T k-tile K at ..., before its fill was issued at
+    ...". A CTA without a producer recorder is not judged; where its producer overflowed (it
+    stopped recording fills), no release after the producer's last event is."""
     ev = d.events
-    role, cta, _ = _event_columns(d)
+    role, cta, source = _event_columns(d)
     producers = np.unique(d.recorders["cta"][d.recorders["role"] == Role.PRODUCER])
     fill = (ev["kind"] == Event.LOAD_ISSUE) & (role == Role.PRODUCER) & (ev["stage"] >= 0)
     release = (ev["kind"] == Event.STAGE_RELEASE) & (ev["stage"] >= 0) & np.isin(cta, producers)
@@ -191,32 +204,56 @@ def _stages(d: Decoded) -> list[str]:
     if not release.any():
         return []
     both = fill | release
-    group = np.full(len(ev), -1, dtype=np.int64)
-    group[both] = _ids(cta[both], ev["stage"][both].astype(np.int64))
-    low = ev["t"][both].min()
-    ticks = np.floor(ev["t"] - low).astype(np.int64)
-    fills = np.sort((group[fill] << _TIME_BITS) | ticks[fill])
+    tiles = np.full((len(ev), 3), -1, dtype=np.int64)
+    tiles[both] = _tile_of(d, source, both)
+    k, stage = ev["k_tile"].astype(np.int64), ev["stage"].astype(np.int64)
+    key = np.full(len(ev), -1, dtype=np.int64)
+    key[both] = _ids(cta[both], *tiles[both].T, k[both], stage[both])
+    t, rec = ev["t"], ev["rec"].astype(np.int64)
+    # each key's fills in time order, from first[key] on
+    f = np.flatnonzero(fill)
+    f = f[np.lexsort((f, t[f], key[f]))]
+    n_keys = int(key[both].max()) + 1
+    filled = np.bincount(key[f], minlength=n_keys)
+    first = np.searchsorted(key[f], np.arange(n_keys))
+    # each recorder's releases of a key in recording order: the n-th is served by the n-th fill
     r = np.flatnonzero(release)
-    r = r[np.lexsort((ticks[r], ev["stage"][r], ev["rec"][r]))]
-    same = np.zeros(len(r), dtype=bool)
-    same[1:] = (ev["rec"][r][1:] == ev["rec"][r][:-1]) & (ev["stage"][r][1:] == ev["stage"][r][:-1])
-    previous = np.where(same, np.roll(ticks[r], 1), -1)
-    g = group[r] << _TIME_BITS
-    between = np.searchsorted(fills, g + ticks[r] + TICK_NS, side="right") - np.searchsorted(
-        fills, g + previous, side="right"
-    )
+    r = r[np.lexsort((r, key[r], rec[r]))]
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (rec[r][1:] != rec[r][:-1]) | (key[r][1:] != key[r][:-1])
+    starts = np.flatnonzero(new)
+    rank = np.arange(len(r)) - np.repeat(starts, np.diff(np.append(starts, len(r))))
+    missing = rank >= filled[key[r]]
+    served = np.full(len(r), -1, dtype=np.int64)
+    served[~missing] = f[first[key[r][~missing]] + rank[~missing]]
+    late = ~missing
+    late[late] = t[served[late]] > t[r[late]] + TICK_NS
+    # the recorder's previous release of the same stage (recording order), for the wording
+    previous = np.full(len(ev), -1, dtype=np.int64)
+    s = np.flatnonzero(release)
+    s = s[np.lexsort((s, stage[s], rec[s]))]
+    same = (rec[s][1:] == rec[s][:-1]) & (stage[s][1:] == stage[s][:-1])
+    previous[s[1:][same]] = s[:-1][same]
     lines = []
-    for j in np.flatnonzero(between == 0):
-        i, stage = r[j], int(ev["stage"][r[j]])
-        at = f"CTA {int(cta[i])} stage {stage}: {_who(d, int(ev['rec'][i]))}"
-        if not same[j]:
-            lines.append(f"{at} released it at {_us(ev['t'][i])} before any fill of it")
+    bad = np.flatnonzero(missing | late)
+    for j in bad[np.argsort(r[bad])]:  # in recording order
+        i = r[j]
+        at = f"CTA {int(cta[i])} stage {int(stage[i])}: {_who(d, int(rec[i]))}"
+        what = f"tile {tuple(tiles[i].tolist())} k-tile {int(k[i])}"
+        if late[j]:
+            lines.append(
+                f"{at} released {what} at {_us(t[i])}, before its fill was issued at "
+                f"{_us(t[served[j]])}"
+            )
+        elif previous[i] < 0:
+            lines.append(f"{at} released it at {_us(t[i])} before any fill of it ({what})")
         else:
             lines.append(
-                f"{at} released it twice without a fill in between ({_us(ev['t'][r[j - 1]])} "
-                f"and {_us(ev['t'][i])})"
+                f"{at} released it twice without a fill in between ({_us(t[previous[i]])} and "
+                f"{_us(t[i])}; {what}: {int(rank[j]) + 1} release(s) by it, "
+                f"{int(filled[key[i]])} fill(s))"
             )
-    return _listed(lines, "stage releases without a fill")
+    return _listed(lines, "stage releases without a fill before them")
 
 
 def _tiles(d: Decoded) -> list[str]:
