@@ -610,7 +610,7 @@ def test_dgated_on_the_pingpong_tile_over_many_tiles(
     families = registry.EPILOGUE_FAMILIES if whole else frozenset()
     monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", families)
     monkeypatch.setattr(cost, "GATED_PINGPONG_MAX_ROWS", 1 << 30)
-    assert cost.gated_kernel_entry(m) == "sm90-pingpong"
+    assert cost.dgated_kernel_entry(m, half, 132) == "sm90-pingpong"
     config = _check_dgated(m, half, hidden, act, ab)
     assert config.pingpong and config.dgated_whole_tile is whole
 
@@ -630,7 +630,9 @@ def test_dgated_on_the_cooperative_tile_with_a_loader_warp(
 
     families = registry.EPILOGUE_FAMILIES if loader else frozenset()
     monkeypatch.setattr(registry, "DGATED_LOADER_WARP_FAMILIES", families)
-    assert cost.gated_kernel_entry(m) == "sm90"
+    # the cooperative tile however well the ping-pong one fills its waves
+    monkeypatch.setattr(cost, "DGATED_PINGPONG_WAVE_MARGIN", float("inf"))
+    assert cost.dgated_kernel_entry(m, half, 132) == "sm90"
     config = _check_dgated(m, half, hidden, act, ab)
     assert not config.pingpong and config.dgated_loader_warp is loader
 

@@ -298,7 +298,6 @@ def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
     return f.units / (f.waves * slots)
 
 
-@functools.lru_cache(maxsize=256)
 def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:
     """The menu entry whose tile the dgated GEMM (``api.gated.gated_grad``: ``dh`` is (rows,
     half)) runs over ``sm_count`` SMs: the gated kernel's (``gated_kernel_entry``) up to
@@ -307,9 +306,16 @@ def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:
     tile = gated_kernel_entry(rows)
     if tile != "sm90":
         return tile
+    return _wider_filling(rows, half, sm_count, DGATED_PINGPONG_WAVE_MARGIN)
+
+
+@functools.lru_cache(maxsize=256)
+def _wider_filling(rows: int, half: int, sm_count: int, margin: float) -> str:
+    """(per gated_grad call: once per shape) the ping-pong tile where it fills its waves more
+    than ``margin`` times as well as the cooperative one, else the cooperative."""
     pingpong = wave_fill(entry("sm90-pingpong"), rows, half, sm_count)
     cooperative = wave_fill(entry("sm90"), rows, half, sm_count)
-    return "sm90-pingpong" if pingpong > DGATED_PINGPONG_WAVE_MARGIN * cooperative else "sm90"
+    return "sm90-pingpong" if pingpong > margin * cooperative else "sm90"
 
 
 #: The gated swap-AB decode tile (``host.runs_gated_swap``): calls of up to this many rows, the
