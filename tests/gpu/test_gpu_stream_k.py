@@ -27,6 +27,8 @@ CONFIGS = {
     "pp64x128c1x2": ("sm90-pingpong", Sm90Config(tile_m=64, tile_n=128, cluster_n=2,
                                                  schedule="pingpong", stream_k=True)),
     "coop256x128c1x2": ("sm90", Sm90Config(tile_m=256, tile_n=128, cluster_n=2, stream_k=True)),
+    # no cluster: what ``wsgemm trace --stream-k`` traced at 615x8192x4096 (docs/perf.md 108)
+    "coop128x256c1x1": ("sm90", Sm90Config(tile_m=128, tile_n=256, stream_k=True)),
     # in teams (Sm90Config.stream_k_teams, docs/perf.md entry 105): the cluster rows of a
     # column share one range
     "teams-pp128x128c2x1": ("sm90-pingpong", Sm90Config(tile_m=128, tile_n=128, cluster_m=2,
