@@ -24,7 +24,9 @@ one training step's forward and backward of ``down(act(x @ Wg^T) * (x @ Wu^T))``
   ``dh_dgated_<entry>`` for each menu entry of ``--dgated-tiles``: the dgated GEMM forced onto
   that entry's tile (``api.gated.dgated_tile`` replaced for the call), against ``dh_plain``
   too (perf.md entry 81: on the cooperative tile the epilogue's extra traffic is exposed; a
-  ping-pong tile's other warpgroup may hide it).
+  ping-pong tile's other warpgroup may hide it). These per-GEMM ratios are biased: each call
+  is timed after the same neighbour in the rotation, whose power draw moves its clock (the
+  same kernel 0-15% apart, perf.md entry 107); ``bench_dgated_tiles.py`` times them alone.
 
 cuBLAS's reduced-precision split-K reduction is off, as in ``python -m wsgemm bench``. Prints
 per shape the medians, each side's elementwise time (``torch - gemms``, ``wsgemm -
