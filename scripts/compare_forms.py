@@ -21,12 +21,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-BANDS = ((1, 16), (17, 128), (129, 1024), (1025, 1 << 62))
-
-
-def band(m: int) -> str:
-    lo, hi = next(b for b in BANDS if b[0] <= m <= b[1])
-    return f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}"
+from wsgemm.bench.suites import token_band
 
 
 def _geomean(values) -> float | None:
@@ -52,10 +47,10 @@ def compare(rows, prefix: str, base_prefix: str = "") -> dict:
         for base, form in pairs:
             ratio = by[base] / by[form]
             per_entry[base].append(ratio)
-            per_band[band(m)].append(ratio)
+            per_band[token_band(m)].append(ratio)
         if pairs:
             without = min(t for name, t in by.items() if not name.startswith(prefix))
-            gains[band(m)].append(without / min(by.values()))
+            gains[token_band(m)].append(without / min(by.values()))
     return {
         "prefix": prefix,
         "pairs": sum(map(len, per_entry.values())),

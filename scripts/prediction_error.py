@@ -22,13 +22,13 @@ import json
 import statistics
 import sys
 
-BANDS = ((1, 16), (17, 128), (129, 1024), (1025, 1 << 31))
 NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 def rows_of(record: dict) -> list[dict]:
     """(label, m, n, k, band, source, entry, split, predicted us, measured us, ratio) per ok
     ``wsgemm:auto`` row, the policy replayed on the record's GPU."""
+    from wsgemm.bench.suites import token_band
     from wsgemm.host.choosing import cost, rules
 
     header = record["header"]
@@ -52,9 +52,7 @@ def rows_of(record: dict) -> list[dict]:
         if p is None:
             continue
         measured = r["median_ms"] * 1e3
-        band = next(f"{lo}-{hi}" if hi < 1 << 31 else f">{lo - 1}" for lo, hi in BANDS
-                    if lo <= r["m"] <= hi)  # fmt: skip
-        out.append(dict(label=r["label"], m=r["m"], n=r["n"], k=r["k"], band=band,
+        out.append(dict(label=r["label"], m=r["m"], n=r["n"], k=r["k"], band=token_band(r["m"]),
                         source=choice.source, entry=e.name, split=split, predicted_us=p.us,
                         measured_us=measured, ratio=p.us / measured))  # fmt: skip
     return out

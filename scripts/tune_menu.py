@@ -89,9 +89,9 @@ DROPPED: tuple[MenuEntry, ...] = (
         cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True),
     _of("sk-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
         cluster_m=2, cluster_n=1, schedule="pingpong", stream_k=True),
-    # Not yet measured: stream-K in teams (the cluster rows sharing a B column take one range
-    # together, perf.md entry 105), beside the layouts above, and on the 1x2 cluster that pads
-    # no m-tile
+    # Stream-K in teams (the cluster rows sharing a B column take one range together, perf.md
+    # entry 105), beside the layouts above, and on the 1x2 cluster that pads no m-tile: 1.026x
+    # the layouts above on the band, the best with them 1.0045x the best without (entry 108)
     _of("skt-cooperative-128x256-c2x1", "sm90", tile_m=128, tile_n=256, tile_k=64,
         cluster_m=2, cluster_n=1, schedule="cooperative", stream_k=True, stream_k_teams=True),
     _of("skt-pingpong-128x128-c2x1", "sm90-pingpong", tile_m=128, tile_n=128, tile_k=64,
@@ -196,17 +196,6 @@ def drawn_shapes(seed: int, families: str, count: int) -> tuple[list[suites.Shap
     shapes = [suites.Shape(d.m, d.n, d.k, label=d.label, group=d.family) for d in draws]
     dtypes = {d.label: dtype_name(d.dtype) for d in draws}
     return sorted(shapes, key=lambda s: s.flop), dtypes
-
-
-#: The token bands the issues report by (M of a TN layer GEMM).
-BANDS = ((1, 16), (17, 128), (129, 1024), (1025, None))
-
-
-def band(m: int) -> str:
-    for lo, hi in BANDS:
-        if hi is None or m <= hi:
-            return f"{lo}-{hi}" if hi else f">{lo - 1}"
-    raise AssertionError(m)
 
 
 def plan(
@@ -736,9 +725,9 @@ def _summary(table: dict, rows: list[dict], log) -> None:
 
 
 def oracle_summary(rows: list[dict], sm_count: int) -> list[str]:
-    """Per token band (``BANDS``) and overall: the geomean over shapes of the best timed
-    candidate (the oracle: menu and dropped entries), of the best menu candidate, and of what
-    ``choose`` picks today (the policy as these timings price it: the kernel time, not the
+    """Per token band (``suites.TOKEN_BANDS``) and overall: the geomean over shapes of the best
+    timed candidate (the oracle: menu and dropped entries), of the best menu candidate, and of
+    what ``choose`` picks today (the policy as these timings price it: the kernel time, not the
     API's host path), with the minimum and the shapes below 0.95x cuBLAS."""
     by_shape: dict[str, list[dict]] = {}
     for r in rows:
@@ -758,12 +747,12 @@ def oracle_summary(rows: list[dict], sm_count: int) -> list[str]:
             "menu": max(menu, default=None),
             "policy": timed.get((pick.menu_entry.name, pick.split)),
         }
-        for key in (band(m), "all"):
+        for key in (suites.token_band(m), "all"):
             for name, v in values.items():
                 if v is not None:
                     columns.setdefault(key, {}).setdefault(name, []).append(v)
     lines = []
-    for key in [b for b in (band(lo) for lo, _ in BANDS) if b in columns] + ["all"]:
+    for key in [*(suites.token_band(lo) for lo, _ in suites.TOKEN_BANDS), "all"]:
         if key not in columns:
             continue
         parts = [

@@ -93,7 +93,7 @@ def test_a_models_draw_is_tuned_each_problem_in_its_drawn_dtype(capsys):
         assert v.ab_dtype == v.c_dtype == key[3]
     assert tune_menu.main(["--dry-run", "--draw", "5:gemma2+yi:12"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("12 shapes")
-    assert [tune_menu.band(m) for m in (1, 16, 17, 128, 129, 1024, 1025)] == [
+    assert [suites.token_band(m) for m in (1, 16, 17, 128, 129, 1024, 1025)] == [
         "1-16", "1-16", "17-128", "17-128", "129-1024", "129-1024", ">1024"
     ]  # fmt: skip
 

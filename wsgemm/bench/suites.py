@@ -83,6 +83,18 @@ MODELS = {
 SQUARE_SIZES = (1024, 2048, 4096, 8192, 16384)
 LLM_TOKENS = (1, 16, 128, 1024, 4096, 16384)
 DECODE_TOKENS = (1, 16, 64, 128)
+#: The token bands the issues report speed by (M of a TN layer GEMM: decode, small batches,
+#: the mid band, prefill): ``token_band`` names them "1-16", "17-128", "129-1024", ">1024".
+TOKEN_BANDS = ((1, 16), (17, 128), (129, 1024), (1025, None))
+
+
+def token_band(m: int) -> str:
+    """The name of the ``TOKEN_BANDS`` band that holds ``m`` (>= 1)."""
+    for lo, hi in TOKEN_BANDS:
+        if hi is None or m <= hi:
+            return f"{lo}-{hi}" if hi else f">{lo - 1}"
+    raise AssertionError(m)
+
 
 # Shapes no tile divides: primes (M, N and K all prime, so no tile, vector width or cluster
 # shape divides them, and K-major rows are not 16-byte aligned), then multiples of 8 that are
