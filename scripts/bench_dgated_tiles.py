@@ -29,6 +29,7 @@ from wsgemm.api import gated as gated_core
 from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
+from wsgemm.host.choosing import dgated_kernel_entry
 from wsgemm.host.choosing.menu import entry
 
 
@@ -76,30 +77,23 @@ def main(argv=None) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     records = []
-    for name in args.models.split(","):
-        hidden, ffn = mlp_dims(name)
+    dims = {name: mlp_dims(name) for name in args.models.split(",")}  # bad names before any run
+    for name, (hidden, ffn) in dims.items():
         for tokens in (int(t) for t in args.tokens.split(",")):
             calls = forms(tokens, hidden, ffn, tiles, gen)
-            names = list(calls)
-            est = {n: timer.estimate(calls[n]) for n in names}
-            times = {n: [] for n in names}
-            clocks = []
-            for r in range(args.rounds):
-                for n in measure.rotated(names, r):
-                    s = timer.measure(calls[n], args.reps, est[n])
-                    times[n].append(s.ms)
-                    clocks.append(s.sm_clock_mhz)
+            samples = measure.interleaved(timer, calls, args.rounds, args.reps)
+            times = {n: [s.ms for s in v] for n, v in samples.items()}
+            clocks = [s.sm_clock_mhz for v in samples.values() for s in v if s.sm_clock_mhz]
             med = {n: statistics.median(v) for n, v in times.items()}
-            pick = gated_core.dgated_tile(tokens, ffn, sms)
-            over = {n: med[n] / med["plain"] for n in names if n != "plain"}
+            pick = dgated_kernel_entry(tokens, ffn, sms)
+            over = {n: med[n] / med["plain"] for n in calls if n != "plain"}
             print(f"{name:16s} t={tokens:<6d} I={ffn:<6d} plain {med['plain'] * 1e3:8.1f} us  "
-                  + "  ".join(f"{n} {v:.3f}" for n, v in over.items())
-                  + f"  (auto: {'ping-pong' if pick[1].pingpong else 'cooperative'})",
+                  + "  ".join(f"{n} {v:.3f}" for n, v in over.items()) + f"  (auto: {pick})",
                   flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=hidden, ffn=ffn,
                                 times_ms=times, median_ms=med, over_plain=over,
-                                auto_pingpong=bool(pick[1].pingpong),
-                                sm_clock_mhz=[c for c in clocks if c is not None]))  # fmt: skip
+                                auto_pingpong=pick == "sm90-pingpong",
+                                sm_clock_mhz=clocks))  # fmt: skip
             del calls
     if args.json:
         env.write_script_record(args.json, args, records, sms=sms)

@@ -204,12 +204,8 @@ def main(argv=None) -> int:
                                                args.activation, gen, dgated_tiles)  # fmt: skip
             check(mlp, x, dout, args.activation)
             check(mlp, x, dout, args.activation, calls["wsgemm_unfused"])
-            names = list(calls)
-            estimates = {n: timer.estimate(calls[n]) for n in names}
-            times = {n: [] for n in names}
-            for r in range(args.rounds):
-                for n in measure.rotated(names, r):
-                    times[n].append(timer.measure(calls[n], args.reps, estimates[n]).ms)
+            samples = measure.interleaved(timer, calls, args.rounds, args.reps)
+            times = {n: [s.ms for s in v] for n, v in samples.items()}
             med = {n: statistics.median(v) for n, v in times.items()}
             theirs = med["torch"] - med["gemms"]  # torch's elementwise time
             ours = med["wsgemm"] - med["wsgemm_gemms"]  # wsgemm's

@@ -349,7 +349,9 @@ def _training_line(d, x, weight, act: str, bias) -> str:
     Its forward is ``gated_linear_preact``'s road, which never takes the swap-AB tile."""
     head = "training (GatedMLP with a gradient to compute):"
     half = weight.shape[0] // 2
-    why = _dgated_refusal(d, x.shape[0], half, dispatch.device_index(d, x))
+    index = dispatch.device_index(d, x)
+    backend = dgated_tile(x.shape[0], half, d.devices.sm_count(index))[0]
+    why = _dgated_refusal(d, backend, half, index)
     road = "an empty problem"
     if why is None and x.shape[0] and half and x.shape[1]:
         road = _road(d, x, weight, act, bias, swap_ok=False)
@@ -486,7 +488,7 @@ def _grad_road(d, dy, w_down, preact):
     index = dispatch.device_index(d, dy)
     half = w_down.shape[1]
     backend, config = dgated_tile(dy.shape[0], half, d.devices.sm_count(index))
-    why = _dgated_refusal(d, dy.shape[0], half, index)
+    why = _dgated_refusal(d, backend, half, index)
     if why is not None:
         return why
     a = _kernel_view(dy.unsqueeze(-1), False, (1, 0))
@@ -503,10 +505,9 @@ def _grad_road(d, dy, w_down, preact):
     return (a_view, a_major), (b_view, b_major), c[0], (backend, config), index
 
 
-def _dgated_refusal(d, rows: int, half: int, index: int) -> str | None:
-    """Why no dgated kernel runs a gradient of ``rows`` rows and ``half`` (I) on device
-    ``index``, or None where one does (views aside: ``_grad_road``)."""
-    backend = dgated_tile(rows, half, d.devices.sm_count(index))[0]
+def _dgated_refusal(d, backend: str, half: int, index: int) -> str | None:
+    """Why no dgated kernel on ``backend`` (``dgated_tile``'s) runs a gradient of ``half``
+    (I) on device ``index``, or None where one does (views aside: ``_grad_road``)."""
     if not host.BACKENDS[backend].supports(d.devices.capability(index)):
         return "no dgated kernel runs on this GPU"
     if not host.fuses_gated_grad(backend):
