@@ -54,7 +54,6 @@ __all__ = ["TICK_NS", "check"]
 TICK_NS = 32
 #: Problems listed per check; the rest are counted.
 MAX_LISTED = 5
-_CONSUMERS = CONSUMER_ROLES
 
 
 def check(source: RawTrace | Decoded) -> list[str]:
@@ -259,7 +258,7 @@ def _stages(d: Decoded) -> list[str]:
 def _tiles(d: Decoded) -> list[str]:
     ev = d.events
     role, cta, source = _event_columns(d)
-    fetch = (ev["kind"] == Event.TILE_FETCH) & np.isin(role, _CONSUMERS) & (ev["tile_m"] >= 0)
+    fetch = (ev["kind"] == Event.TILE_FETCH) & np.isin(role, CONSUMER_ROLES) & (ev["tile_m"] >= 0)
     if not fetch.any():
         return ["no consumer recorded a TILE_FETCH: cannot check that every tile ran once"]
     tiles = _tile_of(d, source, fetch)
@@ -322,7 +321,7 @@ def _tiles(d: Decoded) -> list[str]:
     # each unit by as many consumer recorders of its CTA as the kernel gives it (record's
     # ``consumers_per_tile``: 1 ping-pong, 2 cooperative, every MMA warp on sm80)
     want = d.meta.get("consumers_per_tile", 1 if config.get("schedule") == "pingpong" else None)
-    if want and not _overflowed(d, _CONSUMERS):
+    if want and not _overflowed(d, CONSUMER_ROLES):
         per_rec = np.unique(np.column_stack([tiles, cta, rec]), axis=0)
         keys, n_recs = np.unique(per_rec[:, : width + 1], axis=0, return_counts=True)
         lines += [
@@ -331,7 +330,7 @@ def _tiles(d: Decoded) -> list[str]:
             for k, c in zip(keys[n_recs != want], n_recs[n_recs != want], strict=True)
         ]
     checkable = grouped is not None or counts is not None
-    if checkable and not d.sampled and not _overflowed(d, _CONSUMERS):
+    if checkable and not d.sampled and not _overflowed(d, CONSUMER_ROLES):
         if grouped is not None:  # every group's own m-tiles by every column tile
             per_group, tiles_n = grouped
             want = np.array([(m, n, g) for g, t in enumerate(per_group) for m in range(t)
@@ -361,11 +360,11 @@ def _parts(d: Decoded) -> list[str]:
     if not d.is_split:
         return []
     units = d.units()
-    consumer = np.isin(d.recorders["role"], _CONSUMERS)
+    consumer = np.isin(d.recorders["role"], CONSUMER_ROLES)
     mine = consumer[units["rec"]] if len(units) else np.zeros(0, dtype=bool)
     if not mine.any():
         return []
-    complete = not d.sampled and not _overflowed(d, _CONSUMERS)
+    complete = not d.sampled and not _overflowed(d, CONSUMER_ROLES)
     k_tiles = int(d.meta.get("k_tiles") or 1)
     lines = []
     lost = np.flatnonzero(mine & (units["k_end"] < 0))

@@ -39,8 +39,6 @@ from .decoding import CONSUMER_ROLES, SPAN_NAMES, Decoded, unit_tile
 
 __all__ = ["summarize", "tables", "title"]
 
-_CONSUMERS = CONSUMER_ROLES
-
 
 def summarize(d: Decoded, problems: list[str] | None = None) -> dict:
     """The summary of one decoded recording; ``problems``: ``check``'s list, kept with it."""
@@ -108,7 +106,7 @@ def _roles(d: Decoded) -> dict:
 
 
 def _epilogue(d: Decoded) -> dict:
-    consumers = np.flatnonzero(np.isin(d.recorders["role"], _CONSUMERS))
+    consumers = np.flatnonzero(np.isin(d.recorders["role"], CONSUMER_ROLES))
     spans = d.spans
     epi = spans[(spans["span"] == SPAN_NAMES.index("epilogue")) & np.isin(spans["rec"], consumers)]
     m_rec, m_begin, m_end = mainloop_intervals(d, consumers)
@@ -136,7 +134,7 @@ def _epilogue(d: Decoded) -> dict:
 def _tiles_per_sm(d: Decoded) -> dict:
     ev = d.events
     role = d.recorders["role"][ev["rec"]]
-    fetch = (ev["kind"] == Event.TILE_FETCH) & np.isin(role, _CONSUMERS) & (ev["tile_m"] >= 0)
+    fetch = (ev["kind"] == Event.TILE_FETCH) & np.isin(role, CONSUMER_ROLES) & (ev["tile_m"] >= 0)
     if not fetch.any():
         return {"min": None, "median": None, "max": None}
     r = d.recorders[ev["rec"][fetch]]
@@ -161,8 +159,10 @@ def _fixup(d: Decoded) -> dict | None:
         return None
     units = d.units()
     fix, epi = d.unit_spans("fixup"), d.unit_spans("epilogue")
-    per_unit: dict[tuple, float] = {}  # (tile, part) -> its fix-up (a cooperative CTA's
-    shared: set = set()  # two warpgroups record the same one: the longer)
+    # (tile, part) -> its fix-up (a cooperative CTA's two warpgroups record the same one: the
+    # longer), and the tiles of more than one part
+    per_unit: dict[tuple, float] = {}
+    shared: set = set()
     for f in fix:
         u = units[f["unit"]]
         tile = unit_tile(u)
@@ -203,7 +203,7 @@ def _idle(d: Decoded) -> dict:
     sms = None
     if num_sms and not d.sampled:
         sms = max(0, int(num_sms) - len(np.unique(d.recorders["smid"])))
-    consumers = np.flatnonzero(np.isin(d.recorders["role"], _CONSUMERS))
+    consumers = np.flatnonzero(np.isin(d.recorders["role"], CONSUMER_ROLES))
     ev = d.events
     fetched = np.unique(ev["rec"][(ev["kind"] == Event.TILE_FETCH) & (ev["tile_m"] >= 0)])
     return {
