@@ -126,6 +126,12 @@ class Features:
     dram_bytes: float
     l2_bytes: float
     cluster_split: bool = False  # the split's parts meet in a cluster's shared memory
+    slots: int = 0  # CTAs a wave runs (whole clusters at once; 0: unknown)
+
+    @property
+    def wave_fill(self) -> float:
+        """The share of its waves' slots the units fill: 1.0 where the last wave is full."""
+        return self.units / (self.waves * self.slots) if self.slots else 1.0
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,8 @@ def features(
     if split > 1 and not cluster_split:  # each unit's fp32 partial tile, stored and read back
         dram += tiles * e.tile_m * e.tile_n * 4 * 2 * split
     l2 = units * k_tiles * (e.tile_m * e.tile_k / cn + e.tile_n * e.tile_k / cm) * ab_bytes
-    return Features(units, waves, k_tiles, volume, split, float(dram), float(l2), cluster_split)
+    return Features(units, waves, k_tiles, volume, split, float(dram), float(l2), cluster_split,
+                    slots)  # fmt: skip
 
 
 #: Clusters of a size the hardware runs at once where that is fewer than the SMs over the size
@@ -289,12 +296,9 @@ DGATED_PINGPONG_WAVE_MARGIN = 1.085
 
 
 def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
-    """The share of the slots of entry ``e``'s waves that its clusters fill on an (M, N)
-    product over ``sm_count`` SMs: 1.0 where the last wave is full."""
-    f = features(e, 1, m, n, 1, 1, sm_count)
-    cm, cn = e.cluster
-    slots = clusters_at_once(sm_count, cm * cn) * cm * cn
-    return f.units / (f.waves * slots)
+    """``Features.wave_fill`` of entry ``e`` unsplit on an (M, N) product over ``sm_count``
+    SMs."""
+    return features(e, 1, m, n, 1, 1, sm_count).wave_fill
 
 
 def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:
