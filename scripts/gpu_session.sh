@@ -352,14 +352,13 @@ PY
     2>&1 | tail -8
 fi
 if has dgatedtiles; then
-  # docs/perf.md entry 104's next step: the dgated GEMM's row tile with the new forms, both
-  # tiles forced (ping-pong: the whole tile buffered; cooperative: the loader warp) on dense
-  # MLPs of the fit families (hidden = the dh GEMM's K, 2048-8192), for the road's tile rule
-  timeout ${MLP_BENCH_TIMEOUT:-520} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-3} \
+  # docs/perf.md entry 107: the dgated GEMM's row tiles (ping-pong: the whole tile buffered;
+  # cooperative: the loader warp) forced, beside auto's and the plain GEMM, timed alone, on
+  # seven fit-family MLPs (hidden = the dh GEMM's K, 2048-8192): the fit of the tile rule
+  timeout ${MLP_BENCH_TIMEOUT:-300} python3 scripts/bench_dgated_tiles.py --rounds ${ROUNDS:-4} \
     --models ${DT_MODELS:-8b,70b,qwen2.5-7b,qwen3-4b,mistral-nemo-12b,qwen2.5-32b/4,llama-3.2-3b} \
-    --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong,sm90 \
-    --json "$OUT/dgated-tiles.json" > "$OUT/dgated-tiles.log" 2>&1
-  echo "dgated tiles rc=$?"; grep -E "dgated" "$OUT/dgated-tiles.log" | tail -30
+    --tokens ${MLP_TOKENS:-1024,4096} --json "$OUT/dgated-tiles-fit.json" \
+    2>&1 | tee "$OUT/dgated-tiles.log" | tail -16
 fi
 if has dgatedheld; then
   # docs/perf.md entry 107: the dgated row tile by wave fill (cost.dgated_kernel_entry), fitted

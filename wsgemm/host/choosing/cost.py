@@ -289,9 +289,9 @@ def gated_kernel_entry(rows: int, small: bool = False) -> str:
 #: waves' slots it fills is more than this factor the cooperative 128x256 tile's, else the
 #: cooperative tile (its loader warp). Both forced on seven fit-family MLPs at 1024 and 4096
 #: tokens (an H100, docs/perf.md entry 107): where both tiles fill their waves alike the
-#: ping-pong tile took 1.04-1.13x the cooperative one's time (9 rows, geomean 1.085: this
-#: factor); where the cooperative tile left a partial wave (fill 0.77-0.90 against 0.92-1.00)
-#: it took 0.88-0.98x.
+#: ping-pong tile took 1.04-1.13x the cooperative one's time in the training-step benchmark
+#: (9 rows, geomean 1.085: this factor), 1.05-1.15x timed alone (geomean 1.088); where the
+#: cooperative tile left a partial wave (fill 0.77-0.90 against 0.92-1.00) it took 0.88-0.98x.
 DGATED_PINGPONG_WAVE_MARGIN = 1.085
 
 
