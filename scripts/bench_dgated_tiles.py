@@ -29,7 +29,7 @@ from wsgemm.api import gated as gated_core
 from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
-from wsgemm.host.choosing import dgated_kernel_entry
+from wsgemm.host.choosing import choose, dgated_kernel_entry
 from wsgemm.host.choosing.menu import entry
 
 
@@ -86,13 +86,18 @@ def main(argv=None) -> None:
             clocks = [s.sm_clock_mhz for v in samples.values() for s in v if s.sm_clock_mhz]
             med = {n: statistics.median(v) for n, v in times.items()}
             pick = dgated_kernel_entry(tokens, ffn, sms)
+            plain = choose(tokens, ffn, hidden, 1, "bfloat16", "bfloat16", "float32", sms,
+                           torch.cuda.get_device_capability(), False)  # fmt: skip
+            plain_pick = f"{plain.menu_entry.name}/{plain.split}"
             over = {n: med[n] / med["plain"] for n in calls if n != "plain"}
             print(f"{name:16s} t={tokens:<6d} I={ffn:<6d} plain {med['plain'] * 1e3:8.1f} us  "
-                  + "  ".join(f"{n} {v:.3f}" for n, v in over.items()) + f"  (auto: {pick})",
+                  + "  ".join(f"{n} {v:.3f}" for n, v in over.items())
+                  + f"  (auto: {pick}; plain: {plain_pick})",
                   flush=True)  # fmt: skip
             records.append(dict(model=name, tokens=tokens, hidden=hidden, ffn=ffn,
                                 times_ms=times, median_ms=med, over_plain=over,
-                                auto_pingpong=pick == "sm90-pingpong",
+                                auto_pingpong=pick == "sm90-pingpong", auto_entry=pick,
+                                plain_entry=plain_pick,
                                 sm_clock_mhz=clocks))  # fmt: skip
             del calls
     if args.json:

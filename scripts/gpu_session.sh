@@ -355,8 +355,9 @@ if has dgatedtiles; then
   # docs/perf.md entry 107: the dgated GEMM's row tiles (ping-pong: the whole tile buffered;
   # cooperative: the loader warp) forced, beside auto's and the plain GEMM, timed alone, on
   # seven fit-family MLPs (hidden = the dh GEMM's K, 2048-8192): the fit of the tile rule
+  # (DT_TILES: the tiles forced, e.g. every row tile of the menu, entry 110)
   timeout ${MLP_BENCH_TIMEOUT:-300} python3 scripts/bench_dgated_tiles.py --rounds ${ROUNDS:-4} \
-    --models ${DT_MODELS:-8b,70b,qwen2.5-7b,qwen3-4b,mistral-nemo-12b,qwen2.5-32b/4,llama-3.2-3b} \
+    --tiles ${DT_TILES:-sm90-pingpong,sm90} --models ${DT_MODELS:-8b,70b,qwen2.5-7b,qwen3-4b,mistral-nemo-12b,qwen2.5-32b/4,llama-3.2-3b} \
     --tokens ${MLP_TOKENS:-1024,4096} --json "$OUT/dgated-tiles-fit.json" \
     2>&1 | tee "$OUT/dgated-tiles.log" | tail -16
 fi
@@ -369,7 +370,7 @@ if has dgatedheld; then
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   # (timed alone: bench_mlp_train's rotation biased these ratios by position, entry 107)
   timeout ${MLP_BENCH_TIMEOUT:-300} python3 scripts/bench_dgated_tiles.py --rounds ${ROUNDS:-4} \
-    --models ${DH_MODELS:-gemma-2-9b,gemma-2-2b,phi-3-medium,falcon3-10b,olmo-2-13b,yi-1.5-34b/2,falcon3-3b} \
+    --tiles ${DT_TILES:-sm90-pingpong,sm90} --models ${DH_MODELS:-gemma-2-9b,gemma-2-2b,phi-3-medium,falcon3-10b,olmo-2-13b,yi-1.5-34b/2,falcon3-3b} \
     --tokens ${MLP_TOKENS:-512,2048,8192} --json "$OUT/dgated-tiles-heldout.json" \
     2>&1 | tee "$OUT/dgated-heldout.log" | tail -24
 fi

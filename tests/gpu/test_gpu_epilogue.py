@@ -637,6 +637,29 @@ def test_dgated_on_the_cooperative_tile_with_a_loader_warp(
     assert not config.pingpong and config.dgated_loader_warp is loader
 
 
+#: The menu's row tiles (every entry but the swap-AB ones), each of which the dgated GEMM can
+#: run (``api.gated.dgated_tile``'s candidates; docs/perf.md entry 110).
+ROW_TILES = [e.name for e in host.choosing.menu.MENU if not e.swap_ab]
+
+
+@pytest.mark.parametrize("name", ROW_TILES)
+@pytest.mark.parametrize(
+    "m, half, hidden, act, ab",
+    [(300, 1000, 1024, "silu", torch.bfloat16), (2048, 2000, 512, "gelu_tanh", torch.float16)],
+)
+def test_dgated_on_every_row_tile_of_the_menu(dgated, monkeypatch, name, m, half, hidden, act, ab):
+    """The dgated epilogue forced onto each of the menu's row tiles in its family's dgated
+    form (``registry.dgated_config``): ragged rows and columns (300 x 1000: no tile's
+    multiple), then 2048 x 2000 where the small tiles run several a CTA."""
+    from wsgemm.api import gated as gated_core
+
+    e = host.choosing.menu.entry(name)
+    forced = (e.backend, host.dgated_config(e.backend, e.variant_config()))
+    monkeypatch.setattr(gated_core, "dgated_tile", lambda *_: forced)
+    config = _check_dgated(m, half, hidden, act, ab)
+    assert (config.tile_m, config.tile_n) == (e.tile_m, e.tile_n)
+
+
 def _check_dgated(m, half, hidden, act, ab):
     """The dgated call's result against float64 (``test_dgated_matches_float64``); returns
     the config its kernel ran (the backend's own where None was passed)."""
