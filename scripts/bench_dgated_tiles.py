@@ -87,7 +87,7 @@ def main(argv=None) -> None:
             med = {n: statistics.median(v) for n, v in times.items()}
             pick = dgated_kernel_entry(tokens, ffn, sms)
             plain = choose(tokens, ffn, hidden, 1, "bfloat16", "bfloat16", "float32", sms,
-                           torch.cuda.get_device_capability(), False)  # fmt: skip
+                           torch.cuda.get_device_capability(), batch_invariant=False)  # fmt: skip
             plain_pick = f"{plain.menu_entry.name}/{plain.split}"
             over = {n: med[n] / med["plain"] for n in calls if n != "plain"}
             print(f"{name:16s} t={tokens:<6d} I={ffn:<6d} plain {med['plain'] * 1e3:8.1f} us  "

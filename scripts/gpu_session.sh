@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -212,6 +212,12 @@ if has dactbench; then
   timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/bench_mlp_dact.py --rounds ${ROUNDS:-5} \
     --tokens ${MLP_TOKENS:-1024,4096} --json "$OUT/mlp-dact.json" > "$OUT/mlp-dact.log" 2>&1
   echo "mlp dact rc=$?"; tail -8 "$OUT/mlp-dact.log"
+fi
+if has suiteall; then
+  # the whole GPU suite in one call: SHARDS pytest runs side by side (scripts/gpu_suite.py)
+  WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --shards ${SHARDS:-6} \
+    --timeout ${SUITE_TIMEOUT:-540} ${TESTS:-tests/} 2>&1 | tee "$OUT/gpu-suite.log" | tail -40
+  echo "suiteall done at $((SECONDS - start)) s"
 fi
 # The whole GPU suite in four calls of under 600 s each (one run was cut at 560 s after 41%,
 # docs/perf.md entry 80): named steps only, not part of "all"
