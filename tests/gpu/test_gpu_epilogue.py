@@ -264,18 +264,8 @@ def gated_swap(monkeypatch):
     yield from _switched_on(monkeypatch, "GATED_SWAP_FAMILIES")
 
 
-class SwapTiles(GatedKernelOnly):
-    """``GatedKernelOnly`` that also records each kernel's config (was it the swap tile?)."""
-
-    def __init__(self):
-        super().__init__()
-        self.configs = []
-
-    def kernel(self, backend, device, dtypes, a_major, b_major, config=None, epilogue="none",
-               grouping="none"):  # fmt: skip
-        self.configs.append(config)
-        return super().kernel(backend, device, dtypes, a_major, b_major, config, epilogue,
-                              grouping)  # fmt: skip
+#: ``GatedKernelOnly`` read for each kernel's config (was it the swap tile?): it records them.
+SwapTiles = GatedKernelOnly
 
 
 GATED_SWAP_CASES = [
