@@ -29,7 +29,7 @@ from wsgemm.api import gated as gated_core
 from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host import registry
-from wsgemm.host.choosing import choose, dgated_kernel_entry
+from wsgemm.host.choosing import choose, dgated_entry, dgated_kernel_entry
 from wsgemm.host.choosing.menu import entry
 
 
@@ -85,9 +85,11 @@ def main(argv=None) -> None:
             times = {n: [s.ms for s in v] for n, v in samples.items()}
             clocks = [s.sm_clock_mhz for v in samples.values() for s in v if s.sm_clock_mhz]
             med = {n: statistics.median(v) for n, v in times.items()}
-            pick = dgated_kernel_entry(tokens, ffn, sms)
-            plain = choose(tokens, ffn, hidden, 1, "bfloat16", "bfloat16", "float32", sms,
-                           torch.cuda.get_device_capability(), batch_invariant=False)  # fmt: skip
+            cc = torch.cuda.get_device_capability()
+            pick = dgated_entry(tokens, ffn, hidden, "bfloat16", sms, cc)
+            rule = dgated_kernel_entry(tokens, ffn, sms)  # the wave-fill rule alone (entry 107)
+            plain = choose(tokens, ffn, hidden, 1, "bfloat16", "bfloat16", "float32", sms, cc,
+                           batch_invariant=False)  # fmt: skip
             plain_pick = f"{plain.menu_entry.name}/{plain.split}"
             over = {n: med[n] / med["plain"] for n in calls if n != "plain"}
             print(f"{name:16s} t={tokens:<6d} I={ffn:<6d} plain {med['plain'] * 1e3:8.1f} us  "
@@ -97,6 +99,7 @@ def main(argv=None) -> None:
             records.append(dict(model=name, tokens=tokens, hidden=hidden, ffn=ffn,
                                 times_ms=times, median_ms=med, over_plain=over,
                                 auto_pingpong=pick == "sm90-pingpong", auto_entry=pick,
+                                rule_entry=rule,
                                 plain_entry=plain_pick,
                                 sm_clock_mhz=clocks))  # fmt: skip
             del calls

@@ -5,10 +5,10 @@ most of it compiling kernel variants one at a time on one core. Here the collect
 into ``--shards`` runs of neighbouring tests (a parametrized test's cases stay together, so
 they share their compiles), run at once on the same GPU; the host's cores compile in parallel
 and the disk cache serves a variant two shards need. The tests assert results, not times, so
-sharing the GPU changes no verdict. Each shard writes its own log and JUnit XML under ``--out``;
-the summary line counts them all.
+sharing the GPU changes no verdict. The shards' logs end up in one file, ``--out``/shards.log
+(``--junit``: a JUnit XML per shard beside it); the summary line counts them all.
 
-    python scripts/gpu_suite.py --out DIR [--shards 6] [--timeout 540] [pytest selection ...]
+    python scripts/gpu_suite.py --out DIR [--shards 6] [--timeout 540] [--junit] [selection ...]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--shards", type=int, default=6)
     p.add_argument("--timeout", type=int, default=540, help="seconds for every shard together")
+    p.add_argument("--junit", action="store_true", help="a JUnit XML per shard")
     p.add_argument("selection", nargs="*", default=["tests/"])
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -56,12 +58,13 @@ def main(argv=None) -> int:
     ids = collect(args.selection)
     parts = shards(ids, args.shards)
     print(f"{len(ids)} GPU tests in {len(parts)} shards", flush=True)
+    logs = Path(tempfile.mkdtemp(prefix="gpu-suite-"))
     procs = []
     for i, part in enumerate(parts):
-        log = open(out / f"gpu-shard{i}.log", "w")  # noqa: SIM115 (closed below)
-        xml = out / f"gpu-shard{i}.xml"
+        log = open(logs / f"shard{i}.log", "w")  # noqa: SIM115 (closed below)
+        junit = [f"--junitxml={out / f'shard{i}.xml'}"] if args.junit else []
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--no-header", "-rf",
-               "-p", "no:cacheprovider", f"--junitxml={xml}", *part]  # fmt: skip
+               "-p", "no:cacheprovider", *junit, *part]  # fmt: skip
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = start + args.timeout
     totals: dict[str, int] = {}
@@ -75,7 +78,9 @@ def main(argv=None) -> int:
             print(f"shard {i}: cut at the timeout", flush=True)
         log.close()
         rc = rc or proc.returncode
-        text = (out / f"gpu-shard{i}.log").read_text(errors="replace")
+        text = (logs / f"shard{i}.log").read_text(errors="replace")
+        with open(out / "shards.log", "a") as whole:
+            whole.write(f"===== shard {i}: {len(parts[i])} tests\n{text}\n")
         tail = text.strip().splitlines()[-1:] or [""]
         print(f"shard {i} rc={proc.returncode}: {tail[0][:200]}", flush=True)
         for line in text.splitlines():

@@ -278,6 +278,36 @@ def test_the_dgated_tile_follows_the_wave_fill(rows, half, tile):
         assert (tile == "sm90-pingpong") is wins
 
 
+@pytest.mark.parametrize(
+    "rows, half, k, entry",
+    [
+        (512, 9216, 2304, "cooperative-256x160-c1x2"),  # gemma-2-2b: 0.88 of a wave vs 0.73
+        (512, 10240, 7168, "cooperative-256x160-c1x2"),  # yi-1.5-34b/2: 0.97 vs 0.81
+        (1024, 6912, 5120, "cooperative-128x224-c2x1"),  # qwen2.5-32b/4: 0.94 vs 0.82
+        (4096, 14336, 4096, "sm90"),  # 256x160 fills 0.99 vs 0.97: within the margin
+        (2048, 9216, 2304, "sm90-pingpong"),  # the plain tile fills no better (0.97)
+        (200, 9216, 2304, "sm90-pingpong"),  # few rows: the gated kernel's tile
+    ],
+)
+def test_the_dgated_tile_follows_the_plain_tile_where_it_fills_its_waves(rows, half, k, entry):
+    """``choosing.dgated_entry`` (docs/perf.md entry 110): the wave-fill rule's tile
+    (``dgated_kernel_entry``), unless the plain product's unsplit cooperative row tile
+    (``choose``'s) fills its waves more than ``DGATED_PINGPONG_WAVE_MARGIN`` times as well; on
+    a GPU the cost model does not describe, the rule's tile alone."""
+    got = choosing.dgated_entry(rows, half, k, "bfloat16", 132, (9, 0))
+    assert got == entry
+    plain = choosing.choose(rows, half, k, 1, "bfloat16", "bfloat16", "float32", 132, (9, 0),
+                            batch_invariant=False)  # fmt: skip
+    rule = cost.dgated_kernel_entry(rows, half, 132)
+    if got != rule:
+        assert got == plain.menu_entry.name and plain.split == 1
+        fills = [cost.wave_fill(cost.entry(e), rows, half, 132) for e in (got, rule)]
+        assert fills[0] > cost.DGATED_PINGPONG_WAVE_MARGIN * fills[1]
+    assert choosing.dgated_entry(rows, half, k, "bfloat16", 46, (8, 9)) == cost.dgated_kernel_entry(
+        rows, half, 46
+    )
+
+
 def test_wave_fill_counts_the_last_wave():
     """One full wave fills every slot; one tile more leaves the second wave 1/132 full."""
     e = cost.entry("sm90-pingpong")  # 128x128 tiles in 2x1 clusters: 66 clusters at once

@@ -107,13 +107,19 @@ def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[st
     return e.backend, e.variant_config()
 
 
-def dgated_tile(rows: int, half: int, sm_count: int) -> tuple[str, object | None]:
-    """(backend, config) of the tile the dgated GEMM of a ``gated_grad`` call of ``rows`` rows
-    and ``half`` (I) runs over ``sm_count`` SMs: the menu entry
-    ``choosing.dgated_kernel_entry`` names (the ping-pong or the cooperative row tile, by how
-    well each fills its waves), in the form its family's dgated switches hold
-    (``host.dgated_config``: the whole tile buffered, or a loader warp)."""
-    e = host.choosing.menu.entry(host.choosing.dgated_kernel_entry(rows, half, sm_count))
+def dgated_tile(d, dy: torch.Tensor, half: int, index: int) -> tuple[str, object | None]:
+    """(backend, config) of the tile the dgated GEMM of a ``gated_grad`` call (``dy`` (M, H),
+    ``dh`` (M, ``half``)) runs on device ``index``: the menu entry ``choosing.dgated_entry``
+    names (the ping-pong or the cooperative row tile, by how well each fills its waves, or the
+    plain product's cooperative tile where it fills them better still), in the form its
+    family's dgated switches hold (``host.dgated_config``: the whole tile buffered, or a loader
+    warp)."""
+    rows, k = dy.shape[0], dy.shape[1]
+    ab = str(dy.dtype).removeprefix("torch.")
+    cc = d.devices.capability(index)
+    e = host.choosing.menu.entry(
+        host.choosing.dgated_entry(rows, half, k, ab, d.devices.sm_count(index), cc)
+    )
     return e.backend, host.dgated_config(e.backend, e.variant_config())
 
 
@@ -350,7 +356,7 @@ def _training_line(d, x, weight, act: str, bias) -> str:
     head = "training (GatedMLP with a gradient to compute):"
     half = weight.shape[0] // 2
     index = dispatch.device_index(d, x)
-    backend = dgated_tile(x.shape[0], half, d.devices.sm_count(index))[0]
+    backend = dgated_tile(d, x, half, index)[0]
     why = _dgated_refusal(d, backend, half, index)
     road = "an empty problem"
     if why is None and x.shape[0] and half and x.shape[1]:
@@ -487,7 +493,7 @@ def _grad_road(d, dy, w_down, preact):
     not (a str)."""
     index = dispatch.device_index(d, dy)
     half = w_down.shape[1]
-    backend, config = dgated_tile(dy.shape[0], half, d.devices.sm_count(index))
+    backend, config = dgated_tile(d, dy, half, index)
     why = _dgated_refusal(d, backend, half, index)
     if why is not None:
         return why

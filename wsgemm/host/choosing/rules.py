@@ -58,6 +58,7 @@ __all__ = [
     "batch_invariant_requested",
     "candidates",
     "choose",
+    "dgated_entry",
     "ranked_candidates",
     "fits",
     "split_candidates",
@@ -267,6 +268,33 @@ def choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant
     clusters = registry.CLUSTER_SPLIT_FAMILIES
     return _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table,
                    clusters)  # fmt: skip
+
+
+def dgated_entry(rows: int, half: int, k: int, ab_dtype: str, sm_count: int, cc) -> str:
+    """The menu entry whose tile the dgated GEMM (``api.gated.gated_grad``: ``dh`` (rows,
+    half) = dy (rows, k) @ W_down (k, half)) runs: ``cost.dgated_kernel_entry``'s row tile,
+    unless ``choose``'s unsplit cooperative row tile for the plain product fills its waves more
+    than ``cost.DGATED_PINGPONG_WAVE_MARGIN`` times as well (docs/perf.md entry 110: the
+    dgated epilogue costs about the same share on every cooperative tile, so where the plain
+    product's tile makes whole waves and the two fixed tiles leave a partial one, the dgated
+    GEMM follows it). Cached per (rows, ...): a call of ``gated_grad`` asks once."""
+    return _dgated_entry(rows, half, k, ab_dtype, sm_count, tuple(cc))
+
+
+@functools.lru_cache(maxsize=256)
+def _dgated_entry(rows, half, k, ab_dtype, sm_count, cc) -> str:
+    tile = cost.dgated_kernel_entry(rows, half, sm_count)
+    if rows <= cost.GATED_PINGPONG_MAX_ROWS or cost.cost_model_for(sm_count, cc) is None:
+        return tile  # (the gated kernel's tile; or a GPU the cost model does not describe)
+    plain = choose(rows, half, k, 1, ab_dtype, ab_dtype, "float32", sm_count, cc,
+                   batch_invariant=False)  # fmt: skip
+    e = plain.menu_entry
+    if plain.split != 1 or e.swap_ab or e.config["schedule"] != "cooperative" or e.name == tile:
+        return tile
+    fill = cost.wave_fill(e, rows, half, sm_count)
+    if fill > cost.DGATED_PINGPONG_WAVE_MARGIN * cost.wave_fill(entry(tile), rows, half, sm_count):
+        return e.name
+    return tile
 
 
 @_asks_of_a_problem
