@@ -287,6 +287,8 @@ def test_the_dgated_tile_follows_the_wave_fill(rows, half, tile):
         (4096, 14336, 4096, "sm90"),  # 256x160 fills 0.99 vs 0.97: within the margin
         (2048, 9216, 2304, "sm90-pingpong"),  # the plain tile fills no better (0.97)
         (200, 9216, 2304, "sm90-pingpong"),  # few rows: the gated kernel's tile
+        # gemma-2-27b/2: 3 row tiles, 2x1 clusters leave a CTA past the edge; 1x2 ones fill
+        (384, 18432, 4608, "cooperative-128x256-c1x2"),
     ],
 )
 def test_the_dgated_tile_follows_the_plain_tile_where_it_fills_its_waves(rows, half, k, entry):
@@ -313,6 +315,10 @@ def test_wave_fill_counts_the_last_wave():
     e = cost.entry("sm90-pingpong")  # 128x128 tiles in 2x1 clusters: 66 clusters at once
     assert cost.wave_fill(e, 128 * 132, 128, 132) == 1.0
     assert math.isclose(cost.wave_fill(e, 128 * 134, 128, 132), 134 / 264)
+    # 3 row tiles in 2x1 clusters: the second cluster's second CTA runs past the edge, idle
+    assert math.isclose(cost.wave_fill(e, 3 * 128, 128 * 22, 132), 66 / 132)
+    assert math.isclose(cost.wave_fill(cost.entry("cooperative-128x256-c1x2"), 384, 256 * 44, 132),
+                        1.0)  # fmt: skip
 
 
 def test_the_gated_kernel_is_priced_on_the_tile_it_runs():

@@ -128,11 +128,6 @@ class Features:
     cluster_split: bool = False  # the split's parts meet in a cluster's shared memory
     slots: int = 0  # CTAs a wave runs (whole clusters at once; 0: unknown)
 
-    @property
-    def wave_fill(self) -> float:
-        """The share of its waves' slots the units fill: 1.0 where the last wave is full."""
-        return self.units / (self.waves * self.slots) if self.slots else 1.0
-
 
 @dataclass(frozen=True)
 class Prediction:
@@ -296,9 +291,15 @@ DGATED_PINGPONG_WAVE_MARGIN = 1.085
 
 
 def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
-    """``Features.wave_fill`` of entry ``e`` unsplit on an (M, N) product over ``sm_count``
-    SMs."""
-    return features(e, 1, m, n, 1, 1, sm_count).wave_fill
+    """The share of its waves' slots (``Features.slots``) that entry ``e`` unsplit fills with
+    tiles of an (M, N) product over ``sm_count`` SMs: 1.0 where the last wave is full. A
+    cluster that overhangs the problem's edge runs all its CTAs, but the ones past the edge
+    fill their slot with nothing (docs/perf.md entry 110: the dgated GEMM on a 2x1 cluster
+    tile over 3 or 5 row tiles ran ~1.5x the time of a 1x2 cluster's)."""
+    f = features(e, 1, m, n, 1, 1, sm_count)
+    km, kn = e.kernel_mn(m, n)
+    inside = -(-km // e.tile_m) * -(-kn // e.tile_n)
+    return inside / (f.waves * f.slots) if f.slots else 1.0
 
 
 def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:

@@ -278,11 +278,14 @@ def dgated_entry(rows: int, half: int, k: int, ab_dtype: str, sm_count: int, cc)
     dgated epilogue costs about the same share on every cooperative tile, so where the plain
     product's tile makes whole waves and the two fixed tiles leave a partial one, the dgated
     GEMM follows it). Cached per (rows, ...): a call of ``gated_grad`` asks once."""
-    return _dgated_entry(rows, half, k, ab_dtype, sm_count, tuple(cc))
+    # (the constants it reads key the cache too: a test or a fit that sets them is answered
+    # anew)
+    constants = (cost.DGATED_PINGPONG_WAVE_MARGIN, cost.GATED_PINGPONG_MAX_ROWS)
+    return _dgated_entry(rows, half, k, ab_dtype, sm_count, tuple(cc), constants)
 
 
 @functools.lru_cache(maxsize=256)
-def _dgated_entry(rows, half, k, ab_dtype, sm_count, cc) -> str:
+def _dgated_entry(rows, half, k, ab_dtype, sm_count, cc, constants) -> str:
     tile = cost.dgated_kernel_entry(rows, half, sm_count)
     if rows <= cost.GATED_PINGPONG_MAX_ROWS or cost.cost_model_for(sm_count, cc) is None:
         return tile  # (the gated kernel's tile; or a GPU the cost model does not describe)
