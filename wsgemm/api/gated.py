@@ -107,6 +107,10 @@ def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[st
     return e.backend, e.variant_config()
 
 
+#: the host's names of the 16-bit dtypes (per gated_grad call: a str() of a dtype is ~0.1 us)
+_AB_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
 def dgated_tile(d, dy: torch.Tensor, half: int, index: int) -> tuple[str, object | None]:
     """(backend, config) of the tile the dgated GEMM of a ``gated_grad`` call (``dy`` (M, H),
     ``dh`` (M, ``half``)) runs on device ``index``: the menu entry ``choosing.dgated_entry``
@@ -114,12 +118,10 @@ def dgated_tile(d, dy: torch.Tensor, half: int, index: int) -> tuple[str, object
     plain product's cooperative tile where it fills them better still), in the form its
     family's dgated switches hold (``host.dgated_config``: the whole tile buffered, or a loader
     warp)."""
-    rows, k = dy.shape[0], dy.shape[1]
-    ab = str(dy.dtype).removeprefix("torch.")
-    cc = d.devices.capability(index)
-    e = host.choosing.menu.entry(
-        host.choosing.dgated_entry(rows, half, k, ab, d.devices.sm_count(index), cc)
-    )
+    rows, k = dy.shape
+    ab = _AB_NAMES.get(dy.dtype) or str(dy.dtype).removeprefix("torch.")
+    sms, cc = d.devices.sm_count(index), d.devices.capability(index)
+    e = host.choosing.menu.entry(host.choosing.dgated_entry(rows, half, k, ab, sms, cc))
     return e.backend, host.dgated_config(e.backend, e.variant_config())
 
 

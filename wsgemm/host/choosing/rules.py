@@ -270,7 +270,9 @@ def choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant
                    clusters)  # fmt: skip
 
 
-def dgated_entry(rows: int, half: int, k: int, ab_dtype: str, sm_count: int, cc) -> str:
+def dgated_entry(
+    rows: int, half: int, k: int, ab_dtype: str, sm_count: int, cc: tuple[int, int]
+) -> str:
     """The menu entry whose tile the dgated GEMM (``api.gated.gated_grad``: ``dh`` (rows,
     half) = dy (rows, k) @ W_down (k, half)) runs: ``cost.dgated_kernel_entry``'s row tile,
     unless ``choose``'s unsplit cooperative row tile for the plain product fills its waves more
@@ -281,7 +283,7 @@ def dgated_entry(rows: int, half: int, k: int, ab_dtype: str, sm_count: int, cc)
     # (the constants it reads key the cache too: a test or a fit that sets them is answered
     # anew)
     constants = (cost.DGATED_PINGPONG_WAVE_MARGIN, cost.GATED_PINGPONG_MAX_ROWS)
-    return _dgated_entry(rows, half, k, ab_dtype, sm_count, tuple(cc), constants)
+    return _dgated_entry(rows, half, k, ab_dtype, sm_count, cc, constants)
 
 
 @functools.lru_cache(maxsize=256)
