@@ -214,8 +214,8 @@ if has dactbench; then
   echo "mlp dact rc=$?"; tail -8 "$OUT/mlp-dact.log"
 fi
 if has suiteall; then
-  # the whole GPU suite in one call: SHARDS pytest runs side by side (scripts/gpu_suite.py)
-  WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --shards ${SHARDS:-6} \
+  # the whole GPU suite in one call: JOBS pytest runs side by side (scripts/gpu_suite.py)
+  WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --jobs ${JOBS:-8} \
     --timeout ${SUITE_TIMEOUT:-540} ${TESTS:-tests/} 2>&1 | tee "$OUT/gpu-suite.log" | tail -40
   echo "suiteall done at $((SECONDS - start)) s"
 fi

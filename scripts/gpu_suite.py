@@ -3,12 +3,14 @@
 One pytest process runs the suite in about four 560 s calls (``gpu_session.sh suite1..4``),
 most of it compiling kernel variants one at a time on one core. Here the collected tests are cut
 into ``--shards`` runs of neighbouring tests (a parametrized test's cases stay together, so
-they share their compiles), run at once on the same GPU; the host's cores compile in parallel
+they share their compiles), ``--jobs`` of them at a time on the same GPU (more shards than jobs:
+a slow shard does not hold the others' cores); the host's cores compile in parallel
 and the disk cache serves a variant two shards need. The tests assert results, not times, so
 sharing the GPU changes no verdict. The shards' logs end up in one file, ``--out``/shards.log
 (``--junit``: a JUnit XML per shard beside it); the summary line counts them all.
 
-    python scripts/gpu_suite.py --out DIR [--shards 6] [--timeout 540] [--junit] [selection ...]
+    python scripts/gpu_suite.py --out DIR [--jobs 8] [--shards 32] [--timeout 540] [--junit]
+        [selection ...]
 """
 
 from __future__ import annotations
@@ -44,10 +46,25 @@ def shards(ids: list[str], count: int) -> list[list[str]]:
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
+def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict) -> None:
+    """One finished (or cut) shard: its log appended to ``out``/shards.log, its summary line
+    and failures printed, its counts added to ``totals``."""
+    with open(out / "shards.log", "a") as whole:
+        whole.write(f"===== shard {i}: {len(part)} tests\n{text}\n")
+    tail = text.strip().splitlines()[-1:] or [""]
+    print(f"shard {i} rc={proc.returncode}: {tail[0][:200]}", flush=True)
+    for line in text.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            print("  " + line[:300], flush=True)
+    for n, what in COUNTS.findall(tail[0]):
+        totals[what] = totals.get(what, 0) + int(n)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--shards", type=int, default=6)
+    p.add_argument("--jobs", type=int, default=8, help="shards running at once")
+    p.add_argument("--shards", type=int, default=0, help="shards in all (0: 4 a job)")
     p.add_argument("--timeout", type=int, default=540, help="seconds for every shard together")
     p.add_argument("--junit", action="store_true", help="a JUnit XML per shard")
     p.add_argument("selection", nargs="*", default=["tests/"])
@@ -55,39 +72,40 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    ids = collect(args.selection)
-    parts = shards(ids, args.shards)
-    print(f"{len(ids)} GPU tests in {len(parts)} shards", flush=True)
-    logs = Path(tempfile.mkdtemp(prefix="gpu-suite-"))
-    procs = []
-    for i, part in enumerate(parts):
-        log = open(logs / f"shard{i}.log", "w")  # noqa: SIM115 (closed below)
-        junit = [f"--junitxml={out / f'shard{i}.xml'}"] if args.junit else []
-        cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--no-header", "-rf",
-               "-p", "no:cacheprovider", *junit, *part]  # fmt: skip
-        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = start + args.timeout
+    ids = collect(args.selection)
+    parts = shards(ids, args.shards or 4 * args.jobs)
+    print(f"{len(ids)} GPU tests in {len(parts)} shards, {args.jobs} at once", flush=True)
+    logs = Path(tempfile.mkdtemp(prefix="gpu-suite-"))
+    waiting = list(range(len(parts)))
+    running: dict[int, tuple] = {}
     totals: dict[str, int] = {}
     rc = 0
-    for i, (proc, log) in enumerate(procs):
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    while waiting or running:
+        while waiting and len(running) < args.jobs and time.monotonic() < deadline:
+            i = waiting.pop(0)
+            log = open(logs / f"shard{i}.log", "w")  # noqa: SIM115 (closed when it ends)
+            junit = [f"--junitxml={out / f'shard{i}.xml'}"] if args.junit else []
+            cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--no-header", "-rf",
+                   "-p", "no:cacheprovider", *junit, *parts[i]]  # fmt: skip
+            running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log)
+        if time.monotonic() >= deadline and (running or waiting):
+            rc = rc or 1  # some tests did not run to the end
+            for i, (proc, _) in running.items():
+                proc.kill()
+                print(f"shard {i}: cut at the timeout", flush=True)
+            for i in waiting:
+                print(f"shard {i}: not started ({len(parts[i])} tests)", flush=True)
+            waiting = []
+        for i in [i for i, (proc, _) in running.items() if proc.poll() is not None or
+                  time.monotonic() >= deadline]:  # fmt: skip
+            proc, log = running.pop(i)
             proc.wait()
-            print(f"shard {i}: cut at the timeout", flush=True)
-        log.close()
-        rc = rc or proc.returncode
-        text = (logs / f"shard{i}.log").read_text(errors="replace")
-        with open(out / "shards.log", "a") as whole:
-            whole.write(f"===== shard {i}: {len(parts[i])} tests\n{text}\n")
-        tail = text.strip().splitlines()[-1:] or [""]
-        print(f"shard {i} rc={proc.returncode}: {tail[0][:200]}", flush=True)
-        for line in text.splitlines():
-            if line.startswith(("FAILED", "ERROR")):
-                print("  " + line[:300], flush=True)
-        for n, what in COUNTS.findall(tail[0]):
-            totals[what] = totals.get(what, 0) + int(n)
+            log.close()
+            rc = rc or proc.returncode
+            _report(i, parts[i], proc, (logs / f"shard{i}.log").read_text(errors="replace"), out,
+                    totals)  # fmt: skip
+        time.sleep(0.5)
     took = time.monotonic() - start
     print(f"all shards: {totals} in {took:.0f} s (rc {rc})", flush=True)
     return rc
