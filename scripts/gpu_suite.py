@@ -1,13 +1,14 @@
 """The whole GPU suite (``pytest -m gpu``) in one call of the lent GPU: shards run side by side.
 
 One pytest process runs the suite in about four 560 s calls (``gpu_session.sh suite1..4``),
-most of it compiling kernel variants one at a time on one core. Here the collected tests are cut
-into ``--shards`` runs of neighbouring tests (a parametrized test's cases stay together, so
-they share their compiles), ``--jobs`` of them at a time on the same GPU (more shards than jobs:
-a slow shard does not hold the others' cores); the host's cores compile in parallel
-and the disk cache serves a variant two shards need. The tests assert results, not times, so
-sharing the GPU changes no verdict. The shards' logs end up in one file, ``--out``/shards.log
-(``--junit``: a JUnit XML per shard beside it); the summary line counts them all.
+most of it compiling kernel variants one at a time on one core. Here the collected tests are
+cut into ``--shards`` runs of neighbouring tests (in collection order, so a parametrized test's
+cases mostly land in one shard and share their compiles), ``--jobs`` of them at a time on the
+same GPU (more shards than jobs: a slow shard does not hold the others' cores); the host's cores
+compile in parallel and the disk cache serves a variant two shards need. The tests assert
+results, not times, so sharing the GPU changes no verdict. The shards' logs end up in one file,
+``--out``/shards.log (``--junit``: a JUnit XML per shard beside it); the summary line counts
+them all. A collection error stops it before any test runs.
 
     python scripts/gpu_suite.py --out DIR [--jobs 8] [--shards 32] [--timeout 540] [--junit]
         [selection ...]
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-COUNTS = re.compile(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed|deselected)")
+COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 
 
 def collect(selection: list[str]) -> list[str]:
@@ -35,8 +36,9 @@ def collect(selection: list[str]) -> list[str]:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     ids = [line for line in done.stdout.splitlines() if "::" in line and " " not in line]
-    if not ids:
-        raise SystemExit(f"collected nothing:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    if done.returncode != 0 or not ids:  # (a module that fails to import: its tests lost)
+        raise SystemExit(f"collection failed (rc {done.returncode}):\n{done.stdout[-2000:]}\n"
+                         f"{done.stderr[-2000:]}")  # fmt: skip
     return ids
 
 
@@ -57,6 +59,7 @@ def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict) -
         if line.startswith(("FAILED", "ERROR")):
             print("  " + line[:300], flush=True)
     for n, what in COUNTS.findall(tail[0]):
+        what = "errors" if what == "error" else what
         totals[what] = totals.get(what, 0) + int(n)
 
 
@@ -71,6 +74,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "shards.log").unlink(missing_ok=True)  # (this run's logs only)
     start = time.monotonic()
     deadline = start + args.timeout
     ids = collect(args.selection)
@@ -86,7 +90,7 @@ def main(argv=None) -> int:
             i = waiting.pop(0)
             log = open(logs / f"shard{i}.log", "w")  # noqa: SIM115 (closed when it ends)
             junit = [f"--junitxml={out / f'shard{i}.xml'}"] if args.junit else []
-            cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--no-header", "-rf",
+            cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--no-header", "-rfE",
                    "-p", "no:cacheprovider", *junit, *parts[i]]  # fmt: skip
             running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log)
         if time.monotonic() >= deadline and (running or waiting):

@@ -860,6 +860,25 @@ def test_the_dgated_tiles_take_their_switched_loads(dgated, monkeypatch, whole, 
         assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, 64)
 
 
+def test_gated_grad_runs_the_plain_product_s_tile_where_it_fills_its_waves(dgated):
+    """A gemma-2-2b MLP's dh at 512 rows (I 9216, H 2304): the plain product's cooperative
+    256x160 tile fills 0.88 of its one wave where the dgated rule's tiles fill 0.73 and 0.55
+    (``choosing.dgated_entry``, docs/perf.md entry 110), so the dgated kernel runs that tile,
+    in its family's dgated form (the loader warp)."""
+    torch.manual_seed(3)
+    rows, hidden, half = 512, 2304, 9216
+    dy = torch.randn(rows, hidden, dtype=BF16)
+    w_down = torch.randn(hidden, half, dtype=BF16) / hidden**0.5
+    preact = torch.randn(rows, 2 * half, dtype=BF16)
+    d = dispatcher()
+    got = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
+    (v,) = d.cache.variants
+    config = v.kernel_config()
+    assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n) == (256, 160, 1, 2)
+    assert config.dgated_loader_warp and not config.pingpong
+    assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, hidden)
+
+
 def test_grad_launch_is_the_call_s_kernel_launch(dgated):
     """``grad_launch`` (what ``wsgemm.tracing.trace_gated_grad`` launches) plans what
     ``gated_grad`` runs: the same variant's fields, and the dgated kernel run on its views

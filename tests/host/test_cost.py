@@ -294,7 +294,7 @@ def test_the_dgated_tile_follows_the_wave_fill(rows, half, tile):
 def test_the_dgated_tile_follows_the_plain_tile_where_it_fills_its_waves(rows, half, k, entry):
     """``choosing.dgated_entry`` (docs/perf.md entry 110): the wave-fill rule's tile
     (``dgated_kernel_entry``), unless the plain product's unsplit cooperative row tile
-    (``choose``'s) fills its waves more than ``DGATED_PINGPONG_WAVE_MARGIN`` times as well; on
+    (``choose``'s) fills its waves more than ``DGATED_PLAIN_TILE_MARGIN`` times as well; on
     a GPU the cost model does not describe, the rule's tile alone."""
     got = choosing.dgated_entry(rows, half, k, "bfloat16", 132, (9, 0))
     assert got == entry
@@ -304,10 +304,30 @@ def test_the_dgated_tile_follows_the_plain_tile_where_it_fills_its_waves(rows, h
     if got != rule:
         assert got == plain.menu_entry.name and plain.split == 1
         fills = [cost.wave_fill(cost.entry(e), rows, half, 132) for e in (got, rule)]
-        assert fills[0] > cost.DGATED_PINGPONG_WAVE_MARGIN * fills[1]
+        assert fills[0] > cost.DGATED_PLAIN_TILE_MARGIN * fills[1]
     assert choosing.dgated_entry(rows, half, k, "bfloat16", 46, (8, 9)) == cost.dgated_kernel_entry(
         rows, half, 46
     )
+
+
+def test_the_dgated_tile_of_an_empty_product_and_a_list_capability():
+    """An empty dh (I or K zero, ``explain``'s zero sizes) has a tile and no wave to fill; a
+    capability given as a list (a stand-in's) is a tuple to the cache."""
+    assert choosing.dgated_entry(4096, 0, 4096, "bfloat16", 132, (9, 0)) == "sm90"
+    assert choosing.dgated_entry(4096, 14336, 0, "bfloat16", 132, (9, 0)) == "sm90"
+    assert cost.wave_fill(cost.entry("sm90"), 4096, 0, 132) == 1.0
+    assert choosing.dgated_entry(512, 9216, 2304, "bfloat16", 132, [9, 0]) == (
+        "cooperative-256x160-c1x2"
+    )
+
+
+def test_the_dgated_tile_is_chosen_anew_when_a_switch_it_reads_changes(monkeypatch):
+    """The cache of ``dgated_entry`` keys what its answer reads: its margins and the cluster
+    split's switch (``choose``'s memo keys it too)."""
+    args = (1024, 6912, 5120, "bfloat16", 132, (9, 0))
+    assert choosing.dgated_entry(*args) == "cooperative-128x224-c2x1"
+    monkeypatch.setattr(cost, "DGATED_PLAIN_TILE_MARGIN", float("inf"))
+    assert choosing.dgated_entry(*args) == cost.dgated_kernel_entry(1024, 6912, 132) == "sm90"
 
 
 def test_wave_fill_counts_the_last_wave():

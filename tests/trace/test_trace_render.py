@@ -32,6 +32,7 @@ from wsgemm.trace_format import Event, RawTrace, Role, Timer
 from wsgemm.tracing import Timeline, check, decode
 from wsgemm.tracing import cli as trace_cli
 from wsgemm.tracing import summary as summary_module
+from wsgemm.tracing.checks import SKEW_NS
 from wsgemm.tracing.chrome import INSTANTS
 from wsgemm.tracing.decoding import SPAN_NAMES
 
@@ -328,14 +329,15 @@ _EPILOGUE = (Event.EPILOGUE_BEGIN, Event.STORE_WAIT_BEGIN, Event.STORE_WAIT_END,
              Event.EPILOGUE_END)  # fmt: skip
 
 
-def _copy_epilogue(recs, tile, src: Rec, dst: Rec, move: bool = False) -> None:
+def _copy_epilogue(recs, tile, src: Rec, dst: Rec, move: bool = False, at=None) -> None:
     """``src``'s epilogue of ``tile`` also (``move``: only) on ``dst``, right after ``dst``'s
-    fix-up of its unit of the tile (in the idle slot the fixture leaves there)."""
+    fix-up of its unit of the tile (in the idle slot the fixture leaves there), or beginning
+    ``at`` ns."""
     events = [src.events[i] for i in _unit_events(src, tile, _EPILOGUE)]
     if move:
         src.events = [e for e in src.events if e not in events]
     end = dst.events[_unit_events(dst, tile, (Event.FIXUP_END,))[0]][1]
-    shift = end + 32 - events[0][1]
+    shift = (end + 32 if at is None else at) - events[0][1]
     dst.events += [(kind, t + shift, *coords) for kind, t, *coords in events]
     dst.events.sort(key=lambda e: e[1])
 
@@ -433,6 +435,21 @@ def test_a_planted_stream_k_bug_is_rejected(bug):
     plant(recs)
     problems = check(pack(recs, meta=stream_k_meta()))
     assert problem in problems, problems
+
+
+@pytest.mark.parametrize("early_ns, reported", [(64, False), (SKEW_NS + 32, True)])
+def test_an_epilogue_stamped_within_the_skew_before_another_part_s_fix_up_passes(
+    early_ns, reported
+):
+    """Two SMs read ``%globaltimer`` a few ticks apart (64 ns seen on an H100): a finisher's
+    epilogue stamped 64 ns before another part's fix-up (on another SM) passes, one stamped
+    more than ``SKEW_NS`` before it is reported."""
+    recs = stream_k_run()
+    fix_begin = recs[1].events[_unit_events(recs[1], SHARED, (Event.FIXUP_BEGIN,))[0]][1]
+    _copy_epilogue(recs, SHARED, src=recs[1], dst=recs[5], move=True, at=fix_begin - early_ns)
+    problems = check(pack(recs, meta=stream_k_meta()))
+    assert any("before the last of its parts began its fix-up" in p for p in problems) is reported
+    assert reported or problems == []
 
 
 def test_a_sampled_stream_k_recording_is_not_asked_for_the_parts_it_cannot_show():

@@ -288,6 +288,12 @@ def gated_kernel_entry(rows: int, small: bool = False) -> str:
 #: (9 rows, geomean 1.085: this factor), 1.05-1.15x timed alone (geomean 1.088); where the
 #: cooperative tile left a partial wave (fill 0.77-0.90 against 0.92-1.00) it took 0.88-0.98x.
 DGATED_PINGPONG_WAVE_MARGIN = 1.085
+#: ``choosing.dgated_entry``: the dgated GEMM takes the plain product's unsplit cooperative
+#: row tile (``choose``'s) where that fills its waves more than this factor the tile above's.
+#: The 13 row tiles forced on the 14 fit rows (an H100, docs/perf.md entry 110): the one row
+#: where it filled them 1.148x as well ran 0.946x the time; of the seven within 1.023x, five
+#: ran 3-11% slower. Any factor between separates them; entry 107's 1.085 was taken.
+DGATED_PLAIN_TILE_MARGIN = 1.085
 
 
 def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
@@ -299,7 +305,7 @@ def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
     f = features(e, 1, m, n, 1, 1, sm_count)
     km, kn = e.kernel_mn(m, n)
     inside = -(-km // e.tile_m) * -(-kn // e.tile_n)
-    return inside / (f.waves * f.slots) if f.slots else 1.0
+    return inside / (f.waves * f.slots) if f.slots and f.waves else 1.0  # (1.0: empty)
 
 
 def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:

@@ -276,28 +276,32 @@ def dgated_entry(
     """The menu entry whose tile the dgated GEMM (``api.gated.gated_grad``: ``dh`` (rows,
     half) = dy (rows, k) @ W_down (k, half)) runs: ``cost.dgated_kernel_entry``'s row tile,
     unless ``choose``'s unsplit cooperative row tile for the plain product fills its waves more
-    than ``cost.DGATED_PINGPONG_WAVE_MARGIN`` times as well (docs/perf.md entry 110: the
+    than ``cost.DGATED_PLAIN_TILE_MARGIN`` times as well (docs/perf.md entry 110: the
     dgated epilogue costs about the same share on every cooperative tile, so where the plain
     product's tile makes whole waves and the two fixed tiles leave a partial one, the dgated
     GEMM follows it). Cached per (rows, ...): a call of ``gated_grad`` asks once."""
-    # (the constants it reads key the cache too: a test or a fit that sets them is answered
-    # anew)
-    constants = (cost.DGATED_PINGPONG_WAVE_MARGIN, cost.GATED_PINGPONG_MAX_ROWS)
-    return _dgated_entry(rows, half, k, ab_dtype, sm_count, cc, constants)
+    # (what it reads keys the cache too: a test or a fit that sets a constant or a switch is
+    # answered anew, as ``choose``'s memo keys the table and the cluster split's switch)
+    constants = (cost.DGATED_PINGPONG_WAVE_MARGIN, cost.DGATED_PLAIN_TILE_MARGIN,
+                 cost.GATED_PINGPONG_MAX_ROWS, registry.CLUSTER_SPLIT_FAMILIES,
+                 _environment()[1])  # fmt: skip
+    return _dgated_entry(rows, half, k, ab_dtype, sm_count, tuple(cc), constants)
 
 
 @functools.lru_cache(maxsize=256)
 def _dgated_entry(rows, half, k, ab_dtype, sm_count, cc, constants) -> str:
     tile = cost.dgated_kernel_entry(rows, half, sm_count)
-    if rows <= cost.GATED_PINGPONG_MAX_ROWS or cost.cost_model_for(sm_count, cc) is None:
-        return tile  # (the gated kernel's tile; or a GPU the cost model does not describe)
+    if (rows <= cost.GATED_PINGPONG_MAX_ROWS or not half or not k
+            or cost.cost_model_for(sm_count, cc) is None):  # fmt: skip
+        # (the gated kernel's tile; an empty product; a GPU the cost model does not describe)
+        return tile
     plain = choose(rows, half, k, 1, ab_dtype, ab_dtype, "float32", sm_count, cc,
                    batch_invariant=False)  # fmt: skip
     e = plain.menu_entry
     if plain.split != 1 or e.swap_ab or e.config["schedule"] != "cooperative" or e.name == tile:
         return tile
     fill = cost.wave_fill(e, rows, half, sm_count)
-    if fill > cost.DGATED_PINGPONG_WAVE_MARGIN * cost.wave_fill(entry(tile), rows, half, sm_count):
+    if fill > cost.DGATED_PLAIN_TILE_MARGIN * cost.wave_fill(entry(tile), rows, half, sm_count):
         return e.name
     return tile
 
