@@ -534,6 +534,20 @@ def test_in_a_cluster_the_wait_on_full_waits_for_the_peers_loads():
     assert any("before the last of its cluster's loads was issued" in p for p in problems)
 
 
+@pytest.mark.parametrize("early_ns, reported", [(64, False), (SKEW_NS + 64, True)])
+def test_a_wait_is_allowed_the_skew_against_a_peer_s_load(early_ns, reported):
+    """A peer CTA's load is stamped on another SM: a wait on full that ended 64 ns before it
+    passes, one that ended more than ``SKEW_NS`` before it is reported. (In the fixture CTA
+    0's first wait ends 600 ns after CTA 0 starts, so a peer started 600 + x ns later issues
+    its k-tile 0 x ns after that wait ended.)"""
+    meta = pingpong_meta()
+    meta["config"]["cluster_m"] = 2
+    problems = check(pack(pingpong_run(stagger=600 + early_ns), meta=meta))
+    said = [p for p in problems if "before the last of its cluster's loads was issued" in p]
+    assert bool(said) is reported, problems
+    assert reported or problems == []
+
+
 # ----------------------------------------------------------------------------- outputs
 
 

@@ -38,7 +38,7 @@ The checks (each problem is one sentence naming the CTA, SM, role and time):
   cluster_n > 1) the stage is full only when every CTA of the cluster issued its share of the
   multicast loads, so the bound is the latest ``LOAD_ISSUE`` of that k-tile among the CTAs that
   run the same cluster tile. One timer tick (32 ns) of slack: two stamps of one instant may
-  straddle a tick.
+  straddle a tick; ``SKEW_NS`` where the bound is a peer CTA's load, stamped on another SM.
 """
 
 from __future__ import annotations
@@ -540,7 +540,9 @@ def _full_after_load(d: Decoded) -> list[str]:
     t = ev["t"][wait]
     idx = np.flatnonzero(wait)
     lines = []
-    for j in np.flatnonzero(judged & ((own == -np.inf) | (t < bound - TICK_NS))):
+    # (one tick against its own CTA's load; ``SKEW_NS`` against a peer's, stamped on its SM)
+    slack = np.where(bound > own, SKEW_NS, TICK_NS)
+    for j in np.flatnonzero(judged & ((own == -np.inf) | (t < bound - slack))):
         i = idx[j]
         what = (
             f"{_who(d, int(ev['rec'][i]))}: tile {tuple(wait_tiles[j].tolist())} k-tile {k_of[i]}"
