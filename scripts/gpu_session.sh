@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -397,6 +397,13 @@ if has rpr; then
       --json "$OUT/rpr-$dt.json" > "$OUT/rpr-$dt.log" 2>&1
     echo "rpr $dt rc=$?"; grep -iE "geomean|rpr|wrong" "$OUT/rpr-$dt.log" | tail -8
   done
+fi
+if has routechoice; then
+  # issue #27: the on-line chooser races auto's kernel against torch.matmul (on sm_90 the
+  # study mode, against_torch=True), stores the faster and reuses it: the medians it printed
+  WSGEMM_AUTOTUNE=0 timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -s -m gpu --no-header \
+    -p no:cacheprovider -rfE tests/gpu/test_gpu_route_choice.py > "$OUT/route-choice.log" 2>&1
+  grep -E "^M=|passed|failed" "$OUT/route-choice.log" | cut -c1-300
 fi
 if has hostbench; then
   # host time per call, torch.mm vs wsgemm.matmul (and the grouped / gated ops), 64x64 fp16
