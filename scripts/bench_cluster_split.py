@@ -56,25 +56,21 @@ def tile_for(tokens: int):
 
 
 def named_tile(name: str):
-    """(name, backend, config) of a row tile named on the command line (``--tile``): the large
-    cooperative tiles whose partials fit a cluster split only in pieces."""
+    """(name, backend, config) of a row tile named on the command line (``--tile``): a large
+    cooperative tile (its cluster splits are refused where rank 0's receive buffers leave the
+    ring too little shared memory)."""
     from wsgemm.kernels.sm90.config import Sm90Config
 
     width = int(name.rsplit("x", 1)[1])
     return name, "sm90", Sm90Config(tile_m=128, tile_n=width)
 
 
-def contenders(config, pieces: int = 1) -> dict:
-    """name -> config: unsplit, the workspace split and the cluster split of ``config`` (its
-    partials in ``pieces``, where the tile's values a thread share them: else whole)."""
+def contenders(config) -> dict:
+    """name -> config: unsplit, the workspace split and the cluster split of ``config``."""
     out = {"unsplit": config}
     for ways in WAYS:
         out[f"split{ways}"] = dataclasses.replace(config, split_k=ways)
-        try:
-            cluster = dataclasses.replace(config, cluster_split=ways, cluster_split_pieces=pieces)
-        except ValueError:  # too few values a thread for that many pieces
-            cluster = dataclasses.replace(config, cluster_split=ways)
-        out[f"cluster{ways}"] = cluster
+        out[f"cluster{ways}"] = dataclasses.replace(config, cluster_split=ways)
     return out
 
 
@@ -89,13 +85,6 @@ def main(argv=None) -> int:
         metavar="MxNxK,...",
         help="these problems (x @ W.T, M tokens) instead of LAYERS x --tokens, each on the tile "
         "the menu runs at its M",
-    )
-    parser.add_argument(
-        "--pieces",
-        type=int,
-        default=1,
-        help="the cluster splits send their partials in this many pieces through two slots "
-        "(Sm90Config.cluster_split_pieces; 1: the whole tile)",
     )
     parser.add_argument(
         "--tile",
@@ -124,8 +113,8 @@ def main(argv=None) -> int:
     timer = CudaTimer(device, Nvml.open(device.index), getattr(props, "L2_cache_size", None))
     gen = torch.Generator(device=device).manual_seed(0)
     record = {"device": props.name, "source_digest": env.source_digest(),
-              "rounds": args.rounds, "reps": args.reps, "pieces": args.pieces,
-              "tile": args.tile, "rows": []}  # fmt: skip
+              "rounds": args.rounds, "reps": args.reps, "tile": args.tile,
+              "rows": []}  # fmt: skip
     start = time.perf_counter()
     for tokens, label, n, k in problems:
         tile, backend, base = tile_for(tokens) if args.tile == "menu" else named_tile(args.tile)
@@ -136,7 +125,7 @@ def main(argv=None) -> int:
         tol = check.tolerance(check.model_tolerance("fp16", "fp32", k), theirs)
         out = torch.empty(tokens, n, device=device, dtype=torch.float16)
         calls = {"cublas": lambda x=x, w=w: torch.mm(x, w.t())}
-        named = {"auto": None, **contenders(base, args.pieces)}
+        named = {"auto": None, **contenders(base)}
         for name, config in named.items():
 
             def run(config=config, x=x, w=w, out=out, backend=backend):

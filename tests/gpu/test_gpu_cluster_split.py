@@ -63,14 +63,10 @@ def _operands(m, n, k, batch, ab=F16, seed=0):
     return a, b
 
 
-#: a tile only the pieces take: its whole partials would not fit beside the ring at all
-PIECES_ONLY = {"cooperative-128x256": ("sm90", Sm90Config(tile_m=128, tile_n=256))}
-
-
 def _run(name, a, b, out_dtype=None, epilogue=None, **fields):
     """``a @ b`` on tile ``name`` with ``fields`` in its config (and ``epilogue``: a bias and an
     activation), into a poisoned result."""
-    backend, config = TILES[name] if name in TILES else PIECES_ONLY[name]
+    backend, config = TILES[name]
     config = dataclasses.replace(config, **fields)
     return run_into_poisoned(a, b, backend, config, out_dtype, **(epilogue or {}))
 
@@ -126,43 +122,29 @@ def test_cluster_split_has_the_workspace_splits_bits(name, ways):
         assert torch.equal(ours, theirs)
 
 
-#: (tile, ways, pieces) sending the partials in pieces through two slots (``cluster_split_pieces``):
-#: a row tile whose whole partials would not fit at 4 ways, a large cooperative tile, and the
-#: decode tile in its two vectors
-PIECES = [
-    ("pingpong-64x128", 2, 4),
-    ("pingpong-64x128", 4, 8),
-    ("cooperative-128x256", 2, 8),
-    ("cooperative-128x256", 4, 16),
-    ("swap-pingpong-64x16x128", 2, 2),
-    # two pieces: each slot's phase then turns with the tiles (with more, it repeats per tile)
-    ("cooperative-128x64", 4, 2),
-    ("pingpong-64x128", 2, 2),
+#: (tile, ways) run over several tiles a consumer unit: a ping-pong row tile, a cooperative one
+#: and the decode tile
+SEVERAL_TILES = [
+    ("pingpong-64x128", 2),
+    ("cooperative-128x64", 4),
+    ("swap-pingpong-64x16x128", 2),
 ]
 
 
-@pytest.mark.parametrize("name, ways, pieces", PIECES, ids=lambda v: str(v))
+@pytest.mark.parametrize("name, ways", SEVERAL_TILES, ids=lambda v: str(v))
 @pytest.mark.parametrize(
-    "shape",
-    # (the last: several tiles a consumer unit, on every tile)
-    [SHAPES[1], SHAPES[3], SHAPES[4], SHAPES[5], (300, 4096, 4096, None), (2048, 4096, 4096, None)],
+    "shape", [(300, 4096, 4096, None), (2048, 4096, 4096, None)],
     ids=lambda s: "x".join(map(str, s)),
-)
-def test_cluster_split_in_pieces_matches_the_reference_and_the_whole_tile(name, ways, pieces,
-                                                                           shape):  # fmt: skip
-    """Several tiles a CTA (the slots' phases go on across pieces and tiles): the reference's
-    values, and the bits of the workspace split with the same ways (the same sums in the same
-    order, whatever the pieces)."""
+)  # fmt: skip
+def test_cluster_split_over_several_tiles_a_unit_has_the_workspace_splits_bits(name, ways, shape):
+    """Several tiles a CTA (the mbarriers' phases go on across tiles): the reference's values,
+    the bits of the workspace split with the same ways, and the same bits again."""
     _sm90()
-    tile_k = (TILES[name] if name in TILES else PIECES_ONLY[name])[1].tile_k
-    if ways > -(-shape[2] // tile_k):
-        pytest.skip("fewer k-tiles than ways: refused (tests/host)")
-    a, b = _operands(*shape, seed=pieces)
-    got = _run(name, a, b, cluster_split=ways, cluster_split_pieces=pieces)
+    a, b = _operands(*shape, seed=ways)
+    got = _run(name, a, b, cluster_split=ways)
     _check(got, a, b)
     assert torch.equal(got, _run(name, a, b, split_k=ways))
-    again = _run(name, a, b, cluster_split=ways, cluster_split_pieces=pieces)
-    assert torch.equal(got, again)
+    assert torch.equal(got, _run(name, a, b, cluster_split=ways))
 
 
 def test_cluster_split_is_bitwise_repeatable_and_runs_beside_another_stream():

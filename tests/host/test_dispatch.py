@@ -550,14 +550,7 @@ def test_a_bad_split_config_is_refused(split_k, accumulate, message):
         (dict(cluster_split=2, split_k=2), "cluster_split splits K over the CTAs"),
         (dict(cluster_split=2, stream_k=True), "cluster_split splits K over the CTAs"),
         (dict(cluster_split=2, cluster_n=2), "cluster_split splits K over the CTAs"),
-        (dict(cluster_split=2, cluster_split_pieces=3), "cluster_split_pieces must be one of"),
-        (dict(cluster_split_pieces=4), "cluster_split_pieces=4 sends .* needs cluster_split"),
-        # 64x128 ping-pong: 64 values, 16 vectors a thread
-        (dict(cluster_split=2, cluster_split_pieces=16), None),
-        (
-            dict(cluster_split=2, tile_n=16, cluster_split_pieces=4),
-            "cluster_split_pieces=4 on a 64x16 pingpong tile: each thread holds 2 vectors",
-        ),
+        (dict(cluster_split=2), None),
     ],
 )
 def test_a_bad_cluster_split_config_is_refused_when_built(fields, message):
@@ -578,17 +571,8 @@ def test_a_cluster_split_has_its_own_cache_key_and_cluster_size():
     assert plain.cluster_size == 1 and split.cluster_size == 4
     # rank 0 holds one fp32 tile per other rank and ping-pong warpgroup
     assert split.cluster_split_bytes() == 3 * 2 * 64 * 16 * 4 and plain.cluster_split_bytes() == 0
-    # in pieces, two slots of one piece each; the key names the pieces, unsplit or one piece
-    # keeps the key it had
-    pieces = dataclasses.replace(split, cluster_split_pieces=2)
-    assert pieces.cluster_split_bytes() == 3 * 2 * 2 * (64 * 16 * 4 // 2)
-    assert "cluster_split_pieces=2" in repr(pieces) and "pieces" not in repr(split)
     big = Sm90Config(tile_m=128, tile_n=256, cluster_split=2)
     assert not big.cluster_split_fits()  # a whole 128 KB partial: no ring left
-    in_eight = dataclasses.replace(big, cluster_split_pieces=8)
-    assert (
-        in_eight.cluster_split_bytes() == 2 * 128 * 256 * 4 // 8 and in_eight.cluster_split_fits()
-    )
 
 
 @pytest.mark.parametrize(

@@ -292,15 +292,13 @@ def _cluster_split(backend, ways, **fields):
     return host.Variant(backend, "sm_90a", config=Sm90Config(**fields, cluster_split=ways))
 
 
-#: name -> (variant, fp32 accumulator values a thread holds); "in P" sends the tile's partials
-#: in P pieces through two slots (``cluster_split_pieces``)
+#: name -> (variant, fp32 accumulator values a thread holds)
 CLUSTER_SPLIT = {
     "swap-pingpong-64x16x128 x2": (
         _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=16, tile_k=128,
                        schedule="pingpong", swap_ab=True), 8),
-    "pingpong-64x128 x2 in 4": (
-        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=128, schedule="pingpong",
-                       cluster_split_pieces=4), 64),
+    "pingpong-64x128 x2": (
+        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=128, schedule="pingpong"), 64),
 }  # fmt: skip
 CLUSTER_SPLIT_SWEEP = {
     "swap-pingpong-64x16x128 x4": (
@@ -309,19 +307,7 @@ CLUSTER_SPLIT_SWEEP = {
     "swap-pingpong-64x8x128 x4": (
         _cluster_split("sm90-pingpong", 4, tile_m=64, tile_n=8, tile_k=128,
                        schedule="pingpong", swap_ab=True), 4),
-    "pingpong-64x128 x2": (
-        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=128, schedule="pingpong"), 64),
     "cooperative-128x64 x4": (_cluster_split("sm90", 4, tile_m=128, tile_n=64), 32),
-    "swap-pingpong-64x16x128 x2 in 2": (
-        _cluster_split("sm90-pingpong", 2, tile_m=64, tile_n=16, tile_k=128,
-                       schedule="pingpong", swap_ab=True, cluster_split_pieces=2), 8),
-    "cooperative-128x256 x2 in 8": (
-        _cluster_split("sm90", 2, tile_m=128, tile_n=256, cluster_split_pieces=8), 128),
-    "cooperative-128x256 x4 in 16": (
-        _cluster_split("sm90", 4, tile_m=128, tile_n=256, cluster_split_pieces=16), 128),
-    "pingpong-64x128 x4 in 8": (
-        _cluster_split("sm90-pingpong", 4, tile_m=64, tile_n=128, schedule="pingpong",
-                       cluster_split_pieces=8), 64),
 }  # fmt: skip
 
 
@@ -336,24 +322,24 @@ def _assert_cluster_split(compiled, name, v, values):
     for op, why in SM90_NEEDS.items():
         assert r.sass[op] > 0, f"{name}: no {op} in SASS ({why})"
     ops = collections.Counter(sass.opcodes(r.sass_text))
-    ways, pieces = v.config.cluster_split, v.config.cluster_split_pieces
+    ways = v.config.cluster_split
     assert ops["STAS.128"] == values // 4, ops
     assert ops["LDS.128"] == (ways - 1) * values // 4, ops
     assert ops["FADD"] >= (ways - 1) * values, ops
-    # rank 0 releases each piece's slot to every sender: one remote arrive per piece and peer
-    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == pieces * (ways - 1), ops
+    # rank 0 releases the slots to every sender: one remote arrive per peer
+    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == ways - 1, ops
     assert ops["UCGABAR_ARV"] >= 1 and ops["UCGABAR_WAIT"] >= 1, "no cluster barrier at init"
     assert not any(op.startswith(("ATOMG", "RED.", "MEMBAR.ALL.GPU", "MEMBAR.SC.GPU"))
                    for op in ops), ops  # fmt: skip
-    _assert_reads_done_before_release(r.sass_text, (ways - 1) * values // pieces // 4)
+    _assert_reads_done_before_release(r.sass_text, (ways - 1) * values // 4)
     assert_clean(r)
 
 
 def _assert_reads_done_before_release(text: str, loads: int) -> None:
     """Rank 0 lets the senders reuse their slots with a CTA-scoped remote arrive, which orders
     nothing: it is safe because every slot value is already in a register, consumed by an
-    add, before the unit's barrier that precedes the arrive. Checked here for every release
-    (one per piece): exactly ``loads`` 16-byte slot reads between the previous release and the
+    add, before the unit's barrier that precedes the arrive. Checked here for every release:
+    exactly ``loads`` 16-byte slot reads between the previous release (or the start) and the
     barrier, each consumed before it, and none between the barrier and the arrive, so that a
     compiler that moved a read past the barrier would fail this test, not race on the GPU."""
     lines = [line.split("*/", 1)[-1].strip(" ;") for line in text.splitlines() if "*/" in line]

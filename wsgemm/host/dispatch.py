@@ -89,8 +89,7 @@ class Route:
         ways = getattr(self.config, "cluster_split", 1)
         if ways == 1:
             return self
-        config = dataclasses.replace(self.config, cluster_split=1, cluster_split_pieces=1,
-                                     split_k=0)  # fmt: skip
+        config = dataclasses.replace(self.config, cluster_split=1, split_k=0)
         return dataclasses.replace(self, config=config, split=ways)
 
     def for_epilogue(self, epilogue) -> Route:

@@ -6,11 +6,8 @@ Roles: CTA ``r`` of a cluster of ``ways`` runs split ``r`` of every tile the clu
 (``GroupedTileScheduler(split_rank=r)``); rank 0 finishes each tile, the other ranks send.
 
 Pipelines: per consumer unit (both warpgroups of a cooperative tile, or each ping-pong
-warpgroup) and receive slot two mbarriers, and rank 0's receive buffers: per other rank one
-fp32 tile, or, with the tile sent in ``pieces`` (``Sm90Config.cluster_split_pieces`` > 1: a
-thread's accumulator values in that many runs), two slots of one piece each that the pieces
-take in turn, so a large tile's partials need a fraction of its bytes (the rules below hold
-per piece and slot, a slot's phases counting its pieces):
+warpgroup) two mbarriers, and rank 0's receive buffers: one fp32 tile per other rank (its
+slot), where that rank's whole partial tile lands at once:
 
 * ``full`` (rank 0's, count 1): for each tile rank 0 arrives once with the bytes it expects
   (``ways - 1`` tiles of partial sums); the senders' ``st.async`` stores complete those bytes
@@ -43,8 +40,6 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 
-from wsgemm.kernels.sm90.config import cluster_split_slots
-
 __all__ = ["ClusterSplitArgs", "barrier_count", "cluster_split_args", "init_barriers", "reduce",
            "sender_tail"]  # fmt: skip
 
@@ -54,9 +49,9 @@ warnings.filterwarnings("ignore", message="This static loop has", module=__name_
 VECTOR = 4  # fp32 words per st.async (v4.b32: 16 bytes)
 
 
-def barrier_count(units: int, pieces: int = 1) -> int:
-    """mbarriers a cluster split keeps: ``full`` and ``free`` per consumer unit and slot."""
-    return 2 * units * cluster_split_slots(pieces)
+def barrier_count(units: int) -> int:
+    """mbarriers a cluster split keeps: ``full`` and ``free`` per consumer unit."""
+    return 2 * units
 
 
 @dataclass(frozen=True)
@@ -67,20 +62,19 @@ class ClusterSplitArgs:
     barrier."""
 
     ways: int
-    pieces: int
     rank: Any
-    recv: Any  # (ways - 1) x slots x one piece of tile_m * tile_n fp32, this unit's, flat
-    full: Any  # the unit's first slot's; slot s's is ``full + s``
+    recv: Any  # (ways - 1) x tile_m * tile_n fp32, this unit's, flat
+    full: Any
     free: Any
     threads: int
     thread: Any
     barrier: Any
 
 
-def init_barriers(barriers, units: int, pieces: int = 1) -> None:
-    """``full`` and ``free`` of each unit and slot, count 1 each (one thread calls this; the
-    kernel's cluster-wide init fence and barrier follow, before any peer stores or arrives)."""
-    for i in range(barrier_count(units, pieces)):
+def init_barriers(barriers, units: int) -> None:
+    """``full`` and ``free`` of each unit, count 1 each (one thread calls this; the kernel's
+    cluster-wide init fence and barrier follow, before any peer stores or arrives)."""
+    for i in range(barrier_count(units)):
         cute.arch.mbarrier_init(barriers + i, 1)
 
 
@@ -90,97 +84,80 @@ def cluster_split_args(plan, launch, tiled_mma, mma_tidx, unit, barrier) -> Clus
     unit's epilogue barrier."""
     cfg = plan.config
     barriers, recv = launch
-    pieces = cfg.cluster_split_pieces
-    n = cluster_split_slots(pieces)
-    words = (cfg.cluster_split - 1) * n * _piece_words(cfg)  # a unit's receive buffers
+    words = (cfg.cluster_split - 1) * _tile_words(cfg)  # a unit's receive buffers
     return ClusterSplitArgs(
         ways=cfg.cluster_split,
-        pieces=pieces,
         rank=cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster()),
         recv=cute.make_tensor(
             recv + cute.assume(unit * words, divby=words), cute.make_layout(words)
         ),
-        full=barriers + 2 * n * unit,
-        free=barriers + 2 * n * unit + n,
+        full=barriers + 2 * unit,
+        free=barriers + 2 * unit + 1,
         threads=cute.size(tiled_mma),
         thread=mma_tidx,
         barrier=barrier,
     )
 
 
-def _piece_words(cfg) -> int:
-    """fp32 words of one piece of a tile (the whole tile unless it is sent in pieces)."""
-    return cfg.tile_m * cfg.tile_n // cfg.cluster_split_pieces
+def _tile_words(cfg) -> int:
+    """fp32 words of one tile: a slot."""
+    return cfg.tile_m * cfg.tile_n
 
 
 def _word(args: ClusterSplitArgs, v: int):
-    """This thread's word of value ``v`` (of its piece) within a slot: vector ``v // 4`` (16
-    bytes) of every thread side by side, so a warp's vectors are consecutive (no bank
-    conflict) and a thread reads back what the same thread of the sender wrote."""
+    """This thread's word of value ``v`` within a slot: vector ``v // 4`` (16 bytes) of every
+    thread side by side, so a warp's vectors are consecutive (no bank conflict) and a thread
+    reads back what the same thread of the sender wrote."""
     first = cute.assume((v // VECTOR * args.threads + args.thread) * VECTOR, divby=VECTOR)
     return first + v % VECTOR
 
 
 @cute.jit
 def reduce(plan: cutlass.Constexpr, args: ClusterSplitArgs, acc, tiles_done):
-    """The tile's partial sums met on rank 0 (module docstring), piece by piece. ``tiles_done``:
-    the tiles this unit has reduced before (with its pieces, its slots' phases). Returns
-    whether this CTA finishes the tile (rank 0: ``acc`` then holds the whole sum and the
-    epilogue runs)."""
+    """The tile's partial sums met on rank 0 (module docstring). ``tiles_done``: the tiles this
+    unit has reduced before (its mbarriers' phase). Returns whether this CTA finishes the tile
+    (rank 0: ``acc`` then holds the whole sum and the epilogue runs)."""
     cfg = plan.config
     values = cute.size(acc)
-    pieces = args.pieces
-    n = cluster_split_slots(pieces)
-    per = values // pieces  # a thread's values in one piece
-    # (a WGMMA's fp32 accumulators come in fours per thread: N/2 per 64-row band, N >= 8;
-    # the config refuses pieces that would split a vector)
-    assert per * pieces == values and per % VECTOR == 0, (values, pieces)
-    words = _piece_words(cfg)
+    # (a WGMMA's fp32 accumulators come in fours per thread: N/2 per 64-row band, N >= 8)
+    assert values % VECTOR == 0, values
+    words = _tile_words(cfg)
     finishes = args.rank == 0
-    for piece in cutlass.range_constexpr(pieces):
-        slot = piece % n
-        # the pieces this slot took before this one: its mbarriers' phase
-        phase = (tiles_done * (pieces // n) + piece // n) % 2
-        first = piece * per
-        if finishes:
-            if args.thread == 0:
-                piece_bytes = (args.ways - 1) * args.threads * per * 4
-                cute.arch.mbarrier_arrive_and_expect_tx(args.full + slot, piece_bytes)
-            cute.arch.mbarrier_wait(args.full + slot, phase)
-            for peer in cutlass.range_constexpr(args.ways - 1):
-                base = ((peer * n) + slot) * words
-                for v in cutlass.range_constexpr(per):
-                    acc[first + v] = acc[first + v] + args.recv[base + _word(args, v)]
-            # Every thread of the unit has read this slot (each value is in a register: the
-            # adds above used it), so the senders may write their next piece into it. A
-            # cluster-scoped release would add a MEMBAR.GPU (waiting for this SM's outstanding
-            # stores) for no gain: no read is left in flight to order.
-            args.barrier.arrive_and_wait()
-            if args.thread == 0:
-                for peer in cutlass.range_constexpr(1, args.ways):
-                    cute.arch.mbarrier_arrive(args.free + slot, peer)
-        else:
-            cute.arch.mbarrier_wait(args.free + slot, phase ^ 1)
-            bits = cute.recast_tensor(acc, Int32)
-            base = cute.assume(((args.rank - 1) * n + slot) * words, divby=words)
-            for g in cutlass.range_constexpr(per // VECTOR):
-                v = g * VECTOR
-                w = first + v
-                cute.arch.store_async_dsmem(
-                    args.recv.iterator + cute.assume(base + _word(args, v), divby=VECTOR),
-                    (bits[w], bits[w + 1], bits[w + 2], bits[w + 3]), args.full + slot,
-                    Int32(0),
-                )  # fmt: skip
+    phase = tiles_done % 2
+    if finishes:
+        if args.thread == 0:
+            tile_bytes = (args.ways - 1) * args.threads * values * 4
+            cute.arch.mbarrier_arrive_and_expect_tx(args.full, tile_bytes)
+        cute.arch.mbarrier_wait(args.full, phase)
+        for peer in cutlass.range_constexpr(args.ways - 1):
+            base = peer * words
+            for v in cutlass.range_constexpr(values):
+                acc[v] = acc[v] + args.recv[base + _word(args, v)]
+        # Every thread of the unit has read the slots (each value is in a register: the adds
+        # above used it), so the senders may write their next tile into them. A cluster-scoped
+        # release would add a MEMBAR.GPU (waiting for this SM's outstanding stores) for no
+        # gain: no read is left in flight to order.
+        args.barrier.arrive_and_wait()
+        if args.thread == 0:
+            for peer in cutlass.range_constexpr(1, args.ways):
+                cute.arch.mbarrier_arrive(args.free, peer)
+    else:
+        cute.arch.mbarrier_wait(args.free, phase ^ 1)
+        bits = cute.recast_tensor(acc, Int32)
+        base = cute.assume((args.rank - 1) * words, divby=words)
+        for g in cutlass.range_constexpr(values // VECTOR):
+            v = g * VECTOR
+            cute.arch.store_async_dsmem(
+                args.recv.iterator + cute.assume(base + _word(args, v), divby=VECTOR),
+                (bits[v], bits[v + 1], bits[v + 2], bits[v + 3]), args.full, Int32(0),
+            )  # fmt: skip
     return finishes
 
 
 @cute.jit
 def sender_tail(args: ClusterSplitArgs, tiles_done):
-    """A sender's last waits: rank 0's ``free`` arrival for the last piece in each slot, so no
-    arrival lands in the shared memory of an exited CTA (rank 0 has nothing to wait for: it
-    waited for every partial before its epilogue)."""
+    """A sender's last wait: rank 0's ``free`` arrival for its last tile, so no arrival lands
+    in the shared memory of an exited CTA (rank 0 has nothing to wait for: it waited for every
+    partial before its epilogue)."""
     if args.rank != 0:
-        n = cluster_split_slots(args.pieces)
-        for slot in cutlass.range_constexpr(n):
-            uses = tiles_done * (args.pieces // n)  # the pieces this slot took in all
-            cute.arch.mbarrier_wait(args.free + slot, (uses % 2) ^ 1)
+        cute.arch.mbarrier_wait(args.free, (tiles_done % 2) ^ 1)

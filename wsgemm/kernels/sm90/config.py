@@ -23,8 +23,6 @@ from wsgemm.support import (
 
 __all__ = [
     "CLUSTER_SPLITS",
-    "CLUSTER_SPLIT_PIECES",
-    "cluster_split_slots",
     "EPI_TILE_N",
     "NUM_CONSUMER_WARPGROUPS",
     "LOADER_WARP",
@@ -81,16 +79,6 @@ SWAP_TILE_N_CHOICES = tuple(sorted({*TILE_N_CHOICES, *range(96, 257, 16)}))
 #: A cluster split's ways (``Sm90Config.cluster_split``; 1: off): at most 8 CTAs in a portable
 #: cluster, and rank 0's receive buffers, (ways - 1) fp32 tiles, must leave the ring its stages.
 CLUSTER_SPLITS = (1, 2, 4)
-#: How many pieces a cluster split sends a tile's partials in (``Sm90Config.
-#: cluster_split_pieces``; 1: the whole tile at once): with more, rank 0 keeps two slots of one
-#: piece per other rank instead of a whole tile, so a large tile keeps its ring stages.
-CLUSTER_SPLIT_PIECES = (1, 2, 4, 8, 16)
-
-
-def cluster_split_slots(pieces: int) -> int:
-    """Receive slots per other rank of a cluster split sent in ``pieces``: the whole tile in
-    one, or two that the pieces alternate between (one landing while rank 0 adds the other)."""
-    return min(pieces, 2)
 
 
 #: Semaphores per split tile: its units' arrivals, then its stored partials (``split_k.fixup``).
@@ -148,11 +136,6 @@ class Sm90Config:
     # of a cluster run together, so no unit waits on one that is not resident. Needs no other
     # cluster (``cluster_m = cluster_n = 1``: no multicast) and no other split.
     cluster_split: int = 1
-    # With a cluster split, the pieces each rank sends a tile's partials in (1: the whole tile;
-    # ``CLUSTER_SPLIT_PIECES``): rank 0's buffers hold two pieces per other rank, which the
-    # pieces take in turn. Each thread's accumulator values split in runs of whole 16-byte
-    # vectors, so a tile of V values a thread takes pieces dividing V / 4.
-    cluster_split_pieces: int = 1
     # A ping-pong tile's dgated epilogue (``dgated``) with a buffer for every output subtile of
     # its tile, all loaded at the epilogue's start (True), instead of four loaded a pair ahead
     # from its subtile loop, whose loads make ptxas serialize the kernel's WGMMAs with bf16
@@ -194,16 +177,6 @@ class Sm90Config:
                 "cluster_m = cluster_n = 1 (no multicast) and no split_k or stream_k; got "
                 f"cluster {self.cluster_m}x{self.cluster_n}, split_k={self.split_k}, "
                 f"stream_k={self.stream_k}"
-            )
-        pieces = self.cluster_split_pieces
-        if pieces not in CLUSTER_SPLIT_PIECES or isinstance(pieces, bool):
-            raise ValueError(
-                f"cluster_split_pieces must be one of {CLUSTER_SPLIT_PIECES}, got {pieces!r}"
-            )
-        if pieces > 1 and self.cluster_split == 1:
-            raise ValueError(
-                f"cluster_split_pieces={pieces} sends a cluster split's partials in pieces: it "
-                "needs cluster_split 2 or 4"
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
@@ -265,20 +238,12 @@ class Sm90Config:
                 "cluster_m and cluster_n must each be 1 or 2, "
                 f"got {self.cluster_m}x{self.cluster_n}"
             )
-        unit_threads = THREADS_PER_WARPGROUP * (1 if self.pingpong else NUM_CONSUMER_WARPGROUPS)
-        vectors = self.tile_m * self.tile_n // unit_threads // 4  # a thread's 16-byte vectors
-        if vectors % self.cluster_split_pieces:
-            raise ValueError(
-                f"cluster_split_pieces={self.cluster_split_pieces} on a {self.tile_m}x"
-                f"{self.tile_n} {self.schedule} tile: each thread holds {vectors} vectors of "
-                "four accumulators, which the pieces must share evenly"
-            )
 
     def __repr__(self) -> str:
         # The compile cache keys a variant by this repr: a config at the defaults of the fields
         # added later keeps the key it had before they existed.
-        later = {"cluster_split": 1, "cluster_split_pieces": 1, "dgated_whole_tile": False,
-                 "dgated_loader_warp": False, "stream_k_teams": False}  # fmt: skip
+        later = {"cluster_split": 1, "dgated_whole_tile": False, "dgated_loader_warp": False,
+                 "stream_k_teams": False}  # fmt: skip
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
@@ -368,15 +333,12 @@ class Sm90Config:
 
     def cluster_split_bytes(self) -> int:
         """Shared memory a cluster split takes beside the ring: rank 0's receive buffers, one
-        fp32 tile of partial sums per other rank and consumer unit, or two pieces of one where
-        the tile goes in pieces (every rank holds the same layout; only rank 0's is
-        written)."""
+        fp32 tile of partial sums per other rank and consumer unit (every rank holds the same
+        layout; only rank 0's is written)."""
         if self.cluster_split == 1:
             return 0
-        pieces = self.cluster_split_pieces
         tile_bytes = self.tile_m * self.tile_n * 4
-        slots = cluster_split_slots(pieces)
-        return (self.cluster_split - 1) * self.split_units * slots * tile_bytes // pieces
+        return (self.cluster_split - 1) * self.split_units * tile_bytes
 
     def k_tiles_for_every_rank(self, k: int) -> bool:
         """Whether K gives every rank of a cluster split a k-tile (a rank without one would wait

@@ -923,9 +923,7 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
             if ways > 1:
                 cluster_split_barriers: cute.struct.MemRange[
                     cutlass.Int64,
-                    cluster_split.barrier_count(
-                        self.config.split_units, self.config.cluster_split_pieces
-                    ),
+                    cluster_split.barrier_count(self.config.split_units),
                 ]
             sA: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], SMEM_BUFFER_ALIGN
@@ -1012,9 +1010,8 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
             if warp_idx == 0:
                 with cute.arch.elect_one():
                     cluster_split.init_barriers(
-                        storage.cluster_split_barriers.data_ptr(), cfg.split_units,
-                        cfg.cluster_split_pieces,
-                    )  # fmt: skip
+                        storage.cluster_split_barriers.data_ptr(), cfg.split_units
+                    )
         cluster_layout = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
         ab_pipeline = self._make_mainloop_pipeline(
             plan, storage.mainloop_barriers.data_ptr(), tiled_mma, cluster_layout
