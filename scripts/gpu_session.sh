@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|clusterpieces|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -527,23 +527,6 @@ if has dactsanitize; then sanitize_mode --plain-mlp plain_mlp; fi
 # the cluster split (docs/perf.md entries 94-95): its st.async stores into rank 0's shared
 # memory and its two mbarriers, before CLUSTER_SPLIT_FAMILIES is switched on
 if has clustersanitize; then sanitize_mode --cluster-split cluster_split; fi
-if has clusterpieces; then
-  # the cluster split's partials in pieces through two slots (Sm90Config.cluster_split_pieces,
-  # docs/perf.md entry 98): its GPU cases, its sanitizers' cases, then the large cooperative
-  # tile and the 64x128 ping-pong tile split over clusters at 64-1024 tokens
-  # (PIECES_PART=check: the tests and sanitizers only; =bench: the benches only)
-  if [[ ${PIECES_PART:-all} != bench ]]; then
-  timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
-    tests/gpu/test_gpu_cluster_split.py -k pieces 2>&1 | tee "$OUT/cluster-pieces-tests.log" \
-    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
-  sanitize_mode --cluster-split cluster_split_pieces
-  fi
-  [[ ${PIECES_PART:-all} == check ]] || for t in ${PIECES_TILES:-cooperative-128x256:8 cooperative-128x128:4}; do
-    WSGEMM_AUTOTUNE=0 timeout ${CS_BENCH_TIMEOUT:-200} python3 scripts/bench_cluster_split.py \
-      --tile ${t%%:*} --pieces ${t##*:} --tokens ${CS_TOKENS:-64,128,256,512,1024} --rounds 5 \
-      --json "$OUT/cluster-pieces-${t%%:*}.json" 2>&1 | tail -3
-  done
-fi
 if has streamk; then
   # docs/perf.md entry 26: stream-K, built without a GPU, checked in one go
   python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -1 "$OUT/warm.log"
