@@ -6,9 +6,9 @@ on an H100 its dh GEMM medians ran up to 17% slower than the same call timed amo
 own size, and the same kernel timed 0-15% apart in two places of the rotation. Here each shape
 times only the dh GEMM's three forms, of one size, rotated over the rounds: ``plain``
 (``wsgemm.matmul(dy, w_down)``), ``auto`` (``gated_grad`` on ``api.gated.dgated_tile``'s pick)
-and the dgated GEMM forced onto each entry of ``--tiles`` (``dgated_tile`` replaced, the
-family's dgated form kept). Cold L2, CUDA events (``wsgemm.bench.measure.CudaTimer``), bf16,
-random operands; each forced tile's result is checked against ``auto``'s first.
+and the dgated GEMM forced onto each entry of ``--tiles`` (``dgated_tile`` replaced). Cold
+L2, CUDA events (``wsgemm.bench.measure.CudaTimer``), bf16, random operands; each forced
+tile's result is checked against ``auto``'s first.
 
     python scripts/bench_dgated_tiles.py --models 8b,qwen3-4b --tokens 1024,4096 \\
         [--tiles sm90-pingpong,sm90] [--rounds 5] [--reps 5] [--json FILE]
@@ -28,7 +28,6 @@ import wsgemm
 from wsgemm.api import gated as gated_core
 from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
-from wsgemm.host import registry
 from wsgemm.host.choosing import choose, dgated_entry, dgated_kernel_entry
 from wsgemm.host.choosing.menu import entry
 
@@ -54,7 +53,7 @@ def forms(tokens: int, hidden: int, ffn: int, tiles, gen) -> dict:
     want = calls["auto"]()
     for name in tiles:
         e = entry(name)
-        calls[name] = dgated((e.backend, registry.dgated_config(e.backend, e.variant_config())))
+        calls[name] = dgated((e.backend, e.variant_config()))
         got = calls[name]()
         if not torch.equal(got, want):
             err = (got.float() - want.float()).abs().max().item()

@@ -771,14 +771,14 @@ def test_switched_runs_a_script_with_the_switches_on(monkeypatch, tmp_path, caps
     from wsgemm.host import registry
 
     switched = load("switched")
-    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", frozenset())
+    monkeypatch.setattr(registry, "GATED_SWAP_BIAS_FAMILIES", frozenset())
     script = tmp_path / "probe.py"
     script.write_text(
         "import sys\nfrom wsgemm.host import registry\n"
-        "print(sys.argv[1:], sorted(registry.DGATED_WHOLE_TILE_FAMILIES))\n"
+        "print(sys.argv[1:], sorted(registry.GATED_SWAP_BIAS_FAMILIES))\n"
         "sys.exit(3 if sys.argv[1:] == ['--fail'] else 0)\n"
     )
-    assert switched.main(["DGATED_WHOLE_TILE_FAMILIES", "--script", str(script), "-x"]) == 0
+    assert switched.main(["GATED_SWAP_BIAS_FAMILIES", "--script", str(script), "-x"]) == 0
     assert "['-x'] ['sm90']" in capsys.readouterr().out
-    assert switched.main(["DGATED_WHOLE_TILE_FAMILIES", "--script", str(script), "--fail"]) == 3
-    assert registry.DGATED_WHOLE_TILE_FAMILIES == frozenset()
+    assert switched.main(["GATED_SWAP_BIAS_FAMILIES", "--script", str(script), "--fail"]) == 3
+    assert registry.GATED_SWAP_BIAS_FAMILIES == frozenset()

@@ -835,36 +835,11 @@ def test_gated_grad_runs_the_dgated_kernel(dgated, act, rows):
     assert close(got, grad_reference(dy, w_down, preact, act), BF16, 64)
 
 
-@pytest.mark.parametrize("whole", [False, True])
-@pytest.mark.parametrize("loader", [False, True])
-def test_the_dgated_tiles_take_their_switched_loads(dgated, monkeypatch, whole, loader):
-    """``registry.dgated_config``: the ping-pong dgated kernel with its whole tile's
-    pre-activation buffered (``Sm90Config.dgated_whole_tile``) where
-    ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, the cooperative one with a loader warp
-    (``dgated_loader_warp``) where ``DGATED_LOADER_WARP_FAMILIES`` does, each tile's own
-    switch alone; the same values."""
-    on = registry.EPILOGUE_FAMILIES
-    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", on if whole else frozenset())
-    monkeypatch.setattr(registry, "DGATED_LOADER_WARP_FAMILIES", on if loader else frozenset())
-    torch.manual_seed(5)
-    for rows, pingpong in ((37, True), (300, False)):
-        dy, w_down = torch.randn(rows, 64, dtype=BF16), torch.randn(64, 48, dtype=BF16) / 8
-        preact = torch.randn(rows, 96, dtype=BF16)
-        d = dispatcher()
-        got = core.gated_grad(dy, w_down, preact, "silu", dispatcher=d)
-        (v,) = d.cache.variants
-        config = v.kernel_config()
-        assert config.pingpong is pingpong
-        assert config.dgated_whole_tile is (whole and pingpong)
-        assert config.dgated_loader_warp is (loader and not pingpong)
-        assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, 64)
-
-
 def test_gated_grad_runs_the_plain_product_s_tile_where_it_fills_its_waves(dgated):
     """A gemma-2-2b MLP's dh at 512 rows (I 9216, H 2304): the plain product's cooperative
     256x160 tile fills 0.88 of its one wave where the dgated rule's tiles fill 0.73 and 0.55
-    (``choosing.dgated_entry``, docs/perf.md entry 110), so the dgated kernel runs that tile,
-    in its family's dgated form (the loader warp)."""
+    (``choosing.dgated_entry``, docs/perf.md entry 110), so the dgated kernel runs that tile
+    (its pre-activation loaded by a loader warp, a cooperative dgated tile's form)."""
     torch.manual_seed(3)
     rows, hidden, half = 512, 2304, 9216
     dy = torch.randn(rows, hidden, dtype=BF16)
@@ -875,7 +850,7 @@ def test_gated_grad_runs_the_plain_product_s_tile_where_it_fills_its_waves(dgate
     (v,) = d.cache.variants
     config = v.kernel_config()
     assert (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n) == (256, 160, 1, 2)
-    assert config.dgated_loader_warp and not config.pingpong
+    assert not config.pingpong
     assert close(got, grad_reference(dy, w_down, preact, "silu"), BF16, hidden)
 
 

@@ -583,48 +583,37 @@ def test_dgated_matches_float64(dgated, m, half, hidden, act, ab):
     _check_dgated(m, half, hidden, act, ab)
 
 
-@pytest.mark.parametrize("whole", [False, True])
 @pytest.mark.parametrize("m, half, hidden", [(256, 1000, 4096), (4096, 2048, 1024)])
 @pytest.mark.parametrize("act, ab", [("silu", torch.bfloat16), ("gelu_tanh", torch.float16)])
-def test_dgated_on_the_pingpong_tile_over_many_tiles(
-    dgated, monkeypatch, whole, m, half, hidden, act, ab
-):
-    """The ping-pong tile's dgated epilogue, its loads a pair ahead from the subtile loop or
-    (``whole``: ``DGATED_WHOLE_TILE_FAMILIES``) its whole tile's pre-activation in 16
-    buffers loaded at the epilogue's start (``kernels/sm90/dgated.py``), at 256 rows and at
-    4096 (forced onto the tile), where each warpgroup runs several tiles and each buffer's
+def test_dgated_on_the_pingpong_tile_over_many_tiles(dgated, monkeypatch, m, half, hidden, act, ab):
+    """The ping-pong tile's dgated epilogue, its whole tile's pre-activation in 16 buffers
+    loaded at the epilogue's start (``kernels/sm90/dgated.py``), at 256 rows and at 4096
+    (forced onto the tile), where each warpgroup runs several tiles and each buffer's
     mbarrier flips its phase once a tile."""
-    from wsgemm.host import registry
     from wsgemm.host.choosing import cost
 
-    families = registry.EPILOGUE_FAMILIES if whole else frozenset()
-    monkeypatch.setattr(registry, "DGATED_WHOLE_TILE_FAMILIES", families)
     monkeypatch.setattr(cost, "GATED_PINGPONG_MAX_ROWS", 1 << 30)
     assert cost.dgated_kernel_entry(m, half, 132) == "sm90-pingpong"
     config = _check_dgated(m, half, hidden, act, ab)
-    assert config.pingpong and config.dgated_whole_tile is whole
+    assert config.pingpong
 
 
-@pytest.mark.parametrize("loader", [False, True])
 @pytest.mark.parametrize("m, half, hidden", [(300, 4096, 1024), (4096, 2048, 1024)])
 @pytest.mark.parametrize("act, ab", [("silu", torch.bfloat16), ("gelu_tanh", torch.float16)])
 def test_dgated_on_the_cooperative_tile_with_a_loader_warp(
-    dgated, monkeypatch, loader, m, half, hidden, act, ab
+    dgated, monkeypatch, m, half, hidden, act, ab
 ):
-    """The cooperative tile's dgated epilogue with its pre-activation loaded by the store warp
-    or (``loader``: ``DGATED_LOADER_WARP_FAMILIES``) by the producer warpgroup's loader warp,
-    which runs ahead into the next tile while the store warp frees buffers by mbarrier
-    (``Sm90Gemm.dgated_loader``), at 300 rows and at 4096, several tiles a CTA."""
-    from wsgemm.host import registry
+    """The cooperative tile's dgated epilogue, its pre-activation loaded by the producer
+    warpgroup's loader warp, which runs ahead into the next tile while the store warp frees
+    buffers by mbarrier (``Sm90Gemm.dgated_loader``), at 300 rows and at 4096, several tiles
+    a CTA."""
     from wsgemm.host.choosing import cost
 
-    families = registry.EPILOGUE_FAMILIES if loader else frozenset()
-    monkeypatch.setattr(registry, "DGATED_LOADER_WARP_FAMILIES", families)
     # the cooperative tile however well the ping-pong one fills its waves
     monkeypatch.setattr(cost, "DGATED_PINGPONG_WAVE_MARGIN", float("inf"))
     assert cost.dgated_kernel_entry(m, half, 132) == "sm90"
     config = _check_dgated(m, half, hidden, act, ab)
-    assert not config.pingpong and config.dgated_loader_warp is loader
+    assert not config.pingpong
 
 
 #: The menu's row tiles (every entry but the swap-AB ones), each of which the dgated GEMM can
@@ -638,13 +627,13 @@ ROW_TILES = [e.name for e in host.choosing.menu.MENU if not e.swap_ab]
     [(300, 1000, 1024, "silu", torch.bfloat16), (2048, 2000, 512, "gelu_tanh", torch.float16)],
 )
 def test_dgated_on_every_row_tile_of_the_menu(dgated, monkeypatch, name, m, half, hidden, act, ab):
-    """The dgated epilogue forced onto each of the menu's row tiles in its family's dgated
-    form (``registry.dgated_config``): ragged rows and columns (300 x 1000: no tile's
-    multiple), then 2048 x 2000 where the small tiles run several a CTA."""
+    """The dgated epilogue forced onto each of the menu's row tiles (its schedule's form:
+    ``kernels/sm90/dgated.py``): ragged rows and columns (300 x 1000: no tile's multiple),
+    then 2048 x 2000 where the small tiles run several a CTA."""
     from wsgemm.api import gated as gated_core
 
     e = host.choosing.menu.entry(name)
-    forced = (e.backend, host.dgated_config(e.backend, e.variant_config()))
+    forced = (e.backend, e.variant_config())
     monkeypatch.setattr(gated_core, "dgated_tile", lambda *_: forced)
     config = _check_dgated(m, half, hidden, act, ab)
     assert (config.tile_m, config.tile_n) == (e.tile_m, e.tile_n)

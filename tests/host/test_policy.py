@@ -95,8 +95,6 @@ def test_menu_entries_are_valid_sm90_configs(e):
     # a cluster split is spelled out where an entry has one (1, off, is the default)
     entry = dict(e.config)
     assert fields.pop("cluster_split") == entry.pop("cluster_split", 1)
-    assert fields.pop("dgated_whole_tile") is entry.pop("dgated_whole_tile", False) is False
-    assert fields.pop("dgated_loader_warp") is entry.pop("dgated_loader_warp", False) is False
     assert fields.pop("stream_k_teams") is entry.pop("stream_k_teams", False)
     assert fields == entry, "every field spelled out"
     if e.splits:

@@ -23,7 +23,6 @@ from sass_checks import assert_clean, assert_sm80_path, assert_wgmma_pipelined
 from wsgemm import host, sass, support
 from wsgemm import inspection as insp
 from wsgemm.host import choosing
-from wsgemm.kernels.sm90.config import DGATED_L2_PREFETCH
 from wsgemm.support import Epilogue
 
 SM90 = host.shipped_backends("sm90")
@@ -553,39 +552,21 @@ def test_every_residual_variant_compiles_to_tma_loads_without_spills(compiled, v
 
 
 #: The gated unit's gradient (``kernels/sm90/dgated.py``) on the shipped cooperative tile (the
-#: gated kernel's above 256 rows): the default run's one dgated compile; the sweep adds the
-#: ping-pong tile, bf16 and the other activations.
+#: gated kernel's above 256 rows), its pre-activation loaded by the producer warpgroup's loader
+#: warp: the default run's first dgated compile; the sweep adds the other activations on both
+#: row tiles.
 DGATED = host.Variant("sm90", "sm_90a", epilogue="dgated+silu")
-#: The ping-pong tile with its whole tile's pre-activation buffered
-#: (``Sm90Config.dgated_whole_tile``, ``registry.DGATED_WHOLE_TILE_FAMILIES``), bf16: the
-#: default run's second dgated compile.
-WHOLE_TILE = dataclasses.replace(host.BACKENDS["sm90-pingpong"].config(), dgated_whole_tile=True)
-DGATED_WHOLE = host.Variant("sm90-pingpong", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
-                            config=WHOLE_TILE, epilogue="dgated+silu")  # fmt: skip
-#: The cooperative tile with its pre-activation loaded by the producer warpgroup's loader warp
-#: (``Sm90Config.dgated_loader_warp``, ``registry.DGATED_LOADER_WARP_FAMILIES``), bf16: the
-#: default run's third dgated compile.
-LOADER = dataclasses.replace(host.BACKENDS["sm90"].config(), dgated_loader_warp=True)
+#: The cooperative tile in bf16, whose WGMMAs ptxas serialized while the store warp loaded
+#: from the subtile loop (C7520, docs/perf.md entry 100): the default run's second.
 DGATED_LOADER = host.Variant("sm90", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
-                             config=LOADER, epilogue="dgated+silu")  # fmt: skip
-#: ptxas serializes the bf16 dgated WGMMAs whose loads leave from the subtile loop (C7520:
-#: ``kernels/sm90/dgated.py``, docs/perf.md entry 100): the forms a family runs only with its
-#: dgated switches off (sm90's are on: entry 104); strict, so the day they pipeline this list
-#: must shrink
-SERIALIZED = pytest.mark.xfail(strict=True, reason="C7520: ptxas serializes the WGMMAs")
+                             epilogue="dgated+silu")  # fmt: skip
+#: The ping-pong tile, its whole tile's pre-activation buffered, in bf16 (serialized the same
+#: way with its loads in the subtile loop): the default run's third.
+DGATED_WHOLE = host.Variant("sm90-pingpong", "sm_90a", ab_dtype="bfloat16", c_dtype="bfloat16",
+                            epilogue="dgated+silu")  # fmt: skip
 DGATED_SWEEP = [
-    pytest.param(
-        host.Variant(
-            backend, "sm_90a", ab_dtype=ab, c_dtype=ab, epilogue=f"dgated+{act}", config=config
-        ),  # fmt: skip
-        marks=[SERIALIZED] if ab == "bfloat16" and config is None else [],
-    )
-    for backend, config in (
-        ("sm90", None),
-        ("sm90", LOADER),
-        ("sm90-pingpong", None),
-        ("sm90-pingpong", WHOLE_TILE),
-    )  # fmt: skip
+    host.Variant(backend, "sm_90a", ab_dtype=ab, c_dtype=ab, epilogue=f"dgated+{act}")
+    for backend in ("sm90", "sm90-pingpong")
     for act, ab in (
         ("gelu_tanh", "float16"),
         ("gelu", "bfloat16"),
@@ -617,10 +598,10 @@ def test_waited_wgmmas_tells_a_serialized_mainloop_from_a_pipelined_one():
 
 def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
     """Per product subtile two C loads by TMA (the gate's and the up half's pre-activation),
-    each with its expect-tx arrival, and two TMA stores (dgate, dup); where
-    ``DGATED_L2_PREFETCH`` is on, every output subtile's pre-activation asked of L2 ahead by a
-    TMA prefetch (``dgated.prefetch_l2``), else none; C read back
-    from shared memory, never by 16-byte global loads; spill-free, no CALL (``_assert_fused``)."""
+    each with its expect-tx arrival, and two TMA stores (dgate, dup); no L2 prefetch (the
+    one asked as the mainloop started is deleted: docs/perf.md entry 97); C read back from
+    shared memory, never by 16-byte global loads; spill-free, its WGMMAs pipelined, no CALL
+    (``_assert_fused``)."""
     _assert_fused(r, variant.epilogue)
     ops = sass.opcodes(r.sass_text)
     subtiles = variant.kernel_config().num_epi_subtiles
@@ -628,12 +609,7 @@ def _assert_dgated(r: insp.Report, variant: host.Variant) -> None:
     stores = sum(op.startswith("UTMASTG") for op in ops)
     assert stores == 2 * subtiles, f"{stores} TMA stores for {subtiles} product subtiles"
     ahead = sum(op.startswith("UTMAPF.L2") for op in ops)
-    # (the cooperative tile's first E (2 or 4) subtiles are loaded under its mainloop anyway)
-    pingpong = variant.kernel_config().pingpong
-    want = {2 * subtiles} if pingpong else {2 * subtiles - e for e in (2, 4)}
-    if not DGATED_L2_PREFETCH:  # off (docs/perf.md entry 97): none
-        want = {0}
-    assert ahead in want, f"{ahead} L2 prefetches for {subtiles} product subtiles"
+    assert ahead == 0, f"{ahead} L2 prefetches"
     assert ops.count("UTMACCTL.PF") == 4, "the descriptors of A, B, the store and C's load"
     assert "LDS.U16" in ops and "LDG.E.128" not in ops, sorted(set(ops))
 
@@ -643,16 +619,14 @@ def test_the_dgated_epilogue_compiles_to_paired_tma_loads_and_stores(compiled):
 
 
 def test_the_loader_warp_dgated_epilogue_pipelines_its_wgmmas(compiled):
-    """bf16 on the cooperative tile: serialized with the store warp loading (the sweep's
-    xfail), pipelined with the loader warp loading (``assert_clean``, through
-    ``_assert_dgated``: the same loads and stores, now one loop of 16 in the loader)."""
+    """bf16 on the cooperative tile: pipelined with the loader warp loading (``assert_clean``,
+    through ``_assert_dgated``: the same loads and stores, one loop of 16 in the loader)."""
     _assert_dgated(compiled(DGATED_LOADER).report, DGATED_LOADER)
 
 
 def test_the_whole_tile_dgated_epilogue_pipelines_its_wgmmas(compiled):
-    """bf16 on the ping-pong tile: serialized with its loads in the subtile loop (the sweep's
-    xfail), pipelined with all of them at the epilogue's start (``_assert_dgated`` asserts
-    it through ``assert_clean``)."""
+    """bf16 on the ping-pong tile: pipelined with all its loads at the epilogue's start
+    (``_assert_dgated`` asserts it through ``assert_clean``)."""
     _assert_dgated(compiled(DGATED_WHOLE).report, DGATED_WHOLE)
 
 
@@ -660,11 +634,7 @@ def test_the_whole_tile_dgated_epilogue_pipelines_its_wgmmas(compiled):
 @pytest.mark.parametrize(
     "variant",
     DGATED_SWEEP,
-    ids=lambda v: (
-        f"{v.backend}{'-whole' if getattr(v.config, 'dgated_whole_tile', 0) else ''}"
-        f"{'-loader' if getattr(v.config, 'dgated_loader_warp', 0) else ''}"
-        f"-{v.epilogue}-{v.ab_dtype}"
-    ),
+    ids=lambda v: f"{v.backend}-{v.epilogue}-{v.ab_dtype}",
 )
 def test_every_dgated_variant_compiles_to_paired_tma_loads_and_stores(compiled, variant):
     _assert_dgated(compiled(variant).report, variant)

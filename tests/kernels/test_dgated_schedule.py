@@ -1,11 +1,11 @@
 """The dgated epilogue's buffer schedule (``kernels/sm90/dgated.py``), walked in plain Python
-as ``Sm90Gemm._dgated_epilogue`` issues it: per product subtile a pair of C loads into two of
-the E epilogue buffers, both waited for, both stores from the same buffers. Over persistent
-tiles (``subtiles_done`` going on) and every buffer count the kernel builds: no load lands in a
-buffer whose previous subtile has not been read and stored, or whose store may still be
-reading it (the store warp's ``cp.async.bulk.wait_group.read 0`` before a later pair's loads,
-or the prefetch's); each buffer's k-th load is the one its k-th wait expects (the mbarrier
-phase ``(s // E) & 1``); and the buffer a subtile is read from holds that subtile."""
+as ``Sm90Gemm._dgated_epilogue`` and its loads issue it: per product subtile a pair of C loads
+into two of the E epilogue buffers, both waited for, both stores from the same buffers. Over
+persistent tiles (``subtiles_done`` going on), in both forms (the ping-pong tile's whole tile
+loaded at its epilogue's start; the cooperative tile's loader warp): no load lands in a buffer
+whose previous subtile has not been read and stored, or whose store may still be reading it;
+each buffer's k-th load is the one its k-th wait expects (the mbarrier phase ``(s // E) &
+1``); and the buffer a subtile is read from holds that subtile."""
 
 import random
 
@@ -13,14 +13,16 @@ import cutlass
 import pytest
 
 from wsgemm.kernels.epilogue import Epilogue
-from wsgemm.kernels.sm90 import dgated
 from wsgemm.kernels.sm90.config import Sm90Config
 from wsgemm.kernels.sm90.kernel import Sm90Gemm
 
 
-def _walk(stages: int, pairs: int, tiles: int) -> int:
-    """The schedule of ``tiles`` tiles of ``pairs`` product subtiles on ``stages`` buffers;
-    returns the subtiles stored. Asserts the invariants of the module docstring."""
+def _walk_whole(pairs: int, tiles: int) -> int:
+    """The ping-pong tile's schedule: ``tiles`` tiles of ``pairs`` product subtiles, a buffer
+    for each of a tile's 2 x ``pairs`` output subtiles, all loaded at its epilogue's start
+    (``dgated.prefetch``, after ``cp.async.bulk.wait_group.read 0``), none from its subtile
+    loop; returns the subtiles stored. Asserts the invariants of the module docstring."""
+    stages = 2 * pairs
     held = {}  # buffer -> [subtile, read, stored]
     loads = dict.fromkeys(range(stages), 0)  # buffer -> loads so far (its mbarrier's phase)
     unread_stores = set()  # buffers whose store the store warp has not waited for
@@ -38,14 +40,9 @@ def _walk(stages: int, pairs: int, tiles: int) -> int:
     done = 0
     for _ in range(tiles):
         unread_stores.clear()  # the prefetch's wait_group.read 0
-        for s_out in range(min(stages, 2 * pairs)):
+        for s_out in range(stages):
             load(done + s_out)
         for e in range(pairs):
-            later = dgated.later_pair(stages, e, pairs)
-            if later is not None:
-                unread_stores.clear()  # wait_group.read 0: pair e - 1's stores have read
-                for h in range(2):
-                    load(done + 2 * later + h)
             for s in (done + 2 * e, done + 2 * e + 1):  # both waited for, both read
                 b = s % stages
                 assert held[b][0] == s, f"subtile {s} read from buffer {b} holding {held[b][0]}"
@@ -58,8 +55,8 @@ def _walk(stages: int, pairs: int, tiles: int) -> int:
 
 
 def _walk_loader(stages: int, pairs: int, tiles: int, seed: int, frees: int = 1) -> int:
-    """The loader-warp form (``Sm90Config.dgated_loader_warp``: ``Sm90Gemm.dgated_loader``
-    and ``_dgated_epilogue``), its two agents interleaved at random: the loader warp loads
+    """The cooperative tile's loader-warp form (``Sm90Gemm.dgated_loader`` and
+    ``_dgated_epilogue``), its two agents interleaved at random: the loader warp loads
     subtile s once buffer s % E's ``free`` mbarrier has (s // E) arrivals; the epilogue, per
     pair P, has its store warp wait for its stores to have read (``wait_group.read 0``) and
     arrive on the two buffers of pair P - 1, then waits for both of pair P's loads, reads and
@@ -143,14 +140,9 @@ def test_the_loader_walk_catches_a_pair_freed_before_its_stores():
         assert caught > 0, (stages, pairs)
 
 
-@pytest.mark.parametrize("stages", [2, 4, 6, 8, 16])
-@pytest.mark.parametrize("pairs", [1, 2, 3, 4, 8, 16])
-def test_every_pair_loads_into_buffers_read_and_stored_before(stages, pairs):
-    assert _walk(stages, pairs, tiles=5) == 5 * 2 * pairs
-
-
-#: the ping-pong 128x128 tile with its whole tile's pre-activation buffered
-WHOLE_TILE = Sm90Config(tile_m=128, tile_n=128, schedule="pingpong", dgated_whole_tile=True)
+@pytest.mark.parametrize("pairs", [1, 2, 3, 4, 8])
+def test_the_whole_tile_loads_into_buffers_read_and_stored_before(pairs):
+    assert _walk_whole(pairs, tiles=5) == 5 * 2 * pairs
 
 
 @pytest.mark.parametrize(
@@ -160,41 +152,28 @@ WHOLE_TILE = Sm90Config(tile_m=128, tile_n=128, schedule="pingpong", dgated_whol
         (Sm90Config(), cutlass.Float32),
         (Sm90Config(tile_m=128, tile_n=128, schedule="pingpong"), cutlass.BFloat16),
         (Sm90Config(tile_m=128, tile_n=128, schedule="pingpong"), cutlass.Float32),
-        (WHOLE_TILE, cutlass.BFloat16),
-        (WHOLE_TILE, cutlass.Float32),
     ],
 )
-def test_a_dgated_kernel_has_an_even_buffer_count(config, c_dtype):
-    """The pairs take two buffers each: the kernel rounds its epilogue buffers down to even
-    (at least two); with ``dgated_whole_tile`` it takes one for every subtile of its tile (no
-    load from its subtile loop: ``dgated``), its ring keeping three stages or more. The walk
-    above covers these counts."""
+def test_a_dgated_kernel_has_its_schedule_s_buffers(config, c_dtype):
+    """The pairs take two buffers each: a cooperative kernel rounds its epilogue buffers down
+    to even (at least two) and has a loader warp; a ping-pong one takes a buffer for every
+    subtile of its tile (no load from its subtile loop: ``dgated``), its ring keeping three
+    stages or more, and no loader warp. The walks above cover these counts."""
     ab = c_dtype if c_dtype != cutlass.Float32 else cutlass.Float16
     gemm = Sm90Gemm(config, ab, c_dtype, cutlass.Float32,
                     epilogue=Epilogue(activation="silu", dgated=True))  # fmt: skip
     ring, stages = gemm.stage_counts()
-    if config.dgated_whole_tile:
+    assert gemm._dgated_loader is not config.pingpong
+    if config.pingpong:
         assert stages == 2 * config.num_epi_subtiles == 16 and ring >= 3
-        pairs = config.num_epi_subtiles
-        assert all(dgated.later_pair(stages, e, pairs) is None for e in range(pairs))
     else:
-        assert stages in (2, 4, 6, 8)
+        assert stages in (2, 4)
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [dict(dgated_loader_warp=True), dict(schedule="pingpong", tile_n=128, dgated_whole_tile=True)],
-)
-def test_the_dgated_load_forms_are_refused_on_other_epilogues(fields):
-    """``dgated_whole_tile`` and ``dgated_loader_warp`` are a dgated epilogue's: a kernel with
-    another epilogue refuses them (they would only change its compile key); each is refused
-    on the other schedule's tile when the config is made."""
-    config = Sm90Config(**fields)
+def test_only_a_dgated_kernel_has_a_loader_warp():
+    """The loader warp is a cooperative dgated kernel's: another epilogue on the same tile
+    (a dact one reads its pre-activation the same way, from the store warp) has none."""
     for epilogue in (Epilogue(), Epilogue(activation="silu", dact=True)):
-        with pytest.raises(ValueError, match="dgated_whole_tile and dgated_loader_warp"):
-            Sm90Gemm(config, cutlass.Float16, cutlass.Float16, cutlass.Float32, epilogue=epilogue)
-    Sm90Gemm(config, cutlass.Float16, cutlass.Float16, cutlass.Float32,
-             epilogue=Epilogue(activation="silu", dgated=True))  # fmt: skip
-    with pytest.raises(ValueError, match="needs schedule="):
-        Sm90Config(**{**fields, "schedule": "pingpong" if "dgated_loader_warp" in fields
-                      else "cooperative", "tile_n": 128})  # fmt: skip
+        gemm = Sm90Gemm(Sm90Config(), cutlass.Float16, cutlass.Float16, cutlass.Float32,
+                        epilogue=epilogue)  # fmt: skip
+        assert not gemm._dgated_loader

@@ -115,14 +115,14 @@ def dgated_tile(d, dy: torch.Tensor, half: int, index: int) -> tuple[str, object
     """(backend, config) of the tile the dgated GEMM of a ``gated_grad`` call (``dy`` (M, H),
     ``dh`` (M, ``half``)) runs on device ``index``: the menu entry ``choosing.dgated_entry``
     names (the ping-pong or the cooperative row tile, by how well each fills its waves, or the
-    plain product's cooperative tile where it fills them better still), in the form its
-    family's dgated switches hold (``host.dgated_config``: the whole tile buffered, or a loader
-    warp)."""
+    plain product's cooperative tile where it fills them better still); the kernel loads the
+    pre-activation in its schedule's form (the ping-pong tile's whole tile buffered, the
+    cooperative one's by a loader warp: ``kernels/sm90/dgated.py``)."""
     rows, k = dy.shape
     ab = _AB_NAMES.get(dy.dtype) or str(dy.dtype).removeprefix("torch.")
     sms, cc = d.devices.sm_count(index), d.devices.capability(index)
     e = host.choosing.menu.entry(host.choosing.dgated_entry(rows, half, k, ab, sms, cc))
-    return e.backend, host.dgated_config(e.backend, e.variant_config())
+    return e.backend, e.variant_config()
 
 
 def _is_small(config) -> bool:

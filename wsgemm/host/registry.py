@@ -234,19 +234,6 @@ ROW_SCALE_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: product of its own, then the gradient in three elementwise passes (torch's kernels), and
 #: the forward the product, then the unit in torch.
 DGATED_FAMILIES: frozenset[str] = frozenset({"sm90"})
-#: The families whose ping-pong dgated kernel buffers its whole tile's pre-activation
-#: (``Sm90Config.dgated_whole_tile``: 16 buffers, all loaded at the epilogue's start, none
-#: from its subtile loop), the form whose WGMMAs ptxas does not serialize with bf16
-#: (docs/perf.md entry 100). On since its GPU cases passed and it timed faster on an H100
-#: (docs/perf.md entry 104). Elsewhere the ping-pong dgated kernel loads four buffers a pair
-#: ahead.
-DGATED_WHOLE_TILE_FAMILIES: frozenset[str] = frozenset({"sm90"})
-#: The families whose cooperative dgated kernel has its pre-activation loaded by a warp of the
-#: producer warpgroup (``Sm90Config.dgated_loader_warp``: the store warp only says, by
-#: mbarrier, which buffers its stores have read), the form whose WGMMAs ptxas does not
-#: serialize with bf16 (docs/perf.md entry 101). On since its GPU cases passed and it timed
-#: faster on an H100 (entry 104). Elsewhere the store warp loads them, a pair ahead.
-DGATED_LOADER_WARP_FAMILIES: frozenset[str] = frozenset({"sm90"})
 #: The families whose plain-MLP training kernels run in calls: an activation's gradient fused
 #: into the GEMM that computes ``dh`` (``Epilogue.dact``: ``dpre = (d_out @ W_down) ·
 #: act'(pre)`` from the saved pre-activation, ``api.act_grad.act_grad``, a plain ``MLP``'s
@@ -332,27 +319,6 @@ def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
     if not config.k_tiles_for_every_rank(k) or not config.cluster_split_fits(2, c_bytes):
         return None
     return config
-
-
-def dgated_config(backend: str, config):
-    """The config a dgated call runs on ``backend``'s tile ``config`` (None: the backend's
-    own): a ping-pong tile with the whole tile's pre-activation buffered where
-    ``DGATED_WHOLE_TILE_FAMILIES`` holds the family, a cooperative one with a loader warp
-    where ``DGATED_LOADER_WARP_FAMILIES`` does; else ``config`` as given."""
-    family = BACKENDS[backend].family
-    whole, loader = family in DGATED_WHOLE_TILE_FAMILIES, family in DGATED_LOADER_WARP_FAMILIES
-    if not (whole or loader):  # (the switches' families are sm90's: Sm90Config tiles)
-        return config
-    # per call of a GatedMLP's backward: the config made once (a dataclass replace is ~5 us)
-    return _dgated_form(backend, config, whole, loader)
-
-
-@functools.lru_cache(maxsize=64)
-def _dgated_form(backend: str, config, whole: bool, loader: bool):
-    base = config if config is not None else BACKENDS[backend].config()
-    if base.pingpong:
-        return dataclasses.replace(base, dgated_whole_tile=True) if whole else config
-    return dataclasses.replace(base, dgated_loader_warp=True) if loader else config
 
 
 def fuses_epilogues(

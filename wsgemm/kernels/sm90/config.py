@@ -55,7 +55,8 @@ SCHEDULES = ("cooperative", "pingpong")
 NUM_CONSUMER_WARPGROUPS = 2
 PRODUCER_WARPGROUP = NUM_CONSUMER_WARPGROUPS
 PRODUCER_WARP = PRODUCER_WARPGROUP * WARPS_PER_WARPGROUP
-# The dgated loader warp (``Sm90Config.dgated_loader_warp``): the producer warpgroup's second.
+# A cooperative dgated tile's loader warp (``Sm90Gemm.dgated_loader``): the producer warpgroup's
+# second.
 LOADER_WARP = PRODUCER_WARP + 1
 THREADS_PER_CTA = (NUM_CONSUMER_WARPGROUPS + 1) * THREADS_PER_WARPGROUP
 # One WGMMA atom covers 64 rows of M and k = 16 for 16-bit inputs.
@@ -136,16 +137,6 @@ class Sm90Config:
     # of a cluster run together, so no unit waits on one that is not resident. Needs no other
     # cluster (``cluster_m = cluster_n = 1``: no multicast) and no other split.
     cluster_split: int = 1
-    # A ping-pong tile's dgated epilogue (``dgated``) with a buffer for every output subtile of
-    # its tile, all loaded at the epilogue's start (True), instead of four loaded a pair ahead
-    # from its subtile loop, whose loads make ptxas serialize the kernel's WGMMAs with bf16
-    # (docs/perf.md entry 100). Only a dgated kernel reads it.
-    dgated_whole_tile: bool = False
-    # A cooperative tile's dgated epilogue (``dgated``) with its pre-activation loaded by a warp
-    # of the producer warpgroup (a loader warp, which holds no accumulators) instead of the
-    # epilogue's store warp; the store warp only tells it, by mbarrier, which buffers its
-    # stores have read. Only a dgated kernel reads it.
-    dgated_loader_warp: bool = False
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
@@ -180,27 +171,6 @@ class Sm90Config:
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if not isinstance(self.dgated_whole_tile, bool):
-            raise ValueError(f"dgated_whole_tile must be a bool, got {self.dgated_whole_tile!r}")
-        if not isinstance(self.dgated_loader_warp, bool):
-            raise ValueError(f"dgated_loader_warp must be a bool, got {self.dgated_loader_warp!r}")
-        if self.dgated_loader_warp and (
-            self.schedule != "cooperative"
-            or self.split_k != 1
-            or self.stream_k
-            or self.cluster_split != 1
-        ):
-            raise ValueError(
-                "dgated_loader_warp loads a cooperative tile's pre-activation from the producer "
-                "warpgroup: it needs schedule='cooperative' and no split, got "
-                f"schedule={self.schedule!r}, split_k={self.split_k}, stream_k={self.stream_k}, "
-                f"cluster_split={self.cluster_split}"
-            )  # fmt: skip
-        if self.dgated_whole_tile and self.schedule != "pingpong":
-            raise ValueError(
-                "dgated_whole_tile buffers a ping-pong tile's whole pre-activation: it needs "
-                f"schedule='pingpong', got {self.schedule!r}"
-            )
         allowed_m = (128, 256) if self.schedule == "cooperative" else (64, 128)
         if self.tile_m not in allowed_m:
             raise ValueError(
@@ -242,8 +212,7 @@ class Sm90Config:
     def __repr__(self) -> str:
         # The compile cache keys a variant by this repr: a config at the defaults of the fields
         # added later keeps the key it had before they existed.
-        later = {"cluster_split": 1, "dgated_whole_tile": False, "dgated_loader_warp": False,
-                 "stream_k_teams": False}  # fmt: skip
+        later = {"cluster_split": 1, "stream_k_teams": False}
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
@@ -433,17 +402,13 @@ SMEM_BUFFER_ALIGN = SWIZZLE_ATOM_BYTES
 # subtile is written; more are added only from smem the mainloop ring cannot use.
 MIN_EPILOGUE_STAGES = 2
 MAX_EPILOGUE_STAGES = 4
-# A dgated epilogue loads each pair's pre-activation into the buffers its stores then use, one
-# pair ahead with four (a ping-pong tile with ``dgated_whole_tile`` takes a buffer for every
-# subtile and loads them all at once: ``Sm90Gemm.stage_counts``). Eight (three pairs ahead,
-# where smem allows: the ping-pong 128x128 tile's 4 KB buffers, entry 89) and an L2 prefetch
-# of each tile's pre-activation as its mainloop starts (``dgated.prefetch_l2``, entry 87)
-# were built to hide the epilogue's loads; timed on an H100 with both on, the dh GEMM ran
-# 1.20-1.44x its plain GEMM against entry 86's 1.17-1.36x without them (and 1.80-1.99x on the
-# ping-pong tile, 1.80-1.87x before): slower on all four rows, so both are off (entry 97)
-# until an A/B on one GPU shows either helps.
+# The most epilogue buffers a cooperative dgated tile takes, in pairs: its loader warp loads
+# each pair's pre-activation into the two its stores then use (a ping-pong dgated tile takes
+# one for every output subtile, all loaded at its epilogue's start: ``Sm90Gemm.stage_counts``).
+# Eight, and an L2 prefetch of each tile's pre-activation as its mainloop starts (entries 87
+# and 89), timed slower on an H100 than four without it, the store warp then loading (entry
+# 97); the prefetch is deleted (git keeps it).
 DGATED_MAX_EPILOGUE_STAGES = 4
-DGATED_L2_PREFETCH = False
 # The producer warpgroup only issues TMA and walks the schedule (a few divisions per tile);
 # 40 registers hold that without spilling, the rest goes to the accumulators.
 PRODUCER_REGISTERS = 40

@@ -20,7 +20,7 @@ from wsgemm.kernels.epilogue import activation as epilogue_activation
 from wsgemm.kernels.epilogue import bias as epilogue_bias
 from wsgemm.kernels.epilogue import row_scale as epilogue_row_scale
 from wsgemm.kernels.sm90 import dgated, ragged, residual
-from wsgemm.kernels.sm90.config import DGATED_L2_PREFETCH, Sm90Config, epilogue_stage_bytes
+from wsgemm.kernels.sm90.config import Sm90Config, epilogue_stage_bytes
 
 __all__ = ["BIAS_AHEAD", "EpilogueLoops", "epilogue_subtile_order"]
 
@@ -258,23 +258,17 @@ class EpilogueLoops:
         ``dgate = acc · up · act'(gate)`` and ``dup = acc · act(gate)`` stored from them."""
         cfg = plan.config
         load = args.residual
-        res_views = dgated.tile_views(load, tile, cfg.epi_tile)
         if const_expr(not self._residual_under_mainloop(plan)):
             self.residual_prefetch(plan, args, tile, subtiles_done)
         per_subtile = cute.size(views.tRS_rD)
         up_half = views.more[0]
         for e in cutlass.range_constexpr(plan.product_subtiles):
             s0 = subtiles_done + 2 * e  # the gate half's number in this set; the up half's next
-            later = dgated.later_pair(plan.epi_stages, e, plan.product_subtiles)
-            if const_expr(self._dgated_loader):  # the loader warp loads; the store warp frees
-                if const_expr(e > 0):  # (the last tile's last pair: freed under the mainloop)
-                    self._free_pair(plan, args, s0)
-            elif const_expr(later is not None):
-                if args.is_store_warp:
-                    cute.arch.cp_async_bulk_wait_group(0, read=True)  # pair e - 1's stores
-                    for h in cutlass.range_constexpr(2):
-                        s = subtiles_done + 2 * later + h
-                        dgated.issue(load, res_views, views.order, 2 * later + h, s)
+            # a cooperative tile's loader warp loads, its store warp frees; a ping-pong tile's
+            # whole pre-activation was loaded at the epilogue's start (``residual_prefetch``)
+            if const_expr(self._dgated_loader and e > 0):
+                # (the last tile's last pair: freed under the mainloop)
+                self._free_pair(plan, args, s0)
             residual.wait(load, s0)
             residual.wait(load, s0 + 1)
             gate_buf = args.sC[(None, None, s0 % plan.epi_stages)]
@@ -295,9 +289,10 @@ class EpilogueLoops:
 
     @cute.jit
     def _free_pair(self, plan: cutlass.Constexpr, args: _EpilogueArgs, s):
-        """The store warp's, with a dgated loader warp: the pair stored before subtile ``s``
-        (its subtiles s - 2 and s - 1; none before the first), once its stores have read its
-        two buffers, freed for the loader (an arrival on each buffer's second mbarrier)."""
+        """The store warp's, on a cooperative dgated tile (its loader warp loads): the pair
+        stored before subtile ``s`` (its subtiles s - 2 and s - 1; none before the first), once
+        its stores have read its two buffers, freed for the loader (an arrival on each
+        buffer's second mbarrier)."""
         if args.is_store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
             if s > 0:
@@ -323,17 +318,19 @@ class EpilogueLoops:
     @staticmethod
     def _residual_under_mainloop(plan) -> bool:
         """Whether a residual's first C loads leave under the tile's mainloop (cooperative,
-        unsplit) rather than at the start of its epilogue (``residual``); with a dgated loader
-        warp, which loads them all, the previous tile's last pair is freed there instead
-        (``residual_prefetch``)."""
+        unsplit) rather than at the start of its epilogue (``residual``); on a cooperative
+        dgated tile, whose loader warp loads them all, the previous tile's last pair is freed
+        there instead (``residual_prefetch``)."""
         cfg = plan.config
         return plan.epilogue.reads_c and not cfg.pingpong and not cfg.splits_in_kernel
 
     @cute.jit
     def residual_prefetch(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile, subtiles_done):
-        """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``);
-        with a dgated loader warp instead, the previous tile's last pair freed for it, so that
-        it loads this tile's first E subtiles under the mainloop (``_free_pair``)."""
+        """The store warp's: the tile's first C subtiles on their way (``residual.prefetch``;
+        a ping-pong dgated tile's whole pre-activation, ``dgated.prefetch``); on a cooperative
+        dgated tile, whose loader warp loads, the previous tile's last pair freed for it
+        instead, so that it loads this tile's first E subtiles under the mainloop
+        (``_free_pair``)."""
         if const_expr(self._dgated_loader):
             self._free_pair(plan, args, subtiles_done)
         elif args.is_store_warp:
@@ -344,21 +341,6 @@ class EpilogueLoops:
             else:
                 views = residual.tile_views(args.residual, tile, plan.config.epi_tile)
                 residual.prefetch(args.residual, views, order, subtiles_done, plan.out_subtiles)
-
-    @cute.jit
-    def _preact_to_l2(self, plan: cutlass.Constexpr, args: _EpilogueArgs, tile):
-        """The store warp's, as a dgated tile's mainloop starts: each of the tile's output
-        subtiles' pre-activation asked of L2 (``dgated.prefetch_l2``), so that its epilogue's
-        loads into the buffers are L2 round trips, and the pre-activation streams in beside A
-        and B rather than in a burst once the MMAs are done. Nothing for other epilogues, nor
-        while ``DGATED_L2_PREFETCH`` is off (docs/perf.md entry 97)."""
-        if const_expr(plan.epilogue.dgated and DGATED_L2_PREFETCH and not self._dgated_loader):
-            if args.is_store_warp:
-                views = dgated.tile_views(args.residual, tile, plan.config.epi_tile)
-                order = epilogue_subtile_order(plan.config, plan.out_tile_n, plan.out_tile_m)
-                # (under the cooperative mainloop the first buffers' loads leave anyway)
-                first = plan.epi_stages if const_expr(self._residual_under_mainloop(plan)) else 0
-                dgated.prefetch_l2(args.residual, views, order, first, plan.out_subtiles)
 
     @cute.jit
     def _ragged_epilogue(self, plan: cutlass.Constexpr, args, store_pipeline, views, tile,

@@ -279,9 +279,8 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
       * producer, warpgroup 2: after ``setmaxnreg`` down to 40 registers, its first warp walks
         the tile schedule and issues the TMA loads of A and B into an S-stage smem ring
         (multicasting the operand its cluster peers share); its other three warps exit, but
-        for a dgated tile with a loader warp (``Sm90Config.dgated_loader_warp``): its second
-        warp walks the same schedule and loads the saved pre-activation into the epilogue's
-        buffers (``dgated_loader``).
+        for a cooperative dgated tile's loader warp: its second warp walks the same schedule
+        and loads the saved pre-activation into the epilogue's buffers (``dgated_loader``).
       * consumers, warpgroups 0 and 1: ``setmaxnreg`` up, issue WGMMAs from the ring into fp32
         (or fp16) register accumulators, then run the epilogue: convert, store to smem
         subtiles, TMA-store to global. Cooperative: both work on one tile, 64 rows each of
@@ -372,15 +371,6 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
             raise ValueError(f"Sm90Gemm runs on sm_90a only (WGMMA, setmaxnreg), got {gpu_arch!r}")
         self.gpu_arch = gpu_arch
         check_dtypes(ab_dtype, c_dtype, acc_dtype)
-        if (config.dgated_whole_tile or config.dgated_loader_warp) and (
-            not epilogue.dgated or self.grouped is not None
-        ):
-            raise ValueError(
-                "dgated_whole_tile and dgated_loader_warp choose how a dense dgated epilogue "
-                f"loads its pre-activation: a kernel with epilogue {epilogue.name!r}"
-                f"{' over groups' if self.grouped is not None else ''} takes neither; got "
-                f"{config}"
-            )  # fmt: skip
         if (config.splits_in_kernel or config.cluster_split > 1) and acc_dtype != cutlass.Float32:
             what = "stream-K" if config.stream_k else f"split-K (split_k={config.split_k})"
             if config.cluster_split > 1:
@@ -485,9 +475,9 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
 
     @property
     def _dgated_loader(self) -> bool:
-        """Whether a warp of the producer warpgroup loads a dgated tile's pre-activation
-        (``Sm90Config.dgated_loader_warp``, a dgated kernel's only)."""
-        return self.fused_epilogue.dgated and self.config.dgated_loader_warp
+        """Whether a warp of the producer warpgroup loads a dgated tile's pre-activation: a
+        cooperative one's (a ping-pong one's store warp loads its whole tile's: ``dgated``)."""
+        return self.fused_epilogue.dgated and not self.config.pingpong
 
     def stage_counts(self) -> tuple[int, int]:
         """(mainloop stages, epilogue buffers) from the smem budget for this config's dtypes."""
@@ -498,10 +488,10 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
                                                   self.c_dtype.width // 8)  # fmt: skip
         # a dgated tile stores two subtiles per product subtile, into a pair of buffers
         subtiles = 2 * self.config.num_epi_subtiles
-        if self.config.dgated_whole_tile:
+        if self.config.pingpong:
             # a buffer for each of them: the epilogue loads the whole tile's pre-activation at
             # its start (``dgated.prefetch``), under the other warpgroup's mainloop, and none
-            # from its subtile loop (``dgated.later_pair`` is None: see ``dgated``)
+            # from its subtile loop (see ``dgated``)
             ab_stages, _ = stage_counts(ab_bytes, subtiles * epi_bytes, 1, max_epi=1)
             return ab_stages, subtiles
         ab_stages, epi_stages = stage_counts(ab_bytes, epi_bytes, subtiles,
@@ -1281,7 +1271,7 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
 
     @cute.jit
     def dgated_loader(self, plan: cutlass.Constexpr, load: residual.ResidualLoad, scheduler):
-        """Loader warp (``Sm90Config.dgated_loader_warp``): every output subtile's
+        """Loader warp (a cooperative dgated tile's: ``dgated``): every output subtile's
         pre-activation of every tile the CTA runs, in the epilogue's order, each into its
         buffer once the store that last read the buffer has read it (the store warp's arrival
         on the buffer's second mbarrier: ``_free_pair``). It walks the schedule as the
@@ -1446,8 +1436,6 @@ class Sm90Gemm(TracedLoops, EpilogueLoops, GemmKernel):
             bias_ahead = self._bias_ahead(plan, epi_args, tile)
             # a row scale's factors of the whole tile, in flight under the mainloop too
             scales = self._row_scale_tile(plan, epi_args, tile)
-            # a dgated tile's pre-activation asked of L2 under its mainloop
-            self._preact_to_l2(plan, epi_args, tile)
             k_begin, k_end = self._k_range(tile, k_tiles)
             prefetch = None
             if const_expr(self._residual_under_mainloop(plan)):

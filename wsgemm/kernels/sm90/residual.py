@@ -74,8 +74,8 @@ class ResidualLoad:
 
 def barrier_count(epi_stages: int, pingpong: bool, loader: bool = False) -> int:
     """mbarriers the residual needs: one per epilogue buffer, per ping-pong warpgroup; with a
-    loader warp (``Sm90Config.dgated_loader_warp``) one more per buffer, after them, on which
-    the store warp says the buffer's stores have read it."""
+    loader warp (a cooperative dgated tile's: ``dgated``) one more per buffer, after them, on
+    which the store warp says the buffer's stores have read it."""
     return epi_stages * (2 if pingpong else 1) * (2 if loader else 1)
 
 
