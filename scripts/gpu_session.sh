@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|dgatedpp|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -262,7 +262,7 @@ if has dgatedtrace; then
   timeout 300 python3 - "$OUT/dgated-trace" <<'PY' 2>&1 | tail -20
 import contextlib, os, sys, torch
 from unittest import mock
-from wsgemm import host, tracing
+from wsgemm import tracing
 from wsgemm.api import gated as gated_core
 from wsgemm.host.choosing.menu import entry
 dy = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
@@ -273,7 +273,7 @@ os.makedirs(out, exist_ok=True)
 # the rule's tile (cooperative), then forced onto the ping-pong one (1.8x its plain GEMM in
 # entry 86: where its time goes), then the plain dh GEMM on auto's pick
 e = entry("sm90-pingpong")
-for name, forced in (("", None), ("-pingpong", (e.backend, host.dgated_config(e.backend, e.variant_config())))):
+for name, forced in (("", None), ("-pingpong", (e.backend, e.variant_config()))):
     patch = mock.patch.object(gated_core, "dgated_tile", lambda rows, *rest: forced)
     with patch if forced else contextlib.nullcontext():
         t = tracing.trace_gated_grad(dy, w, pre, "silu")
@@ -301,31 +301,6 @@ if has gatedtiles; then
   WSGEMM_AUTOTUNE=0 timeout ${GATED_TILES_TIMEOUT:-300} python3 scripts/bench_gated_tiles.py \
     --rounds ${ROUNDS:-5} --json "$OUT/gated-tiles.json" > "$OUT/gated-tiles.log" 2>&1
   echo "gated tiles rc=$?"; cat "$OUT/gated-tiles.log" | cut -c1-250 | tail -40
-fi
-if has dgatedpp; then
-  # docs/perf.md entries 100-101: the dgated kernels whose WGMMAs ptxas no longer serializes
-  # (the ping-pong tile's whole tile buffered, the cooperative tile's loader warp): their GPU
-  # cases (they switch them on for themselves), then the training step with both switched on
-  # (scripts/switched.py), the dh GEMM on its own tile (the loader warp) and forced onto the
-  # ping-pong one (the whole tile); the plain mlptrain after it is the same step, both off
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
-    tests/gpu/test_gpu_epilogue.py -k "dgated" 2>&1 | tee "$OUT/dgated-tests.log" \
-    | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
-  # the gated sanitizer cases (both row tiles) with both forms on: compiled outside first
-  both="scripts/switched.py DGATED_WHOLE_TILE_FAMILIES,DGATED_LOADER_WARP_FAMILIES --script"
-  python3 $both scripts/sanitize_auto.py --gated 2>&1 | tail -3
-  for tool in memcheck racecheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
-      kns=direct_copy_kernel_cuda python3 $both scripts/sanitize_auto.py --gated 2>&1 \
-      | tee "$OUT/sanitize_dgated_forms_$tool.log" | tail -3
-    echo "$tool dgated forms rc=${PIPESTATUS[0]}"
-  done
-  timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/switched.py \
-    DGATED_WHOLE_TILE_FAMILIES,DGATED_LOADER_WARP_FAMILIES \
-    --script scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} --models ${EPI_MODELS:-8b,70b} \
-    --tokens ${MLP_TOKENS:-1024,4096} --dgated-tiles sm90-pingpong \
-    --json "$OUT/mlp-train-whole.json" > "$OUT/mlp-train-whole.log" 2>&1
-  echo "mlp train (whole tile, loader warp) rc=$?"; tail -16 "$OUT/mlp-train-whole.log"
 fi
 if has skteams; then
   # docs/perf.md entry 105: stream-K in teams (Sm90Config.stream_k_teams): its GPU cases, the
@@ -380,7 +355,7 @@ if has dgatedheld; then
     --tokens ${MLP_TOKENS:-512,2048,8192} --json "$OUT/dgated-tiles-heldout.json" \
     2>&1 | tee "$OUT/dgated-heldout.log" | tail -24
 fi
-if has mlptrain || has dgatedpp; then
+if has mlptrain; then
   # issue #25 / perf.md entry 74: a SwiGLU MLP's forward+backward, wsgemm vs torch vs its GEMMs
   timeout ${MLP_BENCH_TIMEOUT:-240} python3 scripts/bench_mlp_train.py --rounds ${ROUNDS:-5} \
     --models ${EPI_MODELS:-8b,70b} --tokens ${MLP_TOKENS:-1024,4096} \
