@@ -19,17 +19,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from unittest import mock
 
 import torch
-from bench_mlp_train import mlp_dims
+from bench_mlp_train import forced_dgated, mlp_dims
 
 import wsgemm
 from wsgemm.api import gated as gated_core
 from wsgemm.bench import env, measure
 from wsgemm.bench.nvml import Nvml
 from wsgemm.host.choosing import choose, dgated_entry, dgated_kernel_entry
-from wsgemm.host.choosing.menu import entry
 
 
 def forms(tokens: int, hidden: int, ffn: int, tiles, gen) -> dict:
@@ -39,21 +37,14 @@ def forms(tokens: int, hidden: int, ffn: int, tiles, gen) -> dict:
     w_down = torch.randn(hidden, ffn, device="cuda", dtype=dt, generator=gen) / ffn**0.5
     preact = torch.randn(tokens, 2 * ffn, device="cuda", dtype=dt, generator=gen)
 
-    def dgated(tile=None):
-        def call():
-            with torch.no_grad():
-                if tile is None:
-                    return gated_core.gated_grad(dy, w_down, preact, "silu")
-                with mock.patch.object(gated_core, "dgated_tile", lambda *_: tile):
-                    return gated_core.gated_grad(dy, w_down, preact, "silu")
+    def auto():
+        with torch.no_grad():
+            return gated_core.gated_grad(dy, w_down, preact, "silu")
 
-        return call
-
-    calls = {"plain": lambda: wsgemm.matmul(dy, w_down), "auto": dgated()}
+    calls = {"plain": lambda: wsgemm.matmul(dy, w_down), "auto": auto}
     want = calls["auto"]()
     for name in tiles:
-        e = entry(name)
-        calls[name] = dgated((e.backend, e.variant_config()))
+        calls[name] = forced_dgated(name, dy, w_down, preact, "silu")
         got = calls[name]()
         if not torch.equal(got, want):
             err = (got.float() - want.float()).abs().max().item()

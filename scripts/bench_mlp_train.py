@@ -74,14 +74,15 @@ def mlp_dims(name: str) -> tuple[int, int]:
 
 
 def forced_dgated(name: str, dout, w_d, preact, act):
-    """``gated_grad`` with the dgated GEMM on menu entry ``name``'s tile."""
+    """``gated_grad`` (a call returning its result) with the dgated GEMM on menu entry
+    ``name``'s tile."""
     e = entry(name)
     tile = (e.backend, e.variant_config())
 
     def call():
         with torch.no_grad(), mock.patch.object(gated_core, "dgated_tile",
-                                                lambda rows, *rest: tile):  # fmt: skip
-            gated_core.gated_grad(dout, w_d, preact, act)
+                                                lambda *_: tile):  # fmt: skip
+            return gated_core.gated_grad(dout, w_d, preact, act)
 
     return call
 

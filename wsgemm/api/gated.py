@@ -31,6 +31,7 @@ from .. import host
 from ..host.dispatch import current_settings
 from ..host.registry import Epilogue
 from ..host.workspace import UNSPLIT_LAUNCH
+from ..support import dtype_name
 from . import dispatch
 from .epilogue import check_activation, gated_unit_grad, kernel_bias, torch_activation
 from .plan import _kernel_view
@@ -107,10 +108,6 @@ def gated_config(rows: int, swap: bool = False, small: bool = False) -> tuple[st
     return e.backend, e.variant_config()
 
 
-#: the host's names of the 16-bit dtypes (per gated_grad call: a str() of a dtype is ~0.1 us)
-_AB_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
 def dgated_tile(d, dy: torch.Tensor, half: int, index: int) -> tuple[str, object | None]:
     """(backend, config) of the tile the dgated GEMM of a ``gated_grad`` call (``dy`` (M, H),
     ``dh`` (M, ``half``)) runs on device ``index``: the menu entry ``choosing.dgated_entry``
@@ -119,7 +116,7 @@ def dgated_tile(d, dy: torch.Tensor, half: int, index: int) -> tuple[str, object
     pre-activation in its schedule's form (the ping-pong tile's whole tile buffered, the
     cooperative one's by a loader warp: ``kernels/sm90/dgated.py``)."""
     rows, k = dy.shape
-    ab = _AB_NAMES.get(dy.dtype) or str(dy.dtype).removeprefix("torch.")
+    ab = dtype_name(dy.dtype)
     sms, cc = d.devices.sm_count(index), d.devices.capability(index)
     e = host.choosing.menu.entry(host.choosing.dgated_entry(rows, half, k, ab, sms, cc))
     return e.backend, e.variant_config()

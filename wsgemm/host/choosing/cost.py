@@ -303,9 +303,8 @@ def wave_fill(e: MenuEntry, m: int, n: int, sm_count: int) -> float:
     fill their slot with nothing (docs/perf.md entry 110: the dgated GEMM on a 2x1 cluster
     tile over 3 or 5 row tiles ran ~1.5x the time of a 1x2 cluster's)."""
     f = features(e, 1, m, n, 1, 1, sm_count)
-    km, kn = e.kernel_mn(m, n)
-    inside = -(-km // e.tile_m) * -(-kn // e.tile_n)
-    return inside / (f.waves * f.slots) if f.slots and f.waves else 1.0  # (1.0: empty)
+    tiles_m, tiles_n = e.tile_counts(m, n)
+    return tiles_m * tiles_n / (f.waves * f.slots) if f.slots and f.waves else 1.0  # (empty)
 
 
 def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:
@@ -316,16 +315,10 @@ def dgated_kernel_entry(rows: int, half: int, sm_count: int) -> str:
     tile = gated_kernel_entry(rows)
     if tile != "sm90":
         return tile
-    return _wider_filling(rows, half, sm_count, DGATED_PINGPONG_WAVE_MARGIN)
-
-
-@functools.lru_cache(maxsize=256)
-def _wider_filling(rows: int, half: int, sm_count: int, margin: float) -> str:
-    """(per gated_grad call: once per shape) the ping-pong tile where it fills its waves more
-    than ``margin`` times as well as the cooperative one, else the cooperative."""
+    # (not cached: ``choosing.dgated_entry``, its one caller on a call's path, caches its answer)
     pingpong = wave_fill(entry("sm90-pingpong"), rows, half, sm_count)
     cooperative = wave_fill(entry("sm90"), rows, half, sm_count)
-    return "sm90-pingpong" if pingpong > margin * cooperative else "sm90"
+    return "sm90-pingpong" if pingpong > DGATED_PINGPONG_WAVE_MARGIN * cooperative else "sm90"
 
 
 #: The gated swap-AB decode tile (``host.runs_gated_swap``): calls of up to this many rows, the

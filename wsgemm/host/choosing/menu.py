@@ -111,14 +111,18 @@ class MenuEntry:
         """The (M, N) the kernel sees: the problem's, or swapped."""
         return (n, m) if self.swap_ab else (m, n)
 
+    def tile_counts(self, m: int, n: int) -> tuple[int, int]:
+        """The output tiles along the kernel's M and N that hold part of an (M, N) product."""
+        km, kn = self.kernel_mn(m, n)
+        return -(-km // self.tile_m), -(-kn // self.tile_n)
+
     def tiles(self, m: int, n: int, batch: int) -> int:
         """The work units of a launch without split: output tiles, each side rounded up to
         whole clusters (a cluster that overhangs a ragged edge still runs all its CTAs)."""
-        km, kn = self.kernel_mn(m, n)
         cm, cn = self.cluster
         # as kernels.common.scheduler.cluster_tile_counts, which this module cannot import
         # (it imports the DSL, and the policy runs in processes that never load it)
-        tiles_m, tiles_n = -(-km // self.tile_m), -(-kn // self.tile_n)
+        tiles_m, tiles_n = self.tile_counts(m, n)
         return -(-tiles_m // cm) * cm * (-(-tiles_n // cn) * cn) * max(batch, 1)
 
     def describe(self) -> str:

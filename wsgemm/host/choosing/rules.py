@@ -298,7 +298,7 @@ def _dgated_entry(rows, half, k, ab_dtype, sm_count, cc, constants) -> str:
     plain = choose(rows, half, k, 1, ab_dtype, ab_dtype, "float32", sm_count, cc,
                    batch_invariant=False)  # fmt: skip
     e = plain.menu_entry
-    if plain.split != 1 or e.swap_ab or e.config["schedule"] != "cooperative" or e.name == tile:
+    if plain.split != 1 or e.swap_ab or e.config["schedule"] != "cooperative":
         return tile
     fill = cost.wave_fill(e, rows, half, sm_count)
     if fill > cost.DGATED_PLAIN_TILE_MARGIN * cost.wave_fill(entry(tile), rows, half, sm_count):
