@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -372,6 +372,18 @@ if has rpr; then
       --json "$OUT/rpr-$dt.json" > "$OUT/rpr-$dt.log" 2>&1
     echo "rpr $dt rc=$?"; grep -iE "geomean|rpr|wrong" "$OUT/rpr-$dt.log" | tail -8
   done
+fi
+if has docsllm; then
+  # issue #27's docs: the llm suite for docs/benchmarking.md (auto first, the peers and torch's
+  # default reduced-precision cuBLAS in the same process), acceptance settings: no tuned store,
+  # WSGEMM_AUTOTUNE=0, no table override
+  rm -rf "$(python3 -c 'from wsgemm.host.choosing.autotune import location; print(location().root)')/autotune"
+  WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-560} python3 -m wsgemm bench --suite llm \
+    --backends ${DOCS_BACKENDS:-wsgemm:auto,cublas-rpr,triton,quack} --rounds ${ROUNDS:-5} \
+    --json "$OUT/llm-docs.json" --plot "$OUT/llm-docs.png" --markdown "$OUT/llm-docs.md" \
+    > "$OUT/llm-docs.log" 2>&1
+  echo "docs llm rc=$?"; grep -iE "geomean|wrong|error" "$OUT/llm-docs.log" | tail -10
+  tail -8 "$OUT/llm-docs.md"
 fi
 if has routechoice; then
   # issue #27: the on-line chooser races auto's kernel against torch.matmul (on sm_90 the
