@@ -214,9 +214,14 @@ if has dactbench; then
   echo "mlp dact rc=$?"; tail -8 "$OUT/mlp-dact.log"
 fi
 if has suiteall; then
-  # the whole GPU suite in one call: JOBS pytest runs side by side (scripts/gpu_suite.py)
+  # the whole GPU suite in one call: JOBS pytest runs side by side (scripts/gpu_suite.py);
+  # shards of equal time from an earlier run's $OUT/suite/durations.json, kept as
+  # tests/gpu/durations.json (SUITE_PLAN= another file; SUITE_PLAN=none: equal counts)
+  plan=${SUITE_PLAN:-tests/gpu/durations.json}
+  [[ -f $plan ]] || plan=
   WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --jobs ${JOBS:-8} \
-    --timeout ${SUITE_TIMEOUT:-540} ${TESTS:-tests/} 2>&1 | tee "$OUT/gpu-suite.log" | tail -40
+    --timeout ${SUITE_TIMEOUT:-540} ${plan:+--plan "$plan"} ${TESTS:-tests/} 2>&1 \
+    | tee "$OUT/gpu-suite.log" | tail -40
   echo "suiteall done at $((SECONDS - start)) s"
 fi
 # The whole GPU suite in four calls of under 600 s each (one run was cut at 560 s after 41%,

@@ -10,15 +10,23 @@ results, not times, so sharing the GPU changes no verdict. The shards' logs end 
 ``--out``/shards.log (``--junit``: a JUnit XML per shard beside it); the summary line counts
 them all. A collection error stops it before any test runs.
 
+Each shard reports its tests' times (pytest's ``--durations``); the run writes them all to
+``--out``/durations.json. Given such a file from an earlier run (``--plan``), the shards are cut
+to about equal time instead of equal counts (still runs of neighbours; a test the file lacks
+counts the median) and the longest start first, so no slow shard starts last and is cut at the
+timeout (docs/perf.md entry 113: three of 32 equal-count shards were).
+
     python scripts/gpu_suite.py --out DIR [--jobs 8] [--shards 32] [--timeout 540] [--junit]
-        [selection ...]
+        [--plan DURATIONS.json] [selection ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +34,8 @@ import time
 from pathlib import Path
 
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
+#: A line of pytest's ``--durations`` report: "12.34s call     tests/gpu/test_x.py::test_y[a]"
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s (?:setup|call|teardown)\s+(\S+::\S+)\s*$", re.M)
 
 
 def collect(selection: list[str]) -> list[str]:
@@ -42,13 +52,49 @@ def collect(selection: list[str]) -> list[str]:
     return ids
 
 
-def shards(ids: list[str], count: int) -> list[list[str]]:
-    """``ids`` cut into ``count`` runs of neighbours, as equal as the count allows."""
-    size = -(-len(ids) // count)
-    return [ids[i : i + size] for i in range(0, len(ids), size)]
+def shards(ids: list[str], count: int, seconds: dict[str, float] | None = None) -> list[list[str]]:
+    """``ids`` cut into ``count`` runs of neighbours: as equal in number as the count allows, or,
+    with ``seconds`` (node id -> seconds of an earlier run; an id it lacks counts the median),
+    as equal in time, no run empty."""
+    if not seconds:
+        size = -(-len(ids) // count)
+        return [ids[i : i + size] for i in range(0, len(ids), size)]
+    count = max(1, min(count, len(ids)))
+    typical = statistics.median(seconds.values())
+    cost = [seconds.get(i, typical) for i in ids]
+    target = sum(cost) / count
+    parts: list[list[str]] = [[]]
+    spent = 0.0
+    for at, (i, c) in enumerate(zip(ids, cost, strict=True)):
+        left_ids, left_parts = len(ids) - at, count - len(parts)
+        # close the run once it holds its share, or when the remaining ids are only enough for
+        # one each of the runs still to come
+        if parts[-1] and left_parts > 0 and (spent + c / 2 > target * len(parts)
+                                             or left_ids <= left_parts):  # fmt: skip
+            parts.append([])
+        parts[-1].append(i)
+        spent += c
+    return parts
 
 
-def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict) -> None:
+def durations(text: str) -> dict[str, float]:
+    """Seconds per node id (setup, call and teardown summed) from pytest's ``--durations``
+    report in ``text``."""
+    out: dict[str, float] = {}
+    for secs, node in DURATION.findall(text):
+        out[node] = out.get(node, 0.0) + float(secs)
+    return out
+
+
+def start_order(parts: list[list[str]], seconds: dict[str, float] | None) -> list[int]:
+    """The shards' indices, the longest expected first (collection order without a plan)."""
+    if not seconds:
+        return list(range(len(parts)))
+    typical = statistics.median(seconds.values())
+    return sorted(range(len(parts)), key=lambda i: -sum(seconds.get(t, typical) for t in parts[i]))
+
+
+def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict, times: dict) -> None:
     """One finished (or cut) shard: its log appended to ``out``/shards.log, its summary line
     and failures printed, its counts added to ``totals``."""
     with open(out / "shards.log", "a") as whole:
@@ -58,6 +104,7 @@ def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict) -
     for line in text.splitlines():
         if line.startswith(("FAILED", "ERROR")):
             print("  " + line[:300], flush=True)
+    times.update(durations(text))
     for n, what in COUNTS.findall(tail[0]):
         what = "errors" if what == "error" else what
         totals[what] = totals.get(what, 0) + int(n)
@@ -70,6 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--shards", type=int, default=0, help="shards in all (0: 4 a job)")
     p.add_argument("--timeout", type=int, default=540, help="seconds for every shard together")
     p.add_argument("--junit", action="store_true", help="a JUnit XML per shard")
+    p.add_argument("--plan", help="durations.json of an earlier run: shards of equal time")
     p.add_argument("selection", nargs="*", default=["tests/"])
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -78,12 +126,14 @@ def main(argv=None) -> int:
     start = time.monotonic()
     deadline = start + args.timeout
     ids = collect(args.selection)
-    parts = shards(ids, args.shards or 4 * args.jobs)
+    plan = json.loads(Path(args.plan).read_text()) if args.plan else None
+    parts = shards(ids, args.shards or 4 * args.jobs, plan)
     print(f"{len(ids)} GPU tests in {len(parts)} shards, {args.jobs} at once", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="gpu-suite-"))
-    waiting = list(range(len(parts)))
+    waiting = start_order(parts, plan)
     running: dict[int, tuple] = {}
     totals: dict[str, int] = {}
+    times: dict[str, float] = {}
     rc = 0
     while waiting or running:
         while waiting and len(running) < args.jobs and time.monotonic() < deadline:
@@ -91,26 +141,33 @@ def main(argv=None) -> int:
             log = open(logs / f"shard{i}.log", "w")  # noqa: SIM115 (closed when it ends)
             junit = [f"--junitxml={out / f'shard{i}.xml'}"] if args.junit else []
             cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "--no-header", "-rfE",
-                   "-p", "no:cacheprovider", *junit, *parts[i]]  # fmt: skip
-            running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log)
+                   "-p", "no:cacheprovider", "--durations=0", "--durations-min=0.05", *junit,
+                   *parts[i]]  # fmt: skip
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            running[i] = (proc, log, time.monotonic())
         if time.monotonic() >= deadline and (running or waiting):
             rc = rc or 1  # some tests did not run to the end
-            for i, (proc, _) in running.items():
+            for i, (proc, _, _) in running.items():
                 proc.kill()
                 print(f"shard {i}: cut at the timeout", flush=True)
             for i in waiting:
                 print(f"shard {i}: not started ({len(parts[i])} tests)", flush=True)
             waiting = []
-        for i in [i for i, (proc, _) in running.items() if proc.poll() is not None or
+        for i in [i for i, (proc, _, _) in running.items() if proc.poll() is not None or
                   time.monotonic() >= deadline]:  # fmt: skip
-            proc, log = running.pop(i)
+            proc, log, began = running.pop(i)
             proc.wait()
             log.close()
             rc = rc or proc.returncode
             _report(i, parts[i], proc, (logs / f"shard{i}.log").read_text(errors="replace"), out,
-                    totals)  # fmt: skip
+                    totals, times)  # fmt: skip
+            if proc.returncode < 0:  # cut: no report; its tests get at least their share
+                share = (time.monotonic() - began) / len(parts[i])
+                for t in parts[i]:
+                    times.setdefault(t, share)
         time.sleep(0.5)
     took = time.monotonic() - start
+    (out / "durations.json").write_text(json.dumps(times, indent=0, sort_keys=True))
     print(f"all shards: {totals} in {took:.0f} s (rc {rc})", flush=True)
     return rc
 
