@@ -216,10 +216,12 @@ fi
 if has suiteall; then
   # the whole GPU suite in one call: JOBS pytest runs side by side (scripts/gpu_suite.py);
   # shards of equal time from an earlier run's $OUT/suite/durations.json, kept as
-  # tests/gpu/durations.json (SUITE_PLAN= another file; SUITE_PLAN=none: equal counts)
+  # tests/gpu/durations.json (SUITE_PLAN= another file; SUITE_PLAN=none: equal counts).
+  # 12 jobs: that file puts the suite at ~5100 s of shard time on an H100 host (perf.md
+  # entry 113), 635 s at 8 jobs, over a call's 600 s
   plan=${SUITE_PLAN:-tests/gpu/durations.json}
   [[ -f $plan ]] || plan=
-  WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --jobs ${JOBS:-8} \
+  WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --jobs ${JOBS:-12} \
     --timeout ${SUITE_TIMEOUT:-540} ${plan:+--plan "$plan"} ${TESTS:-tests/} 2>&1 \
     | tee "$OUT/gpu-suite.log" | tail -40
   echo "suiteall done at $((SECONDS - start)) s"
