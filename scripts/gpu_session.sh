@@ -3,7 +3,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|dgatedcause|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -290,6 +290,37 @@ for name, forced in (("", None), ("-pingpong", (e.backend, e.variant_config())))
 t = tracing.trace(dy, w)
 t.write_summary(f"{out}/summary-plain.json")
 print("plain", t.summary()["call"]["config"], t.summary()["roles"]["consumer"])
+PY
+fi
+if has dgatedcause; then
+  # perf.md entry 112's question: what the overlapped dgated epilogue leaves. The dh GEMM of
+  # 8B at DC_ROWS tokens traced three ways, its summaries side by side: the plain product on
+  # the cooperative 128x256 tile (sm90), the plain product on the ping-pong 128x128 tile
+  # (sm90-pingpong), and the dgated GEMM on that ping-pong tile (its whole pre-activation in
+  # shared memory, the epilogue under the other warpgroup's mainloop). If the ping-pong
+  # plain trace's "wait full" is near the dgated one's (~44% of a mainloop), the tile starves
+  # its feed; if near the cooperative one's (~28%), the epilogue's traffic does
+  timeout 300 python3 - "$OUT/dgated-cause" ${DC_ROWS:-1024} <<'PY' 2>&1 | tail -12
+import contextlib, os, sys, torch
+from unittest import mock
+from wsgemm import tracing
+from wsgemm.api import gated as gated_core
+from wsgemm.host.choosing.menu import entry
+out, rows = sys.argv[1], int(sys.argv[2])
+os.makedirs(out, exist_ok=True)
+dy = torch.randn(rows, 4096, dtype=torch.bfloat16, device="cuda")
+w = torch.randn(4096, 14336, dtype=torch.bfloat16, device="cuda") / 64
+pre = torch.randn(rows, 2 * 14336, dtype=torch.bfloat16, device="cuda")
+def show(name, t):
+    t.write_summary(f"{out}/summary-{name}.json")
+    s = t.summary()
+    c = s["roles"]["consumer"]
+    print(name, t.check() or "consistent", round(s["duration_us"], 1), "us", c["fractions"])
+for backend in ("sm90", "sm90-pingpong"):
+    show(f"plain-{backend}", tracing.trace(dy, w, backend=backend))
+e = entry("sm90-pingpong")
+with mock.patch.object(gated_core, "dgated_tile", lambda rows, *rest: (e.backend, e.variant_config())):
+    show("dgated-sm90-pingpong", tracing.trace_gated_grad(dy, w, pre, "silu"))
 PY
 fi
 if has bandtrace; then
