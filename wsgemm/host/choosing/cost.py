@@ -63,6 +63,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from .menu import MenuEntry, entry
 
@@ -114,9 +115,10 @@ class CostModel:
     per_cluster_split: float | None = None
 
 
-@dataclass(frozen=True)
-class Features:
-    """What the model reads of a (problem, entry, split): the grid and the bytes."""
+class Features(NamedTuple):
+    """What the model reads of a (problem, entry, split): the grid and the bytes. (A named
+    tuple: ``choose`` builds one for every candidate of every new problem, and a frozen
+    dataclass costs twice the time to build; docs/perf.md entry 114.)"""
 
     units: int
     waves: int
@@ -129,8 +131,9 @@ class Features:
     slots: int = 0  # CTAs a wave runs (whole clusters at once; 0: unknown)
 
 
-@dataclass(frozen=True)
-class Prediction:
+class Prediction(NamedTuple):
+    """A candidate's predicted time (us) and its three terms (a named tuple, as ``Features``)."""
+
     us: float
     compute_us: float
     dram_us: float

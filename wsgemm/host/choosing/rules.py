@@ -463,7 +463,15 @@ def _table_timed(candidate, found) -> bool:
 def split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str) -> bool:
     """Whether ``split`` on ``e`` runs over a cluster (``registry.cluster_split_config``: the
     family's switch, the tile, K and C's dtype allow it), so that it is priced in that form."""
-    return split > 1 and registry.cluster_split_config(e, split, k, c_dtype) is not None
+    families = frozenset(registry.CLUSTER_SPLIT_FAMILIES)  # (a test may set a set)
+    return split > 1 and _split_in_cluster(e, split, k, c_dtype, families)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str, families) -> bool:
+    """``split_in_cluster``, kept per switch setting (``families``): the config it builds costs
+    more than the rest of a candidate's price (docs/perf.md entry 114)."""
+    return registry.cluster_split_config(e, split, k, c_dtype) is not None
 
 
 def _margin(f: cost.Features) -> float:
