@@ -301,7 +301,7 @@ if has dgatedcause; then
   # plain trace's "wait full" is near the dgated one's (~44% of a mainloop), the tile starves
   # its feed; if near the cooperative one's (~28%), the epilogue's traffic does
   timeout 300 python3 - "$OUT/dgated-cause" ${DC_ROWS:-1024} <<'PY' 2>&1 | tail -12
-import contextlib, os, sys, torch
+import os, sys, torch
 from unittest import mock
 from wsgemm import tracing
 from wsgemm.api import gated as gated_core
@@ -415,7 +415,8 @@ if has docsllm; then
   # issue #27's docs: the llm suite for docs/benchmarking.md (auto first, the peers and torch's
   # default reduced-precision cuBLAS in the same process), acceptance settings: no tuned store,
   # WSGEMM_AUTOTUNE=0, no table override
-  rm -rf "$(python3 -c 'from wsgemm.host.choosing.autotune import location; print(location().root)')/autotune"
+  root=$(python3 -c 'from wsgemm.host.choosing.autotune import location; print(location().root or "")')
+  [[ -n $root ]] && rm -rf "$root/autotune"
   WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-560} python3 -m wsgemm bench --suite llm \
     --backends ${DOCS_BACKENDS:-wsgemm:auto,cublas-rpr,triton,quack} --rounds ${ROUNDS:-5} \
     --json "$OUT/llm-docs.json" --plot "$OUT/llm-docs.png" --markdown "$OUT/llm-docs.md" \
