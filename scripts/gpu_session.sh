@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One batched GPU session on the lent H200 (see ../shared/gpu/README.md): needs `.gpu/p1/stash.sh`
+# One batched GPU session on the lent H200 (see ../shared/gpu/README.md; `bash
+# scripts/make_gpu_bundle.sh` makes the three parts once per machine): needs `.gpu/p1/stash.sh`
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
