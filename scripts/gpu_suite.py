@@ -60,8 +60,7 @@ def shards(ids: list[str], count: int, seconds: dict[str, float] | None = None) 
         size = -(-len(ids) // count)
         return [ids[i : i + size] for i in range(0, len(ids), size)]
     count = max(1, min(count, len(ids)))
-    typical = statistics.median(seconds.values())
-    cost = [seconds.get(i, typical) for i in ids]
+    cost = estimates(ids, seconds)
     target = sum(cost) / count
     parts: list[list[str]] = [[]]
     spent = 0.0
@@ -86,15 +85,20 @@ def durations(text: str) -> dict[str, float]:
     return out
 
 
+def estimates(ids: list[str], seconds: dict[str, float]) -> list[float]:
+    """Each id's seconds in ``seconds`` (an earlier run's), the median where it has none."""
+    typical = statistics.median(seconds.values())
+    return [seconds.get(i, typical) for i in ids]
+
+
 def start_order(parts: list[list[str]], seconds: dict[str, float] | None) -> list[int]:
     """The shards' indices, the longest expected first (collection order without a plan)."""
     if not seconds:
         return list(range(len(parts)))
-    typical = statistics.median(seconds.values())
-    return sorted(range(len(parts)), key=lambda i: -sum(seconds.get(t, typical) for t in parts[i]))
+    return sorted(range(len(parts)), key=lambda i: -sum(estimates(parts[i], seconds)))
 
 
-def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict, times: dict) -> None:
+def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict) -> None:
     """One finished (or cut) shard: its log appended to ``out``/shards.log, its summary line
     and failures printed, its counts added to ``totals``."""
     with open(out / "shards.log", "a") as whole:
@@ -104,7 +108,6 @@ def _report(i: int, part: list[str], proc, text: str, out: Path, totals: dict, t
     for line in text.splitlines():
         if line.startswith(("FAILED", "ERROR")):
             print("  " + line[:300], flush=True)
-    times.update(durations(text))
     for n, what in COUNTS.findall(tail[0]):
         what = "errors" if what == "error" else what
         totals[what] = totals.get(what, 0) + int(n)
@@ -159,8 +162,9 @@ def main(argv=None) -> int:
             proc.wait()
             log.close()
             rc = rc or proc.returncode
-            _report(i, parts[i], proc, (logs / f"shard{i}.log").read_text(errors="replace"), out,
-                    totals, times)  # fmt: skip
+            text = (logs / f"shard{i}.log").read_text(errors="replace")
+            _report(i, parts[i], proc, text, out, totals)
+            times.update(durations(text))
             # a test the report leaves out ran each phase under --durations-min (0.05 s): ~0;
             # a cut shard prints no report: its tests get at least their share of its time
             share = (time.monotonic() - began) / len(parts[i]) if proc.returncode < 0 else 0.0
