@@ -4,7 +4,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|dgatedcause|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -263,46 +263,18 @@ if has groupedtrace; then
     --out "$OUT/grouped-trace" 2>&1 | tail -12
 fi
 if has dgatedtrace; then
-  # perf.md entry 81: where the fused dh GEMM's time goes (8B at 4096 tokens), then its test
+  # where the fused dh GEMM's time goes (8B at DT_ROWS tokens, default 4096; perf.md entries
+  # 81, 107), then its test: the dgated GEMM on the rule's tile and forced onto the ping-pong
+  # one (its whole pre-activation in shared memory, the epilogue under the other warpgroup's
+  # mainloop), and the plain product on auto's pick and on the ping-pong tile. Entry 112's
+  # question (DT_ROWS=1024): if the plain ping-pong trace's "wait full" is near the dgated
+  # one's (~44% of a mainloop), the tile starves its feed; near the cooperative plain one's
+  # (~28%), the epilogue's traffic does
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --no-header -p no:cacheprovider -rf \
     tests/gpu/test_gpu_trace.py -k dgated 2>&1 | tee "$OUT/dgated-trace-tests.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
-  timeout 300 python3 - "$OUT/dgated-trace" <<'PY' 2>&1 | tail -20
+  timeout 300 python3 - "$OUT/dgated-trace" ${DT_ROWS:-4096} <<'PY' 2>&1 | tail -20
 import contextlib, os, sys, torch
-from unittest import mock
-from wsgemm import tracing
-from wsgemm.api import gated as gated_core
-from wsgemm.host.choosing.menu import entry
-dy = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
-w = torch.randn(4096, 14336, dtype=torch.bfloat16, device="cuda") / 64
-pre = torch.randn(4096, 2 * 14336, dtype=torch.bfloat16, device="cuda")
-out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
-# the rule's tile (cooperative), then forced onto the ping-pong one (1.8x its plain GEMM in
-# entry 86: where its time goes), then the plain dh GEMM on auto's pick
-e = entry("sm90-pingpong")
-for name, forced in (("", None), ("-pingpong", (e.backend, e.variant_config()))):
-    patch = mock.patch.object(gated_core, "dgated_tile", lambda rows, *rest: forced)
-    with patch if forced else contextlib.nullcontext():
-        t = tracing.trace_gated_grad(dy, w, pre, "silu")
-    t.save(f"{out}/raw{name}.npz"); t.write_summary(f"{out}/summary{name}.json")
-    t.plot(f"{out}/timeline{name}.png")
-    print(name or "rule", t.check() or "consistent", t.summary()["roles"]["consumer"])
-t = tracing.trace(dy, w)
-t.write_summary(f"{out}/summary-plain.json")
-print("plain", t.summary()["call"]["config"], t.summary()["roles"]["consumer"])
-PY
-fi
-if has dgatedcause; then
-  # perf.md entry 112's question: what the overlapped dgated epilogue leaves. The dh GEMM of
-  # 8B at DC_ROWS tokens traced three ways, its summaries side by side: the plain product on
-  # the cooperative 128x256 tile (sm90), the plain product on the ping-pong 128x128 tile
-  # (sm90-pingpong), and the dgated GEMM on that ping-pong tile (its whole pre-activation in
-  # shared memory, the epilogue under the other warpgroup's mainloop). If the ping-pong
-  # plain trace's "wait full" is near the dgated one's (~44% of a mainloop), the tile starves
-  # its feed; if near the cooperative one's (~28%), the epilogue's traffic does
-  timeout 300 python3 - "$OUT/dgated-cause" ${DC_ROWS:-1024} <<'PY' 2>&1 | tail -12
-import os, sys, torch
 from unittest import mock
 from wsgemm import tracing
 from wsgemm.api import gated as gated_core
@@ -315,13 +287,18 @@ pre = torch.randn(rows, 2 * 14336, dtype=torch.bfloat16, device="cuda")
 def show(name, t):
     t.write_summary(f"{out}/summary-{name}.json")
     s = t.summary()
-    c = s["roles"]["consumer"]
-    print(name, t.check() or "consistent", round(s["duration_us"], 1), "us", c["fractions"])
-for backend in ("sm90", "sm90-pingpong"):
-    show(f"plain-{backend}", tracing.trace(dy, w, backend=backend))
+    print(name, s["call"]["backend"], t.check() or "consistent", round(s["duration_us"], 1),
+          "us", s["roles"]["consumer"]["fractions"])
+    return t
 e = entry("sm90-pingpong")
-with mock.patch.object(gated_core, "dgated_tile", lambda rows, *rest: (e.backend, e.variant_config())):
-    show("dgated-sm90-pingpong", tracing.trace_gated_grad(dy, w, pre, "silu"))
+for name, forced in (("dgated", None), ("dgated-pingpong", (e.backend, e.variant_config()))):
+    patch = mock.patch.object(gated_core, "dgated_tile", lambda *_: forced)
+    with patch if forced else contextlib.nullcontext():
+        t = show(name, tracing.trace_gated_grad(dy, w, pre, "silu"))
+    t.save(f"{out}/raw-{name}.npz")
+    t.plot(f"{out}/timeline-{name}.png")
+show("plain", tracing.trace(dy, w))
+show("plain-pingpong", tracing.trace(dy, w, backend="sm90-pingpong"))
 PY
 fi
 if has bandtrace; then
