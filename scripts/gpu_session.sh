@@ -218,8 +218,8 @@ if has suiteall; then
   # the whole GPU suite in one call: JOBS pytest runs side by side (scripts/gpu_suite.py);
   # shards of equal time from an earlier run's $OUT/suite/durations.json, kept as
   # tests/gpu/durations.json (SUITE_PLAN= another file; SUITE_PLAN=none: equal counts).
-  # 12 jobs: that file puts the suite at ~5100 s of shard time on an H100 host (perf.md
-  # entry 113), 635 s at 8 jobs, over a call's 600 s
+  # 12 jobs: that file's measured times put the suite at ~3600 s of shard time on an H100
+  # host, 445 s at 12 jobs (perf.md entry 115)
   plan=${SUITE_PLAN:-tests/gpu/durations.json}
   [[ -f $plan ]] || plan=
   WSGEMM_AUTOTUNE=0 python3 scripts/gpu_suite.py --out "$OUT/suite" --jobs ${JOBS:-12} \
