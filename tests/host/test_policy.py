@@ -11,6 +11,8 @@ import json
 import math
 import multiprocessing
 import os
+import pickle
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -272,6 +274,72 @@ def test_m_enters_only_through_blocks_of_m_quantum_rows():
         for lo in (1, 9, 17, 49, 65, 129, 4081):
             hi = lo + q - 1
             assert len({choose(m, n, k) for m in range(lo, hi + 1, 3)} | {choose(hi, n, k)}) == 1
+
+
+def _random_problem(rng: random.Random, point=None) -> tuple:
+    """``rules._choose``'s arguments for a random problem (or a table point's, with random
+    batch, dtypes, GPU and mode): token counts over 1-16384 and the wide swap-AB band,
+    layer-like and random N and K."""
+    m, n, k = (point.m, point.n, point.k) if point else (
+        rng.choice([rng.randint(1, 16384), rng.randint(1, 2048), rng.randint(17, 300)]),
+        rng.choice([rng.randint(1, 30000), rng.choice([896, 1024, 4096, 5120, 14336, 128256])]),
+        rng.choice([rng.randint(1, 30000), rng.choice([896, 2048, 4096, 8192, 14336, 27648])]),
+    )  # fmt: skip
+    ab = rng.choice(["float16", "bfloat16"])
+    acc = rng.choice(["float32", "float32", "float16"]) if ab == "float16" else "float32"
+    batch = point.batch if point else rng.choice([1, 1, 1, 2, 3, 8])
+    sm_count = 132 if point else rng.choice([132, 132, 114, 78, 16])
+    return (menu.m_block(m), n, k, batch, ab, rng.choice([ab, ab, "float32"]), acc, sm_count,
+            (9, 0), rng.random() < 0.15, None, host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+
+
+def test_the_quick_path_picks_what_the_full_pricing_picks():
+    """``choose``'s quick path (``rules._Plan``: the candidates in the order of a lower bound on
+    their price, the pricing stopped where the bound passes the best) answers exactly as the
+    full pricing (``rules._full``): the same entry, split, source, reason and predictions, on
+    random problems, batches, dtypes, SM counts and modes, and on every problem of the shipped
+    table (whose measured cells the full pricing answers)."""
+    rng = random.Random(20261207)
+    problems = [_random_problem(rng) for _ in range(1500)]
+    problems += [_random_problem(rng, p) for p in tables(None)[0].points]
+    quick = 0
+    for args in problems:
+        choice, full = rules._choose.__wrapped__(*args), rules._full(*args)
+        quick += choice._explained is not None
+        assert (choice.menu_entry, choice.split, choice.source) == (
+            full.menu_entry, full.split, full.source), args  # fmt: skip
+        assert choice == full  # the words too
+    assert quick > 0.8 * len(problems)  # most problems take the quick path
+
+
+def test_a_quick_choice_words_itself_when_read():
+    """A quick-path choice prices the full menu for its reason and predictions only when they
+    are read (``matmul`` reads neither); then it equals, hashes, pickles and prints as the full
+    pricing's choice."""
+    rules._choose.cache_clear()
+    c = choose(3000, 4096, 4096)
+    assert c._explained is not None and c.source == "model"
+    full = rules._full(3000, 4096, 4096, 1, *FP16, 132, (9, 0), False, None,
+                       host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+    assert hash(c) == hash(full)
+    assert c.reason == full.reason and c.reason.startswith("cost model: ")
+    assert c._explained is None  # worded once
+    assert c.predictions == full.predictions and c.predictions[0][:2] == (c.menu_entry.name, 1)
+    assert c == full and pickle.loads(pickle.dumps(c)) == c and repr(c) == repr(full)
+
+
+def test_the_quick_path_leaves_decode_and_the_tables_cells_to_the_full_pricing():
+    """Up to ``SWAP_ONLY_TOKENS`` tokens (rule 1) and on the table's measured cells the full
+    pricing answers (it words the table's correction); a plan knows which M blocks those are."""
+    table = tables(None)[0]
+    for p in table.points:
+        if p.m <= rules.SWAP_ONLY_TOKENS:
+            continue
+        plan = rules._plan(p.n, p.k, p.batch, *FP16, 132, (9, 0), False, None,
+                           host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+        assert menu.m_block(p.m) in plan.measured and plan.pick(menu.m_block(p.m)) is None
+    rules._choose.cache_clear()
+    assert choose(8, 4096, 4096)._explained is None
 
 
 def test_other_sm90_parts_get_a_choice_that_fits():

@@ -67,6 +67,11 @@ class MenuEntry:
         fields.setdefault("stream_k", False)  # only dropped entries run stream-K (perf.md 28)
         return cls(name, backend, tuple(sorted(fields.items())), shipped, splits)
 
+    def __hash__(self) -> int:
+        # by name alone (equal entries share it): the policy's caches key on entries, and the
+        # generated hash would walk every field each time
+        return hash(self.name)
+
     @property
     def config(self) -> dict[str, Any]:
         return dict(self.fields)

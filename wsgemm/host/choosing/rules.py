@@ -39,17 +39,20 @@ Pure Python, as the rest of the room: no torch, no DSL.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ...support import ELEMENT_BYTES, dtype_error
 from .. import registry
 from ..settings import current
 from . import cost
-from .menu import MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
-from .table import nearest, table_for, tables
+from .menu import M_QUANTUM, MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
+from .table import MAX_TABLE_DISTANCE, nearest, table_for, tables
+from .table import _key as table_cell
+from .table import features as features_of_problem
 
 __all__ = [
     "ENV_BATCH_INVARIANT",
@@ -87,18 +90,71 @@ ENV_BATCH_INVARIANT = "WSGEMM_BATCH_INVARIANT"
 ENV_TABLE = "WSGEMM_POLICY_TABLE"
 
 
-@dataclass(frozen=True)
 class Choice:
-    """What runs a problem: a menu entry, a split-K count (1: none) and why."""
+    """What runs a problem: a menu entry, a split-K count (1: none) and why.
 
-    menu_entry: MenuEntry
-    split: int
-    reason: str
-    # "model", "table", "tuned" (WSGEMM_AUTOTUNE, choosing.autotune), "empty", or "default" (a
-    # GPU the cost model was never fitted for: the menu's first allowed entry)
-    source: str
-    # the fastest few candidates as the cost model predicts them: (entry name, split, prediction)
-    predictions: tuple[tuple[str, int, cost.Prediction], ...] = ()
+    ``source``: "model", "table", "tuned" (WSGEMM_AUTOTUNE, choosing.autotune), "empty", or
+    "default" (a GPU the cost model was never fitted for: the menu's first allowed entry).
+    ``predictions``: the fastest few candidates as the cost model predicts them (entry name,
+    split, prediction). A choice made on ``choose``'s quick path (``_Plan``) words its
+    ``reason`` and ``predictions`` only when they are read (``explained``: the full pricing,
+    which picks the same): ``matmul`` reads neither, ``explain`` and the debug log both.
+    Not to be changed once made (it is memoized); equal when entry, split, source, reason and
+    predictions are.
+    """
+
+    __slots__ = ("menu_entry", "split", "source", "_reason", "_predictions", "_explained")
+
+    def __init__(
+        self,
+        menu_entry: MenuEntry,
+        split: int,
+        reason: str = "",
+        source: str = "",
+        predictions: tuple[tuple[str, int, cost.Prediction], ...] = (),
+        *,
+        explained: Callable[[], Choice] | None = None,
+    ) -> None:
+        # (plain stores: a Choice is made for every new call signature; not changed after)
+        self.menu_entry = menu_entry
+        self.split = split
+        self.source = source
+        self._reason = reason
+        self._predictions = predictions
+        self._explained = explained
+
+    def _words(self) -> None:
+        """Word a quick-path choice: the full pricing's reason and predictions."""
+        explained = self._explained
+        if explained is not None:
+            full = explained()
+            self._reason, self._predictions, self._explained = full.reason, full.predictions, None
+
+    @property
+    def reason(self) -> str:
+        self._words()
+        return self._reason
+
+    @property
+    def predictions(self) -> tuple[tuple[str, int, cost.Prediction], ...]:
+        self._words()
+        return self._predictions
+
+    def _fields(self) -> tuple:
+        return self.menu_entry, self.split, self.reason, self.source, self.predictions
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Choice and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((self.menu_entry, self.split, self.source))
+
+    def __repr__(self) -> str:
+        return (f"Choice(menu_entry={self.menu_entry.name!r}, split={self.split}, "
+                f"source={self.source!r}, reason={self.reason!r})")  # fmt: skip
+
+    def __reduce__(self):
+        return Choice, self._fields()
 
 
 # ----------------------------------------------------------------------------- rules
@@ -346,6 +402,21 @@ def _flat(allowed: dict) -> tuple[tuple[MenuEntry, int], ...]:
 @functools.lru_cache(maxsize=4096)
 def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
             clusters=None):  # fmt: skip
+    args = (m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
+            clusters)  # fmt: skip
+    if m > SWAP_ONLY_TOKENS and n and k and batch:
+        plan = _plan(*args[1:])  # (checks the arguments, once per plan)
+        picked = None if plan is None else plan.pick(m)
+        if picked is not None:
+            e, split = picked
+            return Choice(e, split, source="model", explained=functools.partial(_full, *args))
+    return _full(*args)
+
+
+def _full(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
+          clusters=None) -> Choice:  # fmt: skip
+    """``choose`` by the full pricing: every allowed candidate priced, the table consulted, the
+    choice worded."""
     _check_args(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return Choice(MENU[0], 1, "empty problem: no kernel runs", "empty")
@@ -374,6 +445,188 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     best, _, e, split = ranked[0]
     why = _why(best, ranked[1:], e, split, len(ranked))
     return Choice(e, split, why + notes, "model", shown)
+
+
+# ----------------------------------------------------------------------------- the quick path
+
+#: A candidate's lower bound (``_Plan``) times this stays below its price through rounding.
+_BOUND_SLACK = 1 - 1e-9
+#: ``_Plan``'s windows of M: the top this many bits of M name its window (2 ** (bits - 1)
+#: windows an octave of M).
+WINDOW_BITS = 4
+
+
+class _Plan:
+    """``choose``'s quick path for one (N, K, batch, dtypes, GPU, mode, table, switch): what of
+    each candidate's price does not depend on M, worked out once, so that a new M prices only
+    the candidates that could win (docs/perf.md entry 116).
+
+    A candidate's price grows with M (its waves, DRAM and L2 bytes do), and it is at least
+    ``launch_us + gamma x M``: its compute and L2 terms with the waves and tiles unrounded
+    (``_row``). ``pick`` walks the candidates in the order of that bound and stops where the
+    bound passes the best price found, so most of the menu is never priced. What it prices it
+    prices with ``_ranked``'s arithmetic in the same order (the same floats), and it ranks as
+    ``_ranked`` does (the split margins, then menu order and split), so it picks what the full
+    pricing picks (``tests/host/test_policy.py`` checks it on random problems). It answers
+    None, and the full pricing decides, where the table measured the problem's cell; M up to
+    ``SWAP_ONLY_TOKENS`` tokens never asks it (rule 1)."""
+
+    __slots__ = ("starts", "rows", "windows", "n", "k", "ab", "c", "batch", "launch", "q",
+                 "l2_rate", "measured")  # fmt: skip
+
+    def __init__(self, rows, n, k, ab, c, batch, model, measured) -> None:
+        # the candidates that fit, per range of M between the rows' own ranges' ends: ``pick``
+        # finds M's range by bisection
+        ends = sorted({1} | {lo for _, lo, *_ in rows} | {hi + 1 for _, _, hi, *_ in rows})
+        self.starts = [end for end in ends if end != math.inf]
+        self.rows = [[(row[0], *row[3:]) for row in rows if row[1] <= start <= row[2]]
+                     for start in self.starts]  # fmt: skip
+        self.windows: dict[int, list] = {}  # a window's first M -> its candidates in order
+        self.n, self.k, self.ab, self.c, self.batch = n, k, ab, c, batch
+        self.launch, self.q, self.l2_rate = model.launch_us, model.q, model.l2_tb_s * 1e6
+        self.measured = measured  # the M blocks whose cell the table measured
+
+    def _price(self, row, m: int) -> float | None:
+        """``row``'s ranking key (its price times its margin) at ``m`` tokens, as ``pick``
+        works it out; None where ``m`` makes more split units than the rule allows."""
+        _, period, tiles_of, split, cap, slots, unit, k_tiles, l2_of, ws, rate, margin, *_ = row
+        tiles = -(-m // period) * tiles_of
+        if tiles > cap:
+            return None
+        units = tiles * split
+        base = ((m + self.n) * self.k * self.ab + m * self.n * self.c) * self.batch
+        compute = -(-units // slots) * unit + 0.0
+        dram = (base + tiles * ws) / rate
+        l2 = units * k_tiles * l2_of * self.ab / self.l2_rate
+        q = self.q
+        return (self.launch + (compute**q + dram**q + l2**q) ** (1 / q)) * margin
+
+    def _window(self, m: int) -> list:
+        """The candidates for ``m`` tokens in the order of their prices at the start of
+        ``m``'s window (``WINDOW_BITS``; a window ends where a candidate's range does too):
+        a candidate's price only grows with M, so that price bounds it over the window.
+        Each window's are worked out once, when first asked."""
+        shift = m.bit_length() - WINDOW_BITS
+        segment = bisect.bisect_right(self.starts, m) - 1
+        start = max((m >> shift) << shift, self.starts[segment])
+        rows = self.windows.get(start)
+        if rows is None:
+            priced = ((self._price(row, start), row) for row in self.rows[segment])
+            rows = [(key * _BOUND_SLACK, *row) for key, row in priced if key is not None]
+            rows.sort(key=lambda row: (row[0], row[-2]))
+            self.windows[start] = rows
+        return rows
+
+    def pick(self, m: int) -> tuple[MenuEntry, int] | None:
+        """(entry, split) for ``m`` tokens (a whole ``M_QUANTUM`` block), or None: the table's
+        cell, or no candidate priced (the full pricing words what happens then)."""
+        if m in self.measured:
+            return None
+        n, ab, launch, q, l2_rate = self.n, self.ab, self.launch, self.q, self.l2_rate
+        # ``cost.features``' DRAM bytes (the same for a swapped problem: M + N, M x N)
+        base = ((m + n) * self.k * ab + m * n * self.c) * self.batch
+        best_key, best = math.inf, None
+        for floor, bound, period, tiles_of, split, cap, slots, unit, k_tiles, l2_of, ws, rate, \
+                margin, rank, e in self._window(m):  # fmt: skip
+            if floor > best_key:
+                break  # this and every later candidate cost more than the best
+            if launch + bound * m > best_key:
+                continue
+            tiles = -(-m // period) * tiles_of
+            if tiles > cap:
+                continue  # more split units than SPLIT_MAX_WAVES waves
+            units = tiles * split
+            # cost.predict's terms, in its order; its price is at least its compute term
+            compute = -(-units // slots) * unit + 0.0
+            if (launch + compute * _BOUND_SLACK) * margin > best_key:
+                continue
+            dram = (base + tiles * ws) / rate
+            l2 = units * k_tiles * l2_of * ab / l2_rate
+            key = (launch + (compute**q + dram**q + l2**q) ** (1 / q)) * margin
+            if key < best_key or (key == best_key and rank < best[0]):
+                best_key, best = key, (rank, e, split)
+        return None if best is None else best[1:]
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
+          clusters=None) -> _Plan | None:  # fmt: skip
+    """The quick path for these arguments (``_Plan``); None where the full pricing alone
+    answers: no cost model for the GPU, or a table that speaks beyond its own cells."""
+    _check_args(1, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    model = cost.cost_model_for(sm_count, cc)
+    table = table_for(tables(table_path), sm_count, cc)
+    if model is None or (table is not None and MAX_TABLE_DISTANCE != 0.0):
+        return None
+    measured = frozenset()
+    if table is not None:  # the M blocks of the cells measured at this N (x L) and K
+        where = table_cell(features_of_problem(1, n, k, batch, table.sm_count / sm_count))[1:]
+        measured = _measured_blocks(table).get(where, frozenset())
+    dtypes = (ab_dtype, c_dtype, acc_dtype)
+    ab = ELEMENT_BYTES[ab_dtype]
+    rows = []
+    for rank, e in enumerate(MENU):
+        costs = model.entries.get(e.name)
+        if costs is None or not _measured(e, batch, dtypes):
+            continue
+        for split in split_candidates(e, 1, n, k, batch, sm_count, acc_dtype, invariant):
+            row = _row(model, costs, e, split, n, k, batch, sm_count, ab, c_dtype, rank)
+            if row is not None:
+                rows.append(row)
+    return _Plan(rows, n, k, ab, ELEMENT_BYTES[c_dtype], max(batch, 1), model, measured)
+
+
+@functools.lru_cache(maxsize=8)
+def _measured_blocks(table) -> dict[tuple[float, float], frozenset[int]]:
+    """The table's cells by their (N, K) features: the M blocks measured there (a cell's M
+    feature is log2 of its blocks of ``M_QUANTUM`` rows)."""
+    found: dict[tuple[float, float], set[int]] = {}
+    for m, *where in table.cells:
+        found.setdefault(tuple(where), set()).add(round(2**m) * M_QUANTUM)
+    return {where: frozenset(blocks) for where, blocks in found.items()}
+
+
+def _row(model, costs, e: MenuEntry, split, n, k, batch, sm_count, ab, c_dtype, rank):
+    """One candidate of a ``_Plan``: (bound per token, the M range ``fits``, tiles per period
+    of M, ..., rank, entry); None where it never fits N. Each term as ``cost.features`` and
+    ``cost.predict`` work it out for any M."""
+    cm, cn = e.cluster
+    # along the kernel's M and N: the tokens go along its M, or along its N when swapped
+    token_tile, token_cluster = (e.tile_n, cn) if e.swap_ab else (e.tile_m, cm)
+    other_tile, other_cluster = (e.tile_m, cm) if e.swap_ab else (e.tile_n, cn)
+    other = -(-n // other_tile)
+    if other < other_cluster:
+        return None  # ``fits``: a cluster along N needs that many tiles
+    lo = (token_cluster - 1) * token_tile + 1  # ``fits``: as many token tiles as the cluster
+    hi = math.inf
+    if e.swap_ab and e.tile_n <= SWAP_DECODE_MAX_N:
+        hi = e.tile_n  # a decode tile takes all the tokens
+    elif e.swap_ab:
+        lo, hi = max(lo, SWAP_WIDE_MIN_M + 1), SWAP_WIDE_MAX_M
+    # ``MenuEntry.tiles``: ceil(ceil(M / t) / c) x c = ceil(M / (t c)) x c
+    period = token_tile * token_cluster
+    tiles_of = token_cluster * (-(-other // other_cluster) * other_cluster) * max(batch, 1)
+    cap = math.inf if split == 1 else SPLIT_MAX_WAVES * sm_count // split
+    in_cluster = split_in_cluster(e, split, k, c_dtype)
+    size = cm * cn * (split if in_cluster else 1)
+    slots = cost.clusters_at_once(sm_count, size) * size
+    k_tiles = -(-math.ceil(k / e.tile_k) // split)
+    volume = e.tile_m * e.tile_n * e.tile_k / cost.REFERENCE_TILE_VOLUME
+    unit = k_tiles * costs.per_k_tile * volume + costs.per_unit + 0.0
+    if in_cluster and model.per_cluster_split is not None:
+        unit += model.per_cluster_split * (e.tile_m * e.tile_n * 4 / 1024) * (split - 1)
+    elif split > 1:
+        unit += costs.per_split_unit + model.per_extra_split * (split - 1)
+    l2_of = e.tile_m * e.tile_k / cn + e.tile_n * e.tile_k / cm
+    ws = e.tile_m * e.tile_n * 4 * 2 * split if split > 1 and not in_cluster else 0
+    margin = 1 + (0.0 if split == 1 else CLUSTER_SPLIT_MARGIN if in_cluster else SPLIT_MARGIN)
+    # per token, the waves and tiles unrounded: compute and L2 at least this, combined
+    per_token_units = tiles_of * split / period
+    compute = per_token_units / slots * unit
+    l2 = per_token_units * k_tiles * l2_of * ab / (model.l2_tb_s * 1e6)
+    bound = (compute**model.q + l2**model.q) ** (1 / model.q) * margin * _BOUND_SLACK
+    return (bound, lo, hi, period, tiles_of, split, cap, slots, unit, k_tiles, l2_of, ws,
+            costs.dram_tb_s * 1e6, margin, (rank, split), e)  # fmt: skip
 
 
 def with_epilogue(
