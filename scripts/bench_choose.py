@@ -58,8 +58,7 @@ def one_round(tokens: list[int]) -> dict[tuple[int, int], dict[str, float]]:
     found = {}
     for n, k in SHAPES:
         asks = [functools.partial(rules.choose, m, n, k, 1, *PROBLEM) for m in tokens]
-        rules._choose.cache_clear()
-        rules._plan.cache_clear()
+        rules.forget()
         cold = _time(asks)
         rules._choose.cache_clear()
         warm = _time(asks)

@@ -40,9 +40,9 @@ def workspace_splits(monkeypatch):
     from wsgemm.host import registry
 
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
-    rules._choose.cache_clear()
+    rules.forget()
     yield
-    rules._choose.cache_clear()
+    rules.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -820,15 +820,15 @@ def test_the_policy_prices_a_split_in_the_form_it_runs(monkeypatch):
 
     shape = (5, 1536, 4096, 1, "float16", "float16", "float32", 132, (9, 0))
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset())
-    rules._choose.cache_clear()
+    rules.forget()
     off = choosing.choose(*shape)
     monkeypatch.setattr(registry, "CLUSTER_SPLIT_FAMILIES", frozenset({"sm90"}))
-    rules._choose.cache_clear()
+    rules.forget()
     try:
         on = choosing.choose(*shape)
     finally:
         monkeypatch.undo()
-        rules._choose.cache_clear()
+        rules.forget()
     assert off.source == on.source == "model"
     assert off.split == 1 and on.split == 4 and on.menu_entry.swap_ab
     for c in (off, on):

@@ -316,7 +316,7 @@ def test_a_quick_choice_words_itself_when_read():
     """A quick-path choice prices the full menu for its reason and predictions only when they
     are read (``matmul`` reads neither); then it equals, hashes, pickles and prints as the full
     pricing's choice."""
-    rules._choose.cache_clear()
+    rules.forget()
     c = choose(3000, 4096, 4096)
     assert c._explained is not None and c.source == "model"
     full = rules._full(3000, 4096, 4096, 1, *FP16, 132, (9, 0), False, None,
@@ -326,6 +326,45 @@ def test_a_quick_choice_words_itself_when_read():
     assert c._explained is None  # worded once
     assert c.predictions == full.predictions and c.predictions[0][:2] == (c.menu_entry.name, 1)
     assert c == full and pickle.loads(pickle.dumps(c)) == c and repr(c) == repr(full)
+
+
+def test_a_quick_choice_is_worded_for_the_switch_it_was_made_under():
+    """A choice made with the cluster split off and read after it is back on gives the reason
+    and predictions of its own pick (the switch is part of what it was made from)."""
+    rules.forget()
+    with host.registry.switches(CLUSTER_SPLIT_FAMILIES=frozenset()):
+        c = choose(24, 1024, 14336)
+        full = rules._full(24, 1024, 14336, 1, *FP16, 132, (9, 0), False, None, frozenset())
+    assert c._explained is not None and (c.menu_entry, c.split) == (full.menu_entry, full.split)
+    assert c.predictions[0][:2] == (c.menu_entry.name, c.split)
+    assert not any(p.features.cluster_split for _, _, p in c.predictions) and c == full
+
+
+def test_the_quick_path_steps_aside_for_a_table_that_speaks_beyond_its_cells(monkeypatch):
+    """With the table's reach widened (``table.MAX_TABLE_DISTANCE``, a tool's setting) the
+    plans' list of measured cells no longer says where the table answers: the full pricing
+    decides every M."""
+    monkeypatch.setattr(choosing.table, "MAX_TABLE_DISTANCE", 1.5)
+    rules.forget()
+    for m in (136, 600, 3000):
+        c = choose(m, 4096, 4096)
+        assert c._explained is None
+        assert c == rules._full(m, 4096, 4096, 1, *FP16, 132, (9, 0), False, None,
+                                host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+    rules.forget()
+
+
+def test_forget_answers_anew_after_a_constant_changes(monkeypatch):
+    """The memo and the plans key on the problem, not on the policy's constants: a test or a
+    fit that changes one calls ``rules.forget()`` (here no split may run: one wave of split
+    units at most, and zero allowed)."""
+    rules.forget()
+    assert choose(48, 4096, 14336).split > 1
+    monkeypatch.setattr(rules, "SPLIT_MAX_WAVES", 0)
+    rules.forget()
+    assert choose(48, 4096, 14336).split == 1
+    monkeypatch.undo()
+    rules.forget()
 
 
 def test_the_quick_path_leaves_decode_and_the_tables_cells_to_the_full_pricing():
@@ -338,7 +377,7 @@ def test_the_quick_path_leaves_decode_and_the_tables_cells_to_the_full_pricing()
         plan = rules._plan(p.n, p.k, p.batch, *FP16, 132, (9, 0), False, None,
                            host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
         assert menu.m_block(p.m) in plan.measured and plan.pick(menu.m_block(p.m)) is None
-    rules._choose.cache_clear()
+    rules.forget()
     assert choose(8, 4096, 4096)._explained is None
 
 
@@ -421,7 +460,7 @@ def test_the_model_picks_the_fastest_prediction_among_the_allowed(shape, empty_t
     assert times == sorted(times) and all(t > 0 for t in times)
     assert c.predictions[0][:2] == (c.menu_entry.name, c.split)
     assert {(choosing.entry(n), s) for n, s, _ in c.predictions} <= allowed
-    rules._choose.cache_clear()
+    rules.forget()
     assert choose(shape.m, shape.n, shape.k) == c  # deterministic, not just memoized
 
 

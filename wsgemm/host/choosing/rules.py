@@ -49,10 +49,11 @@ from ...support import ELEMENT_BYTES, dtype_error
 from .. import registry
 from ..settings import current
 from . import cost
+from . import table as table_module
 from .menu import M_QUANTUM, MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
-from .table import MAX_TABLE_DISTANCE, nearest, table_for, tables
 from .table import _key as table_cell
 from .table import features as features_of_problem
+from .table import nearest, table_for, tables
 
 __all__ = [
     "ENV_BATCH_INVARIANT",
@@ -103,7 +104,8 @@ class Choice:
     predictions are.
     """
 
-    __slots__ = ("menu_entry", "split", "source", "_reason", "_predictions", "_explained")
+    __slots__ = ("menu_entry", "split", "source", "_reason", "_predictions", "_explained",
+                 "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -144,7 +146,9 @@ class Choice:
         return self.menu_entry, self.split, self.reason, self.source, self.predictions
 
     def __eq__(self, other) -> bool:
-        return type(other) is Choice and self._fields() == other._fields()
+        if type(other) is not Choice:
+            return NotImplemented
+        return self._fields() == other._fields()
 
     def __hash__(self) -> int:
         return hash((self.menu_entry, self.split, self.source))
@@ -404,7 +408,9 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
             clusters=None):  # fmt: skip
     args = (m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
             clusters)  # fmt: skip
-    if m > SWAP_ONLY_TOKENS and n and k and batch:
+    # (the plans know the table's cells only while a cell answers for its own M block alone)
+    quick = SWAP_ONLY_TOKENS < m <= QUICK_MAX_M and table_module.MAX_TABLE_DISTANCE == 0.0
+    if quick and n and k and batch:
         plan = _plan(*args[1:])  # (checks the arguments, once per plan)
         picked = None if plan is None else plan.pick(m)
         if picked is not None:
@@ -424,7 +430,7 @@ def _full(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant,
     notes = _notes(acc_dtype, invariant)
     if allowed and all(entry(name).swap_ab for name in allowed):  # rule 1
         notes = f"; up to {SWAP_ONLY_TOKENS} tokens only the swap-AB entries are candidates{notes}"
-    ranked = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed)
+    ranked = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, 0, clusters)
     shown = tuple((e.name, s, p) for p, _, e, s in ranked[:SHOWN_PREDICTIONS])
     table = table_for(tables(table_path), sm_count, cc)
     found = None if table is None else nearest(table, m, n, k, batch, sm_count, allowed)
@@ -447,10 +453,21 @@ def _full(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant,
     return Choice(e, split, why + notes, "model", shown)
 
 
+def forget() -> None:
+    """Drop ``choose``'s memo and plans (and the answers built on them): a test or a fit that
+    changes what the policy reads without it being in their keys (a constant, the cost
+    models, the menu) calls this before asking again."""
+    for cached in (_choose, _plan, _with_epilogue, _dgated_entry):
+        cached.cache_clear()
+
+
 # ----------------------------------------------------------------------------- the quick path
 
 #: A candidate's lower bound (``_Plan``) times this stays below its price through rounding.
 _BOUND_SLACK = 1 - 1e-9
+#: The largest M the quick path answers (the table's cells tell M blocks apart to 2 ** 30
+#: blocks and more; the full pricing answers beyond).
+QUICK_MAX_M = 1 << 30
 #: ``_Plan``'s windows of M: the top this many bits of M name its window (2 ** (bits - 1)
 #: windows an octave of M).
 WINDOW_BITS = 4
@@ -556,7 +573,7 @@ def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, ta
     _check_args(1, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     model = cost.cost_model_for(sm_count, cc)
     table = table_for(tables(table_path), sm_count, cc)
-    if model is None or (table is not None and MAX_TABLE_DISTANCE != 0.0):
+    if model is None:
         return None
     measured = frozenset()
     if table is not None:  # the M blocks of the cells measured at this N (x L) and K
@@ -570,7 +587,7 @@ def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, ta
         if costs is None or not _measured(e, batch, dtypes):
             continue
         for split in split_candidates(e, 1, n, k, batch, sm_count, acc_dtype, invariant):
-            row = _row(model, costs, e, split, n, k, batch, sm_count, ab, c_dtype, rank)
+            row = _row(model, costs, e, split, n, k, batch, sm_count, ab, c_dtype, rank, clusters)
             if row is not None:
                 rows.append(row)
     return _Plan(rows, n, k, ab, ELEMENT_BYTES[c_dtype], max(batch, 1), model, measured)
@@ -586,7 +603,7 @@ def _measured_blocks(table) -> dict[tuple[float, float], frozenset[int]]:
     return {where: frozenset(blocks) for where, blocks in found.items()}
 
 
-def _row(model, costs, e: MenuEntry, split, n, k, batch, sm_count, ab, c_dtype, rank):
+def _row(model, costs, e: MenuEntry, split, n, k, batch, sm_count, ab, c_dtype, rank, clusters):
     """One candidate of a ``_Plan``: (bound per token, the M range ``fits``, tiles per period
     of M, ..., rank, entry); None where it never fits N. Each term as ``cost.features`` and
     ``cost.predict`` work it out for any M."""
@@ -607,7 +624,7 @@ def _row(model, costs, e: MenuEntry, split, n, k, batch, sm_count, ab, c_dtype, 
     period = token_tile * token_cluster
     tiles_of = token_cluster * (-(-other // other_cluster) * other_cluster) * max(batch, 1)
     cap = math.inf if split == 1 else SPLIT_MAX_WAVES * sm_count // split
-    in_cluster = split_in_cluster(e, split, k, c_dtype)
+    in_cluster = split_in_cluster(e, split, k, c_dtype, clusters)
     size = cm * cn * (split if in_cluster else 1)
     slots = cost.clusters_at_once(sm_count, size) * size
     k_tiles = -(-math.ceil(k / e.tile_k) // split)
@@ -685,10 +702,11 @@ def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, s
     return Choice(e, split, why, "model", shown)
 
 
-def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int = 0):
+def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int = 0,
+            families=None):  # fmt: skip
     """Every allowed candidate with its predicted time (a fused activation of ``mufu`` MUFU
     instructions an element priced in), fastest first: (prediction, tie-break, entry, split);
-    empty without a cost model for this GPU."""
+    empty without a cost model for this GPU. ``families``: ``split_in_cluster``'s."""
     model = cost.cost_model_for(sm_count, cc)
     if model is None:
         return []
@@ -699,7 +717,7 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int 
         for s in splits:
             # where the family runs this split as a cluster split, its price is that form's
             f = cost.features(e, s, m, n, k, batch, sm_count, ab, c,
-                              split_in_cluster(e, s, k, c_dtype))  # fmt: skip
+                              split_in_cluster(e, s, k, c_dtype, families))  # fmt: skip
             p = cost.predict(model, e, f, mufu)
             if p is not None:
                 out.append((p, (order, s), e, s))
@@ -713,11 +731,14 @@ def _table_timed(candidate, found) -> bool:
     return not p.features.cluster_split and (e.name, split) in found[3]
 
 
-def split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str) -> bool:
+def split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str, families=None) -> bool:
     """Whether ``split`` on ``e`` runs over a cluster (``registry.cluster_split_config``: the
-    family's switch, the tile, K and C's dtype allow it), so that it is priced in that form."""
-    families = frozenset(registry.CLUSTER_SPLIT_FAMILIES)  # (a test may set a set)
-    return split > 1 and _split_in_cluster(e, split, k, c_dtype, families)
+    family's switch, the tile, K and C's dtype allow it), so that it is priced in that form.
+    ``families``: the switch's setting (``registry.CLUSTER_SPLIT_FAMILIES``) to answer for,
+    by default the one now."""
+    if families is None:
+        families = registry.CLUSTER_SPLIT_FAMILIES
+    return split > 1 and _split_in_cluster(e, split, k, c_dtype, frozenset(families))
 
 
 @functools.lru_cache(maxsize=4096)
