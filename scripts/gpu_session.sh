@@ -40,9 +40,12 @@ if has sanitize; then
   done
   python3 scripts/sanitize_auto.py > /dev/null 2>&1  # compile outside the sanitizer, as above
   for tool in memcheck initcheck racecheck; do
-    # initcheck: outputs left unread (it does not see TMA stores: scripts/sanitize_auto.py)
+    # initcheck: outputs left unread (it does not see TMA stores: scripts/sanitize_auto.py),
+    # and torch's copy of a TMA-stored temporary C into a misaligned C not checked (as the
+    # initcheck step: 3 x 64 x 4100 false reports otherwise, docs/perf.md entry 117)
     flag=$([[ $tool == initcheck ]] && echo --initcheck)
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py $flag \
+    compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
+      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py $flag \
       2>&1 | tee "$OUT/sanitize_auto_$tool.log" | tail -3
     echo "$tool auto rc=${PIPESTATUS[0]}"
   done
