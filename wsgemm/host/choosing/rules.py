@@ -50,7 +50,7 @@ from .. import registry
 from ..settings import current
 from . import cost
 from . import table as table_module
-from .menu import M_QUANTUM, MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
+from .menu import MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
 from .table import _key as table_cell
 from .table import features as features_of_problem
 from .table import nearest, table_for, tables
@@ -478,10 +478,12 @@ class _Plan:
     each candidate's price does not depend on M, worked out once, so that a new M prices only
     the candidates that could win (docs/perf.md entry 116).
 
-    A candidate's price grows with M (its waves, DRAM and L2 bytes do), and it is at least
-    ``launch_us + gamma x M``: its compute and L2 terms with the waves and tiles unrounded
-    (``_row``). ``pick`` walks the candidates in the order of that bound and stops where the
-    bound passes the best price found, so most of the menu is never priced. What it prices it
+    A candidate's price only grows with M (its waves, DRAM and L2 bytes do). So its price at
+    the start of M's window (``_window``: the top ``WINDOW_BITS`` bits of M) bounds it over
+    the window, and ``pick`` walks the window's candidates in the order of those prices,
+    stopping where one passes the best price found. Before pricing a candidate it also skips
+    it where ``launch_us + gamma x M`` (its compute and L2 terms with waves and tiles
+    unrounded, ``_row``) or its exact compute term already passes the best. What it prices it
     prices with ``_ranked``'s arithmetic in the same order (the same floats), and it ranks as
     ``_ranked`` does (the split margins, then menu order and split), so it picks what the full
     pricing picks (``tests/host/test_policy.py`` checks it on random problems). It answers
@@ -553,7 +555,8 @@ class _Plan:
             if tiles > cap:
                 continue  # more split units than SPLIT_MAX_WAVES waves
             units = tiles * split
-            # cost.predict's terms, in its order; its price is at least its compute term
+            # cost.predict's terms, in its order (``_price``'s, inline: this loop is the hot
+            # part); its price is at least its compute term
             compute = -(-units // slots) * unit + 0.0
             if (launch + compute * _BOUND_SLACK) * margin > best_key:
                 continue
@@ -569,7 +572,7 @@ class _Plan:
 def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, table_path,
           clusters=None) -> _Plan | None:  # fmt: skip
     """The quick path for these arguments (``_Plan``); None where the full pricing alone
-    answers: no cost model for the GPU, or a table that speaks beyond its own cells."""
+    answers: no cost model for the GPU."""
     _check_args(1, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
     model = cost.cost_model_for(sm_count, cc)
     table = table_for(tables(table_path), sm_count, cc)
@@ -578,7 +581,7 @@ def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, ta
     measured = frozenset()
     if table is not None:  # the M blocks of the cells measured at this N (x L) and K
         where = table_cell(features_of_problem(1, n, k, batch, table.sm_count / sm_count))[1:]
-        measured = _measured_blocks(table).get(where, frozenset())
+        measured = table.cell_blocks.get(where, frozenset())
     dtypes = (ab_dtype, c_dtype, acc_dtype)
     ab = ELEMENT_BYTES[ab_dtype]
     rows = []
@@ -591,16 +594,6 @@ def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, ta
             if row is not None:
                 rows.append(row)
     return _Plan(rows, n, k, ab, ELEMENT_BYTES[c_dtype], max(batch, 1), model, measured)
-
-
-@functools.lru_cache(maxsize=8)
-def _measured_blocks(table) -> dict[tuple[float, float], frozenset[int]]:
-    """The table's cells by their (N, K) features: the M blocks measured there (a cell's M
-    feature is log2 of its blocks of ``M_QUANTUM`` rows)."""
-    found: dict[tuple[float, float], set[int]] = {}
-    for m, *where in table.cells:
-        found.setdefault(tuple(where), set()).add(round(2**m) * M_QUANTUM)
-    return {where: frozenset(blocks) for where, blocks in found.items()}
 
 
 def _row(model, costs, e: MenuEntry, split, n, k, batch, sm_count, ab, c_dtype, rank, clusters):

@@ -57,12 +57,19 @@ class Table:
     points: tuple[TablePoint, ...]
     # the points by cell (their features), for the exact-cell lookup: built once, here
     cells: dict = field(init=False, compare=False, hash=False, repr=False)
+    # the cells' M blocks by their (N x L, K) features (a cell's M feature is log2 of its
+    # blocks of M_QUANTUM rows): where the table speaks, for ``choose``'s quick path
+    cell_blocks: dict = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         cells: dict[tuple[float, ...], list[TablePoint]] = {}
         for p in self.points:
             cells.setdefault(_key(features(p.m, p.n, p.k, p.batch, 1.0)), []).append(p)
+        blocks: dict[tuple[float, ...], set[int]] = {}
+        for m, *where in cells:
+            blocks.setdefault(tuple(where), set()).add(round(2**m) * M_QUANTUM)
         object.__setattr__(self, "cells", cells)
+        object.__setattr__(self, "cell_blocks", {w: frozenset(b) for w, b in blocks.items()})
 
 
 def _key(features: tuple[float, ...]) -> tuple[float, ...]:
