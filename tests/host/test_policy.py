@@ -691,3 +691,21 @@ def test_the_wide_swap_tiles_run_only_where_they_were_measured():
             }
         else:
             assert len(dtypes) == 9, e.name
+
+
+def test_bench_choose_times_the_quick_and_the_full_path(tmp_path):
+    """``scripts/bench_choose.py`` (docs/perf.md entry 116) runs on the CPU: one token count per
+    ``M_QUANTUM`` block of its seeded draw, each a new signature, every column timed for every
+    shape (no timing is asserted: speed belongs in the benchmark)."""
+    bench = load("bench_choose")
+    tokens = bench.draw(200, seed=3)
+    assert tokens == bench.draw(200, seed=3) and len(tokens) == len(set(map(menu.m_block, tokens)))
+    assert all(1 <= m <= 16384 for m in tokens)
+    out = tmp_path / "choose.json"
+    assert bench.main(["--rounds", "1", "--count", "60", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert set(record["shapes"]) == {f"{n}x{k}" for n, k in bench.SHAPES}
+    for row in record["shapes"].values():
+        assert set(row) == {"first", "cold_mean", "warm_median", "warm_mean", "full_median"}
+        assert all(v > 0 for v in row.values())
+    rules.forget()
