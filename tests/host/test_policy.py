@@ -312,6 +312,34 @@ def test_the_quick_path_picks_what_the_full_pricing_picks():
     assert quick > 0.8 * len(problems)  # most problems take the quick path
 
 
+def test_the_quick_epilogue_move_is_the_full_pricings():
+    """``with_epilogue``'s quick path (``rules._epilogue_quick``: only the candidates whose plain
+    price could leave room for the credit it asks) moves a choice exactly where pricing every
+    candidate plain and with the activation (``rules._epilogue_full``) does, to the same
+    entry and split, with the same words: on random problems, activations of 1-4 MUFU
+    instructions an element, the model's choices and table-like ones (any allowed candidate)."""
+    rng = random.Random(20261207)
+    moved = 0
+    for _ in range(600):
+        m, n, k, batch, ab, c, _, sm_count, cc, *_ = _random_problem(rng)
+        m = max(m, rules.SWAP_ONLY_TOKENS + 1)
+        if rng.random() < 0.3:
+            allowed = choosing.candidates(m, n, k, batch, ab, c, "float32", sm_count, cc,
+                                          batch_invariant=False)  # fmt: skip
+            if not allowed:
+                continue
+            e, split = rng.choice(allowed)
+            choice = choosing.Choice(e, split, "a table's", "table")
+        else:
+            choice = choosing.choose(m, n, k, batch, ab, c, "float32", sm_count, cc,
+                                     batch_invariant=False)  # fmt: skip
+        args = (choice, rng.choice([1, 2, 2, 4]), m, n, k, batch, ab, c, "float32", sm_count, cc)
+        quick = rules._epilogue_quick(*args)
+        assert quick is not None and quick == rules._epilogue_full(*args), args
+        moved += quick is not choice
+    assert moved > 10  # some choices move
+
+
 def test_a_quick_choice_words_itself_when_read():
     """A quick-path choice prices the full menu for its reason and predictions only when they
     are read (``matmul`` reads neither); then it equals, hashes, pickles and prints as the full

@@ -465,6 +465,8 @@ def forget() -> None:
 
 #: A candidate's lower bound (``_Plan``) times this stays below its price through rounding.
 _BOUND_SLACK = 1 - 1e-9
+#: The largest of the split margins (``_margin``): a window's keys are prices times them.
+_MAX_MARGIN = 1 + max(SPLIT_MARGIN, CLUSTER_SPLIT_MARGIN, 0.0)
 #: The largest M the quick path answers (the table's cells tell M blocks apart to 2 ** 30
 #: blocks and more; the full pricing answers beyond).
 QUICK_MAX_M = 1 << 30
@@ -663,6 +665,72 @@ def with_epilogue(
 
 @functools.lru_cache(maxsize=4096)
 def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
+    args = (choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    quick = _epilogue_quick(*args) if SWAP_ONLY_TOKENS < m <= QUICK_MAX_M and n and k else None
+    return _epilogue_full(*args) if quick is None else quick
+
+
+def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
+    """``_epilogue_full``'s answer from the few candidates that could take the choice's place
+    (None: ask it). A candidate is credited at most the choice's activation time less its
+    own, less the plain time it has over the choice (both at least 0), and it moves the choice
+    only if that passes ``EPILOGUE_MARGIN`` of the choice's time: so only a choice whose
+    activation costs more than that can move, and only to a candidate whose plain price is
+    below the choice's by less than the difference. ``_Plan``'s window bounds each
+    candidate's plain price from below, so the walk stops where none is left; those it keeps
+    are priced as ``_ranked`` prices them and judged as ``_epilogue_full`` judges them (in
+    its order, the largest credit first)."""
+    model = cost.cost_model_for(sm_count, cc)
+    e0, s0 = choice.menu_entry, choice.split
+    dtypes = (ab_dtype, c_dtype, acc_dtype)
+    if model is None or e0.name not in model.entries:
+        return None
+    allowed = s0 in split_candidates(e0, m, n, k, batch, sm_count, acc_dtype, False)
+    if not (allowed and fits(e0, m, n) and _measured(e0, batch, dtypes)):
+        return choice  # not a candidate here (past rule 1's tokens): the full answer too
+    ab, c = ELEMENT_BYTES[ab_dtype], ELEMENT_BYTES[c_dtype]
+
+    def prices(e, s):  # (plain, with the activation): ``_ranked``'s
+        f = cost.features(e, s, m, n, k, batch, sm_count, ab, c, split_in_cluster(e, s, k, c_dtype))
+        return cost.predict(model, e, f), cost.predict(model, e, f, mufu)
+
+    plain0, priced0 = prices(e0, s0)
+    mine_act = priced0.us - plain0.us
+    slack = mine_act - EPILOGUE_MARGIN * priced0.us
+    if slack < 0:
+        return choice  # no candidate can be credited enough
+    ceiling = plain0.us + slack  # a candidate's plain price must be below this
+    plan = _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, False,
+                 _environment()[1], registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+    if plan is None:
+        return None
+    judged = []
+    for floor, _, period, tiles_of, split, cap, *_, margin, rank, e in plan._window(m):
+        if floor > ceiling * _MAX_MARGIN:
+            break  # its plain price, and every later one's, is above the ceiling
+        if floor > ceiling * margin or (e, split) == (e0, s0):
+            continue
+        if -(-m // period) * tiles_of > cap:
+            continue  # (more split units than the rule allows: not a candidate here)
+        plain, priced = prices(e, split)
+        if plain is None or priced is None:
+            return None
+        judged.append((priced.us * (1 + _margin(priced.features)), rank, plain, priced, e, split))
+    best = None
+    for _, _, plain, priced, e, split in sorted(judged, key=lambda x: x[:2]):
+        act = priced.us - plain.us
+        credited = (mine_act - act) - max(0.0, plain.us - plain0.us)
+        if credited > EPILOGUE_MARGIN * priced0.us and (best is None or credited > best[0]):
+            best = (credited, e, split)
+    if best is None:
+        return choice
+    args = (choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    return Choice(best[1], best[2], source="model",
+                  explained=functools.partial(_epilogue_full, *args))  # fmt: skip
+
+
+def _epilogue_full(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
+    """``with_epilogue`` by pricing every allowed candidate, plain and with the activation."""
     allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, False)
     plain = {(e, s): p.us for p, _, e, s in _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count,
                                                     cc, allowed)}  # fmt: skip
