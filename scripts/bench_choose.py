@@ -4,7 +4,8 @@
 Per layer shape (N, K), a seeded draw of token counts log-uniform in 1..16384 (the ``models``
 suite's range), one from each ``M_QUANTUM`` block the draw hits (so each is a new signature):
 
-* ``first``: the shape's first signature, its plan built (the menu's M-free terms);
+* ``first``: the shape's first signature (the full pricing: the plan of the menu's M-free
+  terms is built at the second, so a shape asked at one M costs no more);
 * ``cold``: the mean over the draw from no plan at all (plan and windows built on the way);
 * ``warm``: the median and mean over the draw with the plan and its windows already built
   and only the signature memo cleared: what a serving process pays for a new token count;

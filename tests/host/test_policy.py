@@ -304,6 +304,7 @@ def test_the_quick_path_picks_what_the_full_pricing_picks():
     problems += [_random_problem(rng, p) for p in tables(None)[0].points]
     quick = 0
     for args in problems:
+        rules._choose.__wrapped__(*args)  # a shape's first new M: the full pricing, then a plan
         choice, full = rules._choose.__wrapped__(*args), rules._full(*args)
         quick += choice._explained is not None
         assert (choice.menu_entry, choice.split, choice.source) == (
@@ -333,6 +334,9 @@ def test_the_quick_epilogue_move_is_the_full_pricings():
         else:
             choice = choosing.choose(m, n, k, batch, ab, c, "float32", sm_count, cc,
                                      batch_invariant=False)  # fmt: skip
+        for other in (m + 8, m + 16):  # the shape's plan: built at its second new M
+            choosing.choose(other, n, k, batch, ab, c, "float32", sm_count, cc,
+                            batch_invariant=False)  # fmt: skip
         args = (choice, rng.choice([1, 2, 2, 4]), m, n, k, batch, ab, c, "float32", sm_count, cc)
         quick = rules._epilogue_quick(*args)
         assert quick is not None and quick == rules._epilogue_full(*args), args
@@ -345,6 +349,7 @@ def test_a_quick_choice_words_itself_when_read():
     are read (``matmul`` reads neither); then it equals, hashes, pickles and prints as the full
     pricing's choice."""
     rules.forget()
+    assert choose(2000, 4096, 4096)._explained is None  # the shape's first: the full pricing
     c = choose(3000, 4096, 4096)
     assert c._explained is not None and c.source == "model"
     full = rules._full(3000, 4096, 4096, 1, *FP16, 132, (9, 0), False, None,
@@ -361,6 +366,7 @@ def test_a_quick_choice_is_worded_for_the_switch_it_was_made_under():
     and predictions of its own pick (the switch is part of what it was made from)."""
     rules.forget()
     with host.registry.switches(CLUSTER_SPLIT_FAMILIES=frozenset()):
+        choose(32, 1024, 14336)  # (the shape's first M: its plan comes with the second)
         c = choose(24, 1024, 14336)
         full = rules._full(24, 1024, 14336, 1, *FP16, 132, (9, 0), False, None, frozenset())
     assert c._explained is not None and (c.menu_entry, c.split) == (full.menu_entry, full.split)
@@ -393,6 +399,22 @@ def test_forget_answers_anew_after_a_constant_changes(monkeypatch):
     assert choose(48, 4096, 14336).split == 1
     monkeypatch.undo()
     rules.forget()
+
+
+def test_a_shape_asked_at_one_m_costs_no_plan():
+    """The full pricing answers a layer shape's first new M (a shape asked at one M only, a
+    fixed batch, costs what it did before the quick path); its second builds the plan, and
+    the quick path answers from then on. ``forget`` starts over."""
+    rules.forget()
+    before = rules._plan.cache_info().currsize
+    assert choose(1000, 5120, 8192)._explained is None
+    assert rules._plan.cache_info().currsize == before  # no plan yet
+    assert choose(1000, 5120, 8192)._explained is None  # (the memo: the same signature)
+    assert choose(1008, 5120, 8192)._explained is not None
+    assert rules._plan.cache_info().currsize == before + 1
+    assert choose(2000, 5120, 8192)._explained is not None
+    rules.forget()
+    assert choose(3000, 5120, 8192)._explained is None
 
 
 def test_the_quick_path_leaves_decode_and_the_tables_cells_to_the_full_pricing():

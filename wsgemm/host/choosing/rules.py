@@ -411,7 +411,7 @@ def _choose(m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invarian
     # (the plans know the table's cells only while a cell answers for its own M block alone)
     quick = SWAP_ONLY_TOKENS < m <= QUICK_MAX_M and table_module.MAX_TABLE_DISTANCE == 0.0
     if quick and n and k and batch:
-        plan = _plan(*args[1:])  # (checks the arguments, once per plan)
+        plan = _plan_asked(args[1:])
         picked = None if plan is None else plan.pick(m)
         if picked is not None:
             e, split = picked
@@ -459,6 +459,27 @@ def forget() -> None:
     models, the menu) calls this before asking again."""
     for cached in (_choose, _plan, _with_epilogue, _dgated_entry):
         cached.cache_clear()
+    _ASKED.clear()
+
+
+#: The layer shapes ``choose`` was asked about (``_plan``'s arguments) -> whether their plan
+#: is built: a plan is built at a shape's second new M, so a shape asked at one M only (a
+#: fixed batch) costs what the full pricing costs, not a plan's ~0.2 ms more. Emptied past
+#: ``_ASKED_MAX`` shapes (a plan still in ``_plan``'s cache is then found again).
+_ASKED: dict[tuple, bool] = {}
+_ASKED_MAX = 4096
+
+
+def _plan_asked(key: tuple) -> _Plan | None:
+    """``_plan(*key)`` from the second time a new M of this shape is asked on; None the first
+    time (the full pricing answers it)."""
+    if key in _ASKED:
+        _ASKED[key] = True
+        return _plan(*key)  # (checks the arguments, once per plan)
+    if len(_ASKED) >= _ASKED_MAX:
+        _ASKED.clear()
+    _ASKED[key] = False
+    return None
 
 
 # ----------------------------------------------------------------------------- the quick path
@@ -672,14 +693,15 @@ def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, s
 
 def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
     """``_epilogue_full``'s answer from the few candidates that could take the choice's place
-    (None: ask it). A candidate is credited at most the choice's activation time less its
-    own, less the plain time it has over the choice (both at least 0), and it moves the choice
-    only if that passes ``EPILOGUE_MARGIN`` of the choice's time: so only a choice whose
-    activation costs more than that can move, and only to a candidate whose plain price is
-    below the choice's by less than the difference. ``_Plan``'s window bounds each
-    candidate's plain price from below, so the walk stops where none is left; those it keeps
-    are priced as ``_ranked`` prices them and judged as ``_epilogue_full`` judges them (in
-    its order, the largest credit first)."""
+    (None: ask it; so before the shape's plan is built, ``_plan_asked``). A candidate is
+    credited at most the choice's activation time less its own, less the plain time it has
+    over the choice (both at least 0), and it moves the choice only if that passes
+    ``EPILOGUE_MARGIN`` of the choice's time: so only a choice whose activation costs more
+    than that can move, and only to a candidate whose plain price is below the choice's by
+    less than the difference. ``_Plan``'s window bounds each candidate's plain price from
+    below, so the walk stops where none is left; those it keeps are priced as ``_ranked``
+    prices them and judged as ``_epilogue_full`` judges them (in its order, the largest
+    credit first)."""
     model = cost.cost_model_for(sm_count, cc)
     e0, s0 = choice.menu_entry, choice.split
     dtypes = (ab_dtype, c_dtype, acc_dtype)
@@ -700,8 +722,11 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
     if slack < 0:
         return choice  # no candidate can be credited enough
     ceiling = plain0.us + slack  # a candidate's plain price must be below this
-    plan = _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, False,
-                 _environment()[1], registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+    key = (n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, False, _environment()[1],
+           registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+    if not _ASKED.get(key):
+        return None  # (no plan built for the shape yet: ``_plan_asked``)
+    plan = _plan(*key)
     if plan is None:
         return None
     judged = []
