@@ -337,11 +337,46 @@ def test_the_quick_epilogue_move_is_the_full_pricings():
         for other in (m + 8, m + 16):  # the shape's plan: built at its second new M
             choosing.choose(other, n, k, batch, ab, c, "float32", sm_count, cc,
                             batch_invariant=False)  # fmt: skip
-        args = (choice, rng.choice([1, 2, 2, 4]), m, n, k, batch, ab, c, "float32", sm_count, cc)
+        args = (choice, rng.choice([1, 2, 2, 4]), m, n, k, batch, ab, c, "float32", sm_count, cc,
+                host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
         quick = rules._epilogue_quick(*args)
         assert quick is not None and quick == rules._epilogue_full(*args), args
         moved += quick is not choice
     assert moved > 10  # some choices move
+
+
+def test_a_moved_choice_is_worded_for_the_switch_it_was_made_under():
+    """A fused activation's move made with the cluster split's switch as shipped and read with
+    it off gives the words of its own move (the switch keys the memo and the wording; the
+    reviewer's case, docs/perf.md entry 118)."""
+    rules.forget()
+    on = host.registry.CLUSTER_SPLIT_FAMILIES
+    choose(40, 1024, 4096), choose(48, 1024, 4096)  # (the shape's plan)
+    choice = choosing.Choice(choosing.entry("pingpong-64x128-c1x2"), 1, "a table's", "table")
+    moved = choosing.with_epilogue(choice, 2, 24, 1024, 4096, 1, *FP16, 132, (9, 0),
+                                   batch_invariant=False)  # fmt: skip
+    full = rules._epilogue_full(choice, 2, 24, 1024, 4096, 1, *FP16, 132, (9, 0), on)
+    assert moved._explained is not None and moved is not choice
+    with host.registry.switches(CLUSTER_SPLIT_FAMILIES=frozenset()):
+        assert rules.EPILOGUE_MOVE in moved.reason  # worded now, with the switch off
+    assert moved == full and moved.predictions[0][:2] == full.predictions[0][:2]
+    rules.forget()
+
+
+def test_the_quick_epilogue_move_follows_a_changed_margin(monkeypatch):
+    """A split margin raised (a fit's, then ``rules.forget()``) is the plan's to bound with: the
+    quick path moves the reviewer's choice where the full pricing does."""
+    monkeypatch.setattr(rules, "SPLIT_MARGIN", 0.3)
+    rules.forget()
+    choice = choosing.Choice(choosing.entry("cooperative-128x128-c1x2"), 8, "x", "table")
+    args = (choice, 4, 136, 896, 13320, 1, *FP16, 132, (9, 0),
+            host.registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+    choose(144, 896, 13320), choose(152, 896, 13320)  # (the shape's plan, with the margin)
+    quick = rules._epilogue_quick(*args)
+    assert quick is not None and quick == rules._epilogue_full(*args)
+    assert quick is not choice  # it moves
+    monkeypatch.undo()
+    rules.forget()
 
 
 def test_a_quick_choice_words_itself_when_read():

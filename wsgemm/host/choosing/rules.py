@@ -486,8 +486,6 @@ def _plan_asked(key: tuple) -> _Plan | None:
 
 #: A candidate's lower bound (``_Plan``) times this stays below its price through rounding.
 _BOUND_SLACK = 1 - 1e-9
-#: The largest of the split margins (``_margin``): a window's keys are prices times them.
-_MAX_MARGIN = 1 + max(SPLIT_MARGIN, CLUSTER_SPLIT_MARGIN, 0.0)
 #: The largest M the quick path answers (the table's cells tell M blocks apart to 2 ** 30
 #: blocks and more; the full pricing answers beyond).
 QUICK_MAX_M = 1 << 30
@@ -514,7 +512,7 @@ class _Plan:
     ``SWAP_ONLY_TOKENS`` tokens never asks it (rule 1)."""
 
     __slots__ = ("starts", "rows", "windows", "n", "k", "ab", "c", "batch", "launch", "q",
-                 "l2_rate", "measured")  # fmt: skip
+                 "l2_rate", "measured", "margin")  # fmt: skip
 
     def __init__(self, rows, n, k, ab, c, batch, model, measured) -> None:
         # the candidates that fit, per range of M between the rows' own ranges' ends: ``pick``
@@ -527,6 +525,8 @@ class _Plan:
         self.n, self.k, self.ab, self.c, self.batch = n, k, ab, c, batch
         self.launch, self.q, self.l2_rate = model.launch_us, model.q, model.l2_tb_s * 1e6
         self.measured = measured  # the M blocks whose cell the table measured
+        # the largest of the rows' margins (a window's keys are prices times them)
+        self.margin = max((row[-3] for row in rows), default=1.0)
 
     def _price(self, row, m: int) -> float | None:
         """``row``'s ranking key (its price times its margin) at ``m`` tokens, as ``pick``
@@ -680,18 +680,21 @@ def with_epilogue(
         return choice
     if batch_invariant_requested(batch_invariant):
         return choice
+    # (the cluster split's switch keys the memo: candidates are priced in the form they run)
     return _with_epilogue(choice, int(mufu), m_block(m), n, k, batch, ab_dtype, c_dtype, acc_dtype,
-                          sm_count, tuple(cc))  # fmt: skip
+                          sm_count, tuple(cc), registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
-def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
-    args = (choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+def _with_epilogue(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+                   clusters=None):  # fmt: skip
+    args = (choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, clusters)
     quick = _epilogue_quick(*args) if SWAP_ONLY_TOKENS < m <= QUICK_MAX_M and n and k else None
     return _epilogue_full(*args) if quick is None else quick
 
 
-def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
+def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+                    clusters=None):  # fmt: skip
     """``_epilogue_full``'s answer from the few candidates that could take the choice's place
     (None: ask it; so before the shape's plan is built, ``_plan_asked``). A candidate is
     credited at most the choice's activation time less its own, less the plain time it has
@@ -705,7 +708,7 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
     model = cost.cost_model_for(sm_count, cc)
     e0, s0 = choice.menu_entry, choice.split
     dtypes = (ab_dtype, c_dtype, acc_dtype)
-    if model is None or e0.name not in model.entries:
+    if model is None or e0.name not in model.entries or dtype_error(*dtypes):
         return None
     allowed = s0 in split_candidates(e0, m, n, k, batch, sm_count, acc_dtype, False)
     if not (allowed and fits(e0, m, n) and _measured(e0, batch, dtypes)):
@@ -713,7 +716,8 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
     ab, c = ELEMENT_BYTES[ab_dtype], ELEMENT_BYTES[c_dtype]
 
     def prices(e, s):  # (plain, with the activation): ``_ranked``'s
-        f = cost.features(e, s, m, n, k, batch, sm_count, ab, c, split_in_cluster(e, s, k, c_dtype))
+        in_cluster = split_in_cluster(e, s, k, c_dtype, clusters)
+        f = cost.features(e, s, m, n, k, batch, sm_count, ab, c, in_cluster)
         return cost.predict(model, e, f), cost.predict(model, e, f, mufu)
 
     plain0, priced0 = prices(e0, s0)
@@ -723,7 +727,7 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
         return choice  # no candidate can be credited enough
     ceiling = plain0.us + slack  # a candidate's plain price must be below this
     key = (n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, False, _environment()[1],
-           registry.CLUSTER_SPLIT_FAMILIES)  # fmt: skip
+           clusters)  # fmt: skip
     if not _ASKED.get(key):
         return None  # (no plan built for the shape yet: ``_plan_asked``)
     plan = _plan(*key)
@@ -731,7 +735,7 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
         return None
     judged = []
     for floor, _, period, tiles_of, split, cap, *_, margin, rank, e in plan._window(m):
-        if floor > ceiling * _MAX_MARGIN:
+        if floor > ceiling * plan.margin:
             break  # its plain price, and every later one's, is above the ceiling
         if floor > ceiling * margin or (e, split) == (e0, s0):
             continue
@@ -749,17 +753,19 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
             best = (credited, e, split)
     if best is None:
         return choice
-    args = (choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc)
+    args = (choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, clusters)
     return Choice(best[1], best[2], source="model",
                   explained=functools.partial(_epilogue_full, *args))  # fmt: skip
 
 
-def _epilogue_full(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc):
-    """``with_epilogue`` by pricing every allowed candidate, plain and with the activation."""
+def _epilogue_full(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc,
+                   clusters=None):  # fmt: skip
+    """``with_epilogue`` by pricing every allowed candidate, plain and with the activation
+    (``clusters``: the cluster split's switch to price for, by default the one now)."""
     allowed = _allowed(m, n, k, batch, (ab_dtype, c_dtype, acc_dtype), sm_count, False)
     plain = {(e, s): p.us for p, _, e, s in _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count,
-                                                    cc, allowed)}  # fmt: skip
-    priced = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu)
+                                                    cc, allowed, 0, clusters)}  # fmt: skip
+    priced = _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu, clusters)
     mine = (choice.menu_entry, choice.split)
     if mine not in plain:
         return choice
