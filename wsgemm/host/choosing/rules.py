@@ -19,6 +19,10 @@
    (waves, k-tiles per unit) and the bytes (DRAM, L2) with a few constants per entry fitted
    from measurements; it, not the table, is what chooses on a problem nobody measured.
 
+Step 3 does not price every candidate for every new M: from a layer shape's second new M on,
+``_Plan`` prices only those that could win, with the same arithmetic, so it picks the same
+(``_choose``; ``with_epilogue`` likewise, ``_epilogue_quick``; docs/perf.md entries 116, 118).
+
 Split-K runs inside the kernel (``Sm90Config.split_k``; docs/architecture.md): no extra
 kernels, a fixed cost per unit of one partial tile stored and, on the unit that finishes a
 tile, the partials read back, rows inside C only. Only the entries marked ``splits`` (the
