@@ -345,6 +345,19 @@ def test_the_quick_epilogue_move_is_the_full_pricings():
     assert moved > 10  # some choices move
 
 
+def test_split_in_cluster_answers_for_the_switch_it_is_given():
+    """``split_in_cluster`` (kept per switch setting) answers for the setting it is asked
+    about, whatever the switch is now: the wording of a choice made under another setting
+    prices its candidates in the form that setting runs."""
+    e = choosing.entry("swap-pingpong-64x16x128-c1x1")
+    assert rules.split_in_cluster(e, 2, 4096, "float16", frozenset({"sm90"}))
+    rules._split_in_cluster.cache_clear()
+    assert not rules.split_in_cluster(e, 2, 4096, "float16", frozenset())
+    with host.registry.switches(CLUSTER_SPLIT_FAMILIES=frozenset()):
+        assert rules.split_in_cluster(e, 2, 4096, "float16", frozenset({"sm90"}))
+        assert not rules.split_in_cluster(e, 2, 4096, "float16")
+
+
 def test_a_moved_choice_is_worded_for_the_switch_it_was_made_under():
     """A fused activation's move made with the cluster split's switch as shipped and read with
     it off gives the words of its own move (the switch keys the memo and the wording; the

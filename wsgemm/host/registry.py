@@ -300,15 +300,16 @@ def runs_over_cluster(backend: str, epilogue) -> bool:
     return epilogue.rides_cluster_split and family in CLUSTER_SPLIT_EPILOGUE_FAMILIES
 
 
-def cluster_split_config(entry, split: int, k: int, c_dtype: str) -> Any:
+def cluster_split_config(entry, split: int, k: int, c_dtype: str, families=None) -> Any:
     """The config that runs menu ``entry`` split ``split`` ways as a cluster split, or None
-    where it does not (``CLUSTER_SPLIT_FAMILIES``; ways 2 or 4; the entry's clusters 1x1; a
-    partial tile within ``CLUSTER_SPLIT_MAX_PARTIAL_BYTES``; K of at
-    least ``split`` k-tiles; rank 0's receive buffers leave the ring two stages with a C of
-    ``c_dtype``, a host dtype name)."""
+    where it does not (``families``, by default ``CLUSTER_SPLIT_FAMILIES`` as set now; ways 2
+    or 4; the entry's clusters 1x1; a partial tile within ``CLUSTER_SPLIT_MAX_PARTIAL_BYTES``;
+    K of at least ``split`` k-tiles; rank 0's receive buffers leave the ring two stages with a
+    C of ``c_dtype``, a host dtype name)."""
     from wsgemm.kernels.sm90.config import CLUSTER_SPLITS
 
-    if BACKENDS[entry.backend].family not in CLUSTER_SPLIT_FAMILIES or split not in CLUSTER_SPLITS:
+    families = CLUSTER_SPLIT_FAMILIES if families is None else families
+    if BACKENDS[entry.backend].family not in families or split not in CLUSTER_SPLITS:
         return None
     if split == 1 or entry.config.get("cluster_m") != 1 or entry.config.get("cluster_n") != 1:
         return None

@@ -839,9 +839,9 @@ def split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str, families=No
 
 @functools.lru_cache(maxsize=4096)
 def _split_in_cluster(e: MenuEntry, split: int, k: int, c_dtype: str, families) -> bool:
-    """``split_in_cluster``, kept per switch setting (``families``): the config it builds costs
-    more than the rest of a candidate's price (docs/perf.md entry 114)."""
-    return registry.cluster_split_config(e, split, k, c_dtype) is not None
+    """``split_in_cluster``, kept per switch setting (``families``, which it answers for): the
+    config it builds costs more than the rest of a candidate's price (docs/perf.md entry 114)."""
+    return registry.cluster_split_config(e, split, k, c_dtype, families) is not None
 
 
 def _margin(f: cost.Features) -> float:
