@@ -55,8 +55,6 @@ from ..settings import current
 from . import cost
 from . import table as table_module
 from .menu import MENU, SPLITS, SWAP_DECODE_MAX_N, MenuEntry, entry, m_block
-from .table import _key as table_cell
-from .table import features as features_of_problem
 from .table import nearest, table_for, tables
 
 __all__ = [
@@ -605,10 +603,7 @@ def _plan(n, k, batch, ab_dtype, c_dtype, acc_dtype, sm_count, cc, invariant, ta
     table = table_for(tables(table_path), sm_count, cc)
     if model is None:
         return None
-    measured = frozenset()
-    if table is not None:  # the M blocks of the cells measured at this N (x L) and K
-        where = table_cell(features_of_problem(1, n, k, batch, table.sm_count / sm_count))[1:]
-        measured = table.cell_blocks.get(where, frozenset())
+    measured = frozenset() if table is None else table.measured_blocks(n, k, batch, sm_count)
     dtypes = (ab_dtype, c_dtype, acc_dtype)
     ab = ELEMENT_BYTES[ab_dtype]
     rows = []

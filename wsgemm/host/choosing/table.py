@@ -58,7 +58,7 @@ class Table:
     # the points by cell (their features), for the exact-cell lookup: built once, here
     cells: dict = field(init=False, compare=False, hash=False, repr=False)
     # the cells' M blocks by their (N x L, K) features (a cell's M feature is log2 of its
-    # blocks of M_QUANTUM rows): where the table speaks, for ``choose``'s quick path
+    # blocks of M_QUANTUM rows): ``measured_blocks``
     cell_blocks: dict = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +70,13 @@ class Table:
             blocks.setdefault(tuple(where), set()).add(round(2**m) * M_QUANTUM)
         object.__setattr__(self, "cells", cells)
         object.__setattr__(self, "cell_blocks", {w: frozenset(b) for w, b in blocks.items()})
+
+    def measured_blocks(self, n: int, k: int, batch: int, sm_count: int) -> frozenset[int]:
+        """The M blocks (``m_block``'s) whose cell at this N, K and batch on a GPU of
+        ``sm_count`` SMs the table measured: where ``nearest`` finds a cell (its reach being
+        the cell itself, ``MAX_TABLE_DISTANCE`` 0)."""
+        where = _key(features(1, n, k, batch, self.sm_count / sm_count))[1:]
+        return self.cell_blocks.get(where, frozenset())
 
 
 def _key(features: tuple[float, ...]) -> tuple[float, ...]:
