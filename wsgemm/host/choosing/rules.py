@@ -715,8 +715,7 @@ def _epilogue_quick(choice, mufu, m, n, k, batch, ab_dtype, c_dtype, acc_dtype, 
     ab, c = ELEMENT_BYTES[ab_dtype], ELEMENT_BYTES[c_dtype]
 
     def prices(e, s):  # (plain, with the activation): ``_ranked``'s
-        in_cluster = split_in_cluster(e, s, k, c_dtype, clusters)
-        f = cost.features(e, s, m, n, k, batch, sm_count, ab, c, in_cluster)
+        f = _features(e, s, m, n, k, batch, sm_count, ab, c, c_dtype, clusters)
         return cost.predict(model, e, f), cost.predict(model, e, f, mufu)
 
     plain0, priced0 = prices(e0, s0)
@@ -806,13 +805,19 @@ def _ranked(m, n, k, batch, ab_dtype, c_dtype, sm_count, cc, allowed, mufu: int 
     for order, (name, splits) in enumerate(allowed.items()):
         e = entry(name)
         for s in splits:
-            # where the family runs this split as a cluster split, its price is that form's
-            f = cost.features(e, s, m, n, k, batch, sm_count, ab, c,
-                              split_in_cluster(e, s, k, c_dtype, families))  # fmt: skip
+            f = _features(e, s, m, n, k, batch, sm_count, ab, c, c_dtype, families)
             p = cost.predict(model, e, f, mufu)
             if p is not None:
                 out.append((p, (order, s), e, s))
     return sorted(out, key=lambda x: (x[0].us * (1 + _margin(x[0].features)), x[1]))
+
+
+def _features(e, split, m, n, k, batch, sm_count, ab, c, c_dtype, families) -> cost.Features:
+    """``cost.features`` of a candidate, in the form it runs: where the family runs ``split``
+    as a cluster split (``split_in_cluster``, for the switch setting ``families``), that
+    form's."""
+    in_cluster = split_in_cluster(e, split, k, c_dtype, families)
+    return cost.features(e, split, m, n, k, batch, sm_count, ab, c, in_cluster)
 
 
 def _table_timed(candidate, found) -> bool:
