@@ -4,7 +4,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|skewprobe|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -493,6 +493,14 @@ print(len(o) - len(bad), 'grouped variants ready;', *(f'{x.key}: {x.error}' for 
   done
   echo "grouped done at $((SECONDS - start)) s"
 fi
+if has skewprobe; then
+  # perf.md entry 119: the grouped kernel on skewed routing at large batch, by group-size
+  # pattern (balanced, skewed, sorted, aligned) beside torch and the loop
+  for spec in ${SKEW_SPECS:-qwen3-235b-a22b:gate_up qwen3-30b-a3b:gate_up}; do
+    timeout 200 python3 scripts/moe_skew_probe.py --model ${spec%%:*} --proj ${spec##*:} \
+      --tokens ${SKEW_TOKENS:-4096} --json "$OUT/skewprobe-${spec%%:*}-${spec##*:}.json" 2>&1 | tail -16
+  done
+fi
 if has groupedtune; then
   # issue #26: every grouped tile on the moe problems (bf16 against torch._grouped_mm), the
   # choice fitted on two models and judged on the other two (docs/perf.md entry 41)
@@ -521,8 +529,11 @@ sanitize_mode() {
   python3 scripts/sanitize_auto.py $mode 2>&1 | tail -3
   for tool in memcheck racecheck initcheck; do
     flag=$([[ $tool == initcheck ]] && echo --initcheck)
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
-      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
+    # (torch's elementwise kernels reading what a TMA store wrote, which initcheck does not
+    # see: the copy of a misaligned C, the activation of an unfused product, perf.md 117, 119;
+    # the API errors are cuda-python probing driver symbols, perf.md 119)
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
+      --kernel-name-exclude kns=elementwise_kernel python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
       | tee "$OUT/sanitize_${name}_$tool.log" | tail -3
     echo "$tool $name rc=${PIPESTATUS[0]}"
   done

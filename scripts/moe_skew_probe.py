@@ -1,0 +1,123 @@
+"""Why the grouped kernel loses on skewed routing at large batch (docs/perf.md entry 119): the
+same total rows of one moe problem under several group-size patterns, each timed through
+``wsgemm.grouped_mm`` (auto), ``torch._grouped_mm`` and a per-group ``torch.mm`` loop, and the
+busiest group alone as a dense product (``wsgemm.matmul`` against ``torch.mm``).
+
+Patterns: ``balanced``; ``skewed`` (the moe suite's Zipf draw); ``sorted`` (the same sizes,
+largest group first); ``aligned`` (the skewed sizes rounded to whole 256-row cluster rows, so
+that no group starts inside a tile; the total changes by under 3%, and time is compared per
+row); ``shifted`` (balanced, but every group starts 64 rows into a tile: misaligned starts, no
+ragged last tiles); ``ragged`` (every group but the last 64 rows short: a ragged last tile
+each). What differs between them says whether the loss follows the sizes, their order, where
+the groups start or their ragged last tiles.
+
+    python scripts/moe_skew_probe.py [--model qwen3-235b-a22b] [--tokens 4096] [--proj gate_up]
+        [--dtype bf16] [--rounds 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+
+import torch
+
+import wsgemm
+from wsgemm.bench import moe
+
+
+def timer(fn, flush: torch.Tensor) -> float:
+    """Milliseconds of one call of ``fn`` after flushing L2."""
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def patterns(model, tokens: int) -> dict[str, tuple[int, ...]]:
+    skewed = moe.group_sizes(model, tokens, "skewed")
+    return {
+        "balanced": moe.group_sizes(model, tokens, "balanced"),
+        "skewed": skewed,
+        "sorted": tuple(sorted(skewed, reverse=True)),
+        "aligned": tuple(-(-s // 256) * 256 for s in skewed),
+        # the balanced sizes with every group after the first starting 64 rows into a tile,
+        # and no group's last tile ragged but the first's and last's
+        "shifted": (tokens + 64, *[tokens] * (model.experts - 2), tokens - 64),
+        # every group but the last 64 rows short of whole tiles: a ragged last tile each
+        "ragged": (*[tokens - 64] * (model.experts - 1), tokens + 64 * (model.experts - 1)),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="qwen3-235b-a22b", choices=tuple(moe.MODELS))
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--proj", default="gate_up")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json")
+    args = p.parse_args()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    model = moe.MODELS[args.model]
+    n, k = next((n, k) for proj, n, k in model.projections() if proj == args.proj)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    weights = torch.randn(model.experts, n, k, dtype=dtype, device="cuda").transpose(1, 2)
+    sizes_of = patterns(model, args.tokens)
+    most = max(sum(s) for s in sizes_of.values())
+    a_all = torch.randn(most, k, dtype=dtype, device="cuda")
+    calls = {}
+    for name, sizes in sizes_of.items():
+        rows = sum(sizes)
+        a = a_all[:rows]
+        offs = torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+        out = torch.empty(rows, n, dtype=dtype, device="cuda")
+        ends = itertools.accumulate(sizes)
+        spans = [(a[e - z : e], weights[g], out[e - z : e])
+                 for g, (z, e) in enumerate(zip(sizes, ends, strict=True)) if z]  # fmt: skip
+
+        def run_loop(spans=spans):
+            for x, w, y in spans:
+                torch.mm(x, w, out=y)
+
+        calls[(name, "wsgemm:auto", rows)] = lambda a=a, offs=offs: wsgemm.grouped_mm(
+            a, weights, offs
+        )
+        calls[(name, "torch", rows)] = lambda a=a, offs=offs: torch._grouped_mm(a, weights, offs)
+        calls[(name, "loop", rows)] = run_loop
+    big = max(sizes_of["skewed"])
+    g = sizes_of["skewed"].index(big)
+    x = a_all[:big]
+    calls[("busiest group dense", "wsgemm:auto", big)] = lambda: wsgemm.matmul(x, weights[g])
+    calls[("busiest group dense", "torch", big)] = lambda: torch.mm(x, weights[g])
+    for fn in calls.values():  # compile, warm
+        fn()
+    torch.cuda.synchronize()
+    times = {key: [] for key in calls}
+    for _ in range(args.rounds):
+        for key, fn in calls.items():
+            times[key].append(timer(fn, flush))
+    print(f"{args.model} {args.proj} N={n} K={k} t/e={args.tokens} {args.dtype}, "
+          f"{args.rounds} rounds, L2 flushed; {torch.cuda.get_device_name()}")  # fmt: skip
+    record = []
+    for (name, backend, rows), ts in times.items():
+        ms = statistics.median(ts)
+        tflops = 2 * rows * n * k / ms / 1e9
+        record.append(dict(pattern=name, backend=backend, rows=rows, ms=ms, tflops=tflops,
+                           rounds=ts))  # fmt: skip
+        print(f"  {name:22s} {backend:12s} rows {rows:7d}  {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            sizes = {name: list(v) for name, v in sizes_of.items()}
+            json.dump(dict(model=args.model, proj=args.proj, n=n, k=k, tokens=args.tokens,
+                           dtype=args.dtype, gpu=torch.cuda.get_device_name(), sizes=sizes,
+                           rows=record), f)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
