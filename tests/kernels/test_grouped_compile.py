@@ -1,6 +1,7 @@
 """The grouped sm90 kernel (issue #26) compiles without a GPU, spill-free, to the dense kernel's
 hardware path plus what a ragged group needs: the offsets read from global memory and the
-predicated stores of a group's last tile beside the TMA stores of whole tiles.
+predicated stores of a group's last tile beside the TMA stores of whole tiles (in 16-byte
+vectors with ``ragged.VECTOR_STORES``, off until its GPU run).
 
 The default run compiles the variant ``auto`` runs for small groups (64x128 ping-pong); the
 sweep (``-m sweep``) the shipped tiles, both majors of each operand, bf16 and an fp32 output.
@@ -57,6 +58,15 @@ def _assert_grouped(r, variant) -> None:
     assert any(o.startswith("STG.E") for o in ops), "no predicated global store"
 
 
+def _assert_vector_stores(ops: set) -> None:
+    """``ragged.VECTOR_STORES``' form: a run inside C's columns read and stored as one
+    16-byte vector (element-wise stores cost a skewed call ~20%: docs/perf.md entry 119),
+    element by element only across C's last column."""
+    assert "LDS.128" in ops, "the subtile is not read from shared memory in 16-byte vectors"
+    assert "STG.E.128" in ops, "a group's last tile is not stored in 16-byte vectors"
+    assert any(o.startswith("STG.E") and o != "STG.E.128" for o in ops), "no element store"
+
+
 def test_the_grouped_kernel_compiles_spill_free(compiled):
     _assert_grouped(compiled(REPRESENTATIVE).report, REPRESENTATIVE)
 
@@ -65,6 +75,28 @@ def test_the_grouped_kernel_compiles_spill_free(compiled):
 @pytest.mark.parametrize("variant", SWEEP, ids=lambda v: v.key())
 def test_every_grouped_variant_compiles_spill_free(compiled, variant):
     _assert_grouped(compiled(variant).report, variant)
+
+
+def _compile_with_vector_stores(monkeypatch, variant):
+    from wsgemm import inspection
+    from wsgemm.kernels.sm90 import ragged
+
+    monkeypatch.setattr(ragged, "VECTOR_STORES", True)  # read when the kernel is traced
+    fn = host.compile_variant(variant, keep=True)  # (no cache: traced here, with the switch)
+    return inspection.inspect_variant(variant, fn)
+
+
+def test_the_vector_stores_compile_spill_free(monkeypatch):
+    """``ragged.VECTOR_STORES`` (off until its GPU run, docs/perf.md entry 119) on the default
+    run's variant: the vector form beside the element one, spill-free."""
+    r = _compile_with_vector_stores(monkeypatch, REPRESENTATIVE)
+    _assert_vector_stores(_grouped_opcodes(r))
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("variant", SWEEP, ids=lambda v: v.key())
+def test_every_grouped_variant_compiles_with_vector_stores(monkeypatch, variant):
+    _assert_vector_stores(_grouped_opcodes(_compile_with_vector_stores(monkeypatch, variant)))
 
 
 def test_grouped_keys_are_apart_and_dense_keys_unchanged():

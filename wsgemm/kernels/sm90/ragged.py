@@ -82,6 +82,14 @@ def c_tile(mC_tma, tile, tile_mn: cutlass.Constexpr):
     return cute.local_tile(mC_group, tile_mn, (tile.m, tile.n))
 
 
+#: A group's last tile copied out a 16-byte vector at a time (``store_rows``; docs/perf.md
+#: entry 119): built without a GPU, off until the grouped GPU tests pass with it (the
+#: element-wise copies, GPU-tested, run until then). Read when a kernel is traced, so a
+#: change in this file's source is what changes the compiled kernels (the compile cache's
+#: fingerprint digests the kernels' sources).
+VECTOR_STORES = False
+
+
 @cute.jit
 def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlass.Constexpr,
                threads: cutlass.Constexpr):  # fmt: skip
@@ -89,21 +97,48 @@ def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlas
     epilogue thread) into C at (``row``, ``col``): its first ``rows_left`` rows, and its
     columns inside C. Each thread copies runs of one 16-byte vector's elements, a run per
     ``threads`` (``store.threads``, given again as a compile-time value; no thread waits on
-    another; the caller's next barrier frees the buffer)."""
+    another; the caller's next barrier frees the buffer). With ``VECTOR_STORES`` a run inside
+    C's columns goes out as one 16-byte load and store (a warp's runs lie side by side along
+    the subtile's rows, so its stores fill whole sectors), one across C's last column element
+    by element; without, every run element by element (2-byte stores 16 bytes apart, each
+    writing 16 sectors in part: a skewed grouped call ran ~20% slower for it, entry 119)."""
     epi_m, epi_n = epi_tile
     run = min(VECTOR_BYTES * 8 // store.mC.element_type.width, epi_n)
     runs_per_row = epi_n // run
     runs = epi_m * runs_per_row
     cols = cute.size(store.mC, mode=[1])
     rows = cutlass.min(rows_left, epi_m)
+    # C row-major (the grouped kernel's only form): a run's elements are consecutive, and the
+    # row stride a multiple of a vector (the host passes 16-byte aligned rows; compile.py)
+    vector = const_expr(
+        VECTOR_STORES
+        and isinstance(store.mC.stride[1], int)
+        and store.mC.stride[1] == 1
+        and run * store.mC.element_type.width == VECTOR_BYTES * 8
+    )
     for i in cutlass.range_constexpr((runs + threads - 1) // threads):
         r_idx = store.tidx + i * threads
         r = r_idx // runs_per_row
-        c = (r_idx - r * runs_per_row) * run
+        v = r_idx - r * runs_per_row
+        c = v * run
         if const_expr(runs % threads != 0):
             # the last round's surplus threads copy nothing: their row is past the subtile
             r = cutlass.select_(r_idx < runs, r, Int32(epi_m))
         if r < rows:
-            for j in cutlass.range_constexpr(run):
-                if col + c + j < cols:
-                    store.mC[(row + r, col + c + j)] = sC_buf[(r, c + j)]
+            if const_expr(vector):
+                values = cute.make_rmem_tensor((run,), store.mC.element_type)
+                cute.autovec_copy(cute.local_tile(sC_buf, (1, run), (r, v))[(0, None)], values)
+                if col + c + run <= cols:
+                    # (64-bit: a grouped C may hold more than 2**31 elements)
+                    start = cutlass.Int64(row + r) * store.mC.stride[0] + (col + c)
+                    out = cute.make_tensor(store.mC.iterator + cute.assume(start, divby=run),
+                                           cute.make_layout(run))  # fmt: skip
+                    cute.autovec_copy(values, out)
+                else:
+                    for j in cutlass.range_constexpr(run):
+                        if col + c + j < cols:
+                            store.mC[(row + r, col + c + j)] = values[j]
+            else:
+                for j in cutlass.range_constexpr(run):
+                    if col + c + j < cols:
+                        store.mC[(row + r, col + c + j)] = sC_buf[(r, c + j)]
