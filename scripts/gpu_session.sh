@@ -498,7 +498,7 @@ if has skewprobe; then
   # pattern (balanced, skewed, sorted, aligned) beside torch and the loop
   for spec in ${SKEW_SPECS:-qwen3-235b-a22b:gate_up qwen3-30b-a3b:gate_up}; do
     timeout 200 python3 scripts/moe_skew_probe.py --model ${spec%%:*} --proj ${spec##*:} \
-      --tokens ${SKEW_TOKENS:-4096} --json "$OUT/skewprobe-${spec%%:*}-${spec##*:}.json" 2>&1 | tail -16
+      --tokens ${SKEW_TOKENS:-4096} --json "$OUT/skewprobe-${spec%%:*}-${spec##*:}.json" 2>&1 | tail -25
   done
 fi
 if has groupedtune; then
@@ -529,11 +529,13 @@ sanitize_mode() {
   python3 scripts/sanitize_auto.py $mode 2>&1 | tail -3
   for tool in memcheck racecheck initcheck; do
     flag=$([[ $tool == initcheck ]] && echo --initcheck)
-    # (torch's elementwise kernels reading what a TMA store wrote, which initcheck does not
-    # see: the copy of a misaligned C, the activation of an unfused product, perf.md 117, 119;
-    # the API errors are cuda-python probing driver symbols, perf.md 119)
+    # initcheck leaves out torch's elementwise kernels: they read what a TMA store wrote,
+    # which it does not see (the copy of a misaligned C, the activation of an unfused
+    # product; perf.md 117, 119); the API errors are cuda-python probing driver symbols
+    # (perf.md 119)
+    exclude=$([[ $tool == initcheck ]] && echo "--kernel-name-exclude kns=elementwise_kernel")
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
-      --kernel-name-exclude kns=elementwise_kernel python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
+      $exclude python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
       | tee "$OUT/sanitize_${name}_$tool.log" | tail -3
     echo "$tool $name rc=${PIPESTATUS[0]}"
   done

@@ -4,12 +4,16 @@ same total rows of one moe problem under several group-size patterns, each timed
 busiest group alone as a dense product (``wsgemm.matmul`` against ``torch.mm``).
 
 Patterns: ``balanced``; ``skewed`` (the moe suite's Zipf draw); ``sorted`` (the same sizes,
-largest group first); ``aligned`` (the skewed sizes rounded to whole 256-row cluster rows, so
-that no group starts inside a tile; the total changes by under 3%, and time is compared per
-row); ``shifted`` (balanced, but every group starts 64 rows into a tile: misaligned starts, no
-ragged last tiles); ``ragged`` (every group but the last 64 rows short: a ragged last tile
-each). What differs between them says whether the loss follows the sizes, their order, where
-the groups start or their ragged last tiles.
+largest group first); ``aligned`` (the skewed sizes rounded up to whole 256-row cluster rows:
+every group starts on a multiple of 256 rows and fills its tiles; the total grows by ~3%, and
+time is compared per row); ``shifted`` (balanced, but the first group 64 rows longer and the
+last 64 shorter: every group between starts 64 rows off the 128-row grid of A and C, and,
+its tiles counted from its own first row, fills them); ``ragged`` (every group but the last
+64 rows short of whole cluster rows, the last taking the rest: every group's last tile holds
+64 rows, and half the groups start off the grid). ``aligned`` against ``skewed`` says whether
+the loss follows where groups start and end rather than their sizes or order (``sorted``);
+``shifted`` against ``balanced`` what a start off the grid costs alone, ``ragged`` what the
+ragged last tiles add.
 
     python scripts/moe_skew_probe.py [--model qwen3-235b-a22b] [--tokens 4096] [--proj gate_up]
         [--dtype bf16] [--rounds 5] [--json FILE]
@@ -46,10 +50,8 @@ def patterns(model, tokens: int) -> dict[str, tuple[int, ...]]:
         "skewed": skewed,
         "sorted": tuple(sorted(skewed, reverse=True)),
         "aligned": tuple(-(-s // 256) * 256 for s in skewed),
-        # the balanced sizes with every group after the first starting 64 rows into a tile,
-        # and no group's last tile ragged but the first's and last's
+        # (the module docstring)
         "shifted": (tokens + 64, *[tokens] * (model.experts - 2), tokens - 64),
-        # every group but the last 64 rows short of whole tiles: a ragged last tile each
         "ragged": (*[tokens - 64] * (model.experts - 1), tokens + 64 * (model.experts - 1)),
     }
 
@@ -57,12 +59,14 @@ def patterns(model, tokens: int) -> dict[str, tuple[int, ...]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="qwen3-235b-a22b", choices=tuple(moe.MODELS))
-    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--tokens", type=int, default=4096, help="average rows a group (>= 65)")
     p.add_argument("--proj", default="gate_up")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json")
     args = p.parse_args()
+    if args.tokens < 65:
+        p.error(f"--tokens {args.tokens}: the shifted and ragged patterns need at least 65")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     model = moe.MODELS[args.model]
     n, k = next((n, k) for proj, n, k in model.projections() if proj == args.proj)
@@ -71,12 +75,12 @@ def main() -> None:
     sizes_of = patterns(model, args.tokens)
     most = max(sum(s) for s in sizes_of.values())
     a_all = torch.randn(most, k, dtype=dtype, device="cuda")
+    out_all = torch.empty(most, n, dtype=dtype, device="cuda")  # the loop's, shared
     calls = {}
     for name, sizes in sizes_of.items():
         rows = sum(sizes)
-        a = a_all[:rows]
+        a, out = a_all[:rows], out_all[:rows]
         offs = torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
-        out = torch.empty(rows, n, dtype=dtype, device="cuda")
         ends = itertools.accumulate(sizes)
         spans = [(a[e - z : e], weights[g], out[e - z : e])
                  for g, (z, e) in enumerate(zip(sizes, ends, strict=True)) if z]  # fmt: skip

@@ -93,8 +93,12 @@ def test_the_vector_stores_compile_spill_free(monkeypatch):
     _assert_vector_stores(_grouped_opcodes(r))
 
 
+#: the sweep's tiles, and the gated grouped kernel (SwiGLU, the MoE FC1: a half-width C)
+VECTOR_SWEEP = SWEEP + [host.Variant("sm90", "sm_90a", epilogue="gated+silu", grouping="m")]
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize("variant", SWEEP, ids=lambda v: v.key())
+@pytest.mark.parametrize("variant", VECTOR_SWEEP, ids=lambda v: v.key())
 def test_every_grouped_variant_compiles_with_vector_stores(monkeypatch, variant):
     _assert_vector_stores(_grouped_opcodes(_compile_with_vector_stores(monkeypatch, variant)))
 

@@ -84,9 +84,10 @@ def c_tile(mC_tma, tile, tile_mn: cutlass.Constexpr):
 
 #: A group's last tile copied out a 16-byte vector at a time (``store_rows``; docs/perf.md
 #: entry 119): built without a GPU, off until the grouped GPU tests pass with it (the
-#: element-wise copies, GPU-tested, run until then). Read when a kernel is traced, so a
-#: change in this file's source is what changes the compiled kernels (the compile cache's
-#: fingerprint digests the kernels' sources).
+#: element-wise copies, GPU-tested, run until then). Read when a kernel is traced; change it
+#: in this file's source, never at run time: the compile cache's fingerprint digests the
+#: kernels' sources, not this value, so a run-time flip would store kernels of the other form
+#: under the same key.
 VECTOR_STORES = False
 
 
@@ -99,9 +100,9 @@ def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlas
     ``threads`` (``store.threads``, given again as a compile-time value; no thread waits on
     another; the caller's next barrier frees the buffer). With ``VECTOR_STORES`` a run inside
     C's columns goes out as one 16-byte load and store (a warp's runs lie side by side along
-    the subtile's rows, so its stores fill whole sectors), one across C's last column element
-    by element; without, every run element by element (2-byte stores 16 bytes apart, each
-    writing 16 sectors in part: a skewed grouped call ran ~20% slower for it, entry 119)."""
+    the subtile's rows), one across C's last column element by element; without, every run
+    element by element (2-byte stores 16 bytes apart, each writing 16 sectors in part: a
+    skewed grouped call ran ~20% slower, entry 119, which these may be part of)."""
     epi_m, epi_n = epi_tile
     run = min(VECTOR_BYTES * 8 // store.mC.element_type.width, epi_n)
     runs_per_row = epi_n // run
