@@ -104,8 +104,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=group_sizes,
         metavar="ROWS,...",
         help="record wsgemm.grouped_mm instead: the 2D x 3D form, one expert weight (N, K) a "
-        "group and these rows each (their sum at most M); each tile's fetch names its group. "
-        "Not yet run on a GPU, docs/trace.md",
+        "group and these rows each (their sum at most M); each tile's fetch names its group "
+        "(docs/trace.md)",
     )
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=_out_dir, required=True, metavar="DIR", help="where to write")

@@ -250,7 +250,7 @@ def record_grouped(
     each group's m-tiles (the consistency checks' tile set). Reads ``offs`` on the host (a
     sync: a trace is a diagnostic). ``out``: where the product goes (a tensor ``grouped_mm``
     would accept as ``out``; its rows past ``offs[-1]`` left as they were); None allocates one
-    and drops it. Not yet run on a GPU (docs/trace.md).
+    and drops it. GPU-run on an H100 (docs/trace.md; docs/perf.md entry 86).
 
     Raises NoGpuError without a CUDA GPU; what ``grouped_mm`` raises for bad arguments; a
     ValueError where the call runs no grouped kernel (``api.grouped.kernel_launch``)."""
@@ -301,8 +301,8 @@ def record_gated_grad(
     traced variant of its kernel and return what it recorded, as ``record`` does: where its
     time goes against the plain dh GEMM's (docs/perf.md entry 81: 1.27-1.37x). Its epilogue
     records its span, not its store waits. ``out``: where ``d[gate | up]`` goes (a contiguous
-    (M, 2I) tensor of dy's dtype); None allocates one and drops it. Not yet run on a GPU
-    (docs/trace.md).
+    (M, 2I) tensor of dy's dtype); None allocates one and drops it. GPU-run on an H100
+    (docs/trace.md; docs/perf.md entries 86, 115).
 
     Raises NoGpuError without a CUDA GPU; what ``gated_grad`` raises for bad arguments; a
     ValueError where the call runs no dgated kernel (``api.gated.grad_launch`` says why)."""
