@@ -12,6 +12,28 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 steps=${*:-all}
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
+# One sanitizer run of scripts/sanitize_auto.py's MODE cases (log sanitize_NAME_TOOL.log), its
+# cases compiled outside the sanitizer first by the caller (an in-process compile makes
+# cuda-python probe driver symbols, cuGetProcAddress: API errors, not memory ones, left out of
+# the report, perf.md 119). initcheck reads nothing back (it does not see TMA stores:
+# sanitize_auto.py) and leaves out torch's elementwise kernels, which read what a TMA store
+# wrote (the copy of a misaligned C, the activation of an unfused product; perf.md 117, 119).
+sanitize_run() {
+  local tool=$1 mode=$2 name=$3 flag= exclude=
+  if [[ $tool == initcheck ]]; then
+    flag=--initcheck; exclude="--kernel-name-exclude kns=elementwise_kernel"
+  fi
+  timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
+    $exclude python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
+    | tee "$OUT/sanitize_${name}_$tool.log" | tail -3
+  echo "$tool $name rc=${PIPESTATUS[0]}"
+}
+# sanitize_auto.py MODE's cases compiled, then under memcheck, racecheck and initcheck
+sanitize_mode() {
+  local mode=$1 name=$2
+  python3 scripts/sanitize_auto.py $mode 2>&1 | tail -3
+  for tool in memcheck racecheck initcheck; do sanitize_run $tool "$mode" $name; done
+}
 start=$SECONDS
 if has warm || has tests || has checks; then
   python3 -m wsgemm warm --arch sm_90a --jobs 15 > "$OUT/warm.log" 2>&1; tail -2 "$OUT/warm.log"
@@ -38,17 +60,7 @@ if has sanitize; then
       | tee "$OUT/sanitize_$tool.log" | tail -12
     echo "$tool rc=${PIPESTATUS[0]}"
   done
-  python3 scripts/sanitize_auto.py > /dev/null 2>&1  # compile outside the sanitizer, as above
-  for tool in memcheck initcheck racecheck; do
-    # initcheck: outputs left unread (it does not see TMA stores: scripts/sanitize_auto.py),
-    # and torch's copy of a TMA-stored temporary C into a misaligned C not checked (as the
-    # initcheck step: 3 x 64 x 4100 false reports otherwise, docs/perf.md entry 117)
-    flag=$([[ $tool == initcheck ]] && echo --initcheck)
-    compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name-exclude \
-      kns=direct_copy_kernel_cuda python3 scripts/sanitize_auto.py $flag \
-      2>&1 | tee "$OUT/sanitize_auto_$tool.log" | tail -3
-    echo "$tool auto rc=${PIPESTATUS[0]}"
-  done
+  sanitize_mode "" auto
   echo "sanitize done at $((SECONDS - start)) s"
 fi
 if has oracle; then
@@ -522,24 +534,6 @@ if has checks; then
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -20
   echo "checks done at $((SECONDS - start)) s"
 fi
-# sanitize_auto.py MODE's cases under memcheck, racecheck and initcheck, compiled outside the
-# sanitizer first; logs sanitize_NAME_TOOL.log (initcheck reads nothing back: sanitize_auto.py)
-sanitize_mode() {
-  local mode=$1 name=$2
-  python3 scripts/sanitize_auto.py $mode 2>&1 | tail -3
-  for tool in memcheck racecheck initcheck; do
-    flag=$([[ $tool == initcheck ]] && echo --initcheck)
-    # initcheck leaves out torch's elementwise kernels: they read what a TMA store wrote,
-    # which it does not see (the copy of a misaligned C, the activation of an unfused
-    # product; perf.md 117, 119); the API errors are cuda-python probing driver symbols
-    # (perf.md 119)
-    exclude=$([[ $tool == initcheck ]] && echo "--kernel-name-exclude kns=elementwise_kernel")
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
-      $exclude python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
-      | tee "$OUT/sanitize_${name}_$tool.log" | tail -3
-    echo "$tool $name rc=${PIPESTATUS[0]}"
-  done
-}
 # the gated kernels (row tiles, swap-AB decode tile, preact, dgated)
 if has gatedsanitize; then sanitize_mode --gated gated; fi
 # a plain MLP's training kernels (dact, the plain preact)
@@ -554,11 +548,7 @@ if has streamk; then
     tests/gpu/test_gpu_stream_k.py 2>&1 | tee "$OUT/stream_k.log" \
     | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300 | tail -20
   python3 scripts/sanitize_auto.py --stream-k 2>&1 | tail -2  # compiles outside the sanitizer
-  for tool in memcheck racecheck; do  # initcheck: its own step
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_auto.py \
-      --stream-k 2>&1 | tee "$OUT/sanitize_stream_k_$tool.log" | tail -3
-    echo "$tool stream-K rc=${PIPESTATUS[0]}"
-  done
+  for tool in memcheck racecheck; do sanitize_run $tool --stream-k stream_k; done  # initcheck: its step
   timeout 300 python3 scripts/tune_menu.py --out "$OUT/tune_midsize" --suites midsize \
     --with-dropped --jobs 15 2>&1 | grep -E "best|geomean" | tail -30
   echo "stream-K done at $((SECONDS - start)) s"
@@ -598,15 +588,8 @@ if has initcheck; then
   # initcheck alone, outputs left unread (scripts/sanitize_auto.py --initcheck): auto's
   # choices, forced split-K and swap-AB, then stream-K
   python3 scripts/sanitize_auto.py > /dev/null 2>&1; python3 scripts/sanitize_auto.py --stream-k > /dev/null 2>&1
-  for cases in "" --stream-k; do
-    name=${cases#--}; name=${name:-auto}
-    # the one torch kernel left unchecked: the copy of a temporary C (TMA-stored, which initcheck
-    # does not see as written) into the caller's misaligned C (N = 4100: 3 x 64 x 4100 reports)
-    timeout 250 compute-sanitizer --tool initcheck --error-exitcode 9 \
-      --kernel-name-exclude kns=direct_copy_kernel_cuda python3 \
-      scripts/sanitize_auto.py --initcheck $cases 2>&1 | tee "$OUT/initcheck_$name.log" | tail -2
-    echo "initcheck $name rc=${PIPESTATUS[0]}"
-  done
+  sanitize_run initcheck "" auto
+  sanitize_run initcheck --stream-k stream_k
 fi
 if has bench; then
   python3 -m wsgemm bench --quick 2>&1 | tee "$OUT/bench_quick.log" | tail -30

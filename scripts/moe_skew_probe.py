@@ -29,18 +29,8 @@ import statistics
 import torch
 
 import wsgemm
-from wsgemm.bench import moe
-
-
-def timer(fn, flush: torch.Tensor) -> float:
-    """Milliseconds of one call of ``fn`` after flushing L2."""
-    flush.zero_()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
+from wsgemm.bench import measure, moe
+from wsgemm.bench.nvml import Nvml
 
 
 def patterns(model, tokens: int) -> dict[str, tuple[int, ...]]:
@@ -63,6 +53,7 @@ def main() -> None:
     p.add_argument("--proj", default="gate_up")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=3, help="cold-L2 calls a round's sample")
     p.add_argument("--json")
     args = p.parse_args()
     if args.tokens < 65:
@@ -70,7 +61,6 @@ def main() -> None:
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     model = moe.MODELS[args.model]
     n, k = next((n, k) for proj, n, k in model.projections() if proj == args.proj)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     weights = torch.randn(model.experts, n, k, dtype=dtype, device="cuda").transpose(1, 2)
     sizes_of = patterns(model, args.tokens)
     most = max(sum(s) for s in sizes_of.values())
@@ -99,21 +89,21 @@ def main() -> None:
     x = a_all[:big]
     calls[("busiest group dense", "wsgemm:auto", big)] = lambda: wsgemm.matmul(x, weights[g])
     calls[("busiest group dense", "torch", big)] = lambda: torch.mm(x, weights[g])
-    for fn in calls.values():  # compile, warm
-        fn()
-    torch.cuda.synchronize()
-    times = {key: [] for key in calls}
-    for _ in range(args.rounds):
-        for key, fn in calls.items():
-            times[key].append(timer(fn, flush))
+    props = torch.cuda.get_device_properties(0)
+    timer = measure.CudaTimer(torch.device("cuda"), Nvml.open(0), props.L2_cache_size)
+    # (each call estimated, so compiled and warmed, first; rounds interleaved and rotated)
+    samples = measure.interleaved(timer, calls, args.rounds, args.reps)
+    clocks = [x.sm_clock_mhz for v in samples.values() for x in v if x.sm_clock_mhz]
     print(f"{args.model} {args.proj} N={n} K={k} t/e={args.tokens} {args.dtype}, "
-          f"{args.rounds} rounds, L2 flushed; {torch.cuda.get_device_name()}")  # fmt: skip
+          f"{args.rounds} rounds, L2 flushed; {props.name}, SM clock "
+          f"{min(clocks, default=0):.0f}-{max(clocks, default=0):.0f} MHz")  # fmt: skip
     record = []
-    for (name, backend, rows), ts in times.items():
+    for (name, backend, rows), taken in samples.items():
+        ts = [x.ms for x in taken]
         ms = statistics.median(ts)
-        tflops = 2 * rows * n * k / ms / 1e9
+        tflops = measure.tflops(2 * rows * n * k, ms)
         record.append(dict(pattern=name, backend=backend, rows=rows, ms=ms, tflops=tflops,
-                           rounds=ts))  # fmt: skip
+                           rounds=ts, sm_clock_mhz=[x.sm_clock_mhz for x in taken]))  # fmt: skip
         print(f"  {name:22s} {backend:12s} rows {rows:7d}  {ms:8.3f} ms  {tflops:6.1f} TFLOP/s")
     if args.json:
         with open(args.json, "w") as f:

@@ -16,13 +16,14 @@ only a plain MLP's training kernels (``plain_mlp_cases``: dact, the plain preact
 With ``--initcheck`` the same calls run but nothing reads an output back (no reference, no
 check): initcheck does not count a TMA store as a write, so a torch kernel reading our output
 (the check's copy, its subtraction) is reported though every element was stored; so is
-anything torch wrote if its kernels are excluded. One such read is the library's own: a C the
-kernel cannot store in place (N = 4100: rows not 16-byte aligned) is stored to a temporary and
-copied into the caller's, so torch's copy kernel is excluded (it only reads our TMA stores and
-writes the caller's C). What remains is what initcheck is for: a read, by our kernels, of the
-split workspace or the semaphores before anything wrote them. ``compute-sanitizer --tool
-initcheck --kernel-name-exclude kns=direct_copy_kernel_cuda python scripts/sanitize_auto.py
---initcheck [--stream-k]`` (scripts/gpu_session.sh).
+anything torch wrote if its kernels are excluded. Such reads are the library's own too: a C
+the kernel cannot store in place (N = 4100: rows not 16-byte aligned) is stored to a temporary
+and copied into the caller's, and an unfused activation (``--plain-mlp``'s ping-pong product)
+runs on what the kernel stored, so torch's elementwise kernels are excluded (they only read our
+TMA stores). What remains is what initcheck is for: a read, by our kernels, of the split
+workspace or the semaphores before anything wrote them. ``compute-sanitizer --tool initcheck
+--kernel-name-exclude kns=elementwise_kernel python scripts/sanitize_auto.py --initcheck
+[MODE]`` (scripts/gpu_session.sh's ``sanitize_run``).
 Correctness is the other runs' job (and the GPU tests')."""
 
 import dataclasses
