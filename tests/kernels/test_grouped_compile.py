@@ -1,7 +1,7 @@
 """The grouped sm90 kernel (issue #26) compiles without a GPU, spill-free, to the dense kernel's
 hardware path plus what a ragged group needs: the offsets read from global memory and the
 predicated stores of a group's last tile beside the TMA stores of whole tiles (in 16-byte
-vectors with ``ragged.VECTOR_STORES``, off until its GPU run).
+vectors with ``ragged.VECTOR_STORES``, off until its GPU run: those compiles under the sweep).
 
 The default run compiles the variant ``auto`` runs for small groups (64x128 ping-pong); the
 sweep (``-m sweep``) the shipped tiles, both majors of each operand, bf16 and an fp32 output.
@@ -86,15 +86,11 @@ def _compile_with_vector_stores(monkeypatch, variant):
     return inspection.inspect_variant(variant, fn)
 
 
-def test_the_vector_stores_compile_spill_free(monkeypatch):
-    """``ragged.VECTOR_STORES`` (off until its GPU run, docs/perf.md entry 119) on the default
-    run's variant: the vector form beside the element one, spill-free."""
-    r = _compile_with_vector_stores(monkeypatch, REPRESENTATIVE)
-    _assert_vector_stores(_grouped_opcodes(r))
-
-
-#: the sweep's tiles, and the gated grouped kernel (SwiGLU, the MoE FC1: a half-width C)
-VECTOR_SWEEP = SWEEP + [host.Variant("sm90", "sm_90a", epilogue="gated+silu", grouping="m")]
+#: ``ragged.VECTOR_STORES``' form (off until its GPU run, docs/perf.md entry 119, so under the
+#: sweep alone): the default run's variant, the sweep's tiles, and the gated grouped kernel
+#: (SwiGLU, the MoE FC1: a half-width C)
+VECTOR_SWEEP = [REPRESENTATIVE, *SWEEP,
+                host.Variant("sm90", "sm_90a", epilogue="gated+silu", grouping="m")]  # fmt: skip
 
 
 @pytest.mark.sweep
