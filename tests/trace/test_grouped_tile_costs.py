@@ -1,0 +1,33 @@
+"""``scripts/grouped_tile_costs.py``: a grouped recording's units sorted into whole, ragged and
+empty tiles by their group's rows, and their times summed per kind."""
+
+from script_modules import load
+from trace_fixture import pack, pingpong_meta, pingpong_run
+
+from wsgemm.tracing import decode
+
+tile_costs = load("grouped_tile_costs")
+
+
+def test_units_are_whole_ragged_or_empty_by_their_groups_rows():
+    # two groups (B's batch is the group): rows [0, 200) and [200, 456), 128-row tiles
+    recs = pingpong_run(tiles=(2, 3, 2))
+    d = decode(pack(recs, meta=pingpong_meta(tiles=(2, 3, 2), groups=[200, 456])))
+    units = d.units()
+    kinds = tile_costs.unit_kinds(units, [200, 456], 128)
+    for unit, kind in zip(units, kinds, strict=True):
+        g, m = int(unit["tile_l"]), int(unit["tile_m"])
+        ragged = (g, m) == (0, 1)  # 72 of group 0's rows; every other tile is whole
+        assert tile_costs.KINDS[kind] == ("ragged" if ragged else "whole")
+    # a group of 100 rows: tile 1 is past its rows (an empty CTA of a cluster row)
+    assert list(tile_costs.unit_kinds(units[:0], [100], 128)) == []
+    empty = units.copy()[:1]
+    empty["tile_l"], empty["tile_m"] = 0, 1
+    assert tile_costs.KINDS[tile_costs.unit_kinds(empty, [100], 128)[0]] == "empty"
+
+    found = tile_costs.summarize(d)
+    consumer_units = 2 * 3 * 2  # the producer's fetches are not counted
+    assert found["whole"]["units"] + found["ragged"]["units"] == consumer_units
+    assert found["ragged"]["units"] == 3  # tile (1, n, 0) for each of the 3 column tiles
+    for v in found.values():
+        assert v["unit_us"] > v["epilogue_us"] > 0
