@@ -4,7 +4,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|skewprobe|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|skewprobe|tilecosts|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -512,6 +512,13 @@ if has skewprobe; then
     timeout 200 python3 scripts/moe_skew_probe.py --model ${spec%%:*} --proj ${spec##*:} \
       --tokens ${SKEW_TOKENS:-4096} --json "$OUT/skewprobe-${spec%%:*}-${spec##*:}.json" 2>&1 | tail -25
   done
+fi
+if has tilecosts; then
+  # perf.md entry 121: a ragged tile's cost against a whole one, from traces of one moe
+  # projection under moe_skew_probe's patterns (scripts/grouped_tile_costs.py)
+  timeout ${TC_TIMEOUT:-240} python3 scripts/grouped_tile_costs.py ${TC_ARGS:-} \
+    --json "$OUT/tile-costs.json" > "$OUT/tile-costs.log" 2>&1
+  echo "tile costs rc=$?"; tail -30 "$OUT/tile-costs.log"
 fi
 if has groupedtune; then
   # issue #26: every grouped tile on the moe problems (bf16 against torch._grouped_mm), the
