@@ -1,10 +1,11 @@
 """The grouped sm90 kernel (issue #26) compiles without a GPU, spill-free, to the dense kernel's
 hardware path plus what a ragged group needs: the offsets read from global memory and the
-predicated stores of a group's last tile beside the TMA stores of whole tiles (in 16-byte
-vectors with ``ragged.VECTOR_STORES``, off until its GPU run: those compiles under the sweep).
+predicated stores of a group's last tile (16-byte vectors inside C's columns) beside the TMA
+stores of whole tiles.
 
 The default run compiles the variant ``auto`` runs for small groups (64x128 ping-pong); the
-sweep (``-m sweep``) the shipped tiles, both majors of each operand, bf16 and an fp32 output.
+sweep (``-m sweep``) the shipped tiles, both majors of each operand, bf16, an fp32 output and
+the gated grouped kernel (SwiGLU, the MoE FC1: a half-width C).
 """
 
 import dataclasses
@@ -26,6 +27,7 @@ SWEEP = [
         "sm90-pingpong", "sm_90a", "bfloat16", "bfloat16", config=SMALL, b_major="n", grouping="m"
     ),  # fmt: skip
     host.Variant("sm90", "sm_90a", config=Sm90Config(tile_n=128, cluster_n=2), grouping="m"),
+    host.Variant("sm90", "sm_90a", epilogue="gated+silu", grouping="m"),
 ]
 
 NEEDS = {
@@ -49,54 +51,24 @@ def _grouped_opcodes(r) -> set:
     return ops
 
 
-def _assert_grouped(r, variant) -> None:
-    ops = _grouped_opcodes(r)
-    # a group's last tile: its rows copied out of shared memory under a predicate
-    width = 32 if variant.c_dtype == "float32" else 16
-    assert any(o.startswith(f"LDS.U{width}") or o == f"LDS.{width}" or o.startswith("LDS")
-               for o in ops), "no shared-memory read of the subtile"  # fmt: skip
-    assert any(o.startswith("STG.E") for o in ops), "no predicated global store"
-
-
-def _assert_vector_stores(ops: set) -> None:
-    """``ragged.VECTOR_STORES``' form: a run inside C's columns read and stored as one
-    16-byte vector (element-wise stores cost a skewed call ~20%: docs/perf.md entry 119),
+def _assert_grouped(r) -> None:
+    """A group's last tile: a run inside C's columns read from shared memory and stored as one
+    16-byte vector (element-wise copies cost a skewed moe call ~20%: docs/perf.md entry 121),
     element by element only across C's last column."""
+    ops = _grouped_opcodes(r)
     assert "LDS.128" in ops, "the subtile is not read from shared memory in 16-byte vectors"
     assert "STG.E.128" in ops, "a group's last tile is not stored in 16-byte vectors"
     assert any(o.startswith("STG.E") and o != "STG.E.128" for o in ops), "no element store"
 
 
 def test_the_grouped_kernel_compiles_spill_free(compiled):
-    _assert_grouped(compiled(REPRESENTATIVE).report, REPRESENTATIVE)
+    _assert_grouped(compiled(REPRESENTATIVE).report)
 
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("variant", SWEEP, ids=lambda v: v.key())
 def test_every_grouped_variant_compiles_spill_free(compiled, variant):
-    _assert_grouped(compiled(variant).report, variant)
-
-
-def _compile_with_vector_stores(monkeypatch, variant):
-    from wsgemm import inspection
-    from wsgemm.kernels.sm90 import ragged
-
-    monkeypatch.setattr(ragged, "VECTOR_STORES", True)  # read when the kernel is traced
-    fn = host.compile_variant(variant, keep=True)  # (no cache: traced here, with the switch)
-    return inspection.inspect_variant(variant, fn)
-
-
-#: ``ragged.VECTOR_STORES``' form (off until its GPU run, docs/perf.md entry 119, so under the
-#: sweep alone): the default run's variant, the sweep's tiles, and the gated grouped kernel
-#: (SwiGLU, the MoE FC1: a half-width C)
-VECTOR_SWEEP = [REPRESENTATIVE, *SWEEP,
-                host.Variant("sm90", "sm_90a", epilogue="gated+silu", grouping="m")]  # fmt: skip
-
-
-@pytest.mark.sweep
-@pytest.mark.parametrize("variant", VECTOR_SWEEP, ids=lambda v: v.key())
-def test_every_grouped_variant_compiles_with_vector_stores(monkeypatch, variant):
-    _assert_vector_stores(_grouped_opcodes(_compile_with_vector_stores(monkeypatch, variant)))
+    _assert_grouped(compiled(variant).report)
 
 
 def test_grouped_keys_are_apart_and_dense_keys_unchanged():

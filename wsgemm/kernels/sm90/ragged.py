@@ -82,15 +82,6 @@ def c_tile(mC_tma, tile, tile_mn: cutlass.Constexpr):
     return cute.local_tile(mC_group, tile_mn, (tile.m, tile.n))
 
 
-#: A group's last tile copied out a 16-byte vector at a time (``store_rows``; docs/perf.md
-#: entry 119): built without a GPU, off until the grouped GPU tests pass with it (the
-#: element-wise copies, GPU-tested, run until then). Read when a kernel is traced; change it
-#: in this file's source, never at run time: the compile cache's fingerprint digests the
-#: kernels' sources, not this value, so a run-time flip would store kernels of the other form
-#: under the same key.
-VECTOR_STORES = False
-
-
 @cute.jit
 def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlass.Constexpr,
                threads: cutlass.Constexpr):  # fmt: skip
@@ -98,11 +89,12 @@ def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlas
     epilogue thread) into C at (``row``, ``col``): its first ``rows_left`` rows, and its
     columns inside C. Each thread copies runs of one 16-byte vector's elements, a run per
     ``threads`` (``store.threads``, given again as a compile-time value; no thread waits on
-    another; the caller's next barrier frees the buffer). With ``VECTOR_STORES`` a run inside
-    C's columns goes out as one 16-byte load and store (a warp's runs lie side by side along
-    the subtile's rows), one across C's last column element by element; without, every run
-    element by element (2-byte stores 16 bytes apart, each writing 16 sectors in part: a
-    skewed grouped call ran ~20% slower, entry 119, which these may be part of)."""
+    another; the caller's next barrier frees the buffer). A run inside C's columns goes out as
+    one 16-byte load and store (a warp's runs lie side by side along the subtile's rows), one
+    across C's last column element by element. (Every run element by element, 2-byte stores
+    16 bytes apart each writing sectors in part, cost a skewed moe call ~20%: the ragged
+    tile's epilogue 8.6 us against 1.9, and every other tile's loads waited twice as long;
+    docs/perf.md entries 119, 121.)"""
     epi_m, epi_n = epi_tile
     run = min(VECTOR_BYTES * 8 // store.mC.element_type.width, epi_n)
     runs_per_row = epi_n // run
@@ -112,8 +104,7 @@ def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlas
     # C row-major (the grouped kernel's only form): a run's elements are consecutive, and the
     # row stride a multiple of a vector (the host passes 16-byte aligned rows; compile.py)
     vector = const_expr(
-        VECTOR_STORES
-        and isinstance(store.mC.stride[1], int)
+        isinstance(store.mC.stride[1], int)
         and store.mC.stride[1] == 1
         and run * store.mC.element_type.width == VECTOR_BYTES * 8
     )
