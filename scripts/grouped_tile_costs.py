@@ -9,8 +9,9 @@ shifted, ragged). Each pattern's call is recorded on the grouped kernel's traced
 rows in their group) and *ragged* ones (a group's last tile, its rows running past the
 group's end: the predicated copies of ``ragged.store_rows``) and *empty* ones (a cluster's
 CTA past its group's rows: loads and computes, stores nothing). Per kind, the medians over
-the consumer recorders' units of: the unit's time (its fetch to the recorder's next fetch),
-its epilogue span and its waits for a full stage. Also each call untraced (``untraced_us``).
+the consumer recorders' units of: the unit's time (its fetch to the recorder's next fetch:
+``summarize`` says what that holds on each schedule), its epilogue span and its waits for a
+full stage. Also each call untraced (``untraced_us``, one timing: a few percent of noise).
 
     python scripts/grouped_tile_costs.py [--model qwen3-235b-a22b] [--proj gate_up]
         [--groups 16] [--tokens 4096] [--dtype bf16] [--json FILE]
@@ -42,8 +43,16 @@ def unit_kinds(units: np.ndarray, ends: list[int], tile_m: int) -> np.ndarray:
 
 
 def summarize(decoded) -> dict:
-    """Per unit kind: count and the medians (us) of the unit's time, its epilogue span and its
-    full-stage waits (``decoded``: a grouped recording's ``Decoded``)."""
+    """Per unit kind: the consumer recorders' units and tiles of that kind, and the medians (us)
+    of a unit's time, its epilogue span and its full-stage waits (``decoded``: a grouped
+    recording's ``Decoded``).
+
+    A unit's time is its fetch to the same recorder's next fetch: its mainloop and epilogue on
+    a cooperative tile. Each recorder's last unit has no next fetch and is left out of the time
+    (its end would add the call's final store drain). On a ping-pong tile a warpgroup fetches
+    before its turn, so the time holds the other warpgroup's mainloop too (``schedule`` says
+    which). A cooperative tile is fetched by both consumer warpgroups: ``units`` counts
+    warpgroup-units, ``tiles`` tiles."""
     from wsgemm.tracing.decoding import CONSUMER_ROLES
 
     units = decoded.units()
@@ -51,31 +60,30 @@ def summarize(decoded) -> dict:
     kinds = unit_kinds(units, list(decoded.meta["groups"]), int(decoded.meta["tile"][0]))
     order = np.lexsort((units["t"], units["rec"]))
     nxt = np.full(len(units), np.nan)
-    ends = decoded.recorders["end"]
     for i, j in itertools.pairwise(order):
         if units["rec"][i] == units["rec"][j]:
             nxt[i] = units["t"][j]
-    for i in order:
-        if np.isnan(nxt[i]):
-            nxt[i] = ends[units["rec"][i]]
-    took = (nxt - units["t"]) / 1e3
+    took = (nxt - units["t"]) / 1e3  # NaN: a recorder's last unit
     per_unit = {}
     for name in ("epilogue", "wait full"):
         spans = decoded.unit_spans(name)
         total = np.zeros(len(units))
         np.add.at(total, spans["unit"], (spans["end"] - spans["begin"]) / 1e3)
         per_unit[name] = total
+    per_tile = int(decoded.meta.get("consumers_per_tile") or 1)
     out = {}
     for index, kind in enumerate(KINDS):
         pick = consumer & (kinds == index)
         if not pick.any():
             continue
+        timed = took[pick][~np.isnan(took[pick])]
         out[kind] = dict(
             units=int(pick.sum()),
-            unit_us=float(np.median(took[pick])),
+            tiles=int(pick.sum()) // per_tile,
+            unit_us=float(np.median(timed)) if len(timed) else None,
             epilogue_us=float(np.median(per_unit["epilogue"][pick])),
             wait_full_us=float(np.median(per_unit["wait full"][pick])),
-            unit_us_sum=float(took[pick].sum()),
+            unit_us_sum=float(timed.sum()),
         )
     return out
 
@@ -121,19 +129,24 @@ def main() -> None:
         d = timeline.decoded
         kinds = summarize(d)
         untraced = d.meta.get("untraced_us")
-        tflops = 2 * rows * n * k / (untraced * 1e-6) / 1e12 if untraced else float("nan")
-        shape = f"tile {d.meta['tile']} cluster {d.meta['cluster']}"
+        tflops = 2 * rows * n * k / (untraced * 1e-6) / 1e12 if untraced else None
+        schedule = d.meta.get("schedule")
+        shape = f"tile {d.meta['tile']} cluster {d.meta['cluster']} {schedule}"
         print(f"{name:9s} rows {rows:6d}  untraced {untraced or float('nan'):8.1f} us "
-              f"({tflops:5.1f} TFLOP/s)  {shape}")  # fmt: skip
+              f"({tflops or float('nan'):5.1f} TFLOP/s)  {shape}")  # fmt: skip
+        if schedule == "pingpong":
+            print("    (ping-pong: a unit's time holds the other warpgroup's turn too)")
         for kind, v in kinds.items():
-            print(f"    {kind:6s} units {v['units']:5d}  unit {v['unit_us']:7.2f} us  epilogue "
+            took = v["unit_us"] if v["unit_us"] is not None else float("nan")
+            print(f"    {kind:6s} tiles {v['tiles']:5d}  unit {took:7.2f} us  epilogue "
                   f"{v['epilogue_us']:6.2f}  wait full {v['wait_full_us']:6.2f}")  # fmt: skip
         problems = timeline.check()
         if problems:
             print("    checks:", *problems[:3])
         record.append(dict(pattern=name, sizes=list(sizes), rows=rows, untraced_us=untraced,
                            tflops=tflops, kinds=kinds, checks=problems[:5],
-                           tile=d.meta["tile"], cluster=d.meta["cluster"]))  # fmt: skip
+                           tile=d.meta["tile"], cluster=d.meta["cluster"],
+                           schedule=schedule))  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(model=args.model, proj=args.proj, n=n, k=k, groups=g, tokens=t,

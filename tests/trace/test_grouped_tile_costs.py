@@ -1,9 +1,13 @@
 """``scripts/grouped_tile_costs.py``: a grouped recording's units sorted into whole, ragged and
 empty tiles by their group's rows, and their times summed per kind."""
 
+import itertools
+
+import pytest
 from script_modules import load
 from trace_fixture import pack, pingpong_meta, pingpong_run
 
+from wsgemm.trace_format import Role
 from wsgemm.tracing import decode
 
 tile_costs = load("grouped_tile_costs")
@@ -31,3 +35,20 @@ def test_units_are_whole_ragged_or_empty_by_their_groups_rows():
     assert found["ragged"]["units"] == 3  # tile (1, n, 0) for each of the 3 column tiles
     for v in found.values():
         assert v["unit_us"] > v["epilogue_us"] > 0
+        assert v["tiles"] == v["units"]  # ping-pong: one warpgroup fetches a tile
+    # a unit's time runs to its recorder's next fetch; a recorder's last unit has none and is
+    # left out (not timed to the recorder's end)
+    consumer = d.recorders["role"][units["rec"]] == int(Role.CONSUMER)
+    expected = {"whole": 0.0, "ragged": 0.0}
+    for rec in set(units["rec"][consumer].tolist()):
+        mine = sorted((float(u["t"]), int(k)) for u, k in zip(units, kinds, strict=True)
+                      if u["rec"] == rec)  # fmt: skip
+        for (t, k), (t_next, _) in itertools.pairwise(mine):
+            expected[tile_costs.KINDS[k]] += (t_next - t) / 1e3
+    for kind, total in expected.items():
+        assert found[kind]["unit_us_sum"] == pytest.approx(total)
+
+    # a cooperative tile is fetched by both consumer warpgroups: tiles, not warpgroup-units
+    meta = pingpong_meta(tiles=(2, 3, 2), groups=[200, 456], consumers_per_tile=2)
+    halved = tile_costs.summarize(decode(pack(recs, meta=meta)))
+    assert [v["tiles"] for v in halved.values()] == [v["units"] // 2 for v in halved.values()]
