@@ -161,6 +161,31 @@ def test_the_training_road_casts_under_cuda_autocast(monkeypatch):
     assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (x, w, b))
 
 
+@pytest.mark.parametrize("rows, biased", [(300, True), (5, False)])
+def test_opcheck_of_the_gated_linear_preact_op(monkeypatch, rows, biased):
+    """``torch.ops.wsgemm.gated_linear_preact`` (``h`` and the pre-activation ``[gate | up]``,
+    ``GatedMLP``'s forward): schema, the fake implementation against the CPU stand-in, dynamic
+    shapes; the fake's checks."""
+    install_gated_training(monkeypatch)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(rows, 32, generator=gen).to(BF16)
+    w = (torch.randn(2 * 24, 32, generator=gen) / 4).to(BF16)
+    bias = torch.randn(2 * 24, generator=gen).to(BF16) if biased else None
+    torch.library.opcheck(torch.ops.wsgemm.gated_linear_preact.default, (x, w, "silu", bias))
+    h, y = torch.ops.wsgemm.gated_linear_preact(x, w, "silu", bias)
+    want = x.double() @ w.double().t() + (0 if bias is None else bias.double())
+    unit = torch.nn.functional.silu(want[:, :24]) * want[:, 24:]
+    assert torch.allclose(y.double(), want, rtol=2e-2, atol=2e-2)
+    assert torch.allclose(h.double(), unit, rtol=2e-2, atol=5e-2)
+    with FakeTensorMode():
+        h, y = torch.ops.wsgemm.gated_linear_preact(fake_cuda((7, 32), BF16),
+                                                    fake_cuda((48, 32), BF16), "gelu")  # fmt: skip
+        assert (h.shape, y.shape) == ((7, 24), (7, 48)) and h.dtype == y.dtype == BF16
+        with pytest.raises(ValueError):
+            torch.ops.wsgemm.gated_linear_preact(fake_cuda((7, 32), BF16),
+                                                 fake_cuda((47, 32), BF16), "gelu")  # fmt: skip
+
+
 def test_opcheck_of_the_gated_grad_op(monkeypatch):
     """``torch.ops.wsgemm.gated_grad`` (the unit's gradient from ``dy @ w_down`` and the saved
     pre-activation): schema, the fake implementation against the CPU stand-in of the dgated

@@ -37,6 +37,31 @@ def test_opcheck_of_the_act_grad_op(monkeypatch):
                                       fake_cuda((7, 40), BF16), "silu")  # fmt: skip
 
 
+@pytest.mark.parametrize("rows, biased", [(2048, True), (5, False)])
+def test_opcheck_of_the_linear_preact_op(monkeypatch, rows, biased):
+    """``torch.ops.wsgemm.linear_preact`` (``h`` and its pre-activation, the plain MLP's
+    forward): schema, the fake implementation against the CPU stand-in, dynamic shapes; the
+    fake's checks. (Small problems: the product, then torch's activation; which products one
+    preact kernel runs: tests/api/test_act_grad.py.)"""
+    install_act_grad(monkeypatch)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(rows, 32, generator=gen).to(BF16)
+    w_up = (torch.randn(64, 32, generator=gen) / 4).to(BF16)
+    bias = torch.randn(64, generator=gen).to(BF16) if biased else None
+    torch.library.opcheck(torch.ops.wsgemm.linear_preact.default, (x, w_up, "gelu", bias))
+    h, pre = torch.ops.wsgemm.linear_preact(x, w_up, "gelu", bias)
+    want = x.double() @ w_up.double().t() + (0 if bias is None else bias.double())
+    assert torch.allclose(pre.double(), want, rtol=2e-2, atol=2e-2)
+    assert torch.allclose(h.double(), torch_activation("gelu", want), rtol=2e-2, atol=2e-2)
+    with FakeTensorMode():
+        h, pre = torch.ops.wsgemm.linear_preact(fake_cuda((7, 32), BF16),
+                                                fake_cuda((24, 32), BF16), "silu")  # fmt: skip
+        assert h.shape == pre.shape == (7, 24) and h.dtype == pre.dtype == BF16
+        with pytest.raises(ValueError):
+            torch.ops.wsgemm.linear_preact(fake_cuda((7, 32), BF16), fake_cuda((24, 40), BF16),
+                                           "silu")  # fmt: skip
+
+
 def test_compile_of_the_mlp_training_step():
     """``mlp.mlp`` compiled with autograd (meta tensors): the forward one ``linear_preact`` (h
     and its pre-activation) and down's product; the backward one
