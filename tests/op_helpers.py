@@ -59,6 +59,14 @@ def addmm_reference(a, b, c, alpha, beta, bias=None, activation=None) -> torch.T
     return torch_activation(activation or "none", y)
 
 
+def close(got, want, dtype, k) -> bool:
+    """``got`` within the suite's tolerance of the float64 ``want`` for a ``dtype`` product over
+    ``k`` terms (tests/api/test_act_grad.py's)."""
+    eps = torch.finfo(dtype).eps
+    tol = (4 * eps * k**0.5 + 2 * eps) * max(want.abs().max().item(), 1.0)
+    return (got.double() - want).abs().max().item() <= tol
+
+
 def install(monkeypatch, *, fast=False) -> CoreStub:
     """The stub in place of the core. CPU tensors then take the registered op's road, or with
     ``fast`` the eager fast road (CPU tensors taken for plain CUDA ones)."""

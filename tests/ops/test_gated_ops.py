@@ -6,7 +6,15 @@ tests/api/test_gated.py, the kernel in tests/gpu."""
 
 import pytest
 import torch
-from op_helpers import capture, fake_cuda, install, install_gated, install_gated_training, ops_in
+from op_helpers import (
+    capture,
+    close,
+    fake_cuda,
+    install,
+    install_gated,
+    install_gated_training,
+    ops_in,
+)
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -175,13 +183,12 @@ def test_opcheck_of_the_gated_linear_preact_op(monkeypatch, rows, biased):
     h, y = torch.ops.wsgemm.gated_linear_preact(x, w, "silu", bias)
     want = x.double() @ w.double().t() + (0 if bias is None else bias.double())
     unit = torch.nn.functional.silu(want[:, :24]) * want[:, 24:]
-    assert torch.allclose(y.double(), want, rtol=2e-2, atol=2e-2)
-    assert torch.allclose(h.double(), unit, rtol=2e-2, atol=5e-2)
+    assert close(y, want, BF16, 32) and close(h, unit, BF16, 32)
     with FakeTensorMode():
         h, y = torch.ops.wsgemm.gated_linear_preact(fake_cuda((7, 32), BF16),
                                                     fake_cuda((48, 32), BF16), "gelu")  # fmt: skip
         assert (h.shape, y.shape) == ((7, 24), (7, 48)) and h.dtype == y.dtype == BF16
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"2 \* out_features"):
             torch.ops.wsgemm.gated_linear_preact(fake_cuda((7, 32), BF16),
                                                  fake_cuda((47, 32), BF16), "gelu")  # fmt: skip
 

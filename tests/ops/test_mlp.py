@@ -7,7 +7,15 @@ tests/gpu."""
 
 import pytest
 import torch
-from op_helpers import capture, fake_cuda, float64_mlp_step, install, install_act_grad, ops_in
+from op_helpers import (
+    capture,
+    close,
+    fake_cuda,
+    float64_mlp_step,
+    install,
+    install_act_grad,
+    ops_in,
+)
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import wsgemm
@@ -51,13 +59,12 @@ def test_opcheck_of_the_linear_preact_op(monkeypatch, rows, biased):
     torch.library.opcheck(torch.ops.wsgemm.linear_preact.default, (x, w_up, "gelu", bias))
     h, pre = torch.ops.wsgemm.linear_preact(x, w_up, "gelu", bias)
     want = x.double() @ w_up.double().t() + (0 if bias is None else bias.double())
-    assert torch.allclose(pre.double(), want, rtol=2e-2, atol=2e-2)
-    assert torch.allclose(h.double(), torch_activation("gelu", want), rtol=2e-2, atol=2e-2)
+    assert close(pre, want, BF16, 32) and close(h, torch_activation("gelu", want), BF16, 32)
     with FakeTensorMode():
         h, pre = torch.ops.wsgemm.linear_preact(fake_cuda((7, 32), BF16),
                                                 fake_cuda((24, 32), BF16), "silu")  # fmt: skip
         assert h.shape == pre.shape == (7, 24) and h.dtype == pre.dtype == BF16
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"\(M, K\) and \(I, K\)"):
             torch.ops.wsgemm.linear_preact(fake_cuda((7, 32), BF16), fake_cuda((24, 40), BF16),
                                            "silu")  # fmt: skip
 
