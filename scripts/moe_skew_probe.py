@@ -1,7 +1,7 @@
-"""Why the grouped kernel loses on skewed routing at large batch (docs/perf.md entry 119): the
-same total rows of one moe problem under several group-size patterns, each timed through
-``wsgemm.grouped_mm`` (auto), ``torch._grouped_mm`` and a per-group ``torch.mm`` loop, and the
-busiest group alone as a dense product (``wsgemm.matmul`` against ``torch.mm``).
+"""Why the grouped kernel lost on skewed routing at large batch (docs/perf.md entries 119,
+121): the same total rows of one moe problem under several group-size patterns, each timed
+through ``wsgemm.grouped_mm`` (auto), ``torch._grouped_mm`` and a per-group ``torch.mm`` loop,
+and the busiest group alone as a dense product (``wsgemm.matmul`` against ``torch.mm``).
 
 Patterns: ``balanced``; ``skewed`` (the moe suite's Zipf draw); ``sorted`` (the same sizes,
 largest group first); ``aligned`` (the skewed sizes rounded up to whole 256-row cluster rows:
