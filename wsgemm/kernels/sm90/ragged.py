@@ -103,11 +103,16 @@ def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlas
     rows = cutlass.min(rows_left, epi_m)
     # C row-major (the grouped kernel's only form): a run's elements are consecutive, and the
     # row stride a multiple of a vector (the host passes 16-byte aligned rows; compile.py)
-    vector = const_expr(
-        isinstance(store.mC.stride[1], int)
-        and store.mC.stride[1] == 1
-        and run * store.mC.element_type.width == VECTOR_BYTES * 8
-    )
+    if const_expr(
+        not isinstance(store.mC.stride[1], int)
+        or store.mC.stride[1] != 1
+        or run * store.mC.element_type.width != VECTOR_BYTES * 8
+    ):
+        raise TypeError(
+            f"store_rows copies {VECTOR_BYTES}-byte runs of a row-major C (a static column "
+            f"stride of 1, a subtile at least a run wide); got C strides {store.mC.stride} "
+            f"and {run} elements of {store.mC.element_type.width} bits a run"
+        )
     for i in cutlass.range_constexpr((runs + threads - 1) // threads):
         r_idx = store.tidx + i * threads
         r = r_idx // runs_per_row
@@ -117,20 +122,15 @@ def store_rows(store: RaggedStore, sC_buf, row, col, rows_left, epi_tile: cutlas
             # the last round's surplus threads copy nothing: their row is past the subtile
             r = cutlass.select_(r_idx < runs, r, Int32(epi_m))
         if r < rows:
-            if const_expr(vector):
-                values = cute.make_rmem_tensor((run,), store.mC.element_type)
-                cute.autovec_copy(cute.local_tile(sC_buf, (1, run), (r, v))[(0, None)], values)
-                if col + c + run <= cols:
-                    # (64-bit: a grouped C may hold more than 2**31 elements)
-                    start = cutlass.Int64(row + r) * store.mC.stride[0] + (col + c)
-                    out = cute.make_tensor(store.mC.iterator + cute.assume(start, divby=run),
-                                           cute.make_layout(run))  # fmt: skip
-                    cute.autovec_copy(values, out)
-                else:
-                    for j in cutlass.range_constexpr(run):
-                        if col + c + j < cols:
-                            store.mC[(row + r, col + c + j)] = values[j]
-            else:
+            values = cute.make_rmem_tensor((run,), store.mC.element_type)
+            cute.autovec_copy(cute.local_tile(sC_buf, (1, run), (r, v))[(0, None)], values)
+            if col + c + run <= cols:
+                # (64-bit: a grouped C may hold more than 2**31 elements)
+                start = cutlass.Int64(row + r) * store.mC.stride[0] + (col + c)
+                out = cute.make_tensor(store.mC.iterator + cute.assume(start, divby=run),
+                                       cute.make_layout(run))  # fmt: skip
+                cute.autovec_copy(values, out)
+            else:  # a run across C's last column
                 for j in cutlass.range_constexpr(run):
                     if col + c + j < cols:
-                        store.mC[(row + r, col + c + j)] = sC_buf[(r, c + j)]
+                        store.mC[(row + r, col + c + j)] = values[j]
