@@ -3,15 +3,16 @@ entries 119, 121): the skewed moe rows lose ~23% where the groups' ends fall ins
 the host replay says a cost per ragged tile explains it only at ~2.3x a whole tile.
 
 One moe projection's weights (``--model``/``--proj``), ``--groups`` groups of ``--tokens``
-rows on average, under the patterns of ``moe_skew_probe.py`` (balanced, skewed, aligned,
-shifted, ragged). Each pattern's call is recorded on the grouped kernel's traced variant
-(``wsgemm.tracing.trace_grouped``) and its work units split into *whole* tiles (all their
-rows in their group) and *ragged* ones (a group's last tile, its rows running past the
-group's end: the predicated copies of ``ragged.store_rows``) and *empty* ones (a cluster's
-CTA past its group's rows: loads and computes, stores nothing). Per kind, the medians over
-the consumer recorders' units of: the unit's time (its fetch to the recorder's next fetch:
-``summarize`` says what that holds on each schedule), its epilogue span and its waits for a
-full stage. Also each call untraced (``untraced_us``, one timing: a few percent of noise).
+rows on average, under the patterns of ``moe_skew_probe.py`` (``patterns``: balanced, skewed,
+sorted, aligned, shifted, ragged). Each pattern's call is recorded on the grouped kernel's
+traced variant (``wsgemm.tracing.trace_grouped``) and its work units split into *whole*
+tiles (all their rows in their group), *ragged* ones (a group's last tile, its rows running
+past the group's end: the predicated copies of ``ragged.store_rows``) and *empty* ones (a
+cluster's CTA past its group's rows: loads and computes, stores nothing). Per kind, the
+medians over the consumer recorders' units of: the unit's time (its fetch to the recorder's
+next fetch: ``summarize`` says what that holds on each schedule), its epilogue span and its
+waits for a full stage. Also each call untraced (``untraced_us``, one timing: a few percent
+of noise).
 
     python scripts/grouped_tile_costs.py [--model qwen3-235b-a22b] [--proj gate_up]
         [--groups 16] [--tokens 4096] [--dtype bf16] [--json FILE]
@@ -108,14 +109,9 @@ def main() -> None:
     model = moe.MODELS[args.model]
     n, k = next((n, k) for proj, n, k in model.projections() if proj == args.proj)
     g, t = args.groups, args.tokens
-    skewed = moe.skewed(g * t, g, f"tile-costs-{args.model}-{g}-{t}")
-    patterns = {
-        "balanced": (t,) * g,
-        "skewed": skewed,
-        "aligned": tuple(-(-s // 256) * 256 for s in skewed),
-        "shifted": (t + 64, *[t] * (g - 2), t - 64),
-        "ragged": (*[t - 64] * (g - 1), t + 64 * (g - 1)),
-    }
+    from moe_skew_probe import patterns as size_patterns  # (scripts/ is this script's path)
+
+    patterns = size_patterns(moe.skewed(g * t, g, f"tile-costs-{args.model}-{g}-{t}"), t)
     weights = torch.randn(g, n, k, dtype=dtype, device="cuda").transpose(1, 2)
     most = max(sum(s) for s in patterns.values())
     a_all = torch.randn(most, k, dtype=dtype, device="cuda")

@@ -33,16 +33,17 @@ from wsgemm.bench import measure, moe
 from wsgemm.bench.nvml import Nvml
 
 
-def patterns(model, tokens: int) -> dict[str, tuple[int, ...]]:
-    skewed = moe.group_sizes(model, tokens, "skewed")
+def patterns(skewed: tuple[int, ...], tokens: int) -> dict[str, tuple[int, ...]]:
+    """The module docstring's group-size patterns of ``len(skewed)`` groups of ``tokens`` rows
+    on average, ``skewed`` the skewed draw (``grouped_tile_costs.py`` traces the same)."""
+    groups = len(skewed)
     return {
-        "balanced": moe.group_sizes(model, tokens, "balanced"),
+        "balanced": (tokens,) * groups,
         "skewed": skewed,
         "sorted": tuple(sorted(skewed, reverse=True)),
         "aligned": tuple(-(-s // 256) * 256 for s in skewed),
-        # (the module docstring)
-        "shifted": (tokens + 64, *[tokens] * (model.experts - 2), tokens - 64),
-        "ragged": (*[tokens - 64] * (model.experts - 1), tokens + 64 * (model.experts - 1)),
+        "shifted": (tokens + 64, *[tokens] * (groups - 2), tokens - 64),
+        "ragged": (*[tokens - 64] * (groups - 1), tokens + 64 * (groups - 1)),
     }
 
 
@@ -62,7 +63,7 @@ def main() -> None:
     model = moe.MODELS[args.model]
     n, k = next((n, k) for proj, n, k in model.projections() if proj == args.proj)
     weights = torch.randn(model.experts, n, k, dtype=dtype, device="cuda").transpose(1, 2)
-    sizes_of = patterns(model, args.tokens)
+    sizes_of = patterns(moe.group_sizes(model, args.tokens, "skewed"), args.tokens)
     most = max(sum(s) for s in sizes_of.values())
     a_all = torch.randn(most, k, dtype=dtype, device="cuda")
     out_all = torch.empty(most, n, dtype=dtype, device="cuda")  # the loop's, shared

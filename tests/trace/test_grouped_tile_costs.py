@@ -52,3 +52,19 @@ def test_units_are_whole_ragged_or_empty_by_their_groups_rows():
     meta = pingpong_meta(tiles=(2, 3, 2), groups=[200, 456], consumers_per_tile=2)
     halved = tile_costs.summarize(decode(pack(recs, meta=meta)))
     assert [v["tiles"] for v in halved.values()] == [v["units"] // 2 for v in halved.values()]
+
+
+def test_the_probes_patterns_keep_the_rows_and_differ_where_groups_start_and_end():
+    """``moe_skew_probe.patterns`` (which ``grouped_tile_costs`` traces too): every pattern
+    holds the skewed draw's rows in as many groups, but ``aligned`` (rounded up to whole
+    256-row cluster rows); ``shifted`` moves the starts off the 128-row grid with whole tiles,
+    ``ragged`` ends every group but the last 64 rows into a tile."""
+    skewed = (700, 100, 3000, 300)
+    found = load("moe_skew_probe").patterns(skewed, 1025)
+    assert found["skewed"] == skewed and found["sorted"] == (3000, 700, 300, 100)
+    assert found["aligned"] == (768, 256, 3072, 512)
+    for name in ("balanced", "shifted", "ragged"):
+        assert len(found[name]) == 4 and sum(found[name]) == 4 * 1025
+    assert found["balanced"] == (1025,) * 4
+    assert found["shifted"] == (1089, 1025, 1025, 961)
+    assert found["ragged"] == (961, 961, 961, 1217)
