@@ -61,7 +61,7 @@ def addmm_reference(a, b, c, alpha, beta, bias=None, activation=None) -> torch.T
 
 def close(got, want, dtype, k) -> bool:
     """``got`` within the suite's tolerance of the float64 ``want`` for a ``dtype`` product over
-    ``k`` terms (tests/api/test_act_grad.py's)."""
+    ``k`` terms (the gated and MLP tests')."""
     eps = torch.finfo(dtype).eps
     tol = (4 * eps * k**0.5 + 2 * eps) * max(want.abs().max().item(), 1.0)
     return (got.double() - want).abs().max().item() <= tol

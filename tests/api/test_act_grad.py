@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from op_helpers import close
 from stand_ins import GatedKernels
 
 from wsgemm.api import Dispatcher
@@ -33,12 +34,6 @@ def dact(monkeypatch):
 
 def reference(dy, w_down, preact, act):
     return (dy.double() @ w_down.double()) * activation_grad(act, preact).double()
-
-
-def close(got, want, dtype, k):
-    eps = torch.finfo(dtype).eps
-    tol = (4 * eps * k**0.5 + 2 * eps) * max(want.abs().max().item(), 1.0)
-    return (got.double() - want).abs().max().item() <= tol
 
 
 def operands(rows, hidden, ffn, dtype, seed=0, pad=16):

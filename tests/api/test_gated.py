@@ -8,6 +8,7 @@ import functools
 
 import pytest
 import torch
+from op_helpers import close
 from stand_ins import GatedKernels as Kernels
 from stand_ins import address_entry
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -47,12 +48,6 @@ def reference(x, w, act, bias=None):
         y = y + bias.double()
     half = w.shape[0] // 2
     return torch_activation(act, y[:, :half]) * y[:, half:]
-
-
-def close(got, want, dtype, k):
-    eps = torch.finfo(dtype).eps
-    tol = (4 * eps * k**0.5 + 2 * eps) * max(want.abs().max().item(), 1.0)
-    return (got.double() - want).abs().max().item() <= tol
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "relu", "relu2"])
