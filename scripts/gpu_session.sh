@@ -12,19 +12,20 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 steps=${*:-all}
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
-# One sanitizer run of scripts/sanitize_auto.py's MODE cases (log sanitize_NAME_TOOL.log), its
-# cases compiled outside the sanitizer first by the caller (an in-process compile makes
+# One sanitizer run of scripts/sanitize_auto.py's MODE cases (or SCRIPT's: sanitize_grouped.py
+# takes the same --initcheck; log sanitize_NAME_TOOL.log), its cases compiled outside the
+# sanitizer first by the caller (an in-process compile makes
 # cuda-python probe driver symbols, cuGetProcAddress: API errors, not memory ones, left out of
 # the report, perf.md 119). initcheck reads nothing back (it does not see TMA stores:
 # sanitize_auto.py) and leaves out torch's elementwise kernels, which read what a TMA store
 # wrote (the copy of a misaligned C, the activation of an unfused product; perf.md 117, 119).
 sanitize_run() {
-  local tool=$1 mode=$2 name=$3 flag= exclude=
+  local tool=$1 mode=$2 name=$3 script=${4:-scripts/sanitize_auto.py} flag= exclude=
   if [[ $tool == initcheck ]]; then
     flag=--initcheck; exclude="--kernel-name-exclude kns=elementwise_kernel"
   fi
   timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
-    $exclude python3 scripts/sanitize_auto.py $mode $flag 2>&1 \
+    $exclude python3 $script $mode $flag 2>&1 \
     | tee "$OUT/sanitize_${name}_$tool.log" | tail -3
   echo "$tool $name rc=${PIPESTATUS[0]}"
 }
@@ -493,10 +494,7 @@ print(len(o) - len(bad), 'grouped variants ready;', *(f'{x.key}: {x.error}' for 
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/grouped-tests.log" | cut -c1-300 | tail -20
   timeout 120 python3 scripts/sanitize_grouped.py 2>&1 | tail -2
   for tool in memcheck racecheck initcheck; do
-    flag=$([[ $tool == initcheck ]] && echo --initcheck)  # (no read-back: sanitize_grouped.py)
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/sanitize_grouped.py \
-      $flag 2>&1 | tee "$OUT/sanitize_grouped_$tool.log" | tail -3
-    echo "$tool grouped rc=${PIPESTATUS[0]}"
+    sanitize_run $tool "" grouped scripts/sanitize_grouped.py
   done
   for dt in ${MOE_DTYPES:-bf16 fp16}; do
     WSGEMM_AUTOTUNE=0 timeout ${MOE_BENCH_TIMEOUT:-240} python3 -m wsgemm bench --suite moe --dtype $dt \
