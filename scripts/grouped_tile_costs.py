@@ -91,9 +91,10 @@ def summarize(decoded) -> dict:
 
 def main() -> None:
     import torch
+    from moe_skew_probe import patterns as size_patterns  # (scripts/ is this script's path)
 
     from wsgemm import tracing
-    from wsgemm.bench import moe
+    from wsgemm.bench import measure, moe
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="qwen3-235b-a22b", choices=tuple(moe.MODELS))
@@ -109,8 +110,6 @@ def main() -> None:
     model = moe.MODELS[args.model]
     n, k = next((n, k) for proj, n, k in model.projections() if proj == args.proj)
     g, t = args.groups, args.tokens
-    from moe_skew_probe import patterns as size_patterns  # (scripts/ is this script's path)
-
     patterns = size_patterns(moe.skewed(g * t, g, f"tile-costs-{args.model}-{g}-{t}"), t)
     weights = torch.randn(g, n, k, dtype=dtype, device="cuda").transpose(1, 2)
     most = max(sum(s) for s in patterns.values())
@@ -125,7 +124,7 @@ def main() -> None:
         d = timeline.decoded
         kinds = summarize(d)
         untraced = d.meta.get("untraced_us")
-        tflops = 2 * rows * n * k / (untraced * 1e-6) / 1e12 if untraced else None
+        tflops = measure.tflops(2 * rows * n * k, untraced / 1e3) if untraced else None
         schedule = d.meta.get("schedule")
         shape = f"tile {d.meta['tile']} cluster {d.meta['cluster']} {schedule}"
         print(f"{name:9s} rows {rows:6d}  untraced {untraced or float('nan'):8.1f} us "
