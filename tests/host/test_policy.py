@@ -243,11 +243,12 @@ def test_the_held_out_draw_is_judged_on_the_model_alone():
     lies in the 8B qkv decode cell), and there it picks what the model picks, so the held-out
     record (entry 97) is the model's alone (docs/perf.md entry 120)."""
     from wsgemm.bench import models
+    from wsgemm.support import dtype_name
 
     seed, families, count = HELD_OUT
     answered = 0
     for x in models.draw(seed, families, count):
-        dtype = {"fp16": "float16", "bf16": "bfloat16"}[x.dtype]
+        dtype = dtype_name(x.dtype)
         c = choose(x.tokens, x.n, x.k, 1, (dtype, dtype, "float32"))
         if c.source == "table":
             answered += 1
