@@ -70,6 +70,18 @@ def candidates(names: list[str] | None = None) -> list[Candidate]:
     return out
 
 
+def _shape_of(backend: str, config) -> tuple:
+    cfg = config or host.BACKENDS[backend].config()
+    return (backend, cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.schedule)
+
+
+def shipped_pick(rows: int, groups: int, cands: list[Candidate]) -> str | None:
+    """The candidate ``backend="auto"`` runs for ``rows`` rows in ``groups`` groups
+    (``host.grouped_config``, the shipped rule), or None when none of ``cands`` is it."""
+    mine = _shape_of(*host.grouped_config("auto", rows, groups))
+    return next((c.name for c in cands if _shape_of(c.backend, c.config) == mine), None)
+
+
 def _geomean(values) -> float:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
@@ -78,7 +90,8 @@ def _geomean(values) -> float:
 def summary(rows: list[dict], train: tuple[str, ...]) -> list[str]:
     """Per tokens-per-expert bucket: the candidate with the best geomean ratio on the training
     models (balanced and skewed together: the host cannot tell them apart), then that choice's
-    geomean on the held-out models, beside the held-out oracle (the best per problem)."""
+    geomean on the held-out models, beside the held-out oracle (the best per problem) and the
+    shipped rule's pick (a row's ``shipped``, where a candidate is it)."""
     lines = []
     for t in sorted({r["tokens_per_expert"] for r in rows}):
         bucket = [r for r in rows if r["tokens_per_expert"] == t and r["ratio"]]
@@ -101,6 +114,11 @@ def summary(rows: list[dict], train: tuple[str, ...]) -> list[str]:
         lines.append(f"t/e={t}: fitted on {'+'.join(train)}: {ranked}")
         lines.append(f"t/e={t}: pick {pick}: held-out {judged:.3f}x geomean "
                      f"(held-out oracle {oracle:.3f}x, {len(problems)} problems)")  # fmt: skip
+        shipped = {r["shipped"] for r in bucket if r.get("shipped")}
+        if len(shipped) == 1:
+            (name,) = shipped
+            ours = _geomean(r["ratio"] for r in held if r["candidate"] == name)
+            lines.append(f"t/e={t}: the shipped rule runs {name}: held-out {ours:.3f}x geomean")
     return lines
 
 
@@ -190,6 +208,7 @@ def _tune(args, cands: list[Candidate], shapes) -> int:
         samples = interleaved(timer, timed, args.rounds, args.reps)
         base = samples.get(base_name)
         model = shape.group
+        shipped = shipped_pick(shape.m, len(shape.sizes), cands)
         for c in cands:
             ratio = None
             if base and c.name in samples:
@@ -198,14 +217,15 @@ def _tune(args, cands: list[Candidate], shapes) -> int:
             rows.append(dict(label=shape.label, model=model, n=shape.n, k=shape.k, m=shape.m,
                              groups=len(shape.sizes), routing=shape.routing,
                              tokens_per_expert=shape.tokens_per_expert, candidate=c.name,
-                             baseline=base_name, status=status.get(c.name, "compile failed"),
+                             shipped=shipped, baseline=base_name,
+                             status=status.get(c.name, "compile failed"),
                              ratio=ratio))  # fmt: skip
         mine = [r for r in rows[-len(cands) :] if r["ratio"]]
         best = max(mine, key=lambda r: r["ratio"], default=None)
         if best:
-            shipped = next((r["ratio"] for r in mine if r["candidate"] == "coop128x256c2x1"), None)
+            ours = next((r["ratio"] for r in mine if r["candidate"] == shipped), None)
             print(f"{shape.label:44s} best {best['candidate']:18s} {best['ratio']:.3f}x"
-                  f"  (shipped coop {shipped})", flush=True)  # fmt: skip
+                  f"  (the shipped rule's {shipped}: {ours})", flush=True)  # fmt: skip
         (out_dir / "tune_grouped.json").write_text(json.dumps(dict(
             device=props.name, dtype=args.dtype, rounds=args.rounds, reps=args.reps,
             torch=torch.__version__, rows=rows), indent=1))  # fmt: skip
