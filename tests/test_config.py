@@ -51,12 +51,12 @@ def environment_defaults(monkeypatch):
     for name in (rules.ENV_BATCH_INVARIANT, autotune.ENV_AUTOTUNE, "WSGEMM_DISK_CACHE"):
         monkeypatch.delenv(name, raising=False)
     rules._environment.cache_clear()
-    autotune.requested.cache_clear()
+    autotune.environment.cache_clear()
     yield
     for set_default, _ in SETTERS.values():
         set_default(None)
     rules._environment.cache_clear()
-    autotune.requested.cache_clear()
+    autotune.environment.cache_clear()
 
 
 def split_of(d) -> int:
@@ -252,7 +252,7 @@ def test_the_environment_variables_are_the_defaults(monkeypatch):
     monkeypatch.setenv(autotune.ENV_AUTOTUNE, "on")
     monkeypatch.setenv("WSGEMM_DISK_CACHE", "0")
     rules._environment.cache_clear()
-    autotune.requested.cache_clear()
+    autotune.environment.cache_clear()
     d = cpu_dispatcher()
     assert config.batch_invariant_enabled() and split_of(d) == 1
     assert config.autotune_enabled() and d.autotune

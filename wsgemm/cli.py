@@ -343,7 +343,10 @@ def _cache(args: argparse.Namespace) -> int:
         )
     print(f"total        {total_entries} entries, {total_bytes / 1e6:.1f} MB")
     models, choices = autotune.store_info(where.root)
-    state = "on" if autotune.requested() else "off"
+    state = {True: "on", False: "off"}.get(
+        autotune.environment(),
+        "unset: tuning off on Hopper, the race against torch.matmul on elsewhere",
+    )
     print(f"autotune     {choices} tuned choice(s) for {models} GPU model(s) "
           f"({autotune.ENV_AUTOTUNE} is {state}: docs/policy.md)")  # fmt: skip
     listing = autotune.store_listing(where.root)

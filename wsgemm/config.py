@@ -28,7 +28,10 @@ capture: it keeps the settings in effect when it was captured.
 
 What each switch does: batch invariance keeps every output element's summation order
 independent of the number of rows M (no split-K; docs/policy.md); autotuning times the
-candidates of a problem's first call on a Hopper GPU and keeps the fastest (docs/policy.md);
+candidates of a problem's first call on a Hopper GPU and keeps the fastest (off unless asked;
+``autotune_enabled()`` says), and off Hopper, where no table measured ``auto``'s kernel, races
+that kernel against torch.matmul at a bucket's first call (on unless autotuning is set False
+or ``WSGEMM_AUTOTUNE=0``: docs/policy.md, "Off Hopper");
 the disk cache keeps compiled kernels across processes (README, "The compile cache"): off,
 each process compiles in memory.
 """
@@ -86,7 +89,9 @@ def batch_invariant(enabled: bool | None = True) -> contextlib.AbstractContextMa
 
 
 def autotune_enabled() -> bool:
-    """Whether ``backend="auto"`` times the candidates of a problem's first call here."""
+    """Whether ``backend="auto"`` times the sm90 menu's candidates of a problem's first call
+    here (off unless set). Off Hopper the race against torch.matmul runs unless this is set
+    False (a block, ``set_autotune`` or ``WSGEMM_AUTOTUNE``): nothing set is on there."""
     asked = _settings.current().autotune
     return _autotune_from_environment() if asked is None else asked
 

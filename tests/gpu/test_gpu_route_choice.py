@@ -107,3 +107,23 @@ def test_autotune_off_runs_torch_untimed(tmp_path):
     got = dispatch.call(d, a, b, None, None, F32, "auto", None)
     assert timer.calls == 0 and d.route("auto", 0, (256, 1024, 512, None), DTYPES).backend == TORCH
     assert torch.equal(got, torch.matmul(a, b))
+
+
+def test_with_nothing_set_the_race_runs_and_the_menu_is_not_tuned(tmp_path, monkeypatch):
+    """The default (no setting, ``WSGEMM_AUTOTUNE`` unset): the race against torch.matmul runs
+    (issue #27), the sm90 menu's tuning does not, so the timer sees the race's rounds alone."""
+    monkeypatch.delenv(autotune.ENV_AUTOTUNE, raising=False)
+    autotune.environment.cache_clear()
+    try:
+        a, b = _operands(256, 4096, 4096, 5)
+        d, timer = _racing(tmp_path, autotune_on=None)
+        assert d.races and not d.autotune
+        got = dispatch.call(d, a, b, None, None, F32, "auto", None)
+        assert timer.calls == 2 * route_choice.ROUNDS
+        assert_within_torch_error(got, torch.matmul(a.double(), b.double()), torch.matmul(a, b))
+        name, sms = d.devices.name(0), d.devices.sm_count(0)
+        record = d.tuned.record(name, sms, route_choice.key(256, 4096, 4096, 1, DTYPES))
+        assert TORCH in record["ms"] and len(record["ms"]) == 2
+        print(f"nothing set, M=256 N=4096 K=4096: {record}")
+    finally:
+        autotune.environment.cache_clear()

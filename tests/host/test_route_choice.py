@@ -168,6 +168,36 @@ def test_autotune_off_is_torch_without_timing_or_reading_the_store(tmp_path, cap
     assert len(timer.timed) == 2 * route_choice.ROUNDS
 
 
+@pytest.mark.parametrize("word", [None, "0", "1"])
+def test_with_nothing_set_the_race_is_on_and_the_menu_tuning_off(tmp_path, monkeypatch, word):
+    """Issue #27: where no table measured ``auto``'s kernel, the first call of a bucket races it
+    against torch.matmul unless autotuning is turned off (``WSGEMM_AUTOTUNE=0``, a setting);
+    the sm90 menu's own tuning stays off unless asked (``WSGEMM_AUTOTUNE=1``, a setting)."""
+    if word is None:
+        monkeypatch.delenv(autotune.ENV_AUTOTUNE, raising=False)
+    else:
+        monkeypatch.setenv(autotune.ENV_AUTOTUNE, word)
+    autotune.environment.cache_clear()
+    try:
+        d, timer = dispatcher(tmp_path, {"sm80": 0.5, TORCH: 1.0}, autotune=None)
+        hopper = Dispatcher(StandInCache(), StandInDevices((9, 0), 132))
+        assert (d.races, d.autotune) == (word != "0", word == "1")
+        assert hopper.autotune == (word == "1")
+        a, b = operands()
+        torch.testing.assert_close(call(d, a, b), reference(a, b), rtol=0, atol=0)
+        if word == "0":
+            assert timer.timed == [] and stored(d) is None and not d.cache.kernel.launches
+            assert "autotuning is off" in d.explain("auto", None, (M, N, K, None), DTYPES)
+        else:
+            assert len(timer.timed) == 2 * route_choice.ROUNDS and stored(d)["entry"] == "sm80"
+        with choosing_autotune(False):  # a setting turns the default race off
+            assert not d.races and not d.autotune
+        with choosing_autotune(True):
+            assert d.races and d.autotune
+    finally:
+        autotune.environment.cache_clear()
+
+
 def choosing_autotune(flag):
     import wsgemm.config
 

@@ -255,8 +255,11 @@ def stand_in(capability: tuple[int, int] = (9, 0), sm_count: int = 132) -> Dispa
     """A dispatcher on which ``matmul(..., dispatcher=...)`` takes CPU tensors for a GPU of
     ``capability`` with ``sm_count`` SMs and launches kernels that do nothing: the whole host
     path of a call (checks, choice, planning, the launcher kept per signature) without a GPU,
-    compiling nothing. What ``python scripts/bench_host_overhead.py --stand-in`` times."""
+    compiling nothing. What ``python scripts/bench_host_overhead.py --stand-in`` times. Off
+    Hopper ``auto`` runs the kernel too: no race against torch.matmul (``against_torch=False``;
+    a race needs a CUDA timer)."""
     return Dispatcher(
         cache=host.CompileCache(lambda variant: _no_op),
         devices=StandInDevices(capability, sm_count),
+        against_torch=False,
     )

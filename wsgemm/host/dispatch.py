@@ -231,7 +231,8 @@ class Dispatcher:
     batch is cheaper.
     ``autotune``: time the policy's candidates at a problem's first call and keep the fastest
     (``choosing.autotune``); None (the default) reads ``wsgemm.config``'s setting, else
-    ``WSGEMM_AUTOTUNE``. ``tuned``: where
+    ``WSGEMM_AUTOTUNE``; where none of them says, the menu is not tuned (``autotune``) and
+    ``auto``'s unmeasured kernel is raced against torch.matmul (``races``). ``tuned``: where
     tuned choices (and route decisions) are kept (default the process's ``choosing.STORE``);
     ``time_call``: how a candidate is timed (ms per call of a function; default
     ``choosing.time_cuda``; a race calls it ``ROUNDS`` times per side).
@@ -282,14 +283,26 @@ class Dispatcher:
         self._said: set[Hashable] = set()  # say_once's
         self._lock = threading.Lock()
 
-    @property
-    def autotune(self) -> bool:
-        """Whether ``auto`` tunes on this dispatcher: the argument, else ``wsgemm.config``'s
-        setting in this thread or task, else ``WSGEMM_AUTOTUNE``."""
+    def _asked_autotune(self) -> bool | None:
+        """The autotune switch as set: the argument, else ``wsgemm.config``'s setting in this
+        thread or task, else ``WSGEMM_AUTOTUNE``; None where none of them says."""
         if self._autotune is not None:
             return self._autotune
         asked = current_settings().autotune
-        return choosing.autotune_requested() if asked is None else asked
+        return choosing.autotune_environment() if asked is None else asked
+
+    @property
+    def autotune(self) -> bool:
+        """Whether ``auto`` tunes the sm90 menu's choice on this dispatcher: the switch as set
+        (``_asked_autotune``), off where nothing says."""
+        return self._asked_autotune() is True
+
+    @property
+    def races(self) -> bool:
+        """Whether ``auto`` races a kernel no table measured against torch.matmul
+        (``choosing.route_choice``): the same switch, but **on** where nothing says (issue
+        #27: where wsgemm has no measurement the first call of a bucket measures)."""
+        return self._asked_autotune() is not False
 
     def tuned_choice(self, device, problem, dtypes, mufu: int = 0) -> choosing.Choice | None:
         """The tuned choice stored for this problem (with a fused activation of ``mufu``) on
@@ -540,7 +553,7 @@ class Dispatcher:
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         return _RACE.decide(
             self.tuned, self.devices.name(device), sm_count, (m, n, k, batch), dtypes, family,
-            autotune=self.autotune,
+            autotune=self.races,
             invariant=choosing.batch_invariant_requested(self.batch_invariant),
             mufu=mufu,
         )  # fmt: skip

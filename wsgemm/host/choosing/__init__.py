@@ -25,6 +25,7 @@ from .autotune import (
     remember,
     tuned_choice,
 )
+from .autotune import environment as autotune_environment
 from .autotune import requested as autotune_requested
 from .cost import (
     GATED_SMALL_MAX_ROWS,
@@ -75,6 +76,7 @@ __all__ = [
     "RouteDecision",
     "Table",
     "TunedStore",
+    "autotune_environment",
     "autotune_requested",
     "batch_invariant_requested",
     "bucket",

@@ -45,19 +45,29 @@ class AutotuneWarning(UserWarning):
 
 
 @functools.cache
-def requested() -> bool:
-    """``WSGEMM_AUTOTUNE`` is one of the switches' true words (``host.settings``; read once,
-    at the first call): the default where ``wsgemm.config`` sets nothing (the dispatcher's
-    ``autotune`` asks the setting first)."""
+def environment() -> bool | None:
+    """What ``WSGEMM_AUTOTUNE`` says (``host.settings``' words; read once, at the first call):
+    True or False, or None where it is unset (or not one of the words: a warning, then None).
+    The default where ``wsgemm.config`` sets nothing (the dispatcher asks the setting first);
+    None leaves the default to the reader: off for the sm90 menu's tuning, on for the race
+    against torch.matmul where no table measured ``auto``'s kernel (``route_choice``)."""
     word = os.environ.get(ENV_AUTOTUNE, "").strip().lower()
     if word and word not in TRUE_WORDS | FALSE_WORDS:
         warnings.warn(
             f"{ENV_AUTOTUNE}={os.environ[ENV_AUTOTUNE]!r} is not one of "
-            f"{', '.join(sorted(TRUE_WORDS | FALSE_WORDS))}; autotuning stays off",
+            f"{', '.join(sorted(TRUE_WORDS | FALSE_WORDS))}; it is ignored",
             AutotuneWarning,
             stacklevel=2,
         )
-    return word in TRUE_WORDS
+    if word in TRUE_WORDS:
+        return True
+    return False if word in FALSE_WORDS else None
+
+
+def requested() -> bool:
+    """``WSGEMM_AUTOTUNE`` is one of the switches' true words (``environment``): the sm90
+    menu's tuning is off unless asked."""
+    return environment() is True
 
 
 def bucket(

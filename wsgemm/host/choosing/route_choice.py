@@ -9,12 +9,14 @@ dispatcher asks this room (``decide``) what runs, the family's kernel or torch.m
 
 * torch.matmul is no candidate in batch-invariant mode (cuBLAS does not promise it) or with an
   fp16 accumulator (one fp16 running sum, which only wsgemm's kernels give): the kernel runs;
-* autotuning off (``wsgemm.config.autotune``, else ``WSGEMM_AUTOTUNE``; off unless asked):
-  ``DEFAULT``, torch.matmul, timing nothing. Of the two it is the only one that cannot break
-  the promise on a GPU where nothing was measured; the kernel stays available by name
-  (``backend="sm80"``) and runs under ``auto`` where autotuning measures it faster. The store
-  is not read either (as for the sm90 tuned choices: off means no measured picks);
-* autotuning on: this bucket's stored decision; else the first call outside a CUDA-graph
+* autotuning turned off (``wsgemm.config.autotune(False)``, ``set_autotune(False)`` or
+  ``WSGEMM_AUTOTUNE=0``): ``DEFAULT``, torch.matmul, timing nothing. Of the two it is the only
+  one that cannot break the promise without a measurement; the kernel stays available by
+  name (``backend="sm80"``). The store is not read either (as for the sm90 tuned choices:
+  off means no measured picks);
+* otherwise, **by default** (nothing set; the sm90 menu's tuning is off unless asked, this
+  race is on unless turned off: ``Dispatcher.races``): this bucket's stored decision; else
+  the first call outside a CUDA-graph
   capture, torch.compile's tracing and fake tensors races the two (``race``: each launched
   once on the call's operands, then ``ROUNDS`` interleaved rounds of the caller's timer, the
   median of each) and keeps the faster (``remember``: torch.matmul unless the kernel is
@@ -141,9 +143,10 @@ def decide(
     if not autotune:
         reason = f"{kernel} is not measured on this GPU and autotuning is off"
         detail = (
-            "torch.matmul runs, which cannot be slower than torch; "
-            "wsgemm.config.set_autotune(True) (or WSGEMM_AUTOTUNE=1) measures both once per "
-            f"bucket; backend={family!r} runs the kernel"
+            "torch.matmul runs, which cannot be slower than torch; with autotuning on "
+            "(wsgemm.config.set_autotune(True) or WSGEMM_AUTOTUNE=1, or neither switch set: "
+            "the default here) the first call of a bucket measures both; "
+            f"backend={family!r} runs the kernel"
         )
         return RouteDecision(DEFAULT, DEFAULT_SOURCE, reason, detail)
     name = key(*problem, dtypes, mufu)
@@ -152,10 +155,11 @@ def decide(
     if record and record.get("entry") in (family, TORCH) and isinstance(times, dict):
         winner = record["entry"]
         return RouteDecision(winner, STORED, _won(winner, family), _detail(name, times), times)
-    reason = f"{kernel} is not measured on this GPU yet (autotuning on)"
+    reason = f"{kernel} is not measured on this GPU yet"
     detail = (
         "the first call outside a CUDA-graph capture and torch.compile's tracing "
-        "times it against torch.matmul and keeps the faster; until then torch.matmul"
+        "times it against torch.matmul and keeps the faster; until then torch.matmul "
+        "(wsgemm.config.set_autotune(False) or WSGEMM_AUTOTUNE=0: torch.matmul, untimed)"
     )
     return RouteDecision(DEFAULT, NOT_YET, reason, detail)
 
