@@ -255,7 +255,7 @@ def test_the_environment_variables_are_the_defaults(monkeypatch):
     autotune.environment.cache_clear()
     d = cpu_dispatcher()
     assert config.batch_invariant_enabled() and split_of(d) == 1
-    assert config.autotune_enabled() and d.autotune
+    assert config.autotune_enabled() and d.autotune and config.race_enabled()
     assert not config.disk_cache_enabled()
     with config.batch_invariant(False), config.autotune(False):
         assert not config.batch_invariant_enabled() and split_of(d) == 2
@@ -306,3 +306,19 @@ def test_an_unknown_setting_is_a_type_error():
 
     with pytest.raises(TypeError, match="no setting 'batch_invariance'; the settings: batch_inv"):
         settings.block(batch_invariance=True)
+
+
+@pytest.mark.parametrize("word, tuning, race", [(None, False, True), ("0", False, False),
+                                                ("1", True, True)])  # fmt: skip
+def test_one_switch_two_readings(monkeypatch, word, tuning, race):
+    """Unset: the Hopper menu's tuning off, the race against torch.matmul (off Hopper) on."""
+    if word is not None:
+        monkeypatch.setenv(autotune.ENV_AUTOTUNE, word)
+    autotune.environment.cache_clear()
+    assert (config.autotune_enabled(), config.race_enabled()) == (tuning, race)
+    with config.autotune(False):
+        assert not config.autotune_enabled() and not config.race_enabled()
+    with config.autotune(True):
+        assert config.autotune_enabled() and config.race_enabled()
+    config.set_autotune(False)
+    assert not config.race_enabled()

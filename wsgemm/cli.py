@@ -345,7 +345,8 @@ def _cache(args: argparse.Namespace) -> int:
     models, choices = autotune.store_info(where.root)
     state = {True: "on", False: "off"}.get(
         autotune.environment(),
-        "unset: tuning off on Hopper, the race against torch.matmul on elsewhere",
+        "unset (or not a switch word): tuning off on Hopper, and where auto runs the sm80 "
+        "kernel the race against torch.matmul on",
     )
     print(f"autotune     {choices} tuned choice(s) for {models} GPU model(s) "
           f"({autotune.ENV_AUTOTUNE} is {state}: docs/policy.md)")  # fmt: skip

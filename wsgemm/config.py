@@ -13,6 +13,8 @@ process default, and ``<name>(flag)`` is a ``with`` block. A setting is, in orde
 block's in this thread or async task, else the process default, else the environment variable
 (``WSGEMM_BATCH_INVARIANT``, ``WSGEMM_AUTOTUNE``, ``WSGEMM_DISK_CACHE``: the first two read
 once, at the first call, as before). ``set_<name>(None)`` goes back to the environment's.
+One switch reads two ways: ``autotune_enabled()`` (the Hopper menu's tuning: off unless set)
+and ``race_enabled()`` (off Hopper, the race against torch.matmul: on unless set off).
 
 The switches are context variables (``contextvars``): a block holds in the thread or task that
 entered it, so serving threads and async tasks each keep their own; a new thread starts with
@@ -41,6 +43,7 @@ from __future__ import annotations
 import contextlib
 
 from .host import settings as _settings
+from .host.choosing import autotune_environment as _autotune_setting
 from .host.choosing import autotune_requested as _autotune_from_environment
 from .host.choosing import batch_invariant_requested as _batch_invariant_requested
 from .host.compiling import disk as _disk
@@ -50,6 +53,7 @@ __all__ = [
     "Settings",
     "autotune",
     "autotune_enabled",
+    "race_enabled",
     "batch_invariant",
     "batch_invariant_enabled",
     "current",
@@ -94,6 +98,14 @@ def autotune_enabled() -> bool:
     False (a block, ``set_autotune`` or ``WSGEMM_AUTOTUNE``): nothing set is on there."""
     asked = _settings.current().autotune
     return _autotune_from_environment() if asked is None else asked
+
+
+def race_enabled() -> bool:
+    """Whether ``backend="auto"``, where no table measured its kernel (off Hopper), races it
+    against torch.matmul at a bucket's first call: on unless autotuning is set False here (a
+    block, ``set_autotune``) or by ``WSGEMM_AUTOTUNE``."""
+    asked = _settings.current().autotune
+    return (_autotune_setting() if asked is None else asked) is not False
 
 
 def set_autotune(enabled: bool | None) -> None:

@@ -59,7 +59,7 @@ def test_available_backends_are_the_tables(cc, backends, auto):
 @pytest.mark.parametrize("dtype", [F16, BF16, F32])
 @pytest.mark.parametrize("cc, backends, auto", GPUS, ids=IDS)
 def test_auto_runs_what_explain_says_and_never_raises(cc, backends, auto, dtype, race):
-    """With autotuning off (the default): ``auto``'s kernel, or torch.matmul; ``race`` False
+    """With autotuning set off (no race): ``auto``'s kernel, or torch.matmul; ``race`` False
     (``Dispatcher.against_torch``): the kernel where the GPU has one, as ``auto`` runs it once
     measured faster."""
     d = cpu_dispatcher(cc, autotune=False, against_torch=race)

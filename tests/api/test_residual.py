@@ -9,6 +9,7 @@ import torch
 from op_helpers import addmm_reference
 from stand_ins import LAYOUTS, cpu_dispatcher
 
+import wsgemm
 from wsgemm.api import dispatch
 from wsgemm.api.epilogue import Epilogue
 from wsgemm.host import registry
@@ -203,6 +204,11 @@ def test_the_torch_route_takes_them_too():
     c = rand((32, 24), 2)
     d = cpu_dispatcher(capability=(7, 5))  # no wsgemm kernel: torch.matmul
     close(call(d, a, b, c=c, alpha=0.5, beta=2.0), expected(a, b, c, 0.5, 2.0))
+    # alpha alone, no out: torch's route allocates the result (it read a None ``out``)
+    close(call(d, a, b, alpha=-1.5), expected(a, b, None, -1.5, 0.0))
+    got = wsgemm.matmul(a, b, alpha=2.0)  # CPU tensors: torch's route on the real dispatcher
+    assert got.dtype == F16 and got.shape == (32, 24)
+    close(got, expected(a, b, None, 2.0, 0.0))
 
 
 @pytest.mark.parametrize(

@@ -326,6 +326,8 @@ def test_a_record_says_which_settings_it_ran_under():
     from wsgemm.bench import env
 
     with wsgemm.config.batch_invariant(True), wsgemm.config.autotune(False):
-        assert env.settings() == {"batch_invariant": True, "autotune": False}
+        said = {"batch_invariant": True, "autotune": False, "race_torch": False}
+        assert env.settings() == said
     with wsgemm.config.batch_invariant(False), wsgemm.config.autotune(True):
-        assert env.settings() == {"batch_invariant": False, "autotune": True}
+        said = {"batch_invariant": False, "autotune": True, "race_torch": True}
+        assert env.settings() == said

@@ -194,8 +194,30 @@ def test_with_nothing_set_the_race_is_on_and_the_menu_tuning_off(tmp_path, monke
             assert not d.races and not d.autotune
         with choosing_autotune(True):
             assert d.races and d.autotune
+        # on Hopper (its table measured the menu) a call times nothing unless asked
+        timer = RaceTimer(hopper.cache.kernel, {})
+        hopper.time_call, hopper.tuned = timer, autotune.TunedStore(tmp_path / "hopper")
+        call(hopper, *operands(256, 512, 128))  # (24 candidates to tune, when asked)
+        assert (timer.timed != []) == (word == "1")
     finally:
         autotune.environment.cache_clear()
+
+
+def test_a_call_that_can_never_race_keeps_its_default(tmp_path):
+    """A call with alpha (or a residual) is not raced (its candidates would write C): with
+    nothing set off Hopper it takes torch.matmul and keeps a launcher, so its later calls do
+    not pay the first call again; a plain call of the same bucket still races."""
+    d, timer = dispatcher(tmp_path, {"sm80": 0.5, TORCH: 1.0}, autotune=None)
+    a, b = operands()
+    for _ in range(2):
+        out = torch.empty(M, N, dtype=F16)
+        got = dispatch.call_scaled(d, a, b, out, None, F32, "auto", None, None, None, None, 2.0,
+                                   0.0)  # fmt: skip
+        torch.testing.assert_close(got, (2 * reference(a, b, torch.float64)).half(), rtol=0,
+                                   atol=0)  # fmt: skip
+    assert timer.timed == [] and len(d.launchers) == 1 and stored(d) is None
+    call(d, a, b)
+    assert len(timer.timed) == 2 * route_choice.ROUNDS and stored(d)["entry"] == "sm80"
 
 
 def choosing_autotune(flag):

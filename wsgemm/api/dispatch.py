@@ -2,12 +2,13 @@
 
 ``call`` is ``matmul``'s body. The first call of a signature runs every check (``validate``),
 asks the dispatcher for a route (backend, config and split-K count: ``auto`` asks the shape
-policy here, once per signature; with ``WSGEMM_AUTOTUNE`` the dispatcher times the candidates
-through ``_run_candidate``, which launches one on the call's operands, torch.matmul included
-where the dispatcher races its kernel against it; where wsgemm has no kernel, or torch.matmul
-won, a torch route, which ``fallback`` runs) and a kernel, plans the kernel views and
-launches; then it keeps a launcher for the signature in the dispatcher (unless the route says
-not to: a default taken until a race can run, ``Route.keep``). A later
+policy here, once per signature; on Hopper with ``WSGEMM_AUTOTUNE`` the dispatcher times the
+candidates through ``_run_candidate``, which launches one on the call's operands; off Hopper it
+races its kernel against torch.matmul through it, unless autotuning is set off; where wsgemm
+has no kernel, or torch.matmul won, a torch route, which ``fallback`` runs) and a kernel, plans
+the kernel views and launches; then it keeps a launcher for the signature in the dispatcher
+(unless the route says not to: a default taken under a capture or tracing until a race can
+run, ``Route.keep``). A later
 call with the same signature reads a handful of tensor attributes, finds the launcher and runs
 it: no validation, planning or dispatch in Python: the output allocation and the kernel call at
 the tensors' addresses (the kernel is bound to the signature's sizes and strides at its first
@@ -305,13 +306,16 @@ def _first_call(
                              activation, scalars, c, p.out_shape, p.c_dtype)  # fmt: skip
         return fallback.first_call(d, key, a, b, out, p, CPU_REASON, bias)
     # a call with alpha or a residual is not raced: its candidates would read and write C
-    tune = _may_tune(a) and scalars is None
-    run = functools.partial(_run_candidate, d, a, b, p, bias) if tune else None
+    eager = _may_tune(a)
+    run = functools.partial(_run_candidate, d, a, b, p, bias) if eager and scalars is None else None
     route = d.route(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run,
         mufu=_mufu(p),
     )  # fmt: skip
-    if not route.keep:  # a default until this signature can race: the next call asks again
+    if not route.keep and not eager:
+        # a default taken under a capture or tracing: the next eager call asks again (and may
+        # race). An eager call that could not race (alpha, a residual; a race whose two sides
+        # both failed) keeps it: asking again on every call would cost the whole first call.
         key = None
     if route.backend == TORCH or (c is not None and not host.reads_c_tensor(route.backend)):
         # (``_reads_c`` chose this road for the route it saw: a route decided otherwise since
@@ -370,7 +374,7 @@ def _may_tune(t: torch.Tensor) -> bool:
 
 
 def _run_candidate(d, a, b, p: Problem, bias, route: Route) -> Callable[[], object]:
-    """The dispatcher's ``run`` for ``WSGEMM_AUTOTUNE`` (``host.dispatch.Runner``): launch
+    """The dispatcher's ``run`` for its tuner and its race (``host.dispatch.Runner``): launch
     ``route`` once on this call's operands, into a scratch output (never the caller's), which
     compiles and plans it; return what is timed, what a later call of the signature runs: its
     kernel alone on the planned views when the call was one launch on views (then torch's
@@ -487,7 +491,7 @@ def _epilogue_line(p: Problem, route: Route) -> str:
 
 def _operands(d, a, b, out, p: Problem, route: Route) -> str:
     """``explain``'s operands line: as ``_launch`` and ``kernel_views`` would plan the call (on
-    the route's kernel: with ``WSGEMM_AUTOTUNE`` the first call may time others and run one)."""
+    the route's kernel: a tuned or raced first call may time others and run one)."""
     fake = torch._subclasses.fake_tensor.FakeTensor
     if any(isinstance(t, fake) for t in (a, b, out)):
         return "operands: not known for fake tensors (whether one is copied depends on its address)"

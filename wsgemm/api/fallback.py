@@ -55,6 +55,8 @@ def run(a, b, out, p: Problem, bias=None) -> torch.Tensor:
     bumps its version counter, as the kernels' path does). With alpha or a residual (C in
     ``out``) the fp32 product, combined in fp32 and rounded once (``combine_in_torch``)."""
     if p.epilogue.scalars:
+        if out is None:  # alpha without a residual (a residual's C is always in ``out``)
+            out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
         return combine_in_torch(out, product(a, b, torch.float32), bias, p)
     if out is not None and out.dtype == a.dtype:
         return apply_in_torch(torch.matmul(a, b, out=out), bias, p.epilogue)

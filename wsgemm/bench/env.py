@@ -125,6 +125,8 @@ def settings() -> dict:
     return {
         "batch_invariant": wsgemm.config.batch_invariant_enabled(),
         "autotune": wsgemm.config.autotune_enabled(),
+        # off Hopper: whether auto raced its kernel against torch.matmul (nothing set: on)
+        "race_torch": wsgemm.config.race_enabled(),
     }
 
 

@@ -7,9 +7,9 @@ A ``Dispatcher`` owns what a call needs besides its tensors:
   wsgemm has no kernel for the GPU or dtypes, or none that competes: ``support.TARGETS``; on
   sm_90 the shape policy's menu entry and split-K count, ``host.choosing``; with
   ``WSGEMM_AUTOTUNE``, the fastest candidate, timed through the caller's ``run``; where no
-  table measured the kernel, the sm80 family's off Hopper, that kernel or torch.matmul:
-  ``choosing.route_choice``), and whether a named backend runs on that GPU at all; ``explain``
-  says the same in words;
+  table measured the kernel, the sm80 family's off Hopper, that kernel or torch.matmul, raced
+  through ``run`` unless autotuning is set off: ``choosing.route_choice``), and whether a
+  named backend runs on that GPU at all; ``explain`` says the same in words;
 * the kernel memo: (backend, device, dtypes, majors, config) -> (compiled kernel, clusters to
   launch), over the compile cache (``COMPILE_CACHE`` unless given another);
 * the launcher memo that ``wsgemm.api`` fills: one prebuilt launcher per call signature;
@@ -422,7 +422,8 @@ class Dispatcher:
         ``run``: how the caller launches a route on its operands, given when the call may be
         timed (``Runner``). With autotuning on, an ``auto`` choice the policy made (not one
         tuned before) is replaced by the fastest candidate timed through it (``_tuned``); where
-        no table measured the kernel, the route decision's race runs through it too.
+        no table measured the kernel, the route decision's race runs through it too (unless
+        autotuning is set off: ``races``; nothing set races).
 
         ``mufu``: the MUFU instructions per element of a fused activation the call runs
         (``choosing.cost.EPILOGUE_MUFU``), which the policy prices where the chosen entry's
