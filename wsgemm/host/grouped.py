@@ -37,7 +37,9 @@ GROUPED_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.grouped_cls)
 #: the cooperative 128x256 tile. Measured (docs/perf.md entry 46, ``scripts/tune_grouped.py``
 #: on an H100, fitted on two MoE models and judged on two others): the 64-row tile at 8 rows a
 #: group, the 128x128 c1x2 at 64, the cooperative 128x256 c2x1 at 512; the bounds between
-#: those points are not measured.
+#: those points are not measured. Re-tuned after a group's last tile became 16-byte vector
+#: copies (entry 122, H100; at 4096 without DeepSeek-V3, which did not fit beside the
+#: candidates): the same picks at 8, 64, 512 and 4096 tokens per expert.
 SMALL_GROUP_ROWS = 32
 MEDIUM_GROUP_ROWS = 256
 
