@@ -331,3 +331,15 @@ def test_a_record_says_which_settings_it_ran_under():
     with wsgemm.config.batch_invariant(False), wsgemm.config.autotune(True):
         said = {"batch_invariant": False, "autotune": True, "race_torch": True}
         assert env.settings() == said
+    # nothing set (WSGEMM_AUTOTUNE unset): the menu untuned, the race on off Hopper
+    from wsgemm.host.choosing import autotune
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(autotune.ENV_AUTOTUNE, raising=False)
+        autotune.environment.cache_clear()
+        try:
+            with wsgemm.config.batch_invariant(False), wsgemm.config.autotune(None):
+                said = {"batch_invariant": False, "autotune": False, "race_torch": True}
+                assert env.settings() == said
+        finally:
+            autotune.environment.cache_clear()

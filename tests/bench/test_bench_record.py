@@ -320,6 +320,11 @@ def test_a_record_carries_its_settings(synthetic):
     rec["header"]["settings"] = {"batch_invariant": "yes", "autotune": False}
     with pytest.raises(schema.RecordError, match=r"header\.settings\.batch_invariant"):
         schema.validate(rec)
+    rec["header"]["settings"] = {"batch_invariant": False, "autotune": False, "race_torch": True}
+    schema.validate(rec)
+    rec["header"]["settings"]["race_torch"] = "yes"
+    with pytest.raises(schema.RecordError, match=r"header\.settings\.race_torch"):
+        schema.validate(rec)
 
 
 def test_load_rejects_non_json(tmp_path):

@@ -203,21 +203,38 @@ def test_with_nothing_set_the_race_is_on_and_the_menu_tuning_off(tmp_path, monke
         autotune.environment.cache_clear()
 
 
-def test_a_call_that_can_never_race_keeps_its_default(tmp_path):
-    """A call with alpha (or a residual) is not raced (its candidates would write C): with
-    nothing set off Hopper it takes torch.matmul and keeps a launcher, so its later calls do
-    not pay the first call again; a plain call of the same bucket still races."""
+def test_a_call_that_cannot_race_keeps_its_default_until_a_race_decides(tmp_path):
+    """A call with alpha or a residual is not raced (``_run_candidate`` times the plain
+    product): with nothing set off Hopper it takes torch.matmul and keeps a provisional
+    launcher, so its later calls do not pay the first call again; a plain call of the same
+    bucket races, and its decision drops the provisional launchers: the next scaled call runs
+    the winner."""
     d, timer = dispatcher(tmp_path, {"sm80": 0.5, TORCH: 1.0}, autotune=None)
     a, b = operands()
-    for _ in range(2):
+    c = torch.randint(-3, 4, (M, N), generator=torch.Generator().manual_seed(5)).to(F16)
+    want = {"alpha": (2 * reference(a, b, torch.float64)).half(),
+            "residual": (reference(a, b, torch.float64) + 3 * c.double()).half()}  # fmt: skip
+
+    def scaled(kind):
         out = torch.empty(M, N, dtype=F16)
-        got = dispatch.call_scaled(d, a, b, out, None, F32, "auto", None, None, None, None, 2.0,
-                                   0.0)  # fmt: skip
-        torch.testing.assert_close(got, (2 * reference(a, b, torch.float64)).half(), rtol=0,
-                                   atol=0)  # fmt: skip
-    assert timer.timed == [] and len(d.launchers) == 1 and stored(d) is None
-    call(d, a, b)
+        alpha, beta, cc = (2.0, 0.0, None) if kind == "alpha" else (1.0, 3.0, c)
+        got = dispatch.call_scaled(d, a, b, out, None, F32, "auto", None, None, None, cc, alpha,
+                                   beta)  # fmt: skip
+        torch.testing.assert_close(got, want[kind], rtol=0, atol=0)
+
+    for kind in ("alpha", "residual") * 2:
+        scaled(kind)
+    assert timer.timed == [] and stored(d) is None and not d.cache.kernel.launches
+    kept = len(d.launchers)
+    assert kept >= 2 and d._provisional == set(d.launchers)
+    call(d, a, b)  # the plain call races: sm80 wins and is stored
     assert len(timer.timed) == 2 * route_choice.ROUNDS and stored(d)["entry"] == "sm80"
+    assert not d._provisional
+    for kind in ("alpha", "residual"):
+        launches = len(d.cache.kernel.launches)
+        scaled(kind)  # asks again: the stored decision, the kernel
+        assert len(d.cache.kernel.launches) == launches + 1
+    assert timer.timed.count("sm80") == route_choice.ROUNDS  # no second race
 
 
 def choosing_autotune(flag):

@@ -107,8 +107,8 @@ def call_scaled(
         return call(d, a, b, out, out_dtype, accumulate, backend, config, bias, activation, scalars)
     if known is None:  # the signature's first call: the road is decided once, either way
         known = _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config)
-        if road is not None:
-            d.remember(road, known)  # later calls skip the checks above, or _reads_c
+        if road is not None:  # later calls skip the checks above, or _reads_c
+            d.remember(road, bool(known), provisional=known is None)
     elif known:  # a c of this signature that overlaps this call's out: the copy's way
         known = False
     if known:  # the kernel reads c itself (``Epilogue.c_tensor``): no copy into the result
@@ -172,14 +172,15 @@ def _overlaps(c, out) -> bool:
     return out is not None and overlaps(c, out)
 
 
-def _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool:
+def _reads_c(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool | None:
     """Whether the route's kernel reads ``c`` (checked: the result's shape and dtype) from its
     own memory rather than from a copy in the result (``Epilogue.c_tensor``): a family that
     does (``host.reads_c_tensor``), ``c`` of the result's shape and the result both dense
     and row-major (so the kernel's view of one is the view of the other: a batch folds the
     same way), rows of whole 16-byte vectors at a 16-byte aligned address (the output's TMA
     view fits C too), and ``c`` apart from ``out`` (a partial overlap would read values a
-    store already changed). False for anything else, meta tensors included."""
+    store already changed). False for anything else, meta tensors included; None (falsy) where
+    the route is a default a race may overturn (``Route.keep`` False: torch.matmul for now)."""
     try:
         return _c_readable(d, a, b, c, out, out_dtype, accumulate, backend, config)
     except Exception:  # not this road: the call's own checks say what is wrong
@@ -201,6 +202,8 @@ def _c_readable(d, a, b, c, out, out_dtype, accumulate, backend, config) -> bool
         return False  # a C that broadcasts goes the copy's way
     problem = (p.m, p.n, p.k, p.batch)
     route = d.route(backend, a.device.index, problem, p.dtype_names, config, quiet=True)
+    if not route.keep:
+        return None
     return route.backend != TORCH and host.reads_c_tensor(route.backend)
 
 
@@ -312,10 +315,12 @@ def _first_call(
         backend, a.device.index, (p.m, p.n, p.k, p.batch), p.dtype_names, config, run=run,
         mufu=_mufu(p),
     )  # fmt: skip
-    if not route.keep and not eager:
-        # a default taken under a capture or tracing: the next eager call asks again (and may
-        # race). An eager call that could not race (alpha, a residual; a race whose two sides
-        # both failed) keeps it: asking again on every call would cost the whole first call.
+    # a default taken under a capture or tracing keeps no launcher: the next eager call asks
+    # again (and may race). An eager call that could not race (alpha, a residual; a race whose
+    # two sides both failed) keeps a provisional one, dropped when a race of the bucket stores
+    # a decision (asking again on every call would cost the whole first call every time)
+    provisional = not route.keep
+    if provisional and not eager:
         key = None
     if route.backend == TORCH or (c is not None and not host.reads_c_tensor(route.backend)):
         # (``_reads_c`` chose this road for the route it saw: a route decided otherwise since
@@ -323,7 +328,7 @@ def _first_call(
         if c is not None:
             return _c_copied(d, a, b, out, out_dtype, accumulate, backend, config, bias,
                              activation, scalars, c, p.out_shape, p.c_dtype)  # fmt: skip
-        return fallback.first_call(d, key, a, b, out, p, route.reason, bias)
+        return fallback.first_call(d, key, a, b, out, p, route.reason, bias, provisional)
     result, planned = _launch(d, a, b, out, p, route, bias, c)
     if planned is None and log.isEnabledFor(logging.INFO):
         # once per signature: a copy on every call is a cost the caller can often remove

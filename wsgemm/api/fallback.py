@@ -30,10 +30,13 @@ log = logging.getLogger("wsgemm")
 _HAS_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype") and hasattr(torch.ops.aten.bmm, "dtype")
 
 
-def first_call(d, key, a, b, out, p: Problem, reason: str, bias=None) -> torch.Tensor:
+def first_call(
+    d, key, a, b, out, p: Problem, reason: str, bias=None, provisional: bool = False
+) -> torch.Tensor:
     """The first call of a signature whose route is torch.matmul, on validated operands ``p``:
     refuse an fp16 accumulator, say the reason once per (device, reason), run, and keep the
-    launcher for the signature (``key``, None when it could not be formed)."""
+    launcher for the signature (``key``, None when it could not be formed; ``provisional``:
+    until a race stores a decision, ``Dispatcher.remember``)."""
     if p.acc_dtype != torch.float32:
         raise ValueError(
             f"accumulate={p.acc_dtype} needs one of wsgemm's kernels, and backend='auto' runs "
@@ -45,7 +48,7 @@ def first_call(d, key, a, b, out, p: Problem, reason: str, bias=None) -> torch.T
     result = run(a, b, out, p, bias)
     if key is not None:
         launcher = lambda a, b, out, pa, pb, po, bias=None: run(a, b, out, p, bias)  # noqa: E731
-        d.remember(key, (launcher, spans(out, a, b, bias)))
+        d.remember(key, (launcher, spans(out, a, b, bias)), provisional)
     return result
 
 

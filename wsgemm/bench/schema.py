@@ -13,7 +13,8 @@ Version 2::
         "clocks": {"sm_max_mhz", "mem_max_mhz", "sm_at_start_mhz", "power_limit_w",
                    "sm_observed_mhz": [min, max] or null},
         "date": "2026-11-30T12:00:00+00:00", "command": "python -m wsgemm bench --quick",
-        "settings": {"batch_invariant": false, "autotune": false},   # wsgemm.config at start
+        "settings": {"batch_invariant": false, "autotune": false,    # wsgemm.config at start
+                     "race_torch": true},   # (off Hopper: auto raced its kernel; newer records)
         "options": {"suite", "dtype", "accumulate", "layout", "backends": [...], "rounds",
                     "target_ms", "min_reps", "max_reps", "seed"},
         "method": {"l2_flush_bytes", "hold_gpu", "order", "clock_source",
@@ -152,6 +153,9 @@ _OPTIONAL_OPTIONS = {"baseline": str}
 #: Header keys later records add (older ones lack them): the cuBLAS the baseline ran
 #: and ``settings``, the wsgemm switches in effect (``wsgemm.config``) when the run began.
 _SETTINGS = {"batch_invariant": bool, "autotune": bool}
+#: Settings keys later records add: whether ``auto`` raced an unmeasured kernel (off Hopper)
+#: against torch.matmul (``wsgemm.config.race_enabled``; true with nothing set).
+_OPTIONAL_SETTINGS = {"race_torch": bool}
 _OPTIONAL_HEADER = {"cublas": OPT_STR, "source_digest": OPT_STR, "settings": _SETTINGS}
 _OPTIONAL_RESULT = {"grouped": _GROUPED}
 # What version 2 added, all derived (roofline.py): a version 1 record is read without them.
@@ -264,6 +268,8 @@ def validate(rec: dict) -> None:
     _check_fields(rec.get("header"), _HEADER, "header")
     _check_optional(rec["header"]["options"], _OPTIONAL_OPTIONS, "header.options")
     _check_optional(rec["header"], _OPTIONAL_HEADER, "header")
+    if "settings" in rec["header"]:
+        _check_optional(rec["header"]["settings"], _OPTIONAL_SETTINGS, "header.settings")
     _check_header(rec["header"])
     results = rec.get("results")
     if not isinstance(results, list):

@@ -71,8 +71,10 @@ class Route:
     launch argument, ``host.workspace.split_launcher``). ``choice`` is the policy's answer when
     ``auto`` picked from the sm90 menu; ``reason`` why ``auto`` runs torch.matmul when
     ``backend`` is :data:`TORCH`, or its kernel where it chose between the two
-    (``choosing.route_choice``). ``keep`` False: a call's signature keeps no launcher for the
-    route (a default taken where a race could not run yet: the next call races)."""
+    (``choosing.route_choice``). ``keep`` False: a default taken where a race could not run
+    yet: a captured or traced call's signature keeps no launcher for it (the next call races);
+    an eager call that cannot race (alpha, a residual) keeps one until a race stores a
+    decision (``Dispatcher.remember``'s ``provisional``)."""
 
     backend: str
     config: Any = None
@@ -277,6 +279,8 @@ class Dispatcher:
             )
         self.against_torch = against_torch
         self.launchers: dict[Hashable, Any] = {}  # call signature -> launcher (wsgemm.api)
+        # the launchers kept on a default a race may overturn (``remember``'s ``provisional``)
+        self._provisional: set[Hashable] = set()
         self.semaphores = SemaphoreCache()  # split-K's, per (device, stream)
         self._kernels: dict[tuple, tuple[Callable, int]] = {}
         self._gated_roads: dict[tuple, tuple] = {}  # gated_unfused's answers
@@ -564,8 +568,8 @@ class Dispatcher:
     ) -> Route:
         """``chosen`` (``auto``'s kernel route), or torch.matmul where it may not run unmeasured
         (``races_torch``): the route decision, raced through ``run`` when there is none yet and
-        the call may be timed. A default taken because the call could not race keeps no
-        launcher (``Route.keep``)."""
+        the call may be timed. A default taken because the call could not race says so
+        (``Route.keep`` False: the caller keeps no launcher, or a provisional one)."""
         family = BACKENDS[chosen.backend].family
         if not self.races_torch(device, family):
             return chosen
@@ -591,6 +595,7 @@ class Dispatcher:
         decision = _RACE.remember(
             self.tuned, name, sm_count, (m, n, k, batch), dtypes, family, times, mufu
         )
+        self._drop_provisional()
         if decision.runs == TORCH:  # this line says it: not the torch route's line too
             self.say_once(("torch", device, decision.reason))
         log.info(
@@ -784,9 +789,23 @@ class Dispatcher:
         with self._lock:
             return self._kernels.setdefault(key, hit)
 
-    def remember(self, signature: Hashable, launcher: Any) -> None:
-        """Keep ``launcher`` for ``signature`` (``wsgemm.api`` builds both)."""
+    def remember(self, signature: Hashable, launcher: Any, provisional: bool = False) -> None:
+        """Keep ``launcher`` for ``signature`` (``wsgemm.api`` builds both). ``provisional``:
+        built on a route decision's default (``Route.keep`` False) for a call that cannot race
+        (alpha, a residual): kept until a race stores a decision (``_race``), then dropped, so
+        the signature's next call asks again."""
         self._keep(self.launchers, signature, launcher)
+        if provisional:
+            with self._lock:
+                self._provisional.add(signature)
+
+    def _drop_provisional(self) -> None:
+        """Drop the launchers kept on a default (``remember``): a race just stored a decision
+        that may overturn it (rare: once per bucket and GPU model)."""
+        with self._lock:
+            for signature in self._provisional:
+                self.launchers.pop(signature, None)
+            self._provisional.clear()
 
     def _keep(self, memo: dict, key: Hashable, value: Any) -> None:
         """``memo[key] = value`` under the lock, the oldest entry dropped past
@@ -801,6 +820,7 @@ class Dispatcher:
         memo: clear that too for a process with nothing in memory, as the cache tests do)."""
         with self._lock:
             self.launchers.clear()
+            self._provisional.clear()
             self._kernels.clear()
             self._gated_roads.clear()
         self.semaphores.clear()
