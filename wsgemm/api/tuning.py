@@ -85,9 +85,9 @@ def tune(
     cc = d.devices.capability(index)
     if cc != (9, 0):
         raise ValueError(
-            f"tune times the sm90 menu; {d.devices.name(index)} is sm_{cc[0]}{cc[1]} (there "
-            "where auto runs the sm80 kernel it races it against torch.matmul on the first "
-            "call of each bucket, unless autotuning is set off: WSGEMM_AUTOTUNE=0)"
+            f"tune times the sm90 menu; {d.devices.name(index)} is sm_{cc[0]}{cc[1]} (where "
+            "auto runs the sm80 kernel, it races it against torch.matmul on the first call of "
+            "each bucket, unless autotuning is set off: WSGEMM_AUTOTUNE=0)"
         )
     with autotuning(True):
         if not d.autotune:  # the dispatcher's own switch wins over the per-call block

@@ -14,7 +14,7 @@ Version 2::
                    "sm_observed_mhz": [min, max] or null},
         "date": "2026-11-30T12:00:00+00:00", "command": "python -m wsgemm bench --quick",
         "settings": {"batch_invariant": false, "autotune": false,    # wsgemm.config at start
-                     "race_torch": true},   # (off Hopper: auto raced its kernel; newer records)
+                     "race_torch": true},   # off Hopper auto races its kernel (newer records)
         "options": {"suite", "dtype", "accumulate", "layout", "backends": [...], "rounds",
                     "target_ms", "min_reps", "max_reps", "seed"},
         "method": {"l2_flush_bytes", "hold_gpu", "order", "clock_source",
