@@ -70,16 +70,13 @@ def candidates(names: list[str] | None = None) -> list[Candidate]:
     return out
 
 
-def _shape_of(backend: str, config) -> tuple:
-    cfg = config or host.BACKENDS[backend].config()
-    return (backend, cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.schedule)
-
-
 def shipped_pick(rows: int, groups: int, cands: list[Candidate]) -> str | None:
     """The candidate ``backend="auto"`` runs for ``rows`` rows in ``groups`` groups
     (``host.grouped_config``, the shipped rule), or None when none of ``cands`` is it."""
-    mine = _shape_of(*host.grouped_config("auto", rows, groups))
-    return next((c.name for c in cands if _shape_of(c.backend, c.config) == mine), None)
+    backend, config = host.grouped_config("auto", rows, groups)
+    mine = (backend, config or host.BACKENDS[backend].config())
+    theirs = ((c.name, (c.backend, c.config or host.BACKENDS[c.backend].config())) for c in cands)
+    return next((name for name, run in theirs if run == mine), None)
 
 
 def _geomean(values) -> float:

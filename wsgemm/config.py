@@ -43,8 +43,7 @@ from __future__ import annotations
 import contextlib
 
 from .host import settings as _settings
-from .host.choosing import autotune_environment as _autotune_setting
-from .host.choosing import autotune_requested as _autotune_from_environment
+from .host.choosing import autotune_asked as _autotune_asked
 from .host.choosing import batch_invariant_requested as _batch_invariant_requested
 from .host.compiling import disk as _disk
 from .host.settings import Settings
@@ -96,16 +95,14 @@ def autotune_enabled() -> bool:
     """Whether ``backend="auto"`` times the sm90 menu's candidates of a problem's first call
     here (off unless set). Off Hopper the race against torch.matmul runs unless this is set
     False (a block, ``set_autotune`` or ``WSGEMM_AUTOTUNE``): nothing set is on there."""
-    asked = _settings.current().autotune
-    return _autotune_from_environment() if asked is None else asked
+    return _autotune_asked(_settings.current().autotune) is True
 
 
 def race_enabled() -> bool:
     """Whether ``backend="auto"``, where no table measured its kernel (off Hopper), races it
     against torch.matmul at a bucket's first call: on unless autotuning is set False here (a
     block, ``set_autotune``) or by ``WSGEMM_AUTOTUNE``."""
-    asked = _settings.current().autotune
-    return (_autotune_setting() if asked is None else asked) is not False
+    return _autotune_asked(_settings.current().autotune) is not False
 
 
 def set_autotune(enabled: bool | None) -> None:

@@ -136,14 +136,18 @@ def test_the_environment_switch(monkeypatch):
     autotune.environment.cache_clear()
     try:
         monkeypatch.setenv(autotune.ENV_AUTOTUNE, "1")
-        assert autotune.requested()
+        assert autotune.environment() is True and autotune.asked(None) is True
+        assert autotune.asked(False) is False  # a setting says first
+        autotune.environment.cache_clear()
+        monkeypatch.setenv(autotune.ENV_AUTOTUNE, "off")
+        assert autotune.environment() is False and autotune.asked(True) is True
         autotune.environment.cache_clear()
         monkeypatch.setenv(autotune.ENV_AUTOTUNE, "perhaps")
         with pytest.warns(autotune.AutotuneWarning, match="it is ignored"):
-            assert not autotune.requested()
+            assert autotune.environment() is None
         autotune.environment.cache_clear()
         monkeypatch.delenv(autotune.ENV_AUTOTUNE)
-        assert not autotune.requested()
+        assert autotune.environment() is None and autotune.asked(None) is None
     finally:
         autotune.environment.cache_clear()
 

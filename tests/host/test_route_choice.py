@@ -304,7 +304,7 @@ def test_the_store_keys_do_not_collide_with_tuned_choices(tmp_path):
     assert tuned.menu_entry == choice.menu_entry
     # each reads only its own record: a menu entry is no route decision
     store.put(gpu, sms, route_key, choice.menu_entry.name, 1, {})
-    decision = route_choice.decide(store, gpu, sms, (M, N, K, 1), DTYPES, "sm80", autotune=True,
+    decision = route_choice.decide(store, gpu, sms, (M, N, K, 1), DTYPES, "sm80", race=True,
                                    invariant=False)  # fmt: skip
     assert decision.source == route_choice.NOT_YET
 

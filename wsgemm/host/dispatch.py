@@ -290,10 +290,8 @@ class Dispatcher:
     def _asked_autotune(self) -> bool | None:
         """The autotune switch as set: the argument, else ``wsgemm.config``'s setting in this
         thread or task, else ``WSGEMM_AUTOTUNE``; None where none of them says."""
-        if self._autotune is not None:
-            return self._autotune
-        asked = current_settings().autotune
-        return choosing.autotune_environment() if asked is None else asked
+        setting = self._autotune
+        return choosing.autotune_asked(current_settings().autotune if setting is None else setting)
 
     @property
     def autotune(self) -> bool:
@@ -558,7 +556,7 @@ class Dispatcher:
         m, n, k, batch, *_, sm_count, _ = self._policy_args(device, problem, dtypes)
         return _RACE.decide(
             self.tuned, self.devices.name(device), sm_count, (m, n, k, batch), dtypes, family,
-            autotune=self.races,
+            race=self.races,
             invariant=choosing.batch_invariant_requested(self.batch_invariant),
             mufu=mufu,
         )  # fmt: skip

@@ -25,8 +25,8 @@ from .autotune import (
     remember,
     tuned_choice,
 )
+from .autotune import asked as autotune_asked
 from .autotune import environment as autotune_environment
-from .autotune import requested as autotune_requested
 from .cost import (
     GATED_SMALL_MAX_ROWS,
     GATED_SMALL_TILE,
@@ -76,8 +76,8 @@ __all__ = [
     "RouteDecision",
     "Table",
     "TunedStore",
+    "autotune_asked",
     "autotune_environment",
-    "autotune_requested",
     "batch_invariant_requested",
     "bucket",
     "candidates",

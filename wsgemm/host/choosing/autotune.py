@@ -64,10 +64,13 @@ def environment() -> bool | None:
     return False if word in FALSE_WORDS else None
 
 
-def requested() -> bool:
-    """``WSGEMM_AUTOTUNE`` is one of the switches' true words (``environment``): the sm90
-    menu's tuning is off unless asked."""
-    return environment() is True
+def asked(setting: bool | None) -> bool | None:
+    """The autotune switch as set: ``setting`` (a dispatcher's argument, else
+    ``wsgemm.config``'s) where it says, else ``WSGEMM_AUTOTUNE`` (``environment``); None where
+    neither says. Its two readings: the sm90 menu's tuning is ``asked(...) is True`` (off
+    unless asked), the race against torch.matmul ``asked(...) is not False`` (on unless set
+    off)."""
+    return environment() if setting is None else setting
 
 
 def bucket(

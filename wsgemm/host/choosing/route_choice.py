@@ -127,7 +127,7 @@ def decide(
     dtypes: tuple[str, str, str],
     family: str,
     *,
-    autotune: bool,
+    race: bool,
     invariant: bool,
     mufu: int = 0,
 ) -> RouteDecision:
@@ -140,7 +140,7 @@ def decide(
     if why_not is not None:
         reason = f"torch.matmul is no candidate here: {why_not}"
         return RouteDecision(family, NO_CHOICE, reason, f"{kernel} runs")
-    if not autotune:
+    if not race:
         reason = f"{kernel} is not measured on this GPU and autotuning is off"
         detail = (
             "torch.matmul runs, which cannot be slower than torch; with autotuning on "
