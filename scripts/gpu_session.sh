@@ -100,6 +100,17 @@ if has heldout; then
     # the cost model's prediction error on the same rows (issue #24)
     python3 scripts/prediction_error.py "$OUT/heldout-$dt.json" \
       --json "$OUT/heldout-$dt-prediction-error.json" | head -3
+    # a shape below the floor is re-run in a fresh process, both records kept (issue #24)
+    python3 scripts/rerun_below.py "$OUT/heldout-$dt.json" --floor ${FLOOR:-0.92} \
+      | while read -r layout dtype acc shapes; do
+        WSGEMM_AUTOTUNE=0 timeout ${RERUN_TIMEOUT:-150} python3 scripts/switched.py \
+          "${SWITCH_ON:-}" bench --shapes "$shapes" --layout $layout --dtype $dtype \
+          --accumulate $acc --backends cublas,wsgemm:auto --rounds ${ROUNDS:-7} \
+          --json "$OUT/heldout-$dt-rerun-$layout.json" < /dev/null > "$OUT/heldout-$dt-rerun-$layout.log" 2>&1
+        rc=$?
+        echo "heldout $dt re-run of $(tr ';' '\n' <<< "$shapes" | wc -l) shapes below" \
+          "${FLOOR:-0.92}x rc=$rc"; grep -iE "geomean" "$OUT/heldout-$dt-rerun-$layout.log" | tail -2
+      done
   done
   echo "heldout done at $((SECONDS - start)) s"
 fi
