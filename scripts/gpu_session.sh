@@ -91,7 +91,7 @@ fi
 if has heldout; then
   # issue #24's acceptance run: auto against cuBLAS on a held-out models draw (SEED recorded
   # before it is measured), both dtypes, no tuned store, no autotune
-  for dt in fp16 bf16; do
+  for dt in ${DTYPES:-fp16 bf16}; do  # (DTYPES=fp16: one dtype a call)
     # (SWITCH_ON=NAME,...: host.registry switches on for this run alone, scripts/switched.py)
     WSGEMM_AUTOTUNE=0 timeout ${BENCH_TIMEOUT:-200} python3 scripts/switched.py "${SWITCH_ON:-}" \
       bench --suite models --seed ${SEED:?} --count ${COUNT:-160} --dtype $dt --families ${FAMILIES:-gemma2,phi,deepseek,falcon3,olmo2,olmoe,yi} \
