@@ -3,10 +3,13 @@ variant (the epilogue in the compile key, swapped under swap-AB), the bias vecto
 gets (a row bias repeated when a batch folds into M), sm80's epilogue applied by torch, and
 ``explain``. Stand-in kernels compute the kernel contract in float64 (``stand_ins``)."""
 
+import re
+
 import pytest
 import torch
 from stand_ins import LAYOUTS, cpu_dispatcher
 
+import wsgemm
 from wsgemm.api import dispatch
 from wsgemm.api.epilogue import Epilogue, bias_mode, torch_activation
 from wsgemm.host import Variant, registry
@@ -144,6 +147,20 @@ def test_epilogue_names_round_trip():
 )  # fmt: skip
 def test_bias_modes(bias_shape, mode):
     assert bias_mode(bias_shape, (3, 16, 40)) == mode
+
+
+def test_a_bias_may_not_widen_a_vector_or_scalar_result():
+    """A 1-D or 0-D result (a vector operand) takes a bias of its own shape, (1,) or (); one
+    of more dimensions would make ``a @ b + bias`` wider than the product, so it is refused
+    (it ran as if it had the result's rank)."""
+    assert bias_mode((4,), (4,)) == bias_mode((1,), (4,)) == bias_mode((), ()) == "col"
+    for bias_shape, out_shape in (((1, 4), (4,)), ((1,), ()), ((1, 1, 40), (16, 40))):
+        with pytest.raises(ValueError, match=rf"output of shape {re.escape(str(out_shape))}"):
+            bias_mode(bias_shape, out_shape)
+    a, v = torch.randn(4, 5, dtype=F16), torch.randn(5, dtype=F16)
+    with pytest.raises(ValueError, match=r"bias has shape \(1, 4\)"):
+        wsgemm.matmul(a, v, bias=torch.zeros(1, 4, dtype=F16))
+    assert wsgemm.matmul(a, v, bias=torch.zeros(4, dtype=F16)).shape == (4,)
 
 
 @pytest.mark.parametrize(

@@ -42,18 +42,23 @@ def check_activation(activation) -> str:
 
 
 def bias_mode(bias_shape, out_shape) -> str:
-    """Which way a bias of ``bias_shape`` runs along an output of ``out_shape`` (2-D or 3-D):
-    "col" (one value per column, broadcast down the rows: (N,), (1, N), (), ...) or "row" (one
-    per row: (M, 1), ...). ValueError for any other shape: a bias varies along one output
-    dimension, the same for every batch."""
+    """Which way a bias of ``bias_shape`` runs along an output of ``out_shape`` (a 0-D or 1-D
+    output counts as one row): "col" (one value per column, broadcast down the rows: (N,),
+    (1, N), (), ...) or "row" (one per row: (M, 1), ...). ValueError for any other shape: a
+    bias varies along one output dimension, the same for every batch, and has no more
+    dimensions than the output (more would widen the result, as ``a @ b + bias`` does)."""
     shape = tuple(bias_shape)
+    given = tuple(out_shape)
+    rank = len(given)  # (a bias of more dimensions would widen the result, as in torch)
     out_shape = (1,) * (2 - min(len(out_shape), 2)) + tuple(out_shape)  # a 1-D result: one row
     rows, cols = out_shape[-2], out_shape[-1]
     allowed = f"({cols},), (1, {cols}) or () for a column bias, ({rows}, 1) for a row bias"
-    if len(shape) > len(out_shape) or any(s != 1 for s in shape[:-2]):
+    if rank < 2:
+        allowed = f"({cols},), (1,) or ()" if rank == 1 else "()"
+    if len(shape) > rank or any(s != 1 for s in shape[:-2]):
         raise ValueError(
-            f"bias has shape {shape}; for an output of shape {tuple(out_shape)} it must be "
-            f"{allowed} (the same for every batch)"
+            f"bias has shape {shape}; for an output of shape {given} it must be {allowed} "
+            "(the same for every batch)"
         )
     full = (1,) * (2 - min(len(shape), 2)) + shape[-2:] if shape else (1, 1)
     r, c = full
@@ -61,7 +66,7 @@ def bias_mode(bias_shape, out_shape) -> str:
         return "col"
     if c == 1 and r == rows:
         return "row"
-    raise ValueError(f"bias has shape {shape}; for an output of shape {tuple(out_shape)} it "
+    raise ValueError(f"bias has shape {shape}; for an output of shape {given} it "
                      f"must be {allowed}")  # fmt: skip
 
 
