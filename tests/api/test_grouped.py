@@ -1162,3 +1162,118 @@ def test_a_negative_view_is_refused(which):
     with pytest.raises(ValueError, match=f"{which} is a negative view"):
         core.grouped_mm(args["a"], args["b"], offs, out=args["out"], dispatcher=dispatcher(),
                         row_scale=args["row_scale"])  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- out's own memory
+
+
+def _out_case(form: str, road: str):
+    """A call of ``form`` (a, b, offs; its result's shape) on ``road`` ("kernel": a stand-in
+    grouped kernel, or matmul for 3D x 3D; "torch"), its dispatcher and backend. 3D x 3D runs
+    float32 on both (matmul's stand-in dispatcher has no batched kernel: torch.matmul)."""
+    dtype = F32 if form == "3d3d" else F16
+    a, b, offs, shape = {
+        "2d3d": ((12, 8), (3, 8, 16), ends(2, 3, 5), (12, 16)),
+        "3d3d": ((3, 10, 8), (3, 8, 16), None, (3, 10, 16)),
+        "2d2d": ((10, 40), (40, 16), ends(10, 0, 20, 6), (4, 10, 16)),
+        "3d2d": ((3, 10, 8), (8, 48), ends(8, 8, 16), (10, 48)),
+    }[form]
+    a, b = torch.randn(a, dtype=dtype), torch.randn(b, dtype=dtype)
+    d = dispatcher((9, 0) if road == "kernel" else (8, 0))
+    backend = "sm90" if road == "kernel" and form == "2d2d" else "auto"
+    p = core.check_grouped(a, b, offs, None, None, backend, ("cpu",))
+    want = {"kernel": core.BATCHED if form == "3d3d" else core.KERNEL, "torch": core.TORCH}[road]
+    if form != "3d3d":
+        assert core.route(d, p, a, backend) == want
+    return a, b, offs, shape, d, backend
+
+
+def _overlapping(shape, dtype):
+    """An out of ``shape`` whose rows (each 16 wide or more) start 4 elements apart."""
+    *outer, m, n = shape
+    strides = (m * 4 + n,) * len(outer) + (4, 1)
+    size = sum((s - 1) * st for s, st in zip(shape, strides, strict=True)) + 1
+    return torch.full((size,), 7.0, dtype=dtype).as_strided(shape, strides)
+
+
+@pytest.mark.parametrize("road", ["kernel", "torch"])
+@pytest.mark.parametrize("form", core.FORMS)
+@pytest.mark.parametrize("kind", ["rows", "stride0_row", "stride0_col"])
+def test_an_out_whose_elements_overlap_is_refused_before_anything_is_written(form, road, kind):
+    """matmul's rule (``validate.check_out_memory``) in every form, on either road: an out
+    whose rows overlap, or of stride 0 along a dimension of size > 1 (a broadcast row or
+    column), is a ValueError saying so, raised before a launch or a write (the kernel's stores
+    would race; torch's copy_ would fail untyped or write garbage)."""
+    a, b, offs, shape, d, backend = _out_case(form, road)
+    dtype = a.dtype
+    if kind == "rows":
+        out = _overlapping(shape, dtype)
+        match = r"out's rows overlap in memory .*pass a tensor without overlap"
+    elif kind == "stride0_row":  # every row (and group) one row
+        out = torch.full(shape[-1:], 7.0, dtype=dtype).expand(shape)
+        match = r"out has stride 0 along a dimension .*pass a tensor without overlap"
+    else:  # every column one element
+        out = torch.full((*shape[:-1], 1), 7.0, dtype=dtype).expand(shape)
+        match = r"out has stride 0 along a dimension .*pass a tensor without overlap"
+    with pytest.raises(ValueError, match=match):
+        core.grouped_mm(a, b, offs, out=out, backend=backend, dispatcher=d)
+    assert (out == 7).all()
+    assert d.cache.variants == [] and d.cache.kernel.launches == []
+    assert d.cache.k_kernel.launches == []
+
+
+@pytest.mark.parametrize("road", ["kernel", "torch"])
+@pytest.mark.parametrize("form", core.FORMS)
+def test_a_padded_strided_out_is_written(form, road):
+    """A non-overlapping out with padded rows (and groups): the checks take it; the result is
+    the fresh one's, the padding untouched."""
+    torch.manual_seed(3)
+    a, b, offs, shape, d, backend = _out_case(form, road)
+    *outer, m, n = shape
+    buf = torch.full((*outer, m + 1, n + 8), 7.0, dtype=a.dtype)
+    out = buf[..., :m, :n]
+    assert out.stride()[-1] == 1 and not out.is_contiguous()
+    assert core.grouped_mm(a, b, offs, out=out, backend=backend, dispatcher=d) is out
+    fresh = core.grouped_mm(a, b, offs, backend=backend, dispatcher=d)
+    if offs is not None and form in ("2d3d", "3d2d"):  # past offs[-1] out keeps its values
+        end = int(offs[-1])
+        kept = out[end:] if form == "2d3d" else out[:, end:]
+        assert (kept == 7).all()
+        out, fresh = (out[:end], fresh[:end]) if form == "2d3d" else (out[:, :end], fresh[:, :end])
+    assert torch.equal(out, fresh)
+    assert (buf[..., m:, :] == 7).all() and (buf[..., n:] == 7).all()
+    if road == "kernel" and form != "3d3d":
+        assert d.cache.variants
+
+
+@pytest.mark.parametrize("form", core.FORMS)
+def test_out_memory_is_checked_on_meta_and_fake_tensors(form):
+    """Sizes and strides only (no data pointer): the fake implementation's check refuses an
+    overlapping or stride-0 out of meta and fake tensors, and takes a padded one."""
+    a, b, offs, shape, _, _ = _out_case(form, "torch")
+    strides = _overlapping(shape, a.dtype).stride()
+    padded = core.result_strides(shape, a.dtype)
+    for device, context in (("meta", torch.device("meta")), ("cuda", FakeTensorMode())):
+        with context:
+            x = torch.empty(a.shape, dtype=a.dtype, device=device)
+            y = torch.empty(b.shape, dtype=a.dtype, device=device)
+            ends_ = None if offs is None else torch.empty(offs.shape, dtype=torch.int32,
+                                                          device=device)  # fmt: skip
+            devices = (device,)
+            overlapping = torch.empty_strided(shape, strides, dtype=a.dtype, device=device)
+            broadcast = torch.empty(shape[-1:], dtype=a.dtype, device=device).expand(shape)
+            good = torch.empty_strided(shape, padded, dtype=a.dtype, device=device)
+            with pytest.raises(ValueError, match="rows overlap in memory"):
+                core.check_grouped(x, y, ends_, overlapping, None, "auto", devices)
+            with pytest.raises(ValueError, match="stride 0"):
+                core.check_grouped(x, y, ends_, broadcast, None, "auto", devices)
+            assert core.check_grouped(x, y, ends_, good, None, "auto", devices).shape == shape
+
+
+def test_the_public_call_refuses_an_overlapping_out():
+    """The reviewer's call, through ``wsgemm.grouped_mm`` (its out= road is the core's)."""
+    a, b = torch.randn(12, 8, dtype=F16), torch.randn(3, 8, 16, dtype=F16)
+    out = torch.zeros(12 * 4 + 16, dtype=F16).as_strided((12, 16), (4, 1))
+    with pytest.raises(ValueError, match="overlap in memory"):
+        wsgemm.grouped_mm(a, b, torch.tensor([2, 5, 10], dtype=torch.int32), out=out)
+    assert (out == 0).all()

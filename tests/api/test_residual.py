@@ -139,6 +139,21 @@ def test_explain_on_meta_tensors_names_the_copy():
     assert "c: " in text
 
 
+def test_explain_takes_an_out_on_meta_and_fake_tensors():
+    """Meta and fake tensors have no memory, so an ``out`` overlaps nothing (every meta
+    tensor's data pointer is 0: each was refused as overlapping ``a``)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    m = lambda *s: torch.empty(*s, dtype=F16, device="meta")  # noqa: E731
+    out = m(64, 48)
+    assert "M=64 N=48 K=32" in wsgemm.explain(m(64, 32), m(32, 48), out=m(64, 48))
+    assert "c: " in wsgemm.explain(m(64, 32), m(32, 48), c=out, out=out, alpha=2.0)
+    with FakeTensorMode():
+        f = lambda *s: torch.empty(*s, dtype=F16, device="cuda")  # noqa: E731
+        out = f(64, 48)
+        assert "M=64 N=48 K=32" in wsgemm.explain(f(64, 32), f(32, 48), c=out, out=out)
+
+
 @pytest.mark.parametrize(
     "make_c",
     [
@@ -209,6 +224,11 @@ def test_the_torch_route_takes_them_too():
     got = wsgemm.matmul(a, b, alpha=2.0)  # CPU tensors: torch's route on the real dispatcher
     assert got.dtype == F16 and got.shape == (32, 24)
     close(got, expected(a, b, None, 2.0, 0.0))
+    # a c of its own and an out: CPU tensors are checked as CPU ones (this was refused:
+    # "a must be a CUDA tensor")
+    out = torch.full((32, 24), float("nan"), dtype=F16)
+    assert wsgemm.matmul(a, b, c=c, out=out, alpha=0.5, beta=2.0) is out
+    close(out, expected(a, b, c, 0.5, 2.0))
 
 
 @pytest.mark.parametrize(

@@ -131,9 +131,10 @@ def _c_copied(
     it once the call has succeeded."""
     target = None  # the caller's out, written once the call has succeeded
     if out is not None:
+        host = _on_the_host(d, a, backend)  # (CPU tensors under auto: checked as CPU ones)
         validate(
-            a, b, out, out_dtype, accumulate, backend, config, device_type=d.devices.type,
-            bias=bias, activation=activation,
+            a, b, out, out_dtype, accumulate, backend, config,
+            device_type="cpu" if host else d.devices.type, bias=bias, activation=activation,
         )  # fmt: skip
         target = out
     out = torch.empty(shape, dtype=c_dtype, device=a.device)

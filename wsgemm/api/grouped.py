@@ -52,6 +52,7 @@ from . import dispatch
 from .epilogue import check_activation, gated_unit, torch_activation
 from .overlap import overlaps, tensor_extent
 from .plan import _copy_unit, _kernel_view, _padded
+from .validate import check_out_memory
 
 __all__ = ["GroupedProblem", "check_grouped", "grouped_mm", "result_shape", "result_strides"]
 
@@ -183,6 +184,11 @@ def check_grouped(
         )
     if out is not None and tuple(out.shape) != shape:
         raise ValueError(f"out has shape {tuple(out.shape)}; the result's is {shape}")
+    if out is not None:
+        # matmul's rule, before anything is written: no two of out's elements at one address
+        # (a stride 0, or rows that overlap: the kernels' stores would race, torch's copy_
+        # fails); sizes and strides only, so meta and fake tensors are checked too
+        check_out_memory(out)
     for name, t in (("a", a), ("b", b), ("offs", offs), ("out", out)):
         if t is not None and t.device.type not in device_types:
             raise ValueError(

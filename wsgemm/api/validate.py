@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .. import host, support
 from ..support import ACCUMULATOR_RULE, accumulator_allowed
@@ -177,7 +178,7 @@ def check_out_fits(out: torch.Tensor, expected: tuple, out_dtype, ab_dtype=None)
         raise ValueError(f"out has shape {tuple(out.shape)}; this product needs {expected}")
 
 
-def _check_out_memory(out: torch.Tensor) -> None:
+def check_out_memory(out: torch.Tensor) -> None:
     """No two elements of ``out`` at one address (a kernel's stores would race)."""
     if any(st == 0 and size > 1 for size, st in zip(out.shape, out.stride(), strict=True)):
         raise ValueError(
@@ -330,6 +331,8 @@ def check_no_overlap(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias=N
     """``out`` shares no byte with ``a``, ``b`` or ``bias`` (a kernel reading what it writes
     would read garbage). Arithmetic only (``overlap.py``): exact for disjoint address ranges and
     for views of one buffer with the same strides, conservative for the rest."""
+    if out.device.type == "meta" or is_fake(out):
+        return  # no memory to share (``explain`` on meta or fake tensors)
     for name, t in (("a", a), ("b", b), ("bias", bias)):
         if t is not None and overlaps(out, t):
             raise ValueError(f"out overlaps {name} in memory; pass a separate output tensor")
@@ -369,7 +372,7 @@ def validate(
             )
     shape = check_static(a, b, out, out_dtype, accumulate, backend, config)
     if out is not None:
-        _check_out_memory(out)
+        check_out_memory(out)
     check_split(config, accumulate)
     _check_no_grad(a, b, out, bias if isinstance(bias, torch.Tensor) else None)
     for name, t in (("a", a), ("b", b), ("out", out)):
