@@ -44,6 +44,7 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
 
 
 def _impl(x, weight, activation="silu", bias=None):
+    _ops.refuse_forward_differentiation("torch.ops.wsgemm.gated_linear", x, weight, bias)
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         core.check_gated(x, weight, activation, bias=bias)  # the TypeError / ValueError
     y = core.gated_linear(_fold(x), weight, activation, bias=bias)
@@ -144,6 +145,10 @@ def gated_linear(input, weight, activation="silu", exact=False, *, bias=None):
     needs_grad = input.requires_grad or weight.requires_grad
     needs_grad = needs_grad or (bias is not None and bias.requires_grad)
     if exact or (torch.is_grad_enabled() and needs_grad):
+        return _for_autograd(input, weight, activation, bias)
+    if not _ops._is_compiling() and _ops.forward_differentiated(input, weight, bias):
+        # forward-mode AD, torch.func.grad / jvp: the product on matmul (torch's own ops
+        # there), the unit in torch, so every transform has its formulas
         return _for_autograd(input, weight, activation, bias)
     return _GATED(input, weight, activation, bias)
 

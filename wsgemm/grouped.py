@@ -16,7 +16,13 @@ import torch
 
 from .api import grouped as core
 from .api.epilogue import activation_grad, gated_unit, gated_unit_with_grad, torch_activation
-from .ops import _any_autocast, _is_compiling, _no_modes, autocast_dtype
+from .ops import (
+    _any_autocast,
+    _is_compiling,
+    _no_modes,
+    autocast_dtype,
+    refuse_forward_differentiation,
+)
 
 __all__ = ["grouped_mm"]
 
@@ -35,6 +41,7 @@ _GROUPED_MM = torch.ops.wsgemm.grouped_mm.default
 
 def _impl(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False,
           row_scale=None):  # fmt: skip
+    refuse_forward_differentiation("torch.ops.wsgemm.grouped_mm", a, b, row_scale)
     return core.grouped_mm(
         a, b, offs, out_dtype=out_dtype, backend=backend, activation=activation, gated=gated,
         row_scale=row_scale,
@@ -230,6 +237,8 @@ def grouped_mm(
     torch (``wsgemm.api.grouped``).
     Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
     """
+    if not _is_compiling():  # (a tangent would be dropped: the op's formula is reverse-mode)
+        refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale, out)
     if check_offs is not False:
         if not isinstance(check_offs, bool):
             raise TypeError(f"check_offs must be a bool, got {type(check_offs).__name__}")

@@ -7,12 +7,15 @@ broadcast). It adds any number of batch dimensions with broadcasting and 1-D ope
 batches into the core's one batch mode as views wherever the strides allow, and a backward made of
 the same kernels.
 
-Two roads lead to the same work (``_forward``):
+Two roads lead to the same work (``_forward``), and a third to torch's:
 
 - the eager fast path: plain CUDA tensors (exactly ``torch.Tensor`` or ``nn.Parameter``), no
   ``__torch_function__`` or dispatch mode, no functorch transform, no forward-mode AD. It calls the
   core directly, through a ``torch.autograd.Function`` when a gradient is needed, because torch's
   dispatcher costs 5-15 us a call (docs/perf.md, entry 13);
+- torch's own ops, in fp32, for a call that forward-mode AD or functorch's grad / jvp
+  differentiates (``forward_differentiated``): the ops' autograd formulas are reverse-mode
+  only, and torch would drop the tangent silently;
 - the registered ops, for everything else: torch.compile and export, make_fx, FakeTensorMode,
   FlopCounterMode, vmap, DTensor and other subclasses, autocast-traced graphs. Their fake
   implementation only does shape arithmetic; the backend and shape policy runs in the real one.
@@ -234,6 +237,7 @@ def _matmul_impl(
     a, b, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None, activation=None,
     c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
+    refuse_forward_differentiation("torch.ops.wsgemm.matmul", a, b, bias, c)
     scaled = _scaled(c, alpha, beta)
     return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation, scaled)
 
@@ -242,6 +246,7 @@ def _matmul_out_impl(
     a, b, out, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
     activation=None, c=None, alpha=1.0, beta=1.0,
 ):  # fmt: skip
+    refuse_forward_differentiation("torch.ops.wsgemm.matmul_out", a, b, bias, c)
     _forward(a, b, out, out_dtype, accumulate, backend, bias, activation, _scaled(c, alpha, beta))
 
 
@@ -292,9 +297,8 @@ def _backward(ctx, grad):
     alpha, beta = ctx.alpha, ctx.beta
     if ctx.activation is not None and ctx.activation != "none":
         out_dtype, accumulate = ctx.pre
-        with torch.no_grad():
-            scaled = _scaled(c, alpha, beta)
-            pre = _forward(a, b, None, out_dtype, accumulate, ctx.backend, bias, None, scaled)
+        with torch.no_grad():  # (the op, not the core: a traced backward holds its node)
+            pre = _MATMUL(a, b, out_dtype, accumulate, ctx.backend, bias, None, c, alpha, beta)
         grad = grad_through(ctx.activation, grad, pre).to(grad.dtype)
     g_product = grad if alpha == 1.0 else (grad.float() * alpha).to(grad.dtype)
     ga, gb = _grads(a, b, g_product, need_a, need_b, ctx.backend)
@@ -543,6 +547,73 @@ def _no_modes() -> bool:
     )
 
 
+def forward_differentiated(*tensors) -> str | None:
+    """What differentiates this call in a way the registered ops' formulas do not cover: a
+    tangent on one of ``tensors`` at ``torch.autograd.forward_ad``'s current level
+    ("forward-mode AD"), or functorch's grad or jvp transform ("torch.func.grad",
+    "torch.func.jvp"; their autograd.Function support needs formulas the ops lack). None
+    otherwise, in a few hundred nanoseconds where neither is active. (vmap has a batching
+    rule; functionalize needs none.)"""
+    if _functorch_active():  # (first: torch.func.jvp sets a dual level too)
+        from torch._C._functorch import TransformType
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        for interpreter in retrieve_all_functorch_interpreters():
+            if interpreter.key() == TransformType.Grad:
+                return "torch.func.grad"
+            if interpreter.key() == TransformType.Jvp:
+                return "torch.func.jvp"
+    if _forward_ad._current_level >= 0:
+        for t in tensors:
+            if t is not None and _forward_ad.unpack_dual(t).tangent is not None:
+                return "forward-mode AD"
+    return None
+
+
+def refuse_forward_differentiation(op: str, *tensors) -> None:
+    """NotImplementedError where ``forward_differentiated`` names something: the registered
+    op's autograd formula is reverse-mode only, and torch would drop the tangent silently."""
+    how = forward_differentiated(*tensors)
+    if how is not None:
+        raise NotImplementedError(
+            f"{op} has no {how} formula (its autograd formula is reverse-mode only); "
+            "differentiate wsgemm.matmul or wsgemm.linear, which run torch's own ops there, "
+            "or use reverse-mode autograd (loss.backward(), torch.autograd.grad)"
+        )
+
+
+def _shadow(t):
+    """A meta tensor of ``t``'s shape and dtype (a functorch wrapper has no strides to copy):
+    what the fake implementation's checks read."""
+    return None if t is None else torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def _composite(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha, beta):
+    """``matmul``'s whole formula as torch's own differentiable ops, for a call that forward-mode
+    AD or functorch's grad / jvp differentiates (``forward_differentiated``): every transform
+    then has torch's formulas. Checked as the op checks it (the fake implementation's checks,
+    on the operands' shapes and dtypes, and the devices), then the product of the operands
+    widened to fp32 (``accumulate`` fp16 too: the exact sum), ``alpha``, ``beta · c``, the
+    bias and the activation in fp32, rounded once to the result's dtype."""
+    check_kinds(a, b, out, out_dtype, accumulate, backend)
+    check_devices(a, b, out, ("cuda", "cpu") if backend == "auto" else ("cuda",))
+    _check_fake(_shadow(a), _shadow(b), _shadow(out), out_dtype, accumulate, backend,
+                _shadow(bias), activation, _shadow(c), alpha, beta)  # fmt: skip
+    act = check_activation(activation)
+    y = torch.matmul(a.float(), b.float())
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None and beta != 0.0:
+        y = y + c.float() * beta
+    if bias is not None:
+        y = y + bias.float()
+    y = torch_activation(act, y)
+    if out is None:
+        return y.to(out_dtype or a.dtype)
+    _refuse_grad(a, b, out, bias, c)
+    return out.copy_(y)
+
+
 def matmul(
     a,
     b,
@@ -633,6 +704,9 @@ def matmul(
             pre = _Matmul.apply(a, b, out_dtype, accumulate, backend, bias, None)  # _activated
             return torch_activation(check_activation(activation), pre)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation)
+    if not _is_compiling() and forward_differentiated(a, b, bias) is not None:
+        return _composite(a, b, out, out_dtype, accumulate, backend, bias, activation, None,
+                          1.0, 1.0)  # fmt: skip
     # what torch's dispatcher would refuse with a RuntimeError, refused with our TypeError
     check_kinds(a, b, out, out_dtype, accumulate, backend)
     if bias is not None and not isinstance(bias, torch.Tensor):
@@ -681,6 +755,9 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
             return torch_activation(act, y).to(dtype)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation,
                         dict(c=c, alpha=alpha, beta=beta))  # fmt: skip
+    if not _is_compiling() and forward_differentiated(a, b, bias, c) is not None:
+        return _composite(a, b, out, out_dtype, accumulate, backend, bias, activation, c, alpha,
+                          beta)  # fmt: skip
     check_kinds(a, b, out, out_dtype, accumulate, backend)
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
