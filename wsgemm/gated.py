@@ -140,6 +140,9 @@ def gated_linear(input, weight, activation="silu", exact=False, *, bias=None):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if not isinstance(activation, str):  # the core's error (the op's schema: RuntimeError)
+        folded = _fold(input) if input.dim() >= 1 else input
+        core.check_gated(folded, weight, activation, (input.device.type,), bias)
     if exact is not False and not isinstance(exact, bool):
         raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
     needs_grad = input.requires_grad or weight.requires_grad

@@ -315,7 +315,10 @@ def replace_linear(
             this call, or by an earlier one) fuse: where the filter declines either, or either
             is skipped, the MLP keeps its own forward and both weights stay as they were. Also
             plain MLPs (``fuse_plain_mlps``: GPT-NeoX's, Phi's, Falcon's): the activation moves
-            into the replaced up projection's epilogue, with its bias.
+            into the replaced up projection's epilogue, with its bias. Both read module names
+            and assume the MLP's forward is ``down(act(up(x)))`` (gated: ``down(act(gate(x))
+            * up(x))``); a forward that does more between them computes otherwise once fused
+            (``fuse_plain_mlps``).
 
     Returns:
         a ``ReplaceReport``: ``replaced`` (qualified names, "" for ``module`` itself),
@@ -738,6 +741,13 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
     (``Linear.activation``: with its bias, one GEMM) and a ``FusedActivation`` (the identity) in
     the activation's place. The Parameters and ``state_dict`` are untouched; ``restore_linear``
     undoes it. ``replace_linear(fuse_mlp=True)`` calls it after replacing the layers.
+
+    It reads module names only, so it assumes the MLP's forward is ``down(act(up(x)))``: the
+    activation runs right after the up projection and nowhere else. A forward that puts
+    anything between them (a dropout before the activation, a scale, a norm) or calls the
+    activation module again elsewhere changes its result once fused (the activation moves
+    before that step; the other call becomes the identity). Fuse only such MLPs, or check
+    one forward against the unfused model first.
 
     Returns:
         (the MLP's name, its up projection's) for each fused MLP.

@@ -243,3 +243,15 @@ def test_compile_of_the_fused_training_step():
     assert len(ops_in(bw[0], MATMUL)) == 3
     assert x.grad.shape == x.shape and w_gu.grad.shape == w_gu.shape
     assert w_d.grad.shape == w_d.shape
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize(
+    "activation, error, match",
+    [(None, ValueError, "needs an activation"), (3, TypeError, "str or None")],
+)
+def test_an_activation_that_is_not_a_name_gets_the_core_s_error(grad, activation, error, match):
+    """With or without a gradient (the op's schema said RuntimeError without one)."""
+    x = torch.randn(4, 8, dtype=torch.float16, requires_grad=grad)
+    with pytest.raises(error, match=match):
+        wsgemm.gated_linear(x, torch.randn(16, 8, dtype=torch.float16), activation)
