@@ -127,3 +127,11 @@ def test_explain_names_a_stored_pick_that_autotuning_off_leaves_unused(tmp_path)
     with wsgemm.config.autotune(True):
         on = d.explain("auto", None, problem, dtypes)
     assert "tuned on this GPU" in on and "autotuning is off" not in on
+
+
+def test_tune_without_a_cuda_gpu_says_so(monkeypatch):
+    """The process's dispatcher drives CUDA GPUs: with none visible, a RuntimeError that says
+    why (torch's own was an AssertionError, "Torch not compiled with CUDA enabled")."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="torch sees none here"):
+        wsgemm.tune([(128, 4096, 4096)])

@@ -81,6 +81,11 @@ def tune(
     problems = [_problem(p) for p in problems]
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ValueError(f"tune: top must be an int >= 1 or None (every candidate), got {top!r}")
+    if d.devices.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "tune times kernels on a CUDA GPU, and torch sees none here "
+            "(torch.cuda.is_available() is False); run it on the GPU that will run the model"
+        )
     index = d.device_index(device)
     cc = d.devices.capability(index)
     if cc != (9, 0):
