@@ -101,6 +101,7 @@ if has heldout; then
     python3 scripts/prediction_error.py "$OUT/heldout-$dt.json" \
       --json "$OUT/heldout-$dt-prediction-error.json" | head -3
     # a shape below the floor is re-run in a fresh process, both records kept (issue #24)
+    [[ -s "$OUT/heldout-$dt.json" ]] || echo "heldout $dt: no record, so no re-run"
     python3 scripts/rerun_below.py "$OUT/heldout-$dt.json" --floor ${FLOOR:-0.92} \
       | while read -r layout dtype acc shapes; do
         WSGEMM_AUTOTUNE=0 timeout ${RERUN_TIMEOUT:-150} python3 scripts/switched.py \

@@ -237,8 +237,6 @@ def grouped_mm(
     torch (``wsgemm.api.grouped``).
     Differentiable (``torch.ops.wsgemm.grouped_mm``), traceable by torch.compile.
     """
-    if not _is_compiling():  # (a tangent would be dropped: the op's formula is reverse-mode)
-        refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale, out)
     if check_offs is not False:
         if not isinstance(check_offs, bool):
             raise TypeError(f"check_offs must be a bool, got {type(check_offs).__name__}")
@@ -246,6 +244,8 @@ def grouped_mm(
     kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated,
               row_scale=row_scale)  # fmt: skip
     if out is not None:
+        if not _no_modes() and not _is_compiling():  # (a tangent would be dropped)
+            refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale, out)
         return core.grouped_mm(a, b, offs, out=out, **kw)
     wants_grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (a, b, row_scale)
@@ -261,6 +261,8 @@ def grouped_mm(
     )
     if fast:
         return core.grouped_mm(a, b, offs, **kw)
+    if not _is_compiling():  # (the op's formula is reverse-mode: a tangent would be dropped)
+        refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale)
     tensors = (a, b) if row_scale is None else (a, b, row_scale)
     if not all(isinstance(t, torch.Tensor) for t in tensors):  # the TypeError
         device = (a.device.type,) if isinstance(a, torch.Tensor) else ("cuda",)

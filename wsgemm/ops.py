@@ -27,6 +27,10 @@ import math
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
+from torch._C._functorch import TransformType as _TransformType
+from torch._functorch.pyfunctorch import (
+    retrieve_all_functorch_interpreters as _functorch_interpreters,
+)
 from torch.utils._device import DeviceContext
 
 from . import api
@@ -325,7 +329,12 @@ def _matmul_vmap(
     a_dim, b_dim = in_dims[0], in_dims[1]
     c_dim = in_dims[7] if len(in_dims) > 7 else None
     bias_dim = in_dims[5] if len(in_dims) > 5 else None
-    if c is not None or alpha != 1.0 or bias_dim is not None:
+    sample = result_shape(_sample_shape(a, a_dim), _sample_shape(b, b_dim))
+    if bias is not None:  # against a sample's result, as the unbatched call checks it
+        bias_mode(_sample_shape(bias, bias_dim), sample)
+    # (a vector result's bias too: its batched product is a column the bias does not fit)
+    if c is not None or alpha != 1.0 or bias_dim is not None or (
+            bias is not None and len(sample) < 2):  # fmt: skip
         # alpha, a residual or a per-sample bias: the product batched (in fp32), then the
         # rest in torch, rounded once
         wide = torch.float32 if accumulate == torch.float32 else out_dtype
@@ -361,6 +370,11 @@ def _matmul_vmap(
     if a_vec:
         out = out.squeeze(-1 if b_vec else -2)
     return out, 0
+
+
+def _sample_shape(t, dim) -> tuple:
+    """A vmapped tensor's shape for one sample (``dim`` the mapped dimension, or None)."""
+    return tuple(t.shape) if dim is None else tuple(s for i, s in enumerate(t.shape) if i != dim)
 
 
 def _per_sample(t, dim, rank: int):
@@ -555,17 +569,19 @@ def forward_differentiated(*tensors) -> str | None:
     otherwise, in a few hundred nanoseconds where neither is active. (vmap has a batching
     rule; functionalize needs none.)"""
     if _functorch_active():  # (first: torch.func.jvp sets a dual level too)
-        from torch._C._functorch import TransformType
-        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-
-        for interpreter in retrieve_all_functorch_interpreters():
-            if interpreter.key() == TransformType.Grad:
+        for interpreter in _functorch_interpreters():
+            if interpreter.key() == _TransformType.Grad:
                 return "torch.func.grad"
-            if interpreter.key() == TransformType.Jvp:
+            if interpreter.key() == _TransformType.Jvp:
                 return "torch.func.jvp"
+        if _forward_ad._current_level >= 0:
+            # vmap inside a dual level: a batched tensor's tangent cannot be read (no batching
+            # rule for it); torch's ops are right whether it has one or not
+            return "forward-mode AD"
+        return None
     if _forward_ad._current_level >= 0:
         for t in tensors:
-            if t is not None and _forward_ad.unpack_dual(t).tangent is not None:
+            if isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None:
                 return "forward-mode AD"
     return None
 
@@ -592,22 +608,27 @@ def _composite(a, b, out, out_dtype, accumulate, backend, bias, activation, c, a
     """``matmul``'s whole formula as torch's own differentiable ops, for a call that forward-mode
     AD or functorch's grad / jvp differentiates (``forward_differentiated``): every transform
     then has torch's formulas. Checked as the op checks it (the fake implementation's checks,
-    on the operands' shapes and dtypes, and the devices), then the product of the operands
-    widened to fp32 (``accumulate`` fp16 too: the exact sum), ``alpha``, ``beta · c``, the
-    bias and the activation in fp32, rounded once to the result's dtype."""
+    on the operands' shapes and dtypes, and the devices; CUDA autocast casts as on the other
+    roads), then the product of the operands widened to fp32 (fp64 ones stay fp64;
+    ``accumulate`` fp16 too: the exact sum), ``alpha``, ``beta · c``, the bias and the
+    activation in that precision, rounded once to the result's dtype."""
     check_kinds(a, b, out, out_dtype, accumulate, backend)
+    if _any_autocast() and torch.is_autocast_enabled("cuda") and out is None:
+        a, b, bias, c = _autocast(a, b, bias, c, out_dtype)  # as the op's autocast casts
     check_devices(a, b, out, ("cuda", "cpu") if backend == "auto" else ("cuda",))
     _check_fake(_shadow(a), _shadow(b), _shadow(out), out_dtype, accumulate, backend,
                 _shadow(bias), activation, _shadow(c), alpha, beta)  # fmt: skip
     act = check_activation(activation)
-    y = torch.matmul(a.float(), b.float())
-    if alpha != 1.0:
-        y = y * alpha
-    if c is not None and beta != 0.0:
-        y = y + c.float() * beta
-    if bias is not None:
-        y = y + bias.float()
-    y = torch_activation(act, y)
+    wide = torch.promote_types(a.dtype, torch.float32)  # (fp64 stays fp64, as torch's)
+    with torch.autocast("cuda", enabled=False):  # the product in ``wide``, not recast
+        y = torch.matmul(a.to(wide), b.to(wide))
+        if alpha != 1.0:
+            y = y * alpha
+        if c is not None and beta != 0.0:
+            y = y + c.to(wide) * beta
+        if bias is not None:
+            y = y + bias.to(wide)
+        y = torch_activation(act, y)
     if out is None:
         return y.to(out_dtype or a.dtype)
     _refuse_grad(a, b, out, bias, c)

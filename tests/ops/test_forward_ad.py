@@ -93,3 +93,41 @@ def test_grouped_mm_refuses_a_forward_derivative():
         torch.func.jvp(lambda a: wsgemm.grouped_mm(a, b, offs), (a,), (t,))
     with pytest.raises(NotImplementedError, match="torch.func.grad"):
         torch.func.grad(lambda a: wsgemm.grouped_mm(a, b.float(), offs).sum())(a.float())
+
+
+def test_vmap_inside_a_dual_level_and_fp64_and_vmap_biases():
+    """vmap under a dual level runs (a batched tensor's tangent cannot be read: torch's ops
+    run it); fp64 operands keep fp64 on the forward-AD road; under vmap a bias is checked
+    against a sample's result, and a vector result takes its own bias."""
+    x, w = _operands((3, 5), (5, 6))
+    with fwAD.dual_level():
+        assert torch.func.vmap(lambda r: wsgemm.matmul(r, w))(x).shape == (3, 6)
+        xd, wd, t = x.double(), w.double(), torch.randn(3, 5, dtype=torch.float64)
+        y = wsgemm.matmul(fwAD.make_dual(xd, t), wd)
+        assert y.dtype == torch.float64
+        torch.testing.assert_close(fwAD.unpack_dual(y).primal, xd @ wd, rtol=0, atol=1e-12)
+        torch.testing.assert_close(fwAD.unpack_dual(y).tangent, t @ wd, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"bias has shape \(1, 6\)"):
+        torch.func.vmap(lambda r: wsgemm.matmul(r, w, bias=torch.zeros(1, 6, dtype=F16)))(x[:, :5])
+    a, vs, bias = _operands((4, 5), (3, 5), (4,))
+    got = torch.func.vmap(lambda v: wsgemm.matmul(a, v, bias=bias))(vs)
+    _close(got, (vs.double() @ a.double().t()) + bias.double())
+
+
+def test_the_forward_ad_road_casts_under_cuda_autocast_as_the_op_does():
+    """fp32 CUDA operands (fake) under autocast: fp16 out, as torch.matmul's and the op's.
+    (``torch.autocast("cuda")`` turns itself off on a CPU-only build: the switch directly.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b, t = (torch.empty(s, device="cuda") for s in ((4, 5), (5, 6), (4, 5)))
+        torch._C.set_autocast_enabled("cuda", True)
+        try:
+            assert torch.get_autocast_dtype("cuda") == F16
+            with fwAD.dual_level():
+                ad = fwAD.make_dual(a, t)
+                assert wsgemm.matmul(ad, b).dtype == F16 == torch.matmul(ad, b).dtype
+                assert wsgemm.matmul(ad, b, alpha=2.0).dtype == F16
+                assert wsgemm.linear(ad, b.t()).dtype == F16
+        finally:
+            torch._C.set_autocast_enabled("cuda", False)
