@@ -34,6 +34,7 @@ from torch._functorch.pyfunctorch import (
 from torch.utils._device import DeviceContext
 
 from . import api
+from .api.dispatch import CPU_REASON
 from .api.epilogue import (
     bias_mode,
     check_activation,
@@ -43,6 +44,7 @@ from .api.epilogue import (
     grad_through,
     torch_activation,
 )
+from .api.fallback import refuse_accumulator
 from .api.validate import (
     AB_DTYPES,
     TORCH_AB_DTYPES,
@@ -68,6 +70,8 @@ def _check_fake(
     shape = check_static(a, b, out, out_dtype, accumulate, backend)
     # backend "auto" takes CPU tensors too (torch's matmul runs them: api.dispatch)
     check_devices(a, b, out, (*_FAKE_DEVICES, "cpu") if backend == "auto" else _FAKE_DEVICES)
+    if a.device.type == "cpu":  # torch's road, as the real implementation refuses it
+        refuse_accumulator(accumulate, CPU_REASON)
     check_epilogue(bias, activation, a.dtype, shape, a.device)
     check_scalar("alpha", alpha), check_scalar("beta", beta)
     if c is not None:

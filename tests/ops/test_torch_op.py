@@ -769,3 +769,19 @@ def test_public_surface_and_import_cost(import_cost):
     out, err = import_cost.communicate()
     assert import_cost.returncode == 0, err
     assert out.split("\n")[:2] == ["[]", "True False"]
+
+
+def test_the_fake_implementation_refuses_an_fp16_accumulator_on_cpu_as_eager_does():
+    """CPU tensors take torch's road, which sums in fp32: eager refuses ``accumulate=fp16``
+    there, and so does the fake implementation (a compiled graph refused at trace time, not at
+    run time). Fake CUDA tensors keep it: which road a GPU takes is not known there."""
+    a, b = torch.randn(4, 5, dtype=torch.float16), torch.randn(5, 3, dtype=torch.float16)
+    with pytest.raises(ValueError, match="accumulate=torch.float16 needs one of wsgemm's"):
+        wsgemm.matmul(a, b, accumulate=torch.float16)
+    with FakeTensorMode() as mode:
+        fa, fb = mode.from_tensor(a), mode.from_tensor(b)
+        with pytest.raises(ValueError, match="accumulate=torch.float16 needs one of wsgemm's"):
+            torch.ops.wsgemm.matmul(fa, fb, accumulate=torch.float16)
+        ca = torch.empty(4, 5, dtype=torch.float16, device="cuda")
+        cb = torch.empty(5, 3, dtype=torch.float16, device="cuda")
+        assert torch.ops.wsgemm.matmul(ca, cb, accumulate=torch.float16).shape == (4, 3)

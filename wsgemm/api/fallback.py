@@ -30,6 +30,16 @@ log = logging.getLogger("wsgemm")
 _HAS_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype") and hasattr(torch.ops.aten.bmm, "dtype")
 
 
+def refuse_accumulator(acc_dtype: torch.dtype, reason: str) -> None:
+    """ValueError for an fp16 accumulator on torch's road (``reason``: why it runs there)."""
+    if acc_dtype != torch.float32:
+        raise ValueError(
+            f"accumulate={acc_dtype} needs one of wsgemm's kernels, and backend='auto' runs "
+            f"torch.matmul here ({reason}), which accumulates in fp32; pass "
+            "accumulate=torch.float32"
+        )
+
+
 def first_call(
     d, key, a, b, out, p: Problem, reason: str, bias=None, provisional: bool = False
 ) -> torch.Tensor:
@@ -37,12 +47,7 @@ def first_call(
     refuse an fp16 accumulator, say the reason once per (device, reason), run, and keep the
     launcher for the signature (``key``, None when it could not be formed; ``provisional``:
     until a race stores a decision, ``Dispatcher.remember``)."""
-    if p.acc_dtype != torch.float32:
-        raise ValueError(
-            f"accumulate={p.acc_dtype} needs one of wsgemm's kernels, and backend='auto' runs "
-            f"torch.matmul here ({reason}), which accumulates in fp32; pass "
-            "accumulate=torch.float32"
-        )
+    refuse_accumulator(p.acc_dtype, reason)
     if d.say_once(("torch", a.device.index, reason)):  # the dispatcher's device (index)
         log.info("%s: backend='auto' runs torch.matmul (fallback): %s", a.device, reason)
     result = run(a, b, out, p, bias)
