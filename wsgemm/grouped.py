@@ -244,7 +244,7 @@ def grouped_mm(
     kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated,
               row_scale=row_scale)  # fmt: skip
     if out is not None:
-        if not _no_modes() and not _is_compiling():  # (a tangent would be dropped)
+        if not _is_compiling():  # (the op's formula is reverse-mode: a tangent is dropped)
             refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale, out)
         return core.grouped_mm(a, b, offs, out=out, **kw)
     wants_grad = torch.is_grad_enabled() and any(
@@ -261,7 +261,7 @@ def grouped_mm(
     )
     if fast:
         return core.grouped_mm(a, b, offs, **kw)
-    if not _is_compiling():  # (the op's formula is reverse-mode: a tangent would be dropped)
+    if not _is_compiling():  # (as above)
         refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale)
     tensors = (a, b) if row_scale is None else (a, b, row_scale)
     if not all(isinstance(t, torch.Tensor) for t in tensors):  # the TypeError

@@ -91,6 +91,19 @@ def _scaled(c, alpha, beta) -> dict | None:
     return None if c is None and alpha == 1.0 else dict(c=c, alpha=alpha, beta=beta)
 
 
+def _combined(y, act: str, alpha=1.0, c=None, beta=1.0, bias=None) -> torch.Tensor:
+    """``act(alpha · y + beta · c + bias)`` as torch's own ops in ``y``'s precision (a wide
+    product's), which autograd and every transform differentiate: the torch roads of a call
+    with a gradient, under vmap and under forward-mode AD."""
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None and beta != 0.0:
+        y = y + c.to(y.dtype) * beta
+    if bias is not None:  # as in a @ b + bias: broadcast against the result
+        y = y + bias.to(y.dtype)
+    return torch_activation(act, y)
+
+
 def _forward(
     a, b, out, out_dtype, accumulate, backend, bias=None, activation=None, scaled=None
 ):  # fmt: skip
@@ -344,20 +357,16 @@ def _matmul_vmap(
         wide = torch.float32 if accumulate == torch.float32 else out_dtype
         out, dim = _matmul_vmap(info, in_dims[:5], a, b, wide, accumulate, backend)
         rank = out.dim() - (dim is not None)  # a sample's result
-        y = alpha * out.float()
-        if c is not None and beta != 0.0:
-            y = y + beta * _per_sample(c, c_dim, rank).float()
-        if bias is not None:
-            y = y + _per_sample(bias, bias_dim, rank).float()
+        c = None if c is None else _per_sample(c, c_dim, rank)
+        bias = None if bias is None else _per_sample(bias, bias_dim, rank)
         mapped = dim is not None or (c is not None and c_dim is not None) or bias_dim is not None
-        y = torch_activation(check_activation(activation), y).to(out_dtype or a.dtype)
-        return y, 0 if mapped else None
+        y = _combined(out.float(), check_activation(activation), alpha, c, beta, bias)
+        return y.to(out_dtype or a.dtype), 0 if mapped else None
     if a_dim is None and b_dim is None:
         return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation), None
     a = a if a_dim is None else a.movedim(a_dim, 0)
     b = b if b_dim is None else b.movedim(b_dim, 0)
     a_lead, b_lead = int(a_dim is not None), int(b_dim is not None)  # the mapped dimension
-    result_shape(a.shape[a_lead:], b.shape[b_lead:])  # a sample's shapes, as torch.matmul's
     a_vec, b_vec = a.dim() - a_lead == 1, b.dim() - b_lead == 1
     a = a.unsqueeze(-2) if a_vec else a
     b = b.unsqueeze(-1) if b_vec else b
@@ -625,14 +634,7 @@ def _composite(a, b, out, out_dtype, accumulate, backend, bias, activation, c, a
     act = check_activation(activation)
     wide = torch.promote_types(a.dtype, torch.float32)  # (fp64 stays fp64, as torch's)
     with torch.autocast("cuda", enabled=False):  # the product in ``wide``, not recast
-        y = torch.matmul(a.to(wide), b.to(wide))
-        if alpha != 1.0:
-            y = y * alpha
-        if c is not None and beta != 0.0:
-            y = y + c.to(wide) * beta
-        if bias is not None:
-            y = y + bias.to(wide)
-        y = torch_activation(act, y)
+        y = _combined(torch.matmul(a.to(wide), b.to(wide)), act, alpha, c, beta, bias)
     if out is None:
         return y.to(out_dtype or a.dtype)
     _refuse_grad(a, b, out, bias, c)
@@ -772,12 +774,7 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
             # the product in fp32 (a 16-bit one could overflow where alpha scales it back)
             wide = torch.float32 if accumulate == torch.float32 else out_dtype
             product = _Matmul.apply(a, b, wide, accumulate, backend, None, None)
-            y = product.float() * alpha
-            if c is not None and beta != 0.0:
-                y = y + c.float() * beta
-            if bias is not None:  # as in a @ b + bias: broadcast against the result
-                y = y + bias.float()
-            return torch_activation(act, y).to(dtype)
+            return _combined(product.float(), act, alpha, c, beta, bias).to(dtype)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation,
                         dict(c=c, alpha=alpha, beta=beta))  # fmt: skip
     if not _is_compiling() and forward_differentiated(a, b, bias, c) is not None:
