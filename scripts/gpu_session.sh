@@ -4,7 +4,7 @@
 # and `.gpu/pw/stash.sh` (the small wheels, moved out of p2 so that p2 and the tree fit one
 # transfer) run earlier on this host, each in its own call, and `.gpu/p2` carried now. Logs go
 # to $OUT.
-#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|skewprobe|tilecosts|oracle|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
+#   usage: [SANITIZE='sm80 sm80{tile_m=96}'] bash scripts/gpu_session.sh [tests|sanitize|checks|verify|epilogue|residual|raggedk|raggedkbench|routed|epibench|gatedbench|gatedheldout|gatedfit|gatedbias|dgated|gatedswap|gatedsmall|gatedsanitize|skteams|dgatedtiles|dgatedheld|dact|dactbench|dactsanitize|groupedtrace|dgatedtrace|suiteall|routechoice|docsllm|suite1|suite2|suite3|suite4|gatedtiles|bandtrace|mlptrain|rpr|hostbench|fixup|grouped|grouped3d2d|groupedtune|skewprobe|tilecosts|oracle|lowrows|bandoracle|heldout|heldoutbi|clustersplit|clustersanitize|streamk|wavefit|wavetune|layouttune|initcheck|bench|all]...
 set -uo pipefail
 source .gpu/p2/install.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -73,6 +73,23 @@ if has oracle; then
     ${MRANGE:+--m-range $MRANGE} --jobs 15 --rounds ${ROUNDS:-3} --budget-s ${BUDGET:-480} > "$OUT/oracle.log" 2>&1
   echo "oracle rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/oracle.log" | tail -20
   echo "oracle done at $((SECONDS - start)) s"
+fi
+if has lowrows; then
+  # issue #23: where a shape's loss lies, in the kernels or in the choice: what cuBLAS runs
+  # there (its kernel names), then every menu and dropped entry x split on those shapes
+  # (LOW_FP16 / LOW_BF16: M,N,K;M,N,K... TN; diagnosis only, never fitted on)
+  for dt in float16 bfloat16; do
+    shapes=$([[ $dt == float16 ]] && echo "${LOW_FP16:-}" || echo "${LOW_BF16:-}")
+    [[ -n $shapes ]] || continue
+    short=$([[ $dt == float16 ]] && echo fp16 || echo bf16)
+    timeout 90 python3 scripts/cublas_kernels.py --shapes "$shapes" --dtype $short \
+      > "$OUT/lowrows-cublas-$short.log" 2>&1; echo "cublas kernels $short rc=$?"
+    timeout ${LOW_TIMEOUT:-300} python3 scripts/tune_menu.py --out "$OUT/lowrows-$short" \
+      --shapes "$shapes" --dtype $dt --with-dropped --jobs 15 --rounds ${ROUNDS:-5} \
+      --budget-s ${BUDGET:-240} > "$OUT/lowrows-$short.log" 2>&1
+    echo "lowrows $short rc=$?"; grep -E "shapes:|budget|done in|WRONG|FAILED" "$OUT/lowrows-$short.log" | tail -5
+  done
+  echo "lowrows done at $((SECONDS - start)) s"
 fi
 if has bandoracle; then
   # perf.md entry 48: the oracle (menu + dropped x split) on the fit draw's 129-1024-token

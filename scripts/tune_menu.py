@@ -296,6 +296,12 @@ def main(argv=None) -> int:
         "joined by +), each problem in its drawn dtype: with --with-dropped, the oracle",
     )
     parser.add_argument(
+        "--shapes",
+        help="M,N,K;M,N,K...: time these (TN) instead of --suites or --draw, in --dtype",
+    )
+    parser.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16",
+                        help="--shapes' dtype")  # fmt: skip
+    parser.add_argument(
         "--m-range",
         metavar="LO:HI",
         help="only the shapes with LO <= M <= HI (e.g. 129:1024, the band of perf.md entry 33)",
@@ -332,7 +338,17 @@ def main(argv=None) -> int:
         if not entries:
             parser.error(f"--entries {args.entries!r} matches no entry")
     dtypes = None
-    if args.draw:
+    if args.shapes:
+        try:
+            shapes = sorted(
+                (suites.Shape(int(m), int(n), int(k), label=f"{m}x{n}x{k}")
+                 for m, n, k in (s.split(",") for s in args.shapes.split(";") if s.strip())),
+                key=lambda s: s.flop,
+            )  # fmt: skip
+        except ValueError as exc:
+            parser.error(f"--shapes {args.shapes!r}: want M,N,K;M,N,K...: {exc}")
+        dtypes = {s.label: args.dtype for s in shapes}
+    elif args.draw:
         try:
             seed, families, count = args.draw.split(":")
             shapes, dtypes = drawn_shapes(int(seed), families.replace("+", ","), int(count))

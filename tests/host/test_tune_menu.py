@@ -105,6 +105,25 @@ def test_dry_run_prints_the_plan(capsys):
     assert last.endswith(f"{len(entries) + sum(e.splits for e in entries)} variants")
 
 
+def test_shapes_are_timed_as_given_in_their_dtype(capsys, monkeypatch):
+    """--shapes M,N,K;...: those problems (TN), fewest FLOP first, each in --dtype."""
+    planned = {}
+    real_plan = tune_menu.plan
+
+    def spy(shapes, entries, sm_count, own_layouts=False, dtypes=None):
+        planned["shapes"], planned["dtypes"] = shapes, dtypes
+        return real_plan(shapes, entries, sm_count, own_layouts, dtypes)
+
+    monkeypatch.setattr(tune_menu, "plan", spy)
+    argv = ["--dry-run", "--shapes", "1311,4608,3072; 391,1024,2304;", "--dtype", "bfloat16"]
+    assert tune_menu.main(argv) == 0
+    assert [(s.m, s.n, s.k) for s in planned["shapes"]] == [(391, 1024, 2304), (1311, 4608, 3072)]
+    assert set(planned["dtypes"].values()) == {"bfloat16"}
+    assert capsys.readouterr().out.splitlines()[-1].startswith("2 shapes")
+    with pytest.raises(SystemExit):
+        tune_menu.main(["--dry-run", "--shapes", "1311,4608"])
+
+
 def test_entries_keeps_only_the_entries_of_its_patterns(capsys):
     """--entries: the decode entries and their cluster splits only (what the cluster split's
     price is fitted on); a pattern matching nothing is a usage error."""
