@@ -57,7 +57,12 @@ for _key in ("CUDA", "CPU"):
 
 @torch.library.register_fake("wsgemm::gated_linear", lib=_LIB)
 def _fake(x, weight, activation="silu", bias=None):
-    core.check_gated(_fold(x), weight, activation, ("cuda", "meta"), bias)
+    # CPU tensors too: the real implementation runs them in torch (as matmul's fake takes
+    # them); x's own type first, which a mixed-device error names
+    types = ("cuda", "meta", "cpu")
+    if isinstance(x, torch.Tensor) and x.device.type in types:
+        types = (x.device.type, *(t for t in types if t != x.device.type))
+    core.check_gated(_fold(x), weight, activation, types, bias)
     return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
 
 
@@ -118,7 +123,8 @@ def gated_linear(input, weight, activation="silu", exact=False, *, bias=None):
     bias[I:])`` (without a bias, those terms are 0).
 
     Args:
-        input: (..., in_features), float16 or bfloat16, CUDA.
+        input: (..., in_features), float16 or bfloat16, CUDA (CPU tensors run in torch, with
+            or without a gradient, as ``matmul``'s and ``linear``'s do).
         weight: (2 * I, in_features): the gate projection's I rows, then the up projection's
             (a SwiGLU MLP's ``gate_up_proj``; two separate weights: ``torch.cat([w_gate,
             w_up])``, once).
@@ -131,7 +137,8 @@ def gated_linear(input, weight, activation="silu", exact=False, *, bias=None):
 
     Returns:
         (..., I), input's dtype. On Hopper with fused epilogues on, one kernel (the (rows, 2I)
-        product never reaches memory); elsewhere torch's road (``wsgemm.api.gated``).
+        product never reaches memory); elsewhere (CPU tensors included) torch's road
+        (``wsgemm.api.gated``: the fp32 product, then the unit in fp32, rounded once).
         Differentiable (the bias too), traceable by torch.compile
         (``torch.ops.wsgemm.gated_linear``).
     """

@@ -4,8 +4,8 @@ projections in one weight ``[w_gate; w_up]`` (2I, K) (a SwiGLU MLP's ``gate_up_p
 On the fused road one kernel computes the (M, 2I) product and writes only the (M, I) result:
 B's two halves load into the two halves of each stage, and the epilogue multiplies
 ``act(gate)`` by ``up`` in fp32 (``kernels/sm90``, ``Epilogue.gated``), a bias ``[b_gate;
-b_up]`` added to each half first (``GATED_BIAS_FAMILIES``). The unfused road, where
-no kernel fuses (another GPU, a weight the kernel cannot read K-major, gated kernels switched
+b_up]`` added to each half first (``GATED_BIAS_FAMILIES``). The unfused road, where no kernel
+fuses (another GPU, CPU tensors, a weight the kernel cannot read K-major, gated kernels switched
 off: ``host.fuses_epilogues(..., gated=True)``), is torch's: the (M, 2I) product, then
 ``act(gate) * up`` in fp32, rounded once to the result's dtype. Calls take it too where the
 cost model predicts it faster (``Dispatcher.gated_unfused``): the gated kernel has two row
@@ -160,7 +160,7 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
     hit = d.launchers.get(key) if key is not None else None
     if hit is not None:  # a signature seen before: checked, its road decided, its kernel bound
         return hit(x, weight, bias)
-    m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
+    m, half, act = check_gated(x, weight, activation, _device_types(d, x), bias)
     if x.is_neg() or weight.is_neg() or (bias is not None and bias.is_neg()):
         # the kernel reads their memory, not a negated view's (nor does matmul take one)
         x, weight, bias = _resolved(x, weight, bias)
@@ -172,7 +172,7 @@ def gated_linear(x, weight, activation="silu", *, bias=None, dispatcher=None) ->
         if bias is None:
             return out.zero_()
         return gated_in_torch(bias.float().expand(m, 2 * half), act, x.dtype)
-    fused = _road(d, x, weight, act, bias)
+    fused = dispatch.CPU_REASON if _on_the_host(d, x) else _road(d, x, weight, act, bias)
     if isinstance(fused, str):  # the fp32 product, gated in fp32, rounded once
         out = _unfused(d, act, x, weight, bias)
         if key is not None:
@@ -240,6 +240,20 @@ def _launch(d, fused, x, act, bias, c_view, preact=None):
     with d.on_device(index):
         fn(a_view, b_view, c_view, clusters, *UNSPLIT_LAUNCH, *extras)
     return fn, clusters
+
+
+def _on_the_host(d, x) -> bool:
+    """Whether ``x`` is a CPU tensor where ``d``'s devices are CUDA GPUs: the unfused road runs
+    the call in torch (the product on ``matmul``'s CPU fallback: ``dispatch.CPU_REASON``), as
+    ``matmul`` and ``linear`` run CPU tensors under ``backend="auto"``."""
+    return dispatch._on_the_host(d, x, "auto")
+
+
+def _device_types(d, x) -> tuple[str, ...]:
+    """The device types a gated call on ``d`` takes for ``x``: the CPU's where ``x`` is on it
+    and ``d``'s devices are CUDA GPUs (``_on_the_host``), else ``d``'s devices' (the first
+    names the device the checks' error asks for)."""
+    return ("cpu",) if _on_the_host(d, x) else (d.devices.type,)
 
 
 def _resolved(x, weight, bias):
@@ -318,10 +332,12 @@ def explain(d, x, weight, activation, bias=None, **others) -> str:
                          f"which takes no {', '.join(given)}")  # fmt: skip
     if isinstance(x, torch.Tensor) and x.dim() > 2:
         x = x.reshape(-1, x.shape[-1])
-    m, half, act = check_gated(x, weight, activation, (d.devices.type,), bias)
+    m, half, act = check_gated(x, weight, activation, _device_types(d, x), bias)
     with_bias = "" if bias is None else " + its bias"
     head = f"gated_linear: act(gate) * up{with_bias} with {act}, {m} rows, {half} output features"
-    road = _road(d, x, weight, act, bias) if m and half and x.shape[1] else "an empty problem"
+    road = "an empty problem"
+    if m and half and x.shape[1]:
+        road = dispatch.CPU_REASON if _on_the_host(d, x) else _road(d, x, weight, act, bias)
     if not isinstance(road, str):
         (backend, config), index = road[2], road[3]
         tile = config or host.BACKENDS[backend].config("float32")
@@ -353,6 +369,9 @@ def _training_line(d, x, weight, act: str, bias) -> str:
     kernel storing the pre-activation, the unit's gradient in the dh GEMM) or not, and why.
     Its forward is ``gated_linear_preact``'s road, which never takes the swap-AB tile."""
     head = "training (GatedMLP with a gradient to compute):"
+    if _on_the_host(d, x):
+        return (f"{head} the (M, 2I) product saved, act(gate) * up in torch, its gradient in "
+                f"three elementwise passes ({dispatch.CPU_REASON})")  # fmt: skip
     half = weight.shape[0] // 2
     index = dispatch.device_index(d, x)
     backend = dgated_tile(d, x, half, index)[0]
