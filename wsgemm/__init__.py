@@ -32,7 +32,7 @@ _PUBLIC = {
     "grouped_mm": "grouped",
     "gated_linear": "gated",
     "nn": None,
-    "explain": "api",
+    "explain": "ops",
     "available_backends": "api",
     "trace": "tracing",
     "config": None,

@@ -31,6 +31,7 @@ from torch._C._functorch import TransformType as _TransformType
 from torch._functorch.pyfunctorch import (
     retrieve_all_functorch_interpreters as _functorch_interpreters,
 )
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils._device import DeviceContext
 
 from . import api
@@ -137,6 +138,35 @@ def _core_bias(bias, a, b, shape):
 
 def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation=None,
                 scaled=None):  # fmt: skip
+    c = scaled["c"] if scaled else None  # checked by _forward
+    shape, _, _, a3, b3, bias3, out3, c3 = _folded(a, b, out, out_dtype, bias, c)
+    kw = dict(accumulate=accumulate, backend=backend)
+    if bias is not None or activation is not None:
+        kw.update(bias=bias3, activation=activation)
+    if scaled:
+        kw.update(alpha=scaled["alpha"], beta=scaled["beta"])
+        if c is not None:
+            kw.update(c=c3)
+    if out is None:
+        result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
+        # not a view: autograd forbids in-place changes of views made inside a custom Function
+        return _unsafe_view(result, shape)
+    if out3 is None:  # out's batch dimensions do not collapse into one: write, then copy
+        out.copy_(api.matmul(a3, b3, out_dtype=out.dtype, **kw).view(shape))
+        return out
+    api.matmul(a3, b3, out=out3, **kw)
+    return out
+
+
+def _folded(a, b, out, out_dtype, bias=None, c=None) -> tuple:
+    """An N-D call (torch.matmul's shapes: 1-D operands, any batch dimensions, broadcast) as the
+    core's 2-D/3-D problem, which ``_forward_nd`` runs and ``explain`` describes: ``(shape,
+    batch, core_shape, a3, b3, bias3, out3, c3)``, torch.matmul's result shape, its batch
+    dimensions, the core's result shape, and the core's views (``_fold``: copies where the batch
+    dimensions broadcast or do not collapse) of the operands, the bias, ``out`` (None without
+    one, or where its batch dimensions do not collapse: the result is then written to a new
+    tensor and copied into ``out``) and ``c`` (None without one; ``out``'s view where ``c`` is
+    ``out``, the in-place residual)."""
     # torch.matmul's shapes and out's before folding (the folded views would hide a wrong
     # shape of out); the core checks the rest of the call on the folded views
     shape = result_shape(a.shape, b.shape)
@@ -147,32 +177,20 @@ def _forward_nd(a, b, out, out_dtype, accumulate, backend, bias=None, activation
     a3, b3 = _fold(a2, batch, count), _fold(b2, batch, count)
     m, n = a2.shape[-2], b2.shape[-1]
     core_shape = (m, n) if a3.dim() == b3.dim() == 2 else (count, m, n)
-    kw = dict(accumulate=accumulate, backend=backend)
-    if bias is not None or activation is not None:
-        kw.update(bias=_core_bias(bias, a, b, shape), activation=activation)
-    c = None
-    if scaled:
-        kw.update(alpha=scaled["alpha"], beta=scaled["beta"])
-        c = scaled["c"]  # checked by _forward
-    if out is None:
-        if c is not None:  # the core's view of c: broadcast to the result, then folded
-            kw.update(c=c.expand(shape).reshape(core_shape))
-        result = api.matmul(a3, b3, out_dtype=out_dtype, **kw)
-        # not a view: autograd forbids in-place changes of views made inside a custom Function
-        return _unsafe_view(result, shape)
-    check_out_fits(out, shape, out_dtype, a.dtype)
-    try:
-        out_core = out.view(core_shape)
-    except RuntimeError:  # out's batch dimensions do not collapse into one: write, then copy
-        if c is not None:
-            kw.update(c=c.expand(shape).reshape(core_shape))
-        out.copy_(api.matmul(a3, b3, out_dtype=out.dtype, **kw).view(shape))
-        return out
-    if c is not None:  # out itself: the in-place residual; another c folded as out is (the
-        # core sees a fold that lands on out's elements as out itself: dispatch._same_view)
-        kw.update(c=out_core if c is out else c.expand(shape).reshape(core_shape))
-    api.matmul(a3, b3, out=out_core, **kw)
-    return out
+    bias3 = _core_bias(bias, a, b, shape)
+    out3 = None
+    if out is not None:
+        check_out_fits(out, shape, out_dtype, a.dtype)
+        try:
+            out3 = out.view(core_shape)
+        except RuntimeError:  # out's batch dimensions do not collapse into one
+            pass
+    c3 = None
+    if c is not None:  # out itself: the in-place residual; another c broadcast to the result,
+        # then folded as out is (the core sees a fold that lands on out's elements as out
+        # itself: dispatch._same_view)
+        c3 = out3 if c is out and out3 is not None else c.expand(shape).reshape(core_shape)
+    return shape, batch, core_shape, a3, b3, bias3, out3, c3
 
 
 def _fold(t: torch.Tensor, batch: tuple, count: int) -> torch.Tensor:
@@ -185,6 +203,117 @@ def _fold(t: torch.Tensor, batch: tuple, count: int) -> torch.Tensor:
     if tuple(own) != tuple(batch):
         t = t.expand(*batch, *t.shape[-2:])
     return t.reshape(count, *t.shape[-2:])
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+def explain(
+    a, b, *, out=None, out_dtype=None, accumulate=torch.float32, backend="auto", bias=None,
+    activation=None, cc: tuple[int, int] | None = None, sm_count: int | None = None,
+    grouped: bool = False, offs=None, gated: bool = False, c=None, alpha=1.0, beta=1.0,
+    row_scale=None,
+) -> str:  # fmt: skip
+    """Which kernel ``matmul`` with these arguments runs, and why (``wsgemm.api.explain``'s
+    account: the problem, the kernel, the split, why, and the operands), for every operand
+    shape ``matmul`` takes: 2-D and 3-D operands as the core takes them (the core's text,
+    unchanged); 1-D operands and any number of batch dimensions (broadcast as in torch.matmul)
+    folded into the core's 2-D/3-D problem exactly as ``matmul`` folds them (``_folded``), then
+    explained there, after a first line that says how the call was folded: into one product
+    or a batch of L, and which of ``a``, ``b``, ``c`` is copied first (its batch dimensions
+    broadcast, or do not collapse into one) and whether ``out`` is written in place or the
+    result copied into it. Shapes ``matmul`` refuses raise its ValueError. ``grouped``,
+    ``offs``, ``gated`` and ``row_scale`` are ``wsgemm.api.explain``'s, unchanged.
+
+    Compiles, launches and allocates nothing on the device: where the fold of CUDA tensors
+    would copy one, the call is explained on meta stand-ins of its tensors, for a GPU of
+    their device's capability and SM count (``cc`` and ``sm_count`` default to them; choices
+    tuned on this GPU are then not seen, and out's overlap with ``a`` or ``b`` not checked).
+    Meta and fake tensors fold as they are; CPU tensors too (a host copy where the fold
+    copies, as ``matmul`` makes it), except where they are explained on a stand-in GPU anyway
+    (``cc`` or ``sm_count`` given, or no GPU here), which meta stand-ins answer the same.
+    """
+    others = dict(out_dtype=out_dtype, accumulate=accumulate, backend=backend,
+                  activation=activation, alpha=alpha, beta=beta, row_scale=row_scale)  # fmt: skip
+    nd = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    nd = nd and not (2 <= a.dim() <= 3 and 2 <= b.dim() <= 3)
+    if not nd or grouped or offs is not None or gated or row_scale is not None:
+        return api.explain(a, b, out=out, bias=bias, c=c, cc=cc, sm_count=sm_count,
+                           grouped=grouped, offs=offs, gated=gated, **others)  # fmt: skip
+    # matmul's checks of the N-D call (its fake implementation's, on the unfolded shapes),
+    # before anything is folded; the core checks the rest on the folded views
+    shape = check_static(a, b, out, out_dtype, accumulate, backend)
+    check_devices(a, b, out, (a.device.type,))  # one device (the core says which type)
+    check_epilogue(bias, activation, a.dtype, shape, a.device)
+    if c is not None and c is not out:
+        check_residual(c, shape, out.dtype if out is not None else (out_dtype or a.dtype),
+                       a.device)  # fmt: skip
+    tensors = (a, b, out, bias, c)
+    stand_ins = False  # or (with CUDA tensors) "cuda"
+    if a.device.type == "meta" or is_fake(a):
+        fold = _folded(a, b, out, out_dtype, bias, c)
+    else:  # real tensors: fold meta stand-ins first, which show what the fold would copy
+        ta, tb, tout, tbias, tc = _meta_twins(tensors)
+        fold = _folded(ta, tb, tout, out_dtype, tbias, tc)
+        elsewhere = cc is not None or sm_count is not None or not torch.cuda.is_available()
+        stand_ins = bool(_fold_copies(fold, c)) and (a.device.type == "cuda" or elsewhere)
+        if stand_ins and a.device.type == "cuda":  # the same GPU's capability and SMs
+            stand_ins = "cuda"
+            props = torch.cuda.get_device_properties(a.device)
+            cc = (props.major, props.minor) if cc is None else cc
+            sm_count = props.multi_processor_count if sm_count is None else sm_count
+        if not stand_ins:  # views only (or a CPU tensor's host copy, as matmul's)
+            fold = _folded(a, b, out, out_dtype, bias, c)
+    _, _, _, a3, b3, bias3, out3, c3 = fold
+    text = api.explain(a3, b3, out=out3, bias=bias3, c=c3, cc=cc, sm_count=sm_count, **others)
+    return f"{_fold_line(a, b, out, c, fold, stand_ins)}\n{text}"
+
+
+def _meta_twins(tensors) -> tuple:
+    """Meta tensors of ``tensors``' shapes, strides, dtypes, negative bits and requires_grad
+    (None stays None; one tensor given twice gets one twin, as ``c`` that is ``out``)."""
+    twins: dict[int, torch.Tensor] = {}
+    for t in tensors:
+        if t is not None and id(t) not in twins:
+            twin = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+            twin = twin._neg_view() if t.is_neg() else twin
+            twins[id(t)] = twin.requires_grad_(t.requires_grad)
+    return tuple(None if t is None else twins[id(t)] for t in tensors)
+
+
+def _fold_copies(fold: tuple, c) -> list[str]:
+    """Which of ``_folded``'s views are copies (not views of what was passed): "a", "b", "c"."""
+    _, _, _, a3, b3, _, _, c3 = fold
+    views = (("a", a3), ("b", b3), ("c", c3 if c is not None else None))
+    return [name for name, t in views if t is not None and not t._is_view()]
+
+
+def _fold_line(a, b, out, c, fold: tuple, stand_ins) -> str:
+    """``explain``'s first line for an N-D call: how ``_folded`` brought it to the core."""
+    shape, batch, core_shape, a3, b3, _, out3, c3 = fold
+    product = f"{tuple(a3.shape)} @ {tuple(b3.shape)}"
+    how = (f"one {product} product" if len(core_shape) == 2
+           else f"a batch of {core_shape[0]}: {product}")  # fmt: skip
+    parts = [f"N-D: a {tuple(a.shape)} @ b {tuple(b.shape)} runs as {how}"]
+    for name in _fold_copies(fold, c):
+        t, folded = {"a": (a, a3), "b": (b, b3), "c": (c, c3)}[name]
+        own, wanted = (tuple(t.shape), tuple(shape)) if name == "c" else (
+            tuple(t.shape[:-2]), tuple(batch))  # fmt: skip
+        why = (f"{'it' if name == 'c' else 'its batch'} {own} broadcasts to {wanted}"
+               if own != wanted else "its batch dimensions do not collapse into one (strides "
+               f"{tuple(t.stride())})")  # fmt: skip
+        parts.append(f"{name} copied into a {tuple(folded.shape)} tensor first: {why}")
+    if out is not None:
+        parts.append(
+            f"out written in place as {tuple(out3.shape)}" if out3 is not None else
+            "out's batch dimensions do not collapse into one: the result is written to a new "
+            f"{tuple(core_shape)} tensor, then copied into out"
+        )  # fmt: skip
+    if stand_ins:
+        parts.append("explained on meta stand-ins of the tensors (explain copies nothing)"
+                     + (", for their GPU's capability and SM count" if stand_ins == "cuda"
+                        else ""))  # fmt: skip
+    return "; ".join(parts)
 
 
 def _product(x, y, like: torch.Tensor, backend: str) -> torch.Tensor:

@@ -155,6 +155,10 @@ def explain(
     (``b`` the transposed ``[w_gate; w_up]`` weight; activation default "silu"); ``row_scale`` is
     grouped_mm's only (a ValueError without ``grouped``/``offs``).
 
+    Operands of the core's ranks: 2-D and 3-D (a ValueError for others). ``wsgemm.explain``
+    (``wsgemm.ops.explain``) takes every shape ``wsgemm.matmul`` does, 1-D and N-D included:
+    it folds them as ``matmul`` does and explains the folded 2-D/3-D call here.
+
     ``cc`` and ``sm_count`` answer for another GPU (a (major, minor) capability, its SM
     count): a stand-in of it, so no GPU is needed; meta and fake tensors, or a machine without a
     GPU, get a stand-in too (default an H200: sm_90, 132 SMs).
