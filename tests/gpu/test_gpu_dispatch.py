@@ -199,3 +199,29 @@ def test_auto_splits_llm_shapes_correctly_into_any_out(m, monkeypatch):
     text = wsgemm.api.explain(x, w)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert f"{sms} SMs" in text and f"kernel: {e.name}" in text
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 3, 64, 128), (128, 256)),
+                                              ((2, 1, 64, 128), (3, 128, 256)),
+                                              ((128,), (4, 128, 256))])  # fmt: skip
+def test_explain_of_an_nd_call_names_the_kernel_the_call_runs(a_shape, b_shape):
+    """``wsgemm.explain`` of CUDA N-D operands (a fold that copies is explained on meta
+    stand-ins of this GPU's capability and SM count) names the kernel of the equivalent
+    folded call on this GPU, allocates no device memory, and the call itself is right."""
+    a = torch.randn(a_shape, device="cuda", dtype=F16)
+    b = torch.randn(b_shape, device="cuda", dtype=F16)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    text = wsgemm.explain(a, b)
+    assert torch.cuda.memory_allocated() == before
+    assert text.startswith("N-D: ")
+    kernel = next(line for line in text.splitlines() if line.startswith("kernel:"))
+    batch = torch.broadcast_shapes(a.shape[:-2] if a.dim() > 1 else (), b.shape[:-2])
+    a3 = (a.unsqueeze(0) if a.dim() == 1 else a).expand(*batch, *a.shape[-2:] if a.dim() > 1
+                                                         else (1, a.shape[0]))  # fmt: skip
+    b3 = b.expand(*batch, *b.shape[-2:])
+    folded = wsgemm.explain(a3.reshape(-1, *a3.shape[-2:]).contiguous(),
+                            b3.reshape(-1, *b3.shape[-2:]).contiguous())  # fmt: skip
+    assert kernel in folded.splitlines()
+    got = wsgemm.matmul(a, b)
+    assert_matches_torch(got, a, b)
