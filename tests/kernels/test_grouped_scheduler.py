@@ -1,6 +1,7 @@
 """The grouped kernels' schedules (``kernels.common.grouped_scheduler``), replayed on the host:
 every tile of every group runs exactly once, on one CTA; a cluster never straddles two groups;
-the launch bound holds for any group sizes; ends that decrease or overrun are clamped. The
+the launch bound holds for any group sizes; ends that decrease or overrun are clamped; the
+replay once for all CTAs (``RaggedSchedule``, explain's tile map) is every CTA's own walk. The
 ragged-K schedule (2D x 2D): each unit's K slice, an empty group's one all-zero k-tile."""
 
 import math
@@ -9,6 +10,7 @@ import random
 import pytest
 
 from wsgemm.kernels.common.grouped_scheduler import (
+    RaggedSchedule,
     group_k_span,
     ragged_k_unit_order,
     ragged_unit_order,
@@ -29,8 +31,16 @@ def _clamped(ends: list[int], rows: int) -> list[tuple[int, int]]:
     return out
 
 
+def _fields(order) -> list[list[tuple]]:
+    """Each CTA's units as plain values: every field of each ``GroupWorkTile``."""
+    return [[(*map(int, u._ints()), bool(u.is_valid)) for u in units] for units in order]
+
+
 def _check(ends, rows, num_n, tile_m, group, num_ctas, cluster):
     order = ragged_unit_order(ends, rows, num_n, tile_m, group, num_ctas, cluster)
+    # the replay once for all CTAs is every CTA's own walk, unit for unit
+    fast = RaggedSchedule(ends, rows, num_n, tile_m, group, num_ctas, cluster).order()
+    assert _fields(fast) == _fields(order)
     spans = _clamped(ends, rows)
     seen = {}
     for cta, units in enumerate(order):
@@ -107,6 +117,35 @@ def test_a_cta_walks_its_groups_forward():
         works = [int(u.work) for u in units]
         groups = [int(u.l) for u in units]
         assert works == sorted(works) and groups == sorted(groups)
+
+
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)])
+def test_the_schedule_replayed_once_is_every_ctas_walk(cluster):
+    """``RaggedSchedule`` (the tile map's replay: the cursor chain once, a unit's group by
+    bisection, its coordinates cached) gives each CTA the units its own ``RaggedMScheduler``
+    walks (``ragged_unit_order``): random ends, sorted or not, past the rows or negative,
+    empty groups, and launches of a few CTAs (fewer than a cluster: none launched) to more
+    than the units."""
+    rng = random.Random(f"once{cluster}")
+    for _ in range(40):
+        groups, tile_m = rng.randint(1, 40), rng.choice([64, 128])
+        sizes = [rng.choice([0, 0, 1, tile_m - 1, tile_m, rng.randint(0, 6 * tile_m)])
+                 for _ in range(groups)]  # fmt: skip
+        ends = [sum(sizes[: i + 1]) for i in range(groups)]
+        if rng.random() < 0.3:  # ends the host cannot check: decreasing, negative, overrunning
+            ends = [e + rng.choice([0, 0, -tile_m, -10 * tile_m, 7 * tile_m]) for e in ends]
+        rows = max(ends[-1], 0) + rng.choice([0, 3, 200])
+        num_n = rng.randint(1, 9)
+        group = rng.choice([1, 2, 8]) * cluster[0]
+        num_ctas = rng.choice([1, 2, 5, 16, 132])
+        args = (ends, rows, num_n, tile_m, group, num_ctas, cluster)
+        schedule = RaggedSchedule(*args)
+        order = ragged_unit_order(*args)
+        assert _fields(schedule.order()) == _fields(order)
+        assert schedule.launched * cluster[0] * cluster[1] == len(order)
+        assert sum(len(schedule.works(c)) for c in range(schedule.launched)) * cluster[0] * (
+            cluster[1]
+        ) == sum(map(len, order))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- ragged K (2D x 2D)

@@ -138,26 +138,32 @@ def tile_map(backend: str, ends: list[int], rows: int, n: int, sm_count: int,
              shown: int = 8) -> list[str]:  # fmt: skip
     """``explain``'s lines on which tiles run which group of a ragged-M grouped call whose
     group ends (``offs``) the host holds: the grouped kernel's schedule replayed on the host
-    (``kernels.common.grouped_scheduler.ragged_unit_order``, the same arithmetic the kernel
-    runs) over the CTAs a launch on ``sm_count`` SMs starts: per group its rows, its m-tiles x
-    n-tiles, its last m-tile's fill and the CTAs that run its tiles (the first ``shown``
-    groups, then a count); the whole call's units, waves and padded rows."""
-    from ..kernels.common.grouped_scheduler import ragged_unit_order
+    (``kernels.common.grouped_scheduler.RaggedSchedule``: ``ragged_unit_order``'s answer, the
+    same arithmetic the kernel runs, at a cost per group) over the CTAs a launch on
+    ``sm_count`` SMs starts: per group its rows, its m-tiles x n-tiles, its last m-tile's fill
+    and the CTAs that run its tiles (the first ``shown`` groups, then a count); the whole
+    call's units, waves and padded rows."""
+    from ..kernels.common.grouped_scheduler import RaggedSchedule
     from ..kernels.sm90.config import DEFAULT_RASTER_GROUP
 
     name, config = grouped_config(backend, rows, len(ends))
     cfg = config or BACKENDS[name].config()
     num_n = -(-n // cfg.tile_n)
-    order = ragged_unit_order(list(ends), rows, num_n, cfg.tile_m,
+    schedule = RaggedSchedule(list(ends), rows, num_n, cfg.tile_m,
                               DEFAULT_RASTER_GROUP[cfg.schedule], sm_count,
                               (cfg.cluster_m, cfg.cluster_n))  # fmt: skip
+    # each CTA of a cluster runs the cluster's units: the counts per CTA are its cluster's
+    counts = [len(schedule.works(c)) for c in range(schedule.launched)]
+    launched_ctas = schedule.launched * cfg.cluster_m * cfg.cluster_n
+    units, busiest = sum(counts) * cfg.cluster_m * cfg.cluster_n, max(counts, default=0)
+    # the shown groups' tiles, one by one: the units before the first group not shown
+    groups_shown = min(shown, len(ends))
+    shown_end = schedule.cursors[groups_shown - 1][4] if groups_shown > 0 else 0
     ctas: dict[int, set[int]] = {}
     idle: dict[int, int] = {}  # a group's tiles past its rows or N: a cluster's surplus
-    units = busiest = 0
-    for cta, work in enumerate(order):
-        busiest = max(busiest, len(work))
-        units += len(work)
-        for u in work:
+    for w in range(min(shown_end, schedule.units) if schedule.launched else 0):
+        for cta, cta_mn in schedule.cluster_ctas(w % schedule.launched):
+            u = schedule.tile(w, cta_mn)
             g = int(u.l)
             ctas.setdefault(g, set()).add(cta)
             if u.rows_left(cfg.tile_m) <= 0 or int(u.n) >= num_n:
@@ -190,9 +196,9 @@ def tile_map(backend: str, ends: list[int], rows: int, n: int, sm_count: int,
     padded = 1 - written / computed if computed else 0.0
     head = (
         f"tile map (offs read on the host, from a CPU tensor): {units} tiles of "
-        f"{cfg.tile_m}x{cfg.tile_n} computed over {len(order)} CTAs, the busiest running "
-        f"{busiest}; {padded:.0%} of the computed elements are padding (each group's last "
-        "m-tile and n-tile, a cluster's surplus tiles)"
+        f"{cfg.tile_m}x{cfg.tile_n} computed over {launched_ctas} CTAs, the busiest "
+        f"running {busiest}; {padded:.0%} of the computed elements are padding (each group's "
+        "last m-tile and n-tile, a cluster's surplus tiles)"
     )
     return [head, *lines]
 

@@ -21,11 +21,14 @@ exceed the rows (which the host cannot check without a sync) give empty groups a
 
 The arithmetic runs on Python ints (host replay, :func:`ragged_unit_order`, the tests) and on
 DSL ``Int32`` values (in the kernel) alike; only the walk's loop differs (a Python loop, a
-``@cute.jit`` loop on the GPU).
+``@cute.jit`` loop on the GPU). :class:`RaggedSchedule` is the host replay at a cost per group
+rather than per CTA and tile (``explain``'s tile map): the same cursors and coordinates, each
+computed once.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 import cutlass
@@ -48,6 +51,7 @@ __all__ = [
     "KGroupWorkTile",
     "RaggedKScheduler",
     "RaggedMScheduler",
+    "RaggedSchedule",
     "group_k_span",
     "ragged_k_unit_order",
     "ragged_unit_order",
@@ -216,6 +220,87 @@ def ragged_unit_order(
         list(ends), len(ends), rows, clusters_n, tile_m, cluster, rows_per_group, launched,
         cluster_idx, cta_mn,
     ))  # fmt: skip
+
+
+class RaggedSchedule:
+    """The ragged-M schedule of one launch replayed on the host once for all its CTAs: what
+    :func:`ragged_unit_order` answers (every CTA walking its own :class:`RaggedMScheduler`),
+    from the same arithmetic, each piece computed once (the arguments are
+    :func:`ragged_unit_order`'s).
+
+    Every CTA's cursor walks one chain, group after group from the first (``_first_cursor``,
+    then ``_group_cursor`` of the next group from the current one's end row and end unit):
+    :attr:`cursors` holds it, ending with the cursor past the last group. A CTA's seek stops at
+    the first cursor of the chain whose end unit is past the unit (the end units never
+    decrease, and a CTA's units increase): a bisection here (:meth:`seek`). A unit's cluster
+    coordinates are the kernel's ``grouped_cluster_coord`` of the unit's index in its group,
+    cached per (the group's cluster rows, that index). Cluster ``c`` of the :attr:`launched`
+    runs units ``c, c + P, ...`` (``initial_work_tile``, ``next_work_tile``) while they are
+    below :attr:`units` (past it the cursor is past the last group: not valid), each on every
+    CTA of the cluster (:meth:`works`, :meth:`cluster_ctas`)."""
+
+    def __init__(self, ends: list[int], rows: int, num_n: int, tile_m: int, group: int,
+                 num_ctas: int, cluster: tuple[int, int] = (1, 1)):  # fmt: skip
+        cluster_m, cluster_n = cluster
+        self.tile_m, self.cluster = tile_m, cluster
+        self.num_groups, self.rows = len(ends), rows
+        self.clusters_n = clusters_n = _ceil_div(num_n, cluster_n)
+        bound = unit_bound(rows, len(ends), tile_m, cluster_m, clusters_n)
+        self.launched = persistent_cluster_count(bound, num_ctas // (cluster_m * cluster_n))
+        self.rows_per_group = group_rows(group, cluster_m)
+        offs = list(ends)
+        cursor = _group_cursor(offs, 0, len(ends), rows, 0, 0, tile_m, cluster_m, clusters_n)
+        cursors = [cursor]
+        for g in range(1, len(ends) + 1):  # (as RaggedMScheduler._seek steps)
+            _, _, row_end, _, unit_end = cursor
+            cursor = _group_cursor(offs, g, len(ends), rows, row_end, unit_end, tile_m,
+                                   cluster_m, clusters_n)  # fmt: skip
+            cursors.append(cursor)
+        self.cursors = cursors
+        self._unit_ends = [c[4] for c in cursors]
+        #: The units the schedule runs: the first unit of the cursor past the last group.
+        self.units = cursors[-1][3]
+        self._coords: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    def seek(self, work: int) -> tuple:
+        """The cursor a CTA's walk holds at unit ``work``."""
+        return self.cursors[bisect_right(self._unit_ends, work)]
+
+    def works(self, cluster_idx: int) -> range:
+        """The units cluster ``cluster_idx`` runs, in order (each of its CTAs runs them all)."""
+        return range(cluster_idx, self.units, self.launched)
+
+    def cluster_ctas(self, cluster_idx: int) -> list[tuple[int, tuple[int, int]]]:
+        """(CTA index in launch-grid order, (cta_m, cta_n)) of cluster ``cluster_idx``'s CTAs,
+        as ``scheduler.replay`` orders them (x fastest)."""
+        cluster_m, cluster_n = self.cluster
+        first = cluster_idx * cluster_m * cluster_n
+        return [(first + cta_n * cluster_m + cta_m, (cta_m, cta_n))
+                for cta_n in range(cluster_n) for cta_m in range(cluster_m)]  # fmt: skip
+
+    def tile(self, work: int, cta_mn: tuple[int, int]) -> GroupWorkTile:
+        """The tile CTA ``cta_mn`` of unit ``work``'s cluster runs (``RaggedMScheduler._tile``)."""
+        g, row0, row_end, unit_start, unit_end = self.seek(work)
+        cluster_m, cluster_n = self.cluster
+        clusters_m = _ceil_div(_ceil_div(row_end - row0, self.tile_m), cluster_m)
+        key = (clusters_m, work - unit_start)
+        coord = self._coords.get(key)
+        if coord is None:
+            cm, cn, _ = grouped_cluster_coord(key[1], cutlass.max(clusters_m, 1), self.clusters_n,
+                                              self.rows_per_group)  # fmt: skip
+            coord = self._coords[key] = (cm, cn)
+        cm, cn = coord
+        return GroupWorkTile(cm * cluster_m + cta_mn[0], cn * cluster_n + cta_mn[1], g, work,
+                             g < self.num_groups, row0, row_end, unit_start, unit_end)  # fmt: skip
+
+    def order(self) -> list[list[GroupWorkTile]]:
+        """:func:`ragged_unit_order`'s answer: for each launched CTA, the units it runs."""
+        out = []
+        for cluster_idx in range(self.launched):
+            works = self.works(cluster_idx)
+            for _, cta_mn in self.cluster_ctas(cluster_idx):
+                out.append([self.tile(w, cta_mn) for w in works])
+        return out
 
 
 # ----------------------------------------------------------------------------------- ragged K
