@@ -7,14 +7,19 @@ turns a model's ``nn.Linear`` layers into ``Linear`` in place and reports what i
 from __future__ import annotations
 
 import logging
+import operator
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
+from torch.nn.utils import parametrize
 
 from .api.epilogue import _transformed, check_activation, gated_unit_with_grad, torch_activation
 from .api.gated import gated_in_torch
@@ -104,6 +109,29 @@ def _autocastable(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and dtype != torch.float64
 
 
+def _hooked(module: nn.Module) -> bool:
+    """Does a call of ``module`` run hooks (its own forward, forward-pre or backward hooks, or
+    global module hooks)? A road that bypasses the module's call would skip them, or show them
+    values the unfused model does not."""
+    return _own_hooks(module) or _global_hooks()
+
+
+def _own_hooks(module: nn.Module) -> bool:
+    """Has ``module`` forward, forward-pre or backward hooks of its own?"""
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+        or module._backward_pre_hooks
+    )  # fmt: skip
+
+
+def _global_hooks() -> bool:
+    """Are global module hooks registered (``nn.modules.module.register_module_*_hook``)?"""
+    return bool(
+        _module._global_forward_hooks or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks or _module._global_backward_pre_hooks
+    )  # fmt: skip
+
+
 #: Layers that have logged their fallback (once per layer, not per call).
 _FELL_BACK: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
@@ -146,6 +174,9 @@ class Linear(nn.Linear):
     """
 
     activation: str | None = None  # the class default: a replaced nn.Linear has none
+    #: The activation is a plain MLP's, moved here by ``fuse_plain_mlps``: while the layer has
+    #: hooks, it returns what ``nn.Linear`` returns and its ``FusedActivation`` applies it.
+    _act_from_fusion: bool = False
 
     def __init__(
         self,
@@ -160,14 +191,17 @@ class Linear(nn.Linear):
         self.activation = None if check_activation(activation) == "none" else activation
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        activation = self.activation
+        if activation is not None and self._act_from_fusion and _hooked(self):
+            activation = None  # hooks see the product, as unfused (FusedActivation applies it)
         if _runs_on_wsgemm(input, self.weight):
-            return linear(input, self.weight, self.bias, self.activation)
+            return linear(input, self.weight, self.bias, activation)
         # is_compiling() folds to True in a traced graph, so the note is eager-only and the
         # graph holds F.linear alone (no logging call to break it).
         if not torch.compiler.is_compiling() and self not in _FELL_BACK:
             _note_fallback(self, input)
         y = F.linear(input, self.weight, self.bias)
-        return y if self.activation is None else torch_activation(self.activation, y)
+        return y if activation is None else torch_activation(activation, y)
 
     def extra_repr(self) -> str:
         text = f"{super().extra_repr()}, wsgemm={_BACKEND}"
@@ -193,6 +227,25 @@ def _swapped_class(cls: type) -> type:
         swapped = type(f"Wsgemm{cls.__name__}", (Linear, cls), {"__module__": __name__})
         _SWAPPED[cls], _TORCH_CLASS[swapped] = swapped, cls
     return _SWAPPED[cls]
+
+
+def _unparametrized(layer: nn.Module) -> type:
+    """The layer's class, or where ``torch.nn.utils.parametrize`` gave it a class of its own (a
+    subclass holding the parametrized tensors' properties), the class that one extends."""
+    cls = type(layer)
+    return cls.__bases__[0] if parametrize.is_parametrized(layer) else cls
+
+
+def _reclass(layer: nn.Module, make: Callable[[type], type]) -> None:
+    """Give ``layer`` the class ``make`` makes of its (unparametrized) class. A parametrized
+    layer gets a parametrized class of its own over that one, with the same properties: what
+    ``remove_parametrizations`` deletes from the layer's class before it takes its base."""
+    cls = type(layer)
+    if not parametrize.is_parametrized(layer):
+        layer.__class__ = make(cls)
+        return
+    namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+    layer.__class__ = type(cls.__name__, (make(cls.__bases__[0]),), namespace)
 
 
 def _unpickle(torch_class: type) -> Linear:
@@ -304,10 +357,12 @@ def replace_linear(
         module: the model.
         filter_fn: ``filter_fn(layer, qualified_name) -> bool`` picks layers among the
             ``nn.Linear`` instances, subclasses included, in place of the default (layers whose
-            type is exactly ``nn.Linear``); the size, dtype and device rules above apply to
-            the layers it picks, whatever it says. A chosen subclass keeps its other methods
-            but its ``forward`` becomes ``Linear.forward`` (``x @ W.T + b``), so choose only
-            subclasses whose forward means that.
+            type is exactly ``nn.Linear``, parametrized or not); the size, dtype and device
+            rules above apply to the layers it picks, whatever it says. A chosen subclass
+            keeps its other methods but its ``forward`` becomes ``Linear.forward``
+            (``x @ W.T + b``), so choose only subclasses whose forward means that. A layer
+            parametrized by ``torch.nn.utils.parametrize`` keeps its parametrizations above
+            the wsgemm class (``remove_parametrizations`` leaves a wsgemm layer).
         fuse_mlp: also fuse gated MLPs (``fuse_gated_mlps``): a module with replaced
             ``gate_proj`` and ``up_proj`` layers, a ``down_proj`` and an ``act_fn`` (Llama's,
             Qwen's, Mistral's ``MLP``) computes ``act(gate) * up`` as one gated GEMM. Only
@@ -315,10 +370,10 @@ def replace_linear(
             this call, or by an earlier one) fuse: where the filter declines either, or either
             is skipped, the MLP keeps its own forward and both weights stay as they were. Also
             plain MLPs (``fuse_plain_mlps``: GPT-NeoX's, Phi's, Falcon's): the activation moves
-            into the replaced up projection's epilogue, with its bias. Both read module names
-            and assume the MLP's forward is ``down(act(up(x)))`` (gated: ``down(act(gate(x))
-            * up(x))``); a forward that does more between them computes otherwise once fused
-            (``fuse_plain_mlps``).
+            into the replaced up projection's epilogue, with its bias. Both find MLPs by
+            module names and check the forward with ``torch.fx`` (gated: exactly
+            ``down(act(gate(x)) * up(x))``; plain: ``act`` called once, on ``up``'s whole
+            output and nothing else): a forward that differs or does not trace stays unfused.
 
     Returns:
         a ``ReplaceReport``: ``replaced`` (qualified names, "" for ``module`` itself),
@@ -340,7 +395,7 @@ def replace_linear(
             continue
         if filter_fn is not None:
             why = None if filter_fn(layer, name) else "filtered: filter_fn declined it"
-        elif type(layer) is not nn.Linear:
+        elif _unparametrized(layer) is not nn.Linear:  # (a parametrized nn.Linear is one)
             why = (
                 f"filtered: a subclass of nn.Linear ({type(layer).__name__}); the default "
                 "takes exactly nn.Linear, filter_fn may choose subclasses"
@@ -351,7 +406,7 @@ def replace_linear(
         if why is not None:
             skipped[name] = why
             continue
-        layer.__class__ = _swapped_class(type(layer))
+        _reclass(layer, _swapped_class)
         replaced.append(name)
         fallback = _fallback_reason(layer.weight)
         if fallback is not None:
@@ -385,9 +440,9 @@ def restore_linear(module: nn.Module) -> list[str]:
     _unfuse_plain_mlps(module)
     restored = []
     for name, layer in module.named_modules():
-        torch_class = _TORCH_CLASS.get(type(layer))
+        torch_class = _TORCH_CLASS.get(_unparametrized(layer))
         if torch_class is not None and not (isinstance(layer, Linear) and layer.activation):
-            layer.__class__ = torch_class
+            _reclass(layer, _TORCH_CLASS.__getitem__)
             _FELL_BACK.discard(layer)
             restored.append(name)
     return restored
@@ -447,11 +502,9 @@ def _fused_step_runs(x: torch.Tensor, up: nn.Module, down: nn.Module, fuses) -> 
 
 def _plain_layer(layer: nn.Module) -> bool:
     """A ``Linear`` itself (not a subclass, not restored to ``nn.Linear``) without an
-    activation of its own or hooks: a road that bypasses its forward computes what it would."""
-    return (
-        type(layer) is Linear and layer.activation is None
-        and not (layer._forward_hooks or layer._forward_pre_hooks)
-    )  # fmt: skip
+    activation of its own or hooks (``_hooked``): a road that bypasses its forward computes
+    what it would."""
+    return type(layer) is Linear and layer.activation is None and not _hooked(layer)
 
 
 class GatedMLP(nn.Module):
@@ -464,7 +517,10 @@ class GatedMLP(nn.Module):
     separate gate and up weights loads into it with ``torch.cat([w_gate, w_up])``. With
     ``bias=True`` the projections have biases (``gate_up_proj.bias`` is ``[b_gate; b_up]``),
     which ``gated_linear`` adds before the unit where its gated kernel takes a bias
-    (``GATED_BIAS_FAMILIES``: Hopper); elsewhere torch's road runs them."""
+    (``GATED_BIAS_FAMILIES``: Hopper); elsewhere torch's road runs them. The gated kernel reads
+    ``gate_up_proj``'s weight in place of calling it, so it runs only while that is this
+    module's own plain ``Linear`` without hooks; else ``gate_up_proj(x)``, then the unit
+    (in fp32, rounded once; in float64 for a float64 product)."""
 
     def __init__(self, hidden: int, ffn: int, activation: str = "silu", bias: bool = False,
                  device=None, dtype=None):  # fmt: skip
@@ -481,14 +537,18 @@ class GatedMLP(nn.Module):
             down = self.down_proj
             return gated_mlp(x, w, b, down.weight, down.bias, self.activation)
         # with a bias, gated_linear while its gated kernel is off takes an fp32 product: torch's
-        # road below reads and writes half the bytes (the product in the inputs' dtype)
-        if _runs_on_wsgemm(x, w) and (
-            b is None or (_gated_kernel_takes_bias() and b.dtype == w.dtype)
-        ):
+        # road below reads and writes half the bytes (the product in the inputs' dtype). It
+        # bypasses gate_up_proj's call: only for the module's own plain layer, without hooks.
+        if (
+            _plain_layer(self.gate_up_proj) and _runs_on_wsgemm(x, w)
+            and (b is None or (_gated_kernel_takes_bias() and b.dtype == w.dtype))
+        ):  # fmt: skip
             h = gated_linear(x, w, self.activation, bias=b)
-        else:  # torch's road: the product, then act(gate) * up in fp32, rounded once
+        else:  # torch's road: the product, then act(gate) * up in fp32 (fp64 kept), rounded once
             y = self.gate_up_proj(x)
-            if torch.is_grad_enabled() and y.requires_grad:  # the gradient in three passes
+            if y.dtype == torch.float64:  # float64 throughout, as torch's modules compute it
+                h = gated_unit_with_grad(self.activation, y)
+            elif torch.is_grad_enabled() and y.requires_grad:  # the gradient in three passes
                 h = gated_unit_with_grad(self.activation, y.float()).to(y.dtype)
             else:  # two passes after the cast (api.gated.gated_in_torch: the same bits)
                 h = gated_in_torch(y, self.activation, y.dtype)
@@ -591,11 +651,140 @@ def _side_by_side(gate: torch.Tensor, up: torch.Tensor) -> None:
     gate.data, up.data = both[: gate.shape[0]], both[gate.shape[0] :]
 
 
+# ------------------------------------------------------------------ what a fusion may rely on
+
+#: The forwards that compute ``x @ W.T + b`` and nothing else.
+_LINEAR_FORWARDS = (nn.Linear.forward, Linear.forward)
+
+
+def _gemm_layer(layer: nn.Module) -> bool:
+    """A layer whose call is ``x @ W.T + b`` and nothing else (``nn.Linear``'s or ``Linear``'s
+    forward, no activation of its own, no hooks): a road that reads its weight and bias in
+    place of calling it computes what calling it would, and skips nothing."""
+    return _unhooked_gemm_layer(layer) and not _global_hooks()
+
+
+def _unhooked_gemm_layer(layer) -> bool:
+    """``_gemm_layer`` but for global hooks (the caller asks about those once)."""
+    return (
+        isinstance(layer, nn.Linear) and type(layer).forward in _LINEAR_FORWARDS
+        and getattr(layer, "activation", None) is None and not _own_hooks(layer)
+    )  # fmt: skip
+
+
+class _Leaves(torch.fx.Tracer):
+    """Traces a module's own forward, every submodule call a leaf (a ``call_module`` node)."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return True
+
+
+def _traced(owner: nn.Module) -> list[torch.fx.Node] | None:
+    """The nodes of ``owner``'s forward traced by ``torch.fx`` (submodule calls as leaves), or
+    None where it has no forward of its own or does not trace (control flow on values, ...)."""
+    if type(owner).forward is nn.Module.forward:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return list(_Leaves().trace(owner).nodes)
+    except Exception:  # whatever keeps fx from tracing it: the form is not verified
+        return None
+
+
+def _calls_of(owner: nn.Module, nodes: list[torch.fx.Node], module: nn.Module):
+    """The nodes that call ``module`` (by identity, whatever name fx gave it)."""
+    return [
+        n for n in nodes
+        if n.op == "call_module" and owner.get_submodule(n.target) is module
+    ]  # fmt: skip
+
+
+_MULS = (operator.mul, torch.mul, torch.Tensor.mul)
+
+
+def _gated_form(mlp: nn.Module, gate, up, act, down) -> bool:
+    """Whether ``mlp``'s own forward is ``down(act(gate(x)) * up(x))`` and nothing else (what
+    the fused forward computes in its place), as ``torch.fx`` traces it."""
+    nodes = _traced(mlp)
+    if nodes is None:
+        return False
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    work = [n for n in nodes if n.op not in ("placeholder", "output")]
+    calls = [_calls_of(mlp, nodes, m) for m in (gate, up, act, down)]
+    if not inputs or len(work) != 5 or any(len(c) != 1 for c in calls):
+        return False
+    (g,), (u,), (a,), (d,) = calls
+    x, (out,) = inputs[0], [n for n in nodes if n.op == "output"]
+    (m,) = [n for n in work if n not in (g, u, a, d)]
+    is_mul = (m.op == "call_function" and m.target in _MULS) or (
+        m.op == "call_method" and m.target == "mul"
+    )
+    return (
+        is_mul and not m.kwargs and m.args in ((a, u), (u, a))
+        and g.args == (x,) and u.args == (x,) and a.args == (g,) and d.args == (m,)
+        and not (g.kwargs or u.kwargs or a.kwargs or d.kwargs) and out.args == (d,)
+        and not any(n.users for n in inputs[1:])
+    )  # fmt: skip
+
+
+def _plain_form(owner: nn.Module, up: nn.Module, act: nn.Module) -> bool:
+    """Whether ``owner``'s forward (the MLP's, or the module's above it that calls its layers)
+    calls ``up`` once and ``act`` once, on ``up``'s whole output and nothing else (what moving
+    the activation into ``up`` keeps), as ``torch.fx`` traces it."""
+    nodes = _traced(owner)
+    if nodes is None:
+        return False
+    ups, acts = _calls_of(owner, nodes, up), _calls_of(owner, nodes, act)
+    if len(ups) != 1 or len(acts) != 1:
+        return False
+    (u,), (a,) = ups, acts
+    return a.args == (u,) and not a.kwargs and set(u.users) == {a}
+
+
+def _owner(modules: Mapping[str, nn.Module], name: str) -> nn.Module | None:
+    """The module whose forward runs the MLP ``name``'s layers: the MLP's, or where it has no
+    forward of its own (a container), the nearest one above it that has one."""
+    while (module := modules.get(name)) is not None:
+        if type(module).forward is not nn.Module.forward:
+            return module
+        if not name:
+            return None
+        name = name.rpartition(".")[0]
+    return None
+
+
 class _FusedMLP:
     """The forward a fused gated MLP gets (mixed into its own class): ``down_proj(act(gate)
     * up)`` with ``act(gate) * up`` one ``gated_linear`` of the two weights read as one,
-    while they stay adjacent in memory and wsgemm runs the call; the model's own forward
-    otherwise (a ``.to()`` that copies the weights apart, a CPU tensor)."""
+    while they stay adjacent in memory, wsgemm runs the call and the layers are still what
+    was fused (``_fusion_holds``); the model's own forward otherwise (a CPU tensor, a hook
+    on the gate, up or activation, a layer swapped for another). A ``.to()`` (any
+    ``Module._apply``) puts the two weights side by side again."""
+
+    def _fusion_holds(self) -> bool:
+        """The gate and up projections still plain products without hooks (``_gemm_layer``)
+        and ``act_fn`` the activation fused, without hooks: reading the weights computes what
+        the model's forward would, and skips no hook."""
+        # (every call asks: the module dict read directly, global hooks once)
+        modules = self._modules
+        act_fn = modules.get("act_fn")
+        return (
+            _activation_of(act_fn) == self._wsgemm_activation and not _own_hooks(act_fn)
+            and _unhooked_gemm_layer(modules.get("gate_proj"))
+            and _unhooked_gemm_layer(modules.get("up_proj")) and not _global_hooks()
+        )  # fmt: skip
+
+    def _apply(self, fn, recurse=True):
+        # .to(), .half(), .cuda(), to_empty(): each Parameter gets its own new tensor; join the
+        # two halves again (one copy) so the fused forward still runs after the move
+        super()._apply(fn, recurse)
+        gate, up = self.gate_proj, self.up_proj
+        if isinstance(gate, nn.Linear) and isinstance(up, nn.Linear) and gate is not up:
+            for g, u in ((gate.weight, up.weight), (gate.bias, up.bias)):
+                if _joinable(g, u) and not _adjacent(g, u):
+                    _side_by_side(g, u)
+        return self
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         gate, up = self.gate_proj.weight, self.up_proj.weight
@@ -605,7 +794,7 @@ class _FusedMLP:
             usable_biases = b_gate.dtype == gate.dtype and _adjacent(b_gate, b_up)
         if (
             not args and not kwargs and usable_biases and _adjacent(gate, up)
-            and _runs_on_wsgemm(x, gate)
+            and _runs_on_wsgemm(x, gate) and self._fusion_holds()
         ):  # fmt: skip
             params = (gate, up) if b_gate is None else (gate, up, b_gate, b_up)
             if torch.is_grad_enabled() and any(p.requires_grad for p in params):
@@ -622,6 +811,16 @@ class _FusedMLP:
     def __reduce_ex__(self, protocol):
         # its class is made at run time: pickle the torch class, swap the fused one back in
         return _unpickle_fused, (_TORCH_CLASS[type(self)],), self.__getstate__()
+
+
+def _joinable(g, u) -> bool:
+    """Two Parameters ``_side_by_side`` can put in one buffer: distinct, initialized, of one
+    shape, dtype and device."""
+    return (
+        isinstance(g, nn.Parameter) and isinstance(u, nn.Parameter) and g is not u
+        and not (nn.parameter.is_lazy(g) or nn.parameter.is_lazy(u))
+        and g.shape == u.shape and g.dtype == u.dtype and g.device == u.device
+    )  # fmt: skip
 
 
 def _unpickle_fused(torch_class: type) -> nn.Module:
@@ -645,10 +844,20 @@ def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
     as one ``gated_linear``. It asks no filter: ``replace_linear(fuse_mlp=True)`` fuses only
     the pairs it made (or found) wsgemm layers.
 
+    The fused forward replaces the module's own, so the module must be that form: its forward,
+    traced by ``torch.fx`` (submodule calls as leaves), must be exactly
+    ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``; a forward that does anything else (a
+    scale, a dropout, the activation on the other half) or does not trace stays unfused. Nor
+    are MLPs fused whose gate or up projection has a forward of its own (an ``nn.Linear``
+    subclass's), hooks (as has the activation), or a second parent. At each call the fused
+    forward checks that this still holds (no hook added since, no layer swapped for another)
+    and runs the model's own forward where it does not.
+
     The two weights are copied once into one buffer, ``[gate; up]``, and each ``Parameter``
     is pointed at its half (``param.data``): the same ``Parameter`` objects and ``state_dict``
-    keys, no copy per call; the two biases likewise, ``[b_gate; b_up]``. The module's class
-    gets the fused forward (its own is kept for what the fusion does not cover);
+    keys, no copy per call; the two biases likewise, ``[b_gate; b_up]``. A later ``.to()``
+    (``.half()``, ``.cuda()``, ``to_empty()``) joins the moved halves again. The module's
+    class gets the fused forward (its own is kept for what the fusion does not cover);
     ``restore_linear`` gives the class back.
 
     Returns:
@@ -662,31 +871,37 @@ def _fuse_gated_mlps(
 ) -> list[tuple[str, str, str]]:
     """``fuse_gated_mlps``, fusing only MLPs whose gate and up layers both pass ``takes``."""
     fused = []
-    for name, mlp in module.named_modules():
+    # a layer under two parents (shared by two MLPs) cannot lie beside both up projections
+    parents = Counter(id(child) for parent in module.modules() for child in parent.children())
+    for name, mlp in list(module.named_modules()):
         if isinstance(mlp, _FusedMLP):
             continue
         gate, up = getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None)
-        act = _activation_of(getattr(mlp, "act_fn", None))
+        act_fn, down = getattr(mlp, "act_fn", None), getattr(mlp, "down_proj", None)
+        act = _activation_of(act_fn)
         if not (isinstance(gate, nn.Linear) and isinstance(up, nn.Linear) and act is not None):
             continue
-        if not (takes(gate) and takes(up)):
+        if gate is up or not (takes(gate) and takes(up)):
             continue
-        if any(getattr(proj, "activation", None) is not None for proj in (gate, up)):
-            continue  # a wsgemm Linear's own activation: the gated product would drop it
-        if not isinstance(getattr(mlp, "down_proj", None), nn.Module):
+        # a wsgemm Linear's own activation (the gated product would drop it), a forward of a
+        # subclass's own, hooks (the fused forward skips their calls): the model's forward
+        if not (_gemm_layer(gate) and _gemm_layer(up)) or _hooked(act_fn):
+            continue
+        if parents[id(gate)] != 1 or parents[id(up)] != 1:
+            continue
+        if not isinstance(down, nn.Module):
             continue
         g, u = gate.weight, up.weight
-        if nn.parameter.is_lazy(g) or nn.parameter.is_lazy(u):
-            continue  # no shape before the first forward
-        if g.shape != up.weight.shape:
-            continue
-        if g.dtype != u.dtype or g.device != u.device or _misaligned(g) is not None:
-            continue
+        if not _joinable(g, u) or _misaligned(g) is not None:
+            continue  # lazy (no shape before the first forward), shapes, dtypes, devices
         bg, bu = gate.bias, up.bias
         if (bg is None) != (bu is None):
             continue  # one bias and not the other: the model's own forward
-        if bg is not None and any(b.dtype != g.dtype or b.device != g.device for b in (bg, bu)):
+        if bg is not None and not (_joinable(bg, bu) and bg.dtype == g.dtype
+                                   and bg.device == g.device):  # fmt: skip
             continue
+        if not _gated_form(mlp, gate, up, act_fn, down):
+            continue  # its forward is not down(act(gate(x)) * up(x)) (or does not trace)
         if not _adjacent(g, u):
             _side_by_side(g, u)
         if bg is not None and not _adjacent(bg, bu):
@@ -725,7 +940,8 @@ class FusedActivation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up = self._up
         if isinstance(up, Linear) and up.activation == self.activation:
-            return x  # the up projection applied it
+            if not (up._act_from_fusion and _hooked(up)):  # (hooked: it returned the product)
+                return x  # the up projection applied it
         return self._original(x)  # (its layer restored or changed since: the model's own)
 
     def extra_repr(self) -> str:
@@ -742,12 +958,16 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
     the activation's place. The Parameters and ``state_dict`` are untouched; ``restore_linear``
     undoes it. ``replace_linear(fuse_mlp=True)`` calls it after replacing the layers.
 
-    It reads module names only, so it assumes the MLP's forward is ``down(act(up(x)))``: the
-    activation runs right after the up projection and nowhere else. A forward that puts
-    anything between them (a dropout before the activation, a scale, a norm) or calls the
-    activation module again elsewhere changes its result once fused (the activation moves
-    before that step; the other call becomes the identity). Fuse only such MLPs, or check
-    one forward against the unfused model first.
+    It finds MLPs by module names and keeps only those whose forward (the MLP's, or for a
+    container without one, the nearest module's above it), traced by ``torch.fx`` with
+    submodule calls as leaves, calls the up projection once and the activation once, on the
+    up projection's whole output, which goes nowhere else: moving the activation into the
+    up projection then changes nothing. A forward that puts anything between them (a scale, a
+    dropout before the activation), uses the up projection's output elsewhere (a residual),
+    calls the activation again, or does not trace stays unfused. Calls from outside that
+    forward (another module calling the layers directly) are not seen. A hook added to the
+    fused up projection later makes it return the product again (``FusedActivation`` then
+    applies the activation), so the hook sees what it would unfused.
 
     Returns:
         (the MLP's name, its up projection's) for each fused MLP.
@@ -755,7 +975,8 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
     fused = []
     # a layer under two parents (shared by two MLPs) would take both MLPs' activations
     parents = Counter(id(child) for parent in module.modules() for child in parent.children())
-    for name, mlp in list(module.named_modules()):
+    modules = dict(module.named_modules())
+    for name, mlp in list(modules.items()):
         if isinstance(getattr(mlp, "gate_proj", None), nn.Module):
             continue
         for up_name, act_name, down_name in _PLAIN_MLP_NAMES:
@@ -763,7 +984,7 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
             down = getattr(mlp, down_name, None)
             if not _fusable_up(up, parents) or not isinstance(act, nn.Module):
                 continue
-            if act._forward_hooks or act._forward_pre_hooks:
+            if _hooked(act):
                 continue  # they would never fire again
             # the whole up output goes through the activation into the down projection (not a
             # gated unit's halves: Moshi's fc1 is twice fc2's input)
@@ -772,7 +993,10 @@ def fuse_plain_mlps(module: nn.Module) -> list[tuple[str, str]]:
             activation = _activation_of(act)
             if activation is None:
                 continue
-            up.activation = activation
+            owner = _owner(modules, name)
+            if owner is None or not _plain_form(owner, up, act):
+                continue  # up's output goes elsewhere too, act runs on more (or no trace)
+            up.activation, up._act_from_fusion = activation, True
             setattr(mlp, act_name, FusedActivation(act, up, activation))
             prefix = f"{name}." if name else ""
             fused.append((name, f"{prefix}{up_name}"))
@@ -784,8 +1008,8 @@ def _fusable_up(up, parents: Counter) -> bool:
     """A replaced layer (``Linear``, or the wsgemm class of an ``nn.Linear`` subclass: its
     forward is ``Linear.forward``) without an activation of its own or hooks, under one parent."""
     return (
-        type(up) in _TORCH_CLASS and up.activation is None and parents[id(up)] == 1
-        and not (up._forward_hooks or up._forward_pre_hooks)
+        isinstance(up, Linear) and type(up) in _TORCH_CLASS and up.activation is None
+        and parents[id(up)] == 1 and not _hooked(up)
     )  # fmt: skip
 
 
@@ -796,4 +1020,5 @@ def _unfuse_plain_mlps(module: nn.Module) -> None:
         for attr, child in list(mlp.named_children()):
             if isinstance(child, FusedActivation):
                 child._up.activation = None
+                child._up.__dict__.pop("_act_from_fusion", None)
                 setattr(mlp, attr, child._original)
