@@ -304,8 +304,11 @@ def _cache(args: argparse.Namespace) -> int:
 
     where = disk.location()
     if where.root is None:
-        print(f"cache: {where.why_not}")
-        return EXIT_OK if args.action == "info" else EXIT_USAGE
+        if args.action == "info":
+            print(f"cache: {where.why_not}")
+            return EXIT_OK
+        _err_console().print(f"cache: {where.why_not}: nothing to clear", markup=False)
+        return EXIT_USAGE
     from .host.choosing import autotune
 
     if args.action == "clear":
@@ -375,10 +378,22 @@ def _explain(args: argparse.Namespace) -> int:
     from .support import torch_dtype
 
     [shape] = args.shape
-    if torch.cuda.is_available() and args.cc is None and args.sm_count is None:
+    if args.groups is not None:  # grouped_mm's 2D x 3D form has no batch, layout, accumulator
+        dense = [f"--{n.replace('_', '-')}" for n in _DENSE_ONLY if getattr(args, n) is not None]
+        if dense:
+            _err_console().print(f"explain: --groups explains grouped_mm's 2D x 3D form (fp32 "
+                                 f"accumulation): no {', '.join(dense)}", markup=False)  # fmt: skip
+            return EXIT_USAGE
+    if torch.cuda.is_available():  # this GPU, or it with --cc or --sm-count in place of its own
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        cc, sms, name = (props.major, props.minor), props.multi_processor_count, props.name
-        where = f"{name} (sm_{cc[0]}{cc[1]}, {sms} SMs)"
+        cc = args.cc or (props.major, props.minor)
+        sms = args.sm_count or props.multi_processor_count
+        if args.cc is None and args.sm_count is None:
+            name = props.name
+            where = f"{name} (sm_{cc[0]}{cc[1]}, {sms} SMs)"
+        else:
+            name = "a stand-in GPU"
+            where = f"a stand-in sm_{cc[0]}{cc[1]} GPU with {sms} SMs"
     else:
         cc, sms, name = args.cc or (9, 0), args.sm_count or 132, "a stand-in GPU"
         where = f"a stand-in sm_{cc[0]}{cc[1]} GPU with {sms} SMs" + (
@@ -387,24 +402,28 @@ def _explain(args: argparse.Namespace) -> int:
     devices = StandInDevices(cc, sms, device_type="meta", name=name)
     if args.groups is not None:
         return _explain_grouped(args, shape, Dispatcher(cache=None, devices=devices), where)
+    layout, batch = args.layout or "TN", args.batch or 1
     a, b = make_operands(
-        Layout(args.layout), shape.m, shape.n, shape.k, torch_dtype(args.dtype), "meta",
-        batch=args.batch,
+        Layout(layout), shape.m, shape.n, shape.k, torch_dtype(args.dtype), "meta", batch=batch,
     )  # fmt: skip
     out_dtype = torch_dtype(args.out_dtype) if args.out_dtype else None
     try:
         text = dispatch.explain(
             Dispatcher(cache=None, devices=devices), a, b, None, out_dtype,
-            torch_dtype(args.accumulate), args.backend,
+            torch_dtype(args.accumulate or "fp32"), args.backend,
         )  # fmt: skip
     except (TypeError, ValueError, RuntimeError) as exc:
         _err_console().print(f"explain: {exc}", markup=False)
         return EXIT_USAGE
-    batch = f" x {args.batch}" if args.batch > 1 else ""
-    print(f"wsgemm.matmul of {shape.m}x{shape.n}x{shape.k}{batch}, {args.dtype} {args.layout}, "
+    batched = f" x {batch}" if batch > 1 else ""
+    print(f"wsgemm.matmul of {shape.m}x{shape.n}x{shape.k}{batched}, {args.dtype} {layout}, "
           f"on {where}:")  # fmt: skip
     print(text)
     return EXIT_OK
+
+
+#: ``explain``'s options of a dense call, which ``--groups`` (grouped_mm's 2D x 3D form) has not.
+_DENSE_ONLY = ("batch", "layout", "accumulate")
 
 
 def _explain_grouped(args: argparse.Namespace, shape, d, where: str) -> int:
@@ -442,6 +461,12 @@ def _tune(args: argparse.Namespace) -> int:
     (``--model CONFIG.json`` at ``--tokens``): per problem the cost model's pick, the fastest
     candidate as timed, and the gain; the picks stored where ``auto`` reads them with
     autotuning on."""
+    if args.shapes is not None:
+        given = [f for f, v in (("--tokens", args.tokens), ("--tp", args.tp)) if v is not None]
+        if given:
+            _err_console().print(f"tune: {', '.join(given)}: only for --model's layers, not "
+                                 "--shapes (a file of M,N,K)", markup=False)  # fmt: skip
+            return EXIT_USAGE
     try:
         problems = _tune_problems(args)
     except (OSError, ValueError) as exc:
@@ -492,9 +517,9 @@ def _tune_problems(args) -> list[tuple[str, tuple[int, int, int]]]:
     """(label, (M, N, K)) of ``--shapes`` (one M,N,K a line; # comments) or of ``--model``'s
     dense layers at ``--tokens`` on one of ``--tp`` ranks (the MoE experts' GEMMs run in
     ``wsgemm.grouped_mm``, which tunes nothing)."""
-    if args.shapes:
+    if args.shapes is not None:
         out = []
-        for number, line in enumerate(Path(args.shapes).read_text().splitlines(), 1):
+        for number, line in enumerate(_read_text(args.shapes).splitlines(), 1):
             text = line.split("#", 1)[0].strip()
             if not text:
                 continue
@@ -510,12 +535,28 @@ def _tune_problems(args) -> list[tuple[str, tuple[int, int, int]]]:
         return out
     from .bench import models, suites
 
-    config = json.loads(Path(args.model).read_text())
+    tokens = suites.parse_int_list(TUNE_TOKENS if args.tokens is None else args.tokens)
+    try:
+        config = json.loads(_read_text(args.model))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{args.model}: not JSON ({exc})") from None
     model = models.from_config(config, Path(args.model).stem)
-    tokens = suites.parse_int_list(args.tokens)
-    layers = [g for g in models.gemms(model, args.tp) if not g.layer.startswith("expert_")]
+    layers = [g for g in models.gemms(model, args.tp or 1) if not g.layer.startswith("expert_")]
     return [(f"{g.layer} t={t}", (t, g.n, g.k)) for g in layers for t in tokens]
 
+
+def _read_text(path: str) -> str:
+    """The text of ``path``; an error that names the file (OSError's own message may not)."""
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text file ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+#: ``tune --model``'s token counts when ``--tokens`` is not given.
+TUNE_TOKENS = "1,16,128,1024,4096"
 
 _Problem = collections.namedtuple("_Problem", "m n k")
 
@@ -524,7 +565,7 @@ def _one_shape(text: str):
     """One problem "M,N,K" (``x`` also separates); zero sizes are a problem too (an empty
     result, or K = 0: zeros), as ``wsgemm.matmul`` takes them."""
     fields = [f for f in re.split(r"[,xX\s]+", text.strip()) if f]
-    if len(fields) != 3 or not all(f.isdigit() for f in fields):
+    if len(fields) != 3 or not all(f.isascii() and f.isdigit() for f in fields):
         raise argparse.ArgumentTypeError(
             f"{text!r}: want one shape M,N,K of three non-negative integers"
         )
@@ -532,11 +573,12 @@ def _one_shape(text: str):
 
 
 def _cc(text: str) -> tuple[int, int]:
-    try:
-        major, minor = (int(v) for v in text.split("."))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: want MAJOR.MINOR, e.g. 9.0") from None
-    return major, minor
+    parts = text.split(".")
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want MAJOR.MINOR of non-negative integers, e.g. 9.0"
+        )
+    return int(parts[0]), int(parts[1])
 
 
 # ----------------------------------------------------------------------------- parser
@@ -639,28 +681,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="which kernel, tile, split and operand copies wsgemm.matmul runs for a shape, and "
         "why (no GPU needed)",
     )
-    p.add_argument("--shape", type=_one_shape, required=True, help="M,N,K of C (M, N) = A (M, K) B")
-    p.add_argument("--batch", type=bench_cli.bounded_int(1), default=1, help="a batch of this many")
-    p.add_argument("--layout", default="TN", choices=LAYOUTS,
+    p.add_argument(
+        "--shape",
+        type=_one_shape,
+        required=True,
+        metavar="M,N,K",
+        help="M,N,K of C (M, N) = A (M, K) B (x also separates; zero sizes allowed)",
+    )
+    p.add_argument(
+        "--batch",
+        type=bench_cli.bounded_int(1),
+        metavar="L",
+        help="a batch of this many (default 1: 2-D operands)",
+    )
+    p.add_argument("--layout", choices=LAYOUTS,
                    help="operand storage, BLAS letters for A then B: T row-major, N column-major "
                    "(default TN: x @ W.T)")  # fmt: skip
     for flag, allowed, default, what in (
-        ("--dtype", AB_DTYPES, "fp16", "operand dtype (torch's names work too: float16, half, "
-         "bfloat16, float32, in each dtype option)"),
+        ("--dtype", AB_DTYPES, "fp16", "operand dtype (default fp16); each dtype option takes "
+         "torch's names too (float16, half, bfloat16, float32)"),
         ("--out-dtype", C_DTYPES, None, "output dtype (default: --dtype)"),
-        ("--accumulate", ACC_DTYPES, "fp32", "accumulator dtype"),
+        ("--accumulate", ACC_DTYPES, None, "accumulator dtype (default fp32)"),
     ):  # fmt: skip
         _dtype_argument(p, flag, allowed, default, what)
-    p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS))
-    p.add_argument("--cc", type=_cc, help="a GPU that is not here: its compute capability (9.0)")
-    p.add_argument("--sm-count", type=bench_cli.bounded_int(1), help="... and its SMs (132)")
+    p.add_argument("--backend", default="auto", choices=("auto", *BACKENDS),
+                   help="the kernel matmul is asked for (default auto: what it picks)")  # fmt: skip
+    p.add_argument(
+        "--cc",
+        type=_cc,
+        metavar="MAJOR.MINOR",
+        help="another GPU's compute capability (default: this GPU's; without one 9.0)",
+    )
+    p.add_argument("--sm-count", type=bench_cli.bounded_int(1), metavar="N",
+                   help="... and its SMs (default: this GPU's; without one 132)")  # fmt: skip
     p.add_argument(
         "--groups",
         type=bench_cli.group_sizes,
         metavar="ROWS,...",
         help="explain wsgemm.grouped_mm instead: the 2D x 3D form, one expert weight (N, K) a "
         "group and these rows each (their sum at most M), with its tile map (which tiles of "
-        "which group run on which CTAs)",
+        "which group run on which CTAs); no --batch, --layout or --accumulate",
     )
     p.set_defaults(func=_explain)
 
@@ -680,17 +740,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "down, lm_head) at --tokens")  # fmt: skip
     p.add_argument(
         "--tokens",
-        default="1,16,128,1024,4096",
-        help="token counts (M) of --model's layers (default 1,16,128,1024,4096)",
+        metavar="T,T,...",
+        help=f"token counts (M) of --model's layers (default {TUNE_TOKENS})",
     )
     p.add_argument(
         "--tp",
         type=int,
-        default=1,
         choices=TP_DEGREES,
-        help="--model's layers as one of this many tensor-parallel ranks has them",
+        help="--model's layers as one of this many tensor-parallel ranks has them (default 1)",
     )
-    _dtype_argument(p, "--dtype", AB_DTYPES, "fp16", "operand and output dtype (fp32 accumulation)")
+    _dtype_argument(p, "--dtype", AB_DTYPES, "fp16",
+                    "operand and output dtype (default fp16; fp32 accumulation)")  # fmt: skip
     p.add_argument(
         "--top",
         type=bench_cli.bounded_int(0),

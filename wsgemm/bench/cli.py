@@ -2,13 +2,16 @@
 
 Exit codes: 0 all backends ran or were skipped with a reason; 1 a backend gave a wrong result,
 a requested output could not be written, or a backend broke the CUDA context (the record up to
-there is still written); 2 bad arguments; 3 no CUDA GPU.
+there is still written); 2 bad arguments (among them an option the run would ignore, and an
+output file that cannot be written, found before anything is measured); 3 no CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
+import os
 import re
 import sys
 
@@ -110,14 +113,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=dtype_option(DTYPES),
         default="fp16",
         metavar="|".join(DTYPES),
-        help="input and output dtype (torch's names work too: float16, half, bfloat16, also in "
-        "--accumulate)",
+        help="input and output dtype (default fp16; torch's names work too: float16, half, "
+        "bfloat16, also in --accumulate)",
     )
     what.add_argument(
         "--epilogue",
         choices=tuple(EPILOGUES),
         default="none",
-        help="what every backend computes after a @ b: a bias per column and/or an activation "
+        help="what every backend computes after a @ b (default none): a bias per column and/or "
+        "an activation "
         "(wsgemm fuses it into the kernel; the cublas row is torch's unfused path: addmm, then "
         "the activation in place), or residual: out += a @ b in place (wsgemm's c=out; "
         "cublas's out.addmm_), or swiglu/geglu: act(y[:, :N/2]) * y[:, N/2:] of y = a @ b "
@@ -129,14 +133,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=dtype_option(ACCUMULATORS),
         default="fp32",
         metavar="|".join(ACCUMULATORS),
-        help="accumulator dtype (fp16 needs --dtype fp16)",
+        help="accumulator dtype (default fp32; fp16 needs --dtype fp16)",
     )
     what.add_argument(
         "--layout",
         choices=LAYOUTS,
         default="TN",
         help="operand storage, BLAS letters for A then B: T row-major, N column-major "
-        "(TN: both K-major, the cuBLAS and linear-layer case)",
+        "(default TN: both K-major, the cuBLAS and linear-layer case)",
     )
     what.add_argument(
         "--backends",
@@ -159,13 +163,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"GEMM time per measurement, sets the reps (default {DEFAULT_TARGET_MS:g})",
     )
     reps = bounded_int(1, MAX_REPS)
-    how.add_argument("--min-reps", type=reps, default=3, help="fewest calls a measurement")
-    how.add_argument("--max-reps", type=reps, default=100, help="most calls a measurement")
+    how.add_argument(
+        "--min-reps", type=reps, default=3, help="fewest calls a measurement (default 3)"
+    )
+    how.add_argument(
+        "--max-reps", type=reps, default=100, help="most calls a measurement (default 100)"
+    )
     how.add_argument(
         "--seed",
         type=bounded_int(0, SEED_LIMIT - 1),
         default=0,
-        help="seed of the randn operands, and of the models suite's draw",
+        help="seed of the randn operands, and of the models suite's draw (default 0)",
     )
     how.add_argument("--device", default="cuda", help="CUDA device (default: cuda)")
     out = parser.add_argument_group("output")
@@ -184,6 +192,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the ``bench`` subcommand; returns the process exit code."""
     console = stderr_console()
+    ignored = _ignored_options(args)
+    if ignored:
+        console.print(f"bench: {ignored}", style="red", markup=False)
+        return EXIT_USAGE
     if args.from_json:
         from . import schema
 
@@ -196,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         shapes, options, suite_name = _plan(args)
         selection = _selection(args.backends, grouped=suite_name == "moe")
+        _check_outputs(args)
     except ValueError as exc:
         console.print(f"bench: {exc}", style="red", markup=False)
         return EXIT_USAGE
@@ -219,8 +232,56 @@ def _selection(text: str, grouped: bool = False) -> list[str]:
 
     # commas inside {...} belong to a tuning candidate, not to the list
     names = re.split(r",(?![^{]*\})", text)
-    (moe.expand if grouped else _expand)(names)
+    if not (moe.expand if grouped else _expand)(names):
+        choices = moe.SELECTABLE if grouped else SELECTABLE
+        raise ValueError(f"--backends {text!r} names no backend; choose from {', '.join(choices)}")
     return names
+
+
+#: The options each special run takes; any other one given is an error, not silently ignored.
+_FROM_JSON_TAKES = ("from_json", "json", "csv", "plot", "markdown", "no_progress")
+_HOST_OVERHEAD_TAKES = ("host_overhead", "rounds", "device", "no_progress")
+
+
+def _ignored_options(args) -> str | None:
+    """What is wrong when ``--from-json`` (measures nothing) or ``--host-overhead`` (times one
+    fixed call, writes no file) is given with options it would ignore, or None."""
+    if args.from_json:
+        run, takes = "--from-json renders a recorded run as it was measured", _FROM_JSON_TAKES
+    elif getattr(args, "host_overhead", False):
+        run, takes = ("--host-overhead times torch.mm and wsgemm.matmul on 64x64 fp16 and "
+                      "writes no file", _HOST_OVERHEAD_TAKES)  # fmt: skip
+    else:
+        return None
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    given = [
+        action.option_strings[-1]
+        for action in defaults._actions
+        if action.option_strings and action.dest not in takes and action.dest != "help"
+        and getattr(args, action.dest, action.default) != action.default
+    ]  # fmt: skip
+    return f"{run}: no {', '.join(given)}" if given else None
+
+
+def _check_outputs(args) -> None:
+    """ValueError for an output file that could not be written, before anything is measured
+    (else the error comes at the end of the run, and the file is lost)."""
+    for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot),
+                       ("--markdown", args.markdown)):  # fmt: skip
+        if path is None:
+            continue
+        if os.path.isdir(path):
+            raise ValueError(f"{flag} {path}: is a directory")
+        folder = os.path.dirname(path) or "."
+        if not os.path.isdir(folder):
+            raise ValueError(f"{flag} {path}: no directory {folder}")
+        if not os.access(folder, os.W_OK | os.X_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)
+        ):
+            raise ValueError(f"{flag} {path}: not writable")
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("--plot needs matplotlib (pip install matplotlib, or wsgemm[bench])")
 
 
 def _plan(args) -> tuple[list, Options, str]:
@@ -230,7 +291,7 @@ def _plan(args) -> tuple[list, Options, str]:
     families = _names(args.families)
     routings = _names(getattr(args, "routing", None))
     passes = _names(getattr(args, "passes", None))
-    if args.shapes:
+    if args.shapes is not None:
         if routings or passes:
             raise ValueError("--routing/--pass apply to the moe suite, not --shapes")
         if tokens or names:
