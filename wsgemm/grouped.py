@@ -1,4 +1,5 @@
-"""``wsgemm.grouped_mm`` inside a model: the op ``torch.ops.wsgemm.grouped_mm`` that
+"""``wsgemm.grouped_mm`` inside a model: the op ``torch.ops.wsgemm.grouped_mm`` (and
+``grouped_mm_out``, its ``out=`` form, which mutates ``out``) that
 torch.compile, export, autograd, autocast and fake tensors understand, over the core
 (``wsgemm.api.grouped``, whose docstring says what each form computes and where it runs).
 
@@ -36,7 +37,13 @@ _LIB.define(
     "-> Tensor",
     tags=(torch.Tag.pt2_compliant_tag,),
 )
+_LIB.define(
+    "grouped_mm_out(Tensor a, Tensor b, Tensor? offs, Tensor(a!) out, ScalarType? out_dtype=None, "
+    'str backend="auto", str? activation=None, bool gated=False, Tensor? row_scale=None) -> ()',
+    tags=(torch.Tag.pt2_compliant_tag,),
+)
 _GROUPED_MM = torch.ops.wsgemm.grouped_mm.default
+_GROUPED_MM_OUT = torch.ops.wsgemm.grouped_mm_out.default
 
 
 def _impl(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gated=False,
@@ -48,8 +55,18 @@ def _impl(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gate
     )  # fmt: skip
 
 
+def _out_impl(a, b, offs, out, out_dtype=None, backend="auto", activation=None, gated=False,
+              row_scale=None):  # fmt: skip
+    refuse_forward_differentiation("torch.ops.wsgemm.grouped_mm_out", a, b, row_scale, out)
+    core.grouped_mm(
+        a, b, offs, out=out, out_dtype=out_dtype, backend=backend, activation=activation,
+        gated=gated, row_scale=row_scale,
+    )  # fmt: skip
+
+
 for _key in ("CUDA", "CPU"):  # CPU too: a CPU tensor gets the core's ValueError
     _LIB.impl("grouped_mm", _impl, _key)
+    _LIB.impl("grouped_mm_out", _out_impl, _key)
 
 
 @torch.library.register_fake("wsgemm::grouped_mm", lib=_LIB)
@@ -58,6 +75,30 @@ def _fake(a, b, offs=None, out_dtype=None, backend="auto", activation=None, gate
     p = core.check_grouped(a, b, offs, None, out_dtype, backend, _FAKE_DEVICES, activation, gated,
                            row_scale)  # fmt: skip
     return a.new_empty_strided(p.shape, core.result_strides(p.shape, p.c_dtype), dtype=p.c_dtype)
+
+
+@torch.library.register_fake("wsgemm::grouped_mm_out", lib=_LIB)
+def _out_fake(a, b, offs, out, out_dtype=None, backend="auto", activation=None, gated=False,
+              row_scale=None):  # fmt: skip
+    # out's shape, dtype, device and own memory (sizes and strides); no overlap test with the
+    # inputs: fake tensors have no data (the real implementation makes it)
+    core.check_grouped(a, b, offs, out, out_dtype, backend, _FAKE_DEVICES, activation, gated,
+                       row_scale)  # fmt: skip
+
+
+def _out_autograd(a, b, offs, out, out_dtype=None, backend="auto", activation=None, gated=False,
+                  row_scale=None):  # fmt: skip
+    if torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, out, row_scale)
+    ):  # (the core's own words)
+        raise RuntimeError("grouped_mm(): out= does not support automatic differentiation; "
+                           "call it without out=, or under torch.no_grad()")  # fmt: skip
+    with torch._C._AutoDispatchBelowAutograd():
+        _GROUPED_MM_OUT(a, b, offs, out, out_dtype, backend, activation, gated, row_scale)
+
+
+_LIB.impl("grouped_mm_out", _out_autograd, "Autograd")
+# out= calls are not autocast (torch's rule, and the eager out= road's): the fallthrough
 
 
 def _zero_past_end(t: torch.Tensor, offs: torch.Tensor, dim: int) -> torch.Tensor:
@@ -183,7 +224,7 @@ def _flops(a_shape, b_shape, offs_shape=None, *args, out_shape=None, **kwargs) -
 def _register_flops() -> None:
     from torch.utils.flop_counter import register_flop_formula
 
-    register_flop_formula(torch.ops.wsgemm.grouped_mm)(_flops)
+    register_flop_formula([torch.ops.wsgemm.grouped_mm, torch.ops.wsgemm.grouped_mm_out])(_flops)
 
 
 _register_flops()
@@ -207,7 +248,8 @@ def grouped_mm(
             may be empty; entries must be non-decreasing and at most that dimension. Never
             read on the host on the kernel's road (no sync; capturable in a CUDA graph).
         out: optional result written in place, of the result's shape; rows (columns) past
-            ``offs[-1]`` keep their values. Not with autograd.
+            ``offs[-1]`` keep their values. Not with autograd. Off the eager road (compiling,
+            meta or fake tensors) the op ``torch.ops.wsgemm.grouped_mm_out``.
         out_dtype: a's dtype (default) or torch.float32.
         backend: "auto", or "sm90" / "sm90-pingpong" (the grouped kernel's schedule).
         activation: None, or one of ``matmul``'s activations, applied to the product.
@@ -243,34 +285,52 @@ def grouped_mm(
         _check_offs_values(a, b, offs)
     kw = dict(out_dtype=out_dtype, backend=backend, activation=activation, gated=gated,
               row_scale=row_scale)  # fmt: skip
+    eager = _eager(a, b, out, row_scale)
     if out is not None:
         if not _is_compiling():  # (the op's formula is reverse-mode: a tangent is dropped)
             refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale, out)
-        return core.grouped_mm(a, b, offs, out=out, **kw)
+        if eager:
+            return core.grouped_mm(a, b, offs, out=out, **kw)
+        if not _all_tensors(a, b, offs, out, row_scale):  # the TypeError
+            core.check_grouped(a, b, offs, out, out_dtype, backend, _FAKE_DEVICES, activation,
+                               gated, row_scale)  # fmt: skip
+        _GROUPED_MM_OUT(a, b, offs, out, out_dtype, backend, activation, gated, row_scale)
+        return out
     wants_grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (a, b, row_scale)
     )  # fmt: skip
-    fast = (
-        not _is_compiling()
-        and type(a) in _PLAIN
-        and type(b) in _PLAIN
-        and (row_scale is None or type(row_scale) in _PLAIN)
-        and _no_modes()
-        and not (_any_autocast() and torch.is_autocast_enabled("cuda"))
-        and not wants_grad
-    )
+    fast = eager and not (_any_autocast() and torch.is_autocast_enabled("cuda")) and not wants_grad
     if fast:
         return core.grouped_mm(a, b, offs, **kw)
     if not _is_compiling():  # (as above)
         refuse_forward_differentiation("wsgemm.grouped_mm", a, b, row_scale)
-    tensors = (a, b) if row_scale is None else (a, b, row_scale)
-    if not all(isinstance(t, torch.Tensor) for t in tensors):  # the TypeError
+    if not _all_tensors(a, b, offs, row_scale):  # the TypeError
         device = (a.device.type,) if isinstance(a, torch.Tensor) else ("cuda",)
         core.check_grouped(a, b, offs, None, out_dtype, backend, device, activation, gated,
                            row_scale)  # fmt: skip
     if (activation is not None or row_scale is not None) and wants_grad:
         return _for_autograd(a, b, offs, out_dtype, backend, activation, gated, row_scale)
     return _GROUPED_MM(a, b, offs, out_dtype, backend, activation, gated, row_scale)
+
+
+def _eager(a, b, out=None, row_scale=None) -> bool:
+    """The eager road to the core: plain CUDA tensors (``out`` and ``row_scale`` may be None),
+    not compiling, no dispatch or ``__torch_function__`` mode. Anything else (meta, fake or CPU
+    tensors, subclasses, torch.compile) goes through the ops (``grouped_mm``, and
+    ``grouped_mm_out`` for ``out=``), as ``matmul``'s calls do."""
+    return (
+        not _is_compiling()
+        and all(t is None or (type(t) in _PLAIN and t.is_cuda) for t in (a, b, out, row_scale))
+        and _no_modes()
+    )
+
+
+def _all_tensors(a, b, *optional) -> bool:
+    """a and b tensors, and each of ``optional`` a tensor or None: what the op's schema takes
+    (else the checks' TypeError says what is wrong, not the dispatcher's parser)."""
+    return all(isinstance(t, torch.Tensor) for t in (a, b)) and all(
+        t is None or isinstance(t, torch.Tensor) for t in optional
+    )
 
 
 def _check_offs_values(a, b, offs) -> None:

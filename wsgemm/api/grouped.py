@@ -124,12 +124,14 @@ def result_shape(a_shape, b_shape, offs_len: int | None) -> tuple[GroupedProblem
 
 
 def result_strides(shape: tuple, dtype: torch.dtype) -> tuple[int, ...]:
-    """Row-major strides of a result of ``shape``, each row padded to whole 16 bytes."""
+    """Row-major strides of a result of ``shape``, each row padded to whole 16 bytes: torch's
+    own (``create_grouped_gemm_output_tensor``, and so ``torch._grouped_mm``'s meta result),
+    empty results included (N = 0: a row stride of 0; M = 0: a group stride of 0)."""
     vec = VECTOR_BYTES // dtype.itemsize
-    ld = -(-max(shape[-1], 1) // vec) * vec
+    ld = (shape[-1] + vec - 1) // vec * vec  # (no max(): a symbolic size would be guarded)
     strides = [ld, 1]
     for size in reversed(shape[1:-1]):  # each outer stride spans the dimension after it
-        strides.insert(0, strides[0] * max(size, 1))
+        strides.insert(0, strides[0] * size)
     return tuple(strides)
 
 
@@ -181,6 +183,12 @@ def check_grouped(
         raise TypeError(
             f"the result of {a.dtype} operands is {' or '.join(map(str, sorted(allowed, key=str)))}"
             f"; got out_dtype={out_dtype}" + (f", out of {out.dtype}" if out is not None else "")
+        )
+    if backend != "auto" and a.dtype not in _KERNEL_DTYPES:
+        # (matmul's rule, and known from the dtypes: so the fake implementation refuses it too)
+        raise TypeError(
+            f"backend {backend!r} runs float16 and bfloat16 only, got {a.dtype}; backend='auto' "
+            "also takes float32 (on torch)"
         )
     if out is not None and tuple(out.shape) != shape:
         raise ValueError(f"out has shape {tuple(out.shape)}; the result's is {shape}")
@@ -626,7 +634,10 @@ def _torch_grouped(p: GroupedProblem, a, b, offs) -> torch.Tensor:
     fused = getattr(torch, "_grouped_mm", None)
     if fused is not None and p.c_dtype == a.dtype:
         try:
-            return fused(a, b, offs)
+            # torch's fused kernel reads the ends at offs's data pointer as a contiguous
+            # vector (it checks neither strides nor offset): a strided offs would garble the
+            # groups, silently (the grouped kernels read ``offs.contiguous()`` too)
+            return fused(a, b, None if offs is None else offs.contiguous())
         except (RuntimeError, NotImplementedError):
             pass  # this torch or GPU has no kernel for it: the loop
     return _loop(p, a, b, offs)
