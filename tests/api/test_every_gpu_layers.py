@@ -300,8 +300,10 @@ FORMS = {
 #: 2D x 3D, and the 2D x 2D and 3D x 2D forms where torch has no fused kernel (fp16; bf16
 #: 2D x 2D groups this small stay on torch's): grouping "m" (ragged M) or "k" (ragged K).
 #: 3D x 3D is matmul's batched product; the rest runs torch.
+# (bf16 too for 3D x 2D and this row-major a's 2D x 2D: torch's fused kernel would need
+# aligned groups there, api.grouped._torch_needs_aligned_groups)
 GROUPED_KERNELS = {("2d3d", F16): "m", ("2d3d", BF16): "m", ("2d2d", F16): "k",
-                   ("3d2d", F16): "m"}  # fmt: skip
+                   ("2d2d", BF16): "k", ("3d2d", F16): "m", ("3d2d", BF16): "m"}  # fmt: skip
 
 
 def grouped_operands(form, dtype):

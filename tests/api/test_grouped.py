@@ -356,7 +356,9 @@ def test_the_torch_road_returns_torchs_own_result(monkeypatch):
     ``out=`` and another layout still go through the masked copy."""
     copies = []
     monkeypatch.setattr(core, "_write", lambda *args: copies.append(args))
-    a, b, offs = torch.randn(6, 30, dtype=BF16), torch.randn(30, 8, dtype=BF16), ends(10, 0, 20)
+    # (a column-major, as a weight gradient's x.T: torch's fused kernel needs no aligned
+    # groups then, so auto keeps it: core._torch_needs_aligned_groups)
+    a, b, offs = torch.randn(30, 6, dtype=BF16).t(), torch.randn(30, 8, dtype=BF16), ends(10, 0, 20)
     made = []
     real = core._torch_grouped
     monkeypatch.setattr(core, "_torch_grouped", lambda *args: made.append(real(*args)) or made[-1])
@@ -395,18 +397,21 @@ def test_3d2d_runs_the_grouped_kernel_transposed(a_layout, b_layout):
 
 
 def test_3d2d_routes():
-    """bfloat16 in and out: torch._grouped_mm's fused kernel under auto, the kernel when named;
-    a float32 result (torch has none): the kernel; off Hopper: torch."""
+    """bfloat16 in and out: the kernel under auto too (torch._grouped_mm's fused kernel would
+    assert on column groups that are not whole 16 bytes: core._torch_needs_aligned_groups)
+    and when named; a float32 result (torch has none): the kernel; off Hopper: torch."""
     a, b, offs = torch.randn(2, 8, 16, dtype=BF16), torch.randn(16, 32, dtype=BF16), ends(8, 24)
     d = dispatcher()
-    core.grouped_mm(a, b, offs, dispatcher=d)
-    assert d.cache.variants == []
-    assert "torch._grouped_mm" in core.explain(d, a, b, offs)
-    out = core.grouped_mm(a, b, offs, backend="sm90", dispatcher=d)
+    out = core.grouped_mm(a, b, offs, dispatcher=d)
     assert len(d.cache.variants) == 1
     assert_rows(out, reference(a, b, offs, "3d2d"), 16, dim=1)
+    assert "transposed problem" in core.explain(d, a, b, offs)
+    out = core.grouped_mm(a, b, offs, backend="sm90", dispatcher=d)
+    assert [v.backend for v in d.cache.variants][-1] == "sm90"
+    assert_rows(out, reference(a, b, offs, "3d2d"), 16, dim=1)
+    before = len(d.cache.variants)
     out32 = core.grouped_mm(a, b, offs, out_dtype=F32, dispatcher=d)
-    assert len(d.cache.variants) == 2 and out32.dtype == F32
+    assert len(d.cache.variants) == before + 1 and out32.dtype == F32
     assert_rows(out32, reference(a, b, offs, "3d2d"), 16, dim=1)
     assert "transposed problem" in core.explain(d, a, b, offs, out_dtype=F32)
     off = dispatcher((8, 0))
@@ -763,15 +768,16 @@ def test_2d2d_under_auto_takes_the_kernel_where_torch_loops(monkeypatch):
     text = core.explain(d, a, b, offs)
     assert "ragged K" in text and "A: copied" in text and "B: read in place" in text
     bf = dispatcher()
-    core.grouped_mm(a.bfloat16(), b.bfloat16(), offs, dispatcher=bf)
+    at = a.bfloat16().t().contiguous().t()  # column-major, as x.T: torch's rule applies
+    core.grouped_mm(at, b.bfloat16(), offs, dispatcher=bf)
     assert bf.cache.variants == []
-    assert "8x16 result is below the size" in core.explain(bf, a.bfloat16(), b.bfloat16(), offs)
+    assert "8x16 result is below the size" in core.explain(bf, at, b.bfloat16(), offs)
     monkeypatch.setattr(registry_grouped, "RAGGED_K_BF16_MIN_GROUP_ELEMENTS", 8 * 16)
-    core.grouped_mm(a.bfloat16(), b.bfloat16(), offs, dispatcher=bf)
+    core.grouped_mm(at, b.bfloat16(), offs, dispatcher=bf)
     assert [v.grouping for v in bf.cache.variants] == ["k"]
     monkeypatch.setattr(registry_grouped, "RAGGED_K_BF16_MIN_GROUP_ELEMENTS", 8 * 16 + 1)
     bf = dispatcher()
-    core.grouped_mm(a.bfloat16(), b.bfloat16(), offs, out_dtype=F32, dispatcher=bf)
+    core.grouped_mm(at, b.bfloat16(), offs, out_dtype=F32, dispatcher=bf)
     assert [v.grouping for v in bf.cache.variants] == ["k"]
     monkeypatch.setattr(registry_grouped, "RAGGED_K_FAMILIES", frozenset())
     off = dispatcher()
@@ -1017,12 +1023,13 @@ def test_the_tile_map_counts_a_clusters_surplus_and_takes_fake_and_empty_calls()
 
 
 def test_explain_names_the_bf16_rule_only_where_it_decides(monkeypatch):
-    a = torch.empty(8, 2048, dtype=BF16, device="meta")
+    # (a column-major, as x.T: where torch's fused kernel needs no aligned groups)
+    a = torch.empty_strided((8, 2048), (1, 8), dtype=BF16, device="meta")
     b = torch.empty(2048, 4096, dtype=BF16, device="meta")
     offs = torch.empty(4, dtype=torch.int32, device="meta")
     small = wsgemm.explain(a, b, offs=offs)  # 8 x 4096: below the rule's size
     assert "below the size" in small
-    big_a = torch.empty(4096, 2048, dtype=BF16, device="meta")
+    big_a = torch.empty_strided((4096, 2048), (1, 4096), dtype=BF16, device="meta")
     assert "ragged K" in wsgemm.explain(big_a, b, offs=offs)  # 4096 x 4096 groups: the kernel
     text = wsgemm.explain(big_a, b, offs=offs, cc=(8, 0))  # no grouped kernel on an A100
     assert "below the size" not in text and "no grouped kernel" in text
@@ -1184,7 +1191,7 @@ def _out_case(form: str, road: str):
     p = core.check_grouped(a, b, offs, None, None, backend, ("cpu",))
     want = {"kernel": core.BATCHED if form == "3d3d" else core.KERNEL, "torch": core.TORCH}[road]
     if form != "3d3d":
-        assert core.route(d, p, a, backend) == want
+        assert core.route(d, p, a, b, backend) == want
     return a, b, offs, shape, d, backend
 
 

@@ -205,7 +205,7 @@ def test_torchs_fused_kernel_is_handed_contiguous_offsets(monkeypatch):
     offs = torch.tensor([4, 99, 4, 99, 12, 99], dtype=I32)[::2]  # ends 4, 4, 12: strided
     d = cpu_dispatcher((8, 0))  # no grouped kernel: torch's road
     p = core.check_grouped(a, b, offs, None, None, "auto", ("cpu",))
-    assert core.route(d, p, a, "auto") == core.TORCH
+    assert core.route(d, p, a, b, "auto") == core.TORCH
     got = core.grouped_mm(a, b, offs, dispatcher=d)
     want = torch.cat([a[:4].double() @ b[0].double(), a[4:].double() @ b[2].double()])
     assert (got.double() - want).abs().max() <= 0.05 * want.abs().max()
@@ -228,3 +228,76 @@ def test_a_named_backend_refuses_float32_in_the_checks_the_fake_runs(form):
     with pytest.raises(TypeError, match=r"runs float16 and bfloat16 only"):
         torch.ops.wsgemm.grouped_mm(meta(*a_shape, dtype=F32), meta(*b_shape, dtype=F32),
                                     m_offs, backend="sm90")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- aligned groups
+# torch._grouped_mm's fused kernel asserts on the GPU (torch 2.8 on, GroupMMCommon.cuh) that
+# each group but the last spans a whole multiple of 16 bytes along offs's dimension, for 3D x 2D
+# always and for 2D x 2D and 2D x 3D in some layouts. A failed device assert ends the process's
+# CUDA context; the group sizes are on the GPU, so such calls never take that kernel.
+
+
+def test_which_layouts_torchs_fused_kernel_needs_aligned_groups_for():
+    col, row = torch.randn(30, 6).t(), torch.randn(6, 30)  # a (6, 30) column- and row-major
+    b_row, b_col = torch.randn(30, 8), torch.randn(8, 30).t()
+    need = core._torch_needs_aligned_groups
+    assert need("3d2d", torch.randn(2, 6, 30), b_row) and need("3d2d", torch.randn(2, 6, 30), b_col)
+    assert not need("2d2d", col, b_row)  # a weight gradient's x.T and dy: K strided in both
+    assert need("2d2d", row, b_row) and need("2d2d", col, b_col) and need("2d2d", row, b_col)
+    b3 = torch.randn(3, 30, 8)
+    assert not need("2d3d", torch.randn(6, 30), b3) and need("2d3d", col.t().t(), b3)
+    assert not need("3d3d", torch.randn(2, 6, 30), torch.randn(2, 30, 8))
+
+
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+def test_auto_keeps_torchs_fused_kernel_only_where_it_needs_no_aligned_groups(a_layout):
+    """On Hopper under auto: bfloat16 3D x 2D takes the grouped kernel (as float16's does);
+    bfloat16 2D x 2D keeps torch's fused kernel (small groups) only where a is column-major
+    and b row-major, else the ragged-K kernel."""
+    d = cpu_dispatcher((9, 0))
+    a = torch.randn(6, 30, dtype=BF16) if a_layout == "row" else torch.randn(30, 6, dtype=BF16).t()
+    b, offs = torch.randn(30, 8, dtype=BF16), ends(10, 0, 20)
+    p = core.check_grouped(a, b, offs, None, None, "auto", ("cpu",))
+    assert core.route(d, p, a, b, "auto") == (core.TORCH if a_layout == "col" else core.KERNEL)
+    a3, b2 = torch.randn(3, 6, 30, dtype=BF16), torch.randn(30, 24, dtype=BF16)
+    p = core.check_grouped(a3, b2, ends(5, 3, 16), None, None, "auto", ("cpu",))
+    assert core.route(d, p, a3, b2, "auto") == core.KERNEL
+
+
+def test_off_hopper_calls_that_need_aligned_groups_loop_in_torch(monkeypatch):
+    """Off Hopper (no grouped kernel) torch's road takes its fused kernel only where that needs
+    no aligned groups (a stand-in of it fails as its device assert would); else the loop over
+    the groups, which explain names."""
+
+    def fused(a, b, offs):
+        sizes = torch.diff(offs, prepend=offs.new_zeros(1))[:-1]
+        if core._torch_needs_aligned_groups(form, a, b) and (sizes % 8).any():
+            raise AssertionError("device-side assert: not a multiple of 16 bytes")
+        return real(a, b, offs)
+
+    real = torch._grouped_mm if hasattr(torch, "_grouped_mm") else None
+    if real is None:
+        pytest.skip("this torch has no torch._grouped_mm")
+    monkeypatch.setattr(torch, "_grouped_mm", fused)
+    d = cpu_dispatcher((8, 0))
+    torch.manual_seed(3)
+    cases = {
+        "3d2d": (
+            torch.randn(3, 6, 30, dtype=BF16),
+            torch.randn(30, 24, dtype=BF16),
+            ends(5, 3, 16),
+        ),
+        "2d2d": (torch.randn(6, 30, dtype=BF16), torch.randn(30, 8, dtype=BF16), ends(9, 1, 20)),
+    }
+    for form, (a, b, offs) in cases.items():
+        got = core.grouped_mm(a, b, offs, dispatcher=d)
+        e = [0, *offs.tolist()]
+        if form == "3d2d":
+            want = torch.cat([a[g].double() @ b[:, e[g] : e[g + 1]].double() for g in range(3)], 1)
+            got = got[:, : e[-1]]
+        else:
+            want = torch.stack([a[:, e[g]:e[g + 1]].double() @ b[e[g]:e[g + 1]].double()
+                                for g in range(3)])  # fmt: skip
+        assert (got.double() - want).abs().max() <= 0.02 * want.abs().max()
+        text = core.explain(d, a, b, offs)
+        assert "would assert on the GPU" in text

@@ -223,12 +223,14 @@ def test_the_other_forms(form):
     assert_within_torch_error(out, ref, theirs, form)
 
 
+@pytest.mark.parametrize("backend", ["auto", "sm90"])
 @pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("b_kmajor", [False, True])
-def test_3d2d_on_the_transposed_kernel(dt, b_kmajor):
-    """3D x 2D where it runs the grouped kernel on the transposed problem: float16 (torch
-    loops), and bfloat16 with the backend named; ragged column groups, one empty, columns past
-    offs[-1] kept in ``out``; and inside a CUDA graph (no sync: the loop could not be)."""
+def test_3d2d_on_the_transposed_kernel(dt, b_kmajor, backend):
+    """3D x 2D on the grouped kernel on the transposed problem, under auto too (float16: torch
+    loops; bfloat16: torch's fused kernel asserts on these column groups, which are not whole
+    16 bytes); ragged column groups, one empty, columns past offs[-1] kept in ``out``; and
+    inside a CUDA graph (no sync: the loop could not be)."""
     gen = torch.Generator().manual_seed(17)
     g, m, k, n = 5, 77, 200, 1000
     a = torch.randn(g, m, k, generator=gen).to(dt).cuda()
@@ -240,7 +242,6 @@ def test_3d2d_on_the_transposed_kernel(dt, b_kmajor):
     offs = torch.tensor(e[1:], dtype=torch.int32, device="cuda")
     ref = torch.cat([a[i].double() @ b[:, e[i] : e[i + 1]].double() for i in range(g)], 1)
     theirs = torch.cat([a[i] @ b[:, e[i] : e[i + 1]] for i in range(g)], 1)
-    backend = "auto" if dt == torch.float16 else "sm90"
     out = torch.full((m, n), float("nan"), dtype=dt, device="cuda")
     wsgemm.grouped_mm(a, b, offs, out=out, backend=backend)
     assert out[:, e[-1] :].isnan().all()
@@ -545,3 +546,26 @@ def test_float16_2d_x_3d_gradients_take_the_ragged_k_kernel():
         want = g64[lo:hi] @ b64[g].T
         err = (a.grad[lo:hi].double() - want).abs().max().item()
         assert err <= 2**-8 * max(want.abs().max().item(), 1.0) + 1e-3, f"dA group {g}: {err}"
+
+
+@pytest.mark.parametrize("a_colmajor", [False, True])
+def test_bf16_2d2d_with_ragged_k_groups_under_auto(a_colmajor):
+    """bfloat16 2D x 2D under auto with K groups that are not whole 16 bytes (torch's fused
+    kernel asserts on them where a is row-major; wsgemm takes the ragged-K kernel there, and
+    keeps torch's only where a is column-major, which needs no aligned groups)."""
+    gen = torch.Generator().manual_seed(29)
+    dt, m, n = torch.bfloat16, 48, 40
+    sizes = [13, 0, 1, 50, 37]
+    k = sum(sizes)
+    a = torch.randn(m, k, generator=gen).to(dt).cuda()
+    if a_colmajor:
+        a = a.t().contiguous().t()
+    b = torch.randn(k, n, generator=gen).to(dt).cuda()
+    e = [0, *torch.tensor(sizes).cumsum(0).tolist()]
+    offs = torch.tensor(e[1:], dtype=torch.int32, device="cuda")
+    out = wsgemm.grouped_mm(a, b, offs)
+    torch.cuda.synchronize()
+    for g in range(len(sizes)):
+        ref = a[:, e[g] : e[g + 1]].double() @ b[e[g] : e[g + 1]].double()
+        theirs = (a[:, e[g] : e[g + 1]].float() @ b[e[g] : e[g + 1]].float()).to(dt)
+        assert_within_torch_error(out[g], ref, theirs, f"group {g}")

@@ -23,10 +23,10 @@ end, extent]; the ragged-K kernel reads each group's two ends on their own, each
 [0, K]: bad offsets garble the two differently).
 
 Routes (``route``): 2D x 3D on the grouped kernel (``host.grouped``) on a GPU that has one,
-for float16/bfloat16 inputs; 3D x 2D on the same kernel, transposed (``_run_kernel_3d2d``),
-where torch has no fused kernel for its dtypes (float16, or a float32 result); 2D x 2D on the
-ragged-K grouped kernel (``_run_kernel_2d2d``; ``host.RAGGED_K_FAMILIES``), under ``auto``
-where torch has no fused kernel for its dtypes, as 3D x 2D;
+for float16/bfloat16 inputs; 3D x 2D on the same kernel, transposed (``_run_kernel_3d2d``);
+2D x 2D on the ragged-K grouped kernel (``_run_kernel_2d2d``; ``host.RAGGED_K_FAMILIES``),
+under ``auto`` where torch has no fused kernel for its dtypes, or where that kernel would need
+aligned groups (``_torch_needs_aligned_groups``), or where the groups are large;
 3D x 3D on ``matmul`` (the batched kernels, with their own fallbacks); the rest on torch
 (``torch._grouped_mm``, or a loop over the groups that reads the offsets on the host where
 torch has none: a sync, refused inside a CUDA-graph capture).
@@ -253,17 +253,21 @@ def _check_row_scale(row_scale, form: str, a: torch.Tensor) -> str:
     return "fp32" if row_scale.dtype == torch.float32 else "input"
 
 
-def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
+def route(d, p: GroupedProblem, a: torch.Tensor, b: torch.Tensor, backend: str) -> str:
     """Where a checked problem runs (module docstring): ``KERNEL``, ``BATCHED`` or ``TORCH``.
-    A 3D x 2D or 2D x 2D call under ``auto`` takes a kernel only where torch would loop over the
-    groups (``_torch_grouped``: no ``torch._grouped_mm`` for these dtypes; a sync, not
-    capturable), or for 2D x 2D where each group's result is large enough that the ragged-K
-    kernel beat torch's fused one (``host.ragged_k_beats_torch``); torch's fused kernel writes a
-    3D x 2D result's columns directly."""
+    A 2D x 2D call under ``auto`` takes torch's fused kernel (bfloat16 in and out) only where
+    that needs no aligned groups (``_torch_needs_aligned_groups``: ``a`` column-major, ``b``
+    row-major) and each group's result is small enough that the ragged-K kernel did not beat
+    it (``host.ragged_k_beats_torch``); a 3D x 2D call always would need aligned groups, so it
+    takes the kernel in every dtype."""
     if p.form == "3d3d":
         return BATCHED
-    if p.form in ("3d2d", "2d2d") and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
-        if p.form == "3d2d" or not host.ragged_k_beats_torch(p.shape[1], p.shape[2]):
+    if p.form == "2d2d" and backend == "auto" and _torch_fuses(a.dtype, p.c_dtype):
+        # (never where torch's fused kernel needs aligned groups, which offs on the GPU cannot
+        # promise: _torch_needs_aligned_groups; a 3D x 2D call always would, so it takes the
+        # kernel below, as float16's does)
+        aligned = _torch_needs_aligned_groups(p.form, a, b)
+        if not aligned and not host.ragged_k_beats_torch(p.shape[1], p.shape[2]):
             return TORCH
     if p.form == "2d2d" and not host.routes_ragged_k(backend):
         return TORCH  # (a family not in ``host.RAGGED_K_FAMILIES``)
@@ -279,6 +283,23 @@ def route(d, p: GroupedProblem, a: torch.Tensor, backend: str) -> str:
     if named:
         raise ValueError(f"backend {backend!r} does not run on a GPU of capability {cc}")
     return TORCH
+
+
+def _torch_needs_aligned_groups(form: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``torch._grouped_mm``'s fused kernel asserts, on the GPU, that each group but
+    the last spans a whole multiple of 16 bytes along ``offs``'s dimension (torch 2.8 on,
+    ``GroupMMCommon.cuh``: its TMA addresses must be 16-byte aligned) for these operands: 3D x
+    2D always (its result's column groups), 2D x 2D unless ``a`` is column-major and ``b``
+    row-major (K then is the strided dimension of both), 2D x 3D unless ``a`` is row-major. A
+    failed device assert ends the process's CUDA context, and the group sizes are on the GPU:
+    such calls never take that kernel (``route``, ``_torch_grouped``)."""
+    if form == "3d2d":
+        return True
+    if form == "2d2d":
+        return not (a.stride(0) == 1 and b.stride(-1) == 1)
+    if form == "2d3d":
+        return a.stride(-1) != 1
+    return False
 
 
 def _torch_fuses(ab_dtype: torch.dtype, c_dtype: torch.dtype) -> bool:
@@ -300,7 +321,7 @@ def grouped_mm(a, b, offs=None, *, out=None, out_dtype=None, backend="auto", dis
         return hit(a, b, offs, out, row_scale)
     p = check_grouped(a, b, offs, out, out_dtype, backend, (d.devices.type,), activation, gated,
                       row_scale)  # fmt: skip
-    where = route(d, p, a, backend)
+    where = route(d, p, a, b, backend)
     if out is not None and where != BATCHED:
         _check_no_overlap(out, a, b, offs, row_scale)
     strides = result_strides(p.shape, p.c_dtype)
@@ -476,7 +497,7 @@ def kernel_launch(d, a, b, offs, backend: str = "auto", out_dtype=None, out=None
     if p.form != "2d3d":
         raise ValueError(f"the {p.form} form runs no ragged-M grouped kernel: give a 2-D a, a "
                          "3-D b and offs")  # fmt: skip
-    where = route(d, p, a, backend)
+    where = route(d, p, a, b, backend)
     if where != KERNEL or a.shape[1] == 0 or math.prod(p.shape) == 0 or p.groups == 0:
         raise ValueError(f"this call runs no grouped kernel (its route: {where}, shape "
                          f"{tuple(p.shape)}, K={a.shape[1]}, {p.groups} groups)")  # fmt: skip
@@ -632,7 +653,7 @@ def _torch_grouped(p: GroupedProblem, a, b, offs) -> torch.Tensor:
     """The grouped product on torch: ``torch._grouped_mm`` where torch has it for these dtypes,
     else a loop over the groups (which reads ``offs`` on the host)."""
     fused = getattr(torch, "_grouped_mm", None)
-    if fused is not None and p.c_dtype == a.dtype:
+    if fused is not None and p.c_dtype == a.dtype and not _torch_fused_asserts(p, a, b, offs):
         try:
             # torch's fused kernel reads the ends at offs's data pointer as a contiguous
             # vector (it checks neither strides nor offset): a strided offs would garble the
@@ -641,6 +662,13 @@ def _torch_grouped(p: GroupedProblem, a, b, offs) -> torch.Tensor:
         except (RuntimeError, NotImplementedError):
             pass  # this torch or GPU has no kernel for it: the loop
     return _loop(p, a, b, offs)
+
+
+def _torch_fused_asserts(p: GroupedProblem, a, b, offs) -> bool:
+    """Whether torch's fused kernel could fail its device assert on this call: its groups must
+    be aligned (``_torch_needs_aligned_groups``) and there is more than one group (the last is
+    never checked). Those calls take the loop."""
+    return offs is not None and offs.numel() > 1 and _torch_needs_aligned_groups(p.form, a, b)
 
 
 def _loop(p: GroupedProblem, a, b, offs) -> torch.Tensor:
@@ -703,7 +731,7 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
             offs = a.new_empty(offs.shape, dtype=offs.dtype)  # for the checks (fake tensors too)
     p = check_grouped(a, b, offs, None, out_dtype, backend, (d.devices.type,), activation, gated,
                       row_scale)  # fmt: skip
-    where = route(d, p, a, backend)
+    where = route(d, p, a, b, backend)
     form = f"{p.form[:2].upper()} x {p.form[2:].upper()}"
     lines = [f"problem: grouped {form}, {p.groups} groups, a {tuple(a.shape)} x b "
              f"{tuple(b.shape)} -> {p.shape}, {_name(a.dtype)} -> {_name(p.c_dtype)}"]  # fmt: skip
@@ -715,6 +743,10 @@ def explain(d, a, b, offs=None, out_dtype=None, backend="auto", activation=None,
         why = _torch_reason(p, a.dtype)
         fused = getattr(torch, "_grouped_mm", None) is not None and p.c_dtype == a.dtype
         how = "torch._grouped_mm" if fused else "a loop over the groups, reading offs: a sync"
+        if fused and _torch_fused_asserts(p, a, b, offs):
+            how = ("a loop over the groups, reading offs: a sync (torch._grouped_mm would "
+                   "assert on the GPU unless every group but the last spans a multiple of 16 "
+                   "bytes along offs's dimension)")  # fmt: skip
         lines.append(f"kernel: torch ({how}): {why}")
     elif p.form == "2d2d":
         name, config = host.ragged_k_config(backend)
@@ -776,9 +808,7 @@ def _torch_reason(p: GroupedProblem, ab_dtype: torch.dtype) -> str:
     """explain's reason for a call on the torch route."""
     if ab_dtype not in _KERNEL_DTYPES:
         return f"{_name(ab_dtype)} operands"
-    if p.form in ("3d2d", "2d2d") and _torch_fuses(ab_dtype, p.c_dtype):
-        if p.form == "3d2d":
-            return "torch's fused grouped kernel writes this form's columns directly"
+    if p.form == "2d2d" and _torch_fuses(ab_dtype, p.c_dtype):
         if host.routes_ragged_k("auto") and not host.ragged_k_beats_torch(*p.shape[1:]):
             return (
                 f"torch's fused grouped kernel runs bfloat16, and each group's {p.shape[1]}x"
