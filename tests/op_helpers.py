@@ -110,8 +110,10 @@ def grouped_reference(a, b, offs, form=None):
     for end in offs.tolist():
         prev = min(max(end, prev), extent)
         ends.append(prev)
-    spans = list(zip([0, *ends[:-1]], ends, strict=True))
+    spans = list(zip([0, *ends][: len(ends)], ends, strict=True))  # (none for no group)
     if form == "2d2d":
+        if not spans:
+            return a.new_zeros(0, a.shape[0], b.shape[1])
         return torch.stack([a[:, lo:hi] @ b[lo:hi] for lo, hi in spans])
     if form == "2d3d":
         y = a.new_zeros(a.shape[0], b.shape[2])
