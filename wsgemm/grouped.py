@@ -320,9 +320,11 @@ def _eager(a, b, out=None, row_scale=None) -> bool:
     ``grouped_mm_out`` for ``out=``), as ``matmul``'s calls do."""
     return (
         not _is_compiling()
-        and all(t is None or (type(t) in _PLAIN and t.is_cuda) for t in (a, b, out, row_scale))
+        and type(a) in _PLAIN and a.is_cuda and type(b) in _PLAIN and b.is_cuda
+        and (out is None or (type(out) in _PLAIN and out.is_cuda))
+        and (row_scale is None or (type(row_scale) in _PLAIN and row_scale.is_cuda))
         and _no_modes()
-    )
+    )  # fmt: skip
 
 
 def _all_tensors(a, b, *optional) -> bool:
