@@ -250,7 +250,7 @@ def parse_shapes(text: str) -> list[Shape]:
     shapes = []
     for item in filter(None, (part.strip() for part in text.split(";"))):
         fields = [f for f in re.split(r"[,xX\s]+", item) if f]
-        if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
+        if len(fields) != 3 or not all(_positive(f) for f in fields):
             raise ValueError(f"bad shape {item!r}: expected three positive integers M,N,K")
         m, n, k = (int(f) for f in fields)
         shapes.append(Shape(m, n, k, group="custom"))
@@ -262,9 +262,15 @@ def parse_shapes(text: str) -> list[Shape]:
 def parse_int_list(text: str) -> tuple[int, ...]:
     """Parse ``"1,16,128"`` into positive ints."""
     fields = [f.strip() for f in text.split(",") if f.strip()]
-    if not fields or not all(f.isdigit() and int(f) > 0 for f in fields):
+    if not fields or not all(_positive(f) for f in fields):
         raise ValueError(f"expected a comma-separated list of positive integers, got {text!r}")
     return tuple(int(f) for f in fields)
+
+
+def _positive(field: str) -> bool:
+    """``field`` is a positive decimal integer in ASCII digits (``str.isdigit`` alone also
+    takes digits such as ``'\u00b2'`` that ``int`` refuses)."""
+    return field.isascii() and field.isdigit() and int(field) > 0
 
 
 def _model(name: str) -> Transformer:

@@ -62,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend", choices=("auto", *BACKENDS), help="kernel (default auto: what matmul picks)"
     )
     for flag, allowed, what in (
-        ("--dtype", AB_DTYPES, "operand dtype (default float16; the short names work too: "
-         "fp16, bf16, fp32, also half, in each dtype option)"),
+        ("--dtype", AB_DTYPES, "operand dtype: float16 (the default; also fp16 or half) or "
+         "bfloat16 (also bf16); --out-dtype and --accumulate take the short names too"),
         ("--out-dtype", C_DTYPES, "output dtype (default: the operand dtype)"),
         ("--accumulate", ACC_DTYPES, "accumulator dtype (default float32)"),
     ):  # fmt: skip
@@ -297,14 +297,20 @@ def _render(timeline, args, console) -> int:
         for line in problems:
             console.print(f"  {line}", markup=False)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    writers = [
-        (FILES["raw"], timeline.save),
-        (FILES["chrome"], timeline.to_chrome),
-        (FILES["png"], lambda p: timeline.plot(p, sms=sms)),
-        (FILES["summary"], timeline.write_summary),
-    ]
-    code, written = EXIT_OK, []
+    code, written, writers = EXIT_OK, [], []
+    try:  # checked when parsed, but a recording takes a while: it may have gone since
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        console.print(f"trace: cannot make {out}: {exc.strerror or exc}", style="red",
+                      markup=False)  # fmt: skip
+        code = EXIT_FAILED
+    else:
+        writers = [
+            (FILES["raw"], timeline.save),
+            (FILES["chrome"], timeline.to_chrome),
+            (FILES["png"], lambda p: timeline.plot(p, sms=sms)),
+            (FILES["summary"], timeline.write_summary),
+        ]
     for name, write in writers:
         try:
             write(out / name)
@@ -319,7 +325,23 @@ def _render(timeline, args, console) -> int:
         stdout.print(table)
     if written:
         console.print(f"trace: wrote {', '.join(written)}", markup=False)
+    if args.from_raw is None and str(out / FILES["raw"]) not in written:
+        _keep(timeline, console)
     return code
+
+
+def _keep(timeline, console) -> None:
+    """Save a new recording that ``--out`` did not take in a temporary folder, and say where."""
+    import tempfile
+
+    try:
+        path = timeline.save(Path(tempfile.mkdtemp(prefix="wsgemm-trace-")) / FILES["raw"])
+    except Exception as exc:
+        console.print(f"trace: the recording is lost: could not keep it either: {exc}",
+                      style="red", markup=False)  # fmt: skip
+    else:
+        console.print(f"trace: the recording is kept in {path} (--from-raw re-renders it)",
+                      style="red", markup=False)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- argument types
@@ -356,15 +378,30 @@ def _sm_list(text: str) -> tuple[int, ...]:
 
 
 def _out_dir(text: str) -> Path:
-    """A directory that exists and is writable, or can be made in one that is."""
+    """A directory that exists and is writable, or can be made (tried, then removed again: a
+    run that stops before writing leaves nothing behind)."""
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
-    parent = path
+    missing, parent = [], path
     while not parent.exists():
+        missing.append(parent)
         parent = parent.parent
     if not parent.is_dir():
         raise argparse.ArgumentTypeError(f"cannot make {text}: {parent} is not a directory")
+    made = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot make {text}: {exc.strerror or exc}") from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
     if not os.access(parent, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write in {parent}")
     return path
