@@ -18,8 +18,12 @@ and ``race_enabled()`` (off Hopper, the race against torch.matmul: on unless set
 
 The switches are context variables (``contextvars``): a block holds in the thread or task that
 entered it, so serving threads and async tasks each keep their own; a new thread starts with
-the process default, a new async task with its creator's settings. A block fixes every switch
-at its start (the ones it does not name as they are then), as ``decimal.localcontext`` does.
+the process default (where Python gives threads their creator's context, as 3.14's
+free-threaded build does, the creator's settings), a new async task with its creator's
+settings. A block fixes every switch at its start (the ones it does not name as they are
+then), as ``decimal.localcontext`` does. A block object may be kept and entered again (by
+several threads or tasks at once), and decorate a function or a coroutine function (not a
+generator function: TypeError).
 
 Every call reads them: ``matmul``, ``linear`` and ``nn.Linear`` choose their kernel for a call
 signature under the settings in effect, and a kernel chosen outside a block is never reused
@@ -35,7 +39,8 @@ candidates of a problem's first call on a Hopper GPU and keeps the fastest (off 
 that kernel against torch.matmul at a bucket's first call (on unless autotuning is set False
 or ``WSGEMM_AUTOTUNE=0``: docs/policy.md, "Off Hopper");
 the disk cache keeps compiled kernels across processes (README, "The compile cache"): off,
-each process compiles in memory.
+each process compiles in memory (and on-line tuning's choices, stored in the same folder,
+are kept in memory too).
 """
 
 from __future__ import annotations
