@@ -204,3 +204,34 @@ def test_the_docs_say_batch_invariant_takes_0_or_1(monkeypatch):
     rules._environment.cache_clear()
     with pytest.raises(ValueError, match="allowed: 0 or 1"):
         config.batch_invariant_enabled()
+
+
+# ----------------------------------------------------------------------------- found beside it
+
+
+def test_a_python_setting_needs_no_valid_environment_word(monkeypatch):
+    """A bad ``WSGEMM_BATCH_INVARIANT`` word raised in every ``choose``, even where Python set
+    the switch (``choose`` read the table path from the same check): now only where the word
+    decides."""
+    monkeypatch.setenv(rules.ENV_BATCH_INVARIANT, "yes")
+    rules._environment.cache_clear()
+    problem = (1, 128, 4096, 1, "float16", "float16", "float32", 132, (9, 0))
+    with config.batch_invariant(True):
+        assert rules.choose(*problem).split == 1
+    assert rules.choose(*problem, batch_invariant=False) is not None
+    with pytest.raises(ValueError, match="allowed: 0 or 1"):
+        rules.choose(*problem)
+
+
+def test_the_tuned_store_follows_the_disk_cache_setting(monkeypatch, tmp_path):
+    """The tuned-choice store kept what the disk-cache setting said at its first read: read
+    first inside ``disk_cache(False)`` it never saw the file after; read first with the cache
+    on it kept serving the file's choices inside ``disk_cache(False)``."""
+    monkeypatch.setenv("WSGEMM_CACHE_DIR", str(tmp_path))
+    autotune.TunedStore().put("H200", 132, "bucket", "sm90", 1, {"sm90": 0.1})
+    store = autotune.TunedStore()
+    with config.disk_cache(False):
+        assert store.get("H200", 132, "bucket") is None
+    assert store.get("H200", 132, "bucket") == ("sm90", 1)
+    with config.disk_cache(False):
+        assert store.get("H200", 132, "bucket") is None

@@ -91,7 +91,9 @@ class TunedStore:
 
     def __init__(self, root: Path | None = None) -> None:
         self._root = root
-        self._files: dict[tuple[str, int], dict] = {}
+        # per (GPU model, SMs, file): the file follows the disk-cache setting (None: off, the
+        # choices in memory), so a choice read under one setting is not served under another
+        self._files: dict[tuple[str, int, Path | None], dict] = {}
         self._lock = threading.Lock()
 
     def _path(self, device: str, sm_count: int) -> Path | None:
@@ -111,9 +113,10 @@ class TunedStore:
         return 0o600
 
     def _load(self, device: str, sm_count: int) -> dict:
-        key = (device, sm_count)
+        path = self._path(device, sm_count)
+        key = (device, sm_count, path)
         if key not in self._files:
-            self._files[key] = self._read(self._path(device, sm_count))
+            self._files[key] = self._read(path)
         return self._files[key]
 
     @staticmethod

@@ -223,21 +223,28 @@ def batch_invariant_requested(flag: bool | None = None) -> bool:
     the first call: set it before the process multiplies)."""
     if flag is None:
         flag = current().batch_invariant
-        return _environment()[0] if flag is None else flag
+        return _invariant_by_default() if flag is None else flag
     if not isinstance(flag, bool):
         raise TypeError(f"batch_invariant must be a bool or None, got {type(flag).__name__}")
     return flag
 
 
 @functools.cache
-def _environment() -> tuple[bool, str | None]:
-    """(batch-invariant by default, table path override), read once per process: ``choose``
-    runs for every new call signature, and reading the environment costs a microsecond a
-    variable."""
-    value = os.environ.get(ENV_BATCH_INVARIANT, "0")
+def _environment() -> tuple[str, str | None]:
+    """(``WSGEMM_BATCH_INVARIANT``'s word, table path override), read once per process:
+    ``choose`` runs for every new call signature, and reading the environment costs a
+    microsecond a variable. The word is checked only where it decides
+    (``_invariant_by_default``): a setting made in Python needs no environment."""
+    return os.environ.get(ENV_BATCH_INVARIANT, "0"), os.environ.get(ENV_TABLE) or None
+
+
+def _invariant_by_default() -> bool:
+    """``WSGEMM_BATCH_INVARIANT``: "1" on, "0" (or unset, or empty) off; another word a
+    ValueError."""
+    value = _environment()[0]
     if value not in ("0", "1", ""):
         raise ValueError(f"{ENV_BATCH_INVARIANT}={value!r}; allowed: 0 or 1")
-    return value == "1", os.environ.get(ENV_TABLE) or None
+    return value == "1"
 
 
 def _measured(e: MenuEntry, batch: int, dtypes: tuple[str, str, str]) -> bool:
