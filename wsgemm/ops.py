@@ -37,6 +37,7 @@ from torch.utils._device import DeviceContext
 from . import api
 from .api.dispatch import CPU_REASON
 from .api.epilogue import (
+    activation_backward,
     bias_mode,
     check_activation,
     check_epilogue,
@@ -447,17 +448,45 @@ def _backward(ctx, grad):
     alpha, beta = ctx.alpha, ctx.beta
     if ctx.activation is not None and ctx.activation != "none":
         out_dtype, accumulate = ctx.pre
-        with torch.no_grad():  # (the op, not the core: a traced backward holds its node)
+        # (the op, not the core: a traced backward holds its node); with create_graph (a
+        # double backward) the pre-activation stays differentiable, and the gradient through
+        # the activation is torch's formula, differentiable again (computed under no_grad,
+        # the second derivative through the activation and the pre-activation was dropped)
+        create_graph = torch.is_grad_enabled()
+        with torch.set_grad_enabled(create_graph):
             pre = _MATMUL(a, b, out_dtype, accumulate, ctx.backend, bias, None, c, alpha, beta)
-        grad = grad_through(ctx.activation, grad, pre).to(grad.dtype)
-    g_product = grad if alpha == 1.0 else (grad.float() * alpha).to(grad.dtype)
+        if create_graph:
+            grad = _grad_through_graph(ctx.activation, grad, pre)
+        elif pre.dtype == torch.float64:  # torch's backward ops in fp64 (not rounded to fp32)
+            grad = activation_backward(ctx.activation, grad.to(pre.dtype), pre).to(grad.dtype)
+        else:
+            grad = grad_through(ctx.activation, grad, pre).to(grad.dtype)
+    g_product = grad if alpha == 1.0 else (_wide(grad) * alpha).to(grad.dtype)
     ga, gb = _grads(a, b, g_product, need_a, need_b, ctx.backend)
     gbias = gc = None
     if need_bias:  # the bias broadcasts against the result from the right, as in torch's add
-        gbias = grad.float().sum_to_size(bias.shape).to(bias.dtype)
+        gbias = _wide(grad).sum_to_size(bias.shape).to(bias.dtype)
     if need_c:  # so does c
-        gc = (grad.float() * beta).sum_to_size(c.shape).to(c.dtype)
+        gc = (_wide(grad) * beta).sum_to_size(c.shape).to(c.dtype)
     return ga, gb, None, None, None, gbias, None, gc, None, None
+
+
+def _grad_through_graph(act: str, grad, pre) -> torch.Tensor:
+    """``grad · act'(pre)`` (in fp32, or fp64 for fp64) by autograd through torch's form of the
+    activation with ``create_graph``: differentiable in ``grad`` and ``pre`` (a double
+    backward's)."""
+    p = _wide(pre)
+    if not p.requires_grad:
+        p = p.detach().requires_grad_()
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(torch_activation(act, p), p, _wide(grad), create_graph=True)
+    return g.to(grad.dtype)
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in fp32, or in its own dtype where that is wider (fp64 is not rounded to fp32):
+    the precision of the backward's sums and scalings."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)
@@ -481,15 +510,16 @@ def _matmul_vmap(
     # (a vector result's bias too: its batched product is a column the bias does not fit)
     if c is not None or alpha != 1.0 or bias_dim is not None or (
             bias is not None and len(sample) < 2):  # fmt: skip
-        # alpha, a residual or a per-sample bias: the product batched (in fp32), then the
-        # rest in torch, rounded once
-        wide = torch.float32 if accumulate == torch.float32 else out_dtype
+        # alpha, a residual or a per-sample bias: the product batched (in fp32; fp64
+        # operands' in fp64, not rounded to fp32), then the rest in torch, rounded once
+        wide = torch.promote_types(a.dtype, torch.float32)
+        wide = wide if accumulate == torch.float32 else out_dtype
         out, dim = _matmul_vmap(info, in_dims[:5], a, b, wide, accumulate, backend)
         rank = out.dim() - (dim is not None)  # a sample's result
         c = None if c is None else _per_sample(c, c_dim, rank)
         bias = None if bias is None else _per_sample(bias, bias_dim, rank)
         mapped = dim is not None or (c is not None and c_dim is not None) or bias_dim is not None
-        y = _combined(out.float(), check_activation(activation), alpha, c, beta, bias)
+        y = _combined(_wide(out), check_activation(activation), alpha, c, beta, bias)
         return y.to(out_dtype or a.dtype), 0 if mapped else None
     if a_dim is None and b_dim is None:
         return _MATMUL(a, b, out_dtype, accumulate, backend, bias, activation), None
@@ -900,10 +930,12 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
             act = check_epilogue(bias, activation, a.dtype, shape, a.device).activation
             if c is not None:
                 check_residual(c, shape, dtype, a.device)
-            # the product in fp32 (a 16-bit one could overflow where alpha scales it back)
-            wide = torch.float32 if accumulate == torch.float32 else out_dtype
+            # the product in fp32 (a 16-bit one could overflow where alpha scales it back;
+            # fp64 operands: fp64, not rounded to fp32)
+            wide = torch.promote_types(a.dtype, torch.float32)
+            wide = wide if accumulate == torch.float32 else out_dtype
             product = _Matmul.apply(a, b, wide, accumulate, backend, None, None)
-            return _combined(product.float(), act, alpha, c, beta, bias).to(dtype)
+            return _combined(_wide(product), act, alpha, c, beta, bias).to(dtype)
         return _forward(a, b, None, out_dtype, accumulate, backend, bias, activation,
                         dict(c=c, alpha=alpha, beta=beta))  # fmt: skip
     if not _is_compiling() and forward_differentiated(a, b, bias, c) is not None:
