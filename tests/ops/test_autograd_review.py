@@ -227,3 +227,19 @@ def test_grouped_mm_with_an_epilogue_and_a_gradient_compiles_fullgraph(monkeypat
     torch.testing.assert_close(y[:5], y2[:5])
     for got, want in zip(ins, ins2, strict=True):
         torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_the_cpu_road_keeps_fp64_through_alpha_and_c():
+    """The core's torch road (``api.fallback.run`` / ``epilogue.combine_in_torch``) computed
+    alpha and c in fp32 for float64 operands (off by ~2e-7, so gradcheck failed on any CPU
+    call with them): now in fp64, and gradcheck passes without a stand-in."""
+    gen = torch.Generator().manual_seed(11)
+    a, b, c = (torch.randn(s, dtype=torch.float64, generator=gen) for s in ((5, 7), (7, 3), (5, 3)))
+    y = wsgemm.matmul(a, b, c=c, alpha=0.5, beta=2.0)
+    assert (
+        torch.equal(y, 0.5 * (a @ b) + 2.0 * c) or (y - (0.5 * a @ b + 2 * c)).abs().max() < 1e-14
+    )
+    inputs = tuple(t.clone().requires_grad_() for t in (a, b, c))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: wsgemm.matmul(a, b, c=c, alpha=0.5, beta=2.0, activation="gelu"), inputs
+    )

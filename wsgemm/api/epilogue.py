@@ -275,16 +275,20 @@ def combine_in_torch(out: torch.Tensor, product, bias, p) -> torch.Tensor:
     """``out`` := act(alpha · product + beta · out + bias) in place for a call with alpha or a
     residual on a route whose kernel does not fuse them (``p``: its ``Problem``; ``product``
     the plain product, None for K = 0): computed in fp32 from the rounded product and C, then
-    rounded once to ``out``'s dtype."""
+    rounded once to ``out``'s dtype (in fp64 where the product or ``out`` is fp64: float64
+    operands are not rounded to fp32 on the way)."""
     e = p.epilogue
+    wide = torch.promote_types(out.dtype, torch.float32)
+    if product is not None:
+        wide = torch.promote_types(wide, product.dtype)
     if product is None:
-        y = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        y = torch.zeros(out.shape, dtype=wide, device=out.device)
     else:
-        y = product.float() * p.alpha
+        y = product.to(wide) * p.alpha
     if e.residual:
-        y.add_(out.float(), alpha=p.beta)
+        y.add_(out.to(wide), alpha=p.beta)
     if bias is not None:
-        y.add_(_addend(bias, e.bias).float())
+        y.add_(_addend(bias, e.bias).to(wide))
     return out.copy_(torch_activation(e.activation, y))
 
 

@@ -65,7 +65,9 @@ def run(a, b, out, p: Problem, bias=None) -> torch.Tensor:
     if p.epilogue.scalars:
         if out is None:  # alpha without a residual (a residual's C is always in ``out``)
             out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
-        return combine_in_torch(out, product(a, b, torch.float32), bias, p)
+        # (fp32, or fp64 for fp64 operands: never narrower than they are)
+        wide = torch.promote_types(a.dtype, torch.float32)
+        return combine_in_torch(out, product(a, b, wide), bias, p)
     if out is not None and out.dtype == a.dtype:
         return apply_in_torch(torch.matmul(a, b, out=out), bias, p.epilogue)
     result = apply_in_torch(product(a, b, p.c_dtype), bias, p.epilogue)
