@@ -177,6 +177,9 @@ class Linear(nn.Linear):
     #: The activation is a plain MLP's, moved here by ``fuse_plain_mlps``: while the layer has
     #: hooks, it returns what ``nn.Linear`` returns and its ``FusedActivation`` applies it.
     _act_from_fusion: bool = False
+    #: This layer's last call returned the plain product (hooked: ``FusedActivation`` applies
+    #: the activation), not the activated one.
+    _returned_product: bool = False
 
     def __init__(
         self,
@@ -192,8 +195,12 @@ class Linear(nn.Linear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         activation = self.activation
-        if activation is not None and self._act_from_fusion and _hooked(self):
-            activation = None  # hooks see the product, as unfused (FusedActivation applies it)
+        if activation is not None and self._act_from_fusion:
+            # hooks see the product, as unfused: FusedActivation then applies the activation,
+            # as this call decided (a hook may remove itself before FusedActivation runs)
+            self._returned_product = _hooked(self)
+            if self._returned_product:
+                activation = None
         if _runs_on_wsgemm(input, self.weight):
             return linear(input, self.weight, self.bias, activation)
         # is_compiling() folds to True in a traced graph, so the note is eager-only and the
@@ -532,7 +539,8 @@ class GatedMLP(nn.Module):
         self.down_proj = Linear(ffn, hidden, bias=bias, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w, b = self.gate_up_proj.weight, self.gate_up_proj.bias
+        proj = self._modules["gate_up_proj"]  # (read once: a module attribute costs ~1 us)
+        w, b = proj.weight, proj.bias
         if self._trains_fused(x):
             down = self.down_proj
             return gated_mlp(x, w, b, down.weight, down.bias, self.activation)
@@ -540,12 +548,12 @@ class GatedMLP(nn.Module):
         # road below reads and writes half the bytes (the product in the inputs' dtype). It
         # bypasses gate_up_proj's call: only for the module's own plain layer, without hooks.
         if (
-            _plain_layer(self.gate_up_proj) and _runs_on_wsgemm(x, w)
+            _runs_on_wsgemm(x, w) and _plain_layer(proj)
             and (b is None or (_gated_kernel_takes_bias() and b.dtype == w.dtype))
         ):  # fmt: skip
             h = gated_linear(x, w, self.activation, bias=b)
         else:  # torch's road: the product, then act(gate) * up in fp32 (fp64 kept), rounded once
-            y = self.gate_up_proj(x)
+            y = proj(x)
             if y.dtype == torch.float64:  # float64 throughout, as torch's modules compute it
                 h = gated_unit_with_grad(self.activation, y)
             elif torch.is_grad_enabled() and y.requires_grad:  # the gradient in three passes
@@ -818,6 +826,7 @@ def _joinable(g, u) -> bool:
     shape, dtype and device."""
     return (
         isinstance(g, nn.Parameter) and isinstance(u, nn.Parameter) and g is not u
+        and type(g.data) is torch.Tensor and type(u.data) is torch.Tensor  # (no DTensor, ...)
         and not (nn.parameter.is_lazy(g) or nn.parameter.is_lazy(u))
         and g.shape == u.shape and g.dtype == u.dtype and g.device == u.device
     )  # fmt: skip
@@ -849,9 +858,11 @@ def fuse_gated_mlps(module: nn.Module) -> list[tuple[str, str, str]]:
     ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``; a forward that does anything else (a
     scale, a dropout, the activation on the other half) or does not trace stays unfused. Nor
     are MLPs fused whose gate or up projection has a forward of its own (an ``nn.Linear``
-    subclass's), hooks (as has the activation), or a second parent. At each call the fused
-    forward checks that this still holds (no hook added since, no layer swapped for another)
-    and runs the model's own forward where it does not.
+    subclass's), hooks (as has the activation), or a second parent. At each eager call the
+    fused forward checks that this still holds (no hook added since, no layer swapped for
+    another) and runs the model's own forward where it does not; under torch.compile, as of
+    the trace (dynamo does not guard on hooks: a hook added after compiling is not seen, as
+    for torch's own modules).
 
     The two weights are copied once into one buffer, ``[gate; up]``, and each ``Parameter``
     is pointed at its half (``param.data``): the same ``Parameter`` objects and ``state_dict``
@@ -940,7 +951,7 @@ class FusedActivation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up = self._up
         if isinstance(up, Linear) and up.activation == self.activation:
-            if not (up._act_from_fusion and _hooked(up)):  # (hooked: it returned the product)
+            if not (up._act_from_fusion and up._returned_product):  # (its call's decision)
                 return x  # the up projection applied it
         return self._original(x)  # (its layer restored or changed since: the model's own)
 
@@ -1021,4 +1032,5 @@ def _unfuse_plain_mlps(module: nn.Module) -> None:
             if isinstance(child, FusedActivation):
                 child._up.activation = None
                 child._up.__dict__.pop("_act_from_fusion", None)
+                child._up.__dict__.pop("_returned_product", None)
                 setattr(mlp, attr, child._original)

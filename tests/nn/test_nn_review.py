@@ -436,6 +436,28 @@ def test_a_hook_added_to_a_fused_up_projection_sees_what_it_saw_unfused():
     assert "_act_from_fusion" not in vars(ours.dense_h_to_4h) and isinstance(ours.act, nn.GELU)
 
 
+def test_a_hook_that_removes_itself_leaves_the_output_right():
+    """The up projection and its FusedActivation each asked whether the layer had hooks: a
+    one-shot hook that removed itself made the first return the plain product and the second
+    pass it on, the activation never applied. FusedActivation now follows the call's own
+    decision."""
+    torch.manual_seed(12)
+    x = torch.randn(4, 64, dtype=BF16)
+    ours, theirs = NeoXMLP(), NeoXMLP()
+    theirs.load_state_dict(ours.state_dict())
+    wnn.replace_linear(ours, fuse_mlp=True)
+    seen = []
+
+    def once(module, args, output):
+        seen.append(output.clone())
+        handle.remove()
+
+    handle = ours.dense_h_to_4h.register_forward_hook(once)
+    theirs.dense_h_to_4h.register_forward_hook(lambda m, a, o: seen.append(o.clone()))
+    assert torch.equal(ours(x), theirs(x)) and torch.equal(seen[0], seen[1])
+    assert torch.equal(ours(x), theirs(x))  # the hook gone: the fused road again
+
+
 # ------------------------------------------------------------------ parametrized layers
 
 

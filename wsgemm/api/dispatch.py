@@ -131,7 +131,7 @@ def _c_copied(
     it once the call has succeeded."""
     target = None  # the caller's out, written once the call has succeeded
     if out is not None:
-        host = _on_the_host(d, a, backend)  # (CPU tensors under auto: checked as CPU ones)
+        host = on_the_host(d, a, backend)  # (CPU tensors under auto: checked as CPU ones)
         validate(
             a, b, out, out_dtype, accumulate, backend, config,
             device_type="cpu" if host else d.devices.type, bias=bias, activation=activation,
@@ -298,7 +298,7 @@ def _first_call(
     d, key, a, b, out, out_dtype, accumulate, backend, config, bias=None, activation=None,
     scalars=None, c=None,
 ) -> torch.Tensor:  # fmt: skip
-    host_tensors = _on_the_host(d, a, backend)
+    host_tensors = on_the_host(d, a, backend)
     p = validate(
         a, b, out, out_dtype, accumulate, backend, config,
         device_type="cpu" if host_tensors else d.devices.type, bias=bias,
@@ -355,7 +355,7 @@ def _first_call(
 CPU_REASON = "CPU tensors (wsgemm's kernels run on CUDA GPUs)"
 
 
-def _on_the_host(d, a, backend) -> bool:
+def on_the_host(d, a, backend) -> bool:
     """Whether this call is ``backend="auto"`` on CPU tensors where the dispatcher's devices are
     CUDA GPUs: torch's matmul runs it (issue #27: a device wsgemm does not take falls back
     under ``auto``; a named backend raises)."""
@@ -430,7 +430,7 @@ def explain(
                      "into out, if given); pass out=c for an in-place residual, or a dense "
                      "row-major c of the result's shape on a family that reads it "
                      "(host.registry.C_TENSOR_FAMILIES)\n")  # fmt: skip
-    host_tensors = _on_the_host(d, a, backend)
+    host_tensors = on_the_host(d, a, backend)
     p = validate(
         a, b, out, out_dtype, accumulate, backend, None,
         device_type="cpu" if host_tensors else d.devices.type, bias=bias,

@@ -246,7 +246,7 @@ def _on_the_host(d, x) -> bool:
     """Whether ``x`` is a CPU tensor where ``d``'s devices are CUDA GPUs: the unfused road runs
     the call in torch (the product on ``matmul``'s CPU fallback: ``dispatch.CPU_REASON``), as
     ``matmul`` and ``linear`` run CPU tensors under ``backend="auto"``."""
-    return dispatch._on_the_host(d, x, "auto")
+    return dispatch.on_the_host(d, x, "auto")
 
 
 def _device_types(d, x) -> tuple[str, ...]:
