@@ -153,6 +153,35 @@ class GroupedCoreStub:
         return out
 
 
+def grouped_meta_operands(form, m, n, groups, k, dtype=torch.bfloat16):
+    """Meta operands of a grouped call of ``form`` (``a``, ``b``, ``offs``): b K-major (an
+    expert weight's transpose; torch's meta kernel wants 16-byte rows), no offs for 3D x 3D."""
+
+    def e(*shape, dtype=dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    offs = e(groups, dtype=torch.int32)
+    return {
+        "2d3d": (e(m, k), e(groups, n, k).mT, offs),
+        "3d3d": (e(groups, m, k), e(groups, n, k).mT, None),
+        "2d2d": (e(m, k), e(n, k).t(), offs),
+        "3d2d": (e(groups, m, k), e(n, k).t(), offs),
+    }[form]
+
+
+def tile_map_tiles(lines: list[str]) -> int:
+    """The tiles a grouped tile map's group lines name (``host.grouped.tile_map``: each group's
+    m-tiles x n-tiles and its clusters' surplus), to check against its head's count."""
+    tiles = 0
+    for line in lines[1:]:
+        if " tiles" in line and "no tiles" not in line:
+            m_tiles, n_tiles = line.split(": ")[2].split(" tiles")[0].split(" x ")
+            tiles += int(m_tiles) * int(n_tiles)
+            if "(+" in line:  # the cluster's surplus, computed too
+                tiles += int(line.split("(+")[1].split(" ")[0])
+    return tiles
+
+
 def install_gated(monkeypatch) -> GatedCoreStub:
     """The gated stub in place of the gated core (``torch.ops.wsgemm.gated_linear``'s CPU kernel
     runs it), and the op's fake implementation taking CPU tensors too (as ``opcheck`` hands it

@@ -12,18 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_cli import run
 
 from wsgemm import cli
 from wsgemm.bench import cli as bench_cli
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "tests" / "data" / "bench_h200.json"
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def usage_error(capsys, *argv) -> str:

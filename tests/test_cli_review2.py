@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
+from test_cli import run
+from test_cli_review import no_gpu, usage_error  # noqa: F401 (no_gpu: a fixture, by name)
 
 from wsgemm import cli
 from wsgemm.bench import suites
@@ -22,25 +23,6 @@ from wsgemm.tracing.timeline import Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "tests" / "data" / "trace_sm80_2048.npz"
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def usage_error(capsys, *argv) -> str:
-    """An argparse error: exit 2 and the message on stderr."""
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
 @pytest.fixture
@@ -85,7 +67,8 @@ def test_trace_out_is_tried_before_recording(monkeypatch, tmp_path, capsys):
     )
 
 
-def test_trace_out_check_leaves_no_folder_behind(no_gpu, tmp_path, capsys):
+@pytest.mark.usefixtures("no_gpu")
+def test_trace_out_check_leaves_no_folder_behind(tmp_path, capsys):
     out = tmp_path / "a" / "b" / "out"
     code, _, err = run(capsys, "trace", "--shape", "256,256,256", "--out", str(out))
     assert code == trace_cli.EXIT_NO_GPU and "no CUDA GPU" in err
@@ -152,14 +135,16 @@ def test_trace_dtype_help_names_what_it_takes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("shapes", ["\u00b2,2,3", "1,2,\u0663", "8,8,8;\u00b9,1,1"])
-def test_bench_shapes_with_other_digits_say_what_a_shape_is(no_gpu, capsys, shapes):
+@pytest.mark.usefixtures("no_gpu")
+def test_bench_shapes_with_other_digits_say_what_a_shape_is(capsys, shapes):
     code, out, err = run(capsys, "bench", "--shapes", shapes)
     item = shapes.split(";")[-1]
     assert code == 2 and not out
     assert err.strip() == f"bench: bad shape {item!r}: expected three positive integers M,N,K"
 
 
-def test_bench_tokens_with_other_digits_say_what_they_are(no_gpu, capsys):
+@pytest.mark.usefixtures("no_gpu")
+def test_bench_tokens_with_other_digits_say_what_they_are(capsys):
     code, _, err = run(capsys, "bench", "--suite", "llm", "--tokens", "1,\u00b2")
     assert code == 2
     assert err.strip() == (

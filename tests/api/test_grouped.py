@@ -7,6 +7,7 @@ import functools
 
 import pytest
 import torch
+from op_helpers import grouped_meta_operands, tile_map_tiles
 from stand_ins import address_entry
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -449,38 +450,27 @@ def test_the_fake_implementation_gives_shape_and_strides():
 
 @pytest.mark.parametrize("form", core.FORMS)
 def test_the_fake_implementation_is_torch_grouped_mms_meta(form, monkeypatch):
-    """bfloat16 in and out, each form: the op's fake result has torch._grouped_mm's own meta
-    result's shape, dtype and strides (rows padded to 16 bytes: N = 20 -> 24; N = 1; one row;
-    empty results, whose strides mean nothing: torch's outer ones may be 0). torch's meta
-    kernel gives the CUDA build's layout only where torch.version.cuda is set: it is, here."""
+    """bfloat16 in and out, each form: the op's fake result, and the public call's on meta
+    tensors, have torch._grouped_mm's own meta result's shape, dtype and strides (rows padded
+    to 16 bytes with no floor: N = 20 -> 24, N = 0 a row stride of 0, M = 0 a group stride of
+    0; N = 1; one row; no group). torch's meta kernel gives the CUDA build's layout only where
+    torch.version.cuda is set: it is, here."""
     if not hasattr(torch, "_grouped_mm"):
         pytest.skip("this torch has no torch._grouped_mm")
     monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "12.8")
-    groups, k = 4, 64
-
-    def e(*shape, dtype=BF16):
-        return torch.empty(shape, dtype=dtype, device="meta")
-
-    def operands(m, n):
-        offs = e(groups, dtype=torch.int32)
-        # b K-major (an expert weight's transpose): torch's meta kernel wants 16-byte rows
-        return {
-            "2d3d": (e(m, k), e(groups, n, k).mT, offs),
-            "3d3d": (e(groups, m, k), e(groups, n, k).mT, None),
-            "2d2d": (e(m, k), e(n, k).t(), offs),
-            "3d2d": (e(groups, m, k), e(n, k).t(), offs),
-        }[form]
-
-    for m, n in ((100, 20), (5, 64), (1, 1), (0, 20), (7, 0)):
-        a, b, offs = operands(m, n)
+    cases = ((100, 20, 4), (5, 64, 4), (1, 1, 4), (0, 20, 4), (7, 0, 4), (0, 0, 4), (5, 8, 0),
+             (1, 1, 1))  # fmt: skip
+    for m, n, groups in cases:
+        a, b, offs = grouped_meta_operands(form, m, n, groups, 64)
         try:
             want = torch._grouped_mm(a, b, offs)
         except NotImplementedError:
             pytest.skip("this torch has no meta kernel for torch._grouped_mm")
-        got = torch.ops.wsgemm.grouped_mm(a, b, offs)
-        assert (got.shape, got.dtype, got.device) == (want.shape, want.dtype, want.device)
-        if want.numel():
-            assert got.stride() == want.stride(), (m, n, got.stride(), want.stride())
+        for call in (torch.ops.wsgemm.grouped_mm, wsgemm.grouped_mm):
+            got = call(a, b, offs)
+            assert (got.shape, got.stride(), got.dtype, got.device) == (
+                want.shape, want.stride(), want.dtype, want.device
+            ), (call, m, n, groups)  # fmt: skip
 
 
 def test_it_is_public_and_registered():
@@ -992,14 +982,7 @@ def test_the_tile_map_names_every_tile_once():
 
     ends = [5, 5, 700, 701, 2000]
     lines = tile_map("sm90", ends, 2003, 1000, 132, shown=5)
-    tiles = 0
-    for line in lines[1:]:
-        if " tiles" in line and "no tiles" not in line:
-            m_tiles, n_tiles = line.split(": ")[2].split(" tiles")[0].split(" x ")
-            tiles += int(m_tiles) * int(n_tiles)
-            if "(+" in line:  # the cluster's surplus, computed too
-                tiles += int(line.split("(+")[1].split(" ")[0])
-    assert f"{tiles} tiles of" in lines[0]
+    assert f"{tile_map_tiles(lines)} tiles of" in lines[0]
 
 
 def test_the_tile_map_counts_a_clusters_surplus_and_takes_fake_and_empty_calls():

@@ -1,12 +1,12 @@
 """``wsgemm.grouped_mm`` against ``torch._grouped_mm``'s semantics, on the CPU (a review's
-findings, each with its fix): the fake result's strides are torch's meta result's for empty
-results too; the public call takes meta tensors as its op does; ``out=`` is an op
+findings, each with its fix; the fake result's strides for empty results are checked in
+``test_grouped.py``'s meta test): ``result_strides`` is torch's formula; the public call takes meta tensors as its op does; ``out=`` is an op
 (``grouped_mm_out``) that fake tensors and torch.compile take; torch's fused kernel is handed
 contiguous offsets; a named backend's dtypes are refused by the checks the fake runs."""
 
 import pytest
 import torch
-from op_helpers import capture, fake_cuda, install_grouped, ops_in
+from op_helpers import capture, fake_cuda, grouped_meta_operands, install_grouped, ops_in
 from stand_ins import cpu_dispatcher
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -25,40 +25,7 @@ def meta(*shape, dtype=BF16):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def _operands(form, m, n, groups, k, device="meta"):
-    """bfloat16 operands of ``form`` (b K-major: torch's meta kernel wants 16-byte rows)."""
-
-    def e(*shape, dtype=BF16):
-        return torch.empty(shape, dtype=dtype, device=device)
-
-    offs = e(groups, dtype=I32)
-    return {
-        "2d3d": (e(m, k), e(groups, n, k).mT, offs),
-        "3d3d": (e(groups, m, k), e(groups, n, k).mT, None),
-        "2d2d": (e(m, k), e(n, k).t(), offs),
-        "3d2d": (e(groups, m, k), e(n, k).t(), offs),
-    }[form]
-
-
 # ----------------------------------------------------------------------------- strides
-
-
-@pytest.mark.parametrize("form", core.FORMS)
-def test_fake_strides_are_torch_meta_strides_for_empty_results_too(form, monkeypatch):
-    """torch pads rows to 16 bytes with no floor: N = 0 has a row stride of 0, M = 0 a group
-    stride of 0 (the fake result had 8 and 8 * N: equal shapes, other strides). The public call
-    on meta tensors gives the same tensor."""
-    if not hasattr(torch, "_grouped_mm"):
-        pytest.skip("this torch has no torch._grouped_mm")
-    monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "12.8")
-    for m, n, groups in ((0, 20, 4), (7, 0, 4), (0, 0, 4), (5, 8, 0), (100, 20, 4), (1, 1, 1)):
-        a, b, offs = _operands(form, m, n, groups, 64)
-        want = torch._grouped_mm(a, b, offs)
-        for call in (torch.ops.wsgemm.grouped_mm, wsgemm.grouped_mm):
-            got = call(a, b, offs)
-            assert (got.shape, got.stride(), got.dtype, got.device) == (
-                want.shape, want.stride(), want.dtype, want.device
-            ), (call, m, n, groups)  # fmt: skip
 
 
 def test_result_strides_are_torchs_formula():
@@ -78,7 +45,7 @@ def test_the_public_call_takes_meta_tensors_as_its_op_does(form):
     tensor, which refused meta ones ("a must be a CUDA tensor, got one on meta"), while the op
     (and the same call with requires_grad) gave the fake result: now only CUDA tensors take the
     eager road, as ``matmul``'s."""
-    a, b, offs = _operands(form, 10, 20, 3, 16)
+    a, b, offs = grouped_meta_operands(form, 10, 20, 3, 16)
     got = wsgemm.grouped_mm(a, b, offs)
     want = torch.ops.wsgemm.grouped_mm(a, b, offs)
     assert (got.shape, got.stride(), got.device) == (want.shape, want.stride(), want.device)

@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+from op_helpers import tile_map_tiles
 
 import wsgemm
 from wsgemm.host.grouped import BACKENDS, GROUPED_BACKENDS, grouped_config, tile_map
@@ -106,19 +107,6 @@ def test_the_map_is_the_per_cta_replays_with_the_dsls_own_min_max():
         assert tile_map(backend, ends, rows, n, 16) == slow_tile_map(backend, ends, rows, n, 16)
 
 
-def _covered(lines: list[str]) -> int:
-    """The tiles the map's group lines name (each group's m-tiles x n-tiles and its clusters'
-    surplus), checked against the head's count."""
-    tiles = 0
-    for line in lines[1:]:
-        if " tiles" in line and "no tiles" not in line:
-            m_tiles, n_tiles = line.split(": ")[2].split(" tiles")[0].split(" x ")
-            tiles += int(m_tiles) * int(n_tiles)
-            if "(+" in line:  # the cluster's surplus, computed too
-                tiles += int(line.split("(+")[1].split(" ")[0])
-    return tiles
-
-
 @pytest.mark.usefixtures("python_min_max")
 @pytest.mark.parametrize("backend", GROUPED_BACKENDS)
 def test_the_map_names_every_tile_of_every_group_once_for_random_offsets(backend):
@@ -128,7 +116,7 @@ def test_the_map_names_every_tile_of_every_group_once_for_random_offsets(backend
     for _ in range(20):
         ends, rows = _random_ends(rng, rng.randint(1, 300), rng.choice([8, 100, 1000]))
         lines = tile_map(backend, ends, rows, rng.choice([128, 1000, 7168]), 132, len(ends))
-        assert f" {_covered(lines)} tiles of " in lines[0]
+        assert f" {tile_map_tiles(lines)} tiles of " in lines[0]
         groups = [line for line in lines[1:] if line.startswith("  group ")]
         assert len(groups) == len(ends)
         assert all("CTAs none" not in line for line in groups if "no tiles" not in line)
@@ -147,5 +135,5 @@ def test_thousands_of_groups_are_explained():
     head = next(line for line in text.splitlines() if line.startswith("tile map"))
     assert "  group 7: " in text and "... 1992 more groups" in text
     lines = tile_map("auto", ends, ends[-1], 1024, 132, shown=2000)
-    assert lines[0] == head and f" {_covered(lines)} tiles of " in head
+    assert lines[0] == head and f" {tile_map_tiles(lines)} tiles of " in head
     assert sum(line.startswith("  group ") for line in lines) == 2000
