@@ -1,8 +1,9 @@
 """``wsgemm.grouped_mm`` against ``torch._grouped_mm``'s semantics, on the CPU (a review's
 findings, each with its fix; the fake result's strides for empty results are checked in
-``test_grouped.py``'s meta test): ``result_strides`` is torch's formula; the public call takes meta tensors as its op does; ``out=`` is an op
-(``grouped_mm_out``) that fake tensors and torch.compile take; torch's fused kernel is handed
-contiguous offsets; a named backend's dtypes are refused by the checks the fake runs."""
+``test_grouped.py``'s meta test): ``result_strides`` is torch's formula; the public call takes
+meta tensors as its op does; ``out=`` is an op (``grouped_mm_out``) that fake tensors and
+torch.compile take; torch's fused kernel is handed contiguous offsets; a named backend's dtypes
+are refused by the checks the fake runs."""
 
 import pytest
 import torch
