@@ -45,6 +45,7 @@ from .api.epilogue import (
     check_scalar,
     grad_through,
     torch_activation,
+    wide_dtype,
 )
 from .api.fallback import refuse_accumulator
 from .api.validate import (
@@ -486,7 +487,7 @@ def _grad_through_graph(act: str, grad, pre) -> torch.Tensor:
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """``t`` in fp32, or in its own dtype where that is wider (fp64 is not rounded to fp32):
     the precision of the backward's sums and scalings."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
+    return t.to(wide_dtype(t.dtype))
 
 
 torch.library.register_autograd("wsgemm::matmul", _backward, setup_context=_setup_context, lib=_LIB)
@@ -512,7 +513,7 @@ def _matmul_vmap(
             bias is not None and len(sample) < 2):  # fmt: skip
         # alpha, a residual or a per-sample bias: the product batched (in fp32; fp64
         # operands' in fp64, not rounded to fp32), then the rest in torch, rounded once
-        wide = torch.promote_types(a.dtype, torch.float32)
+        wide = wide_dtype(a.dtype)
         wide = wide if accumulate == torch.float32 else out_dtype
         out, dim = _matmul_vmap(info, in_dims[:5], a, b, wide, accumulate, backend)
         rank = out.dim() - (dim is not None)  # a sample's result
@@ -791,7 +792,7 @@ def _composite(a, b, out, out_dtype, accumulate, backend, bias, activation, c, a
     _check_fake(_shadow(a), _shadow(b), _shadow(out), out_dtype, accumulate, backend,
                 _shadow(bias), activation, _shadow(c), alpha, beta)  # fmt: skip
     act = check_activation(activation)
-    wide = torch.promote_types(a.dtype, torch.float32)  # (fp64 stays fp64, as torch's)
+    wide = wide_dtype(a.dtype)  # (fp64 stays fp64, as torch's)
     with torch.autocast("cuda", enabled=False):  # the product in ``wide``, not recast
         y = _combined(torch.matmul(a.to(wide), b.to(wide)), act, alpha, c, beta, bias)
     if out is None:
@@ -932,7 +933,7 @@ def _matmul_scaled(a, b, bias, activation, out, out_dtype, accumulate, backend, 
                 check_residual(c, shape, dtype, a.device)
             # the product in fp32 (a 16-bit one could overflow where alpha scales it back;
             # fp64 operands: fp64, not rounded to fp32)
-            wide = torch.promote_types(a.dtype, torch.float32)
+            wide = wide_dtype(a.dtype)
             wide = wide if accumulate == torch.float32 else out_dtype
             product = _Matmul.apply(a, b, wide, accumulate, backend, None, None)
             return _combined(_wide(product), act, alpha, c, beta, bias).to(dtype)

@@ -271,6 +271,15 @@ def check_scalar(name: str, value) -> float:
     return float(value)
 
 
+def wide_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype an epilogue computed in torch works in for tensors of ``dtypes``: fp32, or
+    wider where one of them is (float64 is never rounded to fp32 on the way)."""
+    wide = torch.float32
+    for dtype in dtypes:
+        wide = torch.promote_types(wide, dtype)
+    return wide
+
+
 def combine_in_torch(out: torch.Tensor, product, bias, p) -> torch.Tensor:
     """``out`` := act(alpha · product + beta · out + bias) in place for a call with alpha or a
     residual on a route whose kernel does not fuse them (``p``: its ``Problem``; ``product``
@@ -278,9 +287,7 @@ def combine_in_torch(out: torch.Tensor, product, bias, p) -> torch.Tensor:
     rounded once to ``out``'s dtype (in fp64 where the product or ``out`` is fp64: float64
     operands are not rounded to fp32 on the way)."""
     e = p.epilogue
-    wide = torch.promote_types(out.dtype, torch.float32)
-    if product is not None:
-        wide = torch.promote_types(wide, product.dtype)
+    wide = wide_dtype(out.dtype) if product is None else wide_dtype(out.dtype, product.dtype)
     if product is None:
         y = torch.zeros(out.shape, dtype=wide, device=out.device)
     else:

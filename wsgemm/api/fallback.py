@@ -20,7 +20,7 @@ import logging
 
 import torch
 
-from .epilogue import apply_in_torch, combine_in_torch
+from .epilogue import apply_in_torch, combine_in_torch, wide_dtype
 from .overlap import spans
 from .validate import Problem
 
@@ -66,8 +66,7 @@ def run(a, b, out, p: Problem, bias=None) -> torch.Tensor:
         if out is None:  # alpha without a residual (a residual's C is always in ``out``)
             out = torch.empty(p.out_shape, dtype=p.c_dtype, device=a.device)
         # (fp32, or fp64 for fp64 operands: never narrower than they are)
-        wide = torch.promote_types(a.dtype, torch.float32)
-        return combine_in_torch(out, product(a, b, wide), bias, p)
+        return combine_in_torch(out, product(a, b, wide_dtype(a.dtype)), bias, p)
     if out is not None and out.dtype == a.dtype:
         return apply_in_torch(torch.matmul(a, b, out=out), bias, p.epilogue)
     result = apply_in_torch(product(a, b, p.c_dtype), bias, p.epilogue)
