@@ -75,10 +75,12 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     x, weight, *rest = ctx.saved_tensors
     bias = rest[0] if rest else None
-    if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, weight, bias)
-    ):
-        return _backward_graph(ctx, grad, x, weight, bias)  # create_graph: a double backward
+    if _ops.creates_graph(x, weight, bias):  # a double backward: differentiable gradients
+        # (the recomputation under no_grad below would drop every second derivative through
+        # the pre-activation, silently): autograd through the public road's pieces
+        need = ctx.needs_input_grad
+        return _ops.grads_by_autograd(lambda: _for_autograd(x, weight, ctx.activation, bias),
+                                      (x, weight, None, bias)[: len(need)], need, grad)  # fmt: skip
     x2 = _fold(x)
     with torch.no_grad():  # the pre-activations, recomputed in fp32 as the forward had them
         y = matmul(x2, weight.t(), out_dtype=torch.float32)
@@ -102,27 +104,6 @@ def _backward(ctx, grad):
     if bias is not None and ctx.needs_input_grad[3]:
         gb = dy.float().sum(0).to(bias.dtype)  # the rows' sum in fp32 (torch's: one fixed order)
     return (gx, gw, None, gb)[: len(ctx.needs_input_grad)]  # one per input the call gave
-
-
-def _backward_graph(ctx, grad, x, weight, bias):
-    """The op's gradients with ``create_graph``: autograd through the forward as the public
-    road computes it (``_for_autograd``: the product on wsgemm, the unit in torch), so that
-    they are differentiable again (the recomputation under no_grad above would drop every
-    second derivative through the pre-activation, silently)."""
-    need = ctx.needs_input_grad
-    inputs = (x, weight, None, bias)
-    wrt = [t for t, needed in zip(inputs, need, strict=False) if needed and t is not None]
-    with torch.enable_grad():
-        y = _for_autograd(x, weight, ctx.activation, bias)
-        found = iter(torch.autograd.grad(y, wrt, grad, create_graph=True, allow_unused=True))
-    grads = tuple(
-        next(found) if needed and t is not None else None
-        for t, needed in zip(inputs, need, strict=False)
-    )
-    return tuple(
-        torch.zeros_like(t) if g is None and t is not None and needed else g
-        for t, g, needed in zip(inputs, grads, need, strict=False)
-    )
 
 
 torch.library.register_autograd(

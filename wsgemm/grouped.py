@@ -22,6 +22,8 @@ from .ops import (
     _is_compiling,
     _no_modes,
     autocast_dtype,
+    creates_graph,
+    grads_by_autograd,
     refuse_forward_differentiation,
 )
 
@@ -154,8 +156,18 @@ def _backward(ctx, grad):
     a, b, offs, row_scale = ctx.saved_tensors
     need_a, need_b = ctx.needs_input_grad[:2]
     activation = ctx.activation not in (None, "none")
-    if (activation or row_scale is not None) and _create_graph(a, b, row_scale):
-        return _backward_graph(ctx, grad, a, b, offs, row_scale)
+    if (activation or row_scale is not None) and creates_graph(a, b, row_scale):
+        # a double backward: the product recomputed under no_grad below would drop every
+        # second derivative through it, silently; autograd through the public road's pieces
+        # (the grouped product, then the epilogue in torch). Without an epilogue the
+        # backward's grouped products are differentiable as they are.
+        need = ctx.needs_input_grad
+        ga, gb, gs = grads_by_autograd(
+            lambda: _for_autograd(a, b, offs, ctx.out_dtype, ctx.backend, ctx.activation,
+                                  ctx.gated, row_scale),
+            (a, b, row_scale), (need[0], need[1], len(need) > 7 and need[7]), grad,
+        )  # fmt: skip
+        return ga, gb, None, None, None, None, None, gs
     pre = g_scale = None
     if activation or (row_scale is not None and ctx.needs_input_grad[7]):
         with torch.no_grad():  # the product, recomputed once: one more grouped GEMM
@@ -189,38 +201,6 @@ def _backward(ctx, grad):
         if need_b:
             gb = _zero_past_end(mm(a.transpose(-2, -1), g, offs), offs, 1)
     return ga, gb, None, None, None, None, None, g_scale
-
-
-def _create_graph(*saved) -> bool:
-    """Whether the backward runs with ``create_graph`` for inputs that need a graph (grad mode
-    is on in the backward only then)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in saved)
-
-
-def _backward_graph(ctx, grad, a, b, offs, row_scale):
-    """The gradients of a call with an epilogue under ``create_graph`` (a double backward):
-    autograd through the forward as the public road computes it (``_for_autograd``: the
-    grouped product, then the epilogue in torch), so that they are differentiable again (the
-    product recomputed under no_grad would drop every second derivative through it,
-    silently). Without an epilogue the backward's grouped products are differentiable as
-    they are."""
-    need = ctx.needs_input_grad
-    inputs = (a, b, row_scale)
-    needs = (need[0], need[1], len(need) > 7 and need[7])
-    wrt = [t for t, needed in zip(inputs, needs, strict=True) if needed and t is not None]
-    with torch.enable_grad():
-        y = _for_autograd(a, b, offs, ctx.out_dtype, ctx.backend, ctx.activation, ctx.gated,
-                          row_scale)  # fmt: skip
-        found = iter(torch.autograd.grad(y, wrt, grad, create_graph=True, allow_unused=True))
-    ga, gb, gs = (
-        (next(found) if needed and t is not None else None)
-        for t, needed in zip(inputs, needs, strict=True)
-    )
-    ga, gb, gs = (
-        torch.zeros_like(t) if g is None and t is not None and needed else g
-        for t, g, needed in zip(inputs, (ga, gb, gs), needs, strict=True)
-    )
-    return ga, gb, None, None, None, None, None, gs
 
 
 torch.library.register_autograd(

@@ -484,6 +484,27 @@ def _grad_through_graph(act: str, grad, pre) -> torch.Tensor:
     return g.to(grad.dtype)
 
 
+def creates_graph(*saved) -> bool:
+    """Whether an op's backward runs with ``create_graph`` (a double backward) for saved inputs
+    that need a graph: grad mode is on inside a backward only then."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in saved)
+
+
+def grads_by_autograd(forward, inputs, needs, grad) -> tuple:
+    """An op's gradients under ``create_graph``: autograd through ``forward()`` (the op's
+    forward written in differentiable pieces) with respect to each input that ``needs`` one,
+    so that they are differentiable again; None where not needed, zeros where unused."""
+    wrt = [t for t, needed in zip(inputs, needs, strict=True) if needed and t is not None]
+    with torch.enable_grad():
+        found = iter(torch.autograd.grad(forward(), wrt, grad, create_graph=True,
+                                         allow_unused=True))  # fmt: skip
+    out = []
+    for t, needed in zip(inputs, needs, strict=True):
+        g = next(found) if needed and t is not None else None
+        out.append(torch.zeros_like(t) if g is None and needed and t is not None else g)
+    return tuple(out)
+
+
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """``t`` in fp32, or in its own dtype where that is wider (fp64 is not rounded to fp32):
     the precision of the backward's sums and scalings."""
